@@ -1,0 +1,114 @@
+"""The one intermediate representation every frontend lowers into and every pass reads.
+
+Everything here is immutable (frozen dataclasses, tuples, read-only mappings) so a pass can
+never change what another pass sees. This module imports nothing from ``passes`` or from any
+frontend: it is the contract between them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, Mapping
+
+# Bits per element for the dtypes ONNX and torch name. Sub-byte types round up per tensor.
+DTYPE_BITS: Mapping[str, int] = MappingProxyType({
+    "float64": 64, "float32": 32, "float16": 16, "bfloat16": 16,
+    "float8e4m3fn": 8, "float8e4m3fnuz": 8, "float8e5m2": 8, "float8e5m2fnuz": 8,
+    "float8e8m0": 8, "float4e2m1": 4,
+    "int64": 64, "int32": 32, "int16": 16, "int8": 8, "int4": 4, "int2": 2,
+    "uint64": 64, "uint32": 32, "uint16": 16, "uint8": 8, "uint4": 4, "uint2": 2,
+    "bool": 8, "complex64": 64, "complex128": 128, "string": 0, "undefined": 0,
+})
+FLOAT_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "float8e4m3fn",
+                          "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0",
+                          "float4e2m1"})
+# Integer types narrow enough to be quantized weights rather than indices or shapes.
+QUANT_DTYPES = frozenset({"int8", "uint8", "int4", "uint4", "int2", "uint2"})
+
+Dim = int | str  # a concrete size, or a symbol that no binding resolved
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Shape and dtype of a tensor; ``shape`` is None when even the rank is unknown."""
+    shape: tuple[Dim, ...] | None
+    dtype: str
+
+    @property
+    def known(self) -> bool:
+        return self.shape is not None and all(type(d) is int for d in self.shape)
+
+    @property
+    def numel(self) -> int | None:
+        if not self.known:
+            return None
+        return math.prod(self.shape)  # type: ignore[arg-type]
+
+    @property
+    def nbytes(self) -> int | None:
+        n = self.numel
+        if n is None:
+            return None
+        return (n * DTYPE_BITS.get(self.dtype, 0) + 7) // 8
+
+    def shape_str(self) -> str:
+        if self.shape is None:
+            return "?"
+        return "×".join(str(d) for d in self.shape) if self.shape else "scalar"
+
+
+class ValueKind(str, Enum):
+    INPUT = "input"            # a graph input the caller feeds
+    PARAM = "param"            # a trainable weight (initializer / nn.Parameter)
+    BUFFER = "buffer"          # non-trainable state (BatchNorm running stats, registered buffers)
+    CONST = "const"            # an index/shape constant (integer initializer)
+    ACTIVATION = "activation"  # produced by a node
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    name: str
+    spec: TensorSpec
+    kind: ValueKind
+    producer: int | None = None  # index of the producing node, None for inputs/params/consts
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One operation in execution order.
+
+    ``op`` is the registry key the cost rules are looked up by: the ONNX op type for the
+    default domain (``Conv``), ``domain::Type`` for other domains, ``aten.<name>`` for torch.
+    ``repeat`` multiplies the node's cost: nodes of a Loop/Scan body run once per iteration.
+    """
+    index: int
+    name: str
+    op: str
+    inputs: tuple[str, ...]      # value names; "" marks an omitted optional input
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    scope: str = ""
+    repeat: int = 1
+
+
+@dataclass(frozen=True)
+class Graph:
+    name: str
+    source: str                           # "onnx" or "fx"
+    nodes: tuple[Node, ...]
+    values: Mapping[str, Value]
+    inputs: tuple[str, ...]               # graph inputs the caller feeds, in order
+    outputs: tuple[str, ...]
+    dims: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    batch: int = 1                        # the batch size the inputs were bound with
+    warnings: tuple[str, ...] = ()
+
+    def spec(self, name: str) -> TensorSpec | None:
+        v = self.values.get(name)
+        return v.spec if v is not None else None
+
+
+def frozen_map(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d))
