@@ -1,0 +1,67 @@
+"""The cost pass: per-node MACs, FLOPs and bytes from the rule registry, plus coverage.
+
+Importing this package registers every rule family exactly once.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Mapping
+
+from analyzer.ir import Graph
+from passes.costs import elementwise, linear, movement, normalization, pooling  # noqa: F401
+from passes.costs.registry import ZERO, Cost, OpView, ShapeUnknown, lookup, node_cost
+
+OK, UNSUPPORTED, UNKNOWN_SHAPE = "ok", "unsupported", "unknown_shape"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCost:
+    cost: Cost          # already multiplied by the node's repeat count
+    status: str         # ok | unsupported | unknown_shape
+
+
+@dataclass(frozen=True)
+class CostReport:
+    nodes: tuple[NodeCost, ...]               # aligned with graph.nodes
+    totals: Cost
+    by_op_type: Mapping[str, tuple[int, Cost]]  # op -> (count, summed cost), sorted by op
+    unsupported: Mapping[str, int]              # op -> node count, no rule
+    unknown_shape: Mapping[str, int]            # op -> node count, a rule but no concrete shape
+
+    @property
+    def covered(self) -> int:
+        return sum(1 for n in self.nodes if n.status == OK)
+
+
+def count_costs(graph: Graph) -> CostReport:
+    results: list[NodeCost] = []
+    total = ZERO
+    per_op: dict[str, list] = {}
+    unsupported: Counter[str] = Counter()
+    unknown: Counter[str] = Counter()
+    for node in graph.nodes:
+        r = lookup(node.op)
+        if r is None:
+            unsupported[node.op] += 1
+            nc = NodeCost(ZERO, UNSUPPORTED)
+        else:
+            try:
+                c = node_cost(r, OpView(node, graph))
+                if node.repeat != 1:
+                    c = c.scaled(node.repeat)
+                nc = NodeCost(c, OK)
+            except ShapeUnknown:
+                unknown[node.op] += 1
+                nc = NodeCost(ZERO, UNKNOWN_SHAPE)
+        results.append(nc)
+        total = total + nc.cost
+        slot = per_op.get(node.op)
+        if slot is None:
+            per_op[node.op] = [1, nc.cost]
+        else:
+            slot[0] += 1
+            slot[1] = slot[1] + nc.cost
+    return CostReport(tuple(results), total,
+                      {k: (v[0], v[1]) for k, v in sorted(per_op.items())},
+                      dict(sorted(unsupported.items())), dict(sorted(unknown.items())))

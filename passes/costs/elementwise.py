@@ -1,0 +1,70 @@
+"""Elementwise math and activations: FLOPs per output element, no MACs.
+
+Each function counts as one FLOP (exp, log, sqrt, tanh, erf … are one FLOP, as in most
+counters); compound activations count their expansion, written next to each entry.
+"""
+from __future__ import annotations
+
+from passes.costs.registry import OpView, rule
+
+# FLOPs per output element of unary ops, with the expansion counted.
+UNARY_FLOPS = {
+    "Relu": 1,            # max(x, 0)
+    "Abs": 1, "Neg": 1, "Sign": 1, "Floor": 1, "Ceil": 1, "Round": 1,
+    "Reciprocal": 1, "Sqrt": 1, "Exp": 1, "Log": 1, "Erf": 1, "Tanh": 1,
+    "Sin": 1, "Cos": 1, "Tan": 1, "Asin": 1, "Acos": 1, "Atan": 1,
+    "Sinh": 1, "Cosh": 1, "Asinh": 1, "Acosh": 1, "Atanh": 1,
+    "Not": 1, "IsNaN": 1, "IsInf": 1, "BitwiseNot": 1,
+    "LeakyRelu": 2,       # x < 0 ? alpha·x : x  → compare + multiply
+    "ThresholdedRelu": 1, # compare
+    "Clip": 2,            # max then min
+    "Sigmoid": 3,         # 1 / (1 + exp(-x)) → exp, add, divide (negation folded)
+    "HardSigmoid": 3,     # max(0, min(1, alpha·x + beta)) → fma counted 1, min, max
+    "HardSwish": 4,       # x · hardsigmoid(x)
+    "Softplus": 3,        # log(1 + exp(x))
+    "Softsign": 3,        # x / (1 + |x|)
+    "Elu": 3,             # x < 0 ? alpha·(exp(x) − 1) : x
+    "Celu": 4,            # max(0,x) + min(0, alpha·(exp(x/alpha) − 1))
+    "Selu": 4,            # gamma · elu
+    "Mish": 5,            # x · tanh(softplus(x))
+    "Gelu": 8,            # 0.5·x·(1 + erf(x/√2)); tanh form: 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³)))
+    "Shrink": 2,          # compare + add
+}
+
+BINARY_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "LessOrEqual",
+              "Greater", "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "BitwiseAnd",
+              "BitwiseOr", "BitwiseXor")
+
+
+def _per_output(k: int):
+    def fn(op: OpView) -> tuple[int, int]:
+        return 0, k * op.out_numel()
+    return fn
+
+
+for _op, _k in UNARY_FLOPS.items():
+    rule(_op)(_per_output(_k))
+
+# One FLOP per output element (broadcasting counts the broadcast result).
+rule(*BINARY_OPS)(_per_output(1))
+
+
+@rule("PRelu")
+def prelu(op: OpView) -> tuple[int, int]:
+    return 0, 2 * op.out_numel()  # compare + multiply by the slope
+
+
+@rule("Where")
+def where(op: OpView) -> tuple[int, int]:
+    return 0, op.out_numel()  # one select per element (counted, like Max)
+
+
+@rule("Max", "Min", "Sum")
+def variadic(op: OpView) -> tuple[int, int]:
+    # n inputs → n−1 pairwise ops per output element; one input is a copy.
+    return 0, max(0, len(op.present_inputs()) - 1) * op.out_numel()
+
+
+@rule("Mean")
+def mean(op: OpView) -> tuple[int, int]:
+    return 0, len(op.present_inputs()) * op.out_numel()  # n−1 adds + 1 divide

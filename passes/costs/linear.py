@@ -1,0 +1,95 @@
+"""Matmul-class ops: the only ops that contribute MACs.
+
+MACs = output elements × reduction length (no bias). FLOPs = 2·MACs, plus one add per output
+element for a bias and one multiply per output element for a non-unit alpha/beta. So the
+matmul-class FLOPs equal torch.utils.flop_counter.FlopCounterMode's count (2·MACs, bias ignored)
+once the bias adds are subtracted, and MACs match torchvision's "GFLOPS" tables.
+"""
+from __future__ import annotations
+
+import math
+
+from passes.costs.registry import OpView, rule
+
+
+@rule("Conv")
+def conv(op: OpView) -> tuple[int, int]:
+    # W is (C_out, C_in/groups, k1, k2, ...): each output element reduces over W.shape[1:].
+    out = op.out_numel()
+    macs = out * math.prod(op.in_shape(1)[1:])
+    return macs, 2 * macs + (out if op.has_input(2) else 0)
+
+
+@rule("ConvTranspose")
+def conv_transpose(op: OpView) -> tuple[int, int]:
+    # W is (C_in, C_out/groups, k...): every input element is scattered into C_out/g·prod(k)
+    # outputs, one MAC each (FlopCounterMode counts the same for transposed convs).
+    macs = op.in_numel(0) * math.prod(op.in_shape(1)[1:])
+    return macs, 2 * macs + (op.out_numel() if op.has_input(2) else 0)
+
+
+@rule("Gemm")
+def gemm(op: OpView) -> tuple[int, int]:
+    # Y = alpha·op(A)·op(B) + beta·C with Y (M, N); K = numel(A) / M whatever transA says.
+    m, n = op.out_shape()
+    k = op.in_numel(0) // m if m else 0
+    macs = m * n * k
+    extra = 0
+    if op.attr("alpha", 1.0) != 1.0:
+        extra += m * n
+    if op.has_input(2):
+        extra += m * n * (2 if op.attr("beta", 1.0) != 1.0 else 1)
+    return macs, 2 * macs + extra
+
+
+@rule("MatMul")
+def matmul(op: OpView) -> tuple[int, int]:
+    # Numpy matmul semantics: every output element reduces over A's last dim.
+    a = op.in_shape(0)
+    macs = op.out_numel() * (a[-1] if a else 1)
+    return macs, 2 * macs
+
+
+def _einsum_labels(term: str, rank: int) -> list[str]:
+    """Labels of one operand; '...' becomes positional labels counted from the right."""
+    if "..." not in term:
+        return list(term)
+    head, tail = term.split("...")
+    n_ell = rank - len(head) - len(tail)
+    return list(head) + [f"…{n_ell - i}" for i in range(n_ell)] + list(tail)
+
+
+@rule("Einsum")
+def einsum(op: OpView) -> tuple[int, int]:
+    # A contraction visits every combination of distinct labels once: MACs = Π sizes of all
+    # labels. With one operand (a pure reduction or transpose) there are no MACs, one add per
+    # input element. Three or more operands are counted as a left-to-right chain bounded by the
+    # same product (an upper bound; stated in the README).
+    eq = op.attr("equation", "").replace(" ", "")
+    lhs = eq.split("->")[0]
+    terms = lhs.split(",")
+    sizes: dict[str, int] = {}
+    for i, term in enumerate(terms):
+        shape = op.in_shape(i)
+        for label, size in zip(_einsum_labels(term, len(shape)), shape):
+            sizes[label] = max(sizes.get(label, 1), size)
+    if len(terms) == 1:
+        return 0, op.in_numel(0)
+    macs = math.prod(sizes.values()) * (len(terms) - 1)
+    return macs, 2 * macs
+
+
+@rule("Attention")
+def attention(op: OpView) -> tuple[int, int]:
+    # ONNX Attention (opset 23): scores = Q·Kᵀ (Sq·Sk·D per head), out = softmax·V (Sq·Sk·Dv).
+    # In both the 3-D (B, S, H·D) and 4-D (B, H, S, D) layouts this is Sk·(numel(Q)+numel(Y))
+    # MACs. A causal mask is not discounted (FlopCounterMode does not either); softmax adds 5
+    # FLOPs and the scale 1 FLOP per score.
+    k = op.in_shape(1)
+    sk = k[-2] if len(k) == 4 else k[1]
+    q_numel, y_numel = op.in_numel(0), op.out_numel(0)
+    macs = sk * (q_numel + y_numel)
+    q = op.in_shape(0)
+    d = q[-1] if len(q) == 4 else q[-1] // max(1, int(op.attr("q_num_heads", 1) or 1))
+    scores = q_numel // max(1, d) * sk
+    return macs, 2 * macs + 6 * scores

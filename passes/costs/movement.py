@@ -1,0 +1,59 @@
+"""Data movement, views, constants and control flow: ops that do no arithmetic (each declared
+zero with its reason) plus the few movement ops that do compute (Resize, Range)."""
+from __future__ import annotations
+
+from passes.costs.registry import OpView, rule, zero_cost
+
+FAMILY = "movement"
+
+# Views: the output shares the input's storage, so no bytes move and liveness aliases them.
+zero_cost("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity",
+          reason="view: output aliases input storage", alias=True, family=FAMILY)
+zero_cost("Dropout", reason="identity at inference (a view); training graphs are not costed here",
+          alias=True, family=FAMILY)
+
+# Copies: every input byte is read and every output byte written, no arithmetic.
+zero_cost("Transpose", "Concat", "Expand", "Tile", "Pad", "Cast", "CastLike",
+          "DepthToSpace", "SpaceToDepth", "ScatterND", "ScatterElements", "Scatter",
+          "ReverseSequence", "Trilu", "Compress", "Col2Im", "Unique",
+          reason="data movement: copies or rearranges elements", family=FAMILY)
+# Selections read only what they select (plus their index inputs).
+zero_cost("Slice", "Split", reason="data movement: reads only the selected elements",
+          reads="outputs", family=FAMILY)
+zero_cost("Gather", "GatherElements", "GatherND",
+          reason="data movement: reads the gathered rows and the indices",
+          reads="outputs", index_inputs=(1,), family=FAMILY)
+# Metadata and constants: nothing read, the (small) output written.
+zero_cost("Shape", "Size", reason="reads tensor metadata only", reads="none", family=FAMILY)
+zero_cost("Constant", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUniform",
+          "RandomNormalLike", "RandomUniformLike",
+          reason="materializes a constant or random tensor", reads="none", family=FAMILY)
+zero_cost("If", "Loop", "Scan",
+          reason="control flow: the body's nodes are costed as nodes of their own",
+          reads="none", family=FAMILY)
+
+
+@rule("OneHot", "NonZero")
+def one_per_output(op: OpView) -> tuple[int, int]:
+    return 0, op.out_numel(0)  # one compare/select per output element
+
+
+@rule("Range")
+def range_(op: OpView) -> tuple[int, int]:
+    return 0, op.out_numel(0)  # start + i·delta: one FLOP per element
+
+
+@rule("Resize", "Upsample")
+def resize(op: OpView) -> tuple[int, int]:
+    # nearest: a copy (0). linear over r resized axes: 2^r − 1 lerps of 3 FLOPs per output.
+    # cubic: 4 taps × (mul + add) per resized axis per output.
+    mode = op.attr("mode", "nearest")
+    if isinstance(mode, bytes):
+        mode = mode.decode()
+    x, y = op.in_shape(0), op.out_shape(0)
+    r = sum(1 for a, b in zip(x, y) if a != b)
+    if mode == "linear":
+        return 0, op.out_numel(0) * 3 * (2 ** r - 1)
+    if mode == "cubic":
+        return 0, op.out_numel(0) * 8 * r
+    return 0, 0

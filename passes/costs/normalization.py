@@ -1,0 +1,48 @@
+"""Normalization and softmax: FLOPs per element, documented per op. No MACs."""
+from __future__ import annotations
+
+from passes.costs.registry import OpView, rule
+
+
+@rule("BatchNormalization", buffer_inputs=(3, 4))
+def batch_norm(op: OpView) -> tuple[int, int]:
+    # Inference folds (x − mean)/√(var+ε)·γ + β into x·s + t: 2 FLOPs per element (fvcore's
+    # count). training_mode=1 computes the batch statistics too: ≈5 per element (design notes).
+    # Inputs 3 and 4 (running mean/var) are buffers, not trainable parameters.
+    per = 5 if op.attr("training_mode", 0) else 2
+    return 0, per * op.in_numel(0)
+
+
+def _affine_norm(op: OpView) -> tuple[int, int]:
+    # mean (1 add), subtract (1), square (1), variance sum (1), multiply by 1/σ (1) = 5 per
+    # element, then scale (1) and bias (1) when given.
+    n = op.in_numel(0)
+    affine = sum(1 for i in (1, 2) if op.has_input(i))
+    return 0, (5 + affine) * n
+
+
+rule("LayerNormalization", "GroupNormalization", "InstanceNormalization",
+     "MeanVarianceNormalization")(_affine_norm)
+
+
+@rule("RMSNormalization")
+def rms_norm(op: OpView) -> tuple[int, int]:
+    # square (1), sum (1), multiply by 1/rms (1), scale (1) per element.
+    return 0, 4 * op.in_numel(0)
+
+
+@rule("LpNormalization")
+def lp_norm(op: OpView) -> tuple[int, int]:
+    return 0, 3 * op.in_numel(0)  # |x|^p (1), sum (1), divide (1)
+
+
+@rule("Softmax", "LogSoftmax")
+def softmax(op: OpView) -> tuple[int, int]:
+    # max (1 compare), subtract max (1), exp (1), sum (1), divide / subtract log-sum (1).
+    return 0, 5 * op.in_numel(0)
+
+
+@rule("LRN")
+def lrn(op: OpView) -> tuple[int, int]:
+    size = int(op.attr("size", 1))
+    return 0, (size + 3) * op.in_numel(0)  # window sum of squares, scale, pow, divide
