@@ -1,0 +1,128 @@
+"""Inference activation liveness: when each tensor's storage is born and dies.
+
+Each activation lives from its producer to its last consumer, in execution order (the reverse
+walk of torch/fx/interpreter.py that finds last uses); graph outputs live to the end; graph
+inputs are live from the first node (``include_inputs=False`` leaves them out). A view op
+(a rule declared ``alias``: Reshape, Squeeze, Unsqueeze, Flatten, Identity, inference Dropout)
+allocates nothing: its output joins its input's storage, which then lives until the last use of
+either. With ``inplace=True``, a unary elementwise op whose input dies at that node writes into
+the input's storage (the what-if of in-place activations).
+
+The memory curve is a difference array and a running sum (torch/_inductor/memory.py, tinygrad's
+schedule/memory.py): O(nodes + tensors).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analyzer.ir import Graph, ValueKind
+from passes.costs.elementwise import UNARY_FLOPS
+from passes.costs.registry import lookup
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    name: str     # the value that allocated it
+    nbytes: int
+    birth: int    # first node index at which it is live
+    death: int    # last node index at which it is live
+
+
+@dataclass(frozen=True)
+class Liveness:
+    storages: tuple[Storage, ...]
+    value_storage: dict[str, int]   # value name -> index into storages
+    timeline: tuple[int, ...]       # bytes live while node i runs (its inputs and outputs)
+    naive_sum_bytes: int            # every storage added up, as if nothing were ever freed
+    peak_bytes: int
+    peak_node: int                  # index of the first node where the peak is reached (-1: none)
+    unknown: tuple[str, ...]        # activations whose size is unknown (counted as 0)
+
+    def live_at(self, i: int) -> list[Storage]:
+        """Storages live while node i runs, largest first."""
+        live = [s for s in self.storages if s.birth <= i <= s.death]
+        live.sort(key=lambda s: (-s.nbytes, s.name))
+        return live
+
+
+def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
+                     inplace: bool = False) -> Liveness:
+    nodes = graph.nodes
+    n = len(nodes)
+    values = graph.values
+    last = n - 1
+
+    # Last use of every value: one reverse walk.
+    last_use: dict[str, int] = {}
+    for node in reversed(nodes):
+        for name in node.inputs:
+            if name and name not in last_use:
+                last_use[name] = node.index
+    for name in graph.outputs:
+        last_use[name] = last
+
+    names: list[str] = []
+    sizes: list[int] = []
+    births: list[int] = []
+    deaths: list[int] = []
+    of: dict[str, int] = {}
+    unknown: list[str] = []
+
+    def allocate(name: str, birth: int) -> None:
+        v = values.get(name)
+        size = v.spec.nbytes if v is not None else None
+        if size is None:
+            unknown.append(name)
+            size = 0
+        of[name] = len(names)
+        names.append(name)
+        sizes.append(size)
+        births.append(birth)
+        deaths.append(max(birth, last_use.get(name, birth)))
+
+    if include_inputs:
+        for name in graph.inputs:
+            allocate(name, 0)
+    inplace_ops = UNARY_FLOPS if inplace else {}
+    for node in nodes:
+        r = lookup(node.op)
+        src = node.inputs[0] if node.inputs else ""
+        shared = of.get(src) if src else None
+        if r is not None and r.alias and src and shared is None and \
+                values[src].kind != ValueKind.INPUT:
+            continue  # a view of a weight or constant allocates nothing
+        if shared is not None and r is not None and r.alias:
+            pass
+        elif (shared is not None and node.op in inplace_ops and deaths[shared] == node.index
+              and src not in graph.outputs):
+            pass  # in place: the input's storage dies here, the output reuses it
+        else:
+            shared = None
+        for k, name in enumerate(node.outputs):
+            if not name:
+                continue
+            v = values.get(name)
+            if v is None or v.kind != ValueKind.ACTIVATION:
+                continue
+            if k == 0 and shared is not None:
+                of[name] = shared
+                d = last_use.get(name, node.index)
+                if d > deaths[shared]:
+                    deaths[shared] = d
+            else:
+                allocate(name, node.index)
+
+    diff = [0] * (n + 1)
+    for s, b, d in zip(sizes, births, deaths):
+        diff[b] += s
+        diff[d + 1] -= s
+    timeline = []
+    running = 0
+    peak, peak_node = 0, -1 if n == 0 else 0
+    for i in range(n):
+        running += diff[i]
+        timeline.append(running)
+        if running > peak:
+            peak, peak_node = running, i
+    storages = tuple(Storage(a, s, b, d) for a, s, b, d in zip(names, sizes, births, deaths))
+    return Liveness(storages, of, tuple(timeline), sum(sizes), peak, peak_node, tuple(unknown))
