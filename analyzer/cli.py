@@ -1,0 +1,112 @@
+"""``graphcost`` command line. Bad input: one line on stderr, exit status 2, no traceback."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from analyzer.errors import GraphcostError
+
+EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT = 0, 3, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse prints usage too; keep it short)
+        sys.stderr.write(f"graphcost: error: {message}\n")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _kv(text: str, what: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise GraphcostError(f"{what} expects NAME=VALUE, got {text!r}")
+    k, v = text.split("=", 1)
+    return k.strip(), v.strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="graphcost", description=(
+        "Static cost analysis of a neural-network graph: per-node params, MACs, FLOPs, bytes "
+        "read/written, and activation memory by liveness. Reads shapes only: weights and "
+        "external data files are never read, and the input file is never written."))
+    p.add_argument("model", help="an .onnx file, or zoo:NAME for a bundled reference model "
+                                 "(exported once with torch and cached)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="bind the batch dim (axis 0) of the graph inputs (default 1)")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                   help="bind a symbolic input dim by name, e.g. --dim sequence=128")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=SHAPE",
+                   help="override an input's shape, e.g. --input-shape x=1x3x224x224")
+    p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    p.add_argument("-o", "--output", help="write the report to this file instead of stdout")
+    p.add_argument("--strict", action="store_true",
+                   help=f"exit {EXIT_INCOMPLETE} if any node has no cost rule or no shape")
+    p.add_argument("--exclude-inputs", action="store_true",
+                   help="leave graph inputs out of activation memory")
+    p.add_argument("--inplace-activations", action="store_true",
+                   help="what-if: unary activations write into their dying input")
+    p.add_argument("--max-rows", type=int, default=500,
+                   help="node rows in the table format (0 = all; default 500)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except GraphcostError as exc:
+        sys.stderr.write(f"graphcost: error: {exc}\n")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        sys.stderr.write("graphcost: interrupted\n")
+        return 130
+
+
+def _run(args) -> int:
+    from analyzer.api import analyze
+    from analyzer.binding import parse_shape
+
+    dims = {}
+    for text in args.dim:
+        k, v = _kv(text, "--dim")
+        try:
+            dims[k] = int(v)
+        except ValueError:
+            raise GraphcostError(f"--dim {text}: the value must be an integer") from None
+    shapes = {}
+    for text in args.input_shape:
+        k, v = _kv(text, "--input-shape")
+        shapes[k] = parse_shape(v)
+    if args.output and not args.model.startswith("zoo:") and os.path.exists(args.output) and \
+            os.path.samefile(args.output, args.model):
+        raise GraphcostError("--output names the input model; graphcost never writes its input")
+
+    report = analyze(args.model, batch=args.batch, dims=dims, input_shapes=shapes,
+                     include_inputs=not args.exclude_inputs, inplace=args.inplace_activations)
+
+    from analyzer import render
+    if args.format == "table":
+        from rich.console import Console
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as fh:
+                render.render_table(report, Console(file=fh, width=200), args.max_rows)
+        else:
+            render.render_table(report, Console(), args.max_rows)
+    else:
+        text = {"json": report.to_json, "csv": lambda: render.render_csv(report),
+                "markdown": lambda: render.render_markdown(report)}[args.format]()
+        if args.output:
+            Path(args.output).write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+    c = report.coverage
+    if args.strict and (c.unsupported or c.unknown_shape):
+        missing = dict(c.unsupported, **c.unknown_shape)
+        sys.stderr.write("graphcost: strict: not costed: "
+                         + ", ".join(f"{k}×{v}" for k, v in sorted(missing.items())) + "\n")
+        return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

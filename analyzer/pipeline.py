@@ -1,0 +1,59 @@
+"""Runs the passes over one IR graph and assembles the Report. No I/O, no printing."""
+from __future__ import annotations
+
+from analyzer.ir import Graph, ValueKind
+from analyzer.report import (Coverage, LiveTensor, Memory, NodeRow, OpTypeRow, Report, Totals)
+from passes.arena import plan_arena
+from passes.costs import count_costs
+from passes.liveness import analyze_liveness
+from passes.params import count_params
+from passes.shapes import check_shapes
+
+
+def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False) -> Report:
+    costs = count_costs(graph)
+    params = count_params(graph)
+    live = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace)
+    arena = plan_arena(live.storages)
+    shape_issues = check_shapes(graph)
+
+    values = graph.values
+    rows = []
+    for node, nc in zip(graph.nodes, costs.nodes):
+        in_shapes = []
+        for name in node.inputs:
+            v = values.get(name) if name else None
+            if v is not None and v.kind in (ValueKind.ACTIVATION, ValueKind.INPUT):
+                in_shapes.append(v.spec.shape_str())
+        out_shapes = []
+        out_bytes = 0
+        for name in node.outputs:
+            if name:
+                spec = values[name].spec
+                out_shapes.append(spec.shape_str())
+                out_bytes += spec.nbytes or 0
+        c = nc.cost
+        rows.append(NodeRow(node.index, node.name, node.op, node.scope, tuple(in_shapes),
+                            tuple(out_shapes), params.per_node.get(node.index, 0), out_bytes,
+                            c.macs, c.flops, c.bytes_read, c.bytes_written, nc.status,
+                            node.repeat))
+
+    peak_i = live.peak_node
+    live_at_peak = tuple(LiveTensor(s.name, s.nbytes) for s in live.live_at(peak_i)) \
+        if peak_i >= 0 else ()
+    memory = Memory(include_inputs, live.naive_sum_bytes, live.peak_bytes,
+                    graph.nodes[peak_i].name if peak_i >= 0 else None, peak_i,
+                    live_at_peak, arena.arena_bytes, live.timeline)
+    t = costs.totals
+    totals = Totals(params.params, params.param_bytes, params.buffers, params.buffer_bytes,
+                    t.macs, t.flops, t.bytes_read, t.bytes_written)
+    by_op = tuple(OpTypeRow(op, cnt, c.macs, c.flops, c.bytes_read, c.bytes_written)
+                  for op, (cnt, c) in costs.by_op_type.items())
+    coverage = Coverage(len(graph.nodes), costs.covered, dict(costs.unsupported),
+                        dict(costs.unknown_shape))
+    warnings = list(graph.warnings)
+    if live.unknown:
+        warnings.append(f"{len(live.unknown)} activation(s) of unknown size count as 0 bytes "
+                        f"in memory (first: {live.unknown[0]!r})")
+    return Report(graph.name, graph.source, graph.batch, dict(graph.dims), totals, by_op,
+                  coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues))

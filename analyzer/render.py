@@ -1,0 +1,136 @@
+"""Text renderings of a Report: rich table, CSV, Markdown. Rendering never computes costs."""
+from __future__ import annotations
+
+import csv
+import io
+
+from analyzer.report import Report
+
+NODE_COLUMNS = ("index", "name", "op", "input_shapes", "output_shapes", "params",
+                "output_bytes", "macs", "flops", "bytes_read", "bytes_written", "bytes_total",
+                "status")
+
+
+def human(n: float, unit: str = "") -> str:
+    """1234567 -> '1.23M' (SI prefixes; bytes use binary units via human_bytes)."""
+    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{suffix}{unit}"
+    return f"{int(n)}{unit}"
+
+
+def human_bytes(n: float) -> str:
+    for div, suffix in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(n) >= div:
+            return f"{n / div:.2f} {suffix}"
+    return f"{int(n)} B"
+
+
+def _node_cells(n) -> list[str]:
+    return [str(n.index), n.name, n.op, "; ".join(n.input_shapes), "; ".join(n.output_shapes),
+            f"{n.params:,}" if n.params else "", human_bytes(n.output_bytes),
+            human(n.macs) if n.macs else "", human(n.flops) if n.flops else "",
+            human_bytes(n.bytes_read), human_bytes(n.bytes_written), human_bytes(n.bytes_total)]
+
+
+def summary_lines(r: Report) -> list[str]:
+    t, c, m = r.totals, r.coverage, r.memory
+    dims = ", ".join(f"{k}={v}" for k, v in r.dims.items())
+    lines = [
+        f"model {r.model} ({r.source}), batch {r.batch}" + (f", dims {dims}" if dims else ""),
+        f"params      {t.params:,} ({human_bytes(t.param_bytes)})"
+        + (f" + buffers {t.buffers:,} ({human_bytes(t.buffer_bytes)})" if t.buffers else ""),
+        f"MACs        {t.macs:,} ({human(t.macs)})",
+        f"FLOPs       {t.flops:,} ({human(t.flops)})  [2·MACs + other arithmetic]",
+        f"bytes       read {human_bytes(t.bytes_read)}, written {human_bytes(t.bytes_written)}",
+        f"coverage    {c.covered}/{c.nodes} nodes costed ({c.percent:.1f}%)",
+    ]
+    if c.unsupported:
+        lines.append("unsupported " + ", ".join(f"{k}×{v}" for k, v in c.unsupported.items())
+                     + "  (counted as 0 — not costed)")
+    if c.unknown_shape:
+        lines.append("no shape    " + ", ".join(f"{k}×{v}" for k, v in c.unknown_shape.items())
+                     + "  (shapes unknown — not costed)")
+    inputs = "incl." if m.include_inputs else "excl."
+    lines += [
+        f"activations naive sum {human_bytes(m.naive_sum_bytes)} ({m.naive_sum_bytes:,} B, "
+        f"{inputs} inputs)",
+        f"            peak live {human_bytes(m.peak_bytes)} ({m.peak_bytes:,} B) at "
+        f"{m.peak_node} (#{m.peak_node_index})",
+        f"            arena     {human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
+        f"size; fragmentation {100 * m.fragmentation:.1f}%)",
+    ]
+    if m.live_at_peak:
+        top = ", ".join(f"{x.name} {human_bytes(x.bytes)}" for x in m.live_at_peak[:5])
+        more = len(m.live_at_peak) - 5
+        lines.append(f"            live at peak: {top}" + (f" (+{more} more)" if more > 0 else ""))
+    for w in r.warnings:
+        lines.append(f"warning     {w}")
+    return lines
+
+
+def render_table(r: Report, console, max_rows: int = 500) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"graphcost: {r.model}", show_lines=False, header_style="bold")
+    for col, justify in (("#", "right"), ("node", "left"), ("op", "left"),
+                         ("input shape(s)", "left"), ("output shape", "left"),
+                         ("params", "right"), ("out bytes", "right"), ("MACs", "right"),
+                         ("FLOPs", "right"), ("read", "right"), ("written", "right"),
+                         ("R+W", "right")):
+        table.add_column(col, justify=justify)
+    rows = r.nodes if max_rows <= 0 else r.nodes[:max_rows]
+    for n in rows:
+        style = None if n.status == "ok" else "yellow"
+        cells = _node_cells(n)
+        if n.status != "ok":
+            cells[2] += f" ({n.status})"
+        table.add_row(*cells, style=style)
+    console.print(table)
+    if len(rows) < len(r.nodes):
+        console.print(f"… {len(r.nodes) - len(rows):,} more nodes (--max-rows 0 shows all; "
+                      "--format json/csv has every node)")
+    ops = Table(title="by op type", header_style="bold")
+    for col in ("op", "count", "MACs", "FLOPs", "read", "written"):
+        ops.add_column(col, justify="left" if col == "op" else "right")
+    for o in sorted(r.by_op_type, key=lambda o: (-o.flops, o.op)):
+        ops.add_row(o.op, str(o.count), human(o.macs) if o.macs else "",
+                    human(o.flops) if o.flops else "", human_bytes(o.bytes_read),
+                    human_bytes(o.bytes_written))
+    console.print(ops)
+    for line in summary_lines(r):
+        console.print(line, markup=False, highlight=False)
+
+
+def render_csv(r: Report) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(NODE_COLUMNS)
+    for n in r.nodes:
+        w.writerow([n.index, n.name, n.op, " ".join(n.input_shapes), " ".join(n.output_shapes),
+                    n.params, n.output_bytes, n.macs, n.flops, n.bytes_read, n.bytes_written,
+                    n.bytes_total, n.status])
+    return buf.getvalue()
+
+
+def render_markdown(r: Report) -> str:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|")
+
+    out = [f"# graphcost: {esc(r.model)}", "", "## Summary", ""]
+    out += [f"    {line}" for line in summary_lines(r)]
+    out += ["", "## By op type", "", "| op | count | MACs | FLOPs | bytes read | bytes written |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for o in sorted(r.by_op_type, key=lambda o: (-o.flops, o.op)):
+        out.append(f"| {esc(o.op)} | {o.count} | {o.macs:,} | {o.flops:,} | {o.bytes_read:,} | "
+                   f"{o.bytes_written:,} |")
+    out += ["", "## Nodes", "",
+            "| # | node | op | input shape(s) | output shape | params | out bytes | MACs | FLOPs "
+            "| read | written | R+W |", "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in r.nodes:
+        op = n.op if n.status == "ok" else f"{n.op} ({n.status})"
+        out.append(f"| {n.index} | {esc(n.name)} | {esc(op)} | {'; '.join(n.input_shapes)} | "
+                   f"{'; '.join(n.output_shapes)} | {n.params:,} | {n.output_bytes:,} | "
+                   f"{n.macs:,} | {n.flops:,} | {n.bytes_read:,} | {n.bytes_written:,} | "
+                   f"{n.bytes_total:,} |")
+    return "\n".join(out) + "\n"

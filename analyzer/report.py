@@ -1,0 +1,163 @@
+"""The typed result of an analysis and its JSON form (the stable contract in README.md).
+
+Reports render results; they never compute costs. ``to_json`` is deterministic: identical input
+gives identical bytes (no timestamps, no paths beyond the model name, keys in fixed order).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+CONVENTION = {
+    "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "
+            "output elements x reduction length, bias excluded",
+    "flops": "2 x MACs + every other arithmetic operation, counted per op as documented in "
+             "README (bias adds, elementwise, normalization, softmax, pooling, reductions); "
+             "data movement (views, copies, gathers) is 0",
+    "bytes_read": "bytes of every distinct input tensor a node reads (weights included); views "
+                  "read nothing; slices and gathers read only what they select",
+    "bytes_written": "bytes of a node's outputs (0 for views)",
+    "params": "trainable weights, each counted once however many nodes read it; BatchNorm "
+              "running statistics are buffers",
+    "memory": "activation storage at inference: each tensor lives from its producer to its last "
+              "consumer; views alias their input",
+}
+
+
+@dataclass(frozen=True)
+class Totals:
+    params: int
+    param_bytes: int
+    buffers: int
+    buffer_bytes: int
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass(frozen=True)
+class OpTypeRow:
+    op: str
+    count: int
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass(frozen=True)
+class Coverage:
+    nodes: int
+    covered: int
+    unsupported: dict[str, int]      # op -> nodes with no cost rule
+    unknown_shape: dict[str, int]    # op -> nodes whose shapes stayed unknown
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.covered / self.nodes if self.nodes else 100.0
+
+
+@dataclass(frozen=True)
+class LiveTensor:
+    name: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Memory:
+    include_inputs: bool
+    naive_sum_bytes: int
+    peak_bytes: int
+    peak_node: str | None
+    peak_node_index: int
+    live_at_peak: tuple[LiveTensor, ...]
+    arena_bytes: int
+    timeline: tuple[int, ...]
+
+    @property
+    def fragmentation(self) -> float:
+        return self.arena_bytes / self.peak_bytes - 1.0 if self.peak_bytes else 0.0
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    index: int
+    name: str
+    op: str
+    scope: str
+    input_shapes: tuple[str, ...]   # activation inputs only (weights are in params)
+    output_shapes: tuple[str, ...]
+    params: int
+    output_bytes: int
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    status: str                     # ok | unsupported | unknown_shape
+    repeat: int = 1
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+@dataclass(frozen=True)
+class Report:
+    model: str
+    source: str
+    batch: int
+    dims: dict[str, int]
+    totals: Totals
+    by_op_type: tuple[OpTypeRow, ...]
+    coverage: Coverage
+    memory: Memory
+    nodes: tuple[NodeRow, ...]
+    warnings: tuple[str, ...] = ()
+    shape_issues: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        t, c, m = self.totals, self.coverage, self.memory
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.model,
+            "source": self.source,
+            "batch": self.batch,
+            "dims": dict(sorted(self.dims.items())),
+            "convention": CONVENTION,
+            "totals": {"params": t.params, "param_bytes": t.param_bytes,
+                       "buffers": t.buffers, "buffer_bytes": t.buffer_bytes,
+                       "macs": t.macs, "flops": t.flops,
+                       "bytes_read": t.bytes_read, "bytes_written": t.bytes_written},
+            "by_op_type": {r.op: {"count": r.count, "macs": r.macs, "flops": r.flops,
+                                  "bytes_read": r.bytes_read, "bytes_written": r.bytes_written}
+                           for r in self.by_op_type},
+            "coverage": {"nodes": c.nodes, "covered": c.covered,
+                         "percent": round(c.percent, 2),
+                         "unsupported": dict(c.unsupported),
+                         "unknown_shape": dict(c.unknown_shape)},
+            "memory": {"include_inputs": m.include_inputs,
+                       "naive_sum_bytes": m.naive_sum_bytes,
+                       "peak_bytes": m.peak_bytes, "peak_node": m.peak_node,
+                       "peak_node_index": m.peak_node_index,
+                       "live_at_peak": [{"name": x.name, "bytes": x.bytes}
+                                        for x in m.live_at_peak],
+                       "arena_bytes": m.arena_bytes,
+                       "fragmentation": round(m.fragmentation, 6),
+                       "timeline": list(m.timeline)},
+            "warnings": list(self.warnings),
+            "nodes": [{"index": n.index, "name": n.name, "op": n.op, "scope": n.scope,
+                       "input_shapes": list(n.input_shapes),
+                       "output_shapes": list(n.output_shapes),
+                       "params": n.params, "output_bytes": n.output_bytes,
+                       "macs": n.macs, "flops": n.flops, "bytes_read": n.bytes_read,
+                       "bytes_written": n.bytes_written, "status": n.status,
+                       "repeat": n.repeat} for n in self.nodes],
+        }
+
+    def to_json(self) -> str:
+        # Compact separators keep json's C encoder (indent= falls back to pure Python).
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
