@@ -1,0 +1,166 @@
+"""The model registry: one :class:`ZooModel` per reference model, plus input helpers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from . import bert, classic, gpt2, mobilenet, resnet, unet, vgg
+
+BATCH = "batch"
+SEQ = "seq"
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    build: Callable[[], nn.Module]
+    # batch (plus optional model-specific keyword dims, e.g. seq=...) -> {input_name: shape}
+    input_shapes: Callable[..., dict[str, tuple[int, ...]]]
+    input_dtypes: dict[str, torch.dtype]
+    description: str
+    # input_name -> {axis: dim_name}; axis 0 is always "batch", transformers also have axis 1 "seq"
+    dynamic_dims: dict[str, dict[int, str]]
+    # names of the model outputs, in forward() order (used as ONNX output names)
+    output_names: tuple[str, ...] = ("output",)
+    # output_name -> {axis: dim_name}; default: {0: "batch"} for every output
+    output_dynamic_dims: dict[str, dict[int, str]] = field(default_factory=dict)
+    # integer inputs: input_name -> (low, high) for torch.randint (high exclusive)
+    int_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def output_dims(self) -> dict[str, dict[int, str]]:
+        return {o: dict(self.output_dynamic_dims.get(o, {0: BATCH})) for o in self.output_names}
+
+
+def _image(c: int, h: int, w: int, *, resizable: bool = False) -> Callable[..., dict[str, tuple[int, ...]]]:
+    if resizable:
+        def shapes(batch: int, height: int = h, width: int = w) -> dict[str, tuple[int, ...]]:
+            return {"x": (batch, c, height, width)}
+    else:
+        def shapes(batch: int) -> dict[str, tuple[int, ...]]:
+            return {"x": (batch, c, h, w)}
+    return shapes
+
+
+def _tokens(*names: str, seq: int) -> Callable[..., dict[str, tuple[int, ...]]]:
+    default_seq = seq
+
+    def shapes(batch: int, seq: int = default_seq) -> dict[str, tuple[int, ...]]:
+        return {n: (batch, seq) for n in names}
+
+    return shapes
+
+
+_X_FLOAT = {"x": torch.float32}
+_X_BATCH = {"x": {0: BATCH}}
+
+MODELS: dict[str, ZooModel] = {
+    m.name: m
+    for m in [
+        ZooModel(
+            "small_cnn", classic.SmallCNN, _image(1, 28, 28), _X_FLOAT,
+            "2x conv3x3(32) + maxpool + MLP(6272->128->10) on 1x28x28", _X_BATCH, ("logits",),
+        ),
+        ZooModel(
+            "mnist_net", classic.MnistNet, _image(1, 28, 28), _X_FLOAT,
+            "PyTorch MNIST example / torchstat README net: conv5x5(10), conv5x5(20), fc 320->50->10, log_softmax",
+            _X_BATCH, ("log_probs",),
+        ),
+        ZooModel(
+            "three_conv", classic.three_conv, _image(3, 682, 700, resizable=True), _X_FLOAT,
+            "conv3x3(64) relu conv3x3(64) relu maxpool conv3x3(128); default input 3x682x700", _X_BATCH, ("output",),
+        ),
+        ZooModel("resnet18", resnet.resnet18, _image(3, 224, 224), _X_FLOAT, "torchvision ResNet-18", _X_BATCH, ("logits",)),
+        ZooModel("resnet50", resnet.resnet50, _image(3, 224, 224), _X_FLOAT, "torchvision ResNet-50 (v1.5)", _X_BATCH, ("logits",)),
+        ZooModel("vgg16", vgg.vgg16, _image(3, 224, 224), _X_FLOAT, "torchvision VGG-16 (config D, no BN)", _X_BATCH, ("logits",)),
+        ZooModel(
+            "mobilenet_v2", mobilenet.mobilenet_v2, _image(3, 224, 224), _X_FLOAT,
+            "torchvision MobileNetV2 (width 1.0)", _X_BATCH, ("logits",),
+        ),
+        ZooModel(
+            "gpt2", gpt2.gpt2_tiny, _tokens("input_ids", seq=64), {"input_ids": torch.int64},
+            "tiny GPT-2 decoder: vocab 1000, 128 positions, d 128, 4 heads, 2 layers, pre-LN, causal SDPA, tied lm_head",
+            {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
+            output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
+            int_ranges={"input_ids": (0, gpt2.GPT2Config.vocab_size)},
+        ),
+        ZooModel(
+            "bert", bert.bert_tiny, _tokens("input_ids", "attention_mask", seq=64),
+            {"input_ids": torch.int64, "attention_mask": torch.int64},
+            "tiny BERT encoder: vocab 1000, 128 positions, d 128, 4 heads, 2 layers, MLP 512, post-LN, tanh pooler",
+            {"input_ids": {0: BATCH, 1: SEQ}, "attention_mask": {0: BATCH, 1: SEQ}},
+            ("last_hidden_state", "pooler_output"),
+            output_dynamic_dims={"last_hidden_state": {0: BATCH, 1: SEQ}, "pooler_output": {0: BATCH}},
+            int_ranges={"input_ids": (0, bert.BertConfig.vocab_size), "attention_mask": (1, 2)},  # mask of ones
+        ),
+        ZooModel(
+            "unet", unet.unet_small, _image(3, 64, 64, resizable=True), _X_FLOAT,
+            "small UNet: 3 levels (16,32,64), bottleneck 128, ConvTranspose2d up path, 2 classes; H, W divisible by 8",
+            _X_BATCH, ("output",),
+        ),
+    ]
+}
+
+
+def get(name: str) -> ZooModel:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown zoo model {name!r}; available: {', '.join(MODELS)}") from None
+
+
+def build_model(name: str, *, seed: int = 0, eval: bool = True) -> nn.Module:
+    """Build a zoo model with ``torch.manual_seed(seed)`` (deterministic weights), in eval mode by default."""
+    spec = get(name)
+    torch.manual_seed(seed)
+    model = spec.build()
+    _randomize_norms(model)
+    return model.eval() if eval else model
+
+
+@torch.no_grad()
+def _randomize_norms(model: nn.Module) -> None:
+    """Give norm layers trained-looking (seeded) values instead of the fresh 1s and 0s.
+
+    Exporters deduplicate identical initializers: fresh BatchNorm/LayerNorm weights (all ones)
+    and biases/running stats (all zeros) would collapse into shared tensors, so a graph-level
+    parameter count would no longer equal ``sum(p.numel())`` as it does for a trained model.
+    """
+    for m in model.modules():
+        if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)):
+            if getattr(m, "weight", None) is not None:
+                m.weight.uniform_(0.5, 1.5)
+            if getattr(m, "bias", None) is not None:
+                m.bias.normal_(0.0, 0.1)
+            if getattr(m, "running_mean", None) is not None:
+                m.running_mean.normal_(0.0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+
+
+def input_shapes(name: str, batch: int = 1, **dims: int) -> dict[str, tuple[int, ...]]:
+    spec = get(name)
+    try:
+        return spec.input_shapes(batch, **dims)
+    except TypeError:
+        raise TypeError(f"model {name!r} does not accept dims {sorted(dims)}") from None
+
+
+def example_inputs(name: str, batch: int = 1, *, seed: int | None = 0, **dims: int) -> tuple[torch.Tensor, ...]:
+    """Random example inputs in ``input_shapes`` order (token ids lie in ``[0, vocab)``,
+    attention masks are all ones). ``dims`` are model-specific, e.g. ``seq=32`` for the
+    transformers or ``height=..., width=...`` for ``three_conv``/``unet``. With the
+    default ``seed=0`` the result is deterministic; ``seed=None`` uses the global RNG."""
+    spec = get(name)
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    out = []
+    for inp, shape in input_shapes(name, batch, **dims).items():
+        dtype = spec.input_dtypes[inp]
+        if dtype.is_floating_point:
+            out.append(torch.randn(shape, generator=gen, dtype=dtype))
+        else:
+            lo, hi = spec.int_ranges.get(inp, (0, 2))
+            out.append(torch.randint(lo, hi, shape, generator=gen, dtype=dtype))
+    return tuple(out)
