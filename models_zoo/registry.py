@@ -117,27 +117,26 @@ def build_model(name: str, *, seed: int = 0, eval: bool = True) -> nn.Module:
     spec = get(name)
     torch.manual_seed(seed)
     model = spec.build()
-    _randomize_norms(model)
+    _randomize_constant_tensors(model)
     return model.eval() if eval else model
 
 
 @torch.no_grad()
-def _randomize_norms(model: nn.Module) -> None:
-    """Give norm layers trained-looking (seeded) values instead of the fresh 1s and 0s.
+def _randomize_constant_tensors(model: nn.Module) -> None:
+    """Give constant-initialized tensors (fresh norm weights of 1, zero biases, running stats)
+    trained-looking seeded values.
 
-    Exporters deduplicate identical initializers: fresh BatchNorm/LayerNorm weights (all ones)
-    and biases/running stats (all zeros) would collapse into shared tensors, so a graph-level
-    parameter count would no longer equal ``sum(p.numel())`` as it does for a trained model.
+    Exporters deduplicate identical initializers: tensors that are all ones or all zeros would
+    collapse into shared weights, so a graph-level parameter count would no longer equal
+    ``sum(p.numel())`` as it does for a trained model.
     """
-    for m in model.modules():
-        if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)):
-            if getattr(m, "weight", None) is not None:
-                m.weight.uniform_(0.5, 1.5)
-            if getattr(m, "bias", None) is not None:
-                m.bias.normal_(0.0, 0.1)
-            if getattr(m, "running_mean", None) is not None:
-                m.running_mean.normal_(0.0, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if not t.is_floating_point() or t.numel() < 2 or not bool((t == t.flatten()[0]).all()):
+            continue
+        if name.endswith("running_var") or float(t.flatten()[0]) == 1.0:
+            t.uniform_(0.5, 1.5)
+        else:
+            t.normal_(0.0, 0.1)
 
 
 def input_shapes(name: str, batch: int = 1, **dims: int) -> dict[str, tuple[int, ...]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzer.ir import Graph, ValueKind
-from passes.costs.elementwise import UNARY_FLOPS
+from passes.costs.elementwise import INPLACE_OPS
 from passes.costs.registry import lookup
 
 
@@ -83,7 +83,7 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
     if include_inputs:
         for name in graph.inputs:
             allocate(name, 0)
-    inplace_ops = UNARY_FLOPS if inplace else {}
+    inplace_ops = INPLACE_OPS if inplace else frozenset()
     for node in nodes:
         r = lookup(node.op)
         src = node.inputs[0] if node.inputs else ""

@@ -21,17 +21,24 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 import onnx
+import onnx.inliner
 from onnx import AttributeProto, TensorProto, helper
 
 from analyzer.binding import bind_inputs
 from analyzer.errors import GraphcostError
 from analyzer.ir import (FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind)
 
-# Integer initializers up to this many elements stay in the skeleton so shape inference can
-# read their values (Reshape targets, Slice bounds, Expand shapes).
+# Initializers up to this many elements stay in the skeleton so shape inference can read their
+# values (Reshape targets, Slice bounds, Expand shapes, Resize scales); larger ones are weights.
 SMALL_CONST_ELEMS = 1024
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+# Ops whose output 0 has the shape and type of input 0, for when ONNX inference has no rule
+# for them at the model's opset (GroupNormalization in onnx 1.2x, for one).
+SAME_SHAPE_AS_INPUT = frozenset({"GroupNormalization", "InstanceNormalization",
+                                 "LayerNormalization", "BatchNormalization",
+                                 "RMSNormalization", "MeanVarianceNormalization"})
 
 
 def _dtype_names() -> dict[int, str]:
@@ -156,7 +163,11 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     sg = sk.graph
     sg.name = g.name
     sg.node.extend(g.node)
-    sg.output.extend(g.output)
+    for vi in g.output:  # declared symbolic output shapes would mask the bound ones
+        out = sg.output.add()
+        out.CopyFrom(vi)
+        if vi.type.HasField("tensor_type") and not _type_spec(vi.type).known:
+            out.type.tensor_type.ClearField("shape")
     for vi in feeds:
         dt = vi.type.tensor_type.elem_type
         sg.input.append(helper.make_tensor_value_info(vi.name, dt, bound[vi.name]))
@@ -168,8 +179,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         n = 1
         for d in shape:
             n *= d
-        if dtype not in FLOAT_DTYPES and n <= SMALL_CONST_ELEMS and \
-                t.data_location != TensorProto.EXTERNAL:
+        if n <= SMALL_CONST_ELEMS and t.data_location != TensorProto.EXTERNAL:
             sg.initializer.append(t)
         else:
             sg.input.append(helper.make_tensor_value_info(t.name, t.data_type, shape))
@@ -178,13 +188,35 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         weights.append((t.values.name, dtype, tuple(t.dims)))
         sg.input.append(helper.make_tensor_value_info(t.values.name, t.values.data_type, t.dims))
 
+    inferred = _infer(sk, name)
+    if _has_unknown_dims(inferred.graph):
+        # e.g. Range fed by Shape arithmetic: fold those integers and infer once more; the
+        # IR keeps the original nodes and takes the second pass's shapes.
+        from analyzer.frontends.onnx_fold import fold_shape_values, with_folded_constants
+        known = fold_shape_values(inferred)
+        second = _infer(with_folded_constants(sk, known), name)
+        for field in ("value_info", "output"):
+            del getattr(inferred.graph, field)[:]
+            getattr(inferred.graph, field).extend(getattr(second.graph, field))
+    return _Lowering(inferred, name, weights, bound, symbols, used_batch).graph()
+
+
+def _infer(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     try:
-        inferred = onnx.shape_inference.infer_shapes(sk, check_type=False, strict_mode=False,
-                                                     data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
+                                                 data_prop=True)
     except Exception as exc:
         raise GraphcostError(f"{name}: ONNX shape inference failed: "
                              f"{str(exc).splitlines()[0]}") from None
-    return _Lowering(inferred, name, weights, bound, symbols, used_batch).graph()
+
+
+def _has_unknown_dims(g: onnx.GraphProto) -> bool:
+    for vi in g.value_info:
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and (not tt.HasField("shape") or any(
+                not d.HasField("dim_value") for d in tt.shape.dim)):
+            return True
+    return False
 
 
 class _Lowering:
@@ -270,9 +302,13 @@ class _Lowering:
             else:
                 attrs_map = _attr_defaults(node.op_type, domain, opsets.get(domain, 1))
             index = len(self.nodes)
-            for out in node.output:
+            for k, out in enumerate(node.output):
                 if out:
-                    values[out] = Value(out, specs.get(out) or TensorSpec(None, "undefined"),
+                    spec = specs.get(out)
+                    if (spec is None or not spec.known) and k == 0 and \
+                            node.op_type in SAME_SHAPE_AS_INPUT and node.input[0] in values:
+                        spec = values[node.input[0]].spec  # inference gave up on this op
+                    values[out] = Value(out, spec or TensorSpec(None, "undefined"),
                                         ValueKind.ACTIVATION, index)
             self.nodes.append(Node(index, name, op, tuple(node.input), tuple(node.output),
                                    attrs_map, scope, repeat))

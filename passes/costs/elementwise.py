@@ -17,7 +17,6 @@ UNARY_FLOPS = {
     "Not": 1, "IsNaN": 1, "IsInf": 1, "BitwiseNot": 1,
     "LeakyRelu": 2,       # x < 0 ? alpha·x : x  → compare + multiply
     "ThresholdedRelu": 1, # compare
-    "Clip": 2,            # max then min
     "Sigmoid": 3,         # 1 / (1 + exp(-x)) → exp, add, divide (negation folded)
     "HardSigmoid": 3,     # max(0, min(1, alpha·x + beta)) → fma counted 1, min, max
     "HardSwish": 4,       # x · hardsigmoid(x)
@@ -47,6 +46,15 @@ for _op, _k in UNARY_FLOPS.items():
 
 # One FLOP per output element (broadcasting counts the broadcast result).
 rule(*BINARY_OPS)(_per_output(1))
+
+
+@rule("Clip", config_inputs=(1, 2))
+def clip(op: OpView) -> tuple[int, int]:
+    return 0, 2 * op.out_numel()  # max then min; the bounds are settings, not weights
+
+
+# Ops that may write into their input (the in-place what-if of the liveness pass).
+INPLACE_OPS = frozenset(UNARY_FLOPS) | {"Clip"}
 
 
 @rule("PRelu")

@@ -13,7 +13,9 @@ zero_cost("Dropout", reason="identity at inference (a view); training graphs are
           alias=True, family=FAMILY)
 
 # Copies: every input byte is read and every output byte written, no arithmetic.
-zero_cost("Transpose", "Concat", "Expand", "Tile", "Pad", "Cast", "CastLike",
+zero_cost("Pad", reason="data movement: copies into a padded buffer", config_inputs=(1, 2, 3),
+          family=FAMILY)
+zero_cost("Transpose", "Concat", "Expand", "Tile", "Cast", "CastLike",
           "DepthToSpace", "SpaceToDepth", "ScatterND", "ScatterElements", "Scatter",
           "ReverseSequence", "Trilu", "Compress", "Col2Im", "Unique",
           reason="data movement: copies or rearranges elements", family=FAMILY)
@@ -43,7 +45,7 @@ def range_(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel(0)  # start + i·delta: one FLOP per element
 
 
-@rule("Resize", "Upsample")
+@rule("Resize", "Upsample", config_inputs=(1, 2, 3))
 def resize(op: OpView) -> tuple[int, int]:
     # nearest: a copy (0). linear over r resized axes: 2^r − 1 lerps of 3 FLOPs per output.
     # cubic: 4 taps × (mul + add) per resized axis per output.

@@ -102,6 +102,7 @@ class Rule:
     alias: bool = False             # output is a view of input 0
     zero_reason: str | None = None  # set for ops declared to do no arithmetic
     buffer_inputs: tuple[int, ...] = ()  # input positions that hold non-trainable state
+    config_inputs: tuple[int, ...] = ()  # inputs that are settings, not weights (Clip bounds)
     index_inputs: tuple[int, ...] = ()   # with reads="outputs": inputs read in full (indices)
     family: str = ""
 
@@ -110,20 +111,23 @@ _REGISTRY: dict[str, Rule] = {}
 
 
 def _add(rule: Rule) -> Rule:
-    for name in rule.names:
+    for name in rule.names:  # all-or-nothing: check every name before registering any
         if name in _REGISTRY:
             raise ValueError(f"cost rule for {name!r} registered twice "
                              f"({_REGISTRY[name].family} and {rule.family})")
+    for name in rule.names:
         _REGISTRY[name] = rule
     return rule
 
 
 def rule(*names: str, reads: str = "inputs", buffer_inputs: tuple[int, ...] = (),
-         index_inputs: tuple[int, ...] = ()) -> Callable[[RuleFn], RuleFn]:
+         index_inputs: tuple[int, ...] = (), config_inputs: tuple[int, ...] = (),
+         ) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn`` as the rule of every op in ``names``."""
     def deco(fn: RuleFn) -> RuleFn:
         _add(Rule(tuple(names), fn, reads=reads, buffer_inputs=buffer_inputs,
-                  index_inputs=index_inputs, family=fn.__module__.rsplit(".", 1)[-1]))
+                  index_inputs=index_inputs, config_inputs=config_inputs,
+                  family=fn.__module__.rsplit(".", 1)[-1]))
         return fn
     return deco
 
@@ -133,10 +137,11 @@ def _no_arithmetic(_: OpView) -> tuple[int, int]:
 
 
 def zero_cost(*names: str, reason: str, reads: str = "inputs", alias: bool = False,
-              index_inputs: tuple[int, ...] = (), family: str = "") -> None:
+              index_inputs: tuple[int, ...] = (), config_inputs: tuple[int, ...] = (),
+              family: str = "") -> None:
     """Declare ops that do no arithmetic, with the reason; they still move bytes unless alias."""
     _add(Rule(tuple(names), _no_arithmetic, reads=reads, alias=alias, zero_reason=reason,
-              index_inputs=index_inputs, family=family or "zero"))
+              index_inputs=index_inputs, config_inputs=config_inputs, family=family or "zero"))
 
 
 def lookup(op: str) -> Rule | None:

@@ -1,0 +1,128 @@
+"""The installed ``graphcost`` command, run as a user would (a subprocess, real files)."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+
+import onnx
+import pytest
+
+from tests.onnx_builders import model, node, weight
+
+GRAPHCOST = shutil.which("graphcost")
+pytestmark = pytest.mark.skipif(GRAPHCOST is None, reason="graphcost is not installed: run "
+                                "`pip install -e .` (the README's set-up) first")
+
+
+def run(*args, check_rc=None):
+    p = subprocess.run([GRAPHCOST, *map(str, args)], capture_output=True, text=True,
+                       env=dict(os.environ, COLUMNS="200"), timeout=300)
+    if check_rc is not None:
+        assert p.returncode == check_rc, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    return p
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    # x[batch,64] → Gemm(64→32) → Relu → Gemm(32→10) → Softmax
+    m = model([node("Gemm", ["x", "W1", "b1"], ["h"], name="fc1", transB=1),
+               node("Relu", ["h"], ["r"], name="relu"),
+               node("Gemm", ["r", "W2", "b2"], ["y"], name="fc2", transB=1),
+               node("Softmax", ["y"], ["p"], name="softmax")],
+              [("x", ["batch", 64])], [("p", ["batch", 10])],
+              inits=[weight("W1", 32, 64), weight("b1", 32), weight("W2", 10, 32),
+                     weight("b2", 10)])
+    path = tmp_path / "mlp.onnx"
+    onnx.save(m, path)
+    return path
+
+
+def test_table(mlp):
+    p = run(mlp, "--batch", 16, check_rc=0)
+    for text in ("fc1", "Gemm", "Softmax", "16×64", "by op type", "params      2,410",
+                 "peak live", "arena", "coverage    4/4"):
+        assert text in p.stdout, text
+    assert p.stderr == ""
+
+
+def test_json(mlp):
+    p = run(mlp, "--batch", 16, "--format", "json", check_rc=0)
+    r = json.loads(p.stdout)
+    # params: 32·64 + 32 + 10·32 + 10 = 2,410
+    assert r["totals"]["params"] == 2_410
+    # MACs: 16·32·64 + 16·10·32 = 32,768 + 5,120 = 37,888
+    assert r["totals"]["macs"] == 37_888
+    # FLOPs: 2·37,888 + bias 16·32 + 16·10 + relu 16·32 + softmax 5·16·10 = 75,776+512+160+512+800
+    assert r["totals"]["flops"] == 77_760
+    assert r["batch"] == 16 and r["dims"] == {"batch": 16}
+    for key in ("model", "convention", "by_op_type", "coverage", "memory", "nodes"):
+        assert key in r
+    assert r["convention"]["macs"].startswith("multiply-accumulates")
+    assert r["coverage"] == {"nodes": 4, "covered": 4, "percent": 100.0, "unsupported": {},
+                             "unknown_shape": {}}
+    assert len(r["memory"]["timeline"]) == 4
+    assert set(r["memory"]) >= {"naive_sum_bytes", "peak_bytes", "peak_node", "live_at_peak",
+                                "arena_bytes", "timeline"}
+
+
+def test_json_is_deterministic(mlp, tmp_path):
+    a = run(mlp, "--batch", 3, "--format", "json", check_rc=0).stdout
+    b = run(mlp, "--batch", 3, "--format", "json", check_rc=0).stdout
+    assert a == b
+
+
+def test_csv_and_markdown(mlp, tmp_path):
+    rows = list(csv.DictReader(io.StringIO(run(mlp, "--format", "csv", check_rc=0).stdout)))
+    assert [r["op"] for r in rows] == ["Gemm", "Relu", "Gemm", "Softmax"]
+    assert rows[0]["macs"] == str(32 * 64)  # batch defaults to 1
+    out = tmp_path / "r.md"
+    run(mlp, "--format", "markdown", "-o", out, check_rc=0)
+    md = out.read_text()
+    assert md.startswith("# graphcost: mlp.onnx") and "| fc1 | Gemm |" in md
+
+
+def test_input_file_is_never_written(mlp):
+    before = hashlib.sha256(mlp.read_bytes()).hexdigest(), os.stat(mlp).st_mtime_ns
+    run(mlp, "--batch", 2, "--format", "json", check_rc=0)
+    p = run(mlp, "--format", "json", "-o", mlp, check_rc=2)
+    assert "never writes its input" in p.stderr
+    assert (hashlib.sha256(mlp.read_bytes()).hexdigest(), os.stat(mlp).st_mtime_ns) == before
+
+
+def test_strict_fails_on_unsupported(tmp_path):
+    m = model([node("Relu", ["x"], ["a"]), node("Det", ["a"], ["d"])],
+              [("x", [1, 4, 4])], [("d", [1])])
+    path = tmp_path / "det.onnx"
+    onnx.save(m, path)
+    p = run(path, check_rc=0)
+    assert "unsupported Det×1" in p.stdout
+    p = run(path, "--strict", check_rc=3)
+    assert "Det×1" in p.stderr
+
+
+def test_zoo_model_runs():
+    p = run("zoo:mnist_net", "--batch", 2, "--format", "json", check_rc=0)
+    assert json.loads(p.stdout)["totals"]["params"] == 21_840
+    p = run("zoo:nope", check_rc=2)
+    assert "no zoo model 'nope'" in p.stderr
+
+
+def test_dims_bind_symbolic_sequence(tmp_path):
+    # y = MatMul(x[batch, seq, 8], W[8, 4]): MACs = batch·seq·4·8
+    m = model([node("MatMul", ["x", "W"], ["y"])], [("x", ["batch", "seq", 8])],
+              [("y", ["batch", "seq", 4])], inits=[weight("W", 8, 4)])
+    path = tmp_path / "seq.onnx"
+    onnx.save(m, path)
+    r = json.loads(run(path, "--batch", 2, "--dim", "seq=5", "--format", "json",
+                       check_rc=0).stdout)
+    assert r["totals"]["macs"] == 2 * 5 * 4 * 8 and r["dims"] == {"batch": 2, "seq": 5}
+    r = json.loads(run(path, "--input-shape", "x=3x7x8", "--format", "json",
+                       check_rc=0).stdout)
+    assert r["totals"]["macs"] == 3 * 7 * 4 * 8
+    p = run(path, "--batch", 2, check_rc=2)  # seq left unbound
+    assert "'x' dim 1" in p.stderr and "--dim seq=" in p.stderr
