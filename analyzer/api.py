@@ -20,6 +20,11 @@ def load_graph(model, *, batch: int | None = None, dims: Mapping[str, int] | Non
         text = os.fspath(model)
         if text.startswith(ZOO_PREFIX):
             path, name = zoo_path(text[len(ZOO_PREFIX):]), text
+            import models_zoo
+            # the zoo's own sizes (seq=64 …) unless the caller binds them
+            dims = {**models_zoo.default_dims(text[len(ZOO_PREFIX):]), **(dims or {})}
+            if input_shapes:
+                dims = {k: v for k, v in dims.items() if k not in _symbols_in(path)}
         else:
             path, name = Path(text), Path(text).name
         proto = load_model(path)
@@ -31,6 +36,13 @@ def load_graph(model, *, batch: int | None = None, dims: Mapping[str, int] | Non
                                  "'zoo:NAME' or an onnx.ModelProto")
         proto, name = model, (model.graph.name or "model")
     return lower_onnx(proto, name=name, batch=batch, dims=dims, input_shapes=input_shapes)
+
+
+def _symbols_in(path: Path) -> set[str]:
+    import onnx
+    m = onnx.load(str(path), load_external_data=False)
+    return {d.dim_param for vi in m.graph.input for d in vi.type.tensor_type.shape.dim
+            if d.dim_param}
 
 
 def zoo_path(name: str) -> Path:

@@ -91,7 +91,9 @@ def _run(args) -> int:
             with open(args.output, "w", encoding="utf-8") as fh:
                 render.render_table(report, Console(file=fh, width=200), args.max_rows)
         else:
-            render.render_table(report, Console(), args.max_rows)
+            # piped output gets a wide console instead of rich's 80-column default
+            render.render_table(report, Console(width=None if sys.stdout.isatty() else 200),
+                                args.max_rows)
     else:
         text = {"json": report.to_json, "csv": lambda: render.render_csv(report),
                 "markdown": lambda: render.render_markdown(report)}[args.format]()

@@ -5,7 +5,8 @@
 """
 
 from .export import ZooExportError, cache_dir, cached_export, export_onnx
-from .registry import MODELS, ZooModel, build_model, example_inputs, get, input_shapes
+from .registry import (MODELS, ZooModel, build_model, default_dims, example_inputs, get,
+                       input_shapes)
 
 __all__ = [
     "MODELS",
@@ -14,6 +15,7 @@ __all__ = [
     "build_model",
     "cache_dir",
     "cached_export",
+    "default_dims",
     "example_inputs",
     "export_onnx",
     "get",

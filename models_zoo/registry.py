@@ -163,3 +163,15 @@ def example_inputs(name: str, batch: int = 1, *, seed: int | None = 0, **dims: i
             lo, hi = spec.int_ranges.get(inp, (0, 2))
             out.append(torch.randint(lo, hi, shape, generator=gen, dtype=dtype))
     return tuple(out)
+
+
+def default_dims(name: str) -> dict[str, int]:
+    """The model's default sizes of its non-batch symbolic dims, e.g. {"seq": 64}."""
+    spec = get(name)
+    shapes = spec.input_shapes(1)
+    out: dict[str, int] = {}
+    for inp, axes in spec.dynamic_dims.items():
+        for axis, dim in axes.items():
+            if dim != BATCH:
+                out[dim] = shapes[inp][axis]
+    return out
