@@ -252,7 +252,7 @@ def _timed_wrappers(acc: dict[str, float]):
     Only module attributes are swapped, and restored afterwards; no code is changed.
     """
     patches = [
-        (onnx.shape_inference, "infer_shapes", "lower.infer_shapes"),
+        (onnx.shape_inference, "infer_shapes", "lower.infer_shapes"),  # every call summed
         (onnx_frontend._Lowering, "graph", "lower.ir_lowering"),
         (pipeline, "count_costs", "passes.costs"),
         (pipeline, "count_params", "passes.params"),
@@ -262,7 +262,9 @@ def _timed_wrappers(acc: dict[str, float]):
     ]
     saved = []
     for owner, attr, key in patches:
-        orig = getattr(owner, attr)
+        orig = getattr(owner, attr, None)
+        if orig is None:  # graphcost's internals were renamed: that sub-stage reads 0
+            continue
         saved.append((owner, attr, orig))
 
         def wrapper(*a, __orig=orig, __key=key, **kw):
@@ -388,6 +390,11 @@ def main(argv=None) -> int:
           f"cpus {os.cpu_count()}, loadavg {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"models in {directory} (hidden {HIDDEN}, seq {SEQ}, opset {OPSET}, batch bound to "
           f"{BATCH}); best of {args.repeat}")
+    newest = max((f for d in ("analyzer", "passes") for f in (ROOT / d).rglob("*.py")),
+                 key=lambda f: f.stat().st_mtime)
+    print(f"graphcost sources: newest {newest.relative_to(ROOT)} modified "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(newest.stat().st_mtime))}; "
+          f"run started {time.strftime('%Y-%m-%d %H:%M:%S')}")
     paths = {n: ensure_model(directory, n) for n in sizes}
 
     results = []
