@@ -32,26 +32,27 @@ Dim = int | str  # a concrete size, or a symbol that no binding resolved
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
-    """Shape and dtype of a tensor; ``shape`` is None when even the rank is unknown."""
+    """Shape and dtype of a tensor; ``shape`` is None when even the rank is unknown.
+
+    ``numel`` and ``nbytes`` are computed once at construction (None while any dim is
+    symbolic): every pass reads them, often more than once per tensor.
+    """
     shape: tuple[Dim, ...] | None
     dtype: str
+    numel: int | None = field(init=False, compare=False, repr=False)
+    nbytes: int | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        n = None
+        if self.shape is not None and all(type(d) is int for d in self.shape):
+            n = math.prod(self.shape)  # type: ignore[arg-type]
+        object.__setattr__(self, "numel", n)
+        object.__setattr__(self, "nbytes", None if n is None else
+                           (n * DTYPE_BITS.get(self.dtype, 0) + 7) // 8)
 
     @property
     def known(self) -> bool:
-        return self.shape is not None and all(type(d) is int for d in self.shape)
-
-    @property
-    def numel(self) -> int | None:
-        if not self.known:
-            return None
-        return math.prod(self.shape)  # type: ignore[arg-type]
-
-    @property
-    def nbytes(self) -> int | None:
-        n = self.numel
-        if n is None:
-            return None
-        return (n * DTYPE_BITS.get(self.dtype, 0) + 7) // 8
+        return self.numel is not None
 
     def shape_str(self) -> str:
         if self.shape is None:

@@ -19,18 +19,27 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
 
     values = graph.values
     rows = []
+    text: dict = {}  # spec -> its shape string (specs repeat; formatting each is not free)
+    data_kinds = (ValueKind.ACTIVATION, ValueKind.INPUT)
+
+    def shape_text(spec) -> str:
+        t = text.get(spec)
+        if t is None:
+            t = text[spec] = spec.shape_str()
+        return t
+
     for node, nc in zip(graph.nodes, costs.nodes):
         in_shapes = []
         for name in node.inputs:
             v = values.get(name) if name else None
-            if v is not None and v.kind in (ValueKind.ACTIVATION, ValueKind.INPUT):
-                in_shapes.append(v.spec.shape_str())
+            if v is not None and v.kind in data_kinds:
+                in_shapes.append(shape_text(v.spec))
         out_shapes = []
         out_bytes = 0
         for name in node.outputs:
             if name:
                 spec = values[name].spec
-                out_shapes.append(spec.shape_str())
+                out_shapes.append(shape_text(spec))
                 out_bytes += spec.nbytes or 0
         c = nc.cost
         rows.append(NodeRow(node.index, node.name, node.op, node.scope, tuple(in_shapes),

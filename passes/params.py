@@ -53,12 +53,12 @@ def count_params(graph: Graph) -> ParamReport:
     per_node: dict[int, int] = {}
     names = []
     for name, v in values.items():
-        n = v.spec.numel or 0
-        b = v.spec.nbytes or 0
         if v.kind not in weight_kinds:
             if v.kind == ValueKind.CONST:
-                const_bytes += b
+                const_bytes += v.spec.nbytes or 0
             continue
+        n = v.spec.numel or 0
+        b = v.spec.nbytes or 0
         unused = name not in consumers
         if v.kind == ValueKind.PARAM and (name in operand_use or unused):
             params += n

@@ -102,6 +102,26 @@ def _attr_value(a: AttributeProto) -> Any:
     return _SKIP  # tensors and graphs stay out of the IR: specs carry what costs need
 
 
+class SpecReader:
+    """TypeProto -> TensorSpec, one shared TensorSpec per distinct type (graphs repeat a few
+    shapes thousands of times, so reading each type's dims in Python once saves most of it)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[bytes, TensorSpec] = {}
+
+    def __call__(self, tp: onnx.TypeProto) -> TensorSpec:
+        key = tp.SerializeToString()
+        spec = self._cache.get(key)
+        if spec is None:
+            spec = self._cache[key] = _type_spec(tp)
+        return spec
+
+    def collect(self, g: onnx.GraphProto, into: dict[str, TensorSpec]) -> None:
+        for coll in (g.value_info, g.output):
+            for vi in coll:
+                into[vi.name] = self(vi.type)
+
+
 def _type_spec(tp: onnx.TypeProto) -> TensorSpec:
     if not tp.HasField("tensor_type"):
         return TensorSpec(None, "undefined")
@@ -188,39 +208,35 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         weights.append((t.values.name, dtype, tuple(t.dims)))
         sg.input.append(helper.make_tensor_value_info(t.values.name, t.values.data_type, t.dims))
 
-    inferred = _infer(sk, name)
-    if _has_unknown_dims(inferred.graph):
+    # Data propagation only matters where shapes are computed from Shape/Size values.
+    data_prop = any(n.op_type in ("Shape", "Size") for n in g.node)
+    inferred = _infer(sk, name, data_prop)
+    reader = SpecReader()
+    specs: dict[str, TensorSpec] = {}
+    reader.collect(inferred.graph, specs)
+    if any(not spec.known for spec in specs.values()):
         # e.g. Range fed by Shape arithmetic: fold those integers and infer once more; the
         # IR keeps the original nodes and takes the second pass's shapes.
         from analyzer.frontends.onnx_fold import fold_shape_values, with_folded_constants
-        known = fold_shape_values(inferred)
-        second = _infer(with_folded_constants(sk, known), name)
-        for field in ("value_info", "output"):
-            del getattr(inferred.graph, field)[:]
-            getattr(inferred.graph, field).extend(getattr(second.graph, field))
-    return _Lowering(inferred, name, weights, bound, symbols, used_batch).graph()
+        second = _infer(with_folded_constants(sk, fold_shape_values(inferred)), name, True)
+        specs = {}
+        reader.collect(second.graph, specs)
+    return _Lowering(inferred, name, weights, bound, symbols, used_batch, reader,
+                     specs).graph()
 
 
-def _infer(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+def _infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
-                                                 data_prop=True)
+                                                 data_prop=data_prop)
     except Exception as exc:
         raise GraphcostError(f"{name}: ONNX shape inference failed: "
                              f"{str(exc).splitlines()[0]}") from None
 
 
-def _has_unknown_dims(g: onnx.GraphProto) -> bool:
-    for vi in g.value_info:
-        tt = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and (not tt.HasField("shape") or any(
-                not d.HasField("dim_value") for d in tt.shape.dim)):
-            return True
-    return False
-
-
 class _Lowering:
-    def __init__(self, model: onnx.ModelProto, name: str, weights, bound, symbols, batch):
+    def __init__(self, model: onnx.ModelProto, name: str, weights, bound, symbols, batch,
+                 reader: SpecReader, specs: dict[str, TensorSpec]):
         self.model = model
         self.name = name
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
@@ -232,7 +248,8 @@ class _Lowering:
         self.bound = bound
         self.symbols = symbols
         self.batch = batch
-        self.specs: dict[str, TensorSpec] = {}
+        self.reader = reader
+        self.specs = specs
 
     def graph(self) -> Graph:
         g = self.model.graph
@@ -244,8 +261,7 @@ class _Lowering:
         for vi in g.input:
             if vi.name in self.bound:
                 inputs.append(vi.name)
-                self.values[vi.name] = Value(vi.name, _type_spec(vi.type), ValueKind.INPUT)
-        self._collect_specs(g)
+                self.values[vi.name] = Value(vi.name, self.reader(vi.type), ValueKind.INPUT)
         self._lower_graph(g, scope="", repeat=1)
         return Graph(name=self.name, source="onnx", nodes=tuple(self.nodes),
                      values=MappingProxyType(self.values), inputs=tuple(inputs),
@@ -253,13 +269,8 @@ class _Lowering:
                      dims=MappingProxyType(dict(self.symbols)), batch=self.batch,
                      warnings=tuple(self.warnings))
 
-    def _collect_specs(self, g: onnx.GraphProto) -> None:
-        specs = self.specs
-        for coll in (g.value_info, g.output):
-            for vi in coll:
-                specs[vi.name] = _type_spec(vi.type)
-
     def _unique(self, base: str) -> str:
+        """``base`` made unique by a ``#k`` suffix (ONNX node names may repeat or be empty)."""
         name, k = base, 1
         while name in self.used_names:
             k += 1
@@ -284,34 +295,53 @@ class _Lowering:
         opsets = self.opsets
         specs = self.specs
         values = self.values
+        nodes = self.nodes
+        used = self.used_names
+        attr_maps: dict[tuple, Mapping[str, Any]] = {}  # identical attribute sets share a map
+        undefined = TensorSpec(None, "undefined")
+        activation = ValueKind.ACTIVATION
         for node in g.node:
-            domain = node.domain if node.domain not in ("ai.onnx",) else ""
-            op = node.op_type if domain == "" else f"{domain}::{node.op_type}"
-            base = node.name or f"{node.op_type}_{len(self.nodes)}"
-            name = self._unique(f"{scope}{base}" if scope else base)
-            if node.op_type in ("If", "Loop", "Scan") and domain == "":
+            op_type = node.op_type
+            domain = node.domain
+            if domain == "ai.onnx":
+                domain = ""
+            op = op_type if domain == "" else f"{domain}::{op_type}"
+            base = node.name or f"{op_type}_{len(nodes)}"
+            name = f"{scope}{base}" if scope else base
+            if name in used:
+                name = self._unique(name)
+            else:
+                used.add(name)
+            if domain == "" and op_type in ("If", "Loop", "Scan"):
                 self._lower_control_flow(node, g, name, repeat)
-            if node.attribute:
-                defaults = _attr_defaults(node.op_type, domain, opsets.get(domain, 1))
+            defaults = _attr_defaults(op_type, domain, opsets.get(domain, 1))
+            attributes = node.attribute
+            if attributes:
                 attrs = dict(defaults)
-                for a in node.attribute:
+                for a in attributes:
                     v = _attr_value(a)
                     if v is not _SKIP:
                         attrs[a.name] = v
-                attrs_map: Mapping[str, Any] = MappingProxyType(attrs)
+                key = (op, *sorted(attrs.items()))
+                try:
+                    attrs_map = attr_maps.get(key)
+                    if attrs_map is None:
+                        attrs_map = attr_maps[key] = MappingProxyType(attrs)
+                except TypeError:  # an unhashable value: no sharing
+                    attrs_map = MappingProxyType(attrs)
             else:
-                attrs_map = _attr_defaults(node.op_type, domain, opsets.get(domain, 1))
-            index = len(self.nodes)
-            for k, out in enumerate(node.output):
+                attrs_map = defaults
+            index = len(nodes)
+            inputs = tuple(node.input)
+            outputs = tuple(node.output)
+            for k, out in enumerate(outputs):
                 if out:
                     spec = specs.get(out)
-                    if (spec is None or not spec.known) and k == 0 and \
-                            node.op_type in SAME_SHAPE_AS_INPUT and node.input[0] in values:
-                        spec = values[node.input[0]].spec  # inference gave up on this op
-                    values[out] = Value(out, spec or TensorSpec(None, "undefined"),
-                                        ValueKind.ACTIVATION, index)
-            self.nodes.append(Node(index, name, op, tuple(node.input), tuple(node.output),
-                                   attrs_map, scope, repeat))
+                    if (spec is None or spec.numel is None) and k == 0 and \
+                            op_type in SAME_SHAPE_AS_INPUT and inputs[0] in values:
+                        spec = values[inputs[0]].spec  # inference gave up on this op
+                    values[out] = Value(out, spec or undefined, activation, index)
+            nodes.append(Node(index, name, op, inputs, outputs, attrs_map, scope, repeat))
 
     def _lower_control_flow(self, node: onnx.NodeProto, g: onnx.GraphProto, name: str,
                             repeat: int) -> None:
@@ -338,9 +368,9 @@ class _Lowering:
         elif node.op_type == "If":
             self.warnings.append(f"If {name!r}: both branches are costed (an upper bound)")
         for key, body in bodies.items():
-            self._collect_specs(body)
+            self.reader.collect(body, self.specs)
             for vi in body.input:
-                self.values[vi.name] = Value(vi.name, _type_spec(vi.type), ValueKind.ACTIVATION)
+                self.values[vi.name] = Value(vi.name, self.reader(vi.type), ValueKind.ACTIVATION)
             for t in body.initializer:
                 self.values[t.name] = Value(t.name, TensorSpec(tuple(t.dims),
                                                                DTYPE.get(t.data_type, "undefined")),

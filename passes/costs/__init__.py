@@ -36,15 +36,16 @@ class CostReport:
 
 def count_costs(graph: Graph) -> CostReport:
     results: list[NodeCost] = []
-    total = ZERO
-    per_op: dict[str, list] = {}
+    per_op: dict[str, list[int]] = {}  # op -> [count, macs, flops, read, written]
     unsupported: Counter[str] = Counter()
     unknown: Counter[str] = Counter()
+    unsupported_cost = NodeCost(ZERO, UNSUPPORTED)
+    unknown_cost = NodeCost(ZERO, UNKNOWN_SHAPE)
     for node in graph.nodes:
         r = lookup(node.op)
         if r is None:
             unsupported[node.op] += 1
-            nc = NodeCost(ZERO, UNSUPPORTED)
+            nc = unsupported_cost
         else:
             try:
                 c = node_cost(r, OpView(node, graph))
@@ -53,15 +54,19 @@ def count_costs(graph: Graph) -> CostReport:
                 nc = NodeCost(c, OK)
             except ShapeUnknown:
                 unknown[node.op] += 1
-                nc = NodeCost(ZERO, UNKNOWN_SHAPE)
+                nc = unknown_cost
         results.append(nc)
-        total = total + nc.cost
+        c = nc.cost
         slot = per_op.get(node.op)
         if slot is None:
-            per_op[node.op] = [1, nc.cost]
+            per_op[node.op] = [1, c.macs, c.flops, c.bytes_read, c.bytes_written]
         else:
             slot[0] += 1
-            slot[1] = slot[1] + nc.cost
-    return CostReport(tuple(results), total,
-                      {k: (v[0], v[1]) for k, v in sorted(per_op.items())},
+            slot[1] += c.macs
+            slot[2] += c.flops
+            slot[3] += c.bytes_read
+            slot[4] += c.bytes_written
+    by_op = {k: (v[0], Cost(v[1], v[2], v[3], v[4])) for k, v in sorted(per_op.items())}
+    total = Cost(*(sum(v[i] for v in per_op.values()) for i in range(1, 5)))
+    return CostReport(tuple(results), total, by_op,
                       dict(sorted(unsupported.items())), dict(sorted(unknown.items())))

@@ -158,21 +158,24 @@ def node_cost(rule_: Rule, view: OpView) -> Cost:
     if rule_.alias:
         return Cost(macs, flops, 0, 0)
     node = view.node
-    graph = view._graph
+    values = view._graph.values
     written = 0
-    for i in range(len(node.outputs)):
-        if node.outputs[i]:
-            written += view.out_spec(i).nbytes  # type: ignore[operator]
+    for name in node.outputs:
+        if name:
+            b = values[name].spec.nbytes
+            if b is None:
+                raise ShapeUnknown(name)
+            written += b
     if rule_.reads == "inputs":
         read = 0
-        seen: set[str] = set()
-        for name in node.inputs:
-            if name and name not in seen:
-                seen.add(name)
-                s = graph.spec(name)
-                if s is None or not s.known:
+        names = node.inputs
+        for k, name in enumerate(names):
+            if name and name not in names[:k]:  # each distinct input once
+                v = values.get(name)
+                b = v.spec.nbytes if v is not None else None
+                if b is None:
                     raise ShapeUnknown(name)
-                read += s.nbytes  # type: ignore[operator]
+                read += b
     elif rule_.reads == "outputs":
         read = written + sum(view.in_spec(i).nbytes for i in rule_.index_inputs  # type: ignore[misc]
                              if view.has_input(i))
