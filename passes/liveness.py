@@ -91,8 +91,9 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
         if r is not None and r.alias and src and shared is None and \
                 values[src].kind != ValueKind.INPUT:
             continue  # a view of a weight or constant allocates nothing
-        if shared is not None and r is not None and r.alias:
-            pass
+        is_view = shared is not None and r is not None and r.alias
+        if is_view:
+            pass  # every output (split/unbind give several) is a view of input 0
         elif (shared is not None and node.op in inplace_ops and deaths[shared] == node.index
               and src not in graph.outputs):
             pass  # in place: the input's storage dies here, the output reuses it
@@ -104,7 +105,7 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
             v = values.get(name)
             if v is None or v.kind != ValueKind.ACTIVATION:
                 continue
-            if k == 0 and shared is not None:
+            if shared is not None and (k == 0 or is_view):
                 of[name] = shared
                 d = last_use.get(name, node.index)
                 if d > deaths[shared]:

@@ -30,6 +30,30 @@ UNARY_FLOPS = {
     "Shrink": 2,          # compare + add
 }
 
+# torch (aten) names of the same ops, registered on the same rule.
+ATEN_UNARY = {
+    "Relu": ("aten.relu.default",), "Abs": ("aten.abs.default",), "Neg": ("aten.neg.default",),
+    "Sign": ("aten.sign.default",), "Floor": ("aten.floor.default",),
+    "Ceil": ("aten.ceil.default",), "Round": ("aten.round.default",),
+    "Reciprocal": ("aten.reciprocal.default",), "Sqrt": ("aten.sqrt.default",),
+    "Exp": ("aten.exp.default",), "Log": ("aten.log.default",), "Erf": ("aten.erf.default",),
+    "Tanh": ("aten.tanh.default",), "Sin": ("aten.sin.default",), "Cos": ("aten.cos.default",),
+    "Not": ("aten.logical_not.default", "aten.bitwise_not.default"),
+    "IsNaN": ("aten.isnan.default",), "IsInf": ("aten.isinf.default",),
+    "LeakyRelu": ("aten.leaky_relu.default",), "Sigmoid": ("aten.sigmoid.default",),
+    "HardSigmoid": ("aten.hardsigmoid.default",), "HardSwish": ("aten.hardswish.default",),
+    "Softplus": ("aten.softplus.default",), "Elu": ("aten.elu.default",),
+    "Celu": ("aten.celu.default",), "Selu": ("aten.selu.default",),
+    "Mish": ("aten.mish.default",), "Gelu": ("aten.gelu.default",),
+}
+# aten-only unary ops.
+UNARY_FLOPS.update({
+    "aten.rsqrt.default": 2,      # sqrt + reciprocal
+    "aten.silu.default": 4,       # x · sigmoid(x)
+    "aten.clamp_min.default": 1, "aten.clamp_max.default": 1,
+    "aten.log1p.default": 2, "aten.expm1.default": 2,
+})
+
 BINARY_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "LessOrEqual",
               "Greater", "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "BitwiseAnd",
               "BitwiseOr", "BitwiseXor")
@@ -42,27 +66,42 @@ def _per_output(k: int):
 
 
 for _op, _k in UNARY_FLOPS.items():
-    rule(_op)(_per_output(_k))
+    rule(_op, *ATEN_UNARY.get(_op, ()))(_per_output(_k))
+
+ATEN_BINARY = (
+    "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar",
+    "aten.rsub.Tensor", "aten.rsub.Scalar", "aten.mul.Tensor", "aten.mul.Scalar",
+    "aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.pow.Tensor_Scalar",
+    "aten.pow.Tensor_Tensor", "aten.pow.Scalar", "aten.remainder.Tensor",
+    "aten.remainder.Scalar", "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.floor_divide.default",
+    "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar", "aten.lt.Tensor",
+    "aten.lt.Scalar", "aten.le.Tensor", "aten.le.Scalar", "aten.gt.Tensor", "aten.gt.Scalar",
+    "aten.ge.Tensor", "aten.ge.Scalar", "aten.maximum.default", "aten.minimum.default",
+    "aten.logical_and.default", "aten.logical_or.default", "aten.logical_xor.default",
+    "aten.bitwise_and.Tensor", "aten.bitwise_or.Tensor", "aten.bitwise_xor.Tensor",
+    "aten.atan2.default",
+)
 
 # One FLOP per output element (broadcasting counts the broadcast result).
-rule(*BINARY_OPS)(_per_output(1))
+rule(*BINARY_OPS, *ATEN_BINARY)(_per_output(1))
 
 
-@rule("Clip", config_inputs=(1, 2))
+@rule("Clip", "aten.clamp.default", "aten.clamp.Tensor", "aten.hardtanh.default",
+      config_inputs=(1, 2))
 def clip(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.out_numel()  # max then min; the bounds are settings, not weights
 
 
 # Ops that may write into their input (the in-place what-if of the liveness pass).
-INPLACE_OPS = frozenset(UNARY_FLOPS) | {"Clip"}
+INPLACE_OPS = frozenset(UNARY_FLOPS) | {"Clip"}  # (torch graphs are functionalized first)
 
 
-@rule("PRelu")
+@rule("PRelu", "aten.prelu.default", "aten._prelu_kernel.default")
 def prelu(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.out_numel()  # compare + multiply by the slope
 
 
-@rule("Where")
+@rule("Where", "aten.where.self", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
 def where(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel()  # one select per element (counted, like Max)
 

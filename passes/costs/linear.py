@@ -12,7 +12,7 @@ import math
 from passes.costs.registry import OpView, rule
 
 
-@rule("Conv")
+@rule("Conv", "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")
 def conv(op: OpView) -> tuple[int, int]:
     # W is (C_out, C_in/groups, k1, k2, ...): each output element reduces over W.shape[1:].
     out = op.out_numel()
@@ -20,12 +20,35 @@ def conv(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + (out if op.has_input(2) else 0)
 
 
-@rule("ConvTranspose")
+@rule("ConvTranspose", "aten.conv_transpose1d.input", "aten.conv_transpose2d.input",
+      "aten.conv_transpose3d.input")
 def conv_transpose(op: OpView) -> tuple[int, int]:
     # W is (C_in, C_out/groups, k...): every input element is scattered into C_out/g·prod(k)
     # outputs, one MAC each (FlopCounterMode counts the same for transposed convs).
     macs = op.in_numel(0) * math.prod(op.in_shape(1)[1:])
     return macs, 2 * macs + (op.out_numel() if op.has_input(2) else 0)
+
+
+@rule("aten.convolution.default")
+def aten_convolution(op: OpView) -> tuple[int, int]:
+    # aten's one convolution op (input, weight, bias) with a ``transposed`` flag.
+    return conv_transpose(op) if op.attr("transposed") else conv(op)
+
+
+@rule("aten.addmm.default", "aten.baddbmm.default")
+def addmm(op: OpView) -> tuple[int, int]:
+    # (bias, mat1, mat2): reduction over mat1's last dim, one bias add per output element.
+    out = op.out_numel()
+    macs = out * op.in_shape(1)[-1]
+    return macs, 2 * macs + out
+
+
+@rule("aten.linear.default")
+def linear(op: OpView) -> tuple[int, int]:
+    # (input, weight[out, in], bias?): reduction over input's last dim.
+    out = op.out_numel()
+    macs = out * op.in_shape(0)[-1]
+    return macs, 2 * macs + (out if op.has_input(2) else 0)
 
 
 @rule("Gemm")
@@ -42,7 +65,7 @@ def gemm(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + extra
 
 
-@rule("MatMul")
+@rule("MatMul", "aten.mm.default", "aten.bmm.default", "aten.matmul.default")
 def matmul(op: OpView) -> tuple[int, int]:
     # Numpy matmul semantics: every output element reduces over A's last dim.
     a = op.in_shape(0)
@@ -59,7 +82,7 @@ def _einsum_labels(term: str, rank: int) -> list[str]:
     return list(head) + [f"…{n_ell - i}" for i in range(n_ell)] + list(tail)
 
 
-@rule("Einsum")
+@rule("Einsum", "aten.einsum.default")
 def einsum(op: OpView) -> tuple[int, int]:
     # A contraction visits every combination of distinct labels once: MACs = Π sizes of all
     # labels. With one operand (a pure reduction or transpose) there are no MACs, one add per
@@ -79,9 +102,14 @@ def einsum(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs
 
 
-@rule("Attention")
+@rule("Attention", "aten.scaled_dot_product_attention.default",
+      "aten._scaled_dot_product_flash_attention_for_cpu.default",
+      "aten._scaled_dot_product_flash_attention.default",
+      "aten._scaled_dot_product_efficient_attention.default",
+      "aten._scaled_dot_product_cudnn_attention.default")
 def attention(op: OpView) -> tuple[int, int]:
-    # ONNX Attention (opset 23): scores = Q·Kᵀ (Sq·Sk·D per head), out = softmax·V (Sq·Sk·Dv).
+    # ONNX Attention (opset 23) and torch's scaled_dot_product_attention, every kernel of it:
+    # scores = Q·Kᵀ (Sq·Sk·D per head), out = softmax·V (Sq·Sk·Dv).
     # In both the 3-D (B, S, H·D) and 4-D (B, H, S, D) layouts this is Sk·(numel(Q)+numel(Y))
     # MACs. A causal mask is not discounted (FlopCounterMode does not either); softmax adds 5
     # FLOPs and the scale 1 FLOP per score.

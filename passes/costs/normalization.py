@@ -4,12 +4,14 @@ from __future__ import annotations
 from passes.costs.registry import OpView, rule
 
 
-@rule("BatchNormalization", buffer_inputs=(3, 4))
+@rule("BatchNormalization", "aten.batch_norm.default",
+      "aten._native_batch_norm_legit_no_training.default", "aten._native_batch_norm_legit.default",
+      "aten.native_batch_norm.default", buffer_inputs=(3, 4))
 def batch_norm(op: OpView) -> tuple[int, int]:
     # Inference folds (x − mean)/√(var+ε)·γ + β into x·s + t: 2 FLOPs per element (fvcore's
     # count). training_mode=1 computes the batch statistics too: ≈5 per element (design notes).
     # Inputs 3 and 4 (running mean/var) are buffers, not trainable parameters.
-    per = 5 if op.attr("training_mode", 0) else 2
+    per = 5 if op.attr("training_mode", 0) or op.attr("training", False) else 2
     return 0, per * op.in_numel(0)
 
 
@@ -22,10 +24,12 @@ def _affine_norm(op: OpView) -> tuple[int, int]:
 
 
 rule("LayerNormalization", "GroupNormalization", "InstanceNormalization",
-     "MeanVarianceNormalization")(_affine_norm)
+     "MeanVarianceNormalization", "aten.layer_norm.default", "aten.native_layer_norm.default",
+     "aten.group_norm.default", "aten.native_group_norm.default",
+     "aten.instance_norm.default")(_affine_norm)
 
 
-@rule("RMSNormalization")
+@rule("RMSNormalization", "aten.rms_norm.default")
 def rms_norm(op: OpView) -> tuple[int, int]:
     # square (1), sum (1), multiply by 1/rms (1), scale (1) per element.
     return 0, 4 * op.in_numel(0)
@@ -36,7 +40,8 @@ def lp_norm(op: OpView) -> tuple[int, int]:
     return 0, 3 * op.in_numel(0)  # |x|^p (1), sum (1), divide (1)
 
 
-@rule("Softmax", "LogSoftmax")
+@rule("Softmax", "LogSoftmax", "aten._softmax.default", "aten.softmax.int",
+      "aten._log_softmax.default", "aten.log_softmax.int")
 def softmax(op: OpView) -> tuple[int, int]:
     # max (1 compare), subtract max (1), exp (1), sum (1), divide / subtract log-sum (1).
     return 0, 5 * op.in_numel(0)

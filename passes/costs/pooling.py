@@ -6,31 +6,46 @@ import math
 from passes.costs.registry import OpView, rule
 
 
-@rule("MaxPool", "AveragePool", "LpPool")
+@rule("MaxPool", "AveragePool", "LpPool", "aten.max_pool1d.default", "aten.max_pool2d.default",
+      "aten.max_pool3d.default", "aten.max_pool2d_with_indices.default",
+      "aten.max_pool3d_with_indices.default", "aten.avg_pool1d.default",
+      "aten.avg_pool2d.default", "aten.avg_pool3d.default")
 def pool(op: OpView) -> tuple[int, int]:
     # Design notes: B·H_out·W_out·C·K² — each output visits its window once (K²−1 compares or
-    # adds, plus the divide of an average, counted as K² in all).
-    return 0, op.out_numel(0) * math.prod(op.attr("kernel_shape") or (1,))
+    # adds, plus the divide of an average, counted as K² in all). ONNX names the window
+    # kernel_shape; aten kernel_size, where one size stands for every spatial axis.
+    out = op.out_shape(0)
+    k = tuple(op.attr("kernel_shape") or op.attr("kernel_size") or (1,))
+    if len(k) == 1:
+        k = k * max(1, len(out) - 2)
+    return 0, math.prod(out) * math.prod(k)
 
 
-@rule("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+@rule("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "aten.adaptive_avg_pool1d.default",
+      "aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default",
+      "aten.adaptive_avg_pool3d.default", "aten.adaptive_max_pool2d.default")
 def global_pool(op: OpView) -> tuple[int, int]:
     return 0, op.in_numel(0)  # every input element added/compared once
 
 
 @rule("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ArgMax", "ArgMin",
-      "CumSum")
+      "CumSum", "aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", "aten.sum.default",
+      "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",
+      "aten.argmax.default", "aten.argmin.default", "aten.any.dim", "aten.any.default",
+      "aten.all.dim", "aten.prod.dim_int", "aten.cumsum.default")
 def reduce_once(op: OpView) -> tuple[int, int]:
     return 0, op.in_numel(0)  # one add/compare per input element (a mean's divide is per output)
 
 
-@rule("ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")
+@rule("ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+      "aten.var.correction", "aten.var_mean.correction", "aten.logsumexp.default",
+      "aten.linalg_vector_norm.default")
 def reduce_twice(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.in_numel(0)  # transform (square/abs/exp) + accumulate per element
 
 
-@rule("TopK")
+@rule("TopK", "aten.topk.default")
 def topk(op: OpView) -> tuple[int, int]:
     # a heap selection: ≈ log2(k) compares per input element (at least one).
-    k = op.out_shape(0)[int(op.attr("axis", -1))]
+    k = op.out_shape(0)[int(op.attr("axis", op.attr("dim", -1)))]
     return 0, op.in_numel(0) * max(1, math.ceil(math.log2(max(k, 1))))

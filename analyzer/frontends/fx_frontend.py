@@ -1,0 +1,206 @@
+"""torch.export / FX frontend: an ExportedProgram -> analyzer.ir.Graph.
+
+* Capture: ``torch.export.export(..., strict=False)`` on fake (or meta) tensors, then
+  ``run_decompositions`` to core ATen — except ``scaled_dot_product_attention``, kept whole so
+  attention is costed as attention. Weights are never materialized: a model built on the meta
+  device exports and analyzes without allocating its parameters.
+* Shapes and dtypes come from each node's ``meta["val"]``; non-tensor arguments become attrs
+  named by the op's schema (never read by position), tensor arguments become inputs in schema
+  order (a ``Tensor[]`` argument contributes each of its tensors), so the ONNX rules whose
+  operands line up (Conv: input, weight, bias …) serve the aten op unchanged.
+* Parameters and buffers (from the graph signature) become PARAM / BUFFER values; tuple outputs
+  get one value per element (``name.i``) and ``getitem`` nodes resolve to them.
+* Scope = the innermost ``nn_module_stack`` entry (``layer1.0.conv1``): the module hierarchy.
+"""
+from __future__ import annotations
+
+import operator
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import torch
+
+from analyzer.errors import GraphcostError
+from analyzer.ir import Graph, Node, TensorSpec, Value, ValueKind
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+# Ops kept whole instead of decomposed: their cost rule is the better model.
+_KEEP = ("scaled_dot_product_attention",)
+
+
+def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgram":
+    table = torch.export.default_decompositions()
+    for op in list(table):
+        if any(k in str(op) for k in _KEEP):
+            del table[op]
+    return ep.run_decompositions(table)
+
+
+def _dtype(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _spec(val: Any, cache: dict) -> TensorSpec:
+    shape = tuple(int(d) if not isinstance(d, torch.SymInt) else str(d) for d in val.shape)
+    key = (shape, val.dtype)
+    spec = cache.get(key)
+    if spec is None:
+        spec = cache[key] = TensorSpec(shape, _dtype(val.dtype))
+    return spec
+
+
+def _attr(value: Any) -> Any:
+    """A non-tensor argument as a plain, immutable value."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_attr(v) for v in value)
+    if isinstance(value, torch.SymInt):
+        return str(value)
+    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return str(value)
+    return value
+
+
+def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
+                   batch: int = 1, dims: Mapping[str, int] | None = None,
+                   decomposed: bool = False) -> Graph:
+    """Lower ``ep`` (decomposed here unless ``decomposed``) into the IR."""
+    if not decomposed:
+        try:
+            ep = decompose(ep)
+        except Exception as exc:
+            raise GraphcostError(f"{name}: decomposing the exported program failed: "
+                                 f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    from torch.export.graph_signature import InputKind
+
+    sig = ep.graph_signature
+    kind_of: dict[str, ValueKind] = {}
+    for spec in sig.input_specs:
+        arg = getattr(spec.arg, "name", None)
+        if spec.kind == InputKind.PARAMETER:
+            kind_of[arg] = ValueKind.PARAM
+        elif spec.kind == InputKind.BUFFER:
+            kind_of[arg] = ValueKind.BUFFER
+        elif spec.kind in (InputKind.CONSTANT_TENSOR,):
+            kind_of[arg] = ValueKind.CONST
+        else:
+            kind_of[arg] = ValueKind.INPUT
+    user_outputs = {getattr(o.arg, "name", None) for o in sig.output_specs
+                    if o.kind.name == "USER_OUTPUT"}
+
+    cache: dict = {}
+    values: dict[str, Value] = {}
+    nodes: list[Node] = []
+    inputs: list[str] = []
+    alias: dict[str, str] = {}      # getitem node / tied weight name -> the value it stands for
+    # Tied weights (GPT-2's lm_head and token embedding) are one tensor behind two
+    # placeholders: the second stands for the first, so the weight is counted once.
+    first_of: dict[int, str] = {}
+    state = {**ep.state_dict, **getattr(ep, "constants", {})}
+    for spec in sig.input_specs:
+        arg = getattr(spec.arg, "name", None)
+        tensor = state.get(spec.target) if spec.target else None
+        if arg and tensor is not None:
+            first = first_of.setdefault(id(tensor), arg)
+            if first != arg:
+                alias[arg] = first
+    outputs: list[str] = []
+    for fx in ep.graph.nodes:
+        if fx.op == "placeholder":
+            val = fx.meta.get("val")
+            if fx.name in alias:
+                continue
+            if not isinstance(val, torch.Tensor):
+                continue  # a symbolic int or other non-tensor input
+            kind = kind_of.get(fx.name, ValueKind.INPUT)
+            values[fx.name] = Value(fx.name, _spec(val, cache), kind)
+            if kind == ValueKind.INPUT:
+                inputs.append(fx.name)
+        elif fx.op == "call_function":
+            if fx.target is operator.getitem:
+                src, idx = fx.args
+                alias[fx.name] = f"{alias.get(src.name, src.name)}.{idx}"
+                continue
+            nodes.append(_lower_call(fx, len(nodes), values, alias, cache))
+        elif fx.op == "output":
+            for arg in torch.fx.node.map_arg(fx.args[0], lambda n: n) if fx.args else ():
+                if isinstance(arg, torch.fx.Node) and (not user_outputs or arg.name in user_outputs
+                                                       or arg.name in alias):
+                    outputs.append(alias.get(arg.name, arg.name))
+    return Graph(name=name, source="fx", nodes=tuple(nodes), values=MappingProxyType(values),
+                 inputs=tuple(inputs), outputs=tuple(outputs),
+                 dims=MappingProxyType(dict(dims or {})), batch=batch)
+
+
+def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict) -> Node:
+    target = fx.target
+    op = str(target)  # "aten.addmm.default"
+    schema = getattr(target, "_schema", None)
+    tensor_inputs: list[str] = []
+    attrs: dict[str, Any] = {}
+
+    def add_tensor(arg) -> None:
+        if arg is None:
+            tensor_inputs.append("")
+        else:
+            tensor_inputs.append(alias.get(arg.name, arg.name))
+
+    if schema is not None:
+        bound = list(zip(schema.arguments, fx.args)) + [
+            (a, fx.kwargs[a.name]) for a in schema.arguments if a.name in fx.kwargs]
+        for arg_schema, value in bound:
+            if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"),
+                                                               torch.Tensor):
+                add_tensor(value)
+            elif isinstance(value, (list, tuple)) and value and \
+                    all(isinstance(v, torch.fx.Node) or v is None for v in value) and \
+                    any(isinstance(v, torch.fx.Node) and
+                        isinstance(v.meta.get("val"), torch.Tensor) for v in value):
+                for v in value:
+                    add_tensor(v)
+            elif value is None and "Tensor" in str(arg_schema.type):
+                add_tensor(None)  # an omitted optional tensor keeps its position
+            else:
+                attrs[arg_schema.name] = _attr(value)
+    else:
+        for value in fx.args:
+            if isinstance(value, torch.fx.Node):
+                add_tensor(value)
+    while tensor_inputs and tensor_inputs[-1] == "":
+        tensor_inputs.pop()
+
+    val = fx.meta.get("val")
+    out_names: list[str] = []
+    if isinstance(val, torch.Tensor):
+        out_names.append(fx.name)
+        values[fx.name] = Value(fx.name, _spec(val, cache), ValueKind.ACTIVATION, index)
+    elif isinstance(val, (list, tuple)):
+        for i, v in enumerate(val):
+            if isinstance(v, torch.Tensor):
+                name = f"{fx.name}.{i}"
+                values[name] = Value(name, _spec(v, cache), ValueKind.ACTIVATION, index)
+                out_names.append(name)
+            else:
+                out_names.append("")
+    stack = fx.meta.get("nn_module_stack") or {}
+    scope = next(reversed(stack.values()))[0] if stack else ""
+    return Node(index, fx.name, op, tuple(tensor_inputs), tuple(out_names),
+                MappingProxyType(attrs) if attrs else _EMPTY, scope, 1)
+
+
+def module_types(ep: "torch.export.ExportedProgram") -> dict[str, str]:
+    """Module path -> class name, from the nodes' nn_module_stack."""
+    out: dict[str, str] = {}
+    for fx in ep.graph.nodes:
+        for path, cls in (fx.meta.get("nn_module_stack") or {}).values():
+            out.setdefault(path, cls.rsplit(".", 1)[-1] if isinstance(cls, str)
+                           else getattr(cls, "__name__", str(cls)))
+    return out
+
+
+def param_owners(ep: "torch.export.ExportedProgram") -> dict[str, str]:
+    """Placeholder name -> module path owning that parameter/buffer ('h.0.attn')."""
+    out = {}
+    for spec in ep.graph_signature.input_specs:
+        if spec.target and getattr(spec.arg, "name", None):
+            out[spec.arg.name] = spec.target.rpartition(".")[0]
+    return out
