@@ -1,69 +1,173 @@
-"""The Python entry point: ``analyze(model, ...) -> Report``. Never prints."""
+"""The Python entry point: ``analyze(model, ...) -> Report``. Never prints.
+
+Accepted models: an ONNX path, ``zoo:NAME``, ``path/to/file.py:Class`` (imports and runs that
+file, builds the class on the meta device), an ``onnx.ModelProto``, a
+``torch.export.ExportedProgram``, an ``fx.GraphModule`` or any ``nn.Module`` (with
+``example_inputs`` or ``input_shapes``). The ONNX paths never import torch.
+"""
 from __future__ import annotations
 
 import gc
 import os
+import sys
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from analyzer.errors import GraphcostError
 from analyzer.report import Report
 
 ZOO_PREFIX = "zoo:"
+Progress = Callable[[str], None]
 
 
-def load_graph(model, *, batch: int | None = None, dims: Mapping[str, int] | None = None,
-               input_shapes: Mapping[str, Sequence[int]] | None = None):
-    """Lower an ONNX path, ``zoo:NAME`` or ``onnx.ModelProto`` into the IR."""
-    from analyzer.frontends.onnx_frontend import load_model, lower_onnx
+def _is_torch(model: Any) -> bool:
+    torch = sys.modules.get("torch")  # a torch object implies torch is already imported
+    return torch is not None and isinstance(model, (torch.nn.Module,
+                                                    torch.export.ExportedProgram))
 
+
+def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int | None = None,
+               dims: Mapping[str, int] | None = None,
+               input_shapes: Mapping[str, Sequence[int]] | None = None,
+               input_dtypes: Mapping[str, Any] | None = None, zoo_exporter: str = "onnx",
+               progress: Progress | None = None):
+    """Lower any accepted model into the IR."""
+    note = progress or (lambda _msg: None)
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
         if text.startswith(ZOO_PREFIX):
-            path, name = zoo_path(text[len(ZOO_PREFIX):]), text
-            import models_zoo
-            # the zoo's own sizes (seq=64 …) unless the caller binds them
-            dims = {**models_zoo.default_dims(text[len(ZOO_PREFIX):]), **(dims or {})}
-            if input_shapes:
-                dims = {k: v for k, v in dims.items() if k not in _symbols_in(path)}
-        else:
-            path, name = Path(text), Path(text).name
-        proto = load_model(path)
-    else:
-        import onnx
-
-        if not isinstance(model, onnx.ModelProto):
-            raise GraphcostError(f"cannot analyze a {type(model).__name__}: pass an ONNX path, "
-                                 "'zoo:NAME' or an onnx.ModelProto")
-        proto, name = model, (model.graph.name or "model")
-    return lower_onnx(proto, name=name, batch=batch, dims=dims, input_shapes=input_shapes)
-
-
-def _symbols_in(path: Path) -> set[str]:
+            return _zoo_graph(text[len(ZOO_PREFIX):], batch, dims, input_shapes, zoo_exporter,
+                              note)
+        if ".py:" in text:
+            return _file_class_graph(text, batch, input_shapes, input_dtypes, note)
+        return _onnx_path_graph(Path(text), batch, dims, input_shapes, note)
+    if _is_torch(model):
+        return _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note)
     import onnx
-    m = onnx.load(str(path), load_external_data=False)
-    return {d.dim_param for vi in m.graph.input for d in vi.type.tensor_type.shape.dim
-            if d.dim_param}
+
+    if isinstance(model, onnx.ModelProto):
+        from analyzer.frontends.onnx_frontend import lower_onnx
+        return lower_onnx(model, name=model.graph.name or "model", batch=batch, dims=dims,
+                          input_shapes=input_shapes)
+    raise GraphcostError(f"cannot analyze a {type(model).__name__}: pass an ONNX path, "
+                         "'zoo:NAME', 'file.py:Class', an onnx.ModelProto, an ExportedProgram, "
+                         "an fx.GraphModule or an nn.Module")
 
 
-def zoo_path(name: str) -> Path:
-    """Export (once, cached) a models_zoo model to ONNX; imports torch only here."""
+def _onnx_path_graph(path: Path, batch, dims, input_shapes, note: Progress):
+    from analyzer.frontends.onnx_frontend import load_model, lower_onnx
+
+    note(f"reading {path.name}")
+    proto = load_model(path)
+    note("inferring shapes")
+    return lower_onnx(proto, name=path.name, batch=batch, dims=dims, input_shapes=input_shapes)
+
+
+def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progress):
     try:
         import models_zoo
-    except ImportError as exc:  # pragma: no cover - an install without the zoo
+    except ImportError as exc:  # pragma: no cover - an install without torch
         raise GraphcostError(f"the model zoo needs torch: {exc}") from None
     if name not in models_zoo.MODELS:
         raise GraphcostError(f"no zoo model {name!r}; known: " + ", ".join(sorted(models_zoo.MODELS)))
-    return Path(models_zoo.cached_export(name))
+    # the zoo's own sizes (seq=64 …) unless the caller binds them
+    dims = {**models_zoo.default_dims(name), **(dims or {})}
+    if exporter == "fx":
+        shapes = dict(input_shapes or models_zoo.input_shapes(name, batch or 1, **dims))
+        spec = models_zoo.get(name)
+        note(f"building zoo:{name} on the meta device")
+        import torch
+
+        from analyzer.frontends.torch_capture import make_fakes
+        with torch.device("meta"):
+            module = spec.build().eval()
+        # zoo input names need not be forward's argument names: pass them in order
+        fakes = tuple(make_fakes(module, shapes, spec.input_dtypes).values())
+        graph = _torch_graph(module, fakes, None, None, None, note)
+        return _renamed(graph, f"zoo:{name}", dims)
+    note(f"exporting zoo:{name} to ONNX (cached)")
+    path = Path(models_zoo.cached_export(name))
+    if input_shapes:
+        dims = {}
+    from analyzer.frontends.onnx_frontend import load_model, lower_onnx
+    return lower_onnx(load_model(path), name=f"zoo:{name}", batch=batch, dims=dims,
+                      input_shapes=input_shapes)
 
 
-def analyze(model, *, batch: int | None = None, dims: Mapping[str, int] | None = None,
+def _renamed(graph, name: str, dims: Mapping[str, int]):
+    from dataclasses import replace
+    from types import MappingProxyType
+    return replace(graph, name=name, dims=MappingProxyType(dict(graph.dims, **dims)))
+
+
+def _file_class_graph(spec: str, batch, input_shapes, input_dtypes, note: Progress):
+    from analyzer.frontends.torch_capture import build_on_meta, load_class
+
+    if not input_shapes:
+        raise GraphcostError(f"{spec}: pass the input sizes, e.g. --input-shape x=1x3x224x224")
+    note(f"importing {spec}")
+    cls, cls_name = load_class(spec)
+    module = build_on_meta(cls, cls_name)
+    graph = _torch_graph(module, None, batch, input_shapes, input_dtypes, note)
+    return _renamed(graph, cls_name, {})
+
+
+def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note: Progress):
+    import torch
+
+    from analyzer.frontends.fx_frontend import lower_exported
+    from analyzer.frontends.torch_capture import export_module, fake_inputs
+
+    name = type(model).__name__
+    if isinstance(model, torch.export.ExportedProgram):
+        note("lowering the exported program")
+        b = _batch_of(model.example_inputs[0] if model.example_inputs else ())
+        return lower_exported(model, name="ExportedProgram", batch=b)
+    if not isinstance(model, torch.nn.Module):
+        raise GraphcostError(f"cannot analyze a {name}")
+    if example_inputs is not None:
+        args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
+            else (example_inputs,)
+        kwargs: dict = {}
+        if batch is not None:
+            raise GraphcostError("batch= applies to input_shapes; with example_inputs the "
+                                 "batch is the inputs' own")
+    elif input_shapes:
+        shapes = {k: tuple(v) for k, v in input_shapes.items()}
+        if batch is not None:
+            if batch <= 0:
+                raise GraphcostError(f"--batch must be a positive integer, got {batch}")
+            shapes = {k: (batch, *v[1:]) if v else v for k, v in shapes.items()}
+        args, kwargs = (), fake_inputs(model, shapes, input_dtypes)
+    else:
+        raise GraphcostError(f"{name}: pass example_inputs or input_shapes")
+    note(f"tracing {name} with torch.export")
+    ep = export_module(model, args, kwargs, name=name)
+    note("decomposing and lowering")
+    return lower_exported(ep, name=name, batch=_batch_of((*args, *kwargs.values())))
+
+
+def _batch_of(tensors) -> int:
+    for t in tensors:
+        shape = getattr(t, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+    return 1
+
+
+def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | None = None,
+            dims: Mapping[str, int] | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
-            include_inputs: bool = True, inplace: bool = False) -> Report:
-    """Analyze ``model`` (ONNX path, ``zoo:NAME`` or ModelProto) at the given bindings.
+            input_dtypes: Mapping[str, Any] | None = None,
+            include_inputs: bool = True, inplace: bool = False,
+            zoo_exporter: str = "onnx", progress: Progress | None = None) -> Report:
+    """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
-    ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic dim by
-    name, ``input_shapes`` whole input shapes. Raises GraphcostError on bad input.
+    ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
+    dim by name, ``input_shapes`` whole input shapes. PyTorch: ``example_inputs`` (real, fake
+    or meta tensors) or ``input_shapes`` (+ ``input_dtypes``, default float32) by forward
+    argument name; ``batch`` replaces axis 0 of ``input_shapes``. ``progress`` receives short
+    stage messages (the CLI shows them; nothing is printed otherwise). Raises GraphcostError.
     """
     from analyzer.pipeline import run_passes
 
@@ -72,7 +176,11 @@ def analyze(model, *, batch: int | None = None, dims: Mapping[str, int] | None =
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        graph = load_graph(model, batch=batch, dims=dims, input_shapes=input_shapes)
+        graph = load_graph(model, example_inputs, batch=batch, dims=dims,
+                           input_shapes=input_shapes, input_dtypes=input_dtypes,
+                           zoo_exporter=zoo_exporter, progress=progress)
+        if progress:
+            progress("running the passes")
         return run_passes(graph, include_inputs=include_inputs, inplace=inplace)
     finally:
         if was_enabled:

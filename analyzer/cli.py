@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 import os
 import sys
 from pathlib import Path
@@ -29,8 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
         "Static cost analysis of a neural-network graph: per-node params, MACs, FLOPs, bytes "
         "read/written, and activation memory by liveness. Reads shapes only: weights and "
         "external data files are never read, and the input file is never written."))
-    p.add_argument("model", help="an .onnx file, or zoo:NAME for a bundled reference model "
-                                 "(exported once with torch and cached)")
+    p.add_argument("model", help=(
+        "an .onnx file; zoo:NAME for a bundled reference model; or path/to/file.py:Class — "
+        "this IMPORTS AND RUNS that Python file, builds Class() with no arguments on the meta "
+        "device (no weights allocated) and traces its forward with torch.export on fake "
+        "inputs of the --input-shape sizes"))
+    p.add_argument("--fx", action="store_true",
+                   help="zoo models: trace the torch module with torch.export instead of "
+                        "analyzing its ONNX export")
+    p.add_argument("--input-dtype", action="append", default=[], metavar="NAME=DTYPE",
+                   help="dtype of a traced module's input (default float32), e.g. "
+                        "--input-dtype input_ids=int64")
+    p.add_argument("--depth", type=int, default=None,
+                   help="print the module tree down to this depth instead of the node table")
     p.add_argument("--batch", type=int, default=None,
                    help="bind the batch dim (axis 0) of the graph inputs (default 1)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
@@ -48,6 +60,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rows", type=int, default=500,
                    help="node rows in the table format (0 = all; default 500)")
     return p
+
+
+@contextmanager
+def _progress():
+    """A rich spinner on stderr while the model is read, traced and analyzed (terminals only:
+    nothing when stderr is redirected, so pipes and CI logs stay clean)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    with Console(stderr=True).status("graphcost: starting") as status:
+        yield lambda msg: status.update(f"graphcost: {msg}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,19 +105,24 @@ def _run(args) -> int:
             os.path.samefile(args.output, args.model):
         raise GraphcostError("--output names the input model; graphcost never writes its input")
 
-    report = analyze(args.model, batch=args.batch, dims=dims, input_shapes=shapes,
-                     include_inputs=not args.exclude_inputs, inplace=args.inplace_activations)
+    dtypes = dict(_kv(text, "--input-dtype") for text in args.input_dtype)
+    with _progress() as note:
+        report = analyze(args.model, batch=args.batch, dims=dims, input_shapes=shapes,
+                         input_dtypes=dtypes, include_inputs=not args.exclude_inputs,
+                         inplace=args.inplace_activations,
+                         zoo_exporter="fx" if args.fx else "onnx", progress=note)
 
     from analyzer import render
     if args.format == "table":
         from rich.console import Console
         if args.output:
             with open(args.output, "w", encoding="utf-8") as fh:
-                render.render_table(report, Console(file=fh, width=200), args.max_rows)
+                render.render_table(report, Console(file=fh, width=200), args.max_rows,
+                                    args.depth)
         else:
             # piped output gets a wide console instead of rich's 80-column default
             render.render_table(report, Console(width=None if sys.stdout.isatty() else 200),
-                                args.max_rows)
+                                args.max_rows, args.depth)
     else:
         text = {"json": report.to_json, "csv": lambda: render.render_csv(report),
                 "markdown": lambda: render.render_markdown(report)}[args.format]()

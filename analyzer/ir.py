@@ -104,6 +104,7 @@ class Graph:
     outputs: tuple[str, ...]
     dims: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     batch: int = 1                        # the batch size the inputs were bound with
+    module_types: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     warnings: tuple[str, ...] = ()
 
     def spec(self, name: str) -> TensorSpec | None:

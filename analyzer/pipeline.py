@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from analyzer.ir import Graph, ValueKind
-from analyzer.report import (Coverage, LiveTensor, Memory, NodeRow, OpTypeRow, Report, Totals)
+from analyzer.report import (Coverage, LiveTensor, Memory, ModuleRow, NodeRow, OpTypeRow, Report,
+                             Totals)
 from passes.arena import plan_arena
 from passes.costs import count_costs
 from passes.liveness import analyze_liveness
+from passes.modules import aggregate_modules
 from passes.params import count_params
 from passes.shapes import check_shapes
 
@@ -64,5 +66,9 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     if live.unknown:
         warnings.append(f"{len(live.unknown)} activation(s) of unknown size count as 0 bytes "
                         f"in memory (first: {live.unknown[0]!r})")
+    types = graph.module_types
+    modules = tuple(ModuleRow(m.path, types.get(m.path, ""), m.depth, m.nodes, m.params, m.macs,
+                              m.flops, m.output_bytes)
+                    for m in aggregate_modules(graph, costs, params))
     return Report(graph.name, graph.source, graph.batch, dict(graph.dims), totals, by_op,
-                  coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues))
+                  coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues), modules)

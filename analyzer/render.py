@@ -69,8 +69,28 @@ def summary_lines(r: Report) -> list[str]:
     return lines
 
 
-def render_table(r: Report, console, max_rows: int = 500) -> None:
+def render_modules(r: Report, console, depth: int) -> None:
     from rich.table import Table
+
+    table = Table(title=f"graphcost: {r.model} — modules to depth {depth}", header_style="bold")
+    for col in ("module", "type", "params", "MACs", "FLOPs", "out bytes", "nodes"):
+        table.add_column(col, justify="left" if col in ("module", "type") else "right")
+    for m in r.modules:
+        if m.depth > depth:
+            continue
+        label = ("  " * m.depth) + (m.path.rsplit(".", 1)[-1] if m.path else "(model)")
+        table.add_row(label, m.type, f"{m.params:,}", human(m.macs) if m.macs else "",
+                      human(m.flops) if m.flops else "", human_bytes(m.output_bytes),
+                      str(m.nodes))
+    console.print(table)
+
+
+def render_table(r: Report, console, max_rows: int = 500, depth: int | None = None) -> None:
+    from rich.table import Table
+
+    if depth is not None:
+        render_modules(r, console, depth)
+        max_rows = -1
 
     table = Table(title=f"graphcost: {r.model}", show_lines=False, header_style="bold")
     for col, justify in (("#", "right"), ("node", "left"), ("op", "left"),
@@ -79,15 +99,16 @@ def render_table(r: Report, console, max_rows: int = 500) -> None:
                          ("FLOPs", "right"), ("read", "right"), ("written", "right"),
                          ("R+W", "right")):
         table.add_column(col, justify=justify)
-    rows = r.nodes if max_rows <= 0 else r.nodes[:max_rows]
+    rows = r.nodes if max_rows == 0 else r.nodes[:max(max_rows, 0)]
     for n in rows:
         style = None if n.status == "ok" else "yellow"
         cells = _node_cells(n)
         if n.status != "ok":
             cells[2] += f" ({n.status})"
         table.add_row(*cells, style=style)
-    console.print(table)
-    if len(rows) < len(r.nodes):
+    if rows:
+        console.print(table)
+    if rows and len(rows) < len(r.nodes):
         console.print(f"… {len(r.nodes) - len(rows):,} more nodes (--max-rows 0 shows all; "
                       "--format json/csv has every node)")
     ops = Table(title="by op type", header_style="bold")

@@ -106,6 +106,18 @@ class NodeRow:
 
 
 @dataclass(frozen=True)
+class ModuleRow:
+    path: str           # module path ("layer1.0.conv1"); "" is the whole model
+    type: str           # class name where the frontend knows it (FX), else ""
+    depth: int
+    nodes: int
+    params: int
+    macs: int
+    flops: int
+    output_bytes: int
+
+
+@dataclass(frozen=True)
 class Report:
     model: str
     source: str
@@ -118,6 +130,7 @@ class Report:
     nodes: tuple[NodeRow, ...]
     warnings: tuple[str, ...] = ()
     shape_issues: tuple[str, ...] = field(default=())
+    modules: tuple[ModuleRow, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         t, c, m = self.totals, self.coverage, self.memory
@@ -149,6 +162,9 @@ class Report:
                        "fragmentation": round(m.fragmentation, 6),
                        "timeline": list(m.timeline)},
             "warnings": list(self.warnings),
+            "modules": [{"path": m.path, "type": m.type, "depth": m.depth, "nodes": m.nodes,
+                         "params": m.params, "macs": m.macs, "flops": m.flops,
+                         "output_bytes": m.output_bytes} for m in self.modules],
             "nodes": [{"index": n.index, "name": n.name, "op": n.op, "scope": n.scope,
                        "input_shapes": list(n.input_shapes),
                        "output_shapes": list(n.output_shapes),

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import operator
+import warnings
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -33,7 +34,9 @@ def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgr
     for op in list(table):
         if any(k in str(op) for k in _KEEP):
             del table[op]
-    return ep.run_decompositions(table)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
+        return ep.run_decompositions(table)
 
 
 def _dtype(dt: torch.dtype) -> str:
@@ -128,7 +131,8 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
                     outputs.append(alias.get(arg.name, arg.name))
     return Graph(name=name, source="fx", nodes=tuple(nodes), values=MappingProxyType(values),
                  inputs=tuple(inputs), outputs=tuple(outputs),
-                 dims=MappingProxyType(dict(dims or {})), batch=batch)
+                 dims=MappingProxyType(dict(dims or {})), batch=batch,
+                 module_types=MappingProxyType(module_types(ep)))
 
 
 def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict) -> Node:

@@ -234,6 +234,26 @@ def _infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProt
                              f"{str(exc).splitlines()[0]}") from None
 
 
+def module_path(node_name: str) -> str:
+    """The torch module path in an exporter's node name.
+
+    '/layer1/layer1.0/conv1/Conv' -> 'layer1.0.conv1' (a child's component repeats its
+    parent's path: 'layer1.0' under 'layer1'); names without '/' carry none.
+    """
+    if not node_name.startswith("/"):
+        return ""
+    parts = node_name.strip("/").split("/")[:-1]
+    path = ""
+    for part in parts:
+        if path and part.startswith(path + "."):
+            path = part
+        elif path:
+            path = f"{path}.{part}"
+        else:
+            path = part
+    return path
+
+
 class _Lowering:
     def __init__(self, model: onnx.ModelProto, name: str, weights, bound, symbols, batch,
                  reader: SpecReader, specs: dict[str, TensorSpec]):
@@ -291,7 +311,10 @@ class _Lowering:
                         return a.i
         return None
 
-    def _lower_graph(self, g: onnx.GraphProto, scope: str, repeat: int) -> None:
+    def _lower_graph(self, g: onnx.GraphProto, scope: str, repeat: int,
+                     outer_module: str = "") -> None:
+        """``scope`` prefixes node names inside control-flow bodies; a node's module path comes
+        from its name as torch exporters write it, else from the enclosing control node."""
         opsets = self.opsets
         specs = self.specs
         values = self.values
@@ -313,7 +336,8 @@ class _Lowering:
             else:
                 used.add(name)
             if domain == "" and op_type in ("If", "Loop", "Scan"):
-                self._lower_control_flow(node, g, name, repeat)
+                self._lower_control_flow(node, g, name, repeat,
+                                         module_path(base) or outer_module)
             defaults = _attr_defaults(op_type, domain, opsets.get(domain, 1))
             attributes = node.attribute
             if attributes:
@@ -341,10 +365,11 @@ class _Lowering:
                             op_type in SAME_SHAPE_AS_INPUT and inputs[0] in values:
                         spec = values[inputs[0]].spec  # inference gave up on this op
                     values[out] = Value(out, spec or undefined, activation, index)
-            nodes.append(Node(index, name, op, inputs, outputs, attrs_map, scope, repeat))
+            module = module_path(base) or outer_module
+            nodes.append(Node(index, name, op, inputs, outputs, attrs_map, module, repeat))
 
     def _lower_control_flow(self, node: onnx.NodeProto, g: onnx.GraphProto, name: str,
-                            repeat: int) -> None:
+                            repeat: int, module: str) -> None:
         bodies = {a.name: a.g for a in node.attribute if a.type == AttributeProto.GRAPH}
         times = 1
         if node.op_type == "Loop":
@@ -376,4 +401,5 @@ class _Lowering:
                                                                DTYPE.get(t.data_type, "undefined")),
                                             ValueKind.PARAM if DTYPE.get(t.data_type) in
                                             FLOAT_DTYPES else ValueKind.CONST)
-            self._lower_graph(body, scope=f"{name}/{key}/", repeat=repeat * times)
+            self._lower_graph(body, scope=f"{name}/{key}/", repeat=repeat * times,
+                              outer_module=module)

@@ -1,0 +1,138 @@
+"""Capturing PyTorch models for the FX frontend: nn.Module, fx.GraphModule, a class in a file.
+
+Inputs are fake tensors (FakeTensorMode) on the model's own device, or meta tensors when the
+model lives on the meta device, so no activation and no weight is ever allocated; a model
+built under ``torch.device("meta")`` (a 7B decoder) is never materialized. ``torch.export``
+runs the model's forward on those fakes and leaves the module as it was (no hooks, no
+attributes added).
+
+Shapes are static: binding another batch or sequence length re-exports (the module is traced
+again, ~1 s for ResNet-50), which keeps every model exportable without dynamic-shape guards.
+"""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from analyzer.errors import GraphcostError
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def fake_inputs(model: torch.nn.Module, input_shapes: Mapping[str, Sequence[int]],
+                input_dtypes: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+    """Keyword inputs for ``model.forward`` with the given shapes, allocating nothing."""
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY, p.POSITIONAL_ONLY)]
+    names = [p.name for p in params]
+    for name in input_shapes:
+        if name not in names:
+            raise GraphcostError(f"--input-shape names no argument {name!r} of "
+                                 f"{type(model).__name__}.forward; its arguments are: "
+                                 + ", ".join(names))
+    missing = [p.name for p in params if p.default is p.empty and p.name not in input_shapes]
+    if missing:
+        raise GraphcostError(f"{type(model).__name__}.forward needs {', '.join(missing)}: pass "
+                             + " ".join(f"--input-shape {m}=..." for m in missing))
+    return make_fakes(model, input_shapes, input_dtypes)
+
+
+def make_fakes(model: torch.nn.Module, input_shapes: Mapping[str, Sequence[int]],
+               input_dtypes: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+    """Fake (or, for a meta model, meta) tensors of the given shapes; nothing is allocated."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    device = _device_of(model)
+    dtypes = dict(input_dtypes or {})
+    out: dict[str, torch.Tensor] = {}
+    if device.type == "meta":
+        for name, shape in input_shapes.items():
+            out[name] = _empty(shape, dtypes.get(name), "meta")
+        return out
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        for name, shape in input_shapes.items():
+            out[name] = _empty(shape, dtypes.get(name), device)
+    return out
+
+
+def _empty(shape, dtype, device) -> torch.Tensor:
+    dtype = _as_dtype(dtype) if dtype is not None else torch.float32
+    if dtype in (torch.int64, torch.int32):
+        return torch.zeros(tuple(shape), dtype=dtype, device=device)
+    return torch.empty(tuple(shape), dtype=dtype, device=device)
+
+
+def _as_dtype(d: Any) -> torch.dtype:
+    if isinstance(d, torch.dtype):
+        return d
+    dt = getattr(torch, str(d).removeprefix("torch."), None)
+    if not isinstance(dt, torch.dtype):
+        raise GraphcostError(f"unknown dtype {d!r}")
+    return dt
+
+
+def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
+                  name: str = "model") -> "torch.export.ExportedProgram":
+    """``torch.export`` (non-strict) with errors turned into one clear line."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
+            return torch.export.export(model, tuple(args), kwargs=kwargs or {}, strict=False)
+    except GraphcostError:
+        raise
+    except Exception as exc:
+        first = next((line for line in str(exc).splitlines() if line.strip()), "")
+        raise GraphcostError(f"{name}: torch.export could not trace the forward "
+                             f"({type(exc).__name__}: {first[:300]})") from None
+
+
+def load_class(spec: str) -> tuple[type, str]:
+    """'path/to/net.py:Net' -> the class (importing, i.e. running, the file)."""
+    path_text, _, cls_name = spec.rpartition(":")
+    path = Path(path_text)
+    if not path.is_file():
+        raise GraphcostError(f"{path}: no such file")
+    mod_name = f"_graphcost_user_{path.stem}"
+    loader = importlib.util.spec_from_file_location(mod_name, path)
+    if loader is None or loader.loader is None:
+        raise GraphcostError(f"{path}: cannot import as a Python module")
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[mod_name] = module
+    try:
+        loader.loader.exec_module(module)
+    except Exception as exc:
+        raise GraphcostError(f"{path}: importing it failed ({type(exc).__name__}: {exc})") \
+            from None
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        classes = sorted(n for n, v in vars(module).items()
+                         if isinstance(v, type) and issubclass(v, torch.nn.Module)
+                         and v.__module__ == mod_name)
+        raise GraphcostError(f"{path} has no class {cls_name!r}; nn.Module classes there: "
+                             + (", ".join(classes) or "none"))
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise GraphcostError(f"{spec}: {cls_name} is not an nn.Module class")
+    return cls, cls_name
+
+
+def build_on_meta(cls: type, name: str) -> torch.nn.Module:
+    """Instantiate with no arguments on the meta device: no weight memory is allocated."""
+    try:
+        with torch.device("meta"):
+            return cls().eval()
+    except Exception as exc:
+        raise GraphcostError(f"{name}(): constructing it with no arguments failed "
+                             f"({type(exc).__name__}: {exc})") from None
