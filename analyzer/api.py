@@ -72,7 +72,7 @@ def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progre
         raise GraphcostError(f"no zoo model {name!r}; known: " + ", ".join(sorted(models_zoo.MODELS)))
     # the zoo's own sizes (seq=64 …) unless the caller binds them
     dims = {**models_zoo.default_dims(name), **(dims or {})}
-    if exporter == "fx":
+    if exporter == "fx" or models_zoo.get(name).meta_only:
         shapes = dict(input_shapes or models_zoo.input_shapes(name, batch or 1, **dims))
         spec = models_zoo.get(name)
         note(f"building zoo:{name} on the meta device")
@@ -86,7 +86,10 @@ def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progre
         graph = _torch_graph(module, fakes, None, None, None, note)
         return _renamed(graph, f"zoo:{name}", dims)
     note(f"exporting zoo:{name} to ONNX (cached)")
-    path = Path(models_zoo.cached_export(name))
+    try:
+        path = Path(models_zoo.cached_export(name))
+    except models_zoo.ZooExportError as exc:
+        raise GraphcostError(str(exc)) from None
     if input_shapes:
         dims = {}
     from analyzer.frontends.onnx_frontend import load_model, lower_onnx
@@ -159,7 +162,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             dims: Mapping[str, int] | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             input_dtypes: Mapping[str, Any] | None = None,
-            include_inputs: bool = True, inplace: bool = False,
+            include_inputs: bool = True, inplace: bool = False, lifetimes: str | None = None,
             zoo_exporter: str = "onnx", progress: Progress | None = None) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
@@ -181,7 +184,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
                            zoo_exporter=zoo_exporter, progress=progress)
         if progress:
             progress("running the passes")
-        return run_passes(graph, include_inputs=include_inputs, inplace=inplace)
+        return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
+                          lifetimes=lifetimes)
     finally:
         if was_enabled:
             gc.enable()

@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave graph inputs out of activation memory")
     p.add_argument("--inplace-activations", action="store_true",
                    help="what-if: unary activations write into their dying input")
+    p.add_argument("--lifetimes", choices=("dataflow", "eager"), default=None,
+                   help="how long tensors live: dataflow = freed after the last use (a graph "
+                        "runtime; default for ONNX), eager = module arguments held until the "
+                        "module returns (PyTorch eager; default for traced torch models)")
     p.add_argument("--max-rows", type=int, default=500,
                    help="node rows in the table format (0 = all; default 500)")
     return p
@@ -109,7 +113,7 @@ def _run(args) -> int:
     with _progress() as note:
         report = analyze(args.model, batch=args.batch, dims=dims, input_shapes=shapes,
                          input_dtypes=dtypes, include_inputs=not args.exclude_inputs,
-                         inplace=args.inplace_activations,
+                         inplace=args.inplace_activations, lifetimes=args.lifetimes,
                          zoo_exporter="fx" if args.fx else "onnx", progress=note)
 
     from analyzer import render

@@ -1,6 +1,7 @@
 """Runs the passes over one IR graph and assembles the Report. No I/O, no printing."""
 from __future__ import annotations
 
+from analyzer.errors import GraphcostError
 from analyzer.ir import Graph, ValueKind
 from analyzer.report import (Coverage, LiveTensor, Memory, ModuleRow, NodeRow, OpTypeRow, Report,
                              Totals)
@@ -12,10 +13,19 @@ from passes.params import count_params
 from passes.shapes import check_shapes
 
 
-def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False) -> Report:
+def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False,
+               lifetimes: str | None = None) -> Report:
+    """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
+    "eager" (PyTorch eager: module arguments stay referenced until the call returns). Default:
+    eager for graphs traced from PyTorch, dataflow for ONNX."""
+    if lifetimes is None:
+        lifetimes = "eager" if graph.source == "fx" else "dataflow"
+    if lifetimes not in ("eager", "dataflow"):
+        raise GraphcostError(f"lifetimes must be 'eager' or 'dataflow', not {lifetimes!r}")
     costs = count_costs(graph)
     params = count_params(graph)
-    live = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace)
+    live = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace,
+                            eager=lifetimes == "eager")
     arena = plan_arena(live.storages)
     shape_issues = check_shapes(graph)
 
@@ -52,7 +62,7 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     peak_i = live.peak_node
     live_at_peak = tuple(LiveTensor(s.name, s.nbytes) for s in live.live_at(peak_i)) \
         if peak_i >= 0 else ()
-    memory = Memory(include_inputs, live.naive_sum_bytes, live.peak_bytes,
+    memory = Memory(include_inputs, lifetimes, live.naive_sum_bytes, live.peak_bytes,
                     graph.nodes[peak_i].name if peak_i >= 0 else None, peak_i,
                     live_at_peak, arena.arena_bytes, live.timeline)
     t = costs.totals

@@ -51,10 +51,10 @@ def summary_lines(r: Report) -> list[str]:
     if c.unknown_shape:
         lines.append("no shape    " + ", ".join(f"{k}×{v}" for k, v in c.unknown_shape.items())
                      + "  (shapes unknown — not costed)")
-    inputs = "incl." if m.include_inputs else "excl."
+    inputs = ("incl." if m.include_inputs else "excl.") + f" inputs, {m.lifetimes} lifetimes"
     lines += [
         f"activations naive sum {human_bytes(m.naive_sum_bytes)} ({m.naive_sum_bytes:,} B, "
-        f"{inputs} inputs)",
+        f"{inputs})",
         f"            peak live {human_bytes(m.peak_bytes)} ({m.peak_bytes:,} B) at "
         f"{m.peak_node} (#{m.peak_node_index})",
         f"            arena     {human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "

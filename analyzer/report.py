@@ -23,7 +23,8 @@ CONVENTION = {
     "params": "trainable weights, each counted once however many nodes read it; BatchNorm "
               "running statistics are buffers",
     "memory": "activation storage at inference: each tensor lives from its producer to its last "
-              "consumer; views alias their input",
+              "consumer (dataflow), or, for eager PyTorch, at least until the module call it "
+              "was passed into returns (eager); views alias their input",
 }
 
 
@@ -70,6 +71,7 @@ class LiveTensor:
 @dataclass(frozen=True)
 class Memory:
     include_inputs: bool
+    lifetimes: str            # "dataflow" or "eager"
     naive_sum_bytes: int
     peak_bytes: int
     peak_node: str | None
@@ -152,7 +154,7 @@ class Report:
                          "percent": round(c.percent, 2),
                          "unsupported": dict(c.unsupported),
                          "unknown_shape": dict(c.unknown_shape)},
-            "memory": {"include_inputs": m.include_inputs,
+            "memory": {"include_inputs": m.include_inputs, "lifetimes": m.lifetimes,
                        "naive_sum_bytes": m.naive_sum_bytes,
                        "peak_bytes": m.peak_bytes, "peak_node": m.peak_node,
                        "peak_node_index": m.peak_node_index,

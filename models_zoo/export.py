@@ -111,6 +111,10 @@ def export_onnx(name: str, path: str | os.PathLike, *, dynamo: bool = False, ops
     onnxscript (default opset: the exporter's own). Raises :class:`ZooExportError` if the
     model cannot be exported."""
     spec = get(name)
+    if spec.meta_only:
+        raise ZooExportError(f"zoo model {name!r} is too large to export (its weights would be "
+                             "materialized): analyze it traced on the meta device instead "
+                             "(graphcost zoo:" + name + " --fx)")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = build_model(name)
@@ -147,7 +151,8 @@ def cached_export(name: str, *, dynamo: bool = False, opset: int | None = None) 
     version and zoo version) and return the path. Writes go to a temp file in the same
     directory and are published with ``os.replace``, so concurrent callers never see a
     partial file (at worst both export and the last rename wins)."""
-    get(name)  # validate the name early
+    if get(name).meta_only:  # validate the name early
+        export_onnx(name, "")
     d = cache_dir()
     d.mkdir(parents=True, exist_ok=True)
     final = d / f"{_cache_key(name, dynamo, opset)}.onnx"

@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import bert, classic, gpt2, mobilenet, resnet, unet, vgg
+from . import bert, classic, gpt2, llama, mobilenet, resnet, unet, vgg
 
 BATCH = "batch"
 SEQ = "seq"
@@ -30,6 +30,8 @@ class ZooModel:
     output_dynamic_dims: dict[str, dict[int, str]] = field(default_factory=dict)
     # integer inputs: input_name -> (low, high) for torch.randint (high exclusive)
     int_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # too large to materialize: analyze it traced on the meta device (--fx), never export it
+    meta_only: bool = False
 
     def output_dims(self) -> dict[str, dict[int, str]]:
         return {o: dict(self.output_dynamic_dims.get(o, {0: BATCH})) for o in self.output_names}
@@ -95,6 +97,20 @@ MODELS: dict[str, ZooModel] = {
             ("last_hidden_state", "pooler_output"),
             output_dynamic_dims={"last_hidden_state": {0: BATCH, 1: SEQ}, "pooler_output": {0: BATCH}},
             int_ranges={"input_ids": (0, bert.BertConfig.vocab_size), "attention_mask": (1, 2)},  # mask of ones
+        ),
+        ZooModel(
+            "llama_tiny", llama.llama_tiny, _tokens("input_ids", seq=64), {"input_ids": torch.int64},
+            "tiny Llama-style decoder: RMSNorm, rotary, GQA (4 heads, 2 kv), SwiGLU; d 128, 2 layers",
+            {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
+            output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
+            int_ranges={"input_ids": (0, llama.TINY.vocab_size)},
+        ),
+        ZooModel(
+            "llama7b", llama.llama7b, _tokens("input_ids", seq=2048), {"input_ids": torch.int64},
+            "Llama-2-7B-shaped decoder (6.74 B params): build and trace on the meta device only",
+            {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
+            output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
+            int_ranges={"input_ids": (0, 32000)}, meta_only=True,
         ),
         ZooModel(
             "unet", unet.unet_small, _image(3, 64, 64, resizable=True), _X_FLOAT,

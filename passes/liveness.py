@@ -45,8 +45,33 @@ class Liveness:
         return live
 
 
+def module_call_ends(graph: Graph) -> list[list[int]]:
+    """ends[d][i]: index of the last node of the module call at depth d that contains node i.
+
+    A call is a maximal run of consecutive nodes whose scope shares the same first d path
+    components (a module's nodes are contiguous in execution order).
+    """
+    paths = [node.scope.split(".") if node.scope else [] for node in graph.nodes]
+    depth = max((len(p) for p in paths), default=0)
+    n = len(paths)
+    ends = []
+    for d in range(depth + 1):
+        end = [0] * n
+        j = n - 1
+        for i in range(n - 1, -1, -1):
+            if i < n - 1 and (len(paths[i]) < d or len(paths[i + 1]) < d
+                              or paths[i][:d] != paths[i + 1][:d]):
+                j = i
+            end[i] = j
+        ends.append(end)
+    return ends
+
+
 def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
-                     inplace: bool = False) -> Liveness:
+                     inplace: bool = False, eager: bool = False) -> Liveness:
+    """``eager=True`` models PyTorch eager execution instead of a graph runtime: a tensor passed
+    into a module call stays referenced (by the caller's variable and the callee's parameter)
+    until that call returns, so it lives at least to the call's last node."""
     nodes = graph.nodes
     n = len(nodes)
     values = graph.values
@@ -58,6 +83,8 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
         for name in node.inputs:
             if name and name not in last_use:
                 last_use[name] = node.index
+    if eager:
+        _extend_to_module_returns(graph, last_use)
     for name in graph.outputs:
         last_use[name] = last
 
@@ -127,3 +154,34 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
             peak, peak_node = running, i
     storages = tuple(Storage(a, s, b, d) for a, s, b, d in zip(names, sizes, births, deaths))
     return Liveness(storages, of, tuple(timeline), sum(sizes), peak, peak_node, tuple(unknown))
+
+
+def _extend_to_module_returns(graph: Graph, last_use: dict[str, int]) -> None:
+    """For every use of a value inside a module call that the value was produced outside of,
+    keep the value to the end of that (outermost such) call."""
+    ends = module_call_ends(graph)
+    called = graph.module_types  # the frontend's known modules; empty: every path prefix
+    scope_of = {}
+    for node in graph.nodes:
+        for out in node.outputs:
+            if out:
+                scope_of[out] = node.scope
+    for node in graph.nodes:
+        consumer = node.scope.split(".") if node.scope else []
+        for name in node.inputs:
+            if not name:
+                continue
+            producer = scope_of.get(name)
+            prod = producer.split(".") if producer else []
+            common = 0
+            while common < len(prod) and common < len(consumer) and \
+                    prod[common] == consumer[common]:
+                common += 1
+            # the outermost module *called* around this use that the value came into
+            # (containers such as ModuleList are never called: they hold no reference)
+            for d in range(common + 1, len(consumer) + 1):
+                if not called or ".".join(consumer[:d]) in called:
+                    end = ends[d][node.index]
+                    if end > last_use.get(name, -1):
+                        last_use[name] = end
+                    break

@@ -29,6 +29,7 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _KEEP = ("scaled_dot_product_attention",)
 
 
+
 def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgram":
     table = torch.export.default_decompositions()
     for op in list(table):
@@ -138,6 +139,11 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
 def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict) -> Node:
     target = fx.target
     op = str(target)  # "aten.addmm.default"
+    torch_fn = fx.meta.get("torch_fn") or ("", "")
+    if op == "aten.clone.default" and "dropout" in str(torch_fn[1]):
+        # Export writes inference dropout as a clone; eager returns the input itself (≈ 10%
+        # of a transformer's activation memory), so it is lowered as the view it is.
+        op = "aten.dropout.default"
     schema = getattr(target, "_schema", None)
     tensor_inputs: list[str] = []
     attrs: dict[str, Any] = {}

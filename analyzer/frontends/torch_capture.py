@@ -12,9 +12,12 @@ again, ~1 s for ResNet-50), which keeps every model exportable without dynamic-s
 from __future__ import annotations
 
 import importlib.util
+import io
+import logging
 import inspect
 import sys
 import warnings
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -88,7 +91,7 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
                   name: str = "model") -> "torch.export.ExportedProgram":
     """``torch.export`` (non-strict) with errors turned into one clear line."""
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_torch_logs():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
             return torch.export.export(model, tuple(args), kwargs=kwargs or {}, strict=False)
     except GraphcostError:
@@ -97,6 +100,24 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
         first = next((line for line in str(exc).splitlines() if line.strip()), "")
         raise GraphcostError(f"{name}: torch.export could not trace the forward "
                              f"({type(exc).__name__}: {first[:300]})") from None
+
+
+@contextmanager
+def quiet_torch_logs():
+    """torch.export logs warnings and whole graph dumps to stderr when a trace fails; the
+    failure is reported as one line instead, so torch's loggers are silenced and its stderr
+    writes captured meanwhile (a library call prints nothing)."""
+    names = ["torch", *(n for n in logging.root.manager.loggerDict if n.startswith("torch."))]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        with redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def load_class(spec: str) -> tuple[type, str]:

@@ -1,0 +1,137 @@
+"""A Llama-style decoder: RMSNorm, rotary position embeddings, grouped-query causal SDPA
+attention, SwiGLU MLP, no biases, untied lm_head.
+
+``llama7b`` is the Llama-2-7B shape (vocab 32,000, d 4,096, 32 layers, 32 heads, MLP 11,008:
+6,738,415,616 parameters). Build it under ``torch.device("meta")``: its fp32 weights would take
+27 GB. ``llama_tiny`` is the same code at a size that runs and exports in a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int = 32000
+    d_model: int = 4096
+    n_layer: int = 32
+    n_head: int = 32
+    n_kv_head: int = 32
+    ffn: int = 11008
+    max_seq: int = 4096
+    eps: float = 1e-5
+    rope_base: float = 10000.0
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.n_head, self.n_kv = cfg.n_head, cfg.n_kv_head
+        self.head_dim = cfg.d_model // cfg.n_head
+        self.q_proj = nn.Linear(cfg.d_model, cfg.n_head * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_head * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_head * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.n_head * self.head_dim, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.n_head, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if self.n_kv != self.n_head:
+            rep = self.n_head // self.n_kv
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(b, s, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.ffn, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.ffn, bias=False)
+        self.down_proj = nn.Linear(cfg.ffn, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.d_model, cfg.eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: LlamaConfig = LlamaConfig()) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = RMSNorm(cfg.d_model, cfg.eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        head_dim = cfg.d_model // cfg.n_head
+        inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        s = input_ids.shape[1]
+        pos = torch.arange(s, device=input_ids.device, dtype=torch.float32)
+        freqs = torch.outer(pos, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
+
+
+def llama7b() -> Llama:
+    return Llama(LlamaConfig())
+
+
+TINY = LlamaConfig(vocab_size=1000, d_model=128, n_layer=2, n_head=4, n_kv_head=2, ffn=344,
+                   max_seq=256)
+
+
+def llama_tiny() -> Llama:
+    return Llama(TINY)
+
+
+def param_count(cfg: LlamaConfig) -> int:
+    """Exact parameter count from the config (the arithmetic the tests check against)."""
+    hd = cfg.d_model // cfg.n_head
+    attn = cfg.d_model * (cfg.n_head * hd) * 2 + cfg.d_model * (cfg.n_kv_head * hd) * 2
+    mlp = 3 * cfg.d_model * cfg.ffn
+    per_layer = attn + mlp + 2 * cfg.d_model
+    return 2 * cfg.vocab_size * cfg.d_model + cfg.n_layer * per_layer + cfg.d_model

@@ -1,0 +1,95 @@
+"""`graphcost file.py:Class` and zoo models traced with --fx, through the installed command."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from tests.test_bad_input import assert_one_line_error
+from tests.test_cli import run
+
+NET = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = nn.Linear(8, 10)
+
+        def forward(self, x):
+            y = self.conv(x).relu().mean((2, 3))
+            return self.fc(y)
+
+    class DataDependent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            if x.sum() > 0:          # control flow on tensor values: cannot be traced
+                return self.fc(x)
+            return x
+
+    class NeedsArgs(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+''')
+
+
+@pytest.fixture
+def netfile(tmp_path):
+    p = tmp_path / "net.py"
+    p.write_text(NET)
+    return p
+
+
+def test_file_class_entry(netfile):
+    r = json.loads(run(f"{netfile}:Net", "--input-shape", "x=2x3x16x16", "--format", "json",
+                       check_rc=0).stdout)
+    # params: conv 8·(3·9 + 1) = 224; fc 8·10 + 10 = 90 → 314
+    assert r["totals"]["params"] == 314
+    # MACs: conv 2·8·16·16·27 = 110,592; fc 2·10·8 = 160
+    assert r["totals"]["macs"] == 110_592 + 160
+    assert r["source"] == "fx" and r["model"] == "Net"
+    assert r["memory"]["lifetimes"] == "eager"
+    assert {m["path"] for m in r["modules"]} >= {"", "conv", "fc"}
+    # --batch replaces axis 0 of the given shape (a retrace)
+    r4 = json.loads(run(f"{netfile}:Net", "--input-shape", "x=2x3x16x16", "--batch", "4",
+                        "--format", "json", check_rc=0).stdout)
+    assert r4["totals"]["macs"] == 2 * r["totals"]["macs"]
+
+
+def test_depth_tree(netfile):
+    out = run(f"{netfile}:Net", "--input-shape", "x=1x3x8x8", "--depth", "1", check_rc=0).stdout
+    assert "modules to depth 1" in out and "Conv2d" in out and "Linear" in out
+
+
+def test_no_such_class(netfile):
+    assert_one_line_error(run(f"{netfile}:Nope", "--input-shape", "x=1x3x8x8"),
+                          "no class 'Nope'", "DataDependent, NeedsArgs, Net")
+
+
+def test_untraceable_forward(netfile):
+    assert_one_line_error(run(f"{netfile}:DataDependent", "--input-shape", "x=2x4"),
+                          "torch.export could not trace")
+
+
+def test_wrong_rank(netfile):
+    assert_one_line_error(run(f"{netfile}:Net", "--input-shape", "x=3x16x16x1x1"),
+                          "could not trace")
+
+
+def test_missing_shape_and_args(netfile):
+    assert_one_line_error(run(f"{netfile}:Net"), "--input-shape")
+    assert_one_line_error(run(f"{netfile}:NeedsArgs", "--input-shape", "x=1x4"),
+                          "no arguments failed")
+    assert_one_line_error(run(f"{netfile}:Net", "--input-shape", "y=1x3x8x8"),
+                          "no argument 'y'")
+
+
+def test_zoo_fx_and_meta_only():
+    r = json.loads(run("zoo:resnet18", "--fx", "--format", "json", check_rc=0).stdout)
+    assert r["totals"]["params"] == 11_689_512 and r["source"] == "fx"
