@@ -132,6 +132,9 @@ def build_model(name: str, *, seed: int = 0, eval: bool = True) -> nn.Module:
     """Build a zoo model with ``torch.manual_seed(seed)`` (deterministic weights), in eval mode by default."""
     spec = get(name)
     torch.manual_seed(seed)
+    if spec.meta_only:  # never materialized: weights are shapes only
+        with torch.device("meta"):
+            return spec.build().eval() if eval else spec.build()
     model = spec.build()
     _randomize_constant_tensors(model)
     return model.eval() if eval else model
