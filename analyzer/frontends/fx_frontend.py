@@ -91,11 +91,7 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
     user_outputs = {getattr(o.arg, "name", None) for o in sig.output_specs
                     if o.kind.name == "USER_OUTPUT"}
 
-    cache: dict = {}
-    values: dict[str, Value] = {}
-    nodes: list[Node] = []
-    inputs: list[str] = []
-    alias: dict[str, str] = {}      # getitem node / tied weight name -> the value it stands for
+    alias: dict[str, str] = {}  # tied weight placeholder -> the placeholder it stands for
     # Tied weights (GPT-2's lm_head and token embedding) are one tensor behind two
     # placeholders: the second stands for the first, so the weight is counted once.
     first_of: dict[int, str] = {}
@@ -107,8 +103,24 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
             first = first_of.setdefault(id(tensor), arg)
             if first != arg:
                 alias[arg] = first
+    return lower_fx_graph(ep.graph, kind_of, alias, user_outputs, name=name, batch=batch,
+                          dims=dims, module_types=module_types(ep.graph))
+
+
+def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
+                   alias: dict[str, str], keep_outputs: set[str] | None, *, name: str,
+                   batch: int, dims: Mapping[str, int] | None = None,
+                   module_types: Mapping[str, str] | None = None) -> Graph:
+    """Lower an ATen-level FX graph whose placeholders ``kind_of`` classifies. ``alias`` maps
+    placeholders that stand for another (tied weights); ``keep_outputs`` (None: all) names the
+    graph outputs that are the model's."""
+    cache: dict = {}
+    values: dict[str, Value] = {}
+    nodes: list[Node] = []
+    inputs: list[str] = []
+    alias = dict(alias)  # + getitem node name -> the tuple element value it picks
     outputs: list[str] = []
-    for fx in ep.graph.nodes:
+    for fx in graph.nodes:
         if fx.op == "placeholder":
             val = fx.meta.get("val")
             if fx.name in alias:
@@ -127,13 +139,15 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
             nodes.append(_lower_call(fx, len(nodes), values, alias, cache))
         elif fx.op == "output":
             for arg in torch.fx.node.map_arg(fx.args[0], lambda n: n) if fx.args else ():
-                if isinstance(arg, torch.fx.Node) and (not user_outputs or arg.name in user_outputs
-                                                       or arg.name in alias):
-                    outputs.append(alias.get(arg.name, arg.name))
+                if isinstance(arg, torch.fx.Node) and (keep_outputs is None
+                                                       or arg.name in keep_outputs):
+                    out = alias.get(arg.name, arg.name)
+                    if out in values and out not in outputs:
+                        outputs.append(out)
     return Graph(name=name, source="fx", nodes=tuple(nodes), values=MappingProxyType(values),
                  inputs=tuple(inputs), outputs=tuple(outputs),
                  dims=MappingProxyType(dict(dims or {})), batch=batch,
-                 module_types=MappingProxyType(module_types(ep)))
+                 module_types=MappingProxyType(dict(module_types or {})))
 
 
 def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict) -> Node:
@@ -197,10 +211,10 @@ def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict) -> Node:
                 MappingProxyType(attrs) if attrs else _EMPTY, scope, 1)
 
 
-def module_types(ep: "torch.export.ExportedProgram") -> dict[str, str]:
+def module_types(graph: "torch.fx.Graph") -> dict[str, str]:
     """Module path -> class name, from the nodes' nn_module_stack."""
     out: dict[str, str] = {}
-    for fx in ep.graph.nodes:
+    for fx in graph.nodes:
         for path, cls in (fx.meta.get("nn_module_stack") or {}).values():
             out.setdefault(path, cls.rsplit(".", 1)[-1] if isinstance(cls, str)
                            else getattr(cls, "__name__", str(cls)))
