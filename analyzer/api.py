@@ -30,20 +30,26 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
                dims: Mapping[str, int] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
                input_dtypes: Mapping[str, Any] | None = None, zoo_exporter: str = "onnx",
-               progress: Progress | None = None):
-    """Lower any accepted model into the IR."""
+               progress: Progress | None = None, train: bool = False):
+    """Lower any accepted model into the IR (with ``train``: its joint forward+backward)."""
     note = progress or (lambda _msg: None)
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
         if text.startswith(ZOO_PREFIX):
-            return _zoo_graph(text[len(ZOO_PREFIX):], batch, dims, input_shapes, zoo_exporter,
-                              note)
+            return _zoo_graph(text[len(ZOO_PREFIX):], batch, dims, input_shapes,
+                              "fx" if train else zoo_exporter, note, train)
         if ".py:" in text:
-            return _file_class_graph(text, batch, input_shapes, input_dtypes, note)
+            return _file_class_graph(text, batch, input_shapes, input_dtypes, note, train)
+        if train:
+            raise _onnx_train_error()
         return _onnx_path_graph(Path(text), batch, dims, input_shapes, note)
     if _is_torch(model):
-        return _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note)
+        return _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note,
+                            train)
     import onnx
+
+    if train:
+        raise _onnx_train_error()
 
     if isinstance(model, onnx.ModelProto):
         from analyzer.frontends.onnx_frontend import lower_onnx
@@ -52,6 +58,13 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
     raise GraphcostError(f"cannot analyze a {type(model).__name__}: pass an ONNX path, "
                          "'zoo:NAME', 'file.py:Class', an onnx.ModelProto, an ExportedProgram, "
                          "an fx.GraphModule or an nn.Module")
+
+
+def _onnx_train_error() -> GraphcostError:
+    return GraphcostError(
+        "--train needs the PyTorch model (path/to/file.py:Class, zoo:NAME, or the nn.Module in "
+        "Python): graphcost traces its real backward with AOTAutograd. An estimate for "
+        "inference-only ONNX graphs is not implemented yet")
 
 
 def _onnx_path_graph(path: Path, batch, dims, input_shapes, note: Progress):
@@ -63,7 +76,8 @@ def _onnx_path_graph(path: Path, batch, dims, input_shapes, note: Progress):
     return lower_onnx(proto, name=path.name, batch=batch, dims=dims, input_shapes=input_shapes)
 
 
-def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progress):
+def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progress,
+               train: bool = False):
     try:
         import models_zoo
     except ImportError as exc:  # pragma: no cover - an install without torch
@@ -83,7 +97,7 @@ def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progre
             module = spec.build().eval()
         # zoo input names need not be forward's argument names: pass them in order
         fakes = tuple(make_fakes(module, shapes, spec.input_dtypes).values())
-        graph = _torch_graph(module, fakes, None, None, None, note)
+        graph = _torch_graph(module, fakes, None, None, None, note, train)
         return _renamed(graph, f"zoo:{name}", dims)
     note(f"exporting zoo:{name} to ONNX (cached)")
     try:
@@ -103,7 +117,8 @@ def _renamed(graph, name: str, dims: Mapping[str, int]):
     return replace(graph, name=name, dims=MappingProxyType(dict(graph.dims, **dims)))
 
 
-def _file_class_graph(spec: str, batch, input_shapes, input_dtypes, note: Progress):
+def _file_class_graph(spec: str, batch, input_shapes, input_dtypes, note: Progress,
+                      train: bool = False):
     from analyzer.frontends.torch_capture import build_on_meta, load_class
 
     if not input_shapes:
@@ -111,17 +126,21 @@ def _file_class_graph(spec: str, batch, input_shapes, input_dtypes, note: Progre
     note(f"importing {spec}")
     cls, cls_name = load_class(spec)
     module = build_on_meta(cls, cls_name)
-    graph = _torch_graph(module, None, batch, input_shapes, input_dtypes, note)
+    graph = _torch_graph(module, None, batch, input_shapes, input_dtypes, note, train)
     return _renamed(graph, cls_name, {})
 
 
-def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note: Progress):
+def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note: Progress,
+                 train: bool = False):
     import torch
 
     from analyzer.frontends.fx_frontend import lower_exported
     from analyzer.frontends.torch_capture import export_module, fake_inputs
 
     name = type(model).__name__
+    if isinstance(model, torch.export.ExportedProgram) and train:
+        example_inputs = model.example_inputs[0] if model.example_inputs else ()
+        model = model.module()
     if isinstance(model, torch.export.ExportedProgram):
         note("lowering the exported program")
         b = _batch_of(model.example_inputs[0] if model.example_inputs else ())
@@ -144,6 +163,16 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
         args, kwargs = (), fake_inputs(model, shapes, input_dtypes)
     else:
         raise GraphcostError(f"{name}: pass example_inputs or input_shapes")
+    if train:
+        from analyzer.frontends.fx_frontend import lower_joint
+        from analyzer.frontends.torch_capture import export_joint
+        if kwargs:  # keyword inputs in forward's order
+            import inspect
+            order = [p for p in inspect.signature(model.forward).parameters if p in kwargs]
+            args, kwargs = tuple(kwargs[p] for p in order), {}
+        note(f"tracing {name}'s forward and backward (AOTAutograd)")
+        gm, sig, prefix = export_joint(model, args, name=name)
+        return lower_joint(gm, sig, model, prefix, name=name, batch=_batch_of(args))
     note(f"tracing {name} with torch.export")
     ep = export_module(model, args, kwargs, name=name)
     note("decomposing and lowering")
@@ -163,14 +192,17 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             input_dtypes: Mapping[str, Any] | None = None,
             include_inputs: bool = True, inplace: bool = False, lifetimes: str | None = None,
-            zoo_exporter: str = "onnx", progress: Progress | None = None) -> Report:
+            zoo_exporter: str = "onnx", progress: Progress | None = None,
+            train: bool = False, optimizer: str = "adam") -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
     dim by name, ``input_shapes`` whole input shapes. PyTorch: ``example_inputs`` (real, fake
     or meta tensors) or ``input_shapes`` (+ ``input_dtypes``, default float32) by forward
     argument name; ``batch`` replaces axis 0 of ``input_shapes``. ``progress`` receives short
-    stage messages (the CLI shows them; nothing is printed otherwise). Raises GraphcostError.
+    stage messages (the CLI shows them; nothing is printed otherwise). ``train`` analyzes one
+    training step of a PyTorch model (its joint forward+backward graph) with ``optimizer``
+    (none, sgd, momentum, adam, adamw). Raises GraphcostError.
     """
     from analyzer.pipeline import run_passes
 
@@ -181,11 +213,11 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     try:
         graph = load_graph(model, example_inputs, batch=batch, dims=dims,
                            input_shapes=input_shapes, input_dtypes=input_dtypes,
-                           zoo_exporter=zoo_exporter, progress=progress)
+                           zoo_exporter=zoo_exporter, progress=progress, train=train)
         if progress:
             progress("running the passes")
         return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
-                          lifetimes=lifetimes)
+                          lifetimes=lifetimes, optimizer=optimizer if train else None)
     finally:
         if was_enabled:
             gc.enable()

@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long tensors live: dataflow = freed after the last use (a graph "
                         "runtime; default for ONNX), eager = module arguments held until the "
                         "module returns (PyTorch eager; default for traced torch models)")
+    p.add_argument("--train", action="store_true",
+                   help="analyze one training step (forward + real backward traced with "
+                        "AOTAutograd + optimizer step) of a PyTorch model")
+    p.add_argument("--optimizer", choices=("none", "sgd", "momentum", "adam", "adamw"),
+                   default="adam", help="with --train: optimizer state and step (default adam)")
     p.add_argument("--max-rows", type=int, default=500,
                    help="node rows in the table format (0 = all; default 500)")
     return p
@@ -114,7 +119,8 @@ def _run(args) -> int:
         report = analyze(args.model, batch=args.batch, dims=dims, input_shapes=shapes,
                          input_dtypes=dtypes, include_inputs=not args.exclude_inputs,
                          inplace=args.inplace_activations, lifetimes=args.lifetimes,
-                         zoo_exporter="fx" if args.fx else "onnx", progress=note)
+                         zoo_exporter="fx" if args.fx else "onnx", progress=note,
+                         train=args.train, optimizer=args.optimizer)
 
     from analyzer import render
     if args.format == "table":

@@ -4,22 +4,25 @@ from __future__ import annotations
 from analyzer.errors import GraphcostError
 from analyzer.ir import Graph, ValueKind
 from analyzer.report import (Coverage, LiveTensor, Memory, ModuleRow, NodeRow, OpTypeRow, Report,
-                             Totals)
+                             Totals, Training)
 from passes.arena import plan_arena
 from passes.costs import count_costs
 from passes.liveness import analyze_liveness
 from passes.modules import aggregate_modules
+from passes.training import training_memory
 from passes.params import count_params
 from passes.shapes import check_shapes
 
 
 def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False,
-               lifetimes: str | None = None) -> Report:
+               lifetimes: str | None = None, optimizer: str | None = None) -> Report:
     """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
     "eager" (PyTorch eager: module arguments stay referenced until the call returns). Default:
-    eager for graphs traced from PyTorch, dataflow for ONNX."""
+    eager for graphs traced from PyTorch, dataflow for ONNX. ``optimizer`` (for a joint
+    forward+backward graph) adds the training-step memory."""
     if lifetimes is None:
-        lifetimes = "eager" if graph.source == "fx" else "dataflow"
+        # eager references matter in an eager forward; a joint graph's memory is dataflow
+        lifetimes = "eager" if graph.source == "fx" and optimizer is None else "dataflow"
     if lifetimes not in ("eager", "dataflow"):
         raise GraphcostError(f"lifetimes must be 'eager' or 'dataflow', not {lifetimes!r}")
     costs = count_costs(graph)
@@ -80,5 +83,12 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     modules = tuple(ModuleRow(m.path, types.get(m.path, ""), m.depth, m.nodes, m.params, m.macs,
                               m.flops, m.output_bytes)
                     for m in aggregate_modules(graph, costs, params))
+    training = None
+    if optimizer is not None:
+        t = training_memory(graph, optimizer)
+        training = Training(t.optimizer, t.param_bytes, t.buffer_bytes, t.grad_bytes,
+                            t.optimizer_state_bytes, t.step_temp_bytes, t.peak_bytes,
+                            t.peak_phase, t.peak_node, t.breakdown, t.timeline, t.phases)
     return Report(graph.name, graph.source, graph.batch, dict(graph.dims), totals, by_op,
-                  coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues), modules)
+                  coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues), modules,
+                  training)

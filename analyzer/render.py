@@ -64,6 +64,15 @@ def summary_lines(r: Report) -> list[str]:
         top = ", ".join(f"{x.name} {human_bytes(x.bytes)}" for x in m.live_at_peak[:5])
         more = len(m.live_at_peak) - 5
         lines.append(f"            live at peak: {top}" + (f" (+{more} more)" if more > 0 else ""))
+    t = r.training
+    if t is not None:
+        b = t.breakdown
+        where = f"{t.peak_phase}" + (f" at {t.peak_node}" if t.peak_node else " step")
+        lines += [
+            f"training    step peak {human_bytes(t.peak_bytes)} ({t.peak_bytes:,} B) in {where}, "
+            f"optimizer {t.optimizer}",
+            "            at peak: " + ", ".join(f"{k} {human_bytes(v)}" for k, v in b.items()),
+        ]
     for w in r.warnings:
         lines.append(f"warning     {w}")
     return lines

@@ -120,6 +120,32 @@ class ModuleRow:
 
 
 @dataclass(frozen=True)
+class Training:
+    """One steady-state training step (see passes/training.py for the model)."""
+    optimizer: str
+    param_bytes: int
+    buffer_bytes: int
+    grad_bytes: int
+    optimizer_state_bytes: int
+    step_temp_bytes: int
+    peak_bytes: int
+    peak_phase: str
+    peak_node: str | None
+    breakdown: dict[str, int]
+    timeline: tuple[int, ...]
+    phases: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer, "param_bytes": self.param_bytes,
+                "buffer_bytes": self.buffer_bytes, "grad_bytes": self.grad_bytes,
+                "optimizer_state_bytes": self.optimizer_state_bytes,
+                "step_temp_bytes": self.step_temp_bytes, "peak_bytes": self.peak_bytes,
+                "peak_phase": self.peak_phase, "peak_node": self.peak_node,
+                "breakdown_at_peak": dict(self.breakdown), "timeline": list(self.timeline),
+                "phases": list(self.phases)}
+
+
+@dataclass(frozen=True)
 class Report:
     model: str
     source: str
@@ -133,6 +159,7 @@ class Report:
     warnings: tuple[str, ...] = ()
     shape_issues: tuple[str, ...] = field(default=())
     modules: tuple[ModuleRow, ...] = ()
+    training: Training | None = None
 
     def to_dict(self) -> dict[str, Any]:
         t, c, m = self.totals, self.coverage, self.memory
@@ -164,6 +191,7 @@ class Report:
                        "fragmentation": round(m.fragmentation, 6),
                        "timeline": list(m.timeline)},
             "warnings": list(self.warnings),
+            "training": self.training.to_dict() if self.training else None,
             "modules": [{"path": m.path, "type": m.type, "depth": m.depth, "nodes": m.nodes,
                          "params": m.params, "macs": m.macs, "flops": m.flops,
                          "output_bytes": m.output_bytes} for m in self.modules],

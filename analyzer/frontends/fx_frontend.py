@@ -26,18 +26,47 @@ from analyzer.ir import Graph, Node, TensorSpec, Value, ValueKind
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # Ops kept whole instead of decomposed: their cost rule is the better model.
-_KEEP = ("scaled_dot_product_attention",)
+_KEEP = ("scaled_dot_product",)  # SDPA and its kernels (flash, efficient, cuDNN, _for_cpu)
 
 
 
 def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgram":
+    table = training_decompositions()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
+        return ep.run_decompositions(table)
+
+
+def training_decompositions():
+    """Core-ATen decompositions for the joint graph (attention kept whole, as at inference)."""
     table = torch.export.default_decompositions()
     for op in list(table):
         if any(k in str(op) for k in _KEEP):
             del table[op]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
-        return ep.run_decompositions(table)
+    return table
+
+
+def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefix: str, *,
+                name: str, batch: int) -> Graph:
+    """Lower AOTAutograd's joint forward+backward graph. Outputs: the loss, then one gradient
+    per parameter (which live to the optimizer step). Tied parameters become one value."""
+    kind_of: dict[str, ValueKind] = {}
+    alias: dict[str, str] = {}
+    first_of: dict[int, str] = {}
+    for ph, fqn in sig.inputs_to_parameters.items():
+        kind_of[ph] = ValueKind.PARAM
+        tensor = model.get_parameter(fqn.removeprefix(prefix))
+        first = first_of.setdefault(id(tensor), ph)
+        if first != ph:
+            alias[ph] = first
+    for ph in sig.inputs_to_buffers:
+        kind_of[ph] = ValueKind.BUFFER
+    # Outputs: the loss, then the gradients. Running-stat updates (BatchNorm) are left out:
+    # eager copies them into the buffers in place.
+    keep = set(sig.user_outputs) | set(sig.backward_signature.gradients_to_parameters)
+    return lower_fx_graph(gm.graph, kind_of, alias, keep, name=name, batch=batch,
+                          module_types={k.removeprefix(prefix): v for k, v in
+                                        module_types(gm.graph).items()})
 
 
 def _dtype(dt: torch.dtype) -> str:

@@ -157,3 +157,53 @@ def build_on_meta(cls: type, name: str) -> torch.nn.Module:
     except Exception as exc:
         raise GraphcostError(f"{name}(): constructing it with no arguments failed "
                              f"({type(exc).__name__}: {exc})") from None
+
+
+class _SumLoss(torch.nn.Module):
+    """Every floating output of the model summed to one scalar: a loss whose backward reaches
+    every parameter the outputs depend on, with no large tensors of its own."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        out = self.model(*args, **kwargs)
+        leaves = [t for t in torch.utils._pytree.tree_leaves(out)
+                  if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        loss = leaves[0].sum()
+        for t in leaves[1:]:
+            loss = loss + t.sum()
+        return (loss,)
+
+
+def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
+                 name: str = "model"):
+    """The joint forward+backward graph of one training step (AOTAutograd on fake tensors).
+
+    Returns ``(graph_module, signature, wrapper_prefix)``: parameter names in the signature carry
+    the wrapper's ``model.`` prefix. The model is switched to train mode for the trace and put
+    back in the mode it had."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    from analyzer.frontends.fx_frontend import training_decompositions
+
+    was_training = model.training
+    model.train()
+    try:
+        with warnings.catch_warnings(), quiet_torch_logs():
+            warnings.simplefilter("ignore", FutureWarning)
+            if kwargs:
+                raise GraphcostError("training analysis takes positional inputs only")
+            gm, sig = aot_export_module(_SumLoss(model), tuple(args), trace_joint=True,
+                                        output_loss_index=0,
+                                        decompositions=training_decompositions())
+    except GraphcostError:
+        raise
+    except Exception as exc:
+        first = next((line for line in str(exc).splitlines() if line.strip()), "")
+        raise GraphcostError(f"{name}: tracing forward+backward failed "
+                             f"({type(exc).__name__}: {first[:300]})") from None
+    finally:
+        model.train(was_training)
+    return gm, sig, "model."

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from analyzer.ir import Graph
-from passes.costs import elementwise, linear, movement, normalization, pooling  # noqa: F401
+from passes.costs import (backward, elementwise, linear, movement, normalization,  # noqa: F401
+                          pooling)
 from passes.costs.registry import ZERO, Cost, OpView, ShapeUnknown, lookup, node_cost
 
 OK, UNSUPPORTED, UNKNOWN_SHAPE = "ok", "unsupported", "unknown_shape"

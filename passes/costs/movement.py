@@ -36,7 +36,8 @@ zero_cost("aten.index_select.default", "aten.gather.default", "aten.index.Tensor
           reason="data movement: reads the gathered rows and the indices",
           reads="outputs", index_inputs=(1,), family=FAMILY)
 zero_cost("aten.full.default", "aten.zeros.default", "aten.ones.default",
-          "aten.empty.memory_format", "aten.empty_strided.default", "aten.full_like.default",
+          "aten.empty.memory_format", "aten.empty_strided.default", "aten.empty_permuted.default",
+          "aten.full_like.default",
           "aten.zeros_like.default", "aten.ones_like.default", "aten.empty_like.default",
           "aten.scalar_tensor.default", "aten.new_zeros.default", "aten.new_ones.default",
           "aten.new_full.default", "aten.new_empty.default", "aten.rand.default",

@@ -1,0 +1,87 @@
+"""Backward (and training-only) ops of the joint forward+backward graph.
+
+Matmul-class backward ops count MACs as FlopCounterMode counts FLOPs (= 2·MACs): a
+convolution's backward computes the input gradient and the weight gradient, each as many MACs
+as the forward; SDPA's backward does 5 matmul-sized products where the forward does 2.
+Elementwise backward ops count FLOPs per element, written next to each.
+"""
+from __future__ import annotations
+
+import math
+
+from passes.costs.registry import OpView, rule
+
+
+@rule("aten.convolution_backward.default")
+def convolution_backward(op: OpView) -> tuple[int, int]:
+    # (grad_output, input, weight, bias_sizes, stride, …, transposed, …, output_mask)
+    grad_out, weight = op.in_numel(0), op.in_shape(2)
+    if op.attr("transposed"):
+        fwd = op.in_numel(1) * math.prod(weight[1:])
+    else:
+        fwd = grad_out * math.prod(weight[1:])
+    mask = tuple(op.attr("output_mask") or (True, True, True))
+    macs = fwd * (int(bool(mask[0])) + int(bool(mask[1])))
+    bias = grad_out if len(mask) > 2 and mask[2] else 0  # bias grad: sum of grad_output
+    return macs, 2 * macs + bias
+
+
+@rule("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+      "aten._scaled_dot_product_flash_attention_backward.default",
+      "aten._scaled_dot_product_efficient_attention_backward.default",
+      "aten._scaled_dot_product_cudnn_attention_backward.default")
+def sdpa_backward(op: OpView) -> tuple[int, int]:
+    # (grad_out, query, key, value, out, …): dQ, dK, dV, dP and the recomputed P = 5 products
+    # of Sq·Sk·D per head (FlopCounterMode: 10·b·h·Sq·Sk·d FLOPs), softmax backward 3/score.
+    q, k = op.in_shape(1), op.in_shape(2)
+    b_h_sq = math.prod(q[:-1])
+    sk, d = k[-2], q[-1]
+    macs = 5 * b_h_sq * sk * d
+    return macs, 2 * macs + 3 * b_h_sq * sk
+
+
+@rule("aten.max_pool2d_with_indices_backward.default",
+      "aten.max_pool3d_with_indices_backward.default", "aten.avg_pool2d_backward.default",
+      "aten._adaptive_avg_pool2d_backward.default")
+def pool_backward(op: OpView) -> tuple[int, int]:
+    return 0, op.out_numel(0)  # one scatter-add (or divide) per input-gradient element
+
+
+@rule("aten._native_batch_norm_legit_functional.default", "aten._native_batch_norm_legit.no_stats",
+      buffer_inputs=(3, 4))
+def batch_norm_train(op: OpView) -> tuple[int, int]:
+    return 0, 5 * op.in_numel(0)  # statistics + normalize (design notes: ≈5 per element)
+
+
+@rule("aten.native_batch_norm_backward.default", "aten.native_layer_norm_backward.default",
+      "aten.native_group_norm_backward.default")
+def norm_backward(op: OpView) -> tuple[int, int]:
+    # two reductions over grad·x̂ and grad, then dx = (g − mean(g) − x̂·mean(g·x̂))·γ/σ
+    return 0, 8 * op.in_numel(0)
+
+
+@rule("aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default")
+def softmax_backward(op: OpView) -> tuple[int, int]:
+    return 0, 3 * op.in_numel(0)  # g·y, row sum, y·(g − sum)
+
+
+@rule("aten.native_dropout.default")
+def dropout_train(op: OpView) -> tuple[int, int]:
+    return 0, 2 * op.in_numel(0)  # draw + compare for the mask, scale the kept values
+
+
+@rule("aten.bernoulli.p", "aten.bernoulli.default", "aten.native_dropout_backward.default",
+      "aten.threshold_backward.default", "aten.embedding_dense_backward.default")
+def one_per_element(op: OpView) -> tuple[int, int]:
+    return 0, op.in_numel(0)  # one draw / multiply / select / scatter-add per element
+
+
+@rule("aten.gelu_backward.default", "aten.silu_backward.default")
+def activation_backward(op: OpView) -> tuple[int, int]:
+    return 0, 8 * op.in_numel(0)  # the activation's derivative re-evaluated, times grad
+
+
+@rule("aten.sigmoid_backward.default", "aten.tanh_backward.default",
+      "aten.hardtanh_backward.default", "aten.leaky_relu_backward.default")
+def simple_backward(op: OpView) -> tuple[int, int]:
+    return 0, 2 * op.in_numel(0)  # e.g. g·y·(1 − y) folded: 2 per element
