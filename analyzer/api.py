@@ -171,8 +171,8 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
             order = [p for p in inspect.signature(model.forward).parameters if p in kwargs]
             args, kwargs = tuple(kwargs[p] for p in order), {}
         note(f"tracing {name}'s forward and backward (AOTAutograd)")
-        gm, sig, prefix = export_joint(model, args, name=name)
-        return lower_joint(gm, sig, model, prefix, name=name, batch=_batch_of(args))
+        gm, sig, prefix, scopes = export_joint(model, args, name=name)
+        return lower_joint(gm, sig, model, prefix, scopes, name=name, batch=_batch_of(args))
     note(f"tracing {name} with torch.export")
     ep = export_module(model, args, kwargs, name=name)
     note("decomposing and lowering")
@@ -193,7 +193,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             input_dtypes: Mapping[str, Any] | None = None,
             include_inputs: bool = True, inplace: bool = False, lifetimes: str | None = None,
             zoo_exporter: str = "onnx", progress: Progress | None = None,
-            train: bool = False, optimizer: str = "adam") -> Report:
+            train: bool = False, optimizer: str = "adam",
+            checkpoint: Mapping[str, Any] | None = None) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -202,7 +203,9 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     argument name; ``batch`` replaces axis 0 of ``input_shapes``. ``progress`` receives short
     stage messages (the CLI shows them; nothing is printed otherwise). ``train`` analyzes one
     training step of a PyTorch model (its joint forward+backward graph) with ``optimizer``
-    (none, sgd, momentum, adam, adamw). Raises GraphcostError.
+    (none, sgd, momentum, adam, adamw); ``checkpoint`` adds a checkpoint plan:
+    ``{"names": [...]}``, ``{"every": N}``, ``{"sqrt": True}`` or ``{"budget": BYTES}`` (the
+    plan with the least recompute that fits). Raises GraphcostError.
     """
     from analyzer.pipeline import run_passes
 
@@ -216,8 +219,11 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
                            zoo_exporter=zoo_exporter, progress=progress, train=train)
         if progress:
             progress("running the passes")
+        if checkpoint and not train:
+            raise GraphcostError("checkpoint plans need a training analysis (--train)")
         return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
-                          lifetimes=lifetimes, optimizer=optimizer if train else None)
+                          lifetimes=lifetimes, optimizer=optimizer if train else None,
+                          checkpoint=dict(checkpoint) if checkpoint else None)
     finally:
         if was_enabled:
             gc.enable()

@@ -66,9 +66,37 @@ def build_parser() -> argparse.ArgumentParser:
                         "AOTAutograd + optimizer step) of a PyTorch model")
     p.add_argument("--optimizer", choices=("none", "sgd", "momentum", "adam", "adamw"),
                    default="adam", help="with --train: optimizer state and step (default adam)")
+    p.add_argument("--checkpoint", metavar="NAMES|sqrt|auto",
+                   help="with --train: checkpoint these modules (comma-separated paths), √N "
+                        "segments of the repeated blocks (sqrt), or the cheapest plan that fits "
+                        "--budget (auto)")
+    p.add_argument("--checkpoint-every", type=int, metavar="N",
+                   help="with --train: one checkpoint segment per N repeated blocks")
+    p.add_argument("--budget", metavar="SIZE",
+                   help="memory budget for --checkpoint auto, e.g. 40GiB, 4GB, 4e9")
     p.add_argument("--max-rows", type=int, default=500,
                    help="node rows in the table format (0 = all; default 500)")
     return p
+
+
+def _checkpoint_args(args) -> dict | None:
+    from analyzer.units import parse_size
+
+    if args.budget is not None and args.checkpoint != "auto":
+        raise GraphcostError("--budget goes with --checkpoint auto")
+    if args.checkpoint_every is not None:
+        if args.checkpoint:
+            raise GraphcostError("use either --checkpoint or --checkpoint-every")
+        return {"every": args.checkpoint_every}
+    if not args.checkpoint:
+        return None
+    if args.checkpoint == "sqrt":
+        return {"sqrt": True}
+    if args.checkpoint == "auto":
+        if args.budget is None:
+            raise GraphcostError("--checkpoint auto needs --budget SIZE (e.g. 40GiB)")
+        return {"budget": parse_size(args.budget, "--budget")}
+    return {"names": [n.strip() for n in args.checkpoint.split(",") if n.strip()]}
 
 
 @contextmanager
@@ -115,12 +143,13 @@ def _run(args) -> int:
         raise GraphcostError("--output names the input model; graphcost never writes its input")
 
     dtypes = dict(_kv(text, "--input-dtype") for text in args.input_dtype)
+    checkpoint = _checkpoint_args(args)
     with _progress() as note:
         report = analyze(args.model, batch=args.batch, dims=dims, input_shapes=shapes,
                          input_dtypes=dtypes, include_inputs=not args.exclude_inputs,
                          inplace=args.inplace_activations, lifetimes=args.lifetimes,
                          zoo_exporter="fx" if args.fx else "onnx", progress=note,
-                         train=args.train, optimizer=args.optimizer)
+                         train=args.train, optimizer=args.optimizer, checkpoint=checkpoint)
 
     from analyzer import render
     if args.format == "table":

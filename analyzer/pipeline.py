@@ -4,22 +4,24 @@ from __future__ import annotations
 from analyzer.errors import GraphcostError
 from analyzer.ir import Graph, ValueKind
 from analyzer.report import (Coverage, LiveTensor, Memory, ModuleRow, NodeRow, OpTypeRow, Report,
-                             Totals, Training)
+                             Totals, Training, Checkpoint)
 from passes.arena import plan_arena
 from passes.costs import count_costs
 from passes.liveness import analyze_liveness
 from passes.modules import aggregate_modules
-from passes.training import training_memory
+from passes.training import plan_checkpoints, training_memory
 from passes.params import count_params
 from passes.shapes import check_shapes
 
 
 def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False,
-               lifetimes: str | None = None, optimizer: str | None = None) -> Report:
+               lifetimes: str | None = None, optimizer: str | None = None,
+               checkpoint: dict | None = None) -> Report:
     """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
     "eager" (PyTorch eager: module arguments stay referenced until the call returns). Default:
     eager for graphs traced from PyTorch, dataflow for ONNX. ``optimizer`` (for a joint
-    forward+backward graph) adds the training-step memory."""
+    forward+backward graph) adds the training-step memory; ``checkpoint`` (names / every /
+    sqrt / budget, as passes.training.plan_checkpoints takes them) a checkpoint plan."""
     if lifetimes is None:
         # eager references matter in an eager forward; a joint graph's memory is dataflow
         lifetimes = "eager" if graph.source == "fx" and optimizer is None else "dataflow"
@@ -86,9 +88,17 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     training = None
     if optimizer is not None:
         t = training_memory(graph, optimizer)
+        ckpt = None
+        if checkpoint:
+            plan = plan_checkpoints(graph, optimizer, [nc.cost.flops for nc in costs.nodes],
+                                    **checkpoint)
+            ckpt = Checkpoint(plan.mode, plan.segments, plan.plain.peak_bytes,
+                              plan.checkpointed.peak_bytes, plan.recompute_flops,
+                              100.0 * plan.recompute_flops / max(1, costs.totals.flops),
+                              plan.budget, plan.checkpointed.timeline)
         training = Training(t.optimizer, t.param_bytes, t.buffer_bytes, t.grad_bytes,
                             t.optimizer_state_bytes, t.step_temp_bytes, t.peak_bytes,
-                            t.peak_phase, t.peak_node, t.breakdown, t.timeline, t.phases)
+                            t.peak_phase, t.peak_node, t.breakdown, t.timeline, t.phases, ckpt)
     return Report(graph.name, graph.source, graph.batch, dict(graph.dims), totals, by_op,
                   coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues), modules,
                   training)

@@ -73,6 +73,16 @@ def summary_lines(r: Report) -> list[str]:
             f"optimizer {t.optimizer}",
             "            at peak: " + ", ".join(f"{k} {human_bytes(v)}" for k, v in b.items()),
         ]
+        c = t.checkpoint
+        if c is not None:
+            segs = ", ".join(c.segments) or "none needed"
+            lines += [
+                f"checkpoint  {c.mode}: {segs}",
+                f"            peak {human_bytes(c.peak_without_bytes)} → {human_bytes(c.peak_bytes)}"
+                f" ({c.peak_without_bytes:,} → {c.peak_bytes:,} B); recompute "
+                f"{human(c.recompute_flops)}FLOPs ({c.recompute_pct:.1f}% of the step)"
+                + (f"; budget {human_bytes(c.budget_bytes)}" if c.budget_bytes else ""),
+            ]
     for w in r.warnings:
         lines.append(f"warning     {w}")
     return lines

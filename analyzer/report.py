@@ -134,6 +134,7 @@ class Training:
     breakdown: dict[str, int]
     timeline: tuple[int, ...]
     phases: tuple[str, ...]
+    checkpoint: "Checkpoint | None" = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer, "param_bytes": self.param_bytes,
@@ -142,7 +143,28 @@ class Training:
                 "step_temp_bytes": self.step_temp_bytes, "peak_bytes": self.peak_bytes,
                 "peak_phase": self.peak_phase, "peak_node": self.peak_node,
                 "breakdown_at_peak": dict(self.breakdown), "timeline": list(self.timeline),
-                "phases": list(self.phases)}
+                "phases": list(self.phases),
+                "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None}
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint plan: the step's peak without and with it, and what it costs."""
+    mode: str                    # names | every | sqrt | auto
+    segments: tuple[str, ...]
+    peak_without_bytes: int
+    peak_bytes: int
+    recompute_flops: int
+    recompute_pct: float         # of the whole step's FLOPs
+    budget_bytes: int | None
+    timeline: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "segments": list(self.segments),
+                "peak_without_bytes": self.peak_without_bytes, "peak_bytes": self.peak_bytes,
+                "recompute_flops": self.recompute_flops,
+                "recompute_pct": round(self.recompute_pct, 3), "budget_bytes": self.budget_bytes,
+                "timeline": list(self.timeline)}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from analyzer.errors import GraphcostError
 from analyzer.ir import Graph, ValueKind
+from passes.checkpoint import (Segment, checkpointed_storages, group_every, merge,
+                               repeated_blocks, segments_by_name, sqrt_groups, timeline_of)
 from passes.liveness import analyze_liveness
 
 STATE_MULTIPLIER = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
@@ -47,23 +49,16 @@ class TrainingMemory:
 
 
 def forward_set(graph: Graph) -> set[int]:
-    """Indices of the nodes the loss (the graph's first output) depends on: the forward."""
-    producer = {name: v.producer for name, v in graph.values.items() if v.producer is not None}
-    todo = [producer[graph.outputs[0]]] if graph.outputs and graph.outputs[0] in producer else []
-    seen: set[int] = set()
-    while todo:
-        i = todo.pop()
-        if i in seen:
-            continue
-        seen.add(i)
-        for name in graph.nodes[i].inputs:
-            j = producer.get(name)
-            if j is not None and j not in seen:
-                todo.append(j)
-    return seen
+    """The forward: every node up to the one producing the loss (the graph's first output).
+    AOTAutograd's joint graph runs the whole forward, including the detaches of tensors saved
+    for backward, before the first backward op."""
+    v = graph.values.get(graph.outputs[0]) if graph.outputs else None
+    last = v.producer if v is not None and v.producer is not None else -1
+    return set(range(last + 1))
 
 
-def training_memory(graph: Graph, optimizer: str = "adam") -> TrainingMemory:
+def training_memory(graph: Graph, optimizer: str = "adam",
+                    segments: list[Segment] | None = None) -> TrainingMemory:
     if optimizer not in STATE_MULTIPLIER:
         raise GraphcostError(f"unknown optimizer {optimizer!r}; known: "
                              + ", ".join(STATE_MULTIPLIER))
@@ -83,22 +78,98 @@ def training_memory(graph: Graph, optimizer: str = "adam") -> TrainingMemory:
 
     live = analyze_liveness(graph, include_inputs=False)
     fwd = forward_set(graph)
-    timeline = [persistent + b for b in live.timeline]
-    phases = ["forward" if i in fwd else "backward" for i in range(len(graph.nodes))]
-    step_total = persistent + grad_bytes + temp
-    timeline.append(step_total)
+    storages = list(live.storages)
+    if segments:
+        storages = checkpointed_storages(graph, live, fwd, segments)
+    n = len(graph.nodes)
+    timeline = [persistent + b for b in timeline_of(storages, n)]
+    phases = ["forward" if i in fwd else "backward" for i in range(n)]
+    timeline.append(persistent + grad_bytes + temp)
     phases.append("optimizer")
     peak_i = max(range(len(timeline)), key=timeline.__getitem__)
-    if peak_i == len(graph.nodes):
+    if peak_i == n:
         breakdown = dict(gradients=grad_bytes, activations=0, temporaries=temp)
         node = None
     else:
-        at = live.live_at(peak_i)
-        g = sum(s.nbytes for s in at if s.name in grads)
-        breakdown = dict(gradients=g, activations=sum(s.nbytes for s in at) - g, temporaries=0)
+        at = [st for st in storages if st.birth <= peak_i <= st.death]
+        g = sum(st.nbytes for st in at if st.name in grads)
+        breakdown = dict(gradients=g, activations=sum(st.nbytes for st in at) - g,
+                         temporaries=0)
         node = graph.nodes[peak_i].name
     breakdown = dict(params=param_bytes, buffers=buffer_bytes, optimizer_state=state,
                      **breakdown)
     return TrainingMemory(optimizer, param_bytes, buffer_bytes, grad_bytes, state, temp,
                           timeline[peak_i], phases[peak_i], node, breakdown, tuple(timeline),
                           tuple(phases), len(fwd))
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    mode: str                       # names | every | sqrt | auto
+    segments: tuple[str, ...]       # each segment as "a" or "a+b+c" (blocks merged)
+    plain: TrainingMemory
+    checkpointed: TrainingMemory
+    recompute_flops: int
+    budget: int | None = None
+
+
+def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
+                     names: list[str] | None = None, every: int | None = None,
+                     sqrt: bool = False, budget: int | None = None) -> CheckpointPlan:
+    """Build a checkpoint plan and evaluate it; ``budget`` alone asks for the plan with the
+    least recompute that fits."""
+    fwd = forward_set(graph)
+    plain = training_memory(graph, optimizer)
+
+    def seg_flops(seg: Segment) -> int:
+        return sum(node_flops[i] for i in seg.nodes)
+
+    if names:
+        segs, mode = segments_by_name(graph, fwd, names), "names"
+    elif every is not None or sqrt:
+        blocks = repeated_blocks(graph, fwd)
+        if not blocks:
+            raise GraphcostError("no repeated blocks found to checkpoint: name the modules "
+                                 "with --checkpoint NAME[,NAME…]")
+        groups = sqrt_groups(blocks) if sqrt else group_every(blocks, every or 1)
+        segs = [merge("+".join(g), segments_by_name(graph, fwd, g)) for g in groups]
+        mode = "sqrt" if sqrt else "every"
+    elif budget is not None:
+        return _auto(graph, optimizer, fwd, plain, budget, seg_flops)
+    else:
+        raise GraphcostError("--checkpoint needs module names, sqrt, auto (with --budget), "
+                             "or --checkpoint-every N")
+    with_ckpt = training_memory(graph, optimizer, segs)
+    return CheckpointPlan(mode, tuple(s.name for s in segs), plain, with_ckpt,
+                          sum(seg_flops(s) for s in segs), budget)
+
+
+def _auto(graph, optimizer, fwd, plain, budget, seg_flops) -> CheckpointPlan:
+    """Greedy over the repeated blocks: checkpoint the blocks that free the most memory per
+    recomputed FLOP first, and stop at the first plan whose peak fits the budget."""
+    floor = plain.param_bytes + plain.buffer_bytes + plain.optimizer_state_bytes + \
+        plain.grad_bytes
+    if budget < floor:
+        raise GraphcostError(f"no checkpoint plan can fit {budget:,} B: parameters, gradients "
+                             f"and optimizer state alone take {floor:,} B")
+    if plain.peak_bytes <= budget:
+        return CheckpointPlan("auto", (), plain, plain, 0, budget)
+    blocks = repeated_blocks(graph, fwd)
+    segs = segments_by_name(graph, fwd, blocks) if blocks else []
+    scored = []
+    for seg in segs:
+        alone = training_memory(graph, optimizer, [seg])
+        saved = plain.peak_bytes - alone.peak_bytes
+        scored.append((-saved / max(1, seg_flops(seg)), seg))
+    scored.sort(key=lambda t: t[0])
+    chosen: list[Segment] = []
+    best = plain
+    for _, seg in scored:
+        chosen.append(seg)
+        best = training_memory(graph, optimizer, chosen)
+        if best.peak_bytes <= budget:
+            return CheckpointPlan("auto", tuple(s.name for s in chosen), plain, best,
+                                  sum(seg_flops(s) for s in chosen), budget)
+    raise GraphcostError(f"no checkpoint plan fits {budget:,} B: checkpointing every block "
+                         f"reaches {best.peak_bytes:,} B (parameters, gradients and optimizer "
+                         f"state take {floor:,} B)")

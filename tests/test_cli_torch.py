@@ -93,3 +93,31 @@ def test_missing_shape_and_args(netfile):
 def test_zoo_fx_and_meta_only():
     r = json.loads(run("zoo:resnet18", "--fx", "--format", "json", check_rc=0).stdout)
     assert r["totals"]["params"] == 11_689_512 and r["source"] == "fx"
+
+
+def test_train_and_checkpoint_cli(netfile, tmp_path):
+    r = json.loads(run(f"{netfile}:Net", "--input-shape", "x=2x3x16x16", "--train",
+                       "--optimizer", "momentum", "--format", "json", check_rc=0).stdout)
+    t = r["training"]
+    # params 314 fp32 = 1,256 B; momentum state 1× params
+    assert t["param_bytes"] == 1_256 and t["optimizer_state_bytes"] == 1_256
+    assert t["grad_bytes"] == 1_256
+    assert t["phases"][-1] == "optimizer" and len(t["timeline"]) == len(t["phases"])
+    out = run("zoo:resnet18", "--train", "--batch", "2", "--checkpoint", "layer1,layer2",
+              check_rc=0).stdout
+    assert "checkpoint  names: layer1, layer2" in out and "recompute" in out
+
+
+def test_train_bad_input(netfile, tmp_path):
+    assert_one_line_error(run("zoo:gpt2", "--train", "--checkpoint", "auto", "--budget", "four"),
+                          "expected a size")
+    assert_one_line_error(run("zoo:gpt2", "--train", "--checkpoint", "auto"), "needs --budget")
+    assert_one_line_error(run("zoo:gpt2", "--train", "--checkpoint", "auto", "--budget", "1MB"),
+                          "no checkpoint plan can fit", "alone take")
+    assert_one_line_error(run("zoo:gpt2", "--train", "--checkpoint", "h.9"), "no module")
+    assert_one_line_error(run("zoo:gpt2", "--checkpoint", "h.0"), "--train")
+    import onnx
+    from tests.onnx_builders import model, node
+    path = tmp_path / "m.onnx"
+    onnx.save(model([node("Relu", ["x"], ["y"])], [("x", [1, 4])], [("y", [1, 4])]), path)
+    assert_one_line_error(run(path, "--train"), "--train needs the PyTorch model")

@@ -46,8 +46,8 @@ def training_decompositions():
     return table
 
 
-def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefix: str, *,
-                name: str, batch: int) -> Graph:
+def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefix: str,
+                scopes: Mapping[str, str], *, name: str, batch: int) -> Graph:
     """Lower AOTAutograd's joint forward+backward graph. Outputs: the loss, then one gradient
     per parameter (which live to the optimizer step). Tied parameters become one value."""
     kind_of: dict[str, ValueKind] = {}
@@ -65,8 +65,9 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
     # eager copies them into the buffers in place.
     keep = set(sig.user_outputs) | set(sig.backward_signature.gradients_to_parameters)
     return lower_fx_graph(gm.graph, kind_of, alias, keep, name=name, batch=batch,
-                          module_types={k.removeprefix(prefix): v for k, v in
-                                        module_types(gm.graph).items()})
+                          module_types={path: type(m).__name__
+                                        for path, m in model.named_modules()},
+                          scopes=scopes)
 
 
 def _dtype(dt: torch.dtype) -> str:
@@ -139,7 +140,8 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
 def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                    alias: dict[str, str], keep_outputs: set[str] | None, *, name: str,
                    batch: int, dims: Mapping[str, int] | None = None,
-                   module_types: Mapping[str, str] | None = None) -> Graph:
+                   module_types: Mapping[str, str] | None = None,
+                   scopes: Mapping[str, str] | None = None) -> Graph:
     """Lower an ATen-level FX graph whose placeholders ``kind_of`` classifies. ``alias`` maps
     placeholders that stand for another (tied weights); ``keep_outputs`` (None: all) names the
     graph outputs that are the model's."""
@@ -165,7 +167,7 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                 src, idx = fx.args
                 alias[fx.name] = f"{alias.get(src.name, src.name)}.{idx}"
                 continue
-            nodes.append(_lower_call(fx, len(nodes), values, alias, cache))
+            nodes.append(_lower_call(fx, len(nodes), values, alias, cache, scopes))
         elif fx.op == "output":
             for arg in torch.fx.node.map_arg(fx.args[0], lambda n: n) if fx.args else ():
                 if isinstance(arg, torch.fx.Node) and (keep_outputs is None
@@ -179,7 +181,8 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                  module_types=MappingProxyType(dict(module_types or {})))
 
 
-def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict) -> Node:
+def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict,
+                scopes: Mapping[str, str] | None = None) -> Node:
     target = fx.target
     op = str(target)  # "aten.addmm.default"
     torch_fn = fx.meta.get("torch_fn") or ("", "")
@@ -236,6 +239,8 @@ def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict) -> Node:
                 out_names.append("")
     stack = fx.meta.get("nn_module_stack") or {}
     scope = next(reversed(stack.values()))[0] if stack else ""
+    if scopes is not None:
+        scope = scopes.get(fx.name, scope)
     return Node(index, fx.name, op, tuple(tensor_inputs), tuple(out_names),
                 MappingProxyType(attrs) if attrs else _EMPTY, scope, 1)
 

@@ -190,6 +190,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
 
     was_training = model.training
     model.train()
+    scopes: dict[str, str] = {}
+    hooks = _scope_hooks(model, scopes)
     try:
         with warnings.catch_warnings(), quiet_torch_logs():
             warnings.simplefilter("ignore", FutureWarning)
@@ -205,5 +207,52 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
         raise GraphcostError(f"{name}: tracing forward+backward failed "
                              f"({type(exc).__name__}: {first[:300]})") from None
     finally:
+        for h in hooks:  # the user's module is left without hooks
+            h.remove()
         model.train(was_training)
-    return gm, sig, "model."
+    return gm, sig, "model.", scopes
+
+
+def _scope_hooks(model: torch.nn.Module, scopes: dict[str, str]) -> list:
+    """Forward hooks that name the module of every forward node of the joint trace.
+
+    AOTAutograd's joint graph carries no ``nn_module_stack``: each module call is bracketed by
+    the tracer graph's last node at entry and at exit, and the nodes in between get the module
+    path (the innermost module first, since inner calls return first). Removed by the caller.
+    """
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    entries: dict[str, list] = {}
+
+    def last_node():
+        mode = get_proxy_mode()
+        if mode is None:
+            return None, None
+        graph = mode.tracer.graph
+        return next(iter(reversed(graph.nodes)), None), graph
+
+    def pre(name):
+        def hook(_mod, _inp):
+            node, _ = last_node()
+            entries.setdefault(name, []).append(node)
+        return hook
+
+    def post(name):
+        def hook(_mod, _inp, _out):
+            node, graph = last_node()
+            stack = entries.get(name)
+            if graph is None or not stack:
+                return
+            stop = stack.pop()
+            for n in reversed(graph.nodes):
+                if n is stop:
+                    break
+                scopes.setdefault(n.name, name)
+        return hook
+
+    hooks = []
+    for name, mod in model.named_modules():
+        if name:
+            hooks.append(mod.register_forward_pre_hook(pre(name)))
+            hooks.append(mod.register_forward_hook(post(name)))
+    return hooks

@@ -1,0 +1,118 @@
+"""Checkpoint plans on the joint graph, against torch.utils.checkpoint measured by MemTracker."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import models_zoo
+from analyzer import GraphcostError, analyze
+from analyzer.units import parse_size
+from tests.test_training import BATCH, OPTIMIZERS, _loss
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def measured_checkpointed_peak(name: str, segments: list[list[str]], optimizer: str) -> int:
+    """MemTracker over the second training step with torch.utils.checkpoint around each
+    segment (a run of consecutive blocks, checkpointed as one)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+    model = models_zoo.build_model(name, eval=False)
+    args = models_zoo.example_inputs(name, batch=BATCH)
+    for group in segments:
+        mods = [model.get_submodule(p) for p in group]
+        forwards = [m.forward for m in mods]
+
+        def run(*a, forwards=forwards):
+            x = forwards[0](*a)
+            for f in forwards[1:]:
+                x = f(x, *a[1:])
+            return x
+
+        mods[0].forward = lambda *a, run=run: checkpoint(run, *a, use_reentrant=False)
+        for m in mods[1:]:
+            m.forward = lambda x, *rest: x
+    make = OPTIMIZERS[optimizer]
+    opt = make(model.parameters()) if make else None
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        _loss(model, args).backward()
+        if opt:
+            opt.step()
+
+    step()
+    tracker = MemTracker()
+    tracker.track_external(model, *([opt] if opt else []))
+    with tracker:
+        step()
+    return next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
+
+
+@pytest.mark.parametrize("optimizer", ["none", "adam"])
+@pytest.mark.parametrize("name,plan", [("resnet18", {"every": 1}), ("resnet18", {"sqrt": True}),
+                                       ("gpt2", {"every": 1}), ("bert", {"every": 1}),
+                                       ("llama_tiny", {"every": 1})])
+def test_checkpointed_peak_vs_memtracker(name, plan, optimizer):
+    model = models_zoo.build_model(name)
+    r = analyze(model, models_zoo.example_inputs(name, batch=BATCH), train=True,
+                optimizer=optimizer, checkpoint=plan)
+    c = r.training.checkpoint
+    assert c.peak_without_bytes == r.training.peak_bytes
+    assert c.peak_bytes < c.peak_without_bytes and c.recompute_flops > 0
+    measured = measured_checkpointed_peak(name, [s.split("+") for s in c.segments], optimizer)
+    assert abs(c.peak_bytes / measured - 1) <= 0.10, (c.peak_bytes, measured)
+
+
+def test_plans_and_blocks():
+    model = models_zoo.build_model("resnet18")
+    args = models_zoo.example_inputs("resnet18", batch=BATCH)
+    every = analyze(model, args, train=True, checkpoint={"every": 2}).training.checkpoint
+    assert every.segments == ("layer1.0+layer1.1", "layer2.0+layer2.1", "layer3.0+layer3.1",
+                              "layer4.0+layer4.1")
+    # 8 blocks → √8 ≈ 3 segments of ⌈8/3⌉ = 3 blocks
+    sqrt = analyze(model, args, train=True, checkpoint={"sqrt": True}).training.checkpoint
+    assert len(sqrt.segments) == 3
+    named = analyze(model, args, train=True, checkpoint={"names": ["layer1"]}).training
+    assert named.checkpoint.segments == ("layer1",)
+    # recompute = the checkpointed forward once more: less than the forward of the whole model
+    assert 0 < named.checkpoint.recompute_pct < 34
+
+
+def test_auto_plan_fits_budget_with_least_recompute():
+    model = models_zoo.build_model("gpt2")
+    args = models_zoo.example_inputs("gpt2", batch=BATCH)
+    plain = analyze(model, args, train=True).training
+    one = analyze(model, args, train=True, checkpoint={"names": ["h.0"]}).training.checkpoint
+    # a budget that one checkpointed block meets: auto picks one block, not both
+    auto = analyze(model, args, train=True,
+                   checkpoint={"budget": one.peak_bytes}).training.checkpoint
+    assert len(auto.segments) == 1 and auto.peak_bytes <= one.peak_bytes
+    assert auto.peak_without_bytes == plain.peak_bytes
+    roomy = analyze(model, args, train=True,
+                    checkpoint={"budget": plain.peak_bytes}).training.checkpoint
+    assert roomy.segments == () and roomy.recompute_flops == 0
+    floor = plain.param_bytes + plain.optimizer_state_bytes + plain.grad_bytes
+    with pytest.raises(GraphcostError, match=f"alone take {floor:,} B"):
+        analyze(model, args, train=True, checkpoint={"budget": floor - 1})
+
+
+def test_unknown_segment_lists_close_matches():
+    with pytest.raises(GraphcostError, match="close matches: .*h.0"):
+        analyze(models_zoo.build_model("gpt2"), models_zoo.example_inputs("gpt2", batch=1),
+                train=True, checkpoint={"names": ["h.O"]})
+
+
+@pytest.mark.parametrize("text,value", [("4GB", 4 * 10**9), ("4GiB", 4 * 2**30),
+                                        ("4e9", 4 * 10**9), ("512MiB", 512 * 2**20),
+                                        ("1.5G", 15 * 10**8)])
+def test_sizes(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["four", "4XB", "-1GB", ""])
+def test_bad_sizes(text):
+    with pytest.raises(GraphcostError, match="expected a size|positive"):
+        parse_size(text)
