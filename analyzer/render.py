@@ -80,7 +80,7 @@ def summary_lines(r: Report) -> list[str]:
                 f"checkpoint  {c.mode}: {segs}",
                 f"            peak {human_bytes(c.peak_without_bytes)} → {human_bytes(c.peak_bytes)}"
                 f" ({c.peak_without_bytes:,} → {c.peak_bytes:,} B); recompute "
-                f"{human(c.recompute_flops)}FLOPs ({c.recompute_pct:.1f}% of the step)"
+                f"{human(c.recompute_flops)} FLOPs ({c.recompute_pct:.1f}% of the step)"
                 + (f"; budget {human_bytes(c.budget_bytes)}" if c.budget_bytes else ""),
             ]
     for w in r.warnings:

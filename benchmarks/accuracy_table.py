@@ -1,6 +1,6 @@
 """Predicted vs measured inference activation peak for the zoo models (README's table).
 
-    python benchmarks/accuracy_table.py
+    python -m benchmarks.accuracy_table   (from the repository root)
 
 graphcost traces each model (eager lifetimes, graph inputs excluded as MemTracker excludes
 them); torch.distributed._tools.mem_tracker.MemTracker measures a real CPU forward under
@@ -10,24 +10,13 @@ from __future__ import annotations
 
 import warnings
 
-import torch
-
 import models_zoo
 from analyzer import analyze
+from tests.test_fx_fidelity import measured_activation_peak
 
 warnings.filterwarnings("ignore")
 MODELS = ["small_cnn", "mnist_net", "resnet18", "resnet50", "mobilenet_v2", "unet", "gpt2",
           "bert", "llama_tiny"]
-
-
-def measured(model, args) -> int:
-    from torch.distributed._tools.mem_tracker import MemTracker
-    tracker = MemTracker()
-    tracker.track_external(model)
-    with torch.no_grad(), tracker:
-        model(*args)
-    snap = next(iter(tracker.get_tracker_snapshot("peak").values()))
-    return next(v for k, v in snap.items() if str(k).endswith("ACT"))
 
 
 def main() -> None:
@@ -37,7 +26,7 @@ def main() -> None:
         model = models_zoo.build_model(name)
         args = models_zoo.example_inputs(name, batch=2)
         r = analyze(model, args, include_inputs=False)
-        m = measured(model, args)
+        m = measured_activation_peak(model, args)
         print(f"| {name} | 2 | {r.memory.peak_bytes:,} | {m:,} | "
               f"{100 * (r.memory.peak_bytes / m - 1):+.1f}% |")
     print()

@@ -10,45 +10,29 @@ from torch.utils.checkpoint import checkpoint
 import models_zoo
 from analyzer import GraphcostError, analyze
 from analyzer.units import parse_size
-from tests.test_training import BATCH, OPTIMIZERS, _loss
+from tests.test_training import BATCH, measured_step_peak
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 
-def measured_checkpointed_peak(name: str, segments: list[list[str]], optimizer: str) -> int:
-    """MemTracker over the second training step with torch.utils.checkpoint around each
-    segment (a run of consecutive blocks, checkpointed as one)."""
-    from torch.distributed._tools.mem_tracker import MemTracker
-    model = models_zoo.build_model(name, eval=False)
-    args = models_zoo.example_inputs(name, batch=BATCH)
-    for group in segments:
-        mods = [model.get_submodule(p) for p in group]
-        forwards = [m.forward for m in mods]
+def checkpoint_segments(segments: list[list[str]]):
+    """A ``prepare`` for measured_step_peak: torch.utils.checkpoint around each segment (a run
+    of consecutive blocks, checkpointed as one)."""
+    def prepare(model):
+        for group in segments:
+            mods = [model.get_submodule(p) for p in group]
+            forwards = [m.forward for m in mods]
 
-        def run(*a, forwards=forwards):
-            x = forwards[0](*a)
-            for f in forwards[1:]:
-                x = f(x, *a[1:])
-            return x
+            def run(*a, forwards=forwards):
+                x = forwards[0](*a)
+                for f in forwards[1:]:
+                    x = f(x, *a[1:])
+                return x
 
-        mods[0].forward = lambda *a, run=run: checkpoint(run, *a, use_reentrant=False)
-        for m in mods[1:]:
-            m.forward = lambda x, *rest: x
-    make = OPTIMIZERS[optimizer]
-    opt = make(model.parameters()) if make else None
-
-    def step():
-        model.zero_grad(set_to_none=True)
-        _loss(model, args).backward()
-        if opt:
-            opt.step()
-
-    step()
-    tracker = MemTracker()
-    tracker.track_external(model, *([opt] if opt else []))
-    with tracker:
-        step()
-    return next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
+            mods[0].forward = lambda *a, run=run: checkpoint(run, *a, use_reentrant=False)
+            for m in mods[1:]:
+                m.forward = lambda x, *rest: x
+    return prepare
 
 
 @pytest.mark.parametrize("optimizer", ["none", "adam"])
@@ -62,7 +46,8 @@ def test_checkpointed_peak_vs_memtracker(name, plan, optimizer):
     c = r.training.checkpoint
     assert c.peak_without_bytes == r.training.peak_bytes
     assert c.peak_bytes < c.peak_without_bytes and c.recompute_flops > 0
-    measured = measured_checkpointed_peak(name, [s.split("+") for s in c.segments], optimizer)
+    measured = measured_step_peak(name, optimizer,
+                                  checkpoint_segments([s.split("+") for s in c.segments]))
     assert abs(c.peak_bytes / measured - 1) <= 0.10, (c.peak_bytes, measured)
 
 

@@ -29,12 +29,15 @@ def _loss(model, args):
     return sum(t.sum() for t in leaves)
 
 
-def measured_step_peak(name: str, optimizer: str) -> int:
+def measured_step_peak(name: str, optimizer: str, prepare=None) -> int:
     """MemTracker's peak over the second training step (optimizer state already allocated,
-    gradients freed by zero_grad(set_to_none=True) first), as graphcost models it."""
+    gradients freed by zero_grad(set_to_none=True) first), as graphcost models it.
+    ``prepare(model)`` may change the model first (wrap blocks in torch.utils.checkpoint)."""
     from torch.distributed._tools.mem_tracker import MemTracker
     model = models_zoo.build_model(name, eval=False)
     args = models_zoo.example_inputs(name, batch=BATCH)
+    if prepare is not None:
+        prepare(model)
     make = OPTIMIZERS[optimizer]
     opt = make(model.parameters()) if make else None
 

@@ -97,9 +97,14 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
     except GraphcostError:
         raise
     except Exception as exc:
-        first = next((line for line in str(exc).splitlines() if line.strip()), "")
         raise GraphcostError(f"{name}: torch.export could not trace the forward "
-                             f"({type(exc).__name__}: {first[:300]})") from None
+                             f"({_one_line(exc)})") from None
+
+
+def _one_line(exc: Exception) -> str:
+    """An exception as 'Type: first non-empty line' (torch's messages run to pages)."""
+    first = next((line for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first[:300]}"
 
 
 @contextmanager
@@ -203,9 +208,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     except GraphcostError:
         raise
     except Exception as exc:
-        first = next((line for line in str(exc).splitlines() if line.strip()), "")
         raise GraphcostError(f"{name}: tracing forward+backward failed "
-                             f"({type(exc).__name__}: {first[:300]})") from None
+                             f"({_one_line(exc)})") from None
     finally:
         for h in hooks:  # the user's module is left without hooks
             h.remove()
