@@ -9,7 +9,7 @@ from pathlib import Path
 
 from analyzer.errors import GraphcostError
 
-EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT = 0, 3, 2
+EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
 
 
 class _Parser(argparse.ArgumentParser):
@@ -121,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("graphcost: interrupted\n")
         return 130
+    except Exception as exc:  # a bug of ours: still one line, and a distinct status
+        first = next((line for line in str(exc).splitlines() if line.strip()), "")
+        sys.stderr.write(f"graphcost: internal error ({type(exc).__name__}: {first[:300]}); "
+                         "please report it with the model\n")
+        return EXIT_INTERNAL
 
 
 def _run(args) -> int:
@@ -138,8 +143,9 @@ def _run(args) -> int:
     for text in args.input_shape:
         k, v = _kv(text, "--input-shape")
         shapes[k] = parse_shape(v)
-    if args.output and not args.model.startswith("zoo:") and os.path.exists(args.output) and \
-            os.path.samefile(args.output, args.model):
+    source = args.model.rpartition(":")[0] if ".py:" in args.model else args.model
+    if args.output and os.path.exists(args.output) and os.path.exists(source) and \
+            os.path.samefile(args.output, source):
         raise GraphcostError("--output names the input model; graphcost never writes its input")
 
     dtypes = dict(_kv(text, "--input-dtype") for text in args.input_dtype)

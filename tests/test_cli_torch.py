@@ -121,3 +121,10 @@ def test_train_bad_input(netfile, tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(model([node("Relu", ["x"], ["y"])], [("x", [1, 4])], [("y", [1, 4])]), path)
     assert_one_line_error(run(path, "--train"), "--train needs the PyTorch model")
+
+
+def test_output_never_overwrites_the_users_file(netfile):
+    before = netfile.read_text()
+    assert_one_line_error(run(f"{netfile}:Net", "--input-shape", "x=1x3x8x8", "-o", netfile),
+                          "never writes its input")
+    assert netfile.read_text() == before

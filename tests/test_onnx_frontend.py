@@ -159,3 +159,17 @@ def test_zoo_exports_fully_covered(name, dynamo):
     assert r.coverage.unknown_shape == {}, r.shape_issues
     assert r.coverage.covered == r.coverage.nodes
     assert r.totals.macs > 0 and r.memory.peak_bytes > 0
+
+
+def test_onnx_path_does_not_import_torch(tmp_path):
+    # start-up time matters: analyzing an .onnx file never imports torch
+    import subprocess
+    import sys
+    path = tmp_path / "m.onnx"
+    onnx.save(big_matmul_model(), path)
+    code = ("import sys; from analyzer import analyze; analyze(sys.argv[1], batch=2).to_json(); "
+            "from analyzer.cli import main; main([sys.argv[1], '--format', 'json', '-o', "
+            "sys.argv[1] + '.json']); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "False"
