@@ -40,6 +40,12 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
                               "fx" if train else zoo_exporter, note, train)
         if ".py:" in text:
             return _file_class_graph(text, batch, input_shapes, input_dtypes, note, train)
+        if text.endswith(".pt2"):
+            from analyzer.frontends.pt2 import load_pt2
+            note(f"reading {Path(text).name}")
+            program = load_pt2(Path(text))
+            graph = _torch_graph(program, None, batch, input_shapes, input_dtypes, note, train)
+            return _renamed(graph, Path(text).name, {})
         if train:
             raise _onnx_train_error()
         return _onnx_path_graph(Path(text), batch, dims, input_shapes, note)
@@ -142,9 +148,15 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
         example_inputs = model.example_inputs[0] if model.example_inputs else ()
         model = model.module()
     if isinstance(model, torch.export.ExportedProgram):
+        if batch is not None or input_shapes:
+            raise GraphcostError("an exported program has fixed shapes: --batch and "
+                                 "--input-shape do not apply (re-export at the size you want)")
         note("lowering the exported program")
-        b = _batch_of(model.example_inputs[0] if model.example_inputs else ())
-        return lower_exported(model, name="ExportedProgram", batch=b)
+        user = [s.arg.name for s in model.graph_signature.input_specs
+                if s.kind.name == "USER_INPUT"]
+        vals = [n.meta.get("val") for n in model.graph.nodes
+                if n.op == "placeholder" and n.name in user]
+        return lower_exported(model, name="ExportedProgram", batch=_batch_of(vals))
     if not isinstance(model, torch.nn.Module):
         raise GraphcostError(f"cannot analyze a {name}")
     if example_inputs is not None:

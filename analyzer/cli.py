@@ -31,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         "read/written, and activation memory by liveness. Reads shapes only: weights and "
         "external data files are never read, and the input file is never written."))
     p.add_argument("model", help=(
-        "an .onnx file; zoo:NAME for a bundled reference model; or path/to/file.py:Class — "
+        "an .onnx file; a saved torch.export program (.pt2: its JSON graph is read, its "
+        "pickled weights never); zoo:NAME for a bundled reference model; or "
+        "path/to/file.py:Class — "
         "this IMPORTS AND RUNS that Python file, builds Class() with no arguments on the meta "
         "device (no weights allocated) and traces its forward with torch.export on fake "
         "inputs of the --input-shape sizes"))

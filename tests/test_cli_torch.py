@@ -128,3 +128,33 @@ def test_output_never_overwrites_the_users_file(netfile):
     assert_one_line_error(run(f"{netfile}:Net", "--input-shape", "x=1x3x8x8", "-o", netfile),
                           "never writes its input")
     assert netfile.read_text() == before
+
+
+def test_saved_exported_program(tmp_path, monkeypatch):
+    """graphcost program.pt2 reads the program's JSON only: no weight is unpickled."""
+    import pickle
+
+    import torch
+
+    import models_zoo
+    from analyzer import analyze
+    model = models_zoo.build_model("resnet18")
+    ep = torch.export.export(model, (torch.randn(2, 3, 64, 64),), strict=False)
+    path = tmp_path / "r18.pt2"
+    torch.export.save(ep, path)
+
+    def refuse(*a, **k):
+        raise AssertionError("graphcost unpickled something")
+
+    with monkeypatch.context() as m:
+        m.setattr(pickle, "load", refuse)
+        m.setattr(pickle, "loads", refuse)
+        m.setattr(pickle, "Unpickler", refuse)
+        r = analyze(path)
+    assert r.totals.params == 11_689_512 and r.batch == 2
+    assert r.totals.macs == analyze(ep).totals.macs
+    out = json.loads(run(path, "--format", "json", check_rc=0).stdout)
+    assert out["totals"]["params"] == 11_689_512 and out["model"] == "r18.pt2"
+    bad = tmp_path / "bad.pt2"
+    bad.write_text("not a zip")
+    assert_one_line_error(run(bad), "not a torch.export archive")
