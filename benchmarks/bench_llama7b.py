@@ -12,7 +12,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 
 GRAPHCOST = """
 import time, resource, json, sys

@@ -40,7 +40,7 @@ def segments_by_name(graph: Graph, forward: set[int], names: list[str]) -> list[
             close = difflib.get_close_matches(name, modules, n=5, cutoff=0.5)
             raise GraphcostError(f"--checkpoint {name}: no module of that name runs in the "
                                  f"forward" + (f"; close matches: {', '.join(close)}"
-                                               if close else f"; modules: "
+                                               if close else "; modules: "
                                                + ", ".join(modules[:12])))
         out.append(Segment(name, nodes))
     return out

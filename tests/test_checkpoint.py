@@ -4,7 +4,6 @@ from __future__ import annotations
 import warnings
 
 import pytest
-import torch
 from torch.utils.checkpoint import checkpoint
 
 import models_zoo

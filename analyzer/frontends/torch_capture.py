@@ -19,7 +19,7 @@ import sys
 import warnings
 from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
