@@ -206,7 +206,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             include_inputs: bool = True, inplace: bool = False, lifetimes: str | None = None,
             zoo_exporter: str = "onnx", progress: Progress | None = None,
             train: bool = False, optimizer: str = "adam",
-            checkpoint: Mapping[str, Any] | None = None) -> Report:
+            checkpoint: Mapping[str, Any] | None = None, precision: str = "fp32") -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -217,7 +217,9 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     training step of a PyTorch model (its joint forward+backward graph) with ``optimizer``
     (none, sgd, momentum, adam, adamw); ``checkpoint`` adds a checkpoint plan:
     ``{"names": [...]}``, ``{"every": N}``, ``{"sqrt": True}`` or ``{"budget": BYTES}`` (the
-    plan with the least recompute that fits). Raises GraphcostError.
+    plan with the least recompute that fits); ``precision`` fp16-mixed / bf16-mixed (training)
+    analyzes half-precision weights, activations and gradients with fp32 master weights and
+    optimizer state. Raises GraphcostError.
     """
     from analyzer.pipeline import run_passes
 
@@ -233,9 +235,12 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             progress("running the passes")
         if checkpoint and not train:
             raise GraphcostError("checkpoint plans need a training analysis (--train)")
+        if precision != "fp32" and not train:
+            raise GraphcostError("--precision is a training recipe: add --train")
         return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
                           lifetimes=lifetimes, optimizer=optimizer if train else None,
-                          checkpoint=dict(checkpoint) if checkpoint else None)
+                          checkpoint=dict(checkpoint) if checkpoint else None,
+                          precision=precision)
     finally:
         if was_enabled:
             gc.enable()

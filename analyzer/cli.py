@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "AOTAutograd + optimizer step) of a PyTorch model")
     p.add_argument("--optimizer", choices=("none", "sgd", "momentum", "adam", "adamw"),
                    default="adam", help="with --train: optimizer state and step (default adam)")
+    p.add_argument("--precision", choices=("fp32", "fp16-mixed", "bf16-mixed"), default="fp32",
+                   help="with --train: half-precision weights/activations/gradients with fp32 "
+                        "master weights and optimizer state")
     p.add_argument("--checkpoint", metavar="NAMES|sqrt|auto",
                    help="with --train: checkpoint these modules (comma-separated paths), √N "
                         "segments of the repeated blocks (sqrt), or the cheapest plan that fits "
@@ -157,7 +160,8 @@ def _run(args) -> int:
                          input_dtypes=dtypes, include_inputs=not args.exclude_inputs,
                          inplace=args.inplace_activations, lifetimes=args.lifetimes,
                          zoo_exporter="fx" if args.fx else "onnx", progress=note,
-                         train=args.train, optimizer=args.optimizer, checkpoint=checkpoint)
+                         train=args.train, optimizer=args.optimizer, checkpoint=checkpoint,
+                         precision=args.precision)
 
     from analyzer import render
     if args.format == "table":

@@ -11,17 +11,22 @@ from passes.liveness import analyze_liveness
 from passes.modules import aggregate_modules
 from passes.training import plan_checkpoints, training_memory
 from passes.params import count_params
+from passes.precision import cast_floats
 from passes.shapes import check_shapes
 
 
 def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False,
                lifetimes: str | None = None, optimizer: str | None = None,
-               checkpoint: dict | None = None) -> Report:
+               checkpoint: dict | None = None, precision: str = "fp32") -> Report:
     """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
     "eager" (PyTorch eager: module arguments stay referenced until the call returns). Default:
     eager for graphs traced from PyTorch, dataflow for ONNX. ``optimizer`` (for a joint
     forward+backward graph) adds the training-step memory; ``checkpoint`` (names / every /
-    sqrt / budget, as passes.training.plan_checkpoints takes them) a checkpoint plan."""
+    sqrt / budget, as passes.training.plan_checkpoints takes them) a checkpoint plan;
+    ``precision`` fp16-mixed / bf16-mixed re-types the graph's floating tensors first (every
+    pass then sees half-precision tensors) and gives the optimizer fp32 master weights."""
+    mixed = precision != "fp32"
+    graph = cast_floats(graph, precision)
     if lifetimes is None:
         # eager references matter in an eager forward; a joint graph's memory is dataflow
         lifetimes = "eager" if graph.source == "fx" and optimizer is None else "dataflow"
@@ -87,11 +92,11 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                     for m in aggregate_modules(graph, costs, params))
     training = None
     if optimizer is not None:
-        t = training_memory(graph, optimizer)
+        t = training_memory(graph, optimizer, master_weights=mixed)
         ckpt = None
         if checkpoint:
             plan = plan_checkpoints(graph, optimizer, [nc.cost.flops for nc in costs.nodes],
-                                    **checkpoint)
+                                    master_weights=mixed, **checkpoint)
             ckpt = Checkpoint(plan.mode, plan.segments, plan.plain.peak_bytes,
                               plan.checkpointed.peak_bytes, plan.recompute_flops,
                               100.0 * plan.recompute_flops / max(1, costs.totals.flops),

@@ -58,7 +58,12 @@ def forward_set(graph: Graph) -> set[int]:
 
 
 def training_memory(graph: Graph, optimizer: str = "adam",
-                    segments: list[Segment] | None = None) -> TrainingMemory:
+                    segments: list[Segment] | None = None,
+                    master_weights: bool = False) -> TrainingMemory:
+    """``master_weights``: the graph runs in half precision (passes.precision) and the
+    optimizer works on an fp32 master copy: 4 B per parameter for the copy, fp32 state, and at
+    the step the fp32 gradients (made while the half ones still exist, which are freed before
+    the update) plus the update's temporaries, in fp32."""
     if optimizer not in STATE_MULTIPLIER:
         raise GraphcostError(f"unknown optimizer {optimizer!r}; known: "
                              + ", ".join(STATE_MULTIPLIER))
@@ -68,13 +73,19 @@ def training_memory(graph: Graph, optimizer: str = "adam",
                        if v.kind == ValueKind.BUFFER)
     grads = set(graph.outputs[1:])
     grad_bytes = sum(graph.values[g].spec.nbytes or 0 for g in grads)
-    state = STATE_MULTIPLIER[optimizer] * param_bytes
+    numel = sum(v.spec.numel or 0 for v in params)
+    largest = max((v.spec.numel or 0 for v in params), default=0)
+    # the optimizer's own copy of the weights, and the bytes per element it works in
+    master = 4 * numel if master_weights else 0
+    opt_bytes, opt_largest = (4 * numel, 4 * largest) if master_weights else \
+        (param_bytes, max((v.spec.nbytes or 0 for v in params), default=0))
+    state = STATE_MULTIPLIER[optimizer] * opt_bytes
     if optimizer in ("adam", "adamw"):
         state += 4 * len(params)
-        temp = 2 * max((v.spec.nbytes or 0 for v in params), default=0)
+        temp = 2 * opt_largest
     else:
         temp = 0
-    persistent = param_bytes + buffer_bytes + state
+    persistent = param_bytes + buffer_bytes + master + state
 
     live = analyze_liveness(graph, include_inputs=False)
     fwd = forward_set(graph)
@@ -84,11 +95,17 @@ def training_memory(graph: Graph, optimizer: str = "adam",
     n = len(graph.nodes)
     timeline = [persistent + b for b in timeline_of(storages, n)]
     phases = ["forward" if i in fwd else "backward" for i in range(n)]
-    timeline.append(persistent + grad_bytes + temp)
+    if master_weights:  # fp32 gradients beside the half ones, then beside the update's temps
+        fp32_grads = 4 * numel
+        step_grads = max(grad_bytes + fp32_grads, fp32_grads + temp)
+        step_temp = step_grads - grad_bytes
+    else:
+        step_grads, step_temp = grad_bytes + temp, temp
+    timeline.append(persistent + step_grads)
     phases.append("optimizer")
     peak_i = max(range(len(timeline)), key=timeline.__getitem__)
     if peak_i == n:
-        breakdown = dict(gradients=grad_bytes, activations=0, temporaries=temp)
+        breakdown = dict(gradients=grad_bytes, activations=0, temporaries=step_temp)
         node = None
     else:
         at = [st for st in storages if st.birth <= peak_i <= st.death]
@@ -96,9 +113,9 @@ def training_memory(graph: Graph, optimizer: str = "adam",
         breakdown = dict(gradients=g, activations=sum(st.nbytes for st in at) - g,
                          temporaries=0)
         node = graph.nodes[peak_i].name
-    breakdown = dict(params=param_bytes, buffers=buffer_bytes, optimizer_state=state,
-                     **breakdown)
-    return TrainingMemory(optimizer, param_bytes, buffer_bytes, grad_bytes, state, temp,
+    breakdown = dict(params=param_bytes, buffers=buffer_bytes, master_weights=master,
+                     optimizer_state=state, **breakdown)
+    return TrainingMemory(optimizer, param_bytes, buffer_bytes, grad_bytes, state, step_temp,
                           timeline[peak_i], phases[peak_i], node, breakdown, tuple(timeline),
                           tuple(phases), len(fwd))
 
@@ -115,11 +132,12 @@ class CheckpointPlan:
 
 def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
                      names: list[str] | None = None, every: int | None = None,
-                     sqrt: bool = False, budget: int | None = None) -> CheckpointPlan:
+                     sqrt: bool = False, budget: int | None = None,
+                     master_weights: bool = False) -> CheckpointPlan:
     """Build a checkpoint plan and evaluate it; ``budget`` alone asks for the plan with the
     least recompute that fits."""
     fwd = forward_set(graph)
-    plain = training_memory(graph, optimizer)
+    plain = training_memory(graph, optimizer, master_weights=master_weights)
 
     def seg_flops(seg: Segment) -> int:
         return sum(node_flops[i] for i in seg.nodes)
@@ -135,20 +153,20 @@ def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
         segs = [merge("+".join(g), segments_by_name(graph, fwd, g)) for g in groups]
         mode = "sqrt" if sqrt else "every"
     elif budget is not None:
-        return _auto(graph, optimizer, fwd, plain, budget, seg_flops)
+        return _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights)
     else:
         raise GraphcostError("--checkpoint needs module names, sqrt, auto (with --budget), "
                              "or --checkpoint-every N")
-    with_ckpt = training_memory(graph, optimizer, segs)
+    with_ckpt = training_memory(graph, optimizer, segs, master_weights)
     return CheckpointPlan(mode, tuple(s.name for s in segs), plain, with_ckpt,
                           sum(seg_flops(s) for s in segs), budget)
 
 
-def _auto(graph, optimizer, fwd, plain, budget, seg_flops) -> CheckpointPlan:
+def _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights) -> CheckpointPlan:
     """Greedy over the repeated blocks: checkpoint the blocks that free the most memory per
     recomputed FLOP first, and stop at the first plan whose peak fits the budget."""
     floor = plain.param_bytes + plain.buffer_bytes + plain.optimizer_state_bytes + \
-        plain.grad_bytes
+        plain.grad_bytes + plain.breakdown["master_weights"]
     if budget < floor:
         raise GraphcostError(f"no checkpoint plan can fit {budget:,} B: parameters, gradients "
                              f"and optimizer state alone take {floor:,} B")
@@ -158,7 +176,7 @@ def _auto(graph, optimizer, fwd, plain, budget, seg_flops) -> CheckpointPlan:
     segs = segments_by_name(graph, fwd, blocks) if blocks else []
     scored = []
     for seg in segs:
-        alone = training_memory(graph, optimizer, [seg])
+        alone = training_memory(graph, optimizer, [seg], master_weights)
         saved = plain.peak_bytes - alone.peak_bytes
         scored.append((-saved / max(1, seg_flops(seg)), seg))
     scored.sort(key=lambda t: t[0])
@@ -166,7 +184,7 @@ def _auto(graph, optimizer, fwd, plain, budget, seg_flops) -> CheckpointPlan:
     best = plain
     for _, seg in scored:
         chosen.append(seg)
-        best = training_memory(graph, optimizer, chosen)
+        best = training_memory(graph, optimizer, chosen, master_weights)
         if best.peak_bytes <= budget:
             return CheckpointPlan("auto", tuple(s.name for s in chosen), plain, best,
                                   sum(seg_flops(s) for s in chosen), budget)

@@ -63,7 +63,11 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
         kind_of[ph] = ValueKind.BUFFER
     # Outputs: the loss, then the gradients. Running-stat updates (BatchNorm) are left out:
     # eager copies them into the buffers in place.
-    keep = set(sig.user_outputs) | set(sig.backward_signature.gradients_to_parameters)
+    # A tied weight gets one gradient (eager accumulates both uses into one .grad).
+    tied = {sig.inputs_to_parameters[ph] for ph in alias}
+    keep = set(sig.user_outputs) | {out for out, fqn in
+                                    sig.backward_signature.gradients_to_parameters.items()
+                                    if fqn not in tied}
     return lower_fx_graph(gm.graph, kind_of, alias, keep, name=name, batch=batch,
                           module_types={path: type(m).__name__
                                         for path, m in model.named_modules()},
