@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --train: one checkpoint segment per N repeated blocks")
     p.add_argument("--budget", metavar="SIZE",
                    help="memory budget for --checkpoint auto, e.g. 40GiB, 4GB, 4e9")
+    p.add_argument("--plot", metavar="FILE.svg",
+                   help="with --train: write the memory timeline chart (SVG)")
     p.add_argument("--max-rows", type=int, default=500,
                    help="node rows in the table format (0 = all; default 500)")
     return p
@@ -154,6 +156,11 @@ def _run(args) -> int:
         raise GraphcostError("--output names the input model; graphcost never writes its input")
 
     dtypes = dict(_kv(text, "--input-dtype") for text in args.input_dtype)
+    if args.plot is not None:
+        if not args.train:
+            raise GraphcostError("--plot draws the training timeline: add --train")
+        if not args.plot.endswith(".svg"):
+            raise GraphcostError(f"--plot {args.plot}: only .svg is written")
     checkpoint = _checkpoint_args(args)
     with _progress() as note:
         report = analyze(args.model, batch=args.batch, dims=dims, input_shapes=shapes,
@@ -181,6 +188,9 @@ def _run(args) -> int:
             Path(args.output).write_text(text, encoding="utf-8")
         else:
             sys.stdout.write(text)
+    if args.plot:
+        from analyzer.plot import timeline_svg
+        Path(args.plot).write_text(timeline_svg(report), encoding="utf-8")
     c = report.coverage
     if args.strict and (c.unsupported or c.unknown_shape):
         missing = dict(c.unsupported, **c.unknown_shape)

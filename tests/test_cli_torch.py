@@ -158,3 +158,18 @@ def test_saved_exported_program(tmp_path, monkeypatch):
     bad = tmp_path / "bad.pt2"
     bad.write_text("not a zip")
     assert_one_line_error(run(bad), "not a torch.export archive")
+
+
+def test_plot_timeline(tmp_path):
+    import xml.etree.ElementTree as ET
+    svg = tmp_path / "tl.svg"
+    run("zoo:gpt2", "--train", "--checkpoint-every", "1", "--plot", svg, "--max-rows", "0",
+        check_rc=0)
+    root = ET.parse(svg).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(root.findall(f"{ns}polyline")) == 2          # plain and checkpointed curves
+    labels = [t.text for t in root.findall(f"{ns}text")]
+    assert {"forward", "backward", "step"} <= set(labels)
+    assert any(l and l.startswith("plain peak") for l in labels)
+    assert_one_line_error(run("zoo:gpt2", "--plot", svg), "add --train")
+    assert_one_line_error(run("zoo:gpt2", "--train", "--plot", tmp_path / "x.png"), "only .svg")
