@@ -9,7 +9,7 @@ from passes.arena import plan_arena
 from passes.costs import count_costs
 from passes.liveness import analyze_liveness
 from passes.modules import aggregate_modules
-from passes.training import plan_checkpoints, training_memory
+from passes.training import plan_checkpoints, training_memory, what_ifs
 from passes.params import count_params
 from passes.precision import cast_floats
 from passes.shapes import check_shapes
@@ -101,9 +101,12 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                               plan.checkpointed.peak_bytes, plan.recompute_flops,
                               100.0 * plan.recompute_flops / max(1, costs.totals.flops),
                               plan.budget, plan.checkpointed.timeline)
+        savers = what_ifs(graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision,
+                          cast_floats)
         training = Training(t.optimizer, t.param_bytes, t.buffer_bytes, t.grad_bytes,
                             t.optimizer_state_bytes, t.step_temp_bytes, t.peak_bytes,
-                            t.peak_phase, t.peak_node, t.breakdown, t.timeline, t.phases, ckpt)
+                            t.peak_phase, t.peak_node, t.breakdown, t.timeline, t.phases, ckpt,
+                            savers)
     return Report(graph.name, graph.source, graph.batch, dict(graph.dims), totals, by_op,
                   coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues), modules,
                   training)

@@ -73,6 +73,12 @@ def summary_lines(r: Report) -> list[str]:
             f"optimizer {t.optimizer}",
             "            at peak: " + ", ".join(f"{k} {human_bytes(v)}" for k, v in b.items()),
         ]
+        for name, w in t.what_if.items():
+            saved = t.peak_bytes - w["peak_bytes"]
+            extra = (f", recompute {human(w['recompute_flops'])} FLOPs"
+                     if "recompute_flops" in w else "")
+            lines.append(f"what-if     {name.replace('_', ' ')}: peak "
+                         f"{human_bytes(w['peak_bytes'])} (saves {human_bytes(saved)}{extra})")
         c = t.checkpoint
         if c is not None:
             segs = ", ".join(c.segments) or "none needed"

@@ -135,6 +135,7 @@ class Training:
     timeline: tuple[int, ...]
     phases: tuple[str, ...]
     checkpoint: "Checkpoint | None" = None
+    what_if: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer, "param_bytes": self.param_bytes,
@@ -144,7 +145,8 @@ class Training:
                 "peak_phase": self.peak_phase, "peak_node": self.peak_node,
                 "breakdown_at_peak": dict(self.breakdown), "timeline": list(self.timeline),
                 "phases": list(self.phases),
-                "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None}
+                "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
+                "what_if": {k: dict(v) for k, v in self.what_if.items()}}
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def forward_set(graph: Graph) -> set[int]:
 
 def training_memory(graph: Graph, optimizer: str = "adam",
                     segments: list[Segment] | None = None,
-                    master_weights: bool = False) -> TrainingMemory:
+                    master_weights: bool = False, inplace: bool = False) -> TrainingMemory:
     """``master_weights``: the graph runs in half precision (passes.precision) and the
     optimizer works on an fp32 master copy: 4 B per parameter for the copy, fp32 state, and at
     the step the fp32 gradients (made while the half ones still exist, which are freed before
@@ -87,7 +87,7 @@ def training_memory(graph: Graph, optimizer: str = "adam",
         temp = 0
     persistent = param_bytes + buffer_bytes + master + state
 
-    live = analyze_liveness(graph, include_inputs=False)
+    live = analyze_liveness(graph, include_inputs=False, inplace=inplace)
     fwd = forward_set(graph)
     storages = list(live.storages)
     if segments:
@@ -191,3 +191,23 @@ def _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights) -> Ch
     raise GraphcostError(f"no checkpoint plan fits {budget:,} B: checkpointing every block "
                          f"reaches {best.peak_bytes:,} B (parameters, gradients and optimizer "
                          f"state take {floor:,} B)")
+
+
+def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str,
+             cast) -> dict[str, dict[str, int]]:
+    """The step's peak under the usual memory savers, each by re-running the passes on the
+    same joint graph: in-place activations, bf16 mixed precision, and checkpointing every
+    repeated block. ``cast`` re-types a graph (passes.precision.cast_floats)."""
+    mixed = precision != "fp32"
+    out: dict[str, dict[str, int]] = {}
+    inplace = training_memory(graph, optimizer, master_weights=mixed, inplace=True)
+    out["inplace_activations"] = {"peak_bytes": inplace.peak_bytes}
+    if not mixed:
+        half = training_memory(cast(graph, "bf16-mixed"), optimizer, master_weights=True)
+        out["bf16_mixed"] = {"peak_bytes": half.peak_bytes}
+    if repeated_blocks(graph, forward_set(graph)):
+        plan = plan_checkpoints(graph, optimizer, node_flops, every=1,
+                                master_weights=mixed)
+        out["checkpoint_every_block"] = {"peak_bytes": plan.checkpointed.peak_bytes,
+                                         "recompute_flops": plan.recompute_flops}
+    return out

@@ -115,3 +115,16 @@ def test_train_on_onnx_is_a_clear_error():
     with pytest.raises(GraphcostError, match="--train needs the PyTorch model"):
         analyze("zoo:small_cnn", train=False) and analyze(
             __import__("onnx").ModelProto(), train=True)
+
+
+def test_what_ifs_rerun_the_passes():
+    # each what-if equals the analysis that applies it (no rule of thumb)
+    model = models_zoo.build_model("gpt2")
+    args = models_zoo.example_inputs("gpt2", batch=BATCH)
+    t = analyze(model, args, train=True).training
+    half = analyze(model, args, train=True, precision="bf16-mixed").training
+    ckpt = analyze(model, args, train=True, checkpoint={"every": 1}).training.checkpoint
+    assert t.what_if["bf16_mixed"]["peak_bytes"] == half.peak_bytes
+    assert t.what_if["checkpoint_every_block"] == {"peak_bytes": ckpt.peak_bytes,
+                                                   "recompute_flops": ckpt.recompute_flops}
+    assert t.what_if["inplace_activations"]["peak_bytes"] <= t.peak_bytes
