@@ -77,8 +77,10 @@ def summary_lines(r: Report) -> list[str]:
             saved = t.peak_bytes - w["peak_bytes"]
             extra = (f", recompute {human(w['recompute_flops'])} FLOPs"
                      if "recompute_flops" in w else "")
+            change = f"saves {human_bytes(saved)}" if saved >= 0 else \
+                f"adds {human_bytes(-saved)}"
             lines.append(f"what-if     {name.replace('_', ' ')}: peak "
-                         f"{human_bytes(w['peak_bytes'])} (saves {human_bytes(saved)}{extra})")
+                         f"{human_bytes(w['peak_bytes'])} ({change}{extra})")
         c = t.checkpoint
         if c is not None:
             segs = ", ".join(c.segments) or "none needed"
