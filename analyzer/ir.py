@@ -111,6 +111,3 @@ class Graph:
         v = self.values.get(name)
         return v.spec if v is not None else None
 
-
-def frozen_map(d: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(d))

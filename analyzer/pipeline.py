@@ -93,16 +93,16 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     training = None
     if optimizer is not None:
         t = training_memory(graph, optimizer, master_weights=mixed)
+        node_flops = [nc.cost.flops for nc in costs.nodes]
         ckpt = None
         if checkpoint:
-            plan = plan_checkpoints(graph, optimizer, [nc.cost.flops for nc in costs.nodes],
-                                    master_weights=mixed, **checkpoint)
+            plan = plan_checkpoints(graph, optimizer, node_flops, master_weights=mixed,
+                                    **checkpoint)
             ckpt = Checkpoint(plan.mode, plan.segments, plan.plain.peak_bytes,
                               plan.checkpointed.peak_bytes, plan.recompute_flops,
                               100.0 * plan.recompute_flops / max(1, costs.totals.flops),
                               plan.budget, plan.checkpointed.timeline)
-        savers = what_ifs(graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision,
-                          cast_floats)
+        savers = what_ifs(graph, optimizer, node_flops, precision, cast_floats)
         training = Training(t.optimizer, t.param_bytes, t.buffer_bytes, t.grad_bytes,
                             t.optimizer_state_bytes, t.step_temp_bytes, t.peak_bytes,
                             t.peak_phase, t.peak_node, t.breakdown, t.timeline, t.phases, ckpt,

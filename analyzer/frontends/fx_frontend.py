@@ -258,11 +258,3 @@ def module_types(graph: "torch.fx.Graph") -> dict[str, str]:
                            else getattr(cls, "__name__", str(cls)))
     return out
 
-
-def param_owners(ep: "torch.export.ExportedProgram") -> dict[str, str]:
-    """Placeholder name -> module path owning that parameter/buffer ('h.0.attn')."""
-    out = {}
-    for spec in ep.graph_signature.input_specs:
-        if spec.target and getattr(spec.arg, "name", None):
-            out[spec.arg.name] = spec.target.rpartition(".")[0]
-    return out
