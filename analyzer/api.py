@@ -191,6 +191,13 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
     return lower_exported(ep, name=name, batch=_batch_of((*args, *kwargs.values())))
 
 
+def _device(device):
+    if device is None or not isinstance(device, str):
+        return device
+    from analyzer.devices import get_device
+    return get_device(device)
+
+
 def _batch_of(tensors) -> int:
     for t in tensors:
         shape = getattr(t, "shape", None)
@@ -206,7 +213,9 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             include_inputs: bool = True, inplace: bool = False, lifetimes: str | None = None,
             zoo_exporter: str = "onnx", progress: Progress | None = None,
             train: bool = False, optimizer: str = "adam",
-            checkpoint: Mapping[str, Any] | None = None, precision: str = "fp32") -> Report:
+            checkpoint: Mapping[str, Any] | None = None, precision: str = "fp32",
+            device: Any = None, tf32: bool = False, overhead: Any = None,
+            what_ifs: bool = True) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -219,7 +228,11 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     ``{"names": [...]}``, ``{"every": N}``, ``{"sqrt": True}`` or ``{"budget": BYTES}`` (the
     plan with the least recompute that fits); ``precision`` fp16-mixed / bf16-mixed (training)
     analyzes half-precision weights, activations and gradients with fp32 master weights and
-    optimizer state. Raises GraphcostError.
+    optimizer state. ``device`` (a name such as "a100-40gb" or an analyzer.devices.Device)
+    adds the roofline time per node and whether the memory fits with ``overhead``
+    (analyzer.devices.Overhead); ``tf32`` uses the TF32 rate for fp32 matmuls.
+    ``what_ifs=False`` skips the training what-ifs (each re-runs the training passes). Raises
+    GraphcostError.
     """
     from analyzer.pipeline import run_passes
 
@@ -240,7 +253,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
         return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
                           lifetimes=lifetimes, optimizer=optimizer if train else None,
                           checkpoint=dict(checkpoint) if checkpoint else None,
-                          precision=precision)
+                          precision=precision, device=_device(device), tf32=tf32,
+                          overhead=overhead, savers=what_ifs)
     finally:
         if was_enabled:
             gc.enable()

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from analyzer.devices import get_device, parse_device_spec, parse_overhead
 from analyzer.errors import GraphcostError
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
@@ -25,36 +26,37 @@ def _kv(text: str, what: str) -> tuple[str, str]:
     return k.strip(), v.strip()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="graphcost", description=(
-        "Static cost analysis of a neural-network graph: per-node params, MACs, FLOPs, bytes "
-        "read/written, and activation memory by liveness. Reads shapes only: weights and "
-        "external data files are never read, and the input file is never written."))
-    p.add_argument("model", help=(
-        "an .onnx file; a saved torch.export program (.pt2: its JSON graph is read, its "
-        "pickled weights never); zoo:NAME for a bundled reference model; or "
-        "path/to/file.py:Class — "
-        "this IMPORTS AND RUNS that Python file, builds Class() with no arguments on the meta "
-        "device (no weights allocated) and traces its forward with torch.export on fake "
-        "inputs of the --input-shape sizes"))
+SUBCOMMANDS = {
+    "check": ("analyzer.cli_check", "budgets for CI: exit 0 pass, 1 over budget, 2 bad input"),
+    "diff": ("analyzer.cli_diff", "compare two models: totals, per-node/module deltas, peak"),
+    "verify": ("analyzer.cli_verify", "run the model on this CPU and compare with the prediction"),
+    "devices": ("analyzer.cli_devices", "the known devices and their peaks"),
+}
+
+
+def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
+    """The options that say which model to analyze and at what size (shared by the main
+    command and the subcommands)."""
+    if model:
+        p.add_argument("model", help=(
+            "an .onnx file; a saved torch.export program (.pt2: its JSON graph is read, its "
+            "pickled weights never); zoo:NAME for a bundled reference model; or "
+            "path/to/file.py:Class — "
+            "this IMPORTS AND RUNS that Python file, builds Class() with no arguments on the "
+            "meta device (no weights allocated) and traces its forward with torch.export on "
+            "fake inputs of the --input-shape sizes"))
     p.add_argument("--fx", action="store_true",
                    help="zoo models: trace the torch module with torch.export instead of "
                         "analyzing its ONNX export")
     p.add_argument("--input-dtype", action="append", default=[], metavar="NAME=DTYPE",
                    help="dtype of a traced module's input (default float32), e.g. "
                         "--input-dtype input_ids=int64")
-    p.add_argument("--depth", type=int, default=None,
-                   help="print the module tree down to this depth instead of the node table")
     p.add_argument("--batch", type=int, default=None,
                    help="bind the batch dim (axis 0) of the graph inputs (default 1)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
                    help="bind a symbolic input dim by name, e.g. --dim sequence=128")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=SHAPE",
                    help="override an input's shape, e.g. --input-shape x=1x3x224x224")
-    p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
-    p.add_argument("-o", "--output", help="write the report to this file instead of stdout")
-    p.add_argument("--strict", action="store_true",
-                   help=f"exit {EXIT_INCOMPLETE} if any node has no cost rule or no shape")
     p.add_argument("--exclude-inputs", action="store_true",
                    help="leave graph inputs out of activation memory")
     p.add_argument("--inplace-activations", action="store_true",
@@ -79,8 +81,40 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --train: one checkpoint segment per N repeated blocks")
     p.add_argument("--budget", metavar="SIZE",
                    help="memory budget for --checkpoint auto, e.g. 40GiB, 4GB, 4e9")
+    p.add_argument("--device", metavar="NAME",
+                   help="roofline time per node and whether the memory fits on this device "
+                        "(a lower bound, not a benchmark); `graphcost devices` lists the known ones")
+    p.add_argument("--device-spec", metavar="flops=…,bandwidth=…,memory=…",
+                   help="a device of your own, e.g. flops=19.5T,bandwidth=1555G,memory=40GiB "
+                        "(optional fp16=…, bf16=…, tf32=…, int8=… rates)")
+    p.add_argument("--tf32", action="store_true",
+                   help="with a device: fp32 matmuls and convolutions run at the TF32 rate")
+    p.add_argument("--overhead", metavar="context=SIZE,allocator=PCT",
+                   help="framework memory beyond the tensors, for 'fits' and --max-batch "
+                        "(default context=512MiB,allocator=10%%; 'none' for 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="graphcost", description=(
+        "Static cost analysis of a neural-network graph: per-node params, MACs, FLOPs, bytes "
+        "read/written, and activation memory by liveness. Reads shapes only: weights and "
+        "external data files are never read, and the input file is never written."),
+        epilog="subcommands: " + "; ".join(f"graphcost {k} … ({v[1]})"
+                                          for k, v in SUBCOMMANDS.items()))
+    add_model_args(p)
+    p.add_argument("--depth", type=int, default=None,
+                   help="print the module tree down to this depth instead of the node table")
+    p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
+    p.add_argument("-o", "--output", help="write the report to this file instead of stdout")
+    p.add_argument("--strict", action="store_true",
+                   help=f"exit {EXIT_INCOMPLETE} if any node has no cost rule or no shape")
     p.add_argument("--plot", metavar="FILE.svg",
                    help="with --train: write the memory timeline chart (SVG)")
+    p.add_argument("--max-batch", action="store_true",
+                   help="the largest batch whose memory (with --overhead) fits --device; prints "
+                        "memory and FLOPs as affine functions of the batch")
+    p.add_argument("--html", metavar="FILE.html",
+                   help="also write a self-contained HTML report (no network access needed)")
     p.add_argument("--max-rows", type=int, default=500,
                    help="node rows in the table format (0 = all; default 500)")
     return p
@@ -119,9 +153,18 @@ def _progress():
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in SUBCOMMANDS:  # `graphcost check …`; a file named so: ./check
+        import importlib
+        module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+        return guarded(module.run, module.build_parser().parse_args(argv[1:]))
+    return guarded(_run, build_parser().parse_args(argv))
+
+
+def guarded(run, args) -> int:
+    """Run a command: GraphcostError -> one line and exit 2; a bug -> one line and exit 70."""
     try:
-        return _run(args)
+        return run(args)
     except GraphcostError as exc:
         sys.stderr.write(f"graphcost: error: {exc}\n")
         return EXIT_BAD_INPUT
@@ -135,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def _run(args) -> int:
-    from analyzer.api import analyze
+def analysis_kwargs(args) -> dict:
+    """analyze()'s keyword arguments from the shared model options (see add_model_args)."""
     from analyzer.binding import parse_shape
 
     dims = {}
@@ -150,25 +193,56 @@ def _run(args) -> int:
     for text in args.input_shape:
         k, v = _kv(text, "--input-shape")
         shapes[k] = parse_shape(v)
-    source = args.model.rpartition(":")[0] if ".py:" in args.model else args.model
-    if args.output and os.path.exists(args.output) and os.path.exists(source) and \
-            os.path.samefile(args.output, source):
-        raise GraphcostError("--output names the input model; graphcost never writes its input")
-
     dtypes = dict(_kv(text, "--input-dtype") for text in args.input_dtype)
+    return dict(device=device_from_args(args), tf32=args.tf32,
+                overhead=parse_overhead(args.overhead) if args.overhead else None,
+                batch=args.batch, dims=dims, input_shapes=shapes, input_dtypes=dtypes,
+                include_inputs=not args.exclude_inputs, inplace=args.inplace_activations,
+                lifetimes=args.lifetimes, zoo_exporter="fx" if args.fx else "onnx",
+                train=args.train, optimizer=args.optimizer,
+                checkpoint=_checkpoint_args(args), precision=args.precision)
+
+
+def device_from_args(args):
+    if args.device and args.device_spec:
+        raise GraphcostError("use either --device or --device-spec")
+    if args.device_spec:
+        return parse_device_spec(args.device_spec)
+    if args.device:
+        return get_device(args.device)
+    if args.tf32:
+        raise GraphcostError("--tf32 goes with --device or --device-spec")
+    return None
+
+
+def refuse_overwrite(output: str | None, model: str) -> None:
+    """The input file is never written: refuse an output path that names it."""
+    source = model.rpartition(":")[0] if ".py:" in model else model
+    if output and os.path.exists(output) and os.path.exists(source) and \
+            os.path.samefile(output, source):
+        raise GraphcostError(f"{output} is the input model; graphcost never writes its input")
+
+
+def run_analysis(model: str, args, **overrides):
+    """analyze() with the shared options, under the terminal progress spinner."""
+    from analyzer.api import analyze
+
+    kwargs = {**analysis_kwargs(args), **overrides}
+    with _progress() as note:
+        return analyze(model, progress=note, **kwargs)
+
+
+def _run(args) -> int:
+    for out in (args.output, args.html, args.plot):
+        refuse_overwrite(out, args.model)
     if args.plot is not None:
         if not args.train:
             raise GraphcostError("--plot draws the training timeline: add --train")
         if not args.plot.endswith(".svg"):
             raise GraphcostError(f"--plot {args.plot}: only .svg is written")
-    checkpoint = _checkpoint_args(args)
-    with _progress() as note:
-        report = analyze(args.model, batch=args.batch, dims=dims, input_shapes=shapes,
-                         input_dtypes=dtypes, include_inputs=not args.exclude_inputs,
-                         inplace=args.inplace_activations, lifetimes=args.lifetimes,
-                         zoo_exporter="fx" if args.fx else "onnx", progress=note,
-                         train=args.train, optimizer=args.optimizer, checkpoint=checkpoint,
-                         precision=args.precision)
+    if args.max_batch:
+        return _max_batch(args)
+    report = run_analysis(args.model, args)
 
     from analyzer import render
     if args.format == "table":
@@ -188,6 +262,9 @@ def _run(args) -> int:
             Path(args.output).write_text(text, encoding="utf-8")
         else:
             sys.stdout.write(text)
+    if args.html:
+        from analyzer.html_report import html_report
+        Path(args.html).write_text(html_report(report), encoding="utf-8")
     if args.plot:
         from analyzer.plot import timeline_svg
         Path(args.plot).write_text(timeline_svg(report), encoding="utf-8")
@@ -197,6 +274,28 @@ def _run(args) -> int:
         sys.stderr.write("graphcost: strict: not costed: "
                          + ", ".join(f"{k}×{v}" for k, v in sorted(missing.items())) + "\n")
         return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+def _max_batch(args) -> int:
+    from analyzer.batch_scaling import max_batch
+    from analyzer.render import max_batch_lines
+
+    if args.batch is not None:
+        raise GraphcostError("--max-batch searches the batch: leave out --batch")
+    if not (args.device or args.device_spec):
+        raise GraphcostError("--max-batch needs --device NAME or --device-spec")
+    result = max_batch(lambda b: run_analysis(args.model, args, batch=b, what_ifs=False))
+    if args.format == "json":
+        import json
+        text = json.dumps({"schema_version": 1, "kind": "max_batch", "model": args.model,
+                           **result.to_dict()}, indent=1) + "\n"
+    else:
+        text = "\n".join(max_batch_lines(args.model, result)) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
     return EXIT_OK
 
 

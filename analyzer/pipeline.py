@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from analyzer.errors import GraphcostError
 from analyzer.ir import Graph, ValueKind
-from analyzer.report import (Coverage, LiveTensor, Memory, ModuleRow, NodeRow, OpTypeRow, Report,
-                             Totals, Training, Checkpoint)
+from analyzer.report import (Checkpoint, Coverage, LiveTensor, Memory, ModuleRow, NodeRow,
+                             NodeTime, OpTypeRow, Report, Roofline, Totals, Training)
 from passes.arena import plan_arena
 from passes.costs import count_costs
 from passes.liveness import analyze_liveness
@@ -17,14 +17,19 @@ from passes.shapes import check_shapes
 
 def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False,
                lifetimes: str | None = None, optimizer: str | None = None,
-               checkpoint: dict | None = None, precision: str = "fp32") -> Report:
+               checkpoint: dict | None = None, precision: str = "fp32",
+               device=None, tf32: bool = False, overhead=None,
+               savers: bool = True) -> Report:
     """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
     "eager" (PyTorch eager: module arguments stay referenced until the call returns). Default:
     eager for graphs traced from PyTorch, dataflow for ONNX. ``optimizer`` (for a joint
     forward+backward graph) adds the training-step memory; ``checkpoint`` (names / every /
     sqrt / budget, as passes.training.plan_checkpoints takes them) a checkpoint plan;
     ``precision`` fp16-mixed / bf16-mixed re-types the graph's floating tensors first (every
-    pass then sees half-precision tensors) and gives the optimizer fp32 master weights."""
+    pass then sees half-precision tensors) and gives the optimizer fp32 master weights.
+    ``device`` (analyzer.devices.Device) adds the roofline time and whether the memory fits,
+    with ``overhead`` (analyzer.devices.Overhead, default documented there). ``savers=False``
+    skips the training what-ifs (each re-runs the training passes)."""
     mixed = precision != "fp32"
     graph = cast_floats(graph, precision)
     if lifetimes is None:
@@ -102,11 +107,32 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                               plan.checkpointed.peak_bytes, plan.recompute_flops,
                               100.0 * plan.recompute_flops / max(1, costs.totals.flops),
                               plan.budget, plan.checkpointed.timeline)
-        savers = what_ifs(graph, optimizer, node_flops, precision, cast_floats)
+        savers = what_ifs(graph, optimizer, node_flops, precision, cast_floats) if savers \
+            else {}
         training = Training(t.optimizer, t.param_bytes, t.buffer_bytes, t.grad_bytes,
                             t.optimizer_state_bytes, t.step_temp_bytes, t.peak_bytes,
                             t.peak_phase, t.peak_node, t.breakdown, t.timeline, t.phases, ckpt,
                             savers)
+    roof = None
+    if device is not None:
+        tensors = training.peak_bytes if training is not None else \
+            totals.param_bytes + totals.buffer_bytes + memory.peak_bytes
+        roof = _roofline(graph, costs, device, tf32, overhead, tensors)
     return Report(graph.name, graph.source, graph.batch, dict(graph.dims), totals, by_op,
                   coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues), modules,
-                  training)
+                  training, roof)
+
+
+def _roofline(graph: Graph, costs, device, tf32: bool, overhead, tensor_bytes: int) -> Roofline:
+    from analyzer.devices import Overhead
+    from passes.roofline import roofline
+
+    overhead = overhead or Overhead()
+    r = roofline(graph, costs.nodes, device, tf32=tf32)
+    times = tuple(NodeTime(t.index, t.seconds, t.intensity, t.bound, t.dtype) for t in r.nodes)
+    top = tuple(t.index for t in sorted(times, key=lambda t: (-t.seconds, t.index))[:10]
+                if t.seconds > 0)
+    return Roofline(device.name, device.label, dict(device.peak_flops), device.bandwidth,
+                    device.memory, tf32, r.total_seconds, r.compute_seconds, r.memory_seconds,
+                    times, top, tensor_bytes, overhead.context_bytes,
+                    overhead.allocator_fraction, overhead.required(tensor_bytes), r.fallbacks)

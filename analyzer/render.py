@@ -4,6 +4,8 @@ from __future__ import annotations
 import csv
 import io
 
+from typing import Any, Callable
+
 from analyzer.report import Report
 
 NODE_COLUMNS = ("index", "name", "op", "input_shapes", "output_shapes", "params",
@@ -31,6 +33,67 @@ def _node_cells(n) -> list[str]:
             f"{n.params:,}" if n.params else "", human_bytes(n.output_bytes),
             human(n.macs) if n.macs else "", human(n.flops) if n.flops else "",
             human_bytes(n.bytes_read), human_bytes(n.bytes_written), human_bytes(n.bytes_total)]
+
+
+def human_time(seconds: float) -> str:
+    for div, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if seconds >= div:
+            return f"{seconds / div:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns" if seconds else "0"
+
+
+def extra_columns(r: Report) -> list[tuple[str, str, Callable[[int], str], Callable[[int], Any]]]:
+    """Optional per-node columns: (header, csv name, text of node i, raw value of node i)."""
+    cols = []
+    ro = r.roofline
+    if ro is not None:
+        t = ro.nodes
+        cols += [
+            ("time (roofline)", "roofline_seconds", lambda i: human_time(t[i].seconds),
+             lambda i: t[i].seconds),
+            ("FLOP/B", "intensity",
+             lambda i: f"{t[i].intensity:.3g}" if t[i].intensity != float("inf") else "∞",
+             lambda i: t[i].intensity if t[i].intensity != float("inf") else ""),
+            ("bound", "bound", lambda i: t[i].bound, lambda i: t[i].bound),
+        ]
+    return cols
+
+
+def roofline_lines(r: Report) -> list[str]:
+    ro = r.roofline
+    if ro is None:
+        return []
+    gb = ro.bandwidth / 1e9
+    rate = ro.peak_flops["tf32" if ro.tf32 and ro.peak_flops.get("tf32") else "fp32"] or 0
+    lines = [
+        f"device      {ro.label}: {rate / 1e12:.1f} TFLOP/s {'tf32' if ro.tf32 else 'fp32'}, "
+        f"{gb:,.0f} GB/s, {human_bytes(ro.memory_bytes)}",
+        f"roofline    {human_time(ro.total_seconds)} lower bound "
+        f"(compute-bound nodes {human_time(ro.compute_seconds)}, memory-bound "
+        f"{human_time(ro.memory_seconds)}); max(FLOPs/peak, bytes/bandwidth) per node — "
+        "not a benchmark",
+        f"fits        {'yes' if ro.fits else 'NO'}: needs {human_bytes(ro.required_bytes)} = "
+        f"tensors {human_bytes(ro.tensor_bytes)} × (1 + {100 * ro.allocator_fraction:.0f}% "
+        f"allocator) + context {human_bytes(ro.context_bytes)}, of "
+        f"{human_bytes(ro.memory_bytes)}",
+    ]
+    if ro.fallbacks:
+        lines.append(f"            no fast path for {', '.join(ro.fallbacks)} on {ro.device}: "
+                     "those nodes use the fp32 rate")
+    return lines
+
+
+def top_nodes_lines(r: Report) -> list[str]:
+    ro = r.roofline
+    if ro is None or not ro.top:
+        return []
+    lines = ["slowest nodes (roofline):"]
+    for i in ro.top:
+        n, t = r.nodes[i], ro.nodes[i]
+        share = 100 * t.seconds / ro.total_seconds if ro.total_seconds else 0
+        lines.append(f"  {human_time(t.seconds):>9}  {share:5.1f}%  {t.bound:<7}  "
+                     f"{n.op:<16} {n.name}")
+    return lines
 
 
 def summary_lines(r: Report) -> list[str]:
@@ -91,6 +154,7 @@ def summary_lines(r: Report) -> list[str]:
                 f"{human(c.recompute_flops)} FLOPs ({c.recompute_pct:.1f}% of the step)"
                 + (f"; budget {human_bytes(c.budget_bytes)}" if c.budget_bytes else ""),
             ]
+    lines += roofline_lines(r)
     for w in r.warnings:
         lines.append(f"warning     {w}")
     return lines
@@ -126,10 +190,13 @@ def render_table(r: Report, console, max_rows: int = 500, depth: int | None = No
                          ("FLOPs", "right"), ("read", "right"), ("written", "right"),
                          ("R+W", "right")):
         table.add_column(col, justify=justify)
+    extra = extra_columns(r)
+    for head, *_ in extra:
+        table.add_column(head, justify="right")
     rows = r.nodes if max_rows == 0 else r.nodes[:max(max_rows, 0)]
     for n in rows:
         style = None if n.status == "ok" else "yellow"
-        cells = _node_cells(n)
+        cells = _node_cells(n) + [text(n.index) for _, _, text, _ in extra]
         if n.status != "ok":
             cells[2] += f" ({n.status})"
         table.add_row(*cells, style=style)
@@ -146,6 +213,8 @@ def render_table(r: Report, console, max_rows: int = 500, depth: int | None = No
                     human(o.flops) if o.flops else "", human_bytes(o.bytes_read),
                     human_bytes(o.bytes_written))
     console.print(ops)
+    for line in top_nodes_lines(r):
+        console.print(line, markup=False, highlight=False)
     for line in summary_lines(r):
         console.print(line, markup=False, highlight=False)
 
@@ -153,11 +222,12 @@ def render_table(r: Report, console, max_rows: int = 500, depth: int | None = No
 def render_csv(r: Report) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(NODE_COLUMNS)
+    extra = extra_columns(r)
+    w.writerow(NODE_COLUMNS + tuple(name for _, name, _, _ in extra))
     for n in r.nodes:
         w.writerow([n.index, n.name, n.op, " ".join(n.input_shapes), " ".join(n.output_shapes),
                     n.params, n.output_bytes, n.macs, n.flops, n.bytes_read, n.bytes_written,
-                    n.bytes_total, n.status])
+                    n.bytes_total, n.status] + [raw(n.index) for _, _, _, raw in extra])
     return buf.getvalue()
 
 
@@ -172,13 +242,40 @@ def render_markdown(r: Report) -> str:
     for o in sorted(r.by_op_type, key=lambda o: (-o.flops, o.op)):
         out.append(f"| {esc(o.op)} | {o.count} | {o.macs:,} | {o.flops:,} | {o.bytes_read:,} | "
                    f"{o.bytes_written:,} |")
+    top = top_nodes_lines(r)
+    if top:
+        out += ["", "## Slowest nodes (roofline lower bound)", ""] + [f"    {x}" for x in top]
+    extra = extra_columns(r)
     out += ["", "## Nodes", "",
             "| # | node | op | input shape(s) | output shape | params | out bytes | MACs | FLOPs "
-            "| read | written | R+W |", "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "| read | written | R+W |" + "".join(f" {h} |" for h, *_ in extra),
+            "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(extra)]
     for n in r.nodes:
         op = n.op if n.status == "ok" else f"{n.op} ({n.status})"
         out.append(f"| {n.index} | {esc(n.name)} | {esc(op)} | {'; '.join(n.input_shapes)} | "
                    f"{'; '.join(n.output_shapes)} | {n.params:,} | {n.output_bytes:,} | "
                    f"{n.macs:,} | {n.flops:,} | {n.bytes_read:,} | {n.bytes_written:,} | "
-                   f"{n.bytes_total:,} |")
+                   f"{n.bytes_total:,} |" + "".join(f" {text(n.index)} |"
+                                                    for _, _, text, _ in extra))
     return "\n".join(out) + "\n"
+
+
+def max_batch_lines(model: str, m) -> list[str]:
+    """analyzer.batch_scaling.MaxBatch as text."""
+    f = m.fit
+    what = "training step" if m.train else "inference"
+    lines = [f"{model} on {m.device} ({human_bytes(m.memory_bytes)}), {what}:"]
+    if m.batch == 0:
+        lines.append(f"  nothing fits: batch 1 needs {human_bytes(m.required_bytes)}")
+    else:
+        lines.append(f"  max batch   {m.batch:,} (needs {human_bytes(m.required_bytes)}; batch "
+                     f"{m.batch + 1:,} would need {human_bytes(m.next_required_bytes)})")
+    lines += [
+        f"  memory(b) = {human_bytes(f.memory.fixed)} + {human_bytes(f.memory.per_sample)}·b "
+        f"(tensors with overhead; fitted at b=1,2, off by {100 * f.memory_error:+.2f}% at "
+        f"b={f.check_batch:,})",
+        f"  FLOPs(b)  = {human(f.flops.fixed)} + {human(f.flops.per_sample)}·b "
+        f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})",
+        f"  {m.analyses} full analyses; every answer is checked by analyzing that batch",
+    ]
+    return lines

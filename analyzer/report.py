@@ -22,6 +22,8 @@ CONVENTION = {
     "bytes_written": "bytes of a node's outputs (0 for views)",
     "params": "trainable weights, each counted once however many nodes read it; BatchNorm "
               "running statistics are buffers",
+    "roofline": "lower-bound time per node on a device: max(FLOPs / peak FLOP/s of the "
+                "node's dtype, (bytes_read + bytes_written) / bandwidth); not a benchmark",
     "memory": "activation storage at inference: each tensor lives from its producer to its last "
               "consumer (dataflow), or, for eager PyTorch, at least until the module call it "
               "was passed into returns (eager); views alias their input",
@@ -170,6 +172,54 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class NodeTime:
+    index: int
+    seconds: float
+    intensity: float     # FLOPs per byte moved
+    bound: str           # compute | memory | "" (nothing to do)
+    dtype: str           # which peak rate was used: fp32 | tf32 | fp16 | bf16 | int8
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Lower-bound time on a device (passes/roofline.py) and whether the step fits its memory."""
+    device: str
+    label: str
+    peak_flops: dict[str, float | None]
+    bandwidth: float
+    memory_bytes: int
+    tf32: bool
+    total_seconds: float
+    compute_seconds: float
+    memory_seconds: float
+    nodes: tuple[NodeTime, ...]
+    top: tuple[int, ...]          # the ten most expensive nodes (indices), slowest first
+    tensor_bytes: int             # inference: params + buffers + activation peak; training: peak
+    context_bytes: int            # framework overhead: CUDA context, workspaces
+    allocator_fraction: float     # caching-allocator rounding and reserved blocks
+    required_bytes: int           # tensor_bytes · (1 + allocator_fraction) + context_bytes
+    fallbacks: tuple[str, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.required_bytes <= self.memory_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "label": self.label,
+                "peak_flops": dict(self.peak_flops), "bandwidth": self.bandwidth,
+                "memory_bytes": self.memory_bytes, "tf32": self.tf32,
+                "total_seconds": self.total_seconds, "compute_seconds": self.compute_seconds,
+                "memory_seconds": self.memory_seconds, "top": list(self.top),
+                "tensor_bytes": self.tensor_bytes, "context_bytes": self.context_bytes,
+                "allocator_fraction": self.allocator_fraction,
+                "required_bytes": self.required_bytes, "fits": self.fits,
+                "fallbacks": list(self.fallbacks),
+                "nodes": [{"index": n.index, "seconds": n.seconds,
+                           "intensity": n.intensity if n.intensity != float("inf") else None,
+                           "bound": n.bound, "dtype": n.dtype} for n in self.nodes]}
+
+
+@dataclass(frozen=True)
 class Report:
     model: str
     source: str
@@ -184,6 +234,7 @@ class Report:
     shape_issues: tuple[str, ...] = field(default=())
     modules: tuple[ModuleRow, ...] = ()
     training: Training | None = None
+    roofline: Roofline | None = None
 
     def to_dict(self) -> dict[str, Any]:
         t, c, m = self.totals, self.coverage, self.memory
@@ -216,6 +267,7 @@ class Report:
                        "timeline": list(m.timeline)},
             "warnings": list(self.warnings),
             "training": self.training.to_dict() if self.training else None,
+            "roofline": self.roofline.to_dict() if self.roofline else None,
             "modules": [{"path": m.path, "type": m.type, "depth": m.depth, "nodes": m.nodes,
                          "params": m.params, "macs": m.macs, "flops": m.flops,
                          "output_bytes": m.output_bytes} for m in self.modules],

@@ -1,0 +1,130 @@
+"""Memory and FLOPs as functions of the batch size, and the largest batch that fits a device.
+
+Every figure comes from a full analysis at that batch (the passes are re-run; nothing is
+extrapolated without being checked). Memory is affine in the batch as long as the peak stays
+at the same place in the schedule: tensors(b) = fixed + per_sample·b, fitted at b = 1 and 2 and
+checked at a third batch; the search for the largest batch then confirms its answer b* by
+analyzing b* (fits) and b*+1 (does not), and falls back to a bisection whenever the fit is off.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from analyzer.errors import GraphcostError
+from analyzer.report import Report
+
+Analyze = Callable[[int], Report]   # batch -> report (with a device: report.roofline is set)
+
+
+@dataclass(frozen=True)
+class Affine:
+    fixed: float
+    per_sample: float
+
+    def __call__(self, b: int) -> float:
+        return self.fixed + self.per_sample * b
+
+
+@dataclass(frozen=True)
+class BatchFit:
+    memory: Affine               # required bytes (tensors + overhead) on the device
+    flops: Affine
+    check_batch: int             # the third batch the fit was checked at
+    memory_error: float          # (fit − analysis) / analysis at check_batch
+    flops_error: float
+
+
+@dataclass(frozen=True)
+class MaxBatch:
+    device: str
+    memory_bytes: int
+    batch: int                   # 0: not even batch 1 fits
+    required_bytes: int          # at ``batch`` (at batch 1 when nothing fits)
+    next_required_bytes: int     # at batch + 1
+    fit: BatchFit
+    analyses: int                # how many full analyses the answer took
+    train: bool
+
+    def to_dict(self) -> dict:
+        f = self.fit
+        return {"device": self.device, "memory_bytes": self.memory_bytes,
+                "max_batch": self.batch, "required_bytes": self.required_bytes,
+                "next_required_bytes": self.next_required_bytes, "train": self.train,
+                "analyses": self.analyses,
+                "fit": {"memory_fixed_bytes": f.memory.fixed,
+                        "memory_per_sample_bytes": f.memory.per_sample,
+                        "flops_fixed": f.flops.fixed, "flops_per_sample": f.flops.per_sample,
+                        "check_batch": f.check_batch,
+                        "memory_error": round(f.memory_error, 6),
+                        "flops_error": round(f.flops_error, 6)}}
+
+
+def _required(r: Report) -> int:
+    if r.roofline is None:
+        raise GraphcostError("--max-batch needs a device: --device NAME or --device-spec")
+    return r.roofline.required_bytes
+
+
+def _flops(r: Report) -> int:
+    return r.totals.flops
+
+
+def _affine(b1: int, y1: float, b2: int, y2: float) -> Affine:
+    k = (y2 - y1) / (b2 - b1)
+    return Affine(y1 - k * b1, k)
+
+
+def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
+    cache: dict[int, Report] = {}
+
+    def at(b: int) -> Report:
+        if b not in cache:
+            cache[b] = analyze_at(b)
+        return cache[b]
+
+    r1, r2 = at(1), at(2)
+    mem = _affine(1, _required(r1), 2, _required(r2))
+    flops = _affine(1, _flops(r1), 2, _flops(r2))
+    capacity = r1.roofline.memory_bytes
+    fits = lambda b: _required(at(b)) <= capacity  # noqa: E731
+    if mem.per_sample <= 0:
+        raise GraphcostError("memory does not grow with the batch: is the batch dim bound? "
+                             "(--max-batch binds axis 0 of the inputs)")
+    if not fits(1):
+        best = 0
+    else:
+        # Bracket the answer (lo fits, hi does not) and guess inside it by interpolating the
+        # two nearest analyses (regula falsi: exact in one step while memory is affine, and
+        # memory is piecewise affine in the batch, so few steps follow).
+        lo, hi = 1, None
+        guess = int((capacity - mem.fixed) // mem.per_sample)
+        while hi is None or hi - lo > 1:
+            guess = max(lo + 1, guess if hi is None else min(guess, hi - 1))
+            guess = min(guess, limit)
+            if guess <= lo:        # at the limit
+                hi = lo + 1
+                break
+            if fits(guess):
+                lo = guess
+                if hi is None and not fits(guess + 1):
+                    hi = guess + 1
+            else:
+                hi = guess
+            a, b = lo, hi if hi is not None else None
+            if b is None:          # everything tried fits: aim at twice as far
+                guess = lo * 2
+                continue
+            ya, yb = _required(at(a)), _required(at(b))
+            step = (yb - ya) / (b - a)
+            guess = a + int((capacity - ya) // step) if step > 0 else (a + b) // 2
+            if not lo < guess < hi:
+                guess = (lo + hi) // 2
+        best = lo
+    check = best if best > 2 else 4
+    rc = at(check)
+    fit = BatchFit(mem, flops, check, (mem(check) - _required(rc)) / _required(rc),
+                   (flops(check) - _flops(rc)) / max(1, _flops(rc)))
+    return MaxBatch(r1.roofline.device, capacity, best,
+                    _required(at(max(best, 1))), _required(at(best + 1)), fit, len(cache),
+                    r1.training is not None)

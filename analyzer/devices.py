@@ -1,0 +1,152 @@
+"""Accelerators for the roofline estimate: dense peak FLOP/s per dtype, memory bandwidth, size.
+
+Figures are the vendors' datasheet peaks for dense math (no 2:4 sparsity), boost clocks; fp16 and
+bf16 are tensor-core rates with fp32 accumulation where the datasheet gives both. ``None`` means
+the device has no fast path for that dtype (the roofline then uses the fp32 rate and says so).
+Memory sizes are the nominal sizes in GiB (a "40GB" A100 has 40 GiB). The GTX 1080 Ti uses
+the design documents' 10.6 TFLOP/s.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from analyzer.errors import GraphcostError
+from analyzer.units import parse_size
+
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")
+T, GB, GiB = 1e12, 1e9, 1 << 30
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    label: str
+    peak_flops: Mapping[str, float | None]   # FLOP/s (int8: OP/s) for each of DTYPES
+    bandwidth: float                          # bytes/s
+    memory: int                               # bytes
+
+    def peak(self, dtype: str) -> float:
+        """The rate for ``dtype``, falling back to fp32 where the device has no fast path."""
+        return self.peak_flops.get(dtype) or self.peak_flops["fp32"]
+
+
+def _dev(name, label, fp32, tf32, fp16, bf16, int8, bandwidth_gbs, memory_gib) -> Device:
+    rates = {"fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": bf16, "int8": int8}
+    return Device(name, label, MappingProxyType({k: v * T if v else None
+                                                 for k, v in rates.items()}),
+                  bandwidth_gbs * GB, int(memory_gib * GiB))
+
+
+# name, label, TFLOP/s fp32, tf32, fp16, bf16, TOP/s int8, GB/s, GiB
+DEVICES: Mapping[str, Device] = MappingProxyType({d.name: d for d in (
+    _dev("gtx1080ti", "NVIDIA GeForce GTX 1080 Ti", 10.6, None, None, None, 42.4, 484, 11),
+    _dev("v100", "NVIDIA V100 SXM2 32GB", 15.7, None, 125, None, 62.8, 900, 32),
+    _dev("t4", "NVIDIA T4", 8.1, None, 65, None, 130, 320, 16),
+    _dev("a10", "NVIDIA A10", 31.2, 62.5, 125, 125, 250, 600, 24),
+    _dev("l4", "NVIDIA L4", 30.3, 60, 121, 121, 242.5, 300, 24),
+    _dev("a100-40gb", "NVIDIA A100 SXM4 40GB", 19.5, 156, 312, 312, 624, 1555, 40),
+    _dev("a100-80gb", "NVIDIA A100 SXM4 80GB", 19.5, 156, 312, 312, 624, 2039, 80),
+    _dev("h100-sxm", "NVIDIA H100 SXM5 80GB", 67, 494.7, 989.4, 989.4, 1978.9, 3350, 80),
+    _dev("rtx3090", "NVIDIA GeForce RTX 3090", 35.6, 35.6, 71, 71, 284, 936, 24),
+    _dev("rtx4090", "NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2, 660.6, 1008, 24),
+)})
+
+
+def get_device(name: str) -> Device:
+    key = name.strip().lower()
+    if key in DEVICES:
+        return DEVICES[key]
+    close = difflib.get_close_matches(key, DEVICES, n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise GraphcostError(f"unknown device {name!r}{hint}; known: {', '.join(DEVICES)}; or "
+                         "describe one with --device-spec flops=…,bandwidth=…,memory=…")
+
+
+def parse_device_spec(text: str) -> Device:
+    """``flops=19.5T,bandwidth=1555G,memory=40GiB`` (flops in FLOP/s and bandwidth in bytes/s
+    take SI suffixes K/M/G/T/P; memory is a size like 40GiB, 4GB, 4e9). Optional per-dtype
+    rates: ``fp16=312T`` etc.; ``flops`` is the fp32 rate."""
+    fields: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not value.strip():
+            raise GraphcostError(f"--device-spec: expected KEY=VALUE, got {part!r}")
+        fields[key.strip().lower()] = value.strip()
+    allowed = {"flops", "bandwidth", "memory", "name", *DTYPES}
+    unknown = sorted(set(fields) - allowed)
+    if unknown:
+        raise GraphcostError(f"--device-spec: unknown key(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(sorted(allowed))}")
+    missing = [k for k in ("flops", "bandwidth", "memory") if k not in fields]
+    if missing:
+        raise GraphcostError(f"--device-spec needs {', '.join(missing)} "
+                             "(e.g. flops=19.5T,bandwidth=1555G,memory=40GiB)")
+    rates = {d: _rate(fields[d], f"--device-spec {d}") if d in fields else None
+             for d in DTYPES}
+    rates["fp32"] = _rate(fields["flops"], "--device-spec flops")
+    return Device(fields.get("name", "custom"), f"custom ({text})", MappingProxyType(rates),
+                  _rate(fields["bandwidth"], "--device-spec bandwidth"),
+                  parse_size(fields["memory"], "--device-spec memory"))
+
+
+_SI = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def _rate(text: str, what: str) -> float:
+    """``19.5T``, ``1555G``, ``1.2e13`` -> a positive float (per second)."""
+    t = text.strip().lower()
+    for unit in ("flop/s", "flops", "b/s", "/s"):
+        if t.endswith(unit):
+            t = t[: -len(unit)].strip()
+    suffix = t[-1:] if t[-1:] in _SI and t[-1:] else ""
+    try:
+        value = float(t[: len(t) - len(suffix)] if suffix else t) * _SI[suffix]
+    except ValueError:
+        raise GraphcostError(f"{what}: {text!r} is not a rate (e.g. 19.5T, 1555G, 1.2e13)") \
+            from None
+    if not value > 0 or value == float("inf"):
+        raise GraphcostError(f"{what}: {text!r} must be a positive number")
+    return value
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """What a real process needs beyond its tensors (design notes §1.4).
+
+    ``context_bytes``: the CUDA context plus cuBLAS/cuDNN workspaces, 300–800 MiB on recent
+    GPUs and drivers; default 512 MiB. ``allocator_fraction``: PyTorch's caching allocator
+    rounds each block up (512 B granules, 2 MiB/20 MiB segments) and keeps freed blocks
+    reserved, typically 5–20% over the tensors; default 10%. Both are guesses a user should
+    replace with a measurement of their own stack (``--overhead context=…,allocator=…``)."""
+    context_bytes: int = 512 << 20
+    allocator_fraction: float = 0.10
+
+    def required(self, tensor_bytes: int) -> int:
+        return int(tensor_bytes * (1.0 + self.allocator_fraction)) + self.context_bytes
+
+
+def parse_overhead(text: str) -> Overhead:
+    """``context=512MiB,allocator=10%`` (either key may be left out; ``none`` = no overhead)."""
+    if text.strip().lower() == "none":
+        return Overhead(0, 0.0)
+    context, fraction = Overhead.context_bytes, Overhead.allocator_fraction
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = (x.strip() for x in part.partition("="))
+        key = key.lower()
+        if not sep or key not in ("context", "allocator"):
+            raise GraphcostError(f"--overhead: expected context=SIZE or allocator=PERCENT, "
+                                 f"got {part!r}")
+        if key == "context":
+            context = 0 if value in ("0", "0B") else parse_size(value, "--overhead context")
+        else:
+            try:
+                fraction = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+            except ValueError:
+                raise GraphcostError(f"--overhead allocator={value}: expected a percentage "
+                                     "such as 10%") from None
+            if not 0 <= fraction < 10:
+                raise GraphcostError(f"--overhead allocator={value}: out of range")
+    return Overhead(context, fraction)

@@ -1,0 +1,85 @@
+"""Memory/FLOPs against the batch and --max-batch: the search against brute force on a
+piecewise-affine memory curve, and a hand-computed model through the installed command."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from analyzer.api import analyze
+from analyzer.batch_scaling import max_batch
+from analyzer.cli import main
+from tests.onnx_builders import model, node, weight
+
+
+def _fake(required, capacity, calls):
+    def at(b):
+        calls.append(b)
+        return SimpleNamespace(roofline=SimpleNamespace(required_bytes=required(b),
+                                                        memory_bytes=capacity, device="x"),
+                               totals=SimpleNamespace(flops=10 * b), training=None)
+    return at
+
+
+@pytest.mark.parametrize("capacity", [50, 999, 1000, 12_345, 10**7])
+@pytest.mark.parametrize("required", [
+    lambda b: 100 + 10 * b,                              # affine
+    lambda b: 100 + 10 * b if b < 40 else 20 * b - 300,  # the peak moves: steeper past b=40
+    lambda b: 100 + 10 * b + (b // 7) * 3,               # a staircase (allocator rounding)
+])
+def test_search_matches_brute_force(required, capacity):
+    calls = []
+    result = max_batch(_fake(required, capacity, calls))
+    expected = max((b for b in range(1, 10**6) if required(b) <= capacity), default=0)
+    assert result.batch == expected
+    if expected:
+        assert required(result.batch) <= capacity < required(result.batch + 1)
+    assert len(set(calls)) <= 25  # a bracket search, not a scan
+
+
+def _matmul_model(tmp_path):
+    # x[batch,1024] · W[1024,1024] -> y[batch,1024], fp32
+    m = model([node("MatMul", ["x", "W"], ["y"], name="mm")], [("x", ["batch", 1024])],
+              [("y", ["batch", 1024])], inits=[weight("W", 1024, 1024)])
+    path = tmp_path / "mm.onnx"
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+def test_max_batch_of_a_hand_computed_model(tmp_path, capsys):
+    path = _matmul_model(tmp_path)
+    # required(b) = W 4,194,304 B + (x + y) 2 · 4,096 · b B (no overhead)
+    # memory = 100 MB = 100,000,000 B -> b = floor((100e6 − 4,194,304) / 8,192) = 11,695
+    assert main([str(path), "--max-batch", "--device-spec",
+                 "flops=1T,bandwidth=1G,memory=100MB", "--overhead", "none",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["max_batch"] == (100_000_000 - 4_194_304) // 8_192 == 11_695
+    assert doc["fit"]["memory_per_sample_bytes"] == 8_192
+    assert doc["fit"]["memory_fixed_bytes"] == 4_194_304
+    assert doc["fit"]["flops_per_sample"] == 2 * 1024 * 1024  # 2·MACs per sample
+    assert doc["required_bytes"] == 4_194_304 + 8_192 * 11_695
+    # with the default overhead: (4,194,304 + 8,192·b)·1.1 + 512 MiB ≤ 1 GiB
+    #   -> b ≤ ((2^30 − 2^29) / 1.1 − 4,194,304) / 8,192
+    #        = (488,064,465.5 − 4,194,304) / 8,192 = 59,066.2… -> 59,066
+    assert main([str(path), "--max-batch", "--device-spec",
+                 "flops=1T,bandwidth=1G,memory=1GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "max batch   59,066" in out and "memory(b) =" in out
+
+
+def test_max_batch_answer_holds_on_a_real_model():
+    # the bracket is confirmed by independent analyses on either side of the answer
+    from analyzer.batch_scaling import max_batch as search
+    result = search(lambda b: analyze("zoo:small_cnn", batch=b, device="t4"))
+    assert analyze("zoo:small_cnn", batch=result.batch, device="t4").roofline.fits
+    assert not analyze("zoo:small_cnn", batch=result.batch + 1, device="t4").roofline.fits
+    assert abs(result.fit.memory_error) < 1e-3  # inference memory is affine in the batch here
+
+
+def test_max_batch_bad_input(tmp_path, capsys):
+    assert main(["zoo:small_cnn", "--max-batch"]) == 2
+    assert "needs --device" in capsys.readouterr().err
+    assert main(["zoo:small_cnn", "--max-batch", "--batch", "4", "--device", "t4"]) == 2
+    assert "leave out --batch" in capsys.readouterr().err

@@ -1,0 +1,111 @@
+"""Devices and the roofline: datasheet figures, the per-node formula on the design notes' worked
+MNIST numbers, and the CLI options (--device, --device-spec, --tf32, `graphcost devices`)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analyzer.api import analyze
+from analyzer.cli import main
+from analyzer.devices import DEVICES, get_device, parse_device_spec, parse_overhead
+from analyzer.errors import GraphcostError
+
+REQUIRED = ("gtx1080ti", "v100", "t4", "a10", "l4", "a100-40gb", "a100-80gb", "h100-sxm",
+            "rtx3090", "rtx4090")
+
+
+def test_the_issue_devices_are_all_there_with_the_design_notes_1080ti():
+    assert set(REQUIRED) <= set(DEVICES)
+    d = get_device("GTX1080TI")
+    # design notes §1.4: GTX 1080 Ti, 10.6 TFLOP/s fp32, 484 GB/s
+    assert d.peak_flops["fp32"] == 10.6e12 and d.bandwidth == 484e9
+    a100 = get_device("a100-40gb")  # NVIDIA A100 datasheet: 19.5 fp32, 156 tf32, 312 bf16
+    assert (a100.peak("fp32"), a100.peak("tf32"), a100.peak("bf16")) == (19.5e12, 156e12, 312e12)
+    assert a100.memory == 40 * 2**30 and a100.bandwidth == 1555e9
+    assert get_device("t4").peak("bf16") == 8.1e12  # no bf16 path on Turing: the fp32 rate
+
+
+def test_mnist_roofline_matches_the_design_notes_bytes_on_a_1080ti():
+    r = analyze("zoo:mnist_net", device="gtx1080ti")
+    ro = r.roofline
+    by_name = {n.name: n for n in r.nodes}
+    conv1, fc1 = by_name["/conv1/Conv"], by_name["/fc1/Gemm"]
+    # conv1: MemRead 4,176 B + MemWrite 23,040 B (design notes §1.2) over 484 GB/s
+    #   = 27,216 / 484e9 = 56.23 ns; compute 2·144,000 (+5,760 bias) / 10.6e12 = 28.2 ns
+    #   -> memory-bound at 56.23 ns
+    t = ro.nodes[conv1.index]
+    assert t.bound == "memory" and t.seconds == pytest.approx(27_216 / 484e9)
+    assert t.intensity == pytest.approx(conv1.flops / 27_216)
+    # fc1: 65,480 + 200 B -> 65,680 / 484e9 = 135.7 ns
+    assert ro.nodes[fc1.index].seconds == pytest.approx(65_680 / 484e9)
+    assert ro.total_seconds == pytest.approx(sum(
+        max(n.flops / 10.6e12, (n.bytes_read + n.bytes_written) / 484e9) for n in r.nodes))
+    assert ro.top[0] == fc1.index  # the slowest node is fc1 (its weights dominate the bytes)
+
+
+def test_resnet50_on_an_a100_is_bounded_below_by_its_convolutions():
+    r = analyze("zoo:resnet50", batch=16, device="a100-40gb")
+    ro = r.roofline
+    # every MAC is 2 FLOPs at ≤ 19.5 TFLOP/s: 2 · 65,426,948,096 / 19.5e12 = 6.71 ms at least
+    assert ro.total_seconds >= 2 * 65_426_948_096 / 19.5e12
+    assert ro.compute_seconds + ro.memory_seconds == pytest.approx(ro.total_seconds)
+    assert len(ro.top) == 10 and all(r.nodes[i].op == "Conv" for i in ro.top)
+    tf = analyze("zoo:resnet50", batch=16, device="a100-40gb", tf32=True).roofline
+    assert tf.total_seconds < ro.total_seconds / 2  # TF32 is 8× the fp32 rate for the convs
+    # fits: (params + buffers + activation peak) · 1.1 + 512 MiB context ≤ 40 GiB
+    tensors = r.totals.param_bytes + r.totals.buffer_bytes + r.memory.peak_bytes
+    assert ro.tensor_bytes == tensors and ro.fits
+    assert ro.required_bytes == int(tensors * 1.1) + 512 * 2**20
+
+
+def test_half_precision_training_uses_the_tensor_core_rate_and_reports_fallbacks():
+    r = analyze("zoo:small_cnn", batch=2, train=True, optimizer="sgd",
+                precision="bf16-mixed", device="t4")
+    dtypes = {t.dtype for t in r.roofline.nodes}
+    assert "bf16" in dtypes and r.roofline.fallbacks == ("bf16",)
+    assert r.roofline.tensor_bytes == r.training.peak_bytes
+
+
+def test_device_spec_and_overhead_parsing():
+    d = parse_device_spec("flops=19.5T, bandwidth=1555G, memory=40GiB, fp16=312T")
+    assert (d.peak("fp32"), d.peak("fp16"), d.bandwidth, d.memory) == \
+        (19.5e12, 312e12, 1555e9, 40 * 2**30)
+    assert parse_overhead("context=1GiB,allocator=5%").required(1000) == 1050 + 2**30
+    assert parse_overhead("none").required(1000) == 1000
+    for bad in ("flops=1T,bandwidth=1G", "flops=fast,bandwidth=1G,memory=1GB",
+                "flops=1T,bandwidth=1G,memory=four", "flops=1T,bandwidth=1G,memory=1G,x=2"):
+        with pytest.raises(GraphcostError):
+            parse_device_spec(bad)
+    with pytest.raises(GraphcostError, match="allocator"):
+        parse_overhead("allocator=lots")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "a100"], "unknown device 'a100'"),
+    (["--device-spec", "flops=1T,bandwidth=1G,memory=four"], "memory 'four'"),
+    (["--tf32"], "--tf32 goes with --device"),
+    (["--device", "t4", "--device-spec", "flops=1T,bandwidth=1G,memory=1G"], "either"),
+    (["--device", "t4", "--overhead", "context=big"], "context"),
+])
+def test_bad_device_options_give_one_line_and_exit_2(capsys, argv, message):
+    assert main(["zoo:small_cnn", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    if "unknown device" in err:
+        assert all(name in err for name in REQUIRED)  # lists the known ones
+
+
+def test_cli_device_outputs(capsys):
+    assert main(["zoo:mnist_net", "--device", "gtx1080ti"]) == 0
+    out = capsys.readouterr().out
+    assert "not a benchmark" in out and "slowest nodes" in out and "fits        yes" in out
+    assert main(["zoo:mnist_net", "--device", "gtx1080ti", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["roofline"]["device"] == "gtx1080ti" and "roofline" in doc["convention"]
+    assert len(doc["roofline"]["nodes"]) == len(doc["nodes"])
+    assert main(["zoo:mnist_net", "--device", "gtx1080ti", "--format", "csv"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.endswith("roofline_seconds,intensity,bound")
+    assert main(["devices", "--format", "json"]) == 0
+    assert set(REQUIRED) <= set(json.loads(capsys.readouterr().out))
