@@ -1,0 +1,197 @@
+"""``graphcost diff``: two real models side by side, checked against hand arithmetic."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import onnx
+import pytest
+
+from analyzer import analyze
+from analyzer import diff as diff_mod
+from analyzer.diff import diff_reports
+from tests.onnx_builders import model, node, weight
+
+GRAPHCOST = shutil.which("graphcost")
+needs_cli = pytest.mark.skipif(GRAPHCOST is None, reason="graphcost is not installed")
+ENV = dict(os.environ, COLUMNS="200")  # conftest has set GRAPHCOST_CACHE in os.environ
+
+
+def run(*args, rc=None):
+    p = subprocess.run([GRAPHCOST, "diff", *map(str, args)], capture_output=True, text=True,
+                       env=ENV, timeout=300, check=False)
+    if rc is not None:
+        assert p.returncode == rc, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    return p
+
+
+def _convs(width: int, sigmoid: bool, prefix: str = ""):
+    """x[1,3,8,8] → Conv(3→width,k3,pad1) [→ Sigmoid] → Relu → Conv(width→16,k3,pad1)."""
+    pads = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    nodes = [node("Conv", ["x", "W1", "B1"], ["c1"], name=prefix + "conv1", **pads)]
+    act_in = "c1"
+    if sigmoid:
+        nodes.append(node("Sigmoid", ["c1"], ["s"], name=prefix + "sig"))
+        act_in = "s"
+    nodes += [node("Relu", [act_in], ["r"], name=prefix + "relu"),
+              node("Conv", ["r", "W2", "B2"], ["y"], name=prefix + "conv2", **pads)]
+    return model(nodes, [("x", [1, 3, 8, 8])], [("y", [1, 16, 8, 8])],
+                 inits=[weight("W1", width, 3, 3, 3), weight("B1", width),
+                        weight("W2", 16, width, 3, 3), weight("B2", 16)])
+
+
+@pytest.fixture
+def pair(tmp_path):
+    old, new = tmp_path / "v1.onnx", tmp_path / "v2.onnx"
+    onnx.save(_convs(16, sigmoid=False), old)
+    onnx.save(_convs(32, sigmoid=True), new)
+    return old, new
+
+
+# Hand arithmetic for the pair (float32, 8×8 = 64 positions):
+#   params v1: conv1 16·3·9 + 16 = 448, conv2 16·16·9 + 16 = 2,320 → 2,768
+#   params v2: conv1 32·3·9 + 32 = 896, conv2 16·32·9 + 16 = 4,624 → 5,520; Δ = +2,752
+#   MACs v1: 16·64·27 = 27,648 + 16·64·144 = 147,456 → 175,104
+#   MACs v2: 32·64·27 = 55,296 + 16·64·288 = 294,912 → 350,208; Δ = +175,104
+#   Sigmoid (added): 3 FLOPs per element · 32·64 = 6,144 FLOPs
+#   peak v1 (dataflow, first max): at relu #1, c1 16·64·4 = 4,096 B + r 4,096 B = 8,192 B
+#     (conv1: x 768 + c1 4,096 = 4,864; conv2: r + y = 8,192, a tie, not first)
+#   peak v2: at sig #1, c1 32·64·4 = 8,192 B + s 8,192 B = 16,384 B; Δ = +8,192 B
+#     → live only in new: s (8,192); only in old: r (4,096); resized: c1 4,096 → 8,192
+def test_widen_and_add_node(pair):
+    d = diff_reports(analyze(str(pair[0])), analyze(str(pair[1])))
+    assert d.matching == "name"
+    params = d.total("params")
+    assert (params.old, params.new, params.delta) == (2_768, 5_520, 2_752)
+    assert params.pct == pytest.approx(100 * 2_752 / 2_768)
+    assert (d.total("macs").old, d.total("macs").delta) == (175_104, 175_104)
+    assert (d.total("nodes").old, d.total("nodes").new) == (3, 4)
+
+    added = d.by_status("added")
+    assert [(n.name, n.op, n.new.flops) for n in added] == [("sig", "Sigmoid", 6_144)]
+    assert d.by_status("removed") == ()
+    changed = {n.name: n for n in d.by_status("changed")}
+    assert set(changed) == {"conv1", "relu", "conv2"}  # all three widened in or out
+    assert {c.name: c.delta for c in changed["conv1"].changes()}["params"] == 896 - 448
+    assert changed["relu"].old.output_shapes == ("1×16×8×8",)
+    assert changed["relu"].new.output_shapes == ("1×32×8×8",)
+
+    p = d.peak
+    assert (p.peak.old, p.peak.new, p.peak.delta) == (8_192, 16_384, 8_192)
+    assert (p.old_node, p.new_node) == ("relu", "sig")
+    assert p.only_new == (("s", 8_192),)
+    assert p.only_old == (("r", 4_096),)
+    assert p.resized == (("c1", 4_096, 8_192),)
+    # Sigmoid: 0 → 1 node, 6,144 FLOPs; Relu count unchanged but its FLOPs double
+    ops = {o.op: o for o in d.op_types}
+    assert (ops["Sigmoid"].count.old, ops["Sigmoid"].count.new) == (0, 1)
+    assert ops["Sigmoid"].flops.pct is None  # from zero: no percentage
+    assert ops["Relu"].flops.delta == 32 * 64 - 16 * 64
+
+
+def test_renamed_nodes_fall_back_to_sequence(tmp_path):
+    # Every name differs: only the op sequence can pair Conv, Relu, Conv; Sigmoid is new.
+    a = analyze(_convs(16, sigmoid=False))
+    b = analyze(_convs(32, sigmoid=True, prefix="v2_"))
+    d = diff_reports(a, b)
+    assert d.matching == "name+sequence"
+    assert (d.matched_by_name, d.matched_otherwise) == (0, 3)
+    assert [n.new.name for n in d.by_status("added")] == ["v2_sig"]
+    assert d.by_status("removed") == ()
+    pairs = {n.old.name: n.new.name for n in d.by_status("changed")}
+    assert pairs == {"conv1": "v2_conv1", "relu": "v2_relu", "conv2": "v2_conv2"}
+    assert any("matched by aligning the two op sequences" in note for note in d.notes)
+    # the linear fallback for huge graphs pairs the k-th node of each op instead
+    old_limit = diff_mod.SEQUENCE_LIMIT
+    diff_mod.SEQUENCE_LIMIT = 1
+    try:
+        d2 = diff_reports(a, b)
+    finally:
+        diff_mod.SEQUENCE_LIMIT = old_limit
+    assert d2.matching == "name+op-order"
+    assert [n.new.name for n in d2.by_status("added")] == ["v2_sig"]
+
+
+def test_a_few_renames_stay_added_and_removed():
+    # Most names match, so no fallback: a renamed Relu is one removed and one added node.
+    a = analyze(_convs(16, sigmoid=False))
+    m = _convs(16, sigmoid=False)
+    m.graph.node[1].name = "act"
+    d = diff_reports(a, analyze(m))
+    assert d.matching == "name"
+    assert [n.name for n in d.by_status("added")] == ["act"]
+    assert [n.name for n in d.by_status("removed")] == ["relu"]
+    assert d.total("params").delta == 0 and d.total("macs").delta == 0
+
+
+@needs_cli
+def test_cli_self_diff_is_all_zero(pair):
+    r = json.loads(run(pair[0], pair[0], "--format", "json", rc=0).stdout)
+    assert all(t["delta"] == 0 for t in r["totals"].values())
+    assert r["totals"]["params"]["old"] == 2_768
+    assert r["nodes"] == [] and r["modules"] == [] and r["op_types"] == []
+    assert r["node_counts"] == {"changed": 0, "added": 0, "removed": 0, "unchanged": 3}
+    assert r["peak"]["only_new"] == r["peak"]["only_old"] == r["peak"]["resized"] == []
+    assert "no differences" in run(pair[0], pair[0], rc=0).stdout
+
+
+@needs_cli
+def test_cli_json_keys_and_determinism(pair):
+    out = run(*pair, "--format", "json", rc=0).stdout
+    assert out == run(*pair, "--format", "json", rc=0).stdout
+    r = json.loads(out)
+    assert r["schema_version"] == 1 and r["kind"] == "diff"
+    assert set(r) == {"schema_version", "kind", "old", "new", "matching", "totals",
+                      "node_counts", "peak", "op_types", "modules", "nodes", "notes"}
+    assert r["matching"] == {"method": "name", "by_name": 3, "otherwise": 0}
+    assert r["totals"]["params"] == {"name": "params", "old": 2_768, "new": 5_520,
+                                     "delta": 2_752, "pct": round(100 * 2_752 / 2_768, 3)}
+    assert r["node_counts"] == {"changed": 3, "added": 1, "removed": 0, "unchanged": 0}
+    added = [n for n in r["nodes"] if n["status"] == "added"]
+    assert [(n["name"], n["old_name"], n["new_index"]) for n in added] == [("sig", None, 1)]
+    assert r["peak"]["only_new"] == [{"name": "s", "bytes": 8_192}]
+    assert r["peak"]["resized"] == [{"name": "c1", "old": 4_096, "new": 8_192, "delta": 4_096}]
+
+
+@needs_cli
+def test_cli_table_and_markdown(pair, tmp_path):
+    p = run(*pair, rc=0)
+    for text in ("2,768", "5,520", "+2,752", "+99.4%", "added nodes (1 of 1)", "Sigmoid",
+                 "only in new: s 8.00 KiB", "c1 4.00 KiB → 8.00 KiB", "at relu (#1) → sig (#1)"):
+        assert text in p.stdout, text
+    assert p.stderr == ""
+    out = tmp_path / "diff.md"
+    assert run(*pair, "--format", "markdown", "-o", out, rc=0).stdout == ""
+    md = out.read_text()
+    assert md.startswith("# graphcost diff:")
+    assert "| params | 2,768 | 5,520 | +2,752 | +99.4% |" in md  # 2,752/2,768 = 99.42%
+    assert "## Added nodes (1 of 1)" in md
+
+
+@needs_cli
+def test_cli_resnet18_to_resnet50():
+    # torchvision's published counts: ResNet-50 25,557,032 − ResNet-18 11,689,512 params
+    r = json.loads(run("zoo:resnet18", "zoo:resnet50", "--batch", 1, "--format", "json",
+                       rc=0).stdout)
+    assert r["totals"]["params"]["delta"] == 25_557_032 - 11_689_512 == 13_867_520
+    # torchvision's GFLOPS tables (MACs): 1.81 G and 4.09 G
+    assert round(r["totals"]["macs"]["old"] / 1e9, 2) == 1.81
+    assert round(r["totals"]["macs"]["new"] / 1e9, 2) == 4.09
+    # ResNet-50 has bottleneck blocks: conv3/bn3 appear only in the new model
+    added = {n["name"] for n in r["nodes"] if n["status"] == "added"}
+    assert "/layer1/layer1.0/conv3/Conv" in added
+    assert r["matching"]["method"] == "name"
+
+
+@needs_cli
+def test_cli_bad_input(pair, tmp_path):
+    p = run(tmp_path / "missing.onnx", pair[1], rc=2)
+    assert p.stderr.count("\n") == 1 and "missing.onnx" in p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+    assert run(pair[0], rc=2).stderr.count("\n") == 1  # only one model
+    before = pair[1].read_bytes()
+    p = run(*pair, "-o", pair[1], rc=2)  # -o naming an input model is refused
+    assert "never writes its input" in p.stderr
+    assert pair[1].read_bytes() == before
