@@ -1,0 +1,309 @@
+"""graphcost --html: one self-contained file, escaped, and working in a real headless browser.
+
+The browser tests launch Debian's chromium (4 launches, about 1.5 s each) and read the DOM it
+dumps after the page's scripts ran: the page sets body[data-ready] when it has rendered and its
+window.onerror writes any error into <pre id="errors">.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import replace
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from onnx import save
+
+from analyzer.html_report import html_report
+from analyzer.report import Coverage, Memory, NodeRow, Report, Totals
+from tests.onnx_builders import model, node
+
+EVIL = "<script>alert(1)</script>&\"'"
+CHAIN = 1200  # Relu nodes in the escaping model: more than the table's 1,000-row cap
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    """The reports as a user makes them: `graphcost MODEL ... --html FILE` (run side by side)."""
+    tmp = tmp_path_factory.mktemp("html")
+    evil = tmp / "evil.onnx"
+    # x -> Relu (named EVIL) -> Relu -> ... : CHAIN nodes, the first with a hostile name.
+    nodes = [node("Relu", ["x"], ["v0"], name=EVIL)]
+    nodes += [node("Relu", [f"v{i - 1}"], [f"v{i}"], name=f"relu{i}") for i in range(1, CHAIN)]
+    save(model(nodes, [("x", [1, 4])], [(f"v{CHAIN - 1}", [1, 4])]), evil)
+    runs = {"cnn": ["zoo:small_cnn", "--batch", "2"],
+            "train": ["zoo:small_cnn", "--batch", "2", "--train", "--optimizer", "sgd",
+                      "--checkpoint", "sqrt"],
+            "gpt2": ["zoo:gpt2", "--batch", "2"],
+            "evil": [str(evil)]}
+    procs = {k: subprocess.Popen(["graphcost", *a, "--html", str(tmp / f"{k}.html")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for k, a in runs.items()}
+    for k, p in procs.items():
+        err = p.communicate(timeout=600)[1]
+        assert p.returncode == 0, (k, err)
+    return {k: tmp / f"{k}.html" for k in runs}
+
+
+# --- the file itself ------------------------------------------------------------------------
+
+def test_self_contained(pages):
+    for path in pages.values():
+        text = path.read_text(encoding="utf-8")
+        rest = text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+        assert "http://" not in rest and "https://" not in rest, path
+        assert not re.search(r"\bsrc\s*=", text), path           # no script/img files
+        assert "<link" not in text and "@import" not in text and "url(" not in text, path
+        assert text.startswith("<!DOCTYPE html>")
+
+
+def test_summary_numbers_small_cnn(pages):
+    text = pages["cnn"].read_text(encoding="utf-8")
+    # params: conv 1->32 3x3 (288+32) + conv 32->32 3x3 (9216+32) + fc 6272->128 (802816+128)
+    #         + fc 128->10 (1280+10) = 320 + 9248 + 802944 + 1290 = 813,802
+    assert "813,802" in text
+    # MACs at batch 2: 2·32·28·28·9 + 2·32·28·28·288 + 2·128·6272 + 2·10·128
+    #                = 451,584 + 14,450,688 + 1,605,632 + 2,560 = 16,510,464
+    assert "16,510,464" in text
+    assert "FLOPs = 2·MACs + other arithmetic" in text
+    assert "9/9 nodes costed (100.0%)" in text
+
+
+def test_escaping(pages):
+    text = pages["evil"].read_text(encoding="utf-8")
+    assert "alert(1)" in text                       # the name is there…
+    assert "<script>alert" not in text              # …but never as markup
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&amp;&quot;&#x27;" in text  # summary: peak node
+    assert "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in text       # JSON table data
+
+    class Scripts(HTMLParser):
+        opened = 0
+
+        def handle_starttag(self, tag, attrs):
+            self.opened += tag == "script"
+
+    p = Scripts()
+    p.feed(text)
+    assert p.opened == 3  # the error handler, the JSON data, the table code: nothing else
+
+
+def _synthetic(n: int) -> Report:
+    """n Relu nodes on 1x64 float tensors (64 FLOPs·(i mod 7) to vary the sort key)."""
+    nodes = tuple(NodeRow(index=i, name=f"n{i}", op="Relu", scope="", input_shapes=("1x64",),
+                          output_shapes=("1x64",), params=0, output_bytes=256, macs=0,
+                          flops=64 * (i % 7), bytes_read=256, bytes_written=256, status="ok")
+                  for i in range(n))
+    timeline = tuple(512 + 256 * (i % 3) for i in range(n))
+    return Report(model="synthetic", source="onnx", batch=1, dims={},
+                  totals=Totals(0, 0, 0, 0, 0, 0, 0, 0), by_op_type=(),
+                  coverage=Coverage(n, n, {}, {}),
+                  memory=Memory(True, "dataflow", 0, 1024, "n2", 2, (), 1024, timeline),
+                  nodes=nodes)
+
+
+def test_coverage_warnings():
+    r = _synthetic(3)
+    assert "id='warnings'" not in html_report(r)
+    r = replace(r, coverage=Coverage(3, 1, {"FooOp": 1}, {"NonZero": 1}),
+                warnings=("opset <7> & more",))
+    text = html_report(r)
+    assert "unsupported ops (no cost rule, counted as 0 — not costed): FooOp×1" in text
+    assert "ops with unknown shapes (not costed): NonZero×1" in text
+    assert "opset &lt;7&gt; &amp; more" in text
+    assert "1/3 nodes costed (33.3%)" in text
+
+
+def test_optional_roofline_section():
+    r = _synthetic(3)
+    assert "Roofline" not in html_report(r)
+    # A later pass may attach report.roofline; the page shows it when present.
+    # (Duck-typed on purpose: only the fields the page reads.) Node 0 moves no bytes, so its
+    # intensity is infinite, which JSON cannot carry.
+    node_t = [SimpleNamespace(index=i, seconds=1e-6 * (i + 1), bound="memory",
+                              intensity=float("inf") if i == 0 else 0.25) for i in range(3)]
+    object.__setattr__(r, "roofline", SimpleNamespace(
+        device="GPU <x>", label="fp16", total_seconds=6e-6, nodes=node_t, top=[2, 1]))
+    text = html_report(r)
+    assert "Roofline estimate" in text and "GPU &lt;x&gt;" in text
+    assert "0.006 ms" in text                       # 1 + 2 + 3 µs
+    assert '[2,"n2","Relu",3e-06,0.25,"memory"]' in text   # the top-node table's first row
+    blob = re.search(r"id='gc-data'>(.*?)</script>", text, re.DOTALL).group(1)
+    json.loads(blob, parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+
+
+def test_deterministic_and_linear_on_100k_nodes():
+    n = 100_000
+    r = _synthetic(n)
+    t0 = time.perf_counter()
+    a = html_report(r)
+    elapsed = time.perf_counter() - t0
+    assert a == html_report(r)                      # no timestamps, no set ordering
+    assert elapsed < 15, elapsed                    # measured ~1 s; quadratic would be minutes
+    assert len(a) < 100 * n                         # compact JSON arrays: ~70 B a row here
+    # The chart keeps ≤ 2 points per pixel (800-pixel plot width) instead of 100k.
+    chart = re.search(r'<svg id="inference-chart".*?</svg>', a, re.DOTALL).group(0)
+    points = re.search(r'points="([^"]*)"', chart).group(1).split()
+    assert 2 <= len(points) <= 1600
+
+
+# --- in a real browser ----------------------------------------------------------------------
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("chromium not installed: apt-get install chromium to run the browser test")
+    return exe
+
+
+def _browse(path: Path, tmp: Path) -> tuple[str, list[str]]:
+    """The DOM after the page ran, and the console lines chromium logged from the page."""
+    p = subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--disable-background-networking", "--no-first-run", f"--user-data-dir={tmp / 'prof'}",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000", "--dump-dom",
+         path.resolve().as_uri()], capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    # Page console output looks like: [..:INFO:CONSOLE:3] "Uncaught ...", source: file:///...
+    # The rest of stderr is chromium's own dbus/gpu noise.
+    console = [ln for ln in p.stderr.splitlines() if ":CONSOLE" in ln or "Uncaught" in ln]
+    return p.stdout, console
+
+
+class _Dom(HTMLParser):
+    """Rows of each table.data by id (cells as (data-v, text)), and SVG polylines' points."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.tables: dict[str, list[list[tuple[str | None, str]]]] = {}
+        self.headers: dict[str, list[str]] = {}
+        self.polylines: list[str] = []
+        self.errors = self.ready = None
+        self._table = self._cell = None
+        self._in_errors = self._in_head = False
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body":
+            self.ready = a.get("data-ready")
+        elif tag == "pre" and a.get("id") == "errors":
+            self._in_errors, self.errors = True, ""
+        elif tag == "table" and "data" in (a.get("class") or ""):
+            self._table = a["id"]
+            self.tables[self._table], self.headers[self._table] = [], []
+        elif tag == "thead":
+            self._in_head = True
+        elif tag == "tr" and self._table and not self._in_head:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table:
+            self._cell = [tag, a.get("data-v"), a.get("data-key"), ""]
+        elif tag == "polyline":
+            self.polylines.append(a.get("points", ""))
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[3] += data
+        if self._in_errors:
+            self.errors += data
+
+    def handle_endtag(self, tag):
+        if tag == "pre":
+            self._in_errors = False
+        elif tag == "thead":
+            self._in_head = False
+        elif tag == "table":
+            self._table = None
+        elif tag in ("td", "th") and self._cell is not None:
+            kind, v, key, text = self._cell
+            if kind == "th":
+                self.headers[self._table].append(key)
+            else:
+                self.tables[self._table][-1].append((v, text))
+            self._cell = None
+
+
+def _clean(dom: _Dom, console: list[str]) -> None:
+    assert dom.ready == "1", "the page's script did not finish"
+    assert dom.errors == "", dom.errors
+    assert console == [], console
+
+
+def _column(dom: _Dom, table: str, key: str) -> list[tuple[str | None, str]]:
+    c = dom.headers[table].index(key)
+    return [row[c] for row in dom.tables[table]]
+
+
+def test_browser_inference_report(pages, tmp_path):
+    t0 = time.perf_counter()
+    text, console = _browse(pages["cnn"], tmp_path)
+    dom = _Dom(text)
+    _clean(dom, console)
+    # the chart: one curve with a point per node (small_cnn's ONNX graph has 9 nodes)
+    assert len(dom.polylines) == 1 and len(dom.polylines[0].split()) == 9
+    assert len(dom.tables["nodes"]) == 9
+    assert [v for v, _ in _column(dom, "nodes", "index")] == [str(i) for i in range(9)]
+    # raw numbers in data-v, human text shown: conv2's MACs 2·32·28·28·288 = 14,450,688
+    assert ("14450688", "14.45M") in _column(dom, "nodes", "macs")
+    assert len(dom.tables["modules"]) > 1 and len(dom.tables["ops"]) == 5  # Conv Gemm Relu …
+    print(f"chromium run: {time.perf_counter() - t0:.1f} s")
+
+
+def test_browser_training_report(pages, tmp_path):
+    text, console = _browse(pages["train"], tmp_path)
+    dom = _Dom(text)
+    _clean(dom, console)
+    # inference chart + training chart's plain and checkpointed curves
+    assert len(dom.polylines) == 3 and all(len(p.split()) > 10 for p in dom.polylines)
+    for shade in ("#e8f0fe", "#fdf1e5", "#e9f7ef"):   # forward, backward, optimizer phases
+        assert f'fill="{shade}"' in text
+    assert "Training step" in text and "What-ifs" in text and "Checkpoint plan" in text
+
+
+def test_browser_sorting_and_filter(pages, tmp_path):
+    # A copy of the report with a script that uses the page as a user would: click the FLOPs
+    # header of the node table (first click: largest first), type a filter, and click the
+    # module table's params header twice (ascending).
+    page = tmp_path / "sorted.html"
+    driver = """<script>
+      document.querySelector('#nodes th[data-key=flops]').click();
+      var box = document.querySelector('input.filter[data-table=nodes]');
+      box.value = 'matmul'; box.dispatchEvent(new Event('input'));
+      var th = document.querySelector('#modules th[data-key=params]'); th.click(); th.click();
+    </script></body>"""
+    page.write_text(pages["gpt2"].read_text(encoding="utf-8").replace("</body>", driver),
+                    encoding="utf-8")
+    text, console = _browse(page, tmp_path)
+    dom = _Dom(text)
+    _clean(dom, console)
+    flops = [int(v) for v, _ in _column(dom, "nodes", "flops")]
+    ops = {t for _, t in _column(dom, "nodes", "op")}
+    assert len(flops) > 10 and ops == {"MatMul"}      # gpt2's matmuls, all of them matching
+    assert flops == sorted(flops, reverse=True) and flops[0] > flops[-1]
+    params = [int(v) for v, _ in _column(dom, "modules", "params")]
+    assert params == sorted(params) and params[0] < params[-1]
+    # numeric, not text, order: text order would put e.g. "1000" before "999"
+    assert 'aria-sort="descending"' in text and 'aria-sort="ascending"' in text
+
+
+def test_browser_escaping_and_row_cap(pages, tmp_path):
+    page = tmp_path / "evil.html"
+    trap = ("<head><script>window.alert = function () { "
+            "document.documentElement.dataset.alerted = '1'; };</script>")
+    driver = """<script>
+      document.body.dataset.before = document.querySelectorAll('#nodes tbody tr').length;
+      document.getElementById('nodes-all').click();
+    </script></body>"""
+    html = pages["evil"].read_text(encoding="utf-8")
+    page.write_text(html.replace("<head>", trap, 1).replace("</body>", driver), encoding="utf-8")
+    text, console = _browse(page, tmp_path)
+    dom = _Dom(text)
+    _clean(dom, console)
+    assert "data-alerted" not in text                    # the trap never fired
+    assert 'data-before="1000"' in text                 # capped at first…
+    assert len(dom.tables["nodes"]) == CHAIN             # …all rows after "show all"
+    assert dom.tables["nodes"][0][1][1] == EVIL          # the name shown as text, intact
