@@ -15,7 +15,7 @@ import math
 from html import escape
 
 from analyzer.plot import timeline_svg
-from analyzer.render import human, human_bytes
+from analyzer.render import axes_text, human, human_bytes
 from analyzer.report import Report
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
@@ -255,6 +255,9 @@ def html_report(report: Report) -> str:
     if rf_table is not None:
         node_cols += [["seconds", "time", "sec"], ["intensity", "FLOP/byte", "float"],
                       ["bound", "bound", "text"]]
+    fields = {f.index: f for f in r.receptive_field}
+    if fields:
+        node_cols += [["rf", "RF", "text"], ["jump", "jump", "text"], ["start", "start", "text"]]
     node_rows = []
     for n in r.nodes:
         row = [n.index, n.name, n.op, n.scope, "; ".join(n.input_shapes),
@@ -264,6 +267,9 @@ def html_report(report: Report) -> str:
             row.append(n.repeat)
         if rf_table is not None:
             row += list(rf_nodes.get(n.index, (None, None, "")))
+        if fields:
+            f = fields.get(n.index)
+            row += [axes_text(f.rf), axes_text(f.jump), axes_text(f.start)] if f else ["", "", ""]
         node_rows.append(row)
     ops = sorted(r.by_op_type, key=lambda o: (-o.flops, o.op))
     tables = [

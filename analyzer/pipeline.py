@@ -4,13 +4,15 @@ from __future__ import annotations
 from analyzer.errors import GraphcostError
 from analyzer.ir import Graph, ValueKind
 from analyzer.report import (Checkpoint, Coverage, LiveTensor, Memory, ModuleRow, NodeRow,
-                             NodeTime, OpTypeRow, Report, Roofline, Totals, Training)
+                             NodeTime, OpTypeRow, ReceptiveField, Report, Roofline, Totals,
+                             Training)
 from passes.arena import plan_arena
 from passes.costs import count_costs
 from passes.liveness import analyze_liveness
 from passes.modules import aggregate_modules
 from passes.training import plan_checkpoints, training_memory, what_ifs
 from passes.params import count_params
+from passes.receptive_field import is_cnn, receptive_fields
 from passes.precision import cast_floats
 from passes.shapes import check_shapes
 
@@ -118,9 +120,13 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         tensors = training.peak_bytes if training is not None else \
             totals.param_bytes + totals.buffer_bytes + memory.peak_bytes
         roof = _roofline(graph, costs, device, tf32, overhead, tensors)
+    fields = ()
+    if optimizer is None and is_cnn(graph):  # (a joint graph's backward has no such chain)
+        fields = tuple(ReceptiveField(i, f.rf, f.jump, f.start)
+                       for i, f in sorted(receptive_fields(graph).items()))
     return Report(graph.name, graph.source, graph.batch, dict(graph.dims), totals, by_op,
                   coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues), modules,
-                  training, roof)
+                  training, roof, fields)
 
 
 def _roofline(graph: Graph, costs, device, tf32: bool, overhead, tensor_bytes: int) -> Roofline:

@@ -42,9 +42,21 @@ def human_time(seconds: float) -> str:
     return f"{seconds * 1e9:.3g} ns" if seconds else "0"
 
 
+def axes_text(values) -> str:
+    """One value per spatial axis: "435" when all agree, else "435×211"."""
+    texts = [f"{v:g}" for v in values]
+    return texts[0] if len(set(texts)) == 1 else "×".join(texts)
+
+
 def extra_columns(r: Report) -> list[tuple[str, str, Callable[[int], str], Callable[[int], Any]]]:
     """Optional per-node columns: (header, csv name, text of node i, raw value of node i)."""
     cols = []
+    if r.receptive_field:
+        rf = {f.index: f for f in r.receptive_field}
+        for head, attr in (("RF", "rf"), ("jump", "jump"), ("start", "start")):
+            def cell(i: int, attr=attr) -> str:
+                return axes_text(getattr(rf[i], attr)) if i in rf else ""
+            cols.append((head, "receptive_field" if attr == "rf" else attr, cell, cell))
     ro = r.roofline
     if ro is not None:
         t = ro.nodes

@@ -24,6 +24,9 @@ CONVENTION = {
               "running statistics are buffers",
     "roofline": "lower-bound time per node on a device: max(FLOPs / peak FLOP/s of the "
                 "node's dtype, (bytes_read + bytes_written) / bandwidth); not a benchmark",
+    "receptive_field": "conv/pool chains: input pixels one output element sees (rf), input "
+                       "pixels between adjacent outputs (jump), centre of output 0's field in "
+                       "input coordinates, pixel i spanning [i, i+1) (start)",
     "memory": "activation storage at inference: each tensor lives from its producer to its last "
               "consumer (dataflow), or, for eager PyTorch, at least until the module call it "
               "was passed into returns (eager); views alias their input",
@@ -220,6 +223,15 @@ class Roofline:
 
 
 @dataclass(frozen=True)
+class ReceptiveField:
+    """A conv/pool chain node's field in input pixels, per spatial axis (passes/receptive_field)."""
+    index: int
+    rf: tuple[int, ...]
+    jump: tuple[int, ...]
+    start: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Report:
     model: str
     source: str
@@ -235,6 +247,7 @@ class Report:
     modules: tuple[ModuleRow, ...] = ()
     training: Training | None = None
     roofline: Roofline | None = None
+    receptive_field: tuple[ReceptiveField, ...] = ()   # empty unless the graph is a CNN
 
     def to_dict(self) -> dict[str, Any]:
         t, c, m = self.totals, self.coverage, self.memory
@@ -268,6 +281,8 @@ class Report:
             "warnings": list(self.warnings),
             "training": self.training.to_dict() if self.training else None,
             "roofline": self.roofline.to_dict() if self.roofline else None,
+            "receptive_field": [{"index": f.index, "rf": list(f.rf), "jump": list(f.jump),
+                                 "start": list(f.start)} for f in self.receptive_field],
             "modules": [{"path": m.path, "type": m.type, "depth": m.depth, "nodes": m.nodes,
                          "params": m.params, "macs": m.macs, "flops": m.flops,
                          "output_bytes": m.output_bytes} for m in self.modules],
