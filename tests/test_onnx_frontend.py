@@ -143,7 +143,7 @@ def test_unknown_symbol_is_a_clear_error():
 
 
 ZOO = ["small_cnn", "mnist_net", "three_conv", "resnet18", "resnet50", "mobilenet_v2", "gpt2",
-       "bert", "unet"]
+       "bert", "unet", "llama_tiny"]
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
@@ -153,7 +153,7 @@ def test_zoo_exports_fully_covered(name, dynamo):
     from models_zoo import cached_export
 
     path = cached_export(name, dynamo=dynamo)
-    dims = {"seq": 32} if name in ("gpt2", "bert") else {}
+    dims = {"seq": 32} if name in ("gpt2", "bert", "llama_tiny") else {}
     r = analyze(path, batch=2, dims=dims)
     assert r.coverage.unsupported == {}, r.coverage.unsupported
     assert r.coverage.unknown_shape == {}, r.shape_issues

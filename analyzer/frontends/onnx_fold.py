@@ -71,7 +71,8 @@ def fold_shape_values(inferred: onnx.ModelProto) -> dict[str, np.ndarray]:
             continue
         for name, val in zip([o for o in node.output if o], outs):
             val = np.asarray(val)
-            if val.dtype.kind in "iub" and val.size <= MAX_ELEMS:
+            # floats too: a cast sequence length feeding a float Range (rotary tables)
+            if val.dtype.kind in "iubf" and val.size <= MAX_ELEMS:
                 known[name] = val
     return known
 
