@@ -46,31 +46,30 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
             program = load_pt2(Path(text))
             graph = _torch_graph(program, None, batch, input_shapes, input_dtypes, note, train)
             return _renamed(graph, Path(text).name, {})
-        if train:
-            raise _onnx_train_error()
-        return _onnx_path_graph(Path(text), batch, dims, input_shapes, note)
+        graph = _onnx_path_graph(Path(text), batch, dims, input_shapes, note)
+        return _onnx_estimate(graph, note) if train else graph
     if _is_torch(model):
         return _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note,
                             train)
     import onnx
 
-    if train:
-        raise _onnx_train_error()
-
     if isinstance(model, onnx.ModelProto):
         from analyzer.frontends.onnx_frontend import lower_onnx
-        return lower_onnx(model, name=model.graph.name or "model", batch=batch, dims=dims,
-                          input_shapes=input_shapes)
+        graph = lower_onnx(model, name=model.graph.name or "model", batch=batch, dims=dims,
+                           input_shapes=input_shapes)
+        return _onnx_estimate(graph, note) if train else graph
     raise GraphcostError(f"cannot analyze a {type(model).__name__}: pass an ONNX path, "
                          "'zoo:NAME', 'file.py:Class', an onnx.ModelProto, an ExportedProgram, "
                          "an fx.GraphModule or an nn.Module")
 
 
-def _onnx_train_error() -> GraphcostError:
-    return GraphcostError(
-        "--train needs the PyTorch model (path/to/file.py:Class, zoo:NAME, or the nn.Module in "
-        "Python): graphcost traces its real backward with AOTAutograd. An estimate for "
-        "inference-only ONNX graphs is not implemented yet")
+def _onnx_estimate(graph, note: Progress):
+    """An ONNX graph has no backward: the training step is ESTIMATED from per-op save rules
+    (passes/backward_estimate.py; labelled in the report's warnings). The PyTorch model gives
+    the exact joint graph instead (AOTAutograd)."""
+    from passes.backward_estimate import estimate_joint
+    note("estimating the backward from per-op save rules")
+    return estimate_joint(graph)
 
 
 def _onnx_path_graph(path: Path, batch, dims, input_shapes, note: Progress):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from passes.costs.registry import OpView, rule
+from passes.costs.registry import OpView, ShapeUnknown, lookup, rule, zero_cost
 
 
 @rule("aten.convolution_backward.default")
@@ -85,3 +85,60 @@ def activation_backward(op: OpView) -> tuple[int, int]:
       "aten.hardtanh_backward.default", "aten.leaky_relu_backward.default")
 def simple_backward(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.in_numel(0)  # e.g. g·y·(1 − y) folded: 2 per element
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic backward ops of the ONNX training estimate (passes/backward_estimate.py). An ONNX
+# export holds no backward; the estimate writes one node per differentiated forward node.
+
+BACKWARD_OP = "graphcost.backward"          # computes gradients (or accumulates two)
+GRAD_VIEW_OP = "graphcost.backward_view"    # gradients passed through as views of input 0
+GRAD_SEED_OP = "graphcost.grad_seed"        # d loss / d loss = 1, a scalar
+
+MATMUL_BACKWARD_FACTOR = {"Attention": 2.5}  # SDPA: 5 products backward to the forward's 2
+_BIASED = frozenset({"Conv", "ConvTranspose", "Gemm"})  # input 2 is a bias
+
+
+@rule(BACKWARD_OP, saves="nothing")
+def estimated_backward(op: OpView) -> tuple[int, int]:
+    """FLOPs of a synthesized backward node, from its forward node's own rule.
+
+    attrs: ``forward_index`` (the forward node in the same graph), ``grad_inputs`` (the forward
+    input positions that receive a gradient), ``accumulate`` (this node adds two gradient
+    contributions of one tensor: 1 FLOP per element).
+
+    * matmul-class (the forward has MACs): each factor needing a gradient costs one product the
+      size of the forward (dX = dY·Wᵀ and dW = Xᵀ·dY: 2× the forward MACs when both are needed,
+      1× for a first layer whose input needs none — as aten.convolution_backward's output_mask),
+      FLOPs = 2·MACs, + 1 per output element for a bias gradient (a sum of dY). Attention: 2.5×
+      the forward's MACs (FlopCounterMode's SDPA formulas: 5 products to the forward's 2).
+    * everything else: the forward's FLOPs — the derivative costs about what the function does
+      (ReLU 1 vs aten's threshold_backward 1, GELU 8 vs 8, LayerNorm 7 vs 8, softmax 5 vs 3);
+      data movement and views 0.
+    """
+    if op.attr("accumulate"):
+        return 0, op.out_numel(0)
+    graph = op.graph
+    fwd = graph.nodes[op.attr("forward_index")]
+    r = lookup(fwd.op)
+    if r is None:  # the estimator names such nodes so that they show as unsupported
+        raise ShapeUnknown(fwd.op)
+    macs, flops = r.fn(OpView(fwd, graph))
+    if not macs:
+        return 0, flops
+    grads = set(op.attr("grad_inputs") or ())
+    if fwd.op in MATMUL_BACKWARD_FACTOR:
+        bmacs = int(macs * MATMUL_BACKWARD_FACTOR[fwd.op])
+    elif fwd.op == "Einsum":
+        bmacs = macs * len(grads)
+    else:
+        bmacs = macs * len(grads & {0, 1})
+    bias = OpView(fwd, graph).out_numel(0) if fwd.op in _BIASED and 2 in grads else 0
+    return bmacs, 2 * bmacs + bias
+
+
+zero_cost(GRAD_VIEW_OP, reason="a gradient passed through unchanged (the backward of a view, a "
+          "transpose, an add or a concat): a view of the incoming gradient", alias=True,
+          family="backward")
+zero_cost(GRAD_SEED_OP, reason="d loss / d loss = 1: a constant scalar", reads="none",
+          family="backward")

@@ -54,9 +54,15 @@ UNARY_FLOPS.update({
     "aten.log1p.default": 2, "aten.expm1.default": 2,
 })
 
-BINARY_OPS = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "LessOrEqual",
-              "Greater", "GreaterOrEqual", "And", "Or", "Xor", "BitShift", "BitwiseAnd",
-              "BitwiseOr", "BitwiseXor")
+# Binary ops by what their backward keeps: add/sub pass the gradient through (nothing), a
+# product keeps each factor for the other's gradient, the rest keep both inputs; comparisons
+# and logic have no gradient.
+BINARY_PASS = ("Add", "Sub")
+BINARY_PRODUCT = ("Mul", "Div")  # x/y: dx = g/y needs y, dy = −g·x/y² needs x (and y)
+BINARY_KEEP = ("Pow", "Mod")
+BINARY_NO_GRAD = ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or",
+                  "Xor", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+BINARY_OPS = BINARY_PASS + BINARY_PRODUCT + BINARY_KEEP + BINARY_NO_GRAD
 
 
 def _per_output(k: int):
@@ -65,29 +71,46 @@ def _per_output(k: int):
     return fn
 
 
-for _op, _k in UNARY_FLOPS.items():
-    rule(_op, *ATEN_UNARY.get(_op, ()))(_per_output(_k))
+# What each unary op's backward keeps: the output where the derivative is a function of it
+# (ReLU: y > 0; sigmoid: y(1 − y); tanh: 1 − y²; exp: y; sqrt: 1/(2y)), nothing where it is
+# constant or zero (neg, floor, comparisons), else the input (GELU, erf, log, sin …).
+SAVES_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal", "Elu",
+                          "aten.rsqrt.default"})
+SAVES_NOTHING = frozenset({"Neg", "Sign", "Floor", "Ceil", "Round", "Not", "IsNaN", "IsInf",
+                           "BitwiseNot"})
 
-ATEN_BINARY = (
-    "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar",
-    "aten.rsub.Tensor", "aten.rsub.Scalar", "aten.mul.Tensor", "aten.mul.Scalar",
-    "aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.pow.Tensor_Scalar",
+for _op, _k in UNARY_FLOPS.items():
+    rule(_op, *ATEN_UNARY.get(_op, ()),
+         saves="outputs" if _op in SAVES_OUTPUT else
+         "nothing" if _op in SAVES_NOTHING else "inputs")(_per_output(_k))
+
+ATEN_PASS = ("aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar",
+             "aten.rsub.Tensor", "aten.rsub.Scalar")
+ATEN_PRODUCT = ("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar")
+ATEN_KEEP = (
+    "aten.div.Tensor_mode", "aten.pow.Tensor_Scalar",
     "aten.pow.Tensor_Tensor", "aten.pow.Scalar", "aten.remainder.Tensor",
     "aten.remainder.Scalar", "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.floor_divide.default",
+    "aten.maximum.default", "aten.minimum.default", "aten.atan2.default")
+ATEN_NO_GRAD = (
     "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar", "aten.lt.Tensor",
     "aten.lt.Scalar", "aten.le.Tensor", "aten.le.Scalar", "aten.gt.Tensor", "aten.gt.Scalar",
-    "aten.ge.Tensor", "aten.ge.Scalar", "aten.maximum.default", "aten.minimum.default",
+    "aten.ge.Tensor", "aten.ge.Scalar",
     "aten.logical_and.default", "aten.logical_or.default", "aten.logical_xor.default",
     "aten.bitwise_and.Tensor", "aten.bitwise_or.Tensor", "aten.bitwise_xor.Tensor",
-    "aten.atan2.default",
 )
+ATEN_BINARY = ATEN_PASS + ATEN_PRODUCT + ATEN_KEEP + ATEN_NO_GRAD
 
 # One FLOP per output element (broadcasting counts the broadcast result).
-rule(*BINARY_OPS, *ATEN_BINARY)(_per_output(1))
+_binary = _per_output(1)
+rule(*BINARY_PASS, *ATEN_PASS, saves="nothing")(_binary)
+rule(*BINARY_PRODUCT, *ATEN_PRODUCT, saves="operands")(_binary)
+rule(*BINARY_KEEP, *ATEN_KEEP, saves="inputs")(_binary)
+rule(*BINARY_NO_GRAD, *ATEN_NO_GRAD, saves="nothing")(_binary)
 
 
 @rule("Clip", "aten.clamp.default", "aten.clamp.Tensor", "aten.hardtanh.default",
-      config_inputs=(1, 2))
+      config_inputs=(1, 2), saves=(0,))
 def clip(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.out_numel()  # max then min; the bounds are settings, not weights
 
@@ -96,22 +119,23 @@ def clip(op: OpView) -> tuple[int, int]:
 INPLACE_OPS = frozenset(UNARY_FLOPS) | {"Clip"}  # (torch graphs are functionalized first)
 
 
-@rule("PRelu", "aten.prelu.default", "aten._prelu_kernel.default")
+@rule("PRelu", "aten.prelu.default", "aten._prelu_kernel.default", saves="inputs")
 def prelu(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.out_numel()  # compare + multiply by the slope
 
 
-@rule("Where", "aten.where.self", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
+@rule("Where", "aten.where.self", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor",
+      saves=(0,))  # the backward routes the gradient by the condition
 def where(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel()  # one select per element (counted, like Max)
 
 
-@rule("Max", "Min", "Sum")
+@rule("Max", "Min", "Sum", saves="inputs")  # (Sum needs none; one rule, kept simple)
 def variadic(op: OpView) -> tuple[int, int]:
     # n inputs → n−1 pairwise ops per output element; one input is a copy.
     return 0, max(0, len(op.present_inputs()) - 1) * op.out_numel()
 
 
-@rule("Mean")
+@rule("Mean", saves="nothing")
 def mean(op: OpView) -> tuple[int, int]:
     return 0, len(op.present_inputs()) * op.out_numel()  # n−1 adds + 1 divide

@@ -12,7 +12,8 @@ import math
 from passes.costs.registry import OpView, rule
 
 
-@rule("Conv", "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")
+@rule("Conv", "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default",
+      saves="operands")
 def conv(op: OpView) -> tuple[int, int]:
     # W is (C_out, C_in/groups, k1, k2, ...): each output element reduces over W.shape[1:].
     out = op.out_numel()
@@ -21,7 +22,7 @@ def conv(op: OpView) -> tuple[int, int]:
 
 
 @rule("ConvTranspose", "aten.conv_transpose1d.input", "aten.conv_transpose2d.input",
-      "aten.conv_transpose3d.input")
+      "aten.conv_transpose3d.input", saves="operands")
 def conv_transpose(op: OpView) -> tuple[int, int]:
     # W is (C_in, C_out/groups, k...): every input element is scattered into C_out/g·prod(k)
     # outputs, one MAC each (FlopCounterMode counts the same for transposed convs).
@@ -29,13 +30,13 @@ def conv_transpose(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + (op.out_numel() if op.has_input(2) else 0)
 
 
-@rule("aten.convolution.default")
+@rule("aten.convolution.default", saves="operands")
 def aten_convolution(op: OpView) -> tuple[int, int]:
     # aten's one convolution op (input, weight, bias) with a ``transposed`` flag.
     return conv_transpose(op) if op.attr("transposed") else conv(op)
 
 
-@rule("aten.addmm.default", "aten.baddbmm.default")
+@rule("aten.addmm.default", "aten.baddbmm.default", saves="inputs")
 def addmm(op: OpView) -> tuple[int, int]:
     # (bias, mat1, mat2): reduction over mat1's last dim, one bias add per output element.
     out = op.out_numel()
@@ -43,7 +44,7 @@ def addmm(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + out
 
 
-@rule("aten.linear.default")
+@rule("aten.linear.default", saves="operands")
 def linear(op: OpView) -> tuple[int, int]:
     # (input, weight[out, in], bias?): reduction over input's last dim.
     out = op.out_numel()
@@ -51,7 +52,7 @@ def linear(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + (out if op.has_input(2) else 0)
 
 
-@rule("Gemm")
+@rule("Gemm", saves="operands")
 def gemm(op: OpView) -> tuple[int, int]:
     # Y = alpha·op(A)·op(B) + beta·C with Y (M, N); K = numel(A) / M whatever transA says.
     m, n = op.out_shape()
@@ -65,7 +66,8 @@ def gemm(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + extra
 
 
-@rule("MatMul", "aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+@rule("MatMul", "aten.mm.default", "aten.bmm.default", "aten.matmul.default",
+      saves="operands")
 def matmul(op: OpView) -> tuple[int, int]:
     # Numpy matmul semantics: every output element reduces over A's last dim.
     a = op.in_shape(0)
@@ -82,7 +84,7 @@ def _einsum_labels(term: str, rank: int) -> list[str]:
     return list(head) + [f"…{n_ell - i}" for i in range(n_ell)] + list(tail)
 
 
-@rule("Einsum", "aten.einsum.default")
+@rule("Einsum", "aten.einsum.default", saves="inputs")
 def einsum(op: OpView) -> tuple[int, int]:
     # A contraction visits every combination of distinct labels once: MACs = Π sizes of all
     # labels. With one operand (a pure reduction or transpose) there are no MACs, one add per
@@ -106,7 +108,7 @@ def einsum(op: OpView) -> tuple[int, int]:
       "aten._scaled_dot_product_flash_attention_for_cpu.default",
       "aten._scaled_dot_product_flash_attention.default",
       "aten._scaled_dot_product_efficient_attention.default",
-      "aten._scaled_dot_product_cudnn_attention.default")
+      "aten._scaled_dot_product_cudnn_attention.default", saves="inputs")
 def attention(op: OpView) -> tuple[int, int]:
     # ONNX Attention (opset 23) and torch's scaled_dot_product_attention, every kernel of it:
     # scores = Q·Kᵀ (Sq·Sk·D per head), out = softmax·V (Sq·Sk·Dv).

@@ -10,7 +10,7 @@ FAMILY = "movement"
 zero_cost("Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity",
           reason="view: output aliases input storage", alias=True, family=FAMILY)
 zero_cost("Dropout", reason="identity at inference (a view); training graphs are not costed here",
-          alias=True, family=FAMILY)
+          alias=True, family=FAMILY, saves="mask")
 # torch views: no copy, outputs (every one, for split/unbind) share the input's storage.
 zero_cost("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
           "aten.permute.default", "aten.transpose.int", "aten.t.default", "aten.expand.default",
@@ -59,7 +59,8 @@ zero_cost("Slice", "Split", reason="data movement: reads only the selected eleme
           reads="outputs", family=FAMILY)
 zero_cost("Gather", "GatherElements", "GatherND",
           reason="data movement: reads the gathered rows and the indices",
-          reads="outputs", index_inputs=(1,), family=FAMILY)
+          reads="outputs", index_inputs=(1,), family=FAMILY,
+          saves=(1,))  # the backward scatters into the rows its indices name
 # Metadata and constants: nothing read, the (small) output written.
 zero_cost("Shape", "Size", reason="reads tensor metadata only", reads="none", family=FAMILY)
 zero_cost("Constant", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUniform",
@@ -70,17 +71,18 @@ zero_cost("If", "Loop", "Scan",
           reads="none", family=FAMILY)
 
 
-@rule("OneHot", "NonZero")
+@rule("OneHot", "NonZero", saves="nothing")
 def one_per_output(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel(0)  # one compare/select per output element
 
 
-@rule("Range", "aten.arange.default", "aten.arange.start", "aten.arange.start_step")
+@rule("Range", "aten.arange.default", "aten.arange.start", "aten.arange.start_step",
+      saves="nothing")
 def range_(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel(0)  # start + i·delta: one FLOP per element
 
 
-@rule("Resize", "Upsample", config_inputs=(1, 2, 3))
+@rule("Resize", "Upsample", config_inputs=(1, 2, 3), saves="nothing")
 def resize(op: OpView) -> tuple[int, int]:
     # nearest: a copy (0). linear over r resized axes: 2^r − 1 lerps of 3 FLOPs per output.
     # cubic: 4 taps × (mul + add) per resized axis per output.

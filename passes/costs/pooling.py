@@ -6,10 +6,6 @@ import math
 from passes.costs.registry import OpView, rule
 
 
-@rule("MaxPool", "AveragePool", "LpPool", "aten.max_pool1d.default", "aten.max_pool2d.default",
-      "aten.max_pool3d.default", "aten.max_pool2d_with_indices.default",
-      "aten.max_pool3d_with_indices.default", "aten.avg_pool1d.default",
-      "aten.avg_pool2d.default", "aten.avg_pool3d.default")
 def pool(op: OpView) -> tuple[int, int]:
     # Design notes: B·H_out·W_out·C·K² — each output visits its window once (K²−1 compares or
     # adds, plus the divide of an average, counted as K² in all). ONNX names the window
@@ -21,30 +17,41 @@ def pool(op: OpView) -> tuple[int, int]:
     return 0, math.prod(out) * math.prod(k)
 
 
-@rule("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "aten.adaptive_avg_pool1d.default",
-      "aten.adaptive_avg_pool2d.default", "aten._adaptive_avg_pool2d.default",
-      "aten.adaptive_avg_pool3d.default", "aten.adaptive_max_pool2d.default")
-def global_pool(op: OpView) -> tuple[int, int]:
-    return 0, op.in_numel(0)  # every input element added/compared once
+# One rule, registered per backward behaviour: max pooling's backward scatters into the argmax
+# (input + int64 indices kept), average pooling's spreads evenly (nothing kept).
+rule("MaxPool", "aten.max_pool1d.default", "aten.max_pool2d.default", "aten.max_pool3d.default",
+     "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
+     saves="indices")(pool)
+rule("AveragePool", "aten.avg_pool1d.default", "aten.avg_pool2d.default",
+     "aten.avg_pool3d.default", saves="nothing")(pool)
+rule("LpPool", saves="inputs")(pool)
 
 
-@rule("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ArgMax", "ArgMin",
-      "CumSum", "aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", "aten.sum.default",
-      "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",
-      "aten.argmax.default", "aten.argmin.default", "aten.any.dim", "aten.any.default",
-      "aten.all.dim", "aten.prod.dim_int", "aten.cumsum.default")
 def reduce_once(op: OpView) -> tuple[int, int]:
     return 0, op.in_numel(0)  # one add/compare per input element (a mean's divide is per output)
 
 
+# Sums and means spread the gradient back (nothing kept); max/min/prod need their input.
+rule("GlobalAveragePool", "aten.adaptive_avg_pool1d.default", "aten.adaptive_avg_pool2d.default",
+     "aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool3d.default",
+     "ReduceSum", "ReduceMean", "CumSum", "aten.mean.dim", "aten.mean.default",
+     "aten.sum.dim_IntList", "aten.sum.default", "aten.cumsum.default",
+     "ArgMax", "ArgMin", "aten.argmax.default", "aten.argmin.default", "aten.any.dim",
+     "aten.any.default", "aten.all.dim", saves="nothing")(reduce_once)
+rule("GlobalMaxPool", "GlobalLpPool", "aten.adaptive_max_pool2d.default", "ReduceMax",
+     "ReduceMin", "ReduceProd", "aten.amax.default", "aten.amin.default", "aten.max.dim",
+     "aten.min.dim", "aten.prod.dim_int", saves="inputs")(reduce_once)
+global_pool = reduce_once  # every input element added/compared once
+
+
 @rule("ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
       "aten.var.correction", "aten.var_mean.correction", "aten.logsumexp.default",
-      "aten.linalg_vector_norm.default")
+      "aten.linalg_vector_norm.default", saves="inputs")
 def reduce_twice(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.in_numel(0)  # transform (square/abs/exp) + accumulate per element
 
 
-@rule("TopK", "aten.topk.default")
+@rule("TopK", "aten.topk.default", saves="outputs")  # the indices it selected
 def topk(op: OpView) -> tuple[int, int]:
     # a heap selection: ≈ log2(k) compares per input element (at least one).
     k = op.out_shape(0)[int(op.attr("axis", op.attr("dim", -1)))]

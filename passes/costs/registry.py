@@ -12,6 +12,22 @@ declared memory behaviour, so the convention for bytes lives here once:
                     plus any index inputs;
   reads="none"    – nothing read (Constant, Shape reads metadata only), outputs written;
   alias=True      – a view: the output shares the input's storage, nothing moves (0 / 0).
+
+A rule may also declare what its op's backward keeps from the forward (``saves``), which the
+ONNX training estimate (passes/backward_estimate.py) reads; the FX path traces the real
+backward and ignores it:
+  "nothing"   – the gradient needs no forward tensor (Add, Sub, views, AveragePool);
+  "inputs"    – every activation input (Div, Pow, GELU, Erf);
+  "operands"  – products (Conv, Gemm, MatMul, Mul, Div): of the first two inputs, each is kept
+                only when the other needs a gradient (dW needs x; dx needs W, a persistent
+                weight; x/y keeps y for dx, x for dy); a bias (input 2) is never kept;
+  "outputs"   – the output (ReLU, Sigmoid, Tanh, Exp, Softmax: the derivative is f(y));
+  "stat"      – input 0 plus the per-row / per-channel mean and 1/σ (the normalizations);
+  "indices"   – input 0 plus an int64 argmax per output element (MaxPool, as PyTorch's
+                max_pool2d_with_indices writes);
+  "mask"      – a 1-byte keep-mask per element (training Dropout; exports run it as identity);
+  a tuple of input positions – exactly those inputs (Where keeps its condition).
+None: not declared; the estimate then keeps every input and says how many ops it assumed.
 """
 from __future__ import annotations
 
@@ -84,6 +100,10 @@ class OpView:
     def out_numel(self, i: int = 0) -> int:
         return self.out_spec(i).numel  # type: ignore[return-value]
 
+    @property
+    def graph(self) -> Graph:
+        return self._graph
+
     def attr(self, name: str, default: Any = None) -> Any:
         return self.node.attrs.get(name, default)
 
@@ -105,6 +125,7 @@ class Rule:
     config_inputs: tuple[int, ...] = ()  # inputs that are settings, not weights (Clip bounds)
     index_inputs: tuple[int, ...] = ()   # with reads="outputs": inputs read in full (indices)
     family: str = ""
+    saves: str | tuple[int, ...] | None = None  # what the backward keeps (module docstring)
 
 
 _REGISTRY: dict[str, Rule] = {}
@@ -122,12 +143,12 @@ def _add(rule: Rule) -> Rule:
 
 def rule(*names: str, reads: str = "inputs", buffer_inputs: tuple[int, ...] = (),
          index_inputs: tuple[int, ...] = (), config_inputs: tuple[int, ...] = (),
-         ) -> Callable[[RuleFn], RuleFn]:
+         saves: str | tuple[int, ...] | None = None) -> Callable[[RuleFn], RuleFn]:
     """Register ``fn`` as the rule of every op in ``names``."""
     def deco(fn: RuleFn) -> RuleFn:
         _add(Rule(tuple(names), fn, reads=reads, buffer_inputs=buffer_inputs,
                   index_inputs=index_inputs, config_inputs=config_inputs,
-                  family=fn.__module__.rsplit(".", 1)[-1]))
+                  family=fn.__module__.rsplit(".", 1)[-1], saves=saves))
         return fn
     return deco
 
@@ -138,10 +159,12 @@ def _no_arithmetic(_: OpView) -> tuple[int, int]:
 
 def zero_cost(*names: str, reason: str, reads: str = "inputs", alias: bool = False,
               index_inputs: tuple[int, ...] = (), config_inputs: tuple[int, ...] = (),
-              family: str = "") -> None:
-    """Declare ops that do no arithmetic, with the reason; they still move bytes unless alias."""
+              family: str = "", saves: str | tuple[int, ...] | None = "nothing") -> None:
+    """Declare ops that do no arithmetic, with the reason; they still move bytes unless alias.
+    Their backward keeps nothing unless ``saves`` says otherwise (a gather keeps indices)."""
     _add(Rule(tuple(names), _no_arithmetic, reads=reads, alias=alias, zero_reason=reason,
-              index_inputs=index_inputs, config_inputs=config_inputs, family=family or "zero"))
+              index_inputs=index_inputs, config_inputs=config_inputs, family=family or "zero",
+              saves=saves))
 
 
 def lookup(op: str) -> Rule | None:
