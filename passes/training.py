@@ -25,6 +25,7 @@ from analyzer.errors import GraphcostError
 from analyzer.ir import Graph, ValueKind
 from passes.checkpoint import (Segment, checkpointed_storages, group_every, merge,
                                repeated_blocks, segments_by_name, sqrt_groups, timeline_of)
+from passes.checkpoint_plan import block_table, cheapest_plan, plan_segments
 from passes.liveness import analyze_liveness
 
 STATE_MULTIPLIER = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
@@ -153,7 +154,8 @@ def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
         segs = [merge("+".join(g), segments_by_name(graph, fwd, g)) for g in groups]
         mode = "sqrt" if sqrt else "every"
     elif budget is not None:
-        return _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights)
+        return _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights,
+                     node_flops)
     else:
         raise GraphcostError("--checkpoint needs module names, sqrt, auto (with --budget), "
                              "or --checkpoint-every N")
@@ -162,9 +164,12 @@ def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
                           sum(seg_flops(s) for s in segs), budget)
 
 
-def _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights) -> CheckpointPlan:
-    """Greedy over the repeated blocks: checkpoint the blocks that free the most memory per
-    recomputed FLOP first, and stop at the first plan whose peak fits the budget."""
+def _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights,
+          node_flops) -> CheckpointPlan:
+    """The plan with the least recompute that fits: exact under Chen et al.'s memory model
+    over segments of consecutive repeated blocks (passes/checkpoint_plan.py), each answer
+    checked by the liveness pass; the greedy search below is the fallback where the model
+    keeps missing."""
     floor = plain.param_bytes + plain.buffer_bytes + plain.optimizer_state_bytes + \
         plain.grad_bytes + plain.breakdown["master_weights"]
     if budget < floor:
@@ -172,6 +177,28 @@ def _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights) -> Ch
                              f"and optimizer state alone take {floor:,} B")
     if plain.peak_bytes <= budget:
         return CheckpointPlan("auto", (), plain, plain, 0, budget)
+    blocks = repeated_blocks(graph, fwd)
+    if blocks:
+        table = block_table(graph, analyze_liveness(graph, include_inputs=False),
+                            fwd, blocks, node_flops, plain.timeline)
+        target = budget
+        for _ in range(6):   # lower the target by each shortfall of the model
+            ranges = cheapest_plan(table, target)
+            if ranges is None:
+                break
+            segs = plan_segments(table, ranges)
+            got = training_memory(graph, optimizer, segs, master_weights)
+            if got.peak_bytes <= budget:
+                return CheckpointPlan("auto", tuple(s.name for s in segs), plain, got,
+                                      sum(seg_flops(s) for s in segs), budget)
+            target -= got.peak_bytes - budget
+    return _auto_greedy(graph, optimizer, fwd, plain, budget, seg_flops, master_weights, floor)
+
+
+def _auto_greedy(graph, optimizer, fwd, plain, budget, seg_flops, master_weights,
+                 floor) -> CheckpointPlan:
+    """Greedy over the repeated blocks: checkpoint the blocks that free the most memory per
+    recomputed FLOP first, and stop at the first plan whose peak fits the budget."""
     blocks = repeated_blocks(graph, fwd)
     segs = segments_by_name(graph, fwd, blocks) if blocks else []
     scored = []
@@ -188,9 +215,13 @@ def _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights) -> Ch
         if best.peak_bytes <= budget:
             return CheckpointPlan("auto", tuple(s.name for s in chosen), plain, best,
                                   sum(seg_flops(s) for s in chosen), budget)
-    raise GraphcostError(f"no checkpoint plan fits {budget:,} B: checkpointing every block "
-                         f"reaches {best.peak_bytes:,} B (parameters, gradients and optimizer "
-                         f"state take {floor:,} B)")
+    # the most any plan over the blocks frees: every block checkpointed as one segment
+    whole = training_memory(graph, optimizer, [merge("all", segs)], master_weights) \
+        if segs else plain
+    lowest = min(best.peak_bytes, whole.peak_bytes)
+    raise GraphcostError(f"no checkpoint plan fits {budget:,} B: checkpointing the repeated "
+                         f"blocks reaches {lowest:,} B at best (parameters, gradients and "
+                         f"optimizer state take {floor:,} B)")
 
 
 def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str,
