@@ -67,7 +67,8 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "module returns (PyTorch eager; default for traced torch models)")
     p.add_argument("--train", action="store_true",
                    help="analyze one training step (forward + real backward traced with "
-                        "AOTAutograd + optimizer step) of a PyTorch model")
+                        "AOTAutograd + optimizer step) of a PyTorch model; of an ONNX file, "
+                        "an ESTIMATE (backward synthesized from per-op save rules)")
     p.add_argument("--optimizer", choices=("none", "sgd", "momentum", "adam", "adamw"),
                    default="adam", help="with --train: optimizer state and step (default adam)")
     p.add_argument("--precision", choices=("fp32", "fp16-mixed", "bf16-mixed"), default="fp32",
@@ -108,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the report to this file instead of stdout")
     p.add_argument("--strict", action="store_true",
                    help=f"exit {EXIT_INCOMPLETE} if any node has no cost rule or no shape")
-    p.add_argument("--plot", metavar="FILE.svg",
-                   help="with --train: write the memory timeline chart (SVG)")
+    p.add_argument("--plot", metavar="FILE.svg|png",
+                   help="with --train: write the memory timeline chart (SVG, or PNG with the "
+                        "png extra: matplotlib)")
     p.add_argument("--max-batch", action="store_true",
                    help="the largest batch whose memory (with --overhead) fits --device; prints "
                         "memory and FLOPs as affine functions of the batch")
@@ -238,8 +240,11 @@ def _run(args) -> int:
     if args.plot is not None:
         if not args.train:
             raise GraphcostError("--plot draws the training timeline: add --train")
-        if not args.plot.endswith(".svg"):
-            raise GraphcostError(f"--plot {args.plot}: only .svg is written")
+        if not args.plot.lower().endswith((".svg", ".png")):
+            raise GraphcostError(f"--plot {args.plot}: write .svg or .png")
+        if args.plot.lower().endswith(".png"):
+            from analyzer.plot_png import require_matplotlib
+            require_matplotlib()  # a missing extra fails now, not after the analysis
     if args.max_batch:
         return _max_batch(args)
     report = run_analysis(args.model, args)
@@ -265,7 +270,10 @@ def _run(args) -> int:
     if args.html:
         from analyzer.html_report import html_report
         Path(args.html).write_text(html_report(report), encoding="utf-8")
-    if args.plot:
+    if args.plot and args.plot.lower().endswith(".png"):
+        from analyzer.plot_png import timeline_png
+        timeline_png(report, args.plot)
+    elif args.plot:
         from analyzer.plot import timeline_svg
         Path(args.plot).write_text(timeline_svg(report), encoding="utf-8")
     c = report.coverage

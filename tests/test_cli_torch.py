@@ -120,7 +120,9 @@ def test_train_bad_input(netfile, tmp_path):
     from tests.onnx_builders import model, node
     path = tmp_path / "m.onnx"
     onnx.save(model([node("Relu", ["x"], ["y"])], [("x", [1, 4])], [("y", [1, 4])]), path)
-    assert_one_line_error(run(path, "--train"), "--train needs the PyTorch model")
+    # an inference-only ONNX graph trains on an estimated backward, and says so
+    p = run(path, "--train")
+    assert p.returncode == 0 and "ESTIMATE" in p.stdout, p.stderr
 
 
 def test_output_never_overwrites_the_users_file(netfile):
@@ -172,4 +174,4 @@ def test_plot_timeline(tmp_path):
     assert {"forward", "backward", "step"} <= set(labels)
     assert any(l and l.startswith("plain peak") for l in labels)
     assert_one_line_error(run("zoo:gpt2", "--plot", svg), "add --train")
-    assert_one_line_error(run("zoo:gpt2", "--train", "--plot", tmp_path / "x.png"), "only .svg")
+    assert_one_line_error(run("zoo:gpt2", "--train", "--plot", tmp_path / "x.jpg"), ".svg or .png")
