@@ -184,8 +184,9 @@ def _totals(a: Report, b: Report) -> tuple[Change, ...]:
             for f in ("params", "param_bytes", "buffers", "macs", "flops", "bytes_read",
                       "bytes_written")]
     rows += [Change("nodes", len(a.nodes), len(b.nodes)),
-             Change("activation_peak_bytes", a.memory.peak_bytes, b.memory.peak_bytes),
-             Change("arena_bytes", a.memory.arena_bytes, b.memory.arena_bytes)]
+             Change("activation_peak_bytes", a.memory.peak_bytes, b.memory.peak_bytes)]
+    if a.memory.arena_bytes is not None and b.memory.arena_bytes is not None:
+        rows.append(Change("arena_bytes", a.memory.arena_bytes, b.memory.arena_bytes))
     if a.training is not None and b.training is not None:
         rows.append(Change("training_peak_bytes", a.training.peak_bytes, b.training.peak_bytes))
     return tuple(rows)

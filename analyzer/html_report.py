@@ -121,7 +121,8 @@ def _summary(r: Report) -> str:
                       f"{_e(m.peak_node or '—')} (#{m.peak_node_index}), {_e(m.lifetimes)} "
                       f"lifetimes, inputs {'included' if m.include_inputs else 'excluded'}"),
         ("arena", f"{human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by size; "
-                  f"fragmentation {100 * m.fragmentation:.1f}%)"),
+                  f"fragmentation {100 * m.fragmentation:.1f}%)" if m.arena_bytes is not None
+         else "not planned for a training step"),
     ]
     if m.live_at_peak:
         top = ", ".join(f"{_e(x.name)} {human_bytes(x.bytes)}" for x in m.live_at_peak[:10])

@@ -43,7 +43,10 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     params = count_params(graph)
     live = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace,
                             eager=lifetimes == "eager")
-    arena = plan_arena(live.storages)
+    # A static arena is an inference runtime's plan. A training step's joint graph keeps
+    # thousands of tensors alive together, where greedy-by-size is quadratic (minutes at 25k
+    # nodes), and PyTorch trains with its caching allocator anyway: not planned there.
+    arena = plan_arena(live.storages) if optimizer is None else None
     shape_issues = check_shapes(graph)
 
     values = graph.values
@@ -81,7 +84,7 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         if peak_i >= 0 else ()
     memory = Memory(include_inputs, lifetimes, live.naive_sum_bytes, live.peak_bytes,
                     graph.nodes[peak_i].name if peak_i >= 0 else None, peak_i,
-                    live_at_peak, arena.arena_bytes, live.timeline)
+                    live_at_peak, arena.arena_bytes if arena else None, live.timeline)
     t = costs.totals
     totals = Totals(params.params, params.param_bytes, params.buffers, params.buffer_bytes,
                     t.macs, t.flops, t.bytes_read, t.bytes_written)

@@ -133,7 +133,9 @@ def summary_lines(r: Report) -> list[str]:
         f"            peak live {human_bytes(m.peak_bytes)} ({m.peak_bytes:,} B) at "
         f"{m.peak_node} (#{m.peak_node_index})",
         f"            arena     {human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
-        f"size; fragmentation {100 * m.fragmentation:.1f}%)",
+        f"size; fragmentation {100 * m.fragmentation:.1f}%)" if m.arena_bytes is not None else
+        "            arena     not planned for a training step (PyTorch's caching allocator "
+        "serves it)",
     ]
     if m.live_at_peak:
         top = ", ".join(f"{x.name} {human_bytes(x.bytes)}" for x in m.live_at_peak[:5])

@@ -82,12 +82,14 @@ class Memory:
     peak_node: str | None
     peak_node_index: int
     live_at_peak: tuple[LiveTensor, ...]
-    arena_bytes: int
+    arena_bytes: int | None      # None: not planned (a training step's joint graph)
     timeline: tuple[int, ...]
 
     @property
     def fragmentation(self) -> float:
-        return self.arena_bytes / self.peak_bytes - 1.0 if self.peak_bytes else 0.0
+        if self.arena_bytes is None or not self.peak_bytes:
+            return 0.0
+        return self.arena_bytes / self.peak_bytes - 1.0
 
 
 @dataclass(frozen=True)
