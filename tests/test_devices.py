@@ -109,3 +109,30 @@ def test_cli_device_outputs(capsys):
     assert header.endswith("roofline_seconds,intensity,bound")
     assert main(["devices", "--format", "json"]) == 0
     assert set(REQUIRED) <= set(json.loads(capsys.readouterr().out))
+
+
+def test_installed_command_device_and_max_batch():
+    """The same through the installed `graphcost` a user runs (a subprocess)."""
+    import os
+    import shutil
+    import subprocess
+
+    exe = shutil.which("graphcost")
+    if exe is None:
+        pytest.skip("graphcost is not installed: run `pip install -e .` first")
+
+    def run(*args):
+        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, COLUMNS="200"))
+    p = run("zoo:mnist_net", "--device", "gtx1080ti", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    ro = json.loads(p.stdout)["roofline"]
+    # fc1 is the slowest node: (65,480 + 200) B / 484 GB/s (design notes' MemRead/MemWrite)
+    assert ro["nodes"][ro["top"][0]]["seconds"] == pytest.approx(65_680 / 484e9)
+    p = run("zoo:small_cnn", "--max-batch", "--device", "t4", "--format", "json")
+    doc = json.loads(p.stdout)
+    assert p.returncode == 0 and doc["kind"] == "max_batch" and doc["max_batch"] > 1000
+    p = run("zoo:small_cnn", "--device", "tpu9")
+    assert p.returncode == 2 and "known: gtx1080ti" in p.stderr and p.stdout == ""
+    p = run("devices")
+    assert p.returncode == 0 and "h100-sxm" in p.stdout and "RTX 4090" in p.stdout
