@@ -202,9 +202,10 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
             warnings.simplefilter("ignore", FutureWarning)
             if kwargs:
                 raise GraphcostError("training analysis takes positional inputs only")
-            gm, sig = aot_export_module(_SumLoss(model), tuple(args), trace_joint=True,
-                                        output_loss_index=0,
-                                        decompositions=training_decompositions())
+            with _no_stack_traces():
+                gm, sig = aot_export_module(_SumLoss(model), tuple(args), trace_joint=True,
+                                            output_loss_index=0,
+                                            decompositions=training_decompositions())
     except GraphcostError:
         raise
     except Exception as exc:
@@ -215,6 +216,20 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
             h.remove()
         model.train(was_training)
     return gm, sig, "model.", scopes
+
+
+@contextmanager
+def _no_stack_traces():
+    """The tracer records a Python stack trace on every node (``meta["stack_trace"]``): 4 s of
+    the 21 s the 7B joint trace took. Nothing here reads it; the graph is otherwise the same."""
+    import torch.fx.config as fx_config
+
+    before = fx_config.do_not_emit_stack_traces
+    fx_config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        fx_config.do_not_emit_stack_traces = before
 
 
 def _scope_hooks(model: torch.nn.Module, scopes: dict[str, str]) -> list:
