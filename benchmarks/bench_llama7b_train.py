@@ -84,7 +84,7 @@ t, c = r.training, r.training.checkpoint
 print(json.dumps(dict(seconds=time.perf_counter() - t0, analyze=total, torch_import=t_import,
                       rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       stages=stages, nodes=len(r.nodes), params=r.totals.params,
-                      flops=r.totals.flops, peak=t.peak_bytes, plan=len(c.segments),
+                      flops=r.totals.flops, peak=t.peak_bytes, plan=", ".join(c.segments) or "none",
                       plan_peak=c.peak_bytes, recompute=c.recompute_flops,
                       what_if=t.what_if, digest=digest)))
 """
@@ -175,7 +175,7 @@ def main() -> None:
     gib = 2**30
     print(f"peak RSS {g['rss_mb']:.0f} MB; {g['nodes']:,} joint nodes; params {g['params']:,}; "
           f"FLOPs {g['flops']:,}")
-    print(f"step peak {g['peak'] / gib:.2f} GiB; plan: {g['plan']} blocks checkpointed -> "
+    print(f"step peak {g['peak'] / gib:.2f} GiB; plan: checkpoint {g['plan']} -> "
           f"{g['plan_peak'] / gib:.2f} GiB, recompute {g['recompute']:,} FLOPs")
     print("what-ifs: " + ", ".join(f"{k} {v['peak_bytes'] / gib:.2f} GiB"
                                    for k, v in g["what_if"].items()))

@@ -130,3 +130,14 @@ def test_what_ifs_rerun_the_passes():
     assert t.what_if["checkpoint_every_block"] == {"peak_bytes": ckpt.peak_bytes,
                                                    "recompute_flops": ckpt.recompute_flops}
     assert t.what_if["inplace_activations"]["peak_bytes"] <= t.peak_bytes
+
+
+@pytest.mark.parametrize("name", ["gpt2", "resnet18"])
+def test_meta_model_trace_equals_the_real_model_trace(name):
+    # zoo:NAME is traced on the meta device (with one shared fake mode, torch_capture's
+    # _one_fake_mode); the same model with real weights must give the same step
+    meta = analyze(f"zoo:{name}", batch=BATCH, train=True, optimizer="adam")
+    real = analyze(models_zoo.build_model(name), models_zoo.example_inputs(name, batch=BATCH),
+                   train=True, optimizer="adam")
+    assert meta.training.peak_bytes == real.training.peak_bytes
+    assert (meta.totals.flops, len(meta.nodes)) == (real.totals.flops, len(real.nodes))

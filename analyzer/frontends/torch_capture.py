@@ -202,7 +202,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
             warnings.simplefilter("ignore", FutureWarning)
             if kwargs:
                 raise GraphcostError("training analysis takes positional inputs only")
-            with _no_stack_traces():
+            with _no_stack_traces(), _one_fake_mode(args):
                 gm, sig = aot_export_module(_SumLoss(model), tuple(args), trace_joint=True,
                                             output_loss_index=0,
                                             decompositions=training_decompositions())
@@ -230,6 +230,22 @@ def _no_stack_traces():
         yield
     finally:
         fx_config.do_not_emit_stack_traces = before
+
+
+@contextmanager
+def _one_fake_mode(args):
+    """On a meta model the trace's values are meta tensors, not fake ones, and torch's tracer
+    builds a brand-new FakeTensorMode (with a Python stack capture) to describe every one of
+    them: a seconds-long cost on a 7B graph. A tracing context holding one mode makes torch's
+    ``detect_fake_mode`` find it instead; the values it describes are the same."""
+    if not any(getattr(a, "is_meta", False) for a in args):
+        yield
+        return
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with tracing(TracingContext(FakeTensorMode(allow_non_fake_inputs=True))):
+        yield
 
 
 def _scope_hooks(model: torch.nn.Module, scopes: dict[str, str]) -> list:
