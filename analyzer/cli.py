@@ -173,6 +173,10 @@ def guarded(run, args) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("graphcost: interrupted\n")
         return 130
+    except OSError as exc:  # a file that cannot be read or written (-o, --html, --plot)
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(f"graphcost: error: {where}{exc.strerror or exc}\n")
+        return EXIT_BAD_INPUT
     except Exception as exc:  # a bug of ours: still one line, and a distinct status
         first = next((line for line in str(exc).splitlines() if line.strip()), "")
         sys.stderr.write(f"graphcost: internal error ({type(exc).__name__}: {first[:300]}); "

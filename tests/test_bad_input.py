@@ -108,3 +108,13 @@ def test_bad_dim_and_shape_syntax(good):
 def test_bad_option_is_one_line(good):
     p = run(good, "--format", "yaml")
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_unwritable_output_is_one_line_and_exit_2(tmp_path, capsys):
+    from analyzer.cli import main
+    missing = tmp_path / "no-such-dir"
+    for extra in (["--html", str(missing / "r.html")],
+                  ["--format", "json", "-o", str(missing / "r.json")]):
+        assert main(["zoo:small_cnn", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "No such file or directory" in err and err.count("\n") == 1
