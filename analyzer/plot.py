@@ -12,6 +12,7 @@ from analyzer.report import Report
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 900, 360, 80, 20, 40, 50
 SHADES = {"forward": "#e8f0fe", "backward": "#fdf1e5", "optimizer": "#e9f7ef"}
+PLAIN, CHECKPOINTED = "#1a73e8", "#d93025"   # curve colours (the PNG and HTML use them too)
 
 
 def _gib(n: float) -> str:
@@ -25,9 +26,9 @@ def timeline_svg(report: Report) -> str:
     t = report.training
     if t is None:
         raise ValueError("the timeline plot needs a training analysis (--train)")
-    curves = [("plain", t.timeline, "#1a73e8")]
+    curves = [("plain", t.timeline, PLAIN)]
     if t.checkpoint is not None and t.checkpoint.segments:
-        curves.append(("checkpointed", t.checkpoint.timeline, "#d93025"))
+        curves.append(("checkpointed", t.checkpoint.timeline, CHECKPOINTED))
     n = len(t.timeline)
     top = max(max(c[1]) for c in curves) or 1
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM

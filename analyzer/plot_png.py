@@ -8,10 +8,9 @@ without the extra still works; the Agg canvas is used directly, so no display is
 from __future__ import annotations
 
 from analyzer.errors import GraphcostError
-from analyzer.plot import SHADES, _gib
+from analyzer.plot import CHECKPOINTED, PLAIN, SHADES, _gib
 from analyzer.report import Report
 
-PLAIN, CHECKPOINTED = "#1a73e8", "#d93025"  # the SVG's curve colours
 INSTALL_HINT = "PNG output needs matplotlib: pip install 'graphcost[png]'"
 
 
