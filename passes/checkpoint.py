@@ -48,24 +48,33 @@ def segments_by_name(graph: Graph, forward: set[int], names: list[str]) -> list[
 
 def repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:
     """The model's repeated blocks (what users checkpoint): among the modules with submodules
-    that run in the forward, the largest group of one type at one depth (ResNet's
-    BasicBlocks, a transformer's layers), in execution order."""
+    that run in the forward, the largest group of one kind at one depth (ResNet's
+    BasicBlocks, a transformer's layers), in execution order. A module's kind is its class
+    where the frontend knows it (FX); an ONNX graph records only module paths, so there the
+    kind is the set of op types the module runs (a ResNet block with a downsample branch and
+    one without both run Conv, BatchNormalization, Relu and Add)."""
     first: dict[str, int] = {}
+    ops: dict[str, set[str]] = {}
     for n in graph.nodes:
         if n.index in forward and n.scope:
             parts = n.scope.split(".")
             for d in range(1, len(parts) + 1):
-                first.setdefault(".".join(parts[:d]), n.index)
+                path = ".".join(parts[:d])
+                first.setdefault(path, n.index)
+                ops.setdefault(path, set()).add(n.op)
     containers = {p.rsplit(".", 1)[0] for p in first if "." in p}
-    groups = Counter((p.count("."), graph.module_types.get(p, "")) for p in first
-                     if p in containers)
+
+    def kind(path: str) -> str:
+        return graph.module_types.get(path, "") or "ops:" + ",".join(sorted(ops[path]))
+
+    groups = Counter((p.count("."), kind(p)) for p in first if p in containers)
     best = max(((cnt, -depth, typ) for (depth, typ), cnt in groups.items() if typ and cnt >= 2),
                default=None)
     if best is None:
         return []
     _, neg_depth, typ = best
     blocks = [p for p in first if p in containers and p.count(".") == -neg_depth and
-              graph.module_types.get(p, "") == typ]
+              kind(p) == typ]
     return sorted(blocks, key=first.__getitem__)
 
 
