@@ -111,13 +111,12 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
                     hi = guess + 1
             else:
                 hi = guess
-            a, b = lo, hi if hi is not None else None
-            if b is None:          # everything tried fits: aim at twice as far
+            if hi is None:         # everything tried fits: aim twice as far
                 guess = lo * 2
                 continue
-            ya, yb = _required(at(a)), _required(at(b))
-            step = (yb - ya) / (b - a)
-            guess = a + int((capacity - ya) // step) if step > 0 else (a + b) // 2
+            y_lo, y_hi = _required(at(lo)), _required(at(hi))
+            step = (y_hi - y_lo) / (hi - lo)
+            guess = lo + int((capacity - y_lo) // step) if step > 0 else (lo + hi) // 2
             if not lo < guess < hi:
                 guess = (lo + hi) // 2
         best = lo
