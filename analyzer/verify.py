@@ -482,7 +482,7 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
         was = module.training
         module.train()
         report = analyze(module, args, train=True, optimizer=optimizer, progress=progress)
-        measured, breakdown = _measure_training(module, args, optimizer)
+        measured, breakdown = measure_training(module, args, optimizer)
         module.train(was)
         predicted = report.training.breakdown
         parts = tuple(PeakPart(cat, sum(predicted.get(k, 0) for k in ours),
@@ -496,7 +496,7 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
     module.eval()
     report = analyze(module, args, include_inputs=False, lifetimes=lifetimes,
                      progress=progress)
-    measured, breakdown, per_module = _measure_inference(module, args)
+    measured, breakdown, per_module = measure_inference(module, args)
     rows = [_module_peak(m, report, per_module) for m in report.modules if m.depth <= depth]
     return TorchVerification(label, batch, "inference", None, report.memory.peak_bytes,
                              measured, tuple(rows), breakdown,
@@ -509,7 +509,10 @@ def _snapshot_dict(snap) -> dict[str, int]:
     return {getattr(k, "value", str(k)): int(v) for k, v in snap.items()}
 
 
-def _measure_inference(module, args):
+def measure_inference(module, args):
+    """MemTracker over one forward under no_grad: (activation peak, the peak by category,
+    per module fqn: (activation bytes at its own peak, calls)). The tests measure with this
+    too."""
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker, _ModState
 
@@ -543,7 +546,19 @@ def _module_peak(row, report: Report, measured: Mapping[str, tuple[int, int]]) -
                       got[0] if got else None, got[1] if got else 0)
 
 
-def _measure_training(module, args, optimizer: str):
+def float_output_sum(module, args):
+    """graphcost's training loss: the sum of every floating output of ``module(*args)``."""
+    import torch
+
+    leaves = [t for t in torch.utils._pytree.tree_leaves(module(*args))
+              if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return sum(t.sum() for t in leaves)
+
+
+def measure_training(module, args, optimizer: str):
+    """MemTracker's peak over the second training step (optimizer state already allocated,
+    gradients freed by zero_grad(set_to_none=True) first), as graphcost models it:
+    (total bytes, the peak by category). The tests measure with this too."""
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -557,10 +572,7 @@ def _measure_training(module, args, optimizer: str):
 
     def step():
         module.zero_grad(set_to_none=True)
-        out = module(*args)
-        leaves = [t for t in torch.utils._pytree.tree_leaves(out)
-                  if isinstance(t, torch.Tensor) and t.is_floating_point()]
-        sum(t.sum() for t in leaves).backward()  # graphcost's loss: Σ floating outputs
+        float_output_sum(module, args).backward()
         if opt:
             opt.step()
 

@@ -72,13 +72,9 @@ def test_fx_and_onnx_agree(name):
 
 
 def measured_activation_peak(model, args) -> int:
-    from torch.distributed._tools.mem_tracker import MemTracker
-    tracker = MemTracker()
-    tracker.track_external(model)
-    with torch.no_grad(), tracker:
-        model(*args)
-    snapshot = next(iter(tracker.get_tracker_snapshot("peak").values()))
-    return next(v for k, v in snapshot.items() if str(k).endswith("ACT"))
+    """MemTracker's activation peak over one forward under no_grad (analyzer.verify's)."""
+    from analyzer.verify import measure_inference
+    return measure_inference(model, args)[0]
 
 
 # Predicted (eager lifetimes, inputs excluded as MemTracker excludes them) vs measured.
@@ -100,6 +96,7 @@ def test_inference_peak_vs_memtracker(name):
 def test_meta_model_is_never_materialized():
     # llama7b (6.74 B parameters, 27 GB in fp32) traced on the meta device.
     import resource
+
     from models_zoo.llama import LlamaConfig, param_count
     r = analyze("zoo:llama7b", batch=1, dims={"seq": 128})
     # 2·32,000·4,096 + 32·(4·4,096² + 3·4,096·11,008 + 2·4,096) + 4,096 = 6,738,415,616

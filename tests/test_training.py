@@ -5,54 +5,25 @@ from __future__ import annotations
 import warnings
 
 import pytest
-import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import models_zoo
-from analyzer import GraphcostError, analyze
+from analyzer import analyze
+from analyzer.verify import float_output_sum, measure_training
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 BATCH = 2
-OPTIMIZERS = {
-    "none": None,
-    "sgd": lambda p: torch.optim.SGD(p, lr=0.01),
-    "momentum": lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9),
-    "adam": lambda p: torch.optim.Adam(p),
-}
-
-
-def _loss(model, args):
-    out = model(*args)
-    leaves = [t for t in torch.utils._pytree.tree_leaves(out)
-              if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    return sum(t.sum() for t in leaves)
+OPTIMIZERS = ("none", "sgd", "momentum", "adam")
 
 
 def measured_step_peak(name: str, optimizer: str, prepare=None) -> int:
-    """MemTracker's peak over the second training step (optimizer state already allocated,
-    gradients freed by zero_grad(set_to_none=True) first), as graphcost models it.
+    """MemTracker's peak over the second real training step (analyzer.verify's measurement).
     ``prepare(model)`` may change the model first (wrap blocks in torch.utils.checkpoint)."""
-    from torch.distributed._tools.mem_tracker import MemTracker
     model = models_zoo.build_model(name, eval=False)
-    args = models_zoo.example_inputs(name, batch=BATCH)
     if prepare is not None:
         prepare(model)
-    make = OPTIMIZERS[optimizer]
-    opt = make(model.parameters()) if make else None
-
-    def step():
-        model.zero_grad(set_to_none=True)
-        _loss(model, args).backward()
-        if opt:
-            opt.step()
-
-    step()
-    tracker = MemTracker()
-    tracker.track_external(model, *([opt] if opt else []))
-    with tracker:
-        step()
-    return next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
+    return measure_training(model, models_zoo.example_inputs(name, batch=BATCH), optimizer)[0]
 
 
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
@@ -91,7 +62,7 @@ def test_training_flops_equal_flop_counter(name):
     assert r.coverage.unsupported == {}
     counter = FlopCounterMode(display=False)
     with counter, sdpa_kernel(SDPBackend.MATH):
-        _loss(model, args).backward()
+        float_output_sum(model, args).backward()
     counts = {str(k): v for k, v in counter.get_flop_counts()["Global"].items()}
     ours = {o.op: 2 * o.macs for o in r.by_op_type if o.macs}
     attention = {k: v for k, v in ours.items() if "scaled_dot_product" in k}
