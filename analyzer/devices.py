@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from analyzer.errors import GraphcostError
-from analyzer.units import parse_size
+from analyzer.units import parse_rate, parse_size
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")
 T, GB, GiB = 1e12, 1e9, 1 << 30
@@ -84,32 +84,12 @@ def parse_device_spec(text: str) -> Device:
     if missing:
         raise GraphcostError(f"--device-spec needs {', '.join(missing)} "
                              "(e.g. flops=19.5T,bandwidth=1555G,memory=40GiB)")
-    rates = {d: _rate(fields[d], f"--device-spec {d}") if d in fields else None
+    rates = {d: parse_rate(fields[d], f"--device-spec {d}") if d in fields else None
              for d in DTYPES}
-    rates["fp32"] = _rate(fields["flops"], "--device-spec flops")
+    rates["fp32"] = parse_rate(fields["flops"], "--device-spec flops")
     return Device(fields.get("name", "custom"), f"custom ({text})", MappingProxyType(rates),
-                  _rate(fields["bandwidth"], "--device-spec bandwidth"),
+                  parse_rate(fields["bandwidth"], "--device-spec bandwidth"),
                   parse_size(fields["memory"], "--device-spec memory"))
-
-
-_SI = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
-
-
-def _rate(text: str, what: str) -> float:
-    """``19.5T``, ``1555G``, ``1.2e13`` -> a positive float (per second)."""
-    t = text.strip().lower()
-    for unit in ("flop/s", "flops", "b/s", "/s"):
-        if t.endswith(unit):
-            t = t[: -len(unit)].strip()
-    suffix = t[-1:] if t[-1:] in _SI and t[-1:] else ""
-    try:
-        value = float(t[: len(t) - len(suffix)] if suffix else t) * _SI[suffix]
-    except ValueError:
-        raise GraphcostError(f"{what}: {text!r} is not a rate (e.g. 19.5T, 1555G, 1.2e13)") \
-            from None
-    if not value > 0 or value == float("inf"):
-        raise GraphcostError(f"{what}: {text!r} must be a positive number")
-    return value
 
 
 @dataclass(frozen=True)
