@@ -14,12 +14,12 @@ import json
 import math
 from html import escape
 
-from analyzer.plot import timeline_svg
+from analyzer.plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
 from analyzer.render import axes_text, human, human_bytes
 from analyzer.report import Report
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
-W, H, LEFT, RIGHT, TOP, BOTTOM = 900, 300, 80, 20, 30, 40
+H, TOP, BOTTOM = 300, 30, 40  # the inference chart's height (its width is plot.py's)
 _SVG_NS = ' xmlns="http://www.w3.org/2000/svg"'  # not needed inline in HTML5; dropped
 
 
@@ -68,18 +68,13 @@ def inference_svg(report: Report) -> str:
            f'<text x="{LEFT}" y="18" font-size="14">activation memory live at each node '
            f'({_e(m.lifetimes)} lifetimes, inputs {"included" if m.include_inputs else "excluded"}'
            f')</text>']
-    for k in range(5):  # y axis in quarters of the peak
-        v = top * k / 4
-        out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
-                   f'stroke="#ccc" stroke-width="0.5"/>')
-        out.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
-                   f'{human_bytes(v)}</text>')
+    out += y_grid(top, y, human_bytes)
     for i in sorted({round((n - 1) * k / 4) for k in range(5)} if n else ()):  # x: node index
         out.append(f'<text x="{x(i):.1f}" y="{TOP + ph + 16}" text-anchor="middle" '
                    f'fill="#555">{i}</text>')
     if n:
         pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in _envelope(series, pw))
-        out.append(f'<polyline points="{pts}" fill="none" stroke="#1a73e8" stroke-width="1.5"/>')
+        out.append(f'<polyline points="{pts}" fill="none" stroke="{PLAIN}" stroke-width="1.5"/>')
         p = m.peak_node_index if 0 <= m.peak_node_index < n else \
             max(range(n), key=series.__getitem__)
         px, py = x(p), y(series[p])

@@ -6,6 +6,7 @@ its curve is drawn over the plain one.
 """
 from __future__ import annotations
 
+from typing import Callable
 from xml.sax.saxutils import escape
 
 from analyzer.report import Report
@@ -20,6 +21,18 @@ def _gib(n: float) -> str:
         if n >= div:
             return f"{n / div:.1f} {unit}"
     return f"{int(n)} B"
+
+
+def y_grid(top: float, y: Callable[[float], float], fmt: Callable[[float], str]) -> list[str]:
+    """Horizontal grid lines and labels at 0, ¼, ½, ¾ and all of ``top`` (shared by the
+    training chart here and the HTML report's inference chart)."""
+    out = []
+    for k in range(5):
+        v = top * k / 4
+        out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
+                   f'stroke="#ccc" stroke-width="0.5"/>')
+        out.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{fmt(v)}</text>')
+    return out
 
 
 def timeline_svg(report: Report) -> str:
@@ -60,11 +73,7 @@ def timeline_svg(report: Report) -> str:
             out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{TOP + ph + 16}" text-anchor="middle" '
                        f'fill="#555">{label}</text>')
             start = i
-    for k in range(5):  # y axis: 0 … top in quarters
-        v = top * k / 4
-        out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
-                   f'stroke="#ccc" stroke-width="0.5"/>')
-        out.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{_gib(v)}</text>')
+    out += y_grid(top, y, _gib)
     for label, series, color in curves:
         pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(series))
         out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="1.5"/>')
