@@ -124,9 +124,11 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
             totals.param_bytes + totals.buffer_bytes + memory.peak_bytes
         roof = _roofline(graph, costs, device, tf32, overhead, tensors)
     fields = ()
-    if optimizer is None and is_cnn(graph):  # (a joint graph's backward has no such chain)
-        fields = tuple(ReceptiveField(i, f.rf, f.jump, f.start)
-                       for i, f in sorted(receptive_fields(graph).items()))
+    if optimizer is None:  # (a joint graph's backward has no such chain)
+        found = receptive_fields(graph)
+        if is_cnn(graph, found):
+            fields = tuple(ReceptiveField(i, f.rf, f.jump, f.start)
+                           for i, f in sorted(found.items()))
     return Report(graph.name, graph.source, graph.batch, dict(graph.dims), totals, by_op,
                   coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues), modules,
                   training, roof, fields)

@@ -115,9 +115,11 @@ def receptive_fields(graph: Graph) -> dict[int, Field]:
     return out
 
 
-def is_cnn(graph: Graph) -> bool:
-    """True when some Conv/pool node has a known field (the table shows the field columns)."""
-    fields = receptive_fields(graph)
+def is_cnn(graph: Graph, fields: dict[int, Field] | None = None) -> bool:
+    """True when some Conv/pool node has a known field (the table shows the field columns);
+    pass ``fields`` when receptive_fields(graph) has already been computed."""
+    if fields is None:
+        fields = receptive_fields(graph)
     return any(graph.nodes[i].op in WINDOWED for i in fields)
 
 
