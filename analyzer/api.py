@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from analyzer.errors import GraphcostError
-from analyzer.report import Report
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.report import Report
 
 ZOO_PREFIX = "zoo:"
 Progress = Callable[[str], None]
@@ -41,7 +41,7 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
         if ".py:" in text:
             return _file_class_graph(text, batch, input_shapes, input_dtypes, note, train)
         if text.endswith(".pt2"):
-            from analyzer.frontends.pt2 import load_pt2
+            from graphcost.analyzer.frontends.pt2 import load_pt2
             note(f"reading {Path(text).name}")
             program = load_pt2(Path(text))
             graph = _torch_graph(program, None, batch, input_shapes, input_dtypes, note, train)
@@ -54,7 +54,7 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
     import onnx
 
     if isinstance(model, onnx.ModelProto):
-        from analyzer.frontends.onnx_frontend import lower_onnx
+        from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
         graph = lower_onnx(model, name=model.graph.name or "model", batch=batch, dims=dims,
                            input_shapes=input_shapes)
         return _onnx_estimate(graph, note) if train else graph
@@ -67,13 +67,13 @@ def _onnx_estimate(graph, note: Progress):
     """An ONNX graph has no backward: the training step is ESTIMATED from per-op save rules
     (passes/backward_estimate.py; labelled in the report's warnings). The PyTorch model gives
     the exact joint graph instead (AOTAutograd)."""
-    from passes.backward_estimate import estimate_joint
+    from graphcost.passes.backward_estimate import estimate_joint
     note("estimating the backward from per-op save rules")
     return estimate_joint(graph)
 
 
 def _onnx_path_graph(path: Path, batch, dims, input_shapes, note: Progress):
-    from analyzer.frontends.onnx_frontend import load_model, lower_onnx
+    from graphcost.analyzer.frontends.onnx_frontend import load_model, lower_onnx
 
     note(f"reading {path.name}")
     proto = load_model(path)
@@ -84,7 +84,7 @@ def _onnx_path_graph(path: Path, batch, dims, input_shapes, note: Progress):
 def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progress,
                train: bool = False):
     try:
-        import models_zoo
+        from graphcost import models_zoo
     except ImportError as exc:  # pragma: no cover - an install without torch
         raise GraphcostError(f"the model zoo needs torch: {exc}") from None
     if name not in models_zoo.MODELS:
@@ -97,7 +97,7 @@ def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progre
         note(f"building zoo:{name} on the meta device")
         import torch
 
-        from analyzer.frontends.torch_capture import make_fakes
+        from graphcost.analyzer.frontends.torch_capture import make_fakes
         with torch.device("meta"):
             module = spec.build().eval()
         # zoo input names need not be forward's argument names: pass them in order
@@ -111,7 +111,7 @@ def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progre
         raise GraphcostError(str(exc)) from None
     if input_shapes:
         dims = {}
-    from analyzer.frontends.onnx_frontend import load_model, lower_onnx
+    from graphcost.analyzer.frontends.onnx_frontend import load_model, lower_onnx
     return lower_onnx(load_model(path), name=f"zoo:{name}", batch=batch, dims=dims,
                       input_shapes=input_shapes)
 
@@ -124,7 +124,7 @@ def _renamed(graph, name: str, dims: Mapping[str, int]):
 
 def _file_class_graph(spec: str, batch, input_shapes, input_dtypes, note: Progress,
                       train: bool = False):
-    from analyzer.frontends.torch_capture import build_on_meta, load_class
+    from graphcost.analyzer.frontends.torch_capture import build_on_meta, load_class
 
     if not input_shapes:
         raise GraphcostError(f"{spec}: pass the input sizes, e.g. --input-shape x=1x3x224x224")
@@ -139,8 +139,8 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
                  train: bool = False):
     import torch
 
-    from analyzer.frontends.fx_frontend import lower_exported
-    from analyzer.frontends.torch_capture import export_module, fake_inputs
+    from graphcost.analyzer.frontends.fx_frontend import lower_exported
+    from graphcost.analyzer.frontends.torch_capture import export_module, fake_inputs
 
     name = type(model).__name__
     if isinstance(model, torch.export.ExportedProgram) and train:
@@ -175,8 +175,8 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
     else:
         raise GraphcostError(f"{name}: pass example_inputs or input_shapes")
     if train:
-        from analyzer.frontends.fx_frontend import lower_joint
-        from analyzer.frontends.torch_capture import export_joint
+        from graphcost.analyzer.frontends.fx_frontend import lower_joint
+        from graphcost.analyzer.frontends.torch_capture import export_joint
         if kwargs:  # keyword inputs in forward's order
             import inspect
             order = [p for p in inspect.signature(model.forward).parameters if p in kwargs]
@@ -193,7 +193,7 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
 def _device(device):
     if device is None or not isinstance(device, str):
         return device
-    from analyzer.devices import get_device
+    from graphcost.analyzer.devices import get_device
     return get_device(device)
 
 
@@ -233,7 +233,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     ``what_ifs=False`` skips the training what-ifs (each re-runs the training passes). Raises
     GraphcostError.
     """
-    from analyzer.pipeline import run_passes
+    from graphcost.analyzer.pipeline import run_passes
 
     # The IR is hundreds of thousands of small acyclic objects: the cyclic collector would
     # rescan them again and again (≈15% of the time on a 100k-node graph) and free nothing.

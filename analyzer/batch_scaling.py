@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from analyzer.errors import GraphcostError
-from analyzer.report import Report
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.report import Report
 
 Analyze = Callable[[int], Report]   # batch -> report (with a device: report.roofline is set)
 

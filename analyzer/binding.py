@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from analyzer.errors import GraphcostError
+from graphcost.analyzer.errors import GraphcostError
 
 RawDim = int | str | None
 

@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from analyzer.devices import get_device, parse_device_spec, parse_overhead
-from analyzer.errors import GraphcostError
+from graphcost.analyzer.devices import get_device, parse_device_spec, parse_overhead
+from graphcost.analyzer.errors import GraphcostError
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
 
@@ -27,10 +27,10 @@ def _kv(text: str, what: str) -> tuple[str, str]:
 
 
 SUBCOMMANDS = {
-    "check": ("analyzer.cli_check", "budgets for CI: exit 0 pass, 1 over budget, 2 bad input"),
-    "diff": ("analyzer.cli_diff", "compare two models: totals, per-node/module deltas, peak"),
-    "verify": ("analyzer.cli_verify", "run the model on this CPU and compare with the prediction"),
-    "devices": ("analyzer.cli_devices", "the known devices and their peaks"),
+    "check": ("graphcost.analyzer.cli_check", "budgets for CI: exit 0 pass, 1 over budget, 2 bad input"),
+    "diff": ("graphcost.analyzer.cli_diff", "compare two models: totals, per-node/module deltas, peak"),
+    "verify": ("graphcost.analyzer.cli_verify", "run the model on this CPU and compare with the prediction"),
+    "devices": ("graphcost.analyzer.cli_devices", "the known devices and their peaks"),
 }
 
 
@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _checkpoint_args(args) -> dict | None:
-    from analyzer.units import parse_size
+    from graphcost.analyzer.units import parse_size
 
     if args.budget is not None and args.checkpoint != "auto":
         raise GraphcostError("--budget goes with --checkpoint auto")
@@ -186,7 +186,7 @@ def guarded(run, args) -> int:
 
 def analysis_kwargs(args) -> dict:
     """analyze()'s keyword arguments from the shared model options (see add_model_args)."""
-    from analyzer.binding import parse_shape
+    from graphcost.analyzer.binding import parse_shape
 
     dims = {}
     for text in args.dim:
@@ -231,7 +231,7 @@ def refuse_overwrite(output: str | None, model: str) -> None:
 
 def run_analysis(model: str, args, **overrides):
     """analyze() with the shared options, under the terminal progress spinner."""
-    from analyzer.api import analyze
+    from graphcost.analyzer.api import analyze
 
     kwargs = {**analysis_kwargs(args), **overrides}
     with _progress() as note:
@@ -247,13 +247,13 @@ def _run(args) -> int:
         if not args.plot.lower().endswith((".svg", ".png")):
             raise GraphcostError(f"--plot {args.plot}: write .svg or .png")
         if args.plot.lower().endswith(".png"):
-            from analyzer.plot_png import require_matplotlib
+            from graphcost.analyzer.plot_png import require_matplotlib
             require_matplotlib()  # a missing extra fails now, not after the analysis
     if args.max_batch:
         return _max_batch(args)
     report = run_analysis(args.model, args)
 
-    from analyzer import render
+    from graphcost.analyzer import render
     if args.format == "table":
         from rich.console import Console
         if args.output:
@@ -272,13 +272,13 @@ def _run(args) -> int:
         else:
             sys.stdout.write(text)
     if args.html:
-        from analyzer.html_report import html_report
+        from graphcost.analyzer.html_report import html_report
         Path(args.html).write_text(html_report(report), encoding="utf-8")
     if args.plot and args.plot.lower().endswith(".png"):
-        from analyzer.plot_png import timeline_png
+        from graphcost.analyzer.plot_png import timeline_png
         timeline_png(report, args.plot)
     elif args.plot:
-        from analyzer.plot import timeline_svg
+        from graphcost.analyzer.plot import timeline_svg
         Path(args.plot).write_text(timeline_svg(report), encoding="utf-8")
     c = report.coverage
     if args.strict and (c.unsupported or c.unknown_shape):
@@ -290,8 +290,8 @@ def _run(args) -> int:
 
 
 def _max_batch(args) -> int:
-    from analyzer.batch_scaling import max_batch
-    from analyzer.render import max_batch_lines
+    from graphcost.analyzer.batch_scaling import max_batch
+    from graphcost.analyzer.render import max_batch_lines
 
     if args.batch is not None:
         raise GraphcostError("--max-batch searches the batch: leave out --batch")

@@ -10,10 +10,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from analyzer.cli import _Parser, add_model_args, refuse_overwrite, run_analysis
-from analyzer.errors import GraphcostError
-from analyzer.render import human, human_bytes, human_time
-from analyzer.units import parse_count, parse_size, parse_time
+from graphcost.analyzer.cli import _Parser, add_model_args, refuse_overwrite, run_analysis
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.render import human, human_bytes, human_time
+from graphcost.analyzer.units import parse_count, parse_size, parse_time
 
 EXIT_PASS, EXIT_OVER = 0, 1
 

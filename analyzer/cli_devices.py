@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
-from analyzer.cli import _Parser
-from analyzer.devices import DEVICES, DTYPES
+from graphcost.analyzer.cli import _Parser
+from graphcost.analyzer.devices import DEVICES, DTYPES
 
 
 def build_parser():

@@ -10,15 +10,15 @@ import json
 import sys
 from pathlib import Path
 
-from analyzer.cli import (
+from graphcost.analyzer.cli import (
     EXIT_OK,
     _Parser,
     add_model_args,
     refuse_overwrite,
     run_analysis,
 )
-from analyzer.diff import Change, ReportDiff, diff_reports
-from analyzer.render import human, human_bytes
+from graphcost.analyzer.diff import Change, ReportDiff, diff_reports
+from graphcost.analyzer.render import human, human_bytes
 
 
 def build_parser() -> _Parser:

@@ -9,14 +9,14 @@ import argparse
 import json
 import sys
 
-from analyzer.cli import (
+from graphcost.analyzer.cli import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     _Parser,
     add_model_args,
     analysis_kwargs,
 )
-from analyzer.errors import GraphcostError
+from graphcost.analyzer.errors import GraphcostError
 
 EXIT_MISMATCH = 1
 MAX_LISTED = 20  # rows of mismatched / unknown values in the table
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from analyzer.verify import OnnxVerification, verify
+    from graphcost.analyzer.verify import OnnxVerification, verify
 
     kw = analysis_kwargs(args)
     if kw["checkpoint"] or kw["precision"] != "fp32":
@@ -67,7 +67,7 @@ def run(args) -> int:
 
 
 def _b(n: int | None) -> str:
-    from analyzer.render import human_bytes
+    from graphcost.analyzer.render import human_bytes
     if n is None:
         return "—"
     return human_bytes(n) if n < 1024 else f"{human_bytes(n)} ({n:,} B)"
@@ -78,7 +78,7 @@ def _pct(x: float | None) -> str:
 
 
 def _t(seconds: float) -> str:
-    from analyzer.render import human_time
+    from graphcost.analyzer.render import human_time
     return human_time(seconds)
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
-from analyzer.errors import GraphcostError
-from analyzer.units import parse_rate, parse_size
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.units import parse_rate, parse_size
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")
 T, GB, GiB = 1e12, 1e9, 1 << 30

@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from analyzer.report import ModuleRow, NodeRow, Report
+from graphcost.analyzer.report import ModuleRow, NodeRow, Report
 
 DIFF_SCHEMA_VERSION = 1
 SEQUENCE_LIMIT = 5000  # unmatched nodes per side; SequenceMatcher takes ~1 s at 5,000

@@ -14,9 +14,9 @@ import json
 import math
 from html import escape
 
-from analyzer.plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
-from analyzer.render import axes_text, human, human_bytes
-from analyzer.report import Report
+from graphcost.analyzer.plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
+from graphcost.analyzer.render import axes_text, human, human_bytes
+from graphcost.analyzer.report import Report
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
 H, TOP, BOTTOM = 300, 30, 40  # the inference chart's height (its width is plot.py's)

@@ -1,20 +1,20 @@
 """Runs the passes over one IR graph and assembles the Report. No I/O, no printing."""
 from __future__ import annotations
 
-from analyzer.errors import GraphcostError
-from analyzer.ir import Graph, ValueKind
-from analyzer.report import (Checkpoint, Coverage, LiveTensor, Memory, ModuleRow, NodeRow,
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.ir import Graph, ValueKind
+from graphcost.analyzer.report import (Checkpoint, Coverage, LiveTensor, Memory, ModuleRow, NodeRow,
                              NodeTime, OpTypeRow, ReceptiveField, Report, Roofline, Totals,
                              Training)
-from passes.arena import plan_arena
-from passes.costs import count_costs
-from passes.liveness import analyze_liveness
-from passes.modules import aggregate_modules
-from passes.training import plan_checkpoints, training_memory, what_ifs
-from passes.params import count_params
-from passes.receptive_field import is_cnn, receptive_fields
-from passes.precision import cast_floats
-from passes.shapes import check_shapes
+from graphcost.passes.arena import plan_arena
+from graphcost.passes.costs import count_costs
+from graphcost.passes.liveness import analyze_liveness
+from graphcost.passes.modules import aggregate_modules
+from graphcost.passes.training import plan_checkpoints, training_memory, what_ifs
+from graphcost.passes.params import count_params
+from graphcost.passes.receptive_field import is_cnn, receptive_fields
+from graphcost.passes.precision import cast_floats
+from graphcost.passes.shapes import check_shapes
 
 
 def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False,
@@ -135,8 +135,8 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
 
 
 def _roofline(graph: Graph, costs, device, tf32: bool, overhead, tensor_bytes: int) -> Roofline:
-    from analyzer.devices import Overhead
-    from passes.roofline import roofline
+    from graphcost.analyzer.devices import Overhead
+    from graphcost.passes.roofline import roofline
 
     overhead = overhead or Overhead()
     r = roofline(graph, costs.nodes, device, tf32=tf32)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 from xml.sax.saxutils import escape
 
-from analyzer.report import Report
+from graphcost.analyzer.report import Report
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 900, 360, 80, 20, 40, 50
 SHADES = {"forward": "#e8f0fe", "backward": "#fdf1e5", "optimizer": "#e9f7ef"}

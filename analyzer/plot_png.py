@@ -7,9 +7,9 @@ without the extra still works; the Agg canvas is used directly, so no display is
 """
 from __future__ import annotations
 
-from analyzer.errors import GraphcostError
-from analyzer.plot import CHECKPOINTED, PLAIN, SHADES, _gib
-from analyzer.report import Report
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.plot import CHECKPOINTED, PLAIN, SHADES, _gib
+from graphcost.analyzer.report import Report
 
 INSTALL_HINT = "PNG output needs matplotlib: pip install 'graphcost[png]'"
 

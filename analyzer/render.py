@@ -6,7 +6,7 @@ import io
 
 from typing import Any, Callable
 
-from analyzer.report import Report
+from graphcost.analyzer.report import Report
 
 NODE_COLUMNS = ("index", "name", "op", "input_shapes", "output_shapes", "params",
                 "output_bytes", "macs", "flops", "bytes_read", "bytes_written", "bytes_total",

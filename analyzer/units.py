@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from analyzer.errors import GraphcostError
+from graphcost.analyzer.errors import GraphcostError
 
 _NUMBER = r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
 _SIZE = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,

@@ -25,8 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from analyzer.errors import GraphcostError
-from analyzer.report import Report
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.report import Report
 
 PEAK_NOTE = "not measured: onnxruntime's arena does not expose its peak"
 
@@ -241,7 +241,7 @@ def cpu_device(cpu: CpuSpec):
     tensor cores; numpy measures fp32 only)."""
     from types import MappingProxyType
 
-    from analyzer.devices import DTYPES, Device
+    from graphcost.analyzer.devices import DTYPES, Device
     label = (f"this CPU (measured: {cpu.peak_flops / 1e9:.1f} GFLOP/s fp32 matmul, "
              f"{cpu.bandwidth / 1e9:.1f} GB/s copy)")
     return Device("this-cpu", label, MappingProxyType({d: cpu.peak_flops for d in DTYPES}),
@@ -249,7 +249,7 @@ def cpu_device(cpu: CpuSpec):
 
 
 def _analyze_supports_device() -> bool:
-    from analyzer.api import analyze
+    from graphcost.analyzer.api import analyze
     return "device" in inspect.signature(analyze).parameters
 
 
@@ -280,7 +280,7 @@ def verify_onnx(model, *, name: str | None = None, repeat: int = 10,
     import numpy as np
     import onnx
 
-    from analyzer.api import analyze, load_graph
+    from graphcost.analyzer.api import analyze, load_graph
 
     note = progress or (lambda _m: None)
     if repeat < 1:
@@ -380,7 +380,7 @@ def _spec_text(spec) -> str:
 
 
 def _dtype_names() -> dict[int, str]:
-    from analyzer.frontends.onnx_frontend import DTYPE
+    from graphcost.analyzer.frontends.onnx_frontend import DTYPE
     return DTYPE
 
 
@@ -467,7 +467,7 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
     already allocated; gradients set to None first), as graphcost models a steady-state step.
     The module's weights change in training (two optimizer steps)."""
 
-    from analyzer.api import analyze
+    from graphcost.analyzer.api import analyze
 
     if optimizer not in OPTIMIZERS:
         raise GraphcostError(f"optimizer must be one of {', '.join(OPTIMIZERS)}")
@@ -625,7 +625,7 @@ def verify(model, *, fx: bool = False, batch: int | None = None,
 
 def _verify_zoo(name, fx, batch, dims, input_shapes, train, optimizer, repeat, depth,
                 lifetimes, include_inputs, inplace, progress):
-    import models_zoo
+    from graphcost import models_zoo
 
     if name not in models_zoo.MODELS:
         raise GraphcostError(f"no zoo model {name!r}; known: "
@@ -663,7 +663,7 @@ def _verify_file_class(spec, batch, input_shapes, input_dtypes, train, optimizer
                        lifetimes, progress):
     import torch
 
-    from analyzer.frontends.torch_capture import fake_inputs, load_class
+    from graphcost.analyzer.frontends.torch_capture import fake_inputs, load_class
 
     if not input_shapes:
         raise GraphcostError(f"{spec}: pass the input sizes, e.g. --input-shape x=1x3x224x224")

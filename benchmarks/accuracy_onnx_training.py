@@ -19,10 +19,10 @@ from pathlib import Path
 os.environ.setdefault("GRAPHCOST_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"
                                              / "zoo"))
 
-import models_zoo
-from analyzer.api import load_graph
-from passes.costs import count_costs
-from passes.training import training_memory
+from graphcost import models_zoo
+from graphcost.analyzer.api import load_graph
+from graphcost.passes.costs import count_costs
+from graphcost.passes.training import training_memory
 
 warnings.filterwarnings("ignore")
 BATCH = 2

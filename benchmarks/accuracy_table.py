@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import warnings
 
-import models_zoo
-from analyzer import analyze
+from graphcost import models_zoo
+from graphcost import analyze
 from tests.test_fx_fidelity import measured_activation_peak
 
 warnings.filterwarnings("ignore")

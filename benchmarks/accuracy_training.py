@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import warnings
 
-import models_zoo
-from analyzer import analyze
+from graphcost import models_zoo
+from graphcost import analyze
 from tests.test_training import BATCH, OPTIMIZERS, measured_step_peak
 
 warnings.filterwarnings("ignore")

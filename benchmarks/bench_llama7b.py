@@ -18,7 +18,7 @@ import time, resource, json, sys
 t0 = time.perf_counter()
 import torch
 t_import = time.perf_counter() - t0
-from analyzer import analyze
+from graphcost import analyze
 r = analyze("zoo:llama7b", batch={batch}, dims={{"seq": {seq}}})
 out = r.to_json()
 print(json.dumps(dict(seconds=time.perf_counter() - t0, torch_import=t_import,
@@ -34,7 +34,7 @@ import torch
 t_import = time.perf_counter() - t0
 from torch.utils.flop_counter import FlopCounterMode
 from torch.nn.attention import sdpa_kernel, SDPBackend
-import models_zoo
+from graphcost import models_zoo
 model = models_zoo.build_model("llama7b")
 ids = torch.zeros(({batch}, {seq}), dtype=torch.long, device="meta")
 counter = FlopCounterMode(display=False)

@@ -26,10 +26,10 @@ import time, resource, json, functools
 t0 = time.perf_counter()
 import torch
 t_import = time.perf_counter() - t0
-import analyzer.api as api
-import analyzer.pipeline as pipeline
-import analyzer.frontends.torch_capture as tc
-import analyzer.frontends.fx_frontend as fxf
+import graphcost.analyzer.api as api
+import graphcost.analyzer.pipeline as pipeline
+import graphcost.analyzer.frontends.torch_capture as tc
+import graphcost.analyzer.frontends.fx_frontend as fxf
 import torch._functorch.aot_autograd as aot
 
 stages = {}
@@ -69,7 +69,7 @@ timed(pipeline, "plan_checkpoints", "checkpoint plan")
 timed(pipeline, "what_ifs", "what-ifs")
 
 t1 = time.perf_counter()
-from analyzer import analyze
+from graphcost import analyze
 r = analyze("zoo:llama7b", dims={"seq": SEQ}, train=True, optimizer="adamw",
             checkpoint={"budget": BUDGET})
 total = time.perf_counter() - t1
@@ -100,7 +100,7 @@ import torch
 t_import = time.perf_counter() - t0
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.sac_estimator import SACEstimator
-import models_zoo
+from graphcost import models_zoo
 spec = models_zoo.get(NAME)
 errors = {}
 for mode in ("operator-level-cost-model", "operator-level-benchmark"):
@@ -133,7 +133,7 @@ import time, resource, json
 t0 = time.perf_counter()
 import torch
 t_import = time.perf_counter() - t0
-from analyzer import analyze
+from graphcost import analyze
 t1 = time.perf_counter()
 r = analyze("zoo:" + NAME, dims={"seq": SEQ}, train=True, optimizer="adamw")
 seconds = time.perf_counter() - t1

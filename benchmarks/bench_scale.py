@@ -48,9 +48,9 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-import analyzer.frontends.onnx_frontend as onnx_frontend  # noqa: E402
-import analyzer.pipeline as pipeline  # noqa: E402
-from analyzer.api import analyze  # noqa: E402
+import graphcost.analyzer.frontends.onnx_frontend as onnx_frontend  # noqa: E402
+import graphcost.analyzer.pipeline as pipeline  # noqa: E402
+from graphcost.analyzer.api import analyze  # noqa: E402
 
 HIDDEN = 64
 HEADS = 4

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from passes.liveness import Storage
+from graphcost.passes.liveness import Storage
 
 BUCKET = 32  # nodes per time bucket
 

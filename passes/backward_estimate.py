@@ -34,10 +34,10 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
-from analyzer.ir import FLOAT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
-from passes.costs.backward import BACKWARD_OP, GRAD_SEED_OP, GRAD_VIEW_OP
-from passes.costs.registry import lookup
-from passes.params import count_params
+from graphcost.analyzer.ir import FLOAT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
+from graphcost.passes.costs.backward import BACKWARD_OP, GRAD_SEED_OP, GRAD_VIEW_OP
+from graphcost.passes.costs.registry import lookup
+from graphcost.passes.params import count_params
 
 ESTIMATE_WARNING = ("training memory of an ONNX graph is an ESTIMATE: the backward is "
                     "synthesized from per-op save rules, not traced (see README, 'ONNX training "

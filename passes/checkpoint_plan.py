@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.ir import Graph
-from passes.checkpoint import Segment, merge, segments_by_name
-from passes.liveness import Liveness
+from graphcost.analyzer.ir import Graph
+from graphcost.passes.checkpoint import Segment, merge, segments_by_name
+from graphcost.passes.liveness import Liveness
 
 
 @dataclass(frozen=True)

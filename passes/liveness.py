@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.ir import Graph, ValueKind
-from passes.costs.elementwise import INPLACE_OPS
-from passes.costs.registry import lookup
+from graphcost.analyzer.ir import Graph, ValueKind
+from graphcost.passes.costs.elementwise import INPLACE_OPS
+from graphcost.passes.costs.registry import lookup
 
 
 @dataclass(frozen=True, slots=True)

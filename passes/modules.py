@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.ir import Graph
-from passes.costs import CostReport
-from passes.params import ParamReport
+from graphcost.analyzer.ir import Graph
+from graphcost.passes.costs import CostReport
+from graphcost.passes.params import ParamReport
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from analyzer.ir import Graph, ValueKind
-from passes.costs.registry import lookup
+from graphcost.analyzer.ir import Graph, ValueKind
+from graphcost.passes.costs.registry import lookup
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from analyzer.errors import GraphcostError
-from analyzer.ir import Graph, TensorSpec, Value
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.ir import Graph, TensorSpec, Value
 
 PRECISIONS = {"fp32": None, "fp16-mixed": "float16", "bf16-mixed": "bfloat16"}
 _WIDE = {"float32", "float64"}

@@ -46,8 +46,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from analyzer.ir import Graph, Node, ValueKind
-from passes.costs import lookup
+from graphcost.analyzer.ir import Graph, Node, ValueKind
+from graphcost.passes.costs import lookup
 
 INPUT_START = 0.5  # centre of input pixel 0, the guide's convention
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.devices import Device
-from analyzer.ir import QUANT_DTYPES, Graph
+from graphcost.analyzer.devices import Device
+from graphcost.analyzer.ir import QUANT_DTYPES, Graph
 
 _HALF = {"float16": "fp16", "bfloat16": "bf16"}
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.errors import GraphcostError
-from analyzer.ir import Graph, ValueKind
-from passes.checkpoint import (Segment, checkpointed_storages, group_every, merge,
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.ir import Graph, ValueKind
+from graphcost.passes.checkpoint import (Segment, checkpointed_storages, group_every, merge,
                                repeated_blocks, segments_by_name, sqrt_groups, timeline_of)
-from passes.checkpoint_plan import block_table, cheapest_plan, plan_segments
-from passes.liveness import analyze_liveness
+from graphcost.passes.checkpoint_plan import block_table, cheapest_plan, plan_segments
+from graphcost.passes.liveness import analyze_liveness
 
 STATE_MULTIPLIER = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 

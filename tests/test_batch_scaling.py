@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from analyzer.api import analyze
-from analyzer.batch_scaling import max_batch
-from analyzer.cli import main
+from graphcost.analyzer.api import analyze
+from graphcost.analyzer.batch_scaling import max_batch
+from graphcost.analyzer.cli import main
 from tests.onnx_builders import model, node, weight
 
 
@@ -71,7 +71,7 @@ def test_max_batch_of_a_hand_computed_model(tmp_path, capsys):
 
 def test_max_batch_answer_holds_on_a_real_model():
     # the bracket is confirmed by independent analyses on either side of the answer
-    from analyzer.batch_scaling import max_batch as search
+    from graphcost.analyzer.batch_scaling import max_batch as search
     result = search(lambda b: analyze("zoo:small_cnn", batch=b, device="t4"))
     assert analyze("zoo:small_cnn", batch=result.batch, device="t4").roofline.fits
     assert not analyze("zoo:small_cnn", batch=result.batch + 1, device="t4").roofline.fits

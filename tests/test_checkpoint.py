@@ -6,9 +6,9 @@ import warnings
 import pytest
 from torch.utils.checkpoint import checkpoint
 
-import models_zoo
-from analyzer import GraphcostError, analyze
-from analyzer.units import parse_size
+from graphcost import models_zoo
+from graphcost import GraphcostError, analyze
+from graphcost.analyzer.units import parse_size
 from tests.test_training import BATCH, measured_step_peak
 
 warnings.filterwarnings("ignore", category=FutureWarning)

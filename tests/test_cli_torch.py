@@ -138,8 +138,8 @@ def test_saved_exported_program(tmp_path, monkeypatch):
 
     import torch
 
-    import models_zoo
-    from analyzer import analyze
+    from graphcost import models_zoo
+    from graphcost import analyze
     model = models_zoo.build_model("resnet18")
     ep = torch.export.export(model, (torch.randn(2, 3, 64, 64),), strict=False)
     path = tmp_path / "r18.pt2"

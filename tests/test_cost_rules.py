@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import passes.costs  # noqa: F401  (registers every rule family)
-from analyzer.api import analyze
-from passes.costs import registry
+import graphcost.passes.costs  # noqa: F401  (registers every rule family)
+from graphcost.analyzer.api import analyze
+from graphcost.passes.costs import registry
 
 F32, F16, I64, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64, TensorProto.BOOL
 

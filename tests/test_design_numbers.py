@@ -3,7 +3,7 @@ checked on the bundled zoo models exported to ONNX (legacy exporter, BatchNorm k
 from __future__ import annotations
 
 
-from analyzer import analyze
+from graphcost import analyze
 
 
 def by_name(report, prefix):

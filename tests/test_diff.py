@@ -9,9 +9,9 @@ import subprocess
 import onnx
 import pytest
 
-from analyzer import analyze
-from analyzer import diff as diff_mod
-from analyzer.diff import diff_reports
+from graphcost import analyze
+from graphcost.analyzer import diff as diff_mod
+from graphcost.analyzer.diff import diff_reports
 from tests.onnx_builders import model, node, weight
 
 GRAPHCOST = shutil.which("graphcost")

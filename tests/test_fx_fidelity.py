@@ -9,8 +9,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-import models_zoo
-from analyzer import analyze
+from graphcost import models_zoo
+from graphcost import analyze
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -41,7 +41,7 @@ def test_params_exact_and_matmul_flops_equal_flop_counter(name):
 
 def test_llama_params_from_config():
     # llama_tiny: 2·vocab·d (embedding + untied head) + layers·(attn + 3·d·ffn + 2·d) + d
-    from models_zoo.llama import TINY, param_count
+    from graphcost.models_zoo.llama import TINY, param_count
     # q,o: 128·128 each; k,v: 128·64 each (2 kv heads of 32) → 49,152; MLP 3·128·344 = 132,096
     # per layer 49,152 + 132,096 + 256 = 181,504; ×2 = 363,008; + 2·1000·128 + 128 = 619,136
     assert param_count(TINY) == 619_136
@@ -73,7 +73,7 @@ def test_fx_and_onnx_agree(name):
 
 def measured_activation_peak(model, args) -> int:
     """MemTracker's activation peak over one forward under no_grad (analyzer.verify's)."""
-    from analyzer.verify import measure_inference
+    from graphcost.analyzer.verify import measure_inference
     return measure_inference(model, args)[0]
 
 
@@ -97,7 +97,7 @@ def test_meta_model_is_never_materialized():
     # llama7b (6.74 B parameters, 27 GB in fp32) traced on the meta device.
     import resource
 
-    from models_zoo.llama import LlamaConfig, param_count
+    from graphcost.models_zoo.llama import LlamaConfig, param_count
     r = analyze("zoo:llama7b", batch=1, dims={"seq": 128})
     # 2·32,000·4,096 + 32·(4·4,096² + 3·4,096·11,008 + 2·4,096) + 4,096 = 6,738,415,616
     assert r.totals.params == param_count(LlamaConfig()) == 6_738_415_616

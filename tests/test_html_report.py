@@ -19,8 +19,8 @@ from types import SimpleNamespace
 import pytest
 from onnx import save
 
-from analyzer.html_report import html_report
-from analyzer.report import Coverage, Memory, NodeRow, Report, Totals
+from graphcost.analyzer.html_report import html_report
+from graphcost.analyzer.report import Coverage, Memory, NodeRow, Report, Totals
 from tests.onnx_builders import model, node
 
 EVIL = "<script>alert(1)</script>&\"'"

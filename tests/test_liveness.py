@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer import analyze
-from analyzer.frontends.onnx_frontend import lower_onnx
-from passes.arena import plan_arena
-from passes.liveness import Storage, analyze_liveness
+from graphcost import analyze
+from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
+from graphcost.passes.arena import plan_arena
+from graphcost.passes.liveness import Storage, analyze_liveness
 from tests.onnx_builders import model, node, shape_const
 
 # All tensors float32 with 1×256 = 256 elements = 1,024 B unless said otherwise.

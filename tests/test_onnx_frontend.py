@@ -7,8 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from analyzer import GraphcostError, analyze
-from analyzer.frontends.onnx_frontend import lower_onnx
+from graphcost import GraphcostError, analyze
+from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
 from tests.onnx_builders import model, node, weight
 
 
@@ -150,7 +150,7 @@ ZOO = ["small_cnn", "mnist_net", "three_conv", "resnet18", "resnet50", "mobilene
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_exports_fully_covered(name, dynamo):
     """Every op of both exporters' output for every zoo model has a rule and a shape."""
-    from models_zoo import cached_export
+    from graphcost.models_zoo import cached_export
 
     path = cached_export(name, dynamo=dynamo)
     dims = {"seq": 32} if name in ("gpt2", "bert", "llama_tiny") else {}
@@ -168,7 +168,7 @@ def test_onnx_path_does_not_import_torch(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(big_matmul_model(), path)
     code = ("import sys; from analyzer import analyze; analyze(sys.argv[1], batch=2).to_json(); "
-            "from analyzer.cli import main; main([sys.argv[1], '--format', 'json', '-o', "
+            "from graphcost.analyzer.cli import main; main([sys.argv[1], '--format', 'json', '-o', "
             "sys.argv[1] + '.json']); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, check=True).stdout.strip()

@@ -10,12 +10,12 @@ import subprocess
 import onnx
 import pytest
 
-import models_zoo
-from analyzer import analyze
-from analyzer.api import load_graph
-from analyzer.frontends.onnx_frontend import lower_onnx
-from passes.backward_estimate import ESTIMATE_WARNING, estimate_joint
-from passes.training import training_memory
+from graphcost import models_zoo
+from graphcost import analyze
+from graphcost.analyzer.api import load_graph
+from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
+from graphcost.passes.backward_estimate import ESTIMATE_WARNING, estimate_joint
+from graphcost.passes.training import training_memory
 from tests.onnx_builders import model, node, weight
 
 GRAPHCOST = shutil.which("graphcost")

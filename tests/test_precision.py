@@ -7,9 +7,9 @@ import warnings
 import pytest
 import torch
 
-import models_zoo
-from analyzer import GraphcostError, analyze
-from analyzer.verify import float_output_sum
+from graphcost import models_zoo
+from graphcost import GraphcostError, analyze
+from graphcost.analyzer.verify import float_output_sum
 from tests.test_training import BATCH
 
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from analyzer.api import load_graph
-from passes.receptive_field import WINDOWED, Field, is_cnn, receptive_fields
+from graphcost.analyzer.api import load_graph
+from graphcost.passes.receptive_field import WINDOWED, Field, is_cnn, receptive_fields
 from tests.onnx_builders import model, node, weight
 
 
@@ -306,7 +306,7 @@ def test_report_columns_through_the_cli(capsys):
     import io
     import json
 
-    from analyzer.cli import main
+    from graphcost.analyzer.cli import main
 
     assert main(["zoo:mnist_net", "--format", "csv"]) == 0
     rows = {r["index"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}

@@ -8,9 +8,9 @@ import pytest
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-import models_zoo
-from analyzer import analyze
-from analyzer.verify import float_output_sum, measure_training
+from graphcost import models_zoo
+from graphcost import analyze
+from graphcost.analyzer.verify import float_output_sum, measure_training
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 BATCH = 2
@@ -83,7 +83,7 @@ def test_training_flops_equal_flop_counter(name):
 
 
 def test_train_on_onnx_is_labelled_an_estimate():
-    from models_zoo import cached_export
+    from graphcost.models_zoo import cached_export
     r = analyze(cached_export("small_cnn"), train=True, optimizer="sgd")
     assert any("ESTIMATE" in w for w in r.warnings)
     exact = analyze("zoo:small_cnn", train=True, optimizer="sgd")

@@ -10,7 +10,7 @@ import warnings
 import onnx
 import pytest
 
-from analyzer.cli import main
+from graphcost.analyzer.cli import main
 from tests.onnx_builders import model, node, weight
 
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -28,7 +28,7 @@ def test_onnx_zoo_every_node_output_checked(capsys):
     assert code == 0
     d = json.loads(out)
     assert set(d) == {"kind", "model", "batch", "dims", "shapes", "latency", "cpu", "memory"}
-    import models_zoo
+    from graphcost import models_zoo
     proto = onnx.load(str(models_zoo.cached_export("small_cnn")), load_external_data=False)
     outputs = sum(1 for n in proto.graph.node for o in n.output if o)
     # every node output of the file, fetched from onnxruntime and compared: all equal
@@ -71,7 +71,7 @@ def test_wrong_declared_output_shape_is_caught(tmp_path, capsys):
 
 
 def test_model_proto_is_left_unchanged():
-    from analyzer.verify import verify_onnx
+    from graphcost.analyzer.verify import verify_onnx
     m = model([node("Relu", ["x"], ["y"])], [("x", [2, 3])], [("y", [2, 3])])
     before = m.SerializeToString()
     r = verify_onnx(m, repeat=1)
@@ -148,7 +148,7 @@ def test_bad_input_exits_2(capsys, argv, message):
 def test_bad_input_from_the_shell(tmp_path):
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(b"not a model")
-    p = subprocess.run([sys.executable, "-m", "analyzer.cli", "verify", str(garbage)],
+    p = subprocess.run([sys.executable, "-m", "graphcost.analyzer.cli", "verify", str(garbage)],
                        check=False, capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1

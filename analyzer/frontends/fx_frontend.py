@@ -21,8 +21,8 @@ from typing import Any, Mapping
 
 import torch
 
-from analyzer.errors import GraphcostError
-from analyzer.ir import Graph, Node, TensorSpec, Value, ValueKind
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.ir import Graph, Node, TensorSpec, Value, ValueKind
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # Ops kept whole instead of decomposed: their cost rule is the better model.

@@ -24,9 +24,9 @@ import onnx
 import onnx.inliner
 from onnx import AttributeProto, TensorProto, helper
 
-from analyzer.binding import bind_inputs
-from analyzer.errors import GraphcostError
-from analyzer.ir import (FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind)
+from graphcost.analyzer.binding import bind_inputs
+from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.ir import (FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind)
 
 # Initializers up to this many elements stay in the skeleton so shape inference can read their
 # values (Reshape targets, Slice bounds, Expand shapes, Resize scales); larger ones are weights.
@@ -217,7 +217,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     if any(not spec.known for spec in specs.values()):
         # e.g. Range fed by Shape arithmetic: fold those integers and infer once more; the
         # IR keeps the original nodes and takes the second pass's shapes.
-        from analyzer.frontends.onnx_fold import fold_shape_values, with_folded_constants
+        from graphcost.analyzer.frontends.onnx_fold import fold_shape_values, with_folded_constants
         second = _infer(with_folded_constants(sk, fold_shape_values(inferred)), name, True)
         specs = {}
         reader.collect(second.graph, specs)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from analyzer.errors import GraphcostError
+from graphcost.analyzer.errors import GraphcostError
 
 
 def load_pt2(path: Path) -> "torch.export.ExportedProgram":

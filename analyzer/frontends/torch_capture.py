@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from analyzer.errors import GraphcostError
+from graphcost.analyzer.errors import GraphcostError
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
@@ -191,7 +191,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     back in the mode it had."""
     from torch._functorch.aot_autograd import aot_export_module
 
-    from analyzer.frontends.fx_frontend import training_decompositions
+    from graphcost.analyzer.frontends.fx_frontend import training_decompositions
 
     was_training = model.training
     model.train()

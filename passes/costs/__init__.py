@@ -8,10 +8,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping
 
-from analyzer.ir import Graph
-from passes.costs import (backward, elementwise, linear, movement, normalization,  # noqa: F401
+from graphcost.analyzer.ir import Graph
+from graphcost.passes.costs import (backward, elementwise, linear, movement, normalization,  # noqa: F401
                           pooling)
-from passes.costs.registry import ZERO, Cost, OpView, ShapeUnknown, lookup, node_cost
+from graphcost.passes.costs.registry import ZERO, Cost, OpView, ShapeUnknown, lookup, node_cost
 
 OK, UNSUPPORTED, UNKNOWN_SHAPE = "ok", "unsupported", "unknown_shape"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from passes.costs.registry import OpView, rule
+from graphcost.passes.costs.registry import OpView, rule
 
 
 @rule("Conv", "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default",

@@ -2,7 +2,7 @@
 zero with its reason) plus the few movement ops that do compute (Resize, Range)."""
 from __future__ import annotations
 
-from passes.costs.registry import OpView, rule, zero_cost
+from graphcost.passes.costs.registry import OpView, rule, zero_cost
 
 FAMILY = "movement"
 

@@ -1,7 +1,7 @@
 """Normalization and softmax: FLOPs per element, documented per op. No MACs."""
 from __future__ import annotations
 
-from passes.costs.registry import OpView, rule
+from graphcost.passes.costs.registry import OpView, rule
 
 
 @rule("BatchNormalization", "aten.batch_norm.default",

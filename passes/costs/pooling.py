@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from passes.costs.registry import OpView, rule
+from graphcost.passes.costs.registry import OpView, rule
 
 
 def pool(op: OpView) -> tuple[int, int]:

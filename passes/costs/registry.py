@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from analyzer.ir import Graph, Node, TensorSpec
+from graphcost.analyzer.ir import Graph, Node, TensorSpec
 
 
 class ShapeUnknown(Exception):
