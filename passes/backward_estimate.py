@@ -31,22 +31,17 @@ bound) and is counted in a warning. Measured against the exact FX figures:
 """
 from __future__ import annotations
 
-import math
 from types import MappingProxyType
 
 from graphcost.analyzer.ir import FLOAT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
-from graphcost.passes.costs.backward import BACKWARD_OP, GRAD_SEED_OP, GRAD_VIEW_OP
+from graphcost.passes.costs.backward import (BACKWARD_OP, GRAD_SEED_OP, GRAD_VIEW_OP,
+                                             LOSS_ADD_OP, LOSS_REDUCE_OP)
 from graphcost.passes.costs.registry import lookup
 from graphcost.passes.params import count_params
 
 ESTIMATE_WARNING = ("training memory of an ONNX graph is an ESTIMATE: the backward is "
                     "synthesized from per-op save rules, not traced (see README, 'ONNX training "
                     "estimate')")
-# Backward that only passes its gradient through: a view of the incoming gradient.
-_PASS_ALL = frozenset({"Transpose", "Concat", "Identity"})
-_PASS_SAME_SHAPE = {"Add": None, "Sum": None, "Sub": (0,)}  # op -> positions (None: all)
-_STAT_OPS = {"BatchNormalization", "LayerNormalization", "GroupNormalization",
-             "InstanceNormalization", "MeanVarianceNormalization", "RMSNormalization"}
 _EMPTY = MappingProxyType({})
 
 
@@ -126,13 +121,13 @@ class _Builder:
             warnings.append(f"training estimate: {self.dropouts} Dropout node(s) run as the "
                             "inference identity they are in this export; a training dropout "
                             "would also keep a 1-byte mask per element")
-        ops = {n.op for n in src.nodes}
-        if "Conv" in ops and not ops & _STAT_OPS:
+        rules = [r for r in map(lookup, {n.op for n in src.nodes}) if r is not None]
+        if any(r.rf == "conv" for r in rules) and not any(r.saves == "stat" for r in rules):
             warnings.append("training estimate: convolutions and no BatchNormalization: if the "
                             "exporter folded BatchNorm into the convolutions (inference "
                             "exports do), the training step, which runs it, keeps more than "
                             "estimated (zoo resnet18: -12%, mobilenet_v2: -30%)")
-        if ops & {"If", "Loop", "Scan"}:
+        if any(r.family == "control" for r in rules):
             warnings.append("training estimate: control-flow bodies are differentiated as "
                             "straight-line code (one backward per body node)")
         if not grads:
@@ -205,9 +200,9 @@ class _Builder:
         elif isinstance(saves, tuple):
             kept = [node.inputs[i] for i in saves if i < len(node.inputs) and node.inputs[i]]
         if saves == "stat":
-            if node.op == "BatchNormalization":
-                attrs = MappingProxyType({**node.attrs, "training_mode": 1})
-            spec = self.stat_spec(node)
+            if r.train_attrs:
+                attrs = MappingProxyType({**node.attrs, **r.train_attrs})
+            spec = self.stat_spec(node, r)
             name = self.fresh(f"{node.name}::saved_stat")
             self.values[name] = Value(name, spec, ValueKind.ACTIVATION, node.index)
             outputs.append(name)
@@ -228,26 +223,14 @@ class _Builder:
         self.nodes.append(node)
         return tuple(dict.fromkeys(kept))
 
-    def stat_spec(self, node: Node) -> TensorSpec:
-        """Mean and 1/σ (RMSNorm: 1/rms only) per normalized group, float32."""
+    def stat_spec(self, node: Node, r) -> TensorSpec:
+        """The statistic a normalization's backward keeps (its rule's ``stat``: mean and 1/σ
+        per normalized group, 1/rms for RMSNorm), float32."""
         x = self.values[node.inputs[0]].spec
         shape = x.shape
         if shape is None or not x.known or len(shape) < 2:
             return TensorSpec(None, "float32")
-        a = node.attrs
-        if node.op == "BatchNormalization":
-            groups = shape[1]
-        elif node.op in ("LayerNormalization", "RMSNormalization"):
-            axis = int(a.get("axis", -1)) % len(shape)
-            groups = math.prod(shape[:axis])
-        elif node.op == "GroupNormalization":
-            groups = shape[0] * int(a.get("num_groups", 1))
-        elif node.op == "MeanVarianceNormalization":
-            axes = {int(i) % len(shape) for i in (a.get("axes") or (0, 2, 3))}
-            groups = math.prod(d for i, d in enumerate(shape) if i not in axes)
-        else:  # InstanceNormalization
-            groups = shape[0] * shape[1]
-        return TensorSpec((1 if node.op == "RMSNormalization" else 2, groups), "float32")
+        return TensorSpec(r.stat(shape, node.attrs), "float32")
 
     def loss(self, needs: set[str]) -> tuple[str, list[str]]:
         """outputs[0] = the sum of every floating output (torch_capture._SumLoss)."""
@@ -257,7 +240,7 @@ class _Builder:
         for k, out in enumerate(summed):
             name = self.new_value(f"graphcost.loss.{k}" if len(summed) > 1 else
                                   "graphcost.loss", scalar)
-            self.add_node(f"graphcost/loss/ReduceSum_{k}", "ReduceSum", (out,), (name,),
+            self.add_node(f"graphcost/loss/ReduceSum_{k}", LOSS_REDUCE_OP, (out,), (name,),
                           {"keepdims": 0, "noop_with_empty_axes": 0})
             parts.append(name)
         total = parts[0] if parts else self.new_value("graphcost.loss", scalar)
@@ -265,7 +248,7 @@ class _Builder:
             self.add_node("graphcost/loss/empty", GRAD_SEED_OP, (), (total,))
         for k, part in enumerate(parts[1:], 1):
             acc = self.new_value("graphcost.loss", scalar)
-            self.add_node(f"graphcost/loss/Add_{k}", "Add", (total, part), (acc,))
+            self.add_node(f"graphcost/loss/Add_{k}", LOSS_ADD_OP, (total, part), (acc,))
             total = acc
         return total, [o for o in summed if o in needs]
 
@@ -290,10 +273,11 @@ class _Builder:
         r = lookup(node.op)
         out_spec = self.values[node.outputs[0]].spec
         passing: list[str] = []
-        if (r is not None and r.alias) or node.op in _PASS_ALL:
+        view = r.grad_view if r is not None else None
+        if (r is not None and r.alias) or view == "always":
             passing = list(targets)
-        elif node.op in _PASS_SAME_SHAPE:
-            allowed = _PASS_SAME_SHAPE[node.op]
+        elif view == "same_shape":
+            allowed = r.grad_view_inputs
             passing = [n for n, pos in targets.items()
                        if (allowed is None or pos in allowed)
                        and self.values[n].spec == out_spec]

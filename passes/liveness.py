@@ -5,8 +5,9 @@ walk of torch/fx/interpreter.py that finds last uses); graph outputs live to the
 inputs are live from the first node (``include_inputs=False`` leaves them out). A view op
 (a rule declared ``alias``: Reshape, Squeeze, Unsqueeze, Flatten, Identity, inference Dropout)
 allocates nothing: its output joins its input's storage, which then lives until the last use of
-either. With ``inplace=True``, a unary elementwise op whose input dies at that node writes into
-the input's storage (the what-if of in-place activations).
+either. With ``inplace=True``, an op whose rule allows it (``Rule.inplace``: the unary
+activations, Clip) writes into its input's storage when the input dies at that node (the
+what-if of in-place activations), on either frontend.
 
 The memory curve is a difference array and a running sum (torch/_inductor/memory.py, tinygrad's
 schedule/memory.py): O(nodes + tensors).
@@ -16,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphcost.analyzer.ir import Graph, ValueKind
-from graphcost.passes.costs.elementwise import INPLACE_OPS
 from graphcost.passes.costs.registry import lookup
 
 
@@ -110,7 +110,6 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
     if include_inputs:
         for name in graph.inputs:
             allocate(name, 0)
-    inplace_ops = INPLACE_OPS if inplace else frozenset()
     for node in nodes:
         r = lookup(node.op)
         src = node.inputs[0] if node.inputs else ""
@@ -121,8 +120,8 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
         is_view = shared is not None and r is not None and r.alias
         if is_view:
             pass  # every output (split/unbind give several) is a view of input 0
-        elif (shared is not None and node.op in inplace_ops and deaths[shared] == node.index
-              and src not in graph.outputs):
+        elif (inplace and shared is not None and r is not None and r.inplace
+              and deaths[shared] == node.index and src not in graph.outputs):
             pass  # in place: the input's storage dies here, the output reuses it
         else:
             shared = None

@@ -14,8 +14,9 @@ start=0.5, i.e. pixel i spans [i, i+1) and ``start`` is the centre of output ele
 (negative when it lies in the padding). Output element n is centred at start + n·jump and covers
 the input pixels whose centres lie within ±(rf−1)/2 of it.
 
-Choices (each op not listed below *ends* the chain: the node gets no entry):
-* pass-through — elementwise ops and activations (the cost registry's ``elementwise`` family),
+Choices — each op's role is its rule's ``rf`` (passes/costs/registry.py); an op with none
+*ends* the chain (the node gets no entry):
+* pass-through ("pointwise") — elementwise ops and activations,
   BatchNorm, InstanceNorm/GroupNorm/LRN (statistics-based norms treated as pointwise, as the
   literature does), Dropout/Identity/Cast/clone, reshapes that leave the shape unchanged, a
   Softmax over the channel axis, provided the spatial dims are unchanged; torch's constant pad
@@ -47,7 +48,7 @@ import math
 from dataclasses import dataclass
 
 from graphcost.analyzer.ir import Graph, Node, ValueKind
-from graphcost.passes.costs import lookup
+from graphcost.passes.costs.registry import WINDOWS, lookup
 
 INPUT_START = 0.5  # centre of input pixel 0, the guide's convention
 
@@ -57,38 +58,6 @@ class Field:
     rf: tuple[int, ...]       # receptive field size per spatial axis (H, W, …) in input pixels
     jump: tuple[int, ...]     # input pixels between adjacent outputs (cumulative stride)
     start: tuple[float, ...]  # input coordinate of the centre of output element 0's field
-
-
-CONV = frozenset({"Conv", "aten.convolution.default", "aten.conv1d.default",
-                  "aten.conv2d.default", "aten.conv3d.default", "aten.conv1d.padding",
-                  "aten.conv2d.padding", "aten.conv3d.padding"})
-CONV_T = frozenset({"ConvTranspose", "aten.conv_transpose1d.input",
-                    "aten.conv_transpose2d.input", "aten.conv_transpose3d.input"})
-POOL = frozenset({"MaxPool", "AveragePool", "LpPool", "aten.max_pool1d.default",
-                  "aten.max_pool2d.default", "aten.max_pool3d.default",
-                  "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
-                  "aten.avg_pool1d.default", "aten.avg_pool2d.default",
-                  "aten.avg_pool3d.default"})
-ADAPTIVE = frozenset({"aten.adaptive_avg_pool1d.default", "aten.adaptive_avg_pool2d.default",
-                      "aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool3d.default",
-                      "aten._adaptive_avg_pool3d.default", "aten.adaptive_max_pool1d.default",
-                      "aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default"})
-WINDOWED = CONV | CONV_T | POOL | ADAPTIVE
-POINTWISE = frozenset({
-    "BatchNormalization", "InstanceNormalization", "GroupNormalization", "LRN",
-    "aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default",
-    "aten._native_batch_norm_legit.default", "aten.native_batch_norm.default",
-    "aten.instance_norm.default", "aten.group_norm.default", "aten.native_group_norm.default",
-    "Identity", "Dropout", "Cast", "CastLike", "aten.dropout.default", "aten.clone.default",
-    "aten.contiguous.default", "aten._to_copy.default", "aten.to.dtype", "aten.alias.default",
-    "aten.detach.default"})
-RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "aten.view.default",
-                      "aten._unsafe_view.default", "aten.reshape.default",
-                      "aten.flatten.using_ints", "aten.squeeze.dim", "aten.squeeze.dims",
-                      "aten.squeeze.default", "aten.unsqueeze.default"})
-SOFTMAX = frozenset({"Softmax", "LogSoftmax", "aten._softmax.default", "aten.softmax.int",
-                     "aten._log_softmax.default", "aten.log_softmax.int"})
-CONCAT = frozenset({"Concat", "aten.cat.default"})
 
 
 def receptive_fields(graph: Graph) -> dict[int, Field]:
@@ -120,40 +89,45 @@ def is_cnn(graph: Graph, fields: dict[int, Field] | None = None) -> bool:
     pass ``fields`` when receptive_fields(graph) has already been computed."""
     if fields is None:
         fields = receptive_fields(graph)
-    return any(graph.nodes[i].op in WINDOWED for i in fields)
+    return any(_role(graph.nodes[i]) in WINDOWS for i in fields)
+
+
+def _role(node: Node) -> str | None:
+    r = lookup(node.op)
+    return r.rf if r is not None else None
 
 
 def _node_field(node: Node, graph: Graph, by_value: dict[str, Field]) -> Field | None:
-    op = node.op
-    if op in CONV or op in POOL or op in CONV_T or op in ADAPTIVE:
+    r = lookup(node.op)
+    role = r.rf if r is not None else None
+    if role is None:
+        return None
+    if role in WINDOWS:
         f = by_value.get(node.inputs[0])
         if f is None or not _rank_is(graph, node.outputs[0], len(f.rf)):
             return None
-        if op in ADAPTIVE:
+        if role == "adaptive_pool":
             return _adaptive(node, graph, f)
-        if op in CONV_T or (op == "aten.convolution.default" and node.attrs.get("transposed")):
-            return _transposed(node, graph, f)
-        w = _window(node, graph, len(f.rf))
+        if role == "conv_transpose" or (role == "conv" and r.attr(node.attrs, "transposed")):
+            return _transposed(node, graph, f, r)
+        w = _window(node, graph, len(f.rf), r)
         return None if w is None else _apply(f, *w)
-    if op in RESHAPES:
+    if role == "reshape":
         same = graph.spec(node.inputs[0]) == graph.spec(node.outputs[0])
         return by_value.get(node.inputs[0]) if same else None
-    if op in SOFTMAX:
+    if role == "softmax":
         f = by_value.get(node.inputs[0])
-        axis = node.attrs.get("axis", node.attrs.get("dim", -1))
+        axis = r.attr(node.attrs, "axis", -1)
         return f if f is not None and axis in (1, -len(f.rf) - 1) else None
-    if op in CONCAT:
-        axis = node.attrs.get("axis", node.attrs.get("dim", 0))
+    if role == "concat":
+        axis = r.attr(node.attrs, "axis", 0)
         f = next((by_value[i] for i in node.inputs if i in by_value), None)
         if f is None or axis not in (0, 1, -len(f.rf) - 2, -len(f.rf) - 1):
             return None
         return _merge(node, graph, by_value)
-    if op == "aten.constant_pad_nd.default":
+    if role == "constant_pad":
         return _constant_pad(node, by_value.get(node.inputs[0]))
-    rule = lookup(op)
-    if op in POINTWISE or (rule is not None and rule.family == "elementwise"):
-        return _merge(node, graph, by_value)
-    return None
+    return _merge(node, graph, by_value)  # pointwise
 
 
 def _apply(f: Field, k, s, d, p) -> Field:
@@ -176,36 +150,33 @@ def _per_axis(value, n: int, default: int) -> tuple[int, ...] | None:
     return vals * n if len(vals) == 1 else vals[:n] if len(vals) >= n else None
 
 
-def _window(node: Node, graph: Graph, n: int):
-    """(kernel, stride, dilation, begin padding) per spatial axis, ONNX or aten attrs."""
+def _window(node: Node, graph: Graph, n: int, r):
+    """(kernel, stride, dilation, begin padding) per spatial axis, ONNX or aten attrs (the
+    rule's ``attr_names`` spell them in both)."""
     a = node.attrs
-    if node.op in CONV:
-        k = a.get("kernel_shape")
-        if not k:
-            w = graph.spec(node.inputs[1]) if len(node.inputs) > 1 else None
-            if w is None or w.shape is None or len(w.shape) != n + 2:
-                return None
-            k = w.shape[2:]
-    else:
-        k = a.get("kernel_shape", a.get("kernel_size"))
+    k = r.attr(a, "kernel")
+    if not k and r.rf == "conv":  # a convolution's window is its weight's spatial shape
+        w = graph.spec(node.inputs[1]) if len(node.inputs) > 1 else None
+        if w is None or w.shape is None or len(w.shape) != n + 2:
+            return None
+        k = w.shape[2:]
     k = _per_axis(k, n, 1)
     if k is None or not all(isinstance(v, int) for v in k):
         return None
-    # aten pools: an empty/omitted stride means stride = kernel.
-    s = _per_axis(a.get("strides", a.get("stride")), n, 1)
-    if node.op.startswith("aten.") and node.op in POOL and not a.get("stride"):
-        s = k
-    d = _per_axis(a.get("dilations", a.get("dilation")), n, 1)
-    p = _begin_padding(node, graph, n, k, s, d)
+    s = _per_axis(r.attr(a, "strides"), n, 1)
+    if r.rf == "pool" and "kernel_size" in a and not a.get("stride"):
+        s = k  # aten pools: an empty/omitted stride means stride = kernel
+    d = _per_axis(r.attr(a, "dilations"), n, 1)
+    p = _begin_padding(node, graph, n, k, s, d, r)
     if None in (s, d, p):
         return None
     return k, s, d, p
 
 
-def _begin_padding(node: Node, graph: Graph, n: int, k, s, d):
+def _begin_padding(node: Node, graph: Graph, n: int, k, s, d, r):
     a = node.attrs
-    auto = a.get("auto_pad", "NOTSET")
-    pad = a.get("pads", a.get("padding"))
+    auto = r.attr(a, "auto_pad", "NOTSET")
+    pad = r.attr(a, "pads")
     if isinstance(pad, str):  # aten conv2d.padding: "same" puts the odd pixel at the end
         auto = {"same": "SAME_UPPER", "valid": "VALID"}.get(pad, pad)
         if auto == "SAME_UPPER":
@@ -227,23 +198,23 @@ def _begin_padding(node: Node, graph: Graph, n: int, k, s, d):
     return _per_axis(pad, n, 0)
 
 
-def _transposed(node: Node, graph: Graph, f: Field) -> Field | None:
+def _transposed(node: Node, graph: Graph, f: Field, r) -> Field | None:
     n = len(f.rf)
     a = node.attrs
     w = graph.spec(node.inputs[1]) if len(node.inputs) > 1 else None
-    k = a.get("kernel_shape") or (w.shape[2:] if w is not None and w.shape is not None
-                                  and len(w.shape) == n + 2 else None)
+    k = r.attr(a, "kernel") or (w.shape[2:] if w is not None and w.shape is not None
+                                and len(w.shape) == n + 2 else None)
     k = _per_axis(k, n, 1) if k else None
-    s = _per_axis(a.get("strides", a.get("stride")), n, 1)
-    d = _per_axis(a.get("dilations", a.get("dilation")), n, 1)
+    s = _per_axis(r.attr(a, "strides"), n, 1)
+    d = _per_axis(r.attr(a, "dilations"), n, 1)
     if k is None or s is None or d is None or not all(isinstance(v, int) for v in k):
         return None
-    auto = a.get("auto_pad", "NOTSET")
+    auto = r.attr(a, "auto_pad", "NOTSET")
     if auto in ("SAME_UPPER", "SAME_LOWER") or "output_shape" in a:
         # ONNX's rule: total = s·(in−1) + output_padding + k' − out; SAME_UPPER puts
         # total//2 at the start, otherwise the larger half.
         ins, outs = _spatial(graph, node.inputs[0], n), _spatial(graph, node.outputs[0], n)
-        op_ = _per_axis(a.get("output_padding"), n, 0)
+        op_ = _per_axis(r.attr(a, "output_padding"), n, 0)
         if ins is None or outs is None or op_ is None:
             return None
         tot = [s[i] * (ins[i] - 1) + op_[i] + d[i] * (k[i] - 1) + 1 - outs[i] for i in range(n)]
@@ -251,7 +222,8 @@ def _transposed(node: Node, graph: Graph, f: Field) -> Field | None:
     elif auto == "VALID":
         p = (0,) * n
     else:
-        p = _per_axis(a["pads"][:n] if "pads" in a else a.get("padding"), n, 0)
+        pads = r.attr(a, "pads")
+        p = _per_axis(pads[:n] if "pads" in a else pads, n, 0)
     if p is None or any(f.jump[i] % s[i] for i in range(n)):
         return None  # a jump that is not a whole number of input pixels: left undefined
     rf, jump, start = [], [], []

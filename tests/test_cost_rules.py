@@ -248,8 +248,15 @@ ELEMENTWISE = [
     case("tanh", "Tanh", [x(2, 3, 4)], (0, 24, 96, 96)),
     # LeakyRelu: 24 · 2 (compare + multiply) = 48
     case("leaky_relu", "LeakyRelu", [x(2, 3, 4)], (0, 48, 96, 96), {"alpha": 0.1}),
-    # Gelu (opset 20): 24 · 8 = 192
-    case("gelu_opset20", "Gelu", [x(2, 3, 4)], (0, 192, 96, 96), opset=20),
+    # Gelu (opset 20), exact: 0.5·x·(1 + erf(x/√2)) = 5 per element → 24 · 5 = 120;
+    # tanh form: 8 per element → 24 · 8 = 192
+    case("gelu_opset20", "Gelu", [x(2, 3, 4)], (0, 120, 96, 96), opset=20),
+    case("gelu_tanh", "Gelu", [x(2, 3, 4)], (0, 192, 96, 96), {"approximate": "tanh"},
+         opset=20),
+    # HardSigmoid: alpha·x + beta, min, max = 4 per element → 24 · 4 = 96;
+    # HardSwish: x · hardsigmoid(x) = 5 → 24 · 5 = 120
+    case("hardsigmoid", "HardSigmoid", [x(2, 3, 4)], (0, 96, 96, 96)),
+    case("hardswish", "HardSwish", [x(2, 3, 4)], (0, 120, 96, 96), opset=14),
     # Clip with min/max scalar initializers: 24 · 2 = 48; read 96 + 4 + 4 = 104; written 96
     case("clip", "Clip", [x(2, 3, 4), np.array(0.0, np.float32), np.array(6.0, np.float32)],
          (0, 48, 104, 96)),

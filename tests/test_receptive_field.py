@@ -12,7 +12,9 @@ import torch
 from torch import nn
 
 from graphcost.analyzer.api import load_graph
-from graphcost.passes.receptive_field import WINDOWED, Field, is_cnn, receptive_fields
+from graphcost.passes.costs import lookup
+from graphcost.passes.costs.registry import WINDOWS
+from graphcost.passes.receptive_field import Field, is_cnn, receptive_fields
 from tests.onnx_builders import model, node, weight
 
 
@@ -27,7 +29,7 @@ def by_name(graph) -> dict[str, Field]:
 def windowed(graph) -> list[Field]:
     """Fields of the Conv/pool nodes, in execution order."""
     f = receptive_fields(graph)
-    return [f[i] for i in sorted(f) if graph.nodes[i].op in WINDOWED]
+    return [f[i] for i in sorted(f) if lookup(graph.nodes[i].op).rf in WINDOWS]
 
 
 def square(rf, jump, start, n=2) -> Field:

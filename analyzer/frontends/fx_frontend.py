@@ -30,6 +30,17 @@ _KEEP = ("scaled_dot_product",)  # SDPA and its kernels (flash, efficient, cuDNN
 
 
 
+def _check_registry() -> None:
+    """Every registered aten rule must be reachable: an op the decompositions remove never
+    appears in a lowered graph (its cost is that of what it decomposes into)."""
+    from graphcost.passes.costs import registered  # noqa: F401  (every family registered)
+    from graphcost.passes.costs.registry import check_not_decomposed
+    removed = {str(op) for op in training_decompositions()}
+    # AOTAutograd writes a detach for every tensor saved for backward after the
+    # decompositions ran: that one reaches the joint graph all the same.
+    check_not_decomposed(removed - {"aten.detach.default"})
+
+
 def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgram":
     table = training_decompositions()
     with warnings.catch_warnings():
@@ -258,3 +269,5 @@ def module_types(graph: "torch.fx.Graph") -> dict[str, str]:
                            else getattr(cls, "__name__", str(cls)))
     return out
 
+
+_check_registry()  # at import: a dead aten rule is a bug, not a silent miss

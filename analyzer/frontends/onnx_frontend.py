@@ -27,19 +27,13 @@ from onnx import AttributeProto, TensorProto, helper
 from graphcost.analyzer.binding import bind_inputs
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.ir import (FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind)
+from graphcost.passes.costs import lookup
 
 # Initializers up to this many elements stay in the skeleton so shape inference can read their
 # values (Reshape targets, Slice bounds, Expand shapes, Resize scales); larger ones are weights.
 SMALL_CONST_ELEMS = 1024
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-# Ops whose output 0 has the shape and type of input 0, for when ONNX inference has no rule
-# for them at the model's opset (GroupNormalization in onnx 1.2x, for one).
-SAME_SHAPE_AS_INPUT = frozenset({"GroupNormalization", "InstanceNormalization",
-                                 "LayerNormalization", "BatchNormalization",
-                                 "RMSNormalization", "MeanVarianceNormalization"})
-
 
 def _dtype_names() -> dict[int, str]:
     names = {}
@@ -234,6 +228,11 @@ def _infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProt
                              f"{str(exc).splitlines()[0]}") from None
 
 
+def _same_shape(op: str) -> bool:
+    r = lookup(op)
+    return r is not None and r.same_shape
+
+
 def module_path(node_name: str) -> str:
     """The torch module path in an exporter's node name.
 
@@ -361,9 +360,12 @@ class _Lowering:
             for k, out in enumerate(outputs):
                 if out:
                     spec = specs.get(out)
-                    if (spec is None or spec.numel is None) and k == 0 and \
-                            op_type in SAME_SHAPE_AS_INPUT and inputs[0] in values:
-                        spec = values[inputs[0]].spec  # inference gave up on this op
+                    if (spec is None or spec.numel is None) and k == 0 and inputs and \
+                            inputs[0] in values and _same_shape(op):
+                        # ONNX inference has no rule for this op at the model's opset
+                        # (GroupNormalization in onnx 1.2x, for one): its rule says output 0
+                        # has input 0's shape and dtype
+                        spec = values[inputs[0]].spec
                     values[out] = Value(out, spec or undefined, activation, index)
             module = module_path(base) or outer_module
             nodes.append(Node(index, name, op, inputs, outputs, attrs_map, module, repeat))

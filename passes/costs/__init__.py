@@ -11,7 +11,8 @@ from typing import Mapping
 from graphcost.analyzer.ir import Graph
 from graphcost.passes.costs import (backward, elementwise, linear, movement, normalization,  # noqa: F401
                           pooling)
-from graphcost.passes.costs.registry import ZERO, Cost, OpView, ShapeUnknown, lookup, node_cost
+from graphcost.passes.costs.registry import (ZERO, Cost, OpView, ShapeUnknown, lookup,  # noqa: F401
+                                             node_cost, registered)
 
 OK, UNSUPPORTED, UNKNOWN_SHAPE = "ok", "unsupported", "unknown_shape"
 
@@ -49,7 +50,7 @@ def count_costs(graph: Graph) -> CostReport:
             nc = unsupported_cost
         else:
             try:
-                c = node_cost(r, OpView(node, graph))
+                c = node_cost(r, OpView(node, graph, r))
                 if node.repeat != 1:
                     c = c.scaled(node.repeat)
                 nc = NodeCost(c, OK)

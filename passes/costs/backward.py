@@ -53,38 +53,14 @@ def batch_norm_train(op: OpView) -> tuple[int, int]:
     return 0, 5 * op.in_numel(0)  # statistics + normalize (design notes: ≈5 per element)
 
 
-@rule("aten.native_batch_norm_backward.default", "aten.native_layer_norm_backward.default",
-      "aten.native_group_norm_backward.default")
-def norm_backward(op: OpView) -> tuple[int, int]:
-    # two reductions over grad·x̂ and grad, then dx = (g − mean(g) − x̂·mean(g·x̂))·γ/σ
-    return 0, 8 * op.in_numel(0)
-
-
-@rule("aten._softmax_backward_data.default", "aten._log_softmax_backward_data.default")
-def softmax_backward(op: OpView) -> tuple[int, int]:
-    return 0, 3 * op.in_numel(0)  # g·y, row sum, y·(g − sum)
-
-
 @rule("aten.native_dropout.default")
 def dropout_train(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.in_numel(0)  # draw + compare for the mask, scale the kept values
 
 
-@rule("aten.bernoulli.p", "aten.bernoulli.default", "aten.native_dropout_backward.default",
-      "aten.threshold_backward.default", "aten.embedding_dense_backward.default")
+@rule("aten.bernoulli.p")
 def one_per_element(op: OpView) -> tuple[int, int]:
-    return 0, op.in_numel(0)  # one draw / multiply / select / scatter-add per element
-
-
-@rule("aten.gelu_backward.default", "aten.silu_backward.default")
-def activation_backward(op: OpView) -> tuple[int, int]:
-    return 0, 8 * op.in_numel(0)  # the activation's derivative re-evaluated, times grad
-
-
-@rule("aten.sigmoid_backward.default", "aten.tanh_backward.default",
-      "aten.hardtanh_backward.default", "aten.leaky_relu_backward.default")
-def simple_backward(op: OpView) -> tuple[int, int]:
-    return 0, 2 * op.in_numel(0)  # e.g. g·y·(1 − y) folded: 2 per element
+    return 0, op.in_numel(0)  # one draw per element
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,6 +68,8 @@ def simple_backward(op: OpView) -> tuple[int, int]:
 # export holds no backward; the estimate writes one node per differentiated forward node.
 
 BACKWARD_OP = "graphcost.backward"          # computes gradients (or accumulates two)
+# The estimate's loss (the sum of every floating output) is written with these standard ops.
+LOSS_REDUCE_OP, LOSS_ADD_OP = "ReduceSum", "Add"
 GRAD_VIEW_OP = "graphcost.backward_view"    # gradients passed through as views of input 0
 GRAD_SEED_OP = "graphcost.grad_seed"        # d loss / d loss = 1, a scalar
 

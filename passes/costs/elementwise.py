@@ -18,15 +18,14 @@ UNARY_FLOPS = {
     "LeakyRelu": 2,       # x < 0 ? alpha·x : x  → compare + multiply
     "ThresholdedRelu": 1, # compare
     "Sigmoid": 3,         # 1 / (1 + exp(-x)) → exp, add, divide (negation folded)
-    "HardSigmoid": 3,     # max(0, min(1, alpha·x + beta)) → fma counted 1, min, max
-    "HardSwish": 4,       # x · hardsigmoid(x)
+    "HardSigmoid": 4,     # max(0, min(1, alpha·x + beta)) → mul, add, min, max
+    "HardSwish": 5,       # x · hardsigmoid(x) (torch: x · clamp(x + 3, 0, 6) / 6, also 5)
     "Softplus": 3,        # log(1 + exp(x))
     "Softsign": 3,        # x / (1 + |x|)
     "Elu": 3,             # x < 0 ? alpha·(exp(x) − 1) : x
     "Celu": 4,            # max(0,x) + min(0, alpha·(exp(x/alpha) − 1))
     "Selu": 4,            # gamma · elu
     "Mish": 5,            # x · tanh(softplus(x))
-    "Gelu": 8,            # 0.5·x·(1 + erf(x/√2)); tanh form: 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³)))
     "Shrink": 2,          # compare + add
 }
 
@@ -41,16 +40,11 @@ ATEN_UNARY = {
     "Not": ("aten.logical_not.default", "aten.bitwise_not.default"),
     "IsNaN": ("aten.isnan.default",), "IsInf": ("aten.isinf.default",),
     "LeakyRelu": ("aten.leaky_relu.default",), "Sigmoid": ("aten.sigmoid.default",),
-    "HardSigmoid": ("aten.hardsigmoid.default",), "HardSwish": ("aten.hardswish.default",),
-    "Softplus": ("aten.softplus.default",), "Elu": ("aten.elu.default",),
-    "Celu": ("aten.celu.default",), "Selu": ("aten.selu.default",),
-    "Mish": ("aten.mish.default",), "Gelu": ("aten.gelu.default",),
-}
+    "Elu": ("aten.elu.default",),
+}  # (hardsigmoid, hardswish, softplus, celu, selu, mish and silu are decomposed by torch)
 # aten-only unary ops.
 UNARY_FLOPS.update({
     "aten.rsqrt.default": 2,      # sqrt + reciprocal
-    "aten.silu.default": 4,       # x · sigmoid(x)
-    "aten.clamp_min.default": 1, "aten.clamp_max.default": 1,
     "aten.log1p.default": 2, "aten.expm1.default": 2,
 })
 
@@ -79,18 +73,31 @@ SAVES_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal"
 SAVES_NOTHING = frozenset({"Neg", "Sign", "Floor", "Ceil", "Round", "Not", "IsNaN", "IsInf",
                            "BitwiseNot"})
 
+# Unary ops may write into their dying input (the in-place what-if) and pass a receptive
+# field through.
 for _op, _k in UNARY_FLOPS.items():
     rule(_op, *ATEN_UNARY.get(_op, ()),
          saves="outputs" if _op in SAVES_OUTPUT else
-         "nothing" if _op in SAVES_NOTHING else "inputs")(_per_output(_k))
+         "nothing" if _op in SAVES_NOTHING else "inputs",
+         inplace=True, same_shape=True, rf="pointwise")(_per_output(_k))
 
-ATEN_PASS = ("aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar",
-             "aten.rsub.Tensor", "aten.rsub.Scalar")
+
+@rule("Gelu", "aten.gelu.default", saves="inputs", inplace=True, same_shape=True,
+      rf="pointwise")
+def gelu(op: OpView) -> tuple[int, int]:
+    # exact: 0.5·x·(1 + erf(x/√2)) → divide, erf, add, multiply, multiply = 5 per element
+    # (what an exporter's expansion of it, Div → Erf → Add → Mul → Mul, counts too);
+    # tanh form: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) → x³ (1, a Pow), ·0.044715, +x,
+    # ·√(2/π), tanh, +1, ·x, ·0.5 = 8.
+    return 0, (8 if op.attr("approximate", "none") == "tanh" else 5) * op.out_numel()
+
+
+ATEN_PASS = ("aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar")
 ATEN_PRODUCT = ("aten.mul.Tensor", "aten.mul.Scalar", "aten.div.Tensor", "aten.div.Scalar")
 ATEN_KEEP = (
     "aten.div.Tensor_mode", "aten.pow.Tensor_Scalar",
     "aten.pow.Tensor_Tensor", "aten.pow.Scalar", "aten.remainder.Tensor",
-    "aten.remainder.Scalar", "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.floor_divide.default",
+    "aten.remainder.Scalar", "aten.fmod.Tensor", "aten.fmod.Scalar",
     "aten.maximum.default", "aten.minimum.default", "aten.atan2.default")
 ATEN_NO_GRAD = (
     "aten.eq.Tensor", "aten.eq.Scalar", "aten.ne.Tensor", "aten.ne.Scalar", "aten.lt.Tensor",
@@ -101,41 +108,44 @@ ATEN_NO_GRAD = (
 )
 ATEN_BINARY = ATEN_PASS + ATEN_PRODUCT + ATEN_KEEP + ATEN_NO_GRAD
 
-# One FLOP per output element (broadcasting counts the broadcast result).
+# One FLOP per output element (broadcasting counts the broadcast result). Add passes its
+# gradient to same-shaped operands unchanged (a view), Sub to its first.
 _binary = _per_output(1)
-rule(*BINARY_PASS, *ATEN_PASS, saves="nothing")(_binary)
-rule(*BINARY_PRODUCT, *ATEN_PRODUCT, saves="operands")(_binary)
-rule(*BINARY_KEEP, *ATEN_KEEP, saves="inputs")(_binary)
-rule(*BINARY_NO_GRAD, *ATEN_NO_GRAD, saves="nothing")(_binary)
+rule(*BINARY_PASS[:1], *ATEN_PASS[:2], saves="nothing", grad_view="same_shape",
+     rf="pointwise")(_binary)
+rule(*BINARY_PASS[1:], *ATEN_PASS[2:], saves="nothing", grad_view="same_shape",
+     grad_view_inputs=(0,), rf="pointwise")(_binary)
+rule(*BINARY_PRODUCT, *ATEN_PRODUCT, saves="operands", rf="pointwise")(_binary)
+rule(*BINARY_KEEP, *ATEN_KEEP, saves="inputs", rf="pointwise")(_binary)
+rule(*BINARY_NO_GRAD, *ATEN_NO_GRAD, saves="nothing", rf="pointwise")(_binary)
 
 
 @rule("Clip", "aten.clamp.default", "aten.clamp.Tensor", "aten.hardtanh.default",
-      config_inputs=(1, 2), saves=(0,))
+      config_inputs=(1, 2), saves=(0,), inplace=True, same_shape=True, rf="pointwise")
 def clip(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.out_numel()  # max then min; the bounds are settings, not weights
 
 
-# Ops that may write into their input (the in-place what-if of the liveness pass).
-INPLACE_OPS = frozenset(UNARY_FLOPS) | {"Clip"}  # (torch graphs are functionalized first)
-
-
-@rule("PRelu", "aten.prelu.default", "aten._prelu_kernel.default", saves="inputs")
+@rule("PRelu", saves="inputs", same_shape=True, rf="pointwise")
 def prelu(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.out_numel()  # compare + multiply by the slope
 
 
-@rule("Where", "aten.where.self", "aten.masked_fill.Scalar", "aten.masked_fill.Tensor",
-      saves=(0,))  # the backward routes the gradient by the condition
+@rule("Where", "aten.where.self", saves=(0,),  # the backward routes the gradient by the condition
+      rf="pointwise")
 def where(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel()  # one select per element (counted, like Max)
 
 
-@rule("Max", "Min", "Sum", saves="inputs")  # (Sum needs none; one rule, kept simple)
+@rule("Max", "Min", saves="inputs", rf="pointwise")
 def variadic(op: OpView) -> tuple[int, int]:
     # n inputs → n−1 pairwise ops per output element; one input is a copy.
     return 0, max(0, len(op.present_inputs()) - 1) * op.out_numel()
 
 
-@rule("Mean", saves="nothing")
+rule("Sum", saves="nothing", grad_view="same_shape", rf="pointwise")(variadic)
+
+
+@rule("Mean", saves="nothing", rf="pointwise")
 def mean(op: OpView) -> tuple[int, int]:
     return 0, len(op.present_inputs()) * op.out_numel()  # n−1 adds + 1 divide

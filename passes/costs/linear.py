@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import math
 
-from graphcost.passes.costs.registry import OpView, rule
+from graphcost.passes.costs.registry import WINDOW_ATTRS, OpView, rule
 
 
-@rule("Conv", "aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default",
-      saves="operands")
+@rule("Conv", saves="operands", rf="conv", attr_names=WINDOW_ATTRS)
 def conv(op: OpView) -> tuple[int, int]:
     # W is (C_out, C_in/groups, k1, k2, ...): each output element reduces over W.shape[1:].
     out = op.out_numel()
@@ -21,8 +20,7 @@ def conv(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + (out if op.has_input(2) else 0)
 
 
-@rule("ConvTranspose", "aten.conv_transpose1d.input", "aten.conv_transpose2d.input",
-      "aten.conv_transpose3d.input", saves="operands")
+@rule("ConvTranspose", saves="operands", rf="conv_transpose", attr_names=WINDOW_ATTRS)
 def conv_transpose(op: OpView) -> tuple[int, int]:
     # W is (C_in, C_out/groups, k...): every input element is scattered into C_out/g·prod(k)
     # outputs, one MAC each (FlopCounterMode counts the same for transposed convs).
@@ -30,26 +28,19 @@ def conv_transpose(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + (op.out_numel() if op.has_input(2) else 0)
 
 
-@rule("aten.convolution.default", saves="operands")
+@rule("aten.convolution.default", saves="operands", rf="conv", attr_names=WINDOW_ATTRS)
 def aten_convolution(op: OpView) -> tuple[int, int]:
-    # aten's one convolution op (input, weight, bias) with a ``transposed`` flag.
+    # aten's one convolution op (input, weight, bias) with a ``transposed`` flag (the
+    # receptive-field pass reads it too).
     return conv_transpose(op) if op.attr("transposed") else conv(op)
 
 
-@rule("aten.addmm.default", "aten.baddbmm.default", saves="inputs")
+@rule("aten.addmm.default", saves="inputs")
 def addmm(op: OpView) -> tuple[int, int]:
     # (bias, mat1, mat2): reduction over mat1's last dim, one bias add per output element.
     out = op.out_numel()
     macs = out * op.in_shape(1)[-1]
     return macs, 2 * macs + out
-
-
-@rule("aten.linear.default", saves="operands")
-def linear(op: OpView) -> tuple[int, int]:
-    # (input, weight[out, in], bias?): reduction over input's last dim.
-    out = op.out_numel()
-    macs = out * op.in_shape(0)[-1]
-    return macs, 2 * macs + (out if op.has_input(2) else 0)
 
 
 @rule("Gemm", saves="operands")
@@ -66,8 +57,7 @@ def gemm(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + extra
 
 
-@rule("MatMul", "aten.mm.default", "aten.bmm.default", "aten.matmul.default",
-      saves="operands")
+@rule("MatMul", "aten.mm.default", "aten.bmm.default", saves="operands")
 def matmul(op: OpView) -> tuple[int, int]:
     # Numpy matmul semantics: every output element reduces over A's last dim.
     a = op.in_shape(0)
@@ -84,7 +74,7 @@ def _einsum_labels(term: str, rank: int) -> list[str]:
     return list(head) + [f"…{n_ell - i}" for i in range(n_ell)] + list(tail)
 
 
-@rule("Einsum", "aten.einsum.default", saves="inputs")
+@rule("Einsum", saves="inputs")
 def einsum(op: OpView) -> tuple[int, int]:
     # A contraction visits every combination of distinct labels once: MACs = Π sizes of all
     # labels. With one operand (a pure reduction or transpose) there are no MACs, one add per

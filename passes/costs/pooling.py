@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from graphcost.passes.costs.registry import OpView, rule
+from graphcost.passes.costs.registry import AXIS_ATTRS, WINDOW_ATTRS, OpView, rule
 
 
 def pool(op: OpView) -> tuple[int, int]:
@@ -11,7 +11,7 @@ def pool(op: OpView) -> tuple[int, int]:
     # adds, plus the divide of an average, counted as K² in all). ONNX names the window
     # kernel_shape; aten kernel_size, where one size stands for every spatial axis.
     out = op.out_shape(0)
-    k = tuple(op.attr("kernel_shape") or op.attr("kernel_size") or (1,))
+    k = tuple(op.attr("kernel") or (1,))
     if len(k) == 1:
         k = k * max(1, len(out) - 2)
     return 0, math.prod(out) * math.prod(k)
@@ -19,12 +19,11 @@ def pool(op: OpView) -> tuple[int, int]:
 
 # One rule, registered per backward behaviour: max pooling's backward scatters into the argmax
 # (input + int64 indices kept), average pooling's spreads evenly (nothing kept).
-rule("MaxPool", "aten.max_pool1d.default", "aten.max_pool2d.default", "aten.max_pool3d.default",
-     "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
-     saves="indices")(pool)
-rule("AveragePool", "aten.avg_pool1d.default", "aten.avg_pool2d.default",
-     "aten.avg_pool3d.default", saves="nothing")(pool)
-rule("LpPool", saves="inputs")(pool)
+rule("MaxPool", "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
+     saves="indices", rf="pool", attr_names=WINDOW_ATTRS)(pool)
+rule("AveragePool", "aten.avg_pool2d.default", "aten.avg_pool3d.default", saves="nothing",
+     rf="pool", attr_names=WINDOW_ATTRS)(pool)
+rule("LpPool", saves="inputs", rf="pool", attr_names=WINDOW_ATTRS)(pool)
 
 
 def reduce_once(op: OpView) -> tuple[int, int]:
@@ -32,27 +31,32 @@ def reduce_once(op: OpView) -> tuple[int, int]:
 
 
 # Sums and means spread the gradient back (nothing kept); max/min/prod need their input.
-rule("GlobalAveragePool", "aten.adaptive_avg_pool1d.default", "aten.adaptive_avg_pool2d.default",
-     "aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool3d.default",
-     "ReduceSum", "ReduceMean", "CumSum", "aten.mean.dim", "aten.mean.default",
-     "aten.sum.dim_IntList", "aten.sum.default", "aten.cumsum.default",
+rule("GlobalAveragePool", "ReduceSum", "ReduceMean", "CumSum", "aten.mean.dim",
+     "aten.mean.default", "aten.sum.dim_IntList", "aten.cumsum.default",
      "ArgMax", "ArgMin", "aten.argmax.default", "aten.argmin.default", "aten.any.dim",
-     "aten.any.default", "aten.all.dim", saves="nothing")(reduce_once)
-rule("GlobalMaxPool", "GlobalLpPool", "aten.adaptive_max_pool2d.default", "ReduceMax",
-     "ReduceMin", "ReduceProd", "aten.amax.default", "aten.amin.default", "aten.max.dim",
-     "aten.min.dim", "aten.prod.dim_int", saves="inputs")(reduce_once)
+     "aten.any.default", saves="nothing")(reduce_once)
+rule("GlobalMaxPool", "GlobalLpPool", "ReduceMax", "ReduceMin", "ReduceProd",
+     "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",
+     "aten.prod.dim_int", saves="inputs")(reduce_once)
+# torch's adaptive pools: windows of in/out when the sizes divide (receptive fields), else
+# a global pool; each input element is visited once either way.
+rule("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default",
+     saves="nothing", rf="adaptive_pool")(reduce_once)
+rule("aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default", saves="indices",
+     rf="adaptive_pool")(reduce_once)
 global_pool = reduce_once  # every input element added/compared once
 
 
 @rule("ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-      "aten.var.correction", "aten.var_mean.correction", "aten.logsumexp.default",
+      "aten.var.correction", "aten.var_mean.correction",
       "aten.linalg_vector_norm.default", saves="inputs")
 def reduce_twice(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.in_numel(0)  # transform (square/abs/exp) + accumulate per element
 
 
-@rule("TopK", "aten.topk.default", saves="outputs")  # the indices it selected
+@rule("TopK", "aten.topk.default", saves="outputs",  # the indices it selected
+      attr_names=AXIS_ATTRS)
 def topk(op: OpView) -> tuple[int, int]:
     # a heap selection: ≈ log2(k) compares per input element (at least one).
-    k = op.out_shape(0)[int(op.attr("axis", op.attr("dim", -1)))]
+    k = op.out_shape(0)[int(op.attr("axis", -1))]
     return 0, op.in_numel(0) * max(1, math.ceil(math.log2(max(k, 1))))

@@ -1,37 +1,66 @@
-"""The one registry of per-op cost rules.
+"""The one registry of per-op rules: everything graphcost knows about an op lives in its Rule.
 
-Each rule is registered once under every name it serves (ONNX op types, and later aten ops),
-and a second registration of a name raises, so an op's cost is defined in exactly one place
-(the pattern of torch/utils/flop_counter.py). Unlike flop_counter, an op without a rule is
-never silently zero: ``lookup`` returns None and the cost pass reports the node as unsupported.
+Each rule is registered once under every name it serves (ONNX op types, ``domain::Type`` for
+other domains, ``aten.<op>.<overload>`` for torch), and a second registration of a name raises,
+so an op is described in exactly one place (the pattern of torch/utils/flop_counter.py). Unlike
+flop_counter, an op without a rule is never silently zero: ``lookup`` returns None and the cost
+pass reports the node as unsupported. Every other per-op list in graphcost (in-place ops,
+receptive-field roles, ops whose output has its input's shape, normalizations and their saved
+statistics, gradient pass-through) is derived from these fields; no pass names an op.
 
-A rule computes MACs and FLOPs from an ``OpView``; bytes read/written follow from the rule's
-declared memory behaviour, so the convention for bytes lives here once:
+Cost. A rule computes MACs and FLOPs from an ``OpView``; bytes read/written follow from the
+rule's declared memory behaviour, so the convention for bytes lives here once:
   reads="inputs"  – every distinct input tensor is read once (weights included), outputs written;
   reads="outputs" – only the selected part is read (Slice, Gather): bytes read = bytes written
                     plus any index inputs;
   reads="none"    – nothing read (Constant, Shape reads metadata only), outputs written;
   alias=True      – a view: the output shares the input's storage, nothing moves (0 / 0).
+``bound`` (a sentence) marks ops whose output size depends on the data (NonZero, NonMaxSuppression,
+Unique, TopK with a tensor k): the shapes they are costed at are upper bounds, and every format
+says so.
 
-A rule may also declare what its op's backward keeps from the forward (``saves``), which the
-ONNX training estimate (passes/backward_estimate.py) reads; the FX path traces the real
-backward and ignores it:
+Inputs by role: ``buffer_inputs`` hold non-trainable state (BatchNorm's running statistics),
+``config_inputs`` are settings rather than weights (Clip bounds, Pad values), ``index_inputs``
+are read in full by a selection (Gather's indices), ``meta_inputs`` are quantization metadata
+(scales and zero points: counted apart from the parameters).
+
+Backward (read by the ONNX training estimate, passes/backward_estimate.py; the FX path traces
+the real backward and ignores it). ``saves`` — what the backward keeps from the forward:
   "nothing"   – the gradient needs no forward tensor (Add, Sub, views, AveragePool);
   "inputs"    – every activation input (Div, Pow, GELU, Erf);
   "operands"  – products (Conv, Gemm, MatMul, Mul, Div): of the first two inputs, each is kept
                 only when the other needs a gradient (dW needs x; dx needs W, a persistent
                 weight; x/y keeps y for dx, x for dy); a bias (input 2) is never kept;
   "outputs"   – the output (ReLU, Sigmoid, Tanh, Exp, Softmax: the derivative is f(y));
-  "stat"      – input 0 plus the per-row / per-channel mean and 1/σ (the normalizations);
+  "stat"      – input 0 plus the per-row / per-channel mean and 1/σ (the normalizations), whose
+                size ``stat(shape, attrs) -> (rows, groups)`` gives (float32);
   "indices"   – input 0 plus an int64 argmax per output element (MaxPool, as PyTorch's
                 max_pool2d_with_indices writes);
   "mask"      – a 1-byte keep-mask per element (training Dropout; exports run it as identity);
   a tuple of input positions – exactly those inputs (Where keeps its condition).
 None: not declared; the estimate then keeps every input and says how many ops it assumed.
+``grad_view`` — "always" when the backward hands the incoming gradient on unchanged (a
+transpose's or a concat's, as a view), "same_shape" when it does so to the inputs of the
+output's shape (Add; ``grad_view_inputs`` limits the positions: Sub's second operand is
+negated). ``train_attrs`` — attributes the op takes when a training step runs it (BatchNorm's
+``training_mode``).
+
+Memory. ``inplace`` — the op may write its output into input 0's storage when input 0 dies
+there (the in-place activations what-if). ``same_shape`` — output 0 has input 0's shape and
+dtype (the frontend's fallback where ONNX inference has no rule for the op at the model's
+opset).
+
+Receptive fields (passes/receptive_field.py): ``rf`` is the op's role — "conv",
+"conv_transpose", "pool", "adaptive_pool" (windows), "pointwise" (passes a field through, joins
+several), "reshape" (passes it when the shape is unchanged), "softmax" (over channels),
+"concat", "constant_pad"; None ends the chain. ``attr_names`` maps a canonical attribute name
+to its spellings in both vocabularies (ONNX ``kernel_shape`` / aten ``kernel_size``):
+``rule_attr`` and ``OpView.attr`` read whichever the node has.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from graphcost.analyzer.ir import Graph, Node, TensorSpec
@@ -61,11 +90,12 @@ ZERO = Cost()
 
 class OpView:
     """What a rule sees of a node: input/output specs and attributes, nothing mutable."""
-    __slots__ = ("node", "_graph")
+    __slots__ = ("node", "_graph", "_rule")
 
-    def __init__(self, node: Node, graph: Graph):
+    def __init__(self, node: Node, graph: Graph, rule_: "Rule | None" = None):
         self.node = node
         self._graph = graph
+        self._rule = rule_ if rule_ is not None else lookup(node.op)
 
     @property
     def n_inputs(self) -> int:
@@ -105,6 +135,9 @@ class OpView:
         return self._graph
 
     def attr(self, name: str, default: Any = None) -> Any:
+        """An attribute by its canonical name, in whichever vocabulary the node uses."""
+        if self._rule is not None:
+            return self._rule.attr(self.node.attrs, name, default)
         return self.node.attrs.get(name, default)
 
     def present_inputs(self) -> list[int]:
@@ -112,10 +145,24 @@ class OpView:
 
 
 RuleFn = Callable[[OpView], tuple[int, int]]  # -> (macs, flops)
+StatFn = Callable[[tuple[int, ...], Mapping[str, Any]], tuple[int, int]]  # -> (rows, groups)
+_NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+
+RF_ROLES = frozenset({"conv", "conv_transpose", "pool", "adaptive_pool", "pointwise", "reshape",
+                      "softmax", "concat", "constant_pad"})
+WINDOWS = frozenset({"conv", "conv_transpose", "pool", "adaptive_pool"})
+# The attribute spellings of windowed ops and of axis arguments in ONNX and in aten.
+WINDOW_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "kernel": ("kernel_shape", "kernel_size"), "strides": ("strides", "stride"),
+    "pads": ("pads", "padding"), "dilations": ("dilations", "dilation"),
+    "auto_pad": ("auto_pad",), "ceil_mode": ("ceil_mode",), "group": ("group", "groups"),
+    "output_padding": ("output_padding",), "transposed": ("transposed",)})
+AXIS_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({"axis": ("axis", "dim")})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # one object per op: identity is equality
 class Rule:
+    """Everything graphcost knows about an op (the module docstring explains each field)."""
     names: tuple[str, ...]
     fn: RuleFn
     reads: str = "inputs"           # "inputs" | "outputs" | "none"
@@ -124,8 +171,33 @@ class Rule:
     buffer_inputs: tuple[int, ...] = ()  # input positions that hold non-trainable state
     config_inputs: tuple[int, ...] = ()  # inputs that are settings, not weights (Clip bounds)
     index_inputs: tuple[int, ...] = ()   # with reads="outputs": inputs read in full (indices)
+    meta_inputs: tuple[int, ...] = ()    # quantization scales / zero points
     family: str = ""
-    saves: str | tuple[int, ...] | None = None  # what the backward keeps (module docstring)
+    saves: str | tuple[int, ...] | None = None  # what the backward keeps
+    stat: StatFn | None = None           # saves="stat": (rows, groups) of the saved statistic
+    grad_view: str | None = None         # "always" | "same_shape": gradient passed on as a view
+    grad_view_inputs: tuple[int, ...] | None = None  # positions it reaches (None: all)
+    train_attrs: Mapping[str, Any] = field(default_factory=lambda: _NO_ATTRS)  # in training
+    inplace: bool = False                # may write into input 0 when input 0 dies here
+    same_shape: bool = False             # output 0 has input 0's shape and dtype
+    rf: str | None = None                # receptive-field role (None ends the chain)
+    attr_names: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: _NO_ATTRS)
+    bound: str | None = None             # data-dependent output size: what the bound assumes
+
+    def __post_init__(self) -> None:
+        if self.rf is not None and self.rf not in RF_ROLES:
+            raise ValueError(f"rule {self.names[0]}: unknown receptive-field role {self.rf!r}")
+        if self.grad_view not in (None, "always", "same_shape"):
+            raise ValueError(f"rule {self.names[0]}: unknown grad_view {self.grad_view!r}")
+        if self.saves == "stat" and self.stat is None:
+            raise ValueError(f"rule {self.names[0]}: saves='stat' needs stat=(rows, groups)")
+
+    def attr(self, attrs: Mapping[str, Any], name: str, default: Any = None) -> Any:
+        """The attribute ``name`` (canonical) under whichever spelling ``attrs`` uses."""
+        for spelling in self.attr_names.get(name, (name,)):
+            if spelling in attrs:
+                return attrs[spelling]
+        return default
 
 
 _REGISTRY: dict[str, Rule] = {}
@@ -141,14 +213,12 @@ def _add(rule: Rule) -> Rule:
     return rule
 
 
-def rule(*names: str, reads: str = "inputs", buffer_inputs: tuple[int, ...] = (),
-         index_inputs: tuple[int, ...] = (), config_inputs: tuple[int, ...] = (),
-         saves: str | tuple[int, ...] | None = None) -> Callable[[RuleFn], RuleFn]:
-    """Register ``fn`` as the rule of every op in ``names``."""
+def rule(*names: str, **fields: Any) -> Callable[[RuleFn], RuleFn]:
+    """Register ``fn`` as the rule of every op in ``names``; ``fields`` are Rule's (reads,
+    saves, inplace, rf, attr_names, …). The family is the defining module's name."""
     def deco(fn: RuleFn) -> RuleFn:
-        _add(Rule(tuple(names), fn, reads=reads, buffer_inputs=buffer_inputs,
-                  index_inputs=index_inputs, config_inputs=config_inputs,
-                  family=fn.__module__.rsplit(".", 1)[-1], saves=saves))
+        fields.setdefault("family", fn.__module__.rsplit(".", 1)[-1])
+        _add(Rule(tuple(names), fn, **fields))
         return fn
     return deco
 
@@ -157,14 +227,28 @@ def _no_arithmetic(_: OpView) -> tuple[int, int]:
     return 0, 0
 
 
-def zero_cost(*names: str, reason: str, reads: str = "inputs", alias: bool = False,
-              index_inputs: tuple[int, ...] = (), config_inputs: tuple[int, ...] = (),
-              family: str = "", saves: str | tuple[int, ...] | None = "nothing") -> None:
+def zero_cost(*names: str, reason: str, family: str = "zero", saves: Any = "nothing",
+              **fields: Any) -> None:
     """Declare ops that do no arithmetic, with the reason; they still move bytes unless alias.
     Their backward keeps nothing unless ``saves`` says otherwise (a gather keeps indices)."""
-    _add(Rule(tuple(names), _no_arithmetic, reads=reads, alias=alias, zero_reason=reason,
-              index_inputs=index_inputs, config_inputs=config_inputs, family=family or "zero",
-              saves=saves))
+    _add(Rule(tuple(names), _no_arithmetic, zero_reason=reason, family=family, saves=saves,
+              **fields))
+
+
+def rule_attr(node: Node, name: str, default: Any = None) -> Any:
+    """``node``'s attribute ``name`` (canonical) through its rule's spellings."""
+    r = lookup(node.op)
+    return r.attr(node.attrs, name, default) if r is not None else node.attrs.get(name, default)
+
+
+def check_not_decomposed(removed: set[str]) -> None:
+    """Raise if a registered aten name is one that the decompositions graphcost runs remove
+    (it could never reach the registry: its rule would be dead, and the op's real cost is
+    that of what it decomposes into). Called by the FX frontend at import."""
+    dead = sorted(n for n in _REGISTRY if n in removed)
+    if dead:
+        raise ValueError(f"{len(dead)} registered aten op(s) are decomposed away before they "
+                         f"can reach the registry: {', '.join(dead)}")
 
 
 def lookup(op: str) -> Rule | None:
