@@ -1,29 +1,22 @@
 """The Python entry point: ``analyze(model, ...) -> Report``. Never prints.
 
-Accepted models: an ONNX path, ``zoo:NAME``, ``path/to/file.py:Class`` (imports and runs that
-file, builds the class on the meta device), an ``onnx.ModelProto``, a
+Accepted models (analyzer/resolve.py): an ONNX path, ``zoo:NAME``, ``path/to/file.py:Class``
+(imports and runs that file, builds the class on the meta device), an ``onnx.ModelProto``, a
 ``torch.export.ExportedProgram``, an ``fx.GraphModule`` or any ``nn.Module`` (with
 ``example_inputs`` or ``input_shapes``). The ONNX paths never import torch.
 """
 from __future__ import annotations
 
 import gc
-import os
-import sys
-from pathlib import Path
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
-from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.errors import GraphcostError, api_wording
 from graphcost.analyzer.report import Report
+from graphcost.analyzer.resolve import Bindings, Resolved, resolve
 
-ZOO_PREFIX = "zoo:"
 Progress = Callable[[str], None]
-
-
-def _is_torch(model: Any) -> bool:
-    torch = sys.modules.get("torch")  # a torch object implies torch is already imported
-    return torch is not None and isinstance(model, (torch.nn.Module,
-                                                    torch.export.ExportedProgram))
 
 
 def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int | None = None,
@@ -33,34 +26,24 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
                progress: Progress | None = None, train: bool = False):
     """Lower any accepted model into the IR (with ``train``: its joint forward+backward)."""
     note = progress or (lambda _msg: None)
-    if isinstance(model, (str, os.PathLike)):
-        text = os.fspath(model)
-        if text.startswith(ZOO_PREFIX):
-            return _zoo_graph(text[len(ZOO_PREFIX):], batch, dims, input_shapes,
-                              "fx" if train else zoo_exporter, note, train)
-        if ".py:" in text:
-            return _file_class_graph(text, batch, input_shapes, input_dtypes, note, train)
-        if text.endswith(".pt2"):
-            from graphcost.analyzer.frontends.pt2 import load_pt2
-            note(f"reading {Path(text).name}")
-            program = load_pt2(Path(text))
-            graph = _torch_graph(program, None, batch, input_shapes, input_dtypes, note, train)
-            return _renamed(graph, Path(text).name, {})
-        graph = _onnx_path_graph(Path(text), batch, dims, input_shapes, note)
-        return _onnx_estimate(graph, note) if train else graph
-    if _is_torch(model):
-        return _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note,
-                            train)
-    import onnx
-
-    if isinstance(model, onnx.ModelProto):
+    bindings = Bindings(batch, dict(dims or {}),
+                        {k: tuple(v) for k, v in (input_shapes or {}).items()},
+                        dict(input_dtypes or {}))
+    r = resolve(model, example_inputs, bindings, fx=zoo_exporter == "fx", train=train,
+                note=note)
+    if r.kind == "onnx":
         from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
-        graph = lower_onnx(model, name=model.graph.name or "model", batch=batch, dims=dims,
-                           input_shapes=input_shapes)
+        note("inferring shapes")
+        graph = lower_onnx(r.onnx, name=r.name, batch=batch, dims=r.dims,
+                           input_shapes=r.input_shapes)
         return _onnx_estimate(graph, note) if train else graph
-    raise GraphcostError(f"cannot analyze a {type(model).__name__}: pass an ONNX path, "
-                         "'zoo:NAME', 'file.py:Class', an onnx.ModelProto, an ExportedProgram, "
-                         "an fx.GraphModule or an nn.Module")
+    if r.kind == "program":
+        if batch is not None or input_shapes:
+            raise GraphcostError("an exported program has fixed shapes: batch and "
+                                 "input_shapes do not apply (re-export at the size you want)")
+        return _program_graph(r, note, train)
+    graph = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train)
+    return replace(graph, name=r.name, dims=MappingProxyType({**graph.dims, **r.dims}))
 
 
 def _onnx_estimate(graph, note: Progress):
@@ -72,120 +55,40 @@ def _onnx_estimate(graph, note: Progress):
     return estimate_joint(graph)
 
 
-def _onnx_path_graph(path: Path, batch, dims, input_shapes, note: Progress):
-    from graphcost.analyzer.frontends.onnx_frontend import load_model, lower_onnx
-
-    note(f"reading {path.name}")
-    proto = load_model(path)
-    note("inferring shapes")
-    return lower_onnx(proto, name=path.name, batch=batch, dims=dims, input_shapes=input_shapes)
-
-
-def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progress,
-               train: bool = False):
-    try:
-        from graphcost import models_zoo
-    except ImportError as exc:  # pragma: no cover - an install without torch
-        raise GraphcostError(f"the model zoo needs torch: {exc}") from None
-    if name not in models_zoo.MODELS:
-        raise GraphcostError(f"no zoo model {name!r}; known: " + ", ".join(sorted(models_zoo.MODELS)))
-    # the zoo's own sizes (seq=64 …) unless the caller binds them
-    dims = {**models_zoo.default_dims(name), **(dims or {})}
-    if exporter == "fx" or models_zoo.get(name).meta_only:
-        shapes = dict(input_shapes or models_zoo.input_shapes(name, batch or 1, **dims))
-        spec = models_zoo.get(name)
-        note(f"building zoo:{name} on the meta device")
-        import torch
-
-        from graphcost.analyzer.frontends.torch_capture import make_fakes
-        with torch.device("meta"):
-            module = spec.build().eval()
-        # zoo input names need not be forward's argument names: pass them in order
-        fakes = tuple(make_fakes(module, shapes, spec.input_dtypes).values())
-        graph = _torch_graph(module, fakes, None, None, None, note, train)
-        return _renamed(graph, f"zoo:{name}", dims)
-    note(f"exporting zoo:{name} to ONNX (cached)")
-    try:
-        path = Path(models_zoo.cached_export(name))
-    except models_zoo.ZooExportError as exc:
-        raise GraphcostError(str(exc)) from None
-    if input_shapes:
-        dims = {}
-    from graphcost.analyzer.frontends.onnx_frontend import load_model, lower_onnx
-    return lower_onnx(load_model(path), name=f"zoo:{name}", batch=batch, dims=dims,
-                      input_shapes=input_shapes)
-
-
-def _renamed(graph, name: str, dims: Mapping[str, int]):
-    from dataclasses import replace
-    from types import MappingProxyType
-    return replace(graph, name=name, dims=MappingProxyType(dict(graph.dims, **dims)))
-
-
-def _file_class_graph(spec: str, batch, input_shapes, input_dtypes, note: Progress,
-                      train: bool = False):
-    from graphcost.analyzer.frontends.torch_capture import build_on_meta, load_class
-
-    if not input_shapes:
-        raise GraphcostError(f"{spec}: pass the input sizes, e.g. --input-shape x=1x3x224x224")
-    note(f"importing {spec}")
-    cls, cls_name = load_class(spec)
-    module = build_on_meta(cls, cls_name)
-    graph = _torch_graph(module, None, batch, input_shapes, input_dtypes, note, train)
-    return _renamed(graph, cls_name, {})
-
-
-def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note: Progress,
-                 train: bool = False):
-    import torch
-
+def _program_graph(r: Resolved, note: Progress, train: bool):
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
-    from graphcost.analyzer.frontends.torch_capture import export_module, fake_inputs
 
-    name = type(model).__name__
-    if isinstance(model, torch.export.ExportedProgram) and train:
-        example_inputs = model.example_inputs[0] if model.example_inputs else ()
-        model = model.module()
-    if isinstance(model, torch.export.ExportedProgram):
-        if batch is not None or input_shapes:
-            raise GraphcostError("an exported program has fixed shapes: --batch and "
-                                 "--input-shape do not apply (re-export at the size you want)")
-        note("lowering the exported program")
-        user = [s.arg.name for s in model.graph_signature.input_specs
-                if s.kind.name == "USER_INPUT"]
-        vals = [n.meta.get("val") for n in model.graph.nodes
-                if n.op == "placeholder" and n.name in user]
-        return lower_exported(model, name="ExportedProgram", batch=_batch_of(vals))
-    if not isinstance(model, torch.nn.Module):
-        raise GraphcostError(f"cannot analyze a {name}")
-    if example_inputs is not None:
-        args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
-            else (example_inputs,)
-        kwargs: dict = {}
-        if batch is not None:
-            raise GraphcostError("batch= applies to input_shapes; with example_inputs the "
-                                 "batch is the inputs' own")
-    elif input_shapes:
-        shapes = {k: tuple(v) for k, v in input_shapes.items()}
-        if batch is not None:
-            if batch <= 0:
-                raise GraphcostError(f"--batch must be a positive integer, got {batch}")
-            shapes = {k: (batch, *v[1:]) if v else v for k, v in shapes.items()}
-        args, kwargs = (), fake_inputs(model, shapes, input_dtypes)
-    else:
-        raise GraphcostError(f"{name}: pass example_inputs or input_shapes")
+    program = r.program
+    if train:  # the program's module and its own example inputs, traced forward + backward
+        args = program.example_inputs[0] if program.example_inputs else ()
+        return replace(_torch_graph(program.module(), tuple(args), {}, r.name, note, True),
+                       name=r.name)
+    note("lowering the exported program")
+    user = [s.arg.name for s in program.graph_signature.input_specs
+            if s.kind.name == "USER_INPUT"]
+    vals = [n.meta.get("val") for n in program.graph.nodes
+            if n.op == "placeholder" and n.name in user]
+    return lower_exported(program, name=r.name, batch=_batch_of(vals))
+
+
+def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
+                 train: bool):
+    from graphcost.analyzer.frontends.fx_frontend import lower_exported
+    from graphcost.analyzer.frontends.torch_capture import export_module
+
     if train:
+        import inspect
+
         from graphcost.analyzer.frontends.fx_frontend import lower_joint
         from graphcost.analyzer.frontends.torch_capture import export_joint
         if kwargs:  # keyword inputs in forward's order
-            import inspect
             order = [p for p in inspect.signature(model.forward).parameters if p in kwargs]
-            args, kwargs = tuple(kwargs[p] for p in order), {}
+            args = (*args, *(kwargs[p] for p in order))
         note(f"tracing {name}'s forward and backward (AOTAutograd)")
         gm, sig, prefix, scopes = export_joint(model, args, name=name)
         return lower_joint(gm, sig, model, prefix, scopes, name=name, batch=_batch_of(args))
     note(f"tracing {name} with torch.export")
-    ep = export_module(model, args, kwargs, name=name)
+    ep = export_module(model, args, dict(kwargs), name=name)
     note("decomposing and lowering")
     return lower_exported(ep, name=name, batch=_batch_of((*args, *kwargs.values())))
 
@@ -214,7 +117,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             train: bool = False, optimizer: str = "adam",
             checkpoint: Mapping[str, Any] | None = None, precision: str = "fp32",
             device: Any = None, tf32: bool = False, overhead: Any = None,
-            what_if: bool = True) -> Report:
+            what_if: bool = True, _cli: bool = False) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -228,32 +131,44 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     plan with the least recompute that fits); ``precision`` fp16-mixed / bf16-mixed (training)
     analyzes half-precision weights, activations and gradients with fp32 master weights and
     optimizer state. ``device`` (a name such as "a100-40gb" or a passes.roofline.DeviceRates)
-    adds the roofline time per node and whether the memory fits with ``overhead``
+    adds the roofline time per node and whether the peak fits with ``overhead``
     (passes.roofline.Overhead); ``tf32`` uses the TF32 rate for fp32 matmuls.
     ``what_if=False`` skips the training what-ifs (each re-runs the training passes). Raises
-    GraphcostError.
+    GraphcostError, in these arguments' names (``_cli``: in the command line's).
     """
-    from graphcost.analyzer.pipeline import run_passes
-
     # The IR is hundreds of thousands of small acyclic objects: the cyclic collector would
     # rescan them again and again (≈15% of the time on a 100k-node graph) and free nothing.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        graph = load_graph(model, example_inputs, batch=batch, dims=dims,
-                           input_shapes=input_shapes, input_dtypes=input_dtypes,
-                           zoo_exporter=zoo_exporter, progress=progress, train=train)
-        if progress:
-            progress("running the passes")
-        if checkpoint and not train:
-            raise GraphcostError("checkpoint plans need a training analysis (--train)")
-        if precision != "fp32" and not train:
-            raise GraphcostError("--precision is a training recipe: add --train")
-        return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
-                          lifetimes=lifetimes, optimizer=optimizer if train else None,
-                          checkpoint=dict(checkpoint) if checkpoint else None,
-                          precision=precision, device=_device(device), tf32=tf32,
-                          overhead=overhead, what_if=what_if)
+        return _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes,
+                        include_inputs, inplace, lifetimes, zoo_exporter, progress, train,
+                        optimizer, checkpoint, precision, device, tf32, overhead, what_if)
+    except GraphcostError as exc:
+        if _cli:
+            raise
+        raise GraphcostError(api_wording(str(exc))) from None
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, include_inputs,
+             inplace, lifetimes, zoo_exporter, progress, train, optimizer, checkpoint,
+             precision, device, tf32, overhead, what_if) -> Report:
+    from graphcost.analyzer.pipeline import run_passes
+
+    if checkpoint and not train:
+        raise GraphcostError("checkpoint plans need a training analysis (--train)")
+    if precision != "fp32" and not train:
+        raise GraphcostError("--precision is a training recipe: add --train")
+    graph = load_graph(model, example_inputs, batch=batch, dims=dims,
+                       input_shapes=input_shapes, input_dtypes=input_dtypes,
+                       zoo_exporter=zoo_exporter, progress=progress, train=train)
+    if progress:
+        progress("running the passes")
+    return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
+                      lifetimes=lifetimes, optimizer=optimizer if train else None,
+                      checkpoint=dict(checkpoint) if checkpoint else None,
+                      precision=precision, device=_device(device), tf32=tf32,
+                      overhead=overhead, what_if=what_if)

@@ -244,7 +244,7 @@ def run_analysis(model: str, args, **overrides):
 
     kwargs = {**analysis_kwargs(args), **overrides}
     with _progress() as note:
-        return analyze(model, progress=note, **kwargs)
+        return analyze(model, progress=note, _cli=True, **kwargs)
 
 
 def _run(args) -> int:
@@ -269,11 +269,11 @@ def _run(args) -> int:
         columns = _columns(args, report)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as fh:
-                render.render_table(report, _console(fh, None), args.max_rows, args.depth,
+                render.render_table(report, console_for(fh, None), args.max_rows, args.depth,
                                     columns=columns, wide=args.wide)
         else:
             width = terminal_width()
-            render.render_table(report, _console(sys.stdout, width), args.max_rows, args.depth,
+            render.render_table(report, console_for(sys.stdout, width), args.max_rows, args.depth,
                                 columns=columns, wide=args.wide, width=width)
     else:
         text = {"json": report.to_json, "csv": lambda: render.render_csv(report),
@@ -313,7 +313,7 @@ def terminal_width() -> int | None:
     return int(cols) if cols.isdigit() and int(cols) > 0 else None
 
 
-def _console(file, width: int | None):
+def console_for(file, width: int | None):
     from rich.console import Console
     # a console wider than any table: the tables fit ``width`` themselves, and rich must not
     # re-wrap what they already laid out

@@ -1,5 +1,41 @@
-"""The one exception type the user sees. The CLI prints its message as one line, exit 2."""
+"""The one exception type the user sees. The CLI prints its message as one line, exit 2.
+
+Messages are written in the command line's words (``--dim seq=N``); ``api_wording`` says the
+same in the Python API's argument names (``dims={'seq': N}``), which ``analyze`` and ``verify``
+raise instead, so each caller reads the names it typed.
+"""
+from __future__ import annotations
+
+import re
 
 
 class GraphcostError(Exception):
     """Bad input or an analysis that cannot proceed; the message says what and how to fix it."""
+
+
+_API_WORDS = [
+    (re.compile(r"--dim (\w+)=([^\s,;)]+)"), r"dims={'\1': \2}"),
+    (re.compile(r"--dim (\w+)"), r"dims['\1']"),
+    (re.compile(r"--dim\b"), "dims"),
+    (re.compile(r"--input-shape (\w+)=([^\s,;)]+)"), r"input_shapes={'\1': (\2)}"),
+    (re.compile(r"--input-shape (\w+)"), r"input_shapes['\1']"),
+    (re.compile(r"--input-shape\b"), "input_shapes"),
+    (re.compile(r"--input-dtype (\w+)=([^\s,;:)]+)"), r"input_dtypes={'\1': '\2'}"),
+    (re.compile(r"--input-dtype (\w+)"), r"input_dtypes['\1']"),
+    (re.compile(r"--input-dtype\b"), "input_dtypes"),
+    (re.compile(r"--batch (\S+)"), r"batch=\1"),
+    (re.compile(r"--batch\b"), "batch"),
+    (re.compile(r"--checkpoint-every\b"), "checkpoint={'every': N}"),
+    (re.compile(r"--budget\b"), "checkpoint={'budget': BYTES}"),
+    (re.compile(r"--train\b"), "train=True"),
+    (re.compile(r"--(checkpoint|precision|optimizer|lifetimes|tf32|overhead)\b"), r"\1"),
+    (re.compile(r"--device(-spec)?\b"), "device"),
+    (re.compile(r"--fx\b"), "zoo_exporter='fx'"),
+]
+
+
+def api_wording(message: str) -> str:
+    """``message`` with the command line's option names replaced by the API's arguments."""
+    for pattern, repl in _API_WORDS:
+        message = pattern.sub(repl, message)
+    return message

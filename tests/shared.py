@@ -8,7 +8,7 @@ import functools
 from graphcost import models_zoo
 from graphcost.analyzer.api import load_graph
 from graphcost.analyzer.pipeline import run_passes
-from graphcost.analyzer.verify import measure_training
+from graphcost.analyzer.measure import measure_training
 
 BATCH = 2
 

@@ -73,7 +73,7 @@ def test_fx_and_onnx_agree(name):
 
 def measured_activation_peak(model, args) -> int:
     """MemTracker's activation peak over one forward under no_grad (analyzer.verify's)."""
-    from graphcost.analyzer.verify import measure_inference
+    from graphcost.analyzer.measure import measure_inference
     return measure_inference(model, args)[0]
 
 

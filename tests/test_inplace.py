@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from graphcost import analyze, models_zoo
-from graphcost.analyzer.verify import measure_inference
+from graphcost.analyzer.measure import measure_inference
 
 
 def with_inplace(model: nn.Module, inplace: bool) -> nn.Module:

@@ -9,7 +9,7 @@ import torch
 
 from graphcost import models_zoo
 from graphcost import GraphcostError, analyze
-from graphcost.analyzer.verify import float_output_sum
+from graphcost.analyzer.measure import float_output_sum
 from tests.shared import BATCH
 
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -71,10 +71,10 @@ def test_wrong_declared_output_shape_is_caught(tmp_path, capsys):
 
 
 def test_model_proto_is_left_unchanged():
-    from graphcost.analyzer.verify import verify_onnx
+    from graphcost.analyzer.verify import verify
     m = model([node("Relu", ["x"], ["y"])], [("x", [2, 3])], [("y", [2, 3])])
     before = m.SerializeToString()
-    r = verify_onnx(m, repeat=1)
+    r = verify(m, repeat=1)
     assert m.SerializeToString() == before
     assert (r.shapes_checked, r.shapes_matched) == (1, 1)
 

@@ -164,6 +164,33 @@ def build_on_meta(cls: type, name: str) -> torch.nn.Module:
                              f"({type(exc).__name__}: {exc})") from None
 
 
+def build_seeded(cls: type, name: str) -> torch.nn.Module:
+    """Instantiate with no arguments and seeded random weights (verify runs it for real)."""
+    torch.manual_seed(0)
+    try:
+        return cls()
+    except Exception as exc:
+        raise GraphcostError(f"{name}(): constructing it with no arguments failed "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+def real_inputs(shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, Any],
+                int_ranges: Mapping[str, tuple[int, int]]) -> dict[str, torch.Tensor]:
+    """Seeded random CPU tensors; integer inputs in their range (default [0, 2))."""
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for name, shape in shapes.items():
+        dtype = _as_dtype(dtypes.get(name, torch.float32))
+        if dtype.is_floating_point:
+            out[name] = torch.randn(tuple(shape), generator=gen, dtype=dtype)
+        elif dtype == torch.bool:
+            out[name] = torch.ones(tuple(shape), dtype=dtype)
+        else:
+            lo, hi = int_ranges.get(name, (0, 2))
+            out[name] = torch.randint(lo, hi, tuple(shape), generator=gen, dtype=dtype)
+    return out
+
+
 class _SumLoss(torch.nn.Module):
     """Every floating output of the model summed to one scalar: a loss whose backward reaches
     every parameter the outputs depend on, with no large tensors of its own."""

@@ -1,0 +1,207 @@
+"""The one model resolver: what a model argument names, and the model and inputs it stands for.
+
+``analyze``/``load_graph`` (analyzer/api.py), ``verify`` (analyzer/verify.py) and the command
+line all start here, so a model spec and its bindings mean the same everywhere:
+
+* an ``.onnx`` path or an ``onnx.ModelProto`` → an ONNX model (its inputs are bound by the ONNX
+  frontend from ``batch``, ``dims``, ``input_shapes``);
+* ``zoo:NAME`` → the zoo's cached ONNX export, or with ``fx`` (and always for training and for
+  meta-only models) the zoo's torch module and inputs of the zoo's sizes;
+* ``path/to/file.py:Class`` → that class built with no arguments (this RUNS the file) and inputs
+  of ``input_shapes`` (+ ``input_dtypes``);
+* a ``.pt2`` archive or an ``ExportedProgram`` → the program (fixed shapes);
+* an ``nn.Module`` → the module with ``example_inputs`` or ``input_shapes``.
+
+A torch model is built on the meta device with fake inputs for analysis, or (``materialize``)
+with seeded random weights and real inputs for measuring. Nothing here lowers or analyzes.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from graphcost.analyzer.errors import GraphcostError
+
+ZOO_PREFIX = "zoo:"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Bindings:
+    """The sizes a model is analyzed at (the API's and the command line's options)."""
+    batch: int | None = None
+    dims: Mapping[str, int] = field(default_factory=dict)
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    input_dtypes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    kind: str                           # "onnx" | "torch" | "program"
+    name: str                           # the report's model name
+    onnx: Any = None                    # kind onnx: a ModelProto (weights not loaded)
+    path: Path | None = None            # kind onnx: the file it was read from, if any
+    dims: Mapping[str, int] = field(default_factory=dict)   # kind onnx: dims to bind
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    module: Any = None                  # kind torch: the module (meta / real weights)
+    inputs: tuple = ()                  # kind torch: positional forward inputs
+    kwargs: Mapping[str, Any] = field(default_factory=dict)  # kind torch: keyword inputs
+    program: Any = None                 # kind program: a torch.export.ExportedProgram
+    int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # random ids
+
+
+def _is_torch(model: Any) -> bool:
+    torch = sys.modules.get("torch")  # a torch object implies torch is already imported
+    return torch is not None and isinstance(model, (torch.nn.Module,
+                                                    torch.export.ExportedProgram))
+
+
+def resolve(model, example_inputs: Sequence[Any] | None = None,
+            bindings: Bindings = Bindings(), *, fx: bool = False, train: bool = False,
+            materialize: bool = False, note: Progress | None = None) -> Resolved:
+    """What ``model`` names (see the module docstring). ``train`` and ``fx`` ask for the torch
+    module of a zoo model; ``materialize`` builds torch models with real (seeded) weights."""
+    note = note or (lambda _m: None)
+    if isinstance(model, (str, os.PathLike)):
+        text = os.fspath(model)
+        if text.startswith(ZOO_PREFIX):
+            return _zoo(text[len(ZOO_PREFIX):], bindings, fx or train, materialize, note)
+        if ".py:" in text:
+            return _file_class(text, bindings, materialize, note)
+        path = Path(text)
+        if path.is_dir():
+            raise GraphcostError(f"{path}: is a directory, not a model file")
+        if not path.is_file():
+            raise GraphcostError(f"{path}: no such file")
+        if text.endswith(".pt2"):
+            from graphcost.analyzer.frontends.pt2 import load_pt2
+            note(f"reading {path.name}")
+            return Resolved("program", path.name, program=load_pt2(path))
+        from graphcost.analyzer.frontends.onnx_frontend import load_model
+        note(f"reading {path.name}")
+        return _onnx(load_model(path), path.name, bindings, path)
+    if _is_torch(model):
+        import torch
+        if isinstance(model, torch.export.ExportedProgram):
+            return Resolved("program", "ExportedProgram", program=model)
+        return _module(model, example_inputs, bindings, type(model).__name__)
+    import onnx
+    if isinstance(model, onnx.ModelProto):
+        return _onnx(model, model.graph.name or "model", bindings, None)
+    raise GraphcostError(f"cannot analyze a {type(model).__name__}: pass an ONNX path, "
+                         "'zoo:NAME', 'file.py:Class', an onnx.ModelProto, an ExportedProgram, "
+                         "an fx.GraphModule or an nn.Module")
+
+
+def _onnx(proto, name: str, b: Bindings, path: Path | None) -> Resolved:
+    if b.input_dtypes:
+        from graphcost.analyzer.frontends.onnx_frontend import DTYPE
+        _same_dtypes(b.input_dtypes, {vi.name: DTYPE.get(vi.type.tensor_type.elem_type, "?")
+                                      for vi in proto.graph.input}, name)
+    return Resolved("onnx", name, onnx=proto, path=path, dims=dict(b.dims),
+                    input_shapes=dict(b.input_shapes))
+
+
+def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
+         note: Progress) -> Resolved:
+    try:
+        from graphcost import models_zoo
+    except ImportError as exc:  # pragma: no cover - an install without torch
+        raise GraphcostError(f"the model zoo needs torch: {exc}") from None
+    if name not in models_zoo.MODELS:
+        raise GraphcostError(f"no zoo model {name!r}; known: "
+                             + ", ".join(sorted(models_zoo.MODELS)))
+    spec = models_zoo.get(name)
+    if b.input_dtypes:
+        _same_dtypes(b.input_dtypes, {k: str(v).removeprefix("torch.")
+                                      for k, v in spec.input_dtypes.items()}, f"zoo:{name}")
+    ranges = {k: tuple(v) for k, v in spec.int_ranges.items()}
+    dims = {**models_zoo.default_dims(name), **b.dims}
+    if spec.meta_only and materialize:
+        raise GraphcostError(f"zoo:{name} is never materialized (meta device only): verify "
+                             "runs the model for real; pick a model that fits in memory")
+    if not (torch_module or spec.meta_only):
+        note(f"exporting zoo:{name} to ONNX (cached)")
+        try:
+            path = Path(models_zoo.cached_export(name))
+        except models_zoo.ZooExportError as exc:
+            raise GraphcostError(str(exc)) from None
+        from graphcost.analyzer.frontends.onnx_frontend import load_model
+        return Resolved("onnx", f"zoo:{name}", onnx=load_model(path), path=path,
+                        dims={} if b.input_shapes else dims,
+                        input_shapes=dict(b.input_shapes), int_ranges=ranges)
+    try:
+        shapes = dict(b.input_shapes or models_zoo.input_shapes(name, b.batch or 1, **{
+            k: v for k, v in dims.items() if k != "batch"}))
+    except TypeError as exc:
+        raise GraphcostError(f"zoo:{name}: {exc}") from None
+    if b.input_shapes and b.batch is not None:
+        shapes = {k: (b.batch, *v[1:]) for k, v in shapes.items()}
+    from graphcost.analyzer.frontends.torch_capture import make_fakes, real_inputs
+    if materialize:
+        module = models_zoo.build_model(name)
+        inputs = real_inputs(shapes, spec.input_dtypes, ranges)
+    else:
+        import torch
+        note(f"building zoo:{name} on the meta device")
+        with torch.device("meta"):
+            module = spec.build().eval()
+        inputs = make_fakes(module, shapes, spec.input_dtypes)
+    # zoo input names need not be forward's argument names: they are passed in order
+    return Resolved("torch", f"zoo:{name}", module=module, inputs=tuple(inputs.values()),
+                    dims=dims, int_ranges=ranges)
+
+
+def _file_class(spec: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
+    from graphcost.analyzer.frontends.torch_capture import (build_on_meta, build_seeded,
+                                                            fake_inputs, load_class,
+                                                            real_inputs)
+    if not b.input_shapes:
+        raise GraphcostError(f"{spec}: pass the input sizes, e.g. --input-shape x=1x3x224x224")
+    note(f"importing {spec}")
+    cls, cls_name = load_class(spec)
+    module = build_seeded(cls, cls_name) if materialize else build_on_meta(cls, cls_name)
+    shapes = _batched(b)
+    fakes = fake_inputs(module, shapes, b.input_dtypes)  # checks the names against forward
+    if materialize:
+        fakes = real_inputs(shapes, {k: v.dtype for k, v in fakes.items()}, {})
+    return Resolved("torch", cls_name, module=module, kwargs=fakes)
+
+
+def _module(model, example_inputs, b: Bindings, name: str) -> Resolved:
+    from graphcost.analyzer.frontends.torch_capture import fake_inputs
+    if example_inputs is not None:
+        if b.batch is not None:
+            raise GraphcostError("batch= applies to input_shapes; with example_inputs the "
+                                 "batch is the inputs' own")
+        args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
+            else (example_inputs,)
+        return Resolved("torch", name, module=model, inputs=args)
+    if not b.input_shapes:
+        raise GraphcostError(f"{name}: pass example_inputs or input_shapes")
+    return Resolved("torch", name, module=model,
+                    kwargs=fake_inputs(model, _batched(b), b.input_dtypes))
+
+
+def _batched(b: Bindings) -> dict[str, tuple[int, ...]]:
+    shapes = {k: tuple(v) for k, v in b.input_shapes.items()}
+    if b.batch is not None:
+        shapes = {k: (b.batch, *v[1:]) if v else v for k, v in shapes.items()}
+    return shapes
+
+
+def _same_dtypes(asked: Mapping[str, Any], declared: Mapping[str, str], model: str) -> None:
+    """A dtype the model would reject is refused: a zoo model's or an ONNX graph's input
+    types are the model's own."""
+    for name, dtype in asked.items():
+        want = str(dtype).removeprefix("torch.")
+        have = declared.get(name)
+        if have is None:
+            raise GraphcostError(f"--input-dtype {name}: {model} has no input {name!r}; its "
+                                 f"inputs: {', '.join(declared)}")
+        if want != have:
+            raise GraphcostError(f"--input-dtype {name}={want}: {model} declares {name} as "
+                                 f"{have}; it would reject a {want} input")
