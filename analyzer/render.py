@@ -152,7 +152,7 @@ def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
                       f"recompute {human(ck.recompute_flops)} FLOPs "
                       f"({ck.recompute_pct:.1f}% of the step)"]
                  + ([f"budget {human_bytes(ck.budget_bytes)}"] if ck.budget_bytes else [])
-                 + ([note] if note else []))]
+                 + ([f"— {note}"] if note else []))]
     return out
 
 

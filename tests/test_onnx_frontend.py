@@ -173,3 +173,15 @@ def test_onnx_path_does_not_import_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_onnx_module_tree_is_the_torch_tree():
+    # '/layer2/layer2.0/downsample/downsample.0/Conv' is layer2 → 0 → downsample → 0
+    from graphcost.analyzer.frontends.onnx_frontend import module_path
+    assert module_path("/layer2/layer2.0/downsample/downsample.0/Conv") == \
+        "layer2.0.downsample.0"
+    assert module_path("/layer1/layer1.0/conv1/Conv") == "layer1.0.conv1"
+    onnx_paths = {m.path for m in analyze("zoo:resnet18").modules}
+    fx_paths = {m.path for m in analyze("zoo:resnet18", zoo_exporter="fx").modules}
+    # the exporter names a module's second call "relu_1": the only difference
+    assert {p for p in onnx_paths if not p.endswith("relu_1")} == fx_paths

@@ -236,21 +236,22 @@ def _same_shape(op: str) -> bool:
 def module_path(node_name: str) -> str:
     """The torch module path in an exporter's node name.
 
-    '/layer1/layer1.0/conv1/Conv' -> 'layer1.0.conv1' (a child's component repeats its
-    parent's path: 'layer1.0' under 'layer1'); names without '/' carry none.
+    Exporters write one name component per module, the module's attribute name, except that
+    a container's child is written with its parent's name in front: '/layer1/layer1.0/conv1/
+    Conv' is layer1 → its child 0 → conv1 = 'layer1.0.conv1', and '/layer1/layer1.0/downsample/
+    downsample.0/Conv' is 'layer1.0.downsample.0'. Names without '/' carry none.
     """
     if not node_name.startswith("/"):
         return ""
-    parts = node_name.strip("/").split("/")[:-1]
-    path = ""
-    for part in parts:
-        if path and part.startswith(path + "."):
-            path = part
-        elif path:
-            path = f"{path}.{part}"
+    path: list[str] = []
+    previous = ""
+    for part in node_name.strip("/").split("/")[:-1]:
+        if previous and part.startswith(previous + "."):
+            path.append(part[len(previous) + 1:])  # the child, named with its parent's name
         else:
-            path = part
-    return path
+            path.append(part)
+        previous = part
+    return ".".join(path)
 
 
 class _Lowering:

@@ -1,0 +1,108 @@
+"""The report as a user reads it: the terminal view fits the terminal, numbers are never cut,
+every figure says what it includes, and savers that cannot help say why (issue #13)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+GRAPHCOST = shutil.which("graphcost")
+pytestmark = pytest.mark.skipif(GRAPHCOST is None, reason="graphcost is not installed")
+UNIT = re.compile(r"^\s*(B|KiB|MiB|GiB|TiB|FLOPs|ms|µs|s)\b")
+
+
+def run(*args, columns: int | None = None, rc: int = 0) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("COLUMNS", None)
+    if columns:
+        env["COLUMNS"] = str(columns)
+    p = subprocess.run([GRAPHCOST, *map(str, args)], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert p.returncode == rc, (p.returncode, p.stderr[-1500:])
+    return p
+
+
+@pytest.fixture(scope="module")
+def resnet_json():
+    return json.loads(run("zoo:resnet18", "--format", "json").stdout)
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_table_fits_and_cuts_no_number(width, resnet_json):
+    out = run("zoo:resnet18", "--max-rows", 30, columns=width).stdout
+    lines = out.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= width
+    header = next(line for line in lines if line.startswith("#"))
+    for col in ("node", "op", "shape", "MACs", "FLOPs", "out bytes", "FLOPs %"):
+        assert col in header, (col, header)
+    # every number of the default columns is printed whole (the same text as --wide)
+    wide = run("zoo:resnet18", "--max-rows", 30, "--wide").stdout
+    for i in range(30):
+        row = next(line for line in lines if re.match(rf"{i}\s", line))
+        wide_row = next(line for line in wide.splitlines() if re.match(rf"{i}\s", line))
+        nums = re.findall(r"\d[\d,.]*[KMGT]?(?: [KMGT]?i?B)?\*?", row.split("  ", 1)[1])
+        for num in nums[-4:]:  # MACs, FLOPs, out bytes, share: the right-hand cells
+            assert num in wide_row, (num, row)
+    # the summary wraps between values: no line ends in a number whose unit starts the next
+    for a, b in zip(lines, lines[1:]):
+        assert not (re.search(r"\d$", a.rstrip()) and UNIT.match(b)), (a, b)
+    assert "11,689,512 (44.59 MiB)" in out
+    # one peak, labelled: parameters + buffers + the activation peak (incl. the inputs)
+    t = resnet_json["totals"]
+    assert resnet_json["peak_bytes"] == t["param_bytes"] + t["buffer_bytes"] + \
+        resnet_json["memory"]["peak_bytes"]
+    assert f"{resnet_json['peak_bytes']:,} B" in out and "parameters + buffers" in out
+
+
+def test_wide_and_columns():
+    wide = run("zoo:mnist_net", "--wide", columns=80).stdout
+    assert "input shape(s)" in wide and "R+W" in wide  # every column, natural widths
+    some = run("zoo:mnist_net", "--columns", "name,flops,status").stdout
+    header = next(line for line in some.splitlines() if "FLOPs" in line)
+    assert header.split() == ["node", "FLOPs", "status"]
+    p = run("zoo:mnist_net", "--columns", "name,nope", rc=2)
+    assert "unknown column(s) nope" in p.stderr and p.stderr.count("\n") == 1
+
+
+def test_what_ifs_and_plans_that_cannot_help_say_why():
+    # llama_tiny + Adam peaks in the optimizer step: no activation saver can lower it
+    out = run("zoo:llama_tiny", "--train", "--checkpoint", "sqrt", columns=100).stdout
+    text = " ".join(out.split())
+    assert "in optimizer step (steady state)" in text
+    assert "the plan saves nothing: the peak is in the optimizer step" in text
+    assert "inplace activations: peak 10.42 MiB (saves nothing: the peak is in the optimizer" \
+        in text
+    assert "first step the same (adam state is created inside its step()" in text
+
+
+def test_files_written_are_announced(tmp_path):
+    html = tmp_path / "r.html"
+    p = run("zoo:mnist_net", "--format", "json", "--html", html)
+    assert p.stderr == f"graphcost: wrote HTML report to {html}\n" and html.exists()
+    p = run("zoo:mnist_net", "--html", tmp_path / "y.txt", rc=2)
+    assert ".html" in p.stderr and not (tmp_path / "y.txt").exists()
+
+
+def test_input_dtypes_the_model_rejects_are_refused():
+    p = run("zoo:mnist_net", "--input-dtype", "x=float16", rc=2)
+    assert "declares x as float32" in p.stderr
+
+
+def test_api_errors_speak_the_api(tmp_path):
+    import onnx
+
+    from graphcost import GraphcostError, analyze
+    from tests.onnx_builders import model, node, weight
+    m = model([node("MatMul", ["x", "W"], ["y"])], [("x", ["batch", "seq", 8])],
+              [("y", ["batch", "seq", 4])], inits=[weight("W", 8, 4)])
+    with pytest.raises(GraphcostError, match=r"dims=\{'seq': N\}") as exc:
+        analyze(m, batch=2)
+    assert "--" not in str(exc.value)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    p = run(path, "--batch", 2, rc=2)
+    assert "--dim seq=N" in p.stderr
