@@ -35,7 +35,7 @@ rule("GlobalAveragePool", "ReduceSum", "ReduceMean", "CumSum", "aten.mean.dim",
      "aten.mean.default", "aten.sum.dim_IntList", "aten.cumsum.default",
      "ArgMax", "ArgMin", "aten.argmax.default", "aten.argmin.default", "aten.any.dim",
      "aten.any.default", saves="nothing")(reduce_once)
-rule("GlobalMaxPool", "GlobalLpPool", "ReduceMax", "ReduceMin", "ReduceProd",
+rule("GlobalMaxPool", "GlobalLpPool", "ReduceMax", "ReduceMin", "ReduceProd", "CumProd",
      "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",
      "aten.prod.dim_int", saves="inputs")(reduce_once)
 # torch's adaptive pools: windows of in/out when the sizes divide (receptive fields), else
@@ -54,8 +54,14 @@ def reduce_twice(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.in_numel(0)  # transform (square/abs/exp) + accumulate per element
 
 
+def _topk_bound(v):
+    x = v.shape(0)  # k ≤ the axis length: the outputs at most have the input's shape
+    return [(None, x), ("int64", x)]
+
+
 @rule("TopK", "aten.topk.default", saves="outputs",  # the indices it selected
-      attr_names=AXIS_ATTRS)
+      attr_names=AXIS_ATTRS, bound="k (a tensor, not a constant) as large as the axis",
+      bound_shapes=_topk_bound)
 def topk(op: OpView) -> tuple[int, int]:
     # a heap selection: ≈ log2(k) compares per input element (at least one).
     k = op.out_shape(0)[int(op.attr("axis", -1))]
