@@ -13,6 +13,7 @@ from graphcost.passes.modules import aggregate_modules
 from graphcost.passes.training import plan_checkpoints, training_memory, what_ifs
 from graphcost.passes.params import count_params
 from graphcost.passes.receptive_field import is_cnn, receptive_fields
+from graphcost.passes.roofline import flops_by_dtype
 from graphcost.passes.precision import cast_floats
 from graphcost.passes.shapes import check_shapes
 
@@ -77,7 +78,7 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         rows.append(NodeRow(node.index, node.name, node.op, node.scope, tuple(in_shapes),
                             tuple(out_shapes), params.per_node.get(node.index, 0), out_bytes,
                             c.macs, c.flops, c.bytes_read, c.bytes_written, nc.status,
-                            node.repeat))
+                            node.repeat, nc.bound))
 
     peak_i = live.peak_node
     live_at_peak = tuple(LiveTensor(s.name, s.nbytes) for s in live.live_at(peak_i)) \
@@ -87,11 +88,13 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                     live_at_peak, arena.arena_bytes if arena else None, live.timeline)
     t = costs.totals
     totals = Totals(params.params, params.param_bytes, params.buffers, params.buffer_bytes,
-                    t.macs, t.flops, t.bytes_read, t.bytes_written)
+                    t.macs, t.flops, t.bytes_read, t.bytes_written, params.quant_meta,
+                    params.quant_meta_bytes, dict(params.param_bytes_by_dtype),
+                    flops_by_dtype(graph, costs.nodes))
     by_op = tuple(OpTypeRow(op, cnt, c.macs, c.flops, c.bytes_read, c.bytes_written)
                   for op, (cnt, c) in costs.by_op_type.items())
     coverage = Coverage(len(graph.nodes), costs.covered, dict(costs.unsupported),
-                        dict(costs.unknown_shape))
+                        dict(costs.unknown_shape), dict(costs.bounded))
     warnings = list(graph.warnings)
     if live.unknown:
         warnings.append(f"{len(live.unknown)} activation(s) of unknown size count as 0 bytes "

@@ -126,6 +126,13 @@ def summary_lines(r: Report) -> list[str]:
     if c.unknown_shape:
         lines.append("no shape    " + ", ".join(f"{k}×{v}" for k, v in c.unknown_shape.items())
                      + "  (shapes unknown — not costed)")
+    if c.bounded:
+        lines.append(f"bound       {sum(c.bounded.values())} node(s) costed at an upper bound: "
+                     + ", ".join(f"{k}×{v}" for k, v in c.bounded.items())
+                     + "  (data-dependent sizes or worst-case counts; see each node's bound)")
+    if t.quant_meta:
+        lines.append(f"quant meta  {t.quant_meta:,} scales/zero points "
+                     f"({human_bytes(t.quant_meta_bytes)}), not in params")
     inputs = ("incl." if m.include_inputs else "excl.") + f" inputs, {m.lifetimes} lifetimes"
     lines += [
         f"activations naive sum {human_bytes(m.naive_sum_bytes)} ({m.naive_sum_bytes:,} B, "
@@ -213,6 +220,8 @@ def render_table(r: Report, console, max_rows: int = 500, depth: int | None = No
         cells = _node_cells(n) + [text(n.index) for _, _, text, _ in extra]
         if n.status != "ok":
             cells[2] += f" ({n.status})"
+        elif n.bound:
+            cells[2] += " (upper bound)"
         table.add_row(*cells, style=style)
     if rows:
         console.print(table)
@@ -237,11 +246,12 @@ def render_csv(r: Report) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     extra = extra_columns(r)
-    w.writerow(NODE_COLUMNS + tuple(name for _, name, _, _ in extra))
+    w.writerow(NODE_COLUMNS + tuple(name for _, name, _, _ in extra) + ("upper_bound",))
     for n in r.nodes:
         w.writerow([n.index, n.name, n.op, " ".join(n.input_shapes), " ".join(n.output_shapes),
                     n.params, n.output_bytes, n.macs, n.flops, n.bytes_read, n.bytes_written,
-                    n.bytes_total, n.status] + [raw(n.index) for _, _, _, raw in extra])
+                    n.bytes_total, n.status] + [raw(n.index) for _, _, _, raw in extra]
+                   + [n.bound])
     return buf.getvalue()
 
 
@@ -266,6 +276,7 @@ def render_markdown(r: Report) -> str:
             "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(extra)]
     for n in r.nodes:
         op = n.op if n.status == "ok" else f"{n.op} ({n.status})"
+        op += " (upper bound)" if n.bound else ""
         out.append(f"| {n.index} | {esc(n.name)} | {esc(op)} | {'; '.join(n.input_shapes)} | "
                    f"{'; '.join(n.output_shapes)} | {n.params:,} | {n.output_bytes:,} | "
                    f"{n.macs:,} | {n.flops:,} | {n.bytes_read:,} | {n.bytes_written:,} | "

@@ -21,7 +21,11 @@ CONVENTION = {
                   "read nothing; slices and gathers read only what they select",
     "bytes_written": "bytes of a node's outputs (0 for views)",
     "params": "trainable weights, each counted once however many nodes read it; BatchNorm "
-              "running statistics are buffers",
+              "running statistics are buffers; quantized weights count their logical "
+              "elements, param_bytes their storage, scales and zero points are quant_meta",
+    "bound": "a node whose output size depends on the data (NonZero, NonMaxSuppression, "
+             "TopK with a tensor k …) or whose count is a worst case is costed at an upper "
+             "bound; the node's bound says what it assumes",
     "roofline": "lower-bound time per node on a device: max(FLOPs / peak FLOP/s of the "
                 "node's dtype, (bytes_read + bytes_written) / bandwidth); not a benchmark",
     "receptive_field": "conv/pool chains: input pixels one output element sees (rf), input "
@@ -43,6 +47,10 @@ class Totals:
     flops: int
     bytes_read: int
     bytes_written: int
+    quant_meta: int = 0                  # quantization scales / zero points (elements)
+    quant_meta_bytes: int = 0
+    param_bytes_by_dtype: dict[str, int] = field(default_factory=dict)  # as stored
+    flops_by_dtype: dict[str, int] = field(default_factory=dict)  # by the roofline's rate
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class Coverage:
     covered: int
     unsupported: dict[str, int]      # op -> nodes with no cost rule
     unknown_shape: dict[str, int]    # op -> nodes whose shapes stayed unknown
+    bounded: dict[str, int] = field(default_factory=dict)  # op -> nodes costed at a bound
 
     @property
     def percent(self) -> float:
@@ -108,6 +117,7 @@ class NodeRow:
     bytes_written: int
     status: str                     # ok | unsupported | unknown_shape
     repeat: int = 1
+    bound: str = ""                 # the cost is an upper bound: what it assumes
 
     @property
     def bytes_total(self) -> int:
@@ -263,14 +273,18 @@ class Report:
             "totals": {"params": t.params, "param_bytes": t.param_bytes,
                        "buffers": t.buffers, "buffer_bytes": t.buffer_bytes,
                        "macs": t.macs, "flops": t.flops,
-                       "bytes_read": t.bytes_read, "bytes_written": t.bytes_written},
+                       "bytes_read": t.bytes_read, "bytes_written": t.bytes_written,
+                       "quant_meta": t.quant_meta, "quant_meta_bytes": t.quant_meta_bytes,
+                       "param_bytes_by_dtype": dict(sorted(t.param_bytes_by_dtype.items())),
+                       "flops_by_dtype": dict(sorted(t.flops_by_dtype.items()))},
             "by_op_type": {r.op: {"count": r.count, "macs": r.macs, "flops": r.flops,
                                   "bytes_read": r.bytes_read, "bytes_written": r.bytes_written}
                            for r in self.by_op_type},
             "coverage": {"nodes": c.nodes, "covered": c.covered,
                          "percent": round(c.percent, 2),
                          "unsupported": dict(c.unsupported),
-                         "unknown_shape": dict(c.unknown_shape)},
+                         "unknown_shape": dict(c.unknown_shape),
+                         "bounded": dict(c.bounded)},
             "memory": {"include_inputs": m.include_inputs, "lifetimes": m.lifetimes,
                        "naive_sum_bytes": m.naive_sum_bytes,
                        "peak_bytes": m.peak_bytes, "peak_node": m.peak_node,
@@ -294,7 +308,7 @@ class Report:
                        "params": n.params, "output_bytes": n.output_bytes,
                        "macs": n.macs, "flops": n.flops, "bytes_read": n.bytes_read,
                        "bytes_written": n.bytes_written, "status": n.status,
-                       "repeat": n.repeat} for n in self.nodes],
+                       "repeat": n.repeat, "bound": n.bound or None} for n in self.nodes],
         }
 
     def to_json(self) -> str:

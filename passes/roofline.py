@@ -79,3 +79,14 @@ def roofline(graph: Graph, node_costs, device: Device, *, tf32: bool = False) ->
         out.append(NodeTime(node.index, seconds, intensity, bound, dtype))
     return RooflineResult(tuple(out), compute + memory, compute, memory,
                           tuple(sorted(fallbacks)))
+
+
+def flops_by_dtype(graph: Graph, node_costs) -> dict[str, int]:
+    """FLOPs per arithmetic rate (fp32 | fp16 | bf16 | int8), as ``roofline`` prices them
+    (tf32 off): an int8 model's integer ops land under int8."""
+    out: dict[str, int] = {}
+    for node, nc in zip(graph.nodes, node_costs):
+        if nc.cost.flops:
+            dt = node_dtype(graph, node, nc.cost.macs, False)
+            out[dt] = out.get(dt, 0) + nc.cost.flops
+    return out

@@ -439,6 +439,27 @@ class _Lowering:
                 if self.bounds else ""
             nodes.append(Node(index, name, op, inputs, outputs, attrs_map, module, repeat, why))
 
+    def _scores_body(self, node: onnx.NodeProto, body: onnx.GraphProto) -> onnx.GraphProto:
+        """A FlexAttention modifier with its input bound to the scores (B, Hq, Sq, Sk) and
+        inferred on its own (ONNX's inference leaves the body's values unknown)."""
+        q, k = (self.values.get(node.input[i]) for i in (0, 1))
+        if q is None or k is None or not (q.spec.known and k.spec.known) or not body.input:
+            return body
+        scores = (*q.spec.shape[:3], k.spec.shape[2])
+        g = onnx.GraphProto()
+        g.CopyFrom(body)
+        t = g.input[0].type.tensor_type
+        t.ClearField("shape")
+        for d in scores:
+            t.shape.dim.add().dim_value = d
+        for out in g.output:
+            out.type.tensor_type.ClearField("shape")
+        m = helper.make_model(g, opset_imports=self.model.opset_import)
+        try:
+            return onnx.shape_inference.infer_shapes(m, strict_mode=False).graph
+        except Exception:  # noqa: BLE001 - the body's values stay unknown, as before
+            return body
+
     def _lower_control_flow(self, node: onnx.NodeProto, g: onnx.GraphProto, name: str,
                             repeat: int, module: str) -> None:
         bodies = {a.name: a.g for a in node.attribute if a.type == AttributeProto.GRAPH}
@@ -466,6 +487,8 @@ class _Lowering:
         elif node.op_type == "SequenceMap":
             self.warnings.append(f"SequenceMap {name!r}: the sequence's length is unknown; its "
                                  "body is costed once")
+        if node.op_type == "FlexAttention":
+            bodies = {k: self._scores_body(node, b) for k, b in bodies.items()}
         for key, body in bodies.items():
             self.reader.collect(body, self.specs)
             for vi in body.input:

@@ -102,7 +102,11 @@ zero_cost("Compress", reason="data movement: copies the selected slices", family
 zero_cost("Unique", reason="data movement: copies the distinct elements", family=FAMILY,
           bound="every element (or slice along axis) distinct", bound_shapes=_unique_bound)
 # Selections read only what they select (plus their index inputs).
-zero_cost("Slice", "Split", reason="data movement: reads only the selected elements",
+zero_cost("Slice", reason="data movement: reads only the selected elements",
+          reads="outputs", family=FAMILY,
+          bound="starts/ends (tensors, not constants) select the whole axis",
+          bound_shapes=lambda v: [(None, v.shape(0))])
+zero_cost("Split", reason="data movement: reads only the selected elements",
           reads="outputs", family=FAMILY)
 zero_cost("Gather", "GatherElements", "GatherND",
           reason="data movement: reads the gathered rows and the indices",

@@ -73,9 +73,6 @@ class _Shifted(OpView):
         super().__init__(op.node, op.graph, op._rule)
         self._map = mapping
 
-    def has_input(self, i: int) -> bool:
-        return super().has_input(self._map.get(i, 99))
-
     def in_spec(self, i: int):
         return super().in_spec(self._map.get(i, 99))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from graphcost.passes.costs.registry import OpView, ShapeUnknown, rule, zero_cost
+from graphcost.passes.costs.registry import OpView, rule, zero_cost
 
 
 def _fft(n: int, real: bool) -> int:
@@ -40,8 +40,9 @@ def stft(op: OpView) -> tuple[int, int]:
         n = op.in_shape(2)[0]
     elif op.attr("frame_length") is not None:
         n = int(op.attr("frame_length"))
-    else:
-        raise ShapeUnknown("frame_length (not a constant)")
+    else:  # from the output's bins: N, or N/2 + 1 one-sided (exact for an even N)
+        bins = op.out_shape(0)[2]
+        n = 2 * (bins - 1) if op.attr("onesided", 1) else bins
     real = op.in_shape(0)[-1] == 1
     window = n if op.has_input(2) else 0
     return 0, b * frames * (window + _fft(n, real))
