@@ -57,7 +57,8 @@ def count_params(graph: Graph) -> ParamReport:
         index_pos = r.index_inputs if r is not None else ()
         inputs = [(pos, name, values.get(name) if name else None)
                   for pos, name in enumerate(node.inputs)]
-        from_meta = any(name in meta_values for _, name, _ in inputs)
+        # a plain op (no scale inputs of its own) combining a weight with a scale
+        from_meta = not meta_pos and any(name in meta_values for _, name, _ in inputs)
         for pos, name, v in inputs:
             if v is None or v.kind not in stored:
                 continue

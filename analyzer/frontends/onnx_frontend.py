@@ -384,8 +384,7 @@ class _Lowering:
         undefined = TensorSpec(None, "undefined")
         activation = ValueKind.ACTIVATION
         for node in g.node:
-            op_type = node.op_type
-            domain = onnx_shapes.original_domain(node.domain)
+            domain, op_type = onnx_shapes.original(node.domain, node.op_type)
             if domain == "ai.onnx":
                 domain = ""
             op = op_type if domain == "" else f"{domain}::{op_type}"

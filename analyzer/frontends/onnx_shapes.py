@@ -4,8 +4,8 @@ ONNX's inference knows only the schemas onnx ships. For ops of other domains (co
 Attention, SkipLayerNormalization, MatMulNBits …) a rule's ``shapes`` gives the output types,
 and for ops whose output size depends on the data (NonZero, NonMaxSuppression …) a rule's
 ``bound_shapes`` gives the largest sizes the inputs allow. Either is registered with onnx as the
-inference function of a schema in a private domain (``graphcost.shape.<domain>`` /
-``graphcost.bound.<domain>``), and the nodes of the frontend's skeleton copy are moved into that
+inference function of a schema in a private domain (``graphcost.shape`` / ``graphcost.bound``,
+the op named ``<domain>.<type>``), and the nodes of the frontend's skeleton copy are moved into that
 domain: one C++ inference pass then resolves the op and everything downstream of it, with ONNX's
 data propagation intact. onnx's registry is process-wide, so only private domains are
 registered (a user's own onnx.checker never sees them), each op once.
@@ -25,8 +25,10 @@ from onnx import AttributeProto, TensorProto, defs, helper, numpy_helper
 from graphcost.analyzer.ir import TensorSpec
 from graphcost.passes.costs import lookup
 
-SHAPE_PREFIX = "graphcost.shape."
-BOUND_PREFIX = "graphcost.bound."
+# Private domains; a private op is named "<its domain>.<its type>": onnx.reference requires op
+# names to be unique across domains, so a second "Attention" schema would break its import.
+SHAPE_DOMAIN = "graphcost.shape"
+BOUND_DOMAIN = "graphcost.bound"
 
 _registered: set[tuple[str, str]] = set()
 _UNKNOWN = TensorSpec(None, "undefined")
@@ -37,13 +39,12 @@ def op_key(domain: str, op_type: str) -> str:
     return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
 
 
-def original_domain(domain: str) -> str:
-    """The node's own domain, for a node this module moved into a private one."""
-    for prefix in (SHAPE_PREFIX, BOUND_PREFIX):
-        if domain.startswith(prefix):
-            d = domain[len(prefix):]
-            return "" if d == "ai.onnx" else d
-    return domain
+def original(domain: str, op_type: str) -> tuple[str, str]:
+    """The node's own (domain, op type), for a node this module moved into a private domain."""
+    if domain in (SHAPE_DOMAIN, BOUND_DOMAIN):
+        d, t = op_type.rsplit(".", 1)
+        return ("" if d == "ai.onnx" else d), t
+    return domain, op_type
 
 
 def _dtype_name(elem: int) -> str | None:
@@ -134,13 +135,14 @@ def _inference(key: str, bound: bool):
     return infer
 
 
-def _register(domain: str, op_type: str, bound: bool) -> str:
-    private = (BOUND_PREFIX if bound else SHAPE_PREFIX) + (domain or "ai.onnx")
-    if (private, op_type) not in _registered:
+def _register(domain: str, op_type: str, bound: bool) -> tuple[str, str]:
+    private = BOUND_DOMAIN if bound else SHAPE_DOMAIN
+    name = f"{domain or 'ai.onnx'}.{op_type}"
+    if (private, name) not in _registered:
         param = defs.OpSchema.FormalParameter
         variadic = defs.OpSchema.FormalParameterOption.Variadic
         schema = defs.OpSchema(
-            op_type, private, 1,
+            name, private, 1,
             inputs=[param("inputs", "T", param_option=variadic, is_homogeneous=False,
                           min_arity=0)],
             outputs=[param("outputs", "T", param_option=variadic, is_homogeneous=False,
@@ -149,8 +151,8 @@ def _register(domain: str, op_type: str, bound: bool) -> str:
         schema.set_type_and_shape_inference_function(
             _inference(op_key(domain, op_type), bound))
         defs.register_schema(schema)
-        _registered.add((private, op_type))
-    return private
+        _registered.add((private, name))
+    return private, name
 
 
 def needs_shapes(node: onnx.NodeProto) -> bool:
@@ -177,7 +179,7 @@ def move_to_shapes(nodes: Iterable[onnx.NodeProto], model: onnx.ModelProto) -> b
     moved = False
     for node in nodes:
         if needs_shapes(node):
-            node.domain = _register(node.domain, node.op_type, bound=False)
+            node.domain, node.op_type = _register(node.domain, node.op_type, bound=False)
             _import(model, node.domain)
             moved = True
         for a in node.attribute:  # control-flow bodies
@@ -187,7 +189,7 @@ def move_to_shapes(nodes: Iterable[onnx.NodeProto], model: onnx.ModelProto) -> b
 
 
 def move_to_bound(node: onnx.NodeProto, model: onnx.ModelProto) -> None:
-    node.domain = _register(node.domain, node.op_type, bound=True)
+    node.domain, node.op_type = _register(node.domain, node.op_type, bound=True)
     _import(model, node.domain)
 
 
