@@ -44,7 +44,7 @@ def _reduce_bound(v):
 
 
 # Reductions whose axes input is not a constant: the output size depends on the data.
-REDUCE_BOUND = dict(bound="axes (a tensor, not a constant) reduce nothing",
+REDUCE_BOUND = dict(bound="axes (a tensor, not a constant) leave the largest output they can",
                     bound_shapes=_reduce_bound)
 # Sums and means spread the gradient back (nothing kept); max/min/prod need their input.
 rule("ReduceSum", "ReduceMean", saves="nothing", **REDUCE_BOUND)(reduce_once)
