@@ -156,12 +156,14 @@ def _register(domain: str, op_type: str, bound: bool) -> tuple[str, str]:
 
 
 def needs_shapes(node: onnx.NodeProto) -> bool:
-    """A node onnx has no schema for (another domain's, or one onnxruntime registers in the
-    ONNX domain), whose rule gives its output types."""
+    """A node whose rule gives its output types where onnx has no schema (another domain's op,
+    or one onnxruntime registers in the ONNX domain) or an ai.onnx.ml schema without inference."""
     r = lookup(op_key(node.domain, node.op_type))
     if _shape_fn(r, bound=False) is None:
         return False
-    return not _has_schema(node.op_type, node.domain)
+    # onnx's ai.onnx.ml schemas infer nothing for several ops: their rules' shapes replace them
+    return (node.domain == "ai.onnx.ml" and r.shapes is not None) or \
+        not _has_schema(node.op_type, node.domain)
 
 
 @lru_cache(maxsize=None)

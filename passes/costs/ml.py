@@ -13,6 +13,43 @@ from typing import Sequence
 
 from graphcost.passes.costs.registry import OpView, rule, zero_cost
 
+# onnx infers no shapes for several ml ops (SVM*, LinearRegressor, Scaler, TreeEnsemble …):
+# these give them (the frontend uses a rule's shapes for every ai.onnx.ml op that has one).
+
+
+def _rows(v):
+    x = v.shape(0)
+    return None if x is None else (1 if len(x) == 1 else x[0])
+
+
+def _labels(v) -> str:
+    return "string" if v.attr("classlabels_strings") else "int64"
+
+
+def _classes(v, default: int = 2) -> int:
+    return len(v.attr("classlabels_int64s") or v.attr("classlabels_ints")
+               or v.attr("classlabels_strings") or ()) or default
+
+
+def _regressor(targets_attr: str):
+    def fn(v):
+        return [("float32", (_rows(v), int(v.attr(targets_attr, 1) or 1)))]
+    return fn
+
+
+def _classifier(v):
+    return [(_labels(v), (_rows(v),)), ("float32", (_rows(v), _classes(v)))]
+
+
+def _linear_classifier_shapes(v):
+    x = v.shape(0)
+    f = x[-1] if x else None
+    c = len(v.attr("coefficients") or ()) // f if isinstance(f, int) and f else None
+    return [(_labels(v), (_rows(v),)), ("float32", (_rows(v), c))]
+
+
+_FLOAT_LIKE = lambda v: [("float32", v.shape(0))]  # noqa: E731
+
 ML = "ai.onnx.ml::"
 FAMILY = "ml"
 # Post transforms per score: softmax (max, subtract, exp, sum, divide: 5), logistic
@@ -29,7 +66,7 @@ def _post(op: OpView) -> int:
     return POST.get(str(op.attr("post_transform", "NONE")), 1)
 
 
-@rule(ML + "LinearClassifier", saves="inputs")
+@rule(ML + "LinearClassifier", saves="inputs", shapes=_linear_classifier_shapes)
 def linear_classifier(op: OpView) -> tuple[int, int]:
     # C scores per sample (C = len(coefficients)/F): N·C·F MACs; intercepts, post transform
     # and the arg-max for the label (1 compare per score).
@@ -39,7 +76,7 @@ def linear_classifier(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + n * c * (1 + _post(op) + 1)
 
 
-@rule(ML + "LinearRegressor", saves="inputs")
+@rule(ML + "LinearRegressor", saves="inputs", shapes=_regressor("targets"))
 def linear_regressor(op: OpView) -> tuple[int, int]:
     n, f = _samples(op)
     t = int(op.attr("targets", 1) or 1)
@@ -47,7 +84,7 @@ def linear_regressor(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + n * t * (1 + _post(op))
 
 
-@rule(ML + "Normalizer", saves="inputs", same_shape=True)
+@rule(ML + "Normalizer", saves="inputs", shapes=_FLOAT_LIKE)
 def normalizer(op: OpView) -> tuple[int, int]:
     # MAX: compare + divide (2); L1: |x|, add, divide (3); L2: square, add, divide (3) and a
     # square root per row.
@@ -64,8 +101,9 @@ def _per_element(k: int):
 
 
 rule(ML + "Binarizer", saves="nothing", same_shape=True)(_per_element(1))  # compare
-rule(ML + "Scaler", saves="nothing", same_shape=True)(_per_element(2))     # (x − offset)·scale
-rule(ML + "Imputer", saves="nothing", same_shape=True)(_per_element(2))    # compare + select
+rule(ML + "Scaler", saves="nothing", shapes=_FLOAT_LIKE)(_per_element(2))  # (x − offset)·scale
+rule(ML + "Imputer", saves="nothing", same_shape=True, shapes=lambda v: [(v.dtype(0), v.shape(0))])(
+    _per_element(2))  # compare + select
 
 KERNEL = {"LINEAR": 0, "POLY": 3, "RBF": 2, "SIGMOID": 3}  # per (sample, support vector):
 # poly (γ·k + c)^d: multiply, add, power; rbf exp(−γ·d²): multiply, exp; sigmoid tanh(γ·k + c)
@@ -88,14 +126,14 @@ def _svm(op: OpView, decision_per_sv: int) -> tuple[int, int]:
     return macs, 2 * macs + extra + n * outs * (1 + _post(op))
 
 
-@rule(ML + "SVMClassifier", saves="inputs")
+@rule(ML + "SVMClassifier", saves="inputs", shapes=_classifier)
 def svm_classifier(op: OpView) -> tuple[int, int]:
     # one rho add, post transform and vote per class score
     classes = len(op.attr("classlabels_ints") or op.attr("classlabels_strings") or ()) or 2
     return _svm(op, classes)
 
 
-@rule(ML + "SVMRegressor", saves="inputs")
+@rule(ML + "SVMRegressor", saves="inputs", shapes=lambda v: [("float32", (_rows(v), 1))])
 def svm_regressor(op: OpView) -> tuple[int, int]:
     return _svm(op, 1)
 
@@ -150,18 +188,19 @@ def _trees(op: OpView, depths: list[int], targets: int) -> tuple[int, int]:
     return 0, n * (sum(depths) + len(depths) * targets) + n * targets * (1 + _post(op))
 
 
-@rule(ML + "TreeEnsembleClassifier", saves="nothing")
+@rule(ML + "TreeEnsembleClassifier", saves="nothing", shapes=_classifier)
 def tree_ensemble_classifier(op: OpView) -> tuple[int, int]:
     classes = len(op.attr("classlabels_int64s") or op.attr("classlabels_strings") or ()) or 1
     return _trees(op, _classic_depths(op), classes)
 
 
-@rule(ML + "TreeEnsembleRegressor", saves="nothing")
+@rule(ML + "TreeEnsembleRegressor", saves="nothing", shapes=_regressor("n_targets"))
 def tree_ensemble_regressor(op: OpView) -> tuple[int, int]:
     return _trees(op, _classic_depths(op), int(op.attr("n_targets", 1) or 1))
 
 
-@rule(ML + "TreeEnsemble", saves="nothing")
+@rule(ML + "TreeEnsemble", saves="nothing",
+      shapes=lambda v: [(v.dtype(0), (_rows(v), int(v.attr("n_targets", 1) or 1)))])
 def tree_ensemble(op: OpView) -> tuple[int, int]:
     return _trees(op, _v5_depths(op), int(op.attr("n_targets", 1) or 1))
 
