@@ -124,7 +124,18 @@ rule(*BINARY_NO_GRAD, *ATEN_NO_GRAD, saves="nothing", rf="pointwise")(_binary)
 @rule("Clip", "aten.clamp.default", "aten.clamp.Tensor", "aten.hardtanh.default",
       config_inputs=(1, 2), saves=(0,), inplace=True, same_shape=True, rf="pointwise")
 def clip(op: OpView) -> tuple[int, int]:
-    return 0, 2 * op.out_numel()  # max then min; the bounds are settings, not weights
+    # one compare per bound given (max with the lower, min with the upper): ONNX passes them
+    # as inputs 1 and 2 (attributes before opset 11, ±inf meaning none), aten.clamp as min /
+    # max arguments (torch's hardswish decomposes into two one-sided clamps), hardtanh always
+    # both. The bounds are settings, not weights.
+    if "min_val" in op.node.attrs:  # hardtanh
+        bounds = 2
+    elif any(k in op.node.attrs for k in ("min", "max")):
+        bounds = sum(1 for k in ("min", "max") if op.attr(k) is not None
+                     and abs(float(op.attr(k))) != float("inf"))
+    else:
+        bounds = sum(1 for i in (1, 2) if op.has_input(i))
+    return 0, bounds * op.out_numel()
 
 
 @rule("PRelu", saves="inputs", same_shape=True, rf="pointwise")

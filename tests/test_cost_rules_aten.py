@@ -1,0 +1,119 @@
+"""The aten table beside the ONNX one (tests/test_cost_rules.py), and ONNX/FX parity.
+
+Each case is a one-op torch module traced through the FX frontend (torch.export, then the core
+ATen decompositions): the expected MACs and FLOPs are worked out by hand in the comment above
+it (conventions in tests/test_cost_rules.py's docstring). The same module exported to ONNX
+(the legacy exporter, opset 17) must give the same MACs and FLOPs: one rule per op, reached
+from either vocabulary, whatever the exporter or the decompositions split the op into.
+"""
+from __future__ import annotations
+
+import io
+
+import onnx
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from graphcost import analyze
+
+
+class SDPA(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+class Op(nn.Module):
+    """A module around one functional op."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def case(id, module, shapes, macs, flops):
+    return pytest.param(module, shapes, macs, flops, id=id)
+
+
+CASES = [
+    # conv 3→8, k3 p1, bias, on 1×3×8×8: 8·8·8 = 512 outputs, each 3·3·3 = 27 MACs
+    # → 13,824 MACs; FLOPs 2·13,824 + 512 bias adds = 28,160
+    case("conv", nn.Conv2d(3, 8, 3, padding=1), [(1, 3, 8, 8)], 13_824, 28_160),
+    # linear 16→32 on 4×16: 128 outputs × 16 = 2,048 MACs; 2·2,048 + 128 bias = 4,224
+    case("linear", nn.Linear(16, 32), [(4, 16)], 2_048, 4_224),
+    # layer norm over 16 with affine on 4×16: 64 elements × (5 + scale + bias) = 448
+    case("layer_norm", nn.LayerNorm(16), [(4, 16)], 0, 448),
+    # eval batch norm folds to x·s + t: 1·8·4·4 = 128 elements × 2 = 256
+    case("batch_norm", nn.BatchNorm2d(8).eval(), [(1, 8, 4, 4)], 0, 256),
+    # relu: 64 elements × 1
+    case("relu", nn.ReLU(), [(1, 64)], 0, 64),
+    # hardswish: x·clamp(x + 3, 0, 6)/6 → add, min, max, mul, div = 5 × 64 = 320
+    case("hardswish", nn.Hardswish(), [(1, 64)], 0, 320),
+    # silu: x·sigmoid(x) → sigmoid 3 + mul 1 = 4 × 64 = 256
+    case("silu", nn.SiLU(), [(1, 64)], 0, 256),
+    # exact gelu: 0.5·x·(1 + erf(x/√2)) → 5 × 64 = 320
+    case("gelu", nn.GELU(), [(1, 64)], 0, 320),
+    # softmax over 16 on 4×16: max, subtract, exp, sum, divide = 5 × 64 = 320
+    case("softmax", Op(lambda x: torch.softmax(x, -1)), [(4, 16)], 0, 320),
+    # max pool k2 s2 on 1×4×8×8 → 1×4×4×4 = 64 outputs × 2·2 window = 256
+    case("max_pool", nn.MaxPool2d(2), [(1, 4, 8, 8)], 0, 256),
+    # average pool: the same window count, 256
+    case("avg_pool", nn.AvgPool2d(2), [(1, 4, 8, 8)], 0, 256),
+    # global average pool: every one of the 1·4·8·8 = 256 inputs added once
+    case("global_avg_pool", nn.AdaptiveAvgPool2d(1), [(1, 4, 8, 8)], 0, 256),
+]
+# SDPA, q k v 1×2×6×4 (B H S D): QKᵀ 2·6·6·4 = 288 MACs + PV 288 = 576 MACs; FLOPs 2·576 +
+# softmax 5 and scale 1 per score (2·6·6 = 72 scores) = 1,152 + 432 = 1,584. The legacy
+# exporter writes attention as MatMul → Softmax → MatMul with √scale applied to q and to kᵀ
+# (48 + 48 multiplies instead of 72 on the scores) and 4 scalar ops computing √scale
+# (Sqrt, Div, Sqrt, Sqrt): 1,584 − 72 + 96 + 4 = 1,612.
+ATTENTION = (SDPA(), [(1, 2, 6, 4)] * 3, 576, 1_584, 1_612)
+
+
+def fx_totals(module, shapes):
+    args = tuple(torch.randn(s) for s in shapes)
+    r = analyze(module, args)
+    assert r.coverage.unsupported == {} and r.coverage.unknown_shape == {}, r.coverage
+    return r.totals.macs, r.totals.flops
+
+
+def onnx_totals(module, shapes):
+    args = tuple(torch.randn(s) for s in shapes)
+    buf = io.BytesIO()
+    torch.onnx.export(module, args, buf, dynamo=False, opset_version=17)
+    r = analyze(onnx.load_from_string(buf.getvalue()))
+    assert r.coverage.unsupported == {} and r.coverage.unknown_shape == {}, r.coverage
+    return r.totals.macs, r.totals.flops
+
+
+@pytest.mark.parametrize("module, shapes, macs, flops", CASES)
+def test_aten_rules_and_onnx_parity(module, shapes, macs, flops):
+    module = module.eval()
+    assert fx_totals(module, shapes) == (macs, flops)
+    assert onnx_totals(module, shapes) == (macs, flops)
+
+
+def test_attention_macs_equal_and_flops_differ_by_the_exporters_scaling():
+    module, shapes, macs, fx_flops, onnx_flops = ATTENTION
+    assert fx_totals(module, shapes) == (macs, fx_flops)
+    assert onnx_totals(module, shapes) == (macs, onnx_flops)
+
+
+def test_decomposed_aten_registration_is_refused():
+    # aten.silu is decomposed into sigmoid and mul before any graph reaches the registry
+    from graphcost.analyzer.frontends.fx_frontend import training_decompositions
+    from graphcost.passes.costs.registry import check_not_decomposed, registered
+    removed = {str(op) for op in training_decompositions()}
+    assert "aten.silu.default" in removed and "aten.silu.default" not in registered()
+    check_not_decomposed(removed - {"aten.detach.default"})  # the registry as it is: fine
+    from graphcost.passes.costs.registry import _REGISTRY, zero_cost
+    zero_cost("aten.silu.default", reason="test")
+    try:
+        with pytest.raises(ValueError, match="aten.silu.default"):
+            check_not_decomposed(removed)
+    finally:
+        del _REGISTRY["aten.silu.default"]
