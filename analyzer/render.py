@@ -246,12 +246,11 @@ def render_csv(r: Report) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     extra = extra_columns(r)
-    w.writerow(NODE_COLUMNS + tuple(name for _, name, _, _ in extra) + ("upper_bound",))
+    w.writerow(NODE_COLUMNS + ("upper_bound",) + tuple(name for _, name, _, _ in extra))
     for n in r.nodes:
         w.writerow([n.index, n.name, n.op, " ".join(n.input_shapes), " ".join(n.output_shapes),
                     n.params, n.output_bytes, n.macs, n.flops, n.bytes_read, n.bytes_written,
-                    n.bytes_total, n.status] + [raw(n.index) for _, _, _, raw in extra]
-                   + [n.bound])
+                    n.bytes_total, n.status, n.bound] + [raw(n.index) for _, _, _, raw in extra])
     return buf.getvalue()
 
 
