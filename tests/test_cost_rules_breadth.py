@@ -318,3 +318,28 @@ def test_quantized_conv_weights_and_int32_bias_are_params():
     assert t.param_bytes_by_dtype == {"int32": 8, "uint8": 18}
     assert (t.quant_meta, t.quant_meta_bytes) == (6, 15)
     assert t.flops_by_dtype == {"int8": 226}  # uint8 inputs: priced at the int8 rate
+
+
+def test_every_onnx_schema_has_a_rule():
+    # every op of the default domain, ai.onnx.ml, ai.onnx.preview(.training), at every opset
+    # the installed onnx knows
+    from onnx import defs
+
+    from graphcost.analyzer.frontends.onnx_shapes import op_key
+    from graphcost.passes.costs import lookup
+    names = {op_key(s.domain, s.name) for s in defs.get_all_schemas_with_history()}
+    assert not sorted(n for n in names if lookup(n) is None)
+
+
+ISSUE_CONTRIB = """Attention MultiHeadAttention GroupQueryAttention RotaryEmbedding
+SkipLayerNormalization SkipSimplifiedLayerNormalization SimplifiedLayerNormalization
+EmbedLayerNormalization FastGelu BiasGelu Gelu QuickGelu BiasAdd MatMulNBits MatMulIntegerToFloat
+DynamicQuantizeMatMul GatherBlockQuantized QLinearAdd QLinearMul QLinearSigmoid QLinearConcat
+QLinearGlobalAveragePool QLinearSoftmax""".split()
+
+
+@pytest.mark.parametrize("op", ISSUE_CONTRIB)
+def test_contrib_op_has_a_rule_with_shapes(op):
+    from graphcost.passes.costs import lookup
+    r = lookup(f"com.microsoft::{op}")
+    assert r is not None and (r.shapes is not None or r.same_shape)
