@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphcost.analyzer.api import analyze, load_graph
+from graphcost.analyzer.html_report import html_report
 from graphcost.analyzer.render import render_csv, render_markdown, summary_lines
 from graphcost.analyzer.verify import verify_onnx
 
@@ -61,6 +62,7 @@ def test_bound_is_marked_in_every_format():
     assert render_markdown(r).count("(upper bound)") == 2
     assert any(line.startswith("bound       2 node(s) costed at an upper bound")
                for line in summary_lines(r))
+    assert html_report(r).count("(upper bound)") >= 2
 
 
 def test_an_exact_size_is_not_a_bound():

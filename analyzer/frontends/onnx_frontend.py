@@ -120,26 +120,10 @@ class SpecReader:
                 into[vi.name] = self(vi.type)
 
 
-def _tensor_type(tp: onnx.TypeProto) -> onnx.TypeProto | None:
-    """The tensor type of a tensor or of an optional tensor, else None."""
-    if tp.HasField("tensor_type"):
-        return tp
-    if tp.HasField("optional_type") and tp.optional_type.elem_type.HasField("tensor_type"):
-        return tp.optional_type.elem_type
-    return None
-
-
-def _is_handle(tp: onnx.TypeProto) -> bool:
-    """A sequence or map (or an optional one): held in the IR as a 0-byte handle."""
-    if tp.HasField("optional_type"):
-        tp = tp.optional_type.elem_type
-    return tp.HasField("sequence_type") or tp.HasField("map_type")
-
-
 def _type_spec(tp: onnx.TypeProto) -> TensorSpec:
-    tensor = _tensor_type(tp)
+    tensor = onnx_shapes.tensor_type(tp)
     if tensor is None:
-        if _is_handle(tp):
+        if onnx_shapes.is_handle(tp):
             inner = tp.optional_type.elem_type if tp.HasField("optional_type") else tp
             return TensorSpec((), "sequence" if inner.HasField("sequence_type") else "map")
         return TensorSpec(None, "undefined")
@@ -183,9 +167,9 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     feeds = [vi for vi in g.input if vi.name not in init_names]
     raw = []
     for vi in feeds:
-        tensor = _tensor_type(vi.type)
+        tensor = onnx_shapes.tensor_type(vi.type)
         if tensor is None:
-            if _is_handle(vi.type):  # a sequence or map: nothing to bind (HANDLE_DTYPES)
+            if onnx_shapes.is_handle(vi.type):  # a sequence or map: nothing to bind (HANDLE_DTYPES)
                 continue
             raise GraphcostError(f"input {vi.name!r} is neither a tensor, a sequence, a map nor "
                                  "an optional of one: not supported")
@@ -216,7 +200,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         if vi.name not in bound:  # a sequence or map handle: as declared
             sg.input.append(vi)
             continue
-        tp = helper.make_tensor_type_proto(_tensor_type(vi.type).tensor_type.elem_type,
+        tp = helper.make_tensor_type_proto(onnx_shapes.tensor_type(vi.type).tensor_type.elem_type,
                                           bound[vi.name])
         if vi.type.HasField("optional_type"):
             tp = helper.make_optional_type_proto(tp)
@@ -323,7 +307,7 @@ class _Lowering:
             self.values[name] = Value(name, TensorSpec(shape, dtype), kind)
         inputs = []
         for vi in g.input:
-            if vi.name in self.bound or (vi.name not in self.values and _is_handle(vi.type)):
+            if vi.name in self.bound or (vi.name not in self.values and onnx_shapes.is_handle(vi.type)):
                 inputs.append(vi.name)
                 self.values[vi.name] = Value(vi.name, self.reader(vi.type), ValueKind.INPUT)
         self._lower_graph(g, scope="", repeat=1)
@@ -438,27 +422,6 @@ class _Lowering:
                 if self.bounds else ""
             nodes.append(Node(index, name, op, inputs, outputs, attrs_map, module, repeat, why))
 
-    def _scores_body(self, node: onnx.NodeProto, body: onnx.GraphProto) -> onnx.GraphProto:
-        """A FlexAttention modifier with its input bound to the scores (B, Hq, Sq, Sk) and
-        inferred on its own (ONNX's inference leaves the body's values unknown)."""
-        q, k = (self.values.get(node.input[i]) for i in (0, 1))
-        if q is None or k is None or not (q.spec.known and k.spec.known) or not body.input:
-            return body
-        scores = (*q.spec.shape[:3], k.spec.shape[2])
-        g = onnx.GraphProto()
-        g.CopyFrom(body)
-        t = g.input[0].type.tensor_type
-        t.ClearField("shape")
-        for d in scores:
-            t.shape.dim.add().dim_value = d
-        for out in g.output:
-            out.type.tensor_type.ClearField("shape")
-        m = helper.make_model(g, opset_imports=self.model.opset_import)
-        try:
-            return onnx.shape_inference.infer_shapes(m, strict_mode=False).graph
-        except Exception:  # noqa: BLE001 - the body's values stay unknown, as before
-            return body
-
     def _lower_control_flow(self, node: onnx.NodeProto, g: onnx.GraphProto, name: str,
                             repeat: int, module: str) -> None:
         bodies = {a.name: a.g for a in node.attribute if a.type == AttributeProto.GRAPH}
@@ -487,7 +450,8 @@ class _Lowering:
             self.warnings.append(f"SequenceMap {name!r}: the sequence's length is unknown; its "
                                  "body is costed once")
         if node.op_type == "FlexAttention":
-            bodies = {k: self._scores_body(node, b) for k, b in bodies.items()}
+            bodies = {k: onnx_shapes.scores_body(node, b, self.values, self.model.opset_import)
+                      for k, b in bodies.items()}
         for key, body in bodies.items():
             self.reader.collect(body, self.specs)
             for vi in body.input:

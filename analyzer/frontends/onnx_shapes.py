@@ -237,3 +237,41 @@ def bound_data_dependent(sk: onnx.ModelProto, specs: dict[str, TensorSpec], read
             why[out] = f"upper bound: size follows from the bound at {origin!r}"
     specs.update({k: v for k, v in again.items() if v.known or k not in specs})
     return why
+
+
+def tensor_type(tp: onnx.TypeProto) -> onnx.TypeProto | None:
+    """The tensor type of a tensor or of an optional tensor, else None."""
+    if tp.HasField("tensor_type"):
+        return tp
+    if tp.HasField("optional_type") and tp.optional_type.elem_type.HasField("tensor_type"):
+        return tp.optional_type.elem_type
+    return None
+
+
+def is_handle(tp: onnx.TypeProto) -> bool:
+    """A sequence or map (or an optional one): held in the IR as a 0-byte handle."""
+    if tp.HasField("optional_type"):
+        tp = tp.optional_type.elem_type
+    return tp.HasField("sequence_type") or tp.HasField("map_type")
+
+
+def scores_body(node: onnx.NodeProto, body: onnx.GraphProto, values, opsets) -> onnx.GraphProto:
+    """A FlexAttention modifier with its input bound to the scores (B, Hq, Sq, Sk) and
+    inferred on its own (ONNX's inference leaves the body's values unknown)."""
+    q, k = (values.get(node.input[i]) for i in (0, 1))
+    if q is None or k is None or not (q.spec.known and k.spec.known) or not body.input:
+        return body
+    scores = (*q.spec.shape[:3], k.spec.shape[2])
+    g = onnx.GraphProto()
+    g.CopyFrom(body)
+    t = g.input[0].type.tensor_type
+    t.ClearField("shape")
+    for d in scores:
+        t.shape.dim.add().dim_value = d
+    for out in g.output:
+        out.type.tensor_type.ClearField("shape")
+    m = helper.make_model(g, opset_imports=opsets)
+    try:
+        return onnx.shape_inference.infer_shapes(m, strict_mode=False).graph
+    except Exception:  # noqa: BLE001 - the body's values stay unknown, as before
+        return body
