@@ -214,7 +214,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             train: bool = False, optimizer: str = "adam",
             checkpoint: Mapping[str, Any] | None = None, precision: str = "fp32",
             device: Any = None, tf32: bool = False, overhead: Any = None,
-            what_ifs: bool = True) -> Report:
+            what_if: bool = True) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -227,10 +227,10 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     ``{"names": [...]}``, ``{"every": N}``, ``{"sqrt": True}`` or ``{"budget": BYTES}`` (the
     plan with the least recompute that fits); ``precision`` fp16-mixed / bf16-mixed (training)
     analyzes half-precision weights, activations and gradients with fp32 master weights and
-    optimizer state. ``device`` (a name such as "a100-40gb" or an analyzer.devices.Device)
+    optimizer state. ``device`` (a name such as "a100-40gb" or a passes.roofline.DeviceRates)
     adds the roofline time per node and whether the memory fits with ``overhead``
-    (analyzer.devices.Overhead); ``tf32`` uses the TF32 rate for fp32 matmuls.
-    ``what_ifs=False`` skips the training what-ifs (each re-runs the training passes). Raises
+    (passes.roofline.Overhead); ``tf32`` uses the TF32 rate for fp32 matmuls.
+    ``what_if=False`` skips the training what-ifs (each re-runs the training passes). Raises
     GraphcostError.
     """
     from graphcost.analyzer.pipeline import run_passes
@@ -253,7 +253,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
                           lifetimes=lifetimes, optimizer=optimizer if train else None,
                           checkpoint=dict(checkpoint) if checkpoint else None,
                           precision=precision, device=_device(device), tf32=tf32,
-                          overhead=overhead, savers=what_ifs)
+                          overhead=overhead, what_if=what_if)
     finally:
         if was_enabled:
             gc.enable()

@@ -119,6 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write a self-contained HTML report (no network access needed)")
     p.add_argument("--max-rows", type=int, default=500,
                    help="node rows in the table format (0 = all; default 500)")
+    p.add_argument("--columns", metavar="NAME,…",
+                   help="the node table's columns (table format), e.g. name,op,macs,flops; "
+                        "names: index, name, op, input_shapes, output_shapes, params, macs, "
+                        "flops, output_bytes, bytes_read, bytes_written, bytes_total, share, "
+                        "status, and receptive_field, jump, start, roofline_seconds, "
+                        "intensity, bound when the report has them")
+    p.add_argument("--wide", action="store_true",
+                   help="table format: every column at full width instead of fitting the "
+                        "terminal")
     return p
 
 
@@ -249,21 +258,23 @@ def _run(args) -> int:
         if args.plot.lower().endswith(".png"):
             from graphcost.analyzer.plot_png import require_matplotlib
             require_matplotlib()  # a missing extra fails now, not after the analysis
+    if args.html is not None and not args.html.lower().endswith((".html", ".htm")):
+        raise GraphcostError(f"--html {args.html}: the HTML report is written to a .html file")
     if args.max_batch:
         return _max_batch(args)
     report = run_analysis(args.model, args)
 
     from graphcost.analyzer import render
     if args.format == "table":
-        from rich.console import Console
+        columns = _columns(args, report)
         if args.output:
             with open(args.output, "w", encoding="utf-8") as fh:
-                render.render_table(report, Console(file=fh, width=200), args.max_rows,
-                                    args.depth)
+                render.render_table(report, _console(fh, None), args.max_rows, args.depth,
+                                    columns=columns, wide=args.wide)
         else:
-            # piped output gets a wide console instead of rich's 80-column default
-            render.render_table(report, Console(width=None if sys.stdout.isatty() else 200),
-                                args.max_rows, args.depth)
+            width = terminal_width()
+            render.render_table(report, _console(sys.stdout, width), args.max_rows, args.depth,
+                                columns=columns, wide=args.wide, width=width)
     else:
         text = {"json": report.to_json, "csv": lambda: render.render_csv(report),
                 "markdown": lambda: render.render_markdown(report)}[args.format]()
@@ -274,12 +285,15 @@ def _run(args) -> int:
     if args.html:
         from graphcost.analyzer.html_report import html_report
         Path(args.html).write_text(html_report(report), encoding="utf-8")
+        wrote(args.html, "HTML report")
     if args.plot and args.plot.lower().endswith(".png"):
         from graphcost.analyzer.plot_png import timeline_png
         timeline_png(report, args.plot)
+        wrote(args.plot, "memory timeline")
     elif args.plot:
         from graphcost.analyzer.plot import timeline_svg
         Path(args.plot).write_text(timeline_svg(report), encoding="utf-8")
+        wrote(args.plot, "memory timeline")
     c = report.coverage
     if args.strict and (c.unsupported or c.unknown_shape):
         missing = dict(c.unsupported, **c.unknown_shape)
@@ -287,6 +301,42 @@ def _run(args) -> int:
                          + ", ".join(f"{k}×{v}" for k, v in sorted(missing.items())) + "\n")
         return EXIT_INCOMPLETE
     return EXIT_OK
+
+
+def terminal_width() -> int | None:
+    """The width the table view fits: the terminal's, else $COLUMNS, else none (a pipe or a
+    file gets every column at its natural width)."""
+    import shutil
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    cols = os.environ.get("COLUMNS", "")
+    return int(cols) if cols.isdigit() and int(cols) > 0 else None
+
+
+def _console(file, width: int | None):
+    from rich.console import Console
+    # a console wider than any table: the tables fit ``width`` themselves, and rich must not
+    # re-wrap what they already laid out
+    return Console(file=file, width=max(width or 0, 10_000), soft_wrap=False,
+                   force_terminal=file is sys.stdout and sys.stdout.isatty())
+
+
+def _columns(args, report) -> list[str] | None:
+    if not args.columns:
+        return None
+    from graphcost.analyzer.render import column_names
+    known = column_names(report)
+    names = [c.strip() for c in args.columns.split(",") if c.strip()]
+    bad = [c for c in names if c not in known]
+    if bad or not names:
+        raise GraphcostError(f"--columns: unknown column(s) {', '.join(bad) or '(none given)'}; "
+                             f"known: {', '.join(known)}")
+    return names
+
+
+def wrote(path: str, what: str) -> None:
+    """Say where a file was written (stderr: stdout stays the report)."""
+    sys.stderr.write(f"graphcost: wrote {what} to {path}\n")
 
 
 def _max_batch(args) -> int:
@@ -297,7 +347,7 @@ def _max_batch(args) -> int:
         raise GraphcostError("--max-batch searches the batch: leave out --batch")
     if not (args.device or args.device_spec):
         raise GraphcostError("--max-batch needs --device NAME or --device-spec")
-    result = max_batch(lambda b: run_analysis(args.model, args, batch=b, what_ifs=False))
+    result = max_batch(lambda b: run_analysis(args.model, args, batch=b, what_if=False))
     if args.format == "json":
         import json
         text = json.dumps({"schema_version": 1, "kind": "max_batch", "model": args.model,

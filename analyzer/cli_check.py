@@ -12,7 +12,7 @@ from pathlib import Path
 
 from graphcost.analyzer.cli import _Parser, add_model_args, refuse_overwrite, run_analysis
 from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.render import human, human_bytes, human_time
+from graphcost.analyzer.units import human, human_bytes, human_time
 from graphcost.analyzer.units import parse_count, parse_size, parse_time
 
 EXIT_PASS, EXIT_OVER = 0, 1
@@ -92,9 +92,7 @@ def _limits(args) -> list[tuple[str, float, str]]:
 
 def evaluate(report, limits) -> list[Check]:
     t, m = report.totals, report.memory
-    peak = report.training.peak_bytes if report.training else \
-        t.param_bytes + t.buffer_bytes + m.peak_bytes
-    values = {"peak memory": peak, "activation peak": m.peak_bytes, "params": t.params,
+    values = {"peak memory": report.peak_bytes, "activation peak": m.peak_bytes, "params": t.params,
               "MACs": t.macs, "FLOPs": t.flops, "coverage": report.coverage.percent,
               "latency (roofline)": report.roofline.total_seconds if report.roofline else None}
     checks = []

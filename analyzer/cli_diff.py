@@ -18,7 +18,7 @@ from graphcost.analyzer.cli import (
     run_analysis,
 )
 from graphcost.analyzer.diff import Change, ReportDiff, diff_reports
-from graphcost.analyzer.render import human, human_bytes
+from graphcost.analyzer.units import human, human_bytes
 
 
 def build_parser() -> _Parser:

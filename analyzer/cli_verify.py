@@ -67,7 +67,7 @@ def run(args) -> int:
 
 
 def _b(n: int | None) -> str:
-    from graphcost.analyzer.render import human_bytes
+    from graphcost.analyzer.units import human_bytes
     if n is None:
         return "—"
     return human_bytes(n) if n < 1024 else f"{human_bytes(n)} ({n:,} B)"
@@ -78,7 +78,7 @@ def _pct(x: float | None) -> str:
 
 
 def _t(seconds: float) -> str:
-    from graphcost.analyzer.render import human_time
+    from graphcost.analyzer.units import human_time
     return human_time(seconds)
 
 

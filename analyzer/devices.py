@@ -9,39 +9,25 @@ the design documents' 10.6 TFLOP/s.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.units import parse_rate, parse_size
+from graphcost.passes.roofline import DTYPES, DeviceRates, Overhead  # noqa: F401  (the values)
 
-DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")
 T, GB, GiB = 1e12, 1e9, 1 << 30
 
 
-@dataclass(frozen=True)
-class Device:
-    name: str
-    label: str
-    peak_flops: Mapping[str, float | None]   # FLOP/s (int8: OP/s) for each of DTYPES
-    bandwidth: float                          # bytes/s
-    memory: int                               # bytes
-
-    def peak(self, dtype: str) -> float:
-        """The rate for ``dtype``, falling back to fp32 where the device has no fast path."""
-        return self.peak_flops.get(dtype) or self.peak_flops["fp32"]
-
-
-def _dev(name, label, fp32, tf32, fp16, bf16, int8, bandwidth_gbs, memory_gib) -> Device:
+def _dev(name, label, fp32, tf32, fp16, bf16, int8, bandwidth_gbs, memory_gib) -> DeviceRates:
     rates = {"fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": bf16, "int8": int8}
-    return Device(name, label, MappingProxyType({k: v * T if v else None
+    return DeviceRates(name, label, MappingProxyType({k: v * T if v else None
                                                  for k, v in rates.items()}),
                   bandwidth_gbs * GB, int(memory_gib * GiB))
 
 
 # name, label, TFLOP/s fp32, tf32, fp16, bf16, TOP/s int8, GB/s, GiB
-DEVICES: Mapping[str, Device] = MappingProxyType({d.name: d for d in (
+DEVICES: Mapping[str, DeviceRates] = MappingProxyType({d.name: d for d in (
     _dev("gtx1080ti", "NVIDIA GeForce GTX 1080 Ti", 10.6, None, None, None, 42.4, 484, 11),
     _dev("v100", "NVIDIA V100 SXM2 32GB", 15.7, None, 125, None, 62.8, 900, 32),
     _dev("t4", "NVIDIA T4", 8.1, None, 65, None, 130, 320, 16),
@@ -55,7 +41,7 @@ DEVICES: Mapping[str, Device] = MappingProxyType({d.name: d for d in (
 )})
 
 
-def get_device(name: str) -> Device:
+def get_device(name: str) -> DeviceRates:
     key = name.strip().lower()
     if key in DEVICES:
         return DEVICES[key]
@@ -65,7 +51,7 @@ def get_device(name: str) -> Device:
                          "describe one with --device-spec flops=…,bandwidth=…,memory=…")
 
 
-def parse_device_spec(text: str) -> Device:
+def parse_device_spec(text: str) -> DeviceRates:
     """``flops=19.5T,bandwidth=1555G,memory=40GiB`` (flops in FLOP/s and bandwidth in bytes/s
     take SI suffixes K/M/G/T/P; memory is a size like 40GiB, 4GB, 4e9). Optional per-dtype
     rates: ``fp16=312T`` etc.; ``flops`` is the fp32 rate."""
@@ -87,25 +73,9 @@ def parse_device_spec(text: str) -> Device:
     rates = {d: parse_rate(fields[d], f"--device-spec {d}") if d in fields else None
              for d in DTYPES}
     rates["fp32"] = parse_rate(fields["flops"], "--device-spec flops")
-    return Device(fields.get("name", "custom"), f"custom ({text})", MappingProxyType(rates),
+    return DeviceRates(fields.get("name", "custom"), f"custom ({text})", MappingProxyType(rates),
                   parse_rate(fields["bandwidth"], "--device-spec bandwidth"),
                   parse_size(fields["memory"], "--device-spec memory"))
-
-
-@dataclass(frozen=True)
-class Overhead:
-    """What a real process needs beyond its tensors (design notes §1.4).
-
-    ``context_bytes``: the CUDA context plus cuBLAS/cuDNN workspaces, 300–800 MiB on recent
-    GPUs and drivers; default 512 MiB. ``allocator_fraction``: PyTorch's caching allocator
-    rounds each block up (512 B granules, 2 MiB/20 MiB segments) and keeps freed blocks
-    reserved, typically 5–20% over the tensors; default 10%. Both are guesses a user should
-    replace with a measurement of their own stack (``--overhead context=…,allocator=…``)."""
-    context_bytes: int = 512 << 20
-    allocator_fraction: float = 0.10
-
-    def required(self, tensor_bytes: int) -> int:
-        return int(tensor_bytes * (1.0 + self.allocator_fraction)) + self.context_bytes
 
 
 def parse_overhead(text: str) -> Overhead:

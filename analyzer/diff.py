@@ -14,7 +14,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from graphcost.analyzer.report import ModuleRow, NodeRow, Report
+from graphcost.analyzer.report import NodeRow, Report
+from graphcost.passes.modules import ModuleCost
 
 DIFF_SCHEMA_VERSION = 1
 SEQUENCE_LIMIT = 5000  # unmatched nodes per side; SequenceMatcher takes ~1 s at 5,000
@@ -84,8 +85,8 @@ def _shapes(n: NodeRow | None) -> dict[str, list[str]] | None:
 class ModuleDiff:
     status: str              # changed | added | removed
     path: str
-    old: ModuleRow | None
-    new: ModuleRow | None
+    old: ModuleCost | None
+    new: ModuleCost | None
 
     def changes(self) -> tuple[Change, ...]:
         o, n = self.old, self.new
@@ -254,8 +255,7 @@ def _modules(a: Report, b: Report) -> tuple[ModuleDiff, ...]:
 
 
 def _op_types(a: Report, b: Report) -> tuple[OpTypeDiff, ...]:
-    oa = {r.op: r for r in a.by_op_type}
-    ob = {r.op: r for r in b.by_op_type}
+    oa, ob = a.by_op_type, b.by_op_type
     out = []
     for op in sorted(set(oa) | set(ob)):
         x, y = oa.get(op), ob.get(op)

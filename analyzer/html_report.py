@@ -15,7 +15,8 @@ import math
 from html import escape
 
 from graphcost.analyzer.plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
-from graphcost.analyzer.render import axes_text, human, human_bytes
+from graphcost.analyzer import explain
+from graphcost.analyzer.units import axes_text, human, human_bytes
 from graphcost.analyzer.report import Report
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
@@ -148,8 +149,10 @@ def _training(r: Report) -> str:
     if t is None:
         return ""
     where = t.peak_phase + (f" at {t.peak_node}" if t.peak_node else " step")
+    first = explain.first_step(r)
     rows = [("step peak", f"<b>{human_bytes(t.peak_bytes)}</b> ({t.peak_bytes:,} B) in "
-                          f"{_e(where)}"),
+                          f"{_e(where)}, steady state" + (f"; {_e(first)}" if first else "")),
+            ("includes", _e(explain.peak_includes(r))),
             ("optimizer", _e(t.optimizer)),
             ("params / grads", f"{human_bytes(t.param_bytes)} / {human_bytes(t.grad_bytes)}"),
             ("optimizer state", human_bytes(t.optimizer_state_bytes)),
@@ -159,19 +162,12 @@ def _training(r: Report) -> str:
     parts = ["<section id='training'><h2>Training step</h2>", _kv(rows),
              "<h3>At the peak</h3>",
              _kv((k.replace("_", " "), f"{human_bytes(v)} ({v:,} B)")
-                 for k, v in t.breakdown.items())]
+                 for k, v in t.breakdown_at_peak.items())]
     if t.what_if:
-        parts.append("<h3>What-ifs</h3><table class='plain'><tr><th>what-if</th><th>peak</th>"
-                     "<th>change</th><th>recompute FLOPs</th></tr>")
-        for name, w in t.what_if.items():
-            saved = t.peak_bytes - w["peak_bytes"]
-            change = f"saves {human_bytes(saved)}" if saved >= 0 else \
-                f"adds {human_bytes(-saved)}"
-            rec = human(w["recompute_flops"]) if "recompute_flops" in w else ""
-            parts.append(f"<tr><td>{_e(name.replace('_', ' '))}</td>"
-                         f"<td>{human_bytes(w['peak_bytes'])}</td><td>{change}</td>"
-                         f"<td>{rec}</td></tr>")
-        parts.append("</table>")
+        parts.append("<h3>What-ifs</h3><ul>")
+        for name in t.what_if:
+            parts.append(f"<li>{_e(explain.what_if_line(r, name))}</li>")
+        parts.append("</ul>")
     c = t.checkpoint
     if c is not None:
         parts.append("<h3>Checkpoint plan</h3>" + _kv([
@@ -181,7 +177,8 @@ def _training(r: Report) -> str:
                      f"({c.peak_without_bytes:,} → {c.peak_bytes:,} B)"),
             ("recompute", f"{human(c.recompute_flops)} FLOPs ({c.recompute_pct:.1f}% of the "
                           f"step)"),
-        ] + ([("budget", human_bytes(c.budget_bytes))] if c.budget_bytes else [])))
+        ] + ([("budget", human_bytes(c.budget_bytes))] if c.budget_bytes else [])
+          + ([("note", _e(explain.checkpoint_note(r)))] if explain.checkpoint_note(r) else [])))
     parts.append("<div class='chart'>" + timeline_svg(r).replace(_SVG_NS, "", 1) + "</div>")
     parts.append("</section>")
     return "".join(parts)
@@ -268,13 +265,14 @@ def html_report(report: Report) -> str:
             f = fields.get(n.index)
             row += [axes_text(f.rf), axes_text(f.jump), axes_text(f.start)] if f else ["", "", ""]
         node_rows.append(row)
-    ops = sorted(r.by_op_type, key=lambda o: (-o.flops, o.op))
+    ops = sorted(r.by_op_type.items(), key=lambda kv: (-kv[1].flops, kv[0]))
     tables = [
         {"id": "ops", "cap": CAP, "columns": [
             ["op", "op", "text"], ["count", "count", "count"], ["macs", "MACs", "si"],
             ["flops", "FLOPs", "si"], ["bytes_read", "read", "bytes"],
             ["bytes_written", "written", "bytes"]],
-         "rows": [[o.op, o.count, o.macs, o.flops, o.bytes_read, o.bytes_written] for o in ops]},
+         "rows": [[op, o.count, o.macs, o.flops, o.bytes_read, o.bytes_written]
+                  for op, o in ops]},
         {"id": "modules", "cap": CAP, "columns": [
             ["path", "module", "text"], ["type", "type", "text"], ["depth", "depth", "idx"],
             ["nodes", "nodes", "count"], ["params", "params", "count"], ["macs", "MACs", "si"],

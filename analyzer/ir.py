@@ -33,6 +33,10 @@ QUANT_DTYPES = frozenset({"int8", "uint8", "int4", "uint4", "int2", "uint2"})
 
 Dim = int | str  # a concrete size, or a symbol that no binding resolved
 
+# Field metadata of a pass result: the pass's working state, not part of the report (the
+# report's serializer, analyzer/report.py, leaves such fields out).
+INTERNAL: Mapping[str, bool] = MappingProxyType({"internal": True})
+
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:

@@ -1,101 +1,238 @@
-"""Text renderings of a Report: rich table, CSV, Markdown. Rendering never computes costs."""
+"""Text renderings of a Report: the terminal view, CSV and Markdown. Rendering never computes
+costs.
+
+The terminal view fits a width (analyzer/render_table.py): by default the node table shows
+node, op, output shape, MACs, FLOPs, output bytes and each node's share of the FLOPs, the
+heaviest five marked; ``columns`` picks others, ``wide`` shows every column unshortened.
+Summary lines are label + items and wrap only between items, never inside a number.
+"""
 from __future__ import annotations
 
 import csv
 import io
-
 from typing import Any, Callable
 
+from graphcost.analyzer import explain
+from graphcost.analyzer.render_table import Col, print_table
 from graphcost.analyzer.report import Report
+from graphcost.analyzer.units import axes_text, human, human_bytes, human_time
 
 NODE_COLUMNS = ("index", "name", "op", "input_shapes", "output_shapes", "params",
                 "output_bytes", "macs", "flops", "bytes_read", "bytes_written", "bytes_total",
                 "status")
+LABEL = 12           # the summary's label column
+HEAVY = 5            # nodes marked as the heaviest (by FLOPs)
 
 
-def human(n: float, unit: str = "") -> str:
-    """1234567 -> '1.23M' (SI prefixes; bytes use binary units via human_bytes)."""
-    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if abs(n) >= div:
-            return f"{n / div:.2f}{suffix}{unit}"
-    return f"{int(n)}{unit}"
+# ----------------------------------------------------------------------------- columns
+
+def op_text(n) -> str:
+    """The op cell: the status when not costed, "(upper bound)" when costed at a bound."""
+    if n.status != "ok":
+        return f"{n.op} ({n.status})"
+    return f"{n.op} (upper bound)" if n.bound else n.op
 
 
-def human_bytes(n: float) -> str:
-    for div, suffix in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if abs(n) >= div:
-            return f"{n / div:.2f} {suffix}"
-    return f"{int(n)} B"
+def _cells(r: Report) -> dict[str, tuple[Col, Callable[[Any], str]]]:
+    """Every node-table column: name -> (column, cell text of a NodeRow)."""
+    total = r.totals.flops or 1
+    heavy = {n.index for n in sorted(r.nodes, key=lambda n: -n.flops)[:HEAVY] if n.flops}
+    cols: dict[str, tuple[Col, Callable[[Any], str]]] = {
+        "index": (Col("#", numeric=True), lambda n: str(n.index)),
+        "name": (Col("node", min_width=12, priority=1), lambda n: n.name),
+        "op": (Col("op", min_width=10, priority=2), op_text),
+        "input_shapes": (Col("input shape(s)", min_width=8, optional=True),
+                         lambda n: "; ".join(n.input_shapes)),
+        "output_shapes": (Col("shape", min_width=8, priority=3, optional=True),
+                          lambda n: "; ".join(n.output_shapes)),
+        "params": (Col("params", numeric=True), lambda n: f"{n.params:,}" if n.params else ""),
+        "macs": (Col("MACs", numeric=True), lambda n: human(n.macs) if n.macs else ""),
+        "flops": (Col("FLOPs", numeric=True), lambda n: human(n.flops) if n.flops else ""),
+        "output_bytes": (Col("out bytes", numeric=True), lambda n: human_bytes(n.output_bytes)),
+        "bytes_read": (Col("read", numeric=True), lambda n: human_bytes(n.bytes_read)),
+        "bytes_written": (Col("written", numeric=True),
+                          lambda n: human_bytes(n.bytes_written)),
+        "bytes_total": (Col("R+W", numeric=True), lambda n: human_bytes(n.bytes_total)),
+        "share": (Col("FLOPs %", numeric=True),
+                  lambda n: (f"{100 * n.flops / total:.1f}" + ("*" if n.index in heavy else ""))
+                  if n.flops else ""),
+        "status": (Col("status", min_width=2, optional=True), lambda n: n.status),
+    }
+    for name, header, text, _ in extra_columns(r):
+        cols[name] = (Col(header, numeric=True, optional=True), lambda n, f=text: f(n.index))
+    return cols
 
 
-def _node_cells(n) -> list[str]:
-    return [str(n.index), n.name, n.op, "; ".join(n.input_shapes), "; ".join(n.output_shapes),
-            f"{n.params:,}" if n.params else "", human_bytes(n.output_bytes),
-            human(n.macs) if n.macs else "", human(n.flops) if n.flops else "",
-            human_bytes(n.bytes_read), human_bytes(n.bytes_written), human_bytes(n.bytes_total)]
+DEFAULT_COLUMNS = ("index", "name", "op", "output_shapes", "macs", "flops", "output_bytes",
+                   "share")
 
 
-def human_time(seconds: float) -> str:
-    for div, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if seconds >= div:
-            return f"{seconds / div:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns" if seconds else "0"
-
-
-def axes_text(values) -> str:
-    """One value per spatial axis: "435" when all agree, else "435×211"."""
-    texts = [f"{v:g}" for v in values]
-    return texts[0] if len(set(texts)) == 1 else "×".join(texts)
+def column_names(r: Report) -> list[str]:
+    return list(_cells(r))
 
 
 def extra_columns(r: Report) -> list[tuple[str, str, Callable[[int], str], Callable[[int], Any]]]:
-    """Optional per-node columns: (header, csv name, text of node i, raw value of node i)."""
+    """Optional per-node columns: (csv name, header, text of node i, raw value of node i)."""
     cols = []
     if r.receptive_field:
         rf = {f.index: f for f in r.receptive_field}
         for head, attr in (("RF", "rf"), ("jump", "jump"), ("start", "start")):
             def cell(i: int, attr=attr) -> str:
                 return axes_text(getattr(rf[i], attr)) if i in rf else ""
-            cols.append((head, "receptive_field" if attr == "rf" else attr, cell, cell))
+            cols.append(("receptive_field" if attr == "rf" else attr, head, cell, cell))
     ro = r.roofline
     if ro is not None:
         t = ro.nodes
         cols += [
-            ("time (roofline)", "roofline_seconds", lambda i: human_time(t[i].seconds),
+            ("roofline_seconds", "time (roofline)", lambda i: human_time(t[i].seconds),
              lambda i: t[i].seconds),
-            ("FLOP/B", "intensity",
-             lambda i: f"{t[i].intensity:.3g}" if t[i].intensity != float("inf") else "∞",
-             lambda i: t[i].intensity if t[i].intensity != float("inf") else ""),
+            ("intensity", "FLOP/B",
+             lambda i: f"{t[i].intensity:.3g}" if t[i].intensity is not None else "∞",
+             lambda i: t[i].intensity if t[i].intensity is not None else ""),
             ("bound", "bound", lambda i: t[i].bound, lambda i: t[i].bound),
         ]
     return cols
 
 
-def roofline_lines(r: Report) -> list[str]:
+# ----------------------------------------------------------------------------- summary
+
+def summary(r: Report) -> list[tuple[str, list[str]]]:
+    """The summary as (label, items): each item is one unbreakable phrase."""
+    t, c, m = r.totals, r.coverage, r.memory
+    dims = ", ".join(f"{k}={v}" for k, v in r.dims.items())
+    out: list[tuple[str, list[str]]] = [
+        ("model", [f"{r.model} ({r.source}),", f"batch {r.batch}" + ("," if dims else "")]
+         + ([f"dims {dims}"] if dims else [])),
+        ("params", [f"{t.params:,} ({human_bytes(t.param_bytes)})"]
+         + ([f"+ buffers {t.buffers:,} ({human_bytes(t.buffer_bytes)})"] if t.buffers else [])),
+        ("MACs", [f"{t.macs:,} ({human(t.macs)})"]),
+        ("FLOPs", [f"{t.flops:,} ({human(t.flops)})", "[2·MACs + other arithmetic]"]),
+        ("bytes", [f"read {human_bytes(t.bytes_read)},",
+                   f"written {human_bytes(t.bytes_written)}"]),
+        ("coverage", [f"{c.covered}/{c.nodes} nodes costed ({c.percent:.1f}%)"]),
+    ]
+    if c.unsupported:
+        out.append(("unsupported", [f"{k}×{v}" for k, v in c.unsupported.items()]
+                    + ["(counted as 0 — not costed)"]))
+    if c.unknown_shape:
+        out.append(("no shape", [f"{k}×{v}" for k, v in c.unknown_shape.items()]
+                    + ["(shapes unknown — not costed)"]))
+    if c.bounded:
+        out.append(("bound", [f"{sum(c.bounded.values())} node(s) costed at an upper bound:"]
+                    + [f"{k}×{v}" for k, v in c.bounded.items()]
+                    + ["(data-dependent sizes or worst-case counts; see each node's bound)"]))
+    if t.quant_meta:
+        out.append(("quant meta", [f"{t.quant_meta:,} scales/zero points "
+                                   f"({human_bytes(t.quant_meta_bytes)}), not in params"]))
+    out.append(("activations", [
+        f"peak {human_bytes(m.peak_bytes)} ({m.peak_bytes:,} B)",
+        f"at {m.peak_node} (#{m.peak_node_index});",
+        f"naive sum {human_bytes(m.naive_sum_bytes)}", f"({explain.activations_includes(r)})"]))
+    if m.arena_bytes is not None:
+        out.append(("arena", [f"{human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
+                              f"size; fragmentation {100 * m.fragmentation:.1f}%)"]))
+    if m.live_at_peak:
+        more = len(m.live_at_peak) - 5
+        out.append(("live", ["at the peak:"] + [f"{x.name} {human_bytes(x.bytes)},"
+                                                 for x in m.live_at_peak[:5]]
+                    + ([f"(+{more} more)"] if more > 0 else [])))
+    out.append(("peak", [f"{human_bytes(r.peak_bytes)} ({r.peak_bytes:,} B)",
+                         f"= {explain.peak_includes(r)}"]))
+    out += _training_summary(r) + _roofline_summary(r)
+    out += [("warning", [w]) for w in r.warnings]
+    return out
+
+
+def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
+    t = r.training
+    if t is None:
+        return []
+    where = f"{t.peak_phase}" + (f" at {t.peak_node}" if t.peak_node else " step")
+    first = explain.first_step(r)
+    out = [("training", [f"optimizer {t.optimizer}:", f"step peak {human_bytes(t.peak_bytes)} "
+                         f"({t.peak_bytes:,} B) in {where}",
+                         "(steady state)" + (";" if first else "")]
+            + ([first] if first else [])),
+           ("at peak", [f"{k.replace('_', ' ')} {human_bytes(v)},"
+                        for k, v in t.breakdown_at_peak.items() if v])]
+    out += [("what-if", [explain.what_if_line(r, name)]) for name in t.what_if]
+    ck = t.checkpoint
+    if ck is not None:
+        note = explain.checkpoint_note(r)
+        out += [("checkpoint", [f"{ck.mode}:", ", ".join(ck.segments) or "none needed"]),
+                ("", [f"peak {human_bytes(ck.peak_without_bytes)} → {human_bytes(ck.peak_bytes)}",
+                      f"({ck.peak_without_bytes:,} → {ck.peak_bytes:,} B)",
+                      f"recompute {human(ck.recompute_flops)} FLOPs "
+                      f"({ck.recompute_pct:.1f}% of the step)"]
+                 + ([f"budget {human_bytes(ck.budget_bytes)}"] if ck.budget_bytes else [])
+                 + ([note] if note else []))]
+    return out
+
+
+def _roofline_summary(r: Report) -> list[tuple[str, list[str]]]:
     ro = r.roofline
     if ro is None:
         return []
-    gb = ro.bandwidth / 1e9
     rate = ro.peak_flops["tf32" if ro.tf32 and ro.peak_flops.get("tf32") else "fp32"] or 0
-    lines = [
-        f"device      {ro.label}: {rate / 1e12:.1f} TFLOP/s {'tf32' if ro.tf32 else 'fp32'}, "
-        f"{gb:,.0f} GB/s, {human_bytes(ro.memory_bytes)}",
-        f"roofline    {human_time(ro.total_seconds)} lower bound "
-        f"(compute-bound nodes {human_time(ro.compute_seconds)}, memory-bound "
-        f"{human_time(ro.memory_seconds)}); max(FLOPs/peak, bytes/bandwidth) per node — "
-        "not a benchmark",
-        f"fits        {'yes' if ro.fits else 'NO'}: needs {human_bytes(ro.required_bytes)} = "
-        f"tensors {human_bytes(ro.tensor_bytes)} × (1 + {100 * ro.allocator_fraction:.0f}% "
-        f"allocator) + context {human_bytes(ro.context_bytes)}, of "
-        f"{human_bytes(ro.memory_bytes)}",
+    out = [
+        ("device", [f"{ro.label}:", f"{rate / 1e12:.1f} TFLOP/s {'tf32' if ro.tf32 else 'fp32'}",
+                    f"{ro.bandwidth / 1e9:,.0f} GB/s", human_bytes(ro.memory_bytes)]),
+        ("roofline", [f"{human_time(ro.total_seconds)} lower bound",
+                      f"(compute-bound nodes {human_time(ro.compute_seconds)},",
+                      f"memory-bound {human_time(ro.memory_seconds)});",
+                      "max(FLOPs/peak, bytes/bandwidth) per node — not a benchmark"]),
+        ("fits", [f"{'yes' if ro.fits else 'NO'}: needs {human_bytes(ro.required_bytes)}",
+                  f"= peak {human_bytes(ro.tensor_bytes)}",
+                  f"× (1 + {100 * ro.allocator_fraction:.0f}% allocator)",
+                  f"+ context {human_bytes(ro.context_bytes)},",
+                  f"of {human_bytes(ro.memory_bytes)}"]),
     ]
     if ro.fallbacks:
-        lines.append(f"            no fast path for {', '.join(ro.fallbacks)} on {ro.device}: "
-                     "those nodes use the fp32 rate")
+        out.append(("", [f"no fast path for {', '.join(ro.fallbacks)} on {ro.device}:",
+                         "those nodes use the fp32 rate"]))
+    return out
+
+
+_UNITS = frozenset({"B", "KiB", "MiB", "GiB", "TiB", "s", "ms", "µs", "ns", "FLOPs",
+                    "TFLOP/s", "GB/s", "→"})
+
+
+def _pieces(item: str, room: int) -> list[str]:
+    """An item that fits ``room`` whole, else its words — a number kept with its unit and
+    with an arrow, so that no value is ever split across lines."""
+    if len(item) <= room:
+        return [item]
+    out: list[str] = []
+    for word in item.split(" "):
+        if out and (word in _UNITS or out[-1].endswith("→")):
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    return out
+
+
+def wrap(label: str, items: list[str], width: int | None) -> list[str]:
+    """``label`` then ``items`` joined by spaces, wrapped between items (or between the words
+    of an item longer than a line, never inside a number)."""
+    lines, line = [], label.ljust(LABEL - 1) + " "
+    fresh = True
+    room = None if width is None else max(20, width - LABEL)
+    pieces = [p for item in items for p in (_pieces(item, room) if room else [item])]
+    for piece in pieces:
+        if not fresh and width is not None and len(line) + 1 + len(piece) > width:
+            lines.append(line.rstrip())
+            line, fresh = " " * LABEL, True
+        line += ("" if fresh else " ") + piece
+        fresh = False
+    lines.append(line.rstrip().rstrip(","))
     return lines
 
 
-def top_nodes_lines(r: Report) -> list[str]:
+def summary_lines(r: Report, width: int | None = None) -> list[str]:
+    return [line for label, items in summary(r) for line in wrap(label, items, width)]
+
+
+def top_nodes_lines(r: Report, width: int | None = None) -> list[str]:
     ro = r.roofline
     if ro is None or not ro.top:
         return []
@@ -103,154 +240,74 @@ def top_nodes_lines(r: Report) -> list[str]:
     for i in ro.top:
         n, t = r.nodes[i], ro.nodes[i]
         share = 100 * t.seconds / ro.total_seconds if ro.total_seconds else 0
-        lines.append(f"  {human_time(t.seconds):>9}  {share:5.1f}%  {t.bound:<7}  "
-                     f"{n.op:<16} {n.name}")
+        line = f"  {human_time(t.seconds):>9}  {share:5.1f}%  {t.bound:<7}  {n.op:<16} {n.name}"
+        lines.append(line if width is None or len(line) <= width else line[:width - 1] + "…")
     return lines
 
 
-def summary_lines(r: Report) -> list[str]:
-    t, c, m = r.totals, r.coverage, r.memory
-    dims = ", ".join(f"{k}={v}" for k, v in r.dims.items())
-    lines = [
-        f"model {r.model} ({r.source}), batch {r.batch}" + (f", dims {dims}" if dims else ""),
-        f"params      {t.params:,} ({human_bytes(t.param_bytes)})"
-        + (f" + buffers {t.buffers:,} ({human_bytes(t.buffer_bytes)})" if t.buffers else ""),
-        f"MACs        {t.macs:,} ({human(t.macs)})",
-        f"FLOPs       {t.flops:,} ({human(t.flops)})  [2·MACs + other arithmetic]",
-        f"bytes       read {human_bytes(t.bytes_read)}, written {human_bytes(t.bytes_written)}",
-        f"coverage    {c.covered}/{c.nodes} nodes costed ({c.percent:.1f}%)",
-    ]
-    if c.unsupported:
-        lines.append("unsupported " + ", ".join(f"{k}×{v}" for k, v in c.unsupported.items())
-                     + "  (counted as 0 — not costed)")
-    if c.unknown_shape:
-        lines.append("no shape    " + ", ".join(f"{k}×{v}" for k, v in c.unknown_shape.items())
-                     + "  (shapes unknown — not costed)")
-    if c.bounded:
-        lines.append(f"bound       {sum(c.bounded.values())} node(s) costed at an upper bound: "
-                     + ", ".join(f"{k}×{v}" for k, v in c.bounded.items())
-                     + "  (data-dependent sizes or worst-case counts; see each node's bound)")
-    if t.quant_meta:
-        lines.append(f"quant meta  {t.quant_meta:,} scales/zero points "
-                     f"({human_bytes(t.quant_meta_bytes)}), not in params")
-    inputs = ("incl." if m.include_inputs else "excl.") + f" inputs, {m.lifetimes} lifetimes"
-    lines += [
-        f"activations naive sum {human_bytes(m.naive_sum_bytes)} ({m.naive_sum_bytes:,} B, "
-        f"{inputs})",
-        f"            peak live {human_bytes(m.peak_bytes)} ({m.peak_bytes:,} B) at "
-        f"{m.peak_node} (#{m.peak_node_index})",
-        f"            arena     {human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
-        f"size; fragmentation {100 * m.fragmentation:.1f}%)" if m.arena_bytes is not None else
-        "            arena     not planned for a training step (PyTorch's caching allocator "
-        "serves it)",
-    ]
-    if m.live_at_peak:
-        top = ", ".join(f"{x.name} {human_bytes(x.bytes)}" for x in m.live_at_peak[:5])
-        more = len(m.live_at_peak) - 5
-        lines.append(f"            live at peak: {top}" + (f" (+{more} more)" if more > 0 else ""))
-    t = r.training
-    if t is not None:
-        b = t.breakdown
-        where = f"{t.peak_phase}" + (f" at {t.peak_node}" if t.peak_node else " step")
-        lines += [
-            f"training    step peak {human_bytes(t.peak_bytes)} ({t.peak_bytes:,} B) in {where}, "
-            f"optimizer {t.optimizer}",
-            "            at peak: " + ", ".join(f"{k} {human_bytes(v)}" for k, v in b.items()),
-        ]
-        for name, w in t.what_if.items():
-            saved = t.peak_bytes - w["peak_bytes"]
-            extra = (f", recompute {human(w['recompute_flops'])} FLOPs"
-                     if "recompute_flops" in w else "")
-            change = f"saves {human_bytes(saved)}" if saved >= 0 else \
-                f"adds {human_bytes(-saved)}"
-            lines.append(f"what-if     {name.replace('_', ' ')}: peak "
-                         f"{human_bytes(w['peak_bytes'])} ({change}{extra})")
-        c = t.checkpoint
-        if c is not None:
-            segs = ", ".join(c.segments) or "none needed"
-            lines += [
-                f"checkpoint  {c.mode}: {segs}",
-                f"            peak {human_bytes(c.peak_without_bytes)} → {human_bytes(c.peak_bytes)}"
-                f" ({c.peak_without_bytes:,} → {c.peak_bytes:,} B); recompute "
-                f"{human(c.recompute_flops)} FLOPs ({c.recompute_pct:.1f}% of the step)"
-                + (f"; budget {human_bytes(c.budget_bytes)}" if c.budget_bytes else ""),
-            ]
-    lines += roofline_lines(r)
-    for w in r.warnings:
-        lines.append(f"warning     {w}")
-    return lines
+# ----------------------------------------------------------------------------- terminal
+
+def render_modules(r: Report, console, depth: int, width: int | None = None) -> None:
+    cols = [Col("module", min_width=12, priority=2), Col("type", min_width=6, optional=True),
+            Col("params", numeric=True), Col("MACs", numeric=True), Col("FLOPs", numeric=True),
+            Col("out bytes", numeric=True), Col("nodes", numeric=True)]
+    rows = [[("  " * m.depth) + (m.path.rsplit(".", 1)[-1] if m.path else "(model)"), m.type,
+             f"{m.params:,}", human(m.macs) if m.macs else "", human(m.flops) if m.flops else "",
+             human_bytes(m.output_bytes), str(m.nodes)] for m in r.modules if m.depth <= depth]
+    print_table(console, f"graphcost: {r.model} — modules to depth {depth}", cols, rows,
+                width=width)
 
 
-def render_modules(r: Report, console, depth: int) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"graphcost: {r.model} — modules to depth {depth}", header_style="bold")
-    for col in ("module", "type", "params", "MACs", "FLOPs", "out bytes", "nodes"):
-        table.add_column(col, justify="left" if col in ("module", "type") else "right")
-    for m in r.modules:
-        if m.depth > depth:
-            continue
-        label = ("  " * m.depth) + (m.path.rsplit(".", 1)[-1] if m.path else "(model)")
-        table.add_row(label, m.type, f"{m.params:,}", human(m.macs) if m.macs else "",
-                      human(m.flops) if m.flops else "", human_bytes(m.output_bytes),
-                      str(m.nodes))
-    console.print(table)
-
-
-def render_table(r: Report, console, max_rows: int = 500, depth: int | None = None) -> None:
-    from rich.table import Table
-
+def render_table(r: Report, console, max_rows: int = 500, depth: int | None = None, *,
+                 columns: list[str] | None = None, wide: bool = False,
+                 width: int | None = None) -> None:
+    """The terminal view fitted to ``width`` (None: natural widths); ``wide``: every column,
+    unshortened; ``columns``: these node columns (names from ``column_names``)."""
+    if wide:
+        width = None
     if depth is not None:
-        render_modules(r, console, depth)
-        max_rows = -1
+        render_modules(r, console, depth, width)
+    else:
+        cells = _cells(r)
+        names = columns or (list(cells) if wide else
+                            [*DEFAULT_COLUMNS, *(n for n, *_ in extra_columns(r))])
+        shown = r.nodes if max_rows == 0 else r.nodes[:max(max_rows, 0)]
+        rows = [[cells[c][1](n) for c in names] for n in shown]
+        styles = [None if n.status == "ok" else "yellow" for n in shown]
+        if shown:
+            print_table(console, f"graphcost: {r.model}", [cells[c][0] for c in names], rows,
+                        width=width, styles=styles)
+        if len(shown) < len(r.nodes):
+            console.print(f"… {len(r.nodes) - len(shown):,} more nodes (--max-rows 0 shows "
+                          "all; --format json/csv has every node)", markup=False)
+        if "share" in names and any(n.flops for n in r.nodes):
+            console.print(f"FLOPs %: each node's share of the total; * the {HEAVY} heaviest",
+                          markup=False, highlight=False)
+    total = r.totals.flops or 1
+    ops = sorted(r.by_op_type.items(), key=lambda kv: (-kv[1].flops, kv[0]))
+    print_table(console, "by op type", [
+        Col("op", min_width=8, priority=1), Col("count", numeric=True),
+        Col("MACs", numeric=True), Col("FLOPs", numeric=True), Col("FLOPs %", numeric=True),
+        Col("read", numeric=True), Col("written", numeric=True)],
+        [[op, str(o.count), human(o.macs) if o.macs else "", human(o.flops) if o.flops else "",
+          f"{100 * o.flops / total:.1f}" if o.flops else "", human_bytes(o.bytes_read),
+          human_bytes(o.bytes_written)] for op, o in ops], width=width)
+    for line in top_nodes_lines(r, width) + summary_lines(r, width):
+        console.print(line, markup=False, highlight=False, overflow="ignore", crop=False)
 
-    table = Table(title=f"graphcost: {r.model}", show_lines=False, header_style="bold")
-    for col, justify in (("#", "right"), ("node", "left"), ("op", "left"),
-                         ("input shape(s)", "left"), ("output shape", "left"),
-                         ("params", "right"), ("out bytes", "right"), ("MACs", "right"),
-                         ("FLOPs", "right"), ("read", "right"), ("written", "right"),
-                         ("R+W", "right")):
-        table.add_column(col, justify=justify)
-    extra = extra_columns(r)
-    for head, *_ in extra:
-        table.add_column(head, justify="right")
-    rows = r.nodes if max_rows == 0 else r.nodes[:max(max_rows, 0)]
-    for n in rows:
-        style = None if n.status == "ok" else "yellow"
-        cells = _node_cells(n) + [text(n.index) for _, _, text, _ in extra]
-        if n.status != "ok":
-            cells[2] += f" ({n.status})"
-        elif n.bound:
-            cells[2] += " (upper bound)"
-        table.add_row(*cells, style=style)
-    if rows:
-        console.print(table)
-    if rows and len(rows) < len(r.nodes):
-        console.print(f"… {len(r.nodes) - len(rows):,} more nodes (--max-rows 0 shows all; "
-                      "--format json/csv has every node)")
-    ops = Table(title="by op type", header_style="bold")
-    for col in ("op", "count", "MACs", "FLOPs", "read", "written"):
-        ops.add_column(col, justify="left" if col == "op" else "right")
-    for o in sorted(r.by_op_type, key=lambda o: (-o.flops, o.op)):
-        ops.add_row(o.op, str(o.count), human(o.macs) if o.macs else "",
-                    human(o.flops) if o.flops else "", human_bytes(o.bytes_read),
-                    human_bytes(o.bytes_written))
-    console.print(ops)
-    for line in top_nodes_lines(r):
-        console.print(line, markup=False, highlight=False)
-    for line in summary_lines(r):
-        console.print(line, markup=False, highlight=False)
 
+# ----------------------------------------------------------------------------- files
 
 def render_csv(r: Report) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     extra = extra_columns(r)
-    w.writerow(NODE_COLUMNS + ("upper_bound",) + tuple(name for _, name, _, _ in extra))
+    w.writerow(NODE_COLUMNS + ("upper_bound",) + tuple(name for name, *_ in extra))
     for n in r.nodes:
         w.writerow([n.index, n.name, n.op, " ".join(n.input_shapes), " ".join(n.output_shapes),
                     n.params, n.output_bytes, n.macs, n.flops, n.bytes_read, n.bytes_written,
-                    n.bytes_total, n.status, n.bound] + [raw(n.index) for _, _, _, raw in extra])
+                    n.bytes_total, n.status, n.bound or ""]
+                   + [raw(n.index) for *_, raw in extra])
     return buf.getvalue()
 
 
@@ -262,8 +319,8 @@ def render_markdown(r: Report) -> str:
     out += [f"    {line}" for line in summary_lines(r)]
     out += ["", "## By op type", "", "| op | count | MACs | FLOPs | bytes read | bytes written |",
             "|---|---:|---:|---:|---:|---:|"]
-    for o in sorted(r.by_op_type, key=lambda o: (-o.flops, o.op)):
-        out.append(f"| {esc(o.op)} | {o.count} | {o.macs:,} | {o.flops:,} | {o.bytes_read:,} | "
+    for op, o in sorted(r.by_op_type.items(), key=lambda kv: (-kv[1].flops, kv[0])):
+        out.append(f"| {esc(op)} | {o.count} | {o.macs:,} | {o.flops:,} | {o.bytes_read:,} | "
                    f"{o.bytes_written:,} |")
     top = top_nodes_lines(r)
     if top:
@@ -271,11 +328,10 @@ def render_markdown(r: Report) -> str:
     extra = extra_columns(r)
     out += ["", "## Nodes", "",
             "| # | node | op | input shape(s) | output shape | params | out bytes | MACs | FLOPs "
-            "| read | written | R+W |" + "".join(f" {h} |" for h, *_ in extra),
+            "| read | written | R+W |" + "".join(f" {h} |" for _, h, *_ in extra),
             "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(extra)]
     for n in r.nodes:
-        op = n.op if n.status == "ok" else f"{n.op} ({n.status})"
-        op += " (upper bound)" if n.bound else ""
+        op = op_text(n)
         out.append(f"| {n.index} | {esc(n.name)} | {esc(op)} | {'; '.join(n.input_shapes)} | "
                    f"{'; '.join(n.output_shapes)} | {n.params:,} | {n.output_bytes:,} | "
                    f"{n.macs:,} | {n.flops:,} | {n.bytes_read:,} | {n.bytes_written:,} | "
@@ -296,7 +352,7 @@ def max_batch_lines(model: str, m) -> list[str]:
                      f"{m.batch + 1:,} would need {human_bytes(m.next_required_bytes)})")
     lines += [
         f"  memory(b) = {human_bytes(f.memory.fixed)} + {human_bytes(f.memory.per_sample)}·b "
-        f"(tensors with overhead; fitted at b=1,2, off by {100 * f.memory_error:+.2f}% at "
+        f"(peak with overhead; fitted at b=1,2, off by {100 * f.memory_error:+.2f}% at "
         f"b={f.check_batch:,})",
         f"  FLOPs(b)  = {human(f.flops.fixed)} + {human(f.flops.per_sample)}·b "
         f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})",

@@ -1,17 +1,35 @@
-"""The typed result of an analysis and its JSON form (the stable contract in README.md).
+"""The result of an analysis: the passes' own results, assembled, and their JSON form.
 
-Reports render results; they never compute costs. ``to_json`` is deterministic: identical input
-gives identical bytes (no timestamps, no paths beyond the model name, keys in fixed order).
+A Report holds each pass's result object as it is (``memory`` is passes.liveness.Liveness,
+``training`` passes.training.TrainingMemory, ``roofline`` passes.roofline.Roofline,
+``coverage`` and ``by_op_type`` the cost pass's, ``modules`` passes.modules.ModuleCost …);
+only ``totals`` (the cost and parameter passes summed up) and ``nodes`` (one row per node,
+joining every pass) are made here. One generic serializer turns the whole into JSON (the
+stable contract in README.md): dataclass fields in declaration order, minus fields marked
+INTERNAL, plus the properties a class lists in ``JSON_PROPERTIES``. ``to_json`` is
+deterministic: identical input gives identical bytes (no timestamps, no absolute paths).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from graphcost.analyzer.ir import INTERNAL
+from graphcost.passes.costs import Coverage, OpTotals
+from graphcost.passes.liveness import Liveness
+from graphcost.passes.modules import ModuleCost
+from graphcost.passes.receptive_field import NodeField
+from graphcost.passes.roofline import Roofline
+from graphcost.passes.training import TrainingMemory
 
 SCHEMA_VERSION = 1
 
-CONVENTION = {
+CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "
             "output elements x reduction length, bias excluded",
     "flops": "2 x MACs + every other arithmetic operation, counted per op as documented in "
@@ -33,12 +51,18 @@ CONVENTION = {
                        "input coordinates, pixel i spanning [i, i+1) (start)",
     "memory": "activation storage at inference: each tensor lives from its producer to its last "
               "consumer (dataflow), or, for eager PyTorch, at least until the module call it "
-              "was passed into returns (eager); views alias their input",
-}
+              "was passed into returns (eager); views alias their input; graph inputs count "
+              "unless include_inputs is false",
+    "peak_bytes": "everything the run holds on the device at its peak: parameters + buffers + "
+                  "the activation peak at inference; a training step's peak (parameters, "
+                  "buffers, gradients, optimizer state, activations incl. the input batch "
+                  "unless include_inputs is false, temporaries)",
+})
 
 
 @dataclass(frozen=True)
 class Totals:
+    """The cost pass's totals beside the parameter pass's counts."""
     params: int
     param_bytes: int
     buffers: int
@@ -49,60 +73,13 @@ class Totals:
     bytes_written: int
     quant_meta: int = 0                  # quantization scales / zero points (elements)
     quant_meta_bytes: int = 0
-    param_bytes_by_dtype: dict[str, int] = field(default_factory=dict)  # as stored
-    flops_by_dtype: dict[str, int] = field(default_factory=dict)  # by the roofline's rate
-
-
-@dataclass(frozen=True)
-class OpTypeRow:
-    op: str
-    count: int
-    macs: int
-    flops: int
-    bytes_read: int
-    bytes_written: int
-
-
-@dataclass(frozen=True)
-class Coverage:
-    nodes: int
-    covered: int
-    unsupported: dict[str, int]      # op -> nodes with no cost rule
-    unknown_shape: dict[str, int]    # op -> nodes whose shapes stayed unknown
-    bounded: dict[str, int] = field(default_factory=dict)  # op -> nodes costed at a bound
-
-    @property
-    def percent(self) -> float:
-        return 100.0 * self.covered / self.nodes if self.nodes else 100.0
-
-
-@dataclass(frozen=True)
-class LiveTensor:
-    name: str
-    bytes: int
-
-
-@dataclass(frozen=True)
-class Memory:
-    include_inputs: bool
-    lifetimes: str            # "dataflow" or "eager"
-    naive_sum_bytes: int
-    peak_bytes: int
-    peak_node: str | None
-    peak_node_index: int
-    live_at_peak: tuple[LiveTensor, ...]
-    arena_bytes: int | None      # None: not planned (a training step's joint graph)
-    timeline: tuple[int, ...]
-
-    @property
-    def fragmentation(self) -> float:
-        if self.arena_bytes is None or not self.peak_bytes:
-            return 0.0
-        return self.arena_bytes / self.peak_bytes - 1.0
+    param_bytes_by_dtype: Mapping[str, int] = field(default_factory=dict)  # as stored
+    flops_by_dtype: Mapping[str, int] = field(default_factory=dict)  # by the roofline's rate
 
 
 @dataclass(frozen=True)
 class NodeRow:
+    """One node as every pass sees it (the per-node table)."""
     index: int
     name: str
     op: str
@@ -117,7 +94,7 @@ class NodeRow:
     bytes_written: int
     status: str                     # ok | unsupported | unknown_shape
     repeat: int = 1
-    bound: str = ""                 # the cost is an upper bound: what it assumes
+    bound: str | None = None        # the cost is an upper bound: what it assumes
 
     @property
     def bytes_total(self) -> int:
@@ -125,192 +102,60 @@ class NodeRow:
 
 
 @dataclass(frozen=True)
-class ModuleRow:
-    path: str           # module path ("layer1.0.conv1"); "" is the whole model
-    type: str           # class name where the frontend knows it (FX), else ""
-    depth: int
-    nodes: int
-    params: int
-    macs: int
-    flops: int
-    output_bytes: int
-
-
-@dataclass(frozen=True)
-class Training:
-    """One steady-state training step (see passes/training.py for the model)."""
-    optimizer: str
-    param_bytes: int
-    buffer_bytes: int
-    grad_bytes: int
-    optimizer_state_bytes: int
-    step_temp_bytes: int
-    peak_bytes: int
-    peak_phase: str
-    peak_node: str | None
-    breakdown: dict[str, int]
-    timeline: tuple[int, ...]
-    phases: tuple[str, ...]
-    checkpoint: "Checkpoint | None" = None
-    what_if: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer, "param_bytes": self.param_bytes,
-                "buffer_bytes": self.buffer_bytes, "grad_bytes": self.grad_bytes,
-                "optimizer_state_bytes": self.optimizer_state_bytes,
-                "step_temp_bytes": self.step_temp_bytes, "peak_bytes": self.peak_bytes,
-                "peak_phase": self.peak_phase, "peak_node": self.peak_node,
-                "breakdown_at_peak": dict(self.breakdown), "timeline": list(self.timeline),
-                "phases": list(self.phases),
-                "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
-                "what_if": {k: dict(v) for k, v in self.what_if.items()}}
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A checkpoint plan: the step's peak without and with it, and what it costs."""
-    mode: str                    # names | every | sqrt | auto
-    segments: tuple[str, ...]
-    peak_without_bytes: int
-    peak_bytes: int
-    recompute_flops: int
-    recompute_pct: float         # of the whole step's FLOPs
-    budget_bytes: int | None
-    timeline: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "segments": list(self.segments),
-                "peak_without_bytes": self.peak_without_bytes, "peak_bytes": self.peak_bytes,
-                "recompute_flops": self.recompute_flops,
-                "recompute_pct": round(self.recompute_pct, 3), "budget_bytes": self.budget_bytes,
-                "timeline": list(self.timeline)}
-
-
-@dataclass(frozen=True)
-class NodeTime:
-    index: int
-    seconds: float
-    intensity: float     # FLOPs per byte moved
-    bound: str           # compute | memory | "" (nothing to do)
-    dtype: str           # which peak rate was used: fp32 | tf32 | fp16 | bf16 | int8
-
-
-@dataclass(frozen=True)
-class Roofline:
-    """Lower-bound time on a device (passes/roofline.py) and whether the step fits its memory."""
-    device: str
-    label: str
-    peak_flops: dict[str, float | None]
-    bandwidth: float
-    memory_bytes: int
-    tf32: bool
-    total_seconds: float
-    compute_seconds: float
-    memory_seconds: float
-    nodes: tuple[NodeTime, ...]
-    top: tuple[int, ...]          # the ten most expensive nodes (indices), slowest first
-    tensor_bytes: int             # inference: params + buffers + activation peak; training: peak
-    context_bytes: int            # framework overhead: CUDA context, workspaces
-    allocator_fraction: float     # caching-allocator rounding and reserved blocks
-    required_bytes: int           # tensor_bytes · (1 + allocator_fraction) + context_bytes
-    fallbacks: tuple[str, ...] = ()
-
-    @property
-    def fits(self) -> bool:
-        return self.required_bytes <= self.memory_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "label": self.label,
-                "peak_flops": dict(self.peak_flops), "bandwidth": self.bandwidth,
-                "memory_bytes": self.memory_bytes, "tf32": self.tf32,
-                "total_seconds": self.total_seconds, "compute_seconds": self.compute_seconds,
-                "memory_seconds": self.memory_seconds, "top": list(self.top),
-                "tensor_bytes": self.tensor_bytes, "context_bytes": self.context_bytes,
-                "allocator_fraction": self.allocator_fraction,
-                "required_bytes": self.required_bytes, "fits": self.fits,
-                "fallbacks": list(self.fallbacks),
-                "nodes": [{"index": n.index, "seconds": n.seconds,
-                           "intensity": n.intensity if n.intensity != float("inf") else None,
-                           "bound": n.bound, "dtype": n.dtype} for n in self.nodes]}
-
-
-@dataclass(frozen=True)
-class ReceptiveField:
-    """A conv/pool chain node's field in input pixels, per spatial axis (passes/receptive_field)."""
-    index: int
-    rf: tuple[int, ...]
-    jump: tuple[int, ...]
-    start: tuple[float, ...]
-
-
-@dataclass(frozen=True)
 class Report:
     model: str
     source: str
     batch: int
-    dims: dict[str, int]
+    dims: Mapping[str, int]
     totals: Totals
-    by_op_type: tuple[OpTypeRow, ...]
+    by_op_type: Mapping[str, OpTotals]
     coverage: Coverage
-    memory: Memory
-    nodes: tuple[NodeRow, ...]
+    memory: Liveness
     warnings: tuple[str, ...] = ()
-    shape_issues: tuple[str, ...] = field(default=())
-    modules: tuple[ModuleRow, ...] = ()
-    training: Training | None = None
+    training: TrainingMemory | None = None
     roofline: Roofline | None = None
-    receptive_field: tuple[ReceptiveField, ...] = ()   # empty unless the graph is a CNN
+    receptive_field: tuple[NodeField, ...] = ()   # empty unless the graph is a CNN
+    modules: tuple[ModuleCost, ...] = ()
+    nodes: tuple[NodeRow, ...] = ()
+    shape_issues: tuple[str, ...] = field(default=(), metadata=INTERNAL)
+    schema_version: int = field(default=SCHEMA_VERSION, metadata=INTERNAL)
+
+    @property
+    def peak_bytes(self) -> int:
+        """Everything the run holds on the device at its peak (CONVENTION["peak_bytes"]): the
+        one figure budgets, the device fit and --max-batch are checked against."""
+        if self.training is not None:
+            return self.training.peak_bytes
+        return self.totals.param_bytes + self.totals.buffer_bytes + self.memory.peak_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        t, c, m = self.totals, self.coverage, self.memory
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "model": self.model,
-            "source": self.source,
-            "batch": self.batch,
-            "dims": dict(sorted(self.dims.items())),
-            "convention": CONVENTION,
-            "totals": {"params": t.params, "param_bytes": t.param_bytes,
-                       "buffers": t.buffers, "buffer_bytes": t.buffer_bytes,
-                       "macs": t.macs, "flops": t.flops,
-                       "bytes_read": t.bytes_read, "bytes_written": t.bytes_written,
-                       "quant_meta": t.quant_meta, "quant_meta_bytes": t.quant_meta_bytes,
-                       "param_bytes_by_dtype": dict(sorted(t.param_bytes_by_dtype.items())),
-                       "flops_by_dtype": dict(sorted(t.flops_by_dtype.items()))},
-            "by_op_type": {r.op: {"count": r.count, "macs": r.macs, "flops": r.flops,
-                                  "bytes_read": r.bytes_read, "bytes_written": r.bytes_written}
-                           for r in self.by_op_type},
-            "coverage": {"nodes": c.nodes, "covered": c.covered,
-                         "percent": round(c.percent, 2),
-                         "unsupported": dict(c.unsupported),
-                         "unknown_shape": dict(c.unknown_shape),
-                         "bounded": dict(c.bounded)},
-            "memory": {"include_inputs": m.include_inputs, "lifetimes": m.lifetimes,
-                       "naive_sum_bytes": m.naive_sum_bytes,
-                       "peak_bytes": m.peak_bytes, "peak_node": m.peak_node,
-                       "peak_node_index": m.peak_node_index,
-                       "live_at_peak": [{"name": x.name, "bytes": x.bytes}
-                                        for x in m.live_at_peak],
-                       "arena_bytes": m.arena_bytes,
-                       "fragmentation": round(m.fragmentation, 6),
-                       "timeline": list(m.timeline)},
-            "warnings": list(self.warnings),
-            "training": self.training.to_dict() if self.training else None,
-            "roofline": self.roofline.to_dict() if self.roofline else None,
-            "receptive_field": [{"index": f.index, "rf": list(f.rf), "jump": list(f.jump),
-                                 "start": list(f.start)} for f in self.receptive_field],
-            "modules": [{"path": m.path, "type": m.type, "depth": m.depth, "nodes": m.nodes,
-                         "params": m.params, "macs": m.macs, "flops": m.flops,
-                         "output_bytes": m.output_bytes} for m in self.modules],
-            "nodes": [{"index": n.index, "name": n.name, "op": n.op, "scope": n.scope,
-                       "input_shapes": list(n.input_shapes),
-                       "output_shapes": list(n.output_shapes),
-                       "params": n.params, "output_bytes": n.output_bytes,
-                       "macs": n.macs, "flops": n.flops, "bytes_read": n.bytes_read,
-                       "bytes_written": n.bytes_written, "status": n.status,
-                       "repeat": n.repeat, "bound": n.bound or None} for n in self.nodes],
-        }
+        body = jsonable(self)
+        return {"schema_version": self.schema_version, "model": body.pop("model"),
+                "source": body.pop("source"), "batch": body.pop("batch"),
+                "dims": dict(sorted(body.pop("dims").items())), "peak_bytes": self.peak_bytes,
+                "convention": dict(CONVENTION), **body}
 
     def to_json(self) -> str:
         # Compact separators keep json's C encoder (indent= falls back to pure Python).
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def jsonable(obj: Any) -> Any:
+    """A pass result (or any nesting of dataclasses, mappings, sequences and scalars) as plain
+    JSON values: dataclass fields in order minus INTERNAL ones, plus ``JSON_PROPERTIES``;
+    non-finite floats become null. The result shares nothing with ``obj``."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+               if not f.metadata.get("internal")}
+        for name in getattr(type(obj), "JSON_PROPERTIES", ()):
+            out[name] = jsonable(getattr(obj, name))
+        return out
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Enum):
+        return obj.value
+    return obj

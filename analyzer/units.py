@@ -1,4 +1,5 @@
-"""Parsing the numbers with units given on the command line: sizes, counts, times, rates."""
+"""Numbers with units: parsing the command line's sizes, counts, times and rates, and writing
+them for people (one set of units for every renderer)."""
 from __future__ import annotations
 
 import re
@@ -59,3 +60,31 @@ def parse_rate(text: str, what: str = "rate") -> float:
     if not 0 < value < float("inf"):
         raise GraphcostError(f"{what}: {text!r} must be a positive number")
     return value
+
+
+def human(n: float, unit: str = "") -> str:
+    """1234567 -> '1.23M' (SI prefixes; bytes use binary units via human_bytes)."""
+    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{suffix}{unit}"
+    return f"{int(n)}{unit}"
+
+
+def human_bytes(n: float) -> str:
+    for div, suffix in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(n) >= div:
+            return f"{n / div:.2f} {suffix}"
+    return f"{int(n)} B"
+
+
+def human_time(seconds: float) -> str:
+    for div, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if seconds >= div:
+            return f"{seconds / div:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns" if seconds else "0"
+
+
+def axes_text(values) -> str:
+    """One value per spatial axis: "435" when all agree, else "435×211"."""
+    texts = [f"{v:g}" for v in values]
+    return texts[0] if len(set(texts)) == 1 else "×".join(texts)

@@ -241,10 +241,10 @@ def cpu_device(cpu: CpuSpec):
     tensor cores; numpy measures fp32 only)."""
     from types import MappingProxyType
 
-    from graphcost.analyzer.devices import DTYPES, Device
+    from graphcost.passes.roofline import DTYPES, DeviceRates
     label = (f"this CPU (measured: {cpu.peak_flops / 1e9:.1f} GFLOP/s fp32 matmul, "
              f"{cpu.bandwidth / 1e9:.1f} GB/s copy)")
-    return Device("this-cpu", label, MappingProxyType({d: cpu.peak_flops for d in DTYPES}),
+    return DeviceRates("this-cpu", label, MappingProxyType({d: cpu.peak_flops for d in DTYPES}),
                   cpu.bandwidth, cpu.memory)
 
 
@@ -484,7 +484,7 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
         report = analyze(module, args, train=True, optimizer=optimizer, progress=progress)
         measured, breakdown = measure_training(module, args, optimizer)
         module.train(was)
-        predicted = report.training.breakdown
+        predicted = report.training.breakdown_at_peak
         parts = tuple(PeakPart(cat, sum(predicted.get(k, 0) for k in ours),
                                sum(breakdown.get(k, 0) for k in theirs))
                       for cat, ours, theirs in _PARTS)

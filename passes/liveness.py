@@ -14,9 +14,9 @@ schedule/memory.py): O(nodes + tensors).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from graphcost.analyzer.ir import Graph, ValueKind
+from graphcost.analyzer.ir import INTERNAL, Graph, ValueKind
 from graphcost.passes.costs.registry import lookup
 
 
@@ -28,21 +28,36 @@ class Storage:
     death: int    # last node index at which it is live
 
 
+@dataclass(frozen=True, slots=True)
+class LiveTensor:
+    name: str
+    bytes: int
+
+
 @dataclass(frozen=True)
 class Liveness:
-    storages: tuple[Storage, ...]
-    value_storage: dict[str, int]   # value name -> index into storages
-    timeline: tuple[int, ...]       # bytes live while node i runs (its inputs and outputs)
+    """Activation memory by liveness: the report's ``memory`` section (fields marked INTERNAL
+    are the pass's working state, not part of the report)."""
+    include_inputs: bool
+    lifetimes: str                  # "dataflow" or "eager"
     naive_sum_bytes: int            # every storage added up, as if nothing were ever freed
-    peak_bytes: int
-    peak_node: int                  # index of the first node where the peak is reached (-1: none)
-    unknown: tuple[str, ...]        # activations whose size is unknown (counted as 0)
+    peak_bytes: int                 # activations (and inputs, if included) at the peak
+    peak_node: str | None           # the first node where the peak is reached
+    peak_node_index: int            # its index (-1: an empty graph)
+    live_at_peak: tuple[LiveTensor, ...]   # largest first
+    arena_bytes: int | None         # a static arena's size (passes.arena; None: not planned)
+    timeline: tuple[int, ...]       # bytes live while node i runs (its inputs and outputs)
+    storages: tuple[Storage, ...] = field(metadata=INTERNAL)
+    value_storage: dict[str, int] = field(metadata=INTERNAL)  # value -> index into storages
+    unknown: tuple[str, ...] = field(metadata=INTERNAL)  # activations of unknown size (0 B)
+    JSON_PROPERTIES = ("fragmentation",)
 
-    def live_at(self, i: int) -> list[Storage]:
-        """Storages live while node i runs, largest first."""
-        live = [s for s in self.storages if s.birth <= i <= s.death]
-        live.sort(key=lambda s: (-s.nbytes, s.name))
-        return live
+    @property
+    def fragmentation(self) -> float:
+        """arena / peak − 1 (0 when no arena was planned)."""
+        if self.arena_bytes is None or not self.peak_bytes:
+            return 0.0
+        return round(self.arena_bytes / self.peak_bytes - 1.0, 6)
 
 
 def module_call_ends(graph: Graph) -> list[list[int]]:
@@ -152,7 +167,15 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
         if running > peak:
             peak, peak_node = running, i
     storages = tuple(Storage(a, s, b, d) for a, s, b, d in zip(names, sizes, births, deaths))
-    return Liveness(storages, of, tuple(timeline), sum(sizes), peak, peak_node, tuple(unknown))
+    at_peak = sorted((s for s in storages if s.birth <= peak_node <= s.death),
+                     key=lambda s: (-s.nbytes, s.name)) if peak_node >= 0 else []
+    return Liveness(include_inputs=include_inputs, lifetimes="eager" if eager else "dataflow",
+                    naive_sum_bytes=sum(sizes), peak_bytes=peak,
+                    peak_node=nodes[peak_node].name if peak_node >= 0 else None,
+                    peak_node_index=peak_node,
+                    live_at_peak=tuple(LiveTensor(s.name, s.nbytes) for s in at_peak),
+                    arena_bytes=None, timeline=tuple(timeline), storages=storages,
+                    value_storage=of, unknown=tuple(unknown))
 
 
 def _extend_to_module_returns(graph: Graph, last_use: dict[str, int]) -> None:

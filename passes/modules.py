@@ -6,23 +6,24 @@ module of the node they are attributed to by the params pass.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from graphcost.analyzer.ir import Graph
+from graphcost.analyzer.ir import INTERNAL, Graph
 from graphcost.passes.costs import CostReport
 from graphcost.passes.params import ParamReport
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ModuleCost:
     path: str            # "" is the whole model
+    type: str            # the module's class where the frontend knows it (FX), else ""
     depth: int           # number of path components
-    first_node: int      # execution order of the module's first node
     nodes: int
     params: int
     macs: int
     flops: int
     output_bytes: int    # bytes written by the module's nodes (views excluded)
+    first_node: int = field(default=0, metadata=INTERNAL)  # execution order of its first node
 
 
 def aggregate_modules(graph: Graph, costs: CostReport, params: ParamReport) -> list[ModuleCost]:
@@ -41,7 +42,9 @@ def aggregate_modules(graph: Graph, costs: CostReport, params: ParamReport) -> l
             slot[3] += c.macs
             slot[4] += c.flops
             slot[5] += c.bytes_written
-    rows = [ModuleCost(path, len(path.split(".")) if path else 0, *vals)
+    types = graph.module_types
+    rows = [ModuleCost(path, types.get(path, ""), len(path.split(".")) if path else 0,
+                       *vals[1:], first_node=vals[0])
             for path, vals in acc.items()]
     rows.sort(key=lambda m: (m.first_node, m.depth))
     return rows

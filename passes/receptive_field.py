@@ -84,6 +84,24 @@ def receptive_fields(graph: Graph) -> dict[int, Field]:
     return out
 
 
+@dataclass(frozen=True)
+class NodeField:
+    """A node's receptive field (of its first output): the report's ``receptive_field`` rows."""
+    index: int
+    rf: tuple[int, ...]
+    jump: tuple[int, ...]
+    start: tuple[float, ...]
+
+
+def cnn_fields(graph: Graph) -> tuple[NodeField, ...]:
+    """The report's receptive fields: every node's, when the graph is a CNN (some Conv/pool
+    node has a field), else none."""
+    found = receptive_fields(graph)
+    if not is_cnn(graph, found):
+        return ()
+    return tuple(NodeField(i, f.rf, f.jump, f.start) for i, f in sorted(found.items()))
+
+
 def is_cnn(graph: Graph, fields: dict[int, Field] | None = None) -> bool:
     """True when some Conv/pool node has a known field (the table shows the field columns);
     pass ``fields`` when receptive_fields(graph) has already been computed."""

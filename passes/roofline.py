@@ -1,4 +1,5 @@
-"""Roofline time per node on a device: a lower bound, not a benchmark.
+"""Roofline time per node on a device, and whether the run fits its memory: a lower bound,
+not a benchmark.
 
 time(node) = max(FLOPs / peak FLOP/s of the node's dtype, (bytes read + bytes written) / memory
 bandwidth) — Williams, Waterman & Patterson, "Roofline" (CACM 2009). It assumes every kernel
@@ -9,33 +10,80 @@ The dtype of a node is that of its first typed input: half types use the device'
 (tensor-core) rate, 8-bit integer inputs its int8 rate, everything else fp32 — or tf32 for
 multiply-accumulate ops when ``tf32`` is set (PyTorch's ``allow_tf32``). A dtype the device has
 no fast path for falls back to its fp32 rate.
+
+The device is a ``DeviceRates`` value (the device table and its parsing live in
+analyzer/devices.py); ``Overhead`` is what a process needs beyond its tensors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
-from graphcost.analyzer.devices import Device
-from graphcost.analyzer.ir import QUANT_DTYPES, Graph
+from graphcost.analyzer.ir import INTERNAL, QUANT_DTYPES, Graph
 
 _HALF = {"float16": "fp16", "bfloat16": "bf16"}
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")
+
+
+@dataclass(frozen=True)
+class DeviceRates:
+    name: str
+    label: str
+    peak_flops: Mapping[str, float | None]   # FLOP/s (int8: OP/s) for each of DTYPES
+    bandwidth: float                          # bytes/s
+    memory: int                               # bytes
+
+    def peak(self, dtype: str) -> float:
+        """The rate for ``dtype``, falling back to fp32 where the device has no fast path."""
+        return self.peak_flops.get(dtype) or self.peak_flops["fp32"]
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """What a real process needs beyond its tensors (design notes §1.4).
+
+    ``context_bytes``: the CUDA context plus cuBLAS/cuDNN workspaces, 300–800 MiB on recent
+    GPUs and drivers; default 512 MiB. ``allocator_fraction``: PyTorch's caching allocator
+    rounds each block up (512 B granules, 2 MiB/20 MiB segments) and keeps freed blocks
+    reserved, typically 5–20% over the tensors; default 10%. Both are guesses a user should
+    replace with a measurement of their own stack (``--overhead context=…,allocator=…``)."""
+    context_bytes: int = 512 << 20
+    allocator_fraction: float = 0.10
+
+    def required(self, tensor_bytes: int) -> int:
+        return int(tensor_bytes * (1.0 + self.allocator_fraction)) + self.context_bytes
 
 
 @dataclass(frozen=True, slots=True)
 class NodeTime:
     index: int
     seconds: float
-    intensity: float     # FLOPs per byte moved (inf when nothing moves)
-    bound: str           # "compute" | "memory" | "" (neither FLOPs nor bytes)
-    dtype: str           # the rate used: fp32 | tf32 | fp16 | bf16 | int8
+    intensity: float | None  # FLOPs per byte moved (None: FLOPs but nothing moved)
+    bound: str               # "compute" | "memory" | "" (neither FLOPs nor bytes)
+    dtype: str               # the rate used: fp32 | tf32 | fp16 | bf16 | int8
 
 
 @dataclass(frozen=True)
-class RooflineResult:
-    nodes: tuple[NodeTime, ...]
+class Roofline:
+    """The report's ``roofline`` section."""
+    device: str
+    label: str
+    peak_flops: Mapping[str, float | None]
+    bandwidth: float
+    memory_bytes: int
+    tf32: bool
     total_seconds: float
-    compute_seconds: float    # the part of the total spent in compute-bound nodes
-    memory_seconds: float     # ... and in memory-bound ones
-    fallbacks: tuple[str, ...]  # dtypes that used the fp32 rate for lack of a fast path
+    compute_seconds: float        # the part of the total spent in compute-bound nodes
+    memory_seconds: float         # ... and in memory-bound ones
+    top: tuple[int, ...]          # the ten slowest nodes (indices), slowest first
+    tensor_bytes: int             # the report's peak: everything live on the device
+    context_bytes: int            # framework overhead: CUDA context, workspaces
+    allocator_fraction: float     # caching-allocator rounding and reserved blocks
+    required_bytes: int           # tensor_bytes · (1 + allocator_fraction) + context_bytes
+    fits: bool
+    fallbacks: tuple[str, ...]    # dtypes that used the fp32 rate for lack of a fast path
+    nodes: tuple[NodeTime, ...]
+    device_rates: DeviceRates = field(metadata=INTERNAL)
 
 
 def node_dtype(graph: Graph, node, macs: int, tf32: bool) -> str:
@@ -52,8 +100,11 @@ def node_dtype(graph: Graph, node, macs: int, tf32: bool) -> str:
     return "tf32" if tf32 and macs else "fp32"
 
 
-def roofline(graph: Graph, node_costs, device: Device, *, tf32: bool = False) -> RooflineResult:
-    """``node_costs``: the cost pass's per-node costs, aligned with ``graph.nodes``."""
+def roofline(graph: Graph, node_costs, device: DeviceRates, *, tensor_bytes: int,
+             tf32: bool = False, overhead: Overhead | None = None) -> Roofline:
+    """``node_costs``: the cost pass's per-node costs, aligned with ``graph.nodes``;
+    ``tensor_bytes``: what the run holds at its peak (the report's peak)."""
+    overhead = overhead or Overhead()
     bw = device.bandwidth
     out = []
     compute = memory = 0.0
@@ -75,10 +126,15 @@ def roofline(graph: Graph, node_costs, device: Device, *, tf32: bool = False) ->
         else:
             bound = "memory"
             memory += seconds
-        intensity = c.flops / moved if moved else float("inf") if c.flops else 0.0
+        intensity = c.flops / moved if moved else None if c.flops else 0.0
         out.append(NodeTime(node.index, seconds, intensity, bound, dtype))
-    return RooflineResult(tuple(out), compute + memory, compute, memory,
-                          tuple(sorted(fallbacks)))
+    top = tuple(t.index for t in sorted(out, key=lambda t: (-t.seconds, t.index))[:10]
+                if t.seconds > 0)
+    required = overhead.required(tensor_bytes)
+    return Roofline(device.name, device.label, dict(device.peak_flops), device.bandwidth,
+                    device.memory, tf32, compute + memory, compute, memory, top, tensor_bytes,
+                    overhead.context_bytes, overhead.allocator_fraction, required,
+                    required <= device.memory, tuple(sorted(fallbacks)), tuple(out), device)
 
 
 def flops_by_dtype(graph: Graph, node_costs) -> dict[str, int]:

@@ -11,7 +11,9 @@ gradients freed by ``zero_grad(set_to_none=True)`` before the step):
   step        = gradients + the optimizer step's temporaries
 
 Optimizer state: sgd 0, momentum 1×, adam/adamw 2× the parameters, plus Adam's per-tensor
-``step`` counter (a 4-byte float32 scalar each). Step temporaries follow PyTorch's default
+``step`` counter (a 4-byte float32 scalar each). That state exists from the second step on:
+PyTorch creates it inside the first ``step()``, so the first step's forward and backward run
+without it (``first_step_peak_bytes``). Step temporaries follow PyTorch's default
 single-tensor (for-loop) implementation used on CPU: SGD and momentum update in place (none);
 Adam/AdamW compute ``exp_avg_sq.sqrt() / bias_correction`` into two tensors the size of the
 parameter being updated, so 2 × the largest parameter tensor. (GPU foreach/fused
@@ -19,10 +21,11 @@ implementations differ; not modelled.)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.ir import Graph, ValueKind
+from graphcost.analyzer.ir import INTERNAL, Graph, ValueKind
 from graphcost.passes.checkpoint import (Segment, checkpointed_storages, group_every, merge,
                                repeated_blocks, segments_by_name, sqrt_groups, timeline_of)
 from graphcost.passes.checkpoint_plan import block_table, cheapest_plan, plan_segments
@@ -32,21 +35,51 @@ STATE_MULTIPLIER = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 
 
 @dataclass(frozen=True)
+class WhatIf:
+    """The step's peak under one memory saver, and where that peak is."""
+    peak_bytes: int
+    peak_phase: str
+    peak_node: str | None
+    recompute_flops: int | None = None   # checkpointing: the forward FLOPs run twice
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """A checkpoint plan: the step's peak without and with it, and what it costs."""
+    mode: str                       # names | every | sqrt | auto
+    segments: tuple[str, ...]       # each segment as "a" or "a+b+c" (blocks merged)
+    peak_without_bytes: int
+    peak_bytes: int
+    recompute_flops: int
+    recompute_pct: float            # of the whole step's FLOPs
+    budget_bytes: int | None
+    timeline: tuple[int, ...]
+    peak_phase: str                 # where the checkpointed step peaks
+    plain: "TrainingMemory" = field(metadata=INTERNAL)
+    checkpointed: "TrainingMemory" = field(metadata=INTERNAL)
+
+
+@dataclass(frozen=True)
 class TrainingMemory:
+    """One training step's memory: the report's ``training`` section."""
     optimizer: str
     param_bytes: int
     buffer_bytes: int
     grad_bytes: int
     optimizer_state_bytes: int
     step_temp_bytes: int
-    peak_bytes: int
+    peak_bytes: int                 # the steady-state step (optimizer state allocated)
+    first_step_peak_bytes: int      # the first step: its forward/backward run without state
     peak_phase: str                 # forward | backward | optimizer
     peak_node: str | None           # the joint-graph node at the peak (None: optimizer step)
-    breakdown: dict[str, int]       # at the peak: params, buffers, optimizer_state,
-                                    # gradients, activations, temporaries
+    breakdown_at_peak: Mapping[str, int]  # params, buffers, master_weights, optimizer_state,
+                                          # gradients, activations, temporaries
+    include_inputs: bool            # whether the input batch counts among the activations
     timeline: tuple[int, ...]       # total bytes at each joint node, then at the optimizer step
     phases: tuple[str, ...]         # the phase of each timeline point
-    forward_nodes: int
+    checkpoint: CheckpointPlan | None = None
+    what_if: Mapping[str, WhatIf] = field(default_factory=dict)
+    forward_nodes: int = field(default=0, metadata=INTERNAL)
 
 
 def forward_set(graph: Graph) -> set[int]:
@@ -60,7 +93,8 @@ def forward_set(graph: Graph) -> set[int]:
 
 def training_memory(graph: Graph, optimizer: str = "adam",
                     segments: list[Segment] | None = None,
-                    master_weights: bool = False, inplace: bool = False) -> TrainingMemory:
+                    master_weights: bool = False, inplace: bool = False,
+                    include_inputs: bool = True) -> TrainingMemory:
     """``master_weights``: the graph runs in half precision (passes.precision) and the
     optimizer works on an fp32 master copy: 4 B per parameter for the copy, fp32 state, and at
     the step the fp32 gradients (made while the half ones still exist, which are freed before
@@ -88,7 +122,7 @@ def training_memory(graph: Graph, optimizer: str = "adam",
         temp = 0
     persistent = param_bytes + buffer_bytes + master + state
 
-    live = analyze_liveness(graph, include_inputs=False, inplace=inplace)
+    live = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace)
     fwd = forward_set(graph)
     storages = list(live.storages)
     if segments:
@@ -116,33 +150,41 @@ def training_memory(graph: Graph, optimizer: str = "adam",
         node = graph.nodes[peak_i].name
     breakdown = dict(params=param_bytes, buffers=buffer_bytes, master_weights=master,
                      optimizer_state=state, **breakdown)
-    return TrainingMemory(optimizer, param_bytes, buffer_bytes, grad_bytes, state, step_temp,
-                          timeline[peak_i], phases[peak_i], node, breakdown, tuple(timeline),
-                          tuple(phases), len(fwd))
+    # The first step: no optimizer state until its step() creates it.
+    first = max(max(timeline[:-1], default=0) - state, timeline[-1])
+    return TrainingMemory(
+        optimizer=optimizer, param_bytes=param_bytes, buffer_bytes=buffer_bytes,
+        grad_bytes=grad_bytes, optimizer_state_bytes=state, step_temp_bytes=step_temp,
+        peak_bytes=timeline[peak_i], first_step_peak_bytes=first, peak_phase=phases[peak_i],
+        peak_node=node, breakdown_at_peak=breakdown, include_inputs=include_inputs,
+        timeline=tuple(timeline), phases=tuple(phases), forward_nodes=len(fwd))
 
 
-@dataclass(frozen=True)
-class CheckpointPlan:
-    mode: str                       # names | every | sqrt | auto
-    segments: tuple[str, ...]       # each segment as "a" or "a+b+c" (blocks merged)
-    plain: TrainingMemory
-    checkpointed: TrainingMemory
-    recompute_flops: int
-    budget: int | None = None
+def _plan(mode: str, segs: list[Segment], plain: TrainingMemory, got: TrainingMemory,
+          node_flops: list[int], budget: int | None) -> CheckpointPlan:
+    recompute = sum(node_flops[i] for s in segs for i in s.nodes)
+    return CheckpointPlan(
+        mode=mode, segments=tuple(s.name for s in segs), peak_without_bytes=plain.peak_bytes,
+        peak_bytes=got.peak_bytes, recompute_flops=recompute,
+        recompute_pct=round(100.0 * recompute / max(1, sum(node_flops)), 3),
+        budget_bytes=budget, timeline=got.timeline, peak_phase=got.peak_phase, plain=plain,
+        checkpointed=got)
 
 
 def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
                      names: list[str] | None = None, every: int | None = None,
                      sqrt: bool = False, budget: int | None = None,
-                     master_weights: bool = False) -> CheckpointPlan:
+                     master_weights: bool = False,
+                     include_inputs: bool = True) -> CheckpointPlan:
     """Build a checkpoint plan and evaluate it; ``budget`` alone asks for the plan with the
-    least recompute that fits."""
+    least recompute that fits. ``node_flops``: the cost pass's FLOPs per joint-graph node."""
     fwd = forward_set(graph)
-    plain = training_memory(graph, optimizer, master_weights=master_weights)
 
-    def seg_flops(seg: Segment) -> int:
-        return sum(node_flops[i] for i in seg.nodes)
+    def step(segs: list[Segment] | None = None) -> TrainingMemory:
+        return training_memory(graph, optimizer, segs, master_weights,
+                               include_inputs=include_inputs)
 
+    plain = step()
     if names:
         segs, mode = segments_by_name(graph, fwd, names), "names"
     elif every is not None or sqrt:
@@ -154,32 +196,28 @@ def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
         segs = [merge("+".join(g), segments_by_name(graph, fwd, g)) for g in groups]
         mode = "sqrt" if sqrt else "every"
     elif budget is not None:
-        return _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights,
-                     node_flops)
+        return _auto(graph, fwd, plain, budget, step, node_flops)
     else:
         raise GraphcostError("--checkpoint needs module names, sqrt, auto (with --budget), "
                              "or --checkpoint-every N")
-    with_ckpt = training_memory(graph, optimizer, segs, master_weights)
-    return CheckpointPlan(mode, tuple(s.name for s in segs), plain, with_ckpt,
-                          sum(seg_flops(s) for s in segs), budget)
+    return _plan(mode, segs, plain, step(segs), node_flops, budget)
 
 
-def _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights,
-          node_flops) -> CheckpointPlan:
+def _auto(graph, fwd, plain, budget, step, node_flops) -> CheckpointPlan:
     """The plan with the least recompute that fits: exact under Chen et al.'s memory model
     over segments of consecutive repeated blocks (passes/checkpoint_plan.py), each answer
     checked by the liveness pass; the greedy search below is the fallback where the model
     keeps missing."""
     floor = plain.param_bytes + plain.buffer_bytes + plain.optimizer_state_bytes + \
-        plain.grad_bytes + plain.breakdown["master_weights"]
+        plain.grad_bytes + plain.breakdown_at_peak["master_weights"]
     if budget < floor:
         raise GraphcostError(f"no checkpoint plan can fit {budget:,} B: parameters, gradients "
                              f"and optimizer state alone take {floor:,} B")
     if plain.peak_bytes <= budget:
-        return CheckpointPlan("auto", (), plain, plain, 0, budget)
+        return _plan("auto", [], plain, plain, node_flops, budget)
     blocks = repeated_blocks(graph, fwd)
     if blocks:
-        table = block_table(graph, analyze_liveness(graph, include_inputs=False),
+        table = block_table(graph, analyze_liveness(graph, include_inputs=plain.include_inputs),
                             fwd, blocks, node_flops, plain.timeline)
         target = budget
         for _ in range(6):   # lower the target by each shortfall of the model
@@ -187,37 +225,32 @@ def _auto(graph, optimizer, fwd, plain, budget, seg_flops, master_weights,
             if ranges is None:
                 break
             segs = plan_segments(table, ranges)
-            got = training_memory(graph, optimizer, segs, master_weights)
+            got = step(segs)
             if got.peak_bytes <= budget:
-                return CheckpointPlan("auto", tuple(s.name for s in segs), plain, got,
-                                      sum(seg_flops(s) for s in segs), budget)
+                return _plan("auto", segs, plain, got, node_flops, budget)
             target -= got.peak_bytes - budget
-    return _auto_greedy(graph, optimizer, fwd, plain, budget, seg_flops, master_weights, floor)
+    return _auto_greedy(graph, fwd, plain, budget, step, node_flops, floor)
 
 
-def _auto_greedy(graph, optimizer, fwd, plain, budget, seg_flops, master_weights,
-                 floor) -> CheckpointPlan:
+def _auto_greedy(graph, fwd, plain, budget, step, node_flops, floor) -> CheckpointPlan:
     """Greedy over the repeated blocks: checkpoint the blocks that free the most memory per
     recomputed FLOP first, and stop at the first plan whose peak fits the budget."""
     blocks = repeated_blocks(graph, fwd)
     segs = segments_by_name(graph, fwd, blocks) if blocks else []
     scored = []
     for seg in segs:
-        alone = training_memory(graph, optimizer, [seg], master_weights)
-        saved = plain.peak_bytes - alone.peak_bytes
-        scored.append((-saved / max(1, seg_flops(seg)), seg))
+        saved = plain.peak_bytes - step([seg]).peak_bytes
+        scored.append((-saved / max(1, sum(node_flops[i] for i in seg.nodes)), seg))
     scored.sort(key=lambda t: t[0])
     chosen: list[Segment] = []
     best = plain
     for _, seg in scored:
         chosen.append(seg)
-        best = training_memory(graph, optimizer, chosen, master_weights)
+        best = step(chosen)
         if best.peak_bytes <= budget:
-            return CheckpointPlan("auto", tuple(s.name for s in chosen), plain, best,
-                                  sum(seg_flops(s) for s in chosen), budget)
+            return _plan("auto", chosen, plain, best, node_flops, budget)
     # the most any plan over the blocks frees: every block checkpointed as one segment
-    whole = training_memory(graph, optimizer, [merge("all", segs)], master_weights) \
-        if segs else plain
+    whole = step([merge("all", segs)]) if segs else plain
     lowest = min(best.peak_bytes, whole.peak_bytes)
     raise GraphcostError(f"no checkpoint plan fits {budget:,} B: checkpointing the repeated "
                          f"blocks reaches {lowest:,} B at best (parameters, gradients and "
@@ -225,20 +258,40 @@ def _auto_greedy(graph, optimizer, fwd, plain, budget, seg_flops, master_weights
 
 
 def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str,
-             cast) -> dict[str, dict[str, int]]:
+             include_inputs: bool = True) -> dict[str, WhatIf]:
     """The step's peak under the usual memory savers, each by re-running the passes on the
     same joint graph: in-place activations, bf16 mixed precision, and checkpointing every
-    repeated block. ``cast`` re-types a graph (passes.precision.cast_floats)."""
+    repeated block."""
+    from graphcost.passes.precision import cast_floats
+
     mixed = precision != "fp32"
-    out: dict[str, dict[str, int]] = {}
-    inplace = training_memory(graph, optimizer, master_weights=mixed, inplace=True)
-    out["inplace_activations"] = {"peak_bytes": inplace.peak_bytes}
+
+    def of(t: TrainingMemory, recompute: int | None = None) -> WhatIf:
+        return WhatIf(t.peak_bytes, t.peak_phase, t.peak_node, recompute)
+
+    out = {"inplace_activations": of(training_memory(
+        graph, optimizer, master_weights=mixed, inplace=True, include_inputs=include_inputs))}
     if not mixed:
-        half = training_memory(cast(graph, "bf16-mixed"), optimizer, master_weights=True)
-        out["bf16_mixed"] = {"peak_bytes": half.peak_bytes}
+        out["bf16_mixed"] = of(training_memory(cast_floats(graph, "bf16-mixed"), optimizer,
+                                               master_weights=True,
+                                               include_inputs=include_inputs))
     if repeated_blocks(graph, forward_set(graph)):
-        plan = plan_checkpoints(graph, optimizer, node_flops, every=1,
-                                master_weights=mixed)
-        out["checkpoint_every_block"] = {"peak_bytes": plan.checkpointed.peak_bytes,
-                                         "recompute_flops": plan.recompute_flops}
+        plan = plan_checkpoints(graph, optimizer, node_flops, every=1, master_weights=mixed,
+                                include_inputs=include_inputs)
+        out["checkpoint_every_block"] = of(plan.checkpointed, plan.recompute_flops)
     return out
+
+
+def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
+                  precision: str = "fp32", checkpoint: Mapping | None = None,
+                  what_if: bool = True, include_inputs: bool = True) -> TrainingMemory:
+    """The training section of a report: the step's memory, with the checkpoint plan asked
+    for and the what-ifs (``graph`` already re-typed by passes.precision for mixed precision,
+    whose fp32 master side is added here)."""
+    mixed = precision != "fp32"
+    t = training_memory(graph, optimizer, master_weights=mixed, include_inputs=include_inputs)
+    plan = plan_checkpoints(graph, optimizer, node_flops, master_weights=mixed,
+                            include_inputs=include_inputs, **checkpoint) if checkpoint else None
+    savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs) if what_if \
+        else {}
+    return replace(t, checkpoint=plan, what_if=savers)

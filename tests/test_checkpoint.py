@@ -9,7 +9,7 @@ from torch.utils.checkpoint import checkpoint
 from graphcost import models_zoo
 from graphcost import GraphcostError, analyze
 from graphcost.analyzer.units import parse_size
-from tests.test_training import BATCH, measured_step_peak
+from tests.shared import BATCH, measured_step_peak
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -41,7 +41,7 @@ def checkpoint_segments(segments: list[list[str]]):
 def test_checkpointed_peak_vs_memtracker(name, plan, optimizer):
     model = models_zoo.build_model(name)
     r = analyze(model, models_zoo.example_inputs(name, batch=BATCH), train=True,
-                optimizer=optimizer, checkpoint=plan)
+                optimizer=optimizer, checkpoint=plan, include_inputs=False, what_if=False)
     c = r.training.checkpoint
     assert c.peak_without_bytes == r.training.peak_bytes
     assert c.peak_bytes < c.peak_without_bytes and c.recompute_flops > 0

@@ -44,8 +44,8 @@ def mlp(tmp_path):
 
 def test_table(mlp):
     p = run(mlp, "--batch", 16, check_rc=0)
-    for text in ("fc1", "Gemm", "Softmax", "16×64", "by op type", "params      2,410",
-                 "peak live", "arena", "coverage    4/4"):
+    for text in ("fc1", "Gemm", "Softmax", "16×32", "by op type", "params      2,410",
+                 "activations peak", "arena", "coverage    4/4"):
         assert text in p.stdout, text
     assert p.stderr == ""
 

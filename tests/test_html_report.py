@@ -20,7 +20,9 @@ import pytest
 from onnx import save
 
 from graphcost.analyzer.html_report import html_report
-from graphcost.analyzer.report import Coverage, Memory, NodeRow, Report, Totals
+from graphcost.analyzer.report import NodeRow, Report, Totals
+from graphcost.passes.costs import Coverage
+from graphcost.passes.liveness import Liveness
 from tests.onnx_builders import model, node
 
 EVIL = "<script>alert(1)</script>&\"'"
@@ -100,9 +102,12 @@ def _synthetic(n: int) -> Report:
                   for i in range(n))
     timeline = tuple(512 + 256 * (i % 3) for i in range(n))
     return Report(model="synthetic", source="onnx", batch=1, dims={},
-                  totals=Totals(0, 0, 0, 0, 0, 0, 0, 0), by_op_type=(),
+                  totals=Totals(0, 0, 0, 0, 0, 0, 0, 0), by_op_type={},
                   coverage=Coverage(n, n, {}, {}),
-                  memory=Memory(True, "dataflow", 0, 1024, "n2", 2, (), 1024, timeline),
+                  memory=Liveness(include_inputs=True, lifetimes="dataflow", naive_sum_bytes=0,
+                                  peak_bytes=1024, peak_node="n2", peak_node_index=2,
+                                  live_at_peak=(), arena_bytes=1024, timeline=timeline,
+                                  storages=(), value_storage={}, unknown=()),
                   nodes=nodes)
 
 

@@ -167,7 +167,7 @@ def test_onnx_path_does_not_import_torch(tmp_path):
     import sys
     path = tmp_path / "m.onnx"
     onnx.save(big_matmul_model(), path)
-    code = ("import sys; from analyzer import analyze; analyze(sys.argv[1], batch=2).to_json(); "
+    code = ("import sys; from graphcost import analyze; analyze(sys.argv[1], batch=2).to_json(); "
             "from graphcost.analyzer.cli import main; main([sys.argv[1], '--format', 'json', '-o', "
             "sys.argv[1] + '.json']); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,

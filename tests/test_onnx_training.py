@@ -45,21 +45,28 @@ def test_hand_computed_mlp():
 
     # Schedule: 0 mm1, 1 relu, 2 mm2, 3 loss = ReduceSum(y), 4 seed (1.0, 4 B), 5 dy = a view
     # of the seed, 6 mm2/backward → dr 64 B + dW2 96 B, 7 relu/backward → dh 64 B,
-    # 8 mm1/backward → dW1 128 B. Activations (fp32; the graph input x is not counted, as in
-    # the FX training figure): h 64 B lives 0–1, r 64 B 1–7 (kept for backward), y 24 B 2–3,
+    # 8 mm1/backward → dW1 128 B. Activations (fp32; the graph input x left out first, as
+    # MemTracker leaves out what exists before the step): h 64 B lives 0–1, r 64 B 1–7 (kept for backward), y 24 B 2–3,
     # loss 4 B 3–end, seed 4 B 4–6, dr 6–7, dh 7–8, the weight gradients to the end.
     #   node 6: r 64 + loss 4 + seed 4 + dr 64 + dW2 96 = 232
     #   node 7: r 64 + loss 4 + dr 64 + dW2 96 + dh 64 = 292   ← the joint graph's peak
     #   node 8: loss 4 + dW2 96 + dh 64 + dW1 128 = 292
     # Parameters W1 4·8·4 = 128 B + W2 8·3·4 = 96 B = 224 B.
-    none = training_memory(g, "none")
+    none = training_memory(g, "none", include_inputs=False)
     assert none.peak_bytes == 224 + 292 == 516
     assert (none.peak_phase, none.peak_node) == ("backward", "relu/backward")
     # Adam: state 2·224 + a 4-byte step per tensor (2) = 456 B; persistent 224 + 456 = 680.
     # Backward 680 + 292 = 972; the step: 680 + gradients 224 + 2 × the largest parameter
     # (W1, 128 B) = 1,160 — the peak.
-    adam = training_memory(g, "adam")
+    adam = training_memory(g, "adam", include_inputs=False)
     assert adam.peak_bytes == 1160 and adam.peak_phase == "optimizer"
+    # By default the input batch counts too (the one definition of a peak, README): x is
+    # 2·4·4 = 32 B, read by mm1/backward (node 8), so live at node 7: 516 + 32 = 548. The
+    # optimizer step's peak holds no activation: Adam's stays 1,160. Adam's first step runs
+    # its forward and backward without the 456 B of state: max(972 + 32 − 456, 1,160).
+    assert training_memory(g, "none").peak_bytes == 548
+    adam_in = training_memory(g, "adam")
+    assert adam_in.peak_bytes == 1160 and adam_in.first_step_peak_bytes == 1160
 
     r = analyze(mlp(), train=True, optimizer="sgd")
     # MACs: mm1 2·8·4 = 64, mm2 2·3·8 = 48; backward mm2 2 × 48 (dr and dW2), mm1 1 × 64
@@ -67,7 +74,7 @@ def test_hand_computed_mlp():
     # backward, + the loss's sum of 6 elements = 582.
     assert r.totals.macs == 272
     assert r.totals.flops == 582
-    assert r.coverage.unsupported == {} and r.training.peak_bytes == 516
+    assert r.coverage.unsupported == {} and r.training.peak_bytes == 548
 
 
 def test_hand_computed_mlp_matches_its_traced_twin():
@@ -76,8 +83,10 @@ def test_hand_computed_mlp_matches_its_traced_twin():
     net = torch.nn.Sequential(torch.nn.Linear(4, 8, bias=False), torch.nn.ReLU(),
                               torch.nn.Linear(8, 3, bias=False))
     x = torch.randn(2, 4)
-    assert analyze(net, (x,), train=True, optimizer="none").training.peak_bytes == 516
-    assert analyze(net, (x,), train=True, optimizer="adam").training.peak_bytes == 1160
+    for opt, peak in (("none", 516), ("adam", 1160)):
+        r = analyze(net, (x,), train=True, optimizer=opt, include_inputs=False)
+        assert r.training.peak_bytes == peak
+    assert analyze(net, (x,), train=True, optimizer="none").training.peak_bytes == 548
 
 
 def test_estimate_is_labelled():
@@ -142,7 +151,7 @@ def test_cli_train_on_onnx(tmp_path):
                         "json"], capture_output=True, text=True, timeout=300, check=False)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    assert out["training"]["peak_bytes"] == 516  # the hand-computed figure above
+    assert out["training"]["peak_bytes"] == 548  # the hand-computed figure above
     assert any("ESTIMATE" in w for w in out["warnings"])
     p = subprocess.run([GRAPHCOST, str(path), "--train"], capture_output=True, text=True,
                        check=False, timeout=300, env=dict(os.environ, COLUMNS="200"))

@@ -25,18 +25,36 @@ class NodeCost:
     bound: str = ""     # set when the cost is an upper bound: what it assumes
 
 
+@dataclass(frozen=True, slots=True)
+class OpTotals:
+    """One op type's nodes and their summed cost."""
+    count: int
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+
+
+@dataclass(frozen=True)
+class Coverage:
+    nodes: int
+    covered: int
+    unsupported: Mapping[str, int]      # op -> nodes with no cost rule
+    unknown_shape: Mapping[str, int]    # op -> nodes whose shapes stayed unknown
+    bounded: Mapping[str, int] = field(default_factory=dict)  # op -> nodes costed at a bound
+    JSON_PROPERTIES = ("percent",)
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.covered / self.nodes if self.nodes else 100.0
+
+
 @dataclass(frozen=True)
 class CostReport:
     nodes: tuple[NodeCost, ...]               # aligned with graph.nodes
     totals: Cost
-    by_op_type: Mapping[str, tuple[int, Cost]]  # op -> (count, summed cost), sorted by op
-    unsupported: Mapping[str, int]              # op -> node count, no rule
-    unknown_shape: Mapping[str, int]            # op -> node count, a rule but no concrete shape
-    bounded: Mapping[str, int] = field(default_factory=dict)  # op -> nodes costed at a bound
-
-    @property
-    def covered(self) -> int:
-        return sum(1 for n in self.nodes if n.status == OK)
+    by_op_type: Mapping[str, OpTotals]        # sorted by op
+    coverage: Coverage
 
 
 def count_costs(graph: Graph) -> CostReport:
@@ -47,6 +65,7 @@ def count_costs(graph: Graph) -> CostReport:
     bounded: Counter[str] = Counter()
     unsupported_cost = NodeCost(ZERO, UNSUPPORTED)
     unknown_cost = NodeCost(ZERO, UNKNOWN_SHAPE)
+    covered = 0
     for node in graph.nodes:
         r = lookup(node.op)
         if r is None:
@@ -61,9 +80,8 @@ def count_costs(graph: Graph) -> CostReport:
                 why = node.bound or view.bound  # sizes from a bound, or a worst-case count
                 if why:
                     bounded[node.op] += 1
-                    nc = NodeCost(c, OK, why)
-                else:
-                    nc = NodeCost(c, OK)
+                nc = NodeCost(c, OK, why)
+                covered += 1
             except ShapeUnknown:
                 unknown[node.op] += 1
                 nc = unknown_cost
@@ -78,8 +96,8 @@ def count_costs(graph: Graph) -> CostReport:
             slot[2] += c.flops
             slot[3] += c.bytes_read
             slot[4] += c.bytes_written
-    by_op = {k: (v[0], Cost(v[1], v[2], v[3], v[4])) for k, v in sorted(per_op.items())}
+    by_op = {k: OpTotals(*v) for k, v in sorted(per_op.items())}
     total = Cost(*(sum(v[i] for v in per_op.values()) for i in range(1, 5)))
-    return CostReport(tuple(results), total, by_op,
-                      dict(sorted(unsupported.items())), dict(sorted(unknown.items())),
-                      dict(sorted(bounded.items())))
+    coverage = Coverage(len(graph.nodes), covered, dict(sorted(unsupported.items())),
+                        dict(sorted(unknown.items())), dict(sorted(bounded.items())))
+    return CostReport(tuple(results), total, by_op, coverage)

@@ -1,0 +1,86 @@
+"""Terminal tables that fit the terminal they are printed on.
+
+Numbers are never cut: a numeric column is as wide as its widest cell. Text columns (node
+names, op types, shapes) share what is left by priority, down to a minimum width; a text that
+does not fit is shortened in the middle (``/layer1/…/conv1/Conv``), where names differ least.
+Columns marked optional are dropped, lowest priority first, when even the minimums do not fit.
+Every table here (the node table, op types, modules, diff and verify) goes through ``fit``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ELLIPSIS = "…"
+SEP = 2            # columns are separated by two spaces (rich box=None, padding (0, 1))
+
+
+@dataclass(frozen=True)
+class Col:
+    header: str
+    numeric: bool = False       # right-aligned, never cut
+    min_width: int = 6          # text: the narrowest it may be squeezed to
+    priority: int = 0           # text: higher keeps more width; optional: dropped last
+    optional: bool = False      # may be dropped when the table cannot fit
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, cut in the middle."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return text[:width]
+    head = width // 2
+    tail = width - 1 - head
+    return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+
+
+def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list[Col],
+                                                                          list[list[str]]]:
+    """The columns that fit in ``width`` (None: all, unshortened) and the rows' cells
+    shortened to them."""
+    natural = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    keep = list(range(len(cols)))
+    if width is None:
+        return cols, rows
+
+    def need(idx: list[int], texts_at_min: bool) -> int:
+        total = sum(natural[i] if cols[i].numeric or not texts_at_min
+                    else min(natural[i], max(cols[i].min_width, len(cols[i].header)))
+                    for i in idx)
+        return total + SEP * (len(idx) - 1)
+
+    droppable = sorted((i for i in keep if cols[i].optional), key=lambda i: cols[i].priority)
+    while need(keep, True) > width and droppable:
+        keep.remove(droppable.pop(0))
+    widths = {i: natural[i] for i in keep}
+    over = need(keep, False) - width
+    if over > 0:  # squeeze text columns, the least important first, down to their minimum
+        for i in sorted((i for i in keep if not cols[i].numeric),
+                        key=lambda i: cols[i].priority):
+            floor = min(natural[i], max(cols[i].min_width, len(cols[i].header)))
+            cut = min(over, widths[i] - floor)
+            widths[i] -= cut
+            over -= cut
+            if over <= 0:
+                break
+    out_rows = [[r[i] if cols[i].numeric else shorten(r[i], widths[i]) for i in keep]
+                for r in rows]
+    return [cols[i] for i in keep], out_rows
+
+
+def print_table(console, title: str | None, cols: list[Col], rows: list[list[str]], *,
+                width: int | None, styles: list[str | None] | None = None) -> None:
+    """Print ``rows`` under ``cols`` fitted to ``width`` (None: every column at its natural
+    width, for files and pipes)."""
+    from rich import box
+    from rich.table import Table
+
+    kept, cells = fit(cols, rows, width)
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  padding=(0, 1), header_style="bold", title_justify="left", collapse_padding=True)
+    for c in kept:
+        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=True,
+                         overflow="ignore" if c.numeric else "ellipsis")
+    for k, r in enumerate(cells):
+        table.add_row(*r, style=styles[k] if styles else None)
+    console.print(table)
