@@ -254,7 +254,8 @@ def html_report(report: Report) -> str:
         node_cols += [["rf", "RF", "text"], ["jump", "jump", "text"], ["start", "start", "text"]]
     node_rows = []
     for n in r.nodes:
-        row = [n.index, n.name, n.op, n.scope, "; ".join(n.input_shapes),
+        row = [n.index, n.name, n.op + (" (upper bound)" if n.bound else ""), n.scope,
+               "; ".join(n.input_shapes),
                "; ".join(n.output_shapes), n.params, n.output_bytes, n.macs, n.flops,
                n.bytes_read, n.bytes_written, n.bytes_total, n.status]
         if repeats:

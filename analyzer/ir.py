@@ -24,6 +24,10 @@ DTYPE_BITS: Mapping[str, int] = MappingProxyType({
 FLOAT_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16", "float8e4m3fn",
                           "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0",
                           "float4e2m1"})
+# Values that are not tensors: an ONNX sequence (or map) is a handle of unknown length, held in
+# the IR as a 0-byte scalar of this dtype; the tensors it holds are counted where they are
+# written (an optional value is its element's spec: a tensor, or a sequence handle).
+HANDLE_DTYPES = frozenset({"sequence", "map"})
 # Integer types narrow enough to be quantized weights rather than indices or shapes.
 QUANT_DTYPES = frozenset({"int8", "uint8", "int4", "uint4", "int2", "uint2"})
 
@@ -59,6 +63,8 @@ class TensorSpec:
         return self.numel is not None
 
     def shape_str(self) -> str:
+        if self.dtype in HANDLE_DTYPES:
+            return self.dtype
         if self.shape is None:
             return "?"
         return "×".join(str(d) for d in self.shape) if self.shape else "scalar"
@@ -87,6 +93,8 @@ class Node:
     ``op`` is the registry key the cost rules are looked up by: the ONNX op type for the
     default domain (``Conv``), ``domain::Type`` for other domains, ``aten.<name>`` for torch.
     ``repeat`` multiplies the node's cost: nodes of a Loop/Scan body run once per iteration.
+    ``bound`` is set when the node's output sizes depend on the data and the frontend took the
+    largest the inputs allow (the sentence says what was assumed): its costs are upper bounds.
     """
     index: int
     name: str
@@ -96,6 +104,7 @@ class Node:
     attrs: Mapping[str, Any]
     scope: str = ""
     repeat: int = 1
+    bound: str = ""
 
 
 @dataclass(frozen=True)

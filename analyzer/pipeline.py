@@ -13,7 +13,7 @@ from graphcost.passes.modules import aggregate_modules
 from graphcost.passes.params import ParamReport, count_params
 from graphcost.passes.precision import cast_floats
 from graphcost.passes.receptive_field import cnn_fields
-from graphcost.passes.roofline import roofline
+from graphcost.passes.roofline import flops_by_dtype, roofline
 from graphcost.passes.shapes import check_shapes
 from graphcost.passes.training import training_step
 
@@ -45,7 +45,7 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         checkpoint=checkpoint, what_if=what_if, include_inputs=include_inputs)
     report = Report(
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
-        totals=_totals(costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
+        totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
         memory=memory, warnings=_warnings(graph, memory), training=training, roofline=None,
         receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
@@ -56,11 +56,14 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                                              overhead=overhead, tensor_bytes=report.peak_bytes))
 
 
-def _totals(costs: CostReport, params: ParamReport) -> Totals:
+def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:
     t = costs.totals
     return Totals(params=params.params, param_bytes=params.param_bytes, buffers=params.buffers,
                   buffer_bytes=params.buffer_bytes, macs=t.macs, flops=t.flops,
-                  bytes_read=t.bytes_read, bytes_written=t.bytes_written)
+                  bytes_read=t.bytes_read, bytes_written=t.bytes_written,
+                  quant_meta=params.quant_meta, quant_meta_bytes=params.quant_meta_bytes,
+                  param_bytes_by_dtype=dict(params.param_bytes_by_dtype),
+                  flops_by_dtype=flops_by_dtype(graph, costs.nodes))
 
 
 def _warnings(graph: Graph, memory) -> tuple[str, ...]:
@@ -92,5 +95,5 @@ def _node_rows(graph: Graph, costs: CostReport, params: ParamReport) -> tuple[No
             output_shapes=tuple(shape_text(s) for s in outs),
             params=params.per_node.get(node.index, 0), output_bytes=sum(s.nbytes or 0 for s in outs),
             macs=c.macs, flops=c.flops, bytes_read=c.bytes_read, bytes_written=c.bytes_written,
-            status=nc.status, repeat=node.repeat))
+            status=nc.status, repeat=node.repeat, bound=nc.bound or None))
     return tuple(rows)

@@ -26,6 +26,13 @@ HEAVY = 5            # nodes marked as the heaviest (by FLOPs)
 
 # ----------------------------------------------------------------------------- columns
 
+def op_text(n) -> str:
+    """The op cell: the status when not costed, "(upper bound)" when costed at a bound."""
+    if n.status != "ok":
+        return f"{n.op} ({n.status})"
+    return f"{n.op} (upper bound)" if n.bound else n.op
+
+
 def _cells(r: Report) -> dict[str, tuple[Col, Callable[[Any], str]]]:
     """Every node-table column: name -> (column, cell text of a NodeRow)."""
     total = r.totals.flops or 1
@@ -33,8 +40,7 @@ def _cells(r: Report) -> dict[str, tuple[Col, Callable[[Any], str]]]:
     cols: dict[str, tuple[Col, Callable[[Any], str]]] = {
         "index": (Col("#", numeric=True), lambda n: str(n.index)),
         "name": (Col("node", min_width=12, priority=1), lambda n: n.name),
-        "op": (Col("op", min_width=10, priority=2),
-               lambda n: n.op if n.status == "ok" else f"{n.op} ({n.status})"),
+        "op": (Col("op", min_width=10, priority=2), op_text),
         "input_shapes": (Col("input shape(s)", min_width=8, optional=True),
                          lambda n: "; ".join(n.input_shapes)),
         "output_shapes": (Col("shape", min_width=8, priority=3, optional=True),
@@ -111,6 +117,13 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
     if c.unknown_shape:
         out.append(("no shape", [f"{k}×{v}" for k, v in c.unknown_shape.items()]
                     + ["(shapes unknown — not costed)"]))
+    if c.bounded:
+        out.append(("bound", [f"{sum(c.bounded.values())} node(s) costed at an upper bound:"]
+                    + [f"{k}×{v}" for k, v in c.bounded.items()]
+                    + ["(data-dependent sizes or worst-case counts; see each node's bound)"]))
+    if t.quant_meta:
+        out.append(("quant meta", [f"{t.quant_meta:,} scales/zero points "
+                                   f"({human_bytes(t.quant_meta_bytes)}), not in params"]))
     out.append(("activations", [
         f"peak {human_bytes(m.peak_bytes)} ({m.peak_bytes:,} B)",
         f"at {m.peak_node} (#{m.peak_node_index});",
@@ -289,11 +302,12 @@ def render_csv(r: Report) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     extra = extra_columns(r)
-    w.writerow(NODE_COLUMNS + tuple(name for name, *_ in extra))
+    w.writerow(NODE_COLUMNS + ("upper_bound",) + tuple(name for name, *_ in extra))
     for n in r.nodes:
         w.writerow([n.index, n.name, n.op, " ".join(n.input_shapes), " ".join(n.output_shapes),
                     n.params, n.output_bytes, n.macs, n.flops, n.bytes_read, n.bytes_written,
-                    n.bytes_total, n.status] + [raw(n.index) for *_, raw in extra])
+                    n.bytes_total, n.status, n.bound or ""]
+                   + [raw(n.index) for *_, raw in extra])
     return buf.getvalue()
 
 
@@ -317,7 +331,7 @@ def render_markdown(r: Report) -> str:
             "| read | written | R+W |" + "".join(f" {h} |" for _, h, *_ in extra),
             "|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(extra)]
     for n in r.nodes:
-        op = n.op if n.status == "ok" else f"{n.op} ({n.status})"
+        op = op_text(n)
         out.append(f"| {n.index} | {esc(n.name)} | {esc(op)} | {'; '.join(n.input_shapes)} | "
                    f"{'; '.join(n.output_shapes)} | {n.params:,} | {n.output_bytes:,} | "
                    f"{n.macs:,} | {n.flops:,} | {n.bytes_read:,} | {n.bytes_written:,} | "

@@ -39,7 +39,11 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
                   "read nothing; slices and gathers read only what they select",
     "bytes_written": "bytes of a node's outputs (0 for views)",
     "params": "trainable weights, each counted once however many nodes read it; BatchNorm "
-              "running statistics are buffers",
+              "running statistics are buffers; quantized weights count their logical "
+              "elements, param_bytes their storage, scales and zero points are quant_meta",
+    "bound": "a node whose output size depends on the data (NonZero, NonMaxSuppression, "
+             "TopK with a tensor k …) or whose count is a worst case is costed at an upper "
+             "bound; the node's bound says what it assumes",
     "roofline": "lower-bound time per node on a device: max(FLOPs / peak FLOP/s of the "
                 "node's dtype, (bytes_read + bytes_written) / bandwidth); not a benchmark",
     "receptive_field": "conv/pool chains: input pixels one output element sees (rf), input "
@@ -67,6 +71,10 @@ class Totals:
     flops: int
     bytes_read: int
     bytes_written: int
+    quant_meta: int = 0                  # quantization scales / zero points (elements)
+    quant_meta_bytes: int = 0
+    param_bytes_by_dtype: Mapping[str, int] = field(default_factory=dict)  # as stored
+    flops_by_dtype: Mapping[str, int] = field(default_factory=dict)  # by the roofline's rate
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class NodeRow:
     bytes_written: int
     status: str                     # ok | unsupported | unknown_shape
     repeat: int = 1
+    bound: str | None = None        # the cost is an upper bound: what it assumes
 
     @property
     def bytes_total(self) -> int:

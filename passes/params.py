@@ -5,10 +5,18 @@ several nodes (tied embeddings) is listed in ``shared``. A value the frontend ma
 trainable when some node reads it as an operand. One read only at an op's buffer positions
 (BatchNormalization's running mean/var) is a buffer, as ``nn.Module.buffers()`` counts them;
 one read only at settings positions (Clip bounds, Pad values, Resize scales) is a constant.
+
+Quantized weights are counted as stored: params are elements (a packed input's logical
+elements: MatMulNBits' N·K 4-bit values), param bytes their storage (int8 1 B, int4 two per
+byte …; ``param_bytes_by_dtype`` splits them). Scales and zero points (a rule's
+``meta_inputs``, and weights combined with a ``meta_outputs`` value, as the weight scale that a
+dynamically quantized MatMul multiplies with its activation's scale) are quantization metadata,
+counted apart. An integer constant a quantized op reads as an operand (QDQ's int32 bias) is a
+parameter.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from graphcost.analyzer.ir import Graph, ValueKind
@@ -25,22 +33,44 @@ class ParamReport:
     per_node: Mapping[int, int]      # node index -> parameter elements attributed to it
     shared: Mapping[str, tuple[int, ...]]  # weight name -> node indices reading it (≥ 2)
     names: tuple[str, ...]           # trainable parameter value names, sorted
+    quant_meta: int = 0              # quantization scales and zero points (elements)
+    quant_meta_bytes: int = 0
+    param_bytes_by_dtype: Mapping[str, int] = field(default_factory=dict)
 
 
 def count_params(graph: Graph) -> ParamReport:
     weight_kinds = (ValueKind.PARAM, ValueKind.BUFFER)
+    stored = (ValueKind.PARAM, ValueKind.BUFFER, ValueKind.CONST)
     consumers: dict[str, list[int]] = {}
     operand_use: set[str] = set()
     buffer_use: set[str] = set()
+    meta: set[str] = set()              # stored values that are scales / zero points
+    meta_values: set[str] = set()       # activations that are (DynamicQuantizeLinear's)
+    quant_operand: set[str] = set()     # integer constants a quantized op reads as operands
+    packed: dict[str, tuple[int, str]] = {}
     values = graph.values
     for node in graph.nodes:
         r = lookup(node.op)
         buffer_pos = r.buffer_inputs if r is not None else ()
         config_pos = r.config_inputs if r is not None else ()
-        for pos, name in enumerate(node.inputs):
-            v = values.get(name) if name else None
-            if v is None or v.kind not in weight_kinds:
+        meta_pos = r.meta_inputs if r is not None else ()
+        index_pos = r.index_inputs if r is not None else ()
+        inputs = [(pos, name, values.get(name) if name else None)
+                  for pos, name in enumerate(node.inputs)]
+        # a plain op (no scale inputs of its own) combining a weight with a scale
+        from_meta = not meta_pos and any(name in meta_values for _, name, _ in inputs)
+        for pos, name, v in inputs:
+            if v is None or v.kind not in stored:
                 continue
+            if pos in meta_pos or from_meta:  # a weight combined with a scale is a scale
+                meta.add(name)
+                continue
+            if v.kind == ValueKind.CONST:
+                if meta_pos and pos not in config_pos and pos not in index_pos:
+                    quant_operand.add(name)
+                    operand_use.add(name)
+                else:
+                    continue
             lst = consumers.setdefault(name, [])
             if not lst or lst[-1] != node.index:
                 lst.append(node.index)
@@ -48,21 +78,36 @@ def count_params(graph: Graph) -> ParamReport:
                 buffer_use.add(name)
             elif pos not in config_pos:
                 operand_use.add(name)
+            if r is not None and pos in r.packed_inputs:
+                packed[name] = r.packed_inputs[pos](v.spec, node.attrs)
+        if r is not None and r.meta_outputs:
+            meta_values.update(node.outputs[i] for i in r.meta_outputs if i < len(node.outputs))
+        if from_meta and all(v is None or v.kind in stored or name in meta_values
+                             for _, name, v in inputs if name):
+            meta_values.update(o for o in node.outputs if o)
 
     params = param_bytes = buffers = buffer_bytes = const_bytes = 0
+    quant_meta = quant_meta_bytes = 0
+    by_dtype: dict[str, int] = {}
     per_node: dict[int, int] = {}
     names = []
     for name, v in values.items():
-        if v.kind not in weight_kinds:
-            if v.kind == ValueKind.CONST:
-                const_bytes += v.spec.nbytes or 0
-            continue
         n = v.spec.numel or 0
         b = v.spec.nbytes or 0
+        if v.kind in stored and name in meta and name not in operand_use:
+            quant_meta += n
+            quant_meta_bytes += b
+            continue
+        if v.kind not in weight_kinds and name not in quant_operand:
+            if v.kind == ValueKind.CONST:
+                const_bytes += b
+            continue
         unused = name not in consumers
-        if v.kind == ValueKind.PARAM and (name in operand_use or unused):
+        if v.kind != ValueKind.BUFFER and (name in operand_use or unused):
+            n, dtype = packed.get(name, (n, v.spec.dtype))
             params += n
             param_bytes += b
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + b
             names.append(name)
             if not unused:
                 first = consumers[name][0]
@@ -74,4 +119,5 @@ def count_params(graph: Graph) -> ParamReport:
             const_bytes += b
     shared = {k: tuple(v) for k, v in sorted(consumers.items()) if len(v) > 1}
     return ParamReport(params, param_bytes, buffers, buffer_bytes, const_bytes,
-                       per_node, shared, tuple(sorted(names)))
+                       per_node, shared, tuple(sorted(names)), quant_meta, quant_meta_bytes,
+                       dict(sorted(by_dtype.items())))

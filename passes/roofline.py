@@ -135,3 +135,14 @@ def roofline(graph: Graph, node_costs, device: DeviceRates, *, tensor_bytes: int
                     device.memory, tf32, compute + memory, compute, memory, top, tensor_bytes,
                     overhead.context_bytes, overhead.allocator_fraction, required,
                     required <= device.memory, tuple(sorted(fallbacks)), tuple(out), device)
+
+
+def flops_by_dtype(graph: Graph, node_costs) -> dict[str, int]:
+    """FLOPs per arithmetic rate (fp32 | fp16 | bf16 | int8), as ``roofline`` prices them
+    (tf32 off): an int8 model's integer ops land under int8."""
+    out: dict[str, int] = {}
+    for node, nc in zip(graph.nodes, node_costs):
+        if nc.cost.flops:
+            dt = node_dtype(graph, node, nc.cost.macs, False)
+            out[dt] = out.get(dt, 0) + nc.cost.flops
+    return out

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import pytest
+from onnx import helper
 
 from tests.onnx_builders import model, node, weight
 
@@ -60,13 +61,14 @@ def test_exact_limit_passes_and_one_below_fails(tmp_path):
 
 
 def test_uncosted_ops_fail_the_coverage_check_unless_allowed(tmp_path):
-    # Det has no cost rule: 1 of 2 nodes costed = 50%
-    m = model([node("Relu", ["x"], ["a"]), node("Det", ["a"], ["d"])],
+    # org.acme::Det has no cost rule (every ONNX op has one): 1 of 2 nodes costed = 50%
+    m = model([node("Relu", ["x"], ["a"]), node("Det", ["a"], ["d"], domain="org.acme")],
               [("x", [1, 4, 4])], [("d", [1])])
+    m.opset_import.append(helper.make_opsetid("org.acme", 1))
     path = tmp_path / "det.onnx"
     path.write_bytes(m.SerializeToString())
     p = run(path, "--max-flops", "1G")
-    assert p.returncode == 1 and "FAIL  coverage" in p.stdout and "Det×1" in p.stdout
+    assert p.returncode == 1 and "FAIL  coverage" in p.stdout and "org.acme::Det×1" in p.stdout
     assert run(path, "--max-flops", "1G", "--min-coverage", "50").returncode == 0
 
 

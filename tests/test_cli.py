@@ -64,7 +64,7 @@ def test_json(mlp):
         assert key in r
     assert r["convention"]["macs"].startswith("multiply-accumulates")
     assert r["coverage"] == {"nodes": 4, "covered": 4, "percent": 100.0, "unsupported": {},
-                             "unknown_shape": {}}
+                             "unknown_shape": {}, "bounded": {}}
     assert len(r["memory"]["timeline"]) == 4
     assert set(r["memory"]) >= {"naive_sum_bytes", "peak_bytes", "peak_node", "live_at_peak",
                                 "arena_bytes", "timeline"}
@@ -95,14 +95,16 @@ def test_input_file_is_never_written(mlp):
 
 
 def test_strict_fails_on_unsupported(tmp_path):
-    m = model([node("Relu", ["x"], ["a"]), node("Det", ["a"], ["d"])],
+    # an op of a domain graphcost has no rules for (every ONNX op has one)
+    m = model([node("Relu", ["x"], ["a"]), node("Det", ["a"], ["d"], domain="org.acme")],
               [("x", [1, 4, 4])], [("d", [1])])
+    m.opset_import.append(onnx.helper.make_opsetid("org.acme", 1))
     path = tmp_path / "det.onnx"
     onnx.save(m, path)
     p = run(path, check_rc=0)
-    assert "unsupported Det×1" in p.stdout
+    assert "unsupported org.acme::Det×1" in p.stdout
     p = run(path, "--strict", check_rc=3)
-    assert "Det×1" in p.stderr
+    assert "org.acme::Det×1" in p.stderr
 
 
 def test_zoo_model_runs():

@@ -131,13 +131,15 @@ def test_saved_statistics_and_indices():
 
 
 def test_undeclared_op_keeps_inputs_and_says_so():
-    # Hardmax has no cost rule: its backward keeps every input and is counted, never silent
+    # org.acme::Hardmax has no rule (every ONNX op has one): its backward keeps every input
+    # and is counted, never silent
     m = model([node("MatMul", ["x", "W"], ["h"], name="mm"),
-               node("Hardmax", ["h"], ["y"], name="hm")],
+               node("Hardmax", ["h"], ["y"], name="hm", domain="org.acme")],
               [("x", [2, 4])], [("y", [2, 4])], inits=[weight("W", 4, 4)])
+    m.opset_import.append(onnx.helper.make_opsetid("org.acme", 1))
     r = analyze(m, train=True)
     assert any("Hardmax ×1" in w for w in r.warnings)
-    assert r.coverage.unsupported.get("graphcost.backward:Hardmax") == 1
+    assert r.coverage.unsupported.get("graphcost.backward:org.acme::Hardmax") == 1
 
 
 @pytest.mark.skipif(GRAPHCOST is None, reason="graphcost is not installed (pip install -e .)")

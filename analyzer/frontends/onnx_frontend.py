@@ -25,6 +25,7 @@ import onnx.inliner
 from onnx import AttributeProto, TensorProto, helper
 
 from graphcost.analyzer.binding import bind_inputs
+from graphcost.analyzer.frontends import onnx_shapes
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.ir import (FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind)
 from graphcost.passes.costs import lookup
@@ -34,6 +35,9 @@ from graphcost.passes.costs import lookup
 SMALL_CONST_ELEMS = 1024
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+# Ops whose graph attributes are bodies that run: lowered as nodes of their own, before the op
+# (FlexAttention's score_mod / prob_mod run once, on the whole score tensor).
+_BODIES = frozenset({"If", "Loop", "Scan", "SequenceMap", "ai.onnx.preview::FlexAttention"})
 
 def _dtype_names() -> dict[int, str]:
     names = {}
@@ -117,9 +121,13 @@ class SpecReader:
 
 
 def _type_spec(tp: onnx.TypeProto) -> TensorSpec:
-    if not tp.HasField("tensor_type"):
+    tensor = onnx_shapes.tensor_type(tp)
+    if tensor is None:
+        if onnx_shapes.is_handle(tp):
+            inner = tp.optional_type.elem_type if tp.HasField("optional_type") else tp
+            return TensorSpec((), "sequence" if inner.HasField("sequence_type") else "map")
         return TensorSpec(None, "undefined")
-    tt = tp.tensor_type
+    tt = tensor.tensor_type
     dtype = DTYPE.get(tt.elem_type, "undefined")
     if not tt.HasField("shape"):
         return TensorSpec(None, dtype)
@@ -159,10 +167,13 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     feeds = [vi for vi in g.input if vi.name not in init_names]
     raw = []
     for vi in feeds:
-        if not vi.type.HasField("tensor_type"):
-            raise GraphcostError(f"input {vi.name!r} is not a tensor; only tensor inputs are "
-                                 "supported")
-        rd = _raw_dims(vi.type)
+        tensor = onnx_shapes.tensor_type(vi.type)
+        if tensor is None:
+            if onnx_shapes.is_handle(vi.type):  # a sequence or map: nothing to bind (HANDLE_DTYPES)
+                continue
+            raise GraphcostError(f"input {vi.name!r} is neither a tensor, a sequence, a map nor "
+                                 "an optional of one: not supported")
+        rd = _raw_dims(tensor)
         if rd is None:
             raise GraphcostError(f"input {vi.name!r} has no shape in the graph: pass "
                                  f"--input-shape {vi.name}=...")
@@ -172,7 +183,10 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
 
     # The skeleton: nodes + bound inputs + small integer constants; weights become inputs.
     sk = onnx.ModelProto()
-    sk.ir_version = model.ir_version
+    # IR < 4 required every initializer to be a graph input, and ONNX's inference reads the
+    # values of only those that are (the skeleton lists small constants as initializers alone):
+    # at IR 4 it reads them all, so an IR 3 file gets the shapes its own inference gives.
+    sk.ir_version = max(model.ir_version, 4)
     sk.opset_import.extend(model.opset_import)
     sg = sk.graph
     sg.name = g.name
@@ -183,8 +197,14 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         if vi.type.HasField("tensor_type") and not _type_spec(vi.type).known:
             out.type.tensor_type.ClearField("shape")
     for vi in feeds:
-        dt = vi.type.tensor_type.elem_type
-        sg.input.append(helper.make_tensor_value_info(vi.name, dt, bound[vi.name]))
+        if vi.name not in bound:  # a sequence or map handle: as declared
+            sg.input.append(vi)
+            continue
+        tp = helper.make_tensor_type_proto(onnx_shapes.tensor_type(vi.type).tensor_type.elem_type,
+                                          bound[vi.name])
+        if vi.type.HasField("optional_type"):
+            tp = helper.make_optional_type_proto(tp)
+        sg.input.append(helper.make_value_info(vi.name, tp))
     weights: list[tuple[str, str, tuple[int, ...]]] = []
     for t in g.initializer:
         dtype = DTYPE.get(t.data_type, "undefined")
@@ -202,6 +222,9 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         weights.append((t.values.name, dtype, tuple(t.dims)))
         sg.input.append(helper.make_tensor_value_info(t.values.name, t.values.data_type, t.dims))
 
+    # Ops of other domains (com.microsoft) get their shapes from their rules, inside ONNX's
+    # inference (onnx_shapes.py).
+    onnx_shapes.move_to_shapes(sg.node, sk)
     # Data propagation only matters where shapes are computed from Shape/Size values.
     data_prop = any(n.op_type in ("Shape", "Size") for n in g.node)
     inferred = _infer(sk, name, data_prop)
@@ -212,11 +235,14 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         # e.g. Range fed by Shape arithmetic: fold those integers and infer once more; the
         # IR keeps the original nodes and takes the second pass's shapes.
         from graphcost.analyzer.frontends.onnx_fold import fold_shape_values, with_folded_constants
-        second = _infer(with_folded_constants(sk, fold_shape_values(inferred)), name, True)
+        sk = with_folded_constants(sk, fold_shape_values(inferred))
+        second = _infer(sk, name, True)
         specs = {}
         reader.collect(second.graph, specs)
+    bounds = onnx_shapes.bound_data_dependent(sk, specs, reader,
+                                              lambda m: _infer(m, name, True))
     return _Lowering(inferred, name, weights, bound, symbols, used_batch, reader,
-                     specs).graph()
+                     specs, bounds).graph()
 
 
 def _infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProto:
@@ -256,7 +282,8 @@ def module_path(node_name: str) -> str:
 
 class _Lowering:
     def __init__(self, model: onnx.ModelProto, name: str, weights, bound, symbols, batch,
-                 reader: SpecReader, specs: dict[str, TensorSpec]):
+                 reader: SpecReader, specs: dict[str, TensorSpec],
+                 bounds: Mapping[str, str] = _EMPTY):
         self.model = model
         self.name = name
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
@@ -270,6 +297,8 @@ class _Lowering:
         self.batch = batch
         self.reader = reader
         self.specs = specs
+        self.bounds = bounds
+        self._consts: dict[str, onnx.TensorProto] | None = None
 
     def graph(self) -> Graph:
         g = self.model.graph
@@ -279,7 +308,7 @@ class _Lowering:
             self.values[name] = Value(name, TensorSpec(shape, dtype), kind)
         inputs = []
         for vi in g.input:
-            if vi.name in self.bound:
+            if vi.name in self.bound or (vi.name not in self.values and onnx_shapes.is_handle(vi.type)):
                 inputs.append(vi.name)
                 self.values[vi.name] = Value(vi.name, self.reader(vi.type), ValueKind.INPUT)
         self._lower_graph(g, scope="", repeat=1)
@@ -297,6 +326,22 @@ class _Lowering:
             name = f"{base}#{k}"
         self.used_names.add(name)
         return name
+
+    def _const_value(self, name: str) -> Any:
+        """A small constant's value (an initializer or a top-level Constant): an int, a float
+        or a tuple of them; None when ``name`` is not one."""
+        if self._consts is None:
+            self._consts = {t.name: t for t in self.model.graph.initializer}
+            for node in self.model.graph.node:
+                if node.op_type == "Constant" and node.output:
+                    for a in node.attribute:
+                        if a.name == "value":
+                            self._consts[node.output[0]] = a.t
+        t = self._consts.get(name) if name else None
+        if t is None:
+            return None
+        arr = onnx.numpy_helper.to_array(t)
+        return arr.item() if arr.size == 1 else tuple(arr.reshape(-1).tolist())
 
     def _const_int(self, name: str, g: onnx.GraphProto) -> int | None:
         for t in self.model.graph.initializer:
@@ -324,8 +369,7 @@ class _Lowering:
         undefined = TensorSpec(None, "undefined")
         activation = ValueKind.ACTIVATION
         for node in g.node:
-            op_type = node.op_type
-            domain = node.domain
+            domain, op_type = onnx_shapes.original(node.domain, node.op_type)
             if domain == "ai.onnx":
                 domain = ""
             op = op_type if domain == "" else f"{domain}::{op_type}"
@@ -335,7 +379,7 @@ class _Lowering:
                 name = self._unique(name)
             else:
                 used.add(name)
-            if domain == "" and op_type in ("If", "Loop", "Scan"):
+            if op in _BODIES:
                 self._lower_control_flow(node, g, name, repeat,
                                          module_path(base) or outer_module)
             defaults = _attr_defaults(op_type, domain, opsets.get(domain, 1))
@@ -355,6 +399,12 @@ class _Lowering:
                     attrs_map = MappingProxyType(attrs)
             else:
                 attrs_map = defaults
+            r = lookup(op)
+            if r is not None and r.input_attrs:  # constant inputs the rule reads as attributes
+                extra = {k: v for pos, k in r.input_attrs.items() if pos < len(node.input)
+                         for v in (self._const_value(node.input[pos]),) if v is not None}
+                if extra:
+                    attrs_map = MappingProxyType({**attrs_map, **extra})
             index = len(nodes)
             inputs = tuple(node.input)
             outputs = tuple(node.output)
@@ -369,7 +419,9 @@ class _Lowering:
                         spec = values[inputs[0]].spec
                     values[out] = Value(out, spec or undefined, activation, index)
             module = module_path(base) or outer_module
-            nodes.append(Node(index, name, op, inputs, outputs, attrs_map, module, repeat))
+            why = next((self.bounds[o] for o in outputs if o in self.bounds), "") \
+                if self.bounds else ""
+            nodes.append(Node(index, name, op, inputs, outputs, attrs_map, module, repeat, why))
 
     def _lower_control_flow(self, node: onnx.NodeProto, g: onnx.GraphProto, name: str,
                             repeat: int, module: str) -> None:
@@ -395,6 +447,12 @@ class _Lowering:
                 self.warnings.append(f"Scan {name!r}: scan length unknown; body costed once")
         elif node.op_type == "If":
             self.warnings.append(f"If {name!r}: both branches are costed (an upper bound)")
+        elif node.op_type == "SequenceMap":
+            self.warnings.append(f"SequenceMap {name!r}: the sequence's length is unknown; its "
+                                 "body is costed once")
+        if node.op_type == "FlexAttention":
+            bodies = {k: onnx_shapes.scores_body(node, b, self.values, self.model.opset_import)
+                      for k, b in bodies.items()}
         for key, body in bodies.items():
             self.reader.collect(body, self.specs)
             for vi in body.input:

@@ -5,12 +5,13 @@ Importing this package registers every rule family exactly once.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from graphcost.analyzer.ir import Graph
-from graphcost.passes.costs import (backward, elementwise, linear, movement, normalization,  # noqa: F401
-                          pooling)
+from graphcost.passes.costs import (backward, contrib, detection, elementwise,  # noqa: F401
+                                    linear, ml, movement, normalization, pooling, quantized,
+                                    recurrent, sequence, signal, training_ops)
 from graphcost.passes.costs.registry import (ZERO, Cost, OpView, ShapeUnknown, lookup,  # noqa: F401
                                              node_cost, registered)
 
@@ -21,6 +22,7 @@ OK, UNSUPPORTED, UNKNOWN_SHAPE = "ok", "unsupported", "unknown_shape"
 class NodeCost:
     cost: Cost          # already multiplied by the node's repeat count
     status: str         # ok | unsupported | unknown_shape
+    bound: str = ""     # set when the cost is an upper bound: what it assumes
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,7 @@ class Coverage:
     covered: int
     unsupported: Mapping[str, int]      # op -> nodes with no cost rule
     unknown_shape: Mapping[str, int]    # op -> nodes whose shapes stayed unknown
+    bounded: Mapping[str, int] = field(default_factory=dict)  # op -> nodes costed at a bound
     JSON_PROPERTIES = ("percent",)
 
     @property
@@ -59,6 +62,7 @@ def count_costs(graph: Graph) -> CostReport:
     per_op: dict[str, list[int]] = {}  # op -> [count, macs, flops, read, written]
     unsupported: Counter[str] = Counter()
     unknown: Counter[str] = Counter()
+    bounded: Counter[str] = Counter()
     unsupported_cost = NodeCost(ZERO, UNSUPPORTED)
     unknown_cost = NodeCost(ZERO, UNKNOWN_SHAPE)
     covered = 0
@@ -69,10 +73,14 @@ def count_costs(graph: Graph) -> CostReport:
             nc = unsupported_cost
         else:
             try:
-                c = node_cost(r, OpView(node, graph, r))
+                view = OpView(node, graph, r)
+                c = node_cost(r, view)
                 if node.repeat != 1:
                     c = c.scaled(node.repeat)
-                nc = NodeCost(c, OK)
+                why = node.bound or view.bound  # sizes from a bound, or a worst-case count
+                if why:
+                    bounded[node.op] += 1
+                nc = NodeCost(c, OK, why)
                 covered += 1
             except ShapeUnknown:
                 unknown[node.op] += 1
@@ -91,5 +99,5 @@ def count_costs(graph: Graph) -> CostReport:
     by_op = {k: OpTotals(*v) for k, v in sorted(per_op.items())}
     total = Cost(*(sum(v[i] for v in per_op.values()) for i in range(1, 5)))
     coverage = Coverage(len(graph.nodes), covered, dict(sorted(unsupported.items())),
-                        dict(sorted(unknown.items())))
+                        dict(sorted(unknown.items())), dict(sorted(bounded.items())))
     return CostReport(tuple(results), total, by_op, coverage)

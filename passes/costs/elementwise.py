@@ -27,6 +27,7 @@ UNARY_FLOPS = {
     "Selu": 4,            # gamma · elu
     "Mish": 5,            # x · tanh(softplus(x))
     "Shrink": 2,          # compare + add
+    "Swish": 5,           # x · sigmoid(alpha·x) → multiply, sigmoid 3, multiply
 }
 
 # torch (aten) names of the same ops, registered on the same rule.
@@ -160,3 +161,23 @@ rule("Sum", saves="nothing", grad_view="same_shape", rf="pointwise")(variadic)
 @rule("Mean", saves="nothing", rf="pointwise")
 def mean(op: OpView) -> tuple[int, int]:
     return 0, len(op.present_inputs()) * op.out_numel()  # n−1 adds + 1 divide
+
+
+@rule("SwiGLU", saves="inputs", same_shape=True, rf="pointwise")
+def swiglu(op: OpView) -> tuple[int, int]:
+    return 0, 6 * op.out_numel()  # Swish(A) (5) · B (1)
+
+
+@rule("Bernoulli", saves="nothing", same_shape=True)
+def bernoulli(op: OpView) -> tuple[int, int]:
+    return 0, op.out_numel()  # one draw per element (aten.bernoulli counts the same)
+
+
+@rule("Multinomial", saves="nothing")
+def multinomial(op: OpView) -> tuple[int, int]:
+    # input (B, C) unnormalized log-probabilities → (B, samples): per row exp and a running
+    # sum over the classes (2·C), per sample a draw and a binary search (1 + ⌈log2 C⌉).
+    b, c = op.in_shape(0)
+    samples = op.out_shape(0)[1]
+    search = max(1, (max(c, 2) - 1).bit_length())
+    return 0, b * 2 * c + b * samples * (1 + search)

@@ -94,13 +94,24 @@ def einsum(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs
 
 
-@rule("Attention", "aten.scaled_dot_product_attention.default",
+@rule("Det", saves="inputs")
+def det(op: OpView) -> tuple[int, int]:
+    # (…, n, n): an LU factorization per matrix, ⌈n³/3⌉ MACs, then the product of the n
+    # diagonal entries (n).
+    n = op.in_shape(0)[-1]
+    mats = op.in_numel(0) // max(1, n * n)
+    macs = mats * -(-n ** 3 // 3)
+    return macs, 2 * macs + mats * n
+
+
+@rule("Attention", "ai.onnx.preview::FlexAttention", "aten.scaled_dot_product_attention.default",
       "aten._scaled_dot_product_flash_attention_for_cpu.default",
       "aten._scaled_dot_product_flash_attention.default",
       "aten._scaled_dot_product_efficient_attention.default",
       "aten._scaled_dot_product_cudnn_attention.default", saves="inputs")
 def attention(op: OpView) -> tuple[int, int]:
-    # ONNX Attention (opset 23) and torch's scaled_dot_product_attention, every kernel of it:
+    # ONNX Attention (opset 23), FlexAttention (its score_mod / prob_mod bodies are costed as
+    # nodes of their own) and torch's scaled_dot_product_attention, every kernel of it:
     # scores = Q·Kᵀ (Sq·Sk·D per head), out = softmax·V (Sq·Sk·Dv).
     # In both the 3-D (B, S, H·D) and 4-D (B, H, S, D) layouts this is Sk·(numel(Q)+numel(Y))
     # MACs. A causal mask is not discounted (FlopCounterMode does not either); softmax adds 5

@@ -58,10 +58,55 @@ zero_cost("Transpose", reason="data movement: copies or rearranges elements", fa
           grad_view="always")  # the gradient's transpose, counted as a view of it
 zero_cost("Expand", "Tile",
           "DepthToSpace", "SpaceToDepth", "ScatterND", "ScatterElements", "Scatter",
-          "ReverseSequence", "Trilu", "Compress", "Col2Im", "Unique",
+          "ReverseSequence", "Trilu", "Col2Im", "TensorScatter",
           reason="data movement: copies or rearranges elements", family=FAMILY)
+zero_cost("BitCast", reason="view: the input's bits read as another type of the same width",
+          alias=True, family=FAMILY)
+
+
+def _axis(v, rank: int) -> int | None:
+    a = v.attr("axis")
+    return None if a is None else int(a) % rank
+
+
+def _compress_bound(v):
+    x, cond = v.shape(0), v.shape(1)
+    if x is None or cond is None or not isinstance(cond[0], int):
+        return [None]
+    axis = _axis(v, len(x))
+    if axis is None:
+        n = 1
+        for d in x:
+            n = n * d if isinstance(d, int) and isinstance(n, int) else None
+        return [(None, (min(n, cond[0]) if n is not None else None,))]
+    d = x[axis]
+    return [(None, x[:axis] + (min(d, cond[0]) if isinstance(d, int) else None,) + x[axis + 1:])]
+
+
+def _unique_bound(v):
+    x = v.shape(0)
+    if x is None:
+        return [None] * 4
+    axis = _axis(v, len(x))
+    if axis is None:
+        n = 1
+        for d in x:
+            n = n * d if isinstance(d, int) and isinstance(n, int) else None
+        return [(None, (n,)), ("int64", (n,)), ("int64", (n,)), ("int64", (n,))]
+    k = (x[axis],)
+    return [(None, x), ("int64", k), ("int64", k), ("int64", k)]
+
+
+zero_cost("Compress", reason="data movement: copies the selected slices", family=FAMILY,
+          bound="keeps every slice the condition covers", bound_shapes=_compress_bound)
+zero_cost("Unique", reason="data movement: copies the distinct elements", family=FAMILY,
+          bound="every element (or slice along axis) distinct", bound_shapes=_unique_bound)
 # Selections read only what they select (plus their index inputs).
-zero_cost("Slice", "Split", reason="data movement: reads only the selected elements",
+zero_cost("Slice", reason="data movement: reads only the selected elements",
+          reads="outputs", family=FAMILY,
+          bound="starts/ends (tensors, not constants) select the whole axis",
+          bound_shapes=lambda v: [(None, v.shape(0))])
+zero_cost("Split", reason="data movement: reads only the selected elements",
           reads="outputs", family=FAMILY)
 zero_cost("Gather", "GatherElements", "GatherND",
           reason="data movement: reads the gathered rows and the indices",
@@ -77,9 +122,25 @@ zero_cost("If", "Loop", "Scan",
           reads="none", family="control")
 
 
-@rule("OneHot", "NonZero", saves="nothing")
+@rule("OneHot", saves="nothing")
 def one_per_output(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel(0)  # one compare/select per output element
+
+
+def _nonzero_bound(v):
+    x = v.shape(0)
+    if x is None or not all(isinstance(d, int) for d in x):
+        return [None]
+    n = 1
+    for d in x:
+        n *= d
+    return [("int64", (len(x), n))]
+
+
+@rule("NonZero", saves="nothing", bound="every element non-zero",
+      bound_shapes=_nonzero_bound)
+def nonzero(op: OpView) -> tuple[int, int]:
+    return 0, op.in_numel(0)  # one compare per input element
 
 
 @rule("Range", "aten.arange.start_step", saves="nothing")

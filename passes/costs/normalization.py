@@ -92,3 +92,8 @@ def softmax(op: OpView) -> tuple[int, int]:
 def lrn(op: OpView) -> tuple[int, int]:
     size = int(op.attr("size", 1))
     return 0, (size + 3) * op.in_numel(0)  # window sum of squares, scale, pow, divide
+
+
+@rule("Hardmax", saves="nothing", same_shape=True, attr_names=AXIS_ATTRS)
+def hardmax(op: OpView) -> tuple[int, int]:
+    return 0, op.in_numel(0)  # an argmax along the axis: one compare per element (+ a write)

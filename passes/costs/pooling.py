@@ -30,12 +30,30 @@ def reduce_once(op: OpView) -> tuple[int, int]:
     return 0, op.in_numel(0)  # one add/compare per input element (a mean's divide is per output)
 
 
+def _reduce_bound(v):
+    # axes from a tensor that is not a constant: with keepdims the output has the input's
+    # rank and no larger a dim (nothing reduced is the largest)
+    x, axes = v.shape(0), v.shape(1) if v.has_input(1) else None
+    if v.attr("keepdims", 1) or x is None:
+        return [(None, x)]
+    if axes is None or not isinstance(axes[0], int) or not all(isinstance(d, int) for d in x):
+        return [None]
+    # k axes dropped: the largest output keeps the largest r − k dims (in their order)
+    drop = sorted(range(len(x)), key=lambda i: (x[i], i))[:axes[0]]
+    return [(None, tuple(d for i, d in enumerate(x) if i not in drop))]
+
+
+# Reductions whose axes input is not a constant: the output size depends on the data.
+REDUCE_BOUND = dict(bound="axes (a tensor, not a constant) leave the largest output they can",
+                    bound_shapes=_reduce_bound)
 # Sums and means spread the gradient back (nothing kept); max/min/prod need their input.
-rule("GlobalAveragePool", "ReduceSum", "ReduceMean", "CumSum", "aten.mean.dim",
+rule("ReduceSum", "ReduceMean", saves="nothing", **REDUCE_BOUND)(reduce_once)
+rule("GlobalAveragePool", "CumSum", "aten.mean.dim",
      "aten.mean.default", "aten.sum.dim_IntList", "aten.cumsum.default",
      "ArgMax", "ArgMin", "aten.argmax.default", "aten.argmin.default", "aten.any.dim",
      "aten.any.default", saves="nothing")(reduce_once)
-rule("GlobalMaxPool", "GlobalLpPool", "ReduceMax", "ReduceMin", "ReduceProd",
+rule("ReduceMax", "ReduceMin", "ReduceProd", saves="inputs", **REDUCE_BOUND)(reduce_once)
+rule("GlobalMaxPool", "GlobalLpPool", "CumProd",
      "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",
      "aten.prod.dim_int", saves="inputs")(reduce_once)
 # torch's adaptive pools: windows of in/out when the sizes divide (receptive fields), else
@@ -47,15 +65,24 @@ rule("aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default", sav
 global_pool = reduce_once  # every input element added/compared once
 
 
-@rule("ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-      "aten.var.correction", "aten.var_mean.correction",
-      "aten.linalg_vector_norm.default", saves="inputs")
 def reduce_twice(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.in_numel(0)  # transform (square/abs/exp) + accumulate per element
 
 
+rule("ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+     saves="inputs", **REDUCE_BOUND)(reduce_twice)
+rule("aten.var.correction", "aten.var_mean.correction", "aten.linalg_vector_norm.default",
+     saves="inputs")(reduce_twice)
+
+
+def _topk_bound(v):
+    x = v.shape(0)  # k ≤ the axis length: the outputs at most have the input's shape
+    return [(None, x), ("int64", x)]
+
+
 @rule("TopK", "aten.topk.default", saves="outputs",  # the indices it selected
-      attr_names=AXIS_ATTRS)
+      attr_names=AXIS_ATTRS, bound="k (a tensor, not a constant) as large as the axis",
+      bound_shapes=_topk_bound)
 def topk(op: OpView) -> tuple[int, int]:
     # a heap selection: ≈ log2(k) compares per input element (at least one).
     k = op.out_shape(0)[int(op.attr("axis", -1))]

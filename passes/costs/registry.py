@@ -16,13 +16,29 @@ rule's declared memory behaviour, so the convention for bytes lives here once:
   reads="none"    – nothing read (Constant, Shape reads metadata only), outputs written;
   alias=True      – a view: the output shares the input's storage, nothing moves (0 / 0).
 ``bound`` (a sentence) marks ops whose output size depends on the data (NonZero, NonMaxSuppression,
-Unique, TopK with a tensor k): the shapes they are costed at are upper bounds, and every format
-says so.
+Unique, TopK with a tensor k): where ONNX shape inference leaves such an output's size symbolic,
+``bound_shapes`` gives the largest size the inputs allow, the node is costed there and every
+format says so (the sentence travels with the node: ``Node.bound``). ``writes="inputs"`` counts
+the bytes of the tensor inputs as written (ops whose output is a sequence handle holding copies
+of them: SequenceConstruct, SplitToSequence).
+
+``input_attrs`` names constant inputs a rule reads like attributes (DFT's axis became an input
+in opset 20): the frontend copies a constant input's value (an int, or a tuple of ints) into the
+node's attributes under that name.
+
+Shapes the ONNX schemas do not give (other domains: com.microsoft): ``shapes(ShapeView)`` returns
+each output's (dtype, shape); the ONNX frontend runs it inside ONNX's own inference, so shapes
+downstream of the op resolve in the same pass (analyzer/frontends/onnx_shapes.py).
 
 Inputs by role: ``buffer_inputs`` hold non-trainable state (BatchNorm's running statistics),
 ``config_inputs`` are settings rather than weights (Clip bounds, Pad values), ``index_inputs``
 are read in full by a selection (Gather's indices), ``meta_inputs`` are quantization metadata
-(scales and zero points: counted apart from the parameters).
+(scales and zero points: counted apart from the parameters); ``meta_outputs`` are outputs that
+are such metadata (DynamicQuantizeLinear's scale and zero point: a weight combined with one, as
+the per-tensor weight scale of a dynamically quantized MatMul, is metadata too).
+``packed_inputs`` maps an input position to ``fn(spec, attrs) -> (elements, dtype)`` for
+weights stored packed in another type (MatMulNBits' uint8 blocks hold N·K 4-bit values): params
+count the logical elements, param bytes the stored ones.
 
 Backward (read by the ONNX training estimate, passes/backward_estimate.py; the FX path traces
 the real backward and ignores it). ``saves`` — what the backward keeps from the forward:
@@ -61,9 +77,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from graphcost.analyzer.ir import Graph, Node, TensorSpec
+from graphcost.analyzer.ir import Dim, Graph, Node, TensorSpec
 
 
 class ShapeUnknown(Exception):
@@ -89,13 +105,20 @@ ZERO = Cost()
 
 
 class OpView:
-    """What a rule sees of a node: input/output specs and attributes, nothing mutable."""
-    __slots__ = ("node", "_graph", "_rule")
+    """What a rule sees of a node: input/output specs and attributes. The one thing a rule may
+    set is ``bound``: a rule whose count is an upper bound whatever the shapes (every pair of
+    boxes in NonMaxSuppression, the longest path of every tree) says so with ``bounded``."""
+    __slots__ = ("node", "_graph", "_rule", "bound")
 
     def __init__(self, node: Node, graph: Graph, rule_: "Rule | None" = None):
         self.node = node
         self._graph = graph
         self._rule = rule_ if rule_ is not None else lookup(node.op)
+        self.bound = ""
+
+    def bounded(self, why: str) -> None:
+        """Mark this node's count as an upper bound, with what it assumes."""
+        self.bound = f"upper bound: {why}"
 
     @property
     def n_inputs(self) -> int:
@@ -144,6 +167,22 @@ class OpView:
         return [i for i in range(len(self.node.inputs)) if self.node.inputs[i] != ""]
 
 
+class ShapeView(Protocol):
+    """What a shape function sees of a node while ONNX infers shapes (the frontend implements
+    it): input dtypes (graphcost names) and shapes (ints, symbols, None for an unknown dim; the
+    shape None when even the rank is unknown), attributes, and the values of constant inputs."""
+    n_inputs: int
+
+    def has_input(self, i: int) -> bool: ...
+    def dtype(self, i: int) -> str | None: ...
+    def shape(self, i: int) -> tuple[Dim | None, ...] | None: ...
+    def attr(self, name: str, default: Any = None) -> Any: ...
+    def const(self, i: int) -> Any: ...  # numpy array, or None when not a constant
+
+
+OutType = tuple[str | None, "tuple[Dim | None, ...] | None"] | None  # (dtype, shape) per output
+ShapeFn = Callable[[ShapeView], Sequence[OutType]]
+PackedFn = Callable[[TensorSpec, Mapping[str, Any]], tuple[int, str]]  # -> (elements, dtype)
 RuleFn = Callable[[OpView], tuple[int, int]]  # -> (macs, flops)
 StatFn = Callable[[tuple[int, ...], Mapping[str, Any]], tuple[int, int]]  # -> (rows, groups)
 _NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
@@ -172,6 +211,8 @@ class Rule:
     config_inputs: tuple[int, ...] = ()  # inputs that are settings, not weights (Clip bounds)
     index_inputs: tuple[int, ...] = ()   # with reads="outputs": inputs read in full (indices)
     meta_inputs: tuple[int, ...] = ()    # quantization scales / zero points
+    meta_outputs: tuple[int, ...] = ()   # outputs that are scales / zero points
+    packed_inputs: Mapping[int, PackedFn] = field(default_factory=lambda: _NO_ATTRS)
     family: str = ""
     saves: str | tuple[int, ...] | None = None  # what the backward keeps
     stat: StatFn | None = None           # saves="stat": (rows, groups) of the saved statistic
@@ -183,12 +224,20 @@ class Rule:
     rf: str | None = None                # receptive-field role (None ends the chain)
     attr_names: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: _NO_ATTRS)
     bound: str | None = None             # data-dependent output size: what the bound assumes
+    bound_shapes: ShapeFn | None = None  # the largest output shapes the inputs allow
+    shapes: ShapeFn | None = None        # output types where ONNX's schemas give none
+    writes: str = "outputs"              # "outputs" | "inputs" (a sequence holding copies)
+    input_attrs: Mapping[int, str] = field(default_factory=lambda: _NO_ATTRS)  # const inputs
 
     def __post_init__(self) -> None:
         if self.rf is not None and self.rf not in RF_ROLES:
             raise ValueError(f"rule {self.names[0]}: unknown receptive-field role {self.rf!r}")
         if self.grad_view not in (None, "always", "same_shape"):
             raise ValueError(f"rule {self.names[0]}: unknown grad_view {self.grad_view!r}")
+        if self.bound_shapes is not None and not self.bound:
+            raise ValueError(f"rule {self.names[0]}: bound_shapes needs the bound sentence")
+        if self.writes not in ("outputs", "inputs"):
+            raise ValueError(f"rule {self.names[0]}: unknown writes {self.writes!r}")
         if self.saves == "stat" and self.stat is None:
             raise ValueError(f"rule {self.names[0]}: saves='stat' needs stat=(rows, groups)")
 
@@ -266,26 +315,33 @@ def node_cost(rule_: Rule, view: OpView) -> Cost:
         return Cost(macs, flops, 0, 0)
     node = view.node
     values = view._graph.values
-    written = 0
-    for name in node.outputs:
-        if name:
-            b = values[name].spec.nbytes
-            if b is None:
-                raise ShapeUnknown(name)
-            written += b
-    if rule_.reads == "inputs":
-        read = 0
-        names = node.inputs
-        for k, name in enumerate(names):
-            if name and name not in names[:k]:  # each distinct input once
-                v = values.get(name)
-                b = v.spec.nbytes if v is not None else None
+    if rule_.writes == "inputs":
+        written = _distinct_bytes(node.inputs, values)
+    else:
+        written = 0
+        for name in node.outputs:
+            if name:
+                b = values[name].spec.nbytes
                 if b is None:
                     raise ShapeUnknown(name)
-                read += b
+                written += b
+    if rule_.reads == "inputs":
+        read = _distinct_bytes(node.inputs, values)
     elif rule_.reads == "outputs":
         read = written + sum(view.in_spec(i).nbytes for i in rule_.index_inputs  # type: ignore[misc]
                              if view.has_input(i))
     else:
         read = 0
     return Cost(macs, flops, read, written)
+
+
+def _distinct_bytes(names: tuple[str, ...], values) -> int:
+    total = 0
+    for k, name in enumerate(names):
+        if name and name not in names[:k]:  # each distinct input once
+            v = values.get(name)
+            b = v.spec.nbytes if v is not None else None
+            if b is None:
+                raise ShapeUnknown(name)
+            total += b
+    return total

@@ -1,0 +1,81 @@
+"""Recurrent ops: cost per time step × sequence length, every gate included.
+
+RNN / GRU / LSTM (X (S, B, I), or (B, S, I) with layout 1; W (D, G·H, I); R (D, G·H, H);
+B (D, 2·G·H)) with G gates — RNN 1, GRU 3, LSTM 4 — and D directions (2 if bidirectional):
+  MACs per step per direction per batch row = G·H·(I + H)   (W·x and R·h of every gate)
+  MACs = S · B · D · G·H·(I + H)
+  FLOPs = 2·MACs + S · B · D · H · (per hidden unit and step, below)
+Per hidden unit and step (b = 1 with the bias B, p = 1 with LSTM peepholes P, c = 1 with clip):
+  combine W·x + R·h (1) + the two biases (2b), clip (2c), per gate: G·(1 + 2b + 2c), then
+  RNN   tanh 1                                                        → 1·(1+2b+2c) + 1
+  GRU   z, r sigmoids (3 each), h̃ tanh (1), r ⊙ (R·h) (1),
+        h = (1 − z) ⊙ h̃ + z ⊙ h (4)                                    → 3·(1+2b+2c) + 12
+  LSTM  i, f, o sigmoids (3 each), g tanh (1), c = f⊙c + i⊙g (3), tanh(c) (1), h = o⊙tanh(c)
+        (1), peepholes P⊙c on i, f, o (6p)                             → 4·(1+2b+2c) + 15 + 6p
+(other activations than the defaults are counted at the defaults' cost). ``sequence_lens``
+can stop a batch row early; every row is counted for all S steps (an upper bound when given).
+"""
+from __future__ import annotations
+
+from graphcost.passes.costs.registry import OpView, rule
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+CELL = {"RNN": 1, "GRU": 12, "LSTM": 15}
+
+
+def _recurrent(op: OpView) -> tuple[int, int]:
+    kind = op.node.op
+    g = GATES[kind]
+    x, w = op.in_shape(0), op.in_shape(1)
+    s, b, i = (x[1], x[0], x[2]) if op.attr("layout", 0) else (x[0], x[1], x[2])
+    d = w[0]
+    h = int(op.attr("hidden_size") or w[1] // g)
+    macs = s * b * d * g * h * (i + h)
+    bias = 1 if op.has_input(3) else 0
+    clip = 1 if op.attr("clip") is not None else 0
+    per_unit = g * (1 + 2 * bias + 2 * clip) + CELL[kind]
+    if kind == "LSTM" and op.has_input(7):
+        per_unit += 6
+    if op.has_input(4):
+        op.bounded("every batch row runs all S steps (sequence_lens may stop some earlier)")
+    return macs, 2 * macs + s * b * d * h * per_unit
+
+
+for _op in GATES:
+    rule(_op, saves="inputs")(_recurrent)
+
+
+@rule("LinearAttention", saves="inputs")
+def linear_attention(op: OpView) -> tuple[int, int]:
+    """Per token, with state S (dk × dv) per KV head (Q (B,T,Hq·dk), V (B,T,Hkv·dv)):
+    output qᵀS per query head: Hq·dk·dv MACs; update S += k ⊗ v: Hkv·dk·dv MACs;
+    delta rules also read Sᵀk (Hkv·dk·dv MACs) and form β·(v − Sᵀk) (2·dv per KV head);
+    gated rules decay S by exp(g) (Hkv·dk·dv multiplies + Hkv exps); the scale 1 per output."""
+    b, t, qd = op.in_shape(0)
+    hq = int(op.attr("q_num_heads", 1) or 1)
+    hkv = int(op.attr("kv_num_heads", 1) or 1)
+    dk = qd // hq
+    dv = op.in_shape(2)[2] // hkv
+    rule_ = op.attr("update_rule", "linear")
+    delta = "delta" in rule_
+    gated = "gated" in rule_
+    state = dk * dv
+    macs = b * t * (hq * state + hkv * state * (2 if delta else 1))
+    extra = b * t * hq * dv  # scale
+    if delta:
+        extra += b * t * hkv * 2 * dv
+    if gated:
+        extra += b * t * hkv * (state + 1)
+    return macs, 2 * macs + extra
+
+
+@rule("CausalConvWithState", saves="inputs")
+def causal_conv_with_state(op: OpView) -> tuple[int, int]:
+    # depthwise causal conv: input (B, C, L), weight (C, 1, k): B·C·L·k MACs; bias add 1 and a
+    # fused SiLU x·sigmoid(x) (4) per output element.
+    b, c, length = op.in_shape(0)
+    k = op.in_shape(1)[-1]
+    macs = b * c * length * k
+    out = b * c * length
+    act = 4 if op.attr("activation", "none") in ("silu", "swish") else 0
+    return macs, 2 * macs + (out if op.has_input(2) else 0) + act * out

@@ -1,0 +1,151 @@
+"""Quantized and fused zoo models (issue #9): built with onnxruntime's own tools, checked against
+the file's initializers, the fp32 parent and onnxruntime's shapes.
+
+Variants: onnxruntime.quantization's quantize_dynamic (ConvInteger / MatMulInteger),
+quantize_static in QDQ and QOperator formats (QLinearConv, QLinearMatMul, com.microsoft's
+QLinearAdd/Mul/Softmax/Sigmoid/Concat/GlobalAveragePool, QGemm) with a small random calibration
+set, MatMulNBitsQuantizer (4-bit com.microsoft::MatMulNBits), and onnxruntime.transformers'
+optimize_model for fused gpt2/bert (SkipLayerNormalization, FastGelu, Attention, BiasGelu).
+
+Expected numbers come from the files, not from graphcost: initializers named ``*_scale(s)`` /
+``*_zero_point(s)`` (onnxruntime's naming) are quantization metadata; int64 initializers are
+shape constants; every other initializer is a weight of numel elements, stored in
+numel·bits/8 bytes — except a MatMulNBits weight, whose elements are the node's N·K.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+from graphcost.analyzer.api import analyze
+from graphcost.analyzer.verify import verify_onnx
+
+SEQ = {"seq": 16}
+TRANSFORMERS = ("gpt2", "bert", "llama_tiny")
+VARIANTS = [(m, v) for m in ("resnet18", "mobilenet_v2") for v in ("dyn", "qdq", "qop")] + \
+    [(m, v) for m in TRANSFORMERS for v in ("dyn", "qdq", "qop", "nbits")] + \
+    [("gpt2", "fused"), ("bert", "fused"), ("gpt2", "fused_nbits")]
+META = re.compile(r"_(scale|zero_point)s?$")
+BITS = {onnx.TensorProto.FLOAT: 32, onnx.TensorProto.INT8: 8, onnx.TensorProto.UINT8: 8,
+        onnx.TensorProto.INT32: 32, onnx.TensorProto.FLOAT16: 16}
+
+
+def _dims(name: str) -> dict:
+    return SEQ if name in TRANSFORMERS else {}
+
+
+def _reader(path: str):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    model = onnx.load(path, load_external_data=False)
+    rng = np.random.default_rng(0)
+    feeds = []
+    for _ in range(2):
+        feed = {}
+        for vi in model.graph.input:
+            shape = [d.dim_value or (1 if d.dim_param == "batch" else 8)
+                     for d in vi.type.tensor_type.shape.dim]
+            if vi.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+                feed[vi.name] = rng.integers(0, 50, shape).astype(np.int64)
+            else:
+                feed[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        feeds.append(feed)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+    return Reader()
+
+
+def _build(name: str, variant: str, src: str, out: str) -> None:
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    if variant == "dyn":
+        quantize_dynamic(src, out, weight_type=QuantType.QInt8)
+    elif variant in ("qdq", "qop"):
+        fmt = QuantFormat.QDQ if variant == "qdq" else QuantFormat.QOperator
+        quantize_static(src, out, _reader(src), quant_format=fmt)
+    elif variant in ("nbits", "fused", "fused_nbits"):
+        model = onnx.load(src)
+        if variant.startswith("fused"):
+            from onnxruntime.transformers.optimizer import optimize_model
+            model = optimize_model(src, model_type=name, num_heads=4, hidden_size=128).model
+        if variant.endswith("nbits"):
+            q = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
+            q.process()
+            model = q.model.model
+        onnx.save(model, out)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    from graphcost.models_zoo import cached_export
+
+    d = tmp_path_factory.mktemp("quantized")
+    parents, files = {}, {}
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        for name, variant in VARIANTS:
+            src = str(cached_export(name))
+            if name not in parents:
+                parents[name] = analyze(src, dims=_dims(name))
+            out = str(d / f"{name}_{variant}.onnx")
+            _build(name, variant, src, out)
+            files[name, variant] = out
+    return parents, files
+
+
+def _expected(path: str) -> tuple[int, int, int, int, bool]:
+    """(weight elements, weight bytes, metadata elements, metadata bytes, has 4-bit weights)
+    from the file's initializers and the MatMulNBits nodes that read them."""
+    model = onnx.load(path, load_external_data=False)
+    logical = {}
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits":
+            a = {x.name: onnx.helper.get_attribute_value(x) for x in node.attribute}
+            logical[node.input[1]] = a["N"] * a["K"]
+    elems = nbytes = meta = meta_bytes = 0
+    for t in model.graph.initializer:
+        n = int(np.prod(t.dims))
+        b = n * BITS.get(t.data_type, 64) // 8
+        if META.search(t.name):
+            meta, meta_bytes = meta + n, meta_bytes + b
+        elif t.data_type != onnx.TensorProto.INT64:
+            elems, nbytes = elems + logical.get(t.name, n), nbytes + b
+    return elems, nbytes, meta, meta_bytes, bool(logical)
+
+
+@pytest.mark.parametrize("name, variant", VARIANTS, ids=[f"{m}-{v}" for m, v in VARIANTS])
+def test_quantized_variant(built, name, variant):
+    parents, files = built
+    path = files[name, variant]
+    r = analyze(path, dims=_dims(name))
+    t = r.totals
+    assert r.coverage.percent == 100.0, (r.coverage.unsupported, r.coverage.unknown_shape)
+    # params and their storage equal the file's initializers (weights; buffers are weights
+    # too: BatchNorm statistics), scales and zero points apart
+    elems, nbytes, meta, meta_bytes, packed = _expected(path)
+    assert t.params + t.buffers == elems
+    assert t.param_bytes + t.buffer_bytes == nbytes
+    assert (t.quant_meta, t.quant_meta_bytes) == (meta, meta_bytes)
+    assert sum(t.param_bytes_by_dtype.values()) == t.param_bytes
+    if packed:
+        assert "uint4" in t.param_bytes_by_dtype
+    # integer arithmetic counted as such: the same MACs as the fp32 parent
+    parent = parents[name].totals
+    assert abs(t.macs - parent.macs) <= 0.01 * parent.macs, (t.macs, parent.macs)
+    assert sum(t.flops_by_dtype.values()) == t.flops
+    if variant in ("dyn", "qop"):
+        assert t.flops_by_dtype.get("int8", 0) > t.flops_by_dtype.get("fp32", 0)
+    # every intermediate shape equals onnxruntime's
+    v = verify_onnx(path, repeat=1, dims=_dims(name), int_ranges={"input_ids": (0, 50)})
+    assert v.shapes_mismatched == 0 and v.shapes_unknown == 0, (v.mismatches, v.unknown)
+    assert v.shapes_matched > 0

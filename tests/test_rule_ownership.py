@@ -1,0 +1,58 @@
+"""The rule owns the op: no code outside the registry names an op.
+
+Every string constant (docstrings excepted; comments are not in the AST) in passes/ outside
+passes/costs/, and in analyzer/ outside analyzer/frontends/ (which read op types from the file),
+is checked against the registered op names.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import graphcost.passes.costs  # noqa: F401  (registers every rule family)
+from graphcost.passes.costs import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKED = [(ROOT / "passes", ROOT / "passes" / "costs"),
+           (ROOT / "analyzer", ROOT / "analyzer" / "frontends")]
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def _op_literals(path: Path, names: set[str]) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    docs = _docstrings(tree)
+    return [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docs and node.value in names]
+
+
+def test_no_op_name_outside_the_registry():
+    names = set(registry.registered())
+    found = []
+    for top, exempt in CHECKED:
+        for path in sorted(top.rglob("*.py")):
+            if exempt not in path.parents:
+                found += _op_literals(path, names)
+    assert not found, "op names outside passes/costs/:\n" + "\n".join(found)
+
+
+def test_the_check_sees_a_literal(tmp_path):
+    # the check itself: a file naming an op in a string constant is found, a docstring is not
+    f = tmp_path / "x.py"
+    f.write_text('"""Conv in a docstring."""\nOPS = ("Conv",)\n')
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert _op_literals(f, {"Conv"}) == ["x.py:2: 'Conv'"]
+    finally:
+        ROOT = saved
