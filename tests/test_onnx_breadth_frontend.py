@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graphcost.analyzer.api import analyze, load_graph
 from graphcost.analyzer.html_report import html_report
 from graphcost.analyzer.render import render_csv, render_markdown, summary_lines
-from graphcost.analyzer.verify import verify_onnx
+from graphcost.analyzer.verify import verify
 
 F32, I64, I32, U8 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.UINT8
 vi = helper.make_tensor_value_info
@@ -194,7 +194,7 @@ CONTRIB_SHAPES = {
 
 @pytest.mark.parametrize("op", sorted(CONTRIB_SHAPES))
 def test_contrib_shapes_match_onnxruntime(op):
-    v = verify_onnx(CONTRIB_SHAPES[op], repeat=1)
+    v = verify(CONTRIB_SHAPES[op], repeat=1)
     assert v.shapes_mismatched == 0 and v.shapes_unknown == 0, (v.mismatches, v.unknown)
     assert v.shapes_matched >= 1
 
