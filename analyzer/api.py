@@ -117,7 +117,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             train: bool = False, optimizer: str = "adam",
             checkpoint: Mapping[str, Any] | None = None, precision: str = "fp32",
             device: Any = None, tf32: bool = False, overhead: Any = None,
-            what_if: bool = True, _cli: bool = False) -> Report:
+            what_if: bool = True, parallel: Mapping[str, Any] | None = None,
+            optimizer_impl: str | None = None, _cli: bool = False) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -133,8 +134,17 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     optimizer state. ``device`` (a name such as "a100-40gb" or a passes.roofline.DeviceRates)
     adds the roofline time per node and whether the peak fits with ``overhead``
     (passes.roofline.Overhead); ``tf32`` uses the TF32 rate for fp32 matmuls.
-    ``what_if=False`` skips the training what-ifs (each re-runs the training passes). Raises
-    GraphcostError, in these arguments' names (``_cli``: in the command line's).
+    ``what_if=False`` skips the training what-ifs (each re-runs the training passes).
+    ``optimizer_impl`` ("forloop" | "foreach") sets the optimizer step's temporaries; default
+    what PyTorch uses on the target: foreach on a GPU ``device``, the for-loop otherwise.
+    ``parallel`` (with ``train``) divides the step across data-parallel ranks:
+    ``{"strategy": "ddp"|"zero1"|"zero2"|"zero3"|"fsdp", "world_size": N or "auto"}`` (auto:
+    the smallest N that fits ``device``), optionally ``"offload": "optimizer"|"params"``,
+    ``"bucket_cap_mb"`` (DDP, default 25), ``"units"`` (module paths to shard as FSDP units;
+    default the repeated blocks), ``"interconnect"`` (a name from analyzer.devices
+    INTERCONNECTS). The batch is each rank's (global = batch × world size); the report's
+    ``parallel`` section and ``peak_bytes`` are then one rank's; the what-ifs are skipped.
+    Raises GraphcostError, in these arguments' names (``_cli``: in the command line's).
     """
     # The IR is hundreds of thousands of small acyclic objects: the cyclic collector would
     # rescan them again and again (≈15% of the time on a 100k-node graph) and free nothing.
@@ -143,7 +153,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     try:
         return _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes,
                         include_inputs, inplace, lifetimes, zoo_exporter, progress, train,
-                        optimizer, checkpoint, precision, device, tf32, overhead, what_if)
+                        optimizer, checkpoint, precision, device, tf32, overhead, what_if,
+                        parallel, optimizer_impl)
     except GraphcostError as exc:
         if _cli:
             raise
@@ -155,13 +166,18 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
 
 def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, include_inputs,
              inplace, lifetimes, zoo_exporter, progress, train, optimizer, checkpoint,
-             precision, device, tf32, overhead, what_if) -> Report:
+             precision, device, tf32, overhead, what_if, parallel, optimizer_impl) -> Report:
+    from graphcost.analyzer.devices import default_optimizer_impl
     from graphcost.analyzer.pipeline import run_passes
 
     if checkpoint and not train:
         raise GraphcostError("checkpoint plans need a training analysis (--train)")
     if precision != "fp32" and not train:
         raise GraphcostError("--precision is a training recipe: add --train")
+    device = _device(device)
+    spec = _parallel_spec(parallel, train, precision)
+    if optimizer_impl not in (None, "forloop", "foreach"):
+        raise GraphcostError(f"--optimizer-impl {optimizer_impl}: known: forloop, foreach")
     graph = load_graph(model, example_inputs, batch=batch, dims=dims,
                        input_shapes=input_shapes, input_dtypes=input_dtypes,
                        zoo_exporter=zoo_exporter, progress=progress, train=train)
@@ -170,5 +186,50 @@ def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, inc
     return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
                       lifetimes=lifetimes, optimizer=optimizer if train else None,
                       checkpoint=dict(checkpoint) if checkpoint else None,
-                      precision=precision, device=_device(device), tf32=tf32,
-                      overhead=overhead, what_if=what_if)
+                      precision=precision, device=device, tf32=tf32,
+                      overhead=overhead, what_if=what_if and spec is None, parallel=spec,
+                      optimizer_impl=optimizer_impl or default_optimizer_impl(device))
+
+
+_PARALLEL_KEYS = ("strategy", "world_size", "offload", "bucket_cap_mb", "units", "interconnect")
+
+
+def _parallel_spec(parallel, train: bool, precision: str):
+    """``analyze``'s ``parallel`` mapping as the pass's ParallelSpec (checked)."""
+    if not parallel:
+        return None
+    from graphcost.analyzer.devices import get_interconnect
+    from graphcost.passes.parallel import ParallelSpec, check_spec
+
+    if not isinstance(parallel, Mapping):
+        raise GraphcostError("--parallel: expected a mapping such as "
+                             "{'strategy': 'fsdp', 'world_size': 8}")
+    unknown = sorted(set(parallel) - set(_PARALLEL_KEYS))
+    if unknown:
+        raise GraphcostError(f"--parallel: unknown key(s) {', '.join(unknown)}; known: "
+                             + ", ".join(_PARALLEL_KEYS))
+    if "strategy" not in parallel:
+        raise GraphcostError("--parallel: name a strategy: ddp, zero1, zero2, zero3 or fsdp")
+    if not train:
+        raise GraphcostError(f"--parallel {parallel['strategy']} divides a training step "
+                             "across ranks: add --train")
+    if precision != "fp32":
+        raise GraphcostError(f"--precision {precision} with --parallel: not modelled yet "
+                             "(data-parallel analysis is of fp32 training)")
+    if "world_size" not in parallel:
+        raise GraphcostError(f"--parallel {parallel['strategy']} needs --world-size N (or auto "
+                             "with --device)")
+    world = parallel["world_size"]
+    if world == "auto":
+        world = None
+    elif isinstance(world, bool) or not isinstance(world, int):
+        raise GraphcostError(f"--world-size {world}: expected a whole number ≥ 1 or auto")
+    units = parallel.get("units")
+    link = parallel.get("interconnect")
+    spec = ParallelSpec(
+        str(parallel["strategy"]), world, parallel.get("offload"),
+        float(parallel.get("bucket_cap_mb", 25.0)),
+        tuple(units) if units else None,
+        get_interconnect(link) if isinstance(link, str) else link)
+    check_spec(spec)
+    return spec

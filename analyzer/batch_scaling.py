@@ -45,13 +45,14 @@ class MaxBatch:
     fit: BatchFit
     analyses: int                # how many full analyses the answer took
     train: bool
+    parallel: str = ""           # "fsdp over 8 ranks": memory and batch are one rank's
 
     def to_dict(self) -> dict:
         f = self.fit
         return {"device": self.device, "memory_bytes": self.memory_bytes,
                 "max_batch": self.batch, "required_bytes": self.required_bytes,
                 "next_required_bytes": self.next_required_bytes, "train": self.train,
-                "analyses": self.analyses,
+                "analyses": self.analyses, "parallel": self.parallel or None,
                 "fit": {"memory_fixed_bytes": f.memory.fixed,
                         "memory_per_sample_bytes": f.memory.per_sample,
                         "flops_fixed": f.flops.fixed, "flops_per_sample": f.flops.per_sample,
@@ -124,6 +125,8 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
     rc = at(check)
     fit = BatchFit(mem, flops, check, (mem(check) - _required(rc)) / _required(rc),
                    (flops(check) - _flops(rc)) / max(1, _flops(rc)))
+    p = r1.parallel
     return MaxBatch(r1.roofline.device, capacity, best,
                     _required(at(max(best, 1))), _required(at(best + 1)), fit, len(cache),
-                    r1.training is not None)
+                    r1.training is not None,
+                    f"{p.strategy} over {p.world_size:,} ranks" if p else "")

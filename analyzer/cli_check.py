@@ -38,8 +38,8 @@ def build_parser():
         "2 bad input. Sizes: 4GiB, 4GB, 4e9; counts: 50M, 1.5G, 2e9; times: 5ms, 0.2s."))
     add_model_args(p)
     p.add_argument("--max-peak", metavar="SIZE",
-                   help="peak tensor memory: params + buffers + activation peak (inference) or "
-                        "the training step's peak (--train)")
+                   help="peak tensor memory: params + buffers + activation peak (inference), "
+                        "the training step's peak (--train), or one rank's peak (--parallel)")
     p.add_argument("--max-activations", metavar="SIZE", help="activation peak alone")
     p.add_argument("--max-params", metavar="COUNT", help="trainable parameters, e.g. 50M")
     p.add_argument("--max-macs", metavar="COUNT", help="multiply-accumulates, e.g. 10G")
@@ -96,8 +96,11 @@ def evaluate(report, limits) -> list[Check]:
               "MACs": t.macs, "FLOPs": t.flops, "coverage": report.coverage.percent,
               "latency (roofline)": report.roofline.total_seconds if report.roofline else None}
     checks = []
+    per_rank = report.parallel is not None
     for name, limit, unit in limits:
         value = values[name]
+        if name == "peak memory" and per_rank:
+            name = f"peak memory per rank ({report.parallel.strategy}×{report.parallel.world_size})"
         ok = value >= limit if unit == "percent" else value <= limit
         detail = ""
         if name == "coverage" and not ok:

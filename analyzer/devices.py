@@ -14,6 +14,7 @@ from typing import Mapping
 
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.units import parse_rate, parse_size
+from graphcost.passes.comm import InterconnectRates
 from graphcost.passes.roofline import DTYPES, DeviceRates, Overhead  # noqa: F401  (the values)
 
 T, GB, GiB = 1e12, 1e9, 1 << 30
@@ -41,8 +42,48 @@ DEVICES: Mapping[str, DeviceRates] = MappingProxyType({d.name: d for d in (
 )})
 
 
+# other names the devices go by
+ALIASES: Mapping[str, str] = MappingProxyType({"h100": "h100-sxm", "h100-80gb": "h100-sxm",
+                                               "a100": "a100-40gb"})
+
+
+def _link(name: str, label: str, gbs: float) -> InterconnectRates:
+    return InterconnectRates(name, label, gbs * GB)
+
+
+# The links between data-parallel ranks: bandwidth per GPU in each direction (a ring
+# collective sends and receives at once, so one direction bounds it; NVLink's "900 GB/s" is
+# both directions added). Datasheet peaks; NCCL's measured bus bandwidth stays below them.
+INTERCONNECTS: Mapping[str, InterconnectRates] = MappingProxyType({i.name: i for i in (
+    _link("nvlink4", "NVLink 4 (H100 SXM): 900 GB/s both ways, 450 GB/s each way", 450),
+    _link("nvlink3", "NVLink 3 (A100 SXM): 600 GB/s both ways, 300 GB/s each way", 300),
+    _link("pcie5", "PCIe 5.0 x16: 64 GB/s each way", 64),
+    _link("pcie4", "PCIe 4.0 x16: 32 GB/s each way", 32),
+    _link("ib-ndr", "InfiniBand NDR, one 400 Gb/s NIC per GPU: 50 GB/s each way", 50),
+    _link("ib-hdr", "InfiniBand HDR, one 200 Gb/s NIC per GPU: 25 GB/s each way", 25),
+    _link("eth-100g", "100 Gb/s Ethernet per GPU: 12.5 GB/s each way", 12.5),
+)})
+
+
+def get_interconnect(name: str) -> InterconnectRates:
+    key = name.strip().lower()
+    if key in INTERCONNECTS:
+        return INTERCONNECTS[key]
+    close = difflib.get_close_matches(key, INTERCONNECTS, n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    raise GraphcostError(f"--interconnect {name}: unknown{hint}; known: "
+                         + ", ".join(INTERCONNECTS))
+
+
+def default_optimizer_impl(device: DeviceRates | None) -> str:
+    """The Adam implementation PyTorch picks on the target: ``foreach`` on a GPU, the
+    for-loop on a CPU (no device named: graphcost verify's CPU)."""
+    return "foreach" if device is not None and device.name != "this-cpu" else "forloop"
+
+
 def get_device(name: str) -> DeviceRates:
     key = name.strip().lower()
+    key = ALIASES.get(key, key)
     if key in DEVICES:
         return DEVICES[key]
     close = difflib.get_close_matches(key, DEVICES, n=3, cutoff=0.5)

@@ -23,11 +23,22 @@ def activations_includes(r: Report) -> str:
 
 def peak_includes(r: Report) -> str:
     """What Report.peak_bytes adds up."""
+    p = r.parallel
+    if p is not None:
+        return (f"one rank's peak under {p.strategy} over {p.world_size:,} ranks (per-rank "
+                f"batch {p.per_rank_batch:,}): its parameters, gradients and optimizer state "
+                "(as the strategy shards them), activations, communication buffers and "
+                "temporaries" + (", host-offloaded bytes excluded" if p.host_bytes else ""))
     if r.training is not None:
-        inputs = "incl." if r.training.include_inputs else "excl."
-        return ("parameters + buffers + gradients + optimizer state + activations "
-                f"({inputs} the input batch) + temporaries, at the step's peak")
+        return training_includes(r)
     return f"parameters + buffers + the activation peak ({activations_includes(r)})"
+
+
+def training_includes(r: Report) -> str:
+    """What the (single-device) training step's peak adds up."""
+    inputs = "incl." if r.training.include_inputs else "excl."
+    return ("parameters + buffers + gradients + optimizer state + activations "
+            f"({inputs} the input batch) + temporaries, at the step's peak")
 
 
 def first_step(r: Report) -> str | None:

@@ -18,6 +18,7 @@ from graphcost.analyzer.plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
 from graphcost.analyzer import explain
 from graphcost.analyzer.units import axes_text, human, human_bytes
 from graphcost.analyzer.html_assets import _CSS, _JS, _ONERROR
+from graphcost.analyzer.render_parallel import parallel_summary
 from graphcost.analyzer.report import Report
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
@@ -153,7 +154,7 @@ def _training(r: Report) -> str:
     first = explain.first_step(r)
     rows = [("step peak", f"<b>{human_bytes(t.peak_bytes)}</b> ({t.peak_bytes:,} B) in "
                           f"{_e(where)}, steady state" + (f"; {_e(first)}" if first else "")),
-            ("includes", _e(explain.peak_includes(r))),
+            ("includes", _e(explain.training_includes(r))),
             ("optimizer", _e(t.optimizer)),
             ("params / grads", f"{human_bytes(t.param_bytes)} / {human_bytes(t.grad_bytes)}"),
             ("optimizer state", human_bytes(t.optimizer_state_bytes)),
@@ -183,6 +184,16 @@ def _training(r: Report) -> str:
     parts.append("<div class='chart'>" + timeline_svg(r).replace(_SVG_NS, "", 1) + "</div>")
     parts.append("</section>")
     return "".join(parts)
+
+
+def _parallel(r: Report) -> str:
+    """One rank's step under the data-parallel strategy (its curve is in the training
+    chart, beside the single-device one)."""
+    if r.parallel is None:
+        return ""
+    rows = [(label or "", _e(" ".join(items))) for label, items in parallel_summary(r)]
+    return ("<section id='parallel'><h2>Data parallel: one rank</h2>" + _kv(rows)
+            + "</section>")
 
 
 def _num(v):
@@ -294,7 +305,7 @@ def html_report(report: Report) -> str:
             + ("(liveness over the analyzed graph's nodes)" if r.training else "(inference)")
             + "</h2><div class='chart'>",
             inference_svg(r), "</div></section>",
-            _training(r)]
+            _training(r), _parallel(r)]
     if rf_head:
         body += [rf_head, _table_html("roofline-table", "Slowest nodes"), "</section>"]
     body += [

@@ -119,6 +119,13 @@ class Graph:
     batch: int = 1                        # the batch size the inputs were bound with
     module_types: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     warnings: tuple[str, ...] = ()
+    # A joint forward+backward graph: each trainable parameter -> its gradient (a graph
+    # output). A PARAM value with no entry is frozen (requires_grad=False): no gradient, no
+    # optimizer state. Empty for an inference graph.
+    grads: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Parameter value -> its name in the model (``named_parameters()``: "h.0.attn.c_attn.weight")
+    # where the frontend knows it; an ONNX initializer's own name is usually that already.
+    param_paths: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def spec(self, name: str) -> TensorSpec | None:
         v = self.values.get(name)

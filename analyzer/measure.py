@@ -103,6 +103,19 @@ def float_output_sum(module, args):
     return sum(t.sum() for t in leaves)
 
 
+class _NoHook:
+    def remove(self) -> None:
+        pass
+
+
+def skip_frozen(tracker, module) -> None:
+    """MemTracker hooks every parameter's gradient and fails on a frozen one (a tensor that
+    does not require grad takes no hook): mark those as hooked already."""
+    for p in module.parameters():
+        if not p.requires_grad:
+            tracker._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
+
+
 def measure_training(module, args, optimizer: str):
     """MemTracker's peak over the second training step (optimizer state already allocated,
     gradients freed by zero_grad(set_to_none=True) first), as graphcost models it:
@@ -126,6 +139,7 @@ def measure_training(module, args, optimizer: str):
 
     step()  # the first step allocates the optimizer state
     tracker = MemTracker()
+    skip_frozen(tracker, module)
     tracker.track_external(module, *([opt] if opt else []))
     with tracker:
         step()

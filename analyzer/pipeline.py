@@ -10,6 +10,7 @@ from graphcost.passes.arena import plan_arena
 from graphcost.passes.costs import CostReport, count_costs
 from graphcost.passes.liveness import analyze_liveness
 from graphcost.passes.modules import aggregate_modules
+from graphcost.passes.parallel import parallel_step
 from graphcost.passes.params import ParamReport, count_params
 from graphcost.passes.precision import cast_floats
 from graphcost.passes.receptive_field import cnn_fields
@@ -21,13 +22,15 @@ from graphcost.passes.training import training_step
 def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False,
                lifetimes: str | None = None, optimizer: str | None = None,
                checkpoint: dict | None = None, precision: str = "fp32", device=None,
-               tf32: bool = False, overhead=None, what_if: bool = True) -> Report:
+               tf32: bool = False, overhead=None, what_if: bool = True, parallel=None,
+               optimizer_impl: str = "forloop") -> Report:
     """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
     "eager" (PyTorch eager: module arguments stay referenced until the call returns); default
     eager for an inference graph traced from PyTorch, else dataflow. ``optimizer`` (for a
     joint forward+backward graph) adds the training step (passes.training.training_step, with
-    ``checkpoint``, ``precision`` and the ``what_if`` savers); ``device``
-    (passes.roofline.DeviceRates) the roofline and whether the peak fits, with ``overhead``."""
+    ``checkpoint``, ``precision``, ``optimizer_impl`` and the ``what_if`` savers), ``parallel``
+    (passes.parallel.ParallelSpec) one rank's share of it; ``device`` (passes.roofline.
+    DeviceRates) the roofline and whether the peak fits, with ``overhead``."""
     graph = cast_floats(graph, precision)
     lifetimes = lifetimes or ("eager" if graph.source == "fx" and optimizer is None
                               else "dataflow")
@@ -42,11 +45,12 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         memory = replace(memory, arena_bytes=plan_arena(memory.storages).arena_bytes)
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
-        checkpoint=checkpoint, what_if=what_if, include_inputs=include_inputs)
+        checkpoint=checkpoint, what_if=what_if, include_inputs=include_inputs, impl=optimizer_impl)
     report = Report(
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
         memory=memory, warnings=_warnings(graph, memory), training=training, roofline=None,
+        parallel=parallel and parallel_step(graph, training, parallel, device, overhead),
         receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)))

@@ -14,6 +14,21 @@ from graphcost.analyzer.report import Report
 W, H, LEFT, RIGHT, TOP, BOTTOM = 900, 360, 80, 20, 40, 50
 SHADES = {"forward": "#e8f0fe", "backward": "#fdf1e5", "optimizer": "#e9f7ef"}
 PLAIN, CHECKPOINTED = "#1a73e8", "#d93025"   # curve colours (the PNG and HTML use them too)
+PER_RANK = "#188038"
+
+
+def training_curves(report: Report) -> list[tuple[str, tuple[int, ...], str]]:
+    """(label, bytes per node then the step, colour) of each curve the charts draw: the
+    single-device step, the checkpointed one when there is a plan, and one rank's under a
+    data-parallel strategy (the same nodes: every rank runs the whole joint graph)."""
+    t = report.training
+    curves = [("one device" if report.parallel else "plain", t.timeline, PLAIN)]
+    if t.checkpoint is not None and t.checkpoint.segments:
+        curves.append(("checkpointed", t.checkpoint.timeline, CHECKPOINTED))
+    p = report.parallel
+    if p is not None:
+        curves.append((f"per rank ({p.strategy} x{p.world_size:,})", p.timeline, PER_RANK))
+    return curves
 
 
 def _gib(n: float) -> str:
@@ -39,9 +54,7 @@ def timeline_svg(report: Report) -> str:
     t = report.training
     if t is None:
         raise ValueError("the timeline plot needs a training analysis (--train)")
-    curves = [("plain", t.timeline, PLAIN)]
-    if t.checkpoint is not None and t.checkpoint.segments:
-        curves.append(("checkpointed", t.checkpoint.timeline, CHECKPOINTED))
+    curves = training_curves(report)
     n = len(t.timeline)
     top = max(max(c[1]) for c in curves) or 1
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM

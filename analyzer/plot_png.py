@@ -8,7 +8,7 @@ without the extra still works; the Agg canvas is used directly, so no display is
 from __future__ import annotations
 
 from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.plot import CHECKPOINTED, PLAIN, SHADES, _gib
+from graphcost.analyzer.plot import SHADES, _gib, training_curves
 from graphcost.analyzer.report import Report
 
 INSTALL_HINT = "PNG output needs matplotlib: pip install 'graphcost[png]'"
@@ -36,9 +36,7 @@ def timeline_png(report: Report, path) -> None:
     if t is None:
         raise GraphcostError("the timeline plot needs a training analysis (--train)")
     Figure, FigureCanvasAgg = require_matplotlib()
-    curves = [("plain", t.timeline, PLAIN)]
-    if t.checkpoint is not None and t.checkpoint.segments:
-        curves.append(("checkpointed", t.checkpoint.timeline, CHECKPOINTED))
+    curves = training_curves(report)
     n = len(t.timeline)
     top = max(max(c[1]) for c in curves) or 1
 

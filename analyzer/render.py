@@ -13,6 +13,7 @@ import io
 from typing import Any, Callable
 
 from graphcost.analyzer import explain
+from graphcost.analyzer.render_parallel import parallel_summary
 from graphcost.analyzer.render_table import Col, print_table
 from graphcost.analyzer.report import Report
 from graphcost.analyzer.units import axes_text, human, human_bytes, human_time
@@ -138,7 +139,7 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
                     + ([f"(+{more} more)"] if more > 0 else [])))
     out.append(("peak", [f"{human_bytes(r.peak_bytes)} ({r.peak_bytes:,} B)",
                          f"= {explain.peak_includes(r)}"]))
-    out += _training_summary(r) + _roofline_summary(r)
+    out += _training_summary(r) + parallel_summary(r) + _roofline_summary(r)
     out += [("warning", [w]) for w in r.warnings]
     return out
 
@@ -344,6 +345,8 @@ def max_batch_lines(model: str, m) -> list[str]:
     """analyzer.batch_scaling.MaxBatch as text."""
     f = m.fit
     what = "training step" if m.train else "inference"
+    if m.parallel:
+        what += f", one rank under {m.parallel} (the batch is each rank's)"
     lines = [f"{model} on {m.device} ({human_bytes(m.memory_bytes)}), {what}:"]
     if m.batch == 0:
         lines.append(f"  nothing fits: batch 1 needs {human_bytes(m.required_bytes)}")

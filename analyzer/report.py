@@ -23,6 +23,7 @@ from graphcost.analyzer.ir import INTERNAL
 from graphcost.passes.costs import Coverage, OpTotals
 from graphcost.passes.liveness import Liveness
 from graphcost.passes.modules import ModuleCost
+from graphcost.passes.parallel import ParallelMemory
 from graphcost.passes.receptive_field import NodeField
 from graphcost.passes.roofline import Roofline
 from graphcost.passes.training import TrainingMemory
@@ -56,7 +57,15 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
     "peak_bytes": "everything the run holds on the device at its peak: parameters + buffers + "
                   "the activation peak at inference; a training step's peak (parameters, "
                   "buffers, gradients, optimizer state, activations incl. the input batch "
-                  "unless include_inputs is false, temporaries)",
+                  "unless include_inputs is false, temporaries); with a data-parallel "
+                  "strategy (parallel), the worst rank's peak on its device",
+    "parallel": "one rank's training step under a data-parallel strategy: its micro-batch is "
+                "the report's batch (global batch = batch x world_size); parameters, "
+                "gradients and optimizer state as the strategy shards them (dim 0 padded to a "
+                "multiple of world_size), activations, communication buffers (DDP buckets, "
+                "FSDP's gathered units, all-gather and reduce-scatter buffers), temporaries; "
+                "offloaded bytes are host_bytes; comm bytes per step per rank with a ring "
+                "algorithm's lower-bound time on the interconnect",
 })
 
 
@@ -113,6 +122,7 @@ class Report:
     memory: Liveness
     warnings: tuple[str, ...] = ()
     training: TrainingMemory | None = None
+    parallel: ParallelMemory | None = None      # one rank's share of the training step
     roofline: Roofline | None = None
     receptive_field: tuple[NodeField, ...] = ()   # empty unless the graph is a CNN
     modules: tuple[ModuleCost, ...] = ()
@@ -123,7 +133,10 @@ class Report:
     @property
     def peak_bytes(self) -> int:
         """Everything the run holds on the device at its peak (CONVENTION["peak_bytes"]): the
-        one figure budgets, the device fit and --max-batch are checked against."""
+        one figure budgets, the device fit and --max-batch are checked against; with a
+        data-parallel strategy, one rank's (the worst rank's) peak."""
+        if self.parallel is not None:
+            return self.parallel.per_rank_peak_bytes
         if self.training is not None:
             return self.training.peak_bytes
         return self.totals.param_bytes + self.totals.buffer_bytes + self.memory.peak_bytes

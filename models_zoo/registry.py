@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import bert, classic, gpt2, llama, mobilenet, resnet, unet, vgg
+from . import bert, classic, gpt2, llama, lora, mlp, mobilenet, resnet, unet, vgg
 
 BATCH = "batch"
 SEQ = "seq"
@@ -90,6 +90,13 @@ MODELS: dict[str, ZooModel] = {
             int_ranges={"input_ids": (0, gpt2.GPT2Config.vocab_size)},
         ),
         ZooModel(
+            "gpt2_lora", lora.gpt2_lora, _tokens("input_ids", seq=64), {"input_ids": torch.int64},
+            "zoo gpt2 frozen, rank-8 LoRA adapters (alpha 16) on each block's c_attn and c_proj: only the adapters train",
+            {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
+            output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
+            int_ranges={"input_ids": (0, gpt2.GPT2Config.vocab_size)},
+        ),
+        ZooModel(
             "bert", bert.bert_tiny, _tokens("input_ids", "attention_mask", seq=64),
             {"input_ids": torch.int64, "attention_mask": torch.int64},
             "tiny BERT encoder: vocab 1000, 128 positions, d 128, 4 heads, 2 layers, MLP 512, post-LN, tanh pooler",
@@ -111,6 +118,10 @@ MODELS: dict[str, ZooModel] = {
             {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
             output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
             int_ranges={"input_ids": (0, 32000)}, meta_only=True,
+        ),
+        ZooModel(
+            "mlp", mlp.MLP, lambda batch: {"x": (batch, 256)}, _X_FLOAT,
+            "4 blocks of Linear(256->512)-ReLU-Linear(512->256), head Linear(256->10)", _X_BATCH, ("logits",),
         ),
         ZooModel(
             "unet", unet.unet_small, _image(3, 64, 64, resizable=True), _X_FLOAT,

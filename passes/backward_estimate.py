@@ -110,7 +110,8 @@ class _Builder:
         self.seed(summed)
         for node in reversed(src.nodes):
             self.backward_node(self.nodes[node.index], needs, saved[node.index])
-        grads = tuple(self.grad[p] for p in src.values if p in trainable and p in self.grad)
+        grad_of = {p: self.grad[p] for p in src.values if p in trainable and p in self.grad}
+        grads = tuple(grad_of.values())
         warnings = list(src.warnings) + [ESTIMATE_WARNING]
         if self.undeclared:
             ops = ", ".join(f"{op} ×{n}" for op, n in sorted(self.undeclared.items()))
@@ -136,7 +137,8 @@ class _Builder:
         return Graph(name=src.name, source=src.source, nodes=tuple(self.nodes),
                      values=MappingProxyType(self.values), inputs=src.inputs,
                      outputs=(loss, *grads), dims=src.dims, batch=src.batch,
-                     module_types=src.module_types, warnings=tuple(warnings))
+                     module_types=src.module_types, warnings=tuple(warnings),
+                     grads=MappingProxyType(grad_of))
 
     def rekind(self, trainable: set[str]) -> None:
         """An ONNX initializer is PARAM until passes.params classifies it; the training pass

@@ -10,14 +10,19 @@ gradients freed by ``zero_grad(set_to_none=True)`` before the step):
                 the optimizer step
   step        = gradients + the optimizer step's temporaries
 
-Optimizer state: sgd 0, momentum 1×, adam/adamw 2× the parameters, plus Adam's per-tensor
-``step`` counter (a 4-byte float32 scalar each). That state exists from the second step on:
-PyTorch creates it inside the first ``step()``, so the first step's forward and backward run
-without it (``first_step_peak_bytes``). Step temporaries follow PyTorch's default
-single-tensor (for-loop) implementation used on CPU: SGD and momentum update in place (none);
-Adam/AdamW compute ``exp_avg_sq.sqrt() / bias_correction`` into two tensors the size of the
-parameter being updated, so 2 × the largest parameter tensor. (GPU foreach/fused
-implementations differ; not modelled.)
+Optimizer state: sgd 0, momentum 1×, adam/adamw 2× the trainable parameters, plus Adam's
+per-tensor ``step`` counter (a 4-byte float32 scalar each). A frozen parameter
+(requires_grad=False: the graph has no gradient for it, ``Graph.grads``) gets neither gradient
+nor state. That state exists from the second step on: PyTorch creates it inside the first
+``step()``, so the first step's forward and backward run without it (``first_step_peak_bytes``).
+
+Step temporaries depend on the implementation (``impl``; PyTorch's default is ``forloop`` on
+CPU, ``foreach`` on GPU): SGD and momentum update in place (none) either way. Adam/AdamW's
+for-loop computes ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` per
+parameter, two tensors of its size, while the previous parameter's ``denom`` is still
+referenced (freed when the name is rebound): max over the parameters, in the optimizer's
+order, of previous + 2 × current. The foreach implementation computes
+``torch._foreach_sqrt(exp_avg_sqs)`` for all parameters at once: 1 × all trainable ones.
 """
 from __future__ import annotations
 
@@ -32,6 +37,26 @@ from graphcost.passes.checkpoint_plan import block_table, cheapest_plan, plan_se
 from graphcost.passes.liveness import analyze_liveness
 
 STATE_MULTIPLIER = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+OPTIMIZER_IMPLS = ("forloop", "foreach")
+
+
+def step_temporaries(sizes: list[int], optimizer: str, impl: str = "forloop") -> int:
+    """Bytes the optimizer step allocates beyond its state, for parameters of ``sizes`` bytes
+    in the order the optimizer visits them (see the module docstring)."""
+    if optimizer not in ("adam", "adamw") or not sizes:
+        return 0
+    if impl == "foreach":
+        return sum(sizes)
+    return max(prev + 2 * cur for prev, cur in zip([0, *sizes], sizes))
+
+
+def trainable_params(graph: Graph) -> list[str]:
+    """The parameters that get a gradient, in the graph's (``named_parameters()``) order. A
+    graph made without the gradient map (hand-built) treats every parameter as trainable."""
+    params = [v.name for v in graph.values.values() if v.kind == ValueKind.PARAM]
+    if graph.grads or len(graph.outputs) <= 1:
+        return [p for p in params if p in graph.grads]
+    return params
 
 
 @dataclass(frozen=True)
@@ -79,7 +104,10 @@ class TrainingMemory:
     phases: tuple[str, ...]         # the phase of each timeline point
     checkpoint: CheckpointPlan | None = None
     what_if: Mapping[str, WhatIf] = field(default_factory=dict)
+    optimizer_impl: str = "forloop"       # forloop (PyTorch's CPU default) | foreach (GPU)
+    frozen_param_bytes: int = 0           # parameters with no gradient (requires_grad=False)
     forward_nodes: int = field(default=0, metadata=INTERNAL)
+    storages: tuple = field(default=(), metadata=INTERNAL)  # the step's lifetimes (liveness)
 
 
 def forward_set(graph: Graph) -> set[int]:
@@ -94,32 +122,33 @@ def forward_set(graph: Graph) -> set[int]:
 def training_memory(graph: Graph, optimizer: str = "adam",
                     segments: list[Segment] | None = None,
                     master_weights: bool = False, inplace: bool = False,
-                    include_inputs: bool = True) -> TrainingMemory:
+                    include_inputs: bool = True, impl: str = "forloop") -> TrainingMemory:
     """``master_weights``: the graph runs in half precision (passes.precision) and the
     optimizer works on an fp32 master copy: 4 B per parameter for the copy, fp32 state, and at
     the step the fp32 gradients (made while the half ones still exist, which are freed before
-    the update) plus the update's temporaries, in fp32."""
+    the update) plus the update's temporaries, in fp32. ``impl``: the optimizer's
+    implementation (OPTIMIZER_IMPLS), which sets the step's temporaries."""
     if optimizer not in STATE_MULTIPLIER:
         raise GraphcostError(f"unknown optimizer {optimizer!r}; known: "
                              + ", ".join(STATE_MULTIPLIER))
-    params = [v for v in graph.values.values() if v.kind == ValueKind.PARAM]
-    param_bytes = sum(v.spec.nbytes or 0 for v in params)
-    buffer_bytes = sum(v.spec.nbytes or 0 for v in graph.values.values()
+    if impl not in OPTIMIZER_IMPLS:
+        raise GraphcostError(f"--optimizer-impl {impl}: known: " + ", ".join(OPTIMIZER_IMPLS))
+    values = graph.values
+    params = [values[p] for p in trainable_params(graph)]
+    param_bytes = sum(v.spec.nbytes or 0 for v in values.values() if v.kind == ValueKind.PARAM)
+    frozen = param_bytes - sum(v.spec.nbytes or 0 for v in params)
+    buffer_bytes = sum(v.spec.nbytes or 0 for v in values.values()
                        if v.kind == ValueKind.BUFFER)
     grads = set(graph.outputs[1:])
-    grad_bytes = sum(graph.values[g].spec.nbytes or 0 for g in grads)
+    grad_bytes = sum(values[g].spec.nbytes or 0 for g in grads)
     numel = sum(v.spec.numel or 0 for v in params)
-    largest = max((v.spec.numel or 0 for v in params), default=0)
     # the optimizer's own copy of the weights, and the bytes per element it works in
     master = 4 * numel if master_weights else 0
-    opt_bytes, opt_largest = (4 * numel, 4 * largest) if master_weights else \
-        (param_bytes, max((v.spec.nbytes or 0 for v in params), default=0))
-    state = STATE_MULTIPLIER[optimizer] * opt_bytes
+    sizes = [4 * (v.spec.numel or 0) if master_weights else v.spec.nbytes or 0 for v in params]
+    state = STATE_MULTIPLIER[optimizer] * sum(sizes)
     if optimizer in ("adam", "adamw"):
         state += 4 * len(params)
-        temp = 2 * opt_largest
-    else:
-        temp = 0
+    temp = step_temporaries(sizes, optimizer, impl)
     persistent = param_bytes + buffer_bytes + master + state
 
     live = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace)
@@ -157,7 +186,8 @@ def training_memory(graph: Graph, optimizer: str = "adam",
         grad_bytes=grad_bytes, optimizer_state_bytes=state, step_temp_bytes=step_temp,
         peak_bytes=timeline[peak_i], first_step_peak_bytes=first, peak_phase=phases[peak_i],
         peak_node=node, breakdown_at_peak=breakdown, include_inputs=include_inputs,
-        timeline=tuple(timeline), phases=tuple(phases), forward_nodes=len(fwd))
+        timeline=tuple(timeline), phases=tuple(phases), optimizer_impl=impl,
+        frozen_param_bytes=frozen, forward_nodes=len(fwd), storages=tuple(storages))
 
 
 def _plan(mode: str, segs: list[Segment], plain: TrainingMemory, got: TrainingMemory,
@@ -174,15 +204,15 @@ def _plan(mode: str, segs: list[Segment], plain: TrainingMemory, got: TrainingMe
 def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
                      names: list[str] | None = None, every: int | None = None,
                      sqrt: bool = False, budget: int | None = None,
-                     master_weights: bool = False,
-                     include_inputs: bool = True) -> CheckpointPlan:
+                     master_weights: bool = False, include_inputs: bool = True,
+                     impl: str = "forloop") -> CheckpointPlan:
     """Build a checkpoint plan and evaluate it; ``budget`` alone asks for the plan with the
     least recompute that fits. ``node_flops``: the cost pass's FLOPs per joint-graph node."""
     fwd = forward_set(graph)
 
     def step(segs: list[Segment] | None = None) -> TrainingMemory:
         return training_memory(graph, optimizer, segs, master_weights,
-                               include_inputs=include_inputs)
+                               include_inputs=include_inputs, impl=impl)
 
     plain = step()
     if names:
@@ -258,7 +288,7 @@ def _auto_greedy(graph, fwd, plain, budget, step, node_flops, floor) -> Checkpoi
 
 
 def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str,
-             include_inputs: bool = True) -> dict[str, WhatIf]:
+             include_inputs: bool = True, impl: str = "forloop") -> dict[str, WhatIf]:
     """The step's peak under the usual memory savers, each by re-running the passes on the
     same joint graph: in-place activations, bf16 mixed precision, and checkpointing every
     repeated block."""
@@ -270,28 +300,32 @@ def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str
         return WhatIf(t.peak_bytes, t.peak_phase, t.peak_node, recompute)
 
     out = {"inplace_activations": of(training_memory(
-        graph, optimizer, master_weights=mixed, inplace=True, include_inputs=include_inputs))}
+        graph, optimizer, master_weights=mixed, inplace=True, include_inputs=include_inputs,
+        impl=impl))}
     if not mixed:
         out["bf16_mixed"] = of(training_memory(cast_floats(graph, "bf16-mixed"), optimizer,
-                                               master_weights=True,
+                                               master_weights=True, impl=impl,
                                                include_inputs=include_inputs))
     if repeated_blocks(graph, forward_set(graph)):
         plan = plan_checkpoints(graph, optimizer, node_flops, every=1, master_weights=mixed,
-                                include_inputs=include_inputs)
+                                include_inputs=include_inputs, impl=impl)
         out["checkpoint_every_block"] = of(plan.checkpointed, plan.recompute_flops)
     return out
 
 
 def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                   precision: str = "fp32", checkpoint: Mapping | None = None,
-                  what_if: bool = True, include_inputs: bool = True) -> TrainingMemory:
+                  what_if: bool = True, include_inputs: bool = True,
+                  impl: str = "forloop") -> TrainingMemory:
     """The training section of a report: the step's memory, with the checkpoint plan asked
     for and the what-ifs (``graph`` already re-typed by passes.precision for mixed precision,
     whose fp32 master side is added here)."""
     mixed = precision != "fp32"
-    t = training_memory(graph, optimizer, master_weights=mixed, include_inputs=include_inputs)
+    t = training_memory(graph, optimizer, master_weights=mixed, include_inputs=include_inputs,
+                        impl=impl)
     plan = plan_checkpoints(graph, optimizer, node_flops, master_weights=mixed,
-                            include_inputs=include_inputs, **checkpoint) if checkpoint else None
-    savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs) if what_if \
-        else {}
+                            include_inputs=include_inputs, impl=impl,
+                            **checkpoint) if checkpoint else None
+    savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl) \
+        if what_if else {}
     return replace(t, checkpoint=plan, what_if=savers)

@@ -38,6 +38,8 @@ EXPECTED_OUTPUT_SHAPES = {
     "vgg16": [(2, 1000)],
     "mobilenet_v2": [(2, 1000)],
     "gpt2": [(2, 64, 1000)],
+    "gpt2_lora": [(2, 64, 1000)],
+    "mlp": [(2, 10)],
     "llama_tiny": [(2, 64, 1000)],
     "bert": [(2, 64, 128), (2, 128)],
     "unet": [(2, 2, 64, 64)],
@@ -60,7 +62,8 @@ def _shape(vi: onnx.ValueInfoProto) -> list[str | int]:
 def test_registry() -> None:
     assert list(MODELS) == [
         "small_cnn", "mnist_net", "three_conv", "resnet18", "resnet50",
-        "vgg16", "mobilenet_v2", "gpt2", "bert", "llama_tiny", "llama7b", "unet",
+        "vgg16", "mobilenet_v2", "gpt2", "gpt2_lora", "bert", "llama_tiny", "llama7b", "mlp",
+        "unet",
     ]  # fmt: skip
     for name, spec in MODELS.items():
         assert isinstance(spec, ZooModel) and spec.name == name and spec.description
@@ -68,7 +71,7 @@ def test_registry() -> None:
         assert set(shapes) == set(spec.input_dtypes) == set(spec.dynamic_dims)
         for inp, dims in spec.dynamic_dims.items():
             assert dims[0] == "batch" and shapes[inp][0] == 4
-            if name in ("gpt2", "bert", "llama_tiny", "llama7b"):
+            if name in ("gpt2", "gpt2_lora", "bert", "llama_tiny", "llama7b"):
                 assert dims[1] == "seq"
 
 

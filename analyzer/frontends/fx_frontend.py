@@ -79,10 +79,16 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
     keep = set(sig.user_outputs) | {out for out, fqn in
                                     sig.backward_signature.gradients_to_parameters.items()
                                     if fqn not in tied}
+    # Which parameter each gradient is for: a parameter with requires_grad=False has none
+    # (AOTAutograd traces no backward for it, nor saves what only its gradient would need).
+    placeholder = {fqn: ph for ph, fqn in sig.inputs_to_parameters.items() if ph not in alias}
+    grads = {placeholder[fqn]: out for out, fqn in
+             sig.backward_signature.gradients_to_parameters.items() if fqn in placeholder}
+    paths = {ph: fqn.removeprefix(prefix) for fqn, ph in placeholder.items()}
     return lower_fx_graph(gm.graph, kind_of, alias, keep, name=name, batch=batch,
                           module_types={path: type(m).__name__
                                         for path, m in model.named_modules()},
-                          scopes=scopes)
+                          scopes=scopes, grads=grads, param_paths=paths)
 
 
 def _dtype(dt: torch.dtype) -> str:
@@ -156,10 +162,13 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                    alias: dict[str, str], keep_outputs: set[str] | None, *, name: str,
                    batch: int, dims: Mapping[str, int] | None = None,
                    module_types: Mapping[str, str] | None = None,
-                   scopes: Mapping[str, str] | None = None) -> Graph:
+                   scopes: Mapping[str, str] | None = None,
+                   grads: Mapping[str, str] | None = None,
+                   param_paths: Mapping[str, str] | None = None) -> Graph:
     """Lower an ATen-level FX graph whose placeholders ``kind_of`` classifies. ``alias`` maps
     placeholders that stand for another (tied weights); ``keep_outputs`` (None: all) names the
-    graph outputs that are the model's."""
+    graph outputs that are the model's; ``grads`` (a joint graph) maps parameter placeholders
+    to the output node holding their gradient."""
     cache: dict = {}
     values: dict[str, Value] = {}
     nodes: list[Node] = []
@@ -190,10 +199,14 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                     out = alias.get(arg.name, arg.name)
                     if out in values and out not in outputs:
                         outputs.append(out)
+    grad_values = {p: alias.get(g, g) for p, g in (grads or {}).items()}
     return Graph(name=name, source="fx", nodes=tuple(nodes), values=MappingProxyType(values),
                  inputs=tuple(inputs), outputs=tuple(outputs),
                  dims=MappingProxyType(dict(dims or {})), batch=batch,
-                 module_types=MappingProxyType(dict(module_types or {})))
+                 module_types=MappingProxyType(dict(module_types or {})),
+                 grads=MappingProxyType({p: g for p, g in grad_values.items()
+                                         if g in outputs and p in values}),
+                 param_paths=MappingProxyType(dict(param_paths or {})))
 
 
 def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict,

@@ -1,0 +1,118 @@
+"""The schedule of FSDP2 (``fully_shard``): zero3 / fsdp, and zero2 (its
+``reshard_after_forward=False``), on the step's clock (passes/parallel_clock.py).
+
+What torch/distributed/fsdp/_fully_shard does, per unit, in the order it does it:
+
+* forward, pre-forward: all-gather into a flat buffer (N × the padded shard; the local shard is
+  copied into its slot), then copy out into the unsharded parameters. The flat buffer is held
+  through the next unit's copy-out (``all_gather_state``, dropped by the next
+  ``wait_for_unshard``, whose local variable keeps it until that copy-out returns); the root's
+  post-forward frees the last one. The root is gathered first and never
+  resharded until the end of backward; a block is resharded after its forward (zero3) or at
+  its post-backward (zero2).
+* backward, pre-backward (as the gradient reaches the unit's output): copy out the all-gather
+  prefetched by the unit that ran before in backward (the root prefetches the last block),
+  freeing its flat buffer at once, then prefetch the next one.
+* post-backward (as the gradient of the unit's input is ready; at the end of backward for the
+  root and units whose inputs need no gradient, root first): reshard, release the previous
+  reduce-scatter input, copy the unsharded gradients into a padded reduce-scatter input (then
+  freed), reduce-scatter into the sharded gradient. That input is held until the next
+  post-backward, the last one until backward ends.
+* the optimizer steps on shards; rank 0 holds the largest (torch.chunk's first chunk).
+
+With one rank nothing is all-gathered (the shard is copied into the unsharded parameters).
+"""
+from __future__ import annotations
+
+from graphcost.passes.comm import comm_volume
+from graphcost.passes.parallel_clock import Clock
+from graphcost.passes.parallel_units import ROOT, padded_bytes
+
+
+def sharded_step(plan, clock: Clock, world: int):
+    """Place one rank's tensors on ``clock``; returns (units, host bytes, comm volume).
+    ``plan``: passes.parallel's _Plan (the step's tensors, the units, the spec)."""
+    spec, n, fwd_end = plan.spec, clock.n, plan.forward_end
+    trainable = set(plan.trainable)
+    units = [u.sized(plan.graph, trainable, world) for u in plan.units]
+    blocks = [u for u in units if u.name != ROOT]
+    root = units[-1]
+    reshard = spec.strategy != "zero2"
+    flat = world > 1
+    last_fwd = max((u.forward[1] for u in blocks), default=fwd_end - 1)
+    gathered = [u for u in blocks if u.backward is not None]
+    during = sorted((u for u in gathered if not u.post_backward_deferred),
+                    key=lambda u: -u.backward[1])
+    final = [root] + [u for u in blocks if u not in during]
+    # events, in the order a gap runs them: post-backward (0), the root's prefetch and the
+    # forward gathers (1), a unit's backward copy-out (2), the prefetch it then issues (3)
+    ev = {(ROOT, "ag"): clock.before(0, 1, "root: all-gather"),
+          (ROOT, "out"): clock.before(0, 1, "root: copy-out")}
+    for u in blocks:
+        ev[u.name, "ag"] = clock.before(u.forward[0], 1, f"{u.name}: all-gather")
+        ev[u.name, "out"] = clock.before(u.forward[0], 1, f"{u.name}: copy-out")
+    if reshard:
+        prev = None
+        for u in reversed(gathered):
+            at, order = (min(fwd_end, n), 1) if prev is None else (prev.backward[0], 3)
+            ev[u.name, "bag"] = clock.before(at, order, f"{u.name}: prefetch all-gather")
+            ev[u.name, "bout"] = clock.before(u.backward[0], 2, f"{u.name}: backward copy-out")
+            prev = u
+    for u in during:
+        ev[u.name, "rs0"] = clock.before(u.backward[1] + 1, 0,
+                                         f"{u.name}: reduce-scatter copy-in")
+        ev[u.name, "rs1"] = clock.before(u.backward[1] + 1, 0, f"{u.name}: reduce-scatter")
+    for u in final:
+        ev[u.name, "rs0"] = clock.before(n, 0, f"{u.name}: reduce-scatter copy-in "
+                                               "(end of backward)")
+        ev[u.name, "rs1"] = clock.before(n, 0, f"{u.name}: reduce-scatter (end of backward)")
+    clear_ev = clock.before(n, 1, "reduce-scatter inputs released")
+    clock.freeze()
+    end, clear = clock.size, clock.at(clear_ev)
+    pos = {k: clock.at(e) for k, e in ev.items()}
+    offload = spec.offload == "params"
+    shard_total = sum(u.shard_bytes for u in units)
+    if not offload:
+        clock.add(0, end, shard_total, "sharded_params")
+    clock.add(0, end, plan.buffer_bytes, "buffers")
+    seq = [root, *blocks]
+    for k, u in enumerate(seq):
+        a, o = pos[u.name, "ag"], pos[u.name, "out"]
+        # freed by the next unit's wait_for_unshard, which still holds it through its copy-out
+        held = pos[seq[k + 1].name, "out"] + 1 if k + 1 < len(seq) else \
+            clock.node(last_fwd) + 1
+        if flat:
+            clock.add(a, held, u.padded_bytes, "all_gather_buffers")
+        if offload:        # the host shard copied to the device for the all-gather
+            clock.add(a, o + 1, u.shard_bytes, "offload_staging")
+        off = pos[u.name, "rs0"] if u is root or not reshard else clock.node(u.forward[1]) + 1
+        clock.add(o, off, u.padded_bytes, "unsharded_params")
+        if (u.name, "bag") in pos:
+            b0, b1 = pos[u.name, "bag"], pos[u.name, "bout"]
+            if flat:
+                clock.add(b0, b1 + 1, u.padded_bytes, "all_gather_buffers")
+            if offload:
+                clock.add(b0, b1 + 1, u.shard_bytes, "offload_staging")
+            clock.add(b1, pos[u.name, "rs0"], u.padded_bytes, "unsharded_params")
+    order = [*during, *final]
+    for k, u in enumerate(order):
+        if not u.grad_padded_bytes:
+            continue
+        r0, r1 = pos[u.name, "rs0"], pos[u.name, "rs1"]
+        until = pos[order[k + 1].name, "rs0"] if k + 1 < len(order) else clear
+        clock.add(r0, until, u.grad_padded_bytes, "reduce_scatter_inputs")
+        clock.add(r1, r1 + 1 if offload else end, u.grad_padded_bytes // world,
+                  "sharded_grads")
+    rs1 = {p: pos[u.name, "rs1"] for u in units for p in u.members}
+    plan.place_storages(clock, lambda ps: max(rs1[p] for p in ps), "unsharded_grads")
+    sizes = [padded_bytes(plan.graph.values[p].spec, world) // world for p in plan.trainable]
+    host = plan.place_optimizer(clock, sizes)
+    if offload:
+        host.update(params=shard_total,
+                    grads=sum(u.grad_padded_bytes for u in units) // world)
+    regather = sum(u.padded_bytes for u in gathered) if reshard else 0
+    calls = len(units) + (len(gathered) if reshard else 0) + \
+        sum(1 for u in units if u.grad_padded_bytes)
+    comm = comm_volume(world, sum(u.padded_bytes for u in units) + regather,
+                       sum(u.grad_padded_bytes for u in units), 0, calls, spec.interconnect)
+    return tuple(units), host, comm
