@@ -78,6 +78,7 @@ class ParallelMemory:
     breakdown_at_peak: Mapping[str, int]   # passes.parallel_clock.CATEGORIES
     detail_at_peak: Mapping[str, int]      # the same, finer (parallel_clock.DETAILS)
     detail_at_step: Mapping[str, int]      # what the optimizer step holds, finer
+    first_step_detail: Mapping[str, int]   # at the first step's peak, finer
     host_bytes: int                 # offloaded to host memory
     host_breakdown: Mapping[str, int]
     timeline: tuple[int, ...]       # this rank's bytes at each joint node, then the step
@@ -200,8 +201,9 @@ class _Plan:
             "forward" if p.peak_node < self.forward_end else "backward",
             peak_node=self.graph.nodes[p.peak_node].name if p.peak_node < n else None,
             peak_event=p.peak_label, worst_rank=rank, breakdown_at_peak=p.breakdown,
-            detail_at_peak=p.detail, detail_at_step=p.step_detail, host_bytes=sum(host.values()), host_breakdown=host,
-            timeline=p.timeline, units=units, ddp_buckets=buckets, comm=comm, spec=self.spec)
+            detail_at_peak=p.detail, detail_at_step=p.step_detail,
+            first_step_detail=p.first_step_detail, host_bytes=sum(host.values()),
+            host_breakdown=host, timeline=p.timeline, units=units, ddp_buckets=buckets, comm=comm, spec=self.spec)
 
     # ------------------------------------------------------------------ shared pieces
 

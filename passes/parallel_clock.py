@@ -91,6 +91,7 @@ class Priced:
     detail: dict[str, int]          # DETAILS present at the peak
     timeline: tuple[int, ...]       # per node, then the step
     step_detail: dict[str, int]     # DETAILS present at the optimizer step
+    first_step_detail: dict[str, int]   # at the first step's peak
 
 
 def price(clock: Clock) -> Priced:
@@ -111,7 +112,12 @@ def price(clock: Clock) -> Priced:
     for d, b in detail.items():
         breakdown[DETAILS[d]] += b
     # the first step: forward and backward run before step() creates the state
-    first = max(max(totals[:opt_at], default=0) - state, totals[opt_at])
+    first_at = max(range(opt_at + 1), key=lambda p: totals[p] - (state if p < opt_at else 0))
+    first = totals[first_at] - (state if first_at < opt_at else 0)
+    first_detail: dict[str, int] = {}
+    for s, e, b, d in clock.intervals:
+        if s <= first_at < e and not (d == "optimizer_state" and first_at < opt_at):
+            first_detail[d] = first_detail.get(d, 0) + b
     timeline, prev = [], 0
     for p in clock.node_pos:
         timeline.append(max(totals[prev:p + 1]))
@@ -119,4 +125,4 @@ def price(clock: Clock) -> Priced:
     node = next(i for i, p in enumerate(clock.node_pos) if p >= peak_at)
     return Priced(totals[peak_at], first, node, clock.labels[peak_at], peak_at == opt_at,
                   breakdown, dict(sorted(detail.items())), tuple(timeline),
-                  dict(sorted(at_step.items())))
+                  dict(sorted(at_step.items())), dict(sorted(first_detail.items())))

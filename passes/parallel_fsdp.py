@@ -39,7 +39,9 @@ def sharded_step(plan, clock: Clock, world: int):
     root = units[-1]
     reshard = spec.strategy != "zero2"
     flat = world > 1
-    last_fwd = max((u.forward[1] for u in blocks), default=fwd_end - 1)
+    # the root's post-forward frees the last all-gather: after its own last forward op
+    last_fwd = max((i for i in range(fwd_end) if plan.graph.nodes[i].scope),
+                   default=fwd_end - 1)
     gathered = [u for u in blocks if u.backward is not None]
     during = sorted((u for u in gathered if not u.post_backward_deferred),
                     key=lambda u: -u.backward[1])
