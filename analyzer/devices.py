@@ -43,8 +43,7 @@ DEVICES: Mapping[str, DeviceRates] = MappingProxyType({d.name: d for d in (
 
 
 # other names the devices go by
-ALIASES: Mapping[str, str] = MappingProxyType({"h100": "h100-sxm", "h100-80gb": "h100-sxm",
-                                               "a100": "a100-40gb"})
+ALIASES: Mapping[str, str] = MappingProxyType({"h100-80gb": "h100-sxm"})
 
 
 def _link(name: str, label: str, gbs: float) -> InterconnectRates:

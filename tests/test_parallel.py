@@ -169,7 +169,7 @@ def test_frozen_first_layer_has_no_backward():
 
 
 def test_report_sections():
-    r = analyze("zoo:mlp", batch=2, train=True, device="h100",
+    r = analyze("zoo:mlp", batch=2, train=True, device="h100-80gb",
                 parallel={"strategy": "fsdp", "world_size": 4, "interconnect": "nvlink4"})
     d = json.loads(r.to_json())
     p = d["parallel"]
