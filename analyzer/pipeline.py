@@ -93,6 +93,10 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     coverage = Coverage(len(graph.nodes), costs.covered, dict(costs.unsupported),
                         dict(costs.unknown_shape))
     warnings = list(graph.warnings)
+    if arena is not None and arena.stacked:
+        warnings.append(f"arena: {arena.stacked} of the tensors live at once in such numbers that "
+                        "greedy-by-size planning would be quadratic; they are stacked, so the "
+                        "arena is an upper bound of the greedy plan")
     if live.unknown:
         warnings.append(f"{len(live.unknown)} activation(s) of unknown size count as 0 bytes "
                         f"in memory (first: {live.unknown[0]!r})")
