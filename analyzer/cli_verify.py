@@ -59,7 +59,10 @@ def run(args) -> int:
         sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
     else:
         from rich.console import Console
+
+        from graphcost.analyzer.text import escape_strings
         console = Console(width=None if sys.stdout.isatty() else 160)
+        result = escape_strings(result)  # names from the model: no terminal controls
         (_onnx_table if isinstance(result, OnnxVerification) else _torch_table)(result, console)
     if isinstance(result, OnnxVerification) and result.shapes_mismatched:
         return EXIT_MISMATCH
