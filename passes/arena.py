@@ -35,6 +35,7 @@ class ArenaPlan:
     arena_bytes: int
     offsets: tuple[int, ...]   # aligned with the storages given
     stacked: int = 0           # tensors placed by stacking, not greedy by size (see above)
+    work: int = 0              # bucket entries the greedy phase visited (bounded by the budget)
 
 
 def plan_arena(storages: tuple[Storage, ...], alignment: int = 64) -> ArenaPlan:
@@ -91,9 +92,9 @@ def plan_arena(storages: tuple[Storage, ...], alignment: int = 64) -> ArenaPlan:
         for b in range(b0, b1 + 1):
             buckets.setdefault(b, []).append(i)
     else:
-        return ArenaPlan(arena, tuple(offsets))
+        return ArenaPlan(arena, tuple(offsets), 0, work)
     arena = _stack(storages, order, k, offsets, alignment, arena)
-    return ArenaPlan(arena, tuple(offsets), len(order) - k)
+    return ArenaPlan(arena, tuple(offsets), len(order) - k, work)
 
 
 def _stack(storages, order: list[int], start: int, offsets: list[int], alignment: int,

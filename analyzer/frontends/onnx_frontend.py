@@ -237,20 +237,26 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
 
 def _infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProto:
     """Strict: a node whose types or shapes contradict its schema (Add on strings, a Scan axis
-    beyond its input's rank) is an invalid graph, as for onnxruntime. A declared output shape
-    that the bound sizes contradict is no error (onnxruntime warns): those declarations are
-    dropped and inference runs again, still strict."""
-    for attempt in (0, 1):
+    beyond its input's rank) is an invalid graph, as for onnxruntime. Two errors are not the
+    file's fault: a declared output shape that the bound sizes contradict (onnxruntime only
+    warns; those declarations are dropped and inference runs again, still strict), and a node
+    reading a constant whose bytes are external (never read here: lenient inference leaves
+    what depends on it unknown, as it always did)."""
+    strict = True
+    for attempt in range(3):
         try:
-            return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                     data_prop=data_prop)
+            return onnx.shape_inference.infer_shapes(model, check_type=strict,
+                                                     strict_mode=strict, data_prop=data_prop)
         except Exception as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if attempt or "existing shape differ" not in first:
+            if "existing shape differ" in first and attempt == 0:
+                model = _without_output_shapes(model)
+            elif "from external tensors" in first and strict:
+                strict = False
+            else:
                 raise GraphcostError(f"{name}: invalid graph: ONNX shape inference: {first}") \
                     from None
-        model = _without_output_shapes(model)
-    raise AssertionError("unreachable")
+    raise GraphcostError(f"{name}: ONNX shape inference failed")
 
 
 def _without_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

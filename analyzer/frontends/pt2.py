@@ -15,7 +15,8 @@ The JSON is data only after a check, because torch's deserializer evaluates part
 * every node's ``target`` is resolved by name and called when the program is re-traced: it
   must name an ATen / prims operator, a higher-order operator, or one of the size operators
   torch itself serializes (operator.add, torch.sym_max …);
-* ``guards_code`` (Python source that torch would exec when building the module) is dropped.
+* ``guards_code`` (Python source that torch exec()s when building the module of a program
+  with example inputs — graphcost never passes any) is dropped all the same.
 
 Anything else is refused with a GraphcostError before torch sees the program.
 """
