@@ -257,8 +257,10 @@ class _GraphChecker:
                         self._attr_error(node, i, a, scope, types, version)
                     if at in _SPECIAL_ATTRS:
                         self._check_attr_value(node, i, a, scope, bodies)
+                present = {a.name for a in attrs}
+                if len(present) < len(attrs):
+                    raise _fail(_label(node, i, scope), "an attribute is given twice")
                 if required:
-                    present = {a.name for a in attrs}
                     missing = [r for r in required if r not in present]
                     if missing:
                         raise _fail(_label(node, i, scope),
@@ -326,7 +328,13 @@ class _GraphChecker:
         if version is None:
             raise _fail(_label(node, i, scope), f"its domain {domain or 'ai.onnx'!r} is not in "
                                                 "the model's opset_import")
+        if not op_type:
+            raise _fail(_label(node, i, scope), "it has no op type")
         schema = _schema(op_type, domain, version)
+        if schema is None and _domain_range(domain) is not None:
+            # onnx knows every operator of its own domains: a name it lacks is no operator
+            raise _fail(_label(node, i, scope), f"no operator {op_type!r} in domain "
+                                                f"{domain or 'ai.onnx'!r} at opset {version}")
         return None if schema is None else (*schema, version)
 
     def _ssa_error(self, nodes, i: int, out: str, defined: dict[str, int], scope: str):
