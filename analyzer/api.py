@@ -33,8 +33,8 @@ def check_arguments(*, batch=None, dims=None, input_shapes=None, input_dtypes=No
     sizes are positive ints within int64 (not "2", True or 2.5), mappings are mappings."""
     from graphcost.analyzer.binding import check_shape, check_size
 
-    if batch is not None:
-        check_size(batch, "batch")
+    if batch is not None:  # named as on the command line, as binding errors always were
+        check_size(batch, "--batch")
     for what, value in (("dims", dims), ("input_shapes", input_shapes),
                         ("input_dtypes", input_dtypes)):
         if value is not None and not isinstance(value, Mapping):
@@ -44,9 +44,9 @@ def check_arguments(*, batch=None, dims=None, input_shapes=None, input_dtypes=No
             if not isinstance(k, str):
                 raise GraphcostError(f"{what}: names must be strings, got {k!r}")
     for k, v in (dims or {}).items():
-        check_size(v, f"dims[{k!r}]")
+        check_size(v, f"--dim {k}")
     for k, v in (input_shapes or {}).items():
-        check_shape(v, f"input_shapes[{k!r}]")
+        check_shape(v, f"--input-shape {k}")
     if zoo_exporter not in ("onnx", "fx"):
         raise GraphcostError(f"zoo_exporter must be 'onnx' or 'fx', got {zoo_exporter!r}")
     if progress is not None and not callable(progress):

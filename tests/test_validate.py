@@ -191,9 +191,10 @@ def test_strict_shape_inference_refuses_type_errors():
 
 
 def test_declared_output_shape_contradicted_by_the_binding_is_no_error():
-    # exported at batch 2 with a fixed output shape; --batch 4 contradicts it (ORT warns)
+    # exported at batch 2 with a fixed output shape; --batch 4 contradicts it (onnxruntime
+    # warns). The declared shape is kept, as it always was (tests/test_verify.py relies on it).
     m = model([node("Relu", ["x"], ["y"])], [("x", ["batch", 3])], [("y", [2, 3])])
-    assert analyze(m, batch=4).nodes[0].output_shapes == ("4×3",)
+    assert analyze(m, batch=4).nodes[0].output_shapes == ("2×3",)
 
 
 def test_negative_inferred_dim_is_refused():

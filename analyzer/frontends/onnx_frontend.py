@@ -239,24 +239,39 @@ def _infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProt
     """Strict: a node whose types or shapes contradict its schema (Add on strings, a Scan axis
     beyond its input's rank) is an invalid graph, as for onnxruntime. Two errors are not the
     file's fault: a declared output shape that the bound sizes contradict (onnxruntime only
-    warns; those declarations are dropped and inference runs again, still strict), and a node
-    reading a constant whose bytes are external (never read here: lenient inference leaves
-    what depends on it unknown, as it always did)."""
-    strict = True
-    for attempt in range(3):
+    warns: inference runs again, still strict, without those declarations, and the declared
+    shapes are kept as they always were — unless inference found a negative dim there), and a
+    node reading a constant whose bytes are external (never read here: lenient inference
+    leaves what depends on it unknown, as it always did)."""
+    strict, declared = True, None
+    for _ in range(3):
         try:
-            return onnx.shape_inference.infer_shapes(model, check_type=strict,
-                                                     strict_mode=strict, data_prop=data_prop)
+            out = onnx.shape_inference.infer_shapes(model, check_type=strict,
+                                                    strict_mode=strict, data_prop=data_prop)
+            break
         except Exception as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if "existing shape differ" in first and attempt == 0:
-                model = _without_output_shapes(model)
+            if "existing shape differ" in first and declared is None:
+                declared, model = model.graph.output, _without_output_shapes(model)
             elif "from external tensors" in first and strict:
                 strict = False
             else:
                 raise GraphcostError(f"{name}: invalid graph: ONNX shape inference: {first}") \
                     from None
-    raise GraphcostError(f"{name}: ONNX shape inference failed")
+    else:
+        raise GraphcostError(f"{name}: ONNX shape inference failed")
+    if declared is not None:
+        for vi in out.graph.output:
+            if any(d.HasField("dim_value") and d.dim_value < 0
+                   for d in vi.type.tensor_type.shape.dim):
+                node = next((n for n in out.graph.node if vi.name in n.output), None)
+                where = f"node {node.name!r} ({node.op_type})" if node is not None and \
+                    node.name else "the graph"
+                raise GraphcostError(f"{name}: invalid graph: {where}: its output {vi.name!r} "
+                                     "has a negative dim after shape inference")
+        del out.graph.output[:]
+        out.graph.output.extend(declared)
+    return out
 
 
 def _without_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
