@@ -121,8 +121,8 @@ def _check_tensor(t: onnx.TensorProto) -> None:
         if len(t.string_data) != n:
             raise _Bad(f"{len(t.string_data)} strings for {n} elements")
         return
-    if t.HasField("raw_data"):
-        got = len(t.raw_data)
+    got = len(t.raw_data)
+    if got or t.HasField("raw_data"):
         if got != nbytes:
             raise _Bad(f"raw_data holds {got} bytes, its dims say {nbytes}")
         return
@@ -257,9 +257,10 @@ class _GraphChecker:
                         self._attr_error(node, i, a, scope, types, version)
                     if at in _SPECIAL_ATTRS:
                         self._check_attr_value(node, i, a, scope, bodies)
-                present = {a.name for a in attrs}
-                if len(present) < len(attrs):
-                    raise _fail(_label(node, i, scope), "an attribute is given twice")
+                if len(attrs) > 1 or required:
+                    present = {a.name for a in attrs}
+                    if len(present) < len(attrs):
+                        raise _fail(_label(node, i, scope), "an attribute is given twice")
                 if required:
                     missing = [r for r in required if r not in present]
                     if missing:
