@@ -322,3 +322,31 @@ def test_split_with_40k_outputs_is_analyzed(tmp_path):
     assert time.perf_counter() - t < 30
     assert r.memory.peak_bytes == 2 * n * 4  # x and its 40k one-float slices, all outputs
     assert any("stacked" in w for w in r.warnings)
+
+
+# ----------------------------------------------------------------------------- arguments
+
+@pytest.mark.parametrize("kwargs", [
+    {"batch": "2"}, {"batch": True}, {"batch": 2.5}, {"batch": 2 ** 70}, {"batch": -1},
+    {"dims": {"batch": -3}}, {"dims": {"batch": 2 ** 63}}, {"dims": [("batch", 2)]},
+    {"input_shapes": {"x": [1, -3]}}, {"input_shapes": {"x": "1x3"}},
+    {"input_shapes": {"x": [2 ** 40, 2 ** 40]}}, {"inplace": "yes"}, {"lifetimes": "lazy"},
+    {"optimizer": "adagrad"}, {"checkpoint": 3}, {"progress": 5}])
+def test_api_bad_arguments_raise_graphcost_error(tmp_path, kwargs):
+    m = model([node("Relu", ["x"], ["y"])], [("x", ["batch", 3])], [("y", ["batch", 3])])
+    with pytest.raises(GraphcostError):
+        analyze(m, **kwargs)
+
+
+def test_cli_sizes_beyond_int64_and_directories(tmp_path, capsys):
+    m = model([node("Relu", ["x"], ["y"])], [("x", ["batch", "seq"])], [("y", ["batch", "seq"])])
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    for extra in (["--dim", "seq=2", "--batch", "9223372036854775808"],
+                  ["--dim", "seq=9223372036854775808"],
+                  ["--dim", "seq=4294967296", "--batch", "4294967296"]):  # 2^64 elements
+        assert main([str(path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "int64" in err, err
+    assert main([str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
