@@ -13,9 +13,11 @@ unsorted graphs that onnxruntime runs). What the walk checks, per graph and subg
 * the graph is acyclic (the cycle is named, networkx.find_cycle); a valid graph whose nodes
   are not in topological order is SORTED (stable: Kahn's algorithm keeping file order);
 * attributes against the operator's schema (onnx.defs): known names, types, required ones
-  present, input/output counts; ops without a schema (custom domains) are left alone;
+  present, input/output counts, no unknown operator in onnx's own domains; ops of custom
+  domains are left alone;
 * every node's domain is imported, opset versions are in the range onnx knows;
-* tensor element types are known; dims are non-negative and element counts fit in int64;
+* tensor element types are known; dims are non-negative and element counts fit in int64
+  (those value rules live in analyzer/validate_values.py);
 * initializer / constant byte sizes agree with their dims (raw_data length, typed field
   count, an external file's declared length) — without opening any external file;
 * Scan / Loop / If: counts of state, scan inputs and outputs agree with the body, scan axes and
@@ -26,30 +28,19 @@ Failures raise GraphcostError with one line naming the node and the rule broken.
 from __future__ import annotations
 
 import heapq
-import math
 from functools import lru_cache
-from typing import Iterable
 
 import onnx
-from onnx import AttributeProto, TensorProto
+from onnx import AttributeProto
 
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.validate_values import (TENSOR_ATTRS, Bad, check_sparse,
+                                                check_tensor, check_tensor_attr, check_type)
 
-INT64_MAX = 2 ** 63 - 1
 ONNX_DOMAINS = ("", "ai.onnx")
-_ELEM_TYPES = frozenset(TensorProto.DataType.values())
-_ELEM_NAMES = {v: k for k, v in TensorProto.DataType.items()}
 _ATTR_NAMES = {v: k for k, v in AttributeProto.AttributeType.items()}
-# Sub-byte element types are packed in raw_data: bits per element.
-_PACKED_BITS = {getattr(TensorProto, n): b for n, b in (
-    ("UINT4", 4), ("INT4", 4), ("FLOAT4E2M1", 4), ("UINT2", 2), ("INT2", 2),
-    ("FLOAT6E2M3", 6), ("FLOAT6E3M2", 6)) if hasattr(TensorProto, n)}
-_TENSOR_ATTRS = (AttributeProto.TENSOR, AttributeProto.SPARSE_TENSOR, AttributeProto.TENSORS,
-                 AttributeProto.SPARSE_TENSORS)
 _GRAPH_ATTRS = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
-_SPECIAL_ATTRS = frozenset(_TENSOR_ATTRS + _GRAPH_ATTRS)
-_ITEMSIZE = {dt: onnx.helper.tensor_dtype_to_np_dtype(dt).itemsize for dt in _ELEM_TYPES
-             if dt != TensorProto.UNDEFINED}
+_SPECIAL_ATTRS = frozenset(TENSOR_ATTRS + _GRAPH_ATTRS)
 
 
 def _fail(where: str, rule: str) -> GraphcostError:
@@ -82,95 +73,6 @@ def _schema(op_type: str, domain: str, version: int):
 def _label(node: onnx.NodeProto, index: int, scope: str) -> str:
     return f"{scope}node {node.name!r} ({node.op_type})" if node.name else \
         f"{scope}node #{index} ({node.op_type})"
-
-
-class _Bad(ValueError):
-    """A broken rule; the caller adds where (messages are built only on failure)."""
-
-
-def _numel(dims: Iterable[int]) -> int:
-    dims = list(dims)
-    if dims and min(dims) < 0:
-        raise _Bad(f"negative dim {min(dims)}")
-    n = math.prod(dims)
-    if n > INT64_MAX:
-        raise _Bad("its element count overflows int64")
-    return n
-
-
-def _check_tensor(t: onnx.TensorProto) -> None:
-    dt = t.data_type
-    itemsize = _ITEMSIZE.get(dt)
-    if itemsize is None:
-        raise _Bad(f"unknown element type {dt}")
-    n = _numel(t.dims)
-    bits = _PACKED_BITS.get(dt)
-    nbytes = n * itemsize if bits is None else -(-n * bits // 8)
-    if t.data_location == TensorProto.EXTERNAL:
-        # the file is never opened: only what the model itself declares is checked
-        keys = {e.key: e.value for e in t.external_data}
-        if "location" not in keys:
-            raise _Bad("external data without a location")
-        length = keys.get("length")
-        if length is not None and dt != TensorProto.STRING and \
-                (not length.isdigit() or int(length) != nbytes):
-            raise _Bad(f"its external data length {length} does not match its dims "
-                       f"({nbytes} bytes)")
-        return
-    if dt == TensorProto.STRING:
-        if len(t.string_data) != n:
-            raise _Bad(f"{len(t.string_data)} strings for {n} elements")
-        return
-    got = len(t.raw_data)
-    if got or t.HasField("raw_data"):
-        if got != nbytes:
-            raise _Bad(f"raw_data holds {got} bytes, its dims say {nbytes}")
-        return
-    got = len(getattr(t, onnx.helper.tensor_dtype_to_field(dt)))
-    if dt in (TensorProto.COMPLEX64, TensorProto.COMPLEX128):
-        want = 2 * n
-    elif bits in (2, 4):  # one byte of packed values per int32_data entry
-        want = -(-n * bits // 8)
-    else:
-        want = n
-    if got != want:
-        raise _Bad(f"holds {got} values, its dims say {want}")
-
-
-def _check_sparse(s: onnx.SparseTensorProto) -> None:
-    _numel(s.dims)
-    for part, t in (("values", s.values), ("indices", s.indices)):
-        try:
-            _check_tensor(t)
-        except _Bad as exc:
-            raise _Bad(f"{part}: {exc}") from None
-
-
-def _check_type(tp: onnx.TypeProto, need_elem: bool) -> None:
-    kind = tp.WhichOneof("value")
-    if kind in ("tensor_type", "sparse_tensor_type"):
-        tt = getattr(tp, kind)
-        et = tt.elem_type
-        if et not in _ELEM_TYPES or (need_elem and et == TensorProto.UNDEFINED):
-            raise _Bad(f"unknown element type {et}")
-        if tt.HasField("shape"):
-            n = 1
-            for d in tt.shape.dim:
-                if d.HasField("dim_value"):
-                    v = d.dim_value
-                    if v < 0:
-                        raise _Bad(f"negative dim {v}")
-                    n *= v
-                    if n > INT64_MAX:
-                        raise _Bad("its element count overflows int64")
-                elif type(d.dim_param) is not str:
-                    raise _Bad("a dim_param is not valid UTF-8")
-    elif kind == "sequence_type":
-        _check_type(tp.sequence_type.elem_type, need_elem)
-    elif kind == "optional_type":
-        _check_type(tp.optional_type.elem_type, need_elem)
-    elif kind == "map_type":
-        _check_type(tp.map_type.value_type, need_elem)
 
 
 def validate_model(model: onnx.ModelProto, name: str = "model") -> onnx.ModelProto:
@@ -373,8 +275,8 @@ class _GraphChecker:
         name = _str(a.name, f"{_label(node, i, scope)} attribute")
         if a.type in _GRAPH_ATTRS:
             bodies.append(i)
-        elif a.type in _TENSOR_ATTRS:
-            _check_tensor_attr(a, f"{_label(node, i, scope)} attribute {name!r}")
+        elif a.type in TENSOR_ATTRS:
+            check_tensor_attr(a, f"{_label(node, i, scope)} attribute {name!r}")
 
     def _definitions(self, g: onnx.GraphProto, outer: list[dict[str, int]],
                      scope: str) -> dict[str, int]:
@@ -387,44 +289,28 @@ class _GraphChecker:
         for kind, item, n in items:
             try:
                 if type(n) is not str:
-                    raise _Bad("its name is not valid UTF-8")
+                    raise Bad("its name is not valid UTF-8")
                 if n in (defined if kind == "graph input" else seen):
-                    raise _Bad("defined twice (SSA)")
+                    raise Bad("defined twice (SSA)")
                 if outer and any(n in t for t in outer):
-                    raise _Bad("redefines a name of the enclosing graph (SSA)")
+                    raise Bad("redefines a name of the enclosing graph (SSA)")
                 if kind == "graph input":
-                    _check_type(item.type, True)
+                    check_type(item.type, True)
                 else:
                     seen.add(n)
-                    (_check_tensor if kind == "initializer" else _check_sparse)(item)
-            except _Bad as exc:
+                    (check_tensor if kind == "initializer" else check_sparse)(item)
+            except Bad as exc:
                 raise _fail(f"{scope}{kind} {n!r}", str(exc)) from None
             defined[n] = -1
         for coll in (g.output, g.value_info):
             for vi in coll:
                 try:
                     if type(vi.name) is not str:
-                        raise _Bad("its name is not valid UTF-8")
-                    _check_type(vi.type, False)
-                except _Bad as exc:
+                        raise Bad("its name is not valid UTF-8")
+                    check_type(vi.type, False)
+                except Bad as exc:
                     raise _fail(f"{scope}value {vi.name!r}", str(exc)) from None
         return defined
-
-
-def _check_tensor_attr(a: onnx.AttributeProto, where: str) -> None:
-    try:
-        if a.type == AttributeProto.TENSOR:
-            _check_tensor(a.t)
-        elif a.type == AttributeProto.SPARSE_TENSOR:
-            _check_sparse(a.sparse_tensor)
-        elif a.type == AttributeProto.TENSORS:
-            for t in a.tensors:
-                _check_tensor(t)
-        else:
-            for sp in a.sparse_tensors:
-                _check_sparse(sp)
-    except _Bad as exc:
-        raise _fail(where, str(exc)) from None
 
 
 def _toposort(g: onnx.GraphProto, defined: dict[str, int], sub_reads: dict[int, set[str]],
