@@ -38,15 +38,16 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                               eager=lifetimes == "eager")
     # A static arena is an inference runtime's plan; a training step runs on PyTorch's
     # caching allocator (and greedy-by-size over a joint graph's long lifetimes is slow).
-    if optimizer is None:
-        memory = replace(memory, arena_bytes=plan_arena(memory.storages).arena_bytes)
+    arena = plan_arena(memory.storages) if optimizer is None else None
+    if arena is not None:
+        memory = replace(memory, arena_bytes=arena.arena_bytes)
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
         checkpoint=checkpoint, what_if=what_if, include_inputs=include_inputs)
     report = Report(
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
-        memory=memory, warnings=_warnings(graph, memory), training=training, roofline=None,
+        memory=memory, warnings=_warnings(graph, memory, arena), training=training, roofline=None,
         receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)))
@@ -66,11 +67,16 @@ def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:
                   flops_by_dtype=flops_by_dtype(graph, costs.nodes))
 
 
-def _warnings(graph: Graph, memory) -> tuple[str, ...]:
-    if not memory.unknown:
-        return graph.warnings
-    return (*graph.warnings, f"{len(memory.unknown)} activation(s) of unknown size count as "
-            f"0 bytes in memory (first: {memory.unknown[0]!r})")
+def _warnings(graph: Graph, memory, arena) -> tuple[str, ...]:
+    out = list(graph.warnings)
+    if arena is not None and arena.stacked:
+        out.append(f"arena: {arena.stacked} of the tensors live at once in such numbers that "
+                   "greedy-by-size planning would be quadratic; they are stacked, so the arena "
+                   "is an upper bound of the greedy plan")
+    if memory.unknown:
+        out.append(f"{len(memory.unknown)} activation(s) of unknown size count as 0 bytes in "
+                   f"memory (first: {memory.unknown[0]!r})")
+    return tuple(out)
 
 
 def _node_rows(graph: Graph, costs: CostReport, params: ParamReport) -> tuple[NodeRow, ...]:
