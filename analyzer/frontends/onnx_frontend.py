@@ -15,8 +15,6 @@
 from __future__ import annotations
 
 import os
-import re
-from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
@@ -27,6 +25,9 @@ from onnx import AttributeProto, TensorProto, helper
 
 from graphcost.analyzer.binding import bind_inputs
 from graphcost.analyzer.frontends import onnx_shapes
+from graphcost.analyzer.frontends.onnx_infer import infer
+from graphcost.analyzer.frontends.onnx_types import (DTYPE, SpecReader, _attr_defaults,  # noqa: F401
+                                                     _attr_value, _raw_dims, _SKIP, _type_spec)
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.ir import (FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind)
 from graphcost.analyzer.validate import validate_model
@@ -41,16 +42,6 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # (FlexAttention's score_mod / prob_mod run once, on the whole score tensor).
 _BODIES = frozenset({"If", "Loop", "Scan", "SequenceMap", "ai.onnx.preview::FlexAttention"})
 
-def _dtype_names() -> dict[int, str]:
-    names = {}
-    for key, num in TensorProto.DataType.items():
-        names[num] = {"FLOAT": "float32", "DOUBLE": "float64"}.get(key, key.lower())
-    return names
-
-
-DTYPE = _dtype_names()
-
-
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     """Reads the graph only: external weight files are not opened, nothing is written."""
     p = Path(path)
@@ -64,104 +55,6 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     if not model.HasField("graph") or (model.ir_version == 0 and not model.opset_import):
         raise GraphcostError(f"{p}: not an ONNX model (no graph / IR version in the file)")
     return model
-
-
-@lru_cache(maxsize=None)
-def _attr_defaults(op_type: str, domain: str, opset: int) -> Mapping[str, Any]:
-    """Attribute defaults from the operator schema, not hand-typed per op (as onnx/reference)."""
-    try:
-        schema = onnx.defs.get_schema(op_type, opset, domain)
-    except Exception:
-        return _EMPTY
-    out = {}
-    for name, a in schema.attributes.items():
-        if a.default_value.type != AttributeProto.UNDEFINED:
-            v = _attr_value(a.default_value)
-            if v is not _SKIP:
-                out[name] = v
-    return MappingProxyType(out)
-
-
-_SKIP = object()
-
-
-def _attr_value(a: AttributeProto) -> Any:
-    t = a.type
-    if t == AttributeProto.INT:
-        return a.i
-    if t == AttributeProto.FLOAT:
-        return a.f
-    if t == AttributeProto.STRING:
-        return a.s.decode("utf-8", "replace")
-    if t == AttributeProto.INTS:
-        return tuple(a.ints)
-    if t == AttributeProto.FLOATS:
-        return tuple(a.floats)
-    if t == AttributeProto.STRINGS:
-        return tuple(s.decode("utf-8", "replace") for s in a.strings)
-    return _SKIP  # tensors and graphs stay out of the IR: specs carry what costs need
-
-
-class SpecReader:
-    """TypeProto -> TensorSpec, one shared TensorSpec per distinct type (graphs repeat a few
-    shapes thousands of times, so reading each type's dims in Python once saves most of it)."""
-
-    def __init__(self) -> None:
-        self._cache: dict[bytes, TensorSpec] = {}
-        self._negative: set[int] = set()  # ids of specs with a negative dim
-
-    def __call__(self, tp: onnx.TypeProto) -> TensorSpec:
-        key = tp.SerializeToString()
-        spec = self._cache.get(key)
-        if spec is None:
-            spec = self._cache[key] = _type_spec(tp)
-            if spec.shape and any(isinstance(d, int) and d < 0 for d in spec.shape):
-                self._negative.add(id(spec))
-        return spec
-
-    def collect(self, g: onnx.GraphProto, into: dict[str, TensorSpec]) -> None:
-        """Inferred specs of ``g``'s values. A negative dim there (a Resize with a NaN scale,
-        a Slice gone wrong) is an invalid graph, never a negative cost."""
-        negative = self._negative
-        for coll in (g.value_info, g.output):
-            for vi in coll:
-                spec = into[vi.name] = self(vi.type)
-                if id(spec) in negative:
-                    node = next((n for n in g.node if vi.name in n.output), None)
-                    where = "the graph" if node is None else \
-                        f"node {node.name!r} ({node.op_type})" if node.name else \
-                        f"a {node.op_type} node"
-                    raise GraphcostError(f"invalid graph: {where}: its output {vi.name!r} has "
-                                         f"a negative dim after shape inference "
-                                         f"({spec.shape_str()})")
-
-
-def _type_spec(tp: onnx.TypeProto) -> TensorSpec:
-    tensor = onnx_shapes.tensor_type(tp)
-    if tensor is None:
-        if onnx_shapes.is_handle(tp):
-            inner = tp.optional_type.elem_type if tp.HasField("optional_type") else tp
-            return TensorSpec((), "sequence" if inner.HasField("sequence_type") else "map")
-        return TensorSpec(None, "undefined")
-    tt = tensor.tensor_type
-    dtype = DTYPE.get(tt.elem_type, "undefined")
-    if not tt.HasField("shape"):
-        return TensorSpec(None, dtype)
-    dims = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(d.dim_value)
-        else:
-            dims.append(d.dim_param or "?")
-    return TensorSpec(tuple(dims), dtype)
-
-
-def _raw_dims(tp: onnx.TypeProto) -> list[int | str | None] | None:
-    tt = tp.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-            for d in tt.shape.dim]
 
 
 def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None = None,
@@ -244,7 +137,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     onnx_shapes.move_to_shapes(sg.node, sk)
     # Data propagation only matters where shapes are computed from Shape/Size values.
     data_prop = any(n.op_type in ("Shape", "Size") for n in g.node)
-    inferred = _infer(sk, name, data_prop)
+    inferred = infer(sk, name, data_prop)
     reader = SpecReader()
     specs: dict[str, TensorSpec] = {}
     reader.collect(inferred.graph, specs)
@@ -253,76 +146,13 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         # IR keeps the original nodes and takes the second pass's shapes.
         from graphcost.analyzer.frontends.onnx_fold import fold_shape_values, with_folded_constants
         sk = with_folded_constants(sk, fold_shape_values(inferred))
-        second = _infer(sk, name, True)
+        second = infer(sk, name, True)
         specs = {}
         reader.collect(second.graph, specs)
     bounds = onnx_shapes.bound_data_dependent(sk, specs, reader,
-                                              lambda m: _infer(m, name, True))
+                                              lambda m: infer(m, name, True))
     return _Lowering(inferred, name, weights, bound, symbols, used_batch, reader,
                      specs, bounds).graph()
-
-
-def _infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProto:
-    """Strict: a node whose types or shapes contradict its schema (Add on strings, a Scan axis
-    beyond its input's rank) is an invalid graph, as for onnxruntime. Two errors are not the
-    file's fault: a declared output shape that the bound sizes contradict (onnxruntime only
-    warns: inference runs again, still strict, without those declarations, and the declared
-    shapes are kept as they always were — unless inference found a negative dim there), and a
-    node reading a constant whose bytes are external (never read here: lenient inference
-    leaves what depends on it unknown, as it always did)."""
-    strict, declared = True, None
-    for _ in range(3):
-        try:
-            out = onnx.shape_inference.infer_shapes(model, check_type=strict,
-                                                    strict_mode=strict, data_prop=data_prop)
-            break
-        except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if "existing shape differ" in first and declared is None:
-                declared, model = model.graph.output, _without_output_shapes(model)
-            elif strict and ("from external tensors" in first or _in_function_body(first)):
-                # (an op's own function body failing strict inference is onnx's matter, not
-                # the file's: onnx 1.23 fails MeanVarianceNormalization's, which onnxruntime
-                # runs)
-                strict = False
-            else:
-                raise GraphcostError(f"{name}: invalid graph: ONNX shape inference: {first}") \
-                    from None
-    else:
-        raise GraphcostError(f"{name}: ONNX shape inference failed")
-    if declared is not None:
-        for vi in out.graph.output:
-            if any(d.HasField("dim_value") and d.dim_value < 0
-                   for d in vi.type.tensor_type.shape.dim):
-                node = next((n for n in out.graph.node if vi.name in n.output), None)
-                where = f"node {node.name!r} ({node.op_type})" if node is not None and \
-                    node.name else "the graph"
-                raise GraphcostError(f"{name}: invalid graph: {where}: its output {vi.name!r} "
-                                     "has a negative dim after shape inference")
-        del out.graph.output[:]
-        out.graph.output.extend(declared)
-    return out
-
-
-def _in_function_body(message: str) -> bool:
-    """Whether a strict-inference error was raised inside the function body onnx expands for
-    an op of the model (the message names the op, then an op of its body)."""
-    ops = re.findall(r"\(op_type:(\w+)", message)
-    if len(ops) < 2:
-        return False
-    try:
-        return onnx.defs.get_schema(ops[0]).has_function
-    except Exception:
-        return False
-
-
-def _without_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for vi in out.graph.output:
-        if vi.type.HasField("tensor_type"):
-            vi.type.tensor_type.ClearField("shape")
-    return out
 
 
 def _same_shape(op: str) -> bool:
