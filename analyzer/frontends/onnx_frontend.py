@@ -88,6 +88,10 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
             raise GraphcostError(f"input {vi.name!r} has no shape in the graph: pass "
                                  f"--input-shape {vi.name}=...")
         raw.append((vi.name, rd))
+    # --dim NAME=MAX also bounds a Loop whose trip count is data: NAME is its trip-count value
+    # (or, for a loop run by its condition alone, the Loop node's name)
+    loops = _dynamic_loops(g)
+    trips = {k: dims.pop(k) for k in list(dims) if k in loops}
     bound, symbols, used_batch = bind_inputs(raw, batch=batch, dims=dims,
                                              input_shapes=input_shapes)
 
@@ -152,7 +156,17 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     bounds = onnx_shapes.bound_data_dependent(sk, specs, reader,
                                               lambda m: infer(m, name, True))
     return _Lowering(inferred, name, weights, bound, symbols, used_batch, reader,
-                     specs, bounds).graph()
+                     specs, bounds, trips).graph()
+
+
+def _dynamic_loops(g: onnx.GraphProto) -> set[str]:
+    """The names a Loop's trip count may be bounded by: its trip-count value, else (a loop
+    that only its condition stops) the node's name; constants included (harmless)."""
+    names = set()
+    for node in g.node:
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+            names.add(node.input[0] if node.input and node.input[0] else node.name)
+    return names
 
 
 def _same_shape(op: str) -> bool:
@@ -184,7 +198,7 @@ def module_path(node_name: str) -> str:
 class _Lowering:
     def __init__(self, model: onnx.ModelProto, name: str, weights, bound, symbols, batch,
                  reader: SpecReader, specs: dict[str, TensorSpec],
-                 bounds: Mapping[str, str] = _EMPTY):
+                 bounds: Mapping[str, str] = _EMPTY, trips: Mapping[str, int] = _EMPTY):
         self.model = model
         self.name = name
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
@@ -199,6 +213,7 @@ class _Lowering:
         self.reader = reader
         self.specs = specs
         self.bounds = bounds
+        self.trips = trips          # Loop trip-count name -> the user's upper bound (--dim)
         self._consts: dict[str, onnx.TensorProto] | None = None
         self._trip_consts: dict[int, tuple] = {}  # graph id -> (graph, {name: constant})
 
@@ -277,7 +292,7 @@ class _Lowering:
         return int(arr.reshape(-1)[0])
 
     def _lower_graph(self, g: onnx.GraphProto, scope: str, repeat: int,
-                     outer_module: str = "") -> None:
+                     outer_module: str = "", bound: str = "") -> None:
         """``scope`` prefixes node names inside control-flow bodies; a node's module path comes
         from its name as torch exporters write it, else from the enclosing control node."""
         opsets = self.opsets
@@ -301,7 +316,7 @@ class _Lowering:
                 used.add(name)
             if op in _BODIES:
                 self._lower_control_flow(node, g, name, repeat,
-                                         module_path(base) or outer_module)
+                                         module_path(base) or outer_module, bound)
             defaults = _attr_defaults(op_type, domain, opsets.get(domain, 1))
             attributes = node.attribute
             if attributes:
@@ -341,21 +356,31 @@ class _Lowering:
             module = module_path(base) or outer_module
             why = next((self.bounds[o] for o in outputs if o in self.bounds), "") \
                 if self.bounds else ""
+            why = why or bound  # a body's nodes: bounded by their control-flow node
             nodes.append(Node(index, name, op, inputs, outputs, attrs_map, module, repeat, why))
 
     def _lower_control_flow(self, node: onnx.NodeProto, g: onnx.GraphProto, name: str,
-                            repeat: int, module: str) -> None:
+                            repeat: int, module: str, bound: str = "") -> None:
+        """Lower the bodies of a control-flow node. A body whose run count depends on the data
+        is costed at the upper bound the user gives (a Loop's trip count: ``--dim M=MAX``) or
+        takes both branches (If); its nodes are labelled bounds."""
         bodies = {a.name: a.g for a in node.attribute if a.type == AttributeProto.GRAPH}
         times = 1
         where = f"node {node.name!r} ({node.op_type})"
         if node.op_type == "Loop":
             m = self._const_int(node.input[0], g, where) if node.input and node.input[0] \
                 else None
-            if m is None:
-                self.warnings.append(f"Loop {name!r}: trip count is not a constant; its body "
-                                     "is costed once")
-            else:
+            key = node.input[0] if node.input and node.input[0] else node.name
+            if m is not None:
                 times = max(0, m)
+            elif key in self.trips:
+                times = self.trips[key]
+                bound = bound or (f"upper bound: Loop {name!r} runs at most {times} times "
+                                  f"(--dim {key}={times})")
+            else:
+                self.warnings.append(f"Loop {name!r}: its trip count {key!r} depends on the "
+                                     f"data; its body is costed once — pass --dim {key}=MAX to "
+                                     "cost it at its upper bound")
         elif node.op_type == "Scan":
             # counts were checked by analyzer.validate; the axis needs the inferred rank
             n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 1)
@@ -377,6 +402,7 @@ class _Lowering:
                 self.warnings.append(f"Scan {name!r}: scan length unknown; body costed once")
         elif node.op_type == "If":
             self.warnings.append(f"If {name!r}: both branches are costed (an upper bound)")
+            bound = bound or f"upper bound: both branches of If {name!r} are costed"
         elif node.op_type == "SequenceMap":
             self.warnings.append(f"SequenceMap {name!r}: the sequence's length is unknown; its "
                                  "body is costed once")
@@ -393,4 +419,4 @@ class _Lowering:
                                             ValueKind.PARAM if DTYPE.get(t.data_type) in
                                             FLOAT_DTYPES else ValueKind.CONST)
             self._lower_graph(body, scope=f"{name}/{key}/", repeat=repeat * times,
-                              outer_module=module)
+                              outer_module=module, bound=bound)
