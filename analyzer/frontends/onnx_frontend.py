@@ -30,7 +30,7 @@ from graphcost.analyzer.frontends.onnx_types import (DTYPE, SpecReader, _attr_de
                                                      _attr_value, _raw_dims, _SKIP, _type_spec)
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.ir import (FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind)
-from graphcost.analyzer.validate import validate_model
+from graphcost.analyzer.frontends.onnx_validate import validate_model
 from graphcost.passes.costs import lookup
 
 # Initializers up to this many elements stay in the skeleton so shape inference can read their
@@ -382,7 +382,7 @@ class _Lowering:
                                      f"data; its body is costed once — pass --dim {key}=MAX to "
                                      "cost it at its upper bound")
         elif node.op_type == "Scan":
-            # counts were checked by analyzer.validate; the axis needs the inferred rank
+            # counts were checked by onnx_validate; the axis needs the inferred rank
             n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 1)
             axes = next((list(a.ints) for a in node.attribute if a.name == "scan_input_axes"),
                         None) or [0]

@@ -1,4 +1,4 @@
-"""Value-level rules of analyzer/validate.py: tensors, types, dims, element types.
+"""Value-level rules of analyzer/frontends/onnx_validate.py: tensors, types, dims, element types.
 
 A tensor's bytes must agree with its dims (raw_data length, value count, or the length an
 external reference declares — the external file itself is never opened); dims are

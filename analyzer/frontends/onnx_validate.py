@@ -17,7 +17,7 @@ unsorted graphs that onnxruntime runs). What the walk checks, per graph and subg
   domains are left alone;
 * every node's domain is imported, opset versions are in the range onnx knows;
 * tensor element types are known; dims are non-negative and element counts fit in int64
-  (those value rules live in analyzer/validate_values.py);
+  (those value rules live in analyzer/frontends/onnx_validate_values.py);
 * initializer / constant byte sizes agree with their dims (raw_data length, typed field
   count, an external file's declared length) — without opening any external file;
 * Scan / Loop / If: counts of state, scan inputs and outputs agree with the body, scan axes and
@@ -31,10 +31,12 @@ import heapq
 from functools import lru_cache
 
 import onnx
+
+from graphcost.passes.costs import lookup
 from onnx import AttributeProto
 
 from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.validate_values import (TENSOR_ATTRS, Bad, check_sparse,
+from graphcost.analyzer.frontends.onnx_validate_values import (TENSOR_ATTRS, Bad, check_sparse,
                                                 check_tensor, check_tensor_attr, check_type)
 
 ONNX_DOMAINS = ("", "ai.onnx")
@@ -234,8 +236,11 @@ class _GraphChecker:
         if not op_type:
             raise _fail(_label(node, i, scope), "it has no op type")
         schema = _schema(op_type, domain, version)
-        if schema is None and _domain_range(domain) is not None:
-            # onnx knows every operator of its own domains: a name it lacks is no operator
+        if schema is None and _domain_range(domain) is not None and \
+                lookup(op_type if not domain else f"{domain}::{op_type}") is None:
+            # onnx knows every operator of its own domains: a name it lacks is no operator —
+            # but for the few onnxruntime runs there as its own contrib ops
+            # (SimplifiedLayerNormalization), which graphcost has rules for
             raise _fail(_label(node, i, scope), f"no operator {op_type!r} in domain "
                                                 f"{domain or 'ai.onnx'!r} at opset {version}")
         return None if schema is None else (*schema, version)
