@@ -19,12 +19,48 @@ from graphcost.analyzer.resolve import Bindings, Resolved, resolve
 Progress = Callable[[str], None]
 
 
+def check_arguments(*, batch=None, dims=None, input_shapes=None, input_dtypes=None,
+                    zoo_exporter: str = "onnx", progress=None, flags: Mapping[str, Any] = {},
+                    choices: Mapping[str, tuple[Any, Sequence]] = {}) -> None:
+    """Every bad argument is a GraphcostError, validated as the CLI validates its options:
+    sizes are positive ints within int64 (not "2", True or 2.5), mappings are mappings."""
+    from graphcost.analyzer.binding import check_shape, check_size
+
+    if batch is not None:  # named as on the command line (api_wording renames them)
+        check_size(batch, "--batch")
+    for what, value in (("dims", dims), ("input_shapes", input_shapes),
+                        ("input_dtypes", input_dtypes)):
+        if value is not None and not isinstance(value, Mapping):
+            raise GraphcostError(f"{what} must be a mapping of input or dim names, got "
+                                 f"{type(value).__name__}")
+        for k in value or ():
+            if not isinstance(k, str):
+                raise GraphcostError(f"{what}: names must be strings, got {k!r}")
+    for k, v in (dims or {}).items():
+        check_size(v, f"--dim {k}")
+    for k, v in (input_shapes or {}).items():
+        check_shape(v, f"--input-shape {k}")
+    if zoo_exporter not in ("onnx", "fx"):
+        raise GraphcostError(f"zoo_exporter must be 'onnx' or 'fx', got {zoo_exporter!r}")
+    if progress is not None and not callable(progress):
+        raise GraphcostError(f"progress must be callable, got {type(progress).__name__}")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise GraphcostError(f"{name} must be True or False, got {value!r}")
+    for name, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise GraphcostError(f"{name} must be one of {', '.join(map(repr, allowed))}, "
+                                 f"got {value!r}")
+
+
 def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int | None = None,
                dims: Mapping[str, int] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
                input_dtypes: Mapping[str, Any] | None = None, zoo_exporter: str = "onnx",
                progress: Progress | None = None, train: bool = False):
     """Lower any accepted model into the IR (with ``train``: its joint forward+backward)."""
+    check_arguments(batch=batch, dims=dims, input_shapes=input_shapes, input_dtypes=input_dtypes,
+                    zoo_exporter=zoo_exporter, progress=progress, flags={"train": train})
     note = progress or (lambda _msg: None)
     bindings = Bindings(batch, dict(dims or {}),
                         {k: tuple(v) for k, v in (input_shapes or {}).items()},
@@ -170,14 +206,22 @@ def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, inc
     from graphcost.analyzer.devices import default_optimizer_impl
     from graphcost.analyzer.pipeline import run_passes
 
+    check_arguments(flags={"include_inputs": include_inputs, "inplace": inplace, "train": train,
+                           "tf32": tf32, "what_if": what_if},
+                    choices={"lifetimes": (lifetimes, (None, "dataflow", "eager")),
+                             "optimizer": (optimizer, ("none", "sgd", "momentum", "adam",
+                                                       "adamw")),
+                             "precision": (precision, ("fp32", "fp16-mixed", "bf16-mixed")),
+                             "optimizer_impl": (optimizer_impl, (None, "forloop", "foreach"))})
+    if checkpoint is not None and not isinstance(checkpoint, Mapping):
+        raise GraphcostError(f"checkpoint must be a mapping such as {{'every': 2}}, got "
+                             f"{type(checkpoint).__name__}")
     if checkpoint and not train:
         raise GraphcostError("checkpoint plans need a training analysis (--train)")
     if precision != "fp32" and not train:
         raise GraphcostError("--precision is a training recipe: add --train")
     device = _device(device)
     spec = _parallel_spec(parallel, train, precision)
-    if optimizer_impl not in (None, "forloop", "foreach"):
-        raise GraphcostError(f"--optimizer-impl {optimizer_impl}: known: forloop, foreach")
     graph = load_graph(model, example_inputs, batch=batch, dims=dims,
                        input_shapes=input_shapes, input_dtypes=input_dtypes,
                        zoo_exporter=zoo_exporter, progress=progress, train=train)

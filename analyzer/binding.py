@@ -11,6 +11,36 @@ from typing import Mapping, Sequence
 from graphcost.analyzer.errors import GraphcostError
 
 RawDim = int | str | None
+INT64_MAX = 2 ** 63 - 1  # ONNX dims and element counts are int64
+
+
+def check_size(value, what: str) -> int:
+    """A size the caller binds (batch, a --dim, an input dim): a positive int within int64.
+    Strings, floats and bools are refused, not converted (the CLI parses its own text)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GraphcostError(f"{what} must be a positive integer, got {value!r} "
+                             f"({type(value).__name__})")
+    if value <= 0:
+        raise GraphcostError(f"{what} must be a positive integer, got {value}")
+    if value > INT64_MAX:
+        raise GraphcostError(f"{what} = {value} does not fit in int64")
+    return value
+
+
+def check_shape(shape, what: str) -> tuple[int, ...]:
+    """A whole input shape: a sequence of sizes whose element count fits in int64."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise GraphcostError(f"{what} must be a sequence of sizes, got {shape!r}")
+    out = tuple(check_size(d, f"{what} dim {axis}") for axis, d in enumerate(shape))
+    if not out:
+        raise GraphcostError(f"{what}: an empty shape")
+    count = 1
+    for d in out:
+        count *= d
+    if count > INT64_MAX:
+        raise GraphcostError(f"{what} {'x'.join(map(str, out))}: its element count "
+                             "does not fit in int64")
+    return out
 
 
 def parse_shape(text: str) -> tuple[int, ...]:
@@ -22,18 +52,18 @@ def parse_shape(text: str) -> tuple[int, ...]:
         raise GraphcostError(f"bad shape {text!r}: expected sizes like 1x3x224x224") from None
     if not shape or any(d <= 0 for d in shape):
         raise GraphcostError(f"bad shape {text!r}: sizes must be positive integers")
-    return shape
+    return check_shape(shape, f"shape {text!r}")
 
 
 def bind_inputs(inputs: Sequence[tuple[str, Sequence[RawDim]]], *, batch: int | None,
                 dims: Mapping[str, int], input_shapes: Mapping[str, Sequence[int]],
                 ) -> tuple[dict[str, tuple[int, ...]], dict[str, int], int]:
     """Returns (input name -> concrete shape, symbol -> value, the batch size used)."""
-    if batch is not None and batch <= 0:
-        raise GraphcostError(f"--batch must be a positive integer, got {batch}")
+    if batch is not None:
+        check_size(batch, "--batch")
     for k, v in dims.items():
-        if v <= 0:
-            raise GraphcostError(f"--dim {k}={v}: sizes must be positive integers")
+        check_size(v, f"--dim {k}")
+    input_shapes = {k: check_shape(v, f"--input-shape {k}") for k, v in input_shapes.items()}
     names = {name for name, _ in inputs}
     for name in input_shapes:
         if name not in names:
@@ -107,6 +137,12 @@ def bind_inputs(inputs: Sequence[tuple[str, Sequence[RawDim]]], *, batch: int | 
                 raise GraphcostError(f"input {name!r} dim {axis} is unknown in the graph: pass "
                                      f"--input-shape {name}=" + "x".join(
                                          "N" if not isinstance(x, int) else str(x) for x in shape))
+        count = 1
+        for d in out:  # fixed dims may be 0 (an empty tensor); the product must fit int64
+            count *= d
+        if count > INT64_MAX:
+            raise GraphcostError(f"input {name!r} bound to {_fmt(out)}: its element count "
+                                 "does not fit in int64")
         bound[name] = tuple(out)
     return bound, dict(sorted(values.items())), used_batch
 

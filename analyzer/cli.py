@@ -199,22 +199,24 @@ def main(argv: list[str] | None = None) -> int:
 
 def guarded(run, args) -> int:
     """Run a command: GraphcostError -> one line and exit 2; a bug -> one line and exit 70."""
+    from graphcost.analyzer.text import escape  # names in messages come from the model
+
     try:
         return run(args)
     except GraphcostError as exc:
-        sys.stderr.write(f"graphcost: error: {exc}\n")
+        sys.stderr.write(f"graphcost: error: {escape(str(exc))}\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write("graphcost: interrupted\n")
         return 130
     except OSError as exc:  # a file that cannot be read or written (-o, --html, --plot)
         where = f"{exc.filename}: " if exc.filename else ""
-        sys.stderr.write(f"graphcost: error: {where}{exc.strerror or exc}\n")
+        sys.stderr.write(f"graphcost: error: {escape(f'{where}{exc.strerror or exc}')}\n")
         return EXIT_BAD_INPUT
     except Exception as exc:  # a bug of ours: still one line, and a distinct status
         first = next((line for line in str(exc).splitlines() if line.strip()), "")
-        sys.stderr.write(f"graphcost: internal error ({type(exc).__name__}: {first[:300]}); "
-                         "please report it with the model\n")
+        sys.stderr.write(f"graphcost: internal error ({type(exc).__name__}: "
+                         f"{escape(first[:300])}); please report it with the model\n")
         return EXIT_INTERNAL
 
 
@@ -283,11 +285,39 @@ def device_from_args(args):
 
 
 def refuse_overwrite(output: str | None, model: str) -> None:
-    """The input file is never written: refuse an output path that names it."""
+    """Outputs never replace the input model, a file it references (its external data, read
+    from the proto without opening them) or anything in the zoo's export cache."""
+    if not output:
+        return
+    cache = os.path.realpath(_zoo_cache_dir())
+    target = os.path.realpath(output)
+    if target == cache or target.startswith(cache + os.sep):
+        raise GraphcostError(f"{output} is in the zoo's export cache ({cache}); graphcost "
+                             "never writes there")
+    if not os.path.exists(output):
+        return  # nothing there to replace
     source = model.rpartition(":")[0] if ".py:" in model else model
-    if output and os.path.exists(output) and os.path.exists(source) and \
-            os.path.samefile(output, source):
+    if os.path.exists(source) and os.path.samefile(output, source):
         raise GraphcostError(f"{output} is the input model; graphcost never writes its input")
+    if model.startswith("zoo:") or ".py:" in model or model.endswith(".pt2") or \
+            not os.path.isfile(model):
+        return
+    from graphcost.analyzer.external import external_refs
+    from graphcost.analyzer.frontends.onnx_frontend import load_model
+
+    folder = os.path.dirname(os.path.abspath(model))
+    for what, location, _ in external_refs(load_model(model)):
+        path = os.path.join(folder, location)
+        if location and os.path.exists(path) and os.path.samefile(output, path):
+            raise GraphcostError(f"{output} holds the model's external data ({what}); graphcost "
+                                 "never writes the files its input references")
+
+
+def _zoo_cache_dir() -> str:
+    """models_zoo.export.cache_dir() without importing torch (a test keeps them equal)."""
+    env = os.environ.get("GRAPHCOST_CACHE")
+    return os.path.expanduser(env) if env else \
+        os.path.join(os.path.expanduser("~"), ".cache", "graphcost", "zoo")
 
 
 def run_analysis(model: str, args, **overrides):
@@ -315,6 +345,9 @@ def _run(args) -> int:
     if args.max_batch:
         return _max_batch(args)
     report = run_analysis(args.model, args)
+    if args.format != "json":  # JSON escapes control characters itself; text shows them
+        from graphcost.analyzer.text import escape_strings
+        report = escape_strings(report)
 
     from graphcost.analyzer import render
     if args.format == "table":

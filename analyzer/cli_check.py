@@ -141,7 +141,8 @@ def run(args) -> int:
                          + (f"  {c.detail}" if c.detail else ""))
         failed = sum(not c.passed for c in checks)
         lines.append("all checks passed" if passed else f"{failed} check(s) over budget")
-        text = "\n".join(lines) + "\n"
+        from graphcost.analyzer.text import escape
+        text = "\n".join(escape(line) for line in lines) + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:

@@ -44,6 +44,9 @@ def run(args) -> int:
     old = run_analysis(args.old, args)
     new = run_analysis(args.new, args)
     d = diff_reports(old, new)
+    if args.format != "json":  # names from the models never reach the terminal as controls
+        from graphcost.analyzer.text import escape_strings
+        d = escape_strings(d)
     if args.format == "json":
         text = json.dumps(d.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
     elif args.format == "markdown":

@@ -59,6 +59,8 @@ def run(args) -> int:
     else:
         from graphcost.analyzer.cli import console_for, terminal_width
         from graphcost.analyzer.render_verify import onnx_view, torch_view
+        from graphcost.analyzer.text import escape_strings
+        result = escape_strings(result)  # names from the model: no terminal controls
         width = terminal_width()
         view = onnx_view if isinstance(result, OnnxVerification) else torch_view
         view(result, console_for(sys.stdout, width), width)

@@ -25,12 +25,11 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                tf32: bool = False, overhead=None, what_if: bool = True, parallel=None,
                optimizer_impl: str = "forloop") -> Report:
     """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
-    "eager" (PyTorch eager: module arguments stay referenced until the call returns); default
-    eager for an inference graph traced from PyTorch, else dataflow. ``optimizer`` (for a
-    joint forward+backward graph) adds the training step (passes.training.training_step, with
-    ``checkpoint``, ``precision``, ``optimizer_impl`` and the ``what_if`` savers), ``parallel``
-    (passes.parallel.ParallelSpec) one rank's share of it; ``device`` (passes.roofline.
-    DeviceRates) the roofline and whether the peak fits, with ``overhead``."""
+    "eager" (PyTorch eager: module arguments stay referenced until the call returns; default
+    for an inference graph traced from PyTorch). ``optimizer`` (a joint forward+backward graph)
+    adds the training step (passes.training.training_step: ``checkpoint``, ``precision``,
+    ``optimizer_impl``, ``what_if``), ``parallel`` (passes.parallel.ParallelSpec) one rank's
+    share; ``device`` (passes.roofline.DeviceRates) the roofline and the fit, with ``overhead``."""
     graph = cast_floats(graph, precision)
     lifetimes = lifetimes or ("eager" if graph.source == "fx" and optimizer is None
                               else "dataflow")
@@ -41,15 +40,16 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                               eager=lifetimes == "eager")
     # A static arena is an inference runtime's plan; a training step runs on PyTorch's
     # caching allocator (and greedy-by-size over a joint graph's long lifetimes is slow).
-    if optimizer is None:
-        memory = replace(memory, arena_bytes=plan_arena(memory.storages).arena_bytes)
+    arena = plan_arena(memory.storages) if optimizer is None else None
+    if arena is not None:
+        memory = replace(memory, arena_bytes=arena.arena_bytes)
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
         checkpoint=checkpoint, what_if=what_if, include_inputs=include_inputs, impl=optimizer_impl)
     report = Report(
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
-        memory=memory, warnings=_warnings(graph, memory), training=training, roofline=None,
+        memory=memory, warnings=_warnings(graph, memory, arena), training=training, roofline=None,
         parallel=parallel and parallel_step(graph, training, parallel, device, overhead),
         receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
@@ -70,11 +70,16 @@ def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:
                   flops_by_dtype=flops_by_dtype(graph, costs.nodes))
 
 
-def _warnings(graph: Graph, memory) -> tuple[str, ...]:
-    if not memory.unknown:
-        return graph.warnings
-    return (*graph.warnings, f"{len(memory.unknown)} activation(s) of unknown size count as "
-            f"0 bytes in memory (first: {memory.unknown[0]!r})")
+def _warnings(graph: Graph, memory, arena) -> tuple[str, ...]:
+    out = list(graph.warnings)
+    if arena is not None and arena.stacked:
+        out.append(f"arena: {arena.stacked} of the tensors live at once in such numbers that "
+                   "greedy-by-size planning would be quadratic; they are stacked, so the arena "
+                   "is an upper bound of the greedy plan")
+    if memory.unknown:
+        out.append(f"{len(memory.unknown)} activation(s) of unknown size count as 0 bytes in "
+                   f"memory (first: {memory.unknown[0]!r})")
+    return tuple(out)
 
 
 def _node_rows(graph: Graph, costs: CostReport, params: ParamReport) -> tuple[NodeRow, ...]:

@@ -153,22 +153,44 @@ class Report:
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
+_PLAIN = (str, int, bool, type(None))
+_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _layout(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(public field names, JSON_PROPERTIES) of a dataclass, computed once per class."""
+    got = _FIELDS.get(cls)
+    if got is None:
+        got = _FIELDS[cls] = (tuple(f.name for f in dataclasses.fields(cls)
+                                    if not f.metadata.get("internal")),
+                              tuple(getattr(cls, "JSON_PROPERTIES", ())))
+    return got
+
+
 def jsonable(obj: Any) -> Any:
     """A pass result (or any nesting of dataclasses, mappings, sequences and scalars) as plain
     JSON values: dataclass fields in order minus INTERNAL ones, plus ``JSON_PROPERTIES``;
     non-finite floats become null. The result shares nothing with ``obj``."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-               if not f.metadata.get("internal")}
-        for name in getattr(type(obj), "JSON_PROPERTIES", ()):
-            out[name] = jsonable(getattr(obj, name))
+    t = type(obj)
+    if t in _PLAIN:
+        return obj
+    if t is float:
+        return obj if math.isfinite(obj) else None
+    if t is tuple or t is list:
+        return [v if type(v) in _PLAIN else jsonable(v) for v in obj]
+    if dataclasses.is_dataclass(t):
+        names, props = _layout(t)
+        out = {}
+        for n in (*names, *props):  # (scalars inline: a report has 100k node rows)
+            v = getattr(obj, n)
+            out[n] = v if type(v) in _PLAIN else jsonable(v)
         return out
     if isinstance(obj, Mapping):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [jsonable(v) for v in obj]
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, Enum):
         return obj.value
     return obj

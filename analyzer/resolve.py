@@ -67,6 +67,8 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
     note = note or (lambda _m: None)
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
+        if isinstance(text, bytes):
+            raise GraphcostError("pass the model path as str, not bytes")
         if text.startswith(ZOO_PREFIX):
             return _zoo(text[len(ZOO_PREFIX):], bindings, fx or train, materialize, note)
         if ".py:" in text:

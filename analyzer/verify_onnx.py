@@ -9,10 +9,12 @@ predicted only. The model file is only read.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from graphcost.analyzer.errors import GraphcostError
@@ -186,18 +188,50 @@ def _dtype_names() -> dict[int, str]:
 
 
 def _load_with_weights(resolved):
-    """The model WITH its weights (external data read from beside the file), read-only."""
+    """The model WITH its weights (external data read from beside the file), read-only.
+
+    onnxruntime is handed bytes, so any reference left in them would be opened relative to the
+    current directory: every external location must resolve inside the model's folder (no
+    absolute path, no '..', no symlink out), and nothing external may remain after loading
+    (onnx loads initializers and tensor attributes, never sparse tensors)."""
     import onnx
+    from onnx.external_data_helper import load_external_data_for_model
 
     if resolved.path is None:
+        _refuse_external(resolved.onnx, None)
         return resolved.onnx
     path = resolved.path
     try:
-        return onnx.load(str(path), load_external_data=True)
+        proto = onnx.load(str(path), load_external_data=False)
+        _refuse_external(proto, path.parent)
+        load_external_data_for_model(proto, str(path.parent))
+    except GraphcostError:
+        raise
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
         raise GraphcostError(f"{path}: cannot load it with its weights "
                              f"({type(exc).__name__}: {first})") from None
+    _refuse_external(proto, None)
+    return proto
+
+
+def _refuse_external(proto, folder: Path | None) -> None:
+    """``folder`` None: no external reference may remain; else each must stay inside it and
+    not be sparse (which onnx would leave for onnxruntime to open from the current
+    directory)."""
+    from graphcost.analyzer.external import external_refs
+
+    for what, location, sparse in external_refs(proto):
+        if folder is None or sparse:
+            raise GraphcostError(f"{what} references external data {location!r} that onnx does "
+                                 "not load for onnxruntime; verify never hands onnxruntime a "
+                                 "model that would read files by itself")
+        base = os.path.realpath(folder)
+        target = os.path.realpath(os.path.join(folder, location))
+        if not location or os.path.isabs(location) or \
+                os.path.commonpath([base, target]) != base or target == base:
+            raise GraphcostError(f"{what}: external data location {location!r} is outside the "
+                                 f"model's folder {str(folder)!r}; verify reads nothing beyond it")
 
 
 def _random_feeds(proto, graph, int_ranges: Mapping[str, tuple[int, int]]) -> dict:

@@ -64,18 +64,24 @@ def module_call_ends(graph: Graph) -> list[list[int]]:
     """ends[d][i]: index of the last node of the module call at depth d that contains node i.
 
     A call is a maximal run of consecutive nodes whose scope shares the same first d path
-    components (a module's nodes are contiguous in execution order).
+    components (a module's nodes are contiguous in execution order). O(nodes × depth): the
+    common prefix of each pair of neighbours is measured once.
     """
     paths = [node.scope.split(".") if node.scope else [] for node in graph.nodes]
     depth = max((len(p) for p in paths), default=0)
     n = len(paths)
+    shared = []  # shared[i]: length of the common prefix of paths i and i + 1
+    for a, b in zip(paths, paths[1:]):
+        k, m = 0, min(len(a), len(b))
+        while k < m and a[k] == b[k]:
+            k += 1
+        shared.append(k)
     ends = []
     for d in range(depth + 1):
         end = [0] * n
         j = n - 1
         for i in range(n - 1, -1, -1):
-            if i < n - 1 and (len(paths[i]) < d or len(paths[i + 1]) < d
-                              or paths[i][:d] != paths[i + 1][:d]):
+            if i < n - 1 and shared[i] < d:
                 j = i
             end[i] = j
         ends.append(end)
@@ -122,6 +128,7 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
         births.append(birth)
         deaths.append(max(birth, last_use.get(name, birth)))
 
+    outputs = set(graph.outputs)
     if include_inputs:
         for name in graph.inputs:
             allocate(name, 0)
@@ -130,13 +137,13 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
         src = node.inputs[0] if node.inputs else ""
         shared = of.get(src) if src else None
         if r is not None and r.alias and src and shared is None and \
-                values[src].kind != ValueKind.INPUT:
+                getattr(values.get(src), "kind", None) != ValueKind.INPUT:
             continue  # a view of a weight or constant allocates nothing
         is_view = shared is not None and r is not None and r.alias
         if is_view:
             pass  # every output (split/unbind give several) is a view of input 0
         elif (inplace and shared is not None and r is not None and r.inplace
-              and deaths[shared] == node.index and src not in graph.outputs):
+              and deaths[shared] == node.index and src not in outputs):
             pass  # in place: the input's storage dies here, the output reuses it
         else:
             shared = None

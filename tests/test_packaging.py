@@ -31,9 +31,16 @@ def test_import_graphcost_is_light_and_exports_analyze():
 
 def test_wheel_installs_only_graphcost(tmp_path):
     """The built wheel's top-level entries: the graphcost package and its metadata only."""
+    import shutil
     import zipfile
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    had_build = (ROOT / "build").exists()
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                        "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+                       check=True, capture_output=True)
+    finally:
+        if not had_build:  # setuptools builds in the checkout: leave no copy behind
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     wheel = next(tmp_path.glob("graphcost-*.whl"))
     tops = {name.split("/", 1)[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"graphcost"}

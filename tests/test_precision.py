@@ -67,5 +67,5 @@ def test_bf16_mixed_vs_memtracker(name, optimizer):
 
 
 def test_precision_needs_train():
-    with pytest.raises(GraphcostError, match="add --train"):
+    with pytest.raises(GraphcostError, match=r"add train=True"):
         analyze("zoo:small_cnn", precision="bf16-mixed")

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
@@ -26,8 +25,12 @@ from onnx import AttributeProto, TensorProto, helper
 
 from graphcost.analyzer.binding import bind_inputs
 from graphcost.analyzer.frontends import onnx_shapes
+from graphcost.analyzer.frontends.onnx_infer import infer
+from graphcost.analyzer.frontends.onnx_types import (DTYPE, SpecReader, _attr_defaults,  # noqa: F401
+                                                     _attr_value, _raw_dims, _SKIP, _type_spec)
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.ir import (FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind)
+from graphcost.analyzer.frontends.onnx_validate import validate_model
 from graphcost.passes.costs import lookup
 
 # Initializers up to this many elements stay in the skeleton so shape inference can read their
@@ -38,16 +41,6 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # Ops whose graph attributes are bodies that run: lowered as nodes of their own, before the op
 # (FlexAttention's score_mod / prob_mod run once, on the whole score tensor).
 _BODIES = frozenset({"If", "Loop", "Scan", "SequenceMap", "ai.onnx.preview::FlexAttention"})
-
-def _dtype_names() -> dict[int, str]:
-    names = {}
-    for key, num in TensorProto.DataType.items():
-        names[num] = {"FLOAT": "float32", "DOUBLE": "float64"}.get(key, key.lower())
-    return names
-
-
-DTYPE = _dtype_names()
-
 
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     """Reads the graph only: external weight files are not opened, nothing is written."""
@@ -64,90 +57,6 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
-@lru_cache(maxsize=None)
-def _attr_defaults(op_type: str, domain: str, opset: int) -> Mapping[str, Any]:
-    """Attribute defaults from the operator schema, not hand-typed per op (as onnx/reference)."""
-    try:
-        schema = onnx.defs.get_schema(op_type, opset, domain)
-    except Exception:
-        return _EMPTY
-    out = {}
-    for name, a in schema.attributes.items():
-        if a.default_value.type != AttributeProto.UNDEFINED:
-            v = _attr_value(a.default_value)
-            if v is not _SKIP:
-                out[name] = v
-    return MappingProxyType(out)
-
-
-_SKIP = object()
-
-
-def _attr_value(a: AttributeProto) -> Any:
-    t = a.type
-    if t == AttributeProto.INT:
-        return a.i
-    if t == AttributeProto.FLOAT:
-        return a.f
-    if t == AttributeProto.STRING:
-        return a.s.decode("utf-8", "replace")
-    if t == AttributeProto.INTS:
-        return tuple(a.ints)
-    if t == AttributeProto.FLOATS:
-        return tuple(a.floats)
-    if t == AttributeProto.STRINGS:
-        return tuple(s.decode("utf-8", "replace") for s in a.strings)
-    return _SKIP  # tensors and graphs stay out of the IR: specs carry what costs need
-
-
-class SpecReader:
-    """TypeProto -> TensorSpec, one shared TensorSpec per distinct type (graphs repeat a few
-    shapes thousands of times, so reading each type's dims in Python once saves most of it)."""
-
-    def __init__(self) -> None:
-        self._cache: dict[bytes, TensorSpec] = {}
-
-    def __call__(self, tp: onnx.TypeProto) -> TensorSpec:
-        key = tp.SerializeToString()
-        spec = self._cache.get(key)
-        if spec is None:
-            spec = self._cache[key] = _type_spec(tp)
-        return spec
-
-    def collect(self, g: onnx.GraphProto, into: dict[str, TensorSpec]) -> None:
-        for coll in (g.value_info, g.output):
-            for vi in coll:
-                into[vi.name] = self(vi.type)
-
-
-def _type_spec(tp: onnx.TypeProto) -> TensorSpec:
-    tensor = onnx_shapes.tensor_type(tp)
-    if tensor is None:
-        if onnx_shapes.is_handle(tp):
-            inner = tp.optional_type.elem_type if tp.HasField("optional_type") else tp
-            return TensorSpec((), "sequence" if inner.HasField("sequence_type") else "map")
-        return TensorSpec(None, "undefined")
-    tt = tensor.tensor_type
-    dtype = DTYPE.get(tt.elem_type, "undefined")
-    if not tt.HasField("shape"):
-        return TensorSpec(None, dtype)
-    dims = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(d.dim_value)
-        else:
-            dims.append(d.dim_param or "?")
-    return TensorSpec(tuple(dims), dtype)
-
-
-def _raw_dims(tp: onnx.TypeProto) -> list[int | str | None] | None:
-    tt = tp.tensor_type
-    if not tt.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-            for d in tt.shape.dim]
-
-
 def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None = None,
                dims: Mapping[str, int] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -159,6 +68,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
             model = onnx.inliner.inline_local_functions(model)  # a new proto; the caller's stays
         except Exception as exc:
             raise GraphcostError(f"cannot inline the model's local functions: {exc}") from None
+    model = validate_model(model, name)  # refuses invalid graphs; sorts unsorted ones
     g = model.graph
     if len(g.node) == 0:
         raise GraphcostError(f"{name}: the graph has no nodes")
@@ -178,6 +88,10 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
             raise GraphcostError(f"input {vi.name!r} has no shape in the graph: pass "
                                  f"--input-shape {vi.name}=...")
         raw.append((vi.name, rd))
+    # --dim NAME=MAX also bounds a Loop whose trip count is data: NAME is its trip-count value
+    # (or, for a loop run by its condition alone, the Loop node's name)
+    loops = _dynamic_loops(g)
+    trips = {k: dims.pop(k) for k in list(dims) if k in loops}
     bound, symbols, used_batch = bind_inputs(raw, batch=batch, dims=dims,
                                              input_shapes=input_shapes)
 
@@ -227,7 +141,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     onnx_shapes.move_to_shapes(sg.node, sk)
     # Data propagation only matters where shapes are computed from Shape/Size values.
     data_prop = any(n.op_type in ("Shape", "Size") for n in g.node)
-    inferred = _infer(sk, name, data_prop)
+    inferred = infer(sk, name, data_prop)
     reader = SpecReader()
     specs: dict[str, TensorSpec] = {}
     reader.collect(inferred.graph, specs)
@@ -236,22 +150,23 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         # IR keeps the original nodes and takes the second pass's shapes.
         from graphcost.analyzer.frontends.onnx_fold import fold_shape_values, with_folded_constants
         sk = with_folded_constants(sk, fold_shape_values(inferred))
-        second = _infer(sk, name, True)
+        second = infer(sk, name, True)
         specs = {}
         reader.collect(second.graph, specs)
     bounds = onnx_shapes.bound_data_dependent(sk, specs, reader,
-                                              lambda m: _infer(m, name, True))
+                                              lambda m: infer(m, name, True))
     return _Lowering(inferred, name, weights, bound, symbols, used_batch, reader,
-                     specs, bounds).graph()
+                     specs, bounds, trips).graph()
 
 
-def _infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProto:
-    try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
-                                                 data_prop=data_prop)
-    except Exception as exc:
-        raise GraphcostError(f"{name}: ONNX shape inference failed: "
-                             f"{str(exc).splitlines()[0]}") from None
+def _dynamic_loops(g: onnx.GraphProto) -> set[str]:
+    """The names a Loop's trip count may be bounded by: its trip-count value, else (a loop
+    that only its condition stops) the node's name; constants included (harmless)."""
+    names = set()
+    for node in g.node:
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+            names.add(node.input[0] if node.input and node.input[0] else node.name)
+    return names
 
 
 def _same_shape(op: str) -> bool:
@@ -283,7 +198,7 @@ def module_path(node_name: str) -> str:
 class _Lowering:
     def __init__(self, model: onnx.ModelProto, name: str, weights, bound, symbols, batch,
                  reader: SpecReader, specs: dict[str, TensorSpec],
-                 bounds: Mapping[str, str] = _EMPTY):
+                 bounds: Mapping[str, str] = _EMPTY, trips: Mapping[str, int] = _EMPTY):
         self.model = model
         self.name = name
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
@@ -298,7 +213,9 @@ class _Lowering:
         self.reader = reader
         self.specs = specs
         self.bounds = bounds
+        self.trips = trips          # Loop trip-count name -> the user's upper bound (--dim)
         self._consts: dict[str, onnx.TensorProto] | None = None
+        self._trip_consts: dict[int, tuple] = {}  # graph id -> (graph, {name: constant})
 
     def graph(self) -> Graph:
         g = self.model.graph
@@ -343,21 +260,39 @@ class _Lowering:
         arr = onnx.numpy_helper.to_array(t)
         return arr.item() if arr.size == 1 else tuple(arr.reshape(-1).tolist())
 
-    def _const_int(self, name: str, g: onnx.GraphProto) -> int | None:
-        for t in self.model.graph.initializer:
-            if t.name == name:
-                return int(onnx.numpy_helper.to_array(t).reshape(-1)[0])
-        for node in g.node:
-            if node.op_type == "Constant" and node.output and node.output[0] == name:
-                for a in node.attribute:
-                    if a.name == "value":
-                        return int(onnx.numpy_helper.to_array(a.t).reshape(-1)[0])
-                    if a.name == "value_int":
-                        return a.i
-        return None
+    def _const_int(self, name: str, g: onnx.GraphProto, where: str) -> int | None:
+        """The value of a constant trip count (an initializer or a Constant node of ``g``),
+        None when it is not a constant. The constants are indexed once per graph (a lookup
+        per Loop would be quadratic); external data is never read."""
+        entry = self._trip_consts.get(id(g))
+        if entry is not None:
+            table = entry[1]
+        else:
+            table = {}
+            self._trip_consts[id(g)] = (g, table)  # holding g keeps its id from being reused
+            for t in self.model.graph.initializer:
+                table[t.name] = t
+            for node in g.node:
+                if node.op_type == "Constant" and node.output:
+                    for a in node.attribute:
+                        if a.name == "value" and a.type == AttributeProto.TENSOR:
+                            table[node.output[0]] = a.t
+                        elif a.name == "value_int":
+                            table[node.output[0]] = a.i
+        value = table.get(name)
+        if value is None or isinstance(value, int):
+            return value
+        if value.data_location == TensorProto.EXTERNAL:
+            return None
+        arr = onnx.numpy_helper.to_array(value)
+        if arr.size != 1 or arr.dtype.kind not in "iu":
+            raise GraphcostError(f"{self.name}: invalid graph: {where}: its trip count {name!r} "
+                                 f"must be one integer, not a {arr.dtype} tensor of shape "
+                                 f"{tuple(arr.shape)}")
+        return int(arr.reshape(-1)[0])
 
     def _lower_graph(self, g: onnx.GraphProto, scope: str, repeat: int,
-                     outer_module: str = "") -> None:
+                     outer_module: str = "", bound: str = "") -> None:
         """``scope`` prefixes node names inside control-flow bodies; a node's module path comes
         from its name as torch exporters write it, else from the enclosing control node."""
         opsets = self.opsets
@@ -381,7 +316,7 @@ class _Lowering:
                 used.add(name)
             if op in _BODIES:
                 self._lower_control_flow(node, g, name, repeat,
-                                         module_path(base) or outer_module)
+                                         module_path(base) or outer_module, bound)
             defaults = _attr_defaults(op_type, domain, opsets.get(domain, 1))
             attributes = node.attribute
             if attributes:
@@ -421,32 +356,53 @@ class _Lowering:
             module = module_path(base) or outer_module
             why = next((self.bounds[o] for o in outputs if o in self.bounds), "") \
                 if self.bounds else ""
+            why = why or bound  # a body's nodes: bounded by their control-flow node
             nodes.append(Node(index, name, op, inputs, outputs, attrs_map, module, repeat, why))
 
     def _lower_control_flow(self, node: onnx.NodeProto, g: onnx.GraphProto, name: str,
-                            repeat: int, module: str) -> None:
+                            repeat: int, module: str, bound: str = "") -> None:
+        """Lower the bodies of a control-flow node. A body whose run count depends on the data
+        is costed at the upper bound the user gives (a Loop's trip count: ``--dim M=MAX``) or
+        takes both branches (If); its nodes are labelled bounds."""
         bodies = {a.name: a.g for a in node.attribute if a.type == AttributeProto.GRAPH}
         times = 1
+        where = f"node {node.name!r} ({node.op_type})"
         if node.op_type == "Loop":
-            m = self._const_int(node.input[0], g) if node.input and node.input[0] else None
-            if m is None:
-                self.warnings.append(f"Loop {name!r}: trip count is not a constant; its body "
-                                     "is costed once")
-            else:
+            m = self._const_int(node.input[0], g, where) if node.input and node.input[0] \
+                else None
+            key = node.input[0] if node.input and node.input[0] else node.name
+            if m is not None:
                 times = max(0, m)
+            elif key in self.trips:
+                times = self.trips[key]
+                bound = bound or (f"upper bound: Loop {name!r} runs at most {times} times "
+                                  f"(--dim {key}={times})")
+            else:
+                self.warnings.append(f"Loop {name!r}: its trip count {key!r} depends on the "
+                                     f"data; its body is costed once — pass --dim {key}=MAX to "
+                                     "cost it at its upper bound")
         elif node.op_type == "Scan":
+            # counts were checked by onnx_validate; the axis needs the inferred rank
             n_scan = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 1)
             axes = next((list(a.ints) for a in node.attribute if a.name == "scan_input_axes"),
-                        [0])
+                        None) or [0]
             first = node.input[len(node.input) - n_scan]
             spec = self.specs.get(first) or (self.values[first].spec if first in self.values
                                              else None)
-            if spec is not None and spec.known:
-                times = spec.shape[axes[0] if axes else 0]  # type: ignore[index]
+            if spec is not None and spec.shape is not None:
+                rank = len(spec.shape)
+                if not -rank <= axes[0] < rank:
+                    raise GraphcostError(f"{self.name}: invalid graph: {where}: "
+                                         f"scan_input_axes[0]={axes[0]} is out of range for "
+                                         f"its scan input {first!r} of rank {rank}")
+            size = spec.shape[axes[0]] if spec is not None and spec.known else None
+            if isinstance(size, int):
+                times = size
             else:
                 self.warnings.append(f"Scan {name!r}: scan length unknown; body costed once")
         elif node.op_type == "If":
             self.warnings.append(f"If {name!r}: both branches are costed (an upper bound)")
+            bound = bound or f"upper bound: both branches of If {name!r} are costed"
         elif node.op_type == "SequenceMap":
             self.warnings.append(f"SequenceMap {name!r}: the sequence's length is unknown; its "
                                  "body is costed once")
@@ -463,4 +419,4 @@ class _Lowering:
                                             ValueKind.PARAM if DTYPE.get(t.data_type) in
                                             FLOAT_DTYPES else ValueKind.CONST)
             self._lower_graph(body, scope=f"{name}/{key}/", repeat=repeat * times,
-                              outer_module=module)
+                              outer_module=module, bound=bound)

@@ -90,7 +90,7 @@ class _CtxView:
                      for d in t.tensor_type.shape.dim)
 
     def attr(self, name: str, default: Any = None) -> Any:
-        from graphcost.analyzer.frontends.onnx_frontend import _SKIP, _attr_value
+        from graphcost.analyzer.frontends.onnx_types import _SKIP, _attr_value
         a = self._ctx.get_attribute(name)
         if a is None or a.type == AttributeProto.UNDEFINED:
             return default

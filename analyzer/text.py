@@ -1,0 +1,49 @@
+"""Terminal-safe text. Names come from the model file (node, value, dim and module names):
+they are data and never reach a terminal as control characters — an ESC byte would be a
+terminal escape sequence, a newline would break the one-line error or forge a table row."""
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape(text: str) -> str:
+    """Every non-printable character (controls, line and paragraph separators, bidi and other
+    format characters) as a visible escape: '\\x1b', '\\n', '\\u202e'. Printable text, including
+    any script, is unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _NAMED.get(c) or
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+                   for c in text)
+
+
+def escape_strings(obj):
+    """``obj`` with every string inside it escaped: frozen dataclasses (a Report, a diff), tuples,
+    lists and mappings are rebuilt only where something changed."""
+    if isinstance(obj, str):
+        return escape(obj)
+    if isinstance(obj, (tuple, list)):
+        items = [escape_strings(x) for x in obj]
+        if all(a is b for a, b in zip(items, obj)):
+            return obj
+        return type(obj)(items) if isinstance(obj, list) or type(obj) is tuple else \
+            type(obj)(*items)  # a named tuple
+    if isinstance(obj, (dict, MappingProxyType)):
+        pairs = [(escape_strings(k), escape_strings(v)) for k, v in obj.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, obj.items())):
+            return obj
+        out = dict(pairs)
+        return MappingProxyType(out) if isinstance(obj, MappingProxyType) else out
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changed = {}
+        for f in dataclasses.fields(obj):
+            if f.init:
+                value = getattr(obj, f.name)
+                new = escape_strings(value)
+                if new is not value:
+                    changed[f.name] = new
+        return dataclasses.replace(obj, **changed) if changed else obj
+    return obj
