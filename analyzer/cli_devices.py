@@ -5,13 +5,13 @@ import json
 import sys
 
 from graphcost.analyzer.cli import _Parser
-from graphcost.analyzer.devices import DEVICES, DTYPES
+from graphcost.analyzer.devices import DEVICES, DTYPES, INTERCONNECTS
 
 
 def build_parser():
     p = _Parser(prog="graphcost devices",
                 description="List the known devices: dense datasheet peaks per dtype, memory "
-                            "bandwidth and size.")
+                            "bandwidth and size; and the interconnects between ranks.")
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p
 
@@ -33,5 +33,13 @@ def run(args) -> int:
         rates = [f"{d.peak_flops[k] / 1e12:g}" if d.peak_flops[k] else "—" for k in DTYPES]
         table.add_row(d.name, d.label, *rates, f"{d.bandwidth / 1e9:,.0f}",
                       f"{d.memory / 2**30:g}")
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    links = Table(title="interconnects (--interconnect; GB/s per GPU, each direction)",
+                  header_style="bold")
+    for col in ("name", "link", "GB/s"):
+        links.add_column(col, justify="right" if col == "GB/s" else "left")
+    for link in INTERCONNECTS.values():
+        links.add_row(link.name, link.label, f"{link.bandwidth / 1e9:g}")
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    console.print(links)
     return 0

@@ -107,6 +107,8 @@ def _worker(rank: int, world: int, payload: str, out: str, port: int, fake: bool
 
 
 def _run_case(case: Case, rank: int, steps):
+    import gc
+
     import torch
 
     from graphcost import models_zoo
@@ -123,10 +125,20 @@ def _run_case(case: Case, rank: int, steps):
     out = []
     for step in range(1, max(steps) + 1):
         tracker = tracker_for()
-        with tracker:
-            opt.zero_grad(set_to_none=True)
-            float_output_sum(model, args).backward()
-            opt.step()
+        # Cyclic garbage is collected before the step and the collector paused during it:
+        # when it ran inside a tracked step, the tracker's peak for some rank and step grew
+        # by about one unit's buffers, at random. Pausing it can only keep more memory alive
+        # (cycles wait), yet every rank then measures the same, lower peak: those larger
+        # peaks were the tracker's, not memory the step holds.
+        gc.collect()
+        gc.disable()
+        try:
+            with tracker:
+                opt.zero_grad(set_to_none=True)
+                float_output_sum(model, args).backward()
+                opt.step()
+        finally:
+            gc.enable()
         snap = next(iter(tracker.get_tracker_snapshot("peak").values()), {})
         cats = {getattr(k, "value", str(k)): int(v) for k, v in snap.items() if v}
         if buckets:

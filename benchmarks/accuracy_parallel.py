@@ -47,10 +47,7 @@ def predict(model: str, strategy: str, world: int):
 def rows(models, strategies, world: int, fake: bool) -> list[dict]:
     from graphcost.analyzer.measure_parallel import Case, items, measure_parallel
 
-    # fully_shard cases first: on rank 0, a fully_shard run after a DDP one in the same
-    # process peaks later in backward (by one unit's sharded gradient): keep them apart
-    strategies = sorted(strategies, key=lambda s: s not in ("zero2", "zero3", "fsdp"))
-    preds = {(m, s): predict(m, s, world) for s in strategies for m in models}
+    preds = {(m, s): predict(m, s, world) for m in models for s in strategies}
     cases = [Case(m, s, 2, SHAPES.get(m, ()), tuple(u.name for u in p.units
                                                    if u.name != "(root)"))
              for (m, s), p in preds.items()]

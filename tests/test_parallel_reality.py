@@ -18,8 +18,8 @@ from graphcost.analyzer.pipeline import run_passes
 from graphcost.passes.parallel import ParallelSpec
 from tests.shared import joint_graph
 
-GLOO = [("mlp", "fsdp"), ("mlp", "zero2"), ("gpt2", "fsdp"), ("mlp", "ddp"), ("mlp", "zero1"),
-        ("gpt2", "ddp")]           # fully_shard first: see benchmarks/accuracy_parallel.py
+GLOO = [("mlp", "ddp"), ("mlp", "zero1"), ("mlp", "zero2"), ("mlp", "fsdp"), ("gpt2", "ddp"),
+        ("gpt2", "fsdp")]
 FAKE = [("mlp", "fsdp"), ("gpt2", "fsdp")]
 
 
