@@ -87,22 +87,28 @@ def _zoo_graph(name: str, batch, dims, input_shapes, exporter: str, note: Progre
         from graphcost import models_zoo
     except ImportError as exc:  # pragma: no cover - an install without torch
         raise GraphcostError(f"the model zoo needs torch: {exc}") from None
-    if name not in models_zoo.MODELS:
-        raise GraphcostError(f"no zoo model {name!r}; known: " + ", ".join(sorted(models_zoo.MODELS)))
+    if name not in models_zoo.names():
+        raise GraphcostError(f"no zoo model {name!r}; known: " + ", ".join(sorted(models_zoo.names())))
     # the zoo's own sizes (seq=64 …) unless the caller binds them
     dims = {**models_zoo.default_dims(name), **(dims or {})}
-    if exporter == "fx" or models_zoo.get(name).meta_only:
+    spec = models_zoo.get(name)
+    if exporter == "fx" or spec.meta_only or spec.hf:
         shapes = dict(input_shapes or models_zoo.input_shapes(name, batch or 1, **dims))
-        spec = models_zoo.get(name)
         note(f"building zoo:{name} on the meta device")
         import torch
 
         from graphcost.analyzer.frontends.torch_capture import make_fakes
-        with torch.device("meta"):
-            module = spec.build().eval()
-        # zoo input names need not be forward's argument names: pass them in order
-        fakes = tuple(make_fakes(module, shapes, spec.input_dtypes).values())
-        graph = _torch_graph(module, fakes, None, None, None, note, train)
+        try:
+            with torch.device("meta"):
+                module = spec.build().eval()
+        except ImportError as exc:  # a transformers model without transformers
+            raise GraphcostError(f"zoo:{name} needs transformers (pip install "
+                                 f"'graphcost[hf]'): {exc}") from None
+        fakes = make_fakes(module, shapes, spec.input_dtypes)
+        # transformers models take their inputs by name; the other zoo models' input names
+        # need not be forward's argument names: passed in order
+        graph = _torch_graph(module, fakes if spec.hf else tuple(fakes.values()), None, None,
+                             None, note, train)
         return _renamed(graph, f"zoo:{name}", dims)
     note(f"exporting zoo:{name} to ONNX (cached)")
     try:
@@ -140,7 +146,8 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
     import torch
 
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
-    from graphcost.analyzer.frontends.torch_capture import export_module, fake_inputs
+    from graphcost.analyzer.frontends.torch_capture import (call_defaults, export_module,
+                                                            fake_inputs)
 
     name = type(model).__name__
     if isinstance(model, torch.export.ExportedProgram) and train:
@@ -159,9 +166,12 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
     if not isinstance(model, torch.nn.Module):
         raise GraphcostError(f"cannot analyze a {name}")
     if example_inputs is not None:
-        args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
-            else (example_inputs,)
         kwargs: dict = {}
+        if isinstance(example_inputs, Mapping):  # keyword inputs by forward argument name
+            args, kwargs = (), dict(example_inputs)
+        else:
+            args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
+                else (example_inputs,)
         if batch is not None:
             raise GraphcostError("batch= applies to input_shapes; with example_inputs the "
                                  "batch is the inputs' own")
@@ -174,20 +184,19 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
         args, kwargs = (), fake_inputs(model, shapes, input_dtypes)
     else:
         raise GraphcostError(f"{name}: pass example_inputs or input_shapes")
+    batch_size = _batch_of((*args, *kwargs.values()))
+    kwargs = call_defaults(model, kwargs)
     if train:
         from graphcost.analyzer.frontends.fx_frontend import lower_joint
         from graphcost.analyzer.frontends.torch_capture import export_joint
-        if kwargs:  # keyword inputs in forward's order
-            import inspect
-            order = [p for p in inspect.signature(model.forward).parameters if p in kwargs]
-            args, kwargs = tuple(kwargs[p] for p in order), {}
-        note(f"tracing {name}'s forward and backward (AOTAutograd)")
-        gm, sig, prefix, scopes = export_joint(model, args, name=name)
-        return lower_joint(gm, sig, model, prefix, scopes, name=name, batch=_batch_of(args))
+        note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
+        gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name)
+        return lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size)
     note(f"tracing {name} with torch.export")
-    ep = export_module(model, args, kwargs, name=name)
+    references: dict[str, str] = {}  # how long the model's Python code holds each tensor
+    ep = export_module(model, args, kwargs, name=name, references=references)
     note("decomposing and lowering")
-    return lower_exported(ep, name=name, batch=_batch_of((*args, *kwargs.values())))
+    return lower_exported(ep, name=name, batch=batch_size, references=references)
 
 
 def _device(device):
