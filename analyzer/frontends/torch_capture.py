@@ -282,13 +282,15 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     try:
         with warnings.catch_warnings(), quiet_torch_logs():
             warnings.simplefilter("ignore", FutureWarning)
-            with _no_stack_traces(), _one_fake_mode(args):
+            with _no_stack_traces():
                 program = torch.export.export(_SumLoss(model), tuple(args),
                                               kwargs=kwargs or {}, strict=False)
                 runner = _ExportedRun(program, scopes)
-                gm, sig = aot_export_module(runner, runner.flat_inputs(args, kwargs),
-                                            trace_joint=True, output_loss_index=0,
-                                            decompositions=training_decompositions())
+                inputs = runner.flat_inputs(args, kwargs)
+                with _one_fake_mode(inputs):
+                    gm, sig = aot_export_module(runner, inputs, trace_joint=True,
+                                                output_loss_index=0,
+                                                decompositions=training_decompositions())
     except GraphcostError:
         raise
     except Exception as exc:
@@ -339,11 +341,21 @@ class _ExportedRun(torch.nn.Module):
 
 class _ScopedInterpreter(torch.fx.Interpreter):
     """Runs the exported graph under the joint tracer, bracketing each forward node's run by
-    the tracer graph's last node so the nodes created in between get its module path."""
+    the tracer graph's last node so the nodes created in between get its module path.
+
+    A dropout that drops nothing (p = 0) is its input, as ATen's dropout returns it in
+    eager; torch's Python kernel for it (the one tracing reaches) would copy the tensor."""
 
     def __init__(self, gm, scopes: dict[str, str]):
         super().__init__(gm)
         self._scopes = scopes
+
+    def call_function(self, target, args, kwargs):
+        if target is torch.ops.aten.dropout.default:
+            p, train = (list(args[1:]) + [kwargs.get("p"), kwargs.get("train")])[:2]
+            if not train or p == 0:
+                return args[0]
+        return super().call_function(target, args, kwargs)
 
     def run_node(self, n):
         from torch.fx.experimental.proxy_tensor import get_proxy_mode
