@@ -147,7 +147,7 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
 
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
     from graphcost.analyzer.frontends.torch_capture import (call_defaults, export_module,
-                                                            fake_inputs)
+                                                            fake_inputs, traceable_experts)
 
     name = type(model).__name__
     if isinstance(model, torch.export.ExportedProgram) and train:
@@ -186,17 +186,23 @@ def _torch_graph(model, example_inputs, batch, input_shapes, input_dtypes, note:
         raise GraphcostError(f"{name}: pass example_inputs or input_shapes")
     batch_size = _batch_of((*args, *kwargs.values()))
     kwargs = call_defaults(model, kwargs)
-    if train:
-        from graphcost.analyzer.frontends.fx_frontend import lower_joint
-        from graphcost.analyzer.frontends.torch_capture import export_joint
-        note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
-        gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name)
-        return lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size)
-    note(f"tracing {name} with torch.export")
-    references: dict[str, str] = {}  # how long the model's Python code holds each tensor
-    ep = export_module(model, args, kwargs, name=name, references=references)
-    note("decomposing and lowering")
-    return lower_exported(ep, name=name, batch=batch_size, references=references)
+    with traceable_experts(model) as notes:
+        if train:
+            from graphcost.analyzer.frontends.fx_frontend import lower_joint
+            from graphcost.analyzer.frontends.torch_capture import export_joint
+            note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
+            gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name)
+            graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size)
+        else:
+            note(f"tracing {name} with torch.export")
+            references: dict[str, str] = {}  # how long the model's Python holds each tensor
+            ep = export_module(model, args, kwargs, name=name, references=references)
+            note("decomposing and lowering")
+            graph = lower_exported(ep, name=name, batch=batch_size, references=references)
+    if notes:
+        from dataclasses import replace
+        graph = replace(graph, warnings=graph.warnings + tuple(notes))
+    return graph
 
 
 def _device(device):

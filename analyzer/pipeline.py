@@ -10,6 +10,7 @@ from graphcost.passes.arena import plan_arena
 from graphcost.passes.costs import count_costs
 from graphcost.passes.liveness import analyze_liveness
 from graphcost.passes.modules import aggregate_modules
+from graphcost.passes.moe import find_moe
 from graphcost.passes.training import plan_checkpoints, training_memory, what_ifs
 from graphcost.passes.params import count_params
 from graphcost.passes.receptive_field import is_cnn, receptive_fields
@@ -131,7 +132,7 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                            for i, f in sorted(found.items()))
     return Report(graph.name, graph.source, graph.batch, dict(graph.dims), totals, by_op,
                   coverage, memory, tuple(rows), tuple(warnings), tuple(shape_issues), modules,
-                  training, roof, fields)
+                  training, roof, fields, find_moe(graph, costs, params.params))
 
 
 def _roofline(graph: Graph, costs, device, tf32: bool, overhead, tensor_bytes: int) -> Roofline:

@@ -168,6 +168,15 @@ def summary_lines(r: Report) -> list[str]:
                 f"{human(c.recompute_flops)} FLOPs ({c.recompute_pct:.1f}% of the step)"
                 + (f"; budget {human_bytes(c.budget_bytes)}" if c.budget_bytes else ""),
             ]
+    if r.moe is not None:
+        e, first = r.moe, r.moe.layers[0]
+        lines += [
+            f"experts     {len(e.layers)} MoE layer(s), top-{first.top_k} of {first.experts}: "
+            f"params {e.active_params:,} active per token of {e.total_params:,}",
+            f"            FLOPs per token {human(e.flops_per_token)} (all experts: "
+            f"{human(e.dense_flops_per_token)}); rows per expert ≈ {first.rows_per_expert:g} "
+            f"balanced (ESTIMATE), ≤ {first.rows_per_expert_max:,} (BOUND)",
+        ]
     lines += roofline_lines(r)
     for w in r.warnings:
         lines.append(f"warning     {w}")

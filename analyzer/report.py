@@ -250,6 +250,7 @@ class Report:
     training: Training | None = None
     roofline: Roofline | None = None
     receptive_field: tuple[ReceptiveField, ...] = ()   # empty unless the graph is a CNN
+    moe: Any = None     # passes.moe.MoE (frozen, computed there) when the model has experts
 
     def to_dict(self) -> dict[str, Any]:
         t, c, m = self.totals, self.coverage, self.memory
@@ -283,6 +284,7 @@ class Report:
             "warnings": list(self.warnings),
             "training": self.training.to_dict() if self.training else None,
             "roofline": self.roofline.to_dict() if self.roofline else None,
+            "moe": self.moe.to_dict() if self.moe else None,
             "receptive_field": [{"index": f.index, "rf": list(f.rf), "jump": list(f.jump),
                                  "start": list(f.start)} for f in self.receptive_field],
             "modules": [{"path": m.path, "type": m.type, "depth": m.depth, "nodes": m.nodes,

@@ -101,6 +101,30 @@ def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str
     return kwargs
 
 
+@contextmanager
+def traceable_experts(model: torch.nn.Module):
+    """A transformers mixture of experts whose experts run the "eager" loop (a Python loop
+    over the experts the router hit, tokens picked with ``torch.where``) dispatches by the
+    data and cannot be traced. For the trace the model uses transformers' "grouped_mm"
+    experts instead — the same arithmetic, every token through k of the n experts — and
+    is put back after. Yields the warnings to report (one line, or none)."""
+    notes: list[str] = []
+    saved = None
+    if getattr(getattr(model, "config", None), "_experts_implementation", None) == "eager" \
+            and getattr(model, "_can_set_experts_implementation", lambda: False)():
+        saved = model.get_experts_implementation()
+        model.set_experts_implementation("grouped_mm")
+        notes.append(f"{type(model).__name__}'s eager experts route tokens by their data (a "
+                     "loop over the experts hit), which no trace can follow: costed with "
+                     "transformers' grouped_mm experts at the expected load, k of n experts "
+                     "per token and k/n of the tokens per expert (ESTIMATE)")
+    try:
+        yield notes
+    finally:
+        if saved is not None:
+            model.set_experts_implementation(saved)
+
+
 def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
                   name: str = "model",
                   references: dict[str, str] | None = None) -> "torch.export.ExportedProgram":

@@ -116,7 +116,7 @@ def attention(op: OpView) -> tuple[int, int]:
 
 
 @rule("aten._grouped_mm.default", "transformers.grouped_mm_fallback.default",
-      saves="operands")
+      saves="operands", routing="experts")
 def grouped_mm(op: OpView) -> tuple[int, int]:
     # A mixture of experts' matmul: tokens sorted by expert (S, K) against every expert's
     # weights (E, K, N), ``offs`` ending each expert's group of rows. Each token row meets one

@@ -57,7 +57,7 @@ def reduce_twice(op: OpView) -> tuple[int, int]:
 
 
 @rule("TopK", "aten.topk.default", saves="outputs",  # the indices it selected
-      attr_names=AXIS_ATTRS)
+      attr_names=AXIS_ATTRS, routing="top_k")
 def topk(op: OpView) -> tuple[int, int]:
     # a heap selection: ≈ log2(k) compares per input element (at least one).
     k = op.out_shape(0)[int(op.attr("axis", -1))]
