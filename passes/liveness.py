@@ -73,7 +73,8 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
     into a module call stays referenced (by the caller's variable and the callee's parameter)
     until that call returns, so it lives at least to the call's last node; and a tensor the
     model's Python code was seen holding while it was traced (``graph.eager_refs``: a local
-    variable, a list of skip tensors) lives as long as that reference did."""
+    variable, a list of skip tensors) lives as long as that reference did, and an op the model
+    ran in place (``graph.eager_inplace``) writes into its input's storage."""
     nodes = graph.nodes
     n = len(nodes)
     values = graph.values
