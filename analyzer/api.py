@@ -110,23 +110,27 @@ def _program_graph(r: Resolved, note: Progress, train: bool):
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
                  train: bool):
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
-    from graphcost.analyzer.frontends.torch_capture import export_module
+    from graphcost.analyzer.frontends.torch_capture import (call_defaults, export_module,
+                                                            traceable_experts)
 
-    if train:
-        import inspect
-
-        from graphcost.analyzer.frontends.fx_frontend import lower_joint
-        from graphcost.analyzer.frontends.torch_capture import export_joint
-        if kwargs:  # keyword inputs in forward's order
-            order = [p for p in inspect.signature(model.forward).parameters if p in kwargs]
-            args = (*args, *(kwargs[p] for p in order))
-        note(f"tracing {name}'s forward and backward (AOTAutograd)")
-        gm, sig, prefix, scopes = export_joint(model, args, name=name)
-        return lower_joint(gm, sig, model, prefix, scopes, name=name, batch=_batch_of(args))
-    note(f"tracing {name} with torch.export")
-    ep = export_module(model, args, dict(kwargs), name=name)
-    note("decomposing and lowering")
-    return lower_exported(ep, name=name, batch=_batch_of((*args, *kwargs.values())))
+    batch_size = _batch_of((*args, *kwargs.values()))
+    kwargs = call_defaults(model, dict(kwargs))
+    with traceable_experts(model) as notes:
+        if train:
+            from graphcost.analyzer.frontends.fx_frontend import lower_joint
+            from graphcost.analyzer.frontends.torch_capture import export_joint
+            note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
+            gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name)
+            graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size)
+        else:
+            note(f"tracing {name} with torch.export")
+            references: dict[str, str] = {}  # how long the model's Python holds each tensor
+            ep = export_module(model, args, kwargs, name=name, references=references)
+            note("decomposing and lowering")
+            graph = lower_exported(ep, name=name, batch=batch_size, references=references)
+    if notes:
+        graph = replace(graph, warnings=graph.warnings + tuple(notes))
+    return graph
 
 
 def _device(device):

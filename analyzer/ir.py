@@ -119,6 +119,13 @@ class Graph:
     batch: int = 1                        # the batch size the inputs were bound with
     module_types: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     warnings: tuple[str, ...] = ()
+    # value -> index of the last node during which the model's own Python code still held it
+    # (a local variable, a list, a returned tuple of a frame not yet returned), as observed
+    # while the forward was traced; eager lifetimes keep the tensor at least that long
+    eager_refs: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # value -> the value whose storage it was written into: the model ran the op in place
+    # (ReLU(inplace=True), ``+=``), which the traced graph writes as a new tensor
+    eager_inplace: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def spec(self, name: str) -> TensorSpec | None:
         v = self.values.get(name)

@@ -23,6 +23,7 @@ from graphcost.analyzer.ir import INTERNAL
 from graphcost.passes.costs import Coverage, OpTotals
 from graphcost.passes.liveness import Liveness
 from graphcost.passes.modules import ModuleCost
+from graphcost.passes.moe import MoE
 from graphcost.passes.receptive_field import NodeField
 from graphcost.passes.roofline import Roofline
 from graphcost.passes.training import TrainingMemory
@@ -114,6 +115,7 @@ class Report:
     warnings: tuple[str, ...] = ()
     training: TrainingMemory | None = None
     roofline: Roofline | None = None
+    moe: MoE | None = None                     # mixture-of-experts layers (passes.moe)
     receptive_field: tuple[NodeField, ...] = ()   # empty unless the graph is a CNN
     modules: tuple[ModuleCost, ...] = ()
     nodes: tuple[NodeRow, ...] = ()

@@ -32,6 +32,9 @@ class ZooModel:
     int_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     # too large to materialize: analyze it traced on the meta device (--fx), never export it
     meta_only: bool = False
+    # a transformers model (models_zoo/hf.py): inputs passed by name, traced with torch.export
+    # only (never exported to ONNX); needs the optional extra ``hf``
+    hf: bool = False
 
     def output_dims(self) -> dict[str, dict[int, str]]:
         return {o: dict(self.output_dynamic_dims.get(o, {0: BATCH})) for o in self.output_names}
@@ -122,10 +125,20 @@ MODELS: dict[str, ZooModel] = {
 
 
 def get(name: str) -> ZooModel:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown zoo model {name!r}; available: {', '.join(MODELS)}") from None
+    spec = MODELS.get(name) or _hf_models().get(name)
+    if spec is None:
+        raise KeyError(f"unknown zoo model {name!r}; available: {', '.join(names())}")
+    return spec
+
+
+def names() -> list[str]:
+    """Every zoo model: the plain-torch ones (MODELS), then the transformers ones."""
+    return [*MODELS, *_hf_models()]
+
+
+def _hf_models() -> dict[str, ZooModel]:
+    from .hf import HF_MODELS  # imports no transformers until a model is built
+    return HF_MODELS
 
 
 def build_model(name: str, *, seed: int = 0, eval: bool = True) -> nn.Module:
