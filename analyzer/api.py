@@ -133,6 +133,48 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     return graph
 
 
+_LOAD_ARGS = ("example_inputs", "dims", "input_shapes", "input_dtypes", "zoo_exporter",
+              "progress", "train")
+
+
+def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], Report]:
+    """``b -> analyze(model, batch=b, **kwargs)``, for analyzing many batches of one model: a
+    PyTorch model is traced at two batches and its graph re-bound for every other
+    (analyzer/rebind.py: a trace is most of an analysis); an ONNX model, which has no trace,
+    is lowered at each. The function has ``rebound`` True when it re-binds."""
+    from graphcost.analyzer.pipeline import run_passes
+    from graphcost.analyzer.rebind import batch_family
+
+    def plain(b: int) -> Report:
+        return analyze(model, batch=b, _cli=_cli, **kwargs)
+    plain.rebound = False  # type: ignore[attr-defined]
+    load = {k: kwargs[k] for k in _LOAD_ARGS if k in kwargs}
+    passes = {k: v for k, v in kwargs.items() if k not in _LOAD_ARGS}
+    train = load.get("train", False)
+    try:
+        g2 = load_graph(model, batch=2, **load)
+        if g2.source != "fx":
+            return plain
+        family = batch_family(g2, 2, load_graph(model, batch=3, **load), 3)
+    except GraphcostError as exc:
+        if _cli:
+            raise
+        raise GraphcostError(api_wording(str(exc))) from None
+    if family is None:
+        return plain
+    passes["optimizer"] = passes.get("optimizer", "adam") if train else None
+    passes["device"] = _device(passes.get("device"))
+
+    def at(b: int) -> Report:
+        try:
+            graph = family(b)
+        except ValueError:  # a size off its line at this batch: trace it
+            return plain(b)
+        return run_passes(graph, **passes)
+    at.rebound = True  # type: ignore[attr-defined]
+    return at
+
+
 def _device(device):
     if device is None or not isinstance(device, str):
         return device

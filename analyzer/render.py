@@ -364,6 +364,8 @@ def max_batch_lines(model: str, m) -> list[str]:
         f"b={f.check_batch:,})",
         f"  FLOPs(b)  = {human(f.flops.fixed)} + {human(f.flops.per_sample)}·b "
         f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})",
-        f"  {m.analyses} full analyses; every answer is checked by analyzing that batch",
+        f"  {m.analyses} full analyses; every answer is checked by analyzing that batch"
+        + (f" ({m.traces} model traces: graphs traced at two batches and re-bound to the "
+           "others, checked by a trace at the answer)" if m.traces else ""),
     ]
     return lines
