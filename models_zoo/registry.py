@@ -78,11 +78,11 @@ MODELS: dict[str, ZooModel] = {
             "three_conv", classic.three_conv, _image(3, 682, 700, resizable=True), _X_FLOAT,
             "conv3x3(64) relu conv3x3(64) relu maxpool conv3x3(128); default input 3x682x700", _X_BATCH, ("output",),
         ),
-        ZooModel("resnet18", resnet.resnet18, _image(3, 224, 224), _X_FLOAT, "torchvision ResNet-18", _X_BATCH, ("logits",)),
-        ZooModel("resnet50", resnet.resnet50, _image(3, 224, 224), _X_FLOAT, "torchvision ResNet-50 (v1.5)", _X_BATCH, ("logits",)),
+        ZooModel("resnet18", resnet.resnet18, _image(3, 224, 224, resizable=True), _X_FLOAT, "torchvision ResNet-18", _X_BATCH, ("logits",)),
+        ZooModel("resnet50", resnet.resnet50, _image(3, 224, 224, resizable=True), _X_FLOAT, "torchvision ResNet-50 (v1.5)", _X_BATCH, ("logits",)),
         ZooModel("vgg16", vgg.vgg16, _image(3, 224, 224), _X_FLOAT, "torchvision VGG-16 (config D, no BN)", _X_BATCH, ("logits",)),
         ZooModel(
-            "mobilenet_v2", mobilenet.mobilenet_v2, _image(3, 224, 224), _X_FLOAT,
+            "mobilenet_v2", mobilenet.mobilenet_v2, _image(3, 224, 224, resizable=True), _X_FLOAT,
             "torchvision MobileNetV2 (width 1.0)", _X_BATCH, ("logits",),
         ),
         ZooModel(
