@@ -26,16 +26,10 @@ from graphcost.models_zoo import get, hf
 
 warnings.filterwarnings("ignore")
 BATCH = 2
-NAMES = ["hf_gpt2", "hf_llama", "hf_qwen2", "hf_bert", "hf_t5", "hf_vit",
-         "hf_whisper_encoder", "hf_mixtral"]
+NAMES = list(hf.HF_MODELS)
 
 
-def build(name: str, **overrides) -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = get(name).build(**overrides)
-    for p in model.parameters():
-        p.requires_grad_(True)
-    return model
+build = hf.build_measurable
 
 
 def cell(predicted: int, measured: int) -> str:

@@ -187,3 +187,15 @@ class KeywordCall(torch.nn.Module):
 
     def forward(self):
         return self.model(**self.inputs)
+
+
+def build_measurable(name: str, **overrides) -> torch.nn.Module:
+    """``zoo:name`` with seeded random weights, every parameter trainable: PyTorch's MemTracker
+    hooks every parameter and cannot hook a frozen one (Whisper's positions)."""
+    from .registry import get
+
+    torch.manual_seed(0)
+    model = get(name).build(**overrides)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model

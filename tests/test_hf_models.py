@@ -22,17 +22,10 @@ from graphcost.models_zoo import get, hf  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 BATCH = 2
-NAMES = ["hf_gpt2", "hf_llama", "hf_qwen2", "hf_bert", "hf_t5", "hf_vit",
-         "hf_whisper_encoder", "hf_mixtral"]
+NAMES = list(hf.HF_MODELS)
 
 
-def build(name: str, **overrides) -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = get(name).build(**overrides)
-    # MemTracker hooks every parameter and cannot hook a frozen one (Whisper's positions)
-    for p in model.parameters():
-        p.requires_grad_(True)
-    return model
+build = hf.build_measurable
 
 
 @cache
