@@ -110,23 +110,69 @@ def _program_graph(r: Resolved, note: Progress, train: bool):
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
                  train: bool):
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
-    from graphcost.analyzer.frontends.torch_capture import export_module
+    from graphcost.analyzer.frontends.torch_capture import (call_defaults, export_module,
+                                                            traceable_experts)
 
-    if train:
-        import inspect
+    batch_size = _batch_of((*args, *kwargs.values()))
+    kwargs = call_defaults(model, dict(kwargs))
+    with traceable_experts(model) as notes:
+        if train:
+            from graphcost.analyzer.frontends.fx_frontend import lower_joint
+            from graphcost.analyzer.frontends.torch_capture import export_joint
+            note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
+            gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name)
+            graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size)
+        else:
+            note(f"tracing {name} with torch.export")
+            references: dict[str, str] = {}  # how long the model's Python holds each tensor
+            ep = export_module(model, args, kwargs, name=name, references=references)
+            note("decomposing and lowering")
+            graph = lower_exported(ep, name=name, batch=batch_size, references=references)
+    if notes:
+        graph = replace(graph, warnings=graph.warnings + tuple(notes))
+    return graph
 
-        from graphcost.analyzer.frontends.fx_frontend import lower_joint
-        from graphcost.analyzer.frontends.torch_capture import export_joint
-        if kwargs:  # keyword inputs in forward's order
-            order = [p for p in inspect.signature(model.forward).parameters if p in kwargs]
-            args = (*args, *(kwargs[p] for p in order))
-        note(f"tracing {name}'s forward and backward (AOTAutograd)")
-        gm, sig, prefix, scopes = export_joint(model, args, name=name)
-        return lower_joint(gm, sig, model, prefix, scopes, name=name, batch=_batch_of(args))
-    note(f"tracing {name} with torch.export")
-    ep = export_module(model, args, dict(kwargs), name=name)
-    note("decomposing and lowering")
-    return lower_exported(ep, name=name, batch=_batch_of((*args, *kwargs.values())))
+
+_LOAD_ARGS = ("example_inputs", "dims", "input_shapes", "input_dtypes", "zoo_exporter",
+              "progress", "train")
+
+
+def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], Report]:
+    """``b -> analyze(model, batch=b, **kwargs)``, for analyzing many batches of one model: a
+    PyTorch model is traced at two batches and its graph re-bound for every other
+    (analyzer/rebind.py: a trace is most of an analysis); an ONNX model, which has no trace,
+    is lowered at each. The function has ``rebound`` True when it re-binds."""
+    from graphcost.analyzer.pipeline import run_passes
+    from graphcost.analyzer.rebind import batch_family
+
+    def plain(b: int) -> Report:
+        return analyze(model, batch=b, _cli=_cli, **kwargs)
+    plain.rebound = False  # type: ignore[attr-defined]
+    load = {k: kwargs[k] for k in _LOAD_ARGS if k in kwargs}
+    passes = {k: v for k, v in kwargs.items() if k not in _LOAD_ARGS}
+    train = load.get("train", False)
+    try:
+        g2 = load_graph(model, batch=2, **load)
+        if g2.source != "fx":
+            return plain
+        family = batch_family(g2, 2, load_graph(model, batch=3, **load), 3)
+    except GraphcostError as exc:
+        if _cli:
+            raise
+        raise GraphcostError(api_wording(str(exc))) from None
+    if family is None:
+        return plain
+    passes["optimizer"] = passes.get("optimizer", "adam") if train else None
+    passes["device"] = _device(passes.get("device"))
+
+    def at(b: int) -> Report:
+        try:
+            graph = family(b)
+        except ValueError:  # a size off its line at this batch: trace it
+            return plain(b)
+        return run_passes(graph, **passes)
+    at.rebound = True  # type: ignore[attr-defined]
+    return at
 
 
 def _device(device):

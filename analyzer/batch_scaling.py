@@ -45,6 +45,7 @@ class MaxBatch:
     fit: BatchFit
     analyses: int                # how many full analyses the answer took
     train: bool
+    traces: int | None = None    # how many model traces they took (None: one per analysis)
     parallel: str = ""           # "fsdp over 8 ranks": memory and batch are one rank's
 
     def to_dict(self) -> dict:
@@ -52,7 +53,8 @@ class MaxBatch:
         return {"device": self.device, "memory_bytes": self.memory_bytes,
                 "max_batch": self.batch, "required_bytes": self.required_bytes,
                 "next_required_bytes": self.next_required_bytes, "train": self.train,
-                "analyses": self.analyses, "parallel": self.parallel or None,
+                "analyses": self.analyses, "traces": self.traces,
+                "parallel": self.parallel or None,
                 "fit": {"memory_fixed_bytes": f.memory.fixed,
                         "memory_per_sample_bytes": f.memory.per_sample,
                         "flops_fixed": f.flops.fixed, "flops_per_sample": f.flops.per_sample,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 from contextlib import contextmanager
+from dataclasses import replace
 import os
 import sys
 from pathlib import Path
@@ -386,7 +387,20 @@ def _max_batch(args) -> int:
     if (args.world_size or "").strip().lower() == "auto":
         raise GraphcostError("--max-batch with --world-size auto: fix the world size to search "
                              "the batch (or the batch to search the world size)")
-    result = max_batch(lambda b: run_analysis(args.model, args, batch=b, what_if=False))
+    from graphcost.analyzer.api import analyze_by_batch
+
+    kwargs = {k: v for k, v in analysis_kwargs(args).items() if k != "batch"}
+    with _progress() as note:
+        at = analyze_by_batch(args.model, _cli=True, progress=note, what_if=False, **kwargs)
+        result = max_batch(at)
+        if at.rebound and result.batch > 0:
+            # the answer from re-bound graphs, checked by a real trace at that batch
+            real = run_analysis(args.model, args, batch=result.batch, what_if=False)
+            if real.roofline.required_bytes != result.required_bytes:
+                result = max_batch(lambda b: run_analysis(args.model, args, batch=b,
+                                                          what_if=False))
+            else:
+                result = replace(result, traces=3)
     if args.format == "json":
         import json
         text = json.dumps({"schema_version": 1, "kind": "max_batch", "model": args.model,

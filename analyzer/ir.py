@@ -126,6 +126,13 @@ class Graph:
     # Parameter value -> its name in the model (``named_parameters()``: "h.0.attn.c_attn.weight")
     # where the frontend knows it; an ONNX initializer's own name is usually that already.
     param_paths: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # value -> index of the last node during which the model's own Python code still held it
+    # (a local variable, a list, a returned tuple of a frame not yet returned), as observed
+    # while the forward was traced; eager lifetimes keep the tensor at least that long
+    eager_refs: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # value -> the value whose storage it was written into: the model ran the op in place
+    # (ReLU(inplace=True), ``+=``), which the traced graph writes as a new tensor
+    eager_inplace: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def spec(self, name: str) -> TensorSpec | None:
         v = self.values.get(name)

@@ -71,17 +71,17 @@ def _snapshot_dict(snap) -> dict[str, int]:
     return {getattr(k, "value", str(k)): int(v) for k, v in snap.items()}
 
 
-def measure_inference(module, args):
+def measure_inference(module, args, kwargs=None):
     """MemTracker over one forward under no_grad: (activation peak, the peak by category,
     per module fqn: (activation bytes at its own peak, calls)). The tests measure with this
-    too."""
+    too. ``kwargs``: keyword inputs (a transformers model's)."""
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker, _ModState
 
     tracker = MemTracker()
     tracker.track_external(module)
     with torch.no_grad(), tracker:
-        module(*args)
+        module(*args, **(kwargs or {}))
     peak = _snapshot_dict(next(iter(tracker.get_tracker_snapshot("peak").values()), {}))
     # Per module: the activations live at the module's own peak (whatever was allocated
     # before it and still alive counts too, as in graphcost's timeline), max over its calls.
@@ -94,11 +94,11 @@ def measure_inference(module, args):
         per_module[fqn] = (best, len(snaps))
     return peak.get("Activation", 0), peak, per_module
 
-def float_output_sum(module, args):
+def float_output_sum(module, args, kwargs=None):
     """graphcost's training loss: the sum of every floating output of ``module(*args)``."""
     import torch
 
-    leaves = [t for t in torch.utils._pytree.tree_leaves(module(*args))
+    leaves = [t for t in torch.utils._pytree.tree_leaves(module(*args, **(kwargs or {})))
               if isinstance(t, torch.Tensor) and t.is_floating_point()]
     return sum(t.sum() for t in leaves)
 
@@ -116,7 +116,7 @@ def skip_frozen(tracker, module) -> None:
             tracker._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
 
 
-def measure_training(module, args, optimizer: str):
+def measure_training(module, args, optimizer: str, kwargs=None):
     """MemTracker's peak over the second training step (optimizer state already allocated,
     gradients freed by zero_grad(set_to_none=True) first), as graphcost models it:
     (total bytes, the peak by category). The tests measure with this too."""
@@ -133,7 +133,7 @@ def measure_training(module, args, optimizer: str):
 
     def step():
         module.zero_grad(set_to_none=True)
-        float_output_sum(module, args).backward()
+        float_output_sum(module, args, kwargs).backward()
         if opt:
             opt.step()
 

@@ -11,6 +11,7 @@ from graphcost.passes.costs import CostReport, count_costs
 from graphcost.passes.liveness import analyze_liveness
 from graphcost.passes.modules import aggregate_modules
 from graphcost.passes.parallel import parallel_step
+from graphcost.passes.moe import find_moe
 from graphcost.passes.params import ParamReport, count_params
 from graphcost.passes.precision import cast_floats
 from graphcost.passes.receptive_field import cnn_fields
@@ -51,7 +52,7 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
         memory=memory, warnings=_warnings(graph, memory, arena), training=training, roofline=None,
         parallel=parallel and parallel_step(graph, training, parallel, device, overhead),
-        receptive_field=() if optimizer else cnn_fields(graph),
+        moe=find_moe(graph, costs, params.params), receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)))
     if device is None:

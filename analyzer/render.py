@@ -139,6 +139,14 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
                     + ([f"(+{more} more)"] if more > 0 else [])))
     out.append(("peak", [f"{human_bytes(r.peak_bytes)} ({r.peak_bytes:,} B)",
                          f"= {explain.peak_includes(r)}"]))
+    if r.moe is not None:
+        e, first = r.moe, r.moe.layers[0]
+        out += [("experts", [f"{len(e.layers)} MoE layer(s), top-{first.top_k} of "
+                             f"{first.experts}:", f"params {e.active_params:,} active per token "
+                             f"of {e.total_params:,};", f"FLOPs per token {human(e.flops_per_token)}",
+                             f"(all experts: {human(e.dense_flops_per_token)});",
+                             f"rows per expert ≈ {first.rows_per_expert_estimate:g} balanced "
+                             "(ESTIMATE),", f"≤ {first.rows_per_expert_bound:,} (BOUND)"])]
     out += _training_summary(r) + parallel_summary(r) + _roofline_summary(r)
     out += [("warning", [w]) for w in r.warnings]
     return out
@@ -359,6 +367,8 @@ def max_batch_lines(model: str, m) -> list[str]:
         f"b={f.check_batch:,})",
         f"  FLOPs(b)  = {human(f.flops.fixed)} + {human(f.flops.per_sample)}·b "
         f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})",
-        f"  {m.analyses} full analyses; every answer is checked by analyzing that batch",
+        f"  {m.analyses} full analyses; every answer is checked by analyzing that batch"
+        + (f" ({m.traces} model traces: graphs traced at two batches and re-bound to the "
+           "others, checked by a trace at the answer)" if m.traces else ""),
     ]
     return lines

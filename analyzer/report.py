@@ -24,6 +24,7 @@ from graphcost.passes.costs import Coverage, OpTotals
 from graphcost.passes.liveness import Liveness
 from graphcost.passes.modules import ModuleCost
 from graphcost.passes.parallel import ParallelMemory
+from graphcost.passes.moe import MoE
 from graphcost.passes.receptive_field import NodeField
 from graphcost.passes.roofline import Roofline
 from graphcost.passes.training import TrainingMemory
@@ -124,6 +125,7 @@ class Report:
     training: TrainingMemory | None = None
     parallel: ParallelMemory | None = None      # one rank's share of the training step
     roofline: Roofline | None = None
+    moe: MoE | None = None                     # mixture-of-experts layers (passes.moe)
     receptive_field: tuple[NodeField, ...] = ()   # empty unless the graph is a CNN
     modules: tuple[ModuleCost, ...] = ()
     nodes: tuple[NodeRow, ...] = ()

@@ -113,9 +113,9 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
         from graphcost import models_zoo
     except ImportError as exc:  # pragma: no cover - an install without torch
         raise GraphcostError(f"the model zoo needs torch: {exc}") from None
-    if name not in models_zoo.MODELS:
+    if name not in models_zoo.names():
         raise GraphcostError(f"no zoo model {name!r}; known: "
-                             + ", ".join(sorted(models_zoo.MODELS)))
+                             + ", ".join(sorted(models_zoo.names())))
     spec = models_zoo.get(name)
     if b.input_dtypes:
         _same_dtypes(b.input_dtypes, {k: str(v).removeprefix("torch.")
@@ -125,7 +125,7 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
     if spec.meta_only and materialize:
         raise GraphcostError(f"zoo:{name} is never materialized (meta device only): verify "
                              "runs the model for real; pick a model that fits in memory")
-    if not (torch_module or spec.meta_only):
+    if not (torch_module or spec.meta_only or spec.hf):
         note(f"exporting zoo:{name} to ONNX (cached)")
         try:
             path = Path(models_zoo.cached_export(name))
@@ -143,16 +143,23 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
     if b.input_shapes and b.batch is not None:
         shapes = {k: (b.batch, *v[1:]) for k, v in shapes.items()}
     from graphcost.analyzer.frontends.torch_capture import make_fakes, real_inputs
-    if materialize:
-        module = models_zoo.build_model(name)
-        inputs = real_inputs(shapes, spec.input_dtypes, ranges)
-    else:
-        import torch
-        note(f"building zoo:{name} on the meta device")
-        with torch.device("meta"):
-            module = spec.build().eval()
-        inputs = make_fakes(module, shapes, spec.input_dtypes)
-    # zoo input names need not be forward's argument names: they are passed in order
+    try:
+        if materialize:
+            module = models_zoo.build_model(name)
+            inputs = real_inputs(shapes, spec.input_dtypes, ranges)
+        else:
+            import torch
+            note(f"building zoo:{name} on the meta device")
+            with torch.device("meta"):
+                module = spec.build().eval()
+            inputs = make_fakes(module, shapes, spec.input_dtypes)
+    except ImportError as exc:  # a transformers model without transformers
+        raise GraphcostError(f"zoo:{name} needs transformers (pip install 'graphcost[hf]'): "
+                             f"{exc}") from None
+    if spec.hf:  # transformers models take their inputs by name
+        return Resolved("torch", f"zoo:{name}", module=module, kwargs=inputs, dims=dims,
+                        int_ranges=ranges)
+    # the other zoo models' input names need not be forward's argument names: in order
     return Resolved("torch", f"zoo:{name}", module=module, inputs=tuple(inputs.values()),
                     dims=dims, int_ranges=ranges)
 
@@ -179,6 +186,8 @@ def _module(model, example_inputs, b: Bindings, name: str) -> Resolved:
         if b.batch is not None:
             raise GraphcostError("batch= applies to input_shapes; with example_inputs the "
                                  "batch is the inputs' own")
+        if isinstance(example_inputs, Mapping):  # keyword inputs by forward argument name
+            return Resolved("torch", name, module=model, kwargs=dict(example_inputs))
         args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
             else (example_inputs,)
         return Resolved("torch", name, module=model, inputs=args)

@@ -3,7 +3,6 @@ against graphcost's peak overall and per module (analyzer.measure takes the meas
 """
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,17 +109,16 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
         raise GraphcostError(f"optimizer must be one of {', '.join(OPTIMIZERS)}")
     kwargs = dict(example_inputs) if isinstance(example_inputs, Mapping) else {}
     args = () if kwargs else tuple(example_inputs)
-    if kwargs:  # analyze() takes positional inputs: forward's order
-        order = [p for p in inspect.signature(module.forward).parameters if p in kwargs]
-        args, kwargs = tuple(kwargs[p] for p in order), {}
+    inputs = kwargs or args  # analyze() takes either; measured with the same call
     label = name or type(module).__name__
-    batch = next((int(t.shape[0]) for t in args if getattr(t, "ndim", 0)), 1)
+    batch = next((int(t.shape[0]) for t in (*args, *kwargs.values())
+                  if getattr(t, "ndim", 0)), 1)
     if train:
         was = module.training
         module.train()
-        report = analyze(module, args, train=True, optimizer=optimizer, progress=progress,
+        report = analyze(module, inputs, train=True, optimizer=optimizer, progress=progress,
                          include_inputs=False, what_if=False)
-        measured, breakdown = measure_training(module, args, optimizer)
+        measured, breakdown = measure_training(module, args, optimizer, kwargs)
         module.train(was)
         predicted = report.training.breakdown_at_peak
         parts = tuple(PeakPart(cat, sum(predicted.get(k, 0) for k in ours),
@@ -133,9 +131,9 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
                                  f"{report.training.peak_phase} phase; per-module figures "
                                  "are compared for inference only", parts)
     module.eval()
-    report = analyze(module, args, include_inputs=False, lifetimes=lifetimes,
+    report = analyze(module, inputs, include_inputs=False, lifetimes=lifetimes,
                      progress=progress)
-    measured, breakdown, per_module = measure_inference(module, args)
+    measured, breakdown, per_module = measure_inference(module, args, kwargs)
     rows = [_module_peak(m, report, per_module) for m in report.modules if m.depth <= depth]
     return TorchVerification(label, batch, "inference", None, report.memory.peak_bytes,
                              measured, tuple(rows), breakdown,

@@ -6,7 +6,7 @@
 
 from .export import ZooExportError, cache_dir, cached_export, export_onnx
 from .registry import (MODELS, ZooModel, build_model, default_dims, example_inputs, get,
-                       input_shapes)
+                       input_shapes, names)
 
 __all__ = [
     "MODELS",
@@ -20,4 +20,5 @@ __all__ = [
     "export_onnx",
     "get",
     "input_shapes",
+    "names",
 ]

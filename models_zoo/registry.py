@@ -32,6 +32,9 @@ class ZooModel:
     int_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     # too large to materialize: analyze it traced on the meta device (--fx), never export it
     meta_only: bool = False
+    # a transformers model (models_zoo/hf.py): inputs passed by name, traced with torch.export
+    # only (never exported to ONNX); needs the optional extra ``hf``
+    hf: bool = False
 
     def output_dims(self) -> dict[str, dict[int, str]]:
         return {o: dict(self.output_dynamic_dims.get(o, {0: BATCH})) for o in self.output_names}
@@ -75,11 +78,11 @@ MODELS: dict[str, ZooModel] = {
             "three_conv", classic.three_conv, _image(3, 682, 700, resizable=True), _X_FLOAT,
             "conv3x3(64) relu conv3x3(64) relu maxpool conv3x3(128); default input 3x682x700", _X_BATCH, ("output",),
         ),
-        ZooModel("resnet18", resnet.resnet18, _image(3, 224, 224), _X_FLOAT, "torchvision ResNet-18", _X_BATCH, ("logits",)),
-        ZooModel("resnet50", resnet.resnet50, _image(3, 224, 224), _X_FLOAT, "torchvision ResNet-50 (v1.5)", _X_BATCH, ("logits",)),
+        ZooModel("resnet18", resnet.resnet18, _image(3, 224, 224, resizable=True), _X_FLOAT, "torchvision ResNet-18", _X_BATCH, ("logits",)),
+        ZooModel("resnet50", resnet.resnet50, _image(3, 224, 224, resizable=True), _X_FLOAT, "torchvision ResNet-50 (v1.5)", _X_BATCH, ("logits",)),
         ZooModel("vgg16", vgg.vgg16, _image(3, 224, 224), _X_FLOAT, "torchvision VGG-16 (config D, no BN)", _X_BATCH, ("logits",)),
         ZooModel(
-            "mobilenet_v2", mobilenet.mobilenet_v2, _image(3, 224, 224), _X_FLOAT,
+            "mobilenet_v2", mobilenet.mobilenet_v2, _image(3, 224, 224, resizable=True), _X_FLOAT,
             "torchvision MobileNetV2 (width 1.0)", _X_BATCH, ("logits",),
         ),
         ZooModel(
@@ -133,10 +136,20 @@ MODELS: dict[str, ZooModel] = {
 
 
 def get(name: str) -> ZooModel:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown zoo model {name!r}; available: {', '.join(MODELS)}") from None
+    spec = MODELS.get(name) or _hf_models().get(name)
+    if spec is None:
+        raise KeyError(f"unknown zoo model {name!r}; available: {', '.join(names())}")
+    return spec
+
+
+def names() -> list[str]:
+    """Every zoo model: the plain-torch ones (MODELS), then the transformers ones."""
+    return [*MODELS, *_hf_models()]
+
+
+def _hf_models() -> dict[str, ZooModel]:
+    from .hf import HF_MODELS  # imports no transformers until a model is built
+    return HF_MODELS
 
 
 def build_model(name: str, *, seed: int = 0, eval: bool = True) -> nn.Module:

@@ -92,7 +92,10 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
                      inplace: bool = False, eager: bool = False) -> Liveness:
     """``eager=True`` models PyTorch eager execution instead of a graph runtime: a tensor passed
     into a module call stays referenced (by the caller's variable and the callee's parameter)
-    until that call returns, so it lives at least to the call's last node."""
+    until that call returns, so it lives at least to the call's last node; and a tensor the
+    model's Python code was seen holding while it was traced (``graph.eager_refs``: a local
+    variable, a list of skip tensors) lives as long as that reference did, and an op the model
+    ran in place (``graph.eager_inplace``) writes into its input's storage."""
     nodes = graph.nodes
     n = len(nodes)
     values = graph.values
@@ -106,6 +109,9 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
                 last_use[name] = node.index
     if eager:
         _extend_to_module_returns(graph, last_use)
+        for name, end in graph.eager_refs.items():  # Python's own references (traced)
+            if end > last_use.get(name, -1):
+                last_use[name] = end
     for name in graph.outputs:
         last_use[name] = last
 
@@ -140,8 +146,11 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
                 getattr(values.get(src), "kind", None) != ValueKind.INPUT:
             continue  # a view of a weight or constant allocates nothing
         is_view = shared is not None and r is not None and r.alias
+        written = graph.eager_inplace.get(node.outputs[0]) if eager and node.outputs else None
         if is_view:
             pass  # every output (split/unbind give several) is a view of input 0
+        elif written is not None and written in of:
+            shared = of[written]  # the model itself ran this op in place
         elif (inplace and shared is not None and r is not None and r.inplace
               and deaths[shared] == node.index and src not in outputs):
             pass  # in place: the input's storage dies here, the output reuses it

@@ -11,20 +11,28 @@ from graphcost.analyzer.pipeline import run_passes
 from graphcost.analyzer.measure import measure_training
 
 BATCH = 2
+# Image models measured at 64×64 instead of 224×224: a real training step is 12× cheaper and the
+# comparisons stay as discriminating (every layer, the same schedule, a smaller image).
+SIZES = {"resnet18": {"height": 64, "width": 64}, "mobilenet_v2": {"height": 64, "width": 64}}
+
+
+def inputs(name: str, small: bool = True):
+    """zoo:NAME's example inputs at the test sizes (BATCH, and SIZES unless ``small`` is
+    False: a checkpoint plan needs activations that outweigh Adam's state)."""
+    return models_zoo.example_inputs(name, batch=BATCH, **(SIZES.get(name, {}) if small else {}))
 
 
 @functools.lru_cache(maxsize=None)
-def joint_graph(name: str):
+def joint_graph(name: str, small: bool = True):
     """zoo:NAME's joint forward+backward graph at BATCH (traced once; the IR is immutable)."""
-    return load_graph(models_zoo.build_model(name, eval=False),
-                      models_zoo.example_inputs(name, batch=BATCH), train=True)
+    return load_graph(models_zoo.build_model(name, eval=False), inputs(name, small), train=True)
 
 
-def train_report(name: str, optimizer: str, **kw):
+def train_report(name: str, optimizer: str, small: bool = True, **kw):
     """One training step's analysis of zoo:NAME from the shared joint graph; the graph input is
     left out by default, as MemTracker leaves out what exists before the step."""
     kw.setdefault("include_inputs", False)
-    return run_passes(joint_graph(name), optimizer=optimizer, **kw)
+    return run_passes(joint_graph(name, small), optimizer=optimizer, **kw)
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,10 +41,10 @@ def measured_step(name: str, optimizer: str) -> int:
     return measured_step_peak(name, optimizer)
 
 
-def measured_step_peak(name: str, optimizer: str, prepare=None) -> int:
+def measured_step_peak(name: str, optimizer: str, prepare=None, small: bool = True) -> int:
     """MemTracker's peak over the second real training step (analyzer.verify's measurement).
     ``prepare(model)`` may change the model first (wrap blocks in torch.utils.checkpoint)."""
     model = models_zoo.build_model(name, eval=False)
     if prepare is not None:
         prepare(model)
-    return measure_training(model, models_zoo.example_inputs(name, batch=BATCH), optimizer)[0]
+    return measure_training(model, inputs(name, small), optimizer)[0]

@@ -9,10 +9,7 @@ import pytest
 from onnx import helper
 
 from tests.onnx_builders import model, node, weight
-from tests.test_cli import run  # the installed-command runner (skips if not installed)
-
-pytestmark = pytest.mark.skipif(__import__("shutil").which("graphcost") is None,
-                                reason="graphcost is not installed (pip install -e .)")
+from tests.cli_runner import run  # graphcost's main in this process (tests/test_cli.py runs the installed command)
 
 
 def assert_one_line_error(p, *needles):

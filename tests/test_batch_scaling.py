@@ -83,3 +83,21 @@ def test_max_batch_bad_input(tmp_path, capsys):
     assert "needs --device" in capsys.readouterr().err
     assert main(["zoo:small_cnn", "--max-batch", "--batch", "4", "--device", "t4"]) == 2
     assert "leave out --batch" in capsys.readouterr().err
+
+
+def test_a_traced_graph_rebound_to_another_batch_equals_its_trace():
+    # two traces (batches 2 and 3) give every dim's line in the batch; batch 5 re-bound from
+    # them must be the batch-5 trace exactly (sizes, costs, the training step's peak)
+    from graphcost.analyzer.api import analyze_by_batch, load_graph
+    from graphcost.analyzer.pipeline import run_passes
+    at = analyze_by_batch("zoo:gpt2", train=True, optimizer="adam", what_if=False)
+    assert at.rebound
+    real = run_passes(load_graph("zoo:gpt2", batch=5, train=True), optimizer="adam",
+                      what_if=False)
+    got = at(5)
+    assert got.batch == 5
+    assert (got.totals.flops, got.totals.bytes_read, got.training.peak_bytes) == \
+        (real.totals.flops, real.totals.bytes_read, real.training.peak_bytes)
+    assert [n.output_shapes for n in got.nodes] == [n.output_shapes for n in real.nodes]
+    # an ONNX model has no trace to save: it is lowered at each batch
+    assert not analyze_by_batch("zoo:mnist_net").rebound

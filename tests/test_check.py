@@ -3,13 +3,12 @@ with values that are published or hand-computed, run through the installed comma
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 
 import pytest
 from onnx import helper
 
+from tests.cli_runner import run_cli
 from tests.onnx_builders import model, node, weight
 
 GRAPHCOST = shutil.which("graphcost")
@@ -17,8 +16,7 @@ pytestmark = pytest.mark.skipif(GRAPHCOST is None, reason="graphcost is not inst
 
 
 def run(*args):
-    return subprocess.run([GRAPHCOST, "check", *map(str, args)], capture_output=True,
-                          text=True, env=dict(os.environ, COLUMNS="200"), timeout=300)
+    return run_cli("check", *args, env={"COLUMNS": "200"})  # in this process: tests/cli_runner
 
 
 def test_resnet50_gate_in_the_issue_fails_on_flops_only():

@@ -6,10 +6,9 @@ import warnings
 import pytest
 from torch.utils.checkpoint import checkpoint
 
-from graphcost import models_zoo
-from graphcost import GraphcostError, analyze
+from graphcost import GraphcostError
 from graphcost.analyzer.units import parse_size
-from tests.shared import BATCH, measured_step_peak
+from tests.shared import measured_step_peak, train_report
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -39,54 +38,55 @@ def checkpoint_segments(segments: list[list[str]]):
                                        ("gpt2", {"every": 1}), ("bert", {"every": 1}),
                                        ("llama_tiny", {"every": 1})])
 def test_checkpointed_peak_vs_memtracker(name, plan, optimizer):
-    model = models_zoo.build_model(name)
-    r = analyze(model, models_zoo.example_inputs(name, batch=BATCH), train=True,
-                optimizer=optimizer, checkpoint=plan, include_inputs=False, what_if=False)
+    # the shared joint trace (tests/shared.py) at full size: checkpointing lowers the peak only
+    # where activations outweigh Adam's state; inputs left out as MemTracker leaves them out
+    r = train_report(name, optimizer, small=False, checkpoint=plan, what_if=False)
     c = r.training.checkpoint
     assert c.peak_without_bytes == r.training.peak_bytes
     assert c.peak_bytes < c.peak_without_bytes and c.recompute_flops > 0
     measured = measured_step_peak(name, optimizer,
-                                  checkpoint_segments([s.split("+") for s in c.segments]))
+                                  checkpoint_segments([s.split("+") for s in c.segments]),
+                                  small=False)
     assert abs(c.peak_bytes / measured - 1) <= 0.10, (c.peak_bytes, measured)
 
 
 def test_plans_and_blocks():
-    model = models_zoo.build_model("resnet18")
-    args = models_zoo.example_inputs("resnet18", batch=BATCH)
-    every = analyze(model, args, train=True, checkpoint={"every": 2}).training.checkpoint
+    def plan(**checkpoint):
+        return train_report("resnet18", "adam", checkpoint=checkpoint, what_if=False).training
+
+    every = plan(every=2).checkpoint
     assert every.segments == ("layer1.0+layer1.1", "layer2.0+layer2.1", "layer3.0+layer3.1",
                               "layer4.0+layer4.1")
     # 8 blocks → √8 ≈ 3 segments of ⌈8/3⌉ = 3 blocks
-    sqrt = analyze(model, args, train=True, checkpoint={"sqrt": True}).training.checkpoint
+    sqrt = plan(sqrt=True).checkpoint
     assert len(sqrt.segments) == 3
-    named = analyze(model, args, train=True, checkpoint={"names": ["layer1"]}).training
+    named = plan(names=["layer1"])
     assert named.checkpoint.segments == ("layer1",)
     # recompute = the checkpointed forward once more: less than the forward of the whole model
     assert 0 < named.checkpoint.recompute_pct < 34
 
 
 def test_auto_plan_fits_budget_with_least_recompute():
-    model = models_zoo.build_model("gpt2")
-    args = models_zoo.example_inputs("gpt2", batch=BATCH)
-    plain = analyze(model, args, train=True).training
-    one = analyze(model, args, train=True, checkpoint={"names": ["h.0"]}).training.checkpoint
+    def step(**checkpoint):
+        return train_report("gpt2", "adam", checkpoint=checkpoint or None,
+                            what_if=False).training
+
+    plain = step()
+    one = step(names=["h.0"]).checkpoint
     # a budget that one checkpointed block meets: auto picks one block, not both
-    auto = analyze(model, args, train=True,
-                   checkpoint={"budget": one.peak_bytes}).training.checkpoint
+    auto = step(budget=one.peak_bytes).checkpoint
     assert len(auto.segments) == 1 and auto.peak_bytes <= one.peak_bytes
     assert auto.peak_without_bytes == plain.peak_bytes
-    roomy = analyze(model, args, train=True,
-                    checkpoint={"budget": plain.peak_bytes}).training.checkpoint
+    roomy = step(budget=plain.peak_bytes).checkpoint
     assert roomy.segments == () and roomy.recompute_flops == 0
     floor = plain.param_bytes + plain.optimizer_state_bytes + plain.grad_bytes
     with pytest.raises(GraphcostError, match=f"alone take {floor:,} B"):
-        analyze(model, args, train=True, checkpoint={"budget": floor - 1})
+        step(budget=floor - 1)
 
 
 def test_unknown_segment_lists_close_matches():
     with pytest.raises(GraphcostError, match="close matches: .*h.0"):
-        analyze(models_zoo.build_model("gpt2"), models_zoo.example_inputs("gpt2", batch=1),
-                train=True, checkpoint={"names": ["h.O"]})
+        train_report("gpt2", "adam", checkpoint={"names": ["h.O"]})
 
 
 @pytest.mark.parametrize("text,value", [("4GB", 4 * 10**9), ("4GiB", 4 * 2**30),

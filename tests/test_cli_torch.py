@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from tests.test_bad_input import assert_one_line_error
-from tests.test_cli import run
+from tests.cli_runner import run
 
 NET = textwrap.dedent('''
     import torch

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import onnx
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from graphcost import analyze
 from graphcost.analyzer import diff as diff_mod
 from graphcost.analyzer.diff import diff_reports
+from tests.cli_runner import run_cli
 from tests.onnx_builders import model, node, weight
 
 GRAPHCOST = shutil.which("graphcost")
@@ -20,8 +20,7 @@ ENV = dict(os.environ, COLUMNS="200")  # conftest has set GRAPHCOST_CACHE in os.
 
 
 def run(*args, rc=None):
-    p = subprocess.run([GRAPHCOST, "diff", *map(str, args)], capture_output=True, text=True,
-                       env=ENV, timeout=300, check=False)
+    p = run_cli("diff", *args, env={"COLUMNS": "200"})  # in this process: tests/cli_runner
     if rc is not None:
         assert p.returncode == rc, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     return p

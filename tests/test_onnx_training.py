@@ -3,9 +3,6 @@ labelled, pure, reachable from the command line, and bounded against the exact F
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 
 import onnx
 import pytest
@@ -16,9 +13,9 @@ from graphcost.analyzer.api import load_graph
 from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
 from graphcost.passes.backward_estimate import ESTIMATE_WARNING, estimate_joint
 from graphcost.passes.training import training_memory
+from tests.cli_runner import run_cli
 from tests.onnx_builders import model, node, weight
 
-GRAPHCOST = shutil.which("graphcost")
 
 
 def mlp() -> onnx.ModelProto:
@@ -143,38 +140,33 @@ def test_undeclared_op_keeps_inputs_and_says_so():
     assert r.coverage.unsupported.get("graphcost.backward:org.acme::Hardmax") == 1
 
 
-@pytest.mark.skipif(GRAPHCOST is None, reason="graphcost is not installed (pip install -e .)")
 def test_cli_train_on_onnx(tmp_path):
     path = tmp_path / "mlp.onnx"
     onnx.save(mlp(), path)
     before = path.read_bytes()
-    p = subprocess.run([GRAPHCOST, str(path), "--train", "--optimizer", "none", "--format",
-                        "json"], capture_output=True, text=True, timeout=300, check=False)
+    p = run_cli(str(path), "--train", "--optimizer", "none", "--format",
+                        "json")
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["training"]["peak_bytes"] == 548  # the hand-computed figure above
     assert any("ESTIMATE" in w for w in out["warnings"])
-    p = subprocess.run([GRAPHCOST, str(path), "--train"], capture_output=True, text=True,
-                       check=False, timeout=300, env=dict(os.environ, COLUMNS="200"))
+    p = run_cli(str(path), "--train", env={"COLUMNS": "200"})
     assert p.returncode == 0 and "ESTIMATE" in p.stdout, p.stderr
     assert path.read_bytes() == before
 
 
-@pytest.mark.skipif(GRAPHCOST is None, reason="graphcost is not installed (pip install -e .)")
 def test_cli_checkpoint_by_module_path_on_onnx():
     # an exported ONNX graph's node names carry the module paths: --checkpoint NAME works, and
     # the repeated blocks (found by the op types each module runs) give every/sqrt/auto
     path = str(models_zoo.cached_export("resnet18"))
-    p = subprocess.run([GRAPHCOST, path, "--batch", "2", "--train", "--optimizer", "none",
-                        "--checkpoint", "layer1,layer2,layer3", "--format", "json"],
-                       capture_output=True, text=True, timeout=300, check=False)
+    p = run_cli(path, "--batch", "2", "--train", "--optimizer", "none",
+                "--checkpoint", "layer1,layer2,layer3", "--format", "json")
     assert p.returncode == 0, p.stderr
     c = json.loads(p.stdout)["training"]["checkpoint"]
     assert c["segments"] == ["layer1", "layer2", "layer3"]
     assert c["peak_bytes"] < c["peak_without_bytes"]
-    p = subprocess.run([GRAPHCOST, path, "--batch", "2", "--train", "--optimizer", "none",
-                        "--checkpoint", "sqrt", "--format", "json"],
-                       capture_output=True, text=True, timeout=300, check=False)
+    p = run_cli(path, "--batch", "2", "--train", "--optimizer", "none",
+                "--checkpoint", "sqrt", "--format", "json")
     assert p.returncode == 0, p.stderr
     c = json.loads(p.stdout)["training"]["checkpoint"]
     # resnet18's 8 BasicBlocks in √8 ≈ 3 segments, as the FX path groups them
@@ -182,9 +174,8 @@ def test_cli_checkpoint_by_module_path_on_onnx():
                              "layer4.0+layer4.1"]
     assert c["peak_bytes"] < c["peak_without_bytes"]
     budget = str((c["peak_bytes"] + c["peak_without_bytes"]) // 2)
-    p = subprocess.run([GRAPHCOST, path, "--batch", "2", "--train", "--optimizer", "none",
-                        "--checkpoint", "auto", "--budget", budget, "--format", "json"],
-                       capture_output=True, text=True, timeout=300, check=False)
+    p = run_cli(path, "--batch", "2", "--train", "--optimizer", "none",
+                "--checkpoint", "auto", "--budget", budget, "--format", "json")
     assert p.returncode == 0, p.stderr
     c = json.loads(p.stdout)["training"]["checkpoint"]
     assert c["segments"] and c["peak_bytes"] <= int(budget)

@@ -10,7 +10,7 @@ import torch
 from graphcost import models_zoo
 from graphcost import GraphcostError, analyze
 from graphcost.analyzer.measure import float_output_sum
-from tests.shared import BATCH
+from tests.shared import inputs, train_report
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -20,8 +20,7 @@ def measured_mixed_step_peak(name: str, optimizer: str, dtype=torch.bfloat16) ->
     so MemTracker counts them) stepped by the optimizer on fp32 copies of the gradients."""
     from torch.distributed._tools.mem_tracker import MemTracker
     model = models_zoo.build_model(name, eval=False).to(dtype)
-    args = tuple(a.to(dtype) if a.is_floating_point() else a
-                 for a in models_zoo.example_inputs(name, batch=BATCH))
+    args = tuple(a.to(dtype) if a.is_floating_point() else a for a in inputs(name))
     params = list(model.parameters())
     holder = torch.nn.Module()
     holder.master = torch.nn.ParameterList(
@@ -56,9 +55,7 @@ def measured_mixed_step_peak(name: str, optimizer: str, dtype=torch.bfloat16) ->
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 @pytest.mark.parametrize("name", ["small_cnn", "mnist_net", "resnet18", "gpt2"])
 def test_bf16_mixed_vs_memtracker(name, optimizer):
-    r = analyze(models_zoo.build_model(name), models_zoo.example_inputs(name, batch=BATCH),
-                train=True, optimizer=optimizer, precision="bf16-mixed", include_inputs=False,
-                what_if=False)
+    r = train_report(name, optimizer, precision="bf16-mixed", what_if=False)  # shared trace
     t = r.training
     n = sum(p.numel() for p in models_zoo.build_model(name).parameters())
     assert t.param_bytes == 2 * n and t.breakdown_at_peak["master_weights"] == 4 * n

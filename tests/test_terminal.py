@@ -5,23 +5,24 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
 
-GRAPHCOST = shutil.which("graphcost")
-pytestmark = pytest.mark.skipif(GRAPHCOST is None, reason="graphcost is not installed")
+from tests.cli_runner import run_cli
+
 UNIT = re.compile(r"^\s*(B|KiB|MiB|GiB|TiB|FLOPs|ms|µs|s)\b")
 
 
 def run(*args, columns: int | None = None, rc: int = 0) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("COLUMNS", None)
-    if columns:
-        env["COLUMNS"] = str(columns)
-    p = subprocess.run([GRAPHCOST, *map(str, args)], capture_output=True, text=True, env=env,
-                       timeout=600)
+    """graphcost's main in this process (tests/cli_runner.py), printing to a pipe at
+    COLUMNS=``columns`` (unset: no terminal width at all)."""
+    saved = os.environ.pop("COLUMNS", None)
+    try:
+        p = run_cli(*args, env={"COLUMNS": str(columns)} if columns else None)
+    finally:
+        if saved is not None:
+            os.environ["COLUMNS"] = saved
     assert p.returncode == rc, (p.returncode, p.stderr[-1500:])
     return p
 

@@ -11,15 +11,21 @@ from torch.utils.flop_counter import FlopCounterMode
 from graphcost import models_zoo
 from graphcost import analyze
 from graphcost.analyzer.measure import float_output_sum
-from tests.shared import BATCH, measured_step, train_report
+from tests.shared import BATCH, SIZES, inputs, measured_step, train_report
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 OPTIMIZERS = ("none", "sgd", "momentum", "adam")
 
 
-@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
-@pytest.mark.parametrize("name", ["small_cnn", "mnist_net", "resnet18", "mobilenet_v2", "unet",
-                                  "gpt2", "bert", "llama_tiny"])
+# Every optimizer on the small models; the large CNNs (whose real steps under MemTracker cost
+# seconds each) at the two extremes, no state and Adam's (SGD's memory is none's; momentum's
+# lies between and is checked on the others).
+STEP_CASES = [(name, opt) for name in ("small_cnn", "mnist_net", "gpt2", "bert", "llama_tiny")
+              for opt in OPTIMIZERS] + \
+    [(name, opt) for name in ("resnet18", "mobilenet_v2", "unet") for opt in ("none", "adam")]
+
+
+@pytest.mark.parametrize("name, optimizer", STEP_CASES)
 def test_training_peak_vs_memtracker(name, optimizer):
     # one joint trace per model, shared by the four optimizers (tests/shared.py)
     predicted = train_report(name, optimizer, what_if=False).training.peak_bytes
@@ -35,8 +41,7 @@ def test_module_is_put_back_in_its_mode():
 
 def test_breakdown_adds_up():
     # resnet18 + Adam: params 11,689,512·4 B; state 2× params + one 4-byte step per tensor
-    r = analyze("zoo:resnet18", batch=2, train=True, optimizer="adam")
-    t = r.training
+    t = train_report("resnet18", "adam", include_inputs=True, what_if=False).training
     assert t.param_bytes == 11_689_512 * 4
     n_tensors = len(list(models_zoo.build_model("resnet18").parameters()))  # 62
     assert t.optimizer_state_bytes == 2 * 11_689_512 * 4 + 4 * n_tensors
@@ -51,8 +56,8 @@ def test_breakdown_adds_up():
 def test_training_flops_equal_flop_counter(name):
     # FlopCounterMode over a real forward + backward. Conv/linear/matmul: exactly equal.
     model = models_zoo.build_model(name, eval=False)
-    args = models_zoo.example_inputs(name, batch=BATCH)
-    r = analyze(model, args, train=True)
+    args = inputs(name)
+    r = train_report(name, "adam", what_if=False)  # the shared joint trace of these inputs
     assert r.coverage.unsupported == {}
     counter = FlopCounterMode(display=False)
     with counter, sdpa_kernel(SDPBackend.MATH):
@@ -86,11 +91,9 @@ def test_train_on_onnx_is_labelled_an_estimate():
 
 def test_what_ifs_rerun_the_passes():
     # each what-if equals the analysis that applies it (no rule of thumb)
-    model = models_zoo.build_model("gpt2")
-    args = models_zoo.example_inputs("gpt2", batch=BATCH)
-    t = analyze(model, args, train=True).training
-    half = analyze(model, args, train=True, precision="bf16-mixed").training
-    ckpt = analyze(model, args, train=True, checkpoint={"every": 1}).training.checkpoint
+    t = train_report("gpt2", "adam").training
+    half = train_report("gpt2", "adam", precision="bf16-mixed", what_if=False).training
+    ckpt = train_report("gpt2", "adam", checkpoint={"every": 1}, what_if=False).training.checkpoint
     assert t.what_if["bf16_mixed"].peak_bytes == half.peak_bytes
     every = t.what_if["checkpoint_every_block"]
     assert (every.peak_bytes, every.recompute_flops) == (ckpt.peak_bytes, ckpt.recompute_flops)
@@ -102,8 +105,8 @@ def test_what_ifs_rerun_the_passes():
 def test_meta_model_trace_equals_the_real_model_trace(name):
     # zoo:NAME is traced on the meta device (with one shared fake mode, torch_capture's
     # _one_fake_mode); the same model with real weights must give the same step
-    meta = analyze(f"zoo:{name}", batch=BATCH, train=True, optimizer="adam")
-    real = analyze(models_zoo.build_model(name), models_zoo.example_inputs(name, batch=BATCH),
-                   train=True, optimizer="adam")
+    meta = analyze(f"zoo:{name}", batch=BATCH, dims=SIZES.get(name), train=True,
+                   optimizer="adam", what_if=False)
+    real = train_report(name, "adam", include_inputs=True, what_if=False)
     assert meta.training.peak_bytes == real.training.peak_bytes
     assert (meta.totals.flops, len(meta.nodes)) == (real.totals.flops, len(real.nodes))

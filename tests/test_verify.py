@@ -152,3 +152,12 @@ def test_bad_input_from_the_shell(tmp_path):
                        check=False, capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_transformers_zoo_model_with_keyword_inputs():
+    # T5 takes input_ids and decoder_input_ids by name: verify measures the same call it
+    # analyzes (the eager mask shortcut makes graphcost 2.7% high here, see README)
+    pytest.importorskip("transformers")
+    from graphcost.analyzer.verify import verify
+    r = verify("zoo:hf_t5", batch=1)
+    assert r.mode == "inference" and abs(r.rel_error) <= 0.05

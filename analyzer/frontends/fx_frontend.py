@@ -65,8 +65,11 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
     alias: dict[str, str] = {}
     first_of: dict[int, str] = {}
     for ph, fqn in sig.inputs_to_parameters.items():
-        kind_of[ph] = ValueKind.PARAM
         tensor = model.get_parameter(fqn.removeprefix(prefix))
+        # a frozen weight (requires_grad=False: Whisper's sinusoidal positions, a LoRA base)
+        # stays a parameter (FSDP shards it, parameters() counts it) with no gradient below,
+        # hence no optimizer state (Graph.grads)
+        kind_of[ph] = ValueKind.PARAM
         first = first_of.setdefault(id(tensor), ph)
         if first != ph:
             alias[ph] = first
@@ -117,14 +120,20 @@ def _attr(value: Any) -> Any:
 
 def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
                    batch: int = 1, dims: Mapping[str, int] | None = None,
-                   decomposed: bool = False) -> Graph:
-    """Lower ``ep`` (decomposed here unless ``decomposed``) into the IR."""
+                   decomposed: bool = False,
+                   references: Mapping[str, str] | None = None) -> Graph:
+    """Lower ``ep`` (decomposed here unless ``decomposed``) into the IR. ``references``
+    (torch_capture.export_module's: node -> node reached when Python released its tensor,
+    in ``ep``'s names) become the graph's ``eager_refs``."""
+    original = ep
     if not decomposed:
         try:
             ep = decompose(ep)
         except Exception as exc:
             raise GraphcostError(f"{name}: decomposing the exported program failed: "
                                  f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    held, written = _decomposed_references(original.graph, ep.graph, references) \
+        if references is not None else ({}, {})
     from torch.export.graph_signature import InputKind
 
     sig = ep.graph_signature
@@ -155,7 +164,56 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
             if first != arg:
                 alias[arg] = first
     return lower_fx_graph(ep.graph, kind_of, alias, user_outputs, name=name, batch=batch,
-                          dims=dims, module_types=module_types(ep.graph))
+                          dims=dims, module_types=module_types(ep.graph), held=held,
+                          written=written)
+
+
+def _origin(node) -> str:
+    """The name of the node of the exported graph that ``node`` was decomposed from."""
+    name, source = node.name, node.meta.get("from_node")
+    while source:
+        last = source[-1]
+        name, source = last.name, last.from_node
+    return name
+
+
+def _decomposed_references(before: "torch.fx.Graph", after: "torch.fx.Graph",
+                           references: Mapping[str, str]
+                           ) -> tuple[dict[str, str], dict[str, str]]:
+    """What the exported graph says of the model's Python, moved onto the decomposed graph:
+    ``references`` (a tensor is the last node its op decomposed into; a point of the trace
+    the last node decomposed from that op or, if none was — an op that lowers to nothing —
+    from the nearest op before it), and the ops the model ran in place (``relu_``, ``add_``:
+    the decomposition writes a new tensor) as new value -> the value written into."""
+    order = {n.name: i for i, n in enumerate(before.nodes)}
+    last_from: dict[int, str] = {}
+    for n in after.nodes:
+        k = order.get(_origin(n))
+        if k is not None:
+            last_from[k] = n.name
+    reached: dict[int, str] = {}
+    current = None
+    for k in range(len(order)):
+        current = last_from.get(k, current)
+        if current is not None:
+            reached[k] = current
+    held = {}
+    for value, point in references.items():
+        v, p = order.get(value), order.get(point)
+        if v in last_from and p in reached:
+            held[last_from[v]] = reached[p]
+    written = {}
+    for k, n in enumerate(before.nodes):
+        schema = getattr(n.target, "_schema", None)
+        first = n.args[0] if n.op == "call_function" and n.args else None
+        if schema is None or not isinstance(first, torch.fx.Node) or k not in last_from \
+                or not schema.arguments or schema.arguments[0].alias_info is None \
+                or not schema.arguments[0].alias_info.is_write or n.target._overloadname == "out":
+            continue
+        source = last_from.get(order[first.name])
+        if source is not None and source != last_from[k]:
+            written[last_from[k]] = source
+    return held, written
 
 
 def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
@@ -164,18 +222,25 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                    module_types: Mapping[str, str] | None = None,
                    scopes: Mapping[str, str] | None = None,
                    grads: Mapping[str, str] | None = None,
-                   param_paths: Mapping[str, str] | None = None) -> Graph:
+                   param_paths: Mapping[str, str] | None = None,
+                   held: Mapping[str, str] | None = None,
+                   written: Mapping[str, str] | None = None) -> Graph:
     """Lower an ATen-level FX graph whose placeholders ``kind_of`` classifies. ``alias`` maps
     placeholders that stand for another (tied weights); ``keep_outputs`` (None: all) names the
     graph outputs that are the model's; ``grads`` (a joint graph) maps parameter placeholders
-    to the output node holding their gradient."""
+    to the output node holding their gradient; ``held`` maps a node to the node up to which the
+    model's Python code held its tensor (the graph's ``eager_refs``), ``written`` a node to
+    the node whose tensor the model wrote it into in place (``eager_inplace``)."""
     cache: dict = {}
     values: dict[str, Value] = {}
     nodes: list[Node] = []
     inputs: list[str] = []
     alias = dict(alias)  # + getitem node name -> the tuple element value it picks
     outputs: list[str] = []
+    position: dict[str, int] = {}  # fx node -> the IR node that ran last when it did
     for fx in graph.nodes:
+        position[fx.name] = len(nodes) - 1 if fx.op != "call_function" or \
+            fx.target is operator.getitem else len(nodes)
         if fx.op == "placeholder":
             val = fx.meta.get("val")
             if fx.name in alias:
@@ -199,6 +264,17 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                     out = alias.get(arg.name, arg.name)
                     if out in values and out not in outputs:
                         outputs.append(out)
+    eager_refs = {}
+    for fx_name, point in (held or {}).items():
+        value = alias.get(fx_name, fx_name)
+        v = values.get(value)
+        if v is not None and v.kind == ValueKind.ACTIVATION and position.get(point, -1) >= 0:
+            eager_refs[value] = position[point]
+    eager_inplace = {}
+    for fx_name, target in (written or {}).items():
+        out, into = alias.get(fx_name, fx_name), alias.get(target, target)
+        if out in values and into in values:
+            eager_inplace[out] = into
     grad_values = {p: alias.get(g, g) for p, g in (grads or {}).items()}
     return Graph(name=name, source="fx", nodes=tuple(nodes), values=MappingProxyType(values),
                  inputs=tuple(inputs), outputs=tuple(outputs),
@@ -206,7 +282,9 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                  module_types=MappingProxyType(dict(module_types or {})),
                  grads=MappingProxyType({p: g for p, g in grad_values.items()
                                          if g in outputs and p in values}),
-                 param_paths=MappingProxyType(dict(param_paths or {})))
+                 param_paths=MappingProxyType(dict(param_paths or {})),
+                 eager_refs=MappingProxyType(eager_refs),
+                 eager_inplace=MappingProxyType(eager_inplace))
 
 
 def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict,

@@ -8,6 +8,13 @@ attributes added).
 
 Shapes are static: binding another batch or sequence length re-exports (the module is traced
 again, ~1 s for ResNet-50), which keeps every model exportable without dynamic-shape guards.
+
+Inference exports under ``torch.no_grad()`` and records how long the model's own Python holds
+each tensor (``_PythonReferences``). Training exports the model in train mode and traces the
+backward with AOTAutograd through the exported graph (``export_joint``, exported_run.py), so
+code that branches on ``torch.export`` (transformers' masks) is traced the way it exports.
+transformers models run without a KV cache unless asked (``call_defaults``) and with
+traceable experts (``traceable_experts``).
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ import logging
 import inspect
 import sys
 import warnings
+import weakref
 from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -87,18 +95,118 @@ def _as_dtype(d: Any) -> torch.dtype:
     return dt
 
 
+def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for one analyzed forward: a transformers model runs without a KV
+    cache (``use_cache=False``) unless the caller passes ``use_cache`` — the cache object it
+    would return is no tensor output, and a forward or a training step keeps none."""
+    kwargs = dict(kwargs)
+    transformers = sys.modules.get("transformers")
+    pretrained = getattr(transformers, "PreTrainedModel", None) if transformers else None
+    if pretrained is not None and isinstance(model, pretrained) and "use_cache" not in kwargs \
+            and "use_cache" in inspect.signature(model.forward).parameters:
+        kwargs["use_cache"] = False
+    return kwargs
+
+
+@contextmanager
+def traceable_experts(model: torch.nn.Module):
+    """A transformers mixture of experts whose experts run the "eager" loop (a Python loop
+    over the experts the router hit, tokens picked with ``torch.where``) dispatches by the
+    data and cannot be traced. For the trace the model uses transformers' "grouped_mm"
+    experts instead — the same arithmetic, every token through k of the n experts — and
+    is put back after. Yields the warnings to report (one line, or none)."""
+    notes: list[str] = []
+    saved = None
+    if getattr(getattr(model, "config", None), "_experts_implementation", None) == "eager" \
+            and getattr(model, "_can_set_experts_implementation", lambda: False)():
+        saved = model.get_experts_implementation()
+        model.set_experts_implementation("grouped_mm")
+        notes.append(f"{type(model).__name__}'s eager experts route tokens by their data (a "
+                     "loop over the experts hit), which no trace can follow: costed with "
+                     "transformers' grouped_mm experts at the expected load, k of n experts "
+                     "per token and k/n of the tokens per expert (ESTIMATE)")
+    try:
+        yield notes
+    finally:
+        if saved is not None:
+            model.set_experts_implementation(saved)
+
+
 def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
-                  name: str = "model") -> "torch.export.ExportedProgram":
-    """``torch.export`` (non-strict) with errors turned into one clear line."""
+                  name: str = "model",
+                  references: dict[str, str] | None = None) -> "torch.export.ExportedProgram":
+    """``torch.export`` (non-strict) with errors turned into one clear line.
+
+    With ``references`` (a dict to fill), the forward is traced under ``torch.no_grad()`` (as
+    an inference runs: autograd would hold every saved tensor) and the dict receives, for
+    each traced tensor the model's Python code let go of, the node the trace had reached
+    then (see :class:`_PythonReferences`)."""
     try:
         with warnings.catch_warnings(), quiet_torch_logs():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
-            return torch.export.export(model, tuple(args), kwargs=kwargs or {}, strict=False)
+            if references is None:
+                return torch.export.export(model, tuple(args), kwargs=kwargs or {},
+                                           strict=False)
+            with torch.no_grad(), _PythonReferences(references):
+                return torch.export.export(model, tuple(args), kwargs=kwargs or {},
+                                           strict=False)
     except GraphcostError:
         raise
     except Exception as exc:
         raise GraphcostError(f"{name}: torch.export could not trace the forward "
                              f"({_one_line(exc)})") from None
+
+
+class _PythonReferences(torch.overrides.TorchFunctionMode):
+    """How long the model's own Python code holds each tensor, observed during the trace.
+
+    Non-strict ``torch.export`` runs the model's forward itself, on fake tensors: every local
+    variable, list or returned tuple holds a fake tensor exactly as it would hold the real one
+    in an eager forward. A finalizer on each tensor an op returns records, when Python frees
+    it, the last node the trace had recorded: ``references[node that made it] = that node``.
+    What a graph cannot show — GPT-2's token embeddings kept by a variable of
+    ``GPT2Model.forward`` until it returns, the attention probabilities returned beside the
+    attention output and held by the block, a UNet's list of skip tensors — is measured
+    instead of guessed. Tensors still alive when the trace ends record nothing."""
+
+    def __init__(self, references: dict[str, str]):
+        super().__init__()
+        self._refs = references
+        self._finalizers: list = []
+        self._open = True
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+
+        mode = get_proxy_mode()
+        if mode is None:
+            return out
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                slot = get_proxy_slot(t, mode.tracer, None)
+                node = getattr(getattr(slot, "proxy", None), "node", None)
+                if node is None or node.op != "call_function":
+                    continue
+                # An op may return an object already seen (``.to()`` of the dtype it has, an
+                # in-place op): the object then stands for both nodes' tensors.
+                fin = weakref.finalize(t, self._released, node.name, mode.tracer.graph)
+                fin.atexit = False
+                self._finalizers.append(fin)
+        return out
+
+    def _released(self, name: str, graph) -> None:
+        if self._open:
+            last = next(iter(reversed(graph.nodes)), None)
+            if last is not None and last.op != "output":
+                self._refs[name] = last.name
+
+    def __exit__(self, *exc):
+        self._open = False  # what is freed after the trace (the outputs) says nothing
+        for fin in self._finalizers:
+            fin.detach()
+        self._finalizers.clear()
+        return super().__exit__(*exc)
 
 
 def _one_line(exc: Exception) -> str:
@@ -211,38 +319,45 @@ class _SumLoss(torch.nn.Module):
 
 def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
                  name: str = "model"):
-    """The joint forward+backward graph of one training step (AOTAutograd on fake tensors).
+    """The joint forward+backward graph of one training step, traced from the model's
+    ``torch.export`` program (AOTAutograd on fake tensors).
 
-    Returns ``(graph_module, signature, wrapper_prefix)``: parameter names in the signature carry
-    the wrapper's ``model.`` prefix. The model is switched to train mode for the trace and put
-    back in the mode it had."""
+    The forward is exported first, in train mode, then AOTAutograd runs the exported graph
+    (not the eager module) to trace the backward: code that takes another branch when it
+    sees ``torch.export`` (transformers' attention masks, which would otherwise call
+    ``.item()`` on a fake tensor) is traced the way it exports.
+
+    Returns ``(graph_module, signature, prefix, scopes)``: parameter names in the signature
+    carry ``prefix``; ``scopes`` maps each forward node of the joint graph to its module path.
+    The model is switched to train mode for the trace and put back in the mode it had."""
     from torch._functorch.aot_autograd import aot_export_module
 
+    from graphcost.analyzer.frontends.exported_run import ExportedRun
     from graphcost.analyzer.frontends.fx_frontend import training_decompositions
 
     was_training = model.training
     model.train()
     scopes: dict[str, str] = {}
-    hooks = _scope_hooks(model, scopes)
     try:
         with warnings.catch_warnings(), quiet_torch_logs():
             warnings.simplefilter("ignore", FutureWarning)
-            if kwargs:
-                raise GraphcostError("training analysis takes positional inputs only")
-            with _no_stack_traces(), _one_fake_mode(args):
-                gm, sig = aot_export_module(_SumLoss(model), tuple(args), trace_joint=True,
-                                            output_loss_index=0,
-                                            decompositions=training_decompositions())
+            with _no_stack_traces():
+                program = torch.export.export(_SumLoss(model), tuple(args),
+                                              kwargs=kwargs or {}, strict=False)
+                runner = ExportedRun(program, scopes)
+                inputs = runner.flat_inputs(args, kwargs)
+                with _one_fake_mode(inputs):
+                    gm, sig = aot_export_module(runner, inputs, trace_joint=True,
+                                                output_loss_index=0,
+                                                decompositions=training_decompositions())
     except GraphcostError:
         raise
     except Exception as exc:
         raise GraphcostError(f"{name}: tracing forward+backward failed "
                              f"({_one_line(exc)})") from None
     finally:
-        for h in hooks:  # the user's module is left without hooks
-            h.remove()
         model.train(was_training)
-    return gm, sig, "model.", scopes
+    return gm, sig, "gm.model.", scopes
 
 
 @contextmanager
@@ -273,48 +388,3 @@ def _one_fake_mode(args):
 
     with tracing(TracingContext(FakeTensorMode(allow_non_fake_inputs=True))):
         yield
-
-
-def _scope_hooks(model: torch.nn.Module, scopes: dict[str, str]) -> list:
-    """Forward hooks that name the module of every forward node of the joint trace.
-
-    AOTAutograd's joint graph carries no ``nn_module_stack``: each module call is bracketed by
-    the tracer graph's last node at entry and at exit, and the nodes in between get the module
-    path (the innermost module first, since inner calls return first). Removed by the caller.
-    """
-    from torch.fx.experimental.proxy_tensor import get_proxy_mode
-
-    entries: dict[str, list] = {}
-
-    def last_node():
-        mode = get_proxy_mode()
-        if mode is None:
-            return None, None
-        graph = mode.tracer.graph
-        return next(iter(reversed(graph.nodes)), None), graph
-
-    def pre(name):
-        def hook(_mod, _inp):
-            node, _ = last_node()
-            entries.setdefault(name, []).append(node)
-        return hook
-
-    def post(name):
-        def hook(_mod, _inp, _out):
-            node, graph = last_node()
-            stack = entries.get(name)
-            if graph is None or not stack:
-                return
-            stop = stack.pop()
-            for n in reversed(graph.nodes):
-                if n is stop:
-                    break
-                scopes.setdefault(n.name, name)
-        return hook
-
-    hooks = []
-    for name, mod in model.named_modules():
-        if name:
-            hooks.append(mod.register_forward_pre_hook(pre(name)))
-            hooks.append(mod.register_forward_hook(post(name)))
-    return hooks

@@ -124,3 +124,28 @@ def attention(op: OpView) -> tuple[int, int]:
     d = q[-1] if len(q) == 4 else q[-1] // max(1, int(op.attr("q_num_heads", 1) or 1))
     scores = q_numel // max(1, d) * sk
     return macs, 2 * macs + 6 * scores
+
+
+@rule("aten._grouped_mm.default", "transformers.grouped_mm_fallback.default",
+      saves="operands", routing="experts")
+def grouped_mm(op: OpView) -> tuple[int, int]:
+    # A mixture of experts' matmul: tokens sorted by expert (S, K) against every expert's
+    # weights (E, K, N), ``offs`` ending each expert's group of rows. Each token row meets one
+    # expert's matrix, so MACs = S·N·K whatever the routing: the active experts' work, not
+    # E times it. torch's other layouts follow the same count (output elements × the
+    # reduction), except 2-D × 2-D (a weight gradient, (K, S)·(S, N) → (E, K, N)), where each
+    # of the S rows reaches one expert's slice of the output only.
+    macs = op.out_numel() * op.in_shape(0)[-1]
+    if len(op.in_shape(0)) == 2 and len(op.in_shape(1)) == 2:
+        macs //= max(1, op.out_shape(0)[0])
+    return macs, 2 * macs
+
+
+@rule("transformers.grouped_mm_fallback_backward.default", saves="nothing")
+def grouped_mm_backward(op: OpView) -> tuple[int, int]:
+    # transformers' backward of its grouped matmul: (input (S, K), weights (E, K, N), offs,
+    # grad (S, N)) -> grad input (S·K·N MACs) and grad weights (S·K·N: each row updates its
+    # own expert's matrix). Experts no token reached get zero gradients (written, not
+    # computed).
+    macs = 2 * op.out_numel(0) * op.in_shape(3)[-1]
+    return macs, 2 * macs

@@ -56,6 +56,8 @@ rule("ReduceMax", "ReduceMin", "ReduceProd", saves="inputs", **REDUCE_BOUND)(red
 rule("GlobalMaxPool", "GlobalLpPool", "CumProd",
      "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",
      "aten.prod.dim_int", saves="inputs")(reduce_once)
+# A histogram (an MoE's tokens per expert) visits each input element once; no gradient.
+rule("aten.histc.default", saves="nothing")(reduce_once)
 # torch's adaptive pools: windows of in/out when the sizes divide (receptive fields), else
 # a global pool; each input element is visited once either way.
 rule("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default",
@@ -82,8 +84,17 @@ def _topk_bound(v):
 
 @rule("TopK", "aten.topk.default", saves="outputs",  # the indices it selected
       attr_names=AXIS_ATTRS, bound="k (a tensor, not a constant) as large as the axis",
-      bound_shapes=_topk_bound)
+      bound_shapes=_topk_bound, routing="top_k")
 def topk(op: OpView) -> tuple[int, int]:
     # a heap selection: ≈ log2(k) compares per input element (at least one).
     k = op.out_shape(0)[int(op.attr("axis", -1))]
     return 0, op.in_numel(0) * max(1, math.ceil(math.log2(max(k, 1))))
+
+
+@rule("aten.sort.default", "aten.sort.stable", saves="outputs",  # the permutation
+      attr_names=AXIS_ATTRS)
+def sort(op: OpView) -> tuple[int, int]:
+    # a comparison sort: ≈ log2(n) compares per element along the sorted axis (an MoE's
+    # tokens by expert id).
+    n = op.in_shape(0)[int(op.attr("axis", -1))] if op.in_shape(0) else 1
+    return 0, op.in_numel(0) * max(1, math.ceil(math.log2(max(n, 1))))

@@ -15,6 +15,9 @@ rule's declared memory behaviour, so the convention for bytes lives here once:
                     plus any index inputs;
   reads="none"    – nothing read (Constant, Shape reads metadata only), outputs written;
   alias=True      – a view: the output shares the input's storage, nothing moves (0 / 0).
+``routing`` marks the ops a mixture-of-experts layer is found by (passes/moe.py): "experts" — a
+grouped matmul whose input 1 holds one weight matrix per expert (E, K, N) and whose rows each meet
+one of them; "top_k" — a selection of the k largest of each row (a router's choice of experts).
 ``bound`` (a sentence) marks ops whose output size depends on the data (NonZero, NonMaxSuppression,
 Unique, TopK with a tensor k): where ONNX shape inference leaves such an output's size symbolic,
 ``bound_shapes`` gives the largest size the inputs allow, the node is costed there and every
@@ -228,10 +231,13 @@ class Rule:
     shapes: ShapeFn | None = None        # output types where ONNX's schemas give none
     writes: str = "outputs"              # "outputs" | "inputs" (a sequence holding copies)
     input_attrs: Mapping[int, str] = field(default_factory=lambda: _NO_ATTRS)  # const inputs
+    routing: str | None = None           # mixture of experts: "experts" | "top_k" (see above)
 
     def __post_init__(self) -> None:
         if self.rf is not None and self.rf not in RF_ROLES:
             raise ValueError(f"rule {self.names[0]}: unknown receptive-field role {self.rf!r}")
+        if self.routing not in (None, "experts", "top_k"):
+            raise ValueError(f"rule {self.names[0]}: unknown routing role {self.routing!r}")
         if self.grad_view not in (None, "always", "same_shape"):
             raise ValueError(f"rule {self.names[0]}: unknown grad_view {self.grad_view!r}")
         if self.bound_shapes is not None and not self.bound:
