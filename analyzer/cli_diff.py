@@ -52,7 +52,7 @@ def run(args) -> int:
     elif args.format == "markdown":
         text = render_markdown(d, args.top)
     else:
-        from graphcost.analyzer.cli import console_for, terminal_width
+        from graphcost.analyzer.cli_output import console_for, terminal_width
         if args.output:
             with open(args.output, "w", encoding="utf-8") as fh:
                 render_table(d, console_for(fh, None), args.top)

@@ -57,7 +57,7 @@ def run(args) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
     else:
-        from graphcost.analyzer.cli import console_for, terminal_width
+        from graphcost.analyzer.cli_output import console_for, terminal_width
         from graphcost.analyzer.render_verify import onnx_view, torch_view
         from graphcost.analyzer.text import escape_strings
         result = escape_strings(result)  # names from the model: no terminal controls

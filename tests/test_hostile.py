@@ -245,7 +245,7 @@ def test_outputs_never_replace_external_data_or_the_zoo_cache(tmp_path, monkeypa
 
 
 def test_cache_dir_rule_matches_the_zoo(monkeypatch, tmp_path):
-    from graphcost.analyzer.cli import _zoo_cache_dir
+    from graphcost.analyzer.cli_output import _zoo_cache_dir
     from graphcost.models_zoo.export import cache_dir
     for env in (str(tmp_path / "c"), None):
         if env is None:

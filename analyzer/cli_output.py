@@ -1,0 +1,67 @@
+"""Where the command writes: files it may not replace, the terminal it fits, what it says it
+wrote. (analyzer/cli.py and the subcommands use these.)"""
+from __future__ import annotations
+
+import os
+import sys
+
+from graphcost.analyzer.errors import GraphcostError
+
+
+def refuse_overwrite(output: str | None, model: str) -> None:
+    """Outputs never replace the input model, a file it references (its external data, read
+    from the proto without opening them) or anything in the zoo's export cache."""
+    if not output:
+        return
+    cache = os.path.realpath(_zoo_cache_dir())
+    target = os.path.realpath(output)
+    if target == cache or target.startswith(cache + os.sep):
+        raise GraphcostError(f"{output} is in the zoo's export cache ({cache}); graphcost "
+                             "never writes there")
+    if not os.path.exists(output):
+        return  # nothing there to replace
+    source = model.rpartition(":")[0] if ".py:" in model else model
+    if os.path.exists(source) and os.path.samefile(output, source):
+        raise GraphcostError(f"{output} is the input model; graphcost never writes its input")
+    if model.startswith("zoo:") or ".py:" in model or model.endswith(".pt2") or \
+            not os.path.isfile(model):
+        return
+    from graphcost.analyzer.external import external_refs
+    from graphcost.analyzer.frontends.onnx_frontend import load_model
+
+    folder = os.path.dirname(os.path.abspath(model))
+    for what, location, _ in external_refs(load_model(model)):
+        path = os.path.join(folder, location)
+        if location and os.path.exists(path) and os.path.samefile(output, path):
+            raise GraphcostError(f"{output} holds the model's external data ({what}); graphcost "
+                                 "never writes the files its input references")
+
+
+def _zoo_cache_dir() -> str:
+    """models_zoo.export.cache_dir() without importing torch (a test keeps them equal)."""
+    env = os.environ.get("GRAPHCOST_CACHE")
+    return os.path.expanduser(env) if env else \
+        os.path.join(os.path.expanduser("~"), ".cache", "graphcost", "zoo")
+
+
+def terminal_width() -> int | None:
+    """The width the table view fits: the terminal's, else $COLUMNS, else none (a pipe or a
+    file gets every column at its natural width)."""
+    import shutil
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    cols = os.environ.get("COLUMNS", "")
+    return int(cols) if cols.isdigit() and int(cols) > 0 else None
+
+
+def console_for(file, width: int | None):
+    from rich.console import Console
+    # a console wider than any table: the tables fit ``width`` themselves, and rich must not
+    # re-wrap what they already laid out
+    return Console(file=file, width=max(width or 0, 10_000), soft_wrap=False,
+                   force_terminal=file is sys.stdout and sys.stdout.isatty())
+
+
+def wrote(path: str, what: str) -> None:
+    """Say where a file was written (stderr: stdout stays the report)."""
+    sys.stderr.write(f"graphcost: wrote {what} to {path}\n")
