@@ -157,7 +157,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             train: bool = False, optimizer: str = "adam",
             checkpoint: Mapping[str, Any] | None = None, precision: str = "fp32",
             device: Any = None, tf32: bool = False, overhead: Any = None,
-            what_if: bool = True, _cli: bool = False) -> Report:
+            what_if: bool = True, serve: Mapping[str, Any] | None = None,
+            _cli: bool = False) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -173,7 +174,10 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     optimizer state. ``device`` (a name such as "a100-40gb" or a passes.roofline.DeviceRates)
     adds the roofline time per node and whether the peak fits with ``overhead``
     (passes.roofline.Overhead); ``tf32`` uses the TF32 rate for fp32 matmuls.
-    ``what_if=False`` skips the training what-ifs (each re-runs the training passes). Raises
+    ``what_if=False`` skips the training what-ifs (each re-runs the training passes).
+    ``serve={"prompt": P, "generate": G}`` (+ ``kv_dtype``, ``weight_dtype``) reviews a decoder
+    for serving (analyzer/serve.py): prefill and one decode step traced with the KV cache, the
+    report's ``serving`` section; ``batch`` is the number of sequences. Raises
     GraphcostError, in these arguments' names (``_cli``: in the command line's).
     """
     # The IR is hundreds of thousands of small acyclic objects: the cyclic collector would
@@ -181,6 +185,12 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        if serve is not None:
+            return _analyze_serving(model, example_inputs, serve, batch=batch, dims=dims,
+                                    input_shapes=input_shapes, train=train,
+                                    precision=precision, progress=progress, device=device,
+                                    tf32=tf32, overhead=overhead,
+                                    include_inputs=include_inputs, lifetimes=lifetimes)
         return _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes,
                         include_inputs, inplace, lifetimes, zoo_exporter, progress, train,
                         optimizer, checkpoint, precision, device, tf32, overhead, what_if)
@@ -221,3 +231,29 @@ def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, inc
                       checkpoint=dict(checkpoint) if checkpoint else None,
                       precision=precision, device=_device(device), tf32=tf32,
                       overhead=overhead, what_if=what_if)
+
+
+def _analyze_serving(model, example_inputs, serve, *, batch, dims, input_shapes, train,
+                     precision, progress, device, tf32, overhead, include_inputs,
+                     lifetimes) -> Report:
+    """The serving review (analyzer/serve.py): the report of the prefill step, with the
+    ``serving`` section."""
+    from graphcost.analyzer.pipeline import run_passes
+    from graphcost.analyzer.serve import check_serve, load_serving
+
+    serve = check_serve(serve)
+    check_arguments(batch=batch, progress=progress, flags={"train": train, "tf32": tf32})
+    if train:
+        raise GraphcostError("--serve reviews inference (prefill and decode): leave out --train")
+    if dims or input_shapes:
+        raise GraphcostError("--serve sets the sequence lengths itself (--prompt, --generate): "
+                             "leave out --dim and --input-shape")
+    if precision != "fp32":
+        raise GraphcostError("--serve prices dtypes with --weight-dtype and --kv-dtype, not "
+                             "--precision")
+    graph, trace = load_serving(model, example_inputs, batch=batch, serve=serve,
+                                progress=progress)
+    if progress:
+        progress("running the passes")
+    return run_passes(graph, include_inputs=include_inputs, lifetimes=lifetimes,
+                      device=_device(device), tf32=tf32, overhead=overhead, serving=trace)

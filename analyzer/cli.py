@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="subcommands: " + "; ".join(f"graphcost {k} … ({v[1]})"
                                           for k, v in SUBCOMMANDS.items()))
     add_model_args(p)
+    from graphcost.analyzer.cli_serve import add_serve_args
+    add_serve_args(p)
     p.add_argument("--depth", type=int, default=None,
                    help="print the module tree down to this depth instead of the node table")
     p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
@@ -290,9 +292,11 @@ def _run(args) -> int:
             require_matplotlib()  # a missing extra fails now, not after the analysis
     if args.html is not None and not args.html.lower().endswith((".html", ".htm")):
         raise GraphcostError(f"--html {args.html}: the HTML report is written to a .html file")
+    from graphcost.analyzer.cli_serve import serve_kwargs
+    serve = serve_kwargs(args)
     if args.max_batch:
         return _max_batch(args)
-    report = run_analysis(args.model, args)
+    report = run_analysis(args.model, args, **serve)
     if args.format != "json":  # JSON escapes control characters itself; text shows them
         from graphcost.analyzer.text import escape_strings
         report = escape_strings(report)
