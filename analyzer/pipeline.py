@@ -31,8 +31,8 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     joint forward+backward graph) adds the training step (passes.training.training_step, with
     ``checkpoint``, ``precision`` and the ``what_if`` savers); ``device``
     (passes.roofline.DeviceRates) the roofline and whether the peak fits, with ``overhead``;
-    ``serving`` (passes.serving.ServingTrace: the decode step of this prefill graph) the
-    serving review."""
+    ``serving`` (passes.serving.ServingTrace: the prefill this graph is, at the dtypes asked,
+    and the decode step) the serving review."""
     graph = cast_floats(graph, precision)
     lifetimes = lifetimes or ("eager" if graph.source == "fx" and optimizer is None
                               else "dataflow")
@@ -57,7 +57,7 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
-        serving=serving and serving_review(graph, serving, device, overhead))
+        serving=serving and serving_review(serving, device, overhead))
     if device is None:
         return report
     return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=tf32,

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from graphcost.analyzer.binding import check_size
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.passes.serving import ServingTrace
-from graphcost.passes.serving_dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype
+from graphcost.passes.serving_dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype, deployed
 
 KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype")
 
@@ -41,7 +41,8 @@ def check_serve(serve: Any) -> dict:
 
 def load_serving(model, example_inputs, *, batch: int | None, serve: Mapping[str, Any],
                  progress=None):
-    """(prefill graph, ServingTrace) for ``model`` at ``batch`` sequences."""
+    """(the prefill graph at the dtypes asked: the report's, ServingTrace) for ``model`` at
+    ``batch`` sequences."""
     from graphcost.analyzer.resolve import Bindings, Resolved, _is_torch, resolve
 
     note = progress or (lambda _m: None)
@@ -70,8 +71,10 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: Mapping[str
     dims = MappingProxyType({"prompt": prompt, "generate": generate})
     prefill = replace(steps.prefill, name=r.name, dims=dims)
     decode = replace(steps.decode, name=f"{r.name} decode", dims=dims)
-    return prefill, ServingTrace(
-        decode=decode, prompt=prompt, generate=generate, prefill_cache=steps.prefill_cache,
+    shown = deployed(prefill, steps.prefill_cache, serve.get("weight_dtype"),
+                     serve.get("kv_dtype"))
+    return shown, ServingTrace(
+        prefill=prefill, decode=decode, prompt=prompt, generate=generate, prefill_cache=steps.prefill_cache,
         decode_past=steps.decode_past, decode_cache=steps.decode_cache, appends=steps.appends,
         weight_dtype=serve.get("weight_dtype"), kv_dtype=serve.get("kv_dtype"),
         traced_layers=steps.traced_layers)

@@ -50,8 +50,9 @@ CURVE_POINTS = 16
 
 @dataclass(frozen=True)
 class ServingTrace:
-    """What the frontend traced (analyzer/serve.py): the decode graph beside the prefill graph
-    the report is of, and which of their inputs and outputs are the KV cache."""
+    """What the frontend traced (analyzer/serve.py): the two steps, as traced, and which of
+    their inputs and outputs are the KV cache."""
+    prefill: Graph
     decode: Graph
     prompt: int
     generate: int
@@ -146,9 +147,10 @@ class _Phase:
     roof: object | None
 
 
-def serving_review(prefill: Graph, trace: ServingTrace, device: DeviceRates | None = None,
+def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
                    overhead: Overhead | None = None) -> Serving:
     overhead = overhead or Overhead()
+    prefill = trace.prefill
     b = prefill.batch
     peaks: dict = {}
     pre, dec, weights, kv = _priced(prefill, trace, trace.weight_dtype, trace.kv_dtype, device,
@@ -160,8 +162,8 @@ def serving_review(prefill: Graph, trace: ServingTrace, device: DeviceRates | No
     dense = _attention_macs(pre.graph, pre.costs) * 2
     p = trace.prompt
     prefill_out = Prefill(
-        tokens=b * p, kv_cache_bytes=sum(pre.graph.spec(n).nbytes or 0
-                                         for n in trace.prefill_cache), flops=pre.costs.totals.flops, macs=pre.costs.totals.macs,
+        tokens=b * p, flops=pre.costs.totals.flops, macs=pre.costs.totals.macs,
+        kv_cache_bytes=sum(pre.graph.spec(n).nbytes or 0 for n in trace.prefill_cache),
         bytes_read=pre.costs.totals.bytes_read, bytes_written=pre.costs.totals.bytes_written,
         peak_bytes=pre.work, **_times(pre.roof), attention_flops_dense=dense,
         attention_flops_causal=dense * (p + 1) // (2 * p))
@@ -304,8 +306,8 @@ def _curve(fixed: int, after: int, growth: int, t0: int, weights: int, device,
     context that fits (up to 64 times the traced one)."""
     end = 2 * t0 if max_context is None else min(max(2 * t0, max_context * 5 // 4), 64 * t0)
     points = []
-    for k in range(1, CURVE_POINTS + 1):
-        ctx = max(1, round(end * k / CURVE_POINTS))
+    for k in range(CURVE_POINTS + 1):
+        ctx = round(end * k / CURVE_POINTS)
         cache = max(0, after + growth * (ctx - t0))
         points.append(ContextPoint(ctx, fixed + cache,
                                    (weights + cache) / device.bandwidth if device else None))

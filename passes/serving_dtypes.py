@@ -119,3 +119,8 @@ def retype(graph: Graph, weights: str, compute: str, kv: str, cache: set[str]) -
             new[name] = replace(v, spec=spec)
             changed = True
     return replace(graph, values=MappingProxyType(new)) if changed else graph
+
+
+def deployed(graph: Graph, cache: Iterable[str], weight: str | None, kv: str | None) -> Graph:
+    """``graph`` at the dtypes asked (the graph the report shows)."""
+    return retype(graph, *plan(graph, weight, kv), cache_values(graph, cache))
