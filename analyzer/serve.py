@@ -74,8 +74,8 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: Mapping[str
     shown = deployed(prefill, steps.prefill_cache, serve.get("weight_dtype"),
                      serve.get("kv_dtype"))
     return shown, ServingTrace(
-        prefill=prefill, decode=decode, prompt=prompt, generate=generate, prefill_cache=steps.prefill_cache,
-        decode_past=steps.decode_past, decode_cache=steps.decode_cache, appends=steps.appends,
+        prefill=prefill, decode=decode, prompt=prompt, generate=generate,
+        prefill_cache=steps.prefill_cache, decode_past=steps.decode_past, decode_cache=steps.decode_cache, appends=steps.appends,
         weight_dtype=serve.get("weight_dtype"), kv_dtype=serve.get("kv_dtype"),
         traced_layers=steps.traced_layers)
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 from graphcost.analyzer.ir import Graph, ValueKind
 from graphcost.passes.costs import count_costs
-from graphcost.passes.costs.registry import lookup
 from graphcost.passes.liveness import analyze_liveness
 from graphcost.passes.params import count_params
 from graphcost.passes.roofline import DeviceRates, Overhead, roofline

@@ -192,6 +192,7 @@ def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
                     new_values[no] = replace(values[o], name=no, producer=idx)
             out_nodes.append(replace(node, index=idx, name=f"{node.name}~{c}", inputs=ins,
                                      outputs=outs, scope=_rescope(node.scope, prefix, 1, c)))
+
     def from_last(name: str) -> str:
         """Layer 2's ``name`` as the last layer reads it: the last copy's, not layer 1's."""
         r = role(name, 2) if name else None

@@ -53,7 +53,8 @@ def _transformers_model(model) -> bool:
 
 
 def check_servable(model: torch.nn.Module, name: str) -> str:
-    """"hf" or "kv" (see the module docstring), or a one-line GraphcostError."""
+    """How the model keeps its cache — "hf" (transformers) or "kv" (past_key_values in,
+    the new keys and values out; see the module docstring) — or a one-line GraphcostError."""
     params = inspect.signature(model.forward).parameters
     if _transformers_model(model):
         cfg = model.config
