@@ -137,12 +137,14 @@ def onnx_decoder(tmp_path_factory):
     return path
 
 
-def test_onnx_decoder_with_past(onnx_decoder):
+def test_onnx_decoder_with_past(onnx_decoder, capsys):
     import numpy as np
     import onnxruntime as ort
 
-    r = analyze(str(onnx_decoder), batch=3, serve={"prompt": 20, "generate": GENERATE})
-    s = r.serving
+    assert main([str(onnx_decoder), "--serve", "--prompt", "20", "--generate", str(GENERATE),
+                 "--batch", "3", "--format", "json"]) == 0
+    s = analyze(str(onnx_decoder), batch=3, serve={"prompt": 20, "generate": GENERATE}).serving
+    assert json.loads(capsys.readouterr().out)["serving"]["kv_cache_bytes"] == s.kv_cache_bytes
     _, prefill_flops, _, after, decode_flops = real_steps("gpt2", 3, 20)
     assert s.kv_cache_bytes == after and s.cache_update == "concat"
     assert 2 * s.decode.macs_per_token * 3 == decode_flops
