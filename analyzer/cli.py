@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from graphcost.analyzer.cli_serve import add_serve_args, serve_kwargs
 from graphcost.analyzer.devices import get_device, parse_device_spec, parse_overhead
 from graphcost.analyzer.errors import GraphcostError
 
@@ -103,7 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="subcommands: " + "; ".join(f"graphcost {k} … ({v[1]})"
                                           for k, v in SUBCOMMANDS.items()))
     add_model_args(p)
-    from graphcost.analyzer.cli_serve import add_serve_args
     add_serve_args(p)
     p.add_argument("--depth", type=int, default=None,
                    help="print the module tree down to this depth instead of the node table")
@@ -292,8 +292,7 @@ def _run(args) -> int:
             require_matplotlib()  # a missing extra fails now, not after the analysis
     if args.html is not None and not args.html.lower().endswith((".html", ".htm")):
         raise GraphcostError(f"--html {args.html}: the HTML report is written to a .html file")
-    from graphcost.analyzer.cli_serve import serve_kwargs
-    serve = serve_kwargs(args)
+    serve = serve_kwargs(args)  # (checked before --max-batch, which it excludes)
     if args.max_batch:
         return _max_batch(args)
     report = run_analysis(args.model, args, **serve)
