@@ -10,6 +10,11 @@ def _t(seconds) -> str:
     return human_time(seconds) if seconds is not None else "—"
 
 
+def _b(n) -> str:
+    """Bytes for people, with the exact count when the unit rounds it."""
+    return human_bytes(n) + (f" ({n:,} B)" if n >= 1024 else "")
+
+
 def _n(value) -> str:
     return f"{value:,}" if value is not None else "—"
 
@@ -25,11 +30,10 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
         ("serving", [f"batch {s.batch} × (prompt {s.prompt:,} + generate {s.generate:,}",
                      f"= {s.prompt + s.generate:,} tokens);", f"weights {s.weight_dtype},",
                      f"KV cache {s.kv_dtype}"]),
-        ("KV cache", [f"{human_bytes(s.kv_cache_bytes)} ({s.kv_cache_bytes:,} B) for the batch "
-                      f"at {s.prompt + s.generate:,} tokens;",
-                      f"{human_bytes(s.kv_bytes_per_token)} ({s.kv_bytes_per_token:,} B) per "
-                      "token per sequence;", f"{s.cache_tensors} cache tensors, {update}"]),
-        ("weights", [f"{human_bytes(s.weight_bytes)} ({s.weight_bytes:,} B)"]),
+        ("KV cache", [f"{_b(s.kv_cache_bytes)} for the batch at {s.prompt + s.generate:,} "
+                      "tokens;", f"{_b(s.kv_bytes_per_token)} per token per sequence;",
+                      f"{s.cache_tensors} cache tensors, {update}"]),
+        ("weights", [_b(s.weight_bytes)]),
         ("prefill", [f"{human(p.flops)} FLOPs,", f"read {human_bytes(p.bytes_read)},",
                      f"written {human_bytes(p.bytes_written)},",
                      f"working peak {human_bytes(p.peak_bytes)};"]
