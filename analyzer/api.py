@@ -200,7 +200,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             checkpoint: Mapping[str, Any] | None = None, precision: str = "fp32",
             device: Any = None, tf32: bool = False, overhead: Any = None,
             what_if: bool = True, parallel: Mapping[str, Any] | None = None,
-            optimizer_impl: str | None = None, _cli: bool = False) -> Report:
+            optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
+            _cli: bool = False) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -226,13 +227,24 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     default the repeated blocks), ``"interconnect"`` (a name from analyzer.devices
     INTERCONNECTS). The batch is each rank's (global = batch × world size); the report's
     ``parallel`` section and ``peak_bytes`` are then one rank's; the what-ifs are skipped.
-    Raises GraphcostError, in these arguments' names (``_cli``: in the command line's).
+    ``serve={"prompt": P, "generate": G}`` (+ ``kv_dtype``, ``weight_dtype``) reviews a decoder
+    for serving (analyzer/serve.py): prefill and one decode step traced with the KV cache, the
+    report's ``serving`` section; ``batch`` is the number of sequences. Raises
+    GraphcostError, in these arguments' names (``_cli``: in the command line's).
     """
     # The IR is hundreds of thousands of small acyclic objects: the cyclic collector would
     # rescan them again and again (≈15% of the time on a 100k-node graph) and free nothing.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        if serve is not None and parallel:
+            raise GraphcostError("--serve reviews one replica serving: leave out --parallel")
+        if serve is not None:
+            return _analyze_serving(model, example_inputs, serve, batch=batch, dims=dims,
+                                    input_shapes=input_shapes, train=train,
+                                    precision=precision, progress=progress, device=device,
+                                    tf32=tf32, overhead=overhead,
+                                    include_inputs=include_inputs, lifetimes=lifetimes)
         return _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes,
                         include_inputs, inplace, lifetimes, zoo_exporter, progress, train,
                         optimizer, checkpoint, precision, device, tf32, overhead, what_if,
@@ -323,3 +335,29 @@ def _parallel_spec(parallel, train: bool, precision: str):
         get_interconnect(link) if isinstance(link, str) else link)
     check_spec(spec)
     return spec
+
+
+def _analyze_serving(model, example_inputs, serve, *, batch, dims, input_shapes, train,
+                     precision, progress, device, tf32, overhead, include_inputs,
+                     lifetimes) -> Report:
+    """The serving review (analyzer/serve.py): the report of the prefill step, with the
+    ``serving`` section."""
+    from graphcost.analyzer.pipeline import run_passes
+    from graphcost.analyzer.serve import check_serve, load_serving
+
+    serve = check_serve(serve)
+    check_arguments(batch=batch, progress=progress, flags={"train": train, "tf32": tf32})
+    if train:
+        raise GraphcostError("--serve reviews inference (prefill and decode): leave out --train")
+    if dims or input_shapes:
+        raise GraphcostError("--serve sets the sequence lengths itself (--prompt, --generate): "
+                             "leave out --dim and --input-shape")
+    if precision != "fp32":
+        raise GraphcostError("--serve prices dtypes with --weight-dtype and --kv-dtype, not "
+                             "--precision")
+    graph, trace = load_serving(model, example_inputs, batch=batch, serve=serve,
+                                progress=progress)
+    if progress:
+        progress("running the passes")
+    return run_passes(graph, include_inputs=include_inputs, lifetimes=lifetimes,
+                      device=_device(device), tf32=tf32, overhead=overhead, serving=trace)

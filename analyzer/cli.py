@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from graphcost.analyzer.cli_parallel import add_parallel_args, parallel_args
+from graphcost.analyzer.cli_serve import add_serve_args, serve_kwargs
 from graphcost.analyzer.devices import get_device, parse_device_spec, parse_overhead
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.cli_output import (console_for, refuse_overwrite,  # noqa: F401
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="subcommands: " + "; ".join(f"graphcost {k} … ({v[1]})"
                                           for k, v in SUBCOMMANDS.items()))
     add_model_args(p)
+    add_serve_args(p)
     p.add_argument("--depth", type=int, default=None,
                    help="print the module tree down to this depth instead of the node table")
     p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
@@ -259,9 +261,10 @@ def _run(args) -> int:
             require_matplotlib()  # a missing extra fails now, not after the analysis
     if args.html is not None and not args.html.lower().endswith((".html", ".htm")):
         raise GraphcostError(f"--html {args.html}: the HTML report is written to a .html file")
+    serve = serve_kwargs(args)  # (checked before --max-batch, which it excludes)
     if args.max_batch:
         return _max_batch(args)
-    report = run_analysis(args.model, args)
+    report = run_analysis(args.model, args, **serve)
     if args.format != "json":  # JSON escapes control characters itself; text shows them
         from graphcost.analyzer.text import escape_strings
         report = escape_strings(report)

@@ -45,6 +45,10 @@ _API_WORDS = [
     (re.compile(r"--(checkpoint|precision|optimizer|lifetimes|tf32|overhead)\b"), r"\1"),
     (re.compile(r"--device(-spec)?\b"), "device"),
     (re.compile(r"--fx\b"), "zoo_exporter='fx'"),
+    (re.compile(r"--(prompt|generate)\b"), r"serve['\1']"),
+    (re.compile(r"--kv-dtype\b"), "serve['kv_dtype']"),
+    (re.compile(r"--weight-dtype\b"), "serve['weight_dtype']"),
+    (re.compile(r"--serve\b"), "serve"),
 ]
 
 

@@ -19,6 +19,7 @@ from graphcost.analyzer import explain
 from graphcost.analyzer.units import axes_text, human, human_bytes
 from graphcost.analyzer.html_assets import _CSS, _JS, _ONERROR
 from graphcost.analyzer.render_parallel import parallel_summary
+from graphcost.analyzer.html_serving import serving_section
 from graphcost.analyzer.report import Report
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
@@ -300,7 +301,7 @@ def html_report(report: Report) -> str:
             "<pre id='errors' hidden></pre>",
             "<noscript><p class='warn'>The tables need JavaScript; the summary and charts do "
             "not.</p></noscript>",
-            _summary(r), _warnings(r),
+            _summary(r), _warnings(r), serving_section(r),
             "<section id='memory'><h2>Activation memory "
             + ("(liveness over the analyzed graph's nodes)" if r.training else "(inference)")
             + "</h2><div class='chart'>",

@@ -16,6 +16,7 @@ from graphcost.passes.params import ParamReport, count_params
 from graphcost.passes.precision import cast_floats
 from graphcost.passes.receptive_field import cnn_fields
 from graphcost.passes.roofline import flops_by_dtype, roofline
+from graphcost.passes.serving import serving_review
 from graphcost.passes.shapes import check_shapes
 from graphcost.passes.training import training_step
 
@@ -24,13 +25,15 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                lifetimes: str | None = None, optimizer: str | None = None,
                checkpoint: dict | None = None, precision: str = "fp32", device=None,
                tf32: bool = False, overhead=None, what_if: bool = True, parallel=None,
-               optimizer_impl: str = "forloop") -> Report:
+               optimizer_impl: str = "forloop", serving=None) -> Report:
     """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
     "eager" (PyTorch eager: module arguments stay referenced until the call returns; default
     for an inference graph traced from PyTorch). ``optimizer`` (a joint forward+backward graph)
     adds the training step (passes.training.training_step: ``checkpoint``, ``precision``,
     ``optimizer_impl``, ``what_if``), ``parallel`` (passes.parallel.ParallelSpec) one rank's
-    share; ``device`` (passes.roofline.DeviceRates) the roofline and the fit, with ``overhead``."""
+    share; ``device`` (passes.roofline.DeviceRates) the roofline and the fit, with ``overhead``;
+    ``serving`` (passes.serving.ServingTrace: the prefill this graph is, at the dtypes asked,
+    and the decode step) the serving review."""
     graph = cast_floats(graph, precision)
     lifetimes = lifetimes or ("eager" if graph.source == "fx" and optimizer is None
                               else "dataflow")
@@ -54,7 +57,8 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         parallel=parallel and parallel_step(graph, training, parallel, device, overhead),
         moe=find_moe(graph, costs, params.params), receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
-        nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)))
+        nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
+        serving=serving and serving_review(serving, device, overhead))
     if device is None:
         return report
     return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=tf32,

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 from graphcost.analyzer import explain
 from graphcost.analyzer.render_parallel import parallel_summary
+from graphcost.analyzer.render_serving import (render_serving_table, serving_markdown,
+                                               serving_summary)
 from graphcost.analyzer.render_table import Col, print_table
 from graphcost.analyzer.report import Report
 from graphcost.analyzer.units import axes_text, human, human_bytes, human_time
@@ -147,7 +149,8 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
                              f"(all experts: {human(e.dense_flops_per_token)});",
                              f"rows per expert ≈ {first.rows_per_expert_estimate:g} balanced "
                              "(ESTIMATE),", f"≤ {first.rows_per_expert_bound:,} (BOUND)"])]
-    out += _training_summary(r) + parallel_summary(r) + _roofline_summary(r)
+    out += serving_summary(r) + _training_summary(r) + parallel_summary(r)
+    out += _roofline_summary(r)
     out += [("warning", [w]) for w in r.warnings]
     return out
 
@@ -301,6 +304,7 @@ def render_table(r: Report, console, max_rows: int = 500, depth: int | None = No
         [[op, str(o.count), human(o.macs) if o.macs else "", human(o.flops) if o.flops else "",
           f"{100 * o.flops / total:.1f}" if o.flops else "", human_bytes(o.bytes_read),
           human_bytes(o.bytes_written)] for op, o in ops], width=width)
+    render_serving_table(r, console, width)
     for line in top_nodes_lines(r, width) + summary_lines(r, width):
         console.print(line, markup=False, highlight=False, overflow="ignore", crop=False)
 
@@ -331,6 +335,7 @@ def render_markdown(r: Report) -> str:
     for op, o in sorted(r.by_op_type.items(), key=lambda kv: (-kv[1].flops, kv[0])):
         out.append(f"| {esc(op)} | {o.count} | {o.macs:,} | {o.flops:,} | {o.bytes_read:,} | "
                    f"{o.bytes_written:,} |")
+    out += serving_markdown(r)
     top = top_nodes_lines(r)
     if top:
         out += ["", "## Slowest nodes (roofline lower bound)", ""] + [f"    {x}" for x in top]

@@ -27,6 +27,7 @@ from graphcost.passes.parallel import ParallelMemory
 from graphcost.passes.moe import MoE
 from graphcost.passes.receptive_field import NodeField
 from graphcost.passes.roofline import Roofline
+from graphcost.passes.serving import Serving
 from graphcost.passes.training import TrainingMemory
 
 SCHEMA_VERSION = 1
@@ -126,6 +127,7 @@ class Report:
     parallel: ParallelMemory | None = None      # one rank's share of the training step
     roofline: Roofline | None = None
     moe: MoE | None = None                     # mixture-of-experts layers (passes.moe)
+    serving: Serving | None = None             # prefill/decode/KV cache (passes.serving)
     receptive_field: tuple[NodeField, ...] = ()   # empty unless the graph is a CNN
     modules: tuple[ModuleCost, ...] = ()
     nodes: tuple[NodeRow, ...] = ()

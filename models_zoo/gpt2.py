@@ -1,5 +1,7 @@
 """A tiny GPT-2-style decoder: pre-LN blocks, causal SDPA attention, tanh-GELU MLP,
-learned position embeddings and an lm_head tied to the token embedding."""
+learned position embeddings and an lm_head tied to the token embedding. An optional KV cache
+(models_zoo/kv_cache.py): ``forward(input_ids, past_key_values, use_cache=True)`` returns the
+logits and each layer's (keys, values) of the new tokens."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .kv_cache import attend_past, past_length
 
 
 @dataclass(frozen=True)
@@ -33,15 +37,19 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, S, D)
+    def forward(self, x: torch.Tensor, past=None, use_cache: bool = False):  # x: (B, S, D)
         q, k, v = self.c_attn(x).split(x.shape[-1], dim=-1)
         # (B, S, D) -> (B, H, S, head_dim)
         q, k, v = (t.unflatten(-1, (self.n_head, self.head_dim)).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-        )
+        if past is not None:
+            y = attend_past(q, k, v, *past)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+            )
         y = y.transpose(1, 2).flatten(2)  # (B, S, D)
-        return self.resid_dropout(self.c_proj(y))
+        out = self.resid_dropout(self.c_proj(y))
+        return (out, (k, v)) if use_cache or past is not None else out
 
 
 class MLP(nn.Module):
@@ -64,9 +72,13 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+    def forward(self, x: torch.Tensor, past=None, use_cache: bool = False):
+        if not use_cache:
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+        a, present = self.attn(self.ln_1(x), past, True)
+        x = x + a
+        return x + self.mlp(self.ln_2(x)), present
 
 
 class GPT2(nn.Module):
@@ -90,12 +102,21 @@ class GPT2(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:  # (B, S) int64 -> (B, S, vocab)
-        pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+    def forward(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool = False):
+        """(B, S) int64 -> (B, S, vocab) logits; with ``use_cache`` (or a cache given),
+        (logits, ((k, v) per layer)): the new tokens' keys and values, to be appended."""
+        start = past_length(past_key_values)
+        pos = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
         x = self.drop(self.wte(input_ids) + self.wpe(pos))
-        for block in self.h:
-            x = block(x)
-        return self.lm_head(self.ln_f(x))
+        if not (use_cache or past_key_values):
+            for block in self.h:
+                x = block(x)
+            return self.lm_head(self.ln_f(x))
+        presents = []
+        for i, block in enumerate(self.h):
+            x, kv = block(x, past_key_values[i] if past_key_values else None, True)
+            presents.append(kv)
+        return self.lm_head(self.ln_f(x)), tuple(presents)
 
 
 def gpt2_tiny() -> GPT2:

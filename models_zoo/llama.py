@@ -1,5 +1,7 @@
 """A Llama-style decoder: RMSNorm, rotary position embeddings, grouped-query causal SDPA
-attention, SwiGLU MLP, no biases, untied lm_head.
+attention, SwiGLU MLP, no biases, untied lm_head. An optional KV cache (models_zoo/kv_cache.py):
+``forward(input_ids, past_key_values, use_cache=True)`` returns the logits and each layer's
+(keys, values) of the new tokens, rotated, before any head repetition.
 
 ``llama7b`` is the Llama-2-7B shape (vocab 32,000, d 4,096, 32 layers, 32 heads, MLP 11,008:
 6,738,415,616 parameters). Build it under ``torch.device("meta")``: its fp32 weights would take
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .kv_cache import attend_past, past_length
 
 
 @dataclass(frozen=True)
@@ -53,19 +57,25 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_head * self.head_dim, bias=False)
         self.o_proj = nn.Linear(cfg.n_head * self.head_dim, cfg.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, past=None,
+                use_cache: bool = False):
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.n_head, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if past is not None:
+            y = attend_past(q, k, v, *past)
+            return self.o_proj(y.transpose(1, 2).reshape(b, s, -1)), (k, v)
+        present = (k, v) if use_cache else None  # (no reference kept otherwise: eager liveness)
         if self.n_kv != self.n_head:
             rep = self.n_head // self.n_kv
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(y.transpose(1, 2).reshape(b, s, -1))
+        out = self.o_proj(y.transpose(1, 2).reshape(b, s, -1))
+        return (out, present) if use_cache else out
 
 
 class MLP(nn.Module):
@@ -87,9 +97,13 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.d_model, cfg.eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, cos, sin, past=None, use_cache: bool = False):
+        if not use_cache:
+            x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+            return x + self.mlp(self.post_attention_layernorm(x))
+        a, present = self.self_attn(self.input_layernorm(x), cos, sin, past, True)
+        x = x + a
+        return x + self.mlp(self.post_attention_layernorm(x)), present
 
 
 class Llama(nn.Module):
@@ -104,16 +118,25 @@ class Llama(nn.Module):
         inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, head_dim, 2).float() / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool = False):
+        """Logits; with ``use_cache`` (or a cache given), (logits, ((k, v) per layer)) where
+        k, v are the new tokens' keys and values, to be appended to ``past_key_values``."""
         s = input_ids.shape[1]
-        pos = torch.arange(s, device=input_ids.device, dtype=torch.float32)
+        start = past_length(past_key_values)
+        pos = torch.arange(start, start + s, device=input_ids.device, dtype=torch.float32)
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[None, None], emb.sin()[None, None]
         x = self.embed_tokens(input_ids)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.lm_head(self.norm(x))
+        if not (use_cache or past_key_values):
+            for layer in self.layers:
+                x = layer(x, cos, sin)
+            return self.lm_head(self.norm(x))
+        presents = []
+        for i, layer in enumerate(self.layers):
+            x, kv = layer(x, cos, sin, past_key_values[i] if past_key_values else None, True)
+            presents.append(kv)
+        return self.lm_head(self.norm(x)), tuple(presents)
 
 
 def llama7b() -> Llama:

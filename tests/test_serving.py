@@ -1,0 +1,272 @@
+"""The serving review (--serve) against reality: the KV cache transformers returns on CPU,
+FlopCounterMode on the same decode step (eager attention), onnxruntime's present.* tensors,
+a trace of every layer for the repeated stack, hand arithmetic for the dtypes. Each model is
+analyzed once per size (module-scoped cache)."""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import replace
+from functools import cache
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+pytest.importorskip("transformers")
+
+from graphcost import analyze  # noqa: E402
+from graphcost.analyzer.cli import main  # noqa: E402
+from graphcost.analyzer.errors import GraphcostError  # noqa: E402
+from graphcost.analyzer.frontends.serve_torch import HFStep, capture  # noqa: E402
+from graphcost.analyzer.devices import get_device  # noqa: E402
+from graphcost.analyzer.pipeline import run_passes  # noqa: E402
+from graphcost.analyzer.serve import load_serving  # noqa: E402
+from graphcost.models_zoo import build_model, hf  # noqa: E402
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+GENERATE = 6
+SIZES = [(1, 5), (3, 20)]     # (batch, prompt): two batches, two prompts; qwen2's window is 16
+
+
+@cache
+def model(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return getattr(hf, name)().eval()
+
+
+@cache
+def loaded(name: str, batch: int, prompt: int):
+    """(prefill graph, ServingTrace): the two traces, shared by every test of this size."""
+    return load_serving(model(name), None, batch=batch,
+                        serve={"prompt": prompt, "generate": GENERATE})
+
+
+def served(name: str, batch: int, prompt: int, device=None, **dtypes):
+    graph, trace = loaded(name, batch, prompt)
+    return run_passes(graph, device=device and get_device(device),
+                      serving=replace(trace, **dtypes))
+
+
+def cache_bytes(past) -> int:
+    return sum(t.numel() * t.element_size() for layer in past.layers
+               for t in (layer.keys, layer.values))
+
+
+@cache
+def real_steps(name: str, batch: int, prompt: int):
+    """transformers on CPU: the prefill's cache, and the last decode step (its FLOPs, the
+    cache before and after it)."""
+    m = model(name)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        ids = torch.randint(3, hf.VOCAB, (batch, prompt + GENERATE), generator=gen)
+        prefill_cache = cache_bytes(m(input_ids=ids[:, :prompt], use_cache=True).past_key_values)
+        flops = FlopCounterMode(display=False)
+        with flops:
+            m(input_ids=ids[:, :prompt], use_cache=True)
+        prefill_flops = flops.get_total_flops()
+        past = m(input_ids=ids[:, :-1], use_cache=True).past_key_values
+        before = cache_bytes(past)
+        flops = FlopCounterMode(display=False)
+        with flops:
+            m(input_ids=ids[:, -1:], past_key_values=past, use_cache=True,
+              attention_mask=torch.ones(batch, prompt + GENERATE, dtype=torch.long))
+    return prefill_cache, prefill_flops, before, cache_bytes(past), flops.get_total_flops()
+
+
+@pytest.mark.parametrize("batch,prompt", SIZES)
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2"])  # MHA, GQA, sliding window
+def test_kv_cache_and_decode_flops_equal_transformers(name, batch, prompt):
+    s = served(name, batch, prompt).serving
+    prefill_cache, prefill_flops, before, after, decode_flops = real_steps(name, batch, prompt)
+    assert s.prefill.kv_cache_bytes == prefill_cache        # to the byte
+    assert s.kv_cache_bytes == after                        # after P + G tokens
+    assert s.kv_bytes_per_token * batch == after - before   # what the last token added
+    # FlopCounterMode counts 2·MACs (eager attention: matmuls it sees)
+    assert 2 * s.decode.macs_per_token * batch == pytest.approx(decode_flops, rel=0.02)
+    assert 2 * s.decode.macs_per_token * batch == decode_flops
+    assert 2 * s.prefill.macs == prefill_flops
+    assert s.cache_update == "concat" and s.cache_tensors == 4
+    assert s.uncosted_decode_nodes == 0
+
+
+def test_sliding_window_cache_is_what_the_layer_keeps():
+    s = served("qwen2", 3, 20).serving
+    # layer 0 full: 2·3·2·16·4 B per token; layer 1 keeps its window − 1 = 15 tokens
+    per_token_full = 2 * 3 * 2 * 16 * 4
+    assert s.kv_cache_bytes == per_token_full * (20 + GENERATE) + per_token_full * 15
+    assert s.kv_bytes_per_token == per_token_full // 3      # only the full layer grows
+
+
+def test_zoo_decoders_append_in_place_and_match_their_full_forward():
+    # the zoo's cache (models_zoo/kv_cache.py): a decode step returns the token's K/V and
+    # its logits equal the full forward's at that position
+    m = build_model("llama_tiny")
+    ids = torch.randint(0, 1000, (2, 9))
+    with torch.no_grad():
+        full = m(ids)
+        _, past = m(ids[:, :8], use_cache=True)
+        logits, new = m(ids[:, 8:], past_key_values=past)
+    assert torch.allclose(logits[:, 0], full[:, 8], atol=1e-4)
+    assert tuple(new[0][0].shape) == (2, 2, 1, 32)                 # GQA: 2 KV heads
+    s = analyze("zoo:llama_tiny", batch=2, serve={"prompt": 8, "generate": 1}).serving
+    real = sum(t.numel() * 4 for pair in past for t in pair) + \
+        sum(t.numel() * 4 for pair in new for t in pair)
+    assert s.cache_update == "append" and s.kv_cache_bytes == real
+
+
+@pytest.fixture(scope="module")
+def onnx_decoder(tmp_path_factory):
+    """transformers' GPT-2 step exported with its cache as explicit inputs and outputs, the
+    names and layout of a decoder-with-past export."""
+    path = tmp_path_factory.mktemp("onnx") / "gpt2_with_past.onnx"
+    kv = [torch.zeros(2, 4, 7, 16) for _ in range(4)]
+    args = (torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 8, dtype=torch.long), *kv)
+    past = [f"past_key_values.{i}.{w}" for i in range(2) for w in ("key", "value")]
+    present = [f"present.{i}.{w}" for i in range(2) for w in ("key", "value")]
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "total"},
+            "logits": {0: "batch", 1: "sequence"}}
+    axes.update({n: {0: "batch", 2: "past"} for n in past})
+    axes.update({n: {0: "batch", 2: "total"} for n in present})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(HFStep(model("gpt2")), args, str(path), dynamo=False, opset_version=17,
+                          input_names=["input_ids", "attention_mask", *past],
+                          output_names=["logits", *present], dynamic_axes=axes)
+    return path
+
+
+def test_onnx_decoder_with_past(onnx_decoder, capsys):
+    import numpy as np
+    import onnxruntime as ort
+
+    assert main([str(onnx_decoder), "--serve", "--prompt", "20", "--generate", str(GENERATE),
+                 "--batch", "3", "--format", "json"]) == 0
+    s = analyze(str(onnx_decoder), batch=3, serve={"prompt": 20, "generate": GENERATE}).serving
+    assert json.loads(capsys.readouterr().out)["serving"]["kv_cache_bytes"] == s.kv_cache_bytes
+    _, prefill_flops, _, after, decode_flops = real_steps("gpt2", 3, 20)
+    assert s.kv_cache_bytes == after and s.cache_update == "concat"
+    assert 2 * s.decode.macs_per_token * 3 == decode_flops
+    assert 2 * s.prefill.macs == prefill_flops
+    # onnxruntime runs the decode step: its present.* tensors are the cache graphcost counts
+    feeds = {"input_ids": np.zeros((3, 1), np.int64),
+             "attention_mask": np.ones((3, 20 + GENERATE), np.int64)}
+    feeds.update({f"past_key_values.{i}.{w}": np.zeros((3, 4, 20 + GENERATE - 1, 16), np.float32)
+                  for i in range(2) for w in ("key", "value")})
+    outs = ort.InferenceSession(str(onnx_decoder)).run(None, feeds)
+    assert sum(o.nbytes for o in outs[1:]) == s.kv_cache_bytes
+
+
+def _same_graph(a, b):
+    assert [(n.op, n.scope) for n in a.nodes] == [(n.op, n.scope) for n in b.nodes]
+    assert [[a.spec(o) for o in n.outputs] for n in a.nodes] == \
+        [[b.spec(o) for o in n.outputs] for n in b.nodes]
+    assert [a.spec(x) for x in (*a.inputs, *a.outputs)] == \
+        [b.spec(x) for x in (*b.inputs, *b.outputs)]
+    ra, rb = run_passes(a), run_passes(b)
+    assert ra.totals == rb.totals
+    assert ra.memory.timeline == rb.memory.timeline     # eager references repeated too
+
+
+def test_repeated_layers_equal_a_full_trace():
+    # transformers' Llama: the cache built in the trace, eager references across layers (the
+    # zoo's Llama is repeated in test_llama7b_decode_is_bandwidth_bound)
+    with torch.device("meta"):
+        m = hf.llama(num_hidden_layers=4).eval()
+    repeated = capture(m, batch=2, prompt=6, generate=3, name="m", repeat_at=4)
+    full = capture(m, batch=2, prompt=6, generate=3, name="m", repeat_at=0)
+    assert repeated.traced_layers and full.traced_layers is None
+    _same_graph(repeated.prefill, full.prefill)
+    _same_graph(repeated.decode, full.decode)
+    assert [repeated.decode.spec(x) for x in repeated.decode_past] == \
+        [full.decode.spec(x) for x in full.decode_past]
+
+
+def test_dtypes_by_hand():
+    m = model("llama")
+    s = served("llama", 3, 20, "a100-80gb", weight_dtype="int4", kv_dtype="fp8").serving
+    matrices = sum(p.numel() for p in m.parameters() if p.dim() >= 2)
+    vectors = sum(p.numel() for p in m.parameters() if p.dim() < 2)
+    buffers = sum(b.numel() * b.element_size() for b in m.buffers())
+    # int4 matrices, fp16 norms; the rotary table stays fp32
+    assert s.weight_bytes == sum((p.numel() * 4 + 7) // 8 for p in m.parameters()
+                                 if p.dim() >= 2) + 2 * vectors + buffers
+    assert matrices > 0
+    fp32 = served("llama", 3, 20).serving
+    assert s.kv_cache_bytes == fp32.kv_cache_bytes // 4     # fp8: 1 byte an element
+    assert (s.weight_dtype, s.kv_dtype) == ("int4", "fp8")
+    by = {(w.weight_dtype, w.kv_dtype): w for w in s.what_if}
+    assert by[("int8", "fp8")].weight_bytes == matrices + 2 * vectors + buffers
+    assert by[("int4", "int8")].kv_cache_bytes == s.kv_cache_bytes
+    # memory-bound decode: fewer weight bytes, less time per token
+    assert by[("int8", "fp8")].decode_seconds_per_token > by[("int4", "fp8")]\
+        .decode_seconds_per_token
+    assert s.max_concurrent_sequences > 0 and s.max_context > 20 + GENERATE
+
+
+def test_json_html_and_text():
+    from graphcost.analyzer.html_report import html_report
+    from graphcost.analyzer.render import summary_lines
+
+    r = served("gpt2", 1, 5, "a10")
+    d = json.loads(r.to_json())["serving"]
+    assert {"kv_bytes_per_token", "kv_cache_bytes", "weight_bytes", "max_concurrent_sequences",
+            "max_context", "what_if"} <= set(d)
+    assert {"flops", "bytes_read", "bytes_written", "peak_bytes", "seconds",
+            "attention_flops_dense", "attention_flops_causal"} <= set(d["prefill"])
+    assert {"flops_per_token", "bytes_per_token", "peak_bytes", "seconds_per_token",
+            "tokens_per_second"} <= set(d["decode"])
+    # causal: of the 5×5 scores per head, 15 are kept
+    assert d["prefill"]["attention_flops_causal"] * 25 == d["prefill"]["attention_flops_dense"] * 15
+    assert d["prefill"]["bound"] in ("compute", "memory") and d["decode"]["bound"] == "memory"
+    # memory on an A10 allows far more context than GPT-2's learned positions: they cap it
+    assert d["positions"] == d["max_context"] == model("gpt2").config.n_positions
+    assert served("llama", 1, 5, "a10").serving.positions is None  # rotary: no cap invented
+    page = html_report(r)
+    assert "id='serving'" in page and page.count("serving-chart") == 2
+    assert any(line.startswith("KV cache") for line in summary_lines(r))
+
+
+@pytest.mark.parametrize("model_name,says", [
+    ("zoo:hf_bert", "no causal LM head"), ("zoo:resnet18", "no KV cache"),
+    ("zoo:hf_t5", "encoder-decoder")])
+def test_bad_input_is_one_line(model_name, says, capsys):
+    assert main([model_name, "--serve", "--prompt", "4", "--generate", "2"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_api_errors_in_api_words():
+    with pytest.raises(GraphcostError, match=r"serve\['prompt'\] must be a positive integer"):
+        analyze(model("gpt2"), serve={"prompt": 0, "generate": 2})
+    with pytest.raises(GraphcostError, match="unknown key"):
+        analyze(model("gpt2"), serve={"prompt": 4, "generate": 2, "beams": 4})
+    with pytest.raises(GraphcostError, match="leave out train=True"):
+        analyze(model("gpt2"), serve={"prompt": 4, "generate": 2}, train=True)
+    with pytest.raises(GraphcostError, match="leave out parallel"):
+        analyze(model("gpt2"), serve={"prompt": 4, "generate": 2},
+                parallel={"strategy": "ddp", "world_size": 2})
+    with pytest.raises(GraphcostError, match="serve\\['weight_dtype'\\] int3"):
+        analyze(model("gpt2"), serve={"prompt": 4, "generate": 2, "weight_dtype": "int3"})
+
+
+def test_onnx_without_cache_is_refused(capsys):
+    assert main(["zoo:mnist_net", "--fx", "--serve", "--prompt", "4", "--generate", "2"]) == 2
+    from graphcost.models_zoo import cached_export
+    path = str(cached_export("mnist_net"))
+    assert main([path, "--serve", "--prompt", "4", "--generate", "2"]) == 2
+    assert "no past_key_values.* inputs" in capsys.readouterr().err
+
+
+def test_llama7b_decode_is_bandwidth_bound():
+    # Llama-2-7B shape on the meta device, 3 of 32 layers traced and repeated; batch 1:
+    # a decode step reads every weight and cached byte once, little else
+    s = analyze("zoo:llama7b", serve={"prompt": 2048, "generate": 256},
+                device="a100-80gb").serving
+    assert s.weight_bytes == 6_738_415_616 * 4 + 64 * 4      # params + the rotary table
+    assert s.kv_cache_bytes == 2 * 32 * 4096 * 2304 * 4      # 2 · layers · d · tokens · 4 B
+    bound = (s.weight_bytes + s.kv_cache_bytes) / 2039e9
+    assert s.decode.bandwidth_bound_seconds == pytest.approx(bound)
+    assert s.decode.seconds_per_token == pytest.approx(bound, rel=0.10)
+    assert s.prefill.bound == "compute" and s.decode.bound == "memory"
