@@ -121,6 +121,7 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
         out.append(("bound", [f"{sum(c.bounded.values())} node(s) costed at an upper bound:"]
                     + [f"{k}×{v}" for k, v in c.bounded.items()]
                     + ["(data-dependent sizes or worst-case counts; see each node's bound)"]))
+    out += _bounds_summary(r)
     if t.quant_meta:
         out.append(("quant meta", [f"{t.quant_meta:,} scales/zero points "
                                    f"({human_bytes(t.quant_meta_bytes)}), not in params"]))
@@ -148,6 +149,28 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
                              "(ESTIMATE),", f"≤ {first.rows_per_expert_bound:,} (BOUND)"])]
     out += _training_summary(r) + _roofline_summary(r)
     out += [("warning", [w]) for w in r.warnings]
+    return out
+
+
+def _bounds_summary(r: Report) -> list[tuple[str, list[str]]]:
+    """The sizes the data decides: the totals at their lower ends, then each size's range,
+    the node that makes it, what declares its maximum and the flag that sets it."""
+    b = r.bounds
+    if b is None:
+        return []
+    out = [("sizes", ["data-dependent: MACs, FLOPs, bytes and memory above are upper bounds;",
+                      "at the lower bounds", f"MACs {human(b.lower_macs)},",
+                      f"FLOPs {human(b.lower_flops)},",
+                      f"activation peak {human_bytes(b.lower_activation_peak)}"])]
+    for s in b.sizes:
+        if s.upper is None:
+            out.append(("", [f"{s.symbol} ≥ {s.lower}: from {s.origin};", "no upper bound",
+                             f"(--dim {s.symbol}=MAX sets one)"]))
+        else:
+            out.append(("", [f"{s.symbol} ∈ [{s.lower}, {s.upper}] at {s.upper}:",
+                             f"from {s.origin};", f"max: {s.source}" + (";" if s.capped else "")]
+                        + ([f"capped by the model: {', '.join(s.capped)}"] if s.capped else [])
+                        + [f"(--dim {s.symbol}=N lowers it)"]))
     return out
 
 

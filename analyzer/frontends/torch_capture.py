@@ -134,15 +134,22 @@ def traceable_experts(model: torch.nn.Module):
 
 def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
                   name: str = "model",
-                  references: dict[str, str] | None = None) -> "torch.export.ExportedProgram":
+                  references: dict[str, str] | None = None,
+                  maxima: Mapping[str, int] | None = None,
+                  capped: dict[str, str] | None = None) -> "torch.export.ExportedProgram":
     """``torch.export`` (non-strict) with errors turned into one clear line.
 
     With ``references`` (a dict to fill), the forward is traced under ``torch.no_grad()`` (as
     an inference runs: autograd would hold every saved tensor) and the dict receives, for
     each traced tensor the model's Python code let go of, the node the trace had reached
-    then (see :class:`_PythonReferences`)."""
+    then (see :class:`_PythonReferences`). Sizes the data decides are traced at their upper
+    bounds (bounded_trace.py; ``maxima``: the user's, by symbol); ``capped`` (a dict to fill)
+    receives where each symbol's maximum came from."""
+    from graphcost.analyzer.frontends.bounded_trace import BoundedSizes, explain
+
+    sizes = BoundedSizes(maxima or {})
     try:
-        with warnings.catch_warnings(), quiet_torch_logs():
+        with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
             if references is None:
                 return torch.export.export(model, tuple(args), kwargs=kwargs or {},
@@ -154,7 +161,10 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
         raise
     except Exception as exc:
         raise GraphcostError(f"{name}: torch.export could not trace the forward "
-                             f"({_one_line(exc)})") from None
+                             f"({explain(exc, sizes) or _one_line(exc)})") from None
+    finally:
+        if capped is not None:
+            capped.update(sizes.capped)
 
 
 class _PythonReferences(torch.overrides.TorchFunctionMode):

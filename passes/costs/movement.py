@@ -143,6 +143,10 @@ def nonzero(op: OpView) -> tuple[int, int]:
     return 0, op.in_numel(0)  # one compare per input element
 
 
+# torch's nonzero declares its own maximum (its input's element count): the trace's range
+rule("aten.nonzero.default", saves="nothing")(nonzero)
+
+
 @rule("Range", "aten.arange.start_step", saves="nothing")
 def range_(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel(0)  # start + i·delta: one FLOP per element

@@ -55,6 +55,7 @@ rule("GlobalAveragePool", "CumSum", "aten.mean.dim",
 rule("ReduceMax", "ReduceMin", "ReduceProd", saves="inputs", **REDUCE_BOUND)(reduce_once)
 rule("GlobalMaxPool", "GlobalLpPool", "CumProd",
      "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",
+     "aten.max.default", "aten.min.default",
      "aten.prod.dim_int", saves="inputs")(reduce_once)
 # A histogram (an MoE's tokens per expert) visits each input element once; no gradient.
 rule("aten.histc.default", saves="nothing")(reduce_once)
