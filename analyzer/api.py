@@ -121,8 +121,11 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
             from graphcost.analyzer.frontends.fx_frontend import lower_joint
             from graphcost.analyzer.frontends.torch_capture import export_joint
             note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
-            gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name)
-            graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size)
+            capped: dict[str, str] = {}      # how each data-dependent size got its maximum
+            gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name,
+                                                   maxima=maxima, capped=capped)
+            graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size,
+                                maxima=maxima, capped=capped)
         else:
             note(f"tracing {name} with torch.export")
             references: dict[str, str] = {}  # how long the model's Python holds each tensor

@@ -237,7 +237,11 @@ def bounded_sizes(maxima: Mapping[str, int]) -> Iterator[BoundedSizes]:
 def explain(exc: BaseException, mode: BoundedSizes | None) -> str | None:
     """A failed trace on a data-dependent expression as one line naming each symbol in it,
     where it came from and the flag that bounds it; None for any other failure."""
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+    if isinstance(exc, DynamicOutputShapeException):  # AOTAutograd's static fake tensors
+        return (f"{exc.func} returns a size the data decides, which the backward trace "
+                "(AOTAutograd) cannot follow: analyze the inference (without --train)")
     if not isinstance(exc, GuardOnDataDependentSymNode):
         return None
     cond = getattr(exc, "cond", None)

@@ -59,7 +59,9 @@ def training_decompositions():
 
 
 def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefix: str,
-                scopes: Mapping[str, str], *, name: str, batch: int) -> Graph:
+                scopes: Mapping[str, str], *, name: str, batch: int,
+                maxima: Mapping[str, int] | None = None,
+                capped: Mapping[str, str] | None = None) -> Graph:
     """Lower AOTAutograd's joint forward+backward graph. Outputs: the loss, then one gradient
     per parameter (which live to the optimizer step). Tied parameters become one value."""
     kind_of: dict[str, ValueKind] = {}
@@ -85,7 +87,7 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
     return lower_fx_graph(gm.graph, kind_of, alias, keep, name=name, batch=batch,
                           module_types={path: type(m).__name__
                                         for path, m in model.named_modules()},
-                          scopes=scopes)
+                          scopes=scopes, maxima=maxima, capped=capped)
 
 
 def _dtype(dt: torch.dtype) -> str:

@@ -328,7 +328,8 @@ class _SumLoss(torch.nn.Module):
 
 
 def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
-                 name: str = "model"):
+                 name: str = "model", maxima: Mapping[str, int] | None = None,
+                 capped: dict[str, str] | None = None):
     """The joint forward+backward graph of one training step, traced from the model's
     ``torch.export`` program (AOTAutograd on fake tensors).
 
@@ -345,11 +346,14 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     from graphcost.analyzer.frontends.exported_run import ExportedRun
     from graphcost.analyzer.frontends.fx_frontend import training_decompositions
 
+    from graphcost.analyzer.frontends.bounded_trace import BoundedSizes, explain
+
     was_training = model.training
     model.train()
     scopes: dict[str, str] = {}
+    sizes = BoundedSizes(maxima or {})  # data-dependent sizes at their upper bounds
     try:
-        with warnings.catch_warnings(), quiet_torch_logs():
+        with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
             with _no_stack_traces():
                 program = torch.export.export(_SumLoss(model), tuple(args),
@@ -364,9 +368,11 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
         raise
     except Exception as exc:
         raise GraphcostError(f"{name}: tracing forward+backward failed "
-                             f"({_one_line(exc)})") from None
+                             f"({explain(exc, sizes) or _one_line(exc)})") from None
     finally:
         model.train(was_training)
+        if capped is not None:
+            capped.update(sizes.capped)
     return gm, sig, "gm.model.", scopes
 
 

@@ -114,6 +114,18 @@ def grid_sample(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel(0) * _taps(mode, r) + positions * 2 * r
 
 
+# torch's grid_sample: interpolation_mode 0 bilinear, 1 nearest, 2 bicubic (the count above)
+_GRID_MODES = {0: "linear", 1: "nearest", 2: "cubic"}
+
+
+@rule("aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default", saves="inputs")
+def grid_sampler(op: OpView) -> tuple[int, int]:
+    grid = op.in_shape(1)
+    r = grid[-1]
+    mode = _GRID_MODES.get(int(op.attr("interpolation_mode", 0)), "linear")
+    return 0, op.out_numel(0) * _taps(mode, r) + math.prod(grid[:-1]) * 2 * r
+
+
 @rule("AffineGrid", config_inputs=(1,), saves="inputs")
 def affine_grid(op: OpView) -> tuple[int, int]:
     # theta (N, r, r+1) applied to every base-grid point (x, y[, z], 1): grid (N, D…, r) gets
