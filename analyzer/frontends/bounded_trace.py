@@ -115,8 +115,12 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         kwargs = kwargs or {}
         if self._env is None:
             self._install()
+        env = self._env
+        if not env:
+            return func(*args, **kwargs)
+        known = len(env.var_to_range)  # a new symbol adds a range: look at outputs only then
         out = func(*args, **kwargs)
-        if self._env is not None:
+        if len(env.var_to_range) != known:
             self._fresh(func, args, kwargs, out)
         return out
 
@@ -197,7 +201,10 @@ def _op_name(func) -> str:
     op = _overload(func)
     if op is not None:
         return str(op)
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", str(func))
+    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", str(func))
+    owner, _, name = qual.rpartition(".")
+    return {"_VariableFunctionsClass": f"torch.{name}", "TensorBase": f"Tensor.{name}",
+            "Tensor": f"Tensor.{name}"}.get(owner, qual)
 
 
 class _FakeView:

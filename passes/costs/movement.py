@@ -147,6 +147,14 @@ def nonzero(op: OpView) -> tuple[int, int]:
 rule("aten.nonzero.default", saves="nothing")(nonzero)
 
 
+@rule("aten.repeat_interleave.Tensor", saves="nothing")
+def repeat_indices(op: OpView) -> tuple[int, int]:
+    # repeats (n,) → the index of each repeated row (sum(repeats), a size the data decides,
+    # with no maximum torch can declare): a running sum of the counts (n adds), then the
+    # indices written
+    return 0, op.in_numel(0)
+
+
 @rule("Range", "aten.arange.start_step", saves="nothing")
 def range_(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel(0)  # start + i·delta: one FLOP per element
