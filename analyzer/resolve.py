@@ -140,7 +140,7 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
             raise GraphcostError(str(exc)) from None
         from graphcost.analyzer.frontends.onnx_frontend import load_model
         return Resolved("onnx", f"zoo:{name}", onnx=load_model(path), path=path,
-                        dims={} if b.input_shapes else dims,
+                        dims={} if b.input_shapes else {**dims, **b.dims},
                         input_shapes=dict(b.input_shapes), int_ranges=ranges)
     try:
         shapes = dict(b.input_shapes or models_zoo.input_shapes(name, b.batch or 1, **{

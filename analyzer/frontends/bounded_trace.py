@@ -102,11 +102,13 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
     bounds and caps fresh sizes by the op's rule or the user's ``maxima``. Afterwards
     ``origins`` names the op each symbol came from, ``capped`` how each got its maximum."""
 
-    def __init__(self, maxima: Mapping[str, int]):
+    def __init__(self, maxima: Mapping[str, int] | None,
+                 capped: dict[str, str] | None = None):
         super().__init__()
-        self.maxima = dict(maxima)
+        self.maxima = dict(maxima or {})
         self.origins: dict[str, str] = {}     # symbol -> the op that made it
-        self.capped: dict[str, str] = {}      # symbol -> where its maximum came from
+        # symbol -> where its maximum came from (filled into the caller's dict, if given)
+        self.capped: dict[str, str] = capped if capped is not None else {}
         self._env = None
         self._sizes: set = set()
         self.decided: _AtUpperBound | None = None

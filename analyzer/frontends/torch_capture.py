@@ -142,12 +142,10 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
     With ``references`` (a dict to fill), the forward is traced under ``torch.no_grad()`` (as
     an inference runs: autograd would hold every saved tensor) and the dict receives, for
     each traced tensor the model's Python code let go of, the node the trace had reached
-    then (see :class:`_PythonReferences`). Sizes the data decides are traced at their upper
-    bounds (bounded_trace.py; ``maxima``: the user's, by symbol); ``capped`` (a dict to fill)
-    receives where each symbol's maximum came from."""
+    then (see :class:`_PythonReferences`). Data-dependent sizes: bounded_trace.BoundedSizes."""
     from graphcost.analyzer.frontends.bounded_trace import BoundedSizes, explain
 
-    sizes = BoundedSizes(maxima or {})
+    sizes = BoundedSizes(maxima, capped)
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
@@ -162,9 +160,6 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
     except Exception as exc:
         raise GraphcostError(f"{name}: torch.export could not trace the forward "
                              f"({explain(exc, sizes) or _one_line(exc)})") from None
-    finally:
-        if capped is not None:
-            capped.update(sizes.capped)
 
 
 class _PythonReferences(torch.overrides.TorchFunctionMode):
@@ -351,7 +346,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     was_training = model.training
     model.train()
     scopes: dict[str, str] = {}
-    sizes = BoundedSizes(maxima or {})  # data-dependent sizes at their upper bounds
+    sizes = BoundedSizes(maxima, capped)  # data-dependent sizes at their upper bounds
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
@@ -371,8 +366,6 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
                              f"({explain(exc, sizes) or _one_line(exc)})") from None
     finally:
         model.train(was_training)
-        if capped is not None:
-            capped.update(sizes.capped)
     return gm, sig, "gm.model.", scopes
 
 
