@@ -116,37 +116,42 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
 
     batch_size = _batch_of((*args, *kwargs.values()))
     kwargs = call_defaults(model, dict(kwargs))
+    from graphcost.analyzer.frontends.bounded_trace import BoundedSizes
+
+    sizes = BoundedSizes(maxima)  # data-dependent sizes traced at their upper bounds
     with traceable_experts(model) as notes:
         if train:
             from graphcost.analyzer.frontends.fx_frontend import lower_joint
             from graphcost.analyzer.frontends.torch_capture import export_joint
             note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
-            capped: dict[str, str] = {}      # how each data-dependent size got its maximum
             gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name,
-                                                   maxima=maxima, capped=capped)
+                                                   sizes=sizes)
             graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size,
-                                maxima=maxima, capped=capped)
+                                maxima=maxima, capped=sizes.capped)
         else:
             note(f"tracing {name} with torch.export")
             references: dict[str, str] = {}  # how long the model's Python holds each tensor
-            capped: dict[str, str] = {}      # how each data-dependent size got its maximum
             ep = export_module(model, args, kwargs, name=name, references=references,
-                               maxima=maxima, capped=capped)
+                               sizes=sizes)
             note("decomposing and lowering")
             graph = lower_exported(ep, name=name, batch=batch_size, references=references,
-                                   maxima=maxima, capped=capped)
+                                   maxima=maxima, capped=sizes.capped)
+    notes = [*notes, *sizes.notes]
     if notes:
         graph = replace(graph, warnings=graph.warnings + tuple(notes))
-    return _check_maxima(graph, maxima)
+    return _check_maxima(graph, maxima, traced=sizes.origins)
 
 
-def _check_maxima(graph, maxima: Mapping[str, int]):
+def _check_maxima(graph, maxima: Mapping[str, int], traced: Mapping[str, str] = {}):
     """A --dim naming a data-dependent size the trace does not have is an error; one above
-    the model's own maximum is said in a warning (the model's is used)."""
+    the model's own maximum is said in a warning (the model's is used). ``traced``: the
+    sizes the trace made (a loop unrolled over one leaves no symbol in the graph)."""
     known = {b.symbol: b for b in graph.size_bounds}
     for sym, value in maxima.items():
+        if sym not in known and sym in traced:
+            continue
         if sym not in known:
-            have = ", ".join(known) or "none"
+            have = ", ".join(sorted({*known, *traced}, key=lambda s: (len(s), s))) or "none"
             raise GraphcostError(f"--dim {sym}: {graph.name} has no data-dependent size named "
                                  f"{sym!r}; its data-dependent sizes: {have}")
         b = known[sym]

@@ -146,3 +146,27 @@ def test_a_missing_bound_is_named_with_its_flag():
     with pytest.raises(GraphcostError, match="no data-dependent size named 'u5'; its "
                                              "data-dependent sizes: u0"):
         analyze(Repeat(), REPEAT_INPUTS, dims={"u5": 3})
+
+
+class PerClass(nn.Module):
+    """torchvision's _batched_nms_vanilla pattern: a Python loop over ``torch.unique``."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, boxes, labels):
+        return torch.stack([self.fc(boxes[torch.where(labels == c)[0]]).sum(0)
+                            for c in torch.unique(labels)])
+
+
+def test_a_loop_over_a_data_dependent_size_unrolls_at_its_maximum():
+    inputs = (torch.randn(1000, 4), torch.randint(0, 5, (1000,)))
+    with pytest.raises(GraphcostError, match=r"loops over the data-dependent size u0 \(from "
+                       r"torch.unique\), up to 1000 times; graphcost unrolls at most 256: "
+                       r"pass dims=\{'u0': MAX\}"):
+        analyze(PerClass(), inputs)
+    # at most 5 classes: 5 iterations, each over at most all 1000 boxes: 5·1000·4·4 MACs
+    r = analyze(PerClass(), inputs, dims={"u0": 5})
+    assert r.coverage.percent == 100.0 and r.totals.macs == 80_000
+    assert any("unrolled at its maximum, 5 iterations" in w for w in r.warnings)

@@ -31,8 +31,7 @@ fallback (``guard_or_false``), never a model's ``if``.
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -102,13 +101,12 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
     bounds and caps fresh sizes by the op's rule or the user's ``maxima``. Afterwards
     ``origins`` names the op each symbol came from, ``capped`` how each got its maximum."""
 
-    def __init__(self, maxima: Mapping[str, int] | None,
-                 capped: dict[str, str] | None = None):
+    def __init__(self, maxima: Mapping[str, int] | None = None):
         super().__init__()
         self.maxima = dict(maxima or {})
         self.origins: dict[str, str] = {}     # symbol -> the op that made it
-        # symbol -> where its maximum came from (filled into the caller's dict, if given)
-        self.capped: dict[str, str] = capped if capped is not None else {}
+        self.capped: dict[str, str] = {}      # symbol -> where its maximum came from
+        self.notes: list[str] = []            # warnings for the report (loops unrolled)
         self._env = None
         self._sizes: set = set()
         self.decided: _AtUpperBound | None = None
@@ -120,6 +118,8 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         env = self._env
         if not env:
             return func(*args, **kwargs)
+        if func in _LOOPS and args and isinstance(args[0], torch.Tensor) and args[0].dim():
+            self._loop(func, args[0].shape[0])
         known = len(env.var_to_range)  # a new symbol adds a range: look at outputs only then
         out = func(*args, **kwargs)
         if len(env.var_to_range) != known:
@@ -171,6 +171,29 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
             if own is None or self.maxima[name] < own:
                 self.capped[name] = f"--dim {name}={self.maxima[name]}"
 
+    def _loop(self, func, n) -> None:
+        """A Python loop over (or ``len`` of) a tensor whose length the data decides runs at
+        the length's maximum: unrolled, if that is at most ``MAX_UNROLL``."""
+        if not isinstance(n, torch.SymInt) or not is_unbacked(n.node.expr):
+            return
+        from torch.utils._sympy.value_ranges import bound_sympy
+        hi = finite(bound_sympy(n.node.expr, self._env.var_to_range).upper)
+        if hi is None:
+            return  # torch stops with the symbol; explain() names its flag
+        text = str(n.node.expr)
+        syms = ", ".join(f"--dim {s}=MAX" for s in sorted(map(str, n.node.expr.free_symbols)))
+        where = "".join(f" (from {self.origins[s]})" for s in
+                        sorted(map(str, n.node.expr.free_symbols)) if s in self.origins)
+        if hi > MAX_UNROLL:
+            raise TooManyIterations(
+                f"the forward loops over the data-dependent size {text}{where}, up to {hi} "
+                f"times; graphcost unrolls at most {MAX_UNROLL}: pass {syms} (its real "
+                "maximum, e.g. the number of classes)")
+        note = (f"a Python loop over the data-dependent size {text}{where} is unrolled at its "
+                f"maximum, {hi} iterations (an upper bound)")
+        if note not in self.notes:
+            self.notes.append(note)
+
     def _rule_cap(self, name: str, d: torch.SymInt, func, args, kwargs, k: int,
                   axis: int) -> None:
         from graphcost.passes.costs.registry import lookup
@@ -186,6 +209,15 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
                 and isinstance(bound[1][axis], (int, torch.SymInt)):
             torch._check(d <= bound[1][axis])
             self.capped[name] = f"{str(op).rsplit('.', 1)[0]}: {r.bound}"
+
+
+MAX_UNROLL = 256  # iterations of a Python loop over a data-dependent size, at its maximum
+_LOOPS = frozenset({torch.Tensor.__iter__, torch.Tensor.__len__, torch.Tensor.unbind,
+                    torch.Tensor.tolist})
+
+
+class TooManyIterations(RuntimeError):
+    """A Python loop over a data-dependent size whose maximum is too large to unroll."""
 
 
 def _overload(func):
@@ -204,6 +236,9 @@ def _op_name(func) -> str:
     if op is not None:
         return str(op)
     qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", str(func))
+    if "<locals>" in qual:  # a Python wrapper (torch.unique's boolean dispatch)
+        module = str(getattr(func, "__module__", "")).split(".")[0]
+        return f"{module}.{func.__name__}" if module else func.__name__
     owner, _, name = qual.rpartition(".")
     return {"_VariableFunctionsClass": f"torch.{name}", "TensorBase": f"Tensor.{name}",
             "Tensor": f"Tensor.{name}"}.get(owner, qual)
@@ -237,12 +272,6 @@ class _FakeView:
         return None
 
 
-@contextmanager
-def bounded_sizes(maxima: Mapping[str, int]) -> Iterator[BoundedSizes]:
-    with BoundedSizes(maxima) as mode:
-        yield mode
-
-
 def explain(exc: BaseException, mode: BoundedSizes | None) -> str | None:
     """A failed trace on a data-dependent expression as one line naming each symbol in it,
     where it came from and the flag that bounds it; None for any other failure."""
@@ -251,6 +280,8 @@ def explain(exc: BaseException, mode: BoundedSizes | None) -> str | None:
     if isinstance(exc, DynamicOutputShapeException):  # AOTAutograd's static fake tensors
         return (f"{exc.func} returns a size the data decides, which the backward trace "
                 "(AOTAutograd) cannot follow: analyze the inference (without --train)")
+    if isinstance(exc, TooManyIterations):
+        return str(exc)
     if not isinstance(exc, GuardOnDataDependentSymNode):
         return None
     cond = getattr(exc, "cond", None)

@@ -135,8 +135,7 @@ def traceable_experts(model: torch.nn.Module):
 def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
                   name: str = "model",
                   references: dict[str, str] | None = None,
-                  maxima: Mapping[str, int] | None = None,
-                  capped: dict[str, str] | None = None) -> "torch.export.ExportedProgram":
+                  sizes=None) -> "torch.export.ExportedProgram":
     """``torch.export`` (non-strict) with errors turned into one clear line.
 
     With ``references`` (a dict to fill), the forward is traced under ``torch.no_grad()`` (as
@@ -145,7 +144,7 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
     then (see :class:`_PythonReferences`). Data-dependent sizes: bounded_trace.BoundedSizes."""
     from graphcost.analyzer.frontends.bounded_trace import BoundedSizes, explain
 
-    sizes = BoundedSizes(maxima, capped)
+    sizes = sizes if sizes is not None else BoundedSizes()
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
@@ -323,8 +322,7 @@ class _SumLoss(torch.nn.Module):
 
 
 def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
-                 name: str = "model", maxima: Mapping[str, int] | None = None,
-                 capped: dict[str, str] | None = None):
+                 name: str = "model", sizes=None):
     """The joint forward+backward graph of one training step, traced from the model's
     ``torch.export`` program (AOTAutograd on fake tensors).
 
@@ -346,7 +344,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     was_training = model.training
     model.train()
     scopes: dict[str, str] = {}
-    sizes = BoundedSizes(maxima, capped)  # data-dependent sizes at their upper bounds
+    sizes = sizes if sizes is not None else BoundedSizes()  # data-dependent sizes
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)

@@ -99,3 +99,11 @@ def sort(op: OpView) -> tuple[int, int]:
     # tokens by expert id).
     n = op.in_shape(0)[int(op.attr("axis", -1))] if op.in_shape(0) else 1
     return 0, op.in_numel(0) * max(1, math.ceil(math.log2(max(n, 1))))
+
+
+@rule("aten._unique2.default", saves="nothing")
+def unique(op: OpView) -> tuple[int, int]:
+    # torch.unique sorts (≈ log2(n) compares per element) then compares neighbours (n); its
+    # output size is the data's (torch's range: at most n)
+    n = op.in_numel(0)
+    return 0, n * max(1, math.ceil(math.log2(max(n, 1)))) + n
