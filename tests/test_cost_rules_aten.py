@@ -149,3 +149,23 @@ def test_decomposed_aten_registration_is_refused():
             check_not_decomposed(removed)
     finally:
         del _REGISTRY["aten.silu.default"]
+
+
+class GridOfLinear(nn.Module):
+    """grid_sample whose input and grid both need a gradient (a conv and a linear before)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.linear = nn.Conv2d(3, 3, 1), nn.Linear(2, 2)
+
+    def forward(self, x, grid):
+        return F.grid_sample(self.conv(x), self.linear(grid), align_corners=False)
+
+
+def test_grid_sampler_backward_hand_count():
+    # grad_output 1×3×5×6 = 90 elements, bilinear (4 taps), 2 coordinates: the input gradient
+    # 90·2·4 = 720; the grid's 90·2·4·2 = 1,440 + 30 positions × 2 coordinates × 2 = 120
+    # → 2,280
+    r = analyze(GridOfLinear(), (torch.randn(1, 3, 8, 8), torch.randn(1, 5, 6, 2)), train=True)
+    (node,) = [n for n in r.nodes if n.op == "aten.grid_sampler_2d_backward.default"]
+    assert node.flops == 2_280
