@@ -117,7 +117,7 @@ class SizeBound:
     upper: int | None
     source: str      # what declares the maximum ("--dim u3=300", the op's rule, torch's range)
     origin: str      # the node that made it, "name (op) in scope"
-    capped: tuple[str, ...] = ()  # sizes made from it that the model caps lower: "Min(100, u7) ≤ 100"
+    capped: tuple[str, ...] = ()  # sizes from it the model caps lower: "Min(100, u7) ≤ 100"
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,8 @@ class TwoStageDetector(nn.Module):
         self.rpn_nms_thresh, self.rpn_min_size = rpn_nms_thresh, rpn_min_size
         self.box_score_thresh, self.box_nms_thresh = box_score_thresh, box_nms_thresh
         self.box_min_size, self.detections_per_img = box_min_size, detections_per_img
-        self.rpn_coder, self.box_coder = BoxCoder((1.0, 1.0, 1.0, 1.0)), BoxCoder((10., 10., 5., 5.))
+        self.rpn_coder = BoxCoder((1.0, 1.0, 1.0, 1.0))
+        self.box_coder = BoxCoder((10.0, 10.0, 5.0, 5.0))
 
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         size = tuple(images.shape[-2:])
