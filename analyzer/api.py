@@ -110,14 +110,13 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
 
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
                  train: bool, maxima: Mapping[str, int] = MappingProxyType({})):
+    from graphcost.analyzer.frontends.bounded_trace import BoundedSizes
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
     from graphcost.analyzer.frontends.torch_capture import (call_defaults, export_module,
                                                             traceable_experts)
 
     batch_size = _batch_of((*args, *kwargs.values()))
     kwargs = call_defaults(model, dict(kwargs))
-    from graphcost.analyzer.frontends.bounded_trace import BoundedSizes
-
     sizes = BoundedSizes(maxima)  # data-dependent sizes traced at their upper bounds
     with traceable_experts(model) as notes:
         if train:
@@ -142,7 +141,8 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     return _check_maxima(graph, maxima, traced=sizes.origins)
 
 
-def _check_maxima(graph, maxima: Mapping[str, int], traced: Mapping[str, str] = {}):
+def _check_maxima(graph, maxima: Mapping[str, int],
+                  traced: Mapping[str, str] = MappingProxyType({})):
     """A --dim naming a data-dependent size the trace does not have is an error; one above
     the model's own maximum is said in a warning (the model's is used). ``traced``: the
     sizes the trace made (a loop unrolled over one leaves no symbol in the graph)."""

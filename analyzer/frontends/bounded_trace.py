@@ -69,7 +69,6 @@ class _AtUpperBound(dict):
         super().__init__()
         self._env = env
         self._sizes = sizes      # symbols seen as tensor sizes (beside env.size_like)
-        self.assumed: set[str] = set()
 
     def __bool__(self) -> bool:
         return True
@@ -89,7 +88,6 @@ class _AtUpperBound(dict):
         if v is None:
             raise KeyError(s)
         import sympy
-        self.assumed.add(str(s))
         return sympy.Integer(v)
 
     def get(self, s, default=None):
@@ -109,7 +107,6 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         self.notes: list[str] = []            # warnings for the report (loops unrolled)
         self._env = None
         self._sizes: set = set()
-        self.decided: _AtUpperBound | None = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -136,17 +133,18 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
             self._env = False
             return
         self._env = env
-        self.decided = env.real_tensor_prop_unbacked_vals = _AtUpperBound(env, self._sizes)
+        env.real_tensor_prop_unbacked_vals = _AtUpperBound(env, self._sizes)
 
     def _fresh(self, func, args, kwargs, out) -> None:
         """Cap the unbacked sizes ``func`` just created."""
         if not self._env:
             return
-        tensors = [t for t in torch.utils._pytree.tree_leaves(out)
-                   if isinstance(t, (torch.Tensor, torch.SymInt))]
-        for k, t in enumerate(tensors):
-            dims = t.shape if isinstance(t, torch.Tensor) else \
-                (t,) if isinstance(t, torch.SymInt) else ()
+        leaves = [t for t in torch.utils._pytree.tree_leaves(out)
+                  if isinstance(t, (torch.Tensor, torch.SymInt))]
+        k = -1  # output k is the k-th tensor (a rule's bound_shapes lists tensors)
+        for t in leaves:
+            k += isinstance(t, torch.Tensor)
+            dims = t.shape if isinstance(t, torch.Tensor) else (t,)
             for axis, d in enumerate(dims):
                 if not isinstance(d, torch.SymInt):
                     continue
@@ -172,8 +170,9 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
                 self.capped[name] = f"--dim {name}={self.maxima[name]}"
 
     def _loop(self, func, n) -> None:
-        """A Python loop over (or ``len`` of) a tensor whose length the data decides runs at
-        the length's maximum: unrolled, if that is at most ``MAX_UNROLL``."""
+        """A Python loop over a tensor whose length the data decides runs at the length's
+        maximum: unrolled, if that is at most ``MAX_UNROLL``. ``len()`` or ``tolist()`` reads
+        the length as a number: its maximum (said in a warning)."""
         if not isinstance(n, torch.SymInt) or not is_unbacked(n.node.expr):
             return
         from torch.utils._sympy.value_ranges import bound_sympy
@@ -184,13 +183,17 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         syms = ", ".join(f"--dim {s}=MAX" for s in sorted(map(str, n.node.expr.free_symbols)))
         where = "".join(f" (from {self.origins[s]})" for s in
                         sorted(map(str, n.node.expr.free_symbols)) if s in self.origins)
-        if hi > MAX_UNROLL:
+        if func not in _ITERATES:
+            note = (f"the data-dependent size {text}{where} is read as a number "
+                    f"({_op_name(func)}): at its maximum, {hi}; what follows uses {hi}")
+        elif hi > MAX_UNROLL:
             raise TooManyIterations(
                 f"the forward loops over the data-dependent size {text}{where}, up to {hi} "
                 f"times; graphcost unrolls at most {MAX_UNROLL}: pass {syms} (its real "
                 "maximum, e.g. the number of classes)")
-        note = (f"a Python loop over the data-dependent size {text}{where} is unrolled at its "
-                f"maximum, {hi} iterations (an upper bound)")
+        else:
+            note = (f"a Python loop over the data-dependent size {text}{where} is unrolled at "
+                    f"its maximum, {hi} iterations (an upper bound)")
         if note not in self.notes:
             self.notes.append(note)
 
@@ -212,8 +215,8 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
 
 
 MAX_UNROLL = 256  # iterations of a Python loop over a data-dependent size, at its maximum
-_LOOPS = frozenset({torch.Tensor.__iter__, torch.Tensor.__len__, torch.Tensor.unbind,
-                    torch.Tensor.tolist})
+_ITERATES = frozenset({torch.Tensor.__iter__, torch.Tensor.unbind})
+_LOOPS = _ITERATES | {torch.Tensor.__len__, torch.Tensor.tolist}
 
 
 class TooManyIterations(RuntimeError):
