@@ -77,8 +77,8 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
         if batch is not None or input_shapes:
             raise GraphcostError("an exported program has fixed shapes: batch and "
                                  "input_shapes do not apply (re-export at the size you want)")
-        return _program_graph(r, note, train)
-    graph = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train)
+        return _program_graph(r, note, train, dict(dims or {}))
+    graph = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima)
     return replace(graph, name=r.name, dims=MappingProxyType({**graph.dims, **r.dims}))
 
 
@@ -91,7 +91,7 @@ def _onnx_estimate(graph, note: Progress):
     return estimate_joint(graph)
 
 
-def _program_graph(r: Resolved, note: Progress, train: bool):
+def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str, int]):
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
 
     program = r.program
@@ -104,32 +104,61 @@ def _program_graph(r: Resolved, note: Progress, train: bool):
             if s.kind.name == "USER_INPUT"]
     vals = [n.meta.get("val") for n in program.graph.nodes
             if n.op == "placeholder" and n.name in user]
-    return lower_exported(program, name=r.name, batch=_batch_of(vals))
+    graph = lower_exported(program, name=r.name, batch=_batch_of(vals), maxima=maxima)
+    return _check_maxima(graph, maxima)
 
 
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
-                 train: bool):
+                 train: bool, maxima: Mapping[str, int] = MappingProxyType({})):
+    from graphcost.analyzer.frontends.bounded_trace import BoundedSizes
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
     from graphcost.analyzer.frontends.torch_capture import (call_defaults, export_module,
                                                             traceable_experts)
 
     batch_size = _batch_of((*args, *kwargs.values()))
     kwargs = call_defaults(model, dict(kwargs))
+    sizes = BoundedSizes(maxima)  # data-dependent sizes traced at their upper bounds
     with traceable_experts(model) as notes:
         if train:
             from graphcost.analyzer.frontends.fx_frontend import lower_joint
             from graphcost.analyzer.frontends.torch_capture import export_joint
             note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
-            gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name)
-            graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size)
+            gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name,
+                                                   sizes=sizes)
+            graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size,
+                                maxima=maxima, capped=sizes.capped)
         else:
             note(f"tracing {name} with torch.export")
             references: dict[str, str] = {}  # how long the model's Python holds each tensor
-            ep = export_module(model, args, kwargs, name=name, references=references)
+            ep = export_module(model, args, kwargs, name=name, references=references,
+                               sizes=sizes)
             note("decomposing and lowering")
-            graph = lower_exported(ep, name=name, batch=batch_size, references=references)
+            graph = lower_exported(ep, name=name, batch=batch_size, references=references,
+                                   maxima=maxima, capped=sizes.capped)
+    notes = [*notes, *sizes.notes]
     if notes:
         graph = replace(graph, warnings=graph.warnings + tuple(notes))
+    return _check_maxima(graph, maxima, traced=sizes.origins)
+
+
+def _check_maxima(graph, maxima: Mapping[str, int],
+                  traced: Mapping[str, str] = MappingProxyType({})):
+    """A --dim naming a data-dependent size the trace does not have is an error; one above
+    the model's own maximum is said in a warning (the model's is used). ``traced``: the
+    sizes the trace made (a loop unrolled over one leaves no symbol in the graph)."""
+    known = {b.symbol: b for b in graph.size_bounds}
+    for sym, value in maxima.items():
+        if sym not in known and sym in traced:
+            continue
+        if sym not in known:
+            have = ", ".join(sorted({*known, *traced}, key=lambda s: (len(s), s))) or "none"
+            raise GraphcostError(f"--dim {sym}: {graph.name} has no data-dependent size named "
+                                 f"{sym!r}; its data-dependent sizes: {have}")
+        b = known[sym]
+        if b.upper is not None and b.upper < value:
+            graph = replace(graph, warnings=graph.warnings + (
+                f"--dim {sym}={value} is above {sym}'s own maximum {b.upper} "
+                f"({b.source}): {b.upper} is used",))
     return graph
 
 

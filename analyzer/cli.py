@@ -58,7 +58,8 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     p.add_argument("--batch", type=int, default=None,
                    help="bind the batch dim (axis 0) of the graph inputs (default 1)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic input dim by name, e.g. --dim sequence=128")
+                   help="bind a symbolic input dim by name, e.g. --dim sequence=128; on the "
+                        "torch route, u0, u1… set the maximum of a size the data decides")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=SHAPE",
                    help="override an input's shape, e.g. --input-shape x=1x3x224x224")
     p.add_argument("--exclude-inputs", action="store_true",

@@ -123,6 +123,15 @@ def _summary(r: Report) -> str:
                   f"fragmentation {100 * m.fragmentation:.1f}%)" if m.arena_bytes is not None
          else "not planned for a training step"),
     ]
+    if r.bounds is not None:
+        b = r.bounds
+        rows.append(("upper bounds", "MACs, FLOPs, bytes and memory depend on data-dependent "
+                     f"sizes and stand at their maxima; at the minima: MACs {human(b.lower_macs)}"
+                     f", FLOPs {human(b.lower_flops)}, activation peak "
+                     f"{human_bytes(b.lower_activation_peak)}<br>" + "<br>".join(
+                         _e(f"{s.symbol} ∈ [{s.lower}, {s.upper if s.upper is not None else '?'}]"
+                            f" from {s.origin}; max: {s.source or f'none (--dim {s.symbol}=MAX)'}")
+                         for s in b.sizes)))
     if m.live_at_peak:
         top = ", ".join(f"{_e(x.name)} {human_bytes(x.bytes)}" for x in m.live_at_peak[:10])
         more = len(m.live_at_peak) - 10

@@ -107,6 +107,19 @@ class Node:
     bound: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SizeBound:
+    """A size the data decides (torch.export's unbacked symbol: u0, u1…), the range it may
+    take and where its maximum comes from. The graph's shapes stand at ``upper``; a value
+    whose size needs a symbol with no ``upper`` keeps it symbolic (its nodes are not costed)."""
+    symbol: str
+    lower: int
+    upper: int | None
+    source: str      # what declares the maximum ("--dim u3=300", the op's rule, torch's range)
+    origin: str      # the node that made it, "name (op) in scope"
+    capped: tuple[str, ...] = ()  # sizes from it the model caps lower: "Min(100, u7) ≤ 100"
+
+
 @dataclass(frozen=True)
 class Graph:
     name: str
@@ -133,6 +146,10 @@ class Graph:
     # value -> the value whose storage it was written into: the model ran the op in place
     # (ReLU(inplace=True), ``+=``), which the traced graph writes as a new tensor
     eager_inplace: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # sizes the data decides, and every value whose shape uses one at the lower ends of the
+    # ranges (the graph's own values stand at the upper ends): see SizeBound
+    size_bounds: tuple[SizeBound, ...] = ()
+    lower_values: Mapping[str, Value] = field(default_factory=lambda: MappingProxyType({}))
 
     def spec(self, name: str) -> TensorSpec | None:
         v = self.values.get(name)

@@ -7,6 +7,7 @@ from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.ir import Graph, ValueKind
 from graphcost.analyzer.report import NodeRow, Report, Totals
 from graphcost.passes.arena import plan_arena
+from graphcost.passes.bounds import size_bounds
 from graphcost.passes.costs import CostReport, count_costs
 from graphcost.passes.liveness import analyze_liveness
 from graphcost.passes.modules import aggregate_modules
@@ -55,7 +56,9 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
         memory=memory, warnings=_warnings(graph, memory, arena), training=training, roofline=None,
         parallel=parallel and parallel_step(graph, training, parallel, device, overhead),
-        moe=find_moe(graph, costs, params.params), receptive_field=() if optimizer else cnn_fields(graph),
+        moe=find_moe(graph, costs, params.params),
+        bounds=size_bounds(graph, include_inputs=include_inputs, eager=lifetimes == "eager"),
+        receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
         serving=serving and serving_review(serving, device, overhead))

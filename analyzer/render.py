@@ -36,6 +36,17 @@ def op_text(n) -> str:
     return f"{n.op} (upper bound)" if n.bound else n.op
 
 
+def short_op(text: str) -> str:
+    """An op cell in fewer characters: ATen's namespace and default overload dropped (the
+    node table at 80 columns; the wide view and every file keep the full name)."""
+    text = text.replace(" (upper bound)", " (bound)")
+    if not text.startswith("aten."):
+        return text
+    op, _, rest = text[5:].partition(" ")
+    op = op.removesuffix(".default")
+    return f"{op} {rest}" if rest else op
+
+
 def _cells(r: Report) -> dict[str, tuple[Col, Callable[[Any], str]]]:
     """Every node-table column: name -> (column, cell text of a NodeRow)."""
     total = r.totals.flops or 1
@@ -43,7 +54,7 @@ def _cells(r: Report) -> dict[str, tuple[Col, Callable[[Any], str]]]:
     cols: dict[str, tuple[Col, Callable[[Any], str]]] = {
         "index": (Col("#", numeric=True), lambda n: str(n.index)),
         "name": (Col("node", min_width=12, priority=1), lambda n: n.name),
-        "op": (Col("op", min_width=10, priority=2), op_text),
+        "op": (Col("op", min_width=10, priority=2, abbreviate=short_op), op_text),
         "input_shapes": (Col("input shape(s)", min_width=8, optional=True),
                          lambda n: "; ".join(n.input_shapes)),
         "output_shapes": (Col("shape", min_width=8, priority=3, optional=True),
@@ -124,6 +135,7 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
         out.append(("bound", [f"{sum(c.bounded.values())} node(s) costed at an upper bound:"]
                     + [f"{k}×{v}" for k, v in c.bounded.items()]
                     + ["(data-dependent sizes or worst-case counts; see each node's bound)"]))
+    out += _bounds_summary(r)
     if t.quant_meta:
         out.append(("quant meta", [f"{t.quant_meta:,} scales/zero points "
                                    f"({human_bytes(t.quant_meta_bytes)}), not in params"]))
@@ -152,6 +164,28 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
     out += serving_summary(r) + _training_summary(r) + parallel_summary(r)
     out += _roofline_summary(r)
     out += [("warning", [w]) for w in r.warnings]
+    return out
+
+
+def _bounds_summary(r: Report) -> list[tuple[str, list[str]]]:
+    """The sizes the data decides: the totals at their lower ends, then each size's range,
+    the node that makes it, what declares its maximum and the flag that sets it."""
+    b = r.bounds
+    if b is None:
+        return []
+    out = [("sizes", ["data-dependent: MACs, FLOPs, bytes and memory above are upper bounds;",
+                      "at the lower bounds", f"MACs {human(b.lower_macs)},",
+                      f"FLOPs {human(b.lower_flops)},",
+                      f"activation peak {human_bytes(b.lower_activation_peak)}"])]
+    for s in b.sizes:
+        if s.upper is None:
+            out.append(("", [f"{s.symbol} ≥ {s.lower}: from {s.origin};", "no upper bound",
+                             f"(--dim {s.symbol}=MAX sets one)"]))
+        else:
+            out.append(("", [f"{s.symbol} ∈ [{s.lower}, {s.upper}] at {s.upper}:",
+                             f"from {s.origin};", f"max: {s.source}" + (";" if s.capped else "")]
+                        + ([f"capped by the model: {', '.join(s.capped)}"] if s.capped else [])
+                        + [f"(--dim {s.symbol}=N lowers it)"]))
     return out
 
 

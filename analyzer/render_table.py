@@ -9,6 +9,7 @@ Every table here (the node table, op types, modules, diff and verify) goes throu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 ELLIPSIS = "…"
 SEP = 2            # columns are separated by two spaces (rich box=None, padding (0, 1))
@@ -21,6 +22,9 @@ class Col:
     min_width: int = 6          # text: the narrowest it may be squeezed to
     priority: int = 0           # text: higher keeps more width; optional: dropped last
     optional: bool = False      # may be dropped when the table cannot fit
+    # text: a shorter spelling of the same cell, used before anything is cut or dropped
+    # (an ATen op without its namespace and default overload: ``aten.relu.default`` → ``relu``)
+    abbreviate: Callable[[str], str] | None = None
 
 
 def shorten(text: str, width: int) -> str:
@@ -38,10 +42,14 @@ def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list
                                                                           list[list[str]]]:
     """The columns that fit in ``width`` (None: all, unshortened) and the rows' cells
     shortened to them."""
-    natural = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-    keep = list(range(len(cols)))
     if width is None:
         return cols, rows
+    natural = _natural(cols, rows)
+    if sum(natural) + SEP * (len(cols) - 1) > width and any(c.abbreviate for c in cols):
+        rows = [[c.abbreviate(cell) if c.abbreviate else cell for c, cell in zip(cols, r)]
+                for r in rows]
+        natural = _natural(cols, rows)
+    keep = list(range(len(cols)))
 
     def need(idx: list[int], texts_at_min: bool) -> int:
         total = sum(natural[i] if cols[i].numeric or not texts_at_min
@@ -66,6 +74,10 @@ def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list
     out_rows = [[r[i] if cols[i].numeric else shorten(r[i], widths[i]) for i in keep]
                 for r in rows]
     return [cols[i] for i in keep], out_rows
+
+
+def _natural(cols: list[Col], rows: list[list[str]]) -> list[int]:
+    return [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
 
 
 def print_table(console, title: str | None, cols: list[Col], rows: list[list[str]], *,

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from graphcost.analyzer.ir import INTERNAL
+from graphcost.passes.bounds import Bounds
 from graphcost.passes.costs import Coverage, OpTotals
 from graphcost.passes.liveness import Liveness
 from graphcost.passes.modules import ModuleCost
@@ -46,7 +47,9 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
               "elements, param_bytes their storage, scales and zero points are quant_meta",
     "bound": "a node whose output size depends on the data (NonZero, NonMaxSuppression, "
              "TopK with a tensor k …) or whose count is a worst case is costed at an upper "
-             "bound; the node's bound says what it assumes",
+             "bound; the node's bound says what it assumes. Sizes the data decides (torch's "
+             "u0, u1…) stand at the upper ends of their ranges; bounds lists them and the "
+             "totals and activation peak at the lower ends",
     "roofline": "lower-bound time per node on a device: max(FLOPs / peak FLOP/s of the "
                 "node's dtype, (bytes_read + bytes_written) / bandwidth); not a benchmark",
     "receptive_field": "conv/pool chains: input pixels one output element sees (rf), input "
@@ -128,6 +131,7 @@ class Report:
     roofline: Roofline | None = None
     moe: MoE | None = None                     # mixture-of-experts layers (passes.moe)
     serving: Serving | None = None             # prefill/decode/KV cache (passes.serving)
+    bounds: Bounds | None = None               # sizes the data decides (passes.bounds)
     receptive_field: tuple[NodeField, ...] = ()   # empty unless the graph is a CNN
     modules: tuple[ModuleCost, ...] = ()
     nodes: tuple[NodeRow, ...] = ()

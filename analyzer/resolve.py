@@ -18,6 +18,7 @@ with seeded random weights and real inputs for measuring. Nothing here lowers or
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,9 @@ from typing import Any, Callable, Mapping, Sequence
 from graphcost.analyzer.errors import GraphcostError
 
 ZOO_PREFIX = "zoo:"
+# torch.export names the sizes the data decides u0, u1… (unbacked symbols): a --dim of that
+# name sets such a size's maximum on the torch route (analyzer/frontends/bounded_trace.py)
+UNBACKED = re.compile(r"u\d+")
 Progress = Callable[[str], None]
 
 
@@ -51,6 +55,7 @@ class Resolved:
     kwargs: Mapping[str, Any] = field(default_factory=dict)  # kind torch: keyword inputs
     program: Any = None                 # kind program: a torch.export.ExportedProgram
     int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # random ids
+    maxima: Mapping[str, int] = field(default_factory=dict)  # kind torch: data-dependent sizes
 
 
 def _is_torch(model: Any) -> bool:
@@ -121,11 +126,13 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
         _same_dtypes(b.input_dtypes, {k: str(v).removeprefix("torch.")
                                       for k, v in spec.input_dtypes.items()}, f"zoo:{name}")
     ranges = {k: tuple(v) for k, v in spec.int_ranges.items()}
-    dims = {**models_zoo.default_dims(name), **b.dims}
+    maxima = _maxima(b)
+    dims = {**models_zoo.default_dims(name), **{k: v for k, v in b.dims.items()
+                                                 if k not in maxima}}
     if spec.meta_only and materialize:
         raise GraphcostError(f"zoo:{name} is never materialized (meta device only): verify "
                              "runs the model for real; pick a model that fits in memory")
-    if not (torch_module or spec.meta_only or spec.hf):
+    if not (torch_module or spec.meta_only or spec.hf or spec.torch_only):
         note(f"exporting zoo:{name} to ONNX (cached)")
         try:
             path = Path(models_zoo.cached_export(name))
@@ -133,7 +140,7 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
             raise GraphcostError(str(exc)) from None
         from graphcost.analyzer.frontends.onnx_frontend import load_model
         return Resolved("onnx", f"zoo:{name}", onnx=load_model(path), path=path,
-                        dims={} if b.input_shapes else dims,
+                        dims={} if b.input_shapes else {**dims, **b.dims},
                         input_shapes=dict(b.input_shapes), int_ranges=ranges)
     try:
         shapes = dict(b.input_shapes or models_zoo.input_shapes(name, b.batch or 1, **{
@@ -158,10 +165,10 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
                              f"{exc}") from None
     if spec.hf:  # transformers models take their inputs by name
         return Resolved("torch", f"zoo:{name}", module=module, kwargs=inputs, dims=dims,
-                        int_ranges=ranges)
+                        int_ranges=ranges, maxima=maxima)
     # the other zoo models' input names need not be forward's argument names: in order
     return Resolved("torch", f"zoo:{name}", module=module, inputs=tuple(inputs.values()),
-                    dims=dims, int_ranges=ranges)
+                    dims=dims, int_ranges=ranges, maxima=maxima)
 
 
 def _file_class(spec: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
@@ -177,7 +184,7 @@ def _file_class(spec: str, b: Bindings, materialize: bool, note: Progress) -> Re
     fakes = fake_inputs(module, shapes, b.input_dtypes)  # checks the names against forward
     if materialize:
         fakes = real_inputs(shapes, {k: v.dtype for k, v in fakes.items()}, {})
-    return Resolved("torch", cls_name, module=module, kwargs=fakes)
+    return Resolved("torch", cls_name, module=module, kwargs=fakes, maxima=_maxima(b))
 
 
 def _module(model, example_inputs, b: Bindings, name: str) -> Resolved:
@@ -187,14 +194,20 @@ def _module(model, example_inputs, b: Bindings, name: str) -> Resolved:
             raise GraphcostError("batch= applies to input_shapes; with example_inputs the "
                                  "batch is the inputs' own")
         if isinstance(example_inputs, Mapping):  # keyword inputs by forward argument name
-            return Resolved("torch", name, module=model, kwargs=dict(example_inputs))
+            return Resolved("torch", name, module=model, kwargs=dict(example_inputs),
+                            maxima=_maxima(b))
         args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) \
             else (example_inputs,)
-        return Resolved("torch", name, module=model, inputs=args)
+        return Resolved("torch", name, module=model, inputs=args, maxima=_maxima(b))
     if not b.input_shapes:
         raise GraphcostError(f"{name}: pass example_inputs or input_shapes")
     return Resolved("torch", name, module=model,
-                    kwargs=fake_inputs(model, _batched(b), b.input_dtypes))
+                    kwargs=fake_inputs(model, _batched(b), b.input_dtypes), maxima=_maxima(b))
+
+
+def _maxima(b: Bindings) -> dict[str, int]:
+    """The --dim values that name data-dependent sizes (u0, u1…): their maxima."""
+    return {k: v for k, v in b.dims.items() if UNBACKED.fullmatch(k)}
 
 
 def _batched(b: Bindings) -> dict[str, tuple[int, ...]]:

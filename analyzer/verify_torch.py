@@ -135,10 +135,14 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
                      progress=progress)
     measured, breakdown, per_module = measure_inference(module, args, kwargs)
     rows = [_module_peak(m, report, per_module) for m in report.modules if m.depth <= depth]
+    b = report.bounds  # data-dependent sizes: the prediction is their upper bound
+    bounded = "" if b is None else (
+        f"; predicted with {len(b.sizes)} data-dependent size(s) at their maxima (at their "
+        f"minima: {b.lower_activation_peak:,} B), measured on this run's data")
     return TorchVerification(label, batch, "inference", None, report.memory.peak_bytes,
                              measured, tuple(rows), breakdown,
                              f"activations, {report.memory.lifetimes} lifetimes, graph inputs "
-                             "excluded on both sides")
+                             "excluded on both sides" + bounded)
 
 
 def _module_peak(row, report: Report, measured: Mapping[str, tuple[int, int]]) -> ModulePeak:

@@ -111,6 +111,9 @@ def export_onnx(name: str, path: str | os.PathLike, *, dynamo: bool = False, ops
     onnxscript (default opset: the exporter's own). Raises :class:`ZooExportError` if the
     model cannot be exported."""
     spec = get(name)
+    if spec.torch_only:
+        raise ZooExportError(f"zoo model {name!r} is traced with torch.export only (a custom "
+                             "op no ONNX exporter writes): analyze zoo:" + name)
     if spec.meta_only:
         raise ZooExportError(f"zoo model {name!r} is too large to export (its weights would be "
                              "materialized): analyze it traced on the meta device instead "

@@ -35,6 +35,9 @@ class ZooModel:
     # a transformers model (models_zoo/hf.py): inputs passed by name, traced with torch.export
     # only (never exported to ONNX); needs the optional extra ``hf``
     hf: bool = False
+    # traced with torch.export only (a custom op no ONNX exporter writes: the detection
+    # models' NMS); built and run for real as any other
+    torch_only: bool = False
 
     def output_dims(self) -> dict[str, dict[int, str]]:
         return {o: dict(self.output_dynamic_dims.get(o, {0: BATCH})) for o in self.output_names}
@@ -136,15 +139,21 @@ MODELS: dict[str, ZooModel] = {
 
 
 def get(name: str) -> ZooModel:
-    spec = MODELS.get(name) or _hf_models().get(name)
+    spec = MODELS.get(name) or _detection_models().get(name) or _hf_models().get(name)
     if spec is None:
         raise KeyError(f"unknown zoo model {name!r}; available: {', '.join(names())}")
     return spec
 
 
 def names() -> list[str]:
-    """Every zoo model: the plain-torch ones (MODELS), then the transformers ones."""
-    return [*MODELS, *_hf_models()]
+    """Every zoo model: the plain-torch ones (MODELS, then the detectors), then the
+    transformers ones."""
+    return [*MODELS, *_detection_models(), *_hf_models()]
+
+
+def _detection_models() -> dict[str, ZooModel]:
+    from .detection import DETECTION_MODELS  # registers the detectors' custom ops
+    return DETECTION_MODELS
 
 
 def _hf_models() -> dict[str, ZooModel]:

@@ -35,6 +35,11 @@ class Op(nn.Module):
         return self.fn(x)
 
 
+class Grid(nn.Module):
+    def forward(self, x, grid):
+        return F.grid_sample(x, grid, mode="bilinear", align_corners=False)
+
+
 def case(id, module, shapes, macs, flops):
     return pytest.param(module, shapes, macs, flops, id=id)
 
@@ -65,6 +70,28 @@ CASES = [
     case("avg_pool", nn.AvgPool2d(2), [(1, 4, 8, 8)], 0, 256),
     # global average pool: every one of the 1·4·8·8 = 256 inputs added once
     case("global_avg_pool", nn.AdaptiveAvgPool2d(1), [(1, 4, 8, 8)], 0, 256),
+    # bilinear upsample 1×3×8×8 → 1×3×16×16 (aten.upsample_bilinear2d.vec; ONNX Resize
+    # linear): 768 outputs × 3 lerps of 3 FLOPs (2 resized axes: 2² − 1 lerps) = 6,912
+    case("upsample_bilinear", Op(lambda x: F.interpolate(x, size=(16, 16), mode="bilinear",
+                                                         align_corners=False)),
+         [(1, 3, 8, 8)], 0, 6_912),
+    # the same with align_corners and a scale factor: 1×3×5×7 → 1×3×10×14 = 420 outputs × 9
+    case("upsample_bilinear_corners", Op(lambda x: F.interpolate(
+        x, scale_factor=2, mode="bilinear", align_corners=True)), [(1, 3, 5, 7)], 0, 3_780),
+    # grid_sample bilinear, x 1×3×8×8, grid 1×5×6×2 → 1×3×5×6 = 90 outputs × 7 (4 taps: 4
+    # multiplies + 3 adds) = 630, + 30 positions × 2 coordinates × 2 (unnormalize) = 120 → 750
+    case("grid_sample", Grid(), [(1, 3, 8, 8), (1, 5, 6, 2)], 0, 750),
+    # log2 of 64 elements: ln(x)·(1/ln 2) = 2 FLOPs each (the exporters' Log + Div) → 128
+    case("log2", Op(torch.log2), [(64,)], 0, 128),
+    # max of a 4×16 tensor (aten.max.default, ONNX ReduceMax): one compare per element = 64
+    case("max_all", Op(torch.max), [(4, 16)], 0, 64),
+]
+# Rules the legacy ONNX exporter cannot reach (opset 17 has no 5-D GridSample): FX only.
+FX_CASES = [
+    # grid_sample trilinear, x 1×3×4×8×8, grid 1×2×5×6×3 → 1×3×2×5×6 = 180 outputs × 15
+    # (8 taps: 8 multiplies + 7 adds) = 2,700, + 60 positions × 3 coordinates × 2 = 360
+    # → 3,060
+    case("grid_sample_3d", Grid(), [(1, 3, 4, 8, 8), (1, 2, 5, 6, 3)], 0, 3_060),
 ]
 # SDPA, q k v 1×2×6×4 (B H S D): QKᵀ 2·6·6·4 = 288 MACs + PV 288 = 576 MACs; FLOPs 2·576 +
 # softmax 5 and scale 1 per score (2·6·6 = 72 scores) = 1,152 + 432 = 1,584. The legacy
@@ -97,6 +124,11 @@ def test_aten_rules_and_onnx_parity(module, shapes, macs, flops):
     assert onnx_totals(module, shapes) == (macs, flops)
 
 
+@pytest.mark.parametrize("module, shapes, macs, flops", FX_CASES)
+def test_aten_rules_fx_only(module, shapes, macs, flops):
+    assert fx_totals(module.eval(), shapes) == (macs, flops)
+
+
 def test_attention_macs_equal_and_flops_differ_by_the_exporters_scaling():
     module, shapes, macs, fx_flops, onnx_flops = ATTENTION
     assert fx_totals(module, shapes) == (macs, fx_flops)
@@ -117,3 +149,23 @@ def test_decomposed_aten_registration_is_refused():
             check_not_decomposed(removed)
     finally:
         del _REGISTRY["aten.silu.default"]
+
+
+class GridOfLinear(nn.Module):
+    """grid_sample whose input and grid both need a gradient (a conv and a linear before)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.linear = nn.Conv2d(3, 3, 1), nn.Linear(2, 2)
+
+    def forward(self, x, grid):
+        return F.grid_sample(self.conv(x), self.linear(grid), align_corners=False)
+
+
+def test_grid_sampler_backward_hand_count():
+    # grad_output 1×3×5×6 = 90 elements, bilinear (4 taps), 2 coordinates: the input gradient
+    # 90·2·4 = 720; the grid's 90·2·4·2 = 1,440 + 30 positions × 2 coordinates × 2 = 120
+    # → 2,280
+    r = analyze(GridOfLinear(), (torch.randn(1, 3, 8, 8), torch.randn(1, 5, 6, 2)), train=True)
+    (node,) = [n for n in r.nodes if n.op == "aten.grid_sampler_2d_backward.default"]
+    assert node.flops == 2_280

@@ -69,6 +69,17 @@ def test_wide_and_columns():
     assert "unknown column(s) nope" in p.stderr and p.stderr.count("\n") == 1
 
 
+def test_aten_ops_drop_their_namespace_before_being_cut():
+    from graphcost.analyzer.render_table import Col, fit
+    op = Col("op", min_width=10, abbreviate=lambda t: t.removeprefix("aten.").split(".")[0])
+    rows = [["aten.relu.default", "1,234"], ["aten.upsample_nearest2d.vec", "5"]]
+    _, cells = fit([op, Col("n", numeric=True)], rows, width=30)
+    assert [r[0] for r in cells] == ["relu", "upsample_nearest2d"]  # fits once abbreviated
+    assert fit([op, Col("n", numeric=True)], rows, width=None)[1] == rows  # files: whole
+    out = run("zoo:mnist_net", "--fx", columns=80).stdout
+    assert re.search(r"^2\s+relu\s+relu\s", out, re.M) and "aten." not in out
+
+
 def test_what_ifs_and_plans_that_cannot_help_say_why():
     # llama_tiny + Adam peaks in the optimizer step: no activation saver can lower it
     out = run("zoo:llama_tiny", "--train", "--checkpoint", "sqrt", columns=100).stdout

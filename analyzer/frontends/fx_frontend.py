@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import torch
 
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.frontends.size_bounds import SizeBinder
 from graphcost.analyzer.ir import Graph, Node, TensorSpec, Value, ValueKind
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -58,7 +59,9 @@ def training_decompositions():
 
 
 def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefix: str,
-                scopes: Mapping[str, str], *, name: str, batch: int) -> Graph:
+                scopes: Mapping[str, str], *, name: str, batch: int,
+                maxima: Mapping[str, int] | None = None,
+                capped: Mapping[str, str] | None = None) -> Graph:
     """Lower AOTAutograd's joint forward+backward graph. Outputs: the loss, then one gradient
     per parameter (which live to the optimizer step). Tied parameters become one value."""
     kind_of: dict[str, ValueKind] = {}
@@ -91,14 +94,18 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
     return lower_fx_graph(gm.graph, kind_of, alias, keep, name=name, batch=batch,
                           module_types={path: type(m).__name__
                                         for path, m in model.named_modules()},
-                          scopes=scopes, grads=grads, param_paths=paths)
+                          scopes=scopes, grads=grads, param_paths=paths, maxima=maxima,
+                          capped=capped)
 
 
 def _dtype(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 
 
-def _spec(val: Any, cache: dict) -> TensorSpec:
+def _spec(val: Any, cache: dict, sizes: SizeBinder | None = None, value: str = "",
+          node: str = "") -> TensorSpec:
+    if sizes is not None and any(isinstance(d, torch.SymInt) for d in val.shape):
+        return sizes.spec(val, value, node)  # data-dependent sizes at their upper bounds
     shape = tuple(int(d) if not isinstance(d, torch.SymInt) else str(d) for d in val.shape)
     key = (shape, val.dtype)
     spec = cache.get(key)
@@ -121,10 +128,14 @@ def _attr(value: Any) -> Any:
 def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
                    batch: int = 1, dims: Mapping[str, int] | None = None,
                    decomposed: bool = False,
-                   references: Mapping[str, str] | None = None) -> Graph:
+                   references: Mapping[str, str] | None = None,
+                   maxima: Mapping[str, int] | None = None,
+                   capped: Mapping[str, str] | None = None) -> Graph:
     """Lower ``ep`` (decomposed here unless ``decomposed``) into the IR. ``references``
     (torch_capture.export_module's: node -> node reached when Python released its tensor,
-    in ``ep``'s names) become the graph's ``eager_refs``."""
+    in ``ep``'s names) become the graph's ``eager_refs``. ``maxima`` bound data-dependent
+    sizes by name (``--dim u3=MAX``), ``capped`` says how the trace bounded them
+    (bounded_trace.BoundedSizes.capped)."""
     original = ep
     if not decomposed:
         try:
@@ -165,7 +176,7 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
                 alias[arg] = first
     return lower_fx_graph(ep.graph, kind_of, alias, user_outputs, name=name, batch=batch,
                           dims=dims, module_types=module_types(ep.graph), held=held,
-                          written=written)
+                          written=written, maxima=maxima, capped=capped)
 
 
 def _origin(node) -> str:
@@ -224,14 +235,18 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                    grads: Mapping[str, str] | None = None,
                    param_paths: Mapping[str, str] | None = None,
                    held: Mapping[str, str] | None = None,
-                   written: Mapping[str, str] | None = None) -> Graph:
+                   written: Mapping[str, str] | None = None,
+                   maxima: Mapping[str, int] | None = None,
+                   capped: Mapping[str, str] | None = None) -> Graph:
     """Lower an ATen-level FX graph whose placeholders ``kind_of`` classifies. ``alias`` maps
     placeholders that stand for another (tied weights); ``keep_outputs`` (None: all) names the
     graph outputs that are the model's; ``grads`` (a joint graph) maps parameter placeholders
     to the output node holding their gradient; ``held`` maps a node to the node up to which the
     model's Python code held its tensor (the graph's ``eager_refs``), ``written`` a node to
-    the node whose tensor the model wrote it into in place (``eager_inplace``)."""
+    the node whose tensor the model wrote it into in place (``eager_inplace``). Sizes the data
+    decides are bound to their upper bounds (size_bounds.SizeBinder, with ``maxima``)."""
     cache: dict = {}
+    sizes = SizeBinder.of(graph, maxima, capped)
     values: dict[str, Value] = {}
     nodes: list[Node] = []
     inputs: list[str] = []
@@ -248,7 +263,8 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
             if not isinstance(val, torch.Tensor):
                 continue  # a symbolic int or other non-tensor input
             kind = kind_of.get(fx.name, ValueKind.INPUT)
-            values[fx.name] = Value(fx.name, _spec(val, cache), kind)
+            values[fx.name] = Value(fx.name, _spec(val, cache, sizes, fx.name,
+                                                   f"{fx.name} (input)"), kind)
             if kind == ValueKind.INPUT:
                 inputs.append(fx.name)
         elif fx.op == "call_function":
@@ -256,7 +272,9 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                 src, idx = fx.args
                 alias[fx.name] = f"{alias.get(src.name, src.name)}.{idx}"
                 continue
-            nodes.append(_lower_call(fx, len(nodes), values, alias, cache, scopes))
+            if _size_arithmetic(fx):
+                continue
+            nodes.append(_lower_call(fx, len(nodes), values, alias, cache, scopes, sizes))
         elif fx.op == "output":
             for arg in torch.fx.node.map_arg(fx.args[0], lambda n: n) if fx.args else ():
                 if isinstance(arg, torch.fx.Node) and (keep_outputs is None
@@ -276,6 +294,11 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
         if out in values and into in values:
             eager_inplace[out] = into
     grad_values = {p: alias.get(g, g) for p, g in (grads or {}).items()}
+    bounds, warnings, lower = (), (), {}
+    if sizes is not None:
+        bounds, warnings = sizes.bounds()
+        lower = {n: Value(n, spec, values[n].kind, values[n].producer)
+                 for n, spec in sizes.lower.items() if n in values}
     return Graph(name=name, source="fx", nodes=tuple(nodes), values=MappingProxyType(values),
                  inputs=tuple(inputs), outputs=tuple(outputs),
                  dims=MappingProxyType(dict(dims or {})), batch=batch,
@@ -283,12 +306,24 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                  grads=MappingProxyType({p: g for p, g in grad_values.items()
                                          if g in outputs and p in values}),
                  param_paths=MappingProxyType(dict(param_paths or {})),
-                 eager_refs=MappingProxyType(eager_refs),
-                 eager_inplace=MappingProxyType(eager_inplace))
+                 warnings=warnings, eager_refs=MappingProxyType(eager_refs),
+                 eager_inplace=MappingProxyType(eager_inplace), size_bounds=bounds,
+                 lower_values=MappingProxyType(lower))
+
+
+def _size_arithmetic(fx) -> bool:
+    """A size query or arithmetic on sizes (``sym_size``, ``u0 >= 0``, ``sym_not``): how the
+    trace keeps data-dependent sizes, no op on tensor data."""
+    if isinstance(fx.meta.get("val"), (torch.Tensor, list, tuple)):
+        return False
+    return not isinstance(fx.target, torch._ops.OpOverload) or \
+        str(fx.target) in ("aten.sym_size.int", "aten.sym_stride.int",
+                           "aten.sym_storage_offset.default")
 
 
 def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict,
-                scopes: Mapping[str, str] | None = None) -> Node:
+                scopes: Mapping[str, str] | None = None,
+                sizes: SizeBinder | None = None) -> Node:
     target = fx.target
     op = str(target)  # "aten.addmm.default"
     torch_fn = fx.meta.get("torch_fn") or ("", "")
@@ -332,23 +367,27 @@ def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict,
 
     val = fx.meta.get("val")
     out_names: list[str] = []
-    if isinstance(val, torch.Tensor):
-        out_names.append(fx.name)
-        values[fx.name] = Value(fx.name, _spec(val, cache), ValueKind.ACTIVATION, index)
-    elif isinstance(val, (list, tuple)):
-        for i, v in enumerate(val):
-            if isinstance(v, torch.Tensor):
-                name = f"{fx.name}.{i}"
-                values[name] = Value(name, _spec(v, cache), ValueKind.ACTIVATION, index)
-                out_names.append(name)
-            else:
-                out_names.append("")
     stack = fx.meta.get("nn_module_stack") or {}
     scope = next(reversed(stack.values()))[0] if stack else ""
     if scopes is not None:
         scope = scopes.get(fx.name, scope)
+    where = f"{fx.name} ({op})" + (f" in {scope}" if scope else "")
+    if isinstance(val, torch.Tensor):
+        out_names.append(fx.name)
+        values[fx.name] = Value(fx.name, _spec(val, cache, sizes, fx.name, where),
+                                ValueKind.ACTIVATION, index)
+    elif isinstance(val, (list, tuple)):
+        for i, v in enumerate(val):
+            if isinstance(v, torch.Tensor):
+                name = f"{fx.name}.{i}"
+                values[name] = Value(name, _spec(v, cache, sizes, name, where),
+                                     ValueKind.ACTIVATION, index)
+                out_names.append(name)
+            else:
+                out_names.append("")
+    bound = sizes.sentence((*tensor_inputs, *out_names)) if sizes is not None else ""
     return Node(index, fx.name, op, tuple(tensor_inputs), tuple(out_names),
-                MappingProxyType(attrs) if attrs else _EMPTY, scope, 1)
+                MappingProxyType(attrs) if attrs else _EMPTY, scope, 1, bound)
 
 
 def module_types(graph: "torch.fx.Graph") -> dict[str, str]:

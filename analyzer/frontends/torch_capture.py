@@ -134,15 +134,19 @@ def traceable_experts(model: torch.nn.Module):
 
 def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
                   name: str = "model",
-                  references: dict[str, str] | None = None) -> "torch.export.ExportedProgram":
+                  references: dict[str, str] | None = None,
+                  sizes=None) -> "torch.export.ExportedProgram":
     """``torch.export`` (non-strict) with errors turned into one clear line.
 
     With ``references`` (a dict to fill), the forward is traced under ``torch.no_grad()`` (as
     an inference runs: autograd would hold every saved tensor) and the dict receives, for
     each traced tensor the model's Python code let go of, the node the trace had reached
-    then (see :class:`_PythonReferences`)."""
+    then (see :class:`_PythonReferences`). Data-dependent sizes: bounded_trace.BoundedSizes."""
+    from graphcost.analyzer.frontends.bounded_trace import BoundedSizes, explain
+
+    sizes = sizes if sizes is not None else BoundedSizes()
     try:
-        with warnings.catch_warnings(), quiet_torch_logs():
+        with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
             if references is None:
                 return torch.export.export(model, tuple(args), kwargs=kwargs or {},
@@ -154,7 +158,7 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
         raise
     except Exception as exc:
         raise GraphcostError(f"{name}: torch.export could not trace the forward "
-                             f"({_one_line(exc)})") from None
+                             f"({explain(exc, sizes) or _one_line(exc)})") from None
 
 
 class _PythonReferences(torch.overrides.TorchFunctionMode):
@@ -318,7 +322,7 @@ class _SumLoss(torch.nn.Module):
 
 
 def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
-                 name: str = "model"):
+                 name: str = "model", sizes=None):
     """The joint forward+backward graph of one training step, traced from the model's
     ``torch.export`` program (AOTAutograd on fake tensors).
 
@@ -335,11 +339,14 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     from graphcost.analyzer.frontends.exported_run import ExportedRun
     from graphcost.analyzer.frontends.fx_frontend import training_decompositions
 
+    from graphcost.analyzer.frontends.bounded_trace import BoundedSizes, explain
+
     was_training = model.training
     model.train()
     scopes: dict[str, str] = {}
+    sizes = sizes if sizes is not None else BoundedSizes()  # data-dependent sizes
     try:
-        with warnings.catch_warnings(), quiet_torch_logs():
+        with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
             with _no_stack_traces():
                 program = torch.export.export(_SumLoss(model), tuple(args),
@@ -354,7 +361,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
         raise
     except Exception as exc:
         raise GraphcostError(f"{name}: tracing forward+backward failed "
-                             f"({_one_line(exc)})") from None
+                             f"({explain(exc, sizes) or _one_line(exc)})") from None
     finally:
         model.train(was_training)
     return gm, sig, "gm.model.", scopes

@@ -77,7 +77,8 @@ def count_costs(graph: Graph) -> CostReport:
                 c = node_cost(r, view)
                 if node.repeat != 1:
                     c = c.scaled(node.repeat)
-                why = node.bound or view.bound  # sizes from a bound, or a worst-case count
+                # sizes from a bound (the frontend's), a worst-case count (the rule's), or both
+                why = "; ".join(w for w in (node.bound, view.bound) if w)
                 if why:
                     bounded[node.op] += 1
                 nc = NodeCost(c, OK, why)

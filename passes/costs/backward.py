@@ -47,6 +47,24 @@ def pool_backward(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel(0)  # one scatter-add (or divide) per input-gradient element
 
 
+@rule("aten.grid_sampler_2d_backward.default", "aten.grid_sampler_3d_backward.default")
+def grid_sampler_backward(op: OpView) -> tuple[int, int]:
+    # (grad_output, input, grid, interpolation_mode, …, output_mask): per grad_output element
+    # and each of the mode's n taps (bilinear 2^r, bicubic 4^r, nearest 1): the input gradient
+    # multiplies and scatter-adds (2n); the grid gradient, per coordinate, weighs the tap
+    # values by the gradient (2n each; nearest has none) after unnormalizing (2 per
+    # coordinate and position).
+    grad, grid = op.in_numel(0), op.in_shape(2)
+    r = grid[-1]
+    mode = int(op.attr("interpolation_mode", 0))
+    taps = {0: 2 ** r, 1: 1, 2: 4 ** r}.get(mode, 2 ** r)
+    mask = tuple(op.attr("output_mask") or (True, True))
+    flops = grad * 2 * taps if mask[0] else 0
+    if mask[-1] and mode != 1:
+        flops += grad * 2 * taps * r + math.prod(grid[:-1]) * 2 * r
+    return 0, flops
+
+
 @rule("aten._native_batch_norm_legit_functional.default", "aten._native_batch_norm_legit.no_stats",
       buffer_inputs=(3, 4))
 def batch_norm_train(op: OpView) -> tuple[int, int]:

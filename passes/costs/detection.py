@@ -46,9 +46,28 @@ def non_max_suppression(op: OpView) -> tuple[int, int]:
         + b * n * 3
 
 
-@rule("RoiAlign", index_inputs=(2,), saves="inputs")
+def _nms_keep(v):
+    boxes = v.shape(0)  # torchvision's nms keeps at most the boxes it is given
+    return [("int64", None if boxes is None else boxes[:1])]
+
+
+@rule("torchvision.nms.default", "graphcost_zoo.nms.default", saves="nothing",
+      bound="NMS keeps at most the boxes it is given", bound_shapes=_nms_keep)
+def nms(op: OpView) -> tuple[int, int]:
+    # dets (n, 4), scores (n): a sort (n·⌈log2 n⌉ compares), box areas (3 per box) and, at
+    # worst, the IoU of every pair (13 each) — NonMaxSuppression's count for one class
+    # without its score threshold.
+    n = op.in_shape(0)[0]
+    op.bounded("the IoU of every pair of boxes is counted (the greedy loop skips the "
+               "suppressed ones)")
+    return 0, n * max(1, math.ceil(math.log2(max(n, 2)))) + IOU * (n * (n - 1) // 2) + 3 * n
+
+
+@rule("RoiAlign", "torchvision.roi_align.default", "graphcost_zoo.roi_align.default",
+      index_inputs=(2,), saves="inputs")
 def roi_align(op: OpView) -> tuple[int, int]:
-    # X (N, C, H, W), rois (R, 4) → (R, C, oh, ow): each output bin averages (or maxes)
+    # X (N, C, H, W), rois (R, 4) → (R, C, oh, ow) (torchvision: rois (R, 5) with the batch
+    # index first, the same count): each output bin averages (or maxes)
     # sampling_ratio² bilinear samples (7 + 1 to pool each), an average divides once. With
     # sampling_ratio 0 the count adapts to each RoI's size: counted for a RoI as large as the
     # feature map, ⌈H/oh⌉·⌈W/ow⌉ samples (an upper bound).
@@ -66,7 +85,7 @@ def roi_align(op: OpView) -> tuple[int, int]:
     return 0, n * samples * 8 + avg
 
 
-@rule("MaxRoiPool", saves="inputs")
+@rule("MaxRoiPool", "torchvision.roi_pool.default", saves="inputs")
 def max_roi_pool(op: OpView) -> tuple[int, int]:
     # X (N, C, H, W), rois (R, 5): the bins of a RoI partition it, so each (RoI, channel) is at
     # most H·W compares: R·C·H·W, counted for RoIs as large as the feature map.
@@ -93,6 +112,18 @@ def grid_sample(op: OpView) -> tuple[int, int]:
     mode = op.attr("mode", "linear")
     positions = math.prod(grid[:-1])
     return 0, op.out_numel(0) * _taps(mode, r) + positions * 2 * r
+
+
+# torch's grid_sample: interpolation_mode 0 bilinear, 1 nearest, 2 bicubic (the count above)
+_GRID_MODES = {0: "linear", 1: "nearest", 2: "cubic"}
+
+
+@rule("aten.grid_sampler_2d.default", "aten.grid_sampler_3d.default", saves="inputs")
+def grid_sampler(op: OpView) -> tuple[int, int]:
+    grid = op.in_shape(1)
+    r = grid[-1]
+    mode = _GRID_MODES.get(int(op.attr("interpolation_mode", 0)), "linear")
+    return 0, op.out_numel(0) * _taps(mode, r) + math.prod(grid[:-1]) * 2 * r
 
 
 @rule("AffineGrid", config_inputs=(1,), saves="inputs")

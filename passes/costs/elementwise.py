@@ -47,6 +47,7 @@ ATEN_UNARY = {
 UNARY_FLOPS.update({
     "aten.rsqrt.default": 2,      # sqrt + reciprocal
     "aten.log1p.default": 2, "aten.expm1.default": 2,
+    "aten.log2.default": 2,       # ln(x) · (1 / ln 2), as the ONNX exporters write it
 })
 
 # Binary ops by what their backward keeps: add/sub pass the gradient through (nothing), a

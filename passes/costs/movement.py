@@ -143,6 +143,18 @@ def nonzero(op: OpView) -> tuple[int, int]:
     return 0, op.in_numel(0)  # one compare per input element
 
 
+# torch's nonzero declares its own maximum (its input's element count): the trace's range
+rule("aten.nonzero.default", saves="nothing")(nonzero)
+
+
+@rule("aten.repeat_interleave.Tensor", saves="nothing")
+def repeat_indices(op: OpView) -> tuple[int, int]:
+    # repeats (n,) → the index of each repeated row (sum(repeats), a size the data decides,
+    # with no maximum torch can declare): a running sum of the counts (n adds), then the
+    # indices written
+    return 0, op.in_numel(0)
+
+
 @rule("Range", "aten.arange.start_step", saves="nothing")
 def range_(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel(0)  # start + i·delta: one FLOP per element
@@ -150,15 +162,25 @@ def range_(op: OpView) -> tuple[int, int]:
 
 @rule("Resize", "Upsample", config_inputs=(1, 2, 3), saves="nothing")
 def resize(op: OpView) -> tuple[int, int]:
-    # nearest: a copy (0). linear over r resized axes: 2^r − 1 lerps of 3 FLOPs per output.
-    # cubic: 4 taps × (mul + add) per resized axis per output.
     mode = op.attr("mode", "nearest")
-    if isinstance(mode, bytes):
-        mode = mode.decode()
+    return 0, _interpolation(op, mode.decode() if isinstance(mode, bytes) else mode)
+
+
+def _interpolation(op: OpView, mode: str) -> int:
+    # nearest: a copy (0). linear over r resized axes: 2^r − 1 lerps (a + t·(b − a): 3 FLOPs)
+    # per output. cubic: 4 taps × (mul + add) per resized axis per output.
     x, y = op.in_shape(0), op.out_shape(0)
     r = sum(1 for a, b in zip(x, y) if a != b)
     if mode == "linear":
-        return 0, op.out_numel(0) * 3 * (2 ** r - 1)
+        return op.out_numel(0) * 3 * (2 ** r - 1)
     if mode == "cubic":
-        return 0, op.out_numel(0) * 8 * r
-    return 0, 0
+        return op.out_numel(0) * 8 * r
+    return 0
+
+
+# F.interpolate(mode="bilinear") reaches the graph whole (torch's decompositions keep it; its
+# nearest, bicubic, linear and trilinear siblings decompose into gathers and arithmetic):
+# counted as ONNX's Resize in linear mode, which the exporters write for it.
+@rule("aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default", saves="nothing")
+def upsample_bilinear(op: OpView) -> tuple[int, int]:
+    return 0, _interpolation(op, "linear")

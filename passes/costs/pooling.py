@@ -55,6 +55,7 @@ rule("GlobalAveragePool", "CumSum", "aten.mean.dim",
 rule("ReduceMax", "ReduceMin", "ReduceProd", saves="inputs", **REDUCE_BOUND)(reduce_once)
 rule("GlobalMaxPool", "GlobalLpPool", "CumProd",
      "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",
+     "aten.max.default", "aten.min.default",
      "aten.prod.dim_int", saves="inputs")(reduce_once)
 # A histogram (an MoE's tokens per expert) visits each input element once; no gradient.
 rule("aten.histc.default", saves="nothing")(reduce_once)
@@ -98,3 +99,11 @@ def sort(op: OpView) -> tuple[int, int]:
     # tokens by expert id).
     n = op.in_shape(0)[int(op.attr("axis", -1))] if op.in_shape(0) else 1
     return 0, op.in_numel(0) * max(1, math.ceil(math.log2(max(n, 1))))
+
+
+@rule("aten._unique2.default", saves="nothing")
+def unique(op: OpView) -> tuple[int, int]:
+    # torch.unique sorts (≈ log2(n) compares per element) then compares neighbours (n); its
+    # output size is the data's (torch's range: at most n)
+    n = op.in_numel(0)
+    return 0, n * max(1, math.ceil(math.log2(max(n, 1)))) + n
