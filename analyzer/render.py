@@ -16,7 +16,7 @@ from graphcost.analyzer import explain
 from graphcost.analyzer.render_parallel import parallel_summary
 from graphcost.analyzer.render_serving import (render_serving_table, serving_markdown,
                                                serving_summary)
-from graphcost.analyzer.render_table import Col, print_table
+from graphcost.analyzer.render_table import Col, short_op, print_table
 from graphcost.analyzer.report import Report
 from graphcost.analyzer.units import axes_text, human, human_bytes, human_time
 
@@ -34,17 +34,6 @@ def op_text(n) -> str:
     if n.status != "ok":
         return f"{n.op} ({n.status})"
     return f"{n.op} (upper bound)" if n.bound else n.op
-
-
-def short_op(text: str) -> str:
-    """An op cell in fewer characters: ATen's namespace and default overload dropped (the
-    node table at 80 columns; the wide view and every file keep the full name)."""
-    text = text.replace(" (upper bound)", " (bound)")
-    if not text.startswith("aten."):
-        return text
-    op, _, rest = text[5:].partition(" ")
-    op = op.removesuffix(".default")
-    return f"{op} {rest}" if rest else op
 
 
 def _cells(r: Report) -> dict[str, tuple[Col, Callable[[Any], str]]]:
@@ -332,7 +321,7 @@ def render_table(r: Report, console, max_rows: int = 500, depth: int | None = No
     total = r.totals.flops or 1
     ops = sorted(r.by_op_type.items(), key=lambda kv: (-kv[1].flops, kv[0]))
     print_table(console, "by op type", [
-        Col("op", min_width=8, priority=1), Col("count", numeric=True),
+        Col("op", min_width=8, priority=1, abbreviate=short_op), Col("count", numeric=True),
         Col("MACs", numeric=True), Col("FLOPs", numeric=True), Col("FLOPs %", numeric=True),
         Col("read", numeric=True), Col("written", numeric=True)],
         [[op, str(o.count), human(o.macs) if o.macs else "", human(o.flops) if o.flops else "",

@@ -3,7 +3,7 @@ view, fitted to the width (analyzer/render_table.py), and Markdown."""
 from __future__ import annotations
 
 from graphcost.analyzer.diff import Change, ReportDiff
-from graphcost.analyzer.render_table import Col, print_table
+from graphcost.analyzer.render_table import Col, print_table, short_op
 from graphcost.analyzer.units import human, human_bytes
 
 
@@ -135,14 +135,14 @@ def render_table(d: ReportDiff, console, top: int = 20, width: int | None = None
     for status, rows, total in _node_groups(d, top):
         print_table(console, f"{status} nodes ({len(rows)} of {total})",
                     [Col("", min_width=5, priority=4), Col("node", min_width=12, priority=1),
-                     Col("op", min_width=8, priority=2),
+                     Col("op", min_width=8, priority=2, abbreviate=short_op),
                      Col("output shape", min_width=8, priority=3, optional=True),
                      Col("Δparams", numeric=True), Col("ΔMACs", numeric=True),
                      Col("ΔFLOPs", numeric=True), Col("ΔR+W", numeric=True)],
                     [_node_cells(n) for n in rows], width=width)
     if d.op_types:
         print_table(console, "by op type (changed)",
-                    [Col("op", min_width=8, priority=1), Col("count", numeric=True),
+                    [Col("op", min_width=8, priority=1, abbreviate=short_op), Col("count", numeric=True),
                      Col("ΔMACs", numeric=True), Col("ΔFLOPs", numeric=True)],
                     [[o.op, f"{o.count.old} → {o.count.new}", _short(o.macs), _short(o.flops)]
                      for o in sorted(d.op_types, key=lambda o: (-abs(o.flops.delta), o.op))],

@@ -76,6 +76,17 @@ def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list
     return [cols[i] for i in keep], out_rows
 
 
+def short_op(text: str) -> str:
+    """An op cell in fewer characters: ATen's namespace and default overload dropped (the
+    node table at 80 columns; the wide view and every file keep the full name)."""
+    text = text.replace(" (upper bound)", " (bound)")
+    if not text.startswith("aten."):
+        return text
+    op, _, rest = text[5:].partition(" ")
+    op = op.removesuffix(".default")
+    return f"{op} {rest}" if rest else op
+
+
 def _natural(cols: list[Col], rows: list[list[str]]) -> list[int]:
     return [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
 
