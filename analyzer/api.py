@@ -95,10 +95,10 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
 
     program = r.program
-    if train:  # the program's module and its own example inputs, traced forward + backward
-        args = program.example_inputs[0] if program.example_inputs else ()
-        return replace(_torch_graph(program.module(), tuple(args), {}, r.name, note, True),
-                       name=r.name)
+    if train:  # (torch's unlifted program module also refuses .train())
+        raise GraphcostError(f"--train: {r.name} is a forward traced by torch.export, not a "
+                             "training step (BatchNorm on running statistics, dropout left "
+                             "out): pass the nn.Module, or its file.py:Class, to trace one")
     note("lowering the exported program")
     user = [s.arg.name for s in program.graph_signature.input_specs
             if s.kind.name == "USER_INPUT"]

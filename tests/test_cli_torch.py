@@ -138,11 +138,15 @@ def test_saved_exported_program(tmp_path, monkeypatch):
 
     import torch
 
-    from graphcost import models_zoo
+    from torch import nn
+
     from graphcost import analyze
-    model = models_zoo.build_model("resnet18")
-    ep = torch.export.export(model, (torch.randn(2, 3, 64, 64),), strict=False)
-    path = tmp_path / "r18.pt2"
+    # parameters and BatchNorm buffers (num_batches_tracked an int64) all archived:
+    # conv 3·8·9 + 8 = 224, BatchNorm 2·8 = 16, linear 8·6·6·10 + 10 = 2,890 → 3,130
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                          nn.Linear(288, 10)).eval()
+    ep = torch.export.export(model, (torch.randn(2, 3, 8, 8),), strict=False)
+    path = tmp_path / "cnn.pt2"
     torch.export.save(ep, path)
 
     def refuse(*a, **k):
@@ -153,10 +157,11 @@ def test_saved_exported_program(tmp_path, monkeypatch):
         m.setattr(pickle, "loads", refuse)
         m.setattr(pickle, "Unpickler", refuse)
         r = analyze(path)
-    assert r.totals.params == 11_689_512 and r.batch == 2
+    assert r.totals.params == 3_130 and r.batch == 2
     assert r.totals.macs == analyze(ep).totals.macs
     out = json.loads(run(path, "--format", "json", check_rc=0).stdout)
-    assert out["totals"]["params"] == 11_689_512 and out["model"] == "r18.pt2"
+    assert out["totals"]["params"] == 3_130 and out["model"] == "cnn.pt2"
+    assert_one_line_error(run(path, "--train"), "not a training step")
     bad = tmp_path / "bad.pt2"
     bad.write_text("not a zip")
     assert_one_line_error(run(bad), "not a torch.export archive")

@@ -17,7 +17,9 @@ import pytest
 import torch
 from torch import nn
 
-from graphcost import analyze, models_zoo
+from graphcost import models_zoo
+from graphcost.analyzer.api import load_graph
+from graphcost.analyzer.pipeline import run_passes
 from graphcost.analyzer.measure import measure_inference
 
 
@@ -44,10 +46,9 @@ def onnx_proto(model, args):
 def peaks(model, args, fx: bool) -> tuple[int, int]:
     """graphcost's activation peak (inputs excluded, as MemTracker excludes them): plain and
     with the in-place what-if."""
-    target = model if fx else onnx_proto(model, args)
-    extra = (args,) if fx else ()
-    return tuple(analyze(target, *extra, include_inputs=False, inplace=flag).memory.peak_bytes
-                 for flag in (False, True))
+    graph = load_graph(model, args) if fx else load_graph(onnx_proto(model, args))
+    return tuple(run_passes(graph, include_inputs=False, inplace=flag).memory.peak_bytes
+                 for flag in (False, True))  # one trace, both what-ifs
 
 
 @pytest.mark.parametrize("fx", [True, False], ids=["fx", "onnx"])

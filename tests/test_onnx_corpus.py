@@ -4,8 +4,8 @@
 them must have a rule, no model may raise anything but a GraphcostError, and every model whose
 test case declares its output shapes statically must be 100% costed — except the few whose
 intermediate sizes depend on a graph input's *values* (listed below with the reason; issue #14
-bounds Loop/If trip counts). Collecting costs ~20 s (onnx computes the expected outputs with its
-reference pooling in pure Python); analyzing all of them ~5 s.
+bounds Loop/If trip counts). Collecting costs ~4 s (the reference pooling that computes some
+cases' expected outputs is replaced by their shape: see ``cases``); analyzing all of them ~5 s.
 """
 from __future__ import annotations
 
@@ -34,12 +34,26 @@ VALUE_DEPENDENT = {
 }
 
 
+def _pool_shape_only(padded, x_shape, kernel, strides, out_shape, *args, **kwargs):
+    """onnx's reference pooling without its pure-Python loops: the expected output's shape
+    (all that reaches the model: its declared output type); the values are never used here."""
+    return np.zeros([x_shape[0], x_shape[1], *out_shape], dtype=padded.dtype)
+
+
 @pytest.fixture(scope="module")
 def cases():
-    from onnx.backend.test.case.node import collect_testcases
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        return [(c.name, c.model) for c in collect_testcases(None)]
+    # The pooling cases' expected outputs took 13 of the 17 s that collecting costs; the node
+    # test modules bind ``pool`` when collect_testcases imports them, so it is swapped first.
+    from onnx.reference.ops import op_pool_common
+    real = op_pool_common.pool
+    op_pool_common.pool = _pool_shape_only
+    try:
+        from onnx.backend.test.case.node import collect_testcases
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            return [(c.name, c.model) for c in collect_testcases(None)]
+    finally:
+        op_pool_common.pool = real
 
 
 def _static_outputs(model) -> bool:

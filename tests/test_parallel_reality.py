@@ -58,8 +58,16 @@ def test_gloo_two_ranks(gloo, model, strategy):
     rows = list(_rows(gloo, model, strategy))
     assert len(rows) == 4                                   # 2 ranks × steps 1 and 2
     for p, m, predicted in rows:
-        assert abs(predicted / m.peak - 1) <= (0.001 if model == "mlp" else 0.10), \
-            (m.rank, m.step, predicted, m.peak)
+        # gloo completes a collective on its own thread: on a loaded machine fully_shard may
+        # still hold one unit's reduce-scattered gradient shard when the next unit's buffers
+        # are allocated (seen once in a full suite: rank 1, step 2, +521,732 B; the shard is
+        # 525,824 B). The fake process group below has no such thread and stays exact.
+        late = max(u.shard_bytes for u in p.units) if strategy == "fsdp" else 0
+        if model == "mlp":
+            assert 0.999 * predicted <= m.peak <= 1.001 * predicted + late, \
+                (m.rank, m.step, predicted, m.peak)
+        else:
+            assert abs(predicted / m.peak - 1) <= 0.10, (m.rank, m.step, predicted, m.peak)
 
 
 @pytest.mark.parametrize("model, strategy", FAKE)
