@@ -25,6 +25,7 @@ class Col:
     # text: a shorter spelling of the same cell, used before anything is cut or dropped
     # (an ATen op without its namespace and default overload: ``aten.relu.default`` → ``relu``)
     abbreviate: Callable[[str], str] | None = None
+    wrap: bool = False          # text: wrapped onto more lines instead of cut (prose cells)
 
 
 def shorten(text: str, width: int) -> str:
@@ -41,7 +42,7 @@ def shorten(text: str, width: int) -> str:
 def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list[Col],
                                                                           list[list[str]]]:
     """The columns that fit in ``width`` (None: all, unshortened) and the rows' cells
-    shortened to them."""
+    shortened to them (a ``wrap`` column's cells are left whole: printed, they wrap)."""
     if width is None:
         return cols, rows
     natural = _natural(cols, rows)
@@ -71,9 +72,16 @@ def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list
             over -= cut
             if over <= 0:
                 break
-    out_rows = [[r[i] if cols[i].numeric else shorten(r[i], widths[i]) for i in keep]
-                for r in rows]
+    out_rows = [[r[i] if cols[i].numeric or cols[i].wrap else shorten(r[i], widths[i])
+                 for i in keep] for r in rows]
     return [cols[i] for i in keep], out_rows
+
+
+def print_prose(console, text: str, width: int | None) -> None:
+    """A sentence under a table, wrapped between words at ``width`` (None: one line)."""
+    import textwrap
+    console.print(textwrap.fill(text, width) if width else text, markup=False,
+                  highlight=False)
 
 
 def short_op(text: str) -> str:
@@ -99,11 +107,16 @@ def print_table(console, title: str | None, cols: list[Col], rows: list[list[str
     from rich.table import Table
 
     kept, cells = fit(cols, rows, width)
+    # prose cells (``wrap``): rich narrows those columns in proportion, breaking between words
+    squeeze = width if width and any(c.wrap for c in kept) and \
+        sum(_natural(kept, cells)) + SEP * (len(kept) - 1) > width else None
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  padding=(0, 1), header_style="bold", title_justify="left", collapse_padding=True)
+                  padding=(0, 1), header_style="bold", title_justify="left", collapse_padding=True,
+                  width=squeeze)
     for c in kept:
-        table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=True,
-                         overflow="ignore" if c.numeric else "ellipsis")
+        table.add_column(c.header, justify="right" if c.numeric else "left",
+                         no_wrap=not c.wrap,
+                         overflow="fold" if c.wrap else "ignore" if c.numeric else "ellipsis")
     for k, r in enumerate(cells):
         table.add_row(*r, style=styles[k] if styles else None)
     console.print(table)

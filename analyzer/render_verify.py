@@ -2,7 +2,7 @@
 verify_torch.py's); tables fit the width (analyzer/render_table.py)."""
 from __future__ import annotations
 
-from graphcost.analyzer.render_table import Col, print_table
+from graphcost.analyzer.render_table import Col, print_prose, print_table
 from graphcost.analyzer.units import human_bytes, human_time
 
 MAX_LISTED = 20  # shape mismatches / unknowns listed in the table (JSON lists all)
@@ -37,20 +37,20 @@ def onnx_view(r, console, width: int | None) -> None:
              ["  memory-bound", human_time(r.roofline_memory_seconds), "", ""],
              ["activation peak", f"{_b(r.predicted_peak_bytes)} ({r.lifetimes})",
               "not measured", "onnxruntime's arena has no peak"]]
-    print_table(console, None, [Col("", min_width=10, priority=1),
-                                Col("predicted", min_width=12, priority=3),
-                                Col("measured", min_width=12, priority=2),
-                                Col("comparison", min_width=10, optional=True)], rows,
+    print_table(console, None, [Col("", min_width=10, priority=1, wrap=True),
+                                Col("predicted", min_width=12, priority=3, wrap=True),
+                                Col("measured", min_width=12, priority=2, wrap=True),
+                                Col("comparison", min_width=10, wrap=True)], rows,
                 width=width)
-    console.print(f"roofline device: this CPU, measured with numpy: {cpu.peak_flops / 1e9:.1f} "
-                  f"GFLOP/s (one thread's float32 512³ matmul, {cpu.thread_flops / 1e9:.1f}, "
-                  f"× {cpu.cores} cores), {cpu.bandwidth / 1e9:.1f} GB/s (128 MiB copy); "
-                  f"the model: {r.flops / 1e9:.3g} GFLOP, {_b(r.bytes_moved)} moved",
-                  markup=False, highlight=False)
+    print_prose(console, f"roofline device: this CPU, measured with numpy: "
+                f"{cpu.peak_flops / 1e9:.1f} GFLOP/s (one thread's float32 512³ matmul, "
+                f"{cpu.thread_flops / 1e9:.1f}, × {cpu.cores} cores), "
+                f"{cpu.bandwidth / 1e9:.1f} GB/s (128 MiB copy); the model: "
+                f"{r.flops / 1e9:.3g} GFLOP, {_b(r.bytes_moved)} moved", width)
     if r.ratio < 1:
-        console.print("the run beat the lower bound: its data stayed in cache (the bound "
-                      "charges every byte to memory), or the machine was busier while its peak "
-                      "was measured", markup=False)
+        print_prose(console, "the run beat the lower bound: its data stayed in cache (the "
+                    "bound charges every byte to memory), or the machine was busier while its "
+                    "peak was measured", width)
     for title, listed in (("shape mismatches", r.mismatches),
                           ("not checked: graphcost has no concrete shape", r.unknown)):
         if not listed:
@@ -81,5 +81,4 @@ def torch_view(r, console, width: int | None) -> None:
         Col("calls", numeric=True), Col("predicted peak", numeric=True),
         Col("measured peak", numeric=True), Col("rel. error", numeric=True)], rows,
         width=width)
-    console.print(f"{r.note}; rel. error = predicted / measured − 1", markup=False,
-                  highlight=False)
+    print_prose(console, f"{r.note}; rel. error = predicted / measured − 1", width)

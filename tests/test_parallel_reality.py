@@ -61,8 +61,9 @@ def test_gloo_two_ranks(gloo, model, strategy):
         # gloo completes a collective on its own thread: on a loaded machine fully_shard may
         # still hold one unit's reduce-scattered gradient shard when the next unit's buffers
         # are allocated (seen once in a full suite: rank 1, step 2, +521,732 B; the shard is
-        # 525,824 B). The fake process group below has no such thread and stays exact.
-        late = max(u.shard_bytes for u in p.units) if strategy == "fsdp" else 0
+        # 525,824 B; zero2 step 1 under pytest-xdist: +24,020 B). The fake process group below
+        # has no such thread and stays exact.
+        late = max(u.shard_bytes for u in p.units) if strategy in ("fsdp", "zero2", "zero3") else 0
         if model == "mlp":
             assert 0.999 * predicted <= m.peak <= 1.001 * predicted + late, \
                 (m.rank, m.step, predicted, m.peak)
@@ -82,12 +83,15 @@ def test_mlp_items_match(gloo, strategy):
     # each item of the breakdown at the peak (steady state), predicted against measured:
     # parameters, gradients, optimizer state and step, DDP buckets / FSDP's gathered units,
     # all-gather and reduce-scatter buffers, autograd's temporaries; activations differ by
-    # the 2 KiB input batch the measurement holds at most
+    # the 2 KiB input batch the measurement holds, and on a loaded machine by another 2 KiB
+    # activation (2 × 256 float32) and the 4-byte loss: which of them are live at the peak
+    # moment depends on when gloo's thread frees a buffer (seen under pytest-xdist: +4,100 B).
+    # Every structural item (a unit's parameters, a shard, a bucket) is ≥ 512 KiB.
     for p, m, _ in _rows(gloo, "mlp", strategy):
         if m.step != 2:
             continue
         for name, (pred, meas) in items(p.detail_at_peak, m.categories).items():
-            assert abs(pred - meas) <= 4096, (name, pred, meas)
+            assert abs(pred - meas) <= 8192, (name, pred, meas)
 
 
 def test_mlp_zero2_forward_peak(gloo):

@@ -44,13 +44,20 @@ def test_onnx_zoo_every_node_output_checked(capsys):
     assert d["memory"]["measured_peak_bytes"] is None and d["memory"]["predicted_peak_bytes"] > 0
 
 
-def test_onnx_table(capsys):
+def test_onnx_table(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
     code, out, _ = run_cli(capsys, "zoo:small_cnn", "--batch", "2", "--repeat", "1")
     assert code == 0
     assert "match (all match)" in out and "roofline" in out and "not measured" in out
+    # at 80 columns the prose cells and lines wrap between words: nothing is cut
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_cli(capsys, "zoo:small_cnn", "--batch", "2", "--repeat", "1")
+    assert code == 0 and max(len(line.rstrip()) for line in out.splitlines()) <= 80
+    assert "…" not in out and "9/9 match" in out and "has no peak" in out
 
 
-def test_wrong_declared_output_shape_is_caught(tmp_path, capsys):
+def test_wrong_declared_output_shape_is_caught(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
     # x 1×4 · w 4×3 → 1×3, but the file declares the output z as 1×5. graphcost's inference
     # keeps a concrete declared output shape, so it predicts 1×5; onnxruntime yields 1×3.
     m = model([node("MatMul", ["x", "w"], ["y"]), node("Relu", ["y"], ["z"])],
