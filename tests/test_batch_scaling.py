@@ -101,3 +101,17 @@ def test_a_traced_graph_rebound_to_another_batch_equals_its_trace():
     assert [n.output_shapes for n in got.nodes] == [n.output_shapes for n in real.nodes]
     # an ONNX model has no trace to save: it is lowered at each batch
     assert not analyze_by_batch("zoo:mnist_net").rebound
+
+
+def test_rebound_batches_take_the_arguments_analyze_takes():
+    # --max-batch --train --device a10 [--parallel fsdp]: the re-bound graphs get the
+    # optimizer implementation the device runs (foreach on a GPU) and the checked
+    # data-parallel spec, exactly as analyze() at that batch does
+    from graphcost.analyzer.api import analyze_by_batch
+    kw = dict(train=True, device="a10", parallel={"strategy": "fsdp", "world_size": 2})
+    at = analyze_by_batch("zoo:mlp", **kw)
+    assert at.rebound
+    got, real = at(5), analyze("zoo:mlp", batch=5, **kw)
+    assert got.training.optimizer_impl == real.training.optimizer_impl == "foreach"
+    assert got.parallel.per_rank_peak_bytes == real.parallel.per_rank_peak_bytes
+    assert got.peak_bytes == real.peak_bytes
