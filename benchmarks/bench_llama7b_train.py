@@ -84,7 +84,8 @@ print(json.dumps(dict(seconds=time.perf_counter() - t0, analyze=total, torch_imp
                       stages=stages, nodes=len(r.nodes), params=r.totals.params,
                       flops=r.totals.flops, peak=t.peak_bytes, plan=", ".join(c.segments) or "none",
                       plan_peak=c.peak_bytes, recompute=c.recompute_flops,
-                      what_if=t.what_if, digest=digest)))
+                      what_if={k: {"peak_bytes": v.peak_bytes} for k, v in t.what_if.items()},
+                      digest=digest)))
 """
 
 # PyTorch's SAC estimator (torch.distributed._tools.sac_estimator), on fake tensors as its
