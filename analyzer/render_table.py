@@ -4,6 +4,8 @@ Numbers are never cut: a numeric column is as wide as its widest cell. Text colu
 names, op types, shapes) share what is left by priority, down to a minimum width; a text that
 does not fit is shortened in the middle (``/layer1/…/conv1/Conv``), where names differ least.
 Columns marked optional are dropped, lowest priority first, when even the minimums do not fit.
+A column may first abbreviate its cells (ATen ops without ``aten.``), and a prose column
+wraps between words instead of being cut.
 Every table here (the node table, op types, modules, diff and verify) goes through ``fit``.
 """
 from __future__ import annotations
