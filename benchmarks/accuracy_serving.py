@@ -12,18 +12,13 @@ import argparse
 import warnings
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 SIZES = [(1, 5), (3, 20)]
 
 
-def cache_bytes(past) -> int:
-    return sum(t.numel() * t.element_size() for layer in past.layers
-               for t in (layer.keys, layer.values))
-
-
 def main() -> None:
     from graphcost import analyze
+    from graphcost.analyzer.measure_serving import measure_steps
     from graphcost.models_zoo import hf
 
     p = argparse.ArgumentParser()
@@ -39,22 +34,13 @@ def main() -> None:
         model = getattr(hf, name)().eval()
         for batch, prompt in SIZES:
             s = analyze(model, batch=batch, serve={"prompt": prompt, "generate": g}).serving
-            ids = torch.randint(3, hf.VOCAB, (batch, prompt + g))
-            with torch.no_grad():
-                pre = cache_bytes(model(input_ids=ids[:, :prompt], use_cache=True)
-                                  .past_key_values)
-                past = model(input_ids=ids[:, :-1], use_cache=True).past_key_values
-                before = cache_bytes(past)
-                counter = FlopCounterMode(display=False)
-                with counter:
-                    model(input_ids=ids[:, -1:], past_key_values=past, use_cache=True,
-                          attention_mask=torch.ones(batch, prompt + g, dtype=torch.long))
-            after = cache_bytes(past)
+            real = measure_steps(model, torch.randint(3, hf.VOCAB, (batch, prompt + g)), prompt)
             flops = 2 * round(s.decode.macs_per_token * batch)
-            print(f"| hf_{name} | {batch} × {prompt} | {s.prefill.kv_cache_bytes:,} / {pre:,} | "
-                  f"{s.kv_cache_bytes:,} / {after:,} | {s.kv_bytes_per_token:,} / "
-                  f"{(after - before) // batch:,} | {flops:,} / "
-                  f"{counter.get_total_flops():,} |")
+            print(f"| hf_{name} | {batch} × {prompt} | {s.prefill.kv_cache_bytes:,} / "
+                  f"{real.prefill_cache_bytes:,} | {s.kv_cache_bytes:,} / {real.after_bytes:,} | "
+                  f"{s.kv_bytes_per_token:,} / "
+                  f"{(real.after_bytes - real.before_bytes) // batch:,} | {flops:,} / "
+                  f"{real.decode_flops:,} |")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from functools import cache
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 pytest.importorskip("transformers")
 
@@ -21,6 +20,7 @@ from graphcost.analyzer.errors import GraphcostError  # noqa: E402
 from graphcost.analyzer.frontends.serve_torch import HFStep, capture  # noqa: E402
 from graphcost.analyzer.devices import get_device  # noqa: E402
 from graphcost.analyzer.pipeline import run_passes  # noqa: E402
+from graphcost.analyzer.measure_serving import measure_steps  # noqa: E402
 from graphcost.analyzer.serve import load_serving  # noqa: E402
 from graphcost.models_zoo import build_model, hf  # noqa: E402
 
@@ -48,31 +48,14 @@ def served(name: str, batch: int, prompt: int, device=None, **dtypes):
                       serving=replace(trace, **dtypes))
 
 
-def cache_bytes(past) -> int:
-    return sum(t.numel() * t.element_size() for layer in past.layers
-               for t in (layer.keys, layer.values))
-
-
 @cache
 def real_steps(name: str, batch: int, prompt: int):
-    """transformers on CPU: the prefill's cache, and the last decode step (its FLOPs, the
-    cache before and after it)."""
-    m = model(name)
+    """transformers on CPU (analyzer/measure_serving.py): the prefill's cache and FLOPs, the
+    last decode step's FLOPs and the cache before and after it."""
     gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        ids = torch.randint(3, hf.VOCAB, (batch, prompt + GENERATE), generator=gen)
-        prefill_cache = cache_bytes(m(input_ids=ids[:, :prompt], use_cache=True).past_key_values)
-        flops = FlopCounterMode(display=False)
-        with flops:
-            m(input_ids=ids[:, :prompt], use_cache=True)
-        prefill_flops = flops.get_total_flops()
-        past = m(input_ids=ids[:, :-1], use_cache=True).past_key_values
-        before = cache_bytes(past)
-        flops = FlopCounterMode(display=False)
-        with flops:
-            m(input_ids=ids[:, -1:], past_key_values=past, use_cache=True,
-              attention_mask=torch.ones(batch, prompt + GENERATE, dtype=torch.long))
-    return prefill_cache, prefill_flops, before, cache_bytes(past), flops.get_total_flops()
+    ids = torch.randint(3, hf.VOCAB, (batch, prompt + GENERATE), generator=gen)
+    r = measure_steps(model(name), ids, prompt)
+    return r.prefill_cache_bytes, r.prefill_flops, r.before_bytes, r.after_bytes, r.decode_flops
 
 
 @pytest.mark.parametrize("batch,prompt", SIZES)
