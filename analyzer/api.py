@@ -181,6 +181,16 @@ def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], 
     passes = {k: v for k, v in kwargs.items() if k not in _LOAD_ARGS}
     train = load.get("train", False)
     try:
+        from graphcost.analyzer.devices import default_optimizer_impl
+        passes["device"] = _device(passes.get("device"))
+        # the arguments as _analyze hands them to the passes: the implementation the device
+        # runs, the data-parallel mapping checked into its spec (the what-ifs skipped with it)
+        passes["optimizer_impl"] = passes.get("optimizer_impl") or \
+            default_optimizer_impl(passes["device"])
+        passes["parallel"] = _parallel_spec(passes.get("parallel"), train,
+                                            passes.get("precision", "fp32"))
+        if passes["parallel"] is not None:
+            passes["what_if"] = False
         g2 = load_graph(model, batch=2, **load)
         if g2.source != "fx":
             return plain
@@ -191,17 +201,7 @@ def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], 
         raise GraphcostError(api_wording(str(exc))) from None
     if family is None:
         return plain
-    from graphcost.analyzer.devices import default_optimizer_impl
     passes["optimizer"] = passes.get("optimizer", "adam") if train else None
-    passes["device"] = _device(passes.get("device"))
-    # the arguments as _analyze hands them to the passes: the implementation the device
-    # runs, the data-parallel mapping checked into its spec (the what-ifs skipped with it)
-    passes["optimizer_impl"] = passes.get("optimizer_impl") or \
-        default_optimizer_impl(passes["device"])
-    passes["parallel"] = _parallel_spec(passes.get("parallel"), train,
-                                        passes.get("precision", "fp32"))
-    if passes["parallel"] is not None:
-        passes["what_if"] = False
 
     def at(b: int) -> Report:
         try:
