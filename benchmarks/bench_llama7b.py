@@ -9,9 +9,8 @@ included in both; the import time is printed separately).
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
+
+from benchmarks.child import run
 
 GRAPHCOST = """
 import time, resource, json, sys
@@ -46,10 +45,6 @@ print(json.dumps(dict(seconds=time.perf_counter() - t0, torch_import=t_import,
 """
 
 
-def run(code: str) -> dict:
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       check=True)
-    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -59,6 +54,9 @@ def main() -> None:
     a = ap.parse_args()
     g = run(GRAPHCOST.format(batch=a.batch, seq=a.seq))
     f = run(FLOP_COUNTER.format(batch=a.batch, seq=a.seq))
+    for side, out in (("graphcost", g), ("FlopCounterMode", f)):
+        if "error" in out:
+            raise SystemExit(f"{side} failed: {out['error']}")
     print(f"llama7b (meta device), batch {a.batch}, seq {a.seq}")
     print(f"{'':28s}{'time s':>9s}{'of which torch import':>23s}{'peak RSS MB':>13s}")
     print(f"{'graphcost analyze + JSON':28s}{g['seconds']:9.2f}{g['torch_import']:23.2f}"

@@ -13,9 +13,6 @@ shared machine the wall time includes other processes' load, the CPU time does n
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 
 CASE = r"""
 import json, resource, time
@@ -48,12 +45,6 @@ print(json.dumps(dict(wall=wall, cpu=cpu, parallel_cpu=spent["parallel"],
 """
 
 
-def run(code: str) -> dict:
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    if p.returncode != 0:
-        lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
-        return {"error": lines[-1] if lines else f"exit {p.returncode}"}
-    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -95,3 +86,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+from benchmarks.child import run

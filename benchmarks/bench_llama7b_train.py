@@ -17,9 +17,9 @@ The budget defaults to 110 GiB: with fp32 AdamW, parameters + gradients + optimi
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
+
+from benchmarks.child import run
 
 GRAPHCOST = r"""
 import time, resource, json, functools
@@ -142,12 +142,6 @@ print(json.dumps(dict(seconds=seconds, total=time.perf_counter() - t0, torch_imp
 """
 
 
-def run(code: str) -> dict:
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    if p.returncode != 0:
-        lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
-        return {"error": lines[-1] if lines else f"exit {p.returncode}"}
-    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:

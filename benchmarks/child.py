@@ -1,0 +1,16 @@
+"""One measurement in a fresh Python process, so that its time and peak RSS are its own."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def run(code: str) -> dict:
+    """Run ``code``; its last stdout line is a JSON object. A failure comes back as
+    ``{"error": <its last stderr line>}``, so a table can say which case failed and why."""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if p.returncode != 0:
+        lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+        return {"error": lines[-1] if lines else f"exit {p.returncode}"}
+    return json.loads(p.stdout.strip().splitlines()[-1])
