@@ -183,8 +183,7 @@ def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], 
     try:
         from graphcost.analyzer.devices import default_optimizer_impl
         passes["device"] = _device(passes.get("device"))
-        # the arguments as _analyze hands them to the passes: the implementation the device
-        # runs, the data-parallel mapping checked into its spec (the what-ifs skipped with it)
+        # the passes' arguments as _analyze makes them (device's optimizer impl, checked spec)
         passes["optimizer_impl"] = passes.get("optimizer_impl") or \
             default_optimizer_impl(passes["device"])
         passes["parallel"] = _parallel_spec(passes.get("parallel"), train,

@@ -324,7 +324,7 @@ def _columns(args, report) -> list[str] | None:
 
 def _max_batch(args) -> int:
     from graphcost.analyzer.batch_scaling import max_batch
-    from graphcost.analyzer.render import max_batch_lines
+    from graphcost.analyzer.render_batch import max_batch_lines
 
     if args.batch is not None:
         raise GraphcostError("--max-batch searches the batch: leave out --batch")

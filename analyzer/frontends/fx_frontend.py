@@ -312,8 +312,7 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
 
 
 def _size_arithmetic(fx) -> bool:
-    """A size query or arithmetic on sizes (``sym_size``, ``u0 >= 0``, ``sym_not``): how the
-    trace keeps data-dependent sizes, no op on tensor data."""
+    """Size queries and arithmetic on sizes (``sym_size``, ``u0 >= 0``): no tensor op."""
     if isinstance(fx.meta.get("val"), (torch.Tensor, list, tuple)):
         return False
     return not isinstance(fx.target, torch._ops.OpOverload) or \
