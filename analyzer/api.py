@@ -94,6 +94,8 @@ def _onnx_estimate(graph, note: Progress):
 def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str, int]):
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
 
+    from graphcost.analyzer.frontends.size_bounds import check_maxima
+
     program = r.program
     if train:  # (torch's unlifted program module also refuses .train())
         raise GraphcostError(f"--train: {r.name} is a forward traced by torch.export, not a "
@@ -105,13 +107,15 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
     vals = [n.meta.get("val") for n in program.graph.nodes
             if n.op == "placeholder" and n.name in user]
     graph = lower_exported(program, name=r.name, batch=_batch_of(vals), maxima=maxima)
-    return _check_maxima(graph, maxima)
+    return check_maxima(graph, maxima)
 
 
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
                  train: bool, maxima: Mapping[str, int] = MappingProxyType({})):
     from graphcost.analyzer.frontends.bounded_trace import BoundedSizes
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
+    from graphcost.analyzer.frontends.repeat_layers import trace_repeated
+    from graphcost.analyzer.frontends.size_bounds import check_maxima
     from graphcost.analyzer.frontends.torch_capture import (call_defaults, export_module,
                                                             traceable_experts)
 
@@ -128,38 +132,21 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
             graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size,
                                 maxima=maxima, capped=sizes.capped)
         else:
-            note(f"tracing {name} with torch.export")
-            references: dict[str, str] = {}  # how long the model's Python holds each tensor
-            ep = export_module(model, args, kwargs, name=name, references=references,
-                               sizes=sizes)
-            note("decomposing and lowering")
-            graph = lower_exported(ep, name=name, batch=batch_size, references=references,
-                                   maxima=maxima, capped=sizes.capped)
+            def trace():
+                nonlocal sizes
+                sizes = BoundedSizes(maxima)  # afresh: a trace of three layers may come first
+                note(f"tracing {name} with torch.export")
+                refs: dict[str, str] = {}  # how long the model's Python holds each tensor
+                ep = export_module(model, args, kwargs, name=name, references=refs,
+                                   sizes=sizes)
+                note("decomposing and lowering")
+                return lower_exported(ep, name=name, batch=batch_size, references=refs,
+                                      maxima=maxima, capped=sizes.capped)
+            graph = trace_repeated(model, trace)
     notes = [*notes, *sizes.notes]
     if notes:
         graph = replace(graph, warnings=graph.warnings + tuple(notes))
-    return _check_maxima(graph, maxima, traced=sizes.origins)
-
-
-def _check_maxima(graph, maxima: Mapping[str, int],
-                  traced: Mapping[str, str] = MappingProxyType({})):
-    """A --dim naming a data-dependent size the trace does not have is an error; one above
-    the model's own maximum is said in a warning (the model's is used). ``traced``: the
-    sizes the trace made (a loop unrolled over one leaves no symbol in the graph)."""
-    known = {b.symbol: b for b in graph.size_bounds}
-    for sym, value in maxima.items():
-        if sym not in known and sym in traced:
-            continue
-        if sym not in known:
-            have = ", ".join(sorted({*known, *traced}, key=lambda s: (len(s), s))) or "none"
-            raise GraphcostError(f"--dim {sym}: {graph.name} has no data-dependent size named "
-                                 f"{sym!r}; its data-dependent sizes: {have}")
-        b = known[sym]
-        if b.upper is not None and b.upper < value:
-            graph = replace(graph, warnings=graph.warnings + (
-                f"--dim {sym}={value} is above {sym}'s own maximum {b.upper} "
-                f"({b.source}): {b.upper} is used",))
-    return graph
+    return check_maxima(graph, maxima, traced=sizes.origins)
 
 
 _LOAD_ARGS = ("example_inputs", "dims", "input_shapes", "input_dtypes", "zoo_exporter",

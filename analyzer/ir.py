@@ -150,6 +150,9 @@ class Graph:
     # ranges (the graph's own values stand at the upper ends): see SizeBound
     size_bounds: tuple[SizeBound, ...] = ()
     lower_values: Mapping[str, Value] = field(default_factory=lambda: MappingProxyType({}))
+    # how a stack of identical blocks was traced when only three of them were (the rest
+    # repeated in the IR: analyzer/frontends/repeat_layers.py); empty when all were
+    traced_layers: str = ""
 
     def spec(self, name: str) -> TensorSpec | None:
         v = self.values.get(name)

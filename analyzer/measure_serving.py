@@ -27,17 +27,19 @@ def measure_steps(model, ids, prompt: int) -> RealSteps:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from graphcost.analyzer.frontends.serve_torch import hf_cache_kwarg, hf_cache_out
+
     batch, total = ids.shape
     with torch.no_grad():
         counter = FlopCounterMode(display=False)
         with counter:
-            pre = model(input_ids=ids[:, :prompt], use_cache=True).past_key_values
+            pre = hf_cache_out(model(input_ids=ids[:, :prompt], use_cache=True))
         prefill_flops = counter.get_total_flops()
-        past = model(input_ids=ids[:, :-1], use_cache=True).past_key_values
+        past = hf_cache_out(model(input_ids=ids[:, :-1], use_cache=True))
         before = cache_bytes(past)
         counter = FlopCounterMode(display=False)
         with counter:
-            model(input_ids=ids[:, -1:], past_key_values=past, use_cache=True,
+            model(input_ids=ids[:, -1:], use_cache=True, **{hf_cache_kwarg(model): past},
                   attention_mask=torch.ones(batch, total, dtype=torch.long))
     return RealSteps(cache_bytes(pre), prefill_flops, before, cache_bytes(past),
                      counter.get_total_flops())

@@ -55,6 +55,7 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
         memory=memory, warnings=_warnings(graph, memory, arena), training=training, roofline=None,
+        traced_layers=graph.traced_layers,
         parallel=parallel and parallel_step(graph, training, parallel, device, overhead),
         moe=find_moe(graph, costs, params.params),
         bounds=size_bounds(graph, include_inputs=include_inputs, eager=lifetimes == "eager"),

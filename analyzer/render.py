@@ -152,6 +152,8 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
                              "(ESTIMATE),", f"≤ {first.rows_per_expert_bound:,} (BOUND)"])]
     out += serving_summary(r) + _training_summary(r) + parallel_summary(r)
     out += _roofline_summary(r)
+    if r.traced_layers:
+        out.append(("traced", [r.traced_layers]))
     out += [("warning", [w]) for w in r.warnings]
     return out
 

@@ -126,6 +126,7 @@ class Report:
     coverage: Coverage
     memory: Liveness
     warnings: tuple[str, ...] = ()
+    traced_layers: str = ""                    # a stack traced as three blocks (Graph's)
     training: TrainingMemory | None = None
     parallel: ParallelMemory | None = None      # one rank's share of the training step
     roofline: Roofline | None = None

@@ -43,8 +43,10 @@ def _check_registry() -> None:
 
 
 def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgram":
+    from graphcost.analyzer.frontends.torch_capture import no_stack_traces
+
     table = training_decompositions()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), no_stack_traces():
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
         return ep.run_decompositions(table)
 

@@ -26,6 +26,31 @@ import torch
 from graphcost.analyzer.ir import Graph, Node, Value
 
 TRACED = 3
+REPEAT_AT = 8  # stacks shorter than this are traced whole (three layers save little)
+
+
+def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
+                   at_least: int = REPEAT_AT) -> Graph:
+    """``trace()``'s graph of ``model`` (a function tracing it afresh), taken with the
+    model's stack of ``at_least`` or more identical blocks cut to three and grown back to
+    its length in the IR; the whole stack traced when it cannot be (the graph then has no
+    ``traced_layers``). ``prefix``: the module path the trace's scopes put before the
+    model's own (a wrapper's attribute)."""
+    stack = find_stack(model, at_least) if at_least else None
+    if stack is None:
+        return trace()
+    with truncated(model, stack):
+        graph = trace()
+    path, layers = stack
+    grown = None if graph.size_bounds else repeat_layers(graph, prefix + path, layers)
+    if grown is None:
+        return trace()
+    return replace(grown, traced_layers=layers_note(layers))
+
+
+def layers_note(layers: int) -> str:
+    return (f"{TRACED} of {layers} layers traced; layers 2–{layers - 2} are layer 1 repeated "
+            "in the IR (identical blocks)")
 
 
 def find_stack(model: torch.nn.Module, at_least: int) -> tuple[str, int] | None:

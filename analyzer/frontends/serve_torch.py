@@ -63,7 +63,7 @@ def check_servable(model: torch.nn.Module, name: str) -> str:
             raise GraphcostError(f"--serve: {name} is an encoder-decoder "
                                  f"({type(model).__name__}); --serve analyzes decoder-only "
                                  "language models (prefill, then decode over a KV cache)")
-        if model.get_output_embeddings() is None or "past_key_values" not in params:
+        if model.get_output_embeddings() is None or not hf_cache_kwarg(model):
             raise GraphcostError(f"--serve: {name} ({type(model).__name__}) has no causal LM "
                                  "head and no KV cache to decode with; --serve analyzes "
                                  "decoder language models (…ForCausalLM)")
@@ -73,6 +73,20 @@ def check_servable(model: torch.nn.Module, name: str) -> str:
     raise GraphcostError(f"--serve: {name} ({type(model).__name__}) has no KV cache: its "
                          "forward takes no past_key_values; --serve analyzes decoder language "
                          "models that keep one")
+
+
+def hf_cache_kwarg(model) -> str:
+    """The name a transformers model's forward takes its cache by, "" for none: transformers
+    5.24 renamed ``past_key_values`` to ``cache`` (in and out; the old name is deprecated until
+    5.40), and both are in use."""
+    params = inspect.signature(model.forward).parameters
+    return next((k for k in ("cache", "past_key_values") if k in params), "")
+
+
+def hf_cache_out(out):
+    """The cache a transformers model returned, under either name (``hf_cache_kwarg``)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
 
 
 def _hf_cache(config, flat, past: int):
@@ -98,9 +112,10 @@ class HFStep(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask, *kv):
         past = attention_mask.shape[1] - input_ids.shape[1]
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                         past_key_values=_hf_cache(self.model.config, kv, past), use_cache=True)
-        return (out.logits, *[t for layer in out.past_key_values.layers
+        cache = {hf_cache_kwarg(self.model): _hf_cache(self.model.config, kv, past)}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
+                         **cache)
+        return (out.logits, *[t for layer in hf_cache_out(out).layers
                               for t in (layer.keys, layer.values)])
 
 
@@ -129,8 +144,8 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     allocated). A stack of ``repeat_at`` or more identical blocks is traced as three and the
     middle one repeated in the IR (analyzer/frontends/repeat_layers.py): each copy gets its
     own weights, cache tensors and activations, as a full trace would."""
-    from graphcost.analyzer.frontends.repeat_layers import (TRACED, find_stack, repeat_layers,
-                                                            truncated)
+    from graphcost.analyzer.frontends.repeat_layers import (find_stack, layers_note,
+                                                            repeat_layers, truncated)
 
     note = note or (lambda _m: None)
     kind = check_servable(model, name)
@@ -151,9 +166,7 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
             return capture(model, batch=batch, prompt=prompt, generate=generate, name=name,
                            note=note, repeat_at=0)
     fixed = 2 if kind == "hf" else 1  # input_ids (and attention_mask) before the cache
-    note_ = None if stack is None else (
-        f"{TRACED} of {stack[1]} layers traced; layers 2–{stack[1] - 2} are layer 1 repeated "
-        "in the IR (identical blocks)")
+    note_ = None if stack is None else layers_note(stack[1])
     return Steps(prefill, decode, prefill.outputs[1:], decode.inputs[fixed:],
                  decode.outputs[1:], kind == "kv", note_, cap)
 
@@ -181,12 +194,11 @@ def _trace_both(step, model, kind, batch, prompt, generate, name, note):
 
 def _trace(step, args: tuple, name: str, batch: int) -> Graph:
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
-    from graphcost.analyzer.frontends.torch_capture import _no_stack_traces, export_module
+    from graphcost.analyzer.frontends.torch_capture import export_module
 
-    refs: dict[str, str] = {}
-    with _no_stack_traces():
-        ep = export_module(step, args, name=name, references=refs)
-        return lower_exported(ep, name=name, batch=batch, references=refs)
+    refs: dict[str, str] = {}  # export and decomposition record no stack traces (their own)
+    ep = export_module(step, args, name=name, references=refs)
+    return lower_exported(ep, name=name, batch=batch, references=refs)
 
 
 def _cache_after(step, model, kind: str, prefill: Graph, batch: int, tokens: int):

@@ -14,12 +14,15 @@ that bounds it.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import torch
 
 from graphcost.analyzer.frontends.bounded_trace import finite as _finite
 from graphcost.analyzer.frontends.bounded_trace import is_unbacked, upper_of
+from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.ir import SizeBound, TensorSpec
 
 _MAX_EXPRS = 3  # symbolic dims named in one node's bound sentence
@@ -154,3 +157,24 @@ class SizeBinder:
 def _symbol_order(name: str) -> tuple[int, str]:
     digits = name.lstrip("abcdefghijklmnopqrstuvwxyz")
     return (int(digits) if digits.isdigit() else 1 << 30, name)
+
+
+def check_maxima(graph, maxima: Mapping[str, int],
+                  traced: Mapping[str, str] = MappingProxyType({})):
+    """A --dim naming a data-dependent size the trace does not have is an error; one above
+    the model's own maximum is said in a warning (the model's is used). ``traced``: the
+    sizes the trace made (a loop unrolled over one leaves no symbol in the graph)."""
+    known = {b.symbol: b for b in graph.size_bounds}
+    for sym, value in maxima.items():
+        if sym not in known and sym in traced:
+            continue
+        if sym not in known:
+            have = ", ".join(sorted({*known, *traced}, key=lambda s: (len(s), s))) or "none"
+            raise GraphcostError(f"--dim {sym}: {graph.name} has no data-dependent size named "
+                                 f"{sym!r}; its data-dependent sizes: {have}")
+        b = known[sym]
+        if b.upper is not None and b.upper < value:
+            graph = replace(graph, warnings=graph.warnings + (
+                f"--dim {sym}={value} is above {sym}'s own maximum {b.upper} "
+                f"({b.source}): {b.upper} is used",))
+    return graph

@@ -1,0 +1,61 @@
+"""A stack of eight or more identical blocks is traced as three and the middle block repeated
+in the IR (analyzer/frontends/repeat_layers.py) for an inference analysis. The reference is a
+trace of every block of the same model: the report must be the same but for node names —
+the same ops in the same modules with the same shapes, the same totals, the same memory
+timeline (eager references held across blocks included) — and 2·MACs must equal PyTorch's
+FlopCounterMode on a real forward."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from graphcost import analyze
+from graphcost.analyzer.frontends import repeat_layers
+from graphcost.models_zoo.llama import Llama, LlamaConfig
+
+LAYERS = 8   # the smallest stack repeated (REPEAT_AT): copies 2…6 of layer 1
+
+
+def _zoo_llama():
+    torch.manual_seed(0)
+    return Llama(LlamaConfig(vocab_size=200, d_model=32, n_layer=LAYERS, n_head=4, n_kv_head=2,
+                             ffn=64, max_seq=64)).eval()
+
+
+def _hf_gpt2():
+    pytest.importorskip("transformers")
+    from graphcost.models_zoo import hf
+    torch.manual_seed(0)
+    return hf.gpt2(n_layer=LAYERS).eval()  # learned positions, tied head, eager attention
+
+
+def _both(model, ids, monkeypatch):
+    repeated = analyze(model, (ids,))
+    with monkeypatch.context() as m:
+        m.setattr(repeat_layers, "find_stack", lambda *_a, **_k: None)
+        full = analyze(model, (ids,))
+    return repeated, full
+
+
+@pytest.mark.parametrize("build", [_zoo_llama, _hf_gpt2], ids=["zoo_llama", "hf_gpt2"])
+def test_repeated_stack_equals_a_full_trace(build, monkeypatch):
+    model = build()
+    ids = torch.randint(3, 200, (2, 12))
+    repeated, full = _both(model, ids, monkeypatch)
+    assert repeated.traced_layers.startswith(f"3 of {LAYERS} layers traced")
+    assert full.traced_layers == ""
+    assert [(n.op, n.scope, n.output_shapes) for n in repeated.nodes] == \
+        [(n.op, n.scope, n.output_shapes) for n in full.nodes]
+    assert repeated.totals == full.totals
+    assert repeated.memory.timeline == full.memory.timeline
+    assert repeated.memory.peak_bytes == full.memory.peak_bytes
+    assert repeated.modules == full.modules
+    # every block's own weights: eight blocks' parameters, not three (a tied head once)
+    assert repeated.totals.params == sum(p.numel() for p in model.parameters())
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):  # attention as its matmuls
+        model(ids)
+    assert 2 * repeated.totals.macs == counter.get_total_flops()
+
