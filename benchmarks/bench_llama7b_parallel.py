@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 
+from benchmarks.child import run
+
 CASE = r"""
 import json, resource, time
 import torch
@@ -43,8 +45,6 @@ print(json.dumps(dict(wall=wall, cpu=cpu, parallel_cpu=spent["parallel"],
                       wire=p.comm.wire_bytes, fits=r.roofline.fits,
                       tried=p.world_size_search, nodes=len(r.nodes))))
 """
-
-
 
 
 def main() -> None:
@@ -86,5 +86,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-from benchmarks.child import run
