@@ -352,7 +352,8 @@ def _max_batch(args) -> int:
         text = json.dumps({"schema_version": 1, "kind": "max_batch", "model": args.model,
                            **result.to_dict()}, indent=1) + "\n"
     else:
-        text = "\n".join(max_batch_lines(args.model, result)) + "\n"
+        width = None if args.output else terminal_width()
+        text = "\n".join(max_batch_lines(args.model, result, width)) + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:

@@ -1,29 +1,34 @@
-"""``--max-batch``'s answer (analyzer.batch_scaling.MaxBatch) as text."""
+"""``--max-batch``'s answer (analyzer.batch_scaling.MaxBatch) as text, wrapped to the
+terminal between values like the summary (analyzer/render.py's ``wrap``)."""
 from __future__ import annotations
 
+from graphcost.analyzer.render import wrap
 from graphcost.analyzer.units import human, human_bytes
 
 
-def max_batch_lines(model: str, m) -> list[str]:
-    """analyzer.batch_scaling.MaxBatch as text."""
+def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
+    """analyzer.batch_scaling.MaxBatch as text; ``width``: the terminal's (None: unwrapped)."""
     f = m.fit
     what = "training step" if m.train else "inference"
     if m.parallel:
         what += f", one rank under {m.parallel} (the batch is each rank's)"
-    lines = [f"{model} on {m.device} ({human_bytes(m.memory_bytes)}), {what}:"]
+    rows: list[tuple[str, list[str]]] = []
     if m.batch == 0:
-        lines.append(f"  nothing fits: batch 1 needs {human_bytes(m.required_bytes)}")
+        rows.append(("max batch", ["none fits:", f"batch 1 needs {human_bytes(m.required_bytes)}"]))
     else:
-        lines.append(f"  max batch   {m.batch:,} (needs {human_bytes(m.required_bytes)}; batch "
-                     f"{m.batch + 1:,} would need {human_bytes(m.next_required_bytes)})")
-    lines += [
-        f"  memory(b) = {human_bytes(f.memory.fixed)} + {human_bytes(f.memory.per_sample)}·b "
-        f"(peak with overhead; fitted at b=1,2, off by {100 * f.memory_error:+.2f}% at "
-        f"b={f.check_batch:,})",
-        f"  FLOPs(b)  = {human(f.flops.fixed)} + {human(f.flops.per_sample)}·b "
-        f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})",
-        f"  {m.analyses} full analyses; every answer is checked by analyzing that batch"
-        + (f" ({m.traces} model traces: graphs traced at two batches and re-bound to the "
-           "others, checked by a trace at the answer)" if m.traces else ""),
+        rows.append(("max batch", [f"{m.batch:,}", f"(needs {human_bytes(m.required_bytes)};",
+                                   f"batch {m.batch + 1:,} would need "
+                                   f"{human_bytes(m.next_required_bytes)})"]))
+    rows += [
+        ("memory(b) =", [f"{human_bytes(f.memory.fixed)} + {human_bytes(f.memory.per_sample)}·b",
+                       "(peak with overhead; fitted at b=1,2,",
+                       f"off by {100 * f.memory_error:+.2f}% at b={f.check_batch:,})"]),
+        ("FLOPs(b)  =", [f"{human(f.flops.fixed)} + {human(f.flops.per_sample)}·b",
+                      f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})"]),
+        ("analyses", [f"{m.analyses} full analyses; every answer is checked by analyzing that "
+                      "batch"] + ([f"({m.traces} model traces: graphs traced at two batches "
+                                   "and re-bound to the others, checked by a trace at the "
+                                   "answer)"] if m.traces else [])),
     ]
-    return lines
+    lines = [f"{model} on {m.device} ({human_bytes(m.memory_bytes)}), {what}:"]
+    return lines + [line for label, items in rows for line in wrap(label, items, width)]

@@ -118,3 +118,15 @@ def test_api_errors_speak_the_api(tmp_path):
     onnx.save(m, path)
     p = run(path, "--batch", 2, rc=2)
     assert "--dim seq=N" in p.stderr
+
+
+def test_max_batch_fits_the_terminal():
+    # --max-batch's lines wrap between values at 80 columns (its memory fit alone is ~105
+    # characters); without a terminal each stays on one line
+    narrow = run("zoo:small_cnn", "--max-batch", "--device", "t4", columns=80).stdout
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    wide = run("zoo:small_cnn", "--max-batch", "--device", "t4").stdout
+    assert len(wide.splitlines()) < len(narrow.splitlines())
+    # the same words either way: wrapping moves only line breaks
+    assert narrow.split() == wide.split()
+    assert re.search(r"^max batch   [\d,]+ \(needs", narrow, re.M)
