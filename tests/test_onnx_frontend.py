@@ -177,7 +177,7 @@ def test_onnx_path_does_not_import_torch(tmp_path):
 
 def test_onnx_module_tree_is_the_torch_tree():
     # '/layer2/layer2.0/downsample/downsample.0/Conv' is layer2 → 0 → downsample → 0
-    from graphcost.analyzer.frontends.onnx_frontend import module_path
+    from graphcost.analyzer.frontends.onnx_lowering import module_path
     assert module_path("/layer2/layer2.0/downsample/downsample.0/Conv") == \
         "layer2.0.downsample.0"
     assert module_path("/layer1/layer1.0/conv1/Conv") == "layer1.0.conv1"

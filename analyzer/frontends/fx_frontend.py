@@ -30,7 +30,6 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _KEEP = ("scaled_dot_product",)  # SDPA and its kernels (flash, efficient, cuDNN, _for_cpu)
 
 
-
 def _check_registry() -> None:
     """Every registered aten rule must be reachable: an op the decompositions remove never
     appears in a lowered graph (its cost is that of what it decomposes into)."""
@@ -145,7 +144,9 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
         except Exception as exc:
             raise GraphcostError(f"{name}: decomposing the exported program failed: "
                                  f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
-    held, written = _decomposed_references(original.graph, ep.graph, references) \
+    from graphcost.analyzer.frontends.fx_references import decomposed_references
+
+    held, written = decomposed_references(original.graph, ep.graph, references) \
         if references is not None else ({}, {})
     from torch.export.graph_signature import InputKind
 
@@ -179,54 +180,6 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
     return lower_fx_graph(ep.graph, kind_of, alias, user_outputs, name=name, batch=batch,
                           dims=dims, module_types=module_types(ep.graph), held=held,
                           written=written, maxima=maxima, capped=capped)
-
-
-def _origin(node) -> str:
-    """The name of the node of the exported graph that ``node`` was decomposed from."""
-    name, source = node.name, node.meta.get("from_node")
-    while source:
-        last = source[-1]
-        name, source = last.name, last.from_node
-    return name
-
-
-def _decomposed_references(before: "torch.fx.Graph", after: "torch.fx.Graph",
-                           references: Mapping[str, str]
-                           ) -> tuple[dict[str, str], dict[str, str]]:
-    """What the exported graph says of the model's Python, moved onto the decomposed graph:
-    ``references`` (a tensor is the last node its op decomposed into; a point of the trace
-    the last node decomposed from that op or, if none was — an op that lowers to nothing —
-    from the nearest op before it), and the ops the model ran in place (``relu_``, ``add_``:
-    the decomposition writes a new tensor) as new value -> the value written into."""
-    order = {n.name: i for i, n in enumerate(before.nodes)}
-    last_from: dict[int, str] = {}
-    for n in after.nodes:
-        k = order.get(_origin(n))
-        if k is not None:
-            last_from[k] = n.name
-    reached: dict[int, str] = {}
-    current = None
-    for k in range(len(order)):
-        current = last_from.get(k, current)
-        if current is not None:
-            reached[k] = current
-    held = {}
-    for value, point in references.items():
-        v, p = order.get(value), order.get(point)
-        if v in last_from and p in reached:
-            held[last_from[v]] = reached[p]
-    written = {}
-    for k, n in enumerate(before.nodes):
-        schema = getattr(n.target, "_schema", None)
-        first = n.args[0] if n.op == "call_function" and n.args else None
-        if schema is None or not isinstance(first, torch.fx.Node) or k not in last_from \
-                or not schema.arguments or schema.arguments[0].alias_info is None \
-                or not schema.arguments[0].alias_info.is_write or n.target._overloadname == "out":
-            continue
-        source = last_from.get(order[first.name])
-        if source is not None and source != last_from[k]:
-            written[last_from[k]] = source
-    return held, written
 
 
 def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],

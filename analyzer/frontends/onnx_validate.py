@@ -27,7 +27,6 @@ Failures raise GraphcostError with one line naming the node and the rule broken.
 """
 from __future__ import annotations
 
-import heapq
 from functools import lru_cache
 
 import onnx
@@ -36,6 +35,9 @@ from graphcost.passes.costs import lookup
 from onnx import AttributeProto
 
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.frontends.onnx_validate_flow import check_control_flow, toposort
+from graphcost.analyzer.frontends.onnx_validate_flow import invalid as _fail
+from graphcost.analyzer.frontends.onnx_validate_flow import node_label as _label
 from graphcost.analyzer.frontends.onnx_validate_values import (TENSOR_ATTRS, Bad, check_sparse,
                                                 check_tensor, check_tensor_attr, check_type)
 
@@ -43,10 +45,6 @@ ONNX_DOMAINS = ("", "ai.onnx")
 _ATTR_NAMES = {v: k for k, v in AttributeProto.AttributeType.items()}
 _GRAPH_ATTRS = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
 _SPECIAL_ATTRS = frozenset(TENSOR_ATTRS + _GRAPH_ATTRS)
-
-
-def _fail(where: str, rule: str) -> GraphcostError:
-    return GraphcostError(f"invalid graph: {where}: {rule}")
 
 
 def _str(value, what: str) -> str:
@@ -70,11 +68,6 @@ def _schema(op_type: str, domain: str, version: int):
     types = {name: int(a.type) for name, a in s.attributes.items()}
     required = tuple(name for name, a in s.attributes.items() if a.required)
     return types, required, s.min_input, s.max_input, s.min_output, s.max_output
-
-
-def _label(node: onnx.NodeProto, index: int, scope: str) -> str:
-    return f"{scope}node {node.name!r} ({node.op_type})" if node.name else \
-        f"{scope}node #{index} ({node.op_type})"
 
 
 def validate_model(model: onnx.ModelProto, name: str = "model") -> onnx.ModelProto:
@@ -174,7 +167,7 @@ class _GraphChecker:
                 raise _fail(_label(node, i, scope), f"required attribute {required[0]!r} is "
                                                     "missing")
             if key[1] in ONNX_DOMAINS and key[0] in ("Scan", "Loop", "If"):
-                _check_control_flow(node, _label(node, i, scope), version)
+                check_control_flow(node, _label(node, i, scope), version)
         if any(type(k) is not str for k in defined):
             bad = next(k for k in defined if type(k) is not str)
             raise _fail(f"{scope}value {bad!r}", "its name is not valid UTF-8")
@@ -212,7 +205,7 @@ class _GraphChecker:
                 free.add(o.name)
         if backward:
             self.unsorted = True
-            order = _toposort(g, defined, sub_reads, scope)
+            order = toposort(g, defined, sub_reads, scope)
             if sort:
                 sorted_nodes = []
                 for i in order:
@@ -318,88 +311,5 @@ class _GraphChecker:
         return defined
 
 
-def _toposort(g: onnx.GraphProto, defined: dict[str, int], sub_reads: dict[int, set[str]],
-              scope: str) -> list[int]:
-    """Kahn's algorithm taking the smallest file index first (the file's order wherever it
-    is already valid), O(n log n); a cycle is named with networkx.find_cycle."""
-    nodes = g.node
-    n = len(nodes)
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for i, node in enumerate(nodes):
-        for v in {*node.input, *sub_reads.get(i, ())}:
-            p = defined.get(v, -1) if v else -1
-            if p >= 0:
-                succ[p].append(i)
-                indeg[i] += 1
-    ready = [i for i in range(n) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, j)
-    if len(order) < n:
-        import networkx as nx
-        dg = nx.DiGraph((i, j) for i in range(n) if indeg[i] > 0 for j in succ[i]
-                        if indeg[j] > 0)
-        cycle = [a for a, _ in nx.find_cycle(dg)]
-        path = " -> ".join(_label(nodes[a], a, "") for a in [*cycle, cycle[0]])
-        raise _fail(f"{scope}cycle", path)
-    return order
-
-
 def _range(lo: int, hi: int) -> str:
     return str(lo) if lo == hi else f"{lo}..{hi}" if hi < 2 ** 31 - 1 else f"at least {lo}"
-
-
-def _check_control_flow(node: onnx.NodeProto, label: str, version: int) -> None:
-    attrs = {a.name: a for a in node.attribute}
-    n_in = len(node.input)
-    n_out = len(node.output)
-    if node.op_type == "If":
-        for branch in ("then_branch", "else_branch"):
-            body = attrs[branch].g
-            if len(body.output) != n_out:
-                raise _fail(label, f"{branch} has {len(body.output)} outputs, the node "
-                                   f"{n_out}")
-        return
-    if node.op_type == "Loop":
-        body = attrs["body"].g
-        n_state = n_in - 2
-        if len(body.input) != 2 + n_state:
-            raise _fail(label, f"the body takes {len(body.input)} inputs; a Loop with "
-                               f"{n_state} loop-carried values needs {2 + n_state}")
-        if len(body.output) != 1 + n_out or n_out < n_state:
-            raise _fail(label, f"the body gives {len(body.output)} outputs; a Loop with "
-                               f"{n_state} loop-carried values and {n_out} outputs needs "
-                               f"{1 + n_out}")
-        return
-    # Scan
-    n_scan = attrs["num_scan_inputs"].i
-    first = 1 if version < 9 else 0  # opset 8: the first input is sequence_lens
-    n_state = n_in - first - n_scan
-    if n_scan < 1 or n_state < 0:
-        raise _fail(label, f"num_scan_inputs={n_scan} must be between 1 and the number of "
-                           f"inputs ({n_in - first})")
-    body = attrs["body"].g
-    if len(body.input) != n_state + n_scan:
-        raise _fail(label, f"the body takes {len(body.input)} inputs, the node passes "
-                           f"{n_state} state + {n_scan} scan inputs")
-    n_scan_out = n_out - n_state
-    if n_scan_out < 0 or len(body.output) != n_out:
-        raise _fail(label, f"the body gives {len(body.output)} outputs, the node has {n_out} "
-                           f"({n_state} state)")
-    for key, count in (("scan_input_axes", n_scan), ("scan_input_directions", n_scan),
-                       ("scan_output_axes", n_scan_out), ("scan_output_directions", n_scan_out)):
-        if key in attrs:
-            values = list(attrs[key].ints)
-            if len(values) != count:
-                raise _fail(label, f"{key} has {len(values)} entries, {count} expected")
-            if key.endswith("directions") and any(v not in (0, 1) for v in values):
-                raise _fail(label, f"{key} must be 0 (forward) or 1 (reverse), got {values}")
-            if key.endswith("axes") and any(abs(v) > 2 ** 31 for v in values):
-                raise _fail(label, f"{key} out of range: {values}")
