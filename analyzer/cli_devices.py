@@ -22,24 +22,22 @@ def run(args) -> int:
                                               "bandwidth": d.bandwidth, "memory_bytes": d.memory}
                                      for d in DEVICES.values()}, indent=1) + "\n")
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from graphcost.analyzer.cli_output import console_for, terminal_width
+    from graphcost.analyzer.render_table import Col, print_table
 
-    table = Table(title="devices (dense peaks, TFLOP/s; int8 TOP/s; — = no fast path)",
-                  header_style="bold")
-    for col in ("name", "device", *DTYPES, "GB/s", "GiB"):
-        table.add_column(col, justify="left" if col in ("name", "device") else "right")
-    for d in DEVICES.values():
-        rates = [f"{d.peak_flops[k] / 1e12:g}" if d.peak_flops[k] else "—" for k in DTYPES]
-        table.add_row(d.name, d.label, *rates, f"{d.bandwidth / 1e9:,.0f}",
-                      f"{d.memory / 2**30:g}")
-    links = Table(title="interconnects (--interconnect; GB/s per GPU, each direction)",
-                  header_style="bold")
-    for col in ("name", "link", "GB/s"):
-        links.add_column(col, justify="right" if col == "GB/s" else "left")
-    for link in INTERCONNECTS.values():
-        links.add_row(link.name, link.label, f"{link.bandwidth / 1e9:g}")
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table)
-    console.print(links)
+    width = terminal_width()
+    console = console_for(sys.stdout, width)
+    cols = [Col("name", min_width=9, priority=2), Col("device", min_width=10, priority=1),
+            *(Col(k, numeric=True) for k in DTYPES), Col("GB/s", numeric=True),
+            Col("GiB", numeric=True)]
+    rows = [[d.name, d.label,
+             *(f"{d.peak_flops[k] / 1e12:g}" if d.peak_flops[k] else "—" for k in DTYPES),
+             f"{d.bandwidth / 1e9:,.0f}", f"{d.memory / 2**30:g}"] for d in DEVICES.values()]
+    print_table(console, "devices (dense peaks, TFLOP/s; int8 TOP/s; — = no fast path)", cols,
+                rows, width=width)
+    print_table(console, "interconnects (--interconnect; GB/s per GPU, each direction)",
+                [Col("name", min_width=8, priority=2), Col("link", min_width=10, priority=1),
+                 Col("GB/s", numeric=True)],
+                [[link.name, link.label, f"{link.bandwidth / 1e9:g}"]
+                 for link in INTERCONNECTS.values()], width=width)
     return 0

@@ -3,7 +3,7 @@ view, fitted to the width (analyzer/render_table.py), and Markdown."""
 from __future__ import annotations
 
 from graphcost.analyzer.diff import Change, ReportDiff
-from graphcost.analyzer.render_table import Col, print_table, short_op
+from graphcost.analyzer.render_table import Col, print_prose, print_table, short_op
 from graphcost.analyzer.units import human, human_bytes
 
 
@@ -107,7 +107,7 @@ def _top_modules(d: ReportDiff, top: int):
 def render_table(d: ReportDiff, console, top: int = 20, width: int | None = None) -> None:
     """The terminal view, fitted to ``width`` (None: natural widths)."""
     def say(line):
-        console.print(line, markup=False, highlight=False, crop=False)
+        print_prose(console, line, width)
 
     for line in _header(d):
         say(line)

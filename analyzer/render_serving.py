@@ -94,9 +94,10 @@ PHASE_COLUMNS = ["phase", "tokens", "FLOPs", "bytes R+W", "working peak", "time 
 def render_serving_table(r: Report, console, width: int | None = None) -> None:
     if r.serving is None:
         return
+    short = dict(zip(PHASE_COLUMNS[1:], ("tok", "", "R+W", "peak", "time ≥", "", "tok/s")))
     cols = [Col(PHASE_COLUMNS[0], min_width=6, priority=1)] + \
-        [Col(h, numeric=True) for h in PHASE_COLUMNS[1:6]] + [Col("bound", min_width=5)] + \
-        [Col("tokens/s", numeric=True)]
+        [Col(h, numeric=True, short=short[h]) for h in PHASE_COLUMNS[1:6]] + \
+        [Col("bound", min_width=6)] + [Col("tokens/s", numeric=True, short=short["tokens/s"])]
     print_table(console, "serving: prefill and one decode step", cols, phase_rows(r),
                 width=width)
 

@@ -10,7 +10,8 @@ Every table here (the node table, op types, modules, diff and verify) goes throu
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Callable
 
 ELLIPSIS = "…"
@@ -28,6 +29,9 @@ class Col:
     # (an ATen op without its namespace and default overload: ``aten.relu.default`` → ``relu``)
     abbreviate: Callable[[str], str] | None = None
     wrap: bool = False          # text: wrapped onto more lines instead of cut (prose cells)
+    # a shorter header (``time (roofline)`` → ``time ≥``) for a table that does not fit: a
+    # numeric column is as wide as its header, and a header must not cost a name its width
+    short: str = ""
 
 
 def shorten(text: str, width: int) -> str:
@@ -51,6 +55,9 @@ def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list
     if sum(natural) + SEP * (len(cols) - 1) > width and any(c.abbreviate for c in cols):
         rows = [[c.abbreviate(cell) if c.abbreviate else cell for c, cell in zip(cols, r)]
                 for r in rows]
+        natural = _natural(cols, rows)
+    if sum(natural) + SEP * (len(cols) - 1) > width and any(c.short for c in cols):
+        cols = [replace(c, header=c.short) if c.short else c for c in cols]
         natural = _natural(cols, rows)
     keep = list(range(len(cols)))
 
@@ -79,11 +86,21 @@ def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list
     return [cols[i] for i in keep], out_rows
 
 
+_UNIT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|FLOPs|s|ms|µs|ns)\b")
+
+
 def print_prose(console, text: str, width: int | None) -> None:
-    """A sentence under a table, wrapped between words at ``width`` (None: one line)."""
+    """A sentence under a table, wrapped between words at ``width`` (None: one line), never
+    between a number and its unit; continuation lines are indented two columns past the
+    text's own indent."""
     import textwrap
-    console.print(textwrap.fill(text, width) if width else text, markup=False,
-                  highlight=False)
+    if width and len(text) > width:
+        indent = " " * (len(text) - len(text.lstrip(" ")))
+        glued = _UNIT.sub("\\1\u00a0\\2", text)  # textwrap breaks at ASCII spaces only
+        text = textwrap.fill(glued, width, subsequent_indent=indent + "  ",
+                             break_long_words=False, break_on_hyphens=False
+                             ).replace("\u00a0", " ")
+    console.print(text, markup=False, highlight=False, crop=False)
 
 
 def short_op(text: str) -> str:
@@ -118,7 +135,9 @@ def print_table(console, title: str | None, cols: list[Col], rows: list[list[str
     for c in kept:
         table.add_column(c.header, justify="right" if c.numeric else "left",
                          no_wrap=not c.wrap,
-                         overflow="fold" if c.wrap else "ignore" if c.numeric else "ellipsis")
+                         # numbers fold rather than cut (fit gives them their full width;
+                         # rich 15 drops right-justification under overflow="ignore")
+                         overflow="fold" if c.wrap or c.numeric else "ellipsis")
     for k, r in enumerate(cells):
         table.add_row(*r, style=styles[k] if styles else None)
     console.print(table)

@@ -37,14 +37,14 @@ def test_table_fits_and_cuts_no_number(width, resnet_json):
     out = run("zoo:resnet18", "--max-rows", 30, columns=width).stdout
     lines = out.splitlines()
     assert max(len(line.rstrip()) for line in lines) <= width
-    header = next(line for line in lines if line.startswith("#"))
+    header = next(line for line in lines if line.lstrip().startswith("#"))
     for col in ("node", "op", "shape", "MACs", "FLOPs", "out bytes", "FLOPs %"):
         assert col in header, (col, header)
     # every number of the default columns is printed whole (the same text as --wide)
     wide = run("zoo:resnet18", "--max-rows", 30, "--wide").stdout
     for i in range(30):
-        row = next(line for line in lines if re.match(rf"{i}\s", line))
-        wide_row = next(line for line in wide.splitlines() if re.match(rf"{i}\s", line))
+        row = next(line for line in lines if re.match(rf" *{i}\s", line))  # index right-aligned
+        wide_row = next(line for line in wide.splitlines() if re.match(rf" *{i}\s", line))
         nums = re.findall(r"\d[\d,.]*[KMGT]?(?: [KMGT]?i?B)?\*?", row.split("  ", 1)[1])
         for num in nums[-4:]:  # MACs, FLOPs, out bytes, share: the right-hand cells
             assert num in wide_row, (num, row)
@@ -77,7 +77,7 @@ def test_aten_ops_drop_their_namespace_before_being_cut():
     assert [r[0] for r in cells] == ["relu", "upsample_nearest2d"]  # fits once abbreviated
     assert fit([op, Col("n", numeric=True)], rows, width=None)[1] == rows  # files: whole
     out = run("zoo:mnist_net", "--fx", columns=80).stdout
-    assert re.search(r"^2\s+relu\s+relu\s", out, re.M) and "aten." not in out
+    assert re.search(r"^ *2\s+relu\s+relu\s", out, re.M) and "aten." not in out
 
 
 def test_what_ifs_and_plans_that_cannot_help_say_why():
@@ -130,3 +130,28 @@ def test_max_batch_fits_the_terminal():
     # the same words either way: wrapping moves only line breaks
     assert narrow.split() == wide.split()
     assert re.search(r"^max batch   [\d,]+ \(needs", narrow, re.M)
+
+
+def test_diff_prose_fits_the_terminal():
+    # the diff's sentences (what matched, the peak moving, what is live only in one model:
+    # 211 characters on one line for resnet18 → resnet50) wrap between words at 80 columns,
+    # never between a number and its unit; the words are those of the unwrapped text
+    narrow = run("diff", "zoo:resnet18", "zoo:resnet50", "--top", 3, columns=80).stdout
+    lines = narrow.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for a, b in zip(lines, lines[1:]):
+        assert not (re.search(r"\d$", a.rstrip()) and UNIT.match(b)), (a, b)
+    wide = run("diff", "zoo:resnet18", "zoo:resnet50", "--top", 3).stdout
+    live = next(line for line in wide.splitlines() if "live at peak only in new" in line)
+    assert len(live) > 80
+    assert " ".join(live.split()) in " ".join(narrow.split())
+
+
+@pytest.mark.parametrize("width", [80, None])
+def test_numbers_are_right_aligned(width):
+    # numeric columns end in one column: every node row of the default view ends with its
+    # FLOPs share, so right-aligned rows all end at the same place (left-aligned ones end
+    # wherever '0.1' or '12.5*' does)
+    out = run("zoo:resnet18", "--max-rows", 12, columns=width).stdout
+    rows = [line.rstrip() for line in out.splitlines() if re.match(r" *\d+\s", line)]
+    assert len(rows) == 12 and len({len(r) for r in rows}) == 1, rows
