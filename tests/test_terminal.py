@@ -155,3 +155,18 @@ def test_numbers_are_right_aligned(width):
     out = run("zoo:resnet18", "--max-rows", 12, columns=width).stdout
     rows = [line.rstrip() for line in out.splitlines() if re.match(r" *\d+\s", line)]
     assert len(rows) == 12 and len({len(r) for r in rows}) == 1, rows
+
+
+def test_devices_and_serving_tables_fit():
+    # graphcost devices was a 96-column box; --serve's phase table 83 columns with its text
+    # cut to 'pre…ll': both fit 80 now, the serving table by its shorter headers
+    devices = run("devices", columns=80).stdout
+    assert max(len(line) for line in devices.splitlines()) <= 80
+    assert "h100-sxm" in devices and "3,350" in devices  # names and numbers whole
+    serve = run("zoo:gpt2", "--serve", "--prompt", 16, "--generate", 8, "--device", "a10",
+                "--max-rows", 1, columns=80).stdout
+    lines = serve.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    start = lines.index(next(line for line in lines if line.startswith("serving: prefill")))
+    table = "\n".join(lines[start:start + 5])
+    assert "time ≥" in table and "prefill" in table and "decode step" in table
