@@ -93,7 +93,6 @@ def _onnx_estimate(graph, note: Progress):
 
 def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str, int]):
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
-
     from graphcost.analyzer.frontends.size_bounds import check_maxima
 
     program = r.program

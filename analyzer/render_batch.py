@@ -14,17 +14,19 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
         what += f", one rank under {m.parallel} (the batch is each rank's)"
     rows: list[tuple[str, list[str]]] = []
     if m.batch == 0:
-        rows.append(("max batch", ["none fits:", f"batch 1 needs {human_bytes(m.required_bytes)}"]))
+        rows.append(("max batch", ["none fits:",
+                                   f"batch 1 needs {human_bytes(m.required_bytes)}"]))
     else:
         rows.append(("max batch", [f"{m.batch:,}", f"(needs {human_bytes(m.required_bytes)};",
                                    f"batch {m.batch + 1:,} would need "
                                    f"{human_bytes(m.next_required_bytes)})"]))
     rows += [
-        ("memory(b) =", [f"{human_bytes(f.memory.fixed)} + {human_bytes(f.memory.per_sample)}·b",
-                       "(peak with overhead; fitted at b=1,2,",
-                       f"off by {100 * f.memory_error:+.2f}% at b={f.check_batch:,})"]),
+        ("memory(b) =", [f"{human_bytes(f.memory.fixed)} + "
+                         f"{human_bytes(f.memory.per_sample)}·b",
+                         "(peak with overhead; fitted at b=1,2,",
+                         f"off by {100 * f.memory_error:+.2f}% at b={f.check_batch:,})"]),
         ("FLOPs(b)  =", [f"{human(f.flops.fixed)} + {human(f.flops.per_sample)}·b",
-                      f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})"]),
+                         f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})"]),
         ("analyses", [f"{m.analyses} full analyses; every answer is checked by analyzing that "
                       "batch"] + ([f"({m.traces} model traces: graphs traced at two batches "
                                    "and re-bound to the others, checked by a trace at the "

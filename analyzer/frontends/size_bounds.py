@@ -160,7 +160,7 @@ def _symbol_order(name: str) -> tuple[int, str]:
 
 
 def check_maxima(graph, maxima: Mapping[str, int],
-                  traced: Mapping[str, str] = MappingProxyType({})):
+                 traced: Mapping[str, str] = MappingProxyType({})):
     """A --dim naming a data-dependent size the trace does not have is an error; one above
     the model's own maximum is said in a warning (the model's is used). ``traced``: the
     sizes the trace made (a loop unrolled over one leaves no symbol in the graph)."""

@@ -370,8 +370,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
 @contextmanager
 def no_stack_traces():
     """The tracer records a Python stack trace on every node (``meta["stack_trace"]``): 4 s of
-    the 21 s the 7B joint trace took, and half of the 7B inference export and decomposition
-    (28 s → 14 s). Nothing here reads it; the graph is otherwise the same."""
+    the 21 s the 7B joint trace took, and about half of the 7B inference export and
+    decomposition. Nothing here reads it; the graph is otherwise the same."""
     import torch.fx.config as fx_config
 
     before = fx_config.do_not_emit_stack_traces
