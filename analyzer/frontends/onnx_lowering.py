@@ -88,7 +88,8 @@ class Lowering:
             self.values[name] = Value(name, TensorSpec(shape, dtype), kind)
         inputs = []
         for vi in g.input:
-            if vi.name in self.bound or (vi.name not in self.values and onnx_shapes.is_handle(vi.type)):
+            if vi.name in self.bound or (vi.name not in self.values
+                                         and onnx_shapes.is_handle(vi.type)):
                 inputs.append(vi.name)
                 self.values[vi.name] = Value(vi.name, self.reader(vi.type), ValueKind.INPUT)
         self._lower_graph(g, scope="", repeat=1)
