@@ -136,6 +136,8 @@ def _summary(r: Report) -> str:
         top = ", ".join(f"{_e(x.name)} {human_bytes(x.bytes)}" for x in m.live_at_peak[:10])
         more = len(m.live_at_peak) - 10
         rows.append(("live at peak", top + (f" (+{more} more)" if more > 0 else "")))
+    if r.traced_layers:
+        rows.append(("traced", _e(r.traced_layers)))
     return "<section id='summary'><h2>Summary</h2>" + _kv(rows) + "</section>"
 
 

@@ -6,6 +6,8 @@ timeline (eager references held across blocks included) — and 2·MACs must equ
 FlopCounterMode on a real forward."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -59,3 +61,12 @@ def test_repeated_stack_equals_a_full_trace(build, monkeypatch):
         model(ids)
     assert 2 * repeated.totals.macs == counter.get_total_flops()
 
+    # the report says so wherever it is read: JSON, the terminal summary, Markdown, HTML
+    from graphcost.analyzer.html_report import html_report
+    from graphcost.analyzer.render import render_markdown, summary_lines
+    note = repeated.traced_layers
+    assert json.loads(repeated.to_json())["traced_layers"] == note
+    assert json.loads(full.to_json())["traced_layers"] == ""
+    assert any(line.startswith("traced") for line in summary_lines(repeated))
+    assert not any(line.startswith("traced") for line in summary_lines(full))
+    assert note in render_markdown(repeated) and note in html_report(repeated)
