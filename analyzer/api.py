@@ -57,10 +57,11 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
                dims: Mapping[str, int] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
                input_dtypes: Mapping[str, Any] | None = None, zoo_exporter: str = "onnx",
-               progress: Progress | None = None, train: bool = False):
+               progress: Progress | None = None, train: bool = False, all_layers: bool = False):
     """Lower any accepted model into the IR (with ``train``: its joint forward+backward)."""
     check_arguments(batch=batch, dims=dims, input_shapes=input_shapes, input_dtypes=input_dtypes,
-                    zoo_exporter=zoo_exporter, progress=progress, flags={"train": train})
+                    zoo_exporter=zoo_exporter, progress=progress,
+                    flags={"train": train, "all_layers": all_layers})
     note = progress or (lambda _msg: None)
     bindings = Bindings(batch, dict(dims or {}),
                         {k: tuple(v) for k, v in (input_shapes or {}).items()},
@@ -78,7 +79,8 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
             raise GraphcostError("an exported program has fixed shapes: batch and "
                                  "input_shapes do not apply (re-export at the size you want)")
         return _program_graph(r, note, train, dict(dims or {}))
-    graph = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima)
+    graph = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima,
+                         all_layers)
     return replace(graph, name=r.name, dims=MappingProxyType({**graph.dims, **r.dims}))
 
 
@@ -110,10 +112,11 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
 
 
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
-                 train: bool, maxima: Mapping[str, int] = MappingProxyType({})):
+                 train: bool, maxima: Mapping[str, int] = MappingProxyType({}),
+                 all_layers: bool = False):
     from graphcost.analyzer.frontends.bounded_trace import BoundedSizes
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
-    from graphcost.analyzer.frontends.repeat_layers import trace_repeated
+    from graphcost.analyzer.frontends.repeat_layers import REPEAT_AT, trace_repeated
     from graphcost.analyzer.frontends.size_bounds import check_maxima
     from graphcost.analyzer.frontends.torch_capture import (call_defaults, export_module,
                                                             traceable_experts)
@@ -141,7 +144,7 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
                 note("decomposing and lowering")
                 return lower_exported(ep, name=name, batch=batch_size, references=refs,
                                       maxima=maxima, capped=sizes.capped)
-            graph = trace_repeated(model, trace)
+            graph = trace_repeated(model, trace, at_least=0 if all_layers else REPEAT_AT)
     notes = [*notes, *sizes.notes]
     if notes:
         graph = replace(graph, warnings=graph.warnings + tuple(notes))
@@ -149,7 +152,7 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
 
 
 _LOAD_ARGS = ("example_inputs", "dims", "input_shapes", "input_dtypes", "zoo_exporter",
-              "progress", "train")
+              "progress", "train", "all_layers")
 
 
 def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], Report]:
@@ -224,7 +227,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             device: Any = None, tf32: bool = False, overhead: Any = None,
             what_if: bool = True, parallel: Mapping[str, Any] | None = None,
             optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
-            _cli: bool = False) -> Report:
+            all_layers: bool = False, _cli: bool = False) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -252,7 +255,9 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     ``parallel`` section and ``peak_bytes`` are then one rank's; the what-ifs are skipped.
     ``serve={"prompt": P, "generate": G}`` (+ ``kv_dtype``, ``weight_dtype``) reviews a decoder
     for serving (analyzer/serve.py): prefill and one decode step traced with the KV cache, the
-    report's ``serving`` section; ``batch`` is the number of sequences. Raises
+    report's ``serving`` section; ``batch`` is the number of sequences. A PyTorch model's
+    stack of 8+ identical blocks is traced as three, the middle one repeated in the IR (the
+    report's ``traced_layers`` says so); ``all_layers=True`` traces every block. Raises
     GraphcostError, in these arguments' names (``_cli``: in the command line's).
     """
     # The IR is hundreds of thousands of small acyclic objects: the cyclic collector would
@@ -266,12 +271,12 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             return _analyze_serving(model, example_inputs, serve, batch=batch, dims=dims,
                                     input_shapes=input_shapes, train=train,
                                     precision=precision, progress=progress, device=device,
-                                    tf32=tf32, overhead=overhead,
+                                    tf32=tf32, overhead=overhead, all_layers=all_layers,
                                     include_inputs=include_inputs, lifetimes=lifetimes)
         return _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes,
                         include_inputs, inplace, lifetimes, zoo_exporter, progress, train,
                         optimizer, checkpoint, precision, device, tf32, overhead, what_if,
-                        parallel, optimizer_impl)
+                        parallel, optimizer_impl, all_layers)
     except GraphcostError as exc:
         if _cli:
             raise
@@ -283,7 +288,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
 
 def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, include_inputs,
              inplace, lifetimes, zoo_exporter, progress, train, optimizer, checkpoint,
-             precision, device, tf32, overhead, what_if, parallel, optimizer_impl) -> Report:
+             precision, device, tf32, overhead, what_if, parallel, optimizer_impl,
+             all_layers) -> Report:
     from graphcost.analyzer.devices import default_optimizer_impl
     from graphcost.analyzer.pipeline import run_passes
 
@@ -305,7 +311,8 @@ def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, inc
     spec = _parallel_spec(parallel, train, precision)
     graph = load_graph(model, example_inputs, batch=batch, dims=dims,
                        input_shapes=input_shapes, input_dtypes=input_dtypes,
-                       zoo_exporter=zoo_exporter, progress=progress, train=train)
+                       zoo_exporter=zoo_exporter, progress=progress, train=train,
+                       all_layers=all_layers)
     if progress:
         progress("running the passes")
     return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
@@ -362,14 +369,15 @@ def _parallel_spec(parallel, train: bool, precision: str):
 
 def _analyze_serving(model, example_inputs, serve, *, batch, dims, input_shapes, train,
                      precision, progress, device, tf32, overhead, include_inputs,
-                     lifetimes) -> Report:
+                     lifetimes, all_layers) -> Report:
     """The serving review (analyzer/serve.py): the report of the prefill step, with the
     ``serving`` section."""
     from graphcost.analyzer.pipeline import run_passes
     from graphcost.analyzer.serve import check_serve, load_serving
 
     serve = check_serve(serve)
-    check_arguments(batch=batch, progress=progress, flags={"train": train, "tf32": tf32})
+    check_arguments(batch=batch, progress=progress,
+                    flags={"train": train, "tf32": tf32, "all_layers": all_layers})
     if train:
         raise GraphcostError("--serve reviews inference (prefill and decode): leave out --train")
     if dims or input_shapes:
@@ -379,7 +387,7 @@ def _analyze_serving(model, example_inputs, serve, *, batch, dims, input_shapes,
         raise GraphcostError("--serve prices dtypes with --weight-dtype and --kv-dtype, not "
                              "--precision")
     graph, trace = load_serving(model, example_inputs, batch=batch, serve=serve,
-                                progress=progress)
+                                progress=progress, all_layers=all_layers)
     if progress:
         progress("running the passes")
     return run_passes(graph, include_inputs=include_inputs, lifetimes=lifetimes,

@@ -52,6 +52,9 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     p.add_argument("--fx", action="store_true",
                    help="zoo models: trace the torch module with torch.export instead of "
                         "analyzing its ONNX export")
+    p.add_argument("--all-layers", action="store_true",
+                   help="PyTorch models: trace every block of a stack of 8+ identical blocks "
+                        "(default: three traced, the middle one repeated in the IR)")
     p.add_argument("--input-dtype", action="append", default=[], metavar="NAME=DTYPE",
                    help="dtype of a traced module's input (default float32), e.g. "
                         "--input-dtype input_ids=int64")
@@ -225,7 +228,8 @@ def analysis_kwargs(args) -> dict:
                 lifetimes=args.lifetimes, zoo_exporter="fx" if args.fx else "onnx",
                 train=args.train, optimizer=args.optimizer,
                 checkpoint=_checkpoint_args(args), precision=args.precision,
-                parallel=parallel_args(args), optimizer_impl=args.optimizer_impl)
+                parallel=parallel_args(args), optimizer_impl=args.optimizer_impl,
+                all_layers=args.all_layers)
 
 
 def device_from_args(args):

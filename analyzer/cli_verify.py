@@ -53,7 +53,8 @@ def run(args) -> int:
                     input_shapes=kw["input_shapes"], input_dtypes=kw["input_dtypes"],
                     train=kw["train"], optimizer=kw["optimizer"], repeat=args.repeat,
                     depth=args.per_module_depth, lifetimes=kw["lifetimes"],
-                    include_inputs=kw["include_inputs"], inplace=kw["inplace"], _cli=True)
+                    include_inputs=kw["include_inputs"], inplace=kw["inplace"],
+                    all_layers=kw["all_layers"], _cli=True)
     if args.format == "json":
         sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
     else:

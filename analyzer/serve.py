@@ -40,9 +40,9 @@ def check_serve(serve: Any) -> dict:
 
 
 def load_serving(model, example_inputs, *, batch: int | None, serve: Mapping[str, Any],
-                 progress=None):
+                 progress=None, all_layers: bool = False):
     """(the prefill graph at the dtypes asked: the report's, ServingTrace) for ``model`` at
-    ``batch`` sequences."""
+    ``batch`` sequences; ``all_layers``: trace every block of a repeated stack."""
     from graphcost.analyzer.resolve import Bindings, Resolved, _is_torch, resolve
 
     note = progress or (lambda _m: None)
@@ -53,9 +53,10 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: Mapping[str
         r = resolve(model, example_inputs, Bindings(batch), fx=True, note=note)
     b = batch or _batch_of(r) or 1
     if r.kind == "torch":
+        from graphcost.analyzer.frontends.repeat_layers import REPEAT_AT
         from graphcost.analyzer.frontends.serve_torch import capture
         steps = capture(r.module, batch=b, prompt=prompt, generate=generate, name=r.name,
-                        note=note)
+                        note=note, repeat_at=0 if all_layers else REPEAT_AT)
     elif r.kind == "onnx":
         from graphcost.analyzer.frontends.serve_onnx import capture_onnx
         steps = capture_onnx(r.onnx, batch=b, prompt=prompt, generate=generate, name=r.name,

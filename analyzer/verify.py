@@ -26,8 +26,8 @@ def verify(model, example_inputs: Sequence[Any] | None = None, *, fx: bool = Fal
            input_dtypes: Mapping[str, Any] | None = None, train: bool = False,
            optimizer: str = "adam", repeat: int = 10, depth: int = 1,
            lifetimes: str | None = None, include_inputs: bool = True, inplace: bool = False,
-           progress: Callable[[str], None] | None = None, _cli: bool = False,
-           ) -> OnnxVerification | TorchVerification:
+           progress: Callable[[str], None] | None = None, all_layers: bool = False,
+           _cli: bool = False) -> OnnxVerification | TorchVerification:
     """``model``: anything analyze() takes (a .pt2 program excepted: its weights are never
     unpickled). PyTorch models are built with seeded random weights."""
     try:
@@ -49,7 +49,8 @@ def verify(model, example_inputs: Sequence[Any] | None = None, *, fx: bool = Fal
                                inplace=inplace)
         inputs = dict(r.kwargs) if r.kwargs else r.inputs
         return verify_torch(r.module, inputs, name=r.name, train=train, optimizer=optimizer,
-                            depth=depth, lifetimes=lifetimes, progress=progress)
+                            depth=depth, lifetimes=lifetimes, progress=progress,
+                            all_layers=all_layers)
     except GraphcostError as exc:
         if _cli:
             raise

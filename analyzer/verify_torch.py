@@ -93,7 +93,8 @@ OPTIMIZERS = ("none", "sgd", "momentum", "adam", "adamw")
 def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
                  name: str | None = None, train: bool = False, optimizer: str = "adam",
                  depth: int = 1, lifetimes: str | None = None,
-                 progress: Callable[[str], None] | None = None) -> TorchVerification:
+                 progress: Callable[[str], None] | None = None,
+                 all_layers: bool = False) -> TorchVerification:
     """Measure ``module`` (real weights, CPU) on ``example_inputs`` (positional tuple, or
     keyword inputs by forward argument name) with MemTracker and compare with analyze().
 
@@ -117,7 +118,7 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
         was = module.training
         module.train()
         report = analyze(module, inputs, train=True, optimizer=optimizer, progress=progress,
-                         include_inputs=False, what_if=False)
+                         include_inputs=False, what_if=False, all_layers=all_layers)
         measured, breakdown = measure_training(module, args, optimizer, kwargs)
         module.train(was)
         predicted = report.training.breakdown_at_peak
@@ -132,7 +133,7 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
                                  "are compared for inference only", parts)
     module.eval()
     report = analyze(module, inputs, include_inputs=False, lifetimes=lifetimes,
-                     progress=progress)
+                     progress=progress, all_layers=all_layers)
     measured, breakdown, per_module = measure_inference(module, args, kwargs)
     rows = [_module_peak(m, report, per_module) for m in report.modules if m.depth <= depth]
     b = report.bounds  # data-dependent sizes: the prediction is their upper bound

@@ -14,7 +14,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
-from graphcost.analyzer.frontends import repeat_layers
 from graphcost.models_zoo.llama import Llama, LlamaConfig
 
 LAYERS = 8   # the smallest stack repeated (REPEAT_AT): copies 2…6 of layer 1
@@ -33,19 +32,12 @@ def _hf_gpt2():
     return hf.gpt2(n_layer=LAYERS).eval()  # learned positions, tied head, eager attention
 
 
-def _both(model, ids, monkeypatch):
-    repeated = analyze(model, (ids,))
-    with monkeypatch.context() as m:
-        m.setattr(repeat_layers, "find_stack", lambda *_a, **_k: None)
-        full = analyze(model, (ids,))
-    return repeated, full
-
-
 @pytest.mark.parametrize("build", [_zoo_llama, _hf_gpt2], ids=["zoo_llama", "hf_gpt2"])
-def test_repeated_stack_equals_a_full_trace(build, monkeypatch):
+def test_repeated_stack_equals_a_full_trace(build):
     model = build()
     ids = torch.randint(3, 200, (2, 12))
-    repeated, full = _both(model, ids, monkeypatch)
+    repeated = analyze(model, (ids,))
+    full = analyze(model, (ids,), all_layers=True)  # every block traced
     assert repeated.traced_layers.startswith(f"3 of {LAYERS} layers traced")
     assert full.traced_layers == ""
     assert [(n.op, n.scope, n.output_shapes) for n in repeated.nodes] == \
@@ -70,3 +62,44 @@ def test_repeated_stack_equals_a_full_trace(build, monkeypatch):
     assert any(line.startswith("traced") for line in summary_lines(repeated))
     assert not any(line.startswith("traced") for line in summary_lines(full))
     assert note in render_markdown(repeated) and note in html_report(repeated)
+
+
+STACK = """
+import torch
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class Net(torch.nn.Module):  # eight identical blocks
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(8))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+"""
+
+
+def test_all_layers_from_the_command_line(tmp_path):
+    from tests.cli_runner import run_cli
+
+    path = tmp_path / "net.py"
+    path.write_text(STACK)
+    args = (f"{path}:Net", "--input-shape", "x=4x16", "--format", "json")
+    three, every = run_cli(*args), run_cli(*args, "--all-layers")
+    assert three.returncode == every.returncode == 0, (three.stderr, every.stderr)
+    a, b = json.loads(three.stdout), json.loads(every.stdout)
+    assert a["traced_layers"].startswith("3 of 8 layers traced") and b["traced_layers"] == ""
+    # 8 · (16·16 + 16) = 2,176 parameters; 8 · 4·16·16 = 8,192 MACs — either way
+    assert a["totals"]["params"] == b["totals"]["params"] == 2_176
+    assert a["totals"]["macs"] == b["totals"]["macs"] == 8_192
+    assert a["memory"]["peak_bytes"] == b["memory"]["peak_bytes"]
