@@ -56,3 +56,19 @@ def test_the_check_sees_a_literal(tmp_path):
         assert _op_literals(f, {"Conv"}) == ["x.py:2: 'Conv'"]
     finally:
         ROOT = saved
+
+
+def test_ops_with_graph_attributes_declare_their_bodies():
+    # onnx's own schemas say which ops carry subgraphs (GRAPH / GRAPHS attributes): each one's
+    # rule must say bodies=True, which is all the ONNX frontend reads to lower the bodies as
+    # nodes of their own (analyzer/frontends/onnx_lowering.py keeps no list of its own)
+    from onnx import defs
+
+    graph_types = (defs.OpSchema.AttrType.GRAPH, defs.OpSchema.AttrType.GRAPHS)
+    carriers = {s.name if s.domain in ("", "ai.onnx") else f"{s.domain}::{s.name}"
+                for s in defs.get_all_schemas_with_history()
+                if any(a.type in graph_types for a in s.attributes.values())}
+    assert {"If", "Loop", "Scan"} <= carriers  # the schemas are read, not an empty set
+    missing = sorted(op for op in carriers
+                     if registry.lookup(op) is None or not registry.lookup(op).bodies)
+    assert not missing, f"ops with subgraphs whose rule does not declare bodies: {missing}"

@@ -3,9 +3,10 @@
 lower_onnx binds the inputs, builds the skeleton and runs ONNX's shape inference; this
 module turns the inferred graph into the IR: one Node per ONNX node with its attributes
 (schema defaults filled in, identical attribute sets shared), module paths read from the
-exporters' node names, and If/Loop/Scan/SequenceMap/FlexAttention bodies lowered as nodes
-of their own before their control-flow node, repeated as often as they run. Kept apart
-from the inference set-up because the two jobs share nothing but the specs.
+exporters' node names, and the bodies of ops whose Rule has ``bodies`` (If/Loop/Scan,
+SequenceMap, FlexAttention) lowered as nodes of their own before their node, repeated as
+often as they run. Kept apart from the inference set-up because the two jobs share nothing
+but the specs.
 """
 from __future__ import annotations
 
@@ -24,9 +25,6 @@ from graphcost.analyzer.ir import (FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, Tens
 from graphcost.passes.costs import lookup
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
-# Ops whose graph attributes are bodies that run: lowered as nodes of their own, before the op
-# (FlexAttention's score_mod / prob_mod run once, on the whole score tensor).
-_BODIES = frozenset({"If", "Loop", "Scan", "SequenceMap", "ai.onnx.preview::FlexAttention"})
 
 
 def _same_shape(op: str) -> bool:
@@ -178,7 +176,8 @@ class Lowering:
                 name = self._unique(name)
             else:
                 used.add(name)
-            if op in _BODIES:
+            r = lookup(op)
+            if r is not None and r.bodies:  # bodies that run: nodes of their own, before it
                 self._lower_control_flow(node, g, name, repeat,
                                          module_path(base) or outer_module, bound)
             defaults = _attr_defaults(op_type, domain, opsets.get(domain, 1))
@@ -198,7 +197,6 @@ class Lowering:
                     attrs_map = MappingProxyType(attrs)
             else:
                 attrs_map = defaults
-            r = lookup(op)
             if r is not None and r.input_attrs:  # constant inputs the rule reads as attributes
                 extra = {k: v for pos, k in r.input_attrs.items() if pos < len(node.input)
                          for v in (self._const_value(node.input[pos]),) if v is not None}

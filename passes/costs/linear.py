@@ -108,7 +108,8 @@ def det(op: OpView) -> tuple[int, int]:
       "aten._scaled_dot_product_flash_attention_for_cpu.default",
       "aten._scaled_dot_product_flash_attention.default",
       "aten._scaled_dot_product_efficient_attention.default",
-      "aten._scaled_dot_product_cudnn_attention.default", saves="inputs")
+      "aten._scaled_dot_product_cudnn_attention.default", saves="inputs",
+      bodies=True)  # FlexAttention's score_mod / prob_mod (the others carry no graphs)
 def attention(op: OpView) -> tuple[int, int]:
     # ONNX Attention (opset 23), FlexAttention (its score_mod / prob_mod bodies are costed as
     # nodes of their own) and torch's scaled_dot_product_attention, every kernel of it:

@@ -119,7 +119,7 @@ zero_cost("Constant", "ConstantOfShape", "EyeLike", "RandomNormal", "RandomUnifo
           reason="materializes a constant or random tensor", reads="none", family=FAMILY)
 zero_cost("If", "Loop", "Scan",
           reason="control flow: the body's nodes are costed as nodes of their own",
-          reads="none", family="control")
+          reads="none", family="control", bodies=True)
 
 
 @rule("OneHot", saves="nothing")

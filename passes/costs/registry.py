@@ -25,6 +25,10 @@ format says so (the sentence travels with the node: ``Node.bound``). ``writes="i
 the bytes of the tensor inputs as written (ops whose output is a sequence handle holding copies
 of them: SequenceConstruct, SplitToSequence).
 
+``bodies=True``: the node's graph attributes are bodies that run (If/Loop/Scan, SequenceMap,
+FlexAttention's score_mod / prob_mod): the ONNX frontend lowers them as nodes of their own
+before the op, repeated as often as they run; the op itself is then costed by its rule.
+
 ``input_attrs`` names constant inputs a rule reads like attributes (DFT's axis became an input
 in opset 20): the frontend copies a constant input's value (an int, or a tuple of ints) into the
 node's attributes under that name.
@@ -232,6 +236,7 @@ class Rule:
     writes: str = "outputs"              # "outputs" | "inputs" (a sequence holding copies)
     input_attrs: Mapping[int, str] = field(default_factory=lambda: _NO_ATTRS)  # const inputs
     routing: str | None = None           # mixture of experts: "experts" | "top_k" (see above)
+    bodies: bool = False                 # graph attributes are bodies that run (see above)
 
     def __post_init__(self) -> None:
         if self.rf is not None and self.rf not in RF_ROLES:

@@ -26,7 +26,7 @@ zero_cost("Optional", "OptionalGetElement",
           reason="view: an optional value is its element", alias=True, family=FAMILY)
 zero_cost("SequenceMap",
           reason="control flow: the body's nodes are costed as nodes of their own",
-          reads="none", family="control")
+          reads="none", family="control", bodies=True)
 zero_cost("StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
           reason="string processing: character operations, no arithmetic (strings count 0 "
                  "bytes)", family=FAMILY)
