@@ -20,7 +20,7 @@ from tests.shared import joint_graph
 
 GLOO = [("mlp", "ddp"), ("mlp", "zero1"), ("mlp", "zero2"), ("mlp", "fsdp"), ("gpt2", "ddp"),
         ("gpt2", "fsdp")]
-FAKE = [("mlp", "fsdp"), ("gpt2", "fsdp")]
+FAKE = [("mlp", "fsdp"), ("mlp", "zero2"), ("gpt2", "fsdp")]
 
 
 def _predict(model, strategy, world):
@@ -97,22 +97,17 @@ def test_mlp_items_match(gloo, strategy):
             assert abs(pred - meas) <= 8192, (name, pred, meas)
 
 
-def test_mlp_zero2_forward_peak(gloo):
+def test_mlp_zero2_forward_peak(fake):
     # zero2 keeps every unit gathered through forward: the peak is the last block's copy-out,
     # with the previous block's all-gather buffer still held (both measured). FSDPMemTracker
     # counts the unit being copied out as activations, graphcost as gathered parameters:
-    # compared together
-    for p, m, _ in _rows(gloo, "mlp", "zero2"):
-        if m.step != 2:
-            continue
+    # compared together. Measured with the fake process group (8 ranks): on gloo its own
+    # thread frees all-gather buffers at moments that vary from run to run, and the tracker's
+    # peak is then an equal total with one to three blocks' buffers fewer live (seen in CI
+    # and in loops of this file: the peak itself is held to 0.1% by test_gloo_two_ranks)
+    steady = [(p, m) for p, m, _ in _rows(fake, "mlp", "zero2") if m.step == 2]
+    assert steady  # the fake group measured the steady step
+    for p, m in steady:
         got = items(p.detail_at_peak, m.categories)
         assert p.peak_phase == "forward" and "copy-out" in p.peak_event
-        pred = got["comm"][0] + got["activations"][0]
-        meas = got["comm"][1] + got["activations"][1]
-        # gloo frees all-gather buffers on its own thread: in some runs the tracker's peak is
-        # an equal total at a moment with fewer of them live (seen once in a clean-clone CI
-        # run: 6,338,600 predicted vs 4,233,264 B measured, the difference 2,103,296 B = two
-        # blocks' gathered parameters of 1,051,648 B; the peak itself is held to 0.1% by
-        # test_gloo_two_ranks)
-        gathered = {k * u.padded_bytes for u in p.units for k in (1, 2)}
-        assert meas == pred or (pred - meas) in gathered, (pred, meas)
+        assert got["comm"][0] + got["activations"][0] == got["comm"][1] + got["activations"][1]
