@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.frontends.repeat_layers import REPEAT_AT
 from graphcost.analyzer.ir import Graph
 
 
@@ -139,7 +140,7 @@ def _positions(model) -> int | None:
 
 
 def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, name: str,
-            note=None, repeat_at: int = 8) -> Steps:  # (repeat_layers.REPEAT_AT)
+            note=None, repeat_at: int = REPEAT_AT) -> Steps:
     """Trace the prefill and one decode step of ``model`` (meta or fake tensors: nothing is
     allocated). A stack of ``repeat_at`` or more identical blocks is traced as three and the
     middle one repeated in the IR (analyzer/frontends/repeat_layers.py): each copy gets its
