@@ -53,21 +53,33 @@ def check_arguments(*, batch=None, dims=None, input_shapes=None, input_dtypes=No
                                  f"got {value!r}")
 
 
+def resolve_model(model, example_inputs: Sequence[Any] | None = None, *,
+                  batch: int | None = None, dims: Mapping[str, int] | None = None,
+                  input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  input_dtypes: Mapping[str, Any] | None = None, zoo_exporter: str = "onnx",
+                  progress: Progress | None = None, train: bool = False,
+                  all_layers: bool = False) -> Resolved:
+    """``load_graph``'s arguments checked and the model they name resolved (nothing traced)."""
+    check_arguments(batch=batch, dims=dims, input_shapes=input_shapes, input_dtypes=input_dtypes,
+                    zoo_exporter=zoo_exporter, progress=progress,
+                    flags={"train": train, "all_layers": all_layers})
+    bindings = Bindings(batch, dict(dims or {}),
+                        {k: tuple(v) for k, v in (input_shapes or {}).items()},
+                        dict(input_dtypes or {}))
+    return resolve(model, example_inputs, bindings, fx=zoo_exporter == "fx", train=train,
+                   note=progress)
+
+
 def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int | None = None,
                dims: Mapping[str, int] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None,
                input_dtypes: Mapping[str, Any] | None = None, zoo_exporter: str = "onnx",
                progress: Progress | None = None, train: bool = False, all_layers: bool = False):
     """Lower any accepted model into the IR (with ``train``: its joint forward+backward)."""
-    check_arguments(batch=batch, dims=dims, input_shapes=input_shapes, input_dtypes=input_dtypes,
-                    zoo_exporter=zoo_exporter, progress=progress,
-                    flags={"train": train, "all_layers": all_layers})
+    r = resolve_model(model, example_inputs, batch=batch, dims=dims, input_shapes=input_shapes,
+                      input_dtypes=input_dtypes, zoo_exporter=zoo_exporter, progress=progress,
+                      train=train, all_layers=all_layers)
     note = progress or (lambda _msg: None)
-    bindings = Bindings(batch, dict(dims or {}),
-                        {k: tuple(v) for k, v in (input_shapes or {}).items()},
-                        dict(input_dtypes or {}))
-    r = resolve(model, example_inputs, bindings, fx=zoo_exporter == "fx", train=train,
-                note=note)
     if r.kind == "onnx":
         from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
         note("inferring shapes")
@@ -79,8 +91,21 @@ def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int
             raise GraphcostError("an exported program has fixed shapes: batch and "
                                  "input_shapes do not apply (re-export at the size you want)")
         return _program_graph(r, note, train, dict(dims or {}))
+    return torch_graph(r, note, train, all_layers)
+
+
+def torch_graph(r: Resolved, note: Progress, train: bool, all_layers: bool = False,
+                rebind: list | None = None):
+    """A resolved PyTorch model's graph (``rebind``: see ``_torch_graph``)."""
+    inner: list | None = [] if rebind is not None else None
     graph = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima,
-                         all_layers)
+                         all_layers, inner)
+    if inner:
+        rebind.append(lambda b: _named(inner[0](b), r))
+    return _named(graph, r)
+
+
+def _named(graph, r: Resolved):
     return replace(graph, name=r.name, dims=MappingProxyType({**graph.dims, **r.dims}))
 
 
@@ -107,23 +132,29 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
             if s.kind.name == "USER_INPUT"]
     vals = [n.meta.get("val") for n in program.graph.nodes
             if n.op == "placeholder" and n.name in user]
-    graph = lower_exported(program, name=r.name, batch=_batch_of(vals), maxima=maxima)
+    graph = lower_exported(program, name=r.name, batch=batch_of(vals), maxima=maxima)
     return check_maxima(graph, maxima)
 
 
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
                  train: bool, maxima: Mapping[str, int] = MappingProxyType({}),
-                 all_layers: bool = False):
+                 all_layers: bool = False, rebind: list | None = None):
+    """The model's graph, traced at the batch of its inputs. ``rebind`` (a list) receives
+    ``b -> Graph``: the same trace at batch b, re-run on fake tensors (frontends/fake_rerun.py;
+    the inputs' batch must be a marker batch), unless the trace has data-dependent sizes."""
     from graphcost.analyzer.frontends.bounded_trace import BoundedSizes
-    from graphcost.analyzer.frontends.fx_frontend import lower_exported
+    from graphcost.analyzer.frontends.fake_rerun import rerun, reruns
+    from graphcost.analyzer.frontends.fx_frontend import decompose_program, lower_exported
     from graphcost.analyzer.frontends.repeat_layers import REPEAT_AT, trace_repeated
     from graphcost.analyzer.frontends.size_bounds import check_maxima
     from graphcost.analyzer.frontends.torch_capture import (call_defaults, export_module,
                                                             traceable_experts)
 
-    batch_size = _batch_of((*args, *kwargs.values()))
+    batch_size = batch_of((*args, *kwargs.values()))
     kwargs = call_defaults(model, dict(kwargs))
     sizes = BoundedSizes(maxima)  # data-dependent sizes traced at their upper bounds
+    lowers: list = []  # (traced ATen graph, batch -> its graph lowered)
+    grown: list = []   # the IR growth of a stack traced as three layers
     with traceable_experts(model) as notes:
         if train:
             from graphcost.analyzer.frontends.fx_frontend import lower_joint
@@ -131,8 +162,10 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
             note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
             gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name,
                                                    sizes=sizes)
-            graph = lower_joint(gm, sig, model, prefix, scopes, name=name, batch=batch_size,
-                                maxima=maxima, capped=sizes.capped)
+            lowers.append((gm, lambda b: lower_joint(gm, sig, model, prefix, scopes,
+                                                     name=name, batch=b, maxima=maxima,
+                                                     capped=sizes.capped)))
+            graph = lowers[-1][1](batch_size)
         else:
             def trace():
                 nonlocal sizes
@@ -142,73 +175,48 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
                 ep = export_module(model, args, kwargs, name=name, references=refs,
                                    sizes=sizes)
                 note("decomposing and lowering")
-                return lower_exported(ep, name=name, batch=batch_size, references=refs,
-                                      maxima=maxima, capped=sizes.capped)
-            graph = trace_repeated(model, trace, at_least=0 if all_layers else REPEAT_AT)
+                dec, capped = decompose_program(ep, name), sizes.capped
+                lowers.append((dec.graph_module, lambda b: lower_exported(
+                    dec, name=name, batch=b, decomposed=True, exported=ep, references=refs,
+                    maxima=maxima, capped=capped)))
+                return lowers[-1][1](batch_size)
+            graph = trace_repeated(model, trace, at_least=0 if all_layers else REPEAT_AT,
+                                   grown=grown)
     notes = [*notes, *sizes.notes]
-    if notes:
-        graph = replace(graph, warnings=graph.warnings + tuple(notes))
-    return check_maxima(graph, maxima, traced=sizes.origins)
+
+    def finish(g):
+        if notes:
+            g = replace(g, warnings=g.warnings + tuple(notes))
+        return check_maxima(g, maxima, traced=sizes.origins)
+    if rebind is not None and not graph.size_bounds and reruns(lowers[-1][0]):
+        gm, lower = lowers[-1]
+
+        def at(b: int):
+            rerun(gm, batch_size, b)
+            g = lower(b)
+            if grown:
+                g = grown[-1](g)
+                if g is None:
+                    raise ValueError(f"the re-run at batch {b} does not repeat its layers")
+            return finish(g)
+        rebind.append(at)
+    return finish(graph)
 
 
-_LOAD_ARGS = ("example_inputs", "dims", "input_shapes", "input_dtypes", "zoo_exporter",
-              "progress", "train", "all_layers")
+LOAD_ARGS = ("example_inputs", "dims", "input_shapes", "input_dtypes", "zoo_exporter",
+             "progress", "train", "all_layers")  # load_graph's; the rest are the passes'
 
 
-def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], Report]:
-    """``b -> analyze(model, batch=b, **kwargs)``, for analyzing many batches of one model: a
-    PyTorch model is traced at two batches and its graph re-bound for every other
-    (analyzer/rebind.py: a trace is most of an analysis); an ONNX model, which has no trace,
-    is lowered at each. The function has ``rebound`` True when it re-binds."""
-    from graphcost.analyzer.pipeline import run_passes
-    from graphcost.analyzer.rebind import batch_family
-
-    def plain(b: int) -> Report:
-        return analyze(model, batch=b, _cli=_cli, **kwargs)
-    plain.rebound = False  # type: ignore[attr-defined]
-    load = {k: kwargs[k] for k in _LOAD_ARGS if k in kwargs}
-    passes = {k: v for k, v in kwargs.items() if k not in _LOAD_ARGS}
-    train = load.get("train", False)
-    try:
-        from graphcost.analyzer.devices import default_optimizer_impl
-        passes["device"] = _device(passes.get("device"))
-        # the passes' arguments as _analyze makes them (device's optimizer impl, checked spec)
-        passes["optimizer_impl"] = passes.get("optimizer_impl") or \
-            default_optimizer_impl(passes["device"])
-        passes["parallel"] = _parallel_spec(passes.get("parallel"), train,
-                                            passes.get("precision", "fp32"))
-        if passes["parallel"] is not None:
-            passes["what_if"] = False
-        g2 = load_graph(model, batch=2, **load)
-        if g2.source != "fx":
-            return plain
-        family = batch_family(g2, 2, load_graph(model, batch=3, **load), 3)
-    except GraphcostError as exc:
-        if _cli:
-            raise
-        raise GraphcostError(api_wording(str(exc))) from None
-    if family is None:
-        return plain
-    passes["optimizer"] = passes.get("optimizer", "adam") if train else None
-
-    def at(b: int) -> Report:
-        try:
-            graph = family(b)
-        except ValueError:  # a size off its line at this batch: trace it
-            return plain(b)
-        return run_passes(graph, **passes)
-    at.rebound = True  # type: ignore[attr-defined]
-    return at
-
-
-def _device(device):
+def device_of(device):
+    """A device name as its DeviceRates (anything else as given)."""
     if device is None or not isinstance(device, str):
         return device
     from graphcost.analyzer.devices import get_device
     return get_device(device)
 
 
-def _batch_of(tensors) -> int:
+def batch_of(tensors) -> int:
+    """Axis 0 of the first tensor with one (1 when there is none)."""
     for t in tensors:
         shape = getattr(t, "shape", None)
         if shape is not None and len(shape) > 0:
@@ -307,8 +315,8 @@ def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, inc
         raise GraphcostError("checkpoint plans need a training analysis (--train)")
     if precision != "fp32" and not train:
         raise GraphcostError("--precision is a training recipe: add --train")
-    device = _device(device)
-    spec = _parallel_spec(parallel, train, precision)
+    device = device_of(device)
+    spec = parallel_spec(parallel, train, precision)
     graph = load_graph(model, example_inputs, batch=batch, dims=dims,
                        input_shapes=input_shapes, input_dtypes=input_dtypes,
                        zoo_exporter=zoo_exporter, progress=progress, train=train,
@@ -326,7 +334,7 @@ def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, inc
 _PARALLEL_KEYS = ("strategy", "world_size", "offload", "bucket_cap_mb", "units", "interconnect")
 
 
-def _parallel_spec(parallel, train: bool, precision: str):
+def parallel_spec(parallel, train: bool, precision: str):
     """``analyze``'s ``parallel`` mapping as the pass's ParallelSpec (checked)."""
     if not parallel:
         return None
@@ -391,4 +399,4 @@ def _analyze_serving(model, example_inputs, serve, *, batch, dims, input_shapes,
     if progress:
         progress("running the passes")
     return run_passes(graph, include_inputs=include_inputs, lifetimes=lifetimes,
-                      device=_device(device), tf32=tf32, overhead=overhead, serving=trace)
+                      device=device_of(device), tf32=tf32, overhead=overhead, serving=trace)

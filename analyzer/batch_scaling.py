@@ -2,8 +2,9 @@
 
 Every figure comes from a full analysis at that batch (the passes are re-run; nothing is
 extrapolated without being checked). Memory is affine in the batch as long as the peak stays
-at the same place in the schedule: tensors(b) = fixed + per_sample·b, fitted at b = 1 and 2 and
-checked at a third batch; the search for the largest batch then confirms its answer b* by
+at the same place in the schedule: tensors(b) = fixed + per_sample·b, fitted at b = 1 and 2 (or,
+when the peak sits where the batch does not reach, as in a small model's optimizer step, at b = 1
+and the first power of two where memory grows) and checked at a third batch; the search for the largest batch then confirms its answer b* by
 analyzing b* (fits) and b*+1 (does not), and falls back to a bisection whenever the fit is off.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ class BatchFit:
     check_batch: int             # the third batch the fit was checked at
     memory_error: float          # (fit − analysis) / analysis at check_batch
     flops_error: float
+    fit_batch: int = 2           # the memory fit's second batch (the first is 1)
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class MaxBatch:
     analyses: int                # how many full analyses the answer took
     train: bool
     traces: int | None = None    # how many model traces they took (None: one per analysis)
+    traced_at: int | None = None  # the one trace's marker batch (fake_rerun.py), if one
     parallel: str = ""           # "fsdp over 8 ranks": memory and batch are one rank's
 
     def to_dict(self) -> dict:
@@ -54,11 +57,12 @@ class MaxBatch:
                 "max_batch": self.batch, "required_bytes": self.required_bytes,
                 "next_required_bytes": self.next_required_bytes, "train": self.train,
                 "analyses": self.analyses, "traces": self.traces,
+                "traced_at": self.traced_at,
                 "parallel": self.parallel or None,
                 "fit": {"memory_fixed_bytes": f.memory.fixed,
                         "memory_per_sample_bytes": f.memory.per_sample,
                         "flops_fixed": f.flops.fixed, "flops_per_sample": f.flops.per_sample,
-                        "check_batch": f.check_batch,
+                        "check_batch": f.check_batch, "fit_batch": f.fit_batch,
                         "memory_error": round(f.memory_error, 6),
                         "flops_error": round(f.flops_error, 6)}}
 
@@ -87,10 +91,13 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
         return cache[b]
 
     r1, r2 = at(1), at(2)
-    mem = _affine(1, _required(r1), 2, _required(r2))
-    flops = _affine(1, _flops(r1), 2, _flops(r2))
     capacity = r1.roofline.memory_bytes
     fits = lambda b: _required(at(b)) <= capacity  # noqa: E731
+    second = 2  # the peak may sit where the batch does not reach (a small model's optimizer
+    while _required(at(second)) <= _required(r1) and fits(second) and second < limit:
+        second *= 2  # step at small batches): fit where memory grows
+    mem = _affine(1, _required(r1), second, _required(at(second)))
+    flops = _affine(1, _flops(r1), 2, _flops(r2))
     if mem.per_sample <= 0:
         raise GraphcostError("memory does not grow with the batch: is the batch dim bound? "
                              "(--max-batch binds axis 0 of the inputs)")
@@ -126,7 +133,7 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
     check = best if best > 2 else 4
     rc = at(check)
     fit = BatchFit(mem, flops, check, (mem(check) - _required(rc)) / _required(rc),
-                   (flops(check) - _flops(rc)) / max(1, _flops(rc)))
+                   (flops(check) - _flops(rc)) / max(1, _flops(rc)), second)
     p = getattr(r1, "parallel", None)   # (the tests' stand-in reports have none)
     return MaxBatch(r1.roofline.device, capacity, best,
                     _required(at(max(best, 1))), _required(at(best + 1)), fit, len(cache),

@@ -337,20 +337,23 @@ def _max_batch(args) -> int:
     if (args.world_size or "").strip().lower() == "auto":
         raise GraphcostError("--max-batch with --world-size auto: fix the world size to search "
                              "the batch (or the batch to search the world size)")
-    from graphcost.analyzer.api import analyze_by_batch
+    from graphcost.analyzer.by_batch import analyze_by_batch
 
     kwargs = {k: v for k, v in analysis_kwargs(args).items() if k != "batch"}
     with _progress() as note:
         at = analyze_by_batch(args.model, _cli=True, progress=note, what_if=False, **kwargs)
         result = max_batch(at)
         if at.rebound and result.batch > 0:
-            # the answer from re-bound graphs, checked by a real trace at that batch
-            real = run_analysis(args.model, args, batch=result.batch, what_if=False)
-            if real.roofline.required_bytes != result.required_bytes:
-                result = max_batch(lambda b: run_analysis(args.model, args, batch=b,
-                                                          what_if=False))
-            else:
-                result = replace(result, traces=3)
+            # the answer from re-bound graphs, checked at it and one above by the graph
+            # re-run there (or traced there, when the family came from two traces)
+            real = [at.exact(b).roofline.required_bytes
+                    for b in (result.batch, result.batch + 1)]
+            checked = real == [result.required_bytes, result.next_required_bytes]
+            if not checked:
+                result = max_batch(at.exact)
+            if checked or at.traced_at:  # (else: one trace per analysis)
+                result = replace(result, traces=at.traces + (0 if at.traced_at else 2),
+                                 traced_at=at.traced_at)
     if args.format == "json":
         import json
         text = json.dumps({"schema_version": 1, "kind": "max_batch", "model": args.model,

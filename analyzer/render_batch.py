@@ -23,14 +23,24 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
     rows += [
         ("memory(b) =", [f"{human_bytes(f.memory.fixed)} + "
                          f"{human_bytes(f.memory.per_sample)}·b",
-                         "(peak with overhead; fitted at b=1,2,",
+                         f"(peak with overhead; fitted at b=1,{f.fit_batch:,},",
                          f"off by {100 * f.memory_error:+.2f}% at b={f.check_batch:,})"]),
         ("FLOPs(b)  =", [f"{human(f.flops.fixed)} + {human(f.flops.per_sample)}·b",
                          f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})"]),
         ("analyses", [f"{m.analyses} full analyses; every answer is checked by analyzing that "
-                      "batch"] + ([f"({m.traces} model traces: graphs traced at two batches "
-                                   "and re-bound to the others, checked by a trace at the "
-                                   "answer)"] if m.traces else [])),
+                      "batch"] + _traces(m)),
     ]
     lines = [f"{model} on {m.device} ({human_bytes(m.memory_bytes)}), {what}:"]
     return lines + [line for label, items in rows for line in wrap(label, items, width)]
+
+
+def _traces(m) -> list[str]:
+    """How the analyses got their graphs (None: each traced its own)."""
+    if m.traced_at:
+        return [f"(one model trace, at batch {m.traced_at:,}: its graph re-run on fake tensors "
+                "at batch 2, re-bound to the other batches and re-run at the answer and one "
+                "above to check)"]
+    if m.traces:
+        return [f"({m.traces} model traces: graphs traced at two batches and re-bound to the "
+                "others, checked by traces at the answer and one above)"]
+    return []

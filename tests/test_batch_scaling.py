@@ -86,9 +86,11 @@ def test_max_batch_bad_input(tmp_path, capsys):
 
 
 def test_a_traced_graph_rebound_to_another_batch_equals_its_trace():
-    # two traces (batches 2 and 3) give every dim's line in the batch; batch 5 re-bound from
-    # them must be the batch-5 trace exactly (sizes, costs, the training step's peak)
-    from graphcost.analyzer.api import analyze_by_batch, load_graph
+    # one trace at the marker batch and its re-run at batch 2 give every dim's line in the
+    # batch; batch 5 re-bound from them must be the batch-5 trace exactly (sizes, costs, the
+    # training step's peak)
+    from graphcost.analyzer.api import load_graph
+    from graphcost.analyzer.by_batch import analyze_by_batch
     from graphcost.analyzer.pipeline import run_passes
     at = analyze_by_batch("zoo:gpt2", train=True, optimizer="adam", what_if=False)
     assert at.rebound
@@ -107,7 +109,7 @@ def test_rebound_batches_take_the_arguments_analyze_takes():
     # --max-batch --train --device a10 [--parallel fsdp]: the re-bound graphs get the
     # optimizer implementation the device runs (foreach on a GPU) and the checked
     # data-parallel spec, exactly as analyze() at that batch does
-    from graphcost.analyzer.api import analyze_by_batch
+    from graphcost.analyzer.by_batch import analyze_by_batch
     kw = dict(train=True, device="a10", parallel={"strategy": "fsdp", "world_size": 2})
     at = analyze_by_batch("zoo:mlp", **kw)
     assert at.rebound

@@ -50,6 +50,16 @@ def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgr
         return ep.run_decompositions(table)
 
 
+def decompose_program(ep: "torch.export.ExportedProgram",
+                      name: str) -> "torch.export.ExportedProgram":
+    """``decompose``, its failure one line naming the model."""
+    try:
+        return decompose(ep)
+    except Exception as exc:
+        raise GraphcostError(f"{name}: decomposing the exported program failed: "
+                             f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
 def training_decompositions():
     """Core-ATen decompositions for the joint graph (attention kept whole, as at inference)."""
     table = torch.export.default_decompositions()
@@ -131,19 +141,17 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
                    decomposed: bool = False,
                    references: Mapping[str, str] | None = None,
                    maxima: Mapping[str, int] | None = None,
-                   capped: Mapping[str, str] | None = None) -> Graph:
+                   capped: Mapping[str, str] | None = None,
+                   exported: "torch.export.ExportedProgram | None" = None) -> Graph:
     """Lower ``ep`` (decomposed here unless ``decomposed``) into the IR. ``references``
     (torch_capture.export_module's: node -> node reached when Python released its tensor,
-    in ``ep``'s names) become the graph's ``eager_refs``. ``maxima`` bound data-dependent
-    sizes by name (``--dim u3=MAX``), ``capped`` says how the trace bounded them
+    in the names of ``exported``, the program ``ep`` was decomposed from, or of ``ep``)
+    become the graph's ``eager_refs``. ``maxima`` bound data-dependent sizes by name
+    (``--dim u3=MAX``), ``capped`` says how the trace bounded them
     (bounded_trace.BoundedSizes.capped)."""
-    original = ep
+    original = exported or ep
     if not decomposed:
-        try:
-            ep = decompose(ep)
-        except Exception as exc:
-            raise GraphcostError(f"{name}: decomposing the exported program failed: "
-                                 f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        ep = decompose_program(ep, name)
     from graphcost.analyzer.frontends.fx_references import decomposed_references
 
     held, written = decomposed_references(original.graph, ep.graph, references) \

@@ -30,22 +30,29 @@ REPEAT_AT = 8  # stacks shorter than this are traced whole (three layers save li
 
 
 def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
-                   at_least: int = REPEAT_AT) -> Graph:
+                   at_least: int = REPEAT_AT, grown: list | None = None) -> Graph:
     """``trace()``'s graph of ``model`` (a function tracing it afresh), taken with the
     model's stack of ``at_least`` or more identical blocks cut to three and grown back to
     its length in the IR; the whole stack traced when it cannot be (the graph then has no
     ``traced_layers``). ``prefix``: the module path the trace's scopes put before the
-    model's own (a wrapper's attribute)."""
+    model's own (a wrapper's attribute). When the stack is grown, the function growing a
+    graph of three layers is appended to ``grown`` (for the same trace at another batch)."""
     stack = find_stack(model, at_least) if at_least else None
     if stack is None:
         return trace()
     with truncated(model, stack):
         graph = trace()
     path, layers = stack
-    grown = None if graph.size_bounds else repeat_layers(graph, prefix + path, layers)
-    if grown is None:
+
+    def grow(g: Graph) -> Graph | None:
+        out = None if g.size_bounds else repeat_layers(g, prefix + path, layers)
+        return None if out is None else replace(out, traced_layers=layers_note(layers))
+    out = grow(graph)
+    if out is None:
         return trace()
-    return replace(grown, traced_layers=layers_note(layers))
+    if grown is not None:
+        grown.append(grow)
+    return out
 
 
 def layers_note(layers: int) -> str:

@@ -1,0 +1,112 @@
+"""One model at many batch sizes (``--max-batch``): trace once, re-bind the rest.
+
+A trace is most of an analysis (a GPT-2 training step: about a second; the passes a
+hundredth of that), and the search for the largest batch looks at about twenty batches. A
+PyTorch model is traced once, at a marker batch, and re-run on fake tensors at batch 2
+(frontends/fake_rerun.py); every other batch is that graph with its dims re-bound on the line
+through those two (analyzer/rebind.py). Before tracing at the marker, the model's forward
+runs eagerly on meta tensors at batch 2 and at the marker, and must call the same ATen ops at
+both: a forward whose Python depends on the batch (a loop over the images of a detector's
+post-processing) would unroll a marker's worth of copies into the trace. When that or the
+re-run fails, the model is traced at batches 2 and 3 instead (rebind.py's own family), and
+when the two traces are not one family, every batch is traced. An ONNX model, which has no
+trace, is lowered at each batch.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from graphcost.analyzer.api import (LOAD_ARGS, analyze, batch_of, device_of, load_graph,
+                                    parallel_spec, resolve_model, torch_graph)
+from graphcost.analyzer.errors import GraphcostError, api_wording
+from graphcost.analyzer.ir import Graph
+from graphcost.analyzer.report import Report
+
+
+def traced_once(model, load: dict) -> tuple[Graph, Callable[[int], Graph]] | None:
+    """``model`` traced at a marker batch, with ``b -> its graph at b`` (the trace re-run on
+    fake tensors); None for a model that is not a PyTorch module with a batch of its own, whose
+    forward takes another path at the marker, or whose trace has sizes the data decides."""
+    from graphcost.analyzer.frontends.fake_rerun import (FIRST, marker_batch, model_sizes,
+                                                         same_path)
+
+    def at(b: int):
+        return resolve_model(model, batch=b, **load)
+    r = at(FIRST)
+    if r.kind != "torch":
+        return None
+    marker = marker_batch(model_sizes(r.module, (*r.inputs, *r.kwargs.values())))
+    if marker != FIRST:
+        r = at(marker)
+    small = at(2)
+    if batch_of((*r.inputs, *r.kwargs.values())) != marker or \
+            not same_path(r, small, train=load.get("train", False)):
+        return None
+    rebind: list = []
+    note = load.get("progress") or (lambda _msg: None)
+    graph = torch_graph(r, note, load.get("train", False), load.get("all_layers", False),
+                        rebind)
+    return (graph, rebind[0]) if rebind else None
+
+
+def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], Report]:
+    """``b -> analyze(model, batch=b, **kwargs)``, for analyzing many batches of one model
+    (the module docstring says how). The function has ``rebound`` True when it re-binds
+    graphs; then ``exact(b)`` analyzes the graph re-run (or traced) at b, ``traces`` counts the
+    traces taken and ``traced_at`` is the marker batch (None when traced at 2 and 3)."""
+    from graphcost.analyzer.pipeline import run_passes
+    from graphcost.analyzer.rebind import batch_family
+
+    def plain(b: int) -> Report:
+        return analyze(model, batch=b, _cli=_cli, **kwargs)
+    plain.rebound = False  # type: ignore[attr-defined]
+    load = {k: kwargs[k] for k in LOAD_ARGS if k in kwargs}
+    passes = {k: v for k, v in kwargs.items() if k not in LOAD_ARGS}
+    train = load.get("train", False)
+    try:
+        from graphcost.analyzer.devices import default_optimizer_impl
+        passes["device"] = device_of(passes.get("device"))
+        # the passes' arguments as analyze makes them (device's optimizer impl, checked spec)
+        passes["optimizer_impl"] = passes.get("optimizer_impl") or \
+            default_optimizer_impl(passes["device"])
+        passes["parallel"] = parallel_spec(passes.get("parallel"), train,
+                                            passes.get("precision", "fp32"))
+        if passes["parallel"] is not None:
+            passes["what_if"] = False
+        family, exact, marker = None, plain, None
+        try:
+            once = traced_once(model, load)
+        except GraphcostError:
+            once = None  # (traced at 2 below, which says what fails at a batch the user knows)
+        if once is not None:
+            graph, rerun = once
+            try:
+                family = batch_family(rerun(2), 2, graph, graph.batch)
+                marker = graph.batch
+            except Exception:  # an op refusing a re-bound size: trace at 2 and 3
+                family = None
+        if family is not None:
+            exact = lambda b: run_passes(rerun(b), **passes)  # noqa: E731
+        else:
+            g2 = load_graph(model, batch=2, **load)
+            if g2.source != "fx":
+                return plain
+            family = batch_family(g2, 2, load_graph(model, batch=3, **load), 3)
+    except GraphcostError as exc:
+        if _cli:
+            raise
+        raise GraphcostError(api_wording(str(exc))) from None
+    if family is None:
+        return plain
+    passes["optimizer"] = passes.get("optimizer", "adam") if train else None
+
+    def at(b: int) -> Report:
+        try:
+            graph = family(b)
+        except ValueError:  # a size off its line at this batch: trace or re-run it
+            return exact(b)
+        return run_passes(graph, **passes)
+    at.rebound = True  # type: ignore[attr-defined]
+    at.exact, at.traced_at = exact, marker  # type: ignore[attr-defined]
+    at.traces = 1 if marker else 2  # type: ignore[attr-defined]
+    return at
