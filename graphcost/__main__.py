@@ -1,4 +1,4 @@
 """``python -m graphcost`` is the ``graphcost`` command."""
-from graphcost.analyzer.cli import main
+from graphcost.analyzer.cli import console
 
-raise SystemExit(main())
+raise SystemExit(console())
