@@ -45,8 +45,9 @@ def model_sizes(module: torch.nn.Module, inputs: Iterable) -> list[int]:
 def same_path(marked, small, *, train: bool) -> bool:
     """Whether the forward of two resolved models (analyzer/resolve.py: the model at the
     marker batch and at a small one) calls the same ATen ops in the same order, run eagerly on
-    fake tensors (nothing is allocated; transformers skips its checks of the data on them, as
-    under a trace). A forward that loops over the batch stops as soon as the marker's run
+    fake tensors (nothing is allocated) with the flags torch.export's non-strict trace sets
+    (``torch.compiler.is_exporting()``), so that a library skips its checks of the data as it
+    does in the trace (transformers' padding warning, its mask checks). A forward that loops over the batch stops as soon as the marker's run
     outgrows the small one's; a forward that cannot run on fake tensors is not the same path
     (a size the data decides, a kernel with no fake implementation): it is traced at each
     batch instead."""
@@ -59,7 +60,7 @@ def same_path(marked, small, *, train: bool) -> bool:
         log, was = _OpLog(limit), r.module.training
         try:
             with quiet_torch_logs(), traceable_experts(r.module), torch.no_grad(), \
-                    FakeTensorMode(allow_non_fake_inputs=True), log:
+                    _exporting(), FakeTensorMode(allow_non_fake_inputs=True), log:
                 r.module.train(train)
                 r.module(*r.inputs, **call_defaults(r.module, dict(r.kwargs)))
         except Exception:  # (_Outgrown included) not a path a re-run can follow
@@ -69,6 +70,15 @@ def same_path(marked, small, *, train: bool) -> bool:
         return log.ops
     first = ops(small, None)
     return first is not None and ops(marked, len(first)) == first
+
+
+def _exporting():
+    """torch.export's own context for the flags ``torch.compiler.is_compiling()`` and
+    ``is_exporting()`` read (private to torch; without it the forward runs unflagged)."""
+    from contextlib import nullcontext
+
+    import torch._export.utils as export_utils
+    return getattr(export_utils, "_compiling_state_context", nullcontext)()
 
 
 class _OpLog(TorchDispatchMode):
