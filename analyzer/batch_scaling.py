@@ -51,11 +51,17 @@ class MaxBatch:
     traced_at: int | None = None  # the one trace's marker batch (fake_rerun.py), if one
     parallel: str = ""           # "fsdp over 8 ranks": memory and batch are one rank's
 
+    @property
+    def at_limit(self) -> bool:
+        """The search stopped at its limit with batch + 1 still fitting: a lower bound."""
+        return self.batch > 0 and self.next_required_bytes <= self.memory_bytes
+
     def to_dict(self) -> dict:
         f = self.fit
         return {"device": self.device, "memory_bytes": self.memory_bytes,
                 "max_batch": self.batch, "required_bytes": self.required_bytes,
-                "next_required_bytes": self.next_required_bytes, "train": self.train,
+                "next_required_bytes": self.next_required_bytes, "at_limit": self.at_limit,
+                "train": self.train,
                 "analyses": self.analyses, "traces": self.traces,
                 "traced_at": self.traced_at,
                 "parallel": self.parallel or None,

@@ -16,6 +16,11 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
     if m.batch == 0:
         rows.append(("max batch", ["none fits:",
                                    f"batch 1 needs {human_bytes(m.required_bytes)}"]))
+    elif m.at_limit:
+        rows.append(("max batch", [f"at least {m.batch:,},", "the search's limit",
+                                   f"(needs {human_bytes(m.required_bytes)}; batch "
+                                   f"{m.batch + 1:,} would need "
+                                   f"{human_bytes(m.next_required_bytes)}, which fits too)"]))
     else:
         rows.append(("max batch", [f"{m.batch:,}", f"(needs {human_bytes(m.required_bytes)};",
                                    f"batch {m.batch + 1:,} would need "

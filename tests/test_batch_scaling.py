@@ -117,3 +117,15 @@ def test_rebound_batches_take_the_arguments_analyze_takes():
     assert got.training.optimizer_impl == real.training.optimizer_impl == "foreach"
     assert got.parallel.per_rank_peak_bytes == real.parallel.per_rank_peak_bytes
     assert got.peak_bytes == real.peak_bytes
+
+
+def test_an_answer_at_the_search_limit_says_it_is_a_lower_bound():
+    # required(b) = 100 + 10·b B on 10^7 B fits up to b = 999,990; a search limited to 1,000
+    # stops there with 1,001 still fitting: "at least 1,000", never "1,001 would need"
+    from graphcost.analyzer.render_batch import max_batch_lines
+    result = max_batch(_fake(lambda b: 100 + 10 * b, 10**7, []), limit=1_000)
+    assert (result.batch, result.at_limit) == (1_000, True)
+    assert result.next_required_bytes == 100 + 10 * 1_001 <= 10**7
+    text = "\n".join(max_batch_lines("m", result, 80))
+    assert "at least 1,000, the search's limit" in text and "which fits too" in text
+    assert not max_batch(_fake(lambda b: 100 + 10 * b, 12_345, [])).at_limit
