@@ -196,7 +196,10 @@ def input_shapes(name: str, batch: int = 1, **dims: int) -> dict[str, tuple[int,
     try:
         return spec.input_shapes(batch, **dims)
     except TypeError:
-        raise TypeError(f"model {name!r} does not accept dims {sorted(dims)}") from None
+        known = default_dims(name)
+        unknown = sorted(set(dims) - set(known)) or sorted(dims)
+        raise TypeError(f"model {name!r} has no dim {', '.join(map(repr, unknown))}; its dims: "
+                        f"{', '.join(sorted(known)) or 'batch only'}") from None
 
 
 def example_inputs(name: str, batch: int = 1, *, seed: int | None = 0, **dims: int) -> tuple[torch.Tensor, ...]:

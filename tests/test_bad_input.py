@@ -94,6 +94,13 @@ def test_unknown_dim_name(good):
                           "batch")
 
 
+def test_unknown_dim_of_a_zoo_torch_model_names_it_and_the_known_ones():
+    # zoo:gpt2's one dim besides the batch is seq; the message said "does not accept dims
+    # ['bogus', 'seq']", blaming the default seq as well
+    assert_one_line_error(run("zoo:gpt2", "--fx", "--dim", "bogus=3"), "no dim 'bogus'",
+                          "its dims: seq")
+
+
 def test_bad_dim_and_shape_syntax(good):
     assert_one_line_error(run(good, "--dim", "batch"), "NAME=VALUE")
     assert_one_line_error(run(good, "--dim", "batch=many"), "integer")
