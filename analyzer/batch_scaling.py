@@ -34,7 +34,8 @@ class BatchFit:
     check_batch: int             # the third batch the fit was checked at
     memory_error: float          # (fit − analysis) / analysis at check_batch
     flops_error: float
-    fit_batch: int = 2           # the memory fit's second batch (the first is 1)
+    fit_batch: int = 2           # the memory fit's second batch
+    fit_from: int = 1            # the memory fit's first batch
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class MaxBatch:
     traces: int | None = None    # how many model traces they took (None: one per analysis)
     traced_at: int | None = None  # the one trace's marker batch (fake_rerun.py), if one
     parallel: str = ""           # "fsdp over 8 ranks": memory and batch are one rank's
+    grows: tuple[int, int] | None = None  # estimated: graph nodes at batch 2 and 3 (below)
 
     @property
     def at_limit(self) -> bool:
@@ -63,12 +65,14 @@ class MaxBatch:
                 "next_required_bytes": self.next_required_bytes, "at_limit": self.at_limit,
                 "train": self.train,
                 "analyses": self.analyses, "traces": self.traces,
-                "traced_at": self.traced_at,
+                "traced_at": self.traced_at, "estimated": self.grows is not None,
+                "graph_nodes_at_2_and_3": list(self.grows) if self.grows else None,
                 "parallel": self.parallel or None,
                 "fit": {"memory_fixed_bytes": f.memory.fixed,
                         "memory_per_sample_bytes": f.memory.per_sample,
                         "flops_fixed": f.flops.fixed, "flops_per_sample": f.flops.per_sample,
-                        "check_batch": f.check_batch, "fit_batch": f.fit_batch,
+                        "check_batch": f.check_batch,
+                        "fit_batches": [f.fit_from, f.fit_batch],
                         "memory_error": round(f.memory_error, 6),
                         "flops_error": round(f.flops_error, 6)}}
 
@@ -145,3 +149,40 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
                     _required(at(max(best, 1))), _required(at(best + 1)), fit, len(cache),
                     r1.training is not None,
                     f"{p.strategy} over {p.world_size:,} ranks" if p else "")
+
+
+ESTIMATE_AT = (1, 2, 4, 8)  # the batches a growing graph is analyzed at
+
+
+def estimate_max_batch(analyze_at: Analyze, grows: tuple[int, int]) -> MaxBatch:
+    """The largest batch for a model whose graph grows with the batch (a Python loop over its
+    samples, as a detector's post-processing: ``grows`` = its node counts at batches 2 and 3),
+    where every trace costs more per sample (a tiny detector: 6 s at batch 2, 94 s at 64) and
+    the search would trace thousands of copies. ESTIMATED: memory and FLOPs are fitted through
+    the two largest of ESTIMATE_AT (the peak moves away from the weights as the batch grows)
+    and extrapolated; the fit's error at the smallest is reported."""
+    reports = {b: analyze_at(b) for b in ESTIMATE_AT}
+    lo, hi = ESTIMATE_AT[-2], ESTIMATE_AT[-1]
+    mem = _affine(lo, _required(reports[lo]), hi, _required(reports[hi]))
+    flops = _affine(lo, _flops(reports[lo]), hi, _flops(reports[hi]))
+    r1 = reports[1]
+    capacity = r1.roofline.memory_bytes
+    if mem.per_sample <= 0:
+        raise GraphcostError("memory does not grow with the batch: is the batch dim bound? "
+                             "(--max-batch binds axis 0 of the inputs)")
+    fitting = [b for b in ESTIMATE_AT if _required(reports[b]) <= capacity]
+    best = max(fitting[-1] if fitting else 0, int((capacity - mem.fixed) // mem.per_sample))
+    if len(fitting) < len(ESTIMATE_AT):  # the answer is among the analyzed batches
+        best = next(b for b in ESTIMATE_AT if _required(reports[b]) > capacity) - 1 \
+            if fitting else 0
+        while best > 0 and best not in reports and mem(best) > capacity:
+            best -= 1
+    check = ESTIMATE_AT[0]
+    rc = reports[check]
+    fit = BatchFit(mem, flops, check, (mem(check) - _required(rc)) / _required(rc),
+                   (flops(check) - _flops(rc)) / max(1, _flops(rc)), hi, lo)
+
+    def need(b: int) -> int:
+        return _required(reports[b]) if b in reports else int(mem(b))
+    return MaxBatch(r1.roofline.device, capacity, best, need(max(best, 1)), need(best + 1),
+                    fit, len(reports), r1.training is not None, grows=grows)

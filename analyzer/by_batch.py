@@ -53,13 +53,15 @@ def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], 
     """``b -> analyze(model, batch=b, **kwargs)``, for analyzing many batches of one model
     (the module docstring says how). The function has ``rebound`` True when it re-binds
     graphs; then ``exact(b)`` analyzes the graph re-run (or traced) at b, ``traces`` counts the
-    traces taken and ``traced_at`` is the marker batch (None when traced at 2 and 3)."""
+    traces taken and ``traced_at`` is the marker batch (None when traced at 2 and 3). When it
+    does not, ``grows`` is the graph's node counts at batches 2 and 3 if the graph grows with
+    the batch (each trace then costs more per sample: batch_scaling.estimate_max_batch)."""
     from graphcost.analyzer.pipeline import run_passes
     from graphcost.analyzer.rebind import batch_family
 
     def plain(b: int) -> Report:
         return analyze(model, batch=b, _cli=_cli, **kwargs)
-    plain.rebound = False  # type: ignore[attr-defined]
+    plain.rebound, plain.grows = False, None  # type: ignore[attr-defined]
     load = {k: kwargs[k] for k in LOAD_ARGS if k in kwargs}
     passes = {k: v for k, v in kwargs.items() if k not in LOAD_ARGS}
     train = load.get("train", False)
@@ -91,7 +93,10 @@ def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], 
             g2 = load_graph(model, batch=2, **load)
             if g2.source != "fx":
                 return plain
-            family = batch_family(g2, 2, load_graph(model, batch=3, **load), 3)
+            g3 = load_graph(model, batch=3, **load)
+            family = batch_family(g2, 2, g3, 3)
+            if family is None and len(g3.nodes) > len(g2.nodes):  # a loop over the samples
+                plain.grows = (len(g2.nodes), len(g3.nodes))  # type: ignore[attr-defined]
     except GraphcostError as exc:
         if _cli:
             raise
@@ -106,7 +111,7 @@ def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], 
         except ValueError:  # a size off its line at this batch: trace or re-run it
             return exact(b)
         return run_passes(graph, **passes)
-    at.rebound = True  # type: ignore[attr-defined]
+    at.rebound, at.grows = True, None  # type: ignore[attr-defined]
     at.exact, at.traced_at = exact, marker  # type: ignore[attr-defined]
     at.traces = 1 if marker else 2  # type: ignore[attr-defined]
     return at

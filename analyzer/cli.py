@@ -338,7 +338,7 @@ def _columns(args, report) -> list[str] | None:
 
 
 def _max_batch(args) -> int:
-    from graphcost.analyzer.batch_scaling import max_batch
+    from graphcost.analyzer.batch_scaling import estimate_max_batch, max_batch
     from graphcost.analyzer.render_batch import max_batch_lines
 
     if args.batch is not None:
@@ -353,7 +353,8 @@ def _max_batch(args) -> int:
     kwargs = {k: v for k, v in analysis_kwargs(args).items() if k != "batch"}
     with _progress() as note:
         at = analyze_by_batch(args.model, _cli=True, progress=note, what_if=False, **kwargs)
-        result = max_batch(at)
+        result = estimate_max_batch(at, at.grows) if at.grows \
+            else max_batch(at)
         if at.rebound and result.batch > 0:
             # the answer from re-bound graphs, checked at it and one above by the graph
             # re-run there (or traced there, when the family came from two traces)

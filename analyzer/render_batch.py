@@ -2,6 +2,7 @@
 terminal between values like the summary (analyzer/render.py's ``wrap``)."""
 from __future__ import annotations
 
+from graphcost.analyzer.batch_scaling import ESTIMATE_AT
 from graphcost.analyzer.render import wrap
 from graphcost.analyzer.units import human, human_bytes
 
@@ -16,6 +17,10 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
     if m.batch == 0:
         rows.append(("max batch", ["none fits:",
                                    f"batch 1 needs {human_bytes(m.required_bytes)}"]))
+    elif m.grows:
+        rows.append(("max batch", [f"≈ {m.batch:,}", "(ESTIMATED: needs about",
+                                   f"{human_bytes(m.required_bytes)}; batch {m.batch + 1:,} "
+                                   f"about {human_bytes(m.next_required_bytes)})"]))
     elif m.at_limit:
         rows.append(("max batch", [f"at least {m.batch:,},", "the search's limit",
                                    f"(needs {human_bytes(m.required_bytes)}; batch "
@@ -28,12 +33,17 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
     rows += [
         ("memory(b) =", [f"{human_bytes(f.memory.fixed)} + "
                          f"{human_bytes(f.memory.per_sample)}·b",
-                         f"(peak with overhead; fitted at b=1,{f.fit_batch:,},",
+                         f"(peak with overhead; fitted at b={f.fit_from:,},{f.fit_batch:,},",
                          f"off by {100 * f.memory_error:+.2f}% at b={f.check_batch:,})"]),
         ("FLOPs(b)  =", [f"{human(f.flops.fixed)} + {human(f.flops.per_sample)}·b",
                          f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})"]),
         ("analyses", [f"{m.analyses} full analyses; every answer is checked by analyzing that "
-                      "batch"] + _traces(m)),
+                      "batch"] + _traces(m)) if not m.grows else
+        ("analyses", [f"{m.analyses} full analyses, at b={','.join(map(str, ESTIMATE_AT))}:",
+                      f"the graph grows with the batch ({m.grows[0]:,} nodes at b=2,",
+                      f"{m.grows[1]:,} at b=3: Python that loops over the samples), so",
+                      "larger batches are not traced and the answer is extrapolated",
+                      "from the fit"]),
     ]
     lines = [f"{model} on {m.device} ({human_bytes(m.memory_bytes)}), {what}:"]
     return lines + [line for label, items in rows for line in wrap(label, items, width)]

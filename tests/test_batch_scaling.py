@@ -129,3 +129,40 @@ def test_an_answer_at_the_search_limit_says_it_is_a_lower_bound():
     text = "\n".join(max_batch_lines("m", result, 80))
     assert "at least 1,000, the search's limit" in text and "which fits too" in text
     assert not max_batch(_fake(lambda b: 100 + 10 * b, 12_345, [])).at_limit
+
+
+class _PerSample(__import__("torch").nn.Module):
+    """Python that loops over the samples: one Linear(256, 256) call per row, then a stack."""
+
+    def __init__(self):
+        import torch
+        super().__init__()
+        self.fc = torch.nn.Linear(256, 256)
+
+    def forward(self, x):
+        import torch
+        return torch.stack([self.fc(row) for row in x])
+
+
+def test_a_graph_that_grows_with_the_batch_gets_an_estimate():
+    # Each trace of this model grows with the batch (a detector's post-processing is such a
+    # loop: 6 s to trace at batch 2, 94 s at 64), so --max-batch extrapolates from b = 1…8.
+    # By hand: weights (256·256 + 256)·4 = 263,168 B; at the stack, the b rows' outputs and
+    # the stacked output are live, 2 · 1,024 B per sample (the input's rows die with the last
+    # Linear). On 300,000 B: b ≤ (300,000 − 263,168) / 2,048 = 17.98 -> 17
+    from graphcost.analyzer.batch_scaling import estimate_max_batch
+    from graphcost.analyzer.by_batch import analyze_by_batch
+    from graphcost.analyzer.devices import parse_device_spec, parse_overhead
+    from graphcost.analyzer.render_batch import max_batch_lines
+    kw = dict(input_shapes={"x": (1, 256)}, what_if=False, overhead=parse_overhead("none"),
+              device=parse_device_spec("flops=1T,bandwidth=1G,memory=300000B"))
+    at = analyze_by_batch(_PerSample(), **kw)
+    assert not at.rebound and at.grows[1] > at.grows[0]
+    result = estimate_max_batch(at, at.grows)
+    assert result.fit.memory.fixed == 263_168 and result.fit.memory.per_sample == 2_048
+    assert result.batch == (300_000 - 263_168) // 2_048 == 17
+    # the estimate against real traces on both sides of it
+    assert analyze(_PerSample(), batch=17, **kw).roofline.required_bytes <= 300_000 < \
+        analyze(_PerSample(), batch=18, **kw).roofline.required_bytes
+    text = "\n".join(max_batch_lines("m", result, 80))
+    assert "≈ 17 (ESTIMATED" in text and "grows with the batch" in text
