@@ -1,11 +1,13 @@
 """Memory and FLOPs as functions of the batch size, and the largest batch that fits a device.
 
 Every figure comes from a full analysis at that batch (the passes are re-run; nothing is
-extrapolated without being checked). Memory is affine in the batch as long as the peak stays
-at the same place in the schedule: tensors(b) = fixed + per_sample·b, fitted at b = 1 and 2 (or,
-when the peak sits where the batch does not reach, as in a small model's optimizer step, at b = 1
-and the first power of two where memory grows) and checked at a third batch; the search for the largest batch then confirms its answer b* by
-analyzing b* (fits) and b*+1 (does not), and falls back to a bisection whenever the fit is off.
+extrapolated without being checked, but for the labelled estimate of a graph that grows with
+the batch, ``estimate_max_batch``). Memory is affine in the batch as long as the peak stays at
+the same place in the schedule: tensors(b) = fixed + per_sample·b, fitted at b = 1 and 2 (or,
+when the peak sits where the batch does not reach, as in a small model's optimizer step, at
+b = 1 and the first power of two where memory grows) and checked at a third batch; the search
+for the largest batch then confirms its answer b* by analyzing b* (fits) and b*+1 (does not),
+and falls back to a bisection whenever the fit is off.
 """
 from __future__ import annotations
 

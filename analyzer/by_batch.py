@@ -5,12 +5,13 @@ hundredth of that), and the search for the largest batch looks at about twenty b
 PyTorch model is traced once, at a marker batch, and re-run on fake tensors at batch 2
 (frontends/fake_rerun.py); every other batch is that graph with its dims re-bound on the line
 through those two (analyzer/rebind.py). Before tracing at the marker, the model's forward
-runs eagerly on meta tensors at batch 2 and at the marker, and must call the same ATen ops at
-both: a forward whose Python depends on the batch (a loop over the images of a detector's
-post-processing) would unroll a marker's worth of copies into the trace. When that or the
-re-run fails, the model is traced at batches 2 and 3 instead (rebind.py's own family), and
-when the two traces are not one family, every batch is traced. An ONNX model, which has no
-trace, is lowered at each batch.
+runs on fake tensors at batch 2 and at the marker (fake_rerun.same_path) and must call the
+same ATen ops at both: a forward whose Python depends on the batch (a loop over the images of
+a detector's post-processing) would unroll a marker's worth of copies into the trace. When
+that or the re-run fails, the model is traced at batches 2 and 3 instead (rebind.py's own
+family); when those two traces are not one family, every batch is traced, and a graph that
+grows with the batch is only estimated (batch_scaling.estimate_max_batch). An ONNX model,
+which has no trace, is lowered at each batch.
 """
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import contextmanager
-from dataclasses import replace
 import gc
 import sys
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from graphcost.analyzer.cli_parallel import add_parallel_args, parallel_args
@@ -353,8 +353,7 @@ def _max_batch(args) -> int:
     kwargs = {k: v for k, v in analysis_kwargs(args).items() if k != "batch"}
     with _progress() as note:
         at = analyze_by_batch(args.model, _cli=True, progress=note, what_if=False, **kwargs)
-        result = estimate_max_batch(at, at.grows) if at.grows \
-            else max_batch(at)
+        result = estimate_max_batch(at, at.grows) if at.grows else max_batch(at)
         if at.rebound and result.batch > 0:
             # the answer from re-bound graphs, checked at it and one above by the graph
             # re-run there (or traced there, when the family came from two traces)

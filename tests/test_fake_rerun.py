@@ -107,7 +107,7 @@ def test_max_batch_traces_once_and_its_answer_holds():
         assert main(args) == 0
     doc = json.loads(out.getvalue())
     assert doc["traces"] == 1 and doc["traced_at"] >= 1009
-    assert doc["fit"]["fit_batch"] > 2 and doc["fit"]["memory_per_sample_bytes"] > 0
+    assert doc["fit"]["fit_batches"][1] > 2 and doc["fit"]["memory_per_sample_bytes"] > 0
     b = doc["max_batch"]
     from graphcost.analyzer.devices import parse_device_spec, parse_overhead
     kw = dict(train=True, device=parse_device_spec(spec), overhead=parse_overhead("none"),

@@ -6,14 +6,17 @@ model has of its own (parameter, buffer and non-batch input dims) — every size
 the batch is a multiple of P and no other is (a product of sizes below a prime is never its
 multiple). Re-running the graph's ops on fake tensors with each multiple k·P of an argument or
 input size replaced by k·b gives every value's shape at batch b, through torch's own meta
-kernels, in a twentieth of a trace (GPT-2 tiny's joint graph: 0.09 s against 1.1 s).
+kernels, in a tenth of a trace (GPT-2 tiny's joint graph: 0.12 s against 1.5 s).
 tests/test_fake_rerun.py checks the re-run graph node for node against a real trace at that
-batch, for every zoo model, training and inference.
+batch for ten zoo models (training and inference, plain torch and transformers) and a stack
+traced as three layers.
 
 What a re-run cannot see is Python that takes another path at another batch (a model that
 branches on ``x.shape[0]``) or a size the code states that happens to be a multiple of P:
-the graph is the one traced at P. A size that is a multiple of P² (batch²) is refused, and a
-re-run that fails (an op refusing a re-bound size) makes the caller trace instead.
+the graph is the one traced at P. ``same_path`` runs the forward at batch 2 and at P first
+and refuses a forward whose ATen ops differ between them. A size that is a multiple of P²
+(batch²) is refused, and a re-run that fails (an op refusing a re-bound size) makes the
+caller trace instead.
 """
 from __future__ import annotations
 
@@ -47,10 +50,10 @@ def same_path(marked, small, *, train: bool) -> bool:
     marker batch and at a small one) calls the same ATen ops in the same order, run eagerly on
     fake tensors (nothing is allocated) with the flags torch.export's non-strict trace sets
     (``torch.compiler.is_exporting()``), so that a library skips its checks of the data as it
-    does in the trace (transformers' padding warning, its mask checks). A forward that loops over the batch stops as soon as the marker's run
-    outgrows the small one's; a forward that cannot run on fake tensors is not the same path
-    (a size the data decides, a kernel with no fake implementation): it is traced at each
-    batch instead."""
+    does in the trace (transformers' padding warning, its mask checks). A forward that loops
+    over the batch stops as soon as the marker's run outgrows the small one's; a forward that
+    cannot run on fake tensors is not the same path (a size the data decides, a kernel with no
+    fake implementation): it is traced at each batch instead."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from graphcost.analyzer.frontends.torch_capture import (call_defaults, quiet_torch_logs,
