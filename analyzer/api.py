@@ -203,10 +203,6 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     return finish(graph)
 
 
-LOAD_ARGS = ("example_inputs", "dims", "input_shapes", "input_dtypes", "zoo_exporter",
-             "progress", "train", "all_layers")  # load_graph's; the rest are the passes'
-
-
 def device_of(device):
     """A device name as its DeviceRates (anything else as given)."""
     if device is None or not isinstance(device, str):

@@ -15,13 +15,18 @@ which has no trace, is lowered at each batch.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
-from graphcost.analyzer.api import (LOAD_ARGS, analyze, batch_of, device_of, load_graph,
-                                    parallel_spec, resolve_model, torch_graph)
+from graphcost.analyzer.api import (analyze, batch_of, device_of, load_graph, parallel_spec,
+                                    resolve_model, torch_graph)
 from graphcost.analyzer.errors import GraphcostError, api_wording
 from graphcost.analyzer.ir import Graph
 from graphcost.analyzer.report import Report
+
+# analyze's arguments that are load_graph's (but the model and the batch); the rest: the passes'
+LOAD_ARGS = tuple(p for p in inspect.signature(load_graph).parameters
+                  if p not in ("model", "batch"))
 
 
 def traced_once(model, load: dict) -> tuple[Graph, Callable[[int], Graph]] | None:
