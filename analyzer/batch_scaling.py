@@ -16,6 +16,7 @@ from typing import Callable
 
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.report import Report
+from graphcost.passes.roofline import Overhead
 
 Analyze = Callable[[int], Report]   # batch -> report (with a device: report.roofline is set)
 
@@ -53,6 +54,7 @@ class MaxBatch:
     traces: int | None = None    # how many model traces they took (None: one per analysis)
     traced_at: int | None = None  # the one trace's marker batch (fake_rerun.py), if one
     parallel: str = ""           # "fsdp over 8 ranks": memory and batch are one rank's
+    checkpoint: str = ""         # the checkpoint plan's mode the memory is of ("sqrt", …)
     grows: tuple[int, int] | None = None  # estimated: graph nodes at batch 2 and 3 (below)
 
     @property
@@ -69,7 +71,7 @@ class MaxBatch:
                 "analyses": self.analyses, "traces": self.traces,
                 "traced_at": self.traced_at, "estimated": self.grows is not None,
                 "graph_nodes_at_2_and_3": list(self.grows) if self.grows else None,
-                "parallel": self.parallel or None,
+                "parallel": self.parallel or None, "checkpoint": self.checkpoint or None,
                 "fit": {"memory_fixed_bytes": f.memory.fixed,
                         "memory_per_sample_bytes": f.memory.per_sample,
                         "flops_fixed": f.flops.fixed, "flops_per_sample": f.flops.per_sample,
@@ -79,10 +81,17 @@ class MaxBatch:
                         "flops_error": round(f.flops_error, 6)}}
 
 
-def _required(r: Report) -> int:
+def required_bytes(r: Report) -> int:
+    """What the run needs on the device (tensors + overhead); a training step with a
+    checkpoint plan (``--checkpoint``) as the plan runs it, which is what the user asked to
+    fit (one data-parallel rank as its strategy runs it)."""
     if r.roofline is None:
         raise GraphcostError("--max-batch needs a device: --device NAME or --device-spec")
-    return r.roofline.required_bytes
+    plan = r.training.checkpoint if r.training is not None else None
+    if plan is None or getattr(r, "parallel", None) is not None:
+        return r.roofline.required_bytes
+    return Overhead(r.roofline.context_bytes, r.roofline.allocator_fraction).required(
+        plan.peak_bytes)
 
 
 def _flops(r: Report) -> int:
@@ -104,11 +113,11 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
 
     r1, r2 = at(1), at(2)
     capacity = r1.roofline.memory_bytes
-    fits = lambda b: _required(at(b)) <= capacity  # noqa: E731
+    fits = lambda b: required_bytes(at(b)) <= capacity  # noqa: E731
     second = 2  # the peak may sit where the batch does not reach (a small model's optimizer
-    while _required(at(second)) <= _required(r1) and fits(second) and second < limit:
+    while required_bytes(at(second)) <= required_bytes(r1) and fits(second) and second < limit:
         second *= 2  # step at small batches): fit where memory grows
-    mem = _affine(1, _required(r1), second, _required(at(second)))
+    mem = _affine(1, required_bytes(r1), second, required_bytes(at(second)))
     flops = _affine(1, _flops(r1), 2, _flops(r2))
     if mem.per_sample <= 0:
         raise GraphcostError("memory does not grow with the batch: is the batch dim bound? "
@@ -136,7 +145,7 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
             if hi is None:         # everything tried fits: aim twice as far
                 guess = lo * 2
                 continue
-            y_lo, y_hi = _required(at(lo)), _required(at(hi))
+            y_lo, y_hi = required_bytes(at(lo)), required_bytes(at(hi))
             step = (y_hi - y_lo) / (hi - lo)
             guess = lo + int((capacity - y_lo) // step) if step > 0 else (lo + hi) // 2
             if not lo < guess < hi:
@@ -144,13 +153,18 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
         best = lo
     check = best if best > 2 else 4
     rc = at(check)
-    fit = BatchFit(mem, flops, check, (mem(check) - _required(rc)) / _required(rc),
+    fit = BatchFit(mem, flops, check, (mem(check) - required_bytes(rc)) / required_bytes(rc),
                    (flops(check) - _flops(rc)) / max(1, _flops(rc)), second)
     p = getattr(r1, "parallel", None)   # (the tests' stand-in reports have none)
-    return MaxBatch(r1.roofline.device, capacity, best,
-                    _required(at(max(best, 1))), _required(at(best + 1)), fit, len(cache),
-                    r1.training is not None,
-                    f"{p.strategy} over {p.world_size:,} ranks" if p else "")
+    return MaxBatch(r1.roofline.device, capacity, best, required_bytes(at(max(best, 1))),
+                    required_bytes(at(best + 1)), fit, len(cache), r1.training is not None,
+                    f"{p.strategy} over {p.world_size:,} ranks" if p else "",
+                    checkpoint=_plan_mode(r1))
+
+
+def _plan_mode(r: Report) -> str:
+    plan = r.training.checkpoint if r.training is not None else None
+    return plan.mode if plan is not None and getattr(r, "parallel", None) is None else ""
 
 
 ESTIMATE_AT = (1, 2, 4, 8)  # the batches a growing graph is analyzed at
@@ -165,26 +179,27 @@ def estimate_max_batch(analyze_at: Analyze, grows: tuple[int, int]) -> MaxBatch:
     and extrapolated; the fit's error at the smallest is reported."""
     reports = {b: analyze_at(b) for b in ESTIMATE_AT}
     lo, hi = ESTIMATE_AT[-2], ESTIMATE_AT[-1]
-    mem = _affine(lo, _required(reports[lo]), hi, _required(reports[hi]))
+    mem = _affine(lo, required_bytes(reports[lo]), hi, required_bytes(reports[hi]))
     flops = _affine(lo, _flops(reports[lo]), hi, _flops(reports[hi]))
     r1 = reports[1]
     capacity = r1.roofline.memory_bytes
     if mem.per_sample <= 0:
         raise GraphcostError("memory does not grow with the batch: is the batch dim bound? "
                              "(--max-batch binds axis 0 of the inputs)")
-    fitting = [b for b in ESTIMATE_AT if _required(reports[b]) <= capacity]
+    fitting = [b for b in ESTIMATE_AT if required_bytes(reports[b]) <= capacity]
     best = max(fitting[-1] if fitting else 0, int((capacity - mem.fixed) // mem.per_sample))
     if len(fitting) < len(ESTIMATE_AT):  # the answer is among the analyzed batches
-        best = next(b for b in ESTIMATE_AT if _required(reports[b]) > capacity) - 1 \
+        best = next(b for b in ESTIMATE_AT if required_bytes(reports[b]) > capacity) - 1 \
             if fitting else 0
         while best > 0 and best not in reports and mem(best) > capacity:
             best -= 1
     check = ESTIMATE_AT[0]
     rc = reports[check]
-    fit = BatchFit(mem, flops, check, (mem(check) - _required(rc)) / _required(rc),
+    fit = BatchFit(mem, flops, check, (mem(check) - required_bytes(rc)) / required_bytes(rc),
                    (flops(check) - _flops(rc)) / max(1, _flops(rc)), hi, lo)
 
     def need(b: int) -> int:
-        return _required(reports[b]) if b in reports else int(mem(b))
+        return required_bytes(reports[b]) if b in reports else int(mem(b))
     return MaxBatch(r1.roofline.device, capacity, best, need(max(best, 1)), need(best + 1),
-                    fit, len(reports), r1.training is not None, grows=grows)
+                    fit, len(reports), r1.training is not None, grows=grows,
+                    checkpoint=_plan_mode(r1))

@@ -338,13 +338,17 @@ def _columns(args, report) -> list[str] | None:
 
 
 def _max_batch(args) -> int:
-    from graphcost.analyzer.batch_scaling import estimate_max_batch, max_batch
+    from graphcost.analyzer.batch_scaling import estimate_max_batch, max_batch, required_bytes
     from graphcost.analyzer.render_batch import max_batch_lines
 
     if args.batch is not None:
         raise GraphcostError("--max-batch searches the batch: leave out --batch")
     if not (args.device or args.device_spec):
         raise GraphcostError("--max-batch needs --device NAME or --device-spec")
+    if args.budget is not None:
+        raise GraphcostError("--max-batch with --checkpoint auto --budget: a budget is a memory "
+                             "target of its own; search the batch under a fixed plan "
+                             "(--checkpoint sqrt, NAMES or --checkpoint-every N)")
     if (args.world_size or "").strip().lower() == "auto":
         raise GraphcostError("--max-batch with --world-size auto: fix the world size to search "
                              "the batch (or the batch to search the world size)")
@@ -357,8 +361,7 @@ def _max_batch(args) -> int:
         if at.rebound and result.batch > 0:
             # the answer from re-bound graphs, checked at it and one above by the graph
             # re-run there (or traced there, when the family came from two traces)
-            real = [at.exact(b).roofline.required_bytes
-                    for b in (result.batch, result.batch + 1)]
+            real = [required_bytes(at.exact(b)) for b in (result.batch, result.batch + 1)]
             checked = real == [result.required_bytes, result.next_required_bytes]
             if not checked:
                 result = max_batch(at.exact)

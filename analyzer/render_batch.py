@@ -11,6 +11,8 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
     """analyzer.batch_scaling.MaxBatch as text; ``width``: the terminal's (None: unwrapped)."""
     f = m.fit
     what = "training step" if m.train else "inference"
+    if m.checkpoint:
+        what += f" under its checkpoint plan ({m.checkpoint})"
     if m.parallel:
         what += f", one rank under {m.parallel} (the batch is each rank's)"
     rows: list[tuple[str, list[str]]] = []

@@ -166,3 +166,28 @@ def test_a_graph_that_grows_with_the_batch_gets_an_estimate():
         analyze(_PerSample(), batch=18, **kw).roofline.required_bytes
     text = "\n".join(max_batch_lines("m", result, 80))
     assert "≈ 17 (ESTIMATED" in text and "grows with the batch" in text
+
+
+def test_max_batch_under_a_checkpoint_plan_fits_the_plan(capsys):
+    # --checkpoint-every 1 with --max-batch: the batch is searched for the step as the plan
+    # runs it (its peak plus the overhead), not for the plain step beside it; a fresh
+    # analysis at the answer and one above says fits / does not, and the plan buys batch
+    from graphcost.analyzer.devices import get_device
+    from graphcost.passes.roofline import Overhead
+    args = ["zoo:gpt2", "--train", "--max-batch", "--device", "a10", "--format", "json"]
+    assert main(args + ["--checkpoint-every", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["checkpoint"] == "every"
+    b = doc["max_batch"]
+    overhead = Overhead()  # the default: 512 MiB context, 10% allocator
+
+    def planned(batch):
+        r = analyze("zoo:gpt2", batch=batch, train=True, device=get_device("a10"),
+                    checkpoint={"every": 1}, what_if=False)
+        return overhead.required(r.training.checkpoint.peak_bytes)
+    assert planned(b) == doc["required_bytes"] <= get_device("a10").memory < planned(b + 1)
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["max_batch"] < b
+    # a budget is a target of its own: refused, one line
+    assert main(args + ["--checkpoint", "auto", "--budget", "1GiB"]) == 2
+    assert "search the batch under a fixed plan" in capsys.readouterr().err
