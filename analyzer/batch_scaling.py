@@ -87,11 +87,42 @@ def required_bytes(r: Report) -> int:
     fit (one data-parallel rank as its strategy runs it)."""
     if r.roofline is None:
         raise GraphcostError("--max-batch needs a device: --device NAME or --device-spec")
-    plan = r.training.checkpoint if r.training is not None else None
-    if plan is None or getattr(r, "parallel", None) is not None:
+    plan = _plan(r)
+    if plan is None:
         return r.roofline.required_bytes
     return Overhead(r.roofline.context_bytes, r.roofline.allocator_fraction).required(
         plan.peak_bytes)
+
+
+def _plan(r: Report):
+    """The checkpoint plan the step's memory is of (none under a data-parallel strategy,
+    whose per-rank peak is the figure; the tests' stand-in reports have neither)."""
+    if getattr(r, "parallel", None) is not None or r.training is None:
+        return None
+    return r.training.checkpoint
+
+
+def _growing(mem: Affine) -> Affine:
+    if mem.per_sample <= 0:
+        raise GraphcostError("memory does not grow with the batch: is the batch dim bound? "
+                             "(--max-batch binds axis 0 of the inputs)")
+    return mem
+
+
+def _fit(mem: Affine, flops: Affine, check: int, rc: Report, fit_from: int,
+         fit_batch: int) -> BatchFit:
+    """The fits with their errors against the analysis ``rc`` at batch ``check``."""
+    return BatchFit(mem, flops, check, (mem(check) - required_bytes(rc)) / required_bytes(rc),
+                    (flops(check) - _flops(rc)) / max(1, _flops(rc)), fit_batch, fit_from)
+
+
+def _labels(r: Report) -> dict:
+    """What the batch's memory is of: a training step, one rank's, under a plan."""
+    p = getattr(r, "parallel", None)
+    plan = _plan(r)
+    return {"train": r.training is not None,
+            "parallel": f"{p.strategy} over {p.world_size:,} ranks" if p else "",
+            "checkpoint": plan.mode if plan is not None else ""}
 
 
 def _flops(r: Report) -> int:
@@ -117,11 +148,8 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
     second = 2  # the peak may sit where the batch does not reach (a small model's optimizer
     while required_bytes(at(second)) <= required_bytes(r1) and fits(second) and second < limit:
         second *= 2  # step at small batches): fit where memory grows
-    mem = _affine(1, required_bytes(r1), second, required_bytes(at(second)))
+    mem = _growing(_affine(1, required_bytes(r1), second, required_bytes(at(second))))
     flops = _affine(1, _flops(r1), 2, _flops(r2))
-    if mem.per_sample <= 0:
-        raise GraphcostError("memory does not grow with the batch: is the batch dim bound? "
-                             "(--max-batch binds axis 0 of the inputs)")
     if not fits(1):
         best = 0
     else:
@@ -152,19 +180,9 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
                 guess = (lo + hi) // 2
         best = lo
     check = best if best > 2 else 4
-    rc = at(check)
-    fit = BatchFit(mem, flops, check, (mem(check) - required_bytes(rc)) / required_bytes(rc),
-                   (flops(check) - _flops(rc)) / max(1, _flops(rc)), second)
-    p = getattr(r1, "parallel", None)   # (the tests' stand-in reports have none)
+    fit = _fit(mem, flops, check, at(check), 1, second)
     return MaxBatch(r1.roofline.device, capacity, best, required_bytes(at(max(best, 1))),
-                    required_bytes(at(best + 1)), fit, len(cache), r1.training is not None,
-                    f"{p.strategy} over {p.world_size:,} ranks" if p else "",
-                    checkpoint=_plan_mode(r1))
-
-
-def _plan_mode(r: Report) -> str:
-    plan = r.training.checkpoint if r.training is not None else None
-    return plan.mode if plan is not None and getattr(r, "parallel", None) is None else ""
+                    required_bytes(at(best + 1)), fit, len(cache), **_labels(r1))
 
 
 ESTIMATE_AT = (1, 2, 4, 8)  # the batches a growing graph is analyzed at
@@ -179,13 +197,10 @@ def estimate_max_batch(analyze_at: Analyze, grows: tuple[int, int]) -> MaxBatch:
     and extrapolated; the fit's error at the smallest is reported."""
     reports = {b: analyze_at(b) for b in ESTIMATE_AT}
     lo, hi = ESTIMATE_AT[-2], ESTIMATE_AT[-1]
-    mem = _affine(lo, required_bytes(reports[lo]), hi, required_bytes(reports[hi]))
+    mem = _growing(_affine(lo, required_bytes(reports[lo]), hi, required_bytes(reports[hi])))
     flops = _affine(lo, _flops(reports[lo]), hi, _flops(reports[hi]))
     r1 = reports[1]
     capacity = r1.roofline.memory_bytes
-    if mem.per_sample <= 0:
-        raise GraphcostError("memory does not grow with the batch: is the batch dim bound? "
-                             "(--max-batch binds axis 0 of the inputs)")
     fitting = [b for b in ESTIMATE_AT if required_bytes(reports[b]) <= capacity]
     best = max(fitting[-1] if fitting else 0, int((capacity - mem.fixed) // mem.per_sample))
     if len(fitting) < len(ESTIMATE_AT):  # the answer is among the analyzed batches
@@ -194,12 +209,9 @@ def estimate_max_batch(analyze_at: Analyze, grows: tuple[int, int]) -> MaxBatch:
         while best > 0 and best not in reports and mem(best) > capacity:
             best -= 1
     check = ESTIMATE_AT[0]
-    rc = reports[check]
-    fit = BatchFit(mem, flops, check, (mem(check) - required_bytes(rc)) / required_bytes(rc),
-                   (flops(check) - _flops(rc)) / max(1, _flops(rc)), hi, lo)
+    fit = _fit(mem, flops, check, reports[check], lo, hi)
 
     def need(b: int) -> int:
         return required_bytes(reports[b]) if b in reports else int(mem(b))
     return MaxBatch(r1.roofline.device, capacity, best, need(max(best, 1)), need(best + 1),
-                    fit, len(reports), r1.training is not None, grows=grows,
-                    checkpoint=_plan_mode(r1))
+                    fit, len(reports), grows=grows, **_labels(r1))
