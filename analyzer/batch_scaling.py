@@ -88,18 +88,15 @@ def required_bytes(r: Report) -> int:
     if r.roofline is None:
         raise GraphcostError("--max-batch needs a device: --device NAME or --device-spec")
     plan = _plan(r)
-    if plan is None:
-        return r.roofline.required_bytes
+    if plan is None or getattr(r, "parallel", None) is not None:
+        return r.roofline.required_bytes  # (a rank's peak is of the planned step already)
     return Overhead(r.roofline.context_bytes, r.roofline.allocator_fraction).required(
         plan.peak_bytes)
 
 
 def _plan(r: Report):
-    """The checkpoint plan the step's memory is of (none under a data-parallel strategy,
-    whose per-rank peak is the figure; the tests' stand-in reports have neither)."""
-    if getattr(r, "parallel", None) is not None or r.training is None:
-        return None
-    return r.training.checkpoint
+    """The step's checkpoint plan, if any (the tests' stand-in reports have no training)."""
+    return r.training.checkpoint if r.training is not None else None
 
 
 def _growing(mem: Affine) -> Affine:

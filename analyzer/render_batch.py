@@ -47,8 +47,21 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
                       "larger batches are not traced and the answer is extrapolated",
                       "from the fit"]),
     ]
-    lines = [f"{model} on {m.device} ({human_bytes(m.memory_bytes)}), {what}:"]
-    return lines + [line for label, items in rows for line in wrap(label, items, width)]
+    head = _headline([model, "on", m.device, f"({human_bytes(m.memory_bytes)}),",
+                      *f"{what}:".split()], width)
+    return head + [line for label, items in rows for line in wrap(label, items, width)]
+
+
+def _headline(items: list[str], width: int | None) -> list[str]:
+    """The first line, wrapped between items (a size stays with its unit), continuation
+    lines indented."""
+    lines = [items[0]]
+    for item in items[1:]:
+        if width is not None and len(lines[-1]) + 1 + len(item) > width:
+            lines.append("  " + item)
+        else:
+            lines[-1] += " " + item
+    return lines
 
 
 def _traces(m) -> list[str]:

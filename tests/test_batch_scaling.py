@@ -191,3 +191,16 @@ def test_max_batch_under_a_checkpoint_plan_fits_the_plan(capsys):
     # a budget is a target of its own: refused, one line
     assert main(args + ["--checkpoint", "auto", "--budget", "1GiB"]) == 2
     assert "search the batch under a fixed plan" in capsys.readouterr().err
+
+
+def test_max_batch_headline_fits_80_columns():
+    # one rank under a strategy and a checkpoint plan: the headline was one 120-column line
+    from dataclasses import replace as with_
+    from graphcost.analyzer.render_batch import max_batch_lines
+    result = with_(max_batch(_fake(lambda b: 100 + 10 * b, 12_345, [])),
+                   parallel="fsdp over 4 ranks", checkpoint="every", train=True)
+    lines = max_batch_lines("zoo:gpt2", result, 80)
+    assert all(len(line) <= 80 for line in lines), lines
+    head = " ".join(line.strip() for line in lines[:3])
+    assert "under its checkpoint plan (every), one rank under fsdp over 4 ranks" in head
+    assert "(12.06 KiB)," in head  # 12,345 B, kept with its unit
