@@ -301,14 +301,12 @@ def rule_attr(node: Node, name: str, default: Any = None) -> Any:
     return r.attr(node.attrs, name, default) if r is not None else node.attrs.get(name, default)
 
 
-def check_not_decomposed(removed: set[str]) -> None:
-    """Raise if a registered aten name is one that the decompositions graphcost runs remove
-    (it could never reach the registry: its rule would be dead, and the op's real cost is
-    that of what it decomposes into). Called by the FX frontend at import."""
-    dead = sorted(n for n in _REGISTRY if n in removed)
-    if dead:
-        raise ValueError(f"{len(dead)} registered aten op(s) are decomposed away before they "
-                         f"can reach the registry: {', '.join(dead)}")
+def unreachable(removed: set[str]) -> list[str]:
+    """The registered aten names that the decompositions graphcost runs remove (``removed``):
+    such an op never reaches the registry on that torch, and is costed through what it
+    decomposes into. Which ops a torch release decomposes changes between releases, so this is
+    a test-time report per version (tests/test_torch_versions.py), never a run-time failure."""
+    return sorted(n for n in _REGISTRY if n in removed)
 
 
 def lookup(op: str) -> Rule | None:
