@@ -35,6 +35,8 @@ from typing import Any, Mapping
 
 import torch
 
+from graphcost.analyzer.frontends.torch_compat import fake_safe, unbacked_vals_attr
+
 # torch's "no maximum": int_oo, or sys.maxsize − 1 where a meta kernel writes one
 _NO_MAX = sys.maxsize - 1
 
@@ -109,7 +111,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         self._sizes: set = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        func, args, kwargs = fake_safe(func, args, kwargs or {})
         if self._env is None:
             self._install()
         env = self._env
@@ -129,11 +131,12 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         env = getattr(mode, "shape_env", None)
         if env is None:
             return
-        if env.real_tensor_prop_unbacked_vals:  # draft_export's real values: leave them be
+        attr = unbacked_vals_attr(env)
+        if getattr(env, attr):  # draft_export's real values: leave them be
             self._env = False
             return
         self._env = env
-        env.real_tensor_prop_unbacked_vals = _AtUpperBound(env, self._sizes)
+        setattr(env, attr, _AtUpperBound(env, self._sizes))
 
     def _fresh(self, func, args, kwargs, out) -> None:
         """Cap the unbacked sizes ``func`` just created."""

@@ -22,7 +22,6 @@ Anything else is refused with a GraphcostError before torch sees the program.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import zipfile
@@ -145,7 +144,7 @@ def check_program(data) -> None:
 def load_pt2(path: Path) -> "torch.export.ExportedProgram":
     from torch._export.serde import schema
     from torch._export.serde.serialize import (_SERIALIZE_TO_TORCH_DTYPE,
-                                               ExportedProgramDeserializer, _bytes_to_dataclass)
+                                               ExportedProgramDeserializer, _dict_to_dataclass)
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.export.pt2_archive._package import PT2ArchiveReader
 
@@ -160,16 +159,17 @@ def load_pt2(path: Path) -> "torch.export.ExportedProgram":
             if not programs:
                 raise GraphcostError(f"{path}: no exported program in the archive")
             raw = reader.read_bytes(programs[0])
+        program = json.loads(raw)
         try:
-            check_program(json.loads(raw))
+            check_program(program)
         except ValueError as exc:
             raise GraphcostError(f"{path}: refused: the program holds {exc} (torch would "
                                  "evaluate it); a .pt2 is read as data only") from None
-        serialized = _bytes_to_dataclass(schema.ExportedProgram, raw)
-        if getattr(serialized, "guards_code", None):
-            # Python source torch exec()s when the program becomes a module: never needed to
-            # cost the graph, never run
-            serialized = dataclasses.replace(serialized, guards_code=[])
+        # Python source that torch (2.9+) exec()s when the program becomes a module: never
+        # needed to cost the graph, never run (and torch 2.8's schema has no such field)
+        program.pop("guards_code", None)
+        # (torch 2.9+'s _bytes_to_dataclass is this; 2.8 has only _dict_to_dataclass)
+        serialized = _dict_to_dataclass(schema.ExportedProgram, program)
     except GraphcostError:
         raise
     except Exception as exc:

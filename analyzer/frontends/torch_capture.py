@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.frontends.torch_compat import no_stack_traces
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
@@ -343,7 +344,6 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
 
     was_training = model.training
     model.train()
-    scopes: dict[str, str] = {}
     sizes = sizes if sizes is not None else BoundedSizes()  # data-dependent sizes
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
@@ -351,7 +351,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
             with no_stack_traces():
                 program = torch.export.export(_SumLoss(model), tuple(args),
                                               kwargs=kwargs or {}, strict=False)
-                runner = ExportedRun(program, scopes)
+                runner = ExportedRun(program)
                 inputs = runner.flat_inputs(args, kwargs)
                 with _one_fake_mode(inputs):
                     gm, sig = aot_export_module(runner, inputs, trace_joint=True,
@@ -364,22 +364,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
                              f"({explain(exc, sizes) or _one_line(exc)})") from None
     finally:
         model.train(was_training)
-    return gm, sig, "gm.model.", scopes
-
-
-@contextmanager
-def no_stack_traces():
-    """The tracer records a Python stack trace on every node (``meta["stack_trace"]``): 4 s of
-    the 21 s the 7B joint trace took, and about half of the 7B inference export and
-    decomposition. Nothing here reads it; the graph is otherwise the same."""
-    import torch.fx.config as fx_config
-
-    before = fx_config.do_not_emit_stack_traces
-    fx_config.do_not_emit_stack_traces = True
-    try:
-        yield
-    finally:
-        fx_config.do_not_emit_stack_traces = before
+    return gm, sig, "gm.model.", runner.scopes(gm.graph)
 
 
 @contextmanager

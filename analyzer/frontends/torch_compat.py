@@ -1,0 +1,58 @@
+"""The torch APIs that moved between the supported releases, in one place.
+
+graphcost supports every torch release from 2.8 to 2.14 (pyproject.toml); each helper here
+names the release that changed what it papers over, so the branch can go when the range's
+floor passes it. Everything else in the frontends uses torch's public or long-stable names.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+# torch 2.8: a first import of torch._dynamo inside a ``with torch.device("meta")`` block
+# fails (a circular import through torch._compile's disable decorator, which the device mode
+# intercepts), and transformers imports it while a model is built on meta. Imported here,
+# before any frontend enters that block; fixed in torch 2.9.
+import torch._dynamo  # noqa: F401
+
+# (major, minor) of the installed torch: '2.14.1+cu128' -> (2, 14)
+TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+
+@contextmanager
+def no_stack_traces():
+    """The tracer records a Python stack trace on every node (``meta["stack_trace"]``): 4 s of
+    the 21 s the 7B joint trace took, and about half of the 7B inference export and
+    decomposition. Nothing here reads it; the graph is otherwise the same.
+    ``torch.fx.config.do_not_emit_stack_traces`` came in torch 2.9; on 2.8 the traces are
+    recorded (slower, same graph)."""
+    import torch.fx.config as fx_config
+
+    if not hasattr(fx_config, "do_not_emit_stack_traces"):  # torch < 2.9
+        yield
+        return
+    before = fx_config.do_not_emit_stack_traces
+    fx_config.do_not_emit_stack_traces = True
+    try:
+        yield
+    finally:
+        fx_config.do_not_emit_stack_traces = before
+
+
+def unbacked_vals_attr(shape_env) -> str:
+    """The ShapeEnv's attribute holding the values that real-tensor propagation (draft_export)
+    gives data-dependent sizes: ``unbacked_var_to_val`` up to torch 2.8, renamed
+    ``real_tensor_prop_unbacked_vals`` in 2.9."""
+    if hasattr(shape_env, "real_tensor_prop_unbacked_vals"):
+        return "real_tensor_prop_unbacked_vals"
+    return "unbacked_var_to_val"  # torch 2.8
+
+
+def fake_safe(func, args: tuple, kwargs: dict):
+    """``func`` as fake tensors can run it. torch 2.8: the one-argument ``torch.where(cond)``
+    reaches the reference decomposition of the three-argument form, which raises
+    NotImplementedError, so any export of it fails; it is ``torch.nonzero(cond,
+    as_tuple=True)`` (both are ATen's nonzero_numpy), which 2.8 traces. Fixed in 2.9."""
+    if TORCH_VERSION < (2, 9) and func is torch.where and len(args) + len(kwargs) == 1:
+        return torch.nonzero, (*args, *kwargs.values()), {"as_tuple": True}
+    return func, args, kwargs
