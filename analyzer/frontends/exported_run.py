@@ -19,7 +19,7 @@ class ExportedRun(torch.nn.Module):
     input read by one of them; the other name is dropped so AOTAutograd, which lists
     parameters with duplicates, does not find one that receives no gradient."""
 
-    def __init__(self, program: "torch.export.ExportedProgram", scopes: dict[str, str]):
+    def __init__(self, program: "torch.export.ExportedProgram"):
         super().__init__()
         gm = program.module()
         gm.graph.eliminate_dead_code()  # unread get_attr nodes (the tied duplicates)
@@ -32,7 +32,8 @@ class ExportedRun(torch.nn.Module):
                 delattr(gm.get_submodule(owner), attr)
         gm.recompile()
         self.gm = gm
-        self._scopes = scopes
+        self._paths: dict = {}    # tracer node -> module path, of the latest trace
+        self._graph = None        # that trace's graph
 
     def flat_inputs(self, args: tuple, kwargs: dict | None) -> tuple:
         """The tensors among the graph's inputs (AOTAutograd traces tensors only); the other
@@ -43,7 +44,26 @@ class ExportedRun(torch.nn.Module):
     def forward(self, *tensors):
         it = iter(tensors)
         flat = [next(it) if isinstance(x, torch.Tensor) else x for x in self._leaves]
-        return tuple(_ScopedInterpreter(self.gm, self._scopes).run(*flat))
+        self._paths = {}
+        run = _ScopedInterpreter(self.gm, self._paths)
+        out = tuple(run.run(*flat))
+        self._graph = run.traced
+        return out
+
+    def scopes(self, joint: "torch.fx.Graph") -> dict[str, str]:
+        """Each node of the finished joint graph that a forward node created, by name, with
+        that node's module path. Matched by what a node computes (its op and the nodes it
+        reads, recursively), not by name: AOTAutograd adds nodes after the trace and the
+        names shift (torch 2.14 inserts an ``alias`` per saved tensor where 2.13 wrote a
+        ``detach``, and the traced ``alias_1`` becomes ``alias_2``). An added alias of a
+        tensor computes what the traced one does and takes its path."""
+        if self._graph is None:
+            return {}
+        interned: dict = {}  # one numbering for both graphs
+        traced = _structural_keys(self._graph, interned)
+        by_key = {traced[n]: path for n, path in self._paths.items() if n in traced}
+        return {n.name: by_key[k] for n, k in _structural_keys(joint, interned).items()
+                if k in by_key}
 
 
 class _ScopedInterpreter(torch.fx.Interpreter):
@@ -53,9 +73,10 @@ class _ScopedInterpreter(torch.fx.Interpreter):
     A dropout that drops nothing (p = 0) is its input, as ATen's dropout returns it in
     eager; torch's Python kernel for it (the one tracing reaches) would copy the tensor."""
 
-    def __init__(self, gm, scopes: dict[str, str]):
+    def __init__(self, gm, paths: dict):
         super().__init__(gm)
-        self._scopes = scopes
+        self._paths = paths
+        self.traced = None  # the tracer graph the nodes were created in
 
     def call_function(self, target, args, kwargs):
         if target is torch.ops.aten.dropout.default:
@@ -71,15 +92,39 @@ class _ScopedInterpreter(torch.fx.Interpreter):
         stack = n.meta.get("nn_module_stack") or {}
         if mode is None or not stack or n.op != "call_function":
             return super().run_node(n)
-        graph = mode.tracer.graph
+        graph = self.traced = mode.tracer.graph
         stop = next(iter(reversed(graph.nodes)), None)
         out = super().run_node(n)
         path = _module_path(next(reversed(stack.values()))[0])
         for node in reversed(graph.nodes):
             if node is stop:
                 break
-            self._scopes.setdefault(node.name, path)
+            self._paths.setdefault(node, path)
         return out
+
+
+def _structural_keys(graph: "torch.fx.Graph", interned: dict) -> dict:
+    """node -> a small int (numbered in ``interned``) that two nodes share exactly when they
+    compute the same thing: the same op on the same arguments (nodes by their own keys,
+    placeholders by position)."""
+    keys: dict = {}
+    placeholders = 0
+    for n in graph.nodes:
+        if n.op == "placeholder":
+            shape = ("placeholder", placeholders)
+            placeholders += 1
+        else:
+            args = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: _Ref(keys[a]))
+            shape = (n.op, str(n.target), repr(args))
+        keys[n] = interned.setdefault(shape, len(interned))
+    return keys
+
+
+class _Ref(int):
+    """A node's key inside another node's arguments (repr'd apart from a plain int)."""
+
+    def __repr__(self) -> str:
+        return f"%{int(self)}"
 
 
 def _module_path(export_path: str) -> str:
