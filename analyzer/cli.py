@@ -105,6 +105,22 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "(default context=512MiB,allocator=10%%; 'none' for 0)")
 
 
+def versions_line() -> str:
+    """graphcost's version and the installed versions of what it runs on (a bug report's
+    first line), read from the packages' metadata: nothing is imported."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import graphcost
+
+    parts = []
+    for dist in ("torch", "onnx", "onnxruntime", "transformers"):
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} not installed")
+    return f"graphcost {graphcost.__version__} ({', '.join(parts)}; Python {sys.version.split()[0]})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphcost", description=(
         "Static cost analysis of a neural-network graph: per-node params, MACs, FLOPs, bytes "
@@ -112,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         "external data files are never read, and the input file is never written."),
         epilog="subcommands: " + "; ".join(f"graphcost {k} … ({v[1]})"
                                           for k, v in SUBCOMMANDS.items()))
+    p.add_argument("--version", action="version", version=versions_line(),
+                   help="graphcost's version and those of the libraries it runs on")
     add_model_args(p)
     add_serve_args(p)
     p.add_argument("--depth", type=int, default=None,
@@ -212,7 +230,8 @@ def guarded(run, args) -> int:
     except Exception as exc:  # a bug of ours: still one line, and a distinct status
         first = next((line for line in str(exc).splitlines() if line.strip()), "")
         sys.stderr.write(f"graphcost: internal error ({type(exc).__name__}: "
-                         f"{escape(first[:300])}); please report it with the model\n")
+                         f"{escape(first[:300])}); please report it with the model and the "
+                         "output of `graphcost --version`\n")
         return EXIT_INTERNAL
 
 

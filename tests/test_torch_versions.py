@@ -1,0 +1,64 @@
+"""What differs between the supported torch releases (2.8 to 2.14), checked on whichever one
+is installed: `.ci/run` runs this file, with every torch-facing test, on the pinned 2.13 and
+on the oldest and the newest release of the range. A failure names the torch it ran on."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+from torch import nn
+
+from graphcost import GraphcostError, analyze
+from graphcost.analyzer.frontends.fx_frontend import unreachable_rules
+from graphcost.analyzer.frontends.torch_compat import TORCH_VERSION
+
+ON = f"on torch {torch.__version__}"
+
+# Registered aten rules that a torch release's decompositions remove before any graph reaches
+# the registry, with the first release that does so. On those releases the op is costed
+# through what it decomposes into (a norm: its pow, sum and sqrt); on the others, by its rule.
+DECOMPOSED_SINCE = {
+    "aten.linalg_vector_norm.default": (2, 14),
+}
+
+
+def test_unreachable_rules_are_the_known_ones_for_this_torch():
+    expected = sorted(n for n, since in DECOMPOSED_SINCE.items() if TORCH_VERSION >= since)
+    assert unreachable_rules() == expected, \
+        f"{ON}: registered aten rules this torch decomposes away changed"
+
+
+def test_vector_norm_costs_the_same_whole_or_decomposed():
+    # ‖x‖₂ over the last dim of a 4×8 input: 8 squares + 7 adds + 1 sqrt per row ≈ 2 FLOPs an
+    # element whichever way this torch lowers it; no op may be left without a cost
+    class Norm(nn.Module):
+        def forward(self, x):
+            return torch.linalg.vector_norm(x, dim=-1)
+
+    r = analyze(Norm(), input_shapes={"x": (4, 8)})
+    assert r.coverage.percent == 100.0, (ON, r.coverage.unsupported)
+    assert 4 * 8 <= r.totals.flops <= 4 * 8 * 3, (ON, r.totals.flops)
+
+
+def test_a_plain_module_analyzes():
+    # Linear(4, 4): 4·4 + 4 = 20 params; batch 2: 2·4·4 = 32 MACs (the issue's failing call)
+    r = analyze(nn.Linear(4, 4), input_shapes={"input": (2, 4)})
+    assert (r.totals.params, r.totals.macs) == (20, 32), ON
+
+
+def test_errors_from_the_api_are_graphcost_errors():
+    try:
+        analyze(nn.Linear(4, 4), input_shapes={"input": (2, 5)})  # 5 features into Linear(4)
+    except GraphcostError:
+        return
+    raise AssertionError(f"{ON}: a shape mismatch was not refused")
+
+
+def test_version_names_every_library():
+    out = subprocess.run([sys.executable, "-m", "graphcost", "--version"], capture_output=True,
+                         text=True, check=True, env={"COLUMNS": "200", "PATH": ""}).stdout
+    line = " ".join(out.split())
+    assert line.startswith("graphcost ") and f"torch {torch.__version__.split('+')[0]}" in line, (ON, out)
+    for lib in ("onnx", "onnxruntime", "transformers", "Python"):
+        assert f"{lib} " in line, (ON, lib, out)
