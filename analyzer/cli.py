@@ -121,6 +121,14 @@ def versions_line() -> str:
     return f"graphcost {graphcost.__version__} ({', '.join(parts)}; Python {sys.version.split()[0]})"
 
 
+class _Version(argparse.Action):
+    """--version: the versions are read when asked for (an analysis opens no metadata file)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(versions_line() + "\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphcost", description=(
         "Static cost analysis of a neural-network graph: per-node params, MACs, FLOPs, bytes "
@@ -128,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         "external data files are never read, and the input file is never written."),
         epilog="subcommands: " + "; ".join(f"graphcost {k} … ({v[1]})"
                                           for k, v in SUBCOMMANDS.items()))
-    p.add_argument("--version", action="version", version=versions_line(),
+    p.add_argument("--version", action=_Version, nargs=0,
                    help="graphcost's version and those of the libraries it runs on")
     add_model_args(p)
     add_serve_args(p)

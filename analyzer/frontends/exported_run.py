@@ -4,6 +4,7 @@ from the eager module, and keeps each forward node's module path."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import torch
 
@@ -61,9 +62,17 @@ class ExportedRun(torch.nn.Module):
             return {}
         interned: dict = {}  # one numbering for both graphs
         traced = _structural_keys(self._graph, interned)
-        by_key = {traced[n]: path for n, path in self._paths.items() if n in traced}
-        return {n.name: by_key[k] for n, k in _structural_keys(joint, interned).items()
-                if k in by_key}
+        by_key: dict[int, list[str]] = {}  # equal nodes (a constant in every block): in order
+        for n, k in traced.items():
+            if n in self._paths:
+                by_key.setdefault(k, []).append(self._paths[n])
+        out, seen = {}, Counter()
+        for n, k in _structural_keys(joint, interned).items():
+            if k in by_key:
+                paths = by_key[k]
+                out[n.name] = paths[min(seen[k], len(paths) - 1)]
+                seen[k] += 1
+        return out
 
 
 class _ScopedInterpreter(torch.fx.Interpreter):
