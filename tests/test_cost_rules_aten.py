@@ -92,6 +92,10 @@ FX_CASES = [
     # (8 taps: 8 multiplies + 7 adds) = 2,700, + 60 positions × 3 coordinates × 2 = 360
     # → 3,060
     case("grid_sample_3d", Grid(), [(1, 3, 4, 8, 8), (1, 2, 5, 6, 3)], 0, 3_060),
+    # windowed attention: SDPA on rank-5 (B, heads, windows, N, d) = (1, 3, 16, 196, 32), as
+    # timm's NesT calls it: QKᵀ 3·16·196·196·32 = 59,006,976 MACs + PV the same = 118,013,952;
+    # FLOPs 2·MACs + 6 per score (3·16·196·196 = 1,843,968 scores) = 247,091,712
+    case("sdpa_rank5", SDPA(), [(1, 3, 16, 196, 32)] * 3, 118_013_952, 247_091_712),
 ]
 # SDPA, q k v 1×2×6×4 (B H S D): QKᵀ 2·6·6·4 = 288 MACs + PV 288 = 576 MACs; FLOPs 2·576 +
 # softmax 5 and scale 1 per score (2·6·6 = 72 scores) = 1,152 + 432 = 1,584. The legacy

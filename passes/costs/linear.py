@@ -114,11 +114,12 @@ def attention(op: OpView) -> tuple[int, int]:
     # ONNX Attention (opset 23), FlexAttention (its score_mod / prob_mod bodies are costed as
     # nodes of their own) and torch's scaled_dot_product_attention, every kernel of it:
     # scores = Q·Kᵀ (Sq·Sk·D per head), out = softmax·V (Sq·Sk·Dv).
-    # In both the 3-D (B, S, H·D) and 4-D (B, H, S, D) layouts this is Sk·(numel(Q)+numel(Y))
-    # MACs. A causal mask is not discounted (FlopCounterMode does not either); softmax adds 5
-    # FLOPs and the scale 1 FLOP per score.
+    # In ONNX's 3-D (B, S, H·D) and 4-D (B, H, S, D) layouts, and torch's (…, S, D) of any rank
+    # (windowed attention passes (B, H, windows, N, D)), this is Sk·(numel(Q)+numel(Y)) MACs,
+    # Sk being the keys' second-to-last dim in every layout. A causal mask is not discounted
+    # (FlopCounterMode does not either); softmax adds 5 FLOPs and the scale 1 FLOP per score.
     k = op.in_shape(1)
-    sk = k[-2] if len(k) == 4 else k[1]
+    sk = k[-2]
     q_numel, y_numel = op.in_numel(0), op.out_numel(0)
     macs = sk * (q_numel + y_numel)
     q = op.in_shape(0)
