@@ -170,3 +170,19 @@ def test_grid_sampler_backward_hand_count():
     r = analyze(GridOfLinear(), (torch.randn(1, 3, 8, 8), torch.randn(1, 5, 6, 2)), train=True)
     (node,) = [n for n in r.nodes if n.op == "aten.grid_sampler_2d_backward.default"]
     assert node.flops == 2_280
+
+
+class StridedScatter(nn.Module):
+    """new_empty_strided (DeepSeek-V3) and as_strided_scatter (ConvNeXt's training graph)."""
+
+    def forward(self, x):
+        y = x.new_empty_strided((4, 8), (8, 1)).fill_(1.0)
+        z = torch.as_strided_scatter(x, y[:2] * 2, (2, 8), (8, 1))
+        return z + y
+
+
+def test_strided_allocation_and_scatter_are_costed_movement():
+    # x 4×8: the fill and the scatter move data only; y[:2]·2 is 2·8 = 16 multiplies and
+    # z + y 4·8 = 32 adds → 48 FLOPs, no MACs, every node with a rule
+    r = analyze(StridedScatter(), input_shapes={"x": (4, 8)})
+    assert r.coverage.percent == 100.0 and (r.totals.macs, r.totals.flops) == (0, 48)

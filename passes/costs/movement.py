@@ -36,14 +36,14 @@ zero_cost("aten.constant_pad_nd.default", reason="data movement: copies into a p
           rf="constant_pad", family=FAMILY)
 zero_cost("aten.repeat.default", "aten.flip.default", "aten.scatter.src", "aten.scatter.value",
           "aten.scatter_add.default", "aten.index_put.default", "aten.slice_scatter.default",
-          "aten.upsample_nearest2d.vec",
+          "aten.as_strided_scatter.default", "aten.upsample_nearest2d.vec",
           reason="data movement: copies or rearranges elements", family=FAMILY)
 zero_cost("aten.index_select.default", "aten.gather.default", "aten.index.Tensor",
           "aten.embedding.default",
           reason="data movement: reads the gathered rows and the indices",
           reads="outputs", index_inputs=(1,), family=FAMILY)
 zero_cost("aten.full.default", "aten.empty.memory_format", "aten.empty_strided.default",
-          "aten.empty_permuted.default", "aten.full_like.default",
+          "aten.new_empty_strided.default", "aten.empty_permuted.default", "aten.full_like.default",
           "aten.scalar_tensor.default", "aten.rand.default",
           "aten.randn.default", "aten.rand_like.default", "aten.randn_like.default",
           reason="materializes a constant or random tensor", reads="none", family=FAMILY)
