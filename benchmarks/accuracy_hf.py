@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
 from graphcost.analyzer.measure import float_output_sum, measure_inference, measure_training
-from graphcost.models_zoo import get, hf
+from graphcost.models_zoo import hf
 
 warnings.filterwarnings("ignore")
 BATCH = 2

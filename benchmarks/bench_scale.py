@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,16 +139,16 @@ def measure(path: Path, repeat: int) -> dict:
         with _timed_wrappers(sub):
             dt, proto = _clock(lambda: onnx_frontend.load_model(path))
             keep("load_model", dt)
-            dt, graph = _clock(lambda: onnx_frontend.lower_onnx(proto, name=path.name,
-                                                                batch=BATCH))
+            dt, graph = _clock(partial(onnx_frontend.lower_onnx, proto, name=path.name,
+                                       batch=BATCH))
             keep("lower_onnx", dt)
             del proto
-            dt, report = _clock(lambda: pipeline.run_passes(graph))
+            dt, report = _clock(partial(pipeline.run_passes, graph))
             keep("run_passes", dt)
             dt, _js = _clock(report.to_json)
             keep("to_json", dt)
             body = report.to_dict()  # json's C encoder alone, on the report's plain values
-            dt, _ = _clock(lambda: json.dumps(body, ensure_ascii=False, separators=(",", ":")))
+            dt, _ = _clock(partial(json.dumps, body, ensure_ascii=False, separators=(",", ":")))
             keep("json.dumps", dt)
             del body
         for k, v in sub.items():

@@ -177,6 +177,6 @@ def test_plot_timeline(tmp_path):
     assert len(root.findall(f"{ns}polyline")) == 2          # plain and checkpointed curves
     labels = [t.text for t in root.findall(f"{ns}text")]
     assert {"forward", "backward", "step"} <= set(labels)
-    assert any(l and l.startswith("plain peak") for l in labels)
+    assert any(t and t.startswith("plain peak") for t in labels)
     assert_one_line_error(run("zoo:gpt2", "--plot", svg), "add --train")
     assert_one_line_error(run("zoo:gpt2", "--train", "--plot", tmp_path / "x.jpg"), ".svg or .png")

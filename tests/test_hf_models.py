@@ -18,7 +18,7 @@ from graphcost.analyzer.api import load_graph  # noqa: E402
 from graphcost.analyzer.pipeline import run_passes  # noqa: E402
 from graphcost.analyzer.measure import (float_output_sum, measure_inference,  # noqa: E402
                                        measure_training)
-from graphcost.models_zoo import get, hf  # noqa: E402
+from graphcost.models_zoo import hf  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 BATCH = 2
