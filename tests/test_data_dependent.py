@@ -23,8 +23,7 @@ from graphcost.analyzer.frontends.torch_compat import TORCH_VERSION
 from graphcost.models_zoo import build_model, detection, example_inputs
 
 # torch 2.8's slice of a data-dependent size (keep[:300]) keeps the size's own symbol instead
-# of Min(300, u): nothing is capped below the symbol's maximum to label, and the tensors after
-# the slice are bounded by the symbol's maximum (their MACs are none; their bytes larger).
+# of Min(300, u): nothing is capped below the symbol's maximum to label (the figures are equal).
 _SLICE_28 = f"torch {torch.__version__}: the slice after NMS should be Min(N, u)"
 
 # fasterrcnn_tiny, 1×3×128×128, MACs by hand (output positions × C_out × C_in·k²):
