@@ -97,8 +97,11 @@ DEVICES: Mapping[str, DeviceRates] = MappingProxyType({d.name: d for d in (
 )})
 
 
-# other names the devices go by
-ALIASES: Mapping[str, str] = MappingProxyType({"h100-80gb": "h100-sxm"})
+# other names the devices go by (a bare "h100" is the SXM part, "a100" the 80 GB one)
+ALIASES: Mapping[str, str] = MappingProxyType({
+    "h100": "h100-sxm", "h100-80gb": "h100-sxm", "h100-sxm5": "h100-sxm", "a100": "a100-80gb",
+    "h200-sxm": "h200", "rtx-6000-ada": "rtx6000-ada", "rtx6000ada": "rtx6000-ada",
+    "rtx-5090": "rtx5090", "rtx-4090": "rtx4090", "rtx-3090": "rtx3090"})
 
 
 def _link(name: str, label: str, gbs: float) -> InterconnectRates:
@@ -140,7 +143,9 @@ def get_device(name: str) -> DeviceRates:
     key = ALIASES.get(key, key)
     if key in DEVICES:
         return DEVICES[key]
-    close = difflib.get_close_matches(key, DEVICES, n=3, cutoff=0.5)
+    # an alias close to the name is offered as the device it stands for
+    close = difflib.get_close_matches(key, [*DEVICES, *ALIASES], n=6, cutoff=0.5)
+    close = list(dict.fromkeys(ALIASES.get(c, c) for c in close))[:3]
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise GraphcostError(f"unknown device {name!r}{hint}; known: {', '.join(DEVICES)}; or "
                          "describe one with --device-spec flops=…,bandwidth=…,memory=…")

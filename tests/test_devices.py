@@ -65,6 +65,20 @@ def test_todays_gpus_carry_their_datasheet_figures():
     assert get_device("t4").usable_memory is None   # no measured figure: the nominal applies
 
 
+def test_aliases_and_did_you_mean():
+    assert get_device("H100") is DEVICES["h100-sxm"] and get_device(" a100 ") is \
+        DEVICES["a100-80gb"]
+    assert get_device("RTX-5090") is DEVICES["rtx5090"]
+    with pytest.raises(GraphcostError, match=r"did you mean h100-pcie"):
+        get_device("h100-pci")
+    with pytest.raises(GraphcostError, match=r"did you mean mi300x"):
+        get_device("mi300")
+    # an alias near the name is offered as its device, once
+    with pytest.raises(GraphcostError, match=r"did you mean rtx6000-ada\b") as err:
+        get_device("rtx6000 ada")
+    assert str(err.value).count("rtx6000-ada") == 2   # the hint and the list of known names
+
+
 def test_mnist_roofline_matches_the_design_notes_bytes_on_a_1080ti():
     r = analyze("zoo:mnist_net", device="gtx1080ti")
     ro = r.roofline
