@@ -36,8 +36,8 @@ out in creation order: addresses only break ties between free blocks of equal si
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Sequence
 
 K_MIN_BLOCK_SIZE = 512        # kMinBlockSize: "all sizes are rounded to at least 512 bytes"
 K_SMALL_SIZE = 1 << 20        # kSmallSize: "largest 'small' allocation is 1 MiB"
@@ -144,6 +144,8 @@ class _Pool:
 
 
 class _Allocator:
+    """``DeviceCachingAllocator`` for one device and one stream, with ``torch.cuda`` stats."""
+
     def __init__(self, expandable: bool, max_split_size: int | None, rounding: int,
                  capacity: int | None):
         self.expandable = expandable
@@ -190,12 +192,12 @@ class _Allocator:
     def _segment(self, pool: _Pool, size: int) -> _Block | None:
         """``alloc_block`` with its two retries in ``malloc``; None: out of memory."""
         alloc = allocation_size(size)
-        if not self._fits(alloc):
-            if not (self._release_oversize(pool, size) and self._fits(alloc)):
-                self._release_cached()
-                self.retries += 1
-                if not self._fits(alloc):
-                    return None
+        if not self._fits(alloc) and not (self._release_oversize(pool, size)
+                                          and self._fits(alloc)):
+            self._release_cached()    # the last try: a retry in torch.cuda.memory_stats()
+            self.retries += 1
+            if not self._fits(alloc):
+                return None
         block = _Block(self.next_addr, alloc)
         self.next_addr += alloc
         self.segments[block.addr] = (pool, alloc)
