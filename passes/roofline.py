@@ -32,6 +32,10 @@ class DeviceRates:
     peak_flops: Mapping[str, float | None]   # FLOP/s (int8: OP/s) for each of DTYPES
     bandwidth: float                          # bytes/s
     memory: int                               # bytes
+    # fp8 and fp4 dense FLOP/s where the part has them: beside peak_flops, which the roofline
+    # prices and the report copies, so that neither changes
+    narrow_flops: Mapping[str, float] = field(default_factory=dict)
+    usable_memory: int | None = None   # bytes the driver offers a process (None: not known)
 
     def peak(self, dtype: str) -> float:
         """The rate for ``dtype``, falling back to fp32 where the device has no fast path."""

@@ -26,6 +26,59 @@ def test_the_issue_devices_are_all_there_with_the_design_notes_1080ti():
     assert get_device("t4").peak("bf16") == 8.1e12  # no bf16 path on Turing: the fp32 rate
 
 
+def test_todays_gpus_carry_their_datasheet_figures():
+    mib, tf = 1 << 20, 1e12
+    # NVIDIA H100 datasheet, PCIe: BF16 1,513 TFLOPS with sparsity -> 756.5 dense; 2 TB/s
+    pcie = get_device("h100-pcie")
+    assert (pcie.peak("bf16"), pcie.bandwidth, pcie.memory) == (756.5 * tf, 2000e9, 80 << 30)
+    # NVL: FP8 3,341 sparse -> 1,670.5 dense; 94 GB
+    nvl = get_device("h100-nvl")
+    assert nvl.narrow_flops["fp8"] == 1670.5 * tf and nvl.memory == 94 << 30
+    # H200: the H100 SXM's rates, 141 GB at 4.8 TB/s
+    h200, sxm = get_device("h200"), get_device("h100-sxm")
+    assert dict(h200.peak_flops) == dict(sxm.peak_flops) and h200.bandwidth == 4800e9
+    # HGX B200, eight GPUs: FP4 144 PFLOPS sparse -> 144 / 8 / 2 = 9 PFLOPS per GPU dense;
+    # FP32 600 TFLOPS / 8 = 75; 64 TB/s / 8 = 8 TB/s
+    b200 = get_device("b200")
+    assert (b200.narrow_flops["fp4"], b200.peak("fp32"), b200.bandwidth) == \
+        (9000 * tf, 75 * tf, 8000e9)
+    # GB200 NVL72, 72 GPUs: FP32 5,760 TFLOPS / 72 = 80; BF16 360 PFLOPS sparse / 72 / 2 = 2.5
+    gb200 = get_device("gb200")
+    assert (gb200.peak("fp32"), gb200.peak("bf16")) == (80 * tf, 2500 * tf)
+    # AMD MI300X data sheet: FP16 1,307.4 TFLOPS dense, 192 GB at 5.3 TB/s; MI325X 256 GB, 6 TB/s
+    mi = get_device("mi300x"), get_device("mi325x")
+    assert [(d.peak("fp16"), d.memory, d.bandwidth) for d in mi] == \
+        [(1307.4 * tf, 192 << 30, 5300e9), (1307.4 * tf, 256 << 30, 6000e9)]
+    # L40S datasheet: FP8 1,466 sparse -> 733; RTX 6000 Ada: FP8 1,457 sparse -> 728.5
+    assert get_device("l40s").narrow_flops["fp8"] == 733 * tf
+    assert get_device("rtx6000-ada").narrow_flops["fp8"] == 728.5 * tf
+    # RTX 5090: 3,352 "AI TOPS" is FP4 with sparsity -> 1,676 dense; 32 GB at 1,792 GB/s
+    r5090 = get_device("rtx5090")
+    assert (r5090.narrow_flops["fp4"], r5090.memory, r5090.bandwidth) == \
+        (1676 * tf, 32 << 30, 1792e9)
+    # parts without fp8 have none; parts before Blackwell have no fp4
+    assert "fp8" not in get_device("a100-80gb").narrow_flops
+    assert "fp4" not in sxm.narrow_flops and "fp4" not in get_device("mi300x").narrow_flops
+    # a card sold as 80 GB offers a process less: PyTorch prints total_memory=81090MB on an
+    # H100 SXM, under 80 GiB = 81,920 MiB
+    assert sxm.usable_memory == 81090 * mib < sxm.memory
+    assert get_device("t4").usable_memory is None   # no measured figure: the nominal applies
+
+
+def test_aliases_and_did_you_mean():
+    assert get_device("H100") is DEVICES["h100-sxm"] and get_device(" a100 ") is \
+        DEVICES["a100-80gb"]
+    assert get_device("RTX-5090") is DEVICES["rtx5090"]
+    with pytest.raises(GraphcostError, match=r"did you mean h100-pcie"):
+        get_device("h100-pci")
+    with pytest.raises(GraphcostError, match=r"did you mean mi300x"):
+        get_device("mi300")
+    # an alias near the name is offered as its device, once
+    with pytest.raises(GraphcostError, match=r"did you mean rtx6000-ada\b") as err:
+        get_device("rtx6000 ada")
+    assert str(err.value).count("rtx6000-ada") == 2   # the hint and the list of known names
+
+
 def test_mnist_roofline_matches_the_design_notes_bytes_on_a_1080ti():
     r = analyze("zoo:mnist_net", device="gtx1080ti")
     ro = r.roofline
@@ -82,7 +135,7 @@ def test_device_spec_and_overhead_parsing():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--device", "a100"], "unknown device 'a100'"),
+    (["--device", "a300"], "unknown device 'a300'"),
     (["--device-spec", "flops=1T,bandwidth=1G,memory=four"], "memory 'four'"),
     (["--tf32"], "--tf32 goes with --device"),
     (["--device", "t4", "--device-spec", "flops=1T,bandwidth=1G,memory=1G"], "either"),
