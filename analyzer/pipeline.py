@@ -9,6 +9,7 @@ from graphcost.analyzer.report import NodeRow, Report, Totals
 from graphcost.passes.arena import plan_arena
 from graphcost.passes.bounds import size_bounds
 from graphcost.passes.costs import CostReport, count_costs
+from graphcost.passes.caching_allocator import inference_reserved_peak
 from graphcost.passes.liveness import analyze_liveness
 from graphcost.passes.modules import aggregate_modules
 from graphcost.passes.parallel import parallel_step
@@ -47,7 +48,8 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     # caching allocator (and greedy-by-size over a joint graph's long lifetimes is slow).
     arena = plan_arena(memory.storages) if optimizer is None else None
     if arena is not None:
-        memory = replace(memory, arena_bytes=arena.arena_bytes)
+        memory = replace(memory, arena_bytes=arena.arena_bytes,
+                         reserved_peak_bytes=inference_reserved_peak(graph, memory))
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
         checkpoint=checkpoint, what_if=what_if, include_inputs=include_inputs, impl=optimizer_impl)

@@ -135,6 +135,10 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
     if m.arena_bytes is not None:
         out.append(("arena", [f"{human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
                               f"size; fragmentation {100 * m.fragmentation:.1f}%)"]))
+    if m.reserved_peak_bytes is not None:
+        out.append(("reserved", [f"{human_bytes(m.reserved_peak_bytes)} "
+                                 f"({m.reserved_peak_bytes:,} B) on PyTorch's CUDA caching",
+                                 "allocator (its rounding and segments; parameters included)"]))
     if m.live_at_peak:
         more = len(m.live_at_peak) - 5
         out.append(("live", ["at the peak:"] + [f"{x.name} {human_bytes(x.bytes)},"

@@ -396,3 +396,14 @@ def events_from_liveness(storages, *, resident: Iterable[tuple[str, int]] = ()
         events.extend(Alloc(k, storages[k].nbytes, i) for k in born[i])
         events.extend(Free(k, i) for k in dying[i])
     return tuple(events)
+
+
+def inference_reserved_peak(graph, liveness) -> int:
+    """The reserved peak of an inference run on PyTorch's CUDA caching allocator (default
+    settings): every parameter and buffer its own allocation, made before the first node and
+    kept, then the activations in liveness order. Comparable with the report's peak_bytes
+    (parameters + buffers + activations), which counts the same tensors unrounded."""
+    from graphcost.analyzer.ir import ValueKind
+    resident = [(v.name, v.spec.nbytes or 0) for v in graph.values.values()
+                if v.kind in (ValueKind.PARAM, ValueKind.BUFFER)]
+    return replay(events_from_liveness(liveness, resident=resident)).reserved_peak

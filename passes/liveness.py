@@ -50,6 +50,9 @@ class Liveness:
     storages: tuple[Storage, ...] = field(metadata=INTERNAL)
     value_storage: dict[str, int] = field(metadata=INTERNAL)  # value -> index into storages
     unknown: tuple[str, ...] = field(metadata=INTERNAL)  # activations of unknown size (0 B)
+    # what PyTorch's CUDA caching allocator would reserve for this run, parameters and buffers
+    # included (passes.caching_allocator; None: not modelled, as for a training graph)
+    reserved_peak_bytes: int | None = None
     JSON_PROPERTIES = ("fragmentation",)
 
     @property

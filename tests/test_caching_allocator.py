@@ -208,3 +208,17 @@ def test_storages_given_directly():
     storages = (Storage("p", MiB + 1, 0, 0), Storage("q", MiB + 1, 1, 1))
     r = replay(events_from_liveness(storages))
     assert (r.allocated_peak, r.reserved_peak, r.device_allocs) == (MiB + 512, 20 * MiB, 1)
+
+
+def test_the_report_carries_the_reserved_peak_of_an_inference_run():
+    # x (3,145,728 fp32 = 12 MiB) -> Relu -> y (12 MiB) -> Relu -> z: x, then y while x is live,
+    # each ≥ 10 MiB (kMinLargeAlloc) so each gets its own segment of its size rounded to 2 MiB:
+    # 12 + 12 = 24 MiB; z (12 MiB) is allocated while y is live and x is freed: it reuses x's
+    # block. Reserved 25,165,824 B against the liveness peak 24 MiB as well.
+    m = model([node("Relu", ["x"], ["y"], name="r1"), node("Relu", ["y"], ["z"], name="r2")],
+              [("x", [3, 1024, 1024])], [("z", [3, 1024, 1024])])
+    r = analyze(m)
+    assert r.memory.reserved_peak_bytes == 24 * 2**20
+    # a 2-element graph: one 512 B block each, carved out of one 2 MiB small segment (kSmallBuffer)
+    tiny = model([node("Relu", ["x"], ["y"], name="r")], [("x", [2])], [("y", [2])])
+    assert analyze(tiny).memory.reserved_peak_bytes == 2 * 2**20
