@@ -9,7 +9,7 @@ from graphcost.analyzer.report import NodeRow, Report, Totals
 from graphcost.passes.arena import plan_arena
 from graphcost.passes.bounds import size_bounds
 from graphcost.passes.costs import CostReport, count_costs
-from graphcost.passes.caching_allocator import inference_reserved_peak
+from graphcost.passes.allocator_events import inference_reserved_peak
 from graphcost.passes.liveness import analyze_liveness
 from graphcost.passes.modules import aggregate_modules
 from graphcost.passes.parallel import parallel_step

@@ -136,9 +136,10 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
         out.append(("arena", [f"{human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
                               f"size; fragmentation {100 * m.fragmentation:.1f}%)"]))
     if m.reserved_peak_bytes is not None:
-        out.append(("reserved", [f"{human_bytes(m.reserved_peak_bytes)} "
-                                 f"({m.reserved_peak_bytes:,} B) on PyTorch's CUDA caching",
-                                 "allocator (its rounding and segments; parameters included)"]))
+        out.append(("reserved", [f"{human_bytes(m.reserved_peak_bytes)}",
+                                 f"({m.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
+                                 "allocator", "(its rounding and segments;",
+                                 "parameters included)"]))
     if m.live_at_peak:
         more = len(m.live_at_peak) - 5
         out.append(("live", ["at the peak:"] + [f"{x.name} {human_bytes(x.bytes)},"
@@ -196,6 +197,10 @@ def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
             + ([first] if first else [])),
            ("at peak", [f"{k.replace('_', ' ')} {human_bytes(v)},"
                         for k, v in t.breakdown_at_peak.items() if v])]
+    if t.reserved_peak_bytes is not None:
+        out.append(("reserved", [f"{human_bytes(t.reserved_peak_bytes)}",
+                                 f"({t.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
+                                 "allocator, two steps", "(its rounding and segments)"]))
     out += [("what-if", [explain.what_if_line(r, name)]) for name in t.what_if]
     ck = t.checkpoint
     if ck is not None:

@@ -59,10 +59,12 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
               "consumer (dataflow), or, for eager PyTorch, at least until the module call it "
               "was passed into returns (eager); views alias their input; graph inputs count "
               "unless include_inputs is false",
-    "reserved_peak_bytes": "memory.reserved_peak_bytes (inference): the bytes PyTorch's CUDA "
-                           "caching allocator would reserve for the run at default settings "
-                           "(512 B rounding, 2 MiB and 20 MiB segments, best-fit splitting; "
-                           "parameters and buffers allocated first), as a GPU runs out of them",
+    "reserved_peak_bytes": "memory.reserved_peak_bytes (inference) and "
+                           "training.reserved_peak_bytes (two steps, optimizer state created "
+                           "in the first): the bytes PyTorch's CUDA caching allocator would "
+                           "reserve at default settings (512 B rounding, 2 MiB and 20 MiB "
+                           "segments, best-fit splitting; parameters and buffers allocated "
+                           "first), as a GPU runs out of them; not yet in fits",
     "peak_bytes": "everything the run holds on the device at its peak: parameters + buffers + "
                   "the activation peak at inference; a training step's peak (parameters, "
                   "buffers, gradients, optimizer state, activations incl. the input batch "

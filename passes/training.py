@@ -106,6 +106,9 @@ class TrainingMemory:
     what_if: Mapping[str, WhatIf] = field(default_factory=dict)
     optimizer_impl: str = "forloop"       # forloop (PyTorch's CPU default) | foreach (GPU)
     frozen_param_bytes: int = 0           # parameters with no gradient (requires_grad=False)
+    # what PyTorch's CUDA caching allocator would reserve over two steps of this step's plain
+    # schedule (passes.allocator_events; None: not modelled, as under a checkpoint plan)
+    reserved_peak_bytes: int | None = None
     forward_nodes: int = field(default=0, metadata=INTERNAL)
     storages: tuple = field(default=(), metadata=INTERNAL)  # the step's lifetimes (liveness)
 
@@ -328,4 +331,28 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                             **checkpoint) if checkpoint else None
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl) \
         if what_if else {}
-    return replace(t, checkpoint=plan, what_if=savers)
+    reserved = None if plan else reserved_peak(graph, t, mixed)
+    return replace(t, checkpoint=plan, what_if=savers, reserved_peak_bytes=reserved)
+
+
+def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool) -> int:
+    """``t``'s step as PyTorch's CUDA caching allocator would reserve for it, over two steps
+    (passes.allocator_events.training_events): each parameter, buffer and (mixed precision)
+    fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
+    kind, plus Adam's 4-byte step counters; the step's temporaries per parameter. Mixed
+    precision's fp32 gradients at the step are left out."""
+    from graphcost.passes.allocator_events import resident_tensors, training_events
+    from graphcost.passes.caching_allocator import replay
+
+    params = [graph.values[p] for p in trainable_params(graph)]
+    sizes = [4 * (v.spec.numel or 0) if master_weights else v.spec.nbytes or 0 for v in params]
+    resident = resident_tensors(graph)
+    if master_weights:
+        resident += [(f"{v.name} (fp32 master)", b) for v, b in zip(params, sizes)]
+    adam = t.optimizer in ("adam", "adamw")
+    state = [b for b in sizes for _ in range(STATE_MULTIPLIER[t.optimizer])]
+    state += [4] * len(params) if adam else []
+    events = training_events(t.storages, resident=resident, grads=frozenset(graph.outputs[1:]),
+                             state=state, step_sizes=sizes if adam else [],
+                             foreach=t.optimizer_impl == "foreach")
+    return replay(events).reserved_peak

@@ -1,0 +1,91 @@
+"""Which tensors a run allocates on the GPU and when, as events for the caching-allocator model
+(passes.caching_allocator.replay): an inference run over its liveness timeline, and a training
+run as PyTorch steps it — twice, since the reserved bytes a step needs depend on what the step
+before it left cached (the optimizer state is created inside the first ``step()``, in blocks
+the first step's activations had freed, so the second step's activations need new ones)."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from graphcost.analyzer.ir import Graph, ValueKind
+from graphcost.passes.caching_allocator import Alloc, Event, Free, replay
+
+
+def events_from_liveness(storages, *, resident: Iterable[tuple[str, int]] = (),
+                         keep: frozenset[str] = frozenset(), tag: object = None
+                         ) -> tuple[Event, ...]:
+    """The allocations and frees of a liveness timeline (``passes.liveness.Liveness`` or its
+    ``storages``, e.g. ``TrainingMemory.storages``), in the order a runtime makes them.
+
+    A storage is live from node ``birth`` to node ``death`` inclusive (``Liveness.timeline``
+    counts it at both), so node i first allocates what it produces, then frees what it used
+    for the last time: the bytes live after node i's allocations are ``timeline[i]``, and the
+    replay's requested peak is the liveness peak. Within a node, storages go in their order
+    (the graph's). ``resident``: (name, bytes) allocated before the first node and never
+    freed (parameters, optimizer state). ``keep``: storages (by name) left allocated at the
+    end (gradients, freed by the next ``zero_grad``). Zero-byte storages (unknown sizes) are
+    left out. A storage's id is ``(tag, its index)``, a resident one's ("resident", name);
+    steps are node indices."""
+    storages: Sequence = getattr(storages, "storages", storages)
+    events: list[Event] = [Alloc(("resident", name), nbytes, 0)
+                           for name, nbytes in resident if nbytes > 0]
+    steps = max((s.death for s in storages), default=-1) + 1
+    born: list[list[int]] = [[] for _ in range(steps)]
+    dying: list[list[int]] = [[] for _ in range(steps)]
+    for k, s in enumerate(storages):
+        if s.nbytes > 0:
+            born[s.birth].append(k)
+            if s.name not in keep:
+                dying[s.death].append(k)
+    for i in range(steps):
+        events.extend(Alloc((tag, k), storages[k].nbytes, i) for k in born[i])
+        events.extend(Free((tag, k), i) for k in dying[i])
+    return tuple(events)
+
+
+def resident_tensors(graph: Graph) -> list[tuple[str, int]]:
+    """Every parameter and buffer, each its own allocation (as ``model.to("cuda")`` makes)."""
+    return [(v.name, v.spec.nbytes or 0) for v in graph.values.values()
+            if v.kind in (ValueKind.PARAM, ValueKind.BUFFER)]
+
+
+def inference_reserved_peak(graph: Graph, liveness) -> int:
+    """The reserved peak of an inference run on PyTorch's CUDA caching allocator (default
+    settings): parameters and buffers allocated before the first node and kept, then the
+    activations in liveness order. Comparable with the report's peak_bytes (parameters +
+    buffers + activations), which counts the same tensors unrounded."""
+    return replay(events_from_liveness(liveness, resident=resident_tensors(graph))).reserved_peak
+
+
+def training_events(storages, *, resident: list[tuple[str, int]], grads: frozenset[str],
+                    state: list[int], step_sizes: list[int], foreach: bool
+                    ) -> tuple[Event, ...]:
+    """Two training steps: each runs the joint graph's storages (``grads`` kept to the
+    optimizer step), then the optimizer step — in step 1 it first creates the ``state``
+    tensors (bytes each), kept — with its temporaries over parameters of ``step_sizes``
+    bytes (passes.training.step_temporaries: foreach allocates one per parameter at once;
+    the for-loop a sqrt and a denominator per parameter, the previous denominator freed when
+    the next exists), then ``zero_grad(set_to_none=True)`` frees the gradients."""
+    events: list[Event] = [Alloc(("resident", n), b) for n, b in resident if b > 0]
+    for step in (1, 2):
+        events += events_from_liveness(storages, keep=grads, tag=step)
+        if step == 1:
+            events += [Alloc(("state", k), b) for k, b in enumerate(state) if b > 0]
+        events += _step_temporaries(step, step_sizes, foreach)
+        events += [Free((step, k)) for k, s in enumerate(storages)
+                   if s.name in grads and s.nbytes > 0]
+    return tuple(events)
+
+
+def _step_temporaries(step: int, sizes: list[int], foreach: bool) -> list[Event]:
+    live = [b for b in sizes if b > 0]
+    if foreach:
+        return ([Alloc(("temp", step, k), b) for k, b in enumerate(live)]
+                + [Free(("temp", step, k)) for k in range(len(live))])
+    out: list[Event] = []
+    for k, b in enumerate(live):
+        out += [Alloc(("sqrt", step, k), b), Alloc(("denom", step, k), b),
+                Free(("sqrt", step, k))]
+        if k:
+            out.append(Free(("denom", step, k - 1)))
+    return out + ([Free(("denom", step, len(live) - 1))] if live else [])
