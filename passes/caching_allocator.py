@@ -36,7 +36,7 @@ out in creation order: addresses only break ties between free blocks of equal si
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 K_MIN_BLOCK_SIZE = 512        # kMinBlockSize: "all sizes are rounded to at least 512 bytes"
