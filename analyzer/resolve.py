@@ -78,6 +78,9 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
             return _zoo(text[len(ZOO_PREFIX):], bindings, fx or train, materialize, note)
         if ".py:" in text:
             return _file_class(text, bindings, materialize, note)
+        from graphcost.analyzer import hub
+        if hub.is_hub_name(text):
+            return _hub(text, bindings, materialize, note)
         path = Path(text)
         if path.is_dir():
             raise GraphcostError(f"{path}: is a directory, not a model file")
@@ -169,6 +172,24 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
     # the other zoo models' input names need not be forward's argument names: in order
     return Resolved("torch", f"zoo:{name}", module=module, inputs=tuple(inputs.values()),
                     dims=dims, int_ranges=ranges, maxima=maxima)
+
+
+def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
+    """A hub id or a local config (analyzer/hub.py), built on meta in the config's dtype."""
+    from graphcost.analyzer import hub
+    from graphcost.analyzer.frontends.torch_capture import make_fakes
+
+    if materialize:
+        raise GraphcostError(f"{text} is built from its config on the meta device, without "
+                             "weights: verify needs a model it can run")
+    note(f"reading {text}'s config.json and building it on the meta device")
+    module, config, dtype = hub.build(text)
+    shapes = dict(b.input_shapes) or hub.input_shapes(config, b.batch or 1, dict(b.dims))
+    dtypes = {n: "int64" if n == "input_ids" else dtype.split()[0] for n in shapes}
+    dims = {"seq": shapes["input_ids"][1]} if "input_ids" in shapes and not b.input_shapes \
+        else {}
+    return Resolved("torch", f"{text} ({dtype})", module=module,
+                    kwargs=make_fakes(module, shapes, {**dtypes, **b.input_dtypes}), dims=dims)
 
 
 def _file_class(spec: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
