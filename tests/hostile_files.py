@@ -1,0 +1,161 @@
+"""Small hostile files, each built in a few milliseconds, for tests/test_hostile_budgets.py and
+the hostile-case run in tests/test_fuzz.py: expansions that grow exponentially, many-input
+nodes, counts beyond any device, .pt2 fields torch's deserializer iterates over or hands to
+sympy.
+
+ONNX builders return a ModelProto; ``pt2_variant`` rewrites a saved program's JSON.
+"""
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+from onnx import TensorProto, helper
+
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def _model(nodes, inputs, outputs, inits=(), opsets=OPSET, functions=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=list(opsets), functions=list(functions))
+    m.ir_version = 8
+    return m
+
+
+def _vi(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def doubling_functions(depth: int, recursive: bool = False):
+    """Local function f_k calls f_(k-1) twice; f_0 is one Relu: the graph's one call to
+    f_(depth-1) inlines to 2^(depth-1) Relu nodes. ``recursive``: f_0 calls f_(depth-1)."""
+    opsets = [*OPSET, helper.make_opsetid("local", 1)]
+    first = helper.make_node("f%d" % (depth - 1), ["x"], ["y"], domain="local") if recursive \
+        else helper.make_node("Relu", ["x"], ["y"])
+    fs = [helper.make_function("local", "f0", ["x"], ["y"], [first], opsets)]
+    for k in range(1, depth):
+        fs.append(helper.make_function("local", f"f{k}", ["x"], ["y"], [
+            helper.make_node(f"f{k - 1}", ["x"], ["t"], domain="local"),
+            helper.make_node(f"f{k - 1}", ["t"], ["y"], domain="local")], opsets))
+    call = helper.make_node(f"f{depth - 1}", ["x"], ["y"], domain="local")
+    return _model([call], [_vi("x", [1, 4])], [_vi("y", [1, 4])], opsets=opsets, functions=fs)
+
+
+def many_input_sum(n: int):
+    """One Sum reading the same input n times (3 bytes per extra input on disk)."""
+    return _model([helper.make_node("Sum", ["x"] * n, ["y"], name="sum")],
+                  [_vi("x", [1, 4])], [_vi("y", [1, 4])])
+
+
+def split_concat(n: int):
+    """A Split into n one-float slices, all read by one Concat."""
+    outs = [f"o{i}" for i in range(n)]
+    return _model([helper.make_node("Split", ["x"], outs, name="split", axis=1),
+                   helper.make_node("Concat", outs, ["y"], name="concat", axis=1)],
+                  [_vi("x", [1, n])], [_vi("y", [1, n])])
+
+
+def nested_loops(depth: int, trips: int = 2 ** 63 - 1):
+    """``depth`` Loops, each the body of the one outside it, each with the constant trip count
+    ``trips``: the innermost Add runs trips^depth times."""
+    def loop(level: int):
+        if level == depth:
+            body_nodes = [helper.make_node("Add", ["v_in", "v_in"], ["v_out"], name="add")]
+        else:
+            body_nodes = [loop(level + 1)]
+        body = helper.make_graph(
+            [helper.make_node("Identity", ["cond_in"], ["cond_out"], name=f"cond{level}"),
+             *body_nodes], f"body{level}",
+            [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL),
+             _vi("v_in", [1, 4])],
+            [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", [1, 4])])
+        ins = ["trips", "cond", "x"] if level == 1 else ["trips", "cond_in", "v_in"]
+        out = "y" if level == 1 else "v_out"
+        return helper.make_node("Loop", ins, [out], name=f"loop{level}", body=body)
+    inits = [helper.make_tensor("trips", TensorProto.INT64, [], [trips]),
+             helper.make_tensor("cond", TensorProto.BOOL, [], [True])]
+    return _model([loop(1)], [_vi("x", [1, 4])], [_vi("y", [1, 4])], inits)
+
+
+def huge_tile(exponent: int = 81):
+    """A Tile of one float to 2^exponent elements (exponent split over the dims so that
+    each dim and each count stays within int64)."""
+    dims = []
+    while exponent > 0:
+        dims.append(2 ** min(exponent, 40))
+        exponent -= min(exponent, 40)
+    rank = len(dims)
+    reps = helper.make_tensor("reps", TensorProto.INT64, [rank], dims)
+    return _model([helper.make_node("Tile", ["x", "reps"], ["y"], name="tile")],
+                  [_vi("x", [1] * rank)], [_vi("y", None)], [reps])
+
+
+# ---- .pt2 -------------------------------------------------------------------------------
+
+def pt2_variant(src: Path, dst: Path, edit) -> Path:
+    """Copies the archive ``src``, passing its program's JSON through ``edit(doc)``."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith(".json") and "/models/" in f"/{info.filename}":
+                doc = json.loads(data)
+                edit(doc)
+                data = json.dumps(doc).encode()
+            zout.writestr(info, data)
+    return dst
+
+
+def symbol(i: int) -> str:
+    return f"Symbol('s{i}', positive=True, integer=True)"
+
+
+def first_expr(doc) -> dict:
+    """The first ``as_expr`` holder in the program (a symbolic size)."""
+    stack = [doc]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, dict):
+            if "expr_str" in obj:
+                return obj
+            stack.extend(obj.values())
+        elif isinstance(obj, list):
+            stack.extend(obj)
+    raise AssertionError("no expr_str in the program")
+
+
+def range_key(index: int):
+    """An unbacked symbol u<index> in range_constraints: torch counts up to index."""
+    return lambda doc: doc["range_constraints"].update({f"u{index}": {"min_val": 0,
+                                                                       "max_val": 5}})
+
+
+def long_max(n: int):
+    """One size's expression becomes Max(s0, …, s(n-1)): sympy compares the pairs."""
+    return lambda doc: first_expr(doc).update(
+        expr_str="Max(" + ", ".join(symbol(i) for i in range(n)) + ")")
+
+
+def shared_parameter_name(doc) -> None:
+    """The second parameter takes the first one's name."""
+    specs = [s for s in doc["graph_module"]["signature"]["input_specs"] if "parameter" in s]
+    specs[1]["parameter"]["parameter_name"] = specs[0]["parameter"]["parameter_name"]
+
+
+def tiny_program(path: Path) -> Path:
+    """A saved torch.export program of Linear(4, 3) + ReLU with a symbolic batch (its JSON
+    holds expr_str entries and a range constraint)."""
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+
+    ep = torch.export.export(Tiny(), (torch.randn(2, 4),),
+                             dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    torch.export.save(ep, path)
+    return path
