@@ -120,6 +120,7 @@ def _onnx_estimate(graph, note: Progress):
 
 def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str, int]):
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
+    from graphcost.analyzer.frontends.pt2 import quiet_logging
     from graphcost.analyzer.frontends.size_bounds import check_maxima
 
     program = r.program
@@ -132,7 +133,8 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
             if s.kind.name == "USER_INPUT"]
     vals = [n.meta.get("val") for n in program.graph.nodes
             if n.op == "placeholder" and n.name in user]
-    graph = lower_exported(program, name=r.name, batch=batch_of(vals), maxima=maxima)
+    with quiet_logging():  # torch logs a failing rebuild's traceback before raising it
+        graph = lower_exported(program, name=r.name, batch=batch_of(vals), maxima=maxima)
     return check_maxima(graph, maxima)
 
 

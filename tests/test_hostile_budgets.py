@@ -68,3 +68,75 @@ def test_function_calls_inside_loop_bodies_are_counted():
     m.graph.node.append(onnx.helper.make_node("Loop", ["", ""], ["ys"], body=body))
     with pytest.raises(GraphcostError, match="524,2.. nodes"):
         analyze(m)
+
+
+# ----------------------------------------------------------------------------- .pt2
+
+@pytest.fixture(scope="module")
+def tiny_pt2(tmp_path_factory):
+    return hf.tiny_program(tmp_path_factory.mktemp("pt2") / "tiny.pt2")
+
+
+def _refused(path, match):
+    t = time.perf_counter()
+    with pytest.raises(GraphcostError, match=match):
+        analyze(path)
+    return time.perf_counter() - t
+
+
+def test_pt2_range_constraint_index_is_bounded(tiny_pt2, tmp_path):
+    # torch's deserializer counts to N for a key u<N>: 10^9 steps (30 s) refused at once
+    bad = hf.pt2_variant(tiny_pt2, tmp_path / "u.pt2", hf.range_key(10 ** 9))
+    assert _refused(bad, r"symbol 'u1000000000' \(an index beyond 1,000,000\)") < 2
+    ok = hf.pt2_variant(tiny_pt2, tmp_path / "u5.pt2", hf.range_key(5))
+    assert analyze(ok).totals.params == 15  # Linear(4, 3): 4·3 + 3
+
+
+@pytest.mark.parametrize("bounds, match", [
+    ({"min_val": 0, "max_val": 10 ** 30}, "the integer of 31 digits"),
+    ({"min_val": 0.5, "max_val": 8}, "with the bound 0.5"),
+    ({"min_val": "0", "max_val": 8}, "with the bound 0"),
+    ({"low": 0}, "not {min_val, max_val}")])
+def test_pt2_range_bounds_are_int64_or_null(tiny_pt2, tmp_path, bounds, match):
+    bad = hf.pt2_variant(tiny_pt2, tmp_path / "b.pt2",
+                         lambda d: d["range_constraints"].update({"s1": bounds}))
+    _refused(bad, match)
+
+
+def test_pt2_max_arity_is_bounded(tiny_pt2, tmp_path):
+    # Max(s0 … s249): sympy's pairwise comparisons took 25 s; 250 > 8 arguments
+    bad = hf.pt2_variant(tiny_pt2, tmp_path / "max.pt2", hf.long_max(250))
+    assert _refused(bad, "an expression with 250 Max/Min arguments") < 2
+    # nested Max/Min count together (sympy flattens them): 3 + 3 + 3 = 9 > 8
+    nested = "Max(s0, s1, Min(s2, s3, Max(s4, s5, s6)))"
+    bad = hf.pt2_variant(tiny_pt2, tmp_path / "nested.pt2",
+                         lambda d: hf.first_expr(d).update(expr_str=nested))
+    _refused(bad, "an expression with 9 Max/Min arguments")
+    from graphcost.analyzer.frontends.pt2 import check_program, load_pt2
+    load_pt2(hf.pt2_variant(tiny_pt2, tmp_path / "max8.pt2", hf.long_max(8)))  # at the limit
+    # the program's distinct expressions: 200 of two arguments = 400 > 256
+    with pytest.raises(ValueError, match="400 Max/Min arguments over its expressions"):
+        check_program({"sizes": [{"expr_str": f"Max(s{i}, s{i + 1})"} for i in range(200)]})
+    # one expression repeated: parsed once by sympy's cache, counted once (2 arguments)
+    check_program({"sizes": [{"expr_str": "Max(s0, s1)"}] * 1000})
+
+
+def test_pt2_errors_reach_the_terminal_as_one_line(tiny_pt2, tmp_path, capfd):
+    # torch logged a 20-line traceback (to the stream its handler was made with) before the
+    # exception graphcost turns into its line: the file descriptor is checked, not sys.stderr
+    import logging
+
+    from graphcost.analyzer.cli import main
+    capfd.readouterr()
+    dup = hf.pt2_variant(tiny_pt2, tmp_path / "dup.pt2", hf.shared_parameter_name)
+    assert main([str(dup)]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "two inputs are the parameter 'fc.weight'" in err, err
+
+    def wrong_weight(doc):  # fc.weight 3×5 against x's 4 features: the rebuild's mm fails
+        doc["graph_module"]["graph"]["tensor_values"]["p_fc_weight"]["sizes"][1]["as_int"] = 5
+    bad = hf.pt2_variant(tiny_pt2, tmp_path / "mm.pt2", wrong_weight)
+    assert main([str(bad)]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "reduction dim" in err, err
+    assert logging.root.manager.disable == logging.NOTSET  # restored after
