@@ -140,3 +140,47 @@ def test_pt2_errors_reach_the_terminal_as_one_line(tiny_pt2, tmp_path, capfd):
     err = capfd.readouterr().err
     assert err.count("\n") == 1 and "reduction dim" in err, err
     assert logging.root.manager.disable == logging.NOTSET  # restored after
+
+
+# ----------------------------------------------------------------------------- the API
+
+def _rates(**kw):
+    from graphcost.passes.roofline import DeviceRates
+    fields = dict(name="x", label="x", peak_flops={"fp32": 1e12}, bandwidth=1e9, memory=1 << 30)
+    return DeviceRates(**{**fields, **kw})
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"device": {"flops": 1}}, "device"), ({"device": 3.5}, "device"),
+    ({"device": _rates(peak_flops={"fp32": -1.0})}, "device peak_flops"),
+    ({"device": _rates(memory=2 ** 70)}, "device memory"),
+    ({"overhead": "bad"}, "overhead"), ({"device": "a10", "overhead": 3}, "overhead"),
+    ({"train": True, "checkpoint": {"evil": 1}}, "checkpoint"),
+    ({"train": True, "checkpoint": {"names": 5}}, "checkpoint['names']"),
+    ({"train": True, "checkpoint": {"every": 0}}, "checkpoint"),
+    ({"bogus": 1}, "bogus"),
+    ({"train": True, "parallel": {"strategy": "ddp", "world_size": 2 ** 70}},
+     "parallel['world_size']"),
+    ({"train": True, "parallel": {"strategy": "ddp", "world_size": 65_537}},
+     "parallel['world_size']"),
+    ({"train": True, "parallel": {"strategy": "fsdp", "world_size": 2, "units": 5}},
+     "parallel['units']"),
+    ({"train": True, "parallel": {"strategy": "ddp", "world_size": 2, "bucket_cap_mb": "x"}},
+     "parallel['bucket_cap_mb']"),
+    ({"train": True, "parallel": {"strategy": "ddp", "world_size": 2, "interconnect": 5}},
+     "parallel['interconnect']")])
+def test_api_raises_only_graphcost_error_naming_the_argument(kwargs, named):
+    from tests.onnx_builders import model, node
+    m = model([node("Relu", ["x"], ["y"])], [("x", ["batch", 3])], [("y", ["batch", 3])])
+    with pytest.raises(GraphcostError) as exc:
+        analyze(m, **kwargs)
+    assert named in str(exc.value), str(exc.value)
+
+
+def test_api_and_cli_share_the_world_size_bound(capsys):
+    # 2^16 = 65,536 ranks, the bound --world-size auto searches to: the same on both sides
+    from graphcost.analyzer.cli import main
+    from graphcost.passes.parallel import MAX_WORLD
+    assert MAX_WORLD == 65_536
+    assert main(["zoo:mlp", "--train", "--parallel", "ddp", "--world-size", "65537"]) == 2
+    assert "from 1 to 65,536" in capsys.readouterr().err
