@@ -159,3 +159,9 @@ def tiny_program(path: Path) -> Path:
                              dynamic_shapes=({0: torch.export.Dim.AUTO},))
     torch.export.save(ep, path)
     return path
+
+
+def same_names(n: int):
+    """A chain of n Relu nodes that all have the name "n" (names may repeat in ONNX)."""
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"], name="n") for i in range(n)]
+    return _model(nodes, [_vi("v0", [1, 4])], [_vi(f"v{n}", [1, 4])])

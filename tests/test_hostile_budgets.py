@@ -184,3 +184,42 @@ def test_api_and_cli_share_the_world_size_bound(capsys):
     assert MAX_WORLD == 65_536
     assert main(["zoo:mlp", "--train", "--parallel", "ddp", "--world-size", "65537"]) == 2
     assert "from 1 to 65,536" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- linear time
+
+def _seconds_per_element(build, n: int) -> float:
+    m = build(n)
+    best = float("inf")
+    for _ in range(2):
+        t = time.perf_counter()
+        analyze(m)
+        best = min(best, time.perf_counter() - t)
+    return best / n
+
+
+@pytest.mark.parametrize("build, n", [
+    (hf.many_input_sum, 50_000),   # one input read 50k and 200k times
+    (hf.split_concat, 10_000),     # 10k and 40k one-float slices into one Concat
+    (hf.same_names, 5_000)])       # 5k and 20k nodes all named "n"
+def test_time_per_element_stays_flat(build, n):
+    # 4× the elements: a linear analysis takes ~4× the time (per element: ratio ~1), a
+    # quadratic one 16× (ratio ~4; _distinct_bytes' scan of the names before each input was
+    # 12 s at 200k, the #k suffix search for repeated node names 24 s at 20k). The bound is
+    # generous for a busy machine; the figures are printed (pytest -s)
+    small, large = _seconds_per_element(build, n), _seconds_per_element(build, 4 * n)
+    print(f"\n{build.__name__}: {small * 1e6:.2f} µs/element at {n:,}, "
+          f"{large * 1e6:.2f} at {4 * n:,}")
+    assert large / small < 2.5
+
+
+def test_wide_nodes_are_costed_by_hand_arithmetic():
+    # Sum of x (1×4 floats) 1,000 times: 999 additions per element = 3,996 FLOPs; x is read
+    # once (16 B: each distinct input once), y written (16 B)
+    r = analyze(hf.many_input_sum(1000))
+    assert (r.totals.flops, r.totals.bytes_read, r.totals.bytes_written) == (3996, 16, 16)
+    # Split of 1×1000 floats into 1,000 slices, all concatenated: each node reads 4,000 B
+    # and writes 4,000 B; the peak is x and the slices at the Split (or slices and y) = 8,000
+    r = analyze(hf.split_concat(1000))
+    assert (r.totals.bytes_read, r.totals.bytes_written) == (8000, 8000)
+    assert r.memory.peak_bytes == 8000
