@@ -59,23 +59,22 @@ def split_concat(n: int):
 def nested_loops(depth: int, trips: int = 2 ** 63 - 1):
     """``depth`` Loops, each the body of the one outside it, each with the constant trip count
     ``trips``: the innermost Add runs trips^depth times."""
-    def loop(level: int):
+    def loop(level: int, outer_cond: str, outer_v: str, out: str):
+        k = level
         if level == depth:
-            body_nodes = [helper.make_node("Add", ["v_in", "v_in"], ["v_out"], name="add")]
+            inner = helper.make_node("Add", [f"v{k}", f"v{k}"], [f"w{k}"], name="add")
         else:
-            body_nodes = [loop(level + 1)]
+            inner = loop(level + 1, f"c{k}", f"v{k}", f"w{k}")
         body = helper.make_graph(
-            [helper.make_node("Identity", ["cond_in"], ["cond_out"], name=f"cond{level}"),
-             *body_nodes], f"body{level}",
-            [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL),
-             _vi("v_in", [1, 4])],
-            [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", [1, 4])])
-        ins = ["trips", "cond", "x"] if level == 1 else ["trips", "cond_in", "v_in"]
-        out = "y" if level == 1 else "v_out"
-        return helper.make_node("Loop", ins, [out], name=f"loop{level}", body=body)
+            [helper.make_node("Identity", [f"c{k}"], [f"co{k}"], name=f"cond{k}"), inner],
+            f"body{k}", [_vi(f"i{k}", [], TensorProto.INT64),
+                         _vi(f"c{k}", [], TensorProto.BOOL), _vi(f"v{k}", [1, 4])],
+            [_vi(f"co{k}", [], TensorProto.BOOL), _vi(f"w{k}", [1, 4])])
+        return helper.make_node("Loop", ["trips", outer_cond, outer_v], [out],
+                                name=f"loop{k}", body=body)
     inits = [helper.make_tensor("trips", TensorProto.INT64, [], [trips]),
              helper.make_tensor("cond", TensorProto.BOOL, [], [True])]
-    return _model([loop(1)], [_vi("x", [1, 4])], [_vi("y", [1, 4])], inits)
+    return _model([loop(1, "cond", "x", "y")], [_vi("x", [1, 4])], [_vi("y", [1, 4])], inits)
 
 
 def huge_tile(exponent: int = 81):

@@ -223,3 +223,39 @@ def test_wide_nodes_are_costed_by_hand_arithmetic():
     r = analyze(hf.split_concat(1000))
     assert (r.totals.bytes_read, r.totals.bytes_written) == (8000, 8000)
     assert r.memory.peak_bytes == 8000
+
+
+# ----------------------------------------------------------------------------- the absurd
+
+def test_nested_trip_counts_past_2_64_are_labelled(capsys):
+    # 30 nested loops of 2^63 − 1 trips: the innermost Add (1×4 floats, 4 FLOPs a run) runs
+    # (2^63 − 1)^30 times: 4·(2^63 − 1)^30 FLOPs, a 570-digit number
+    r = analyze(hf.nested_loops(30))
+    add = next(n for n in r.nodes if n.name.endswith("/add"))
+    assert add.flops == 4 * (2 ** 63 - 1) ** 30 and len(str(add.flops)) == 570
+    warned = [w for w in r.warnings if "over 2^64" in w]
+    assert warned[0].startswith(f"node {add.name!r} (Add)") and "runs a 569-digit" in warned[0]
+    assert warned[-1] == "27 more node(s) with counts over 2^64"  # 30 nodes: 3 named
+    # two loops of 2^20 trips: 4·2^40 FLOPs, under 2^64: no label
+    assert not [w for w in analyze(hf.nested_loops(2, 2 ** 20)).warnings if "2^64" in w]
+
+
+def test_strict_fails_on_counts_past_2_64(tmp_path, capsys):
+    from graphcost.analyzer.cli import main
+    path = tmp_path / "loops.onnx"
+    onnx.save(hf.nested_loops(30), path)
+    assert main([str(path)]) == 0  # the table renders a count no float holds
+    assert "its counts reach" in capsys.readouterr().out
+    assert main([str(path), "--strict", "--format", "json"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "30 node(s) count over 2^64" in err
+
+
+def test_a_tile_past_2_64_bytes_is_labelled_and_past_2_128_elements_refused():
+    # Tile of one float to 2^40·2^40·2 = 2^81 elements: 2^83 bytes written
+    r = analyze(hf.huge_tile(81))
+    assert r.totals.bytes_written == 2 ** 83
+    assert any("node 'tile' (Tile)" in w and "'y' has 2^81 elements (2^83 bytes)" in w
+               for w in r.warnings)
+    with pytest.raises(GraphcostError, match=r"'y' would hold 2\^6000 elements or more"):
+        analyze(hf.huge_tile(6000))
