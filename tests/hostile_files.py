@@ -87,7 +87,7 @@ def huge_tile(exponent: int = 81):
     rank = len(dims)
     reps = helper.make_tensor("reps", TensorProto.INT64, [rank], dims)
     return _model([helper.make_node("Tile", ["x", "reps"], ["y"], name="tile")],
-                  [_vi("x", [1] * rank)], [_vi("y", None)], [reps])
+                  [_vi("x", [1] * rank)], [_vi("y", [f"d{i}" for i in range(rank)])], [reps])
 
 
 # ---- .pt2 -------------------------------------------------------------------------------
@@ -164,3 +164,43 @@ def same_names(n: int):
     """A chain of n Relu nodes that all have the name "n" (names may repeat in ONNX)."""
     nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"], name="n") for i in range(n)]
     return _model(nodes, [_vi("v0", [1, 4])], [_vi(f"v{n}", [1, 4])])
+
+
+# ---- invalid files that onnx.checker (full_check) and onnxruntime both refuse -------------
+
+def fused_conv_inputs(n_inputs: int = 1):
+    """com.microsoft FusedConv (X, W[, B[, Z]]) given ``n_inputs`` inputs."""
+    ins = ["x", "w", "b", "z", "extra"][:n_inputs]
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 3, 1, 1], [0.5] * 6)
+    inits = [w] if "w" in ins else []
+    node = helper.make_node("FusedConv", ins, ["y"], name="fused", domain="com.microsoft",
+                            activation="Relu")
+    return _model([node], [_vi("x", [1, 3, 4, 4])], [_vi("y", [1, 2, 4, 4])], inits,
+                  opsets=[*OPSET, helper.make_opsetid("com.microsoft", 1)])
+
+
+def op_before_its_opset(op: str = "LayerNormalization", opset: int = 1):
+    """``op`` at an opset older than the op (LayerNormalization: 17, Gelu: 20)."""
+    return _model([helper.make_node(op, ["x"], ["y"], name="early")],
+                  [_vi("x", [2, 8])], [_vi("y", [2, 8])],
+                  opsets=[helper.make_opsetid("", opset)])
+
+
+def sparse_initializer(name: str = "S", index: int = 4):
+    """A 4×4 sparse initializer with one value at flat ``index`` (500: beyond 16)."""
+    values = helper.make_tensor(name, TensorProto.FLOAT, [1], [1.0])
+    indices = helper.make_tensor(f"{name}_idx", TensorProto.INT64, [1], [index])
+    m = _model([helper.make_node("Add", ["x", name], ["y"], name="add")] if name else
+               [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+               [_vi("x", [4, 4])], [_vi("y", [4, 4])])
+    m.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [4, 4]))
+    return m
+
+
+def lying_value_info():
+    """value_info says the Relu's output is int64 of shape 3×7; inference says float 2×8."""
+    m = _model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                helper.make_node("Neg", ["r"], ["y"], name="neg")],
+               [_vi("x", [2, 8])], [_vi("y", [2, 8])])
+    m.graph.value_info.append(_vi("r", [3, 7], TensorProto.INT64))
+    return m

@@ -24,7 +24,7 @@ from onnx import TensorProto, helper
 
 from graphcost.analyzer.binding import bind_inputs
 from graphcost.analyzer.frontends import onnx_shapes
-from graphcost.analyzer.frontends.onnx_infer import infer
+from graphcost.analyzer.frontends.onnx_infer import check_declared_types, infer
 from graphcost.analyzer.frontends.onnx_inline import inline_functions
 from graphcost.analyzer.frontends.onnx_lowering import Lowering
 from graphcost.analyzer.frontends.onnx_types import (DTYPE, SpecReader,  # noqa: F401 (DTYPE)
@@ -134,6 +134,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     # Data propagation only matters where shapes are computed from Shape/Size values.
     data_prop = any(n.op_type in ("Shape", "Size") for n in g.node)
     inferred = infer(sk, name, data_prop)
+    check_declared_types(g.value_info, inferred.graph, name)
     reader = SpecReader()
     specs: dict[str, TensorSpec] = {}
     reader.collect(inferred.graph, specs)
