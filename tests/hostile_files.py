@@ -56,25 +56,31 @@ def split_concat(n: int):
                   [_vi("x", [1, n])], [_vi("y", [1, n])])
 
 
+def nested_loop(depth: int, trips: str, x: str, out: str, shape=(1, 4), level: int = 1):
+    """Loop node ``level`` of ``depth`` nested ones over ``x`` (trip count: the value named
+    ``trips``; condition: ``cond``), the innermost body an Add of its state with itself."""
+    k = level
+    if level == depth:
+        inner = helper.make_node("Add", [f"v{k}", f"v{k}"], [f"w{k}"], name="add")
+    else:
+        inner = nested_loop(depth, trips, f"v{k}", f"w{k}", shape, level + 1)
+        inner.input[1] = f"c{k}"
+    shape = list(shape) if shape is not None else None
+    body = helper.make_graph(
+        [helper.make_node("Identity", [f"c{k}"], [f"co{k}"], name=f"cond{k}"), inner],
+        f"body{k}", [_vi(f"i{k}", [], TensorProto.INT64), _vi(f"c{k}", [], TensorProto.BOOL),
+                     _vi(f"v{k}", shape)],
+        [_vi(f"co{k}", [], TensorProto.BOOL), _vi(f"w{k}", shape)])
+    return helper.make_node("Loop", [trips, "cond", x], [out], name=f"loop{k}", body=body)
+
+
 def nested_loops(depth: int, trips: int = 2 ** 63 - 1):
     """``depth`` Loops, each the body of the one outside it, each with the constant trip count
     ``trips``: the innermost Add runs trips^depth times."""
-    def loop(level: int, outer_cond: str, outer_v: str, out: str):
-        k = level
-        if level == depth:
-            inner = helper.make_node("Add", [f"v{k}", f"v{k}"], [f"w{k}"], name="add")
-        else:
-            inner = loop(level + 1, f"c{k}", f"v{k}", f"w{k}")
-        body = helper.make_graph(
-            [helper.make_node("Identity", [f"c{k}"], [f"co{k}"], name=f"cond{k}"), inner],
-            f"body{k}", [_vi(f"i{k}", [], TensorProto.INT64),
-                         _vi(f"c{k}", [], TensorProto.BOOL), _vi(f"v{k}", [1, 4])],
-            [_vi(f"co{k}", [], TensorProto.BOOL), _vi(f"w{k}", [1, 4])])
-        return helper.make_node("Loop", ["trips", outer_cond, outer_v], [out],
-                                name=f"loop{k}", body=body)
     inits = [helper.make_tensor("trips", TensorProto.INT64, [], [trips]),
              helper.make_tensor("cond", TensorProto.BOOL, [], [True])]
-    return _model([loop(1, "cond", "x", "y")], [_vi("x", [1, 4])], [_vi("y", [1, 4])], inits)
+    return _model([nested_loop(depth, "trips", "x", "y")], [_vi("x", [1, 4])],
+                  [_vi("y", [1, 4])], inits)
 
 
 def huge_tile(exponent: int = 81):
@@ -204,3 +210,13 @@ def lying_value_info():
                [_vi("x", [2, 8])], [_vi("y", [2, 8])])
     m.graph.value_info.append(_vi("r", [3, 7], TensorProto.INT64))
     return m
+
+
+def many_max(n: int):
+    """n distinct two-argument Max expressions (symbolic ints of the program): 2n Max/Min
+    arguments over the program's expressions."""
+    def edit(doc):
+        values = doc["graph_module"]["graph"].setdefault("sym_int_values", {})
+        for i in range(n):
+            values[f"m{i}"] = {"as_expr": {"expr_str": f"Max({symbol(0)}, {symbol(i + 1)})"}}
+    return edit

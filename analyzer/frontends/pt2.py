@@ -90,8 +90,10 @@ def _check_symbol(name: str) -> None:
 def check_expr(text) -> int:
     """Raises ValueError unless ``text`` is size arithmetic in the grammar above; returns the
     number of Max/Min arguments it holds."""
-    if not isinstance(text, str) or len(text) > MAX_EXPR:
-        raise ValueError("not a string of at most 20,000 characters")
+    if not isinstance(text, str):
+        raise ValueError(f"an expression that is not a string ({type(text).__name__})")
+    if len(text) > MAX_EXPR:
+        raise ValueError(f"an expression of {len(text):,} characters (at most {MAX_EXPR:,})")
     tokens, pos = [], 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
