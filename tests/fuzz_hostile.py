@@ -44,8 +44,12 @@ PT2_CASES = {
     "pt2 range key u10^9": (hf.range_key(10 ** 9), 2, "index beyond"),
     "pt2 Max of 250": (hf.long_max(250), 2, "250 Max/Min arguments"),
     "pt2 Max of 1000": (hf.long_max(1000), 2, "characters (at most 20,000)"),
-    "pt2 200 distinct Max": (hf.many_max(200), 2, "400 Max/Min arguments"),
+    "pt2 600 distinct Max": (hf.many_max(600), 2, "worth 2,400"),
     "pt2 shared parameter name": (hf.shared_parameter_name, 2, "two inputs are the parameter"),
+    "pt2 product of 25 sums": (hf.expr_of("*".join(f"(s{i} + s{i + 1})" for i in range(25))),
+                               2, "over 512 terms"),
+    "pt2 CeilDiv nested 99": (hf.expr_of("CeilDiv(" * 99 + "s0" + ", 3)" * 99), 2,
+                              "nested too deep"),
 }
 
 

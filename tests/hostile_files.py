@@ -135,6 +135,11 @@ def range_key(index: int):
                                                                        "max_val": 5}})
 
 
+def expr_of(text: str):
+    """One size's expression becomes ``text``."""
+    return lambda doc: first_expr(doc).update(expr_str=text)
+
+
 def long_max(n: int):
     """One size's expression becomes Max(s0, …, s(n-1)): sympy compares the pairs."""
     return lambda doc: first_expr(doc).update(

@@ -136,7 +136,7 @@ def test_hostile_cases(tmp_path):
                        env=dict(os.environ, PYTHONPATH=str(root)))
     assert p.returncode == 0, p.stderr[-3000:]
     results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    assert len(results) == 19, p.stdout[-3000:]
+    assert len(results) == 21, p.stdout[-3000:]
     problems = []
     print(f"\nhostile: {len(results)} cases; exit status histogram: " + ", ".join(
         f"{c}: {n}" for c, n in sorted(Counter(r["code"] for r in results).items())))

@@ -114,11 +114,34 @@ def test_pt2_max_arity_is_bounded(tiny_pt2, tmp_path):
     _refused(bad, "an expression with 9 Max/Min arguments")
     from graphcost.analyzer.frontends.pt2 import check_program, load_pt2
     load_pt2(hf.pt2_variant(tiny_pt2, tmp_path / "max8.pt2", hf.long_max(8)))  # at the limit
-    # the program's distinct expressions: 200 of two arguments = 400 > 256
-    with pytest.raises(ValueError, match="400 Max/Min arguments over its expressions"):
-        check_program({"sizes": [{"expr_str": f"Max(s{i}, s{i + 1})"} for i in range(200)]})
-    # one expression repeated: parsed once by sympy's cache, counted once (2 arguments)
+    # the program's distinct expressions: 600 of two arguments = 600 × 2² = 2,400 > 2,048
+    with pytest.raises(ValueError, match="worth 2,400"):
+        check_program({"sizes": [{"expr_str": f"Max(s{i}, s{i + 1})"} for i in range(600)]})
+    # 32 of eight: 32 × 8² = 2,048, at the limit
+    check_program({"sizes": [{"expr_str": "Max(" + ", ".join(f"s{i + k}" for k in range(8))
+                              + ")"} for i in range(32)]})
+    # one expression repeated: parsed once by sympy's cache, counted once (2² = 4)
     check_program({"sizes": [{"expr_str": "Max(s0, s1)"}] * 1000})
+
+
+def test_pt2_expressions_that_sympy_would_multiply_out_are_bounded(tiny_pt2, tmp_path):
+    from graphcost.analyzer.frontends.pt2 import check_expr
+
+    def product(n):  # (s0 + s1)·(s1 + s2)·…: n factors of 2 terms = 2^n terms expanded
+        return "*".join(f"(s{i} + s{i + 1})" for i in range(n))
+    check_expr(product(9))  # 2^9 = 512 terms: at the limit
+    with pytest.raises(ValueError, match="expands to over 512 terms"):
+        check_expr(product(10))  # 1,024
+    # functional forms count the same: Mul(Add(a, b, c), Add(d, e), 100 sums of 1) = 3·2 = 6
+    check_expr("Mul(Add(s0, s1, s2), Add(s3, s4), " + ", ".join(["s5"] * 100) + ")")
+    # FloorDiv / Mod / Max are opaque: their 2^5 = 32-term arguments stay under the limit
+    check_expr(f"FloorDiv({product(5)}, 2)*FloorDiv({product(5)}, 3)")
+    with pytest.raises(ValueError, match="nested too deep"):  # CeilDiv 99 deep took 10 s
+        check_expr("CeilDiv(" * 33 + "s0" + ", 3)" * 33)
+    # 25 factors (2^25 terms) never finished in torch's ShapeEnv: refused before it
+    bad = hf.pt2_variant(tiny_pt2, tmp_path / "prod.pt2",
+                         lambda d: hf.first_expr(d).update(expr_str=product(25)))
+    assert _refused(bad, "expands to over 512 terms") < 2
 
 
 def test_pt2_errors_reach_the_terminal_as_one_line(tiny_pt2, tmp_path, capfd):

@@ -22,7 +22,10 @@ The work torch does on the JSON is bounded before it starts: a ``range_constrain
 ``u<N>`` makes the deserializer count to N (``u1000000000``: 30 s), so symbol names have an
 index of at most MAX_SYMBOL_INDEX and bounds are integers within ±2^64; sympy compares the
 arguments of ``Max`` / ``Min`` pairwise (``Max(s0, …, s250)``: 25 s), so one expression has at
-most MAX_MINMAX_ARGS of them and the program's distinct expressions MAX_MINMAX_TOTAL. Two
+most MAX_MINMAX_ARGS of them, and the squares of those counts over the program's distinct
+expressions add up to at most MAX_MINMAX_WORK (zoo:unet with dynamic sizes: 160); torch's
+ShapeEnv multiplies out products of sums, so no expression may expand past 512 terms
+(analyzer/frontends/sympy_budget.py). Two
 parameters (buffers, constants) of one name are refused (one would stand for the other).
 
 Anything else is refused with a GraphcostError before torch sees the program.
@@ -40,13 +43,14 @@ from pathlib import Path
 import torch
 
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.frontends.sympy_budget import check_terms
 
 MAX_EXPR = 20_000       # characters in one expr_str
-MAX_DEPTH = 100         # nested parentheses
+MAX_DEPTH = 32          # nested parentheses (real programs: under 10; CeilDiv nested 99 deep: 10 s)
 MAX_DIGITS = 40         # digits in one number (no power operator: products stay small)
 MAX_SYMBOL_INDEX = 10 ** 6  # s<N>, u<N>: torch numbers them from 0, one per dynamic size
 MAX_MINMAX_ARGS = 8     # Max/Min arguments in one expression (~20 ms at 8, quadratic beyond)
-MAX_MINMAX_TOTAL = 256  # ... summed over the program's distinct expressions (~1 ms each)
+MAX_MINMAX_WORK = 2048  # Σ arguments² over the distinct expressions: 512 Max(a, b), ~1 s
 MAX_INT = 2 ** 64       # any integer in the program: torch writes int64 sizes and bounds
 MINMAX = frozenset({"Max", "Min"})
 _TOKEN = re.compile(r"""\s*(?:
@@ -145,6 +149,7 @@ def check_expr(text) -> int:
             raise ValueError("a keyword without a literal value")
     if calls:
         raise ValueError("unbalanced parentheses")
+    check_terms(tokens)
     if minmax > MAX_MINMAX_ARGS:
         raise ValueError(f"an expression with {minmax} Max/Min arguments (at most "
                          f"{MAX_MINMAX_ARGS}: sympy compares them pairwise)")
@@ -171,7 +176,7 @@ def check_program(data) -> None:
         for key, value in items:
             if key == "expr_str" and isinstance(obj, dict):
                 if not isinstance(value, str) or value not in seen:
-                    minmax += check_expr(value)
+                    minmax += check_expr(value) ** 2
                     seen.add(value)
             elif (key == "as_operator" or (key == "target" and "inputs" in obj)) and \
                     isinstance(obj, dict):
@@ -180,9 +185,9 @@ def check_program(data) -> None:
                 stack.append(value)
             elif isinstance(value, int) and not -MAX_INT <= value <= MAX_INT:
                 raise ValueError(f"the integer {_digits(value)} (beyond ±2^64)")
-    if minmax > MAX_MINMAX_TOTAL:
-        raise ValueError(f"{minmax} Max/Min arguments over its expressions (at most "
-                         f"{MAX_MINMAX_TOTAL}: sympy compares them pairwise)")
+    if minmax > MAX_MINMAX_WORK:
+        raise ValueError(f"Max/Min comparisons over its expressions worth {minmax:,} (the "
+                         f"squares of their argument counts; at most {MAX_MINMAX_WORK:,})")
     if isinstance(data, dict):
         check_ranges(data.get("range_constraints"))
 
