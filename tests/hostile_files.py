@@ -225,3 +225,15 @@ def many_max(n: int):
         for i in range(n):
             values[f"m{i}"] = {"as_expr": {"expr_str": f"Max({symbol(0)}, {symbol(i + 1)})"}}
     return edit
+
+
+def zip_bomb(src: Path, dst: Path, megabytes: int = 70) -> Path:
+    """The program JSON followed by ``megabytes`` MB of spaces (still JSON), deflated: about
+    a thousandth of that in the archive."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith(".json") and "/models/" in f"/{info.filename}":
+                data += b" " * (megabytes << 20)
+            zout.writestr(info.filename, data)
+    return dst

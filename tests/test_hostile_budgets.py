@@ -4,7 +4,9 @@ analyzed in time linear in the file; the time and memory of each are measured, p
 tests/test_fuzz.py's hostile run."""
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import onnx
 import onnx.inliner
@@ -14,6 +16,8 @@ from graphcost.analyzer.api import analyze
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.frontends import onnx_inline
 from tests import hostile_files as hf
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # ----------------------------------------------------------------------------- inlining
 
@@ -142,6 +146,22 @@ def test_pt2_expressions_that_sympy_would_multiply_out_are_bounded(tiny_pt2, tmp
     bad = hf.pt2_variant(tiny_pt2, tmp_path / "prod.pt2",
                          lambda d: hf.first_expr(d).update(expr_str=product(25)))
     assert _refused(bad, "expands to over 512 terms") < 2
+
+
+def test_pt2_program_is_read_without_torch_and_bounded(tiny_pt2, tmp_path):
+    # 70 MiB of JSON from ~70 KB: past 64 MiB and 100× its packed size, refused before it
+    # is read whole; every refusal above comes before torch is imported (checked in a child)
+    import subprocess
+    import sys
+    bomb = hf.zip_bomb(tiny_pt2, tmp_path / "bomb.pt2", 70)
+    assert bomb.stat().st_size < 1 << 20
+    _refused(bomb, "its program unpacks to over 67,108,864 bytes")
+    bad = hf.pt2_variant(tiny_pt2, tmp_path / "u.pt2", hf.range_key(10 ** 9))
+    code = ("import sys; from graphcost.analyzer.cli import main; "
+            f"assert main([{str(bad)!r}]) == 2; assert 'torch' not in sys.modules")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr[-2000:]
 
 
 def test_pt2_errors_reach_the_terminal_as_one_line(tiny_pt2, tmp_path, capfd):

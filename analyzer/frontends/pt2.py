@@ -40,18 +40,18 @@ import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.frontends.sympy_budget import check_terms
 
 MAX_EXPR = 20_000       # characters in one expr_str
-MAX_DEPTH = 32          # nested parentheses (real programs: under 10; CeilDiv nested 99 deep: 10 s)
+MAX_DEPTH = 32          # nested parentheses (real programs: under 10; CeilDiv 99 deep: 10 s)
 MAX_DIGITS = 40         # digits in one number (no power operator: products stay small)
 MAX_SYMBOL_INDEX = 10 ** 6  # s<N>, u<N>: torch numbers them from 0, one per dynamic size
 MAX_MINMAX_ARGS = 8     # Max/Min arguments in one expression (~20 ms at 8, quadratic beyond)
 MAX_MINMAX_WORK = 2048  # Σ arguments² over the distinct expressions: 512 Max(a, b), ~1 s
 MAX_INT = 2 ** 64       # any integer in the program: torch writes int64 sizes and bounds
+MAX_PROGRAM = 1 << 30   # bytes of program JSON, unpacked
+MAX_RATIO = 100         # unpacked / packed past 64 MiB (JSON packs ~10×; a zip bomb 1000×)
 MINMAX = frozenset({"Max", "Min"})
 _TOKEN = re.compile(r"""\s*(?:
     (?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
@@ -230,24 +230,39 @@ def quiet_logging():
         logging.disable(saved)
 
 
-def load_pt2(path: Path) -> "torch.export.ExportedProgram":
-    from torch._export.serde import schema
-    from torch._export.serde.serialize import (_SERIALIZE_TO_TORCH_DTYPE,
-                                               ExportedProgramDeserializer, _bytes_to_dataclass)
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.export.pt2_archive._package import PT2ArchiveReader
-
+def read_program(path: Path) -> bytes:
+    """The archive's program JSON (``<archive>/models/<name>.json``), read with zipfile: a
+    refusal costs no torch import (2 s, 300 MB). Its unpacked size is bounded before it is
+    read whole: at most MAX_PROGRAM bytes, and past 64 MiB at most MAX_RATIO times its packed
+    size (a zip bomb: 500 MB of JSON from a 0.5 MB archive)."""
     if not path.is_file():
         raise GraphcostError(f"{path}: no such file")
     if not zipfile.is_zipfile(path):
         raise GraphcostError(f"{path}: not a torch.export archive (.pt2 is a zip file)")
+    with zipfile.ZipFile(path) as z:
+        programs = [i for i in z.infolist() if i.filename.endswith(".json")
+                    and "models" in i.filename.split("/")[:2]]
+        if not programs:
+            raise GraphcostError(f"{path}: no exported program in the archive")
+        info = programs[0]
+        limit = min(MAX_PROGRAM, max(64 << 20, MAX_RATIO * info.compress_size))
+        with z.open(info) as fh:
+            raw = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise GraphcostError(f"{path}: refused: its program unpacks to over {limit:,} bytes "
+                             f"from {info.compress_size:,} in the archive")
+    return raw
+
+
+def load_pt2(path: Path) -> "torch.export.ExportedProgram":
     try:
-        with PT2ArchiveReader(str(path)) as reader:
-            programs = [n for n in reader.get_file_names()
-                        if n.startswith("models/") and n.endswith(".json")]
-            if not programs:
-                raise GraphcostError(f"{path}: no exported program in the archive")
-            raw = reader.read_bytes(programs[0])
+        raw = read_program(path)
+    except GraphcostError:
+        raise
+    except Exception as exc:  # a damaged zip: BadZipFile, a CRC error, a bad method
+        raise GraphcostError(f"{path}: unreadable .pt2 archive ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    try:
         try:
             doc = json.loads(raw)
         except ValueError as exc:  # not JSON, or an integer of over 4,300 digits
@@ -258,6 +273,12 @@ def load_pt2(path: Path) -> "torch.export.ExportedProgram":
         except ValueError as exc:
             raise GraphcostError(f"{path}: refused: the program holds {exc} (torch would "
                                  "evaluate it); a .pt2 is read as data only") from None
+        import torch  # only now: every check above is on the JSON alone
+        from torch._export.serde import schema
+        from torch._export.serde.serialize import (_SERIALIZE_TO_TORCH_DTYPE,
+                                                   ExportedProgramDeserializer,
+                                                   _bytes_to_dataclass)
+        from torch._subclasses.fake_tensor import FakeTensorMode
         serialized = _bytes_to_dataclass(schema.ExportedProgram, raw)
         if getattr(serialized, "guards_code", None):
             # Python source torch exec()s when the program becomes a module: never needed to
