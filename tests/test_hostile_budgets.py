@@ -32,11 +32,11 @@ def test_inlined_size_is_counted_as_onnx_inlines():
 
 def test_exponential_inlining_is_refused_before_expanding():
     # depth 30: 2^29 = 536,870,912 nodes from 60 in the file (1 + 1 + 2·29), over the floor
-    # of 50,000 (32 × 60 = 1,920 is below it); onnx.inliner would take minutes and gigabytes
+    # of 30,000 (32 × 60 = 1,920 is below it); onnx.inliner would take minutes and gigabytes
     m = hf.doubling_functions(30)
     t = time.perf_counter()
     with pytest.raises(GraphcostError, match=r"536,870,912 nodes out of the 60 in the file "
-                                             r"\(a call to 'local::f29'.*budget is 50,000"):
+                                             r"\(a call to 'local::f29'.*budget is 30,000"):
         analyze(m)
     assert time.perf_counter() - t < 5  # counting is linear in the file: milliseconds
 
