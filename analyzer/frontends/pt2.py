@@ -230,6 +230,24 @@ def quiet_logging():
         logging.disable(saved)
 
 
+def check_state_names(doc, path: Path) -> None:
+    """Two parameters (buffers, constants) of one name: one would stand for the other when
+    the state is bound by name (a 1-D bias in a matmul)."""
+    seen: set[tuple[str, str]] = set()
+    specs = doc.get("graph_module", {}).get("signature", {}).get("input_specs", []) \
+        if isinstance(doc, dict) else []
+    for spec in specs if isinstance(specs, list) else []:
+        for kind in ("parameter", "buffer", "tensor_constant"):
+            value = spec.get(kind) if isinstance(spec, dict) else None
+            key = value.get(f"{kind}_name") if isinstance(value, dict) else None
+            table = "constant" if kind == "tensor_constant" else "state"
+            if isinstance(key, str):
+                if (table, key) in seen:
+                    raise GraphcostError(f"{path}: invalid program: two inputs are the "
+                                         f"{kind.replace('_', ' ')} {key!r}")
+                seen.add((table, key))
+
+
 def read_program(path: Path) -> bytes:
     """The archive's program JSON (``<archive>/models/<name>.json``), read with zipfile: a
     refusal costs no torch import (2 s, 300 MB). Its unpacked size is bounded before it is
@@ -273,6 +291,7 @@ def load_pt2(path: Path) -> "torch.export.ExportedProgram":
         except ValueError as exc:
             raise GraphcostError(f"{path}: refused: the program holds {exc} (torch would "
                                  "evaluate it); a .pt2 is read as data only") from None
+        check_state_names(doc, path)
         import torch  # only now: every check above is on the JSON alone
         from torch._export.serde import schema
         from torch._export.serde.serialize import (_SERIALIZE_TO_TORCH_DTYPE,
@@ -313,9 +332,6 @@ def load_pt2(path: Path) -> "torch.export.ExportedProgram":
             if kind in ("parameter", "buffer", "tensor_constant"):
                 key = getattr(value, f"{kind}_name")
                 table = constants if kind == "tensor_constant" else state
-                if key in table:
-                    raise GraphcostError(f"{path}: invalid program: two inputs are the "
-                                         f"{kind.replace('_', ' ')} {key!r}")
                 t = placeholder(value.arg.name)
                 table[key] = torch.nn.Parameter(t) if kind == "parameter" else t
         with quiet_logging():
