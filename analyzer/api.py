@@ -8,49 +8,18 @@ Accepted models (analyzer/resolve.py): an ONNX path, ``zoo:NAME``, ``path/to/fil
 from __future__ import annotations
 
 import gc
+import inspect
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
+from graphcost.analyzer.api_checks import (check_arguments, check_checkpoint, check_unknown,
+                                           device_of, overhead_of, parallel_spec)
 from graphcost.analyzer.errors import GraphcostError, api_wording
 from graphcost.analyzer.report import Report
 from graphcost.analyzer.resolve import Bindings, Resolved, resolve
 
 Progress = Callable[[str], None]
-
-
-def check_arguments(*, batch=None, dims=None, input_shapes=None, input_dtypes=None,
-                    zoo_exporter: str = "onnx", progress=None, flags: Mapping[str, Any] = {},
-                    choices: Mapping[str, tuple[Any, Sequence]] = {}) -> None:
-    """Every bad argument is a GraphcostError, validated as the CLI validates its options:
-    sizes are positive ints within int64 (not "2", True or 2.5), mappings are mappings."""
-    from graphcost.analyzer.binding import check_shape, check_size
-
-    if batch is not None:  # named as on the command line (api_wording renames them)
-        check_size(batch, "--batch")
-    for what, value in (("dims", dims), ("input_shapes", input_shapes),
-                        ("input_dtypes", input_dtypes)):
-        if value is not None and not isinstance(value, Mapping):
-            raise GraphcostError(f"{what} must be a mapping of input or dim names, got "
-                                 f"{type(value).__name__}")
-        for k in value or ():
-            if not isinstance(k, str):
-                raise GraphcostError(f"{what}: names must be strings, got {k!r}")
-    for k, v in (dims or {}).items():
-        check_size(v, f"--dim {k}")
-    for k, v in (input_shapes or {}).items():
-        check_shape(v, f"--input-shape {k}")
-    if zoo_exporter not in ("onnx", "fx"):
-        raise GraphcostError(f"zoo_exporter must be 'onnx' or 'fx', got {zoo_exporter!r}")
-    if progress is not None and not callable(progress):
-        raise GraphcostError(f"progress must be callable, got {type(progress).__name__}")
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise GraphcostError(f"{name} must be True or False, got {value!r}")
-    for name, (value, allowed) in choices.items():
-        if value not in allowed:
-            raise GraphcostError(f"{name} must be one of {', '.join(map(repr, allowed))}, "
-                                 f"got {value!r}")
 
 
 def resolve_model(model, example_inputs: Sequence[Any] | None = None, *,
@@ -120,6 +89,7 @@ def _onnx_estimate(graph, note: Progress):
 
 def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str, int]):
     from graphcost.analyzer.frontends.fx_frontend import lower_exported
+    from graphcost.analyzer.frontends.pt2 import quiet_logging
     from graphcost.analyzer.frontends.size_bounds import check_maxima
 
     program = r.program
@@ -132,7 +102,8 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
             if s.kind.name == "USER_INPUT"]
     vals = [n.meta.get("val") for n in program.graph.nodes
             if n.op == "placeholder" and n.name in user]
-    graph = lower_exported(program, name=r.name, batch=batch_of(vals), maxima=maxima)
+    with quiet_logging():  # torch logs a failing rebuild's traceback before raising it
+        graph = lower_exported(program, name=r.name, batch=batch_of(vals), maxima=maxima)
     return check_maxima(graph, maxima)
 
 
@@ -203,14 +174,6 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     return finish(graph)
 
 
-def device_of(device):
-    """A device name as its DeviceRates (anything else as given)."""
-    if device is None or not isinstance(device, str):
-        return device
-    from graphcost.analyzer.devices import get_device
-    return get_device(device)
-
-
 def batch_of(tensors) -> int:
     """Axis 0 of the first tensor with one (1 when there is none)."""
     for t in tensors:
@@ -220,7 +183,8 @@ def batch_of(tensors) -> int:
     return 1
 
 
-def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | None = None,
+def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
+            batch: int | None = None,
             dims: Mapping[str, int] | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             input_dtypes: Mapping[str, Any] | None = None,
@@ -231,7 +195,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
             device: Any = None, tf32: bool = False, overhead: Any = None,
             what_if: bool = True, parallel: Mapping[str, Any] | None = None,
             optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
-            all_layers: bool = False, _cli: bool = False) -> Report:
+            all_layers: bool = False, _cli: bool = False, **unknown) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -269,6 +233,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *, batch: int | 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        check_unknown(extra, unknown, ANALYZE_ARGS)
+        overhead = overhead_of(overhead)
         if serve is not None and parallel:
             raise GraphcostError("--serve reviews one replica serving: leave out --parallel")
         if serve is not None:
@@ -304,11 +270,7 @@ def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, inc
                                                        "adamw")),
                              "precision": (precision, ("fp32", "fp16-mixed", "bf16-mixed")),
                              "optimizer_impl": (optimizer_impl, (None, "forloop", "foreach"))})
-    if checkpoint is not None and not isinstance(checkpoint, Mapping):
-        raise GraphcostError(f"checkpoint must be a mapping such as {{'every': 2}}, got "
-                             f"{type(checkpoint).__name__}")
-    if checkpoint and not train:
-        raise GraphcostError("checkpoint plans need a training analysis (--train)")
+    checkpoint = check_checkpoint(checkpoint, train)
     if precision != "fp32" and not train:
         raise GraphcostError("--precision is a training recipe: add --train")
     device = device_of(device)
@@ -321,54 +283,10 @@ def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, inc
         progress("running the passes")
     return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
                       lifetimes=lifetimes, optimizer=optimizer if train else None,
-                      checkpoint=dict(checkpoint) if checkpoint else None,
+                      checkpoint=checkpoint,
                       precision=precision, device=device, tf32=tf32,
                       overhead=overhead, what_if=what_if and spec is None, parallel=spec,
                       optimizer_impl=optimizer_impl or default_optimizer_impl(device))
-
-
-_PARALLEL_KEYS = ("strategy", "world_size", "offload", "bucket_cap_mb", "units", "interconnect")
-
-
-def parallel_spec(parallel, train: bool, precision: str):
-    """``analyze``'s ``parallel`` mapping as the pass's ParallelSpec (checked)."""
-    if not parallel:
-        return None
-    from graphcost.analyzer.devices import get_interconnect
-    from graphcost.passes.parallel import ParallelSpec, check_spec
-
-    if not isinstance(parallel, Mapping):
-        raise GraphcostError("--parallel: expected a mapping such as "
-                             "{'strategy': 'fsdp', 'world_size': 8}")
-    unknown = sorted(set(parallel) - set(_PARALLEL_KEYS))
-    if unknown:
-        raise GraphcostError(f"--parallel: unknown key(s) {', '.join(unknown)}; known: "
-                             + ", ".join(_PARALLEL_KEYS))
-    if "strategy" not in parallel:
-        raise GraphcostError("--parallel: name a strategy: ddp, zero1, zero2, zero3 or fsdp")
-    if not train:
-        raise GraphcostError(f"--parallel {parallel['strategy']} divides a training step "
-                             "across ranks: add --train")
-    if precision != "fp32":
-        raise GraphcostError(f"--precision {precision} with --parallel: not modelled yet "
-                             "(data-parallel analysis is of fp32 training)")
-    if "world_size" not in parallel:
-        raise GraphcostError(f"--parallel {parallel['strategy']} needs --world-size N (or auto "
-                             "with --device)")
-    world = parallel["world_size"]
-    if world == "auto":
-        world = None
-    elif isinstance(world, bool) or not isinstance(world, int):
-        raise GraphcostError(f"--world-size {world}: expected a whole number ≥ 1 or auto")
-    units = parallel.get("units")
-    link = parallel.get("interconnect")
-    spec = ParallelSpec(
-        str(parallel["strategy"]), world, parallel.get("offload"),
-        float(parallel.get("bucket_cap_mb", 25.0)),
-        tuple(units) if units else None,
-        get_interconnect(link) if isinstance(link, str) else link)
-    check_spec(spec)
-    return spec
 
 
 def _analyze_serving(model, example_inputs, serve, *, batch, dims, input_shapes, train,
@@ -396,3 +314,8 @@ def _analyze_serving(model, example_inputs, serve, *, batch, dims, input_shapes,
         progress("running the passes")
     return run_passes(graph, include_inputs=include_inputs, lifetimes=lifetimes,
                       device=device_of(device), tf32=tf32, overhead=overhead, serving=trace)
+
+
+# the keywords analyze takes, for the error naming one it does not
+ANALYZE_ARGS = tuple(n for n, p in inspect.signature(analyze).parameters.items()
+                     if p.kind is p.KEYWORD_ONLY)

@@ -127,7 +127,10 @@ def _flops(r: Report) -> int:
 
 
 def _affine(b1: int, y1: float, b2: int, y2: float) -> Affine:
-    k = (y2 - y1) / (b2 - b1)
+    if isinstance(y1, int) and isinstance(y2, int) and max(abs(y1), abs(y2)) > 2 ** 1000:
+        k = (y2 - y1) // (b2 - b1)  # FLOPs past a float (nested loops, labelled absurd)
+    else:
+        k = (y2 - y1) / (b2 - b1)
     return Affine(y1 - k * b1, k)
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from graphcost.analyzer.api import (analyze, batch_of, device_of, load_graph, parallel_spec,
-                                    resolve_model, torch_graph)
+from graphcost.analyzer.api import (ANALYZE_ARGS, analyze, batch_of, device_of, load_graph,
+                                    parallel_spec, resolve_model, torch_graph)
+from graphcost.analyzer.api_checks import check_checkpoint, check_unknown, overhead_of
 from graphcost.analyzer.errors import GraphcostError, api_wording
 from graphcost.analyzer.ir import Graph
 from graphcost.analyzer.report import Report
@@ -73,7 +74,11 @@ def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], 
     train = load.get("train", False)
     try:
         from graphcost.analyzer.devices import default_optimizer_impl
+        check_unknown((), {k: v for k, v in kwargs.items() if k not in ANALYZE_ARGS},
+                      ANALYZE_ARGS)
         passes["device"] = device_of(passes.get("device"))
+        passes["overhead"] = overhead_of(passes.get("overhead"))
+        passes["checkpoint"] = check_checkpoint(passes.get("checkpoint"), train)
         # the passes' arguments as analyze makes them (device's optimizer impl, checked spec)
         passes["optimizer_impl"] = passes.get("optimizer_impl") or \
             default_optimizer_impl(passes["device"])

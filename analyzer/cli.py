@@ -13,7 +13,7 @@ from graphcost.analyzer.cli_serve import add_serve_args, serve_kwargs
 from graphcost.analyzer.devices import get_device, parse_device_spec, parse_overhead
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.cli_output import (console_for, refuse_overwrite,  # noqa: F401
-                                           terminal_width, wrote)
+                                           strict_failure, terminal_width, wrote)
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
 
@@ -145,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("table", "json", "csv", "markdown"), default="table")
     p.add_argument("-o", "--output", help="write the report to this file instead of stdout")
     p.add_argument("--strict", action="store_true",
-                   help=f"exit {EXIT_INCOMPLETE} if any node has no cost rule or no shape")
+                   help=f"exit {EXIT_INCOMPLETE} if any node has no cost rule or no shape, or "
+                        "counts beyond any device (over 2^64)")
     p.add_argument("--plot", metavar="FILE.svg|png",
                    help="with --train: write the memory timeline chart (SVG, or PNG with the "
                         "png extra: matplotlib)")
@@ -342,11 +343,9 @@ def _run(args) -> int:
         from graphcost.analyzer.plot import timeline_svg
         Path(args.plot).write_text(timeline_svg(report), encoding="utf-8")
         wrote(args.plot, "memory timeline")
-    c = report.coverage
-    if args.strict and (c.unsupported or c.unknown_shape):
-        missing = dict(c.unsupported, **c.unknown_shape)
-        sys.stderr.write("graphcost: strict: not costed: "
-                         + ", ".join(f"{k}×{v}" for k, v in sorted(missing.items())) + "\n")
+    failure = args.strict and strict_failure(report)
+    if failure:
+        sys.stderr.write(f"graphcost: strict: {failure}\n")
         return EXIT_INCOMPLETE
     return EXIT_OK
 

@@ -1,5 +1,5 @@
 """Where the command writes: files it may not replace, the terminal it fits, what it says it
-wrote. (analyzer/cli.py and the subcommands use these.)"""
+wrote, and what ``--strict`` fails on. (analyzer/cli.py and the subcommands use these.)"""
 from __future__ import annotations
 
 import os
@@ -65,3 +65,20 @@ def console_for(file, width: int | None):
 def wrote(path: str, what: str) -> None:
     """Say where a file was written (stderr: stdout stays the report)."""
     sys.stderr.write(f"graphcost: wrote {what} to {path}\n")
+
+
+def strict_failure(report) -> str:
+    """Why ``--strict`` fails the report ("" when it does not): nodes not costed (no rule, no
+    shape), or counts beyond any device (over 2^64: passes/magnitude.py)."""
+    from graphcost.passes.magnitude import beyond
+
+    c = report.coverage
+    if c.unsupported or c.unknown_shape:
+        missing = dict(c.unsupported, **c.unknown_shape)
+        return "not costed: " + ", ".join(f"{k}×{v}" for k, v in sorted(missing.items()))
+    absurd = [r.name for r in report.nodes if beyond(r.macs, r.flops, r.bytes_read,
+                                                     r.bytes_written, r.output_bytes)]
+    if absurd:
+        return (f"{len(absurd)} node(s) count over 2^64 (beyond any device), first "
+                f"{absurd[0]!r}: see the warnings")
+    return ""

@@ -11,6 +11,7 @@ from graphcost.passes.bounds import size_bounds
 from graphcost.passes.costs import CostReport, count_costs
 from graphcost.passes.allocator_events import inference_reserved_peak
 from graphcost.passes.liveness import analyze_liveness
+from graphcost.passes.magnitude import magnitude_warnings
 from graphcost.passes.modules import aggregate_modules
 from graphcost.passes.parallel import parallel_step
 from graphcost.passes.moe import find_moe
@@ -56,7 +57,8 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
     report = Report(
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
-        memory=memory, warnings=_warnings(graph, memory, arena), training=training, roofline=None,
+        memory=memory, warnings=_warnings(graph, memory, arena, costs), training=training,
+        roofline=None,
         traced_layers=graph.traced_layers,
         parallel=parallel and parallel_step(graph, training, parallel, device, overhead),
         moe=find_moe(graph, costs, params.params),
@@ -81,8 +83,9 @@ def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:
                   flops_by_dtype=flops_by_dtype(graph, costs.nodes))
 
 
-def _warnings(graph: Graph, memory, arena) -> tuple[str, ...]:
+def _warnings(graph: Graph, memory, arena, costs: CostReport) -> tuple[str, ...]:
     out = list(graph.warnings)
+    out.extend(magnitude_warnings(graph, costs.nodes))  # counts over 2^64: labelled
     if arena is not None and arena.stacked:
         out.append(f"arena: {arena.stacked} of the tensors live at once in such numbers that "
                    "greedy-by-size planning would be quadratic; they are stacked, so the arena "

@@ -43,7 +43,8 @@ def y_grid(top: float, y: Callable[[float], float], fmt: Callable[[float], str])
     training chart here and the HTML report's inference chart)."""
     out = []
     for k in range(5):
-        v = top * k / 4
+        # (integer steps past 2^53 B: a labelled absurd peak would overflow a float)
+        v = top * k // 4 if isinstance(top, int) and top > 2 ** 53 else top * k / 4
         out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
                    f'stroke="#ccc" stroke-width="0.5"/>')
         out.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{fmt(v)}</text>')

@@ -10,6 +10,7 @@ from __future__ import annotations
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.plot import SHADES, _gib, training_curves
 from graphcost.analyzer.report import Report
+from graphcost.analyzer.units import human_bytes
 
 INSTALL_HINT = "PNG output needs matplotlib: pip install 'graphcost[png]'"
 
@@ -59,6 +60,9 @@ def timeline_png(report: Report, path) -> None:
     ax.tick_params(axis="x", length=0)
     ax.set_xlabel("nodes of the forward + backward schedule, then the optimizer step "
                   "(peak marked)", color="#555555")
+    if top > 1e300:  # matplotlib draws floats; the report labels such a step absurd
+        raise GraphcostError(f"--plot: the step's memory ({human_bytes(top)}) is beyond what "
+                             "a PNG axis can scale: write the SVG (--plot FILE.svg) instead")
     ax.set_yticks([top * k / 4 for k in range(5)], [_gib(top * k / 4) for k in range(5)])
     ax.grid(axis="y", color="#cccccc", lw=0.5)
     ax.set_axisbelow(True)

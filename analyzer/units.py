@@ -62,8 +62,20 @@ def parse_rate(text: str, what: str = "rate") -> float:
     return value
 
 
+def _huge(n: int) -> str | None:
+    """An int past 10^18 as '3.87e+25' (exactly, from its digits: one past 2^1024 has no
+    float), None otherwise; such counts are labelled absurd (passes/magnitude.py)."""
+    if not isinstance(n, int) or abs(n) < 10 ** 18:
+        return None
+    digits = str(abs(n))
+    return f"{'-' if n < 0 else ''}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+
+
 def human(n: float, unit: str = "") -> str:
     """1234567 -> '1.23M' (SI prefixes; bytes use binary units via human_bytes)."""
+    huge = _huge(n)
+    if huge is not None:
+        return f"{huge}{unit}"
     for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
         if abs(n) >= div:
             return f"{n / div:.2f}{suffix}{unit}"
@@ -71,6 +83,9 @@ def human(n: float, unit: str = "") -> str:
 
 
 def human_bytes(n: float) -> str:
+    huge = _huge(n)
+    if huge is not None:
+        return f"{huge} B"
     for div, suffix in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
         if abs(n) >= div:
             return f"{n / div:.2f} {suffix}"

@@ -100,9 +100,9 @@ def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
         raise GraphcostError(f"--repeat must be at least 1, got {repeat}")
     note("loading the model with its weights")
     proto = _load_with_weights(resolved)
-    if proto.functions:  # the IR names values of the inlined graph
-        import onnx.inliner
-        proto = onnx.inliner.inline_local_functions(proto)
+    if proto.functions:  # the IR names values of the inlined graph (inlined within budget)
+        from graphcost.analyzer.frontends.onnx_inline import inline_functions
+        proto = inline_functions(proto, resolved.name)
     graph = lower_onnx(proto, name=resolved.name, batch=batch, dims=resolved.dims,
                        input_shapes=resolved.input_shapes)
     feeds = _random_feeds(proto, graph, resolved.int_ranges)

@@ -93,9 +93,10 @@ def check_spec(spec: ParallelSpec) -> None:
     if spec.strategy not in STRATEGIES:
         raise GraphcostError(f"--parallel {spec.strategy}: known: {', '.join(STRATEGIES)}")
     if spec.world_size is not None and (not isinstance(spec.world_size, int)
-                                        or spec.world_size < 1):
-        raise GraphcostError(f"--world-size {spec.world_size}: must be a whole number ≥ 1 "
-                             "(or auto)")
+                                        or not 1 <= spec.world_size <= MAX_WORLD):
+        # the bound --world-size auto searches to (65,536 ranks: beyond the largest jobs run)
+        raise GraphcostError(f"--world-size {spec.world_size}: must be a whole number from 1 "
+                             f"to {MAX_WORLD:,} (or auto)")
     if spec.offload not in (None, *OFFLOADS):
         raise GraphcostError(f"--offload {spec.offload}: known: {', '.join(OFFLOADS)}")
     if spec.offload and spec.strategy == "ddp":

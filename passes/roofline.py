@@ -16,6 +16,7 @@ analyzer/devices.py); ``Overhead`` is what a process needs beyond its tensors.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -55,7 +56,11 @@ class Overhead:
     allocator_fraction: float = 0.10
 
     def required(self, tensor_bytes: int) -> int:
-        return int(tensor_bytes * (1.0 + self.allocator_fraction)) + self.context_bytes
+        try:
+            return int(tensor_bytes * (1.0 + self.allocator_fraction)) + self.context_bytes
+        except OverflowError:  # past 2^1024 B (labelled absurd): the fraction in integers
+            return tensor_bytes + tensor_bytes * round(self.allocator_fraction * 10 ** 6) \
+                // 10 ** 6 + self.context_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,15 @@ def node_dtype(graph: Graph, node, macs: int, tf32: bool) -> str:
     return "tf32" if tf32 and macs else "fp32"
 
 
+def _seconds(count: int, rate: float) -> float:
+    """count / rate, at most the largest float: a count past 2^1024 (nested loops of 2^63
+    trips, labelled by passes/magnitude.py) has no float of its own."""
+    try:
+        return count / rate
+    except OverflowError:
+        return sys.float_info.max
+
+
 def roofline(graph: Graph, node_costs, device: DeviceRates, *, tensor_bytes: int,
              tf32: bool = False, overhead: Overhead | None = None) -> Roofline:
     """``node_costs``: the cost pass's per-node costs, aligned with ``graph.nodes``;
@@ -118,25 +132,26 @@ def roofline(graph: Graph, node_costs, device: DeviceRates, *, tensor_bytes: int
         dtype = node_dtype(graph, node, c.macs, tf32)
         if device.peak_flops.get(dtype) is None:
             fallbacks.add(dtype)
-        t_flops = c.flops / device.peak(dtype)
+        t_flops = _seconds(c.flops, device.peak(dtype))
         moved = c.bytes_read + c.bytes_written
-        t_bytes = moved / bw
+        t_bytes = _seconds(moved, bw)
         seconds = max(t_flops, t_bytes)
         if seconds == 0.0:
             bound = ""
         elif t_flops >= t_bytes:
             bound = "compute"
-            compute += seconds
+            compute = min(compute + seconds, sys.float_info.max)
         else:
             bound = "memory"
-            memory += seconds
-        intensity = c.flops / moved if moved else None if c.flops else 0.0
+            memory = min(memory + seconds, sys.float_info.max)
+        intensity = _seconds(c.flops, moved) if moved else None if c.flops else 0.0
         out.append(NodeTime(node.index, seconds, intensity, bound, dtype))
     top = tuple(t.index for t in sorted(out, key=lambda t: (-t.seconds, t.index))[:10]
                 if t.seconds > 0)
     required = overhead.required(tensor_bytes)
     return Roofline(device.name, device.label, dict(device.peak_flops), device.bandwidth,
-                    device.memory, tf32, compute + memory, compute, memory, top, tensor_bytes,
+                    device.memory, tf32, min(compute + memory, sys.float_info.max), compute,
+                    memory, top, tensor_bytes,
                     overhead.context_bytes, overhead.allocator_fraction, required,
                     required <= device.memory, tuple(sorted(fallbacks)), tuple(out), device)
 

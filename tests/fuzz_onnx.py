@@ -252,11 +252,49 @@ def wide_split(rng, m):
     return "wide_split"
 
 
+def function_doubling(rng, m):
+    """A call to a local function whose function k calls k − 1 twice: 2^(depth−1) nodes once
+    inlined (tests/hostile_files.py; refused before any is made)."""
+    from tests.hostile_files import doubling_functions
+    depth = rng.choice([18, 24, 31])
+    donor = doubling_functions(depth)
+    x = _data_inputs(m)[0].name
+    call = donor.graph.node[0]
+    call.input[0], call.output[0], call.name = x, "doubled", "doubled"
+    m.graph.node.append(call)
+    m.functions.extend(donor.functions)
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    m.graph.output.append(helper.make_tensor_value_info("doubled", TensorProto.FLOAT, None))
+    return f"function_doubling:{depth}"
+
+
+def many_inputs(rng, m):
+    """One Sum reading a graph input tens of thousands of times."""
+    n = rng.choice([10_000, 50_000])
+    x = _data_inputs(m)[0].name
+    m.graph.node.append(helper.make_node("Sum", [x] * n, ["wide_sum"], name="wide_sum"))
+    m.graph.output.append(helper.make_tensor_value_info("wide_sum", TensorProto.FLOAT, None))
+    return f"many_inputs:{n}"
+
+
+def nested_trips(rng, m):
+    """Loops nested ``depth`` deep around an Add of a graph input, each of 2^63 − 1 trips."""
+    from tests.hostile_files import nested_loop
+    depth = rng.choice([2, 8, 30])
+    x = _data_inputs(m)[0]
+    shape = [d.dim_value or 1 for d in x.type.tensor_type.shape.dim]  # (batch 1, the default)
+    m.graph.initializer.extend([helper.make_tensor("trips", TensorProto.INT64, [], [2 ** 63 - 1]),
+                                helper.make_tensor("cond", TensorProto.BOOL, [], [True])])
+    m.graph.node.append(nested_loop(depth, "trips", x.name, "looped", shape=shape))
+    m.graph.output.append(helper.make_tensor_value_info("looped", TensorProto.FLOAT, None))
+    return f"nested_trips:{depth}"
+
+
 MUTATIONS: list[Callable[[random.Random, onnx.ModelProto], str]] = [
     dim_value, dim_param, init_dims, raw_size, elem_type, attr_type, attr_flip_type,
     attr_remove, attr_add, input_undefined, input_count, output_dup, cycle, shuffle,
     remove_node, op_type, domain, opset, ir_version, init_dup, graph_output, external_constant,
-    constant_of_shape, wide_split]
+    constant_of_shape, wide_split, function_doubling, many_inputs, nested_trips]
 
 
 # ---- byte-level mutations -----------------------------------------------------------------

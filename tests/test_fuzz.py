@@ -1,4 +1,5 @@
-"""Fuzzing the ONNX path: 480 deterministic mutations of four zoo exports (tests/fuzz_onnx.py).
+"""Fuzzing the ONNX path: 480 deterministic mutations of four zoo exports (tests/fuzz_onnx.py),
+and issue 27's hostile files (tests/fuzz_hostile.py).
 
 Every file: exit 0, 2 or 3 only (never 70), no traceback, a refusal is one line, the input is
 never modified, and a valid-but-shuffled graph is analyzed. Every file that BOTH onnx.checker
@@ -96,6 +97,8 @@ def test_fuzzed_files(bases, tmp_path):
             problems.append(f"not one line: {where}")
         if path.read_bytes() != data:
             problems.append(f"input modified: {where}")
+        if code == 0 and "nested_trips" in label and "over 2^64" not in out.getvalue():
+            problems.append(f"trip counts past 2^64 without a label: {where}")
         if label == "shuffle" and code != 0:
             problems.append(f"a valid unsorted graph was not analyzed: {where}")
         if code == 2:
@@ -118,3 +121,38 @@ def test_fuzzed_files(bases, tmp_path):
           f"onnxruntime also refuses: {sum(v.startswith('rejects') for v in verdicts.values())}")
     assert total >= 300
     assert not problems, "\n".join(problems[:30])
+
+
+def test_hostile_cases(tmp_path):
+    """Issue 27's hostile files (tests/fuzz_hostile.py), each run through the command line in a
+    child process: the status it must get — 2 with one line, or 0 with the label asked for on
+    a valid file — no traceback, within 2 s and 200 MB above what the process held."""
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, "-m", "tests.fuzz_hostile", str(tmp_path)], cwd=root,
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=str(root)))
+    assert p.returncode == 0, p.stderr[-3000:]
+    results = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == 21, p.stdout[-3000:]
+    problems = []
+    print(f"\nhostile: {len(results)} cases; exit status histogram: " + ", ".join(
+        f"{c}: {n}" for c, n in sorted(Counter(r["code"] for r in results).items())))
+    print(f"  {'case':<28} exit {'s':>6} {'MiB':>7} {'bytes':>9} {'µs/B':>7} {'KiB/B':>7}")
+    for r in results:
+        print(f"  {r['case']:<28} {r['code']:>4} {r['seconds']:6.2f} {r['peak_mib']:7.1f} "
+              f"{r['bytes']:9,} {r['seconds'] / r['bytes'] * 1e6:7.2f} "
+              f"{r['peak_mib'] * 1024 / r['bytes']:7.3f}")
+        where = f"{r['case']}: exit {r['code']}: {r['stderr'].strip()[:300]}"
+        if r["code"] != r["want"] or not r["said"] or "Traceback" in r["stderr"]:
+            problems.append(where)
+        if r["code"] == 2 and (r["stderr"].count("\n") != 1 or
+                               not r["stderr"].startswith("graphcost: error: ")):
+            problems.append(f"not one line: {where}")
+        if r["code"] == 0 and r["stderr"]:
+            problems.append(f"stderr on success: {where}")
+        if r["seconds"] > 2 or r["peak_mib"] > 200:
+            problems.append(f"{r['seconds']:.2f} s, {r['peak_mib']:.0f} MiB: {where}")
+    assert not problems, "\n".join(problems)

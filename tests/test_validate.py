@@ -13,6 +13,7 @@ from graphcost.analyzer.api import analyze
 from graphcost.analyzer.cli import main
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.frontends.onnx_validate import validate_model
+from tests import hostile_files as hf
 from tests.onnx_builders import model, node, shape_const, weight
 
 
@@ -272,3 +273,58 @@ def test_cli_exit_2_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ssa.onnx: invalid graph: node 'r2' (Relu)" in err
     assert main([str(p), "--strict"]) == 2
+
+
+# ---- what onnx.checker (full_check) and onnxruntime both refuse, judged by them ------------
+
+def _verdicts(m, tmp_path) -> tuple[bool, bool]:
+    """(onnx.checker full_check refuses, onnxruntime refuses) — the independent judges."""
+    import onnxruntime as ort
+    path = tmp_path / "judged.onnx"
+    onnx.save(m, path)
+    try:
+        onnx.checker.check_model(m, full_check=True)
+        checker = False
+    except Exception:
+        checker = True
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4
+    try:
+        ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        runtime = False
+    except Exception:
+        runtime = True
+    return checker, runtime
+
+
+@pytest.mark.parametrize("build, needle", [
+    (lambda: hf.fused_conv_inputs(1), "1 inputs, the FusedConv schema takes 2..4"),
+    (lambda: hf.fused_conv_inputs(5), "5 inputs, the FusedConv schema takes 2..4"),
+    (lambda: hf.op_before_its_opset("Gelu", 1),
+     "no operator 'Gelu' in domain 'ai.onnx' at opset 1 (onnx has it from opset 20)"),
+    (lambda: hf.sparse_initializer("S", 500),  # a 4×4 tensor: flat positions 0..15
+     "sparse initializer 'S': index 500 is out of bounds [0, 16)"),
+    (lambda: hf.sparse_initializer(""), "sparse initializer '': it has no name"),
+    (hf.lying_value_info, "value_info declares 'r' of node 'relu' (Relu) int64, inference "
+                          "gives float")])
+def test_refused_as_the_checker_or_onnxruntime_refuses(build, needle, tmp_path):
+    m = build()
+    assert _verdicts(m, tmp_path) != (False, False)  # at least one judge refuses it
+    refused(m, needle)
+
+
+def test_accepted_where_onnxruntime_runs_it(tmp_path):
+    # onnxruntime registers its own LayerNormalization:1 in the ai.onnx domain (onnx's
+    # arrived in opset 17): it runs at opset 16, so graphcost analyzes it
+    m = hf.op_before_its_opset("LayerNormalization", 16)
+    m.graph.node[0].input.extend(["scale"])
+    m.graph.initializer.append(numpy_helper.from_array(np.ones(8, np.float32), "scale"))
+    assert _verdicts(m, tmp_path)[1] is False
+    assert analyze(m).coverage.nodes == 1
+    # a value_info whose shape (not dtype) contradicts inference: onnxruntime runs it, and
+    # graphcost's shapes come from inference (the Relu's output: 2×8 floats = 64 bytes)
+    m = hf.lying_value_info()
+    m.graph.value_info[0].CopyFrom(helper.make_tensor_value_info("r", TensorProto.FLOAT, [3, 7]))
+    assert _verdicts(m, tmp_path) == (True, False)
+    relu = next(n for n in analyze(m).nodes if n.name == "relu")
+    assert relu.output_bytes == 64

@@ -6,7 +6,8 @@
   chains resolve) run on a *skeleton*: the nodes, the bound inputs and only the small integer
   initializers that shape computations read; every other initializer becomes a typed graph
   input. Weights never pass through inference, which keeps it ~5× faster on real models.
-* Model-local functions are inlined first (onnx.inliner). If/Loop/Scan bodies are lowered as
+* Model-local functions are inlined first (onnx.inliner), within a node budget counted before
+  expanding (analyzer/frontends/onnx_inline.py). If/Loop/Scan bodies are lowered as
   nodes of their own, placed before the control-flow node: a Loop body repeats ``M`` times when
   its trip count is a constant, else once with a warning; a Scan body repeats once per scanned
   slice; both If branches are counted (an upper bound, with a warning).
@@ -19,12 +20,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import onnx
-import onnx.inliner
 from onnx import TensorProto, helper
 
 from graphcost.analyzer.binding import bind_inputs
 from graphcost.analyzer.frontends import onnx_shapes
-from graphcost.analyzer.frontends.onnx_infer import infer
+from graphcost.analyzer.frontends.onnx_infer import check_declared_types, infer
+from graphcost.analyzer.frontends.onnx_inline import inline_functions
 from graphcost.analyzer.frontends.onnx_lowering import Lowering
 from graphcost.analyzer.frontends.onnx_types import (DTYPE, SpecReader,  # noqa: F401 (DTYPE)
                                                      _raw_dims, _type_spec)
@@ -58,11 +59,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     """Lower ``model`` (never modified) into the IR with every graph input bound."""
     dims = dict(dims or {})
     input_shapes = dict(input_shapes or {})
-    if model.functions:
-        try:
-            model = onnx.inliner.inline_local_functions(model)  # a new proto; the caller's stays
-        except Exception as exc:
-            raise GraphcostError(f"cannot inline the model's local functions: {exc}") from None
+    model = inline_functions(model, name)  # a new proto (the caller's stays), within budget
     model = validate_model(model, name)  # refuses invalid graphs; sorts unsorted ones
     g = model.graph
     if len(g.node) == 0:
@@ -137,6 +134,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     # Data propagation only matters where shapes are computed from Shape/Size values.
     data_prop = any(n.op_type in ("Shape", "Size") for n in g.node)
     inferred = infer(sk, name, data_prop)
+    check_declared_types(g.value_info, inferred.graph, name)
     reader = SpecReader()
     specs: dict[str, TensorSpec] = {}
     reader.collect(inferred.graph, specs)

@@ -70,3 +70,29 @@ def _without_output_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         if vi.type.HasField("tensor_type"):
             vi.type.tensor_type.ClearField("shape")
     return out
+
+
+def check_declared_types(declared, inferred: onnx.GraphProto, name: str) -> None:
+    """The file's value_info against inference: a tensor declared of another element type
+    than its producer gives is an invalid graph (onnxruntime refuses it too: "Type Error").
+    A declared shape that inference contradicts is left alone — onnxruntime runs those, and
+    graphcost's shapes come from inference, never from value_info."""
+    got = {vi.name: vi.type.tensor_type.elem_type for vi in inferred.value_info
+           if vi.type.HasField("tensor_type")}
+    producer: dict[str, onnx.NodeProto] | None = None  # built on the first mismatch
+    for vi in declared:
+        if not vi.type.HasField("tensor_type"):
+            continue
+        want, have = vi.type.tensor_type.elem_type, got.get(vi.name, 0)
+        if want and have and want != have:
+            if producer is None:
+                producer = {o: n for n in inferred.node for o in n.output}
+            node = producer.get(vi.name)
+            if node is None or node.domain not in ("", "ai.onnx"):
+                continue  # typed by a rule of graphcost's (other domains), not by onnx
+            where = f" of node {node.name!r} ({node.op_type})" if node.name else \
+                f" of a {node.op_type} node"
+            raise GraphcostError(
+                f"{name}: invalid graph: value_info declares {vi.name!r}{where} "
+                f"{onnx.TensorProto.DataType.Name(want).lower()}, inference gives "
+                f"{onnx.TensorProto.DataType.Name(have).lower()}")

@@ -67,6 +67,7 @@ class Lowering:
         self.nodes: list[Node] = []
         self.warnings: list[str] = []
         self.used_names: set[str] = set()
+        self._suffix: dict[str, int] = {}  # base name -> the last #k suffix given to it
         self.weights = weights
         self.bound = bound
         self.symbols = symbols
@@ -98,11 +99,15 @@ class Lowering:
                      warnings=tuple(self.warnings))
 
     def _unique(self, base: str) -> str:
-        """``base`` made unique by a ``#k`` suffix (ONNX node names may repeat or be empty)."""
-        name, k = base, 1
+        """``base`` made unique by a ``#k`` suffix (ONNX node names may repeat or be empty).
+        The search for ``base`` resumes where it last stopped: 100k nodes of one name would
+        otherwise try 1 + 2 + … + 100k suffixes."""
+        k = self._suffix.get(base, 1)
+        name = base
         while name in self.used_names:
             k += 1
             name = f"{base}#{k}"
+        self._suffix[base] = k
         self.used_names.add(name)
         return name
 

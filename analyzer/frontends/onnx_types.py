@@ -63,13 +63,20 @@ def _attr_value(a: AttributeProto) -> Any:
     return _SKIP  # tensors and graphs stay out of the IR: specs carry what costs need
 
 
+# Past 2^64 a count is labelled absurd (passes/magnitude.py: a Tile to 2^81 elements is
+# reported, with a warning); past 2^128 elements it is refused: far from any device, and far
+# enough below 2^1024 that every figure derived from it (bytes, sums, fits) stays a float.
+MAX_ELEMENTS_LOG2 = 128
+MAX_ELEMENTS = 2 ** MAX_ELEMENTS_LOG2
+
+
 class SpecReader:
     """TypeProto -> TensorSpec, one shared TensorSpec per distinct type (graphs repeat a few
     shapes thousands of times, so reading each type's dims in Python once saves most of it)."""
 
     def __init__(self) -> None:
         self._cache: dict[bytes, TensorSpec] = {}
-        self._negative: set[int] = set()  # ids of specs with a negative dim
+        self._bad: dict[int, str] = {}  # ids of specs no cost may come from -> why
 
     def __call__(self, tp: onnx.TypeProto) -> TensorSpec:
         key = tp.SerializeToString()
@@ -77,24 +84,32 @@ class SpecReader:
         if spec is None:
             spec = self._cache[key] = _type_spec(tp)
             if spec.shape and any(isinstance(d, int) and d < 0 for d in spec.shape):
-                self._negative.add(id(spec))
+                self._bad[id(spec)] = "invalid graph: {where}: its output {name!r} has a " \
+                                      "negative dim after shape inference ({shape})"
+            elif spec.numel is not None and spec.numel > MAX_ELEMENTS:
+                self._bad[id(spec)] = (
+                    "refused: {where}: its output {name!r} would hold 2^"
+                    f"{spec.numel.bit_length() - 1} elements or more ({{shape}}), past the "
+                    f"2^{MAX_ELEMENTS_LOG2} graphcost counts")
         return spec
 
     def collect(self, g: onnx.GraphProto, into: dict[str, TensorSpec]) -> None:
         """Inferred specs of ``g``'s values. A negative dim there (a Resize with a NaN scale,
-        a Slice gone wrong) is an invalid graph, never a negative cost."""
-        negative = self._negative
+        a Slice gone wrong) is an invalid graph, never a negative cost; so is a tensor past
+        MAX_ELEMENTS (a Tile to 2^6000 elements)."""
+        bad = self._bad
         for coll in (g.value_info, g.output):
             for vi in coll:
                 spec = into[vi.name] = self(vi.type)
-                if id(spec) in negative:
+                if id(spec) in bad:
                     node = next((n for n in g.node if vi.name in n.output), None)
                     where = "the graph" if node is None else \
                         f"node {node.name!r} ({node.op_type})" if node.name else \
                         f"a {node.op_type} node"
-                    raise GraphcostError(f"invalid graph: {where}: its output {vi.name!r} has "
-                                         f"a negative dim after shape inference "
-                                         f"({spec.shape_str()})")
+                    shape = spec.shape_str()
+                    shape = shape if len(shape) <= 100 else shape[:100] + "…"
+                    raise GraphcostError(bad[id(spec)].format(where=where, name=vi.name,
+                                                              shape=shape))
 
 
 def _type_spec(tp: onnx.TypeProto) -> TensorSpec:

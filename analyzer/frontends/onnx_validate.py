@@ -35,6 +35,7 @@ from graphcost.passes.costs import lookup
 from onnx import AttributeProto
 
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.frontends import ort_schemas
 from graphcost.analyzer.frontends.onnx_validate_flow import check_control_flow, toposort
 from graphcost.analyzer.frontends.onnx_validate_flow import invalid as _fail
 from graphcost.analyzer.frontends.onnx_validate_flow import node_label as _label
@@ -68,6 +69,20 @@ def _schema(op_type: str, domain: str, version: int):
     types = {name: int(a.type) for name, a in s.attributes.items()}
     required = tuple(name for name, a in s.attributes.items() if a.required)
     return types, required, s.min_input, s.max_input, s.min_output, s.max_output
+
+
+@lru_cache(maxsize=1)
+def _first_versions() -> dict[tuple[str, str], int]:
+    first: dict[tuple[str, str], int] = {}
+    for s in onnx.defs.get_all_schemas_with_history():
+        key = (s.name, "" if s.domain == "ai.onnx" else s.domain)
+        first[key] = min(first.get(key, s.since_version), s.since_version)
+    return first
+
+
+def _first_version(op_type: str, domain: str) -> int | None:
+    """The opset in which onnx added ``op_type`` to ``domain``; None if it never did."""
+    return _first_versions().get((op_type, domain))
 
 
 def validate_model(model: onnx.ModelProto, name: str = "model") -> onnx.ModelProto:
@@ -140,13 +155,16 @@ class _GraphChecker:
             if schema is _MISSING:
                 schema = schemas[key] = self._schema_of(node, i, scope)
             attrs = node.attribute
-            if schema is None:  # a custom op: its attributes are its own business
+            if schema is not None and not (schema[2] <= len(ins) <= schema[3]
+                                           and schema[4] <= len(outs) <= schema[5]):
+                self._count_error(node, i, scope, schema)
+            if schema is None or schema[0] is None:
+                # a custom op, or one onnxruntime knows (counts only): its attributes are its
+                # own business
                 for a in attrs:
                     self._check_attr_value(node, i, a, scope, bodies)
                 continue
             types, required, min_in, max_in, min_out, max_out, version = schema
-            if not (min_in <= len(ins) <= max_in and min_out <= len(outs) <= max_out):
-                self._count_error(node, i, scope, schema)
             if attrs:
                 for a in attrs:
                     at = a.type
@@ -229,14 +247,23 @@ class _GraphChecker:
         if not op_type:
             raise _fail(_label(node, i, scope), "it has no op type")
         schema = _schema(op_type, domain, version)
-        if schema is None and _domain_range(domain) is not None and \
-                lookup(op_type if not domain else f"{domain}::{op_type}") is None:
-            # onnx knows every operator of its own domains: a name it lacks is no operator —
-            # but for the few onnxruntime runs there as its own contrib ops
+        if schema is not None:
+            return (*schema, version)
+        ort = ort_schemas.counts(op_type, domain, version)
+        if ort is not None:  # onnxruntime's own op (com.microsoft, LayerNormalization:1)
+            return (None, (), *ort, version)
+        first = _first_version(op_type, domain) if _domain_range(domain) is not None else None
+        if first is not None or (_domain_range(domain) is not None and
+                                 lookup(op_type if not domain else f"{domain}::{op_type}")
+                                 is None):
+            # onnx knows every operator of its own domains: a name it lacks at this opset is
+            # no operator — but for the few onnxruntime runs there as its own contrib ops
             # (SimplifiedLayerNormalization), which graphcost has rules for
+            since = f" (onnx has it from opset {first})" if first and first > version else ""
             raise _fail(_label(node, i, scope), f"no operator {op_type!r} in domain "
-                                                f"{domain or 'ai.onnx'!r} at opset {version}")
-        return None if schema is None else (*schema, version)
+                                                f"{domain or 'ai.onnx'!r} at opset {version}"
+                                                f"{since}")
+        return None
 
     def _ssa_error(self, nodes, i: int, out: str, defined: dict[str, int], scope: str):
         prev = defined.get(out)
@@ -288,6 +315,8 @@ class _GraphChecker:
             try:
                 if type(n) is not str:
                     raise Bad("its name is not valid UTF-8")
+                if not n and kind == "sparse initializer":
+                    raise Bad("it has no name")
                 if n in (defined if kind == "graph input" else seen):
                     raise Bad("defined twice (SSA)")
                 if outer and any(n in t for t in outer):

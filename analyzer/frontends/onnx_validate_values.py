@@ -80,12 +80,31 @@ def check_tensor(t: onnx.TensorProto) -> None:
 
 
 def check_sparse(s: onnx.SparseTensorProto) -> None:
-    _numel(s.dims)
+    """Dims, values and indices as tensors, then the indices against the dense shape (as
+    onnxruntime's CopySparseData does: [NNZ] flat positions or [NNZ, rank] coordinates, each
+    within the dims). Unsorted or repeated indices are left alone: onnxruntime runs them."""
+    numel = _numel(s.dims)
     for part, t in (("values", s.values), ("indices", s.indices)):
         try:
             check_tensor(t)
         except Bad as exc:
             raise Bad(f"{part}: {exc}") from None
+    values, indices = s.values, s.indices
+    nnz = values.dims[0] if len(values.dims) == 1 else None
+    idims = list(indices.dims)
+    if nnz is None or idims[:1] != [nnz] or len(idims) > 2 or \
+            (len(idims) == 2 and idims[1] != len(s.dims)):
+        raise Bad(f"values of shape {list(values.dims)} and indices of shape {idims} do not "
+                  f"make [NNZ] values with [NNZ] or [NNZ, {len(s.dims)}] indices")
+    if indices.data_location == TensorProto.EXTERNAL or not nnz:
+        return  # (never opened: an external sparse tensor is refused where it would be read)
+    idx = onnx.numpy_helper.to_array(indices).astype("int64", copy=False)
+    bounds = [numel] if len(idims) == 1 else list(s.dims)
+    for axis, hi in enumerate(bounds):
+        column = idx if len(idims) == 1 else idx[:, axis]
+        if column.size and (column.min() < 0 or column.max() >= hi):
+            bad = column[(column < 0) | (column >= hi)][0]
+            raise Bad(f"index {int(bad)} is out of bounds [0, {hi})")
 
 
 def check_type(tp: onnx.TypeProto, need_elem: bool) -> None:
