@@ -38,9 +38,13 @@ import re
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.frontends.sympy_budget import check_terms
+
+if TYPE_CHECKING:  # torch is imported only once the JSON passed every check
+    import torch
 
 MAX_EXPR = 20_000       # characters in one expr_str
 MAX_DEPTH = 32          # nested parentheses (real programs: under 10; CeilDiv 99 deep: 10 s)
