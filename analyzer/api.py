@@ -251,6 +251,13 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
         if _cli:
             raise
         raise GraphcostError(api_wording(str(exc))) from None
+    except Exception as exc:
+        if _cli:  # the command line says "internal error" and exits 70
+            raise
+        # the API promises one exception type; the cause stays chained for the bug report
+        raise GraphcostError(f"internal error ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:300] if str(exc) else ''}); please "
+                             "report it with the model and graphcost --version") from exc
     finally:
         if was_enabled:
             gc.enable()

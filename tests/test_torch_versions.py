@@ -62,3 +62,19 @@ def test_version_names_every_library():
     assert line.startswith("graphcost ") and f"torch {torch.__version__.split('+')[0]}" in line, (ON, out)
     for lib in ("onnx", "onnxruntime", "transformers", "Python"):
         assert f"{lib} " in line, (ON, lib, out)
+
+
+def test_a_bug_reaches_the_api_caller_as_a_graphcost_error(monkeypatch):
+    # whatever a torch release breaks inside graphcost, the API raises its one exception type,
+    # with the cause chained (the command line still says "internal error" and exits 70)
+    import graphcost.analyzer.api as api
+
+    def broken(*a, **k):
+        raise KeyError("a key this torch renamed")
+    monkeypatch.setattr(api, "_analyze", broken)
+    try:
+        analyze(nn.Linear(4, 4), input_shapes={"input": (2, 4)})
+    except GraphcostError as exc:
+        assert "internal error (KeyError" in str(exc) and isinstance(exc.__cause__, KeyError)
+    else:
+        raise AssertionError(f"{ON}: no error")
