@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.errors import GraphcostError, did_you_mean
 
 ZOO_PREFIX = "zoo:"
 # torch.export names the sizes the data decides u0, u1… (unbacked symbols): a --dim of that
@@ -118,9 +118,13 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
         from graphcost import models_zoo
     except ImportError as exc:  # pragma: no cover - an install without torch
         raise GraphcostError(f"the model zoo needs torch: {exc}") from None
-    if name not in models_zoo.names():
-        raise GraphcostError(f"no zoo model {name!r}; known: "
-                             + ", ".join(sorted(models_zoo.names())))
+    names = models_zoo.names()
+    # Any case names a zoo model, as any case names a device: the zoo's names are ours, all
+    # lower-case, so `zoo:ResNet50` can mean nothing but resnet50 (the report says resnet50).
+    name = {n.lower(): n for n in names}.get(name.lower(), name)
+    if name not in names:
+        raise GraphcostError(f"no zoo model {name!r}{did_you_mean(name, names, 'zoo:{}')}; "
+                             f"known (in any case): {', '.join(sorted(names))}")
     spec = models_zoo.get(name)
     if b.input_dtypes:
         _same_dtypes(b.input_dtypes, {k: str(v).removeprefix("torch.")
@@ -146,7 +150,14 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
         shapes = dict(b.input_shapes or models_zoo.input_shapes(name, b.batch or 1, **{
             k: v for k, v in dims.items() if k != "batch"}))
     except TypeError as exc:
-        raise GraphcostError(f"zoo:{name}: {exc}") from None
+        from graphcost.models_zoo.registry import dim_names
+        takes = dim_names(name)
+        typo = next((k for k in dims if k != "batch" and k not in takes), None)
+        if typo is None:
+            raise GraphcostError(f"zoo:{name}: {exc}") from None
+        raise GraphcostError(f"--dim {typo}: zoo:{name} has no dim {typo!r}"
+                             f"{did_you_mean(typo, takes)}; its dims: "
+                             f"{', '.join(takes) or 'batch only'}") from None
     if b.input_shapes and b.batch is not None:
         shapes = {k: (b.batch, *v[1:]) for k, v in shapes.items()}
     from graphcost.analyzer.frontends.torch_capture import make_fakes, real_inputs

@@ -1,0 +1,71 @@
+"""A new user's first commands (issue 26, "First contact"): a bare ``graphcost``, a mistyped
+zoo, dim or option name, a weights file where a model goes, an output that cannot be written,
+``check`` with no budget. Each answer is one line (or the short usage), exit 2, and says what
+to type instead; each test failed on the behaviour before."""
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from graphcost.analyzer.errors import did_you_mean
+from tests.cli_runner import run
+from tests.onnx_builders import model, node
+
+
+def one_line_error(p, *needles) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("graphcost: error: "), p.stderr
+    assert "Traceback" not in p.stderr and p.stdout == ""
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def seq_model(tmp_path):
+    m = model([node("Relu", ["x"], ["y"])], [("x", ["batch", "seq", 8])],
+              [("y", ["batch", "seq", 8])])
+    path = tmp_path / "seq.onnx"
+    onnx.save(m, path)
+    return path
+
+
+# --- did you mean -------------------------------------------------------------------------
+
+def test_did_you_mean_ignores_case_and_offers_only_the_closest():
+    names = ["resnet18", "resnet50", "gpt2", "hf_gpt2"]
+    assert did_you_mean("ResNet50", names, "zoo:{}") == " (did you mean zoo:resnet50?)"
+    assert did_you_mean("gpt", names) == " (did you mean gpt2?)"
+    assert did_you_mean("sequence", ["batch", "seq"]) == " (did you mean seq?)"
+    assert did_you_mean("xyz", names) == "" and did_you_mean("x", []) == ""
+
+
+def test_unknown_zoo_name_suggests_the_closest():
+    line = one_line_error(run("zoo:resnet51"), "no zoo model 'resnet51'",
+                          "did you mean zoo:resnet50", "known (in any case): ")
+    assert "resnet50" in line.split("known")[1]  # the list still follows
+    one_line_error(run("zoo:ResNet-5O"), "did you mean zoo:resnet50")
+
+
+def test_a_zoo_name_in_another_case_names_the_model():
+    # a zoo name can mean nothing else (the zoo's names are lower-case): it is the model, and
+    # the report says its name as the zoo spells it
+    import json
+    p = run("zoo:MLP", "--format", "json", check_rc=0)
+    assert json.loads(p.stdout)["model"] == "zoo:mlp"
+
+
+def test_unknown_dim_of_an_onnx_model_suggests_the_closest(seq_model):
+    one_line_error(run(seq_model, "--dim", "seqq=4"), "--dim seqq: no symbolic dim named 'seqq'",
+                   "(did you mean seq?)", "symbolic dims: batch, seq")
+    # an ONNX graph's dim names are case-sensitive (`N` and `n` may both be there): a
+    # wrong case is suggested, not bound
+    one_line_error(run(seq_model, "--dim", "SEQ=4"), "(did you mean seq?)")
+
+
+def test_unknown_dim_of_a_zoo_torch_model_suggests_the_closest():
+    # resnet18's sizes are height and width; the message said "its dims: batch only"
+    one_line_error(run("zoo:resnet18", "--fx", "--dim", "heigth=64"),
+                   "--dim heigth: zoo:resnet18 has no dim 'heigth'", "(did you mean height?)",
+                   "its dims: height, width")
