@@ -4,12 +4,21 @@ zoo, dim or option name, a weights file where a model goes, an output that canno
 to type instead; each test failed on the behaviour before."""
 from __future__ import annotations
 
+import importlib
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
 import onnx
 import pytest
 
 from graphcost.analyzer.errors import did_you_mean
 from tests.cli_runner import run
 from tests.onnx_builders import model, node
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def one_line_error(p, *needles) -> str:
@@ -29,6 +38,44 @@ def seq_model(tmp_path):
     path = tmp_path / "seq.onnx"
     onnx.save(m, path)
     return path
+
+
+# --- a bare `graphcost` -------------------------------------------------------------------
+
+def test_bare_graphcost_prints_usage_with_three_examples_and_exits_2():
+    # the real command (console(), python -m graphcost): it said only "the following
+    # arguments are required: model"
+    p = subprocess.run([sys.executable, "-m", "graphcost"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert p.returncode == 2 and p.stdout == "", p
+    assert "required" not in p.stderr
+    lines = p.stderr.splitlines()
+    assert lines[0] == "usage: graphcost MODEL [options]"
+    examples = [line.split("  ")[1] for line in lines if line.startswith("  graphcost ")]
+    assert len(examples) == 3
+    assert any(".onnx" in e and "--batch" in e for e in examples)
+    assert any("zoo:" in e and "--train" in e and "--device" in e for e in examples)
+    assert "graphcost devices" in examples
+    assert all(len(line) <= 80 for line in lines), lines  # an 80-column terminal
+
+
+def test_the_usage_examples_are_commands_graphcost_accepts():
+    from graphcost import models_zoo
+    from graphcost.analyzer.cli import SUBCOMMANDS, build_parser
+    from graphcost.analyzer.cli_help import EXAMPLES
+    from graphcost.analyzer.devices import get_device
+
+    for cmd, _ in EXAMPLES:
+        argv = shlex.split(cmd)[1:]
+        if argv[0] in SUBCOMMANDS:
+            importlib.import_module(SUBCOMMANDS[argv[0]][0]).build_parser().parse_args(argv[1:])
+            continue
+        args = build_parser().parse_args(argv)
+        if args.device:
+            get_device(args.device)
+        if args.model.startswith("zoo:"):
+            assert args.model[4:] in models_zoo.names()
+    assert run("devices").returncode == 0
 
 
 # --- did you mean -------------------------------------------------------------------------
@@ -69,3 +116,24 @@ def test_unknown_dim_of_a_zoo_torch_model_suggests_the_closest():
     one_line_error(run("zoo:resnet18", "--fx", "--dim", "heigth=64"),
                    "--dim heigth: zoo:resnet18 has no dim 'heigth'", "(did you mean height?)",
                    "its dims: height, width")
+
+
+@pytest.mark.parametrize("argv, wrong, meant", [
+    (["m.onnx", "--bach", "3"], "--bach", "--batch"),
+    (["m.onnx", "--Format=json"], "--Format", "--format"),
+    (["--fomat", "json", "m.onnx"], "--fomat", "--format"),
+    (["check", "m.onnx", "--max-parms", "5M"], "--max-parms", "--max-params"),
+    (["diff", "a.onnx", "b.onnx", "--tpo", "3"], "--tpo", "--top"),
+])
+def test_unknown_option_suggests_the_closest(argv, wrong, meant):
+    # it said "unrecognized arguments: --bach 3"
+    one_line_error(run(*argv), f"unknown option {wrong} (did you mean {meant}?)",
+                   "--help lists every option")
+
+
+def test_unknown_option_without_a_close_one_and_a_stray_word():
+    line = one_line_error(run("m.onnx", "--zzzz"), "unknown option --zzzz; graphcost --help")
+    assert "did you mean" not in line
+    one_line_error(run("m.onnx", "stray"), "unrecognized arguments: stray")
+    assert run("m.onnx", "--bat", "2").returncode == 2  # an abbreviation still parses: it
+    # fails on the missing file, not on the option
