@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.resolve import WEIGHTS_FILES
 
 
 def refuse_overwrite(output: str | None, model: str) -> None:
@@ -24,8 +26,8 @@ def refuse_overwrite(output: str | None, model: str) -> None:
     if os.path.exists(source) and os.path.samefile(output, source):
         raise GraphcostError(f"{output} is the input model; graphcost never writes its input")
     if model.startswith("zoo:") or ".py:" in model or model.endswith(".pt2") or \
-            not os.path.isfile(model):
-        return
+            not os.path.isfile(model) or Path(model).suffix.lower() in WEIGHTS_FILES:
+        return  # (a weights file is refused by the resolver, unread)
     from graphcost.analyzer.external import external_refs
     from graphcost.analyzer.frontends.onnx_frontend import load_model
 

@@ -31,6 +31,16 @@ ZOO_PREFIX = "zoo:"
 # name sets such a size's maximum on the torch route (analyzer/frontends/bounded_trace.py)
 UNBACKED = re.compile(r"u\d+")
 Progress = Callable[[str], None]
+# Files of tensors without a graph, told apart by name alone: graphcost never opens them
+# (unpickling a .pt runs code) and there is nothing in them to cost. Read as ONNX, they used
+# to fail with a protobuf DecodeError that said nothing of what to pass instead.
+WEIGHTS_FILES = {
+    ".pt": "a PyTorch weights file (a state dict or checkpoint)",
+    ".pth": "a PyTorch weights file (a state dict or checkpoint)",
+    ".ckpt": "a checkpoint (weights and training state)",
+    ".bin": "a weights file (as pytorch_model.bin)",
+    ".safetensors": "a safetensors weights file",
+}
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,7 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
             raise GraphcostError(f"{path}: is a directory, not a model file")
         if not path.is_file():
             raise GraphcostError(f"{path}: no such file")
+        refuse_weights_file(path)
         if text.endswith(".pt2"):
             from graphcost.analyzer.frontends.pt2 import load_pt2
             note(f"reading {path.name}")
@@ -101,6 +112,16 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
     raise GraphcostError(f"cannot analyze a {type(model).__name__}: pass an ONNX path, "
                          "'zoo:NAME', 'file.py:Class', an onnx.ModelProto, an ExportedProgram, "
                          "an fx.GraphModule or an nn.Module")
+
+
+def refuse_weights_file(path: Path) -> None:
+    """A weights file named as the model: one line on what it is and what to pass instead."""
+    kind = WEIGHTS_FILES.get(path.suffix.lower())
+    if kind is not None:
+        raise GraphcostError(
+            f"{path}: {kind}: tensors, no graph to cost; graphcost takes an .onnx file, a .pt2 "
+            "from torch.export.save, path/to/file.py:Class (the model's code) or zoo:NAME "
+            "(weights files are never opened)")
 
 
 def _onnx(proto, name: str, b: Bindings, path: Path | None) -> Resolved:

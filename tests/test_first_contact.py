@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pickle
 import shlex
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from graphcost.analyzer.errors import did_you_mean
+from graphcost.analyzer.errors import GraphcostError, did_you_mean
 from tests.cli_runner import run
 from tests.onnx_builders import model, node
 
@@ -137,3 +138,41 @@ def test_unknown_option_without_a_close_one_and_a_stray_word():
     one_line_error(run("m.onnx", "stray"), "unrecognized arguments: stray")
     assert run("m.onnx", "--bat", "2").returncode == 2  # an abbreviation still parses: it
     # fails on the missing file, not on the option
+
+
+# --- weights files ------------------------------------------------------------------------
+
+class _Marker:
+    """Unpickling this creates a file: the test's evidence that the file was unpickled."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".PT"])
+def test_weights_file_says_what_graphcost_takes_and_is_never_opened(tmp_path, monkeypatch,
+                                                                    suffix):
+    from graphcost.analyzer.frontends import onnx_frontend
+
+    marker = tmp_path / "unpickled"
+    path = tmp_path / f"model{suffix}"
+    path.write_bytes(pickle.dumps({"w": _Marker(marker)}))
+    (tmp_path / "out.json").write_text("{}")  # an existing -o: the overwrite check reads
+    # the input's external data references, which it must not look for here
+
+    def opened(*_a, **_k):
+        raise AssertionError("the weights file was read as ONNX")
+    monkeypatch.setattr(onnx_frontend, "load_model", opened)
+    for extra in ([], ["-o", str(tmp_path / "out.json")]):
+        # it said "not a readable ONNX model (DecodeError…)"
+        line = one_line_error(run(path, *extra), f"{path}: ", "weights file",
+                              "no graph", ".onnx file", ".pt2 from torch.export.save",
+                              "file.py:Class", "zoo:NAME")
+        assert "ONNX model" not in line and "Decode" not in line
+    from graphcost import analyze
+    with pytest.raises(GraphcostError, match="no graph to cost"):
+        analyze(str(path))
+    assert not marker.exists()
