@@ -14,8 +14,8 @@ from graphcost.analyzer.devices import get_device, parse_device_spec, parse_over
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.cli_help import Parser as _Parser  # (the subcommands import it here)
 from graphcost.analyzer.cli_help import Version, bare_usage
-from graphcost.analyzer.cli_output import (console_for, refuse_overwrite,  # noqa: F401
-                                           terminal_width, wrote)
+from graphcost.analyzer.cli_output import (check_writable, console_for,  # noqa: F401
+                                           refuse_overwrite, terminal_width, wrote)
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
 
@@ -267,8 +267,9 @@ def run_analysis(model: str, args, **overrides):
 
 
 def _run(args) -> int:
-    for out in (args.output, args.html, args.plot):
+    for flag, out in (("-o", args.output), ("--html", args.html), ("--plot", args.plot)):
         refuse_overwrite(out, args.model)
+        check_writable(out, flag)  # now, not after the analysis it would throw away
     if args.plot is not None:
         if not args.train:
             raise GraphcostError("--plot draws the training timeline: add --train")

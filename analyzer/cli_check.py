@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphcost.analyzer.cli import _Parser, add_model_args, refuse_overwrite, run_analysis
+from graphcost.analyzer.cli_output import check_writable
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.units import human, human_bytes, human_time
 from graphcost.analyzer.units import parse_count, parse_size, parse_time
@@ -123,6 +124,7 @@ def _fmt(value: float, unit: str) -> str:
 
 def run(args) -> int:
     refuse_overwrite(args.output, args.model)
+    check_writable(args.output, "-o")
     limits = _limits(args)
     report = run_analysis(args.model, args)
     checks = evaluate(report, limits)

@@ -39,6 +39,23 @@ def refuse_overwrite(output: str | None, model: str) -> None:
                                  "never writes the files its input references")
 
 
+def check_writable(output: str | None, flag: str) -> None:
+    """An output that cannot be written fails before the analysis: a missing folder used to
+    surface only when the report was written, after the whole run. (A permission or a
+    read-only file system is what access(2) says; a full disk still fails at the write.)"""
+    if not output:
+        return
+    folder = os.path.dirname(output) or "."
+    if os.path.isdir(output):
+        raise GraphcostError(f"{flag} {output}: is a directory; name a file to write")
+    if not os.path.isdir(folder):
+        what = "is not a directory" if os.path.exists(folder) else "does not exist"
+        raise GraphcostError(f"{flag} {output}: the folder {folder} {what}")
+    if not os.access(output if os.path.exists(output) else folder, os.W_OK):
+        where = output if os.path.exists(output) else f"the folder {folder}"
+        raise GraphcostError(f"{flag} {output}: {where} is not writable")
+
+
 def _zoo_cache_dir() -> str:
     """models_zoo.export.cache_dir() without importing torch (a test keeps them equal)."""
     env = os.environ.get("GRAPHCOST_CACHE")

@@ -33,6 +33,18 @@ def one_line_error(p, *needles) -> str:
 
 
 @pytest.fixture
+def no_analysis(monkeypatch):
+    """An analysis started is a failure: what the test checks must fail before it (it ran
+    to the end first, then failed on the output file)."""
+    from graphcost.analyzer import api, by_batch
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the analysis ran")
+    monkeypatch.setattr(api, "analyze", refuse)
+    monkeypatch.setattr(by_batch, "analyze_by_batch", refuse)
+
+
+@pytest.fixture
 def seq_model(tmp_path):
     m = model([node("Relu", ["x"], ["y"])], [("x", ["batch", "seq", 8])],
               [("y", ["batch", "seq", 8])])
@@ -176,3 +188,42 @@ def test_weights_file_says_what_graphcost_takes_and_is_never_opened(tmp_path, mo
     with pytest.raises(GraphcostError, match="no graph to cost"):
         analyze(str(path))
     assert not marker.exists()
+
+
+# --- output paths -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, flag", [
+    (["zoo:mlp", "--html", "{d}/nodir/x.html"], "--html"),
+    (["zoo:mlp", "--format", "json", "-o", "{d}/nodir/x.json"], "-o"),
+    (["zoo:mlp", "--train", "--plot", "{d}/nodir/x.svg"], "--plot"),
+    (["zoo:mlp", "--max-batch", "--device", "t4", "-o", "{d}/nodir/x.txt"], "-o"),
+    (["check", "zoo:mlp", "--max-params", "5M", "-o", "{d}/nodir/c.txt"], "-o"),
+    (["diff", "zoo:mlp", "zoo:mlp", "-o", "{d}/nodir/d.txt"], "-o"),
+])
+def test_missing_output_folder_fails_before_the_analysis(tmp_path, no_analysis, argv, flag):
+    # --html nodir/x.html failed only after the whole analysis
+    argv = [a.format(d=tmp_path) for a in argv]
+    one_line_error(run(*argv), f"{flag} {tmp_path}/nodir/",
+                   f"the folder {tmp_path}/nodir does not exist")
+    assert not (tmp_path / "nodir").exists()
+
+
+def test_unwritable_output_places_fail_before_the_analysis(tmp_path, no_analysis):
+    (tmp_path / "afile").write_text("")
+    one_line_error(run("zoo:mlp", "--html", tmp_path / "afile" / "x.html"),
+                   f"the folder {tmp_path}/afile is not a directory")
+    one_line_error(run("zoo:mlp", "-o", tmp_path), f"-o {tmp_path}: is a directory")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root writes anywhere: nothing to refuse
+            pytest.skip("this user can write into a read-only folder")
+        one_line_error(run("zoo:mlp", "--html", locked / "x.html"),
+                       f"the folder {locked} is not writable")
+    finally:
+        locked.chmod(0o700)
+
+
+def test_writing_over_the_input_is_still_refused(seq_model, no_analysis):
+    one_line_error(run(seq_model, "-o", seq_model), "is the input model")
