@@ -227,3 +227,21 @@ def test_unwritable_output_places_fail_before_the_analysis(tmp_path, no_analysis
 
 def test_writing_over_the_input_is_still_refused(seq_model, no_analysis):
     one_line_error(run(seq_model, "-o", seq_model), "is the input model")
+
+
+# --- check without thresholds -------------------------------------------------------------
+
+def test_check_without_thresholds_exits_2_and_lists_them(no_analysis):
+    from graphcost.analyzer.cli_check import build_parser
+    # it said "all checks passed" (the default coverage check alone)
+    line = one_line_error(run("check", "zoo:mlp"), "no thresholds given")
+    flags = [a.option_strings[0] for a in build_parser()._actions
+             if a.dest.startswith(("max_", "min_"))]
+    assert len(flags) == 9 and all(f in line for f in flags), line
+
+
+def test_check_with_only_coverage_or_only_a_device_still_checks():
+    p = run("check", "zoo:mlp", "--min-coverage", "100", check_rc=0)
+    assert "PASS  coverage" in p.stdout
+    p = run("check", "zoo:mlp", "--device", "t4", check_rc=0)
+    assert "PASS  fits t4" in p.stdout and "PASS  coverage" in p.stdout
