@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.errors import GraphcostError, did_you_mean
 
 RawDim = int | str | None
 INT64_MAX = 2 ** 63 - 1  # ONNX dims and element counts are int64
@@ -73,8 +73,8 @@ def bind_inputs(inputs: Sequence[tuple[str, Sequence[RawDim]]], *, batch: int | 
     for k in dims:
         if k not in symbols:
             known = ", ".join(sorted(symbols)) or "none (every input dim is fixed)"
-            raise GraphcostError(f"--dim {k}: no symbolic dim named {k!r} in the graph inputs; "
-                                 f"symbolic dims: {known}")
+            raise GraphcostError(f"--dim {k}: no symbolic dim named {k!r} in the graph inputs"
+                                 f"{did_you_mean(k, symbols)}; symbolic dims: {known}")
 
     values: dict[str, int] = dict(dims)
 

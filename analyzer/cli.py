@@ -12,16 +12,13 @@ from graphcost.analyzer.cli_parallel import add_parallel_args, parallel_args
 from graphcost.analyzer.cli_serve import add_serve_args, serve_kwargs
 from graphcost.analyzer.devices import get_device, parse_device_spec, parse_overhead
 from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.cli_output import (console_for, refuse_overwrite,  # noqa: F401
-                                           strict_failure, terminal_width, wrote)
+from graphcost.analyzer.cli_help import Parser as _Parser  # (the subcommands import it here)
+from graphcost.analyzer.cli_help import Version, bare_usage
+from graphcost.analyzer.cli_output import (check_writable, console_for,  # noqa: F401
+                                           refuse_overwrite, strict_failure, terminal_width,
+                                           wrote)
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (argparse prints usage too; keep it short)
-        sys.stderr.write(f"graphcost: error: {message}\n")
-        raise SystemExit(EXIT_BAD_INPUT)
 
 
 def _kv(text: str, what: str) -> tuple[str, str]:
@@ -105,30 +102,6 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "(default context=512MiB,allocator=10%%; 'none' for 0)")
 
 
-def versions_line() -> str:
-    """graphcost's version and the installed versions of what it runs on (a bug report's
-    first line), read from the packages' metadata: nothing is imported."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import graphcost
-
-    parts = []
-    for dist in ("torch", "onnx", "onnxruntime", "transformers"):
-        try:
-            parts.append(f"{dist} {version(dist)}")
-        except PackageNotFoundError:
-            parts.append(f"{dist} not installed")
-    return f"graphcost {graphcost.__version__} ({', '.join(parts)}; Python {sys.version.split()[0]})"
-
-
-class _Version(argparse.Action):
-    """--version: the versions are read when asked for (an analysis opens no metadata file)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        sys.stdout.write(versions_line() + "\n")
-        parser.exit()
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="graphcost", description=(
         "Static cost analysis of a neural-network graph: per-node params, MACs, FLOPs, bytes "
@@ -136,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
         "external data files are never read, and the input file is never written."),
         epilog="subcommands: " + "; ".join(f"graphcost {k} … ({v[1]})"
                                           for k, v in SUBCOMMANDS.items()))
-    p.add_argument("--version", action=_Version, nargs=0,
+    p.add_argument("--version", action=Version, nargs=0,
                    help="graphcost's version and those of the libraries it runs on")
     add_model_args(p)
     add_serve_args(p)
@@ -213,6 +186,9 @@ def console() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # a first run: what to type, not argparse's "required: model"
+        sys.stderr.write(bare_usage(SUBCOMMANDS))
+        return EXIT_BAD_INPUT
     if argv and argv[0] in SUBCOMMANDS:  # `graphcost check …`; a file named so: ./check
         import importlib
         module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
@@ -293,8 +269,9 @@ def run_analysis(model: str, args, **overrides):
 
 
 def _run(args) -> int:
-    for out in (args.output, args.html, args.plot):
+    for flag, out in (("-o", args.output), ("--html", args.html), ("--plot", args.plot)):
         refuse_overwrite(out, args.model)
+        check_writable(out, flag)  # now, not after the analysis it would throw away
     if args.plot is not None:
         if not args.train:
             raise GraphcostError("--plot draws the training timeline: add --train")

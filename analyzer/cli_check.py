@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphcost.analyzer.cli import _Parser, add_model_args, refuse_overwrite, run_analysis
+from graphcost.analyzer.cli_output import check_writable
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.analyzer.units import human, human_bytes, human_time
 from graphcost.analyzer.units import parse_count, parse_size, parse_time
@@ -48,7 +49,8 @@ def build_parser():
     p.add_argument("--max-gflops", metavar="N", help="the same in units of 10^9")
     p.add_argument("--max-latency", metavar="TIME",
                    help="roofline lower-bound time on --device / --device-spec, e.g. 5ms")
-    p.add_argument("--min-coverage", metavar="PCT", default="100",
+    # (no default here: a --min-coverage given alone is a threshold; _limits uses 100)
+    p.add_argument("--min-coverage", metavar="PCT",
                    help="percent of nodes that must have a cost rule and known shapes "
                         "(default 100: a budget on uncounted ops would pass by mistake)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -56,8 +58,21 @@ def build_parser():
     return p
 
 
+def _thresholds() -> list[str]:
+    """The threshold options, as the parser has them."""
+    return [a.option_strings[0] for a in build_parser()._actions
+            if a.dest.startswith(("max_", "min_"))]
+
+
 def _limits(args) -> list[tuple[str, float, str]]:
     """(check name, limit, unit) for every threshold given, parsed before any analysis."""
+    flags = _thresholds()
+    if not (args.device or args.device_spec) and \
+            all(getattr(args, f[2:].replace("-", "_")) is None for f in flags):
+        # the coverage default alone would pass nearly any model: "all checks passed" for a
+        # gate that checks nothing asked for
+        raise GraphcostError("no thresholds given: add one or more of " + ", ".join(flags)
+                             + " (or --device NAME: the model must fit in it)")
     out = []
     if args.max_peak:
         out.append(("peak memory", parse_size(args.max_peak, "--max-peak"), "bytes"))
@@ -79,13 +94,14 @@ def _limits(args) -> list[tuple[str, float, str]]:
         if not (args.device or args.device_spec):
             raise GraphcostError("--max-latency needs --device NAME or --device-spec")
         out.append(("latency (roofline)", latency, "seconds"))
+    min_coverage = args.min_coverage if args.min_coverage is not None else "100"
     try:
-        coverage = float(args.min_coverage.rstrip("%"))
+        coverage = float(min_coverage.rstrip("%"))
     except ValueError:
-        raise GraphcostError(f"--min-coverage {args.min_coverage!r}: expected a percentage "
+        raise GraphcostError(f"--min-coverage {min_coverage!r}: expected a percentage "
                              "such as 100 or 99.5") from None
     if not 0 <= coverage <= 100:
-        raise GraphcostError(f"--min-coverage {args.min_coverage!r}: must be within 0..100")
+        raise GraphcostError(f"--min-coverage {min_coverage!r}: must be within 0..100")
     out.append(("coverage", coverage, "percent"))
     return out
 
@@ -123,6 +139,7 @@ def _fmt(value: float, unit: str) -> str:
 
 def run(args) -> int:
     refuse_overwrite(args.output, args.model)
+    check_writable(args.output, "-o")
     limits = _limits(args)
     report = run_analysis(args.model, args)
     checks = evaluate(report, limits)

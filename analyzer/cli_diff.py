@@ -17,6 +17,7 @@ from graphcost.analyzer.cli import (
     refuse_overwrite,
     run_analysis,
 )
+from graphcost.analyzer.cli_output import check_writable
 from graphcost.analyzer.diff import diff_reports
 from graphcost.analyzer.render_diff import render_markdown, render_table
 
@@ -41,6 +42,7 @@ def build_parser() -> _Parser:
 def run(args) -> int:
     for model in (args.old, args.new):
         refuse_overwrite(args.output, model)
+    check_writable(args.output, "-o")
     old = run_analysis(args.old, args)
     new = run_analysis(args.new, args)
     d = diff_reports(old, new)

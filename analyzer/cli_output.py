@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.resolve import WEIGHTS_FILES
 
 
 def refuse_overwrite(output: str | None, model: str) -> None:
@@ -24,8 +26,8 @@ def refuse_overwrite(output: str | None, model: str) -> None:
     if os.path.exists(source) and os.path.samefile(output, source):
         raise GraphcostError(f"{output} is the input model; graphcost never writes its input")
     if model.startswith("zoo:") or ".py:" in model or model.endswith(".pt2") or \
-            not os.path.isfile(model):
-        return
+            not os.path.isfile(model) or Path(model).suffix.lower() in WEIGHTS_FILES:
+        return  # (a weights file is refused by the resolver, unread)
     from graphcost.analyzer.external import external_refs
     from graphcost.analyzer.frontends.onnx_frontend import load_model
 
@@ -35,6 +37,23 @@ def refuse_overwrite(output: str | None, model: str) -> None:
         if location and os.path.exists(path) and os.path.samefile(output, path):
             raise GraphcostError(f"{output} holds the model's external data ({what}); graphcost "
                                  "never writes the files its input references")
+
+
+def check_writable(output: str | None, flag: str) -> None:
+    """An output that cannot be written fails before the analysis: a missing folder used to
+    surface only when the report was written, after the whole run. (A permission or a
+    read-only file system is what access(2) says; a full disk still fails at the write.)"""
+    if not output:
+        return
+    folder = os.path.dirname(output) or "."
+    if os.path.isdir(output):
+        raise GraphcostError(f"{flag} {output}: is a directory; name a file to write")
+    if not os.path.isdir(folder):
+        what = "is not a directory" if os.path.exists(folder) else "does not exist"
+        raise GraphcostError(f"{flag} {output}: the folder {folder} {what}")
+    if not os.access(output if os.path.exists(output) else folder, os.W_OK):
+        where = output if os.path.exists(output) else f"the folder {folder}"
+        raise GraphcostError(f"{flag} {output}: {where} is not writable")
 
 
 def _zoo_cache_dir() -> str:

@@ -19,6 +19,9 @@ from graphcost.analyzer.errors import GraphcostError
 
 # ORG/NAME[@REV]: the hub's repository id grammar (letters, digits, '-', '_', '.')
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}(@[\w./-]{1,128})?")
+# a missing file of these kinds is a path that is wrong, not a hub id
+FILE_SUFFIXES = frozenset({".onnx", ".pt2", ".py", ".json", ".pt", ".pth", ".bin", ".ckpt",
+                           ".safetensors"})
 # the sequence a decoder is analyzed at by default (--dim seq), capped by its context length
 DECODER_SEQ, ENCODER_SEQ = 2048, 512
 
@@ -30,7 +33,7 @@ def is_hub_name(text: str) -> bool:
         return (path / "config.json").is_file()
     if path.is_file():
         return path.suffix == ".json"
-    return HUB_ID.fullmatch(text) is not None and path.suffix not in (".onnx", ".pt2", ".py")
+    return HUB_ID.fullmatch(text) is not None and path.suffix.lower() not in FILE_SUFFIXES
 
 
 def config_file(text: str) -> Path:

@@ -24,13 +24,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.errors import GraphcostError, did_you_mean
 
 ZOO_PREFIX = "zoo:"
 # torch.export names the sizes the data decides u0, u1… (unbacked symbols): a --dim of that
 # name sets such a size's maximum on the torch route (analyzer/frontends/bounded_trace.py)
 UNBACKED = re.compile(r"u\d+")
 Progress = Callable[[str], None]
+# Files of tensors without a graph, told apart by name alone: graphcost never opens them
+# (unpickling a .pt runs code) and there is nothing in them to cost. Read as ONNX, they used
+# to fail with a protobuf DecodeError that said nothing of what to pass instead.
+WEIGHTS_FILES = {
+    ".pt": "a PyTorch weights file (a state dict or checkpoint)",
+    ".pth": "a PyTorch weights file (a state dict or checkpoint)",
+    ".ckpt": "a checkpoint (weights and training state)",
+    ".bin": "a weights file (as pytorch_model.bin)",
+    ".safetensors": "a safetensors weights file",
+}
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,7 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
             raise GraphcostError(f"{path}: is a directory, not a model file")
         if not path.is_file():
             raise GraphcostError(f"{path}: no such file")
+        refuse_weights_file(path)
         if text.endswith(".pt2"):
             from graphcost.analyzer.frontends.pt2 import load_pt2
             note(f"reading {path.name}")
@@ -106,6 +117,16 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
                          "an fx.GraphModule or an nn.Module")
 
 
+def refuse_weights_file(path: Path) -> None:
+    """A weights file named as the model: one line on what it is and what to pass instead."""
+    kind = WEIGHTS_FILES.get(path.suffix.lower())
+    if kind is not None:
+        raise GraphcostError(
+            f"{path}: {kind}: tensors, no graph to cost; graphcost takes an .onnx file, a .pt2 "
+            "from torch.export.save, path/to/file.py:Class (the model's code) or zoo:NAME "
+            "(weights files are never opened)")
+
+
 def _onnx(proto, name: str, b: Bindings, path: Path | None) -> Resolved:
     if b.input_dtypes:
         from graphcost.analyzer.frontends.onnx_frontend import DTYPE
@@ -121,9 +142,13 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
         from graphcost import models_zoo
     except ImportError as exc:  # pragma: no cover - an install without torch
         raise GraphcostError(f"the model zoo needs torch: {exc}") from None
-    if name not in models_zoo.names():
-        raise GraphcostError(f"no zoo model {name!r}; known: "
-                             + ", ".join(sorted(models_zoo.names())))
+    names = models_zoo.names()
+    # Any case names a zoo model, as any case names a device: the zoo's names are ours, all
+    # lower-case, so `zoo:ResNet50` can mean nothing but resnet50 (the report says resnet50).
+    name = {n.lower(): n for n in names}.get(name.lower(), name)
+    if name not in names:
+        raise GraphcostError(f"no zoo model {name!r}{did_you_mean(name, names, 'zoo:{}')}; "
+                             f"known (in any case): {', '.join(sorted(names))}")
     spec = models_zoo.get(name)
     if b.input_dtypes:
         _same_dtypes(b.input_dtypes, {k: str(v).removeprefix("torch.")
@@ -149,7 +174,14 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
         shapes = dict(b.input_shapes or models_zoo.input_shapes(name, b.batch or 1, **{
             k: v for k, v in dims.items() if k != "batch"}))
     except TypeError as exc:
-        raise GraphcostError(f"zoo:{name}: {exc}") from None
+        from graphcost.models_zoo.registry import dim_names
+        takes = dim_names(name)
+        typo = next((k for k in dims if k != "batch" and k not in takes), None)
+        if typo is None:
+            raise GraphcostError(f"zoo:{name}: {exc}") from None
+        raise GraphcostError(f"--dim {typo}: zoo:{name} has no dim {typo!r}"
+                             f"{did_you_mean(typo, takes)}; its dims: "
+                             f"{', '.join(takes) or 'batch only'}") from None
     if b.input_shapes and b.batch is not None:
         shapes = {k: (b.batch, *v[1:]) for k, v in shapes.items()}
     from graphcost.analyzer.frontends.torch_capture import make_fakes, real_inputs

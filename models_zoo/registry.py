@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -196,10 +197,17 @@ def input_shapes(name: str, batch: int = 1, **dims: int) -> dict[str, tuple[int,
     try:
         return spec.input_shapes(batch, **dims)
     except TypeError:
-        known = default_dims(name)
+        known = dim_names(name)
         unknown = sorted(set(dims) - set(known)) or sorted(dims)
         raise TypeError(f"model {name!r} has no dim {', '.join(map(repr, unknown))}; its dims: "
                         f"{', '.join(sorted(known)) or 'batch only'}") from None
+
+
+def dim_names(name: str) -> list[str]:
+    """The sizes besides the batch that ``input_shapes(name, batch, **dims)`` takes: ``seq``,
+    or ``height`` and ``width`` for the resizable image models (which have no default dims)."""
+    params = list(inspect.signature(get(name).input_shapes).parameters.values())[1:]
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def example_inputs(name: str, batch: int = 1, *, seed: int | None = 0, **dims: int) -> tuple[torch.Tensor, ...]:
