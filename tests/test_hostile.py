@@ -8,7 +8,6 @@ import os
 import random
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from graphcost.analyzer.cli import main
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.passes.arena import WORK_MIN_TENSORS, WORK_PER_TENSOR, plan_arena
 from graphcost.passes.liveness import Storage
+from tests.hostile_files import pt2_variant
 from tests.onnx_builders import model, node
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,14 +130,7 @@ def tiny_pt2(tmp_path_factory):
 
 def _rewrite(src: Path, dst: Path, edit) -> None:
     """Copies the archive, passing the program's JSON through ``edit``."""
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
-        for info in zin.infolist():
-            data = zin.read(info.filename)
-            if info.filename.endswith(".json") and "/models/" in f"/{info.filename}":
-                doc = json.loads(data)
-                edit(doc)
-                data = json.dumps(doc).encode()
-            zout.writestr(info, data)
+    pt2_variant(src, dst, edit)
 
 
 def _first(doc, key):
