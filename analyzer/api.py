@@ -18,6 +18,7 @@ from graphcost.analyzer.api_checks import (check_arguments, check_checkpoint, ch
 from graphcost.analyzer.errors import GraphcostError, api_wording
 from graphcost.analyzer.report import Report
 from graphcost.analyzer.resolve import Bindings, Resolved, resolve
+from graphcost.passes.precision import canonical
 
 Progress = Callable[[str], None]
 
@@ -235,6 +236,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     try:
         check_unknown(extra, unknown, ANALYZE_ARGS)
         overhead = overhead_of(overhead)
+        precision = canonical(precision) if isinstance(precision, str) else precision
         if serve is not None and parallel:
             raise GraphcostError("--serve reviews one replica serving: leave out --parallel")
         if serve is not None:
@@ -269,13 +271,14 @@ def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, inc
              all_layers) -> Report:
     from graphcost.analyzer.devices import default_optimizer_impl
     from graphcost.analyzer.pipeline import run_passes
+    from graphcost.passes.precision import CHOICES
 
     check_arguments(flags={"include_inputs": include_inputs, "inplace": inplace, "train": train,
                            "tf32": tf32, "what_if": what_if},
                     choices={"lifetimes": (lifetimes, (None, "dataflow", "eager")),
                              "optimizer": (optimizer, ("none", "sgd", "momentum", "adam",
                                                        "adamw")),
-                             "precision": (precision, ("fp32", "fp16-mixed", "bf16-mixed")),
+                             "precision": (precision, CHOICES),
                              "optimizer_impl": (optimizer_impl, (None, "forloop", "foreach"))})
     checkpoint = check_checkpoint(checkpoint, train)
     if precision != "fp32" and not train:

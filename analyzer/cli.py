@@ -12,6 +12,7 @@ from graphcost.analyzer.cli_parallel import add_parallel_args, parallel_args
 from graphcost.analyzer.cli_serve import add_serve_args, serve_kwargs
 from graphcost.analyzer.devices import get_device, parse_device_spec, parse_overhead
 from graphcost.analyzer.errors import GraphcostError
+from graphcost.passes.precision import CHOICES
 from graphcost.analyzer.cli_help import Parser as _Parser  # (the subcommands import it here)
 from graphcost.analyzer.cli_help import Version, bare_usage
 from graphcost.analyzer.cli_output import (check_writable, console_for,  # noqa: F401
@@ -77,9 +78,11 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "an ESTIMATE (backward synthesized from per-op save rules)")
     p.add_argument("--optimizer", choices=("none", "sgd", "momentum", "adam", "adamw"),
                    default="adam", help="with --train: optimizer state and step (default adam)")
-    p.add_argument("--precision", choices=("fp32", "fp16-mixed", "bf16-mixed"), default="fp32",
-                   help="with --train: half-precision weights/activations/gradients with fp32 "
-                        "master weights and optimizer state")
+    p.add_argument("--precision", choices=CHOICES, default="fp32",
+                   help="with --train: fp32 (32-true); fp16-mixed / bf16-mixed (also 16-master "
+                        "/ bf16-master): half weights, activations and gradients with fp32 "
+                        "master weights and optimizer state; 16-true / bf16-true: everything "
+                        "half, optimizer state too")
     add_parallel_args(p)
     p.add_argument("--checkpoint", metavar="NAMES|sqrt|auto",
                    help="with --train: checkpoint these modules (comma-separated paths), √N "

@@ -295,9 +295,9 @@ def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str
     """The step's peak under the usual memory savers, each by re-running the passes on the
     same joint graph: in-place activations, bf16 mixed precision, and checkpointing every
     repeated block."""
-    from graphcost.passes.precision import cast_floats
+    from graphcost.passes.precision import cast_floats, master_weights
 
-    mixed = precision != "fp32"
+    mixed = master_weights(precision)
 
     def of(t: TrainingMemory, recompute: int | None = None) -> WhatIf:
         return WhatIf(t.peak_bytes, t.peak_phase, t.peak_node, recompute)
@@ -305,7 +305,7 @@ def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str
     out = {"inplace_activations": of(training_memory(
         graph, optimizer, master_weights=mixed, inplace=True, include_inputs=include_inputs,
         impl=impl))}
-    if not mixed:
+    if precision == "fp32":
         out["bf16_mixed"] = of(training_memory(cast_floats(graph, "bf16-mixed"), optimizer,
                                                master_weights=True, impl=impl,
                                                include_inputs=include_inputs))
@@ -323,7 +323,9 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     """The training section of a report: the step's memory, with the checkpoint plan asked
     for and the what-ifs (``graph`` already re-typed by passes.precision for mixed precision,
     whose fp32 master side is added here)."""
-    mixed = precision != "fp32"
+    from graphcost.passes.precision import master_weights
+
+    mixed = master_weights(precision)
     t = training_memory(graph, optimizer, master_weights=mixed, include_inputs=include_inputs,
                         impl=impl)
     plan = plan_checkpoints(graph, optimizer, node_flops, master_weights=mixed,
