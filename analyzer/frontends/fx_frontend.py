@@ -27,7 +27,9 @@ from graphcost.analyzer.ir import Graph, Node, TensorSpec, Value, ValueKind
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # Ops kept whole instead of decomposed: their cost rule is the better model.
-_KEEP = ("scaled_dot_product",)  # SDPA and its kernels (flash, efficient, cuDNN, _for_cpu)
+# SDPA and its kernels (flash, efficient, cuDNN, _for_cpu); GELU's backward, which PyTorch
+# runs as one kernel (its decomposition holds three activation-sized temporaries at once)
+_KEEP = ("scaled_dot_product", "gelu_backward")
 
 
 def unreachable_rules() -> list[str]:

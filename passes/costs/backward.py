@@ -40,6 +40,14 @@ def sdpa_backward(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + 3 * b_h_sq * sk
 
 
+@rule("aten.gelu_backward.default")
+def gelu_backward(op: OpView) -> tuple[int, int]:
+    # (grad_output, self, approximate): one kernel in PyTorch; per element the elementwise ops
+    # of its reference decomposition (torch/_decomp): exact — x/√2, erf, +1, ·½ (the CDF),
+    # x·x, ·−½, exp, ·1/√(2π) (the PDF), x·PDF, CDF + x·PDF, ·grad = 11; tanh form 18
+    return 0, (18 if op.attr("approximate", "none") == "tanh" else 11) * op.out_numel(0)
+
+
 @rule("aten.max_pool2d_with_indices_backward.default",
       "aten.max_pool3d_with_indices_backward.default", "aten.avg_pool2d_backward.default",
       "aten._adaptive_avg_pool2d_backward.default")
