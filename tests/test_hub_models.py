@@ -52,6 +52,16 @@ BERT_BASE = {  # google-bert/bert-base-uncased config.json (no dtype: float32)
     "num_hidden_layers": 12, "pad_token_id": 0, "position_embedding_type": "absolute",
     "type_vocab_size": 2, "use_cache": True, "vocab_size": 30522}
 
+MIXTRAL_8X7B = {  # mistralai/Mixtral-8x7B-v0.1 config.json
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+    "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
+    "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "use_cache": True, "vocab_size": 32000}
+
 MODELS = {
     # model.safetensors.index.json metadata.total_size 16,060,522,496 B in bf16 / 2; by hand:
     # embeddings and lm_head 2·128,256·4,096 + 32 layers · (q, o 4,096² each; k, v 4,096·1,024
@@ -100,6 +110,16 @@ def test_published_parameter_counts_in_the_configs_dtype(hub, repo):
     source = "config.json" if "torch_dtype" in MODELS[repo][0] else "default"
     assert r.model == f"{repo} ({dtype} from {source})"
     assert r.totals.param_bytes == params * (2 if dtype == "bfloat16" else 4)
+
+
+def test_moe_total_and_active_parameters(hub, tmp_path):
+    # Mixtral-8x7B: the model card's 46.7B total / 12.9B active; total = index total_size
+    # 93,405,585,408 B / 2. Experts 32 layers · 8 · 3·4,096·14,336 = 45,097,156,608, the rest
+    # 1,605,636,096; active per token: the rest + 2 of 8 experts = 12,879,925,248
+    (tmp_path / "mixtral.json").write_text(json.dumps(MIXTRAL_8X7B))
+    r = analyze(str(tmp_path / "mixtral.json"), dims={"seq": 64})
+    assert r.totals.params == r.moe.total_params == 46_702_792_704
+    assert r.moe.active_params == 12_879_925_248
 
 
 def test_a_local_config_file_and_snapshot_folder(hub, tmp_path):
