@@ -20,7 +20,7 @@ from graphcost.analyzer.cli import main
 from graphcost.analyzer.errors import GraphcostError
 from graphcost.passes.arena import WORK_MIN_TENSORS, WORK_PER_TENSOR, plan_arena
 from graphcost.passes.liveness import Storage
-from tests.hostile_files import pt2_variant
+from tests.hostile_files import pt2_variant, tiny_program
 from tests.onnx_builders import model, node
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,21 +111,7 @@ def test_constant_of_shape_is_not_evaluated_when_too_big(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_pt2(tmp_path_factory):
     """A saved program with a symbolic batch (so its JSON holds expr_str entries)."""
-    import torch
-
-    class Tiny(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc = torch.nn.Linear(4, 3)
-
-        def forward(self, x):
-            return self.fc(x).relu()
-
-    ep = torch.export.export(Tiny(), (torch.randn(2, 4),),
-                             dynamic_shapes=({0: torch.export.Dim.AUTO},))
-    path = tmp_path_factory.mktemp("pt2") / "tiny.pt2"
-    torch.export.save(ep, path)
-    return path
+    return tiny_program(tmp_path_factory.mktemp("pt2") / "tiny.pt2")
 
 
 def _rewrite(src: Path, dst: Path, edit) -> None:
