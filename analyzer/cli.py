@@ -43,7 +43,9 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     if model:
         p.add_argument("model", help=(
             "an .onnx file; a saved torch.export program (.pt2: its JSON graph is read, its "
-            "pickled weights never); zoo:NAME for a bundled reference model; or "
+            "pickled weights never); zoo:NAME for a bundled reference model; a Hugging Face "
+            "id ORG/NAME[@REV], a config.json or a snapshot folder (only config.json is "
+            "read; the model is built on the meta device); or "
             "path/to/file.py:Class — "
             "this IMPORTS AND RUNS that Python file, builds Class() with no arguments on the "
             "meta device (no weights allocated) and traces its forward with torch.export on "
