@@ -84,8 +84,8 @@ def read_config(path: Path, name: str) -> dict[str, Any]:
     return data
 
 
-def build(text: str) -> tuple[Any, Any, str]:
-    """(the model on the meta device, its config, where its dtype came from)."""
+def build(text: str) -> tuple[Any, Any, Any, str]:
+    """(the model on the meta device, its config, its torch dtype, where that came from)."""
     path = config_file(text)
     data = read_config(path, text)
     try:
@@ -105,7 +105,7 @@ def build(text: str) -> tuple[Any, Any, str]:
                              f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     config.use_cache = False  # a training or prefill trace returns no cache
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
     source = "config.json" if isinstance(dtype, torch.dtype) else "default"
     dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
     try:
@@ -114,7 +114,7 @@ def build(text: str) -> tuple[Any, Any, str]:
     except Exception as exc:  # noqa: BLE001 - a model that cannot be built from its config
         raise GraphcostError(f"{text}: building {cls.__name__} from its config failed "
                              f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    return model, config, f"{str(dtype).removeprefix('torch.')} from {source}"
+    return model, config, dtype, source
 
 
 def input_shapes(config, batch: int, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:

@@ -215,12 +215,13 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
         raise GraphcostError(f"{text} is built from its config on the meta device, without "
                              "weights: verify needs a model it can run")
     note(f"reading {text}'s config.json and building it on the meta device")
-    module, config, dtype = hub.build(text)
+    module, config, dtype, source = hub.build(text)
     shapes = dict(b.input_shapes) or hub.input_shapes(config, b.batch or 1, dict(b.dims))
-    dtypes = {n: "int64" if n == "input_ids" else dtype.split()[0] for n in shapes}
+    dtypes = {n: "int64" if n == "input_ids" else dtype for n in shapes}
     dims = {"seq": shapes["input_ids"][1]} if "input_ids" in shapes and not b.input_shapes \
         else {}
-    return Resolved("torch", f"{text} ({dtype})", module=module,
+    return Resolved("torch", f"{text} ({str(dtype).removeprefix('torch.')} from {source})",
+                    module=module,
                     kwargs=make_fakes(module, shapes, {**dtypes, **b.input_dtypes}), dims=dims)
 
 

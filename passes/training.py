@@ -50,6 +50,18 @@ def step_temporaries(sizes: list[int], optimizer: str, impl: str = "forloop") ->
     return max(prev + 2 * cur for prev, cur in zip([0, *sizes], sizes))
 
 
+def optimizer_tensors(params, optimizer: str, master_weights: bool
+                      ) -> tuple[list[int], list[int]]:
+    """The bytes the optimizer steps per parameter (fp32 with a master copy, else the
+    parameter's own), and its state, one tensor each: STATE_MULTIPLIER per parameter, plus
+    Adam's 4-byte ``step`` counter per parameter."""
+    sizes = [4 * (v.spec.numel or 0) if master_weights else v.spec.nbytes or 0 for v in params]
+    states = [b for b in sizes for _ in range(STATE_MULTIPLIER[optimizer])]
+    if optimizer in ("adam", "adamw"):
+        states += [4] * len(params)
+    return sizes, states
+
+
 def trainable_params(graph: Graph) -> list[str]:
     """The parameters that get a gradient, in the graph's (``named_parameters()``) order. A
     graph made without the gradient map (hand-built) treats every parameter as trainable."""
@@ -147,10 +159,8 @@ def training_memory(graph: Graph, optimizer: str = "adam",
     numel = sum(v.spec.numel or 0 for v in params)
     # the optimizer's own copy of the weights, and the bytes per element it works in
     master = 4 * numel if master_weights else 0
-    sizes = [4 * (v.spec.numel or 0) if master_weights else v.spec.nbytes or 0 for v in params]
-    state = STATE_MULTIPLIER[optimizer] * sum(sizes)
-    if optimizer in ("adam", "adamw"):
-        state += 4 * len(params)
+    sizes, states = optimizer_tensors(params, optimizer, master_weights)
+    state = sum(states)
     temp = step_temporaries(sizes, optimizer, impl)
     persistent = param_bytes + buffer_bytes + master + state
 
@@ -347,14 +357,12 @@ def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool) -> int:
     from graphcost.passes.caching_allocator import replay
 
     params = [graph.values[p] for p in trainable_params(graph)]
-    sizes = [4 * (v.spec.numel or 0) if master_weights else v.spec.nbytes or 0 for v in params]
+    sizes, states = optimizer_tensors(params, t.optimizer, master_weights)
     resident = resident_tensors(graph)
     if master_weights:
         resident += [(f"{v.name} (fp32 master)", b) for v, b in zip(params, sizes)]
     adam = t.optimizer in ("adam", "adamw")
-    state = [b for b in sizes for _ in range(STATE_MULTIPLIER[t.optimizer])]
-    state += [4] * len(params) if adam else []
     events = training_events(t.storages, resident=resident, grads=frozenset(graph.outputs[1:]),
-                             state=state, step_sizes=sizes if adam else [],
+                             state=states, step_sizes=sizes if adam else [],
                              foreach=t.optimizer_impl == "foreach")
     return replay(events).reserved_peak
