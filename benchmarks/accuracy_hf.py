@@ -21,7 +21,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
-from graphcost.analyzer.measure import float_output_sum, measure_inference, measure_training
+from graphcost.analyzer.measure.reference import (float_output_sum, measure_inference,
+    measure_training)
 from graphcost.models_zoo import hf
 
 warnings.filterwarnings("ignore")

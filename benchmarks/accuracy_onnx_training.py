@@ -20,7 +20,7 @@ os.environ.setdefault("GRAPHCOST_CACHE", str(Path(__file__).resolve().parent.par
                                              / "zoo"))
 
 from graphcost import models_zoo
-from graphcost.analyzer.api import load_graph
+from graphcost.analyzer.app.api import load_graph
 from graphcost.passes.costs import count_costs
 from graphcost.passes.training import training_memory
 

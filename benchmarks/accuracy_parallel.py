@@ -4,7 +4,7 @@ trackers on this CPU (README's table "Training on several GPUs").
     python -m benchmarks.accuracy_parallel [--world 2 4] [--fake 8]
         [--models mlp resnet18 gpt2 gpt2_lora] [--strategies ddp zero1 zero2 fsdp]
 
-Measured (analyzer/measure_parallel.py): N processes on gloo at 127.0.0.1 (``--world``), or one
+Measured (analyzer/measure/parallel.py): N processes on gloo at 127.0.0.1 (``--world``), or one
 process with PyTorch's fake process group for fully_shard at larger N (``--fake``); Adam
 (for-loop, PyTorch's CPU default), batch 2 per rank, steps 1 and 2, each under a fresh tracker
 (FSDPMemTracker for fully_shard, MemTracker otherwise), rank 0 and the worst rank.
@@ -29,7 +29,7 @@ def joint(model: str):
     import torch
 
     from graphcost import models_zoo
-    from graphcost.analyzer.api import load_graph
+    from graphcost.analyzer.app.api import load_graph
 
     shapes = dict(SHAPES.get(model, ()))
     args = (torch.randn(*shapes["x"]),) if shapes else models_zoo.example_inputs(model, 2)
@@ -37,7 +37,7 @@ def joint(model: str):
 
 
 def predict(model: str, strategy: str, world: int):
-    from graphcost.analyzer.pipeline import run_passes
+    from graphcost.analyzer.app.pipeline import run_passes
     from graphcost.passes.parallel import ParallelSpec
 
     return run_passes(joint(model), optimizer="adam", include_inputs=False, what_if=False,
@@ -45,7 +45,7 @@ def predict(model: str, strategy: str, world: int):
 
 
 def rows(models, strategies, world: int, fake: bool) -> list[dict]:
-    from graphcost.analyzer.measure_parallel import Case, items, measure_parallel
+    from graphcost.analyzer.measure.parallel import Case, items, measure_parallel
 
     preds = {(m, s): predict(m, s, world) for m in models for s in strategies}
     cases = [Case(m, s, 2, SHAPES.get(m, ()), tuple(u.name for u in p.units

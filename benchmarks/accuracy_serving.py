@@ -18,7 +18,7 @@ SIZES = [(1, 5), (3, 20)]
 
 def main() -> None:
     from graphcost import analyze
-    from graphcost.analyzer.measure_serving import measure_steps
+    from graphcost.analyzer.measure.serving import measure_steps
     from graphcost.models_zoo import hf
 
     p = argparse.ArgumentParser()

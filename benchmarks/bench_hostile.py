@@ -10,7 +10,7 @@
    the arena stacked, and the ratio analysis / onnx.load. Target: ≤ 2 s at 40k.
 2. A 213-byte ConstantOfShape([n, n]) -> NonZero with n = 100,000 (evaluating it would allocate
    40 GB): the analysis time and peak RSS.
-3. --validation PATH: the cost of analyzer/frontends/onnx_validate.py on a big graph (e.g. bench_scale's
+3. --validation PATH: the cost of analyzer/frontends/onnx/validate.py on a big graph (e.g. bench_scale's
    100k-node model): analyze() with and without the validation step (monkeypatched to a
    no-op), alternated, best of --repeat, and their ratio.
 """
@@ -33,8 +33,8 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-import graphcost.analyzer.frontends.onnx_frontend as onnx_frontend  # noqa: E402
-from graphcost.analyzer.api import analyze, load_graph  # noqa: E402
+import graphcost.analyzer.frontends.onnx.frontend as onnx_frontend  # noqa: E402
+from graphcost.analyzer.app.api import analyze, load_graph  # noqa: E402
 from graphcost.passes.arena import plan_arena  # noqa: E402
 from graphcost.passes.liveness import analyze_liveness  # noqa: E402
 

@@ -19,7 +19,7 @@ from benchmarks.child import run
 CASE = r"""
 import json, resource, time
 import torch
-import graphcost.analyzer.pipeline as pipeline
+import graphcost.analyzer.app.pipeline as pipeline
 from graphcost import analyze
 spent = {"parallel": 0.0}
 orig = pipeline.parallel_step

@@ -26,11 +26,11 @@ import time, resource, json, functools
 t0 = time.perf_counter()
 import torch
 t_import = time.perf_counter() - t0
-import graphcost.analyzer.api as api
-import graphcost.analyzer.pipeline as pipeline
+import graphcost.analyzer.app.api as api
+import graphcost.analyzer.app.pipeline as pipeline
 import graphcost.passes.training as training
-import graphcost.analyzer.frontends.torch_capture as tc
-import graphcost.analyzer.frontends.fx_frontend as fxf
+import graphcost.analyzer.frontends.torch.capture as tc
+import graphcost.analyzer.frontends.torch.frontend as fxf
 import torch._functorch.aot_autograd as aot
 
 stages = {}

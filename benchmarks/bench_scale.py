@@ -47,10 +47,10 @@ if str(ROOT) not in sys.path:
 
 import onnx  # noqa: E402
 
-import graphcost.analyzer.frontends.onnx_frontend as onnx_frontend  # noqa: E402
-import graphcost.analyzer.frontends.onnx_lowering as onnx_lowering  # noqa: E402
-import graphcost.analyzer.pipeline as pipeline  # noqa: E402
-from graphcost.analyzer.api import analyze  # noqa: E402
+import graphcost.analyzer.frontends.onnx.frontend as onnx_frontend  # noqa: E402
+import graphcost.analyzer.frontends.onnx.lowering as onnx_lowering  # noqa: E402
+import graphcost.analyzer.app.pipeline as pipeline  # noqa: E402
+from graphcost.analyzer.app.api import analyze  # noqa: E402
 
 from benchmarks.synthetic_vit import BATCH, HIDDEN, OPSET, SEQ, ensure_model  # noqa: E402
 

@@ -10,7 +10,7 @@
    bandwidth: every weight and every cached byte read once per generated token.
 3. ``--check-full`` (about a minute): the same two steps traced with all 32 layers, and
    compared node for node (ops, scopes, output shapes), and by totals and memory timeline,
-   with the three-layer trace grown to 32 (analyzer/frontends/repeat_layers.py).
+   with the three-layer trace grown to 32 (analyzer/frontends/torch/repeat_layers.py).
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def run_cli(args: list[str]) -> tuple[float, dict]:
 def check_full(prompt: int, generate: int) -> None:
     import torch
 
-    from graphcost.analyzer.frontends.serve_torch import capture
-    from graphcost.analyzer.pipeline import run_passes
+    from graphcost.analyzer.frontends.torch.serve import capture
+    from graphcost.analyzer.app.pipeline import run_passes
     from graphcost.models_zoo import get
 
     with torch.device("meta"):

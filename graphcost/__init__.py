@@ -4,18 +4,13 @@
     r = analyze("model.onnx", batch=16)
     r.totals.flops, r.memory.peak_bytes, r.to_json()
 
-The subpackages are ``graphcost.analyzer`` (IR, frontends, API, CLI, rendering),
-``graphcost.passes`` (the analysis passes and the cost rules) and ``graphcost.models_zoo``.
-In the source tree they sit beside this folder (``analyzer/``, ``passes/``, ``models_zoo/``);
-an installed graphcost holds them inside it, so no generic top-level name (``passes``) ever
-lands in site-packages.
+The subpackages are ``graphcost.passes`` (the IR, errors, cost rules and passes),
+``graphcost.analyzer`` (frontends, the application layer, measurements, renderers, the CLI)
+and ``graphcost.models_zoo``. In the source tree they sit beside this folder (``passes/``,
+``analyzer/``, ``models_zoo/``); pyproject.toml's package-dir is the one mapping, so an
+installed graphcost holds them inside it and an editable install maps them to the checkout.
+Inside the product every import between them is relative, which resolves the same on disk.
 """
-import os as _os
-
-if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "analyzer")):
-    # a source checkout (or an editable install): the subpackages are the checkout's folders
-    __path__.append(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
-
 __all__ = ["analyze", "GraphcostError", "Report"]
 __version__ = "0.1.0"
 
@@ -23,12 +18,12 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # Imported on first use: `import graphcost` alone loads neither onnx nor torch.
     if name == "analyze":
-        from graphcost.analyzer.api import analyze
+        from graphcost.analyzer.app.api import analyze
         return analyze
     if name == "GraphcostError":
-        from graphcost.analyzer.errors import GraphcostError
+        from graphcost.passes.errors import GraphcostError
         return GraphcostError
     if name == "Report":
-        from graphcost.analyzer.report import Report
+        from graphcost.analyzer.app.report import Report
         return Report
     raise AttributeError(f"module 'graphcost' has no attribute {name!r}")

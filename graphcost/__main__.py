@@ -1,4 +1,4 @@
 """``python -m graphcost`` is the ``graphcost`` command."""
-from graphcost.analyzer.cli import console
+from graphcost.analyzer.cli.main import console
 
 raise SystemExit(console())

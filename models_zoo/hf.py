@@ -177,7 +177,7 @@ def example_kwargs(name: str, batch: int = 1, *, seed: int = 0, **dims: int) -> 
 
 class KeywordCall(torch.nn.Module):
     """``model(**inputs)`` as a module called with no arguments: what PyTorch's MemTracker
-    and graphcost.analyzer.verify's measurements (which call ``module(*args)``) can run. The
+    and graphcost.analyzer.measure.verify's measurements (which call ``module(*args)``) can run. The
     model is a submodule, so its parameters are the wrapper's."""
 
     def __init__(self, model: torch.nn.Module, inputs: dict):

@@ -1,1 +1,1 @@
-"""Analysis passes: pure functions from an ``analyzer.ir.Graph`` to results keyed by node/value."""
+"""Analysis passes: pure functions from an ``passes.ir.Graph`` to results keyed by node/value."""

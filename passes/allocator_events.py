@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from graphcost.analyzer.ir import Graph, ValueKind
-from graphcost.passes.caching_allocator import Alloc, Event, Free, replay
+from .ir import Graph, ValueKind
+from .caching_allocator import Alloc, Event, Free, replay
 
 
 def events_from_liveness(storages, *, resident: Iterable[tuple[str, int]] = (),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphcost.passes.liveness import Storage
+from .liveness import Storage
 
 BUCKET = 32  # nodes per time bucket
 # Bucket entries visited per tensor (on average) before stacking: the zoo's ONNX exports visit

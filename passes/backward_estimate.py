@@ -1,7 +1,7 @@
 """The training-step ESTIMATE of an inference-only graph (an ONNX export): a synthesized backward.
 
 An ONNX file holds the forward only. ``estimate_joint(graph)`` returns a new joint graph in the
-conventions of the traced FX one (``analyzer.frontends.fx_frontend.lower_joint``), so the
+conventions of the traced FX one (``analyzer.frontends.torch.frontend.lower_joint``), so the
 training passes (``passes/training.py``: memory, checkpoint plans, what-ifs) run on it
 unchanged:
 
@@ -33,11 +33,10 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from graphcost.analyzer.ir import FLOAT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
-from graphcost.passes.costs.backward import (BACKWARD_OP, GRAD_SEED_OP, GRAD_VIEW_OP,
-                                             LOSS_ADD_OP, LOSS_REDUCE_OP)
-from graphcost.passes.costs.registry import lookup
-from graphcost.passes.params import count_params
+from .ir import FLOAT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
+from .costs.backward import BACKWARD_OP, GRAD_SEED_OP, GRAD_VIEW_OP, LOSS_ADD_OP, LOSS_REDUCE_OP
+from .costs.registry import lookup
+from .params import count_params
 
 ESTIMATE_WARNING = ("training memory of an ONNX graph is an ESTIMATE: the backward is "
                     "synthesized from per-op save rules, not traced (see README, 'ONNX training "

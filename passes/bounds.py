@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from graphcost.analyzer.ir import Graph, SizeBound
-from graphcost.passes.costs import count_costs
-from graphcost.passes.liveness import analyze_liveness
+from .ir import Graph, SizeBound
+from .costs import count_costs
+from .liveness import analyze_liveness
 
 
 @dataclass(frozen=True)

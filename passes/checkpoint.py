@@ -18,9 +18,9 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.ir import Graph
-from graphcost.passes.liveness import Liveness, Storage
+from .errors import GraphcostError
+from .ir import Graph
+from .liveness import Liveness, Storage
 
 
 @dataclass(frozen=True)

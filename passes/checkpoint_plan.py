@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphcost.analyzer.ir import Graph
-from graphcost.passes.checkpoint import Segment, merge, segments_by_name
-from graphcost.passes.liveness import Liveness
+from .ir import Graph
+from .checkpoint import Segment, merge, segments_by_name
+from .liveness import Liveness
 
 
 @dataclass(frozen=True)

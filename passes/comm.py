@@ -7,7 +7,7 @@ buffer and 2·(N−1)/N of an all-reduce's — the "wire" bytes. On a link of B 
 schedule moves them faster than wire / B: the lower bound, as the roofline is for compute (no
 latency, no contention, every byte at the link's peak).
 
-The interconnect is an ``InterconnectRates`` value (the table lives in analyzer/devices.py).
+The interconnect is an ``InterconnectRates`` value (the table lives in analyzer/app/devices.py).
 """
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graphcost.analyzer.ir import INTERNAL, Graph, ValueKind
-from graphcost.passes.costs.registry import lookup
+from .ir import INTERNAL, Graph, ValueKind
+from .costs.registry import lookup
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,13 @@ count), a Tile to 2^81 elements (3.9e25 bytes). The figures are exact arithmetic
 file says, but no device has 2^64 bytes or runs 2^64 operations of one node in a lifetime
 (2^64 FLOPs is five hours of a 1 EFLOP/s machine), so each node past LIMIT gets a warning that
 names it and why (the trip counts of its enclosing bodies, or the size of its tensors), and
-``--strict`` fails on them (analyzer/cli.py).
+``--strict`` fails on them (analyzer/cli/main.py).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from graphcost.analyzer.ir import Graph
+from .ir import Graph
 
 LIMIT = 2 ** 64
 LISTED = 3  # nodes named in full; the rest are counted

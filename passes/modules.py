@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graphcost.analyzer.ir import INTERNAL, Graph
-from graphcost.passes.costs import CostReport
-from graphcost.passes.params import ParamReport
+from .ir import INTERNAL, Graph
+from .costs import CostReport
+from .params import ParamReport
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphcost.analyzer.ir import Graph, ValueKind
-from graphcost.passes.costs import CostReport
-from graphcost.passes.costs.registry import lookup
+from .ir import Graph, ValueKind
+from .costs import CostReport
+from .costs.registry import lookup
 
 
 @dataclass(frozen=True)

@@ -32,16 +32,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.ir import INTERNAL, Graph, ValueKind
-from graphcost.passes.comm import CommVolume, InterconnectRates, comm_volume
-from graphcost.passes.parallel_clock import Clock, price
-from graphcost.passes.parallel_fsdp import sharded_step
-from graphcost.passes.roofline import DeviceRates, Overhead
-from graphcost.passes.parallel_units import (Unit, ddp_buckets, fsdp_units, origins,
-                                             unit_names, zero1_partition)
-from graphcost.passes.training import (STATE_MULTIPLIER, TrainingMemory, forward_set,
-                                       step_temporaries, trainable_params)
+from .errors import GraphcostError
+from .ir import INTERNAL, Graph, ValueKind
+from .comm import CommVolume, InterconnectRates, comm_volume
+from .parallel_clock import Clock, price
+from .parallel_fsdp import sharded_step
+from .roofline import DeviceRates, Overhead
+from .parallel_units import Unit, ddp_buckets, fsdp_units, origins, unit_names, zero1_partition
+from .training import (STATE_MULTIPLIER, TrainingMemory, forward_set, step_temporaries,
+    trainable_params)
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 SHARDED = ("zero2", "zero3", "fsdp")

@@ -24,9 +24,9 @@ With one rank nothing is all-gathered (the shard is copied into the unsharded pa
 """
 from __future__ import annotations
 
-from graphcost.passes.comm import comm_volume
-from graphcost.passes.parallel_clock import Clock
-from graphcost.passes.parallel_units import ROOT, padded_bytes
+from .comm import comm_volume
+from .parallel_clock import Clock
+from .parallel_units import ROOT, padded_bytes
 
 
 def sharded_step(plan, clock: Clock, world: int):

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from graphcost.analyzer.ir import Graph, ValueKind
-from graphcost.passes.costs.registry import lookup
+from .ir import Graph, ValueKind
+from .costs.registry import lookup
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.ir import Graph, TensorSpec, Value
+from .errors import GraphcostError
+from .ir import Graph, TensorSpec, Value
 
 # recipe -> (the dtype the graph's floating tensors take, None: as traced; fp32 master copy)
 RECIPES = {"fp32": (None, False), "fp16-mixed": ("float16", True),

@@ -47,8 +47,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphcost.analyzer.ir import Graph, Node, ValueKind
-from graphcost.passes.costs.registry import WINDOWS, lookup
+from .ir import Graph, Node, ValueKind
+from .costs.registry import WINDOWS, lookup
 
 INPUT_START = 0.5  # centre of input pixel 0, the guide's convention
 

@@ -12,7 +12,7 @@ multiply-accumulate ops when ``tf32`` is set (PyTorch's ``allow_tf32``). A dtype
 no fast path for falls back to its fp32 rate.
 
 The device is a ``DeviceRates`` value (the device table and its parsing live in
-analyzer/devices.py); ``Overhead`` is what a process needs beyond its tensors.
+analyzer/app/devices.py); ``Overhead`` is what a process needs beyond its tensors.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from graphcost.analyzer.ir import INTERNAL, QUANT_DTYPES, Graph
+from .ir import INTERNAL, QUANT_DTYPES, Graph
 
 _HALF = {"float16": "fp16", "bfloat16": "bf16"}
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "int8")

@@ -1,6 +1,6 @@
 """The serving review of a decoder: KV cache, prefill and decode, memory and tokens per second.
 
-Inputs are two traced graphs (analyzer/serve.py): the **prefill** of P prompt tokens, whose
+Inputs are two traced graphs (analyzer/app/serve.py): the **prefill** of P prompt tokens, whose
 outputs include the cache the model keeps for them, and **one decode step** of the last token
 generated, whose inputs are the cache the model keeps after P + G − 1 tokens. The KV cache is
 read off those tensors, never computed from a config:
@@ -37,12 +37,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphcost.analyzer.ir import Graph, ValueKind
-from graphcost.passes.costs import count_costs
-from graphcost.passes.liveness import analyze_liveness
-from graphcost.passes.params import count_params
-from graphcost.passes.roofline import DeviceRates, Overhead, roofline
-from graphcost.passes import serving_dtypes as sd
+from .ir import Graph, ValueKind
+from .costs import count_costs
+from .liveness import analyze_liveness
+from .params import count_params
+from .roofline import DeviceRates, Overhead, roofline
+from . import serving_dtypes as sd
 
 WHAT_IFS = (("int8", None), ("int4", None), ("fp8", None), (None, "fp8"), (None, "int8"))
 CURVE_POINTS = 16
@@ -50,7 +50,7 @@ CURVE_POINTS = 16
 
 @dataclass(frozen=True)
 class ServingTrace:
-    """What the frontend traced (analyzer/serve.py): the two steps, as traced, and which of
+    """What the frontend traced (analyzer/app/serve.py): the two steps, as traced, and which of
     their inputs and outputs are the KV cache."""
     prefill: Graph
     decode: Graph

@@ -24,8 +24,8 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Iterable
 
-from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.ir import FLOAT_DTYPES, Graph, TensorSpec, ValueKind
+from .errors import GraphcostError
+from .ir import FLOAT_DTYPES, Graph, TensorSpec, ValueKind
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8e4m3fn",
           "int8": "int8", "int4": "int4"}
@@ -65,7 +65,7 @@ def plan(graph: Graph, weight: str | None, kv: str | None) -> tuple[str, str, st
 
 def cache_values(graph: Graph, names: Iterable[str]) -> set[str]:
     """The cache tensors and the storages they are views of (a sliding window's slice)."""
-    from graphcost.passes.costs.registry import lookup  # (the CLI reads DTYPES: start light)
+    from .costs.registry import lookup  # (the CLI reads DTYPES: start light)
     out = set()
     for name in names:
         seen = 0
@@ -85,7 +85,7 @@ def cache_values(graph: Graph, names: Iterable[str]) -> set[str]:
 def retype(graph: Graph, weights: str, compute: str, kv: str, cache: set[str]) -> Graph:
     """``graph`` with its floating tensors in the planned types (shapes unchanged). A view
     (a rule declared ``alias``: a transposed weight, a reshaped cache) has its source's type."""
-    from graphcost.passes.costs.registry import lookup
+    from .costs.registry import lookup
     target: dict[str, str] = {}
     for name, v in graph.values.items():
         spec = v.spec

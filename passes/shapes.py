@@ -5,7 +5,7 @@ names the values so the report can say where shape inference stopped.
 """
 from __future__ import annotations
 
-from graphcost.analyzer.ir import Graph, ValueKind
+from .ir import Graph, ValueKind
 
 
 def check_shapes(graph: Graph, limit: int = 20) -> list[str]:

@@ -29,12 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.ir import INTERNAL, Graph, ValueKind
-from graphcost.passes.checkpoint import (Segment, checkpointed_storages, group_every, merge,
-                               repeated_blocks, segments_by_name, sqrt_groups, timeline_of)
-from graphcost.passes.checkpoint_plan import block_table, cheapest_plan, plan_segments
-from graphcost.passes.liveness import analyze_liveness
+from .errors import GraphcostError
+from .ir import INTERNAL, Graph, ValueKind
+from .checkpoint import (Segment, checkpointed_storages, group_every, merge, repeated_blocks,
+    segments_by_name, sqrt_groups, timeline_of)
+from .checkpoint_plan import block_table, cheapest_plan, plan_segments
+from .liveness import analyze_liveness
 
 STATE_MULTIPLIER = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 OPTIMIZER_IMPLS = ("forloop", "foreach")
@@ -305,7 +305,7 @@ def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str
     """The step's peak under the usual memory savers, each by re-running the passes on the
     same joint graph: in-place activations, bf16 mixed precision, and checkpointing every
     repeated block."""
-    from graphcost.passes.precision import cast_floats, master_weights
+    from .precision import cast_floats, master_weights
 
     mixed = master_weights(precision)
 
@@ -333,7 +333,7 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     """The training section of a report: the step's memory, with the checkpoint plan asked
     for and the what-ifs (``graph`` already re-typed by passes.precision for mixed precision,
     whose fp32 master side is added here)."""
-    from graphcost.passes.precision import master_weights
+    from .precision import master_weights
 
     mixed = master_weights(precision)
     t = training_memory(graph, optimizer, master_weights=mixed, include_inputs=include_inputs,
@@ -353,8 +353,8 @@ def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool) -> int:
     fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
     kind, plus Adam's 4-byte step counters; the step's temporaries per parameter. Mixed
     precision's fp32 gradients at the step are left out."""
-    from graphcost.passes.allocator_events import resident_tensors, training_events
-    from graphcost.passes.caching_allocator import replay
+    from .allocator_events import resident_tensors, training_events
+    from .caching_allocator import replay
 
     params = [graph.values[p] for p in trainable_params(graph)]
     sizes, states = optimizer_tensors(params, t.optimizer, master_weights)

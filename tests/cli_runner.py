@@ -10,7 +10,7 @@ import subprocess
 
 
 def run_cli(*args, env: dict | None = None) -> subprocess.CompletedProcess:
-    from graphcost.analyzer.cli import main
+    from graphcost.analyzer.cli.main import main
 
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()

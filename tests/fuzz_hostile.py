@@ -75,7 +75,7 @@ def _memory_kib() -> tuple[int, int]:
 def run_case(path: Path, says: str = "") -> dict:
     """One command-line run, fd 2 captured; ``said``: whether ``says`` is in stderr (a
     refusal) or in the JSON report (a success: its warnings)."""
-    from graphcost.analyzer.cli import main
+    from graphcost.analyzer.cli.main import main
 
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before, _ = _memory_kib()

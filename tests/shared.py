@@ -6,9 +6,9 @@ from __future__ import annotations
 import functools
 
 from graphcost import models_zoo
-from graphcost.analyzer.api import load_graph
-from graphcost.analyzer.pipeline import run_passes
-from graphcost.analyzer.measure import measure_training
+from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.pipeline import run_passes
+from graphcost.analyzer.measure.reference import measure_training
 
 BATCH = 2
 # Image models measured at 64×64 instead of 224×224: a real training step is 12× cheaper and the
@@ -42,7 +42,7 @@ def measured_step(name: str, optimizer: str) -> int:
 
 
 def measured_step_peak(name: str, optimizer: str, prepare=None, small: bool = True) -> int:
-    """MemTracker's peak over the second real training step (analyzer.verify's measurement).
+    """MemTracker's peak over the second real training step (analyzer.measure.verify's measurement).
     ``prepare(model)`` may change the model first (wrap blocks in torch.utils.checkpoint)."""
     model = models_zoo.build_model(name, eval=False)
     if prepare is not None:

@@ -115,7 +115,7 @@ def test_bad_option_is_one_line(good):
 
 
 def test_unwritable_output_is_one_line_and_exit_2(tmp_path, capsys):
-    from graphcost.analyzer.cli import main
+    from graphcost.analyzer.cli.main import main
     missing = tmp_path / "no-such-dir"
     for extra in (["--html", str(missing / "r.html")],
                   ["--format", "json", "-o", str(missing / "r.json")]):

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from graphcost.analyzer.api import analyze
-from graphcost.analyzer.batch_scaling import max_batch
-from graphcost.analyzer.cli import main
+from graphcost.analyzer.app.api import analyze
+from graphcost.analyzer.app.batch_scaling import max_batch
+from graphcost.analyzer.cli.main import main
 from tests.onnx_builders import model, node, weight
 
 
@@ -71,7 +71,7 @@ def test_max_batch_of_a_hand_computed_model(tmp_path, capsys):
 
 def test_max_batch_answer_holds_on_a_real_model():
     # the bracket is confirmed by independent analyses on either side of the answer
-    from graphcost.analyzer.batch_scaling import max_batch as search
+    from graphcost.analyzer.app.batch_scaling import max_batch as search
     result = search(lambda b: analyze("zoo:small_cnn", batch=b, device="t4"))
     assert analyze("zoo:small_cnn", batch=result.batch, device="t4").roofline.fits
     assert not analyze("zoo:small_cnn", batch=result.batch + 1, device="t4").roofline.fits
@@ -89,9 +89,9 @@ def test_a_traced_graph_rebound_to_another_batch_equals_its_trace():
     # one trace at the marker batch and its re-run at batch 2 give every dim's line in the
     # batch; batch 5 re-bound from them must be the batch-5 trace exactly (sizes, costs, the
     # training step's peak)
-    from graphcost.analyzer.api import load_graph
-    from graphcost.analyzer.by_batch import analyze_by_batch
-    from graphcost.analyzer.pipeline import run_passes
+    from graphcost.analyzer.app.api import load_graph
+    from graphcost.analyzer.app.by_batch import analyze_by_batch
+    from graphcost.analyzer.app.pipeline import run_passes
     at = analyze_by_batch("zoo:gpt2", train=True, optimizer="adam", what_if=False)
     assert at.rebound
     real = run_passes(load_graph("zoo:gpt2", batch=5, train=True), optimizer="adam",
@@ -109,7 +109,7 @@ def test_rebound_batches_take_the_arguments_analyze_takes():
     # --max-batch --train --device a10 [--parallel fsdp]: the re-bound graphs get the
     # optimizer implementation the device runs (foreach on a GPU) and the checked
     # data-parallel spec, exactly as analyze() at that batch does
-    from graphcost.analyzer.by_batch import analyze_by_batch
+    from graphcost.analyzer.app.by_batch import analyze_by_batch
     kw = dict(train=True, device="a10", parallel={"strategy": "fsdp", "world_size": 2})
     at = analyze_by_batch("zoo:mlp", **kw)
     assert at.rebound
@@ -122,7 +122,7 @@ def test_rebound_batches_take_the_arguments_analyze_takes():
 def test_an_answer_at_the_search_limit_says_it_is_a_lower_bound():
     # required(b) = 100 + 10·b B on 10^7 B fits up to b = 999,990; a search limited to 1,000
     # stops there with 1,001 still fitting: "at least 1,000", never "1,001 would need"
-    from graphcost.analyzer.render_batch import max_batch_lines
+    from graphcost.analyzer.render.batch import max_batch_lines
     result = max_batch(_fake(lambda b: 100 + 10 * b, 10**7, []), limit=1_000)
     assert (result.batch, result.at_limit) == (1_000, True)
     assert result.next_required_bytes == 100 + 10 * 1_001 <= 10**7
@@ -150,10 +150,10 @@ def test_a_graph_that_grows_with_the_batch_gets_an_estimate():
     # By hand: weights (256·256 + 256)·4 = 263,168 B; at the stack, the b rows' outputs and
     # the stacked output are live, 2 · 1,024 B per sample (the input's rows die with the last
     # Linear). On 300,000 B: b ≤ (300,000 − 263,168) / 2,048 = 17.98 -> 17
-    from graphcost.analyzer.batch_scaling import estimate_max_batch
-    from graphcost.analyzer.by_batch import analyze_by_batch
-    from graphcost.analyzer.devices import parse_device_spec, parse_overhead
-    from graphcost.analyzer.render_batch import max_batch_lines
+    from graphcost.analyzer.app.batch_scaling import estimate_max_batch
+    from graphcost.analyzer.app.by_batch import analyze_by_batch
+    from graphcost.analyzer.app.devices import parse_device_spec, parse_overhead
+    from graphcost.analyzer.render.batch import max_batch_lines
     kw = dict(input_shapes={"x": (1, 256)}, what_if=False, overhead=parse_overhead("none"),
               device=parse_device_spec("flops=1T,bandwidth=1G,memory=300000B"))
     at = analyze_by_batch(_PerSample(), **kw)
@@ -172,7 +172,7 @@ def test_max_batch_under_a_checkpoint_plan_fits_the_plan(capsys):
     # --checkpoint-every 1 with --max-batch: the batch is searched for the step as the plan
     # runs it (its peak plus the overhead), not for the plain step beside it; a fresh
     # analysis at the answer and one above says fits / does not, and the plan buys batch
-    from graphcost.analyzer.devices import get_device
+    from graphcost.analyzer.app.devices import get_device
     from graphcost.passes.roofline import Overhead
     args = ["zoo:gpt2", "--train", "--max-batch", "--device", "a10", "--format", "json"]
     assert main(args + ["--checkpoint-every", "1"]) == 0
@@ -196,7 +196,7 @@ def test_max_batch_under_a_checkpoint_plan_fits_the_plan(capsys):
 def test_max_batch_headline_fits_80_columns():
     # one rank under a strategy and a checkpoint plan: the headline was one 120-column line
     from dataclasses import replace as with_
-    from graphcost.analyzer.render_batch import max_batch_lines
+    from graphcost.analyzer.render.batch import max_batch_lines
     result = with_(max_batch(_fake(lambda b: 100 + 10 * b, 12_345, [])),
                    parallel="fsdp over 4 ranks", checkpoint="every", train=True)
     lines = max_batch_lines("zoo:gpt2", result, 80)

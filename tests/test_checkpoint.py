@@ -7,7 +7,7 @@ import pytest
 from torch.utils.checkpoint import checkpoint
 
 from graphcost import GraphcostError
-from graphcost.analyzer.units import parse_size
+from graphcost.analyzer.app.units import parse_size
 from tests.shared import measured_step_peak, train_report
 
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from graphcost.analyzer.api import load_graph
+from graphcost.analyzer.app.api import load_graph
 from graphcost.passes.checkpoint import repeated_blocks
 from graphcost.passes.checkpoint_plan import block_table, modelled_peak, plan_segments
 from graphcost.passes.costs import count_costs
@@ -69,7 +69,7 @@ def test_auto_plan_is_the_cheapest_that_fits(resnet18, fraction):
 
 
 def test_no_plan_fits_names_the_best_reachable_peak(resnet18):
-    from graphcost.analyzer.errors import GraphcostError
+    from graphcost.passes.errors import GraphcostError
     g, flops, plain, plans = resnet18
     lowest = min(real for _, real, _ in plans)
     floor = plain.param_bytes + plain.grad_bytes + plain.optimizer_state_bytes + \

@@ -24,7 +24,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import graphcost.passes.costs  # noqa: F401  (registers every rule family)
-from graphcost.analyzer.api import analyze
+from graphcost.analyzer.app.api import analyze
 from graphcost.passes.costs import registry
 
 F32, F16, I64, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64, TensorProto.BOOL

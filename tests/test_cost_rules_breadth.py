@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
-from graphcost.analyzer.api import analyze
+from graphcost.analyzer.app.api import analyze
 from tests.test_cost_rules import build, x
 
 F32, I64, U8, I32, BOOL = (TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8,
@@ -325,7 +325,7 @@ def test_every_onnx_schema_has_a_rule():
     # the installed onnx knows
     from onnx import defs
 
-    from graphcost.analyzer.frontends.onnx_shapes import op_key
+    from graphcost.analyzer.frontends.onnx.shapes import op_key
     from graphcost.passes.costs import lookup
     names = {op_key(s.domain, s.name) for s in defs.get_all_schemas_with_history()
              if not s.domain.startswith("graphcost.")}  # the frontend's private shape schemas

@@ -17,9 +17,9 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
-from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.render import render_csv, render_markdown
-from graphcost.analyzer.frontends.torch_compat import TORCH_VERSION
+from graphcost.passes.errors import GraphcostError
+from graphcost.analyzer.render.summary import render_csv, render_markdown
+from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
 from graphcost.models_zoo import build_model, detection, example_inputs
 
 # torch 2.8's slice of a data-dependent size (keep[:300]) keeps the size's own symbol instead

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from graphcost.analyzer.api import analyze
-from graphcost.analyzer.cli import main
-from graphcost.analyzer.devices import DEVICES, get_device, parse_device_spec, parse_overhead
-from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.app.api import analyze
+from graphcost.analyzer.cli.main import main
+from graphcost.analyzer.app.devices import DEVICES, get_device, parse_device_spec, parse_overhead
+from graphcost.passes.errors import GraphcostError
 
 REQUIRED = ("gtx1080ti", "v100", "t4", "a10", "l4", "a100-40gb", "a100-80gb", "h100-sxm",
             "rtx3090", "rtx4090")

@@ -9,8 +9,8 @@ import onnx
 import pytest
 
 from graphcost import analyze
-from graphcost.analyzer import diff as diff_mod
-from graphcost.analyzer.diff import diff_reports
+from graphcost.analyzer.app import diff as diff_mod
+from graphcost.analyzer.app.diff import diff_reports
 from tests.cli_runner import run_cli
 from tests.onnx_builders import model, node, weight
 

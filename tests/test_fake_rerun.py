@@ -1,5 +1,5 @@
 """One trace for every batch (--max-batch): a model traced at a marker batch and re-run on fake
-tensors at another batch (analyzer/frontends/fake_rerun.py) must be, node for node, the graph
+tensors at another batch (analyzer/frontends/torch/fake_rerun.py) must be, node for node, the graph
 torch.export traces at that batch itself — the same ops on the same values with the same
 shapes and dtypes. A forward whose Python depends on the batch is never re-run: it is traced
 at each batch instead."""
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from graphcost import analyze
-from graphcost.analyzer.api import load_graph
-from graphcost.analyzer.by_batch import analyze_by_batch, traced_once
-from graphcost.analyzer.cli import main
-from graphcost.analyzer.frontends.fake_rerun import marker_batch
+from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.by_batch import analyze_by_batch, traced_once
+from graphcost.analyzer.cli.main import main
+from graphcost.analyzer.frontends.torch.fake_rerun import marker_batch
 from graphcost.models_zoo.llama import Llama, LlamaConfig
 
 
@@ -109,7 +109,7 @@ def test_max_batch_traces_once_and_its_answer_holds():
     assert doc["traces"] == 1 and doc["traced_at"] >= 1009
     assert doc["fit"]["fit_batches"][1] > 2 and doc["fit"]["memory_per_sample_bytes"] > 0
     b = doc["max_batch"]
-    from graphcost.analyzer.devices import parse_device_spec, parse_overhead
+    from graphcost.analyzer.app.devices import parse_device_spec, parse_overhead
     kw = dict(train=True, device=parse_device_spec(spec), overhead=parse_overhead("none"),
               what_if=False)
     fits = analyze("zoo:mlp", batch=b, **kw).roofline

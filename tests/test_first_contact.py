@@ -15,7 +15,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from graphcost.analyzer.errors import GraphcostError, did_you_mean
+from graphcost.passes.errors import GraphcostError, did_you_mean
 from tests.cli_runner import run
 from tests.onnx_builders import model, node
 
@@ -36,7 +36,7 @@ def one_line_error(p, *needles) -> str:
 def no_analysis(monkeypatch):
     """An analysis started is a failure: what the test checks must fail before it (it ran
     to the end first, then failed on the output file)."""
-    from graphcost.analyzer import api, by_batch
+    from graphcost.analyzer.app import api, by_batch
 
     def refuse(*_a, **_k):
         raise AssertionError("the analysis ran")
@@ -74,9 +74,9 @@ def test_bare_graphcost_prints_usage_with_three_examples_and_exits_2():
 
 def test_the_usage_examples_are_commands_graphcost_accepts():
     from graphcost import models_zoo
-    from graphcost.analyzer.cli import SUBCOMMANDS, build_parser
-    from graphcost.analyzer.cli_help import EXAMPLES
-    from graphcost.analyzer.devices import get_device
+    from graphcost.analyzer.cli.main import SUBCOMMANDS, build_parser
+    from graphcost.analyzer.cli.help import EXAMPLES
+    from graphcost.analyzer.app.devices import get_device
 
     for cmd, _ in EXAMPLES:
         argv = shlex.split(cmd)[1:]
@@ -167,7 +167,7 @@ class _Marker:
 @pytest.mark.parametrize("suffix", [".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".PT"])
 def test_weights_file_says_what_graphcost_takes_and_is_never_opened(tmp_path, monkeypatch,
                                                                     suffix):
-    from graphcost.analyzer.frontends import onnx_frontend
+    from graphcost.analyzer.frontends.onnx import frontend as onnx_frontend
 
     marker = tmp_path / "unpickled"
     path = tmp_path / f"model{suffix}"
@@ -232,7 +232,7 @@ def test_writing_over_the_input_is_still_refused(seq_model, no_analysis):
 # --- check without thresholds -------------------------------------------------------------
 
 def test_check_without_thresholds_exits_2_and_lists_them(no_analysis):
-    from graphcost.analyzer.cli_check import build_parser
+    from graphcost.analyzer.cli.check import build_parser
     # it said "all checks passed" (the default coverage check alone)
     line = one_line_error(run("check", "zoo:mlp"), "no thresholds given")
     flags = [a.option_strings[0] for a in build_parser()._actions

@@ -11,8 +11,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze, models_zoo
-from graphcost.analyzer.api import load_graph
-from graphcost.analyzer.pipeline import run_passes
+from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.pipeline import run_passes
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -80,8 +80,8 @@ def test_fx_and_onnx_agree(name):
 
 
 def measured_activation_peak(model, args) -> int:
-    """MemTracker's activation peak over one forward under no_grad (analyzer.verify's)."""
-    from graphcost.analyzer.measure import measure_inference
+    """MemTracker's activation peak over one forward under no_grad (analyzer.measure.verify's)."""
+    from graphcost.analyzer.measure.reference import measure_inference
     return measure_inference(model, args)[0]
 
 

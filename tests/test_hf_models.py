@@ -14,10 +14,10 @@ from torch.utils.flop_counter import FlopCounterMode
 pytest.importorskip("transformers")
 
 from graphcost import analyze  # noqa: E402
-from graphcost.analyzer.api import load_graph  # noqa: E402
-from graphcost.analyzer.pipeline import run_passes  # noqa: E402
-from graphcost.analyzer.measure import (float_output_sum, measure_inference,  # noqa: E402
-                                       measure_training)
+from graphcost.analyzer.app.api import load_graph  # noqa: E402
+from graphcost.analyzer.app.pipeline import run_passes  # noqa: E402
+from graphcost.analyzer.measure.reference import (float_output_sum, measure_inference,
+    measure_training)
 from graphcost.models_zoo import hf  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -15,9 +15,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphcost.analyzer.api import analyze
-from graphcost.analyzer.cli import main
-from graphcost.analyzer.errors import GraphcostError
+from graphcost.analyzer.app.api import analyze
+from graphcost.analyzer.cli.main import main
+from graphcost.passes.errors import GraphcostError
 from graphcost.passes.arena import WORK_MIN_TENSORS, WORK_PER_TENSOR, plan_arena
 from graphcost.passes.liveness import Storage
 from tests.hostile_files import pt2_variant, tiny_program
@@ -59,7 +59,7 @@ def leaky_model(folder: Path) -> Path:
 
 AUDIT = """
 import json, os, sys
-from graphcost.analyzer.cli import main
+from graphcost.analyzer.cli.main import main
 args = sys.argv[1:]
 main(args)                     # warm-up: every import and lazily loaded module
 opened = set()
@@ -98,7 +98,7 @@ def test_constant_of_shape_is_not_evaluated_when_too_big(tmp_path):
     m.graph.output.append(helper.make_tensor_value_info("s", TensorProto.INT64, None))
     path = tmp_path / "cos.onnx"
     onnx.save(m, path)
-    limited = ("import resource, sys; from graphcost.analyzer.cli import main; "
+    limited = ("import resource, sys; from graphcost.analyzer.cli.main import main; "
                "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30)); "
                "sys.exit(main([sys.argv[1], '--format', 'json']))")
     p = subprocess.run([sys.executable, "-c", limited, str(path)], capture_output=True,
@@ -169,7 +169,7 @@ def test_pt2_guards_code_is_never_executed(tiny_pt2, tmp_path):
     evil = tmp_path / "guards.pt2"
     code = f"__import__('pathlib').Path({str(marker)!r}).touch() is None"
     _rewrite(tiny_pt2, evil, lambda d: d.update(guards_code=[code]))
-    from graphcost.analyzer.frontends.pt2 import load_pt2
+    from graphcost.analyzer.frontends.torch.pt2 import load_pt2
     load_pt2(evil).module()  # where torch would exec the guards (a --train analysis calls it)
     assert analyze(evil).totals.params == 15 and not marker.exists()
 
@@ -179,7 +179,7 @@ def test_pt2_guards_code_is_never_executed(tiny_pt2, tmp_path):
 def test_verify_refuses_external_data_beyond_the_model(tmp_path, monkeypatch):
     import onnxruntime
 
-    from graphcost.analyzer.verify import verify
+    from graphcost.analyzer.measure.verify import verify
 
     def never(*a, **k):
         raise AssertionError("onnxruntime was handed the model")
@@ -224,7 +224,7 @@ def test_outputs_never_replace_external_data_or_the_zoo_cache(tmp_path, monkeypa
 
 
 def test_cache_dir_rule_matches_the_zoo(monkeypatch, tmp_path):
-    from graphcost.analyzer.cli_output import _zoo_cache_dir
+    from graphcost.analyzer.cli.output import _zoo_cache_dir
     from graphcost.models_zoo.export import cache_dir
     for env in (str(tmp_path / "c"), None):
         if env is None:

@@ -12,9 +12,9 @@ import onnx
 import onnx.inliner
 import pytest
 
-from graphcost.analyzer.api import analyze
-from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.frontends import onnx_inline
+from graphcost.analyzer.app.api import analyze
+from graphcost.passes.errors import GraphcostError
+from graphcost.analyzer.frontends.onnx import inline as onnx_inline
 from tests import hostile_files as hf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def test_pt2_max_arity_is_bounded(tiny_pt2, tmp_path):
     bad = hf.pt2_variant(tiny_pt2, tmp_path / "nested.pt2",
                          lambda d: hf.first_expr(d).update(expr_str=nested))
     _refused(bad, "an expression with 9 Max/Min arguments")
-    from graphcost.analyzer.frontends.pt2 import check_program, load_pt2
+    from graphcost.analyzer.frontends.torch.pt2 import check_program, load_pt2
     load_pt2(hf.pt2_variant(tiny_pt2, tmp_path / "max8.pt2", hf.long_max(8)))  # at the limit
     # the program's distinct expressions: 600 of two arguments = 600 × 2² = 2,400 > 2,048
     with pytest.raises(ValueError, match="worth 2,400"):
@@ -129,7 +129,7 @@ def test_pt2_max_arity_is_bounded(tiny_pt2, tmp_path):
 
 
 def test_pt2_expressions_that_sympy_would_multiply_out_are_bounded(tiny_pt2, tmp_path):
-    from graphcost.analyzer.frontends.pt2 import check_expr
+    from graphcost.analyzer.frontends.torch.pt2 import check_expr
 
     def product(n):  # (s0 + s1)·(s1 + s2)·…: n factors of 2 terms = 2^n terms expanded
         return "*".join(f"(s{i} + s{i + 1})" for i in range(n))
@@ -157,7 +157,7 @@ def test_pt2_program_is_read_without_torch_and_bounded(tiny_pt2, tmp_path):
     assert bomb.stat().st_size < 1 << 20
     _refused(bomb, "its program unpacks to over 67,108,864 bytes")
     bad = hf.pt2_variant(tiny_pt2, tmp_path / "u.pt2", hf.range_key(10 ** 9))
-    code = ("import sys; from graphcost.analyzer.cli import main; "
+    code = ("import sys; from graphcost.analyzer.cli.main import main; "
             f"assert main([{str(bad)!r}]) == 2; assert 'torch' not in sys.modules")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -169,7 +169,7 @@ def test_pt2_errors_reach_the_terminal_as_one_line(tiny_pt2, tmp_path, capfd):
     # exception graphcost turns into its line: the file descriptor is checked, not sys.stderr
     import logging
 
-    from graphcost.analyzer.cli import main
+    from graphcost.analyzer.cli.main import main
     capfd.readouterr()
     dup = hf.pt2_variant(tiny_pt2, tmp_path / "dup.pt2", hf.shared_parameter_name)
     assert main([str(dup)]) == 2
@@ -222,7 +222,7 @@ def test_api_raises_only_graphcost_error_naming_the_argument(kwargs, named):
 
 def test_api_and_cli_share_the_world_size_bound(capsys):
     # 2^16 = 65,536 ranks, the bound --world-size auto searches to: the same on both sides
-    from graphcost.analyzer.cli import main
+    from graphcost.analyzer.cli.main import main
     from graphcost.passes.parallel import MAX_WORLD
     assert MAX_WORLD == 65_536
     assert main(["zoo:mlp", "--train", "--parallel", "ddp", "--world-size", "65537"]) == 2
@@ -284,7 +284,7 @@ def test_nested_trip_counts_past_2_64_are_labelled(capsys):
 
 
 def test_strict_fails_on_counts_past_2_64(tmp_path, capsys):
-    from graphcost.analyzer.cli import main
+    from graphcost.analyzer.cli.main import main
     path = tmp_path / "loops.onnx"
     onnx.save(hf.nested_loops(30), path)
     assert main([str(path)]) == 0  # the table renders a count no float holds

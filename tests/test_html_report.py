@@ -19,8 +19,8 @@ from types import SimpleNamespace
 import pytest
 from onnx import save
 
-from graphcost.analyzer.html_report import html_report
-from graphcost.analyzer.report import NodeRow, Report, Totals
+from graphcost.analyzer.render.html import html_report
+from graphcost.analyzer.app.report import NodeRow, Report, Totals
 from graphcost.passes.costs import Coverage
 from graphcost.passes.liveness import Liveness
 from tests.onnx_builders import model, node

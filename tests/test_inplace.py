@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from graphcost import models_zoo
-from graphcost.analyzer.api import load_graph
-from graphcost.analyzer.pipeline import run_passes
-from graphcost.analyzer.measure import measure_inference
+from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.pipeline import run_passes
+from graphcost.analyzer.measure.reference import measure_inference
 
 
 def with_inplace(model: nn.Module, inplace: bool) -> nn.Module:

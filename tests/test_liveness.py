@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from graphcost import analyze
-from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
+from graphcost.analyzer.frontends.onnx.frontend import lower_onnx
 from graphcost.passes.arena import plan_arena
 from graphcost.passes.liveness import Storage, analyze_liveness
 from tests.onnx_builders import model, node, shape_const

@@ -16,9 +16,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from graphcost.analyzer.api import analyze
-from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.frontends.onnx_shapes import op_key
+from graphcost.analyzer.app.api import analyze
+from graphcost.passes.errors import GraphcostError
+from graphcost.analyzer.frontends.onnx.shapes import op_key
 from graphcost.passes.costs import lookup
 
 # Models with statically declared outputs whose intermediate sizes come from input values.

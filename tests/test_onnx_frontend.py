@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphcost import GraphcostError, analyze
-from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
+from graphcost.analyzer.frontends.onnx.frontend import lower_onnx
 from tests.onnx_builders import model, node, weight
 
 
@@ -168,7 +168,7 @@ def test_onnx_path_does_not_import_torch(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(big_matmul_model(), path)
     code = ("import sys; from graphcost import analyze; analyze(sys.argv[1], batch=2).to_json(); "
-            "from graphcost.analyzer.cli import main; main([sys.argv[1], '--format', 'json', '-o', "
+            "from graphcost.analyzer.cli.main import main; main([sys.argv[1], '--format', 'json', '-o', "
             "sys.argv[1] + '.json']); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, check=True).stdout.strip()
@@ -177,7 +177,7 @@ def test_onnx_path_does_not_import_torch(tmp_path):
 
 def test_onnx_module_tree_is_the_torch_tree():
     # '/layer2/layer2.0/downsample/downsample.0/Conv' is layer2 → 0 → downsample → 0
-    from graphcost.analyzer.frontends.onnx_lowering import module_path
+    from graphcost.analyzer.frontends.onnx.lowering import module_path
     assert module_path("/layer2/layer2.0/downsample/downsample.0/Conv") == \
         "layer2.0.downsample.0"
     assert module_path("/layer1/layer1.0/conv1/Conv") == "layer1.0.conv1"

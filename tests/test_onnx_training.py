@@ -9,8 +9,8 @@ import pytest
 
 from graphcost import models_zoo
 from graphcost import analyze
-from graphcost.analyzer.api import load_graph
-from graphcost.analyzer.frontends.onnx_frontend import lower_onnx
+from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.frontends.onnx.frontend import lower_onnx
 from graphcost.passes.backward_estimate import ESTIMATE_WARNING, estimate_joint
 from graphcost.passes.training import training_memory
 from tests.cli_runner import run_cli

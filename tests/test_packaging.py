@@ -26,7 +26,7 @@ def test_import_graphcost_is_light_and_exports_analyze():
             "print(analyze.__module__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd="/", check=True).stdout
-    assert out.strip() == "graphcost.analyzer.api"
+    assert out.strip() == "graphcost.analyzer.app.api"
 
 
 def test_wheel_installs_only_graphcost(tmp_path):
@@ -45,4 +45,4 @@ def test_wheel_installs_only_graphcost(tmp_path):
     tops = {name.split("/", 1)[0] for name in zipfile.ZipFile(wheel).namelist()}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"graphcost"}
     names = zipfile.ZipFile(wheel).namelist()
-    assert "graphcost/passes/costs/registry.py" in names and "graphcost/analyzer/cli.py" in names
+    assert "graphcost/passes/costs/registry.py" in names and "graphcost/analyzer/cli/main.py" in names

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from graphcost import GraphcostError, analyze
-from graphcost.analyzer.cli import main
-from graphcost.analyzer.pipeline import run_passes
+from graphcost.analyzer.cli.main import main
+from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.passes.comm import InterconnectRates
 from graphcost.passes.parallel import ParallelSpec
 from graphcost.passes.roofline import DeviceRates, Overhead
@@ -152,7 +152,7 @@ def test_lora_step_vs_memtracker(optimizer):
 
 def test_frozen_first_layer_has_no_backward():
     from graphcost import models_zoo
-    from graphcost.analyzer.measure import measure_training
+    from graphcost.analyzer.measure.reference import measure_training
 
     def frozen_cnn():
         m = models_zoo.build_model("small_cnn", eval=False)
@@ -182,8 +182,8 @@ def test_report_sections():
     assert p["optimizer_impl"] == "foreach"          # a GPU's default
     assert p["comm"]["seconds"] > 0 and p["global_batch"] == 8
     assert d["roofline"]["tensor_bytes"] == r.peak_bytes   # fits per rank
-    from graphcost.analyzer.html_report import html_report
-    from graphcost.analyzer.plot import timeline_svg
+    from graphcost.analyzer.render.html import html_report
+    from graphcost.analyzer.render.plot import timeline_svg
     assert "per rank (fsdp x4)" in timeline_svg(r)
     assert "Data parallel: one rank" in html_report(r)
 
@@ -228,7 +228,7 @@ def test_api_says_it_in_the_api_words():
 
 
 def test_check_max_peak_is_per_rank(capsys):
-    from graphcost.analyzer.cli import main as cli
+    from graphcost.analyzer.cli.main import main as cli
     code = cli(["check", "zoo:mlp", "--batch", "2", "--train", "--parallel", "fsdp",
                 "--world-size", "4", "--max-peak", "1GiB"])
     out = capsys.readouterr().out

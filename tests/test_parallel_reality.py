@@ -1,6 +1,6 @@
 """Per-rank predictions against real data-parallel training on this CPU: two processes on gloo
 (127.0.0.1) and one with PyTorch's fake process group for fully_shard at 8 ranks, measured by
-FSDPMemTracker / MemTracker (analyzer/measure_parallel.py), steps 1 and 2 (Adam's state
+FSDPMemTracker / MemTracker (analyzer/measure/parallel.py), steps 1 and 2 (Adam's state
 exists from step 2). One spawn per world size serves every case (spawning is slow).
 
 The zoo mlp has no dropout and no GELU, so what eager CPU runs is what the joint graph says:
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from graphcost.analyzer.measure_parallel import Case, items, measure_parallel
-from graphcost.analyzer.pipeline import run_passes
+from graphcost.analyzer.measure.parallel import Case, items, measure_parallel
+from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.passes.parallel import ParallelSpec
 from tests.shared import joint_graph
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from graphcost.analyzer.cli import main
+from graphcost.analyzer.cli.main import main
 
 pytest.importorskip("matplotlib")
 from matplotlib.image import imread  # noqa: E402

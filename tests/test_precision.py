@@ -9,7 +9,7 @@ import torch
 
 from graphcost import models_zoo
 from graphcost import GraphcostError, analyze
-from graphcost.analyzer.measure import float_output_sum
+from graphcost.analyzer.measure.reference import float_output_sum
 from tests.shared import inputs, train_report
 
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -74,7 +74,7 @@ def test_bf16_true_vs_memtracker(name, optimizer):
     # pure bf16 (Lightning's bf16-true): the module cast to bf16, so weights, gradients and
     # AdamW's state are bf16 and there is no master copy; measured on the cast module's second
     # step, the fp32 analysis re-typed by the recipe
-    from graphcost.analyzer.measure import measure_training
+    from graphcost.analyzer.measure.reference import measure_training
     r = train_report(name, optimizer, precision="bf16-true", what_if=False)
     n = sum(p.numel() for p in models_zoo.build_model(name).parameters())
     t = r.training

@@ -21,8 +21,8 @@ import numpy as np
 import onnx
 import pytest
 
-from graphcost.analyzer.api import analyze
-from graphcost.analyzer.verify import verify
+from graphcost.analyzer.app.api import analyze
+from graphcost.analyzer.measure.verify import verify
 
 SEQ = {"seq": 16}
 TRANSFORMERS = ("gpt2", "bert", "llama_tiny")

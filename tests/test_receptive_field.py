@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from graphcost.analyzer.api import load_graph
+from graphcost.analyzer.app.api import load_graph
 from graphcost.passes.costs import lookup
 from graphcost.passes.costs.registry import WINDOWS
 from graphcost.passes.receptive_field import Field, is_cnn, receptive_fields
@@ -308,7 +308,7 @@ def test_report_columns_through_the_cli(capsys):
     import io
     import json
 
-    from graphcost.analyzer.cli import main
+    from graphcost.analyzer.cli.main import main
 
     assert main(["zoo:mnist_net", "--format", "csv"]) == 0
     rows = {r["index"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}

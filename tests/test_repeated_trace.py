@@ -1,5 +1,5 @@
 """A stack of eight or more identical blocks is traced as three and the middle block repeated
-in the IR (analyzer/frontends/repeat_layers.py) for an inference analysis. The reference is a
+in the IR (analyzer/frontends/torch/repeat_layers.py) for an inference analysis. The reference is a
 trace of every block of the same model: the report must be the same but for node names —
 the same ops in the same modules with the same shapes, the same totals, the same memory
 timeline (eager references held across blocks included) — and 2·MACs must equal PyTorch's
@@ -54,8 +54,8 @@ def test_repeated_stack_equals_a_full_trace(build):
     assert 2 * repeated.totals.macs == counter.get_total_flops()
 
     # the report says so wherever it is read: JSON, the terminal summary, Markdown, HTML
-    from graphcost.analyzer.html_report import html_report
-    from graphcost.analyzer.render import render_markdown, summary_lines
+    from graphcost.analyzer.render.html import html_report
+    from graphcost.analyzer.render.summary import render_markdown, summary_lines
     note = repeated.traced_layers
     assert json.loads(repeated.to_json())["traced_layers"] == note
     assert json.loads(full.to_json())["traced_layers"] == ""

@@ -61,7 +61,7 @@ def test_the_check_sees_a_literal(tmp_path):
 def test_ops_with_graph_attributes_declare_their_bodies():
     # onnx's own schemas say which ops carry subgraphs (GRAPH / GRAPHS attributes): each one's
     # rule must say bodies=True, which is all the ONNX frontend reads to lower the bodies as
-    # nodes of their own (analyzer/frontends/onnx_lowering.py keeps no list of its own)
+    # nodes of their own (analyzer/frontends/onnx/lowering.py keeps no list of its own)
     from onnx import defs
 
     graph_types = (defs.OpSchema.AttrType.GRAPH, defs.OpSchema.AttrType.GRAPHS)

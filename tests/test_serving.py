@@ -15,13 +15,13 @@ import torch
 pytest.importorskip("transformers")
 
 from graphcost import analyze  # noqa: E402
-from graphcost.analyzer.cli import main  # noqa: E402
-from graphcost.analyzer.errors import GraphcostError  # noqa: E402
-from graphcost.analyzer.frontends.serve_torch import HFStep, capture  # noqa: E402
-from graphcost.analyzer.devices import get_device  # noqa: E402
-from graphcost.analyzer.pipeline import run_passes  # noqa: E402
-from graphcost.analyzer.measure_serving import measure_steps  # noqa: E402
-from graphcost.analyzer.serve import load_serving  # noqa: E402
+from graphcost.analyzer.cli.main import main  # noqa: E402
+from graphcost.passes.errors import GraphcostError  # noqa: E402
+from graphcost.analyzer.frontends.torch.serve import HFStep, capture  # noqa: E402
+from graphcost.analyzer.app.devices import get_device  # noqa: E402
+from graphcost.analyzer.app.pipeline import run_passes  # noqa: E402
+from graphcost.analyzer.measure.serving import measure_steps  # noqa: E402
+from graphcost.analyzer.app.serve import load_serving  # noqa: E402
 from graphcost.models_zoo import build_model, hf  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -50,7 +50,7 @@ def served(name: str, batch: int, prompt: int, device=None, **dtypes):
 
 @cache
 def real_steps(name: str, batch: int, prompt: int):
-    """transformers on CPU (analyzer/measure_serving.py): the prefill's cache and FLOPs, the
+    """transformers on CPU (analyzer/measure/serving.py): the prefill's cache and FLOPs, the
     last decode step's FLOPs and the cache before and after it."""
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(3, hf.VOCAB, (batch, prompt + GENERATE), generator=gen)
@@ -189,8 +189,8 @@ def test_dtypes_by_hand():
 
 
 def test_json_html_and_text():
-    from graphcost.analyzer.html_report import html_report
-    from graphcost.analyzer.render import summary_lines
+    from graphcost.analyzer.render.html import html_report
+    from graphcost.analyzer.render.summary import summary_lines
 
     r = served("gpt2", 1, 5, "a10")
     d = json.loads(r.to_json())["serving"]

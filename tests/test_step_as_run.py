@@ -2,7 +2,7 @@
 optimizer): a 2-block pre-norm decoder (d 256, 4 heads, causal SDPA, GELU MLP), batch 1, at
 sequence 256 and 2048. PyTorch runs SDPA as its fused CPU flash kernel (output and logsumexp
 kept, never the S×S scores) and GELU's backward as one kernel; the joint graph keeps both whole
-(analyzer/frontends/fx_frontend.py _KEEP). Before GELU's backward was kept whole, graphcost
+(analyzer/frontends/torch/frontend.py _KEEP). Before GELU's backward was kept whole, graphcost
 said 99.8 MB at 2048 against 80.9 MB measured (+23%)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from graphcost import analyze
-from graphcost.analyzer.measure import measure_training
+from graphcost.analyzer.measure.reference import measure_training
 
 
 class Block(nn.Module):

@@ -70,7 +70,7 @@ def test_wide_and_columns():
 
 
 def test_aten_ops_drop_their_namespace_before_being_cut():
-    from graphcost.analyzer.render_table import Col, fit
+    from graphcost.analyzer.render.table import Col, fit
     op = Col("op", min_width=10, abbreviate=lambda t: t.removeprefix("aten.").split(".")[0])
     rows = [["aten.relu.default", "1,234"], ["aten.upsample_nearest2d.vec", "5"]]
     _, cells = fit([op, Col("n", numeric=True)], rows, width=30)

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from graphcost import GraphcostError, analyze
-from graphcost.analyzer.frontends.fx_frontend import unreachable_rules
-from graphcost.analyzer.frontends.torch_compat import TORCH_VERSION
+from graphcost.analyzer.frontends.torch.frontend import unreachable_rules
+from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
 
 ON = f"on torch {torch.__version__}"
 
@@ -67,7 +67,7 @@ def test_version_names_every_library():
 def test_a_bug_reaches_the_api_caller_as_a_graphcost_error(monkeypatch):
     # whatever a torch release breaks inside graphcost, the API raises its one exception type,
     # with the cause chained (the command line still says "internal error" and exits 70)
-    import graphcost.analyzer.api as api
+    import graphcost.analyzer.app.api as api
 
     def broken(*a, **k):
         raise KeyError("a key this torch renamed")

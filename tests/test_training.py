@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import models_zoo
 from graphcost import analyze
-from graphcost.analyzer.measure import float_output_sum
+from graphcost.analyzer.measure.reference import float_output_sum
 from tests.shared import BATCH, SIZES, inputs, measured_step, train_report
 
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -1,4 +1,4 @@
-"""analyzer/frontends/onnx_validate.py: each rule refused with one line naming the node and the rule; an
+"""analyzer/frontends/onnx/validate.py: each rule refused with one line naming the node and the rule; an
 unsorted but valid graph is sorted, not refused."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphcost.analyzer.api import analyze
-from graphcost.analyzer.cli import main
-from graphcost.analyzer.errors import GraphcostError
-from graphcost.analyzer.frontends.onnx_validate import validate_model
+from graphcost.analyzer.app.api import analyze
+from graphcost.analyzer.cli.main import main
+from graphcost.passes.errors import GraphcostError
+from graphcost.analyzer.frontends.onnx.validate import validate_model
 from tests import hostile_files as hf
 from tests.onnx_builders import model, node, shape_const, weight
 

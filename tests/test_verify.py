@@ -10,7 +10,7 @@ import warnings
 import onnx
 import pytest
 
-from graphcost.analyzer.cli import main
+from graphcost.analyzer.cli.main import main
 from tests.onnx_builders import model, node, weight
 
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -78,7 +78,7 @@ def test_wrong_declared_output_shape_is_caught(tmp_path, capsys, monkeypatch):
 
 
 def test_model_proto_is_left_unchanged():
-    from graphcost.analyzer.verify import verify
+    from graphcost.analyzer.measure.verify import verify
     m = model([node("Relu", ["x"], ["y"])], [("x", [2, 3])], [("y", [2, 3])])
     before = m.SerializeToString()
     r = verify(m, repeat=1)
@@ -155,7 +155,7 @@ def test_bad_input_exits_2(capsys, argv, message):
 def test_bad_input_from_the_shell(tmp_path):
     garbage = tmp_path / "garbage.onnx"
     garbage.write_bytes(b"not a model")
-    p = subprocess.run([sys.executable, "-m", "graphcost.analyzer.cli", "verify", str(garbage)],
+    p = subprocess.run([sys.executable, "-m", "graphcost.analyzer.cli.main", "verify", str(garbage)],
                        check=False, capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
@@ -165,6 +165,6 @@ def test_transformers_zoo_model_with_keyword_inputs():
     # T5 takes input_ids and decoder_input_ids by name: verify measures the same call it
     # analyzes (the eager mask shortcut makes graphcost 2.7% high here, see README)
     pytest.importorskip("transformers")
-    from graphcost.analyzer.verify import verify
+    from graphcost.analyzer.measure.verify import verify
     r = verify("zoo:hf_t5", batch=1)
     assert r.mode == "inference" and abs(r.rel_error) <= 0.05

@@ -1,1 +1,1 @@
-"""Frontends lower a model format into ``analyzer.ir.Graph``; passes never see the format."""
+"""Frontends lower a model format into ``passes.ir.Graph``; passes never see the format."""

@@ -8,12 +8,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from graphcost.analyzer.ir import Graph
-from graphcost.passes.costs import (backward, contrib, detection, elementwise,  # noqa: F401
-                                    linear, ml, movement, normalization, pooling, quantized,
-                                    recurrent, sequence, signal, training_ops)
-from graphcost.passes.costs.registry import (ZERO, Cost, OpView, ShapeUnknown, lookup,  # noqa: F401
-                                             node_cost, registered)
+from ..ir import Graph
+from . import (backward, contrib, detection, elementwise, linear, ml, movement,  # noqa: F401
+               normalization, pooling, quantized, recurrent, sequence, signal, training_ops)
+from .registry import ZERO, Cost, OpView, ShapeUnknown, lookup, node_cost, registered  # noqa: F401
 
 OK, UNSUPPORTED, UNKNOWN_SHAPE = "ok", "unsupported", "unknown_shape"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from graphcost.passes.costs.registry import OpView, ShapeUnknown, lookup, rule, zero_cost
+from .registry import OpView, ShapeUnknown, lookup, rule, zero_cost
 
 
 @rule("aten.convolution_backward.default")

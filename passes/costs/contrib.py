@@ -10,9 +10,9 @@ ONNX's shape inference knows none of these: each rule's ``shapes`` gives its out
 """
 from __future__ import annotations
 
-from graphcost.passes.costs import shape_fns as sf
-from graphcost.passes.costs.normalization import _leading
-from graphcost.passes.costs.registry import OpView, rule
+from . import shape_fns as sf
+from .normalization import _leading
+from .registry import OpView, rule
 
 MS = "com.microsoft::"
 SCORE = 6       # softmax 5 + scale 1 per attention score

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from graphcost.passes.costs.registry import WINDOW_ATTRS, OpView, rule
+from .registry import WINDOW_ATTRS, OpView, rule
 
 
 @rule("Conv", saves="operands", rf="conv", attr_names=WINDOW_ATTRS)

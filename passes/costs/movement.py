@@ -2,7 +2,7 @@
 zero with its reason) plus the few movement ops that do compute (Resize, Range)."""
 from __future__ import annotations
 
-from graphcost.passes.costs.registry import AXIS_ATTRS, OpView, rule, zero_cost
+from .registry import AXIS_ATTRS, OpView, rule, zero_cost
 
 FAMILY = "movement"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from graphcost.passes.costs.registry import AXIS_ATTRS, WINDOW_ATTRS, OpView, rule
+from .registry import AXIS_ATTRS, WINDOW_ATTRS, OpView, rule
 
 
 def pool(op: OpView) -> tuple[int, int]:

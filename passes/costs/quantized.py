@@ -19,9 +19,9 @@ parameters (passes/params.py). MatMulNBits packs its 4-bit weights two per byte 
 """
 from __future__ import annotations
 
-from graphcost.passes.costs import shape_fns as sf
-from graphcost.passes.costs.linear import conv, matmul
-from graphcost.passes.costs.registry import WINDOW_ATTRS, OpView, rule
+from . import shape_fns as sf
+from .linear import conv, matmul
+from .registry import WINDOW_ATTRS, OpView, rule
 
 MS = "com.microsoft::"
 DEQUANT, QUANT, REQUANT = 2, 5, 5

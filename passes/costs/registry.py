@@ -35,7 +35,7 @@ node's attributes under that name.
 
 Shapes the ONNX schemas do not give (other domains: com.microsoft): ``shapes(ShapeView)`` returns
 each output's (dtype, shape); the ONNX frontend runs it inside ONNX's own inference, so shapes
-downstream of the op resolve in the same pass (analyzer/frontends/onnx_shapes.py).
+downstream of the op resolve in the same pass (analyzer/frontends/onnx/shapes.py).
 
 Inputs by role: ``buffer_inputs`` hold non-trainable state (BatchNorm's running statistics),
 ``config_inputs`` are settings rather than weights (Clip bounds, Pad values), ``index_inputs``
@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from graphcost.analyzer.ir import Dim, Graph, Node, TensorSpec
+from ..ir import Dim, Graph, Node, TensorSpec
 
 
 class ShapeUnknown(Exception):

@@ -1,6 +1,6 @@
 """Sequences, optionals, strings and text features.
 
-A sequence is a handle in the IR (analyzer/ir.py HANDLE_DTYPES: 0 bytes of its own, length
+A sequence is a handle in the IR (passes/ir.py HANDLE_DTYPES: 0 bytes of its own, length
 unknown); the tensors it holds are counted where they are written. So the ops that build a
 sequence count the tensors they copy into it as written (``writes="inputs"``), the ops that
 take a tensor out of one read what they return (``reads="outputs"``), and the rest move a
@@ -9,7 +9,7 @@ Strings have no fixed size (0 bits per element in the IR): string ops move 0 cou
 """
 from __future__ import annotations
 
-from graphcost.passes.costs.registry import OpView, rule, zero_cost
+from .registry import OpView, rule, zero_cost
 
 FAMILY = "sequence"
 

@@ -1,0 +1,122 @@
+"""Runs the passes over one IR graph and assembles the Report from their results. No I/O."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...passes.errors import GraphcostError
+from ...passes.ir import Graph, ValueKind
+from .report import NodeRow, Report, Totals
+from ...passes.arena import plan_arena
+from ...passes.bounds import size_bounds
+from ...passes.costs import CostReport, count_costs
+from ...passes.allocator_events import inference_reserved_peak
+from ...passes.liveness import analyze_liveness
+from ...passes.magnitude import magnitude_warnings
+from ...passes.modules import aggregate_modules
+from ...passes.parallel import parallel_step
+from ...passes.moe import find_moe
+from ...passes.params import ParamReport, count_params
+from ...passes.precision import cast_floats
+from ...passes.receptive_field import cnn_fields
+from ...passes.roofline import flops_by_dtype, roofline
+from ...passes.serving import serving_review
+from ...passes.shapes import check_shapes
+from ...passes.training import training_step
+
+
+def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False,
+               lifetimes: str | None = None, optimizer: str | None = None,
+               checkpoint: dict | None = None, precision: str = "fp32", device=None,
+               tf32: bool = False, overhead=None, what_if: bool = True, parallel=None,
+               optimizer_impl: str = "forloop", serving=None) -> Report:
+    """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
+    "eager" (PyTorch eager: module arguments stay referenced until the call returns; default
+    for an inference graph traced from PyTorch). ``optimizer`` (a joint forward+backward graph)
+    adds the training step (passes.training.training_step: ``checkpoint``, ``precision``,
+    ``optimizer_impl``, ``what_if``), ``parallel`` (passes.parallel.ParallelSpec) one rank's
+    share; ``device`` (passes.roofline.DeviceRates) the roofline and the fit, with ``overhead``;
+    ``serving`` (passes.serving.ServingTrace: the prefill this graph is, at the dtypes asked,
+    and the decode step) the serving review."""
+    graph = cast_floats(graph, precision)
+    lifetimes = lifetimes or ("eager" if graph.source == "fx" and optimizer is None
+                              else "dataflow")
+    if lifetimes not in ("eager", "dataflow"):
+        raise GraphcostError(f"lifetimes must be 'eager' or 'dataflow', not {lifetimes!r}")
+    costs, params = count_costs(graph), count_params(graph)
+    memory = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace,
+                              eager=lifetimes == "eager")
+    # A static arena is an inference runtime's plan; a training step runs on PyTorch's
+    # caching allocator (and greedy-by-size over a joint graph's long lifetimes is slow).
+    arena = plan_arena(memory.storages) if optimizer is None else None
+    if arena is not None:
+        memory = replace(memory, arena_bytes=arena.arena_bytes,
+                         reserved_peak_bytes=inference_reserved_peak(graph, memory))
+    training = None if optimizer is None else training_step(
+        graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
+        checkpoint=checkpoint, what_if=what_if, include_inputs=include_inputs, impl=optimizer_impl)
+    report = Report(
+        model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
+        totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
+        memory=memory, warnings=_warnings(graph, memory, arena, costs), training=training,
+        roofline=None,
+        traced_layers=graph.traced_layers,
+        parallel=parallel and parallel_step(graph, training, parallel, device, overhead),
+        moe=find_moe(graph, costs, params.params),
+        bounds=size_bounds(graph, include_inputs=include_inputs, eager=lifetimes == "eager"),
+        receptive_field=() if optimizer else cnn_fields(graph),
+        modules=tuple(aggregate_modules(graph, costs, params)),
+        nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
+        serving=serving and serving_review(serving, device, overhead))
+    if device is None:
+        return report
+    return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=tf32,
+                                             overhead=overhead, tensor_bytes=report.peak_bytes))
+
+
+def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:
+    t = costs.totals
+    return Totals(params=params.params, param_bytes=params.param_bytes, buffers=params.buffers,
+                  buffer_bytes=params.buffer_bytes, macs=t.macs, flops=t.flops,
+                  bytes_read=t.bytes_read, bytes_written=t.bytes_written,
+                  quant_meta=params.quant_meta, quant_meta_bytes=params.quant_meta_bytes,
+                  param_bytes_by_dtype=dict(params.param_bytes_by_dtype),
+                  flops_by_dtype=flops_by_dtype(graph, costs.nodes))
+
+
+def _warnings(graph: Graph, memory, arena, costs: CostReport) -> tuple[str, ...]:
+    out = list(graph.warnings)
+    out.extend(magnitude_warnings(graph, costs.nodes))  # counts over 2^64: labelled
+    if arena is not None and arena.stacked:
+        out.append(f"arena: {arena.stacked} of the tensors live at once in such numbers that "
+                   "greedy-by-size planning would be quadratic; they are stacked, so the arena "
+                   "is an upper bound of the greedy plan")
+    if memory.unknown:
+        out.append(f"{len(memory.unknown)} activation(s) of unknown size count as 0 bytes in "
+                   f"memory (first: {memory.unknown[0]!r})")
+    return tuple(out)
+
+
+def _node_rows(graph: Graph, costs: CostReport, params: ParamReport) -> tuple[NodeRow, ...]:
+    values = graph.values
+    text: dict = {}  # spec -> its shape string (specs repeat; formatting each is not free)
+    data_kinds = (ValueKind.ACTIVATION, ValueKind.INPUT)
+
+    def shape_text(spec) -> str:
+        t = text.get(spec)
+        if t is None:
+            t = text[spec] = spec.shape_str()
+        return t
+
+    rows = []
+    for node, nc in zip(graph.nodes, costs.nodes):
+        ins = tuple(shape_text(values[n].spec) for n in node.inputs
+                    if n and n in values and values[n].kind in data_kinds)
+        outs = [values[n].spec for n in node.outputs if n]
+        c = nc.cost
+        rows.append(NodeRow(
+            index=node.index, name=node.name, op=node.op, scope=node.scope, input_shapes=ins,
+            output_shapes=tuple(shape_text(s) for s in outs),
+            params=params.per_node.get(node.index, 0), output_bytes=sum(s.nbytes or 0 for s in outs),
+            macs=c.macs, flops=c.flops, bytes_read=c.bytes_read, bytes_written=c.bytes_written,
+            status=nc.status, repeat=node.repeat, bound=nc.bound or None))
+    return tuple(rows)

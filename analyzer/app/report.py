@@ -1,0 +1,211 @@
+"""The result of an analysis: the passes' own results, assembled, and their JSON form.
+
+A Report holds each pass's result object as it is (``memory`` is passes.liveness.Liveness,
+``training`` passes.training.TrainingMemory, ``roofline`` passes.roofline.Roofline,
+``coverage`` and ``by_op_type`` the cost pass's, ``modules`` passes.modules.ModuleCost …);
+only ``totals`` (the cost and parameter passes summed up) and ``nodes`` (one row per node,
+joining every pass) are made here. One generic serializer turns the whole into JSON (the
+stable contract in README.md): dataclass fields in declaration order, minus fields marked
+INTERNAL, plus the properties a class lists in ``JSON_PROPERTIES``. ``to_json`` is
+deterministic: identical input gives identical bytes (no timestamps, no absolute paths).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ...passes.ir import INTERNAL
+from ...passes.bounds import Bounds
+from ...passes.costs import Coverage, OpTotals
+from ...passes.liveness import Liveness
+from ...passes.modules import ModuleCost
+from ...passes.parallel import ParallelMemory
+from ...passes.moe import MoE
+from ...passes.receptive_field import NodeField
+from ...passes.roofline import Roofline
+from ...passes.serving import Serving
+from ...passes.training import TrainingMemory
+
+SCHEMA_VERSION = 1
+
+CONVENTION: Mapping[str, str] = MappingProxyType({
+    "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "
+            "output elements x reduction length, bias excluded",
+    "flops": "2 x MACs + every other arithmetic operation, counted per op as documented in "
+             "README (bias adds, elementwise, normalization, softmax, pooling, reductions); "
+             "data movement (views, copies, gathers) is 0",
+    "bytes_read": "bytes of every distinct input tensor a node reads (weights included); views "
+                  "read nothing; slices and gathers read only what they select",
+    "bytes_written": "bytes of a node's outputs (0 for views)",
+    "params": "trainable weights, each counted once however many nodes read it; BatchNorm "
+              "running statistics are buffers; quantized weights count their logical "
+              "elements, param_bytes their storage, scales and zero points are quant_meta",
+    "bound": "a node whose output size depends on the data (NonZero, NonMaxSuppression, "
+             "TopK with a tensor k …) or whose count is a worst case is costed at an upper "
+             "bound; the node's bound says what it assumes. Sizes the data decides (torch's "
+             "u0, u1…) stand at the upper ends of their ranges; bounds lists them and the "
+             "totals and activation peak at the lower ends",
+    "roofline": "lower-bound time per node on a device: max(FLOPs / peak FLOP/s of the "
+                "node's dtype, (bytes_read + bytes_written) / bandwidth); not a benchmark",
+    "receptive_field": "conv/pool chains: input pixels one output element sees (rf), input "
+                       "pixels between adjacent outputs (jump), centre of output 0's field in "
+                       "input coordinates, pixel i spanning [i, i+1) (start)",
+    "memory": "activation storage at inference: each tensor lives from its producer to its last "
+              "consumer (dataflow), or, for eager PyTorch, at least until the module call it "
+              "was passed into returns (eager); views alias their input; graph inputs count "
+              "unless include_inputs is false",
+    "reserved_peak_bytes": "memory.reserved_peak_bytes (inference) and "
+                           "training.reserved_peak_bytes (two steps, optimizer state created "
+                           "in the first): the bytes PyTorch's CUDA caching allocator would "
+                           "reserve at default settings (512 B rounding, 2 MiB and 20 MiB "
+                           "segments, best-fit splitting; parameters and buffers allocated "
+                           "first), as a GPU runs out of them; not yet in fits",
+    "peak_bytes": "everything the run holds on the device at its peak: parameters + buffers + "
+                  "the activation peak at inference; a training step's peak (parameters, "
+                  "buffers, gradients, optimizer state, activations incl. the input batch "
+                  "unless include_inputs is false, temporaries); with a data-parallel "
+                  "strategy (parallel), the worst rank's peak on its device",
+    "parallel": "one rank's training step under a data-parallel strategy: its micro-batch is "
+                "the report's batch (global batch = batch x world_size); parameters, "
+                "gradients and optimizer state as the strategy shards them (dim 0 padded to a "
+                "multiple of world_size), activations, communication buffers (DDP buckets, "
+                "FSDP's gathered units, all-gather and reduce-scatter buffers), temporaries; "
+                "offloaded bytes are host_bytes; comm bytes per step per rank with a ring "
+                "algorithm's lower-bound time on the interconnect",
+})
+
+
+@dataclass(frozen=True)
+class Totals:
+    """The cost pass's totals beside the parameter pass's counts."""
+    params: int
+    param_bytes: int
+    buffers: int
+    buffer_bytes: int
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    quant_meta: int = 0                  # quantization scales / zero points (elements)
+    quant_meta_bytes: int = 0
+    param_bytes_by_dtype: Mapping[str, int] = field(default_factory=dict)  # as stored
+    flops_by_dtype: Mapping[str, int] = field(default_factory=dict)  # by the roofline's rate
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node as every pass sees it (the per-node table)."""
+    index: int
+    name: str
+    op: str
+    scope: str
+    input_shapes: tuple[str, ...]   # activation inputs only (weights are in params)
+    output_shapes: tuple[str, ...]
+    params: int
+    output_bytes: int
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    status: str                     # ok | unsupported | unknown_shape
+    repeat: int = 1
+    bound: str | None = None        # the cost is an upper bound: what it assumes
+
+    @property
+    def bytes_total(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+@dataclass(frozen=True)
+class Report:
+    model: str
+    source: str
+    batch: int
+    dims: Mapping[str, int]
+    totals: Totals
+    by_op_type: Mapping[str, OpTotals]
+    coverage: Coverage
+    memory: Liveness
+    warnings: tuple[str, ...] = ()
+    traced_layers: str = ""                    # a stack traced as three blocks (Graph's)
+    training: TrainingMemory | None = None
+    parallel: ParallelMemory | None = None      # one rank's share of the training step
+    roofline: Roofline | None = None
+    moe: MoE | None = None                     # mixture-of-experts layers (passes.moe)
+    serving: Serving | None = None             # prefill/decode/KV cache (passes.serving)
+    bounds: Bounds | None = None               # sizes the data decides (passes.bounds)
+    receptive_field: tuple[NodeField, ...] = ()   # empty unless the graph is a CNN
+    modules: tuple[ModuleCost, ...] = ()
+    nodes: tuple[NodeRow, ...] = ()
+    shape_issues: tuple[str, ...] = field(default=(), metadata=INTERNAL)
+    schema_version: int = field(default=SCHEMA_VERSION, metadata=INTERNAL)
+
+    @property
+    def peak_bytes(self) -> int:
+        """Everything the run holds on the device at its peak (CONVENTION["peak_bytes"]): the
+        one figure budgets, the device fit and --max-batch are checked against; with a
+        data-parallel strategy, one rank's (the worst rank's) peak."""
+        if self.parallel is not None:
+            return self.parallel.per_rank_peak_bytes
+        if self.training is not None:
+            return self.training.peak_bytes
+        return self.totals.param_bytes + self.totals.buffer_bytes + self.memory.peak_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        body = jsonable(self)
+        return {"schema_version": self.schema_version, "model": body.pop("model"),
+                "source": body.pop("source"), "batch": body.pop("batch"),
+                "dims": dict(sorted(body.pop("dims").items())), "peak_bytes": self.peak_bytes,
+                "convention": dict(CONVENTION), **body}
+
+    def to_json(self) -> str:
+        # Compact separators keep json's C encoder (indent= falls back to pure Python).
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+_PLAIN = (str, int, bool, type(None))
+_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _layout(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(public field names, JSON_PROPERTIES) of a dataclass, computed once per class."""
+    got = _FIELDS.get(cls)
+    if got is None:
+        got = _FIELDS[cls] = (tuple(f.name for f in dataclasses.fields(cls)
+                                    if not f.metadata.get("internal")),
+                              tuple(getattr(cls, "JSON_PROPERTIES", ())))
+    return got
+
+
+def jsonable(obj: Any) -> Any:
+    """A pass result (or any nesting of dataclasses, mappings, sequences and scalars) as plain
+    JSON values: dataclass fields in order minus INTERNAL ones, plus ``JSON_PROPERTIES``;
+    non-finite floats become null. The result shares nothing with ``obj``."""
+    t = type(obj)
+    if t in _PLAIN:
+        return obj
+    if t is float:
+        return obj if math.isfinite(obj) else None
+    if t is tuple or t is list:
+        return [v if type(v) in _PLAIN else jsonable(v) for v in obj]
+    if dataclasses.is_dataclass(t):
+        names, props = _layout(t)
+        out = {}
+        for n in (*names, *props):  # (scalars inline: a report has 100k node rows)
+            v = getattr(obj, n)
+            out[n] = v if type(v) in _PLAIN else jsonable(v)
+        return out
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Enum):
+        return obj.value
+    return obj

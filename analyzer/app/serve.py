@@ -1,0 +1,90 @@
+"""``--serve`` / ``analyze(..., serve={...})``: the model resolved, its prefill and one decode
+step traced with the KV cache as graph inputs and outputs, the serving pass's input built.
+
+A torch model (a transformers causal LM, the zoo's decoders, a module with the same cache
+protocol) is traced by analyzer/frontends/torch/serve.py; an ONNX decoder exported with its
+cache (``past_key_values.*`` inputs, ``present.*`` outputs) is bound twice by
+analyzer/frontends/onnx/serve.py. The report is the prefill graph's; the pass
+(passes/serving.py) adds the decode step and the serving figures.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..frontends.binding import check_size
+from ...passes.errors import GraphcostError
+from ...passes.serving import ServingTrace
+from ...passes.serving_dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype, deployed
+
+KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype")
+
+
+def check_serve(serve: Any) -> dict:
+    """The ``serve`` mapping, checked as the CLI checks --prompt, --generate and the dtypes."""
+    if not isinstance(serve, Mapping):
+        raise GraphcostError(f"serve must be a mapping such as {{'prompt': 512, 'generate': "
+                             f"128}}, got {type(serve).__name__}")
+    unknown = [k for k in serve if k not in KEYS]
+    if unknown:
+        raise GraphcostError(f"serve: unknown key(s) {', '.join(map(repr, unknown))}; known: "
+                             + ", ".join(KEYS))
+    for key in ("prompt", "generate"):
+        if key not in serve:
+            raise GraphcostError(f"--serve needs --{key} N")
+        check_size(serve[key], f"--{key}")
+    check_dtype(serve.get("kv_dtype"), KV_DTYPES, "--kv-dtype")
+    check_dtype(serve.get("weight_dtype"), WEIGHT_DTYPES, "--weight-dtype")
+    return dict(serve)
+
+
+def load_serving(model, example_inputs, *, batch: int | None, serve: Mapping[str, Any],
+                 progress=None, all_layers: bool = False):
+    """(the prefill graph at the dtypes asked: the report's, ServingTrace) for ``model`` at
+    ``batch`` sequences; ``all_layers``: trace every block of a repeated stack."""
+    from .resolve import Bindings, Resolved, _is_torch, resolve
+
+    note = progress or (lambda _m: None)
+    prompt, generate = serve["prompt"], serve["generate"]
+    if example_inputs is None and _is_torch(model) and hasattr(model, "forward"):
+        r = Resolved("torch", type(model).__name__, module=model)  # --serve makes the inputs
+    else:
+        r = resolve(model, example_inputs, Bindings(batch), fx=True, note=note)
+    b = batch or _batch_of(r) or 1
+    if r.kind == "torch":
+        from ..frontends.torch.repeat_layers import REPEAT_AT
+        from ..frontends.torch.serve import capture
+        steps = capture(r.module, batch=b, prompt=prompt, generate=generate, name=r.name,
+                        note=note, repeat_at=0 if all_layers else REPEAT_AT)
+    elif r.kind == "onnx":
+        from ..frontends.onnx.serve import capture_onnx
+        steps = capture_onnx(r.onnx, batch=b, prompt=prompt, generate=generate, name=r.name,
+                             note=note)
+    else:
+        raise GraphcostError(f"--serve: {r.name} is an exported program of fixed shapes; "
+                             "--serve traces the prefill and a decode step itself: pass the "
+                             "module (or its ONNX export with past_key_values inputs)")
+    if len(steps.decode_past) != len(steps.decode_cache) or not steps.decode_past:
+        raise GraphcostError(f"--serve: {r.name}'s decode step takes {len(steps.decode_past)} "
+                             f"cache tensors and returns {len(steps.decode_cache)}: not a KV "
+                             "cache graphcost can follow")
+    dims = MappingProxyType({"prompt": prompt, "generate": generate})
+    prefill = replace(steps.prefill, name=r.name, dims=dims)
+    decode = replace(steps.decode, name=f"{r.name} decode", dims=dims)
+    shown = deployed(prefill, steps.prefill_cache, serve.get("weight_dtype"),
+                     serve.get("kv_dtype"))
+    return shown, ServingTrace(
+        prefill=prefill, decode=decode, prompt=prompt, generate=generate,
+        prefill_cache=steps.prefill_cache, decode_past=steps.decode_past,
+        decode_cache=steps.decode_cache, appends=steps.appends,
+        weight_dtype=serve.get("weight_dtype"), kv_dtype=serve.get("kv_dtype"),
+        traced_layers=steps.traced_layers, positions=steps.positions)
+
+
+def _batch_of(r) -> int | None:
+    for t in (*r.inputs, *r.kwargs.values()):
+        shape = getattr(t, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+    return None

@@ -1,0 +1,167 @@
+"""``graphcost check MODEL --max-… …``: budgets as a CI gate.
+
+Exit 0 when every check passes, 1 when any is over its limit, 2 for bad input (an unreadable
+model, a threshold that does not parse). Every result lists each check with its value and limit.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .main import _Parser, add_model_args, refuse_overwrite, run_analysis
+from .output import check_writable
+from ...passes.errors import GraphcostError
+from ..app.units import human, human_bytes, human_time
+from ..app.units import parse_count, parse_size, parse_time
+
+EXIT_PASS, EXIT_OVER = 0, 1
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    value: float
+    limit: float
+    unit: str           # bytes | count | seconds | percent
+    passed: bool
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "value": self.value, "limit": self.limit, "unit": self.unit,
+                "passed": self.passed, "detail": self.detail}
+
+
+def build_parser():
+    p = _Parser(prog="graphcost check", description=(
+        "Fail CI when a model goes over budget: exit 0 all checks pass, 1 a check fails, "
+        "2 bad input. Sizes: 4GiB, 4GB, 4e9; counts: 50M, 1.5G, 2e9; times: 5ms, 0.2s."))
+    add_model_args(p)
+    p.add_argument("--max-peak", metavar="SIZE",
+                   help="peak tensor memory: params + buffers + activation peak (inference), "
+                        "the training step's peak (--train), or one rank's peak (--parallel)")
+    p.add_argument("--max-activations", metavar="SIZE", help="activation peak alone")
+    p.add_argument("--max-params", metavar="COUNT", help="trainable parameters, e.g. 50M")
+    p.add_argument("--max-macs", metavar="COUNT", help="multiply-accumulates, e.g. 10G")
+    p.add_argument("--max-gmacs", metavar="N", help="the same in units of 10^9")
+    p.add_argument("--max-flops", metavar="COUNT", help="FLOPs (2·MACs + other arithmetic)")
+    p.add_argument("--max-gflops", metavar="N", help="the same in units of 10^9")
+    p.add_argument("--max-latency", metavar="TIME",
+                   help="roofline lower-bound time on --device / --device-spec, e.g. 5ms")
+    # (no default here: a --min-coverage given alone is a threshold; _limits uses 100)
+    p.add_argument("--min-coverage", metavar="PCT",
+                   help="percent of nodes that must have a cost rule and known shapes "
+                        "(default 100: a budget on uncounted ops would pass by mistake)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("-o", "--output", help="write the result to this file instead of stdout")
+    return p
+
+
+def _thresholds() -> list[str]:
+    """The threshold options, as the parser has them."""
+    return [a.option_strings[0] for a in build_parser()._actions
+            if a.dest.startswith(("max_", "min_"))]
+
+
+def _limits(args) -> list[tuple[str, float, str]]:
+    """(check name, limit, unit) for every threshold given, parsed before any analysis."""
+    flags = _thresholds()
+    if not (args.device or args.device_spec) and \
+            all(getattr(args, f[2:].replace("-", "_")) is None for f in flags):
+        # the coverage default alone would pass nearly any model: "all checks passed" for a
+        # gate that checks nothing asked for
+        raise GraphcostError("no thresholds given: add one or more of " + ", ".join(flags)
+                             + " (or --device NAME: the model must fit in it)")
+    out = []
+    if args.max_peak:
+        out.append(("peak memory", parse_size(args.max_peak, "--max-peak"), "bytes"))
+    if args.max_activations:
+        out.append(("activation peak", parse_size(args.max_activations, "--max-activations"),
+                    "bytes"))
+    if args.max_params:
+        out.append(("params", parse_count(args.max_params, "--max-params"), "count"))
+    if args.max_macs:
+        out.append(("MACs", parse_count(args.max_macs, "--max-macs"), "count"))
+    if args.max_gmacs:
+        out.append(("MACs", 1e9 * parse_count(args.max_gmacs, "--max-gmacs"), "count"))
+    if args.max_flops:
+        out.append(("FLOPs", parse_count(args.max_flops, "--max-flops"), "count"))
+    if args.max_gflops:
+        out.append(("FLOPs", 1e9 * parse_count(args.max_gflops, "--max-gflops"), "count"))
+    if args.max_latency:
+        latency = parse_time(args.max_latency, "--max-latency")
+        if not (args.device or args.device_spec):
+            raise GraphcostError("--max-latency needs --device NAME or --device-spec")
+        out.append(("latency (roofline)", latency, "seconds"))
+    min_coverage = args.min_coverage if args.min_coverage is not None else "100"
+    try:
+        coverage = float(min_coverage.rstrip("%"))
+    except ValueError:
+        raise GraphcostError(f"--min-coverage {min_coverage!r}: expected a percentage "
+                             "such as 100 or 99.5") from None
+    if not 0 <= coverage <= 100:
+        raise GraphcostError(f"--min-coverage {min_coverage!r}: must be within 0..100")
+    out.append(("coverage", coverage, "percent"))
+    return out
+
+
+def evaluate(report, limits) -> list[Check]:
+    t, m = report.totals, report.memory
+    values = {"peak memory": report.peak_bytes, "activation peak": m.peak_bytes, "params": t.params,
+              "MACs": t.macs, "FLOPs": t.flops, "coverage": report.coverage.percent,
+              "latency (roofline)": report.roofline.total_seconds if report.roofline else None}
+    checks = []
+    per_rank = report.parallel is not None
+    for name, limit, unit in limits:
+        value = values[name]
+        if name == "peak memory" and per_rank:
+            name = f"peak memory per rank ({report.parallel.strategy}×{report.parallel.world_size})"
+        ok = value >= limit if unit == "percent" else value <= limit
+        detail = ""
+        if name == "coverage" and not ok:
+            c = report.coverage
+            detail = "not costed: " + ", ".join(f"{k}×{v}" for k, v in
+                                                sorted({**c.unsupported,
+                                                        **c.unknown_shape}.items()))
+        checks.append(Check(name, value, limit, unit, ok, detail))
+    ro = report.roofline
+    if ro is not None:  # a device was named: the model must fit in it
+        checks.append(Check(f"fits {ro.device}", ro.required_bytes, ro.memory_bytes, "bytes",
+                            ro.fits, "tensors × (1 + allocator) + context"))
+    return checks
+
+
+def _fmt(value: float, unit: str) -> str:
+    return {"bytes": human_bytes, "count": human, "seconds": human_time,
+            "percent": lambda v: f"{v:.1f}%"}[unit](value)
+
+
+def run(args) -> int:
+    refuse_overwrite(args.output, args.model)
+    check_writable(args.output, "-o")
+    limits = _limits(args)
+    report = run_analysis(args.model, args)
+    checks = evaluate(report, limits)
+    passed = all(c.passed for c in checks)
+    if args.format == "json":
+        text = json.dumps({"schema_version": 1, "kind": "check", "model": report.model,
+                           "batch": report.batch, "passed": passed,
+                           "checks": [c.to_dict() for c in checks]},
+                          ensure_ascii=False, indent=1) + "\n"
+    else:
+        lines = [f"graphcost check {report.model} (batch {report.batch})"]
+        for c in checks:
+            op = "≥" if c.unit == "percent" else "≤"
+            lines.append(f"  {'PASS' if c.passed else 'FAIL'}  {c.name:<20} "
+                         f"{_fmt(c.value, c.unit):>12} {op} {_fmt(c.limit, c.unit):<12}"
+                         + (f"  {c.detail}" if c.detail else ""))
+        failed = sum(not c.passed for c in checks)
+        lines.append("all checks passed" if passed else f"{failed} check(s) over budget")
+        from .text import escape
+        text = "\n".join(escape(line) for line in lines) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_PASS if passed else EXIT_OVER

@@ -1,0 +1,43 @@
+"""``graphcost devices``: the device table the roofline and --max-batch use."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .main import _Parser
+from ..app.devices import DEVICES, DTYPES, INTERCONNECTS
+
+
+def build_parser():
+    p = _Parser(prog="graphcost devices",
+                description="List the known devices: dense datasheet peaks per dtype, memory "
+                            "bandwidth and size; and the interconnects between ranks.")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    return p
+
+
+def run(args) -> int:
+    if args.format == "json":
+        sys.stdout.write(json.dumps({d.name: {"label": d.label, "peak_flops": dict(d.peak_flops),
+                                              "bandwidth": d.bandwidth, "memory_bytes": d.memory}
+                                     for d in DEVICES.values()}, indent=1) + "\n")
+        return 0
+    from .output import console_for, terminal_width
+    from ..render.table import Col, print_table
+
+    width = terminal_width()
+    console = console_for(sys.stdout, width)
+    cols = [Col("name", min_width=9, priority=2), Col("device", min_width=10, priority=1),
+            *(Col(k, numeric=True) for k in DTYPES), Col("GB/s", numeric=True),
+            Col("GiB", numeric=True)]
+    rows = [[d.name, d.label,
+             *(f"{d.peak_flops[k] / 1e12:g}" if d.peak_flops[k] else "—" for k in DTYPES),
+             f"{d.bandwidth / 1e9:,.0f}", f"{d.memory / 2**30:g}"] for d in DEVICES.values()]
+    print_table(console, "devices (dense peaks, TFLOP/s; int8 TOP/s; — = no fast path)", cols,
+                rows, width=width)
+    print_table(console, "interconnects (--interconnect; GB/s per GPU, each direction)",
+                [Col("name", min_width=8, priority=2), Col("link", min_width=10, priority=1),
+                 Col("GB/s", numeric=True)],
+                [[link.name, link.label, f"{link.bandwidth / 1e9:g}"]
+                 for link in INTERCONNECTS.values()], width=width)
+    return 0

@@ -1,0 +1,60 @@
+"""The command line's data-parallel options (--parallel, --world-size, --offload, …) and the
+``parallel`` mapping analyze() takes from them."""
+from __future__ import annotations
+
+import argparse
+
+from ...passes.errors import GraphcostError
+
+
+def add_parallel_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--optimizer-impl", choices=("forloop", "foreach"), default=None,
+                   help="with --train: the optimizer's implementation, which sets the step's "
+                        "temporaries (default: foreach with a GPU --device, as PyTorch "
+                        "picks there; forloop otherwise, PyTorch's CPU default)")
+    p.add_argument("--parallel", choices=("ddp", "zero1", "zero2", "zero3", "fsdp"),
+                   help="with --train: one rank's memory under data parallelism: ddp "
+                        "(replicated + gradient buckets), zero1 (DDP + ZeroRedundancyOptimizer)"
+                        ", zero2 (FSDP2, reshard_after_forward=False), zero3/fsdp (FSDP2 "
+                        "fully_shard per repeated block + root). --batch is each rank's batch")
+    p.add_argument("--world-size", metavar="N|auto",
+                   help="with --parallel: the number of ranks, or auto: the smallest that fits "
+                        "--device")
+    p.add_argument("--offload", choices=("optimizer", "params"),
+                   help="with --parallel: move the optimizer state and step (optimizer), or "
+                        "also the sharded parameters and gradients (params: zero3/fsdp, "
+                        "FSDP2's CPUOffloadPolicy) to host memory")
+    p.add_argument("--bucket-cap-mb", type=float, default=None, metavar="MB",
+                   help="with --parallel ddp/zero1: DDP's bucket_cap_mb (default 25)")
+    p.add_argument("--fsdp-units", metavar="NAMES",
+                   help="with --parallel zero2/zero3/fsdp: the modules fully_shard wraps "
+                        "(comma-separated paths; default the repeated blocks), plus the root")
+    p.add_argument("--interconnect", metavar="NAME",
+                   help="with --parallel: the link between ranks, for a lower bound on the "
+                        "communication time (nvlink4, nvlink3, pcie5, pcie4, ib-ndr, ib-hdr, "
+                        "eth-100g; `graphcost devices` lists them)")
+def parallel_args(args) -> dict | None:
+    """analyze()'s ``parallel`` mapping from --parallel and its options."""
+    extra = [o for o, v in (("--world-size", args.world_size), ("--offload", args.offload),
+                            ("--bucket-cap-mb", args.bucket_cap_mb),
+                            ("--fsdp-units", args.fsdp_units),
+                            ("--interconnect", args.interconnect)) if v is not None]
+    if not args.parallel:
+        if extra:
+            raise GraphcostError(f"{extra[0]} goes with --parallel STRATEGY")
+        return None
+    out: dict = {"strategy": args.parallel}
+    if args.world_size is not None:
+        text = args.world_size.strip().lower()
+        if text != "auto" and not text.lstrip("-").isdigit():
+            raise GraphcostError(f"--world-size {args.world_size}: expected a whole number "
+                                 "≥ 1 or auto")
+        out["world_size"] = "auto" if text == "auto" else int(text)
+    for key, value in (("offload", args.offload), ("bucket_cap_mb", args.bucket_cap_mb),
+                       ("interconnect", args.interconnect)):
+        if value is not None:
+            out[key] = value
+    if args.fsdp_units:
+        out["units"] = [n.strip() for n in args.fsdp_units.split(",") if n.strip()]
+    return out
+

@@ -1,0 +1,310 @@
+"""Tracing a model whose sizes depend on the data (detection post-processing, NMS).
+
+``torch.nonzero``, a boolean mask, ``torch.unique`` or a custom op whose fake kernel calls
+``ctx.new_dynamic_size()`` (torchvision's ``nms``) return a tensor whose size torch.export
+cannot know: an *unbacked symbol*, named ``u0``, ``u1``… in the order the trace creates them,
+with a value range (``nonzero`` of 768 elements: [0, 768]). The trace keeps such sizes
+symbolic; it fails only where the model's Python branches on one (torchvision's
+``batched_nms``: ``if boxes.numel() == 0``, "Could not guard on data-dependent expression
+Eq(4*u1, 0)").
+
+``bounded_sizes`` traces such a model at its upper bounds:
+
+* A branch on a data-dependent size is decided as the size's upper bound decides it, and the
+  decision is kept as a runtime assertion in the graph (torch's own mechanism: the ShapeEnv's
+  ``real_tensor_prop_unbacked_vals``, which ``torch.export.draft_export`` fills with the sizes
+  of one real run; here every size stands at its maximum, so the trace is the path of the
+  largest sizes and needs no data). Only sizes are decided this way; a value read from a
+  tensor (``.item()``, ``if (x > 0).any()``) keeps failing: no bound says which way it goes.
+* A fresh size without a finite maximum gets one from the op's rule when the rule declares it
+  (``Rule.bound_shapes``: NMS keeps at most the boxes it is given), or from the user
+  (``--dim u3=MAX``), as a ``torch._check(u3 <= MAX)``: torch's value ranges then carry it to
+  everything computed from it (``keep[:100]`` is ``Min(100, u3)``).
+
+The settings torch offers instead were tried on torch 2.13 and do not reach these models:
+``prefer_deferred_runtime_asserts_over_guards`` and ``backed_size_oblivious`` concern backed
+(input) sizes, ``capture_scalar_outputs`` / ``capture_dynamic_output_shape_ops`` are
+``torch.compile`` options (non-strict export already captures ``nonzero``), and
+``aggressive_guard_free_semantics`` only answers the guards torch itself writes with a
+fallback (``guard_or_false``), never a model's ``if``.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping
+
+import torch
+
+from .compat import fake_safe, unbacked_vals_attr
+
+# torch's "no maximum": int_oo, or sys.maxsize − 1 where a meta kernel writes one
+_NO_MAX = sys.maxsize - 1
+
+
+def upper_of(env, symbol) -> int | None:
+    """The finite upper end of ``symbol``'s range in ``env`` (a ShapeEnv), else None."""
+    r = env.var_to_range.get(symbol)
+    return None if r is None else finite(r.upper)
+
+
+def finite(x) -> int | None:
+    """A range end as an int; None for torch's infinities (int_oo, or sys.maxsize − 1)."""
+    if getattr(x, "is_finite", True) is False:
+        return None
+    try:
+        v = int(x)
+    except Exception:  # noqa: BLE001 - sympy's infinities raise assorted errors
+        return None
+    return v if abs(v) < _NO_MAX else None
+
+
+def is_unbacked(symbol) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    return bool(free_unbacked_symbols(symbol))
+
+
+class _AtUpperBound(dict):
+    """Stands in for the ShapeEnv's ``real_tensor_prop_unbacked_vals``: every data-dependent
+    size with a finite maximum reads as that maximum when a guard needs its value."""
+
+    def __init__(self, env, sizes: set):
+        super().__init__()
+        self._env = env
+        self._sizes = sizes      # symbols seen as tensor sizes (beside env.size_like)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def _value(self, s) -> int | None:
+        if not getattr(s, "is_Symbol", False) or not is_unbacked(s):
+            return None
+        if s not in self._env.size_like and s not in self._sizes:
+            return None  # a value read from a tensor: its maximum decides nothing
+        return upper_of(self._env, s)
+
+    def __contains__(self, s) -> bool:
+        return self._value(s) is not None
+
+    def __getitem__(self, s):
+        v = self._value(s)
+        if v is None:
+            raise KeyError(s)
+        import sympy
+        return sympy.Integer(v)
+
+    def get(self, s, default=None):
+        return self[s] if s in self else default
+
+
+class BoundedSizes(torch.overrides.TorchFunctionMode):
+    """Active around ``torch.export``: decides guards on data-dependent sizes at their upper
+    bounds and caps fresh sizes by the op's rule or the user's ``maxima``. Afterwards
+    ``origins`` names the op each symbol came from, ``capped`` how each got its maximum."""
+
+    def __init__(self, maxima: Mapping[str, int] | None = None):
+        super().__init__()
+        self.maxima = dict(maxima or {})
+        self.origins: dict[str, str] = {}     # symbol -> the op that made it
+        self.capped: dict[str, str] = {}      # symbol -> where its maximum came from
+        self.notes: list[str] = []            # warnings for the report (loops unrolled)
+        self._env = None
+        self._sizes: set = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        func, args, kwargs = fake_safe(func, args, kwargs or {})
+        if self._env is None:
+            self._install()
+        env = self._env
+        if not env:
+            return func(*args, **kwargs)
+        if func in _LOOPS and args and isinstance(args[0], torch.Tensor) and args[0].dim():
+            self._loop(func, args[0].shape[0])
+        known = len(env.var_to_range)  # a new symbol adds a range: look at outputs only then
+        out = func(*args, **kwargs)
+        if len(env.var_to_range) != known:
+            self._fresh(func, args, kwargs, out)
+        return out
+
+    def _install(self) -> None:
+        from torch._guards import detect_fake_mode
+        mode = detect_fake_mode()
+        env = getattr(mode, "shape_env", None)
+        if env is None:
+            return
+        attr = unbacked_vals_attr(env)
+        if getattr(env, attr):  # draft_export's real values: leave them be
+            self._env = False
+            return
+        self._env = env
+        setattr(env, attr, _AtUpperBound(env, self._sizes))
+
+    def _fresh(self, func, args, kwargs, out) -> None:
+        """Cap the unbacked sizes ``func`` just created."""
+        if not self._env:
+            return
+        leaves = [t for t in torch.utils._pytree.tree_leaves(out)
+                  if isinstance(t, (torch.Tensor, torch.SymInt))]
+        k = -1  # output k is the k-th tensor (a rule's bound_shapes lists tensors)
+        for t in leaves:
+            k += isinstance(t, torch.Tensor)
+            dims = t.shape if isinstance(t, torch.Tensor) else (t,)
+            for axis, d in enumerate(dims):
+                if not isinstance(d, torch.SymInt):
+                    continue
+                s = d.node.expr
+                if not getattr(s, "is_Symbol", False) or not is_unbacked(s) \
+                        or str(s) in self.origins:
+                    continue
+                self.origins[str(s)] = _op_name(func)
+                if isinstance(t, torch.Tensor):
+                    self._sizes.add(s)
+                self._cap(str(s), d, func, args, kwargs, k, axis)
+
+    def _cap(self, name: str, d: torch.SymInt, func, args, kwargs, k: int, axis: int) -> None:
+        """``d`` (output ``k``'s dim ``axis``) is the fresh symbol ``name``: without a maximum
+        it gets its op's rule's; the user's applies when it is lower."""
+        s = d.node.expr
+        if upper_of(self._env, s) is None:
+            self._rule_cap(name, d, func, args, kwargs, k, axis)
+        own = upper_of(self._env, s)
+        if name in self.maxima:
+            torch._check(d <= self.maxima[name])
+            if own is None or self.maxima[name] < own:
+                self.capped[name] = f"--dim {name}={self.maxima[name]}"
+
+    def _loop(self, func, n) -> None:
+        """A Python loop over a tensor whose length the data decides runs at the length's
+        maximum: unrolled, if that is at most ``MAX_UNROLL``. ``len()`` or ``tolist()`` reads
+        the length as a number: its maximum (said in a warning)."""
+        if not isinstance(n, torch.SymInt) or not is_unbacked(n.node.expr):
+            return
+        from torch.utils._sympy.value_ranges import bound_sympy
+        hi = finite(bound_sympy(n.node.expr, self._env.var_to_range).upper)
+        if hi is None:
+            return  # torch stops with the symbol; explain() names its flag
+        text = str(n.node.expr)
+        syms = ", ".join(f"--dim {s}=MAX" for s in sorted(map(str, n.node.expr.free_symbols)))
+        where = "".join(f" (from {self.origins[s]})" for s in
+                        sorted(map(str, n.node.expr.free_symbols)) if s in self.origins)
+        if func not in _ITERATES:
+            note = (f"the data-dependent size {text}{where} is read as a number "
+                    f"({_op_name(func)}): at its maximum, {hi}; what follows uses {hi}")
+        elif hi > MAX_UNROLL:
+            raise TooManyIterations(
+                f"the forward loops over the data-dependent size {text}{where}, up to {hi} "
+                f"times; graphcost unrolls at most {MAX_UNROLL}: pass {syms} (its real "
+                "maximum, e.g. the number of classes)")
+        else:
+            note = (f"a Python loop over the data-dependent size {text}{where} is unrolled at "
+                    f"its maximum, {hi} iterations (an upper bound)")
+        if note not in self.notes:
+            self.notes.append(note)
+
+    def _rule_cap(self, name: str, d: torch.SymInt, func, args, kwargs, k: int,
+                  axis: int) -> None:
+        from ....passes.costs.registry import lookup
+        op = _overload(func)
+        r = lookup(str(op)) if op is not None else None
+        if r is None or r.bound_shapes is None:
+            return
+        tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                   if isinstance(a, torch.Tensor)]
+        outs = r.bound_shapes(_FakeView(tensors, op, args, kwargs))
+        bound = outs[k] if k < len(outs) else None
+        if bound is not None and bound[1] is not None and axis < len(bound[1]) \
+                and isinstance(bound[1][axis], (int, torch.SymInt)):
+            torch._check(d <= bound[1][axis])
+            self.capped[name] = f"{str(op).rsplit('.', 1)[0]}: {r.bound}"
+
+
+MAX_UNROLL = 256  # iterations of a Python loop over a data-dependent size, at its maximum
+_ITERATES = frozenset({torch.Tensor.__iter__, torch.Tensor.unbind})
+_LOOPS = _ITERATES | {torch.Tensor.__len__, torch.Tensor.tolist}
+
+
+class TooManyIterations(RuntimeError):
+    """A Python loop over a data-dependent size whose maximum is too large to unroll."""
+
+
+def _overload(func):
+    """The OpOverload a call resolves to (a packet: its one overload), else None."""
+    if isinstance(func, torch._ops.OpOverload):
+        return func
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        names = func.overloads()
+        if len(names) == 1:
+            return getattr(func, names[0])
+    return None
+
+
+def _op_name(func) -> str:
+    op = _overload(func)
+    if op is not None:
+        return str(op)
+    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", str(func))
+    if "<locals>" in qual:  # a Python wrapper (torch.unique's boolean dispatch)
+        module = str(getattr(func, "__module__", "")).split(".")[0]
+        return f"{module}.{func.__name__}" if module else func.__name__
+    owner, _, name = qual.rpartition(".")
+    return {"_VariableFunctionsClass": f"torch.{name}", "TensorBase": f"Tensor.{name}",
+            "Tensor": f"Tensor.{name}"}.get(owner, qual)
+
+
+class _FakeView:
+    """``registry.ShapeView`` over one call's fake tensors: a rule's ``bound_shapes`` reads
+    the input sizes (ints or symbols) and the schema's arguments by name."""
+
+    def __init__(self, tensors: list, op, args: tuple, kwargs: Mapping[str, Any]):
+        self._t = tensors
+        self.n_inputs = len(tensors)
+        self._attrs = dict(kwargs)
+        schema = getattr(op, "_schema", None)
+        for a, v in zip(schema.arguments if schema is not None else (), args):
+            self._attrs.setdefault(a.name, v)
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self._t)
+
+    def dtype(self, i: int) -> str | None:
+        return str(self._t[i].dtype).removeprefix("torch.") if self.has_input(i) else None
+
+    def shape(self, i: int):
+        return tuple(self._t[i].shape) if self.has_input(i) else None
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self._attrs.get(name, default)
+
+    def const(self, i: int) -> Any:
+        return None
+
+
+def explain(exc: BaseException, mode: BoundedSizes | None) -> str | None:
+    """A failed trace on a data-dependent expression as one line naming each symbol in it,
+    where it came from and the flag that bounds it; None for any other failure."""
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+    if isinstance(exc, DynamicOutputShapeException):  # AOTAutograd's static fake tensors
+        return (f"{exc.func} returns a size the data decides, which the backward trace "
+                "(AOTAutograd) cannot follow: analyze the inference (without --train)")
+    if isinstance(exc, TooManyIterations):
+        return str(exc)
+    if not isinstance(exc, GuardOnDataDependentSymNode):
+        return None
+    cond = getattr(exc, "cond", None)
+    symbols = sorted((s for s in getattr(cond, "free_symbols", ()) if is_unbacked(s)),
+                     key=lambda s: (len(str(s)), str(s)))
+    origins = mode.origins if mode is not None else {}
+    env = mode._env if mode is not None and mode._env else None
+    parts = []
+    for s in symbols:
+        name = str(s)
+        where = f" (from {origins[name]})" if name in origins else ""
+        sized = env is not None and (s in env.size_like or s in mode._sizes)
+        if sized or env is None:
+            parts.append(f"the size {name}{where} has no upper bound: pass --dim {name}=MAX")
+        else:
+            parts.append(f"{name}{where} is a value read from a tensor, not a size: no bound "
+                         "decides which way the branch goes")
+    if not parts:
+        return None
+    return f"the forward branches on the data-dependent {cond}; " + "; ".join(parts)

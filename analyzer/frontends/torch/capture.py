@@ -1,0 +1,383 @@
+"""Capturing PyTorch models for the FX frontend: nn.Module, fx.GraphModule, a class in a file.
+
+Inputs are fake tensors (FakeTensorMode) on the model's own device, or meta tensors when the
+model lives on the meta device, so no activation and no weight is ever allocated; a model
+built under ``torch.device("meta")`` (a 7B decoder) is never materialized. ``torch.export``
+runs the model's forward on those fakes and leaves the module as it was (no hooks, no
+attributes added).
+
+Shapes are static: binding another batch or sequence length re-exports (the module is traced
+again, ~1 s for ResNet-50), which keeps every model exportable without dynamic-shape guards.
+
+Inference exports under ``torch.no_grad()`` and records how long the model's own Python holds
+each tensor (``_PythonReferences``). Training exports the model in train mode and traces the
+backward with AOTAutograd through the exported graph (``export_joint``, exported_run.py), so
+code that branches on ``torch.export`` (transformers' masks) is traced the way it exports.
+transformers models run without a KV cache unless asked (``call_defaults``) and with
+traceable experts (``traceable_experts``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import io
+import logging
+import inspect
+import sys
+import warnings
+import weakref
+from contextlib import contextmanager, redirect_stderr
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from ....passes.errors import GraphcostError
+from .compat import no_stack_traces
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def fake_inputs(model: torch.nn.Module, input_shapes: Mapping[str, Sequence[int]],
+                input_dtypes: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+    """Keyword inputs for ``model.forward`` with the given shapes, allocating nothing."""
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY, p.POSITIONAL_ONLY)]
+    names = [p.name for p in params]
+    for name in input_shapes:
+        if name not in names:
+            raise GraphcostError(f"--input-shape names no argument {name!r} of "
+                                 f"{type(model).__name__}.forward; its arguments are: "
+                                 + ", ".join(names))
+    missing = [p.name for p in params if p.default is p.empty and p.name not in input_shapes]
+    if missing:
+        raise GraphcostError(f"{type(model).__name__}.forward needs {', '.join(missing)}: pass "
+                             + " ".join(f"--input-shape {m}=..." for m in missing))
+    return make_fakes(model, input_shapes, input_dtypes)
+
+
+def make_fakes(model: torch.nn.Module, input_shapes: Mapping[str, Sequence[int]],
+               input_dtypes: Mapping[str, Any] | None = None) -> dict[str, torch.Tensor]:
+    """Fake (or, for a meta model, meta) tensors of the given shapes; nothing is allocated."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    device = _device_of(model)
+    dtypes = dict(input_dtypes or {})
+    out: dict[str, torch.Tensor] = {}
+    if device.type == "meta":
+        for name, shape in input_shapes.items():
+            out[name] = _empty(shape, dtypes.get(name), "meta")
+        return out
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        for name, shape in input_shapes.items():
+            out[name] = _empty(shape, dtypes.get(name), device)
+    return out
+
+
+def _empty(shape, dtype, device) -> torch.Tensor:
+    dtype = _as_dtype(dtype) if dtype is not None else torch.float32
+    if dtype in (torch.int64, torch.int32):
+        return torch.zeros(tuple(shape), dtype=dtype, device=device)
+    return torch.empty(tuple(shape), dtype=dtype, device=device)
+
+
+def _as_dtype(d: Any) -> torch.dtype:
+    if isinstance(d, torch.dtype):
+        return d
+    dt = getattr(torch, str(d).removeprefix("torch."), None)
+    if not isinstance(dt, torch.dtype):
+        raise GraphcostError(f"unknown dtype {d!r}")
+    return dt
+
+
+def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for one analyzed forward: a transformers model runs without a KV
+    cache (``use_cache=False``) unless the caller passes ``use_cache`` — the cache object it
+    would return is no tensor output, and a forward or a training step keeps none."""
+    kwargs = dict(kwargs)
+    transformers = sys.modules.get("transformers")
+    pretrained = getattr(transformers, "PreTrainedModel", None) if transformers else None
+    if pretrained is not None and isinstance(model, pretrained) and "use_cache" not in kwargs \
+            and "use_cache" in inspect.signature(model.forward).parameters:
+        kwargs["use_cache"] = False
+    return kwargs
+
+
+@contextmanager
+def traceable_experts(model: torch.nn.Module):
+    """A transformers mixture of experts whose experts run the "eager" loop (a Python loop
+    over the experts the router hit, tokens picked with ``torch.where``) dispatches by the
+    data and cannot be traced. For the trace the model uses transformers' "grouped_mm"
+    experts instead — the same arithmetic, every token through k of the n experts — and
+    is put back after. Yields the warnings to report (one line, or none)."""
+    notes: list[str] = []
+    saved = None
+    if getattr(getattr(model, "config", None), "_experts_implementation", None) == "eager" \
+            and getattr(model, "_can_set_experts_implementation", lambda: False)():
+        saved = model.get_experts_implementation()
+        model.set_experts_implementation("grouped_mm")
+        notes.append(f"{type(model).__name__}'s eager experts route tokens by their data (a "
+                     "loop over the experts hit), which no trace can follow: costed with "
+                     "transformers' grouped_mm experts at the expected load, k of n experts "
+                     "per token and k/n of the tokens per expert (ESTIMATE)")
+    try:
+        yield notes
+    finally:
+        if saved is not None:
+            model.set_experts_implementation(saved)
+
+
+def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
+                  name: str = "model",
+                  references: dict[str, str] | None = None,
+                  sizes=None) -> "torch.export.ExportedProgram":
+    """``torch.export`` (non-strict) with errors turned into one clear line.
+
+    With ``references`` (a dict to fill), the forward is traced under ``torch.no_grad()`` (as
+    an inference runs: autograd would hold every saved tensor) and the dict receives, for
+    each traced tensor the model's Python code let go of, the node the trace had reached
+    then (see :class:`_PythonReferences`). Data-dependent sizes: bounded_trace.BoundedSizes."""
+    from .bounded_trace import BoundedSizes, explain
+
+    sizes = sizes if sizes is not None else BoundedSizes()
+    try:
+        with warnings.catch_warnings(), quiet_torch_logs(), sizes, no_stack_traces():
+            warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
+            if references is None:
+                return torch.export.export(model, tuple(args), kwargs=kwargs or {},
+                                           strict=False)
+            with torch.no_grad(), _PythonReferences(references):
+                return torch.export.export(model, tuple(args), kwargs=kwargs or {},
+                                           strict=False)
+    except GraphcostError:
+        raise
+    except Exception as exc:
+        raise GraphcostError(f"{name}: torch.export could not trace the forward "
+                             f"({explain(exc, sizes) or _one_line(exc)})") from None
+
+
+class _PythonReferences(torch.overrides.TorchFunctionMode):
+    """How long the model's own Python code holds each tensor, observed during the trace.
+
+    Non-strict ``torch.export`` runs the model's forward itself, on fake tensors: every local
+    variable, list or returned tuple holds a fake tensor exactly as it would hold the real one
+    in an eager forward. A finalizer on each tensor an op returns records, when Python frees
+    it, the last node the trace had recorded: ``references[node that made it] = that node``.
+    What a graph cannot show — GPT-2's token embeddings kept by a variable of
+    ``GPT2Model.forward`` until it returns, the attention probabilities returned beside the
+    attention output and held by the block, a UNet's list of skip tensors — is measured
+    instead of guessed. Tensors still alive when the trace ends record nothing."""
+
+    def __init__(self, references: dict[str, str]):
+        super().__init__()
+        self._refs = references
+        self._finalizers: list = []
+        self._open = True
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
+
+        mode = get_proxy_mode()
+        if mode is None:
+            return out
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                slot = get_proxy_slot(t, mode.tracer, None)
+                node = getattr(getattr(slot, "proxy", None), "node", None)
+                if node is None or node.op != "call_function":
+                    continue
+                # An op may return an object already seen (``.to()`` of the dtype it has, an
+                # in-place op): the object then stands for both nodes' tensors.
+                fin = weakref.finalize(t, self._released, node.name, mode.tracer.graph)
+                fin.atexit = False
+                self._finalizers.append(fin)
+        return out
+
+    def _released(self, name: str, graph) -> None:
+        if self._open:
+            last = next(iter(reversed(graph.nodes)), None)
+            if last is not None and last.op != "output":
+                self._refs[name] = last.name
+
+    def __exit__(self, *exc):
+        self._open = False  # what is freed after the trace (the outputs) says nothing
+        for fin in self._finalizers:
+            fin.detach()
+        self._finalizers.clear()
+        return super().__exit__(*exc)
+
+
+def _one_line(exc: Exception) -> str:
+    """An exception as 'Type: first non-empty line' (torch's messages run to pages)."""
+    first = next((line for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
+@contextmanager
+def quiet_torch_logs():
+    """torch.export logs warnings and whole graph dumps to stderr when a trace fails; the
+    failure is reported as one line instead, so torch's loggers are silenced and its stderr
+    writes captured meanwhile (a library call prints nothing)."""
+    names = ["torch", *(n for n in logging.root.manager.loggerDict if n.startswith("torch."))]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        with redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def load_class(spec: str) -> tuple[type, str]:
+    """'path/to/net.py:Net' -> the class (importing, i.e. running, the file)."""
+    path_text, _, cls_name = spec.rpartition(":")
+    path = Path(path_text)
+    if not path.is_file():
+        raise GraphcostError(f"{path}: no such file")
+    mod_name = f"_graphcost_user_{path.stem}"
+    loader = importlib.util.spec_from_file_location(mod_name, path)
+    if loader is None or loader.loader is None:
+        raise GraphcostError(f"{path}: cannot import as a Python module")
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[mod_name] = module
+    try:
+        loader.loader.exec_module(module)
+    except Exception as exc:
+        raise GraphcostError(f"{path}: importing it failed ({type(exc).__name__}: {exc})") \
+            from None
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        classes = sorted(n for n, v in vars(module).items()
+                         if isinstance(v, type) and issubclass(v, torch.nn.Module)
+                         and v.__module__ == mod_name)
+        raise GraphcostError(f"{path} has no class {cls_name!r}; nn.Module classes there: "
+                             + (", ".join(classes) or "none"))
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise GraphcostError(f"{spec}: {cls_name} is not an nn.Module class")
+    return cls, cls_name
+
+
+def build_on_meta(cls: type, name: str) -> torch.nn.Module:
+    """Instantiate with no arguments on the meta device: no weight memory is allocated."""
+    try:
+        with torch.device("meta"):
+            return cls().eval()
+    except Exception as exc:
+        raise GraphcostError(f"{name}(): constructing it with no arguments failed "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+def build_seeded(cls: type, name: str) -> torch.nn.Module:
+    """Instantiate with no arguments and seeded random weights (verify runs it for real)."""
+    torch.manual_seed(0)
+    try:
+        return cls()
+    except Exception as exc:
+        raise GraphcostError(f"{name}(): constructing it with no arguments failed "
+                             f"({type(exc).__name__}: {exc})") from None
+
+
+def real_inputs(shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, Any],
+                int_ranges: Mapping[str, tuple[int, int]]) -> dict[str, torch.Tensor]:
+    """Seeded random CPU tensors; integer inputs in their range (default [0, 2))."""
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for name, shape in shapes.items():
+        dtype = _as_dtype(dtypes.get(name, torch.float32))
+        if dtype.is_floating_point:
+            out[name] = torch.randn(tuple(shape), generator=gen, dtype=dtype)
+        elif dtype == torch.bool:
+            out[name] = torch.ones(tuple(shape), dtype=dtype)
+        else:
+            lo, hi = int_ranges.get(name, (0, 2))
+            out[name] = torch.randint(lo, hi, tuple(shape), generator=gen, dtype=dtype)
+    return out
+
+
+class _SumLoss(torch.nn.Module):
+    """Every floating output of the model summed to one scalar: a loss whose backward reaches
+    every parameter the outputs depend on, with no large tensors of its own."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args, **kwargs):
+        out = self.model(*args, **kwargs)
+        leaves = [t for t in torch.utils._pytree.tree_leaves(out)
+                  if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        loss = leaves[0].sum()
+        for t in leaves[1:]:
+            loss = loss + t.sum()
+        return (loss,)
+
+
+def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
+                 name: str = "model", sizes=None):
+    """The joint forward+backward graph of one training step, traced from the model's
+    ``torch.export`` program (AOTAutograd on fake tensors).
+
+    The forward is exported first, in train mode, then AOTAutograd runs the exported graph
+    (not the eager module) to trace the backward: code that takes another branch when it
+    sees ``torch.export`` (transformers' attention masks, which would otherwise call
+    ``.item()`` on a fake tensor) is traced the way it exports.
+
+    Returns ``(graph_module, signature, prefix, scopes)``: parameter names in the signature
+    carry ``prefix``; ``scopes`` maps each forward node of the joint graph to its module path.
+    The model is switched to train mode for the trace and put back in the mode it had."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    from .exported_run import ExportedRun
+    from .frontend import training_decompositions
+
+    from .bounded_trace import BoundedSizes, explain
+
+    was_training = model.training
+    model.train()
+    sizes = sizes if sizes is not None else BoundedSizes()  # data-dependent sizes
+    try:
+        with warnings.catch_warnings(), quiet_torch_logs(), sizes:
+            warnings.simplefilter("ignore", FutureWarning)
+            with no_stack_traces():
+                program = torch.export.export(_SumLoss(model), tuple(args),
+                                              kwargs=kwargs or {}, strict=False)
+                runner = ExportedRun(program)
+                inputs = runner.flat_inputs(args, kwargs)
+                with _one_fake_mode(inputs):
+                    gm, sig = aot_export_module(runner, inputs, trace_joint=True,
+                                                output_loss_index=0,
+                                                decompositions=training_decompositions())
+    except GraphcostError:
+        raise
+    except Exception as exc:
+        raise GraphcostError(f"{name}: tracing forward+backward failed "
+                             f"({explain(exc, sizes) or _one_line(exc)})") from None
+    finally:
+        model.train(was_training)
+    return gm, sig, "gm.model.", runner.scopes(gm.graph)
+
+
+@contextmanager
+def _one_fake_mode(args):
+    """On a meta model the trace's values are meta tensors, not fake ones, and torch's tracer
+    builds a brand-new FakeTensorMode (with a Python stack capture) to describe every one of
+    them: a seconds-long cost on a 7B graph. A tracing context holding one mode makes torch's
+    ``detect_fake_mode`` find it instead; the values it describes are the same."""
+    if not any(getattr(a, "is_meta", False) for a in args):
+        yield
+        return
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with tracing(TracingContext(FakeTensorMode(allow_non_fake_inputs=True))):
+        yield

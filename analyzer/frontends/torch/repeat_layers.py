@@ -1,0 +1,293 @@
+"""A stack of identical blocks traced as three, the middle one repeated in the IR.
+
+Tracing costs PyTorch about a millisecond per op (twice: export, then decomposition), so a
+7B decoder's 32 layers take most of a serving analysis. Its layers are the same code on
+weights of the same shapes, so their traced subgraphs are the same but for names. The model is
+traced with its layer list cut to three — layer 0 (after the embeddings), layer 1 (between two
+layers: the one every middle layer is) and layer 2 (before the head) — and layer 1 is copied
+into layers 2 … N − 2, each copy with its own weights, cache tensors, activations and
+references (the model's Python holding a tensor into the next layer is held into the next
+copy); the third traced layer becomes layer N − 1. The graph is then the full trace's up to
+names: tests/test_serving.py checks node for node, and the memory timeline, against a trace
+of all N layers.
+
+It is refused (``None``: the caller traces every layer) unless the three layers are
+contiguous runs of nodes with the same ops, attributes and shapes, each reading only its own
+values, its own weights and cache, the layer before it and values made before the stack.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import replace
+from types import MappingProxyType
+
+import torch
+
+from ....passes.ir import Graph, Node, Value
+
+TRACED = 3
+REPEAT_AT = 8  # stacks shorter than this are traced whole (three layers save little)
+
+
+def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
+                   at_least: int = REPEAT_AT, grown: list | None = None) -> Graph:
+    """``trace()``'s graph of ``model`` (a function tracing it afresh), taken with the
+    model's stack of ``at_least`` or more identical blocks cut to three and grown back to
+    its length in the IR; the whole stack traced when it cannot be (the graph then has no
+    ``traced_layers``). ``prefix``: the module path the trace's scopes put before the
+    model's own (a wrapper's attribute). When the stack is grown, the function growing a
+    graph of three layers is appended to ``grown`` (for the same trace at another batch)."""
+    stack = find_stack(model, at_least) if at_least else None
+    if stack is None:
+        return trace()
+    with truncated(model, stack):
+        graph = trace()
+    path, layers = stack
+
+    def grow(g: Graph) -> Graph | None:
+        out = None if g.size_bounds else repeat_layers(g, prefix + path, layers)
+        return None if out is None else replace(out, traced_layers=layers_note(layers))
+    out = grow(graph)
+    if out is None:
+        return trace()
+    if grown is not None:
+        grown.append(grow)
+    return out
+
+
+def layers_note(layers: int) -> str:
+    return (f"{TRACED} of {layers} layers traced; layers 2–{layers - 2} are layer 1 repeated "
+            "in the IR (identical blocks)")
+
+
+def find_stack(model: torch.nn.Module, at_least: int) -> tuple[str, int] | None:
+    """(path, length) of the model's longest ModuleList if it holds ``at_least`` blocks of one
+    class with the same parameter and buffer shapes (and, for transformers, one layer type)."""
+    best = None
+    for path, mod in model.named_modules():
+        if isinstance(mod, torch.nn.ModuleList) and len(mod) >= at_least and \
+                (best is None or len(mod) > best[1]):
+            best = (path, len(mod))
+    if best is None:
+        return None
+    blocks = list(model.get_submodule(best[0]))
+    layout = [_layout(b) for b in blocks]
+    if any(x != layout[0] for x in layout):
+        return None
+    config = getattr(model, "config", None)
+    types = getattr(config, "layer_types", None)
+    if types is not None and len(set(types)) > 1:
+        return None  # sliding and full layers differ: trace them all
+    if config is not None and getattr(config, "num_hidden_layers", best[1]) != best[1]:
+        return None
+    return best
+
+
+def _layout(block: torch.nn.Module):
+    return (type(block), [(n, tuple(t.shape), t.dtype) for n, t in
+                          (*block.named_parameters(), *block.named_buffers())])
+
+
+@contextmanager
+def truncated(model: torch.nn.Module, stack: tuple[str, int]):
+    """The model with its stack cut to its first three blocks (and a transformers config
+    saying so), put back as it was afterwards."""
+    path, _ = stack
+    parent_path, _, attr = path.rpartition(".")
+    parent = model.get_submodule(parent_path)
+    full = getattr(parent, attr)
+    config = getattr(model, "config", None)
+    saved = {k: getattr(config, k) for k in ("num_hidden_layers", "layer_types")
+             if config is not None and getattr(config, k, None) is not None}
+    setattr(parent, attr, torch.nn.ModuleList(list(full)[:TRACED]))
+    try:
+        if "num_hidden_layers" in saved:
+            config.num_hidden_layers = TRACED
+        if "layer_types" in saved:
+            config.layer_types = list(saved["layer_types"])[:TRACED]
+        yield
+    finally:
+        setattr(parent, attr, full)
+        for k, v in saved.items():
+            setattr(config, k, v)
+
+
+def _layer_of(scope: str, prefix: str) -> int | None:
+    if not scope.startswith(prefix + "."):
+        return None
+    head = scope[len(prefix) + 1:].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _rescope(scope: str, prefix: str, old: int, new: int) -> str:
+    return f"{prefix}.{new}" + scope[len(f"{prefix}.{old}"):]
+
+
+def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
+    """``graph`` traced with the three layers ``prefix``.0–2, grown to ``total`` layers."""
+    nodes, values = graph.nodes, graph.values
+    layer = [_layer_of(n.scope, prefix) for n in nodes]
+    runs: dict[int, list[int]] = {}
+    for i, k in enumerate(layer):
+        if k is not None:
+            run = runs.setdefault(k, [i, i])
+            if run[1] not in (i, i - 1):
+                return None  # a layer's nodes are not one run
+            run[1] = i
+    if sorted(runs) != [0, 1, 2] or runs[0][1] + 1 != runs[1][0] or \
+            runs[1][1] + 1 != runs[2][0]:
+        return None
+    spans = [range(runs[k][0], runs[k][1] + 1) for k in range(3)]
+    n = len(spans[1])
+    if len(spans[0]) != n or len(spans[2]) != n or total <= TRACED:
+        return graph if total == TRACED else None
+    where = {}  # value -> (layer, position in it, output slot)
+    for k, span in enumerate(spans):
+        for j, i in enumerate(span):
+            for slot, out in enumerate(nodes[i].outputs):
+                if out:
+                    where[out] = (k, j, slot)
+    readers: dict[str, set] = {}
+    for i, node in enumerate(nodes):
+        for name in node.inputs:
+            if name:
+                readers.setdefault(name, set()).add(layer[i])
+
+    def role(name: str, k: int):
+        """How layer k's node reads ``name``: its own value, the layer before's, its own
+        leaf (a weight or cache input no one else reads) or a value shared by the stack."""
+        if name in where:
+            lk, j, slot = where[name]
+            if lk == k:
+                return ("own", j, slot)
+            return ("prev", j, slot) if lk == k - 1 else None
+        v = values.get(name)
+        if v is not None and v.producer is None and readers.get(name) == {k}:
+            return ("leaf", v.spec, v.kind)
+        if v is not None and (v.producer is None or v.producer < spans[0][0]):
+            return ("shared", name)
+        return None
+
+    for j in range(n):
+        z, a, b = nodes[spans[0][j]], nodes[spans[1][j]], nodes[spans[2][j]]
+        if z.op != a.op or [graph.spec(o) for o in z.outputs] != \
+                [graph.spec(o) for o in a.outputs]:
+            return None
+        if (a.op, dict(a.attrs), len(a.inputs), len(a.outputs)) != \
+                (b.op, dict(b.attrs), len(b.inputs), len(b.outputs)):
+            return None
+        if [graph.spec(o) for o in a.outputs if o] != [graph.spec(o) for o in b.outputs if o]:
+            return None
+        for x, y in zip(a.inputs, b.inputs):
+            rx, ry = (role(x, 1), role(y, 2)) if x and y else (x, y)
+            if rx is None or rx != ry:
+                return None
+    for i in range(spans[2][-1] + 1, len(nodes)):  # after the stack: only the last layer's
+        if any(where.get(x, (2,))[0] != 2 for x in nodes[i].inputs if x):
+            return None
+    at1 = {(j, slot): out for out, (k, j, slot) in where.items() if k == 1}
+    last = total - 2  # the last copy of layer 1
+
+    def copy(name: str, c: int) -> str:
+        """Layer 1's ``name`` as read by copy c (layer c)."""
+        r = role(name, 1)
+        if r is None or r[0] == "shared":
+            return name
+        if r[0] == "leaf":
+            return f"{name}~{c}"
+        base = at1[(r[1], r[2])]
+        if r[0] == "own":
+            return f"{base}~{c}"
+        return base if c - 1 == 1 else f"{base}~{c - 1}"  # the layer before it
+
+    base2 = spans[1][-1] + 1                      # copy 2's first node
+    shift = (total - TRACED) * n                  # how far layer 2 and what follows move
+    new_index = {i: (i if i < base2 else i + shift) for i in range(len(nodes))}
+
+    out_nodes: list[Node] = []
+    new_values: dict[str, Value] = {}
+    for name, v in values.items():
+        new_values[name] = v if v.producer is None else replace(v, producer=new_index[v.producer])
+    for i in range(base2):
+        out_nodes.append(replace(nodes[i], index=i) if nodes[i].index != i else nodes[i])
+    for c in range(2, total - 1):
+        for j, i in enumerate(spans[1]):
+            node = nodes[i]
+            idx = base2 + (c - 2) * n + j
+            ins = tuple(copy(x, c) if x else x for x in node.inputs)
+            outs = tuple(f"{o}~{c}" if o else o for o in node.outputs)
+            for x, nx in zip(node.inputs, ins):
+                if nx != x and nx not in new_values:
+                    new_values[nx] = replace(values[x], name=nx)
+            for o, no in zip(node.outputs, outs):
+                if o:
+                    new_values[no] = replace(values[o], name=no, producer=idx)
+            out_nodes.append(replace(node, index=idx, name=f"{node.name}~{c}", inputs=ins,
+                                     outputs=outs, scope=_rescope(node.scope, prefix, 1, c)))
+
+    def from_last(name: str) -> str:
+        """Layer 2's ``name`` as the last layer reads it: the last copy's, not layer 1's."""
+        r = role(name, 2) if name else None
+        return f"{at1[(r[1], r[2])]}~{last}" if r and r[0] == "prev" else name
+
+    for i in range(spans[2][0], len(nodes)):
+        node = nodes[i]
+        ins = tuple(from_last(x) for x in node.inputs) if i in spans[2] else node.inputs
+        scope = _rescope(node.scope, prefix, 2, total - 1) if i in spans[2] else node.scope
+        out_nodes.append(replace(node, index=new_index[i], inputs=ins, scope=scope))
+
+    refs = {}
+    for name, p in graph.eager_refs.items():
+        k = where.get(name, (None,))[0]
+        if k == 0 and p in spans[2]:
+            return None  # held across two layers: no copy could say where to
+        if k == 1:
+            refs[name] = _held(p, 1, spans, base2, n, last, new_index)
+            for c in range(2, total - 1):
+                refs[f"{name}~{c}"] = _held(p, c, spans, base2, n, last, new_index)
+        else:
+            refs[name] = new_index[p]
+    inplace = dict(graph.eager_inplace)
+    for out, into in graph.eager_inplace.items():
+        if where.get(out, (None,))[0] == 1:
+            for c in range(2, total - 1):
+                inplace[f"{out}~{c}"] = copy(into, c)
+        elif where.get(out, (None,))[0] == 2:
+            inplace[out] = from_last(into)
+    types = dict(graph.module_types)
+    for path, kind in graph.module_types.items():
+        if _layer_of(path, prefix) == 1:
+            for c in range(3, total):
+                types[_rescope(path, prefix, 1, c)] = kind
+    return replace(graph, nodes=tuple(out_nodes), values=MappingProxyType(new_values),
+                   inputs=_grown(graph.inputs, lambda x: role(x, 1) is not None and
+                                 role(x, 1)[0] == "leaf", total),
+                   outputs=_grown(graph.outputs, lambda x: where.get(x, (None,))[0] == 1,
+                                  total),
+                   module_types=MappingProxyType(types), eager_refs=MappingProxyType(refs),
+                   eager_inplace=MappingProxyType(inplace))
+
+
+def _held(p: int, c: int, spans, base2: int, n: int, last: int, new_index) -> int:
+    """Where copy c of a layer-1 value is released: the same point of its own layer, of the
+    layer after it, or a point after the stack."""
+    if p in spans[1]:
+        return new_index[p] if c == 1 else base2 + (c - 2) * n + (p - spans[1][0])
+    if p in spans[2]:
+        if c == last:
+            return new_index[p]
+        return base2 + (c - 1) * n + (p - spans[2][0])
+    return new_index[p]
+
+
+def _grown(names: tuple[str, ...], of_layer1, total: int) -> tuple[str, ...]:
+    """Graph inputs or outputs with layer 1's copies after layer 1's own."""
+    mine = [x for x in names if of_layer1(x)]
+    if not mine:
+        return names
+    out = []
+    for x in names:
+        out.append(x)
+        if x == mine[-1]:
+            out += [f"{y}~{c}" for c in range(2, total - 1) for y in mine]
+    return tuple(out)

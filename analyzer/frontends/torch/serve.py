@@ -1,0 +1,230 @@
+"""A PyTorch decoder's two serving steps traced with its KV cache as graph inputs and outputs.
+
+* **prefill** — the P prompt tokens with an empty cache; outputs: the logits, then every cache
+  tensor the model keeps for the prompt;
+* **decode** — one token over the cache the model keeps after P + G − 1 tokens (the last token
+  generated attends over P + G tokens); inputs: the token, then those cache tensors.
+
+Two kinds of model have a cache graphcost can trace:
+
+* a ``transformers`` causal LM: the step builds the model's own ``DynamicCache`` *inside* the
+  traced function from plain tensors (a cache object passed across the ``torch.export``
+  boundary fails to decompose: its pytree unflatten makes new constants), handing each layer
+  the given tensors as they are, no copy. A decode step concatenates (``DynamicCache``
+  copies the whole cache every step) and returns the whole cache; sliding-window layers keep
+  their last W − 1 tokens. What the cache keeps after P + G − 1 tokens is found by running that
+  cache's own ``update`` on meta tensors — the layer classes' code, not a formula;
+* a module whose ``forward(input_ids, past_key_values=None, use_cache=False)`` returns
+  ``(logits, ((k, v) per layer))`` — the zoo's GPT-2 and Llama (models_zoo/kv_cache.py): a
+  decode step returns only the token's keys and values (an engine appends them in place) and
+  reads the cache once. The cache after P + G − 1 tokens is what the model returns for that
+  many tokens, run eagerly on meta (or fake) tensors.
+
+Anything else is refused in one line: no cache, or no causal LM head.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from contextlib import contextmanager, nullcontext
+
+import torch
+
+from ....passes.errors import GraphcostError
+from .repeat_layers import REPEAT_AT
+from ....passes.ir import Graph
+from ..serving_steps import Steps
+
+
+def _transformers_model(model) -> bool:
+    transformers = sys.modules.get("transformers")
+    return transformers is not None and isinstance(model, transformers.PreTrainedModel)
+
+
+def check_servable(model: torch.nn.Module, name: str) -> str:
+    """How the model keeps its cache — "hf" (transformers) or "kv" (past_key_values in,
+    the new keys and values out; see the module docstring) — or a one-line GraphcostError."""
+    params = inspect.signature(model.forward).parameters
+    if _transformers_model(model):
+        cfg = model.config
+        if getattr(cfg, "is_encoder_decoder", False):
+            raise GraphcostError(f"--serve: {name} is an encoder-decoder "
+                                 f"({type(model).__name__}); --serve analyzes decoder-only "
+                                 "language models (prefill, then decode over a KV cache)")
+        if model.get_output_embeddings() is None or not hf_cache_kwarg(model):
+            raise GraphcostError(f"--serve: {name} ({type(model).__name__}) has no causal LM "
+                                 "head and no KV cache to decode with; --serve analyzes "
+                                 "decoder language models (…ForCausalLM)")
+        return "hf"
+    if "past_key_values" in params and "use_cache" in params:
+        return "kv"
+    raise GraphcostError(f"--serve: {name} ({type(model).__name__}) has no KV cache: its "
+                         "forward takes no past_key_values; --serve analyzes decoder language "
+                         "models that keep one")
+
+
+def hf_cache_kwarg(model) -> str:
+    """The name a transformers model's forward takes its cache by, "" for none: transformers
+    5.24 renamed ``past_key_values`` to ``cache`` (in and out; the old name is deprecated until
+    5.40), and both are in use."""
+    params = inspect.signature(model.forward).parameters
+    return next((k for k in ("cache", "past_key_values") if k in params), "")
+
+
+def hf_cache_out(out):
+    """The cache a transformers model returned, under either name (``hf_cache_kwarg``)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _hf_cache(config, flat, past: int):
+    """The model's own DynamicCache whose layers hold the given (k, v) tensors themselves,
+    after ``past`` tokens (a sliding-window layer counts them to size its mask)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    for layer, k, v in zip(cache.layers, flat[0::2], flat[1::2]):
+        layer.dtype, layer.device = k.dtype, k.device
+        layer.keys, layer.values, layer.is_initialized = k, v, True
+        if hasattr(layer, "cumulative_length"):
+            layer.cumulative_length = past
+    return cache
+
+
+class HFStep(torch.nn.Module):
+    """(input_ids, attention_mask, *cache) -> (logits, *cache after the step)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, *kv):
+        past = attention_mask.shape[1] - input_ids.shape[1]
+        cache = {hf_cache_kwarg(self.model): _hf_cache(self.model.config, kv, past)}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
+                         **cache)
+        return (out.logits, *[t for layer in hf_cache_out(out).layers
+                              for t in (layer.keys, layer.values)])
+
+
+class KVStep(torch.nn.Module):
+    """(input_ids, *cache) -> (logits, *the new tokens' keys and values)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, *kv):
+        pairs = tuple(zip(kv[0::2], kv[1::2])) or None
+        logits, presents = self.model(input_ids, past_key_values=pairs, use_cache=True)
+        return (logits, *[t for pair in presents for t in pair])
+
+
+def _positions(model) -> int | None:
+    """Learned positions cap the context (GPT-2's 1,024); rotary ones do not."""
+    cfg = getattr(model, "config", None) or getattr(model, "cfg", None)
+    return getattr(cfg, "n_positions", None)
+
+
+def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, name: str,
+            note=None, repeat_at: int = REPEAT_AT) -> Steps:
+    """Trace the prefill and one decode step of ``model`` (meta or fake tensors: nothing is
+    allocated). A stack of ``repeat_at`` or more identical blocks is traced as three and the
+    middle one repeated in the IR (analyzer/frontends/torch/repeat_layers.py): each copy gets its
+    own weights, cache tensors and activations, as a full trace would."""
+    from .repeat_layers import find_stack, layers_note, repeat_layers, truncated
+
+    note = note or (lambda _m: None)
+    kind = check_servable(model, name)
+    cap = _positions(model)
+    if cap is not None and prompt + generate > cap:
+        raise GraphcostError(f"--serve: {name} has {cap} learned positions; --prompt + "
+                             f"--generate = {prompt + generate} exceeds them")
+    stack = find_stack(model, repeat_at) if repeat_at else None
+    step = HFStep(model) if kind == "hf" else KVStep(model)
+    with truncated(model, stack) if stack else nullcontext():
+        prefill, decode = _trace_both(step, model, kind, batch, prompt, generate, name, note)
+    if stack is not None:
+        path, layers = stack
+        note(f"repeating layer 1 of 3 traced into {layers} layers")
+        prefill = repeat_layers(prefill, f"model.{path}", layers)
+        decode = repeat_layers(decode, f"model.{path}", layers)
+        if prefill is None or decode is None:  # not three identical blocks after all
+            return capture(model, batch=batch, prompt=prompt, generate=generate, name=name,
+                           note=note, repeat_at=0)
+    fixed = 2 if kind == "hf" else 1  # input_ids (and attention_mask) before the cache
+    note_ = None if stack is None else layers_note(stack[1])
+    return Steps(prefill, decode, prefill.outputs[1:], decode.inputs[fixed:],
+                 decode.outputs[1:], kind == "kv", note_, cap)
+
+
+def _trace_both(step, model, kind, batch, prompt, generate, name, note):
+    from .capture import make_fakes
+
+    def inputs(tokens: int, context: int, cache=()) -> tuple:
+        # one call: the fakes of one trace must share one fake mode
+        shapes = {"input_ids": (batch, tokens), "attention_mask": (batch, context)}
+        dtypes = {"input_ids": torch.int64, "attention_mask": torch.int64}
+        if kind != "hf":
+            del shapes["attention_mask"]
+        for i, (shape, dtype) in enumerate(cache):
+            shapes[f"kv{i}"], dtypes[f"kv{i}"] = shape, dtype
+        return tuple(make_fakes(model, shapes, dtypes).values())
+
+    note(f"tracing {name}'s prefill of {prompt} tokens")
+    prefill = _trace(step, inputs(prompt, prompt), f"{name} prefill", batch)
+    context = prompt + generate - 1
+    cache = _cache_after(step, model, kind, prefill, batch, context)
+    note(f"tracing one decode step over a cache of {context} tokens")
+    return prefill, _trace(step, inputs(1, context + 1, cache), f"{name} decode", batch)
+
+
+def _trace(step, args: tuple, name: str, batch: int) -> Graph:
+    from .frontend import lower_exported
+    from .capture import export_module
+
+    refs: dict[str, str] = {}  # export and decomposition record no stack traces (their own)
+    ep = export_module(step, args, name=name, references=refs)
+    return lower_exported(ep, name=name, batch=batch, references=refs)
+
+
+def _cache_after(step, model, kind: str, prefill: Graph, batch: int, tokens: int):
+    """(shape, dtype) of each cache tensor the model keeps after ``tokens`` tokens."""
+    if kind == "hf":  # the model's cache classes' own update, on meta tensors
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=model.config)
+        out = []
+        for layer, (k, v) in zip(cache.layers, _pairs(prefill.outputs[1:], prefill)):
+            new = [torch.empty((*s.shape[:-2], tokens, s.shape[-1]), dtype=_dtype(s.dtype),
+                               device="meta") for s in (k, v)]
+            layer.update(*new)
+            out += [(tuple(layer.keys.shape), layer.keys.dtype),
+                    (tuple(layer.values.shape), layer.values.dtype)]
+        return out
+    # the model's own answer for that many tokens, run eagerly without allocating
+    with torch.no_grad(), _fake_for(model) as device:
+        out = step(torch.zeros((batch, tokens), dtype=torch.int64, device=device))
+    return [(tuple(t.shape), t.dtype) for t in out[1:]]
+
+
+def _pairs(names, graph: Graph):
+    specs = [graph.spec(n) for n in names]
+    return list(zip(specs[0::2], specs[1::2]))
+
+
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+@contextmanager
+def _fake_for(model):
+    """Meta models run on meta tensors as they are; real ones under a fake mode. Yields the
+    device to make inputs on."""
+    device = next(model.parameters()).device
+    if device.type == "meta":
+        yield device
+        return
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        yield device

@@ -1,0 +1,248 @@
+"""Per-rank memory of real data-parallel training on this CPU, measured by PyTorch's own
+trackers: what graphcost's per-rank predictions (passes/parallel.py) are checked against.
+
+``measure_parallel(cases, world)`` starts ``world`` processes (torch.multiprocessing, gloo on
+127.0.0.1) and runs every case in each of them: the zoo model with seeded weights, wrapped as
+the strategy says — DistributedDataParallel (``ddp``), DDP + ZeroRedundancyOptimizer
+(``zero1``), ``fully_shard`` on each unit and on the root (``fsdp``/``zero3``; ``zero2`` with
+``reshard_after_forward=False``) — trained with Adam for steps 1 and 2 (zero_grad(set_to_none),
+the sum of the floating outputs as the loss, backward, step; step 2 is the lower of steps 2 and
+3 under fully_shard, see ``_run_case``), each step under a fresh tracker:
+FSDPMemTracker for fully_shard, MemTracker for the others (tracking the model and the optimizer
+that holds the state: ZeroRedundancyOptimizer's local one). ``fake=True`` runs one process
+with PyTorch's fake process group (collectives are no-ops), which lets fully_shard run at any
+world size in one process.
+
+DDP's gradient buckets live in C++; MemTracker counts them where it first sees them (as
+``Temp`` in step 1, ``Activation`` in step 2, where DDP rebuilds them in forward), so a comm
+hook records the real bucket tensors and they are reported apart, as ``Buckets``.
+Nothing here prints; results are plain dicts (category → bytes at each rank's peak).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str                               # a zoo model
+    strategy: str                            # ddp | zero1 | zero2 | zero3 | fsdp
+    batch: int = 2                           # per rank
+    input_shapes: tuple = ()                 # ((name, shape), …) instead of the zoo's
+    units: tuple[str, ...] = ()              # module paths to fully_shard (then the root)
+    optimizer_impl: str = "forloop"
+
+
+@dataclass(frozen=True)
+class Measured:
+    case: Case
+    world: int
+    rank: int
+    step: int
+    peak: int
+    categories: dict = field(default_factory=dict)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure_parallel(cases: list[Case], world: int, *, fake: bool = False,
+                     steps: tuple[int, ...] = (1, 2)) -> list[Measured]:
+    """Run every case on ``world`` ranks; one Measured per case, rank and step."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as out:
+        payload = json.dumps([asdict(c) for c in cases])
+        if fake:
+            mp.spawn(_worker, args=(world, payload, out, 0, True, steps), nprocs=1)
+        else:
+            mp.spawn(_worker, args=(world, payload, out, _free_port(), False, steps),
+                     nprocs=world)
+        results = []
+        for name in sorted(os.listdir(out)):
+            with open(os.path.join(out, name)) as fh:
+                for row in json.load(fh):
+                    c = row.pop("case")
+                    c["input_shapes"] = tuple((k, tuple(v)) for k, v in c["input_shapes"])
+                    c["units"] = tuple(c["units"])
+                    results.append(Measured(Case(**c), **row))
+    return results
+
+
+def _worker(rank: int, world: int, payload: str, out: str, port: int, fake: bool,
+            steps: tuple[int, ...]) -> None:
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    if fake:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    else:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    rows = []
+    try:
+        for c in json.loads(payload):
+            case = Case(**{**c, "input_shapes": tuple((k, tuple(v))
+                                                      for k, v in c["input_shapes"]),
+                           "units": tuple(c["units"])})
+            for step, peak, cats in _run_case(case, rank, steps):
+                rows.append(dict(case=asdict(case), world=world, rank=rank, step=step,
+                                 peak=peak, categories=cats))
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out, f"rank{rank:04d}.json"), "w") as fh:
+        json.dump(rows, fh)
+
+
+STEADY_REPEATS = 2
+
+
+def _run_case(case: Case, rank: int, steps):
+    import gc
+
+    import torch
+
+    from graphcost import models_zoo
+    from ..frontends.torch.capture import real_inputs
+    from .reference import float_output_sum
+
+    model = models_zoo.build_model(case.model, eval=False)
+    spec = models_zoo.get(case.model)
+    shapes = dict(case.input_shapes) or models_zoo.input_shapes(case.model, case.batch)
+    gen_ranges = {k: tuple(v) for k, v in spec.int_ranges.items()}
+    torch.manual_seed(rank)
+    args = tuple(real_inputs(shapes, spec.input_dtypes, gen_ranges).values())
+    model, opt, tracker_for, buckets = _wrap(model, case)
+    out = []
+    # Under fully_shard, steps 2 and 3 are the same steady state (Adam's state exists): step 2
+    # is reported as the lower of the two, because on a loaded machine gloo's thread may free
+    # a collective's buffer late in one of them and lift that step's peak by a buffer it does
+    # not hold. (Not DDP: from step 3 its gradients are views into the buckets.)
+    sharded = case.strategy in ("fsdp", "zero2", "zero3")
+    last = max(steps) + (STEADY_REPEATS - 1 if sharded and max(steps) == 2 else 0)
+    for step in range(1, last + 1):
+        tracker = tracker_for()
+        # Cyclic garbage is collected before the step and the collector paused during it:
+        # when it ran inside a tracked step, the tracker's peak for some rank and step grew
+        # by about one unit's buffers, at random. Pausing it can only keep more memory alive
+        # (cycles wait), yet every rank then measures the same, lower peak: those larger
+        # peaks were the tracker's, not memory the step holds.
+        gc.collect()
+        gc.disable()
+        try:
+            with tracker:
+                opt.zero_grad(set_to_none=True)
+                float_output_sum(model, args).backward()
+                opt.step()
+        finally:
+            gc.enable()
+        snap = next(iter(tracker.get_tracker_snapshot("peak").values()), {})
+        cats = {getattr(k, "value", str(k)): int(v) for k, v in snap.items() if v}
+        if buckets:
+            _move_buckets(tracker, cats, buckets)
+        total = cats.pop("Total", 0)
+        if step in steps:
+            out.append((step, total, cats))
+        elif step > 2 and out and out[-1][0] == 2 and total < out[-1][1]:
+            out[-1] = (2, total, cats)
+    return out
+
+
+def _wrap(model, case: Case):
+    """The model and optimizer as the strategy wraps them, a tracker factory, and (DDP) the
+    list its comm hook fills with the gradient buckets."""
+    import torch
+
+    from .reference import skip_frozen
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    foreach = case.optimizer_impl == "foreach"
+    if case.strategy in ("fsdp", "zero3", "zero2"):
+        from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+        from torch.distributed.fsdp import fully_shard
+        reshard = case.strategy != "zero2"
+        for name in case.units:
+            fully_shard(model.get_submodule(name), reshard_after_forward=reshard)
+        fully_shard(model, reshard_after_forward=reshard)
+        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad],
+                               foreach=foreach)
+        return model, opt, lambda: FSDPMemTracker(model, opt), None
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    ddp = DDP(model)
+    buckets: list = []
+    ddp.register_comm_hook(buckets, _recording_allreduce)
+    if case.strategy == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(trainable, optimizer_class=torch.optim.Adam,
+                                      foreach=foreach)
+        holder = opt.optim        # the local optimizer holds this rank's state
+    else:
+        opt = holder = torch.optim.Adam(trainable, foreach=foreach)
+
+    def tracker():
+        t = MemTracker()
+        skip_frozen(t, ddp)
+        t.track_external(ddp, holder)
+        return t
+    return ddp, opt, tracker, buckets
+
+
+def _recording_allreduce(state: list, bucket):
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    state.append(bucket.buffer().untyped_storage())
+    return allreduce_hook(None, bucket)
+
+
+def _move_buckets(tracker, cats: dict, buckets: list) -> None:
+    """Report DDP's bucket storages apart from the category MemTracker counted them in."""
+    seen = {}
+    for st in buckets:
+        winfo = tracker._WINFO.get(st, (None, None))[0]
+        if winfo is not None:
+            seen[id(winfo)] = winfo
+    buckets.clear()
+    for winfo in seen.values():
+        key = getattr(winfo.reftype, "value", str(winfo.reftype))
+        moved = min(winfo.mem_consumed, cats.get(key, 0))
+        if moved:
+            cats[key] -= moved
+            cats["Buckets"] = cats.get("Buckets", 0) + moved
+
+
+# What graphcost's per-rank details and the trackers' categories mean, as the same items
+# (autograd's full-size gradients before a reduce-scatter are temporaries on both sides:
+# FSDPMemTracker counts them as Temp; DDP's buckets are "Buckets", moved apart above).
+PREDICTED_ITEMS = {
+    "params": ("params", "sharded_params"), "buffers": ("buffers",),
+    "grads": ("grads", "sharded_grads"), "optimizer": ("optimizer_state", "step_temporaries"),
+    "activations": ("activations",),
+    "comm": ("ddp_buckets", "unsharded_params", "all_gather_buffers", "reduce_scatter_inputs"),
+    "temps": ("backward_temporaries", "unsharded_grads", "offload_staging"),
+}
+MEASURED_ITEMS = {
+    "params": ("Parameter", "Sharded Param"), "buffers": ("Buffer",),
+    "grads": ("Gradient", "Sharded Grad"), "optimizer": ("Optstate", "OptState"),
+    "activations": ("Activation", "Inputs"),
+    "comm": ("Buckets", "Unsharded Param", "All Gather", "Reduce Scatter"),
+    "temps": ("Temp", "Other", "Unsharded Grad"),
+}
+
+
+def items(detail: dict, measured: dict) -> dict[str, tuple[int, int]]:
+    """(predicted, measured) bytes per item at the peak."""
+    return {k: (sum(detail.get(d, 0) for d in PREDICTED_ITEMS[k]),
+                sum(measured.get(c, 0) for c in MEASURED_ITEMS[k])) for k in PREDICTED_ITEMS}

@@ -1,0 +1,45 @@
+"""transformers' own serving steps on this CPU: what the serving review (passes/serving.py) is
+checked against (tests/test_serving.py, benchmarks/accuracy_serving.py). Nothing is predicted
+here: the cache bytes are the tensors transformers returns, the FLOPs FlopCounterMode's."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RealSteps:
+    prefill_cache_bytes: int     # past_key_values after the prompt
+    prefill_flops: int           # FlopCounterMode over the prefill
+    before_bytes: int            # the cache after P + G − 1 tokens
+    after_bytes: int             # ... and after the last decode step (P + G)
+    decode_flops: int            # FlopCounterMode over that decode step
+
+
+def cache_bytes(past) -> int:
+    """Bytes of a transformers Cache's key and value tensors, every layer."""
+    return sum(t.numel() * t.element_size() for layer in past.layers
+               for t in (layer.keys, layer.values))
+
+
+def measure_steps(model, ids, prompt: int) -> RealSteps:
+    """The prefill of ``ids[:, :prompt]`` and the last decode step of ``ids`` (its cache built
+    from every token but the last), under no_grad."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..frontends.torch.serve import hf_cache_kwarg, hf_cache_out
+
+    batch, total = ids.shape
+    with torch.no_grad():
+        counter = FlopCounterMode(display=False)
+        with counter:
+            pre = hf_cache_out(model(input_ids=ids[:, :prompt], use_cache=True))
+        prefill_flops = counter.get_total_flops()
+        past = hf_cache_out(model(input_ids=ids[:, :-1], use_cache=True))
+        before = cache_bytes(past)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            model(input_ids=ids[:, -1:], use_cache=True, **{hf_cache_kwarg(model): past},
+                  attention_mask=torch.ones(batch, total, dtype=torch.long))
+    return RealSteps(cache_bytes(pre), prefill_flops, before, cache_bytes(past),
+                     counter.get_total_flops())

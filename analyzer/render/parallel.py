@@ -1,0 +1,76 @@
+"""The data-parallel section of a report as summary entries (label, items), shared by the
+terminal, Markdown and HTML views. Reads ``Report.parallel`` only; computes nothing."""
+from __future__ import annotations
+
+from ..app.report import Report
+from ..app.units import human_bytes, human_time
+
+_STRATEGY = {
+    "ddp": "DDP (replicated, gradient buckets)",
+    "zero1": "ZeRO-1 (DDP + ZeroRedundancyOptimizer)",
+    "zero2": "ZeRO-2 (FSDP2, reshard_after_forward=False)",
+    "zero3": "ZeRO-3 (FSDP2 fully_shard)",
+    "fsdp": "FSDP2 (fully_shard)",
+}
+
+
+def _items(mapping) -> list[str]:
+    return [f"{k.replace('_', ' ')} {human_bytes(v)}," for k, v in mapping.items() if v]
+
+
+def parallel_summary(r: Report) -> list[tuple[str, list[str]]]:
+    p = r.parallel
+    if p is None:
+        return []
+    where = p.peak_phase + (f" at {p.peak_event}" if p.peak_event else
+                            f" at {p.peak_node}" if p.peak_node else " step")
+    rank = f" (rank {p.worst_rank}, the worst)" if p.strategy == "zero1" else ""
+    out = [
+        ("parallel", [f"{_STRATEGY[p.strategy]} over {p.world_size:,} ranks:",
+                      f"batch {p.per_rank_batch:,} per rank, {p.global_batch:,} global;",
+                      f"optimizer step {p.optimizer_impl}"
+                      + (f"; {p.offload} offloaded to the host" if p.offload else "")]),
+        ("per rank", [f"peak {human_bytes(p.per_rank_peak_bytes)} "
+                      f"({p.per_rank_peak_bytes:,} B){rank} in {where}",
+                      "(steady state);", f"first step {human_bytes(p.first_step_peak_bytes)};",
+                      f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"]),
+        ("rank peak", _items(p.breakdown_at_peak)),
+    ]
+    comm_parts = {k: v for k, v in p.detail_at_peak.items()
+                  if k in ("ddp_buckets", "unsharded_params", "all_gather_buffers",
+                           "reduce_scatter_inputs")}
+    if comm_parts:
+        out.append(("comm bufs", _items(comm_parts)))
+    if p.host_bytes:
+        out.append(("host", [f"{human_bytes(p.host_bytes)} offloaded:"]
+                    + _items(p.host_breakdown)))
+    if p.units:
+        blocks = [u for u in p.units if u.name != "(root)"]
+        root = p.units[-1]
+        biggest = max(p.units, key=lambda u: u.padded_bytes)
+        names = [u.name for u in blocks[:3]] + ([f"… {blocks[-1].name}"]
+                                                 if len(blocks) > 3 else [])
+        out.append(("units", [f"{len(blocks)} fully_shard block(s) + root:"]
+                    + [f"{n}," for n in names[:-1]] + [f"{n};" for n in names[-1:]]
+                    + [f"largest {biggest.name} {human_bytes(biggest.padded_bytes)}",
+                       f"gathered ({human_bytes(biggest.shard_bytes)} per rank);",
+                       f"root {human_bytes(root.padded_bytes)}"]))
+    elif p.ddp_buckets:
+        out.append(("buckets", [f"{p.ddp_buckets} DDP gradient bucket(s)"]))
+    c = p.comm
+    vol = [f"{name} {human_bytes(v)}," for name, v in (
+        ("all-gather", c.all_gather_bytes), ("reduce-scatter", c.reduce_scatter_bytes),
+        ("all-reduce", c.all_reduce_bytes)) if v]
+    line = vol + [f"per rank per step ({c.collectives} collectives);",
+                  f"{human_bytes(c.wire_bytes)} each way over the link (ring)"]
+    if c.seconds is not None:
+        line += [f"≥ {human_time(c.seconds)} on {c.interconnect}",
+                 f"({c.bandwidth / 1e9:g} GB/s each way)"]
+        if r.roofline is not None:
+            line += [f"beside compute ≥ {human_time(r.roofline.total_seconds)} (roofline)"]
+    out.append(("comm", line if vol else ["none (one rank)"]))
+    if p.world_size_search:
+        tried = ", ".join(f"{n}: {human_bytes(b)}" for n, b in p.world_size_search)
+        out.append(("world size", [f"auto: {p.world_size} is the smallest that fits",
+                                   f"(per-rank peaks tried: {tried})"]))
+    return out

@@ -1,0 +1,111 @@
+"""The serving review as text: summary lines, the per-phase table, Markdown. Renders only."""
+from __future__ import annotations
+
+from .table import Col, print_table
+from ..app.report import Report
+from ..app.units import human, human_bytes, human_time
+
+
+def _t(seconds) -> str:
+    return human_time(seconds) if seconds is not None else "—"
+
+
+def _b(n) -> str:
+    """Bytes for people, with the exact count when the unit rounds it."""
+    return human_bytes(n) + (f" ({n:,} B)" if n >= 1024 else "")
+
+
+def _n(value) -> str:
+    return f"{value:,}" if value is not None else "—"
+
+
+def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
+    s = r.serving
+    if s is None:
+        return []
+    p, d = s.prefill, s.decode
+    update = ("appended in place" if s.cache_update == "append"
+              else "concatenated: the step copies the whole cache")
+    out = [
+        ("serving", [f"batch {s.batch} × (prompt {s.prompt:,} + generate {s.generate:,}",
+                     f"= {s.prompt + s.generate:,} tokens);", f"weights {s.weight_dtype},",
+                     f"KV cache {s.kv_dtype}"]),
+        ("KV cache", [f"{_b(s.kv_cache_bytes)} for the batch at {s.prompt + s.generate:,} "
+                      "tokens;", f"{_b(s.kv_bytes_per_token)} per token per sequence;",
+                      f"{s.cache_tensors} cache tensors, {update}"]),
+        ("weights", [_b(s.weight_bytes)]),
+        ("prefill", [f"{human(p.flops)} FLOPs,", f"read {human_bytes(p.bytes_read)},",
+                     f"written {human_bytes(p.bytes_written)},",
+                     f"working peak {human_bytes(p.peak_bytes)};"]
+         + ([f"{_t(p.seconds)} ({p.bound}-bound);"] if p.seconds is not None else [])
+         + [f"attention {human(p.attention_flops_dense)} FLOPs dense,",
+            f"{human(p.attention_flops_causal)} with a causal mask"]),
+        ("decode", [f"{human(d.flops_per_token)} FLOPs/token,",
+                    f"{human_bytes(d.bytes_per_token)}/token moved,",
+                    f"working peak {human_bytes(d.peak_bytes)}"
+                    + (";" if d.seconds_per_token is not None else "")]
+         + ([f"{_t(d.seconds_per_token)}/token ({d.bound}-bound),",
+             f"{human(d.tokens_per_second)} tokens/s for the batch;",
+             f"(weights + KV) / bandwidth = {_t(d.bandwidth_bound_seconds)}"]
+            if d.seconds_per_token is not None else [])),
+    ]
+    if s.required_bytes is not None:
+        out.append(("memory", [f"{'fits' if s.fits else 'does NOT fit'}: needs "
+                               f"{human_bytes(s.required_bytes)}",
+                               "(weights + KV cache + the larger working peak, with overhead);",
+                               f"max {_n(s.max_concurrent_sequences)} concurrent sequences of "
+                               f"{s.prompt + s.generate:,} tokens;",
+                               f"max context {_n(s.max_context)} at batch {s.batch}"
+                               + (" (its learned positions)" if s.positions is not None
+                                  and s.max_context == s.positions else "")]))
+    for w in s.what_if:
+        timed = w.decode_seconds_per_token is not None
+        out.append(("what-if", [f"{w.weight_dtype} weights, {w.kv_dtype} KV:",
+                                f"weights {human_bytes(w.weight_bytes)},",
+                                f"KV {human_bytes(w.kv_cache_bytes)}" + ("," if timed else "")]
+                    + ([f"decode ≥ {_t(w.decode_seconds_per_token)}/token,",
+                        f"max {_n(w.max_concurrent_sequences)} sequences"] if timed else [])))
+    if s.traced_layers:
+        out.append(("traced", [s.traced_layers]))
+    if s.uncosted_decode_nodes:
+        out.append(("warning", [f"{s.uncosted_decode_nodes} node(s) of the decode step have "
+                                "no cost rule or shape (counted as 0)"]))
+    return out
+
+
+def phase_rows(r: Report) -> list[list[str]]:
+    s = r.serving
+    p, d = s.prefill, s.decode
+    return [
+        ["prefill", f"{p.tokens:,}", human(p.flops), human_bytes(p.bytes_read + p.bytes_written),
+         human_bytes(p.peak_bytes), _t(p.seconds), p.bound or "—",
+         human(p.tokens / p.seconds) if p.seconds else "—"],
+        ["decode step", f"{s.batch:,}", human(d.flops_per_token * s.batch),
+         human_bytes(d.bytes_per_token * s.batch), human_bytes(d.peak_bytes),
+         _t(d.seconds_per_token), d.bound or "—",
+         human(d.tokens_per_second) if d.tokens_per_second else "—"],
+    ]
+
+
+PHASE_COLUMNS = ["phase", "tokens", "FLOPs", "bytes R+W", "working peak", "time (roofline)",
+                 "bound", "tokens/s"]
+
+
+def render_serving_table(r: Report, console, width: int | None = None) -> None:
+    if r.serving is None:
+        return
+    short = dict(zip(PHASE_COLUMNS[1:], ("tok", "", "R+W", "peak", "time ≥", "", "tok/s")))
+    cols = [Col(PHASE_COLUMNS[0], min_width=6, priority=1)] + \
+        [Col(h, numeric=True, short=short[h]) for h in PHASE_COLUMNS[1:6]] + \
+        [Col("bound", min_width=6)] + [Col("tokens/s", numeric=True, short=short["tokens/s"])]
+    print_table(console, "serving: prefill and one decode step", cols, phase_rows(r),
+                width=width)
+
+
+def serving_markdown(r: Report) -> list[str]:
+    if r.serving is None:
+        return []
+    out = ["", "## Serving", "", "| " + " | ".join(PHASE_COLUMNS) + " |",
+           "|---|" + "---:|" * 5 + "---|---:|"]
+    out += ["| " + " | ".join(row) + " |" for row in phase_rows(r)]
+    return out
