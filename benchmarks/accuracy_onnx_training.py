@@ -19,6 +19,7 @@ from pathlib import Path
 os.environ.setdefault("GRAPHCOST_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"
                                              / "zoo"))
 
+from graphcost.analyzer.app.request import LoadOptions
 from graphcost import models_zoo
 from graphcost.analyzer.app.api import load_graph
 from graphcost.passes.costs import count_costs
@@ -34,8 +35,8 @@ OPTIMIZERS = ["none", "sgd", "adam"]
 def graphs(name: str, dynamo: bool = False):
     """(estimated joint graph from the ONNX export, exact FX joint graph)."""
     onnx_path = str(models_zoo.cached_export(name, dynamo=dynamo))
-    est = load_graph(onnx_path, batch=BATCH, dims=models_zoo.default_dims(name), train=True)
-    exact = load_graph(f"zoo:{name}", batch=BATCH, train=True)
+    est = load_graph(onnx_path, LoadOptions(batch=BATCH, dims=models_zoo.default_dims(name), train=True))
+    exact = load_graph(f"zoo:{name}", LoadOptions(batch=BATCH, train=True))
     return est, exact
 
 

@@ -14,6 +14,7 @@ resnet18 runs at 64x64 to keep several processes within this machine's memory an
 """
 from __future__ import annotations
 
+from graphcost.analyzer.app.request import LoadOptions, PassOptions
 import argparse
 import functools
 import time
@@ -33,15 +34,14 @@ def joint(model: str):
 
     shapes = dict(SHAPES.get(model, ()))
     args = (torch.randn(*shapes["x"]),) if shapes else models_zoo.example_inputs(model, 2)
-    return load_graph(models_zoo.build_model(model, eval=False), args, train=True)
+    return load_graph(models_zoo.build_model(model, eval=False), LoadOptions(train=True), args)
 
 
 def predict(model: str, strategy: str, world: int):
     from graphcost.analyzer.app.pipeline import run_passes
     from graphcost.passes.parallel import ParallelSpec
 
-    return run_passes(joint(model), optimizer="adam", include_inputs=False, what_if=False,
-                      parallel=ParallelSpec(strategy, world)).parallel
+    return run_passes(joint(model), PassOptions(optimizer="adam", include_inputs=False, what_if=False, parallel=ParallelSpec(strategy, world))).parallel
 
 
 def rows(models, strategies, world: int, fake: bool) -> list[dict]:

@@ -24,6 +24,17 @@ from .liveness import Liveness, Storage
 
 
 @dataclass(frozen=True)
+class CheckpointSpec:
+    """The plan asked for, one of four forms: module ``names``, ``every`` N repeated blocks,
+    ``sqrt`` (√N groups, Chen et al. 2016), or the least recompute that fits ``budget``
+    bytes."""
+    names: tuple[str, ...] | None = None
+    every: int | None = None
+    sqrt: bool = False
+    budget: int | None = None
+
+
+@dataclass(frozen=True)
 class Segment:
     name: str
     nodes: frozenset[int]   # forward node indices

@@ -39,12 +39,13 @@ from .parallel_clock import Clock, price
 from .parallel_fsdp import sharded_step
 from .roofline import DeviceRates, Overhead
 from .parallel_units import Unit, ddp_buckets, fsdp_units, origins, unit_names, zero1_partition
-from .training import (STATE_MULTIPLIER, TrainingMemory, forward_set, step_temporaries,
+from .choices import Offload, Strategy
+from .training import (ADAPTIVE, STATE_MULTIPLIER, TrainingMemory, forward_set, step_temporaries,
     trainable_params)
 
-STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")
-SHARDED = ("zero2", "zero3", "fsdp")
-OFFLOADS = ("optimizer", "params")
+STRATEGIES = Strategy.words()
+SHARDED = tuple(s for s in Strategy if s.shards_gradients)
+OFFLOADS = Offload.words()
 MAX_WORLD = 1 << 16
 
 
@@ -98,10 +99,10 @@ def check_spec(spec: ParallelSpec) -> None:
                              f"to {MAX_WORLD:,} (or auto)")
     if spec.offload not in (None, *OFFLOADS):
         raise GraphcostError(f"--offload {spec.offload}: known: {', '.join(OFFLOADS)}")
-    if spec.offload and spec.strategy == "ddp":
+    if spec.offload and spec.strategy == Strategy.DDP:
         raise GraphcostError(f"--offload {spec.offload} with ddp: ddp keeps everything on the "
                              "device; offloading needs zero1, zero2, zero3 or fsdp")
-    if spec.offload == "params" and spec.strategy not in ("zero3", "fsdp"):
+    if spec.offload == Offload.PARAMS and spec.strategy not in (Strategy.ZERO3, Strategy.FSDP):
         raise GraphcostError(f"--offload params needs zero3 or fsdp (parameters are sharded "
                              f"there); {spec.strategy} replicates them: use --offload optimizer")
     if not spec.bucket_cap_mb > 0:
@@ -138,9 +139,9 @@ def _smallest(plan: "_Plan", fits: Callable[[int], bool]) -> ParallelMemory:
 
     hi = 1
     while not ok(hi):
-        if plan.spec.strategy == "ddp" or hi >= MAX_WORLD:
+        if plan.spec.strategy == Strategy.DDP or hi >= MAX_WORLD:
             r = at(hi)
-            why = ("ddp replicates the whole step on every rank" if plan.spec.strategy == "ddp"
+            why = ("ddp replicates the whole step on every rank" if plan.spec.strategy == Strategy.DDP
                    else f"even {hi:,} ranks leave {r.per_rank_peak_bytes:,} B per rank "
                         f"(activations, {'gathered units, ' if plan.sharded else ''}"
                         "and what is not sharded)")
@@ -209,7 +210,7 @@ class _Plan:
 
     def _state(self, sizes: list[int]) -> int:
         opt = self.training.optimizer
-        return STATE_MULTIPLIER[opt] * sum(sizes) + (4 * len(sizes) if opt in ("adam", "adamw")
+        return STATE_MULTIPLIER[opt] * sum(sizes) + (4 * len(sizes) if opt in ADAPTIVE
                                                      else 0)
 
     def _temps(self, sizes: list[int]) -> int:
@@ -237,7 +238,7 @@ class _Plan:
         state, temps = self._state(sizes), self._temps(sizes)
         if self.spec.offload:
             host = dict(optimizer_state=state, temporaries=temps)
-            if self.spec.offload == "optimizer":
+            if self.spec.offload == Offload.OPTIMIZER:
                 host.update(params=sum(sizes), grads=sum(sizes))
             return host
         opt_at = clock.node(clock.n)
@@ -257,7 +258,7 @@ class _Plan:
         clock.add(0, end, self.buffer_bytes, "buffers")
         clock.add(0, end, sum(grad_sizes), "ddp_buckets")
         self.place_storages(clock, lambda ps: end, "grads")    # gradients live to the step
-        if spec.strategy == "ddp":
+        if spec.strategy == Strategy.DDP:
             ranks = [list(range(len(grad_sizes)))]
         else:
             ranks = zero1_partition([values[p].spec.numel or 0 for p in self.trainable], world)
@@ -272,7 +273,7 @@ class _Plan:
             if peak > worst:
                 rank, worst = r, peak
         host = self.place_optimizer(clock, [grad_sizes[i] for i in ranks[rank]])
-        gathered = sum(grad_sizes) if spec.strategy == "zero1" else 0
+        gathered = sum(grad_sizes) if spec.strategy == Strategy.ZERO1 else 0
         buckets = ddp_buckets(grad_sizes, int(spec.bucket_cap_mb * (1 << 20)))
         comm = comm_volume(world, gathered, 0, sum(grad_sizes),
                            buckets + (len(grad_sizes) if gathered else 0), spec.interconnect)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from .comm import comm_volume
 from .parallel_clock import Clock
 from .parallel_units import ROOT, padded_bytes
+from .choices import Offload, Strategy
 
 
 def sharded_step(plan, clock: Clock, world: int):
@@ -37,7 +38,7 @@ def sharded_step(plan, clock: Clock, world: int):
     units = [u.sized(plan.graph, trainable, world) for u in plan.units]
     blocks = [u for u in units if u.name != ROOT]
     root = units[-1]
-    reshard = spec.strategy != "zero2"
+    reshard = spec.strategy != Strategy.ZERO2
     flat = world > 1
     # the root's post-forward frees the last all-gather: after its own last forward op
     last_fwd = max((i for i in range(fwd_end) if plan.graph.nodes[i].scope),
@@ -72,7 +73,7 @@ def sharded_step(plan, clock: Clock, world: int):
     clock.freeze()
     end, clear = clock.size, clock.at(clear_ev)
     pos = {k: clock.at(e) for k, e in ev.items()}
-    offload = spec.offload == "params"
+    offload = spec.offload == Offload.PARAMS
     shard_total = sum(u.shard_bytes for u in units)
     if not offload:
         clock.add(0, end, shard_total, "sharded_params")

@@ -31,21 +31,24 @@ from typing import Mapping
 
 from .errors import GraphcostError
 from .ir import INTERNAL, Graph, ValueKind
-from .checkpoint import (Segment, checkpointed_storages, group_every, merge, repeated_blocks,
+from .checkpoint import (CheckpointSpec, Segment, checkpointed_storages, group_every, merge, repeated_blocks,
     segments_by_name, sqrt_groups, timeline_of)
 from .checkpoint_plan import block_table, cheapest_plan, plan_segments
+from .choices import Optimizer, OptimizerImpl
 from .liveness import analyze_liveness
 
-STATE_MULTIPLIER = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
-OPTIMIZER_IMPLS = ("forloop", "foreach")
+# state tensors per parameter (momentum: one buffer; Adam's family: exp_avg and exp_avg_sq)
+ADAPTIVE = tuple(o for o in Optimizer if o.adaptive)
+STATE_MULTIPLIER = {Optimizer.NONE: 0, Optimizer.SGD: 0, Optimizer.MOMENTUM: 1,
+                    Optimizer.ADAM: 2, Optimizer.ADAMW: 2}
 
 
 def step_temporaries(sizes: list[int], optimizer: str, impl: str = "forloop") -> int:
     """Bytes the optimizer step allocates beyond its state, for parameters of ``sizes`` bytes
     in the order the optimizer visits them (see the module docstring)."""
-    if optimizer not in ("adam", "adamw") or not sizes:
+    if optimizer not in ADAPTIVE or not sizes:
         return 0
-    if impl == "foreach":
+    if impl == OptimizerImpl.FOREACH:
         return sum(sizes)
     return max(prev + 2 * cur for prev, cur in zip([0, *sizes], sizes))
 
@@ -57,7 +60,7 @@ def optimizer_tensors(params, optimizer: str, master_weights: bool
     Adam's 4-byte ``step`` counter per parameter."""
     sizes = [4 * (v.spec.numel or 0) if master_weights else v.spec.nbytes or 0 for v in params]
     states = [b for b in sizes for _ in range(STATE_MULTIPLIER[optimizer])]
-    if optimizer in ("adam", "adamw"):
+    if optimizer in ADAPTIVE:
         states += [4] * len(params)
     return sizes, states
 
@@ -134,7 +137,7 @@ def forward_set(graph: Graph) -> set[int]:
     return set(range(last + 1))
 
 
-def training_memory(graph: Graph, optimizer: str = "adam",
+def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
                     segments: list[Segment] | None = None,
                     master_weights: bool = False, inplace: bool = False,
                     include_inputs: bool = True, impl: str = "forloop") -> TrainingMemory:
@@ -142,12 +145,12 @@ def training_memory(graph: Graph, optimizer: str = "adam",
     optimizer works on an fp32 master copy: 4 B per parameter for the copy, fp32 state, and at
     the step the fp32 gradients (made while the half ones still exist, which are freed before
     the update) plus the update's temporaries, in fp32. ``impl``: the optimizer's
-    implementation (OPTIMIZER_IMPLS), which sets the step's temporaries."""
+    implementation (choices.OptimizerImpl), which sets the step's temporaries."""
     if optimizer not in STATE_MULTIPLIER:
         raise GraphcostError(f"unknown optimizer {optimizer!r}; known: "
                              + ", ".join(STATE_MULTIPLIER))
-    if impl not in OPTIMIZER_IMPLS:
-        raise GraphcostError(f"--optimizer-impl {impl}: known: " + ", ".join(OPTIMIZER_IMPLS))
+    if impl not in OptimizerImpl.words():
+        raise GraphcostError(f"--optimizer-impl {impl}: known: " + ", ".join(OptimizerImpl.words()))
     values = graph.values
     params = [values[p] for p in trainable_params(graph)]
     param_bytes = sum(v.spec.nbytes or 0 for v in values.values() if v.kind == ValueKind.PARAM)
@@ -327,7 +330,7 @@ def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str
 
 
 def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
-                  precision: str = "fp32", checkpoint: Mapping | None = None,
+                  precision: str = "fp32", checkpoint: CheckpointSpec | None = None,
                   what_if: bool = True, include_inputs: bool = True,
                   impl: str = "forloop") -> TrainingMemory:
     """The training section of a report: the step's memory, with the checkpoint plan asked
@@ -340,7 +343,9 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                         impl=impl)
     plan = plan_checkpoints(graph, optimizer, node_flops, master_weights=mixed,
                             include_inputs=include_inputs, impl=impl,
-                            **checkpoint) if checkpoint else None
+                            names=list(checkpoint.names) if checkpoint.names else None,
+                            every=checkpoint.every, sqrt=checkpoint.sqrt,
+                            budget=checkpoint.budget) if checkpoint else None
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl) \
         if what_if else {}
     reserved = None if plan else reserved_peak(graph, t, mixed)
@@ -361,8 +366,8 @@ def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool) -> int:
     resident = resident_tensors(graph)
     if master_weights:
         resident += [(f"{v.name} (fp32 master)", b) for v, b in zip(params, sizes)]
-    adam = t.optimizer in ("adam", "adamw")
+    adam = t.optimizer in ADAPTIVE
     events = training_events(t.storages, resident=resident, grads=frozenset(graph.outputs[1:]),
                              state=states, step_sizes=sizes if adam else [],
-                             foreach=t.optimizer_impl == "foreach")
+                             foreach=t.optimizer_impl == OptimizerImpl.FOREACH)
     return replay(events).reserved_peak

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 
+from graphcost.analyzer.app.api_checks import check_checkpoint
+from graphcost.analyzer.app.request import LoadOptions, PassOptions
 from graphcost import models_zoo
 from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.pipeline import run_passes
@@ -25,14 +27,16 @@ def inputs(name: str, small: bool = True):
 @functools.lru_cache(maxsize=None)
 def joint_graph(name: str, small: bool = True):
     """zoo:NAME's joint forward+backward graph at BATCH (traced once; the IR is immutable)."""
-    return load_graph(models_zoo.build_model(name, eval=False), inputs(name, small), train=True)
+    return load_graph(models_zoo.build_model(name, eval=False), LoadOptions(train=True), inputs(name, small))
 
 
 def train_report(name: str, optimizer: str, small: bool = True, **kw):
     """One training step's analysis of zoo:NAME from the shared joint graph; the graph input is
     left out by default, as MemTracker leaves out what exists before the step."""
     kw.setdefault("include_inputs", False)
-    return run_passes(joint_graph(name, small), optimizer=optimizer, **kw)
+    if isinstance(kw.get("checkpoint"), dict):  # a plan as analyze() takes it
+        kw["checkpoint"] = check_checkpoint(kw["checkpoint"], train=True)
+    return run_passes(joint_graph(name, small), PassOptions(optimizer=optimizer, **kw))
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from graphcost.analyzer.app.request import LoadOptions, PassOptions, build_request
 from graphcost.analyzer.app.api import analyze
 from graphcost.analyzer.app.batch_scaling import max_batch
 from graphcost.analyzer.cli.main import main
@@ -92,17 +93,16 @@ def test_a_traced_graph_rebound_to_another_batch_equals_its_trace():
     from graphcost.analyzer.app.api import load_graph
     from graphcost.analyzer.app.by_batch import analyze_by_batch
     from graphcost.analyzer.app.pipeline import run_passes
-    at = analyze_by_batch("zoo:gpt2", train=True, optimizer="adam", what_if=False)
+    at = analyze_by_batch("zoo:gpt2", build_request(train=True, optimizer="adam", what_if=False))
     assert at.rebound
-    real = run_passes(load_graph("zoo:gpt2", batch=5, train=True), optimizer="adam",
-                      what_if=False)
+    real = run_passes(load_graph("zoo:gpt2", LoadOptions(batch=5, train=True)), PassOptions(optimizer="adam", what_if=False))
     got = at(5)
     assert got.batch == 5
     assert (got.totals.flops, got.totals.bytes_read, got.training.peak_bytes) == \
         (real.totals.flops, real.totals.bytes_read, real.training.peak_bytes)
     assert [n.output_shapes for n in got.nodes] == [n.output_shapes for n in real.nodes]
     # an ONNX model has no trace to save: it is lowered at each batch
-    assert not analyze_by_batch("zoo:mnist_net").rebound
+    assert not analyze_by_batch("zoo:mnist_net", build_request()).rebound
 
 
 def test_rebound_batches_take_the_arguments_analyze_takes():
@@ -111,7 +111,7 @@ def test_rebound_batches_take_the_arguments_analyze_takes():
     # data-parallel spec, exactly as analyze() at that batch does
     from graphcost.analyzer.app.by_batch import analyze_by_batch
     kw = dict(train=True, device="a10", parallel={"strategy": "fsdp", "world_size": 2})
-    at = analyze_by_batch("zoo:mlp", **kw)
+    at = analyze_by_batch("zoo:mlp", build_request(**kw))
     assert at.rebound
     got, real = at(5), analyze("zoo:mlp", batch=5, **kw)
     assert got.training.optimizer_impl == real.training.optimizer_impl == "foreach"
@@ -156,7 +156,7 @@ def test_a_graph_that_grows_with_the_batch_gets_an_estimate():
     from graphcost.analyzer.render.batch import max_batch_lines
     kw = dict(input_shapes={"x": (1, 256)}, what_if=False, overhead=parse_overhead("none"),
               device=parse_device_spec("flops=1T,bandwidth=1G,memory=300000B"))
-    at = analyze_by_batch(_PerSample(), **kw)
+    at = analyze_by_batch(_PerSample(), build_request(**kw))
     assert not at.rebound and at.grows[1] > at.grows[0]
     result = estimate_max_batch(at, at.grows)
     assert result.fit.memory.fixed == 263_168 and result.fit.memory.per_sample == 2_048

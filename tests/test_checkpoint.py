@@ -6,6 +6,7 @@ import warnings
 import pytest
 from torch.utils.checkpoint import checkpoint
 
+from graphcost.passes.checkpoint import CheckpointSpec
 from graphcost import GraphcostError
 from graphcost.analyzer.app.units import parse_size
 from tests.shared import measured_step_peak, train_report
@@ -86,7 +87,7 @@ def test_auto_plan_fits_budget_with_least_recompute():
 
 def test_unknown_segment_lists_close_matches():
     with pytest.raises(GraphcostError, match="close matches: .*h.0"):
-        train_report("gpt2", "adam", checkpoint={"names": ["h.O"]})
+        train_report("gpt2", "adam", checkpoint=CheckpointSpec(names=("h.O",)))
 
 
 @pytest.mark.parametrize("text,value", [("4GB", 4 * 10**9), ("4GiB", 4 * 2**30),

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from graphcost.analyzer.app.request import LoadOptions
 from graphcost.analyzer.app.api import load_graph
 from graphcost.passes.checkpoint import repeated_blocks
 from graphcost.passes.checkpoint_plan import block_table, modelled_peak, plan_segments
@@ -37,7 +38,7 @@ def _segmentations(n):
 
 @pytest.fixture(scope="module")
 def resnet18():
-    g = load_graph("zoo:resnet18", batch=2, train=True)
+    g = load_graph("zoo:resnet18", LoadOptions(batch=2, train=True))
     flops = [nc.cost.flops for nc in count_costs(g).nodes]
     fwd = forward_set(g)
     plain = training_memory(g, "sgd")

@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from graphcost.analyzer.app.request import LoadOptions, build_request
 from graphcost import analyze
 from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.by_batch import analyze_by_batch, traced_once
@@ -38,12 +39,12 @@ TRAINING = ["gpt2", "resnet18", "llama_tiny", "hf_llama", "hf_gpt2"]
 @pytest.mark.parametrize("name,train", [(n, False) for n in INFERENCE]
                          + [(n, True) for n in TRAINING])
 def test_rerun_equals_a_trace_at_that_batch(name, train):
-    load = {"zoo_exporter": "fx", "train": train}
-    once = traced_once(f"zoo:{name}", load)
+    load = {"exporter": "fx", "train": train}
+    once = traced_once(f"zoo:{name}", LoadOptions(**load))
     assert once is not None
     graph, rerun = once
     assert graph.batch >= 1009 and graph.batch == marker_batch([graph.batch - 1])  # a prime
-    _same_graph(rerun(3), load_graph(f"zoo:{name}", batch=3, **load))
+    _same_graph(rerun(3), load_graph(f"zoo:{name}", LoadOptions(batch=3, **load)))
 
 
 def test_rerun_of_a_stack_traced_as_three_layers():
@@ -53,9 +54,9 @@ def test_rerun_of_a_stack_traced_as_three_layers():
     model = Llama(LlamaConfig(vocab_size=200, d_model=32, n_layer=8, n_head=4, n_kv_head=2,
                               ffn=64, max_seq=64)).eval()
     load = {"input_shapes": {"input_ids": (2, 12)}, "input_dtypes": {"input_ids": "int64"}}
-    graph, rerun = traced_once(model, load)
+    graph, rerun = traced_once(model, LoadOptions(**load))
     assert graph.traced_layers.startswith("3 of 8 layers traced")
-    _same_graph(rerun(3), load_graph(model, batch=3, **load))
+    _same_graph(rerun(3), load_graph(model, LoadOptions(batch=3, **load)))
 
 
 class _PerSample(torch.nn.Module):
@@ -83,8 +84,8 @@ class _Branches(torch.nn.Module):
 @pytest.mark.parametrize("cls", [_PerSample, _Branches])
 def test_a_forward_that_depends_on_the_batch_is_traced_at_each(cls):
     load = {"input_shapes": {"x": (2, 16)}}
-    assert traced_once(cls(), load) is None
-    at = analyze_by_batch(cls(), **load)
+    assert traced_once(cls(), LoadOptions(**load)) is None
+    at = analyze_by_batch(cls(), build_request(**load))
     assert at.traced_at is None if at.rebound else True
     # batch 5 as traced at 5: Linear(16,16) per sample = 16·16 MACs, 5 samples -> 1,280
     assert at(5).totals.macs == 5 * 16 * 16 == 1_280

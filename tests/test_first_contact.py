@@ -41,7 +41,9 @@ def no_analysis(monkeypatch):
     def refuse(*_a, **_k):
         raise AssertionError("the analysis ran")
     monkeypatch.setattr(api, "analyze", refuse)
+    monkeypatch.setattr(api, "run_request", refuse)
     monkeypatch.setattr(by_batch, "analyze_by_batch", refuse)
+    monkeypatch.setattr(by_batch, "max_batch_search", refuse)
 
 
 @pytest.fixture

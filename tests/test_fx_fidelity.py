@@ -10,6 +10,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from graphcost.analyzer.app.request import PassOptions
 from graphcost import analyze, models_zoo
 from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.pipeline import run_passes
@@ -26,12 +27,12 @@ def _traced(name: str):
     """(model, inputs, graph): one inference trace per zoo model for the three checks."""
     model = models_zoo.build_model(name)
     args = models_zoo.example_inputs(name, batch=BATCH)
-    return model, args, load_graph(model, args)
+    return model, args, load_graph(model, example_inputs=args)
 
 
 def traced(name: str, **kw):
     model, args, graph = _traced(name)
-    return model, args, run_passes(graph, **kw)
+    return model, args, run_passes(graph, PassOptions(**kw))
 
 
 @pytest.mark.parametrize("name", ZOO)

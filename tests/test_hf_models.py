@@ -13,6 +13,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 pytest.importorskip("transformers")
 
+from graphcost.passes.checkpoint import CheckpointSpec
+from graphcost.analyzer.app.request import LoadOptions, PassOptions
 from graphcost import analyze  # noqa: E402
 from graphcost.analyzer.app.api import load_graph  # noqa: E402
 from graphcost.analyzer.app.pipeline import run_passes  # noqa: E402
@@ -33,17 +35,17 @@ def traced(name: str, train: bool):
     """(model, inputs, graph) — one trace per model and mode for the whole module."""
     model = build(name).train(train)
     inputs = hf.example_kwargs(name, BATCH)
-    return model, inputs, load_graph(model, inputs, train=train)
+    return model, inputs, load_graph(model, LoadOptions(train=train), inputs)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_analyzes_inference_and_training(name):
     model, inputs, graph = traced(name, False)
-    r = run_passes(graph, include_inputs=False)
+    r = run_passes(graph, PassOptions(include_inputs=False))
     assert r.coverage.unsupported == {} and r.coverage.unknown_shape == {}
     assert r.totals.params == sum(p.numel() for p in model.parameters())
     _, _, joint = traced(name, True)
-    t = run_passes(joint, optimizer="adam", what_if=False)
+    t = run_passes(joint, PassOptions(optimizer="adam", what_if=False))
     assert t.coverage.unsupported == {} and t.coverage.unknown_shape == {}
     assert t.totals.params == r.totals.params
     # the joint graph's forward nodes keep their modules (checkpointing by block name)
@@ -59,7 +61,7 @@ def test_analyzes_inference_and_training(name):
                                   "hf_mixtral"])
 def test_inference_peak_vs_memtracker(name):
     model, inputs, graph = traced(name, False)
-    predicted = run_passes(graph, include_inputs=False).memory.peak_bytes
+    predicted = run_passes(graph, PassOptions(include_inputs=False)).memory.peak_bytes
     measured = measure_inference(hf.KeywordCall(model.eval(), inputs), ())[0]
     assert abs(predicted / measured - 1) <= 0.05, (predicted, measured)
 
@@ -69,7 +71,7 @@ def test_bert_mask_eager_skips():
     # none, eager skips it (a data-dependent shortcut export cannot take) and graphcost is
     # higher by exactly that mask, B·1·S·S float32: 2·1·32·32·4 = 8,192 B.
     model, inputs, graph = traced("hf_bert", False)
-    predicted = run_passes(graph, include_inputs=False).memory.peak_bytes
+    predicted = run_passes(graph, PassOptions(include_inputs=False)).memory.peak_bytes
     model.eval()
     padded = dict(inputs, attention_mask=inputs["attention_mask"].clone())
     padded["attention_mask"][:, -1] = 0
@@ -85,8 +87,7 @@ def test_bert_mask_eager_skips():
 @pytest.mark.parametrize("name", ["hf_llama", "hf_whisper_encoder", "hf_mixtral"])
 def test_training_peak_vs_memtracker(name, optimizer):
     model, inputs, joint = traced(name, True)
-    predicted = run_passes(joint, optimizer=optimizer, what_if=False,
-                           include_inputs=False).training.peak_bytes  # as MemTracker
+    predicted = run_passes(joint, PassOptions(optimizer=optimizer, what_if=False, include_inputs=False)).training.peak_bytes  # as MemTracker
     measured = measure_training(hf.KeywordCall(model, inputs), (), optimizer)[0]
     assert abs(predicted / measured - 1) <= 0.10, (predicted, measured)
 
@@ -103,7 +104,7 @@ def test_flops_equal_flop_counter(name):
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
         reference.eval()(**inputs)
-    assert 2 * run_passes(graph, what_if=False).totals.macs == counter.get_total_flops()
+    assert 2 * run_passes(graph, PassOptions(what_if=False)).totals.macs == counter.get_total_flops()
 
 
 @pytest.mark.parametrize("name", ["hf_llama", "hf_mixtral"])
@@ -113,7 +114,7 @@ def test_training_flops_equal_flop_counter(name):
     counter = FlopCounterMode(display=False)
     with counter:
         float_output_sum(hf.KeywordCall(reference.train(), inputs), ()).backward()
-    assert 2 * run_passes(joint, optimizer="none", what_if=False).totals.macs == \
+    assert 2 * run_passes(joint, PassOptions(optimizer="none", what_if=False)).totals.macs == \
         counter.get_total_flops()
 
 
@@ -145,7 +146,7 @@ def test_moe_eager_experts_are_an_estimate():
 
 def test_positional_keyword_and_zoo_inputs():
     model, inputs, graph = traced("hf_gpt2", False)
-    by_name = run_passes(graph, include_inputs=False)
+    by_name = run_passes(graph, PassOptions(include_inputs=False))
     positional = analyze(model, (inputs["input_ids"],), include_inputs=False)
     assert (positional.totals.flops, positional.memory.peak_bytes) == \
         (by_name.totals.flops, by_name.memory.peak_bytes)
@@ -158,8 +159,7 @@ def test_positional_keyword_and_zoo_inputs():
 
 def test_checkpoint_by_block_name():
     _, _, joint = traced("hf_llama", True)
-    plain = run_passes(joint, optimizer="adam", what_if=False).training
-    ckpt = run_passes(joint, optimizer="adam", what_if=False,
-                      checkpoint={"every": 1}).training.checkpoint
+    plain = run_passes(joint, PassOptions(optimizer="adam", what_if=False)).training
+    ckpt = run_passes(joint, PassOptions(optimizer="adam", what_if=False, checkpoint=CheckpointSpec(every=1))).training.checkpoint
     assert ckpt.segments == ("model.layers.0", "model.layers.1")
     assert ckpt.peak_bytes < plain.peak_bytes and ckpt.recompute_flops > 0

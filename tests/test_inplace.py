@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch import nn
 
+from graphcost.analyzer.app.request import PassOptions
 from graphcost import models_zoo
 from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.pipeline import run_passes
@@ -46,8 +47,8 @@ def onnx_proto(model, args):
 def peaks(model, args, fx: bool) -> tuple[int, int]:
     """graphcost's activation peak (inputs excluded, as MemTracker excludes them): plain and
     with the in-place what-if."""
-    graph = load_graph(model, args) if fx else load_graph(onnx_proto(model, args))
-    return tuple(run_passes(graph, include_inputs=False, inplace=flag).memory.peak_bytes
+    graph = load_graph(model, example_inputs=args) if fx else load_graph(onnx_proto(model, args))
+    return tuple(run_passes(graph, PassOptions(include_inputs=False, inplace=flag)).memory.peak_bytes
                  for flag in (False, True))  # one trace, both what-ifs
 
 

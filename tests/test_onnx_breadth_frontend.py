@@ -13,6 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from graphcost.analyzer.app.request import LoadOptions
 from graphcost.analyzer.app.api import analyze, load_graph
 from graphcost.analyzer.render.html import html_report
 from graphcost.analyzer.render.summary import render_csv, render_markdown, summary_lines
@@ -110,7 +111,7 @@ def test_sequence_and_optional_inputs_are_values():
              helper.make_node("OptionalGetElement", ["opt"], ["o"]),
              helper.make_node("Relu", ["o"], ["y"])]
     m = _model(nodes, [seq, opt], [vi("n", I64, None), vi("y", F32, None)], opset=18)
-    g = load_graph(m, batch=2)
+    g = load_graph(m, LoadOptions(batch=2))
     assert g.spec("seq").dtype == "sequence" and g.spec("seq").nbytes == 0
     assert g.spec("opt").shape == (2, 4)
     r = analyze(m, batch=2)

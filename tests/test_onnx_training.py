@@ -7,6 +7,7 @@ import json
 import onnx
 import pytest
 
+from graphcost.analyzer.app.request import LoadOptions
 from graphcost import models_zoo
 from graphcost import analyze
 from graphcost.analyzer.app.api import load_graph
@@ -188,8 +189,8 @@ TOLERANCE = 0.02
 
 @pytest.mark.parametrize("name", ["small_cnn", "resnet18"])
 def test_estimate_close_to_exact_fx(name):
-    est = load_graph(str(models_zoo.cached_export(name)), batch=2, train=True)
-    exact = load_graph(f"zoo:{name}", batch=2, train=True)
+    est = load_graph(str(models_zoo.cached_export(name)), LoadOptions(batch=2, train=True))
+    exact = load_graph(f"zoo:{name}", LoadOptions(batch=2, train=True))
     for opt in ("none", "adam"):
         e, x = training_memory(est, opt).peak_bytes, training_memory(exact, opt).peak_bytes
         assert abs(e / x - 1) <= TOLERANCE, (name, opt, e, x)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from graphcost.analyzer.app.request import PassOptions
 from graphcost import GraphcostError, analyze
 from graphcost.analyzer.cli.main import main
 from graphcost.analyzer.app.pipeline import run_passes
@@ -26,8 +27,7 @@ BLOCK_BYTES = 262_912 * 4
 
 
 def per_rank(name: str, strategy: str, world: int, **kw):
-    return run_passes(joint_graph(name), optimizer="adam", include_inputs=False,
-                      what_if=False, parallel=ParallelSpec(strategy, world, **kw)).parallel
+    return run_passes(joint_graph(name), PassOptions(optimizer="adam", include_inputs=False, what_if=False, parallel=ParallelSpec(strategy, world, **kw))).parallel
 
 
 @pytest.mark.parametrize("strategy", ["zero3", "fsdp"])
@@ -127,9 +127,7 @@ def test_world_size_auto_is_the_smallest_that_fits():
     budget = peak(3)
     assert peak(2) > budget
     device = DeviceRates("test", "test", {"fp32": 1e12}, 1e12, budget)
-    r = run_passes(joint_graph("mlp"), optimizer="adam", include_inputs=False, what_if=False,
-                   parallel=ParallelSpec("fsdp", None), device=device,
-                   overhead=Overhead(0, 0.0))
+    r = run_passes(joint_graph("mlp"), PassOptions(optimizer="adam", include_inputs=False, what_if=False, parallel=ParallelSpec("fsdp", None), device=device, overhead=Overhead(0, 0.0)))
     assert r.parallel.world_size == 3 and r.roofline.fits
     assert dict(r.parallel.world_size_search)[2] > budget
 

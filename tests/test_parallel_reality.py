@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from graphcost.analyzer.app.request import PassOptions
 from graphcost.analyzer.measure.parallel import Case, items, measure_parallel
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.passes.parallel import ParallelSpec
@@ -24,8 +25,7 @@ FAKE = [("mlp", "fsdp"), ("mlp", "zero2"), ("gpt2", "fsdp")]
 
 
 def _predict(model, strategy, world):
-    return run_passes(joint_graph(model), optimizer="adam", include_inputs=False,
-                      what_if=False, parallel=ParallelSpec(strategy, world)).parallel
+    return run_passes(joint_graph(model), PassOptions(optimizer="adam", include_inputs=False, what_if=False, parallel=ParallelSpec(strategy, world))).parallel
 
 
 def _run(pairs, world, fake):

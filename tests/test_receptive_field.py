@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from graphcost.analyzer.app.request import LoadOptions
 from graphcost.analyzer.app.api import load_graph
 from graphcost.passes.costs import lookup
 from graphcost.passes.costs.registry import WINDOWS
@@ -162,7 +163,7 @@ def test_mnist_net_both_frontends():
     # conv5: rf 6 + 4·2 = 14, j 2, start 3 + 2·2 = 7.0; pool2: rf 14 + 1·2 = 16, j 4, start 8.0
     want = [square(5, 1, 2.5), square(6, 2, 3.0), square(14, 2, 7.0), square(16, 4, 8.0)]
     for exporter in ("onnx", "fx"):
-        g = load_graph("zoo:mnist_net", zoo_exporter=exporter)
+        g = load_graph("zoo:mnist_net", LoadOptions(exporter=exporter))
         assert windowed(g) == want, exporter
         assert is_cnn(g)
 
@@ -176,7 +177,7 @@ def test_resnet18_both_frontends_and_final_field_435():
     # on the same pixels, so each Add takes the main path's field.
     fields = {}
     for exporter in ("onnx", "fx"):
-        g = load_graph("zoo:resnet18", zoo_exporter=exporter)
+        g = load_graph("zoo:resnet18", LoadOptions(exporter=exporter))
         w = windowed(g)
         assert w[-1] == square(435, 32, 0.5), exporter
         last = max(receptive_fields(g))
@@ -216,7 +217,7 @@ def test_unet_concat_and_conv_transpose_realign():
     # the concat takes max(68, 32) = 68; 76, 84 | ConvT j2, start 1.0 | 88, 92 | ConvT j1,
     # start 0.5 | 94, 96 | head 1×1: 96.
     for exporter in ("onnx", "fx"):
-        g = load_graph("zoo:unet", zoo_exporter=exporter)
+        g = load_graph("zoo:unet", LoadOptions(exporter=exporter))
         w = windowed(g)
         assert w[-1] == square(96, 1, 0.5), exporter
         assert [f.rf[0] for f in w if f.jump == (4, 4) and f.rf[0] > 60] == [68, 76, 84]
@@ -270,7 +271,7 @@ def field_box(f: Field, index, size):
 def test_fields_match_the_gradient_of_a_real_network():
     shape = (1, 1, 64, 64)
     net = Net().eval()
-    g = load_graph(net, (torch.ones(shape),))
+    g = load_graph(net, example_inputs=(torch.ones(shape),))
     f = receptive_fields(g)
     out = f[next(n.index for n in g.nodes if g.outputs[0] in n.outputs)]
     # By hand: c1 k3 s2 p0: rf 3, j 2, start 1.5; c2 k'5 p2: rf 3 + 4·2 = 11, start 1.5;
@@ -293,7 +294,7 @@ def test_conv_transpose_field_sizes_and_grid_against_the_gradient():
     for m in net:
         nn.init.constant_(m.weight, 1.0)
     shape = (1, 1, 32, 32)
-    g = load_graph(net, (torch.ones(shape),))
+    g = load_graph(net, example_inputs=(torch.ones(shape),))
     f = windowed(g)[-1]
     assert f == square(4, 1, 0.5)
     for y in range(4, 12):

@@ -14,6 +14,7 @@ import torch
 
 pytest.importorskip("transformers")
 
+from graphcost.analyzer.app.request import PassOptions, ServeSpec
 from graphcost import analyze  # noqa: E402
 from graphcost.analyzer.cli.main import main  # noqa: E402
 from graphcost.passes.errors import GraphcostError  # noqa: E402
@@ -39,13 +40,12 @@ def model(name: str) -> torch.nn.Module:
 def loaded(name: str, batch: int, prompt: int):
     """(prefill graph, ServingTrace): the two traces, shared by every test of this size."""
     return load_serving(model(name), None, batch=batch,
-                        serve={"prompt": prompt, "generate": GENERATE})
+                        serve=ServeSpec(prompt=prompt, generate=GENERATE))
 
 
 def served(name: str, batch: int, prompt: int, device=None, **dtypes):
     graph, trace = loaded(name, batch, prompt)
-    return run_passes(graph, device=device and get_device(device),
-                      serving=replace(trace, **dtypes))
+    return run_passes(graph, PassOptions(device=device and get_device(device)), serving=replace(trace, **dtypes))
 
 
 @cache

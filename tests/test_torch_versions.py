@@ -71,7 +71,7 @@ def test_a_bug_reaches_the_api_caller_as_a_graphcost_error(monkeypatch):
 
     def broken(*a, **k):
         raise KeyError("a key this torch renamed")
-    monkeypatch.setattr(api, "_analyze", broken)
+    monkeypatch.setattr(api, "run_request", broken)
     try:
         analyze(nn.Linear(4, 4), input_shapes={"input": (2, 4)})
     except GraphcostError as exc:

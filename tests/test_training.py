@@ -8,6 +8,7 @@ import pytest
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from graphcost.passes.checkpoint import CheckpointSpec
 from graphcost import models_zoo
 from graphcost import analyze
 from graphcost.analyzer.measure.reference import float_output_sum
@@ -93,7 +94,7 @@ def test_what_ifs_rerun_the_passes():
     # each what-if equals the analysis that applies it (no rule of thumb)
     t = train_report("gpt2", "adam").training
     half = train_report("gpt2", "adam", precision="bf16-mixed", what_if=False).training
-    ckpt = train_report("gpt2", "adam", checkpoint={"every": 1}, what_if=False).training.checkpoint
+    ckpt = train_report("gpt2", "adam", checkpoint=CheckpointSpec(every=1), what_if=False).training.checkpoint
     assert t.what_if["bf16_mixed"].peak_bytes == half.peak_bytes
     every = t.what_if["checkpoint_every_block"]
     assert (every.peak_bytes, every.recompute_flops) == (ckpt.peak_bytes, ckpt.recompute_flops)

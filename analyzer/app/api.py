@@ -11,69 +11,63 @@ import gc
 import inspect
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .api_checks import (check_arguments, check_checkpoint, check_unknown, device_of, overhead_of,
-    parallel_spec)
+from .api_checks import check_arguments, check_unknown
 from ...passes.errors import GraphcostError
 from .api_wording import api_wording
 from .report import Report
 from .resolve import Bindings, Resolved, resolve
-from ...passes.precision import canonical
+from ...passes.choices import Exporter
+from ...passes.ir import Graph
+from .request import LoadOptions, Request, build_request
 
 Progress = Callable[[str], None]
+if TYPE_CHECKING:
+    from .batch_scaling import MaxBatch
 
 
-def resolve_model(model, example_inputs: Sequence[Any] | None = None, *,
-                  batch: int | None = None, dims: Mapping[str, int] | None = None,
-                  input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  input_dtypes: Mapping[str, Any] | None = None, zoo_exporter: str = "onnx",
-                  progress: Progress | None = None, train: bool = False,
-                  all_layers: bool = False) -> Resolved:
-    """``load_graph``'s arguments checked and the model they name resolved (nothing traced)."""
-    check_arguments(batch=batch, dims=dims, input_shapes=input_shapes, input_dtypes=input_dtypes,
-                    zoo_exporter=zoo_exporter, progress=progress,
-                    flags={"train": train, "all_layers": all_layers})
-    bindings = Bindings(batch, dict(dims or {}),
-                        {k: tuple(v) for k, v in (input_shapes or {}).items()},
-                        dict(input_dtypes or {}))
-    return resolve(model, example_inputs, bindings, fx=zoo_exporter == "fx", train=train,
-                   note=progress)
+def resolve_model(model, load: LoadOptions = LoadOptions(),
+                  example_inputs: Sequence[Any] | None = None,
+                  progress: Progress | None = None) -> Resolved:
+    """``load`` checked and the model it names resolved (nothing traced)."""
+    check_arguments(batch=load.batch, dims=load.dims, input_shapes=load.input_shapes,
+                    input_dtypes=load.input_dtypes, zoo_exporter=load.exporter,
+                    progress=progress, flags={"train": load.train, "all_layers": load.all_layers})
+    bindings = Bindings(load.batch, dict(load.dims),
+                        {k: tuple(v) for k, v in load.input_shapes.items()},
+                        dict(load.input_dtypes))
+    return resolve(model, example_inputs, bindings, fx=load.exporter == Exporter.FX,
+                   train=load.train, note=progress)
 
 
-def load_graph(model, example_inputs: Sequence[Any] | None = None, *, batch: int | None = None,
-               dims: Mapping[str, int] | None = None,
-               input_shapes: Mapping[str, Sequence[int]] | None = None,
-               input_dtypes: Mapping[str, Any] | None = None, zoo_exporter: str = "onnx",
-               progress: Progress | None = None, train: bool = False, all_layers: bool = False):
-    """Lower any accepted model into the IR (with ``train``: its joint forward+backward)."""
-    r = resolve_model(model, example_inputs, batch=batch, dims=dims, input_shapes=input_shapes,
-                      input_dtypes=input_dtypes, zoo_exporter=zoo_exporter, progress=progress,
-                      train=train, all_layers=all_layers)
+def load_graph(model, load: LoadOptions = LoadOptions(),
+               example_inputs: Sequence[Any] | None = None, progress: Progress | None = None):
+    """Lower any accepted model into the IR (with ``load.train``: its joint
+    forward+backward)."""
+    r = resolve_model(model, load, example_inputs, progress)
     note = progress or (lambda _msg: None)
     if r.kind == "onnx":
         from ..frontends.onnx.frontend import lower_onnx
         note("inferring shapes")
-        graph = lower_onnx(r.onnx, name=r.name, batch=batch, dims=r.dims,
+        graph = lower_onnx(r.onnx, name=r.name, batch=load.batch, dims=r.dims,
                            input_shapes=r.input_shapes)
-        return _onnx_estimate(graph, note) if train else graph
+        return _onnx_estimate(graph, note) if load.train else graph
     if r.kind == "program":
-        if batch is not None or input_shapes:
+        if load.batch is not None or load.input_shapes:
             raise GraphcostError("an exported program has fixed shapes: batch and "
                                  "input_shapes do not apply (re-export at the size you want)")
-        return _program_graph(r, note, train, dict(dims or {}))
-    return torch_graph(r, note, train, all_layers)
+        return _program_graph(r, note, load.train, dict(load.dims))
+    return torch_graph(r, note, load.train, load.all_layers)[0]
 
 
 def torch_graph(r: Resolved, note: Progress, train: bool, all_layers: bool = False,
-                rebind: list | None = None):
-    """A resolved PyTorch model's graph (``rebind``: see ``_torch_graph``)."""
-    inner: list | None = [] if rebind is not None else None
-    graph = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima,
-                         all_layers, inner)
-    if inner:
-        rebind.append(lambda b: _named(inner[0](b), r))
-    return _named(graph, r)
+                rebindable: bool = False) -> tuple[Graph, Callable[[int], Graph] | None]:
+    """A resolved PyTorch model's graph and, when ``rebindable``, ``b -> the graph at b``
+    (see ``_torch_graph``; None when it cannot be re-run)."""
+    graph, at = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima,
+                             all_layers, rebindable)
+    return _named(graph, r), (None if at is None else lambda b: _named(at(b), r))
 
 
 def _named(graph, r: Resolved):
@@ -111,10 +105,11 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
 
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
                  train: bool, maxima: Mapping[str, int] = MappingProxyType({}),
-                 all_layers: bool = False, rebind: list | None = None):
-    """The model's graph, traced at the batch of its inputs. ``rebind`` (a list) receives
-    ``b -> Graph``: the same trace at batch b, re-run on fake tensors (frontends/fake_rerun.py;
-    the inputs' batch must be a marker batch), unless the trace has data-dependent sizes."""
+                 all_layers: bool = False, rebindable: bool = False):
+    """(the model's graph traced at the batch of its inputs, ``b -> Graph`` or None). With
+    ``rebindable``, the second is the same trace at batch b, re-run on fake tensors
+    (frontends/fake_rerun.py; the inputs' batch must be a marker batch), unless the trace has
+    data-dependent sizes."""
     from ..frontends.torch.bounded_trace import BoundedSizes
     from ..frontends.torch.fake_rerun import rerun, reruns
     from ..frontends.torch.frontend import decompose_program, lower_exported
@@ -160,10 +155,11 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
         if notes:
             g = replace(g, warnings=g.warnings + tuple(notes))
         return check_maxima(g, maxima, traced=sizes.origins)
-    if rebind is not None and not graph.size_bounds and reruns(lowers[-1][0]):
+    at = None
+    if rebindable and not graph.size_bounds and reruns(lowers[-1][0]):
         gm, lower = lowers[-1]
 
-        def at(b: int):
+        def rebound(b: int):
             rerun(gm, batch_size, b)
             g = lower(b)
             if grown:
@@ -171,8 +167,8 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
                 if g is None:
                     raise ValueError(f"the re-run at batch {b} does not repeat its layers")
             return finish(g)
-        rebind.append(at)
-    return finish(graph)
+        at = rebound
+    return finish(graph), at
 
 
 def batch_of(tensors) -> int:
@@ -196,7 +192,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             device: Any = None, tf32: bool = False, overhead: Any = None,
             what_if: bool = True, parallel: Mapping[str, Any] | None = None,
             optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
-            all_layers: bool = False, _cli: bool = False, **unknown) -> Report:
+            all_layers: bool = False, **unknown) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -227,103 +223,68 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     report's ``serving`` section; ``batch`` is the number of sequences. A PyTorch model's
     stack of 8+ identical blocks is traced as three, the middle one repeated in the IR (the
     report's ``traced_layers`` says so); ``all_layers=True`` traces every block. Raises
-    GraphcostError, in these arguments' names (``_cli``: in the command line's).
+    GraphcostError, in these arguments' names. The arguments become one typed Request
+    (analyzer/app/request.py), which the command line builds too.
     """
+    try:
+        check_unknown(extra, unknown, ANALYZE_ARGS)
+        request = build_request(
+            batch=batch, dims=dims, input_shapes=input_shapes, input_dtypes=input_dtypes,
+            include_inputs=include_inputs, inplace=inplace, lifetimes=lifetimes,
+            zoo_exporter=zoo_exporter, train=train, optimizer=optimizer, checkpoint=checkpoint,
+            precision=precision, device=device, tf32=tf32, overhead=overhead, what_if=what_if,
+            parallel=parallel, optimizer_impl=optimizer_impl, serve=serve,
+            all_layers=all_layers)
+        return run_request(model, request, example_inputs, progress)
+    except GraphcostError as exc:  # said in this face's words: the arguments' names
+        raise GraphcostError(api_wording(str(exc))) from None
+    except Exception as exc:
+        # the API promises one exception type; the cause stays chained for the bug report
+        raise GraphcostError(f"internal error ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:300] if str(exc) else ''}); please "
+                             "report it with the model and graphcost --version") from exc
+
+
+def run_request(model, request: Request, example_inputs: Sequence[Any] | None = None,
+                progress: Progress | None = None) -> Report:
+    """The analysis ``request`` asks for (both faces come here; errors are in the command
+    line's words, which ``analyze`` rewords)."""
+    from .pipeline import run_passes
+
+    if progress is not None and not callable(progress):
+        raise GraphcostError(f"progress must be callable, got {type(progress).__name__}")
     # The IR is hundreds of thousands of small acyclic objects: the cyclic collector would
     # rescan them again and again (≈15% of the time on a 100k-node graph) and free nothing.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        check_unknown(extra, unknown, ANALYZE_ARGS)
-        overhead = overhead_of(overhead)
-        precision = canonical(precision) if isinstance(precision, str) else precision
-        if serve is not None and parallel:
-            raise GraphcostError("--serve reviews one replica serving: leave out --parallel")
-        if serve is not None:
-            return _analyze_serving(model, example_inputs, serve, batch=batch, dims=dims,
-                                    input_shapes=input_shapes, train=train,
-                                    precision=precision, progress=progress, device=device,
-                                    tf32=tf32, overhead=overhead, all_layers=all_layers,
-                                    include_inputs=include_inputs, lifetimes=lifetimes)
-        return _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes,
-                        include_inputs, inplace, lifetimes, zoo_exporter, progress, train,
-                        optimizer, checkpoint, precision, device, tf32, overhead, what_if,
-                        parallel, optimizer_impl, all_layers)
-    except GraphcostError as exc:
-        if _cli:
-            raise
-        raise GraphcostError(api_wording(str(exc))) from None
-    except Exception as exc:
-        if _cli:  # the command line says "internal error" and exits 70
-            raise
-        # the API promises one exception type; the cause stays chained for the bug report
-        raise GraphcostError(f"internal error ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:300] if str(exc) else ''}); please "
-                             "report it with the model and graphcost --version") from exc
+        if request.serve is not None:
+            from .serve import load_serving
+            graph, trace = load_serving(model, example_inputs, batch=request.load.batch,
+                                        serve=request.serve, progress=progress,
+                                        all_layers=request.load.all_layers)
+        else:
+            graph, trace = load_graph(model, request.load, example_inputs, progress), None
+        if progress:
+            progress("running the passes")
+        return run_passes(graph, request.passes, serving=trace)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _analyze(model, example_inputs, batch, dims, input_shapes, input_dtypes, include_inputs,
-             inplace, lifetimes, zoo_exporter, progress, train, optimizer, checkpoint,
-             precision, device, tf32, overhead, what_if, parallel, optimizer_impl,
-             all_layers) -> Report:
-    from .devices import default_optimizer_impl
-    from .pipeline import run_passes
-    from ...passes.precision import CHOICES
+def find_max_batch(model, *, progress: Progress | None = None, **kwargs) -> "MaxBatch":
+    """The largest batch whose step fits ``device`` (``--max-batch``): ``kwargs`` are
+    analyze's (``device`` required, ``batch`` left out). Each analysis is of re-bound graphs
+    (one trace), and the answer is confirmed at it and one above (analyzer/app/by_batch.py)."""
+    from .by_batch import max_batch_search
 
-    check_arguments(flags={"include_inputs": include_inputs, "inplace": inplace, "train": train,
-                           "tf32": tf32, "what_if": what_if},
-                    choices={"lifetimes": (lifetimes, (None, "dataflow", "eager")),
-                             "optimizer": (optimizer, ("none", "sgd", "momentum", "adam",
-                                                       "adamw")),
-                             "precision": (precision, CHOICES),
-                             "optimizer_impl": (optimizer_impl, (None, "forloop", "foreach"))})
-    checkpoint = check_checkpoint(checkpoint, train)
-    if precision != "fp32" and not train:
-        raise GraphcostError("--precision is a training recipe: add --train")
-    device = device_of(device)
-    spec = parallel_spec(parallel, train, precision)
-    graph = load_graph(model, example_inputs, batch=batch, dims=dims,
-                       input_shapes=input_shapes, input_dtypes=input_dtypes,
-                       zoo_exporter=zoo_exporter, progress=progress, train=train,
-                       all_layers=all_layers)
-    if progress:
-        progress("running the passes")
-    return run_passes(graph, include_inputs=include_inputs, inplace=inplace,
-                      lifetimes=lifetimes, optimizer=optimizer if train else None,
-                      checkpoint=checkpoint,
-                      precision=precision, device=device, tf32=tf32,
-                      overhead=overhead, what_if=what_if and spec is None, parallel=spec,
-                      optimizer_impl=optimizer_impl or default_optimizer_impl(device))
-
-
-def _analyze_serving(model, example_inputs, serve, *, batch, dims, input_shapes, train,
-                     precision, progress, device, tf32, overhead, include_inputs,
-                     lifetimes, all_layers) -> Report:
-    """The serving review (analyzer/app/serve.py): the report of the prefill step, with the
-    ``serving`` section."""
-    from .pipeline import run_passes
-    from .serve import check_serve, load_serving
-
-    serve = check_serve(serve)
-    check_arguments(batch=batch, progress=progress,
-                    flags={"train": train, "tf32": tf32, "all_layers": all_layers})
-    if train:
-        raise GraphcostError("--serve reviews inference (prefill and decode): leave out --train")
-    if dims or input_shapes:
-        raise GraphcostError("--serve sets the sequence lengths itself (--prompt, --generate): "
-                             "leave out --dim and --input-shape")
-    if precision != "fp32":
-        raise GraphcostError("--serve prices dtypes with --weight-dtype and --kv-dtype, not "
-                             "--precision")
-    graph, trace = load_serving(model, example_inputs, batch=batch, serve=serve,
-                                progress=progress, all_layers=all_layers)
-    if progress:
-        progress("running the passes")
-    return run_passes(graph, include_inputs=include_inputs, lifetimes=lifetimes,
-                      device=device_of(device), tf32=tf32, overhead=overhead, serving=trace)
+    try:
+        check_unknown((), {k: v for k, v in kwargs.items() if k not in ANALYZE_ARGS},
+                      ANALYZE_ARGS)
+        return max_batch_search(model, build_request(**kwargs), progress)
+    except GraphcostError as exc:
+        raise GraphcostError(api_wording(str(exc))) from None
 
 
 # the keywords analyze takes, for the error naming one it does not

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from ...passes.checkpoint import CheckpointSpec
 from ...passes.errors import GraphcostError
 
 INT64_MAX = 2 ** 63 - 1
@@ -119,7 +120,7 @@ def overhead_of(overhead):
     return overhead
 
 
-def check_checkpoint(checkpoint, train: bool) -> dict | None:
+def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
     """One of the forms the CLI builds: {"names": [...]}, {"every": N}, {"sqrt": True},
     {"budget": BYTES}."""
     if checkpoint is None:
@@ -144,7 +145,11 @@ def check_checkpoint(checkpoint, train: bool) -> dict | None:
             _positive(value, "--budget", integer=True)
         if key == "sqrt" and value is not True:
             raise GraphcostError(f"checkpoint['sqrt'] must be True, got {value!r}")
-    return dict(checkpoint) or None
+    if not checkpoint:
+        return None
+    names = checkpoint.get("names")
+    return CheckpointSpec(names=tuple(names) if names else None, every=checkpoint.get("every"),
+                          sqrt=bool(checkpoint.get("sqrt")), budget=checkpoint.get("budget"))
 
 
 _PARALLEL_KEYS = ("strategy", "world_size", "offload", "bucket_cap_mb", "units", "interconnect")

@@ -15,30 +15,44 @@ which has no trace, is lowered at each batch.
 """
 from __future__ import annotations
 
-import inspect
+from dataclasses import dataclass, replace
 from typing import Callable
 
-from .api import (ANALYZE_ARGS, analyze, batch_of, device_of, load_graph, parallel_spec,
-    resolve_model, torch_graph)
-from .api_checks import check_checkpoint, check_unknown, overhead_of
 from ...passes.errors import GraphcostError
-from .api_wording import api_wording
 from ...passes.ir import Graph
+from .api import Progress, batch_of, resolve_model, run_request, load_graph, torch_graph
+from .batch_scaling import MaxBatch, estimate_max_batch, max_batch, required_bytes
 from .report import Report
-
-# analyze's arguments that are load_graph's (but the model and the batch); the rest: the passes'
-LOAD_ARGS = tuple(p for p in inspect.signature(load_graph).parameters
-                  if p not in ("model", "batch"))
+from .request import LoadOptions, Request
 
 
-def traced_once(model, load: dict) -> tuple[Graph, Callable[[int], Graph]] | None:
+@dataclass(frozen=True)
+class BatchAnalyses:
+    """``b -> the analysis at batch b`` of one model and request. ``rebound``: the graphs are
+    re-bound (then ``exact(b)`` analyzes the graph re-run, or traced, at b; ``traces`` counts
+    the traces taken; ``traced_at`` is the marker batch, None when traced at 2 and 3). When
+    not, ``grows`` holds the graph's node counts at batches 2 and 3 if the graph grows with
+    the batch (each trace then costs more per sample: batch_scaling.estimate_max_batch)."""
+    at: Callable[[int], Report]
+    rebound: bool = False
+    exact: Callable[[int], Report] | None = None
+    traces: int | None = None
+    traced_at: int | None = None
+    grows: tuple[int, int] | None = None
+
+    def __call__(self, batch: int) -> Report:
+        return self.at(batch)
+
+
+def traced_once(model, load: LoadOptions,
+                progress: Progress | None = None) -> tuple[Graph, Callable[[int], Graph]] | None:
     """``model`` traced at a marker batch, with ``b -> its graph at b`` (the trace re-run on
     fake tensors); None for a model that is not a PyTorch module with a batch of its own, whose
     forward takes another path at the marker, or whose trace has sizes the data decides."""
     from ..frontends.torch.fake_rerun import FIRST, marker_batch, model_sizes, same_path
 
     def at(b: int):
-        return resolve_model(model, batch=b, **load)
+        return resolve_model(model, replace(load, batch=b), progress=progress)
     r = at(FIRST)
     if r.kind != "torch":
         return None
@@ -47,82 +61,82 @@ def traced_once(model, load: dict) -> tuple[Graph, Callable[[int], Graph]] | Non
         r = at(marker)
     small = at(2)
     if batch_of((*r.inputs, *r.kwargs.values())) != marker or \
-            not same_path(r, small, train=load.get("train", False)):
+            not same_path(r, small, train=load.train):
         return None
-    rebind: list = []
-    note = load.get("progress") or (lambda _msg: None)
-    graph = torch_graph(r, note, load.get("train", False), load.get("all_layers", False),
-                        rebind)
-    return (graph, rebind[0]) if rebind else None
+    graph, rerun = torch_graph(r, progress or (lambda _msg: None), load.train,
+                               load.all_layers, rebindable=True)
+    return None if rerun is None else (graph, rerun)
 
 
-def analyze_by_batch(model, *, _cli: bool = False, **kwargs) -> Callable[[int], Report]:
-    """``b -> analyze(model, batch=b, **kwargs)``, for analyzing many batches of one model
-    (the module docstring says how). The function has ``rebound`` True when it re-binds
-    graphs; then ``exact(b)`` analyzes the graph re-run (or traced) at b, ``traces`` counts the
-    traces taken and ``traced_at`` is the marker batch (None when traced at 2 and 3). When it
-    does not, ``grows`` is the graph's node counts at batches 2 and 3 if the graph grows with
-    the batch (each trace then costs more per sample: batch_scaling.estimate_max_batch)."""
+def analyze_by_batch(model, request: Request,
+                     progress: Progress | None = None) -> BatchAnalyses:
+    """The analyses of ``model`` at any batch under ``request`` (its own batch ignored); the
+    module docstring says how."""
     from .pipeline import run_passes
     from .rebind import batch_family
 
     def plain(b: int) -> Report:
-        return analyze(model, batch=b, _cli=_cli, **kwargs)
-    plain.rebound, plain.grows = False, None  # type: ignore[attr-defined]
-    load = {k: kwargs[k] for k in LOAD_ARGS if k in kwargs}
-    passes = {k: v for k, v in kwargs.items() if k not in LOAD_ARGS}
-    train = load.get("train", False)
+        return run_request(model, request.at_batch(b), progress=progress)
+    load, passes = request.load, request.passes
+    family, exact, marker = None, plain, None
     try:
-        from .devices import default_optimizer_impl
-        check_unknown((), {k: v for k, v in kwargs.items() if k not in ANALYZE_ARGS},
-                      ANALYZE_ARGS)
-        passes["device"] = device_of(passes.get("device"))
-        passes["overhead"] = overhead_of(passes.get("overhead"))
-        passes["checkpoint"] = check_checkpoint(passes.get("checkpoint"), train)
-        # the passes' arguments as analyze makes them (device's optimizer impl, checked spec)
-        passes["optimizer_impl"] = passes.get("optimizer_impl") or \
-            default_optimizer_impl(passes["device"])
-        passes["parallel"] = parallel_spec(passes.get("parallel"), train,
-                                            passes.get("precision", "fp32"))
-        if passes["parallel"] is not None:
-            passes["what_if"] = False
-        family, exact, marker = None, plain, None
+        once = traced_once(model, load, progress)
+    except GraphcostError:
+        once = None  # (traced at 2 below, which says what fails at a batch the user knows)
+    if once is not None:
+        graph, rerun = once
         try:
-            once = traced_once(model, load)
-        except GraphcostError:
-            once = None  # (traced at 2 below, which says what fails at a batch the user knows)
-        if once is not None:
-            graph, rerun = once
-            try:
-                family = batch_family(rerun(2), 2, graph, graph.batch)
-                marker = graph.batch
-            except Exception:  # an op refusing a re-bound size: trace at 2 and 3
-                family = None
-        if family is not None:
-            exact = lambda b: run_passes(rerun(b), **passes)  # noqa: E731
-        else:
-            g2 = load_graph(model, batch=2, **load)
-            if g2.source != "fx":
-                return plain
-            g3 = load_graph(model, batch=3, **load)
-            family = batch_family(g2, 2, g3, 3)
-            if family is None and len(g3.nodes) > len(g2.nodes):  # a loop over the samples
-                plain.grows = (len(g2.nodes), len(g3.nodes))  # type: ignore[attr-defined]
-    except GraphcostError as exc:
-        if _cli:
-            raise
-        raise GraphcostError(api_wording(str(exc))) from None
-    if family is None:
-        return plain
-    passes["optimizer"] = passes.get("optimizer", "adam") if train else None
+            family = batch_family(rerun(2), 2, graph, graph.batch)
+            marker = graph.batch
+        except Exception:  # an op refusing a re-bound size: trace at 2 and 3
+            family = None
+    if family is not None:
+        exact = lambda b: run_passes(rerun(b), passes)  # noqa: E731
+    else:
+        g2 = load_graph(model, replace(load, batch=2), progress=progress)
+        if g2.source != "fx":
+            return BatchAnalyses(plain)
+        g3 = load_graph(model, replace(load, batch=3), progress=progress)
+        family = batch_family(g2, 2, g3, 3)
+        if family is None:
+            grows = len(g3.nodes) > len(g2.nodes)  # a loop over the samples
+            return BatchAnalyses(plain, grows=(len(g2.nodes), len(g3.nodes)) if grows else None)
 
     def at(b: int) -> Report:
         try:
             graph = family(b)
         except ValueError:  # a size off its line at this batch: trace or re-run it
             return exact(b)
-        return run_passes(graph, **passes)
-    at.rebound, at.grows = True, None  # type: ignore[attr-defined]
-    at.exact, at.traced_at = exact, marker  # type: ignore[attr-defined]
-    at.traces = 1 if marker else 2  # type: ignore[attr-defined]
-    return at
+        return run_passes(graph, passes)
+    return BatchAnalyses(at, rebound=True, exact=exact, traces=1 if marker else 2,
+                         traced_at=marker)
+
+
+def max_batch_search(model, request: Request, progress: Progress | None = None) -> MaxBatch:
+    """The largest batch whose step fits ``request``'s device: searched over re-bound graphs
+    (batch_scaling.max_batch) and confirmed at the answer and one above by the graph re-run
+    there (or traced there, when the family came from two traces)."""
+    passes = request.passes
+    if request.load.batch is not None:
+        raise GraphcostError("--max-batch searches the batch: leave out --batch")
+    if passes.device is None:
+        raise GraphcostError("--max-batch needs --device NAME or --device-spec")
+    if passes.checkpoint is not None and passes.checkpoint.budget is not None:
+        raise GraphcostError("--max-batch with --checkpoint auto --budget: a budget is a memory "
+                             "target of its own; search the batch under a fixed plan "
+                             "(--checkpoint sqrt, NAMES or --checkpoint-every N)")
+    if passes.parallel is not None and passes.parallel.world_size is None:
+        raise GraphcostError("--max-batch with --world-size auto: fix the world size to search "
+                             "the batch (or the batch to search the world size)")
+    at = analyze_by_batch(model, replace(request, passes=replace(passes, what_if=False)),
+                          progress)
+    result = estimate_max_batch(at, at.grows) if at.grows else max_batch(at)
+    if at.rebound and at.exact is not None and result.batch > 0:
+        real = [required_bytes(at.exact(b)) for b in (result.batch, result.batch + 1)]
+        checked = real == [result.required_bytes, result.next_required_bytes]
+        if not checked:
+            result = max_batch(at.exact)
+        if checked or at.traced_at:  # (else: one trace per analysis)
+            result = replace(result, traces=(at.traces or 0) + (0 if at.traced_at else 2),
+                             traced_at=at.traced_at)
+    return result

@@ -16,6 +16,7 @@ import difflib
 from types import MappingProxyType
 from typing import Mapping
 
+from ...passes.choices import OptimizerImpl
 from ...passes.errors import GraphcostError
 from .units import parse_rate, parse_size
 from ...passes.comm import InterconnectRates
@@ -135,7 +136,8 @@ def get_interconnect(name: str) -> InterconnectRates:
 def default_optimizer_impl(device: DeviceRates | None) -> str:
     """The Adam implementation PyTorch picks on the target: ``foreach`` on a GPU, the
     for-loop on a CPU (no device named: graphcost verify's CPU)."""
-    return "foreach" if device is not None and device.name != "this-cpu" else "forloop"
+    gpu = device is not None and device.name != "this-cpu"
+    return OptimizerImpl.FOREACH if gpu else OptimizerImpl.FORLOOP
 
 
 def get_device(name: str) -> DeviceRates:

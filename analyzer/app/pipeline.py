@@ -6,6 +6,7 @@ from dataclasses import replace
 from ...passes.errors import GraphcostError
 from ...passes.ir import Graph, ValueKind
 from .report import NodeRow, Report, Totals
+from .request import PassOptions
 from ...passes.arena import plan_arena
 from ...passes.bounds import size_bounds
 from ...passes.costs import CostReport, count_costs
@@ -19,31 +20,31 @@ from ...passes.params import ParamReport, count_params
 from ...passes.precision import cast_floats
 from ...passes.receptive_field import cnn_fields
 from ...passes.roofline import flops_by_dtype, roofline
-from ...passes.serving import serving_review
+from ...passes.serving import ServingTrace, serving_review
 from ...passes.shapes import check_shapes
 from ...passes.training import training_step
 
 
-def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = False,
-               lifetimes: str | None = None, optimizer: str | None = None,
-               checkpoint: dict | None = None, precision: str = "fp32", device=None,
-               tf32: bool = False, overhead=None, what_if: bool = True, parallel=None,
-               optimizer_impl: str = "forloop", serving=None) -> Report:
-    """``lifetimes``: "dataflow" (a graph runtime frees each tensor after its last use) or
-    "eager" (PyTorch eager: module arguments stay referenced until the call returns; default
-    for an inference graph traced from PyTorch). ``optimizer`` (a joint forward+backward graph)
-    adds the training step (passes.training.training_step: ``checkpoint``, ``precision``,
-    ``optimizer_impl``, ``what_if``), ``parallel`` (passes.parallel.ParallelSpec) one rank's
-    share; ``device`` (passes.roofline.DeviceRates) the roofline and the fit, with ``overhead``;
-    ``serving`` (passes.serving.ServingTrace: the prefill this graph is, at the dtypes asked,
-    and the decode step) the serving review."""
+def run_passes(graph: Graph, options: PassOptions = PassOptions(),
+               serving: ServingTrace | None = None) -> Report:
+    """The passes ``options`` asks for (analyzer/app/request.py). ``lifetimes``: "dataflow" (a
+    graph runtime frees each tensor after its last use) or "eager" (PyTorch eager: module
+    arguments stay referenced until the call returns; default for an inference graph traced
+    from PyTorch). ``optimizer`` (a joint forward+backward graph) adds the training step
+    (passes.training.training_step: ``checkpoint``, ``precision``, ``optimizer_impl``,
+    ``what_if``), ``parallel`` one rank's share; ``device`` the roofline and the fit, with
+    ``overhead``; ``serving`` (the prefill this graph is, at the dtypes asked, and the decode
+    step) the serving review."""
+    o = options
+    optimizer, precision, device, overhead = o.optimizer, o.precision, o.device, o.overhead
+    include_inputs, checkpoint, parallel = o.include_inputs, o.checkpoint, o.parallel
     graph = cast_floats(graph, precision)
-    lifetimes = lifetimes or ("eager" if graph.source == "fx" and optimizer is None
+    lifetimes = o.lifetimes or ("eager" if graph.source == "fx" and optimizer is None
                               else "dataflow")
     if lifetimes not in ("eager", "dataflow"):
         raise GraphcostError(f"lifetimes must be 'eager' or 'dataflow', not {lifetimes!r}")
     costs, params = count_costs(graph), count_params(graph)
-    memory = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace,
+    memory = analyze_liveness(graph, include_inputs=include_inputs, inplace=o.inplace,
                               eager=lifetimes == "eager")
     # A static arena is an inference runtime's plan; a training step runs on PyTorch's
     # caching allocator (and greedy-by-size over a joint graph's long lifetimes is slow).
@@ -53,7 +54,8 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
                          reserved_peak_bytes=inference_reserved_peak(graph, memory))
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
-        checkpoint=checkpoint, what_if=what_if, include_inputs=include_inputs, impl=optimizer_impl)
+        checkpoint=checkpoint, what_if=o.what_if, include_inputs=include_inputs,
+        impl=o.optimizer_impl)
     report = Report(
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
@@ -69,7 +71,7 @@ def run_passes(graph: Graph, *, include_inputs: bool = True, inplace: bool = Fal
         serving=serving and serving_review(serving, device, overhead))
     if device is None:
         return report
-    return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=tf32,
+    return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=o.tf32,
                                              overhead=overhead, tensor_bytes=report.peak_bytes))
 
 

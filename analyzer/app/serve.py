@@ -17,11 +17,12 @@ from ..frontends.binding import check_size
 from ...passes.errors import GraphcostError
 from ...passes.serving import ServingTrace
 from ...passes.serving_dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype, deployed
+from .request import ServeSpec
 
 KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype")
 
 
-def check_serve(serve: Any) -> dict:
+def check_serve(serve: Any) -> ServeSpec:
     """The ``serve`` mapping, checked as the CLI checks --prompt, --generate and the dtypes."""
     if not isinstance(serve, Mapping):
         raise GraphcostError(f"serve must be a mapping such as {{'prompt': 512, 'generate': "
@@ -36,17 +37,18 @@ def check_serve(serve: Any) -> dict:
         check_size(serve[key], f"--{key}")
     check_dtype(serve.get("kv_dtype"), KV_DTYPES, "--kv-dtype")
     check_dtype(serve.get("weight_dtype"), WEIGHT_DTYPES, "--weight-dtype")
-    return dict(serve)
+    return ServeSpec(serve["prompt"], serve["generate"], serve.get("kv_dtype"),
+                     serve.get("weight_dtype"))
 
 
-def load_serving(model, example_inputs, *, batch: int | None, serve: Mapping[str, Any],
+def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
                  progress=None, all_layers: bool = False):
     """(the prefill graph at the dtypes asked: the report's, ServingTrace) for ``model`` at
     ``batch`` sequences; ``all_layers``: trace every block of a repeated stack."""
     from .resolve import Bindings, Resolved, _is_torch, resolve
 
     note = progress or (lambda _m: None)
-    prompt, generate = serve["prompt"], serve["generate"]
+    prompt, generate = serve.prompt, serve.generate
     if example_inputs is None and _is_torch(model) and hasattr(model, "forward"):
         r = Resolved("torch", type(model).__name__, module=model)  # --serve makes the inputs
     else:
@@ -72,13 +74,13 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: Mapping[str
     dims = MappingProxyType({"prompt": prompt, "generate": generate})
     prefill = replace(steps.prefill, name=r.name, dims=dims)
     decode = replace(steps.decode, name=f"{r.name} decode", dims=dims)
-    shown = deployed(prefill, steps.prefill_cache, serve.get("weight_dtype"),
-                     serve.get("kv_dtype"))
+    shown = deployed(prefill, steps.prefill_cache, serve.weight_dtype,
+                     serve.kv_dtype)
     return shown, ServingTrace(
         prefill=prefill, decode=decode, prompt=prompt, generate=generate,
         prefill_cache=steps.prefill_cache, decode_past=steps.decode_past,
         decode_cache=steps.decode_cache, appends=steps.appends,
-        weight_dtype=serve.get("weight_dtype"), kv_dtype=serve.get("kv_dtype"),
+        weight_dtype=serve.weight_dtype, kv_dtype=serve.kv_dtype,
         traced_layers=steps.traced_layers, positions=steps.positions)
 
 

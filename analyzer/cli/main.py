@@ -5,13 +5,13 @@ import argparse
 import gc
 import sys
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 from .parallel import add_parallel_args, parallel_args
 from .serve import add_serve_args, serve_kwargs
 from ..app.devices import get_device, parse_device_spec, parse_overhead
 from ...passes.errors import GraphcostError
+from ...passes.choices import Lifetimes, Optimizer
 from ...passes.precision import CHOICES
 from .help import Parser as _Parser  # (the subcommands import it here)
 from .help import Version, bare_usage
@@ -69,7 +69,7 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help="leave graph inputs out of activation memory")
     p.add_argument("--inplace-activations", action="store_true",
                    help="what-if: unary activations write into their dying input")
-    p.add_argument("--lifetimes", choices=("dataflow", "eager"), default=None,
+    p.add_argument("--lifetimes", choices=Lifetimes.words(), default=None,
                    help="how long tensors live: dataflow = freed after the last use (a graph "
                         "runtime; default for ONNX), eager = module arguments held until the "
                         "module returns (PyTorch eager; default for traced torch models)")
@@ -77,7 +77,7 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help="analyze one training step (forward + real backward traced with "
                         "AOTAutograd + optimizer step) of a PyTorch model; of an ONNX file, "
                         "an ESTIMATE (backward synthesized from per-op save rules)")
-    p.add_argument("--optimizer", choices=("none", "sgd", "momentum", "adam", "adamw"),
+    p.add_argument("--optimizer", choices=Optimizer.words(),
                    default="adam", help="with --train: optimizer state and step (default adam)")
     p.add_argument("--precision", choices=CHOICES, default="fp32",
                    help="with --train: fp32 (32-true); fp16-mixed / bf16-mixed (also 16-master "
@@ -264,12 +264,13 @@ def device_from_args(args):
 
 
 def run_analysis(model: str, args, **overrides):
-    """analyze() with the shared options, under the terminal progress spinner."""
-    from ..app.api import analyze
+    """The analysis the shared options ask for, under the terminal progress spinner."""
+    from ..app.api import run_request
+    from ..app.request import build_request
 
-    kwargs = {**analysis_kwargs(args), **overrides}
+    request = build_request(**{**analysis_kwargs(args), **overrides})
     with _progress() as note:
-        return analyze(model, progress=note, _cli=True, **kwargs)
+        return run_request(model, request, progress=note)
 
 
 def _run(args) -> int:
@@ -345,36 +346,13 @@ def _columns(args, report) -> list[str] | None:
 
 
 def _max_batch(args) -> int:
-    from ..app.batch_scaling import estimate_max_batch, max_batch, required_bytes
+    from ..app.by_batch import max_batch_search
+    from ..app.request import build_request
     from ..render.batch import max_batch_lines
 
-    if args.batch is not None:
-        raise GraphcostError("--max-batch searches the batch: leave out --batch")
-    if not (args.device or args.device_spec):
-        raise GraphcostError("--max-batch needs --device NAME or --device-spec")
-    if args.budget is not None:
-        raise GraphcostError("--max-batch with --checkpoint auto --budget: a budget is a memory "
-                             "target of its own; search the batch under a fixed plan "
-                             "(--checkpoint sqrt, NAMES or --checkpoint-every N)")
-    if (args.world_size or "").strip().lower() == "auto":
-        raise GraphcostError("--max-batch with --world-size auto: fix the world size to search "
-                             "the batch (or the batch to search the world size)")
-    from ..app.by_batch import analyze_by_batch
-
-    kwargs = {k: v for k, v in analysis_kwargs(args).items() if k != "batch"}
+    request = build_request(**analysis_kwargs(args))
     with _progress() as note:
-        at = analyze_by_batch(args.model, _cli=True, progress=note, what_if=False, **kwargs)
-        result = estimate_max_batch(at, at.grows) if at.grows else max_batch(at)
-        if at.rebound and result.batch > 0:
-            # the answer from re-bound graphs, checked at it and one above by the graph
-            # re-run there (or traced there, when the family came from two traces)
-            real = [required_bytes(at.exact(b)) for b in (result.batch, result.batch + 1)]
-            checked = real == [result.required_bytes, result.next_required_bytes]
-            if not checked:
-                result = max_batch(at.exact)
-            if checked or at.traced_at:  # (else: one trace per analysis)
-                result = replace(result, traces=at.traces + (0 if at.traced_at else 2),
-                                 traced_at=at.traced_at)
+        result = max_batch_search(args.model, request, note)
     if args.format == "json":
         import json
         text = json.dumps({"schema_version": 1, "kind": "max_batch", "model": args.model,

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from ...passes.choices import Offload, OptimizerImpl, Strategy
 from ...passes.errors import GraphcostError
 
 
 def add_parallel_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--optimizer-impl", choices=("forloop", "foreach"), default=None,
+    p.add_argument("--optimizer-impl", choices=OptimizerImpl.words(), default=None,
                    help="with --train: the optimizer's implementation, which sets the step's "
                         "temporaries (default: foreach with a GPU --device, as PyTorch "
                         "picks there; forloop otherwise, PyTorch's CPU default)")
-    p.add_argument("--parallel", choices=("ddp", "zero1", "zero2", "zero3", "fsdp"),
+    p.add_argument("--parallel", choices=Strategy.words(),
                    help="with --train: one rank's memory under data parallelism: ddp "
                         "(replicated + gradient buckets), zero1 (DDP + ZeroRedundancyOptimizer)"
                         ", zero2 (FSDP2, reshard_after_forward=False), zero3/fsdp (FSDP2 "
@@ -20,7 +21,7 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world-size", metavar="N|auto",
                    help="with --parallel: the number of ranks, or auto: the smallest that fits "
                         "--device")
-    p.add_argument("--offload", choices=("optimizer", "params"),
+    p.add_argument("--offload", choices=Offload.words(),
                    help="with --parallel: move the optimizer state and step (optimizer), or "
                         "also the sharded parameters and gradients (params: zero3/fsdp, "
                         "FSDP2's CPUOffloadPolicy) to host memory")

@@ -35,20 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from ..measure.verify import OnnxVerification, verify
+    from ..app.request import build_request
+    from ..measure.verify import OnnxVerification, verify_request
 
-    kw = analysis_kwargs(args)
-    if kw["checkpoint"] or kw["precision"] != "fp32":
-        raise GraphcostError("verify measures plain fp32 steps: --checkpoint and --precision "
-                             "are not measured")
+    request = build_request(**analysis_kwargs(args))
     if args.per_module_depth < 0:
         raise GraphcostError("--per-module-depth must be 0 or more")
-    result = verify(args.model, fx=args.fx, batch=kw["batch"], dims=kw["dims"],
-                    input_shapes=kw["input_shapes"], input_dtypes=kw["input_dtypes"],
-                    train=kw["train"], optimizer=kw["optimizer"], repeat=args.repeat,
-                    depth=args.per_module_depth, lifetimes=kw["lifetimes"],
-                    include_inputs=kw["include_inputs"], inplace=kw["inplace"],
-                    all_layers=kw["all_layers"], _cli=True)
+    result = verify_request(args.model, request, repeat=args.repeat,
+                            depth=args.per_module_depth)
     if args.format == "json":
         sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
     else:

@@ -16,7 +16,9 @@ from typing import Any
 
 from ...passes.errors import GraphcostError
 from ..app.api_wording import api_wording
+from ..app.request import PassOptions, Request, build_request
 from ..app.resolve import Bindings, resolve
+from ...passes.choices import Exporter, Optimizer
 from .verify_onnx import OnnxVerification, verify_onnx
 from .verify_torch import TorchVerification, verify_torch
 
@@ -27,32 +29,52 @@ def verify(model, example_inputs: Sequence[Any] | None = None, *, fx: bool = Fal
            input_dtypes: Mapping[str, Any] | None = None, train: bool = False,
            optimizer: str = "adam", repeat: int = 10, depth: int = 1,
            lifetimes: str | None = None, include_inputs: bool = True, inplace: bool = False,
-           progress: Callable[[str], None] | None = None, all_layers: bool = False,
-           _cli: bool = False) -> OnnxVerification | TorchVerification:
+           progress: Callable[[str], None] | None = None,
+           all_layers: bool = False) -> OnnxVerification | TorchVerification:
     """``model``: anything analyze() takes (a .pt2 program excepted: its weights are never
-    unpickled). PyTorch models are built with seeded random weights."""
+    unpickled). PyTorch models are built with seeded random weights. Errors name these
+    arguments."""
     try:
-        bindings = Bindings(batch, dict(dims or {}),
-                            {k: tuple(v) for k, v in (input_shapes or {}).items()},
-                            dict(input_dtypes or {}))
-        r = resolve(model, example_inputs, bindings, fx=fx, train=train, materialize=True,
-                    note=progress)
-        if r.kind == "program":
-            raise GraphcostError("verify does not run .pt2 programs: graphcost never "
-                                 "unpickles their weights; verify the module (file.py:Class) "
-                                 "instead")
-        if r.kind == "onnx":
-            if train:
-                raise GraphcostError("--train verifies a PyTorch training step: use zoo:NAME "
-                                     "--fx or path/to/file.py:Class")
-            return verify_onnx(r, batch, repeat=repeat, progress=progress,
-                               lifetimes=lifetimes, include_inputs=include_inputs,
-                               inplace=inplace)
-        inputs = dict(r.kwargs) if r.kwargs else r.inputs
-        return verify_torch(r.module, inputs, name=r.name, train=train, optimizer=optimizer,
-                            depth=depth, lifetimes=lifetimes, progress=progress,
-                            all_layers=all_layers)
+        request = build_request(
+            batch=batch, dims=dims, input_shapes=input_shapes, input_dtypes=input_dtypes,
+            zoo_exporter="fx" if fx else "onnx", train=train, optimizer=optimizer,
+            lifetimes=lifetimes, include_inputs=include_inputs, inplace=inplace,
+            all_layers=all_layers)
+        return verify_request(model, request, example_inputs, repeat=repeat, depth=depth,
+                              progress=progress)
     except GraphcostError as exc:
-        if _cli:
-            raise
         raise GraphcostError(api_wording(str(exc))) from None
+
+
+def verify_request(model, request: Request, example_inputs: Sequence[Any] | None = None, *,
+                   repeat: int = 10, depth: int = 1,
+                   progress: Callable[[str], None] | None = None,
+                   ) -> OnnxVerification | TorchVerification:
+    """Measure what ``request`` asks on this CPU (both faces come here; errors in the command
+    line's words). Only plain fp32 steps are measured."""
+    load, passes = request.load, request.passes
+    if passes.checkpoint or passes.precision != "fp32":
+        raise GraphcostError("verify measures plain fp32 steps: --checkpoint and --precision "
+                             "are not measured")
+    bindings = Bindings(load.batch, dict(load.dims),
+                        {k: tuple(v) for k, v in load.input_shapes.items()},
+                        dict(load.input_dtypes))
+    r = resolve(model, example_inputs, bindings, fx=load.exporter == Exporter.FX,
+                train=load.train, materialize=True, note=progress)
+    if r.kind == "program":
+        raise GraphcostError("verify does not run .pt2 programs: graphcost never "
+                             "unpickles their weights; verify the module (file.py:Class) "
+                             "instead")
+    if r.kind == "onnx":
+        if load.train:
+            raise GraphcostError("--train verifies a PyTorch training step: use zoo:NAME "
+                                 "--fx or path/to/file.py:Class")
+        return verify_onnx(r, load.batch, repeat=repeat, progress=progress,
+                           passes=PassOptions(include_inputs=passes.include_inputs,
+                                              inplace=passes.inplace,
+                                              lifetimes=passes.lifetimes))
+    inputs = dict(r.kwargs) if r.kwargs else r.inputs
+    return verify_torch(r.module, inputs, name=r.name, train=load.train,
+                        optimizer=passes.optimizer or Optimizer.ADAM, depth=depth,
+                        lifetimes=passes.lifetimes, progress=progress,
+                        all_layers=load.all_layers)

@@ -13,11 +13,12 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace, dataclass
 from pathlib import Path
 from typing import Any
 
 from ...passes.errors import GraphcostError
+from ..app.request import PassOptions
 from .reference import CpuSpec, cpu_device, measure_cpu
 
 PEAK_NOTE = "not measured: onnxruntime's arena does not expose its peak"
@@ -85,10 +86,10 @@ class OnnxVerification:
 
 def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
                 progress: Callable[[str], None] | None = None,
-                **passes: Any) -> OnnxVerification:
+                passes: PassOptions = PassOptions()) -> OnnxVerification:
     """``resolved``: an ONNX model from analyzer.app.resolve (its file is only read; its weights
-    are loaded once, here, and the same proto is lowered and run). ``passes``: run_passes'
-    keyword arguments (lifetimes, include_inputs, inplace)."""
+    are loaded once, here, and the same proto is lowered and run). ``passes``: what the
+    passes are asked (its lifetimes, include_inputs and inplace; the device is this CPU)."""
     import numpy as np
     import onnx
 
@@ -162,7 +163,7 @@ def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
     # This CPU's rates, measured right after the timing (the machine's load then is the same).
     note("measuring this CPU's peak FLOP/s and bandwidth")
     cpu = measure_cpu()
-    report = run_passes(graph, device=cpu_device(cpu), **passes)
+    report = run_passes(graph, replace(passes, device=cpu_device(cpu)))
     rf = report.roofline
     return OnnxVerification(
         model=report.model, batch=report.batch, dims=dict(report.dims),

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...passes.choices import Optimizer
 from ...passes.errors import GraphcostError
 from .reference import measure_inference, measure_training
 from ..app.report import Report
@@ -87,7 +88,7 @@ def _rel(predicted: int, measured: int | None) -> float | None:
     return predicted / measured - 1.0 if measured else None
 
 
-OPTIMIZERS = ("none", "sgd", "momentum", "adam", "adamw")
+OPTIMIZERS = Optimizer.words()
 
 
 def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,

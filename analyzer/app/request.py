@@ -1,0 +1,156 @@
+"""One analysis request, typed: how to load the model and what the passes are asked.
+
+Both faces build it with ``build_request``: ``analyze(**kw)`` from its keyword arguments, the
+command line from its options (analyzer/cli/main.py). ``run_request`` (analyzer/app/api.py),
+``analyze_by_batch`` and ``max_batch_search`` (analyzer/app/by_batch.py), ``verify_request``
+(analyzer/measure/verify.py) and ``run_passes`` (analyzer/app/pipeline.py) read it. The choice
+lists are the Enums of passes/choices.py; the checkpoint and parallel specs are the passes'
+own (passes/checkpoint.py, passes/parallel.py), the serve spec the serving review's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+from ...passes.checkpoint import CheckpointSpec
+from ...passes.choices import Exporter, Lifetimes, Optimizer, OptimizerImpl
+from ...passes.errors import GraphcostError
+from ...passes.parallel import ParallelSpec
+from ...passes.roofline import DeviceRates, Overhead
+from .api_checks import (check_arguments, check_checkpoint, device_of, overhead_of,
+                         parallel_spec)
+
+_NONE: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How the model is bound, read and traced. Checked where it is used
+    (``resolve_model``), so a LoadOptions built by hand is checked too."""
+    batch: int | None = None
+    dims: Mapping[str, int] = field(default_factory=lambda: _NONE)
+    input_shapes: Mapping[str, Sequence[int]] = field(default_factory=lambda: _NONE)
+    input_dtypes: Mapping[str, Any] = field(default_factory=lambda: _NONE)
+    exporter: str = Exporter.ONNX       # a zoo model: its cached ONNX export, or traced (fx)
+    train: bool = False                 # the joint forward+backward graph
+    all_layers: bool = False            # trace every block of a repeated stack
+
+
+@dataclass(frozen=True)
+class PassOptions:
+    """What the passes are asked (analyzer/app/pipeline.py)."""
+    include_inputs: bool = True
+    inplace: bool = False
+    lifetimes: str | None = None        # Lifetimes; None: eager for a torch forward
+    optimizer: str | None = None        # Optimizer; None: an inference graph
+    checkpoint: CheckpointSpec | None = None
+    precision: str = "fp32"             # passes/precision.py RECIPES
+    device: DeviceRates | None = None
+    tf32: bool = False
+    overhead: Overhead | None = None
+    what_if: bool = True
+    parallel: ParallelSpec | None = None
+    optimizer_impl: str = OptimizerImpl.FORLOOP
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """The serving review asked (analyzer/app/serve.py): ``prompt`` tokens prefilled, one
+    decode step over the cache of prompt + generate − 1 tokens, at these dtypes."""
+    prompt: int
+    generate: int
+    kv_dtype: str | None = None
+    weight_dtype: str | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    load: LoadOptions = LoadOptions()
+    passes: PassOptions = PassOptions()
+    serve: ServeSpec | None = None
+
+    def at_batch(self, batch: int) -> "Request":
+        return replace(self, load=replace(self.load, batch=batch))
+
+
+def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = None,
+                  input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  input_dtypes: Mapping[str, Any] | None = None, include_inputs: bool = True,
+                  inplace: bool = False, lifetimes: str | None = None,
+                  zoo_exporter: str = "onnx", train: bool = False, optimizer: str = "adam",
+                  checkpoint: Mapping[str, Any] | None = None, precision: str = "fp32",
+                  device: Any = None, tf32: bool = False, overhead: Any = None,
+                  what_if: bool = True, parallel: Mapping[str, Any] | None = None,
+                  optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
+                  all_layers: bool = False) -> Request:
+    """The request ``analyze``'s keyword arguments ask for, every one checked (a
+    GraphcostError naming it, in the command line's words: analyze rewords them)."""
+    from ...passes.precision import canonical
+
+    overhead = overhead_of(overhead)
+    precision = canonical(precision) if isinstance(precision, str) else precision
+    if serve is not None and parallel:
+        raise GraphcostError("--serve reviews one replica serving: leave out --parallel")
+    load = LoadOptions(batch, _raw(dims), _raw(input_shapes), _raw(input_dtypes),
+                       zoo_exporter, train, all_layers)
+    if serve is not None:
+        return _serve_request(serve, load, precision, include_inputs=include_inputs,
+                              lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
+    return Request(load, _pass_options(
+        include_inputs=include_inputs, inplace=inplace, lifetimes=lifetimes, train=train,
+        optimizer=optimizer, checkpoint=checkpoint, precision=precision, device=device,
+        tf32=tf32, overhead=overhead, what_if=what_if, parallel=parallel,
+        optimizer_impl=optimizer_impl))
+
+
+def _raw(mapping):
+    """A mapping argument kept as given (checked by resolve_model); None as empty."""
+    return _NONE if mapping is None else mapping
+
+
+def _pass_options(*, include_inputs, inplace, lifetimes, train, optimizer, checkpoint,
+                  precision, device, tf32, overhead, what_if, parallel,
+                  optimizer_impl) -> PassOptions:
+    from ...passes.precision import CHOICES
+    from .devices import default_optimizer_impl
+
+    check_arguments(flags={"include_inputs": include_inputs, "inplace": inplace, "train": train,
+                           "tf32": tf32, "what_if": what_if},
+                    choices={"lifetimes": (lifetimes, (None, *Lifetimes.words())),
+                             "optimizer": (optimizer, Optimizer.words()),
+                             "precision": (precision, CHOICES),
+                             "optimizer_impl": (optimizer_impl,
+                                                (None, *OptimizerImpl.words()))})
+    plan = check_checkpoint(checkpoint, train)
+    if precision != "fp32" and not train:
+        raise GraphcostError("--precision is a training recipe: add --train")
+    rates = device_of(device)
+    spec = parallel_spec(parallel, train, precision)
+    return PassOptions(
+        include_inputs=include_inputs, inplace=inplace,
+        lifetimes=Lifetimes(lifetimes) if lifetimes else None,
+        optimizer=Optimizer(optimizer) if train else None, checkpoint=plan,
+        precision=precision, device=rates, tf32=tf32, overhead=overhead,
+        what_if=what_if and spec is None, parallel=spec,
+        optimizer_impl=OptimizerImpl(optimizer_impl or default_optimizer_impl(rates)))
+
+
+def _serve_request(serve, load: LoadOptions, precision: str, *, include_inputs, lifetimes,
+                   device, tf32, overhead) -> Request:
+    from .serve import check_serve
+
+    spec = check_serve(serve)
+    check_arguments(batch=load.batch,
+                    flags={"train": load.train, "tf32": tf32, "all_layers": load.all_layers})
+    if load.train:
+        raise GraphcostError("--serve reviews inference (prefill and decode): leave out --train")
+    if load.dims or load.input_shapes:
+        raise GraphcostError("--serve sets the sequence lengths itself (--prompt, --generate): "
+                             "leave out --dim and --input-shape")
+    if precision != "fp32":
+        raise GraphcostError("--serve prices dtypes with --weight-dtype and --kv-dtype, not "
+                             "--precision")
+    return Request(load, PassOptions(include_inputs=include_inputs, lifetimes=lifetimes,
+                                     device=device_of(device), tf32=tf32, overhead=overhead),
+                   spec)

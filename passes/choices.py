@@ -1,0 +1,76 @@
+"""The choice lists users pick from, each defined once: the command line's ``choices=``, the
+API's checks and the passes' branches all read these.
+
+A member is its word: ``Optimizer.ADAMW == "adamw"``, it hashes as the word (so a dict keyed
+by members answers a lookup by the word) and formats as it (so messages and the JSON report
+read the same as before there were members).
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Choice(str, Enum):
+    """A choice whose value is the word users type."""
+
+    __hash__ = str.__hash__  # (Enum hashes its name: "adamw" would miss a member key)
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return self.value.__format__(spec)
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        return tuple(m.value for m in cls)
+
+
+class Optimizer(Choice):
+    NONE = "none"
+    SGD = "sgd"
+    MOMENTUM = "momentum"
+    ADAM = "adam"
+    ADAMW = "adamw"
+
+    @property
+    def adaptive(self) -> bool:
+        """Adam's family: two state tensors per parameter and a foreach step's temporaries."""
+        return self in (Optimizer.ADAM, Optimizer.ADAMW)
+
+
+class OptimizerImpl(Choice):
+    FORLOOP = "forloop"
+    FOREACH = "foreach"
+
+
+class Strategy(Choice):
+    DDP = "ddp"
+    ZERO1 = "zero1"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
+    FSDP = "fsdp"
+
+    @property
+    def shards_gradients(self) -> bool:
+        return self in (Strategy.ZERO2, Strategy.ZERO3, Strategy.FSDP)
+
+    @property
+    def shards_parameters(self) -> bool:
+        return self in (Strategy.ZERO3, Strategy.FSDP)
+
+
+class Offload(Choice):
+    OPTIMIZER = "optimizer"
+    PARAMS = "params"
+
+
+class Lifetimes(Choice):
+    DATAFLOW = "dataflow"   # a graph runtime frees each tensor after its last use
+    EAGER = "eager"         # PyTorch eager: module arguments live until the call returns
+
+
+class Exporter(Choice):
+    """How a zoo model reaches the IR: its cached ONNX export or a torch.export trace."""
+    ONNX = "onnx"
+    FX = "fx"
