@@ -1,16 +1,93 @@
 """The one exception type the user sees. The CLI prints its message as one line, exit 2.
 
-Messages are written in the command line's words (``--dim seq=N``);
-``analyzer/app/api_wording.py`` says the same in the Python API's argument names.
+An error about an option of the request carries it: the message names it with ``opt(name,
+key, value)`` (``opt("dims", "seq", 0)``) instead of any face's spelling of it, and each face
+words it — the API in its argument names (``dims={'seq': 0}``, what ``str(exc)`` gives), the
+command line as its flags (``--dim seq=0``, analyzer/cli/wording.py). ``exc.about`` lists
+the options an error is about.
 """
 from __future__ import annotations
 
 import difflib
+import re
+from dataclasses import dataclass
+from typing import Callable
 from collections.abc import Iterable
 
 
+_MARK, _SEP = "\x1e", "\x1f"   # ASCII record and unit separators: never in a message's prose
+_MARKED = re.compile(f"{_MARK}([^{_MARK}{_SEP}]*){_SEP}([^{_MARK}{_SEP}]*){_SEP}([^{_MARK}]*){_MARK}")
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option of the request, by its name there (``batch``, ``dims``,
+    ``parallel.world_size``, ``serve.prompt``), with the key and the value the message
+    names (``dims`` ``seq`` ``0``; either may be absent)."""
+    name: str
+    key: str | None = None
+    value: str | None = None
+
+
+def opt(name: str, key: object = None, value: object = None) -> str:
+    """The option ``name`` (with ``key`` and ``value`` when the message names them) inside a
+    message, for each face to word."""
+    k = "" if key is None else str(key)
+    v = "" if value is None else str(value)
+    return f"{_MARK}{name}{_SEP}{k}{_SEP}{v}{_MARK}"
+
+
+# options the API spells other than by their name and value
+_API_SPELLED = {"checkpoint.every": "checkpoint={'every': N}",
+                "checkpoint.budget": "checkpoint={'budget': BYTES}", "train": "train=True",
+                "zoo_exporter": "zoo_exporter='fx'", "device_spec": "device"}
+
+
+def api_word(o: Option) -> str:
+    """An option as the Python API names it: its argument, and the key or value given."""
+    if o.name in _API_SPELLED:
+        return _API_SPELLED[o.name] + (f" {o.value}" if o.value is not None else "")
+    head, _, field = o.name.partition(".")
+    if o.key is not None and o.value is not None:
+        if head == "input_shapes":
+            return f"{head}={{{o.key!r}: ({o.value})}}"
+        if head == "input_dtypes":
+            return f"{head}={{{o.key!r}: {o.value!r}}}"
+        return f"{head}={{{o.key!r}: {o.value}}}"
+    if o.key is not None:
+        return f"{head}[{o.key!r}]" if not field else f"{head}[{field!r}] entry {o.key!r}"
+    if field:
+        at = f"{head}[{field!r}]"
+        if o.value is None:
+            return at
+        quoted = head == "parallel" and field in ("offload", "interconnect")
+        return f"{at}={o.value!r}" if quoted else f"{at}={o.value}"
+    if o.value is None:
+        return head
+    if head == "parallel":
+        return f"parallel={{'strategy': {o.value!r}}}"
+    return f"{head}={o.value}" if head == "batch" else f"{head} {o.value}"
+
+
 class GraphcostError(Exception):
-    """Bad input or an analysis that cannot proceed; the message says what and how to fix it."""
+    """Bad input or an analysis that cannot proceed; the message says what and how to fix it,
+    in the API's words (``worded`` gives another face's)."""
+
+    @property
+    def about(self) -> tuple[Option, ...]:
+        """The options this error is about."""
+        return tuple(Option(n, k or None, v or None) for n, k, v in _MARKED.findall(self.raw))
+
+    @property
+    def raw(self) -> str:
+        """The message with its options marked (to build another message around it)."""
+        return str(self.args[0]) if self.args else ""
+
+    def worded(self, word: Callable[[Option], str]) -> str:
+        return _MARKED.sub(lambda m: word(Option(m[1], m[2] or None, m[3] or None)), self.raw)
+
+    def __str__(self) -> str:
+        return self.worded(api_word)
 
 
 def did_you_mean(word: str, known: Iterable[str], template: str = "{}") -> str:
