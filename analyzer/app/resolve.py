@@ -68,7 +68,7 @@ class Resolved:
     maxima: Mapping[str, int] = field(default_factory=dict)  # kind torch: data-dependent sizes
 
 
-def _is_torch(model: Any) -> bool:
+def is_torch(model: Any) -> bool:
     torch = sys.modules.get("torch")  # a torch object implies torch is already imported
     return torch is not None and isinstance(model, (torch.nn.Module,
                                                     torch.export.ExportedProgram))
@@ -104,7 +104,7 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
         from ..frontends.onnx.frontend import load_model
         note(f"reading {path.name}")
         return _onnx(load_model(path), path.name, bindings, path)
-    if _is_torch(model):
+    if is_torch(model):
         import torch
         if isinstance(model, torch.export.ExportedProgram):
             return Resolved("program", "ExportedProgram", program=model)
