@@ -139,7 +139,7 @@ def _onnx(proto, name: str, b: Bindings, path: Path | None) -> Resolved:
 def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
          note: Progress) -> Resolved:
     try:
-        from graphcost import models_zoo
+        from ... import models_zoo
     except ImportError as exc:  # pragma: no cover - an install without torch
         raise GraphcostError(f"the model zoo needs torch: {exc}") from None
     names = models_zoo.names()
