@@ -68,7 +68,7 @@ class Resolved:
     maxima: Mapping[str, int] = field(default_factory=dict)  # kind torch: data-dependent sizes
 
 
-def _is_torch(model: Any) -> bool:
+def is_torch(model: Any) -> bool:
     torch = sys.modules.get("torch")  # a torch object implies torch is already imported
     return torch is not None and isinstance(model, (torch.nn.Module,
                                                     torch.export.ExportedProgram))
@@ -104,7 +104,7 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
         from ..frontends.onnx.frontend import load_model
         note(f"reading {path.name}")
         return _onnx(load_model(path), path.name, bindings, path)
-    if _is_torch(model):
+    if is_torch(model):
         import torch
         if isinstance(model, torch.export.ExportedProgram):
             return Resolved("program", "ExportedProgram", program=model)
@@ -139,7 +139,7 @@ def _onnx(proto, name: str, b: Bindings, path: Path | None) -> Resolved:
 def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
          note: Progress) -> Resolved:
     try:
-        from graphcost import models_zoo
+        from ... import models_zoo
     except ImportError as exc:  # pragma: no cover - an install without torch
         raise GraphcostError(f"the model zoo needs torch: {exc}") from None
     names = models_zoo.names()

@@ -45,11 +45,11 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
                  progress=None, all_layers: bool = False):
     """(the prefill graph at the dtypes asked: the report's, ServingTrace) for ``model`` at
     ``batch`` sequences; ``all_layers``: trace every block of a repeated stack."""
-    from .resolve import Bindings, Resolved, _is_torch, resolve
+    from .resolve import Bindings, Resolved, is_torch, resolve
 
     note = progress or (lambda _m: None)
     prompt, generate = serve.prompt, serve.generate
-    if example_inputs is None and _is_torch(model) and hasattr(model, "forward"):
+    if example_inputs is None and is_torch(model) and hasattr(model, "forward"):
         r = Resolved("torch", type(model).__name__, module=model)  # --serve makes the inputs
     else:
         r = resolve(model, example_inputs, Bindings(batch), fx=True, note=note)

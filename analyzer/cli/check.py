@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .main import _Parser, add_model_args, refuse_overwrite, run_analysis
+from .main import Parser, add_model_args, refuse_overwrite, run_analysis
 from .output import check_writable
 from ...passes.errors import GraphcostError
 from ..app.units import human, human_bytes, human_time
@@ -34,7 +34,7 @@ class Check:
 
 
 def build_parser():
-    p = _Parser(prog="graphcost check", description=(
+    p = Parser(prog="graphcost check", description=(
         "Fail CI when a model goes over budget: exit 0 all checks pass, 1 a check fails, "
         "2 bad input. Sizes: 4GiB, 4GB, 4e9; counts: 50M, 1.5G, 2e9; times: 5ms, 0.2s."))
     add_model_args(p)

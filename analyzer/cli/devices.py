@@ -4,12 +4,12 @@ from __future__ import annotations
 import json
 import sys
 
-from .main import _Parser
+from .main import Parser
 from ..app.devices import DEVICES, DTYPES, INTERCONNECTS
 
 
 def build_parser():
-    p = _Parser(prog="graphcost devices",
+    p = Parser(prog="graphcost devices",
                 description="List the known devices: dense datasheet peaks per dtype, memory "
                             "bandwidth and size; and the interconnects between ranks.")
     p.add_argument("--format", choices=("table", "json"), default="table")

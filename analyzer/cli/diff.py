@@ -10,14 +10,14 @@ import json
 import sys
 from pathlib import Path
 
-from .main import EXIT_OK, _Parser, add_model_args, refuse_overwrite, run_analysis
+from .main import EXIT_OK, Parser, add_model_args, refuse_overwrite, run_analysis
 from .output import check_writable
 from ..app.diff import diff_reports
 from ..render.diff import render_markdown, render_table
 
 
-def build_parser() -> _Parser:
-    p = _Parser(prog="graphcost diff", description=(
+def build_parser() -> Parser:
+    p = Parser(prog="graphcost diff", description=(
         "Compare two models (ONNX files, zoo:NAME, .pt2, file.py:Class) analyzed with the same "
         "options: totals, per-module and per-node deltas (nodes matched by name, or by op "
         "sequence when names differ wholesale), added/removed nodes, and what changed in the "

@@ -67,7 +67,7 @@ def versions_line() -> str:
     first line), read from the packages' metadata: nothing is imported."""
     from importlib.metadata import PackageNotFoundError, version
 
-    import graphcost
+    from ... import __version__
 
     parts = []
     for dist in ("torch", "onnx", "onnxruntime", "transformers"):
@@ -75,7 +75,7 @@ def versions_line() -> str:
             parts.append(f"{dist} {version(dist)}")
         except PackageNotFoundError:
             parts.append(f"{dist} not installed")
-    return f"graphcost {graphcost.__version__} ({', '.join(parts)}; Python {sys.version.split()[0]})"
+    return f"graphcost {__version__} ({', '.join(parts)}; Python {sys.version.split()[0]})"
 
 
 class Version(argparse.Action):

@@ -13,7 +13,7 @@ from ..app.devices import get_device, parse_device_spec, parse_overhead
 from ...passes.errors import GraphcostError
 from ...passes.choices import Lifetimes, Optimizer
 from ...passes.precision import CHOICES
-from .help import Parser as _Parser  # (the subcommands import it here)
+from .help import Parser  # (the subcommands import it here)
 from .help import Version, bare_usage
 from .output import (check_writable, console_for, refuse_overwrite, strict_failure, terminal_width,  # noqa: F401
     wrote)
@@ -107,7 +107,7 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="graphcost", description=(
+    p = Parser(prog="graphcost", description=(
         "Static cost analysis of a neural-network graph: per-node params, MACs, FLOPs, bytes "
         "read/written, and activation memory by liveness. Reads shapes only: weights and "
         "external data files are never read, and the input file is never written."),

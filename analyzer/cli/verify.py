@@ -9,14 +9,14 @@ import argparse
 import json
 import sys
 
-from .main import EXIT_BAD_INPUT, EXIT_OK, _Parser, add_model_args, analysis_kwargs
+from .main import EXIT_BAD_INPUT, EXIT_OK, Parser, add_model_args, analysis_kwargs
 from ...passes.errors import GraphcostError
 
 EXIT_MISMATCH = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="graphcost verify", description=(
+    p = Parser(prog="graphcost verify", description=(
         "Run the model for real on this CPU and compare with graphcost's prediction. ONNX "
         "(a file, or zoo:NAME's export): onnxruntime checks every inferred shape and measures "
         "latency beside the roofline lower bound for this CPU's measured peak. PyTorch "

@@ -115,7 +115,7 @@ def _run_case(case: Case, rank: int, steps):
 
     import torch
 
-    from graphcost import models_zoo
+    from ... import models_zoo
     from ..frontends.torch.capture import real_inputs
     from .reference import float_output_sum
 

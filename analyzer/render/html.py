@@ -17,7 +17,7 @@ from html import escape
 from .plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
 from . import explain
 from ..app.units import axes_text, human, human_bytes
-from .html_assets import _CSS, _JS, _ONERROR
+from .html_assets import CSS, JS, ONERROR
 from .parallel import parallel_summary
 from .html_serving import serving_section
 from ..app.report import Report
@@ -328,11 +328,11 @@ def html_report(report: Report) -> str:
         "<section id='node-list'><h2>Nodes</h2>", _table_html("nodes", filter_box=True),
         "</section>",
         f"<script type='application/json' id='gc-data'>{_json_for_script(tables)}</script>",
-        f"<script>{_JS}</script>"]
+        f"<script>{JS}</script>"]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>graphcost: {_e(r.model)}</title><style>{_CSS}</style>"
-            f"<script>{_ONERROR}</script></head>\n<body>\n" + "\n".join(body)
+            f"<title>graphcost: {_e(r.model)}</title><style>{CSS}</style>"
+            f"<script>{ONERROR}</script></head>\n<body>\n" + "\n".join(body)
             + "\n</body></html>\n")
 
 

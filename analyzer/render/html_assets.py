@@ -1,7 +1,7 @@
 """The HTML report's inline assets: the error handler, the stylesheet and the table code
 (no external URL of any kind; analyzer/render/html.py puts them into the page)."""
 
-_ONERROR = """
+ONERROR = """
 window.onerror = function (msg, src, line) {
   var p = document.getElementById('errors');
   var text = String(msg) + ' (line ' + line + ')\\n';
@@ -11,7 +11,7 @@ window.onerror = function (msg, src, line) {
 window.addEventListener('unhandledrejection', function (e) { window.onerror(e.reason, '', 0); });
 """
 
-_CSS = """
+CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
 .dim{color:#777}.warn{background:#fff8e1}#warnings{padding:.2em 1em;border:1px solid #f0c36d}
@@ -32,7 +32,7 @@ table.data tr.bad td{background:#fff3cd}
 .chart svg{max-width:100%;height:auto;border:1px solid #eee}
 """
 
-_JS = r"""
+JS = r"""
 (function () {
   'use strict';
   // The same units as render.human / render.human_bytes.

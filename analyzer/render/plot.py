@@ -31,7 +31,8 @@ def training_curves(report: Report) -> list[tuple[str, tuple[int, ...], str]]:
     return curves
 
 
-def _gib(n: float) -> str:
+def size_label(n: float) -> str:
+    """Bytes as the charts' axis and peak labels write them (plot_png.py's too)."""
     for div, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
         if n >= div:
             return f"{n / div:.1f} {unit}"
@@ -87,7 +88,7 @@ def timeline_svg(report: Report) -> str:
             out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{TOP + ph + 16}" text-anchor="middle" '
                        f'fill="#555">{label}</text>')
             start = i
-    out += y_grid(top, y, _gib)
+    out += y_grid(top, y, size_label)
     for label, series, color in curves:
         pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(series))
         out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="1.5"/>')
@@ -96,7 +97,7 @@ def timeline_svg(report: Report) -> str:
         right = x(p) > LEFT + pw * 0.7  # keep the label inside the chart
         out.append(f'<text x="{x(p) + (-6 if right else 6):.1f}" y="{y(series[p]) - 6:.1f}" '
                    f'text-anchor="{"end" if right else "start"}" fill="{color}">'
-                   f'{label} peak {_gib(series[p])}</text>')
+                   f'{label} peak {size_label(series[p])}</text>')
     out.append(f'<text x="{LEFT + pw / 2}" y="{H - 8}" text-anchor="middle" fill="#555">'
                f'nodes of the forward + backward schedule, then the optimizer step '
                f'(peak marked)</text>')

@@ -8,7 +8,7 @@ without the extra still works; the Agg canvas is used directly, so no display is
 from __future__ import annotations
 
 from ...passes.errors import GraphcostError
-from .plot import SHADES, _gib, training_curves
+from .plot import SHADES, size_label, training_curves
 from ..app.report import Report
 from ..app.units import human_bytes
 
@@ -63,7 +63,7 @@ def timeline_png(report: Report, path) -> None:
     if top > 1e300:  # matplotlib draws floats; the report labels such a step absurd
         raise GraphcostError(f"--plot: the step's memory ({human_bytes(top)}) is beyond what "
                              "a PNG axis can scale: write the SVG (--plot FILE.svg) instead")
-    ax.set_yticks([top * k / 4 for k in range(5)], [_gib(top * k / 4) for k in range(5)])
+    ax.set_yticks([top * k / 4 for k in range(5)], [size_label(top * k / 4) for k in range(5)])
     ax.grid(axis="y", color="#cccccc", lw=0.5)
     ax.set_axisbelow(True)
     ax.set_xlim(0, 1)
@@ -80,7 +80,7 @@ def timeline_png(report: Report, path) -> None:
         near = sum(abs(px - qx) < 0.25 and abs(py - qy) < 0.08 * top for qx, qy in placed)
         placed.append((px, py))
         right = px > 0.7  # keep the label inside the chart
-        ax.annotate(f"{label} peak {_gib(py)}", (px, py), color=color, fontsize=11,
+        ax.annotate(f"{label} peak {size_label(py)}", (px, py), color=color, fontsize=11,
                     xytext=(-8 if right else 8, 6 + 15 * near), textcoords="offset points",
                     ha="right" if right else "left", va="bottom", zorder=4)
     try:

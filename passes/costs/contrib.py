@@ -11,7 +11,7 @@ ONNX's shape inference knows none of these: each rule's ``shapes`` gives its out
 from __future__ import annotations
 
 from . import shape_fns as sf
-from .normalization import _leading
+from .normalization import leading_stat
 from .registry import OpView, rule
 
 MS = "com.microsoft::"
@@ -207,7 +207,7 @@ def _simplified_shapes(v):
 
 # onnxruntime registers SimplifiedLayerNormalization in the ONNX domain (onnx has no schema).
 @rule("SimplifiedLayerNormalization", MS + "SimplifiedLayerNormalization", saves="stat",
-      stat=_leading(1), same_shape=True, shapes=_simplified_shapes)
+      stat=leading_stat(1), same_shape=True, shapes=_simplified_shapes)
 def simplified_layer_norm(op: OpView) -> tuple[int, int]:
     return 0, 4 * op.in_numel(0)  # RMSNorm: square, sum, multiply by 1/rms, scale
 

@@ -26,7 +26,8 @@ def _groups(shape: tuple[int, ...], attrs: Mapping[str, Any]) -> tuple[int, int]
     return 2, shape[0] * int(attrs.get("num_groups", attrs.get("group", 1)) or 1)
 
 
-def _leading(rows: int):
+def leading_stat(rows: int):
+    """The ``stat`` of a norm over the axes from ``axis`` on (contrib.py's fused norms share it)."""
     def stat(shape: tuple[int, ...], attrs: Mapping[str, Any]) -> tuple[int, int]:
         # LayerNorm / RMSNorm normalize over the axes from ``axis`` on: one statistic per
         # position of the axes before it.
@@ -60,7 +61,7 @@ def _affine_norm(op: OpView) -> tuple[int, int]:
     return 0, (5 + affine) * n
 
 
-rule("LayerNormalization", "aten.native_layer_norm.default", saves="stat", stat=_leading(2),
+rule("LayerNormalization", "aten.native_layer_norm.default", saves="stat", stat=leading_stat(2),
      same_shape=True)(_affine_norm)
 # per-channel statistics: a pixel's output depends on its own input (and the statistics)
 rule("GroupNormalization", "aten.native_group_norm.default", saves="stat", stat=_groups,
@@ -70,7 +71,7 @@ rule("InstanceNormalization", saves="stat", stat=_instances, same_shape=True,
 rule("MeanVarianceNormalization", saves="stat", stat=_mvn, same_shape=True)(_affine_norm)
 
 
-@rule("RMSNormalization", saves="stat", stat=_leading(1), same_shape=True)
+@rule("RMSNormalization", saves="stat", stat=leading_stat(1), same_shape=True)
 def rms_norm(op: OpView) -> tuple[int, int]:
     # square (1), sum (1), multiply by 1/rms (1), scale (1) per element.
     return 0, 4 * op.in_numel(0)

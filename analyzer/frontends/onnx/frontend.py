@@ -27,7 +27,8 @@ from . import shapes as onnx_shapes
 from .infer import check_declared_types, infer
 from .inline import inline_functions
 from .lowering import Lowering
-from .types import DTYPE, SpecReader, _raw_dims, _type_spec  # noqa: F401 (DTYPE)
+from .types import DTYPE  # noqa: F401 (app/resolve.py and measure/verify_onnx.py read it here)
+from .types import SpecReader, is_handle, raw_dims, tensor_type, type_spec
 from ....passes.errors import GraphcostError
 from ....passes.ir import Graph, TensorSpec
 from .validate import validate_model
@@ -68,13 +69,13 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     feeds = [vi for vi in g.input if vi.name not in init_names]
     raw = []
     for vi in feeds:
-        tensor = onnx_shapes.tensor_type(vi.type)
+        tensor = tensor_type(vi.type)
         if tensor is None:
-            if onnx_shapes.is_handle(vi.type):  # a sequence or map: nothing to bind (HANDLE_DTYPES)
+            if is_handle(vi.type):  # a sequence or map: nothing to bind (HANDLE_DTYPES)
                 continue
             raise GraphcostError(f"input {vi.name!r} is neither a tensor, a sequence, a map nor "
                                  "an optional of one: not supported")
-        rd = _raw_dims(tensor)
+        rd = raw_dims(tensor)
         if rd is None:
             raise GraphcostError(f"input {vi.name!r} has no shape in the graph: pass "
                                  f"--input-shape {vi.name}=...")
@@ -99,13 +100,13 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     for vi in g.output:  # declared symbolic output shapes would mask the bound ones
         out = sg.output.add()
         out.CopyFrom(vi)
-        if vi.type.HasField("tensor_type") and not _type_spec(vi.type).known:
+        if vi.type.HasField("tensor_type") and not type_spec(vi.type).known:
             out.type.tensor_type.ClearField("shape")
     for vi in feeds:
         if vi.name not in bound:  # a sequence or map handle: as declared
             sg.input.append(vi)
             continue
-        tp = helper.make_tensor_type_proto(onnx_shapes.tensor_type(vi.type).tensor_type.elem_type,
+        tp = helper.make_tensor_type_proto(tensor_type(vi.type).tensor_type.elem_type,
                                           bound[vi.name])
         if vi.type.HasField("optional_type"):
             tp = helper.make_optional_type_proto(tp)

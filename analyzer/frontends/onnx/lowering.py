@@ -18,7 +18,7 @@ from onnx import AttributeProto, TensorProto
 
 from ....passes.errors import GraphcostError
 from . import shapes as onnx_shapes
-from .types import DTYPE, SpecReader, _attr_defaults, _attr_value, _SKIP
+from .types import DTYPE, SKIP, SpecReader, attr_defaults, attr_value, is_handle
 from ....passes.ir import FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
 from ....passes.costs import lookup
 
@@ -86,7 +86,7 @@ class Lowering:
         inputs = []
         for vi in g.input:
             if vi.name in self.bound or (vi.name not in self.values
-                                         and onnx_shapes.is_handle(vi.type)):
+                                         and is_handle(vi.type)):
                 inputs.append(vi.name)
                 self.values[vi.name] = Value(vi.name, self.reader(vi.type), ValueKind.INPUT)
         self._lower_graph(g, scope="", repeat=1)
@@ -183,13 +183,13 @@ class Lowering:
             if r is not None and r.bodies:  # bodies that run: nodes of their own, before it
                 self._lower_control_flow(node, g, name, repeat,
                                          module_path(base) or outer_module, bound)
-            defaults = _attr_defaults(op_type, domain, opsets.get(domain, 1))
+            defaults = attr_defaults(op_type, domain, opsets.get(domain, 1))
             attributes = node.attribute
             if attributes:
                 attrs = dict(defaults)
                 for a in attributes:
-                    v = _attr_value(a)
-                    if v is not _SKIP:
+                    v = attr_value(a)
+                    if v is not SKIP:
                         attrs[a.name] = v
                 key = (op, *sorted(attrs.items()))
                 try:

@@ -24,6 +24,7 @@ from onnx import AttributeProto, TensorProto, defs, helper, numpy_helper
 
 from ....passes.ir import TensorSpec
 from ....passes.costs import lookup
+from .types import DTYPE, SKIP, attr_value
 
 # Private domains; a private op is named "<its domain>.<its type>": onnx.reference requires op
 # names to be unique across domains, so a second "Attention" schema would break its import.
@@ -48,14 +49,12 @@ def original(domain: str, op_type: str) -> tuple[str, str]:
 
 
 def _dtype_name(elem: int) -> str | None:
-    from .frontend import DTYPE
     return DTYPE.get(elem)
 
 
 def _elem_type(name: str | None) -> int:
     if name is None:
         return TensorProto.UNDEFINED
-    from .frontend import DTYPE
     for num, n in DTYPE.items():
         if n == name:
             return num
@@ -90,12 +89,11 @@ class _CtxView:
                      for d in t.tensor_type.shape.dim)
 
     def attr(self, name: str, default: Any = None) -> Any:
-        from .types import _SKIP, _attr_value
         a = self._ctx.get_attribute(name)
         if a is None or a.type == AttributeProto.UNDEFINED:
             return default
-        v = _attr_value(a)
-        return default if v is _SKIP else v
+        v = attr_value(a)
+        return default if v is SKIP else v
 
     def const(self, i: int) -> Any:
         if not self.has_input(i):
@@ -237,22 +235,6 @@ def bound_data_dependent(sk: onnx.ModelProto, specs: dict[str, TensorSpec], read
             why[out] = f"upper bound: size follows from the bound at {origin!r}"
     specs.update({k: v for k, v in again.items() if v.known or k not in specs})
     return why
-
-
-def tensor_type(tp: onnx.TypeProto) -> onnx.TypeProto | None:
-    """The tensor type of a tensor or of an optional tensor, else None."""
-    if tp.HasField("tensor_type"):
-        return tp
-    if tp.HasField("optional_type") and tp.optional_type.elem_type.HasField("tensor_type"):
-        return tp.optional_type.elem_type
-    return None
-
-
-def is_handle(tp: onnx.TypeProto) -> bool:
-    """A sequence or map (or an optional one): held in the IR as a 0-byte handle."""
-    if tp.HasField("optional_type"):
-        tp = tp.optional_type.elem_type
-    return tp.HasField("sequence_type") or tp.HasField("map_type")
 
 
 def scores_body(node: onnx.NodeProto, body: onnx.GraphProto, values, opsets) -> onnx.GraphProto:

@@ -11,7 +11,6 @@ import onnx
 from onnx import AttributeProto, TensorProto
 
 from ....passes.errors import GraphcostError
-from . import shapes as onnx_shapes
 from ....passes.ir import TensorSpec
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -28,7 +27,7 @@ DTYPE = _dtype_names()
 
 
 @lru_cache(maxsize=None)
-def _attr_defaults(op_type: str, domain: str, opset: int) -> Mapping[str, Any]:
+def attr_defaults(op_type: str, domain: str, opset: int) -> Mapping[str, Any]:
     """Attribute defaults from the operator schema, not hand-typed per op (as onnx/reference)."""
     try:
         schema = onnx.defs.get_schema(op_type, opset, domain)
@@ -37,16 +36,16 @@ def _attr_defaults(op_type: str, domain: str, opset: int) -> Mapping[str, Any]:
     out = {}
     for name, a in schema.attributes.items():
         if a.default_value.type != AttributeProto.UNDEFINED:
-            v = _attr_value(a.default_value)
-            if v is not _SKIP:
+            v = attr_value(a.default_value)
+            if v is not SKIP:
                 out[name] = v
     return MappingProxyType(out)
 
 
-_SKIP = object()
+SKIP = object()
 
 
-def _attr_value(a: AttributeProto) -> Any:
+def attr_value(a: AttributeProto) -> Any:
     t = a.type
     if t == AttributeProto.INT:
         return a.i
@@ -60,7 +59,7 @@ def _attr_value(a: AttributeProto) -> Any:
         return tuple(a.floats)
     if t == AttributeProto.STRINGS:
         return tuple(s.decode("utf-8", "replace") for s in a.strings)
-    return _SKIP  # tensors and graphs stay out of the IR: specs carry what costs need
+    return SKIP  # tensors and graphs stay out of the IR: specs carry what costs need
 
 
 # Past 2^64 a count is labelled absurd (passes/magnitude.py: a Tile to 2^81 elements is
@@ -82,7 +81,7 @@ class SpecReader:
         key = tp.SerializeToString()
         spec = self._cache.get(key)
         if spec is None:
-            spec = self._cache[key] = _type_spec(tp)
+            spec = self._cache[key] = type_spec(tp)
             if spec.shape and any(isinstance(d, int) and d < 0 for d in spec.shape):
                 self._bad[id(spec)] = "invalid graph: {where}: its output {name!r} has a " \
                                       "negative dim after shape inference ({shape})"
@@ -112,10 +111,26 @@ class SpecReader:
                                                               shape=shape))
 
 
-def _type_spec(tp: onnx.TypeProto) -> TensorSpec:
-    tensor = onnx_shapes.tensor_type(tp)
+def tensor_type(tp: onnx.TypeProto) -> onnx.TypeProto | None:
+    """The tensor type of a tensor or of an optional tensor, else None."""
+    if tp.HasField("tensor_type"):
+        return tp
+    if tp.HasField("optional_type") and tp.optional_type.elem_type.HasField("tensor_type"):
+        return tp.optional_type.elem_type
+    return None
+
+
+def is_handle(tp: onnx.TypeProto) -> bool:
+    """A sequence or map (or an optional one): held in the IR as a 0-byte handle."""
+    if tp.HasField("optional_type"):
+        tp = tp.optional_type.elem_type
+    return tp.HasField("sequence_type") or tp.HasField("map_type")
+
+
+def type_spec(tp: onnx.TypeProto) -> TensorSpec:
+    tensor = tensor_type(tp)
     if tensor is None:
-        if onnx_shapes.is_handle(tp):
+        if is_handle(tp):
             inner = tp.optional_type.elem_type if tp.HasField("optional_type") else tp
             return TensorSpec((), "sequence" if inner.HasField("sequence_type") else "map")
         return TensorSpec(None, "undefined")
@@ -132,7 +147,7 @@ def _type_spec(tp: onnx.TypeProto) -> TensorSpec:
     return TensorSpec(tuple(dims), dtype)
 
 
-def _raw_dims(tp: onnx.TypeProto) -> list[int | str | None] | None:
+def raw_dims(tp: onnx.TypeProto) -> list[int | str | None] | None:
     tt = tp.tensor_type
     if not tt.HasField("shape"):
         return None
