@@ -18,7 +18,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from .errors import GraphcostError
+from .errors import GraphcostError, opt
 from .ir import Graph
 from .liveness import Liveness, Storage
 
@@ -49,7 +49,7 @@ def segments_by_name(graph: Graph, forward: set[int], names: list[str]) -> list[
                           (n.scope == name or n.scope.startswith(name + ".")))
         if not nodes:
             close = difflib.get_close_matches(name, modules, n=5, cutoff=0.5)
-            raise GraphcostError(f"--checkpoint {name}: no module of that name runs in the "
+            raise GraphcostError(f"{opt('checkpoint')} {name}: no module of that name runs in the "
                                  f"forward" + (f"; close matches: {', '.join(close)}"
                                                if close else "; modules: "
                                                + ", ".join(modules[:12])))
@@ -91,7 +91,7 @@ def repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:
 
 def group_every(blocks: list[str], every: int) -> list[list[str]]:
     if every <= 0:
-        raise GraphcostError("--checkpoint-every must be a positive integer")
+        raise GraphcostError(f"{opt('checkpoint.every')} must be a positive integer")
     return [blocks[i:i + every] for i in range(0, len(blocks), every)]
 
 

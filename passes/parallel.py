@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from .errors import GraphcostError
+from .errors import GraphcostError, opt
 from .ir import INTERNAL, Graph, ValueKind
 from .comm import CommVolume, InterconnectRates, comm_volume
 from .parallel_clock import Clock, price
@@ -91,24 +91,25 @@ class ParallelMemory:
 
 def check_spec(spec: ParallelSpec) -> None:
     if spec.strategy not in STRATEGIES:
-        raise GraphcostError(f"--parallel {spec.strategy}: known: {', '.join(STRATEGIES)}")
+        raise GraphcostError(f"{opt('parallel', value=spec.strategy)}: known: {', '.join(STRATEGIES)}")
     if spec.world_size is not None and (not isinstance(spec.world_size, int)
                                         or not 1 <= spec.world_size <= MAX_WORLD):
         # the bound --world-size auto searches to (65,536 ranks: beyond the largest jobs run)
-        raise GraphcostError(f"--world-size {spec.world_size}: must be a whole number from 1 "
+        raise GraphcostError(f"{opt('parallel.world_size', value=spec.world_size)}: must be a whole number from 1 "
                              f"to {MAX_WORLD:,} (or auto)")
     if spec.offload not in (None, *OFFLOADS):
-        raise GraphcostError(f"--offload {spec.offload}: known: {', '.join(OFFLOADS)}")
+        raise GraphcostError(f"{opt('parallel.offload', value=spec.offload)}: known: {', '.join(OFFLOADS)}")
     if spec.offload and spec.strategy == Strategy.DDP:
-        raise GraphcostError(f"--offload {spec.offload} with ddp: ddp keeps everything on the "
+        raise GraphcostError(f"{opt('parallel.offload', value=spec.offload)} with ddp: ddp keeps everything on the "
                              "device; offloading needs zero1, zero2, zero3 or fsdp")
     if spec.offload == Offload.PARAMS and spec.strategy not in (Strategy.ZERO3, Strategy.FSDP):
-        raise GraphcostError(f"--offload params needs zero3 or fsdp (parameters are sharded "
-                             f"there); {spec.strategy} replicates them: use --offload optimizer")
+        raise GraphcostError(f"{opt('parallel.offload', value=Offload.PARAMS)} needs zero3 or fsdp (parameters are "
+                             f"sharded there); {spec.strategy} replicates them: use "
+                             f"{opt('parallel.offload', value=Offload.OPTIMIZER)}")
     if not spec.bucket_cap_mb > 0:
-        raise GraphcostError(f"--bucket-cap-mb {spec.bucket_cap_mb}: must be > 0")
+        raise GraphcostError(f"{opt('parallel.bucket_cap_mb')} {spec.bucket_cap_mb}: must be > 0")
     if spec.units is not None and spec.strategy not in SHARDED:
-        raise GraphcostError("--fsdp-units goes with zero2, zero3 or fsdp")
+        raise GraphcostError(f"{opt('parallel.units')} goes with zero2, zero3 or fsdp")
 
 
 def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
@@ -121,7 +122,8 @@ def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
     if spec.world_size is not None:
         return plan.at(spec.world_size)
     if device is None:
-        raise GraphcostError("--world-size auto needs --device (the memory of each rank)")
+        raise GraphcostError(f"{opt('parallel.world_size', value='auto')} needs {opt('device')} (the memory "
+                             "of each rank)")
     overhead = overhead or Overhead()
     return _smallest(plan, lambda b: overhead.required(b) <= device.memory)
 
@@ -145,7 +147,7 @@ def _smallest(plan: "_Plan", fits: Callable[[int], bool]) -> ParallelMemory:
                    else f"even {hi:,} ranks leave {r.per_rank_peak_bytes:,} B per rank "
                         f"(activations, {'gathered units, ' if plan.sharded else ''}"
                         "and what is not sharded)")
-            raise GraphcostError(f"--world-size auto: no world size fits the device: {why}; "
+            raise GraphcostError(f"{opt('parallel.world_size', value='auto')}: no world size fits the device: {why}; "
                                  f"one rank needs {at(1).per_rank_peak_bytes:,} B")
         hi *= 2
     lo = hi // 2   # does not fit (or hi == 1)

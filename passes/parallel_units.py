@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field, replace
 
-from .errors import GraphcostError
+from .errors import GraphcostError, opt
 from .ir import FLOAT_DTYPES, INTERNAL, Graph, TensorSpec, ValueKind
 from .checkpoint import repeated_blocks
 from .costs.registry import lookup
@@ -152,7 +152,7 @@ def unit_names(graph: Graph, forward: set[int], names: list[str] | None) -> list
         if name not in modules:
             close = difflib.get_close_matches(name, modules, n=5, cutoff=0.5)
             raise GraphcostError(
-                f"--fsdp-units {name}: no module of that name runs in the forward"
+                f"{opt('parallel.units', name)}: no module of that name runs in the forward"
                 + (f"; close matches: {', '.join(close)}" if close
                    else "; modules: " + ", ".join(modules[:12])))
     return list(names)

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from .errors import GraphcostError
+from .errors import GraphcostError, opt
 from .ir import INTERNAL, Graph, ValueKind
 from .checkpoint import (CheckpointSpec, Segment, checkpointed_storages, group_every, merge, repeated_blocks,
     segments_by_name, sqrt_groups, timeline_of)
@@ -150,7 +150,7 @@ def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
         raise GraphcostError(f"unknown optimizer {optimizer!r}; known: "
                              + ", ".join(STATE_MULTIPLIER))
     if impl not in OptimizerImpl.words():
-        raise GraphcostError(f"--optimizer-impl {impl}: known: " + ", ".join(OptimizerImpl.words()))
+        raise GraphcostError(f"{opt('optimizer_impl')} {impl}: known: " + ", ".join(OptimizerImpl.words()))
     values = graph.values
     params = [values[p] for p in trainable_params(graph)]
     param_bytes = sum(v.spec.nbytes or 0 for v in values.values() if v.kind == ValueKind.PARAM)
@@ -237,15 +237,15 @@ def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
         blocks = repeated_blocks(graph, fwd)
         if not blocks:
             raise GraphcostError("no repeated blocks found to checkpoint: name the modules "
-                                 "with --checkpoint NAME[,NAME…]")
+                                 f"with {opt('checkpoint')} NAME[,NAME…]")
         groups = sqrt_groups(blocks) if sqrt else group_every(blocks, every or 1)
         segs = [merge("+".join(g), segments_by_name(graph, fwd, g)) for g in groups]
         mode = "sqrt" if sqrt else "every"
     elif budget is not None:
         return _auto(graph, fwd, plain, budget, step, node_flops)
     else:
-        raise GraphcostError("--checkpoint needs module names, sqrt, auto (with --budget), "
-                             "or --checkpoint-every N")
+        raise GraphcostError(f"{opt('checkpoint')} needs module names, sqrt, auto (with "
+                             f"{opt('checkpoint.budget')}), or {opt('checkpoint.every')} N")
     return _plan(mode, segs, plain, step(segs), node_flops, budget)
 
 

@@ -14,8 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .api_checks import check_arguments, check_unknown
-from ...passes.errors import GraphcostError
-from .api_wording import api_wording
+from ...passes.errors import GraphcostError, opt
 from .report import Report
 from .resolve import Bindings, Resolved, resolve
 from ...passes.choices import Exporter
@@ -90,7 +89,7 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
 
     program = r.program
     if train:  # (torch's unlifted program module also refuses .train())
-        raise GraphcostError(f"--train: {r.name} is a forward traced by torch.export, not a "
+        raise GraphcostError(f"{opt('train')}: {r.name} is a forward traced by torch.export, not a "
                              "training step (BatchNorm on running statistics, dropout left "
                              "out): pass the nn.Module, or its file.py:Class, to trace one")
     note("lowering the exported program")
@@ -236,19 +235,18 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             parallel=parallel, optimizer_impl=optimizer_impl, serve=serve,
             all_layers=all_layers)
         return run_request(model, request, example_inputs, progress)
-    except GraphcostError as exc:  # said in this face's words: the arguments' names
-        raise GraphcostError(api_wording(str(exc))) from None
+    except GraphcostError:  # (its message names this face's arguments)
+        raise
     except Exception as exc:
         # the API promises one exception type; the cause stays chained for the bug report
         raise GraphcostError(f"internal error ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0][:300] if str(exc) else ''}); please "
-                             "report it with the model and graphcost --version") from exc
+                             "report it with the model and graphcost's version") from exc
 
 
 def run_request(model, request: Request, example_inputs: Sequence[Any] | None = None,
                 progress: Progress | None = None) -> Report:
-    """The analysis ``request`` asks for (both faces come here; errors are in the command
-    line's words, which ``analyze`` rewords)."""
+    """The analysis ``request`` asks for (both faces come here)."""
     from .pipeline import run_passes
 
     if progress is not None and not callable(progress):
@@ -279,12 +277,8 @@ def find_max_batch(model, *, progress: Progress | None = None, **kwargs) -> "Max
     (one trace), and the answer is confirmed at it and one above (analyzer/app/by_batch.py)."""
     from .by_batch import max_batch_search
 
-    try:
-        check_unknown((), {k: v for k, v in kwargs.items() if k not in ANALYZE_ARGS},
-                      ANALYZE_ARGS)
-        return max_batch_search(model, build_request(**kwargs), progress)
-    except GraphcostError as exc:
-        raise GraphcostError(api_wording(str(exc))) from None
+    check_unknown((), {k: v for k, v in kwargs.items() if k not in ANALYZE_ARGS}, ANALYZE_ARGS)
+    return max_batch_search(model, build_request(**kwargs), progress)
 
 
 # the keywords analyze takes, for the error naming one it does not

@@ -1,8 +1,7 @@
 """analyze()'s arguments checked as the command line checks its options.
 
-Every bad argument is a GraphcostError naming it (in the command line's words here; ``analyze``
-rewords them in the API's, errors.api_wording), never an AttributeError or TypeError from deep
-in a pass: sizes are positive ints within int64 (not "2", True or 2.5), the world size is
+Every bad argument is a GraphcostError naming it (``opt``: each face words it), never an
+AttributeError or TypeError from deep in a pass: sizes are positive ints within int64 (not "2", True or 2.5), the world size is
 within the bound the passes search (passes.parallel.MAX_WORLD), a device is a name or a
 DeviceRates with positive rates, an overhead a passes.roofline.Overhead (or its command-line
 text), a checkpoint plan one of the four forms the CLI builds.
@@ -13,7 +12,8 @@ import math
 from typing import Any, Mapping, Sequence
 
 from ...passes.checkpoint import CheckpointSpec
-from ...passes.errors import GraphcostError
+from ...passes.choices import Strategy
+from ...passes.errors import GraphcostError, opt
 
 INT64_MAX = 2 ** 63 - 1
 CHECKPOINT_KEYS = ("names", "every", "sqrt", "budget")
@@ -26,8 +26,8 @@ def check_arguments(*, batch=None, dims=None, input_shapes=None, input_dtypes=No
     sizes are positive ints within int64 (not "2", True or 2.5), mappings are mappings."""
     from ..frontends.binding import check_shape, check_size
 
-    if batch is not None:  # named as on the command line (api_wording renames them)
-        check_size(batch, "--batch")
+    if batch is not None:
+        check_size(batch, opt("batch"))
     for what, value in (("dims", dims), ("input_shapes", input_shapes),
                         ("input_dtypes", input_dtypes)):
         if value is not None and not isinstance(value, Mapping):
@@ -37,9 +37,9 @@ def check_arguments(*, batch=None, dims=None, input_shapes=None, input_dtypes=No
             if not isinstance(k, str):
                 raise GraphcostError(f"{what}: names must be strings, got {k!r}")
     for k, v in (dims or {}).items():
-        check_size(v, f"--dim {k}")
+        check_size(v, opt("dims", k))
     for k, v in (input_shapes or {}).items():
-        check_shape(v, f"--input-shape {k}")
+        check_shape(v, opt("input_shapes", k))
     if zoo_exporter not in ("onnx", "fx"):
         raise GraphcostError(f"zoo_exporter must be 'onnx' or 'fx', got {zoo_exporter!r}")
     if progress is not None and not callable(progress):
@@ -81,20 +81,20 @@ def device_of(device):
         from .devices import get_device
         return get_device(device)
     if not isinstance(device, DeviceRates):
-        raise GraphcostError(f"--device must be a device name such as 'a100-40gb' or a "
+        raise GraphcostError(f"{opt('device')} must be a device name such as 'a100-40gb' or a "
                              f"passes.roofline.DeviceRates, got {type(device).__name__}")
     rates = device.peak_flops
     if not isinstance(rates, Mapping) or set(rates) - set(DTYPES):
-        raise GraphcostError(f"--device: peak_flops must map some of {', '.join(DTYPES)} to "
+        raise GraphcostError(f"{opt('device')}: peak_flops must map some of {', '.join(DTYPES)} to "
                              f"FLOP/s, got {rates!r}"[:300])
-    _positive(rates.get("fp32"), "--device peak_flops['fp32']")
+    _positive(rates.get("fp32"), f"{opt('device')} peak_flops['fp32']")
     for k, v in rates.items():
         if v is not None:
-            _positive(v, f"--device peak_flops[{k!r}]")
-    _positive(device.bandwidth, "--device bandwidth")
-    _positive(device.memory, "--device memory", integer=True)
+            _positive(v, f"{opt('device')} peak_flops[{k!r}]")
+    _positive(device.bandwidth, f"{opt('device')} bandwidth")
+    _positive(device.memory, f"{opt('device')} memory", integer=True)
     if not isinstance(device.name, str) or not isinstance(device.label, str):
-        raise GraphcostError("--device: name and label must be strings")
+        raise GraphcostError(f"{opt('device')}: name and label must be strings")
     return device
 
 
@@ -108,14 +108,14 @@ def overhead_of(overhead):
         from .devices import parse_overhead
         return parse_overhead(overhead)
     if not isinstance(overhead, Overhead):
-        raise GraphcostError(f"--overhead must be a passes.roofline.Overhead or text such as "
+        raise GraphcostError(f"{opt('overhead')} must be a passes.roofline.Overhead or text such as "
                              f"'context=512MiB,allocator=10%', got {type(overhead).__name__}")
     c, f = overhead.context_bytes, overhead.allocator_fraction
     if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= INT64_MAX:
-        raise GraphcostError(f"--overhead context_bytes must be an integer ≥ 0 within int64, "
+        raise GraphcostError(f"{opt('overhead')} context_bytes must be an integer ≥ 0 within int64, "
                              f"got {c!r}")
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f < 10:
-        raise GraphcostError(f"--overhead allocator_fraction must be a number in [0, 10), got "
+        raise GraphcostError(f"{opt('overhead')} allocator_fraction must be a number in [0, 10), got "
                              f"{f!r}")
     return overhead
 
@@ -129,7 +129,7 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
         raise GraphcostError(f"checkpoint must be a mapping such as {{'every': 2}}, got "
                              f"{type(checkpoint).__name__}")
     if checkpoint and not train:
-        raise GraphcostError("checkpoint plans need a training analysis (--train)")
+        raise GraphcostError(f"checkpoint plans need a training analysis ({opt('train')})")
     unknown = sorted(map(str, set(checkpoint) - set(CHECKPOINT_KEYS)))
     if unknown or len(checkpoint) > 1:
         raise GraphcostError(f"checkpoint takes one of the keys {', '.join(CHECKPOINT_KEYS)}, "
@@ -140,9 +140,9 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
             raise GraphcostError(f"checkpoint['names'] must be a list of module paths, got "
                                  f"{value!r}"[:300])
         if key == "every":
-            _positive(value, "--checkpoint-every", integer=True)
+            _positive(value, opt("checkpoint.every"), integer=True)
         if key == "budget":
-            _positive(value, "--budget", integer=True)
+            _positive(value, opt("checkpoint.budget"), integer=True)
         if key == "sqrt" and value is not True:
             raise GraphcostError(f"checkpoint['sqrt'] must be True, got {value!r}")
     if not checkpoint:
@@ -164,39 +164,40 @@ def parallel_spec(parallel, train: bool, precision: str):
     from ...passes.parallel import ParallelSpec, check_spec
 
     if not isinstance(parallel, Mapping):
-        raise GraphcostError("--parallel: expected a mapping such as "
+        raise GraphcostError(f"{opt('parallel')}: expected a mapping such as "
                              "{'strategy': 'fsdp', 'world_size': 8}")
     unknown = sorted(map(str, set(parallel) - set(_PARALLEL_KEYS)))
     if unknown:
-        raise GraphcostError(f"--parallel: unknown key(s) {', '.join(unknown)}; known: "
+        raise GraphcostError(f"{opt('parallel')}: unknown key(s) {', '.join(unknown)}; known: "
                              + ", ".join(_PARALLEL_KEYS))
     if "strategy" not in parallel:
-        raise GraphcostError("--parallel: name a strategy: ddp, zero1, zero2, zero3 or fsdp")
+        raise GraphcostError(f"{opt('parallel')}: name a strategy: "
+                             f"{', '.join(Strategy.words()[:-1])} or {Strategy.FSDP}")
     if not train:
-        raise GraphcostError(f"--parallel {parallel['strategy']} divides a training step "
-                             "across ranks: add --train")
+        raise GraphcostError(f"{opt('parallel', value=parallel['strategy'])} divides a training step "
+                             f"across ranks: add {opt('train')}")
     if precision != "fp32":
-        raise GraphcostError(f"--precision {precision} with --parallel: not modelled yet "
+        raise GraphcostError(f"{opt('precision')} {precision} with {opt('parallel')}: not modelled yet "
                              "(data-parallel analysis is of fp32 training)")
     if "world_size" not in parallel:
-        raise GraphcostError(f"--parallel {parallel['strategy']} needs --world-size N (or auto "
-                             "with --device)")
+        raise GraphcostError(f"{opt('parallel', value=parallel['strategy'])} needs "
+                             f"{opt('parallel.world_size', value='N')} (or auto with {opt('device')})")
     world = parallel["world_size"]
     if world == "auto":
         world = None
     elif isinstance(world, bool) or not isinstance(world, int):
-        raise GraphcostError(f"--world-size {world}: expected a whole number ≥ 1 or auto")
+        raise GraphcostError(f"{opt('parallel.world_size', value=world)}: expected a whole number ≥ 1 or auto")
     units, link = parallel.get("units"), parallel.get("interconnect")
     if units is not None and (isinstance(units, str) or not isinstance(units, Sequence)
                               or not all(isinstance(u, str) for u in units)):
-        raise GraphcostError(f"--fsdp-units: expected a list of module paths, got {units!r}"
+        raise GraphcostError(f"{opt('parallel.units')}: expected a list of module paths, got {units!r}"
                              [:300])
     if link is not None and not isinstance(link, (str, InterconnectRates)):
-        raise GraphcostError(f"--interconnect: expected a name such as 'nvlink4', got "
+        raise GraphcostError(f"{opt('parallel.interconnect')}: expected a name such as 'nvlink4', got "
                              f"{type(link).__name__}")
     cap = parallel.get("bucket_cap_mb", 25.0)
     if cap is not None:
-        _positive(cap, "--bucket-cap-mb")
+        _positive(cap, opt("parallel.bucket_cap_mb"))
     spec = ParallelSpec(
         str(parallel["strategy"]), world, parallel.get("offload"),
         float(cap if cap is not None else 25.0), tuple(units) if units else None,

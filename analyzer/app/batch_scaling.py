@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ...passes.errors import GraphcostError
+from ...passes.errors import GraphcostError, opt
 from .report import Report
 from ...passes.roofline import Overhead
 
@@ -86,7 +86,7 @@ def required_bytes(r: Report) -> int:
     checkpoint plan (``--checkpoint``) as the plan runs it, which is what the user asked to
     fit (one data-parallel rank as its strategy runs it)."""
     if r.roofline is None:
-        raise GraphcostError("--max-batch needs a device: --device NAME or --device-spec")
+        raise GraphcostError(f"{opt('max_batch')} needs a device: {opt('device', value='NAME')} or {opt('device_spec')}")
     plan = _plan(r)
     if plan is None or getattr(r, "parallel", None) is not None:
         return r.roofline.required_bytes  # (a rank's peak is of the planned step already)
@@ -102,7 +102,7 @@ def _plan(r: Report):
 def _growing(mem: Affine) -> Affine:
     if mem.per_sample <= 0:
         raise GraphcostError("memory does not grow with the batch: is the batch dim bound? "
-                             "(--max-batch binds axis 0 of the inputs)")
+                             f"({opt('max_batch')} binds axis 0 of the inputs)")
     return mem
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ...passes.errors import GraphcostError
+from ...passes.errors import GraphcostError, opt
 from ...passes.ir import Graph
 from .api import Progress, batch_of, resolve_model, run_request, load_graph, torch_graph
 from .batch_scaling import MaxBatch, estimate_max_batch, max_batch, required_bytes
@@ -118,15 +118,15 @@ def max_batch_search(model, request: Request, progress: Progress | None = None) 
     there (or traced there, when the family came from two traces)."""
     passes = request.passes
     if request.load.batch is not None:
-        raise GraphcostError("--max-batch searches the batch: leave out --batch")
+        raise GraphcostError(f"{opt('max_batch')} searches the batch: leave out {opt('batch')}")
     if passes.device is None:
-        raise GraphcostError("--max-batch needs --device NAME or --device-spec")
+        raise GraphcostError(f"{opt('max_batch')} needs {opt('device', value='NAME')} or {opt('device_spec')}")
     if passes.checkpoint is not None and passes.checkpoint.budget is not None:
-        raise GraphcostError("--max-batch with --checkpoint auto --budget: a budget is a memory "
+        raise GraphcostError(f"{opt('max_batch')} with {opt('checkpoint', value='auto')} {opt('checkpoint.budget')}: a budget is a memory "
                              "target of its own; search the batch under a fixed plan "
-                             "(--checkpoint sqrt, NAMES or --checkpoint-every N)")
+                             f"({opt('checkpoint', value='sqrt')}, NAMES or {opt('checkpoint.every', value='N')})")
     if passes.parallel is not None and passes.parallel.world_size is None:
-        raise GraphcostError("--max-batch with --world-size auto: fix the world size to search "
+        raise GraphcostError(f"{opt('max_batch')} with {opt('parallel.world_size', value='auto')}: fix the world size to search "
                              "the batch (or the batch to search the world size)")
     at = analyze_by_batch(model, replace(request, passes=replace(passes, what_if=False)),
                           progress)

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ...passes.choices import OptimizerImpl
-from ...passes.errors import GraphcostError
+from ...passes.errors import GraphcostError, opt
 from .units import parse_rate, parse_size
 from ...passes.comm import InterconnectRates
 from ...passes.roofline import DTYPES, DeviceRates, Overhead  # noqa: F401  (the values)
@@ -129,7 +129,7 @@ def get_interconnect(name: str) -> InterconnectRates:
         return INTERCONNECTS[key]
     close = difflib.get_close_matches(key, INTERCONNECTS, n=3, cutoff=0.5)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    raise GraphcostError(f"--interconnect {name}: unknown{hint}; known: "
+    raise GraphcostError(f"{opt('parallel.interconnect', value=name)}: unknown{hint}; known: "
                          + ", ".join(INTERCONNECTS))
 
 
@@ -150,7 +150,7 @@ def get_device(name: str) -> DeviceRates:
     close = list(dict.fromkeys(ALIASES.get(c, c) for c in close))[:3]
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise GraphcostError(f"unknown device {name!r}{hint}; known: {', '.join(DEVICES)}; or "
-                         "describe one with --device-spec flops=…,bandwidth=…,memory=…")
+                         f"describe one with {opt('device_spec')} flops=…,bandwidth=…,memory=…")
 
 
 def parse_device_spec(text: str) -> DeviceRates:
@@ -161,23 +161,23 @@ def parse_device_spec(text: str) -> DeviceRates:
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
         if not sep or not value.strip():
-            raise GraphcostError(f"--device-spec: expected KEY=VALUE, got {part!r}")
+            raise GraphcostError(f"{opt('device_spec')}: expected KEY=VALUE, got {part!r}")
         fields[key.strip().lower()] = value.strip()
     allowed = {"flops", "bandwidth", "memory", "name", *DTYPES}
     unknown = sorted(set(fields) - allowed)
     if unknown:
-        raise GraphcostError(f"--device-spec: unknown key(s) {', '.join(unknown)}; "
+        raise GraphcostError(f"{opt('device_spec')}: unknown key(s) {', '.join(unknown)}; "
                              f"known: {', '.join(sorted(allowed))}")
     missing = [k for k in ("flops", "bandwidth", "memory") if k not in fields]
     if missing:
-        raise GraphcostError(f"--device-spec needs {', '.join(missing)} "
+        raise GraphcostError(f"{opt('device_spec')} needs {', '.join(missing)} "
                              "(e.g. flops=19.5T,bandwidth=1555G,memory=40GiB)")
-    rates = {d: parse_rate(fields[d], f"--device-spec {d}") if d in fields else None
+    rates = {d: parse_rate(fields[d], f"{opt('device_spec')} {d}") if d in fields else None
              for d in DTYPES}
-    rates["fp32"] = parse_rate(fields["flops"], "--device-spec flops")
+    rates["fp32"] = parse_rate(fields["flops"], f"{opt('device_spec')} flops")
     return DeviceRates(fields.get("name", "custom"), f"custom ({text})", MappingProxyType(rates),
-                  parse_rate(fields["bandwidth"], "--device-spec bandwidth"),
-                  parse_size(fields["memory"], "--device-spec memory"))
+                  parse_rate(fields["bandwidth"], f"{opt('device_spec')} bandwidth"),
+                  parse_size(fields["memory"], f"{opt('device_spec')} memory"))
 
 
 def parse_overhead(text: str) -> Overhead:
@@ -189,16 +189,16 @@ def parse_overhead(text: str) -> Overhead:
         key, sep, value = (x.strip() for x in part.partition("="))
         key = key.lower()
         if not sep or key not in ("context", "allocator"):
-            raise GraphcostError(f"--overhead: expected context=SIZE or allocator=PERCENT, "
+            raise GraphcostError(f"{opt('overhead')}: expected context=SIZE or allocator=PERCENT, "
                                  f"got {part!r}")
         if key == "context":
-            context = 0 if value in ("0", "0B") else parse_size(value, "--overhead context")
+            context = 0 if value in ("0", "0B") else parse_size(value, f"{opt('overhead')} context")
         else:
             try:
                 fraction = float(value[:-1]) / 100 if value.endswith("%") else float(value)
             except ValueError:
-                raise GraphcostError(f"--overhead allocator={value}: expected a percentage "
+                raise GraphcostError(f"{opt('overhead')} allocator={value}: expected a percentage "
                                      "such as 10%") from None
             if not 0 <= fraction < 10:
-                raise GraphcostError(f"--overhead allocator={value}: out of range")
+                raise GraphcostError(f"{opt('overhead')} allocator={value}: out of range")
     return Overhead(context, fraction)

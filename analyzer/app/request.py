@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from ...passes.checkpoint import CheckpointSpec
 from ...passes.choices import Exporter, Lifetimes, Optimizer, OptimizerImpl
-from ...passes.errors import GraphcostError
+from ...passes.errors import GraphcostError, opt
 from ...passes.parallel import ParallelSpec
 from ...passes.roofline import DeviceRates, Overhead
 from .api_checks import (check_arguments, check_checkpoint, device_of, overhead_of,
@@ -91,7 +91,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
     overhead = overhead_of(overhead)
     precision = canonical(precision) if isinstance(precision, str) else precision
     if serve is not None and parallel:
-        raise GraphcostError("--serve reviews one replica serving: leave out --parallel")
+        raise GraphcostError(f"{opt('serve')} reviews one replica serving: leave out {opt('parallel')}")
     load = LoadOptions(batch, _raw(dims), _raw(input_shapes), _raw(input_dtypes),
                        zoo_exporter, train, all_layers)
     if serve is not None:
@@ -124,7 +124,7 @@ def _pass_options(*, include_inputs, inplace, lifetimes, train, optimizer, check
                                                 (None, *OptimizerImpl.words()))})
     plan = check_checkpoint(checkpoint, train)
     if precision != "fp32" and not train:
-        raise GraphcostError("--precision is a training recipe: add --train")
+        raise GraphcostError(f"{opt('precision')} is a training recipe: add {opt('train')}")
     rates = device_of(device)
     spec = parallel_spec(parallel, train, precision)
     return PassOptions(
@@ -144,13 +144,13 @@ def _serve_request(serve, load: LoadOptions, precision: str, *, include_inputs, 
     check_arguments(batch=load.batch,
                     flags={"train": load.train, "tf32": tf32, "all_layers": load.all_layers})
     if load.train:
-        raise GraphcostError("--serve reviews inference (prefill and decode): leave out --train")
+        raise GraphcostError(f"{opt('serve')} reviews inference (prefill and decode): leave out {opt('train')}")
     if load.dims or load.input_shapes:
-        raise GraphcostError("--serve sets the sequence lengths itself (--prompt, --generate): "
-                             "leave out --dim and --input-shape")
+        raise GraphcostError(f"{opt('serve')} sets the sequence lengths itself ({opt('serve.prompt')}, "
+                             f"{opt('serve.generate')}): leave out {opt('dims')} and {opt('input_shapes')}")
     if precision != "fp32":
-        raise GraphcostError("--serve prices dtypes with --weight-dtype and --kv-dtype, not "
-                             "--precision")
+        raise GraphcostError(f"{opt('serve')} prices dtypes with {opt('serve.weight_dtype')} and "
+                             f"{opt('serve.kv_dtype')}, not {opt('precision')}")
     return Request(load, PassOptions(include_inputs=include_inputs, lifetimes=lifetimes,
                                      device=device_of(device), tf32=tf32, overhead=overhead),
                    spec)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ...passes.errors import GraphcostError, did_you_mean
+from ...passes.errors import did_you_mean, GraphcostError, opt
 
 ZOO_PREFIX = "zoo:"
 # torch.export names the sizes the data decides u0, u1… (unbacked symbols): a --dim of that
@@ -179,7 +179,7 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
         typo = next((k for k in dims if k != "batch" and k not in takes), None)
         if typo is None:
             raise GraphcostError(f"zoo:{name}: {exc}") from None
-        raise GraphcostError(f"--dim {typo}: zoo:{name} has no dim {typo!r}"
+        raise GraphcostError(f"{opt('dims', typo)}: zoo:{name} has no dim {typo!r}"
                              f"{did_you_mean(typo, takes)}; its dims: "
                              f"{', '.join(takes) or 'batch only'}") from None
     if b.input_shapes and b.batch is not None:
@@ -229,7 +229,7 @@ def _file_class(spec: str, b: Bindings, materialize: bool, note: Progress) -> Re
     from ..frontends.torch.capture import (build_on_meta, build_seeded, fake_inputs, load_class,
         real_inputs)
     if not b.input_shapes:
-        raise GraphcostError(f"{spec}: pass the input sizes, e.g. --input-shape x=1x3x224x224")
+        raise GraphcostError(f"{spec}: pass the input sizes, e.g. {opt('input_shapes', 'x', '1x3x224x224')}")
     note(f"importing {spec}")
     cls, cls_name = load_class(spec)
     module = build_seeded(cls, cls_name) if materialize else build_on_meta(cls, cls_name)
@@ -277,8 +277,8 @@ def _same_dtypes(asked: Mapping[str, Any], declared: Mapping[str, str], model: s
         want = str(dtype).removeprefix("torch.")
         have = declared.get(name)
         if have is None:
-            raise GraphcostError(f"--input-dtype {name}: {model} has no input {name!r}; its "
+            raise GraphcostError(f"{opt('input_dtypes', name)}: {model} has no input {name!r}; its "
                                  f"inputs: {', '.join(declared)}")
         if want != have:
-            raise GraphcostError(f"--input-dtype {name}={want}: {model} declares {name} as "
+            raise GraphcostError(f"{opt('input_dtypes', name, want)}: {model} declares {name} as "
                                  f"{have}; it would reject a {want} input")

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..frontends.binding import check_size
-from ...passes.errors import GraphcostError
+from ...passes.errors import GraphcostError, opt
 from ...passes.serving import ServingTrace
 from ...passes.serving_dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype, deployed
 from .request import ServeSpec
@@ -33,10 +33,10 @@ def check_serve(serve: Any) -> ServeSpec:
                              + ", ".join(KEYS))
     for key in ("prompt", "generate"):
         if key not in serve:
-            raise GraphcostError(f"--serve needs --{key} N")
-        check_size(serve[key], f"--{key}")
-    check_dtype(serve.get("kv_dtype"), KV_DTYPES, "--kv-dtype")
-    check_dtype(serve.get("weight_dtype"), WEIGHT_DTYPES, "--weight-dtype")
+            raise GraphcostError(f"{opt('serve')} needs {opt('serve.' + key)} N")
+        check_size(serve[key], opt("serve." + key))
+    check_dtype(serve.get("kv_dtype"), KV_DTYPES, opt("serve.kv_dtype"))
+    check_dtype(serve.get("weight_dtype"), WEIGHT_DTYPES, opt("serve.weight_dtype"))
     return ServeSpec(serve["prompt"], serve["generate"], serve.get("kv_dtype"),
                      serve.get("weight_dtype"))
 
@@ -64,11 +64,11 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
         steps = capture_onnx(r.onnx, batch=b, prompt=prompt, generate=generate, name=r.name,
                              note=note)
     else:
-        raise GraphcostError(f"--serve: {r.name} is an exported program of fixed shapes; "
-                             "--serve traces the prefill and a decode step itself: pass the "
+        raise GraphcostError(f"{opt('serve')}: {r.name} is an exported program of fixed shapes; "
+                             f"{opt('serve')} traces the prefill and a decode step itself: pass the "
                              "module (or its ONNX export with past_key_values inputs)")
     if len(steps.decode_past) != len(steps.decode_cache) or not steps.decode_past:
-        raise GraphcostError(f"--serve: {r.name}'s decode step takes {len(steps.decode_past)} "
+        raise GraphcostError(f"{opt('serve')}: {r.name}'s decode step takes {len(steps.decode_past)} "
                              f"cache tensors and returns {len(steps.decode_cache)}: not a KV "
                              "cache graphcost can follow")
     dims = MappingProxyType({"prompt": prompt, "generate": generate})

@@ -203,11 +203,12 @@ def main(argv: list[str] | None = None) -> int:
 def guarded(run, args) -> int:
     """Run a command: GraphcostError -> one line and exit 2; a bug -> one line and exit 70."""
     from .text import escape  # names in messages come from the model
+    from .wording import cli_message
 
     try:
         return run(args)
     except GraphcostError as exc:
-        sys.stderr.write(f"graphcost: error: {escape(str(exc))}\n")
+        sys.stderr.write(f"graphcost: error: {escape(cli_message(exc))}\n")
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write("graphcost: interrupted\n")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ...passes.errors import GraphcostError, did_you_mean
+from ...passes.errors import did_you_mean, GraphcostError, opt
 
 RawDim = int | str | None
 INT64_MAX = 2 ** 63 - 1  # ONNX dims and element counts are int64
@@ -60,20 +60,20 @@ def bind_inputs(inputs: Sequence[tuple[str, Sequence[RawDim]]], *, batch: int | 
                 ) -> tuple[dict[str, tuple[int, ...]], dict[str, int], int]:
     """Returns (input name -> concrete shape, symbol -> value, the batch size used)."""
     if batch is not None:
-        check_size(batch, "--batch")
+        check_size(batch, opt("batch"))
     for k, v in dims.items():
-        check_size(v, f"--dim {k}")
-    input_shapes = {k: check_shape(v, f"--input-shape {k}") for k, v in input_shapes.items()}
+        check_size(v, opt("dims", k))
+    input_shapes = {k: check_shape(v, opt("input_shapes", k)) for k, v in input_shapes.items()}
     names = {name for name, _ in inputs}
     for name in input_shapes:
         if name not in names:
-            raise GraphcostError(f"--input-shape names no graph input {name!r}; inputs are: "
+            raise GraphcostError(f"{opt('input_shapes')} names no graph input {name!r}; inputs are: "
                                  + ", ".join(sorted(names)))
     symbols = {d for _, shape in inputs for d in shape if isinstance(d, str)}
     for k in dims:
         if k not in symbols:
             known = ", ".join(sorted(symbols)) or "none (every input dim is fixed)"
-            raise GraphcostError(f"--dim {k}: no symbolic dim named {k!r} in the graph inputs"
+            raise GraphcostError(f"{opt('dims', k)}: no symbolic dim named {k!r} in the graph inputs"
                                  f"{did_you_mean(k, symbols)}; symbolic dims: {known}")
 
     values: dict[str, int] = dict(dims)
@@ -89,14 +89,14 @@ def bind_inputs(inputs: Sequence[tuple[str, Sequence[RawDim]]], *, batch: int | 
             continue
         given = tuple(input_shapes[name])
         if len(given) != len(shape):
-            raise GraphcostError(f"--input-shape {name}: rank {len(given)} given, the graph input "
+            raise GraphcostError(f"{opt('input_shapes', name)}: rank {len(given)} given, the graph input "
                                  f"has rank {len(shape)} ({_fmt(shape)})")
         for axis, (d, g) in enumerate(zip(shape, given)):
             if isinstance(d, int) and d != g:
-                raise GraphcostError(f"--input-shape {name}: dim {axis} is fixed to {d} in the "
+                raise GraphcostError(f"{opt('input_shapes', name)}: dim {axis} is fixed to {d} in the "
                                      f"graph, {g} given")
             if isinstance(d, str):
-                set_symbol(d, g, f"--input-shape {name}")
+                set_symbol(d, g, opt("input_shapes", name))
 
     used_batch = batch if batch is not None else 1
     batch_symbols = {shape[0] for name, shape in inputs
@@ -105,7 +105,7 @@ def bind_inputs(inputs: Sequence[tuple[str, Sequence[RawDim]]], *, batch: int | 
         if sym not in values:
             values[sym] = used_batch
         elif batch is not None and values[sym] != batch:
-            raise GraphcostError(f"--batch {batch} conflicts with --dim {sym}={values[sym]}")
+            raise GraphcostError(f"{opt('batch', value=batch)} conflicts with {opt('dims', sym, values[sym])}")
     if batch is not None:
         fixed = [(name, shape[0]) for name, shape in inputs
                  if name not in input_shapes and shape and isinstance(shape[0], int)
@@ -113,9 +113,9 @@ def bind_inputs(inputs: Sequence[tuple[str, Sequence[RawDim]]], *, batch: int | 
         if fixed and not batch_symbols:
             name, d = fixed[0]
             raise GraphcostError(
-                f"input {name!r} has a fixed batch dimension {d}, so --batch {batch} cannot be "
+                f"input {name!r} has a fixed batch dimension {d}, so {opt('batch', value=batch)} cannot be "
                 f"applied: re-export with a dynamic batch dim (torch.onnx.export(..., "
-                f"dynamic_axes={{'{name}': {{0: 'batch'}}}}) or dynamic_shapes=...), or omit --batch")
+                f"dynamic_axes={{'{name}': {{0: 'batch'}}}}) or dynamic_shapes=...), or omit {opt('batch')}")
 
     bound: dict[str, tuple[int, ...]] = {}
     for name, shape in inputs:
@@ -132,11 +132,12 @@ def bind_inputs(inputs: Sequence[tuple[str, Sequence[RawDim]]], *, batch: int | 
                 out.append(used_batch)
             elif isinstance(d, str):
                 raise GraphcostError(f"input {name!r} dim {axis} is the symbol {d!r} and has no "
-                                     f"value: pass --dim {d}=N (or --input-shape {name}=...)")
+                                     f"value: pass {opt('dims', d, 'N')} "
+                                     f"(or {opt('input_shapes', name, '...')})")
             else:
+                sizes = "x".join("N" if not isinstance(x, int) else str(x) for x in shape)
                 raise GraphcostError(f"input {name!r} dim {axis} is unknown in the graph: pass "
-                                     f"--input-shape {name}=" + "x".join(
-                                         "N" if not isinstance(x, int) else str(x) for x in shape))
+                                     + opt("input_shapes", name, sizes))
         count = 1
         for d in out:  # fixed dims may be 0 (an empty tensor); the product must fit int64
             count *= d

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...passes.errors import GraphcostError
-from ..app.api_wording import api_wording
+from ...passes.errors import GraphcostError, opt
 from ..app.request import PassOptions, Request, build_request
 from ..app.resolve import Bindings, resolve
 from ...passes.choices import Exporter, Optimizer
@@ -34,27 +33,24 @@ def verify(model, example_inputs: Sequence[Any] | None = None, *, fx: bool = Fal
     """``model``: anything analyze() takes (a .pt2 program excepted: its weights are never
     unpickled). PyTorch models are built with seeded random weights. Errors name these
     arguments."""
-    try:
-        request = build_request(
-            batch=batch, dims=dims, input_shapes=input_shapes, input_dtypes=input_dtypes,
-            zoo_exporter="fx" if fx else "onnx", train=train, optimizer=optimizer,
-            lifetimes=lifetimes, include_inputs=include_inputs, inplace=inplace,
-            all_layers=all_layers)
-        return verify_request(model, request, example_inputs, repeat=repeat, depth=depth,
-                              progress=progress)
-    except GraphcostError as exc:
-        raise GraphcostError(api_wording(str(exc))) from None
+    request = build_request(
+        batch=batch, dims=dims, input_shapes=input_shapes, input_dtypes=input_dtypes,
+        zoo_exporter="fx" if fx else "onnx", train=train, optimizer=optimizer,
+        lifetimes=lifetimes, include_inputs=include_inputs, inplace=inplace,
+        all_layers=all_layers)
+    return verify_request(model, request, example_inputs, repeat=repeat, depth=depth,
+                          progress=progress)
 
 
 def verify_request(model, request: Request, example_inputs: Sequence[Any] | None = None, *,
                    repeat: int = 10, depth: int = 1,
                    progress: Callable[[str], None] | None = None,
                    ) -> OnnxVerification | TorchVerification:
-    """Measure what ``request`` asks on this CPU (both faces come here; errors in the command
-    line's words). Only plain fp32 steps are measured."""
+    """Measure what ``request`` asks on this CPU (both faces come here). Only plain fp32
+    steps are measured."""
     load, passes = request.load, request.passes
     if passes.checkpoint or passes.precision != "fp32":
-        raise GraphcostError("verify measures plain fp32 steps: --checkpoint and --precision "
+        raise GraphcostError(f"verify measures plain fp32 steps: {opt('checkpoint')} and {opt('precision')} "
                              "are not measured")
     bindings = Bindings(load.batch, dict(load.dims),
                         {k: tuple(v) for k, v in load.input_shapes.items()},
@@ -67,8 +63,8 @@ def verify_request(model, request: Request, example_inputs: Sequence[Any] | None
                              "instead")
     if r.kind == "onnx":
         if load.train:
-            raise GraphcostError("--train verifies a PyTorch training step: use zoo:NAME "
-                                 "--fx or path/to/file.py:Class")
+            raise GraphcostError(f"{opt('train')} verifies a PyTorch training step: use zoo:NAME "
+                                 f"{opt('zoo_exporter', value='fx')} or path/to/file.py:Class")
         return verify_onnx(r, load.batch, repeat=repeat, progress=progress,
                            passes=PassOptions(include_inputs=passes.include_inputs,
                                               inplace=passes.inplace,

@@ -17,7 +17,7 @@ from dataclasses import replace, dataclass
 from pathlib import Path
 from typing import Any
 
-from ...passes.errors import GraphcostError
+from ...passes.errors import GraphcostError, opt
 from ..app.request import PassOptions
 from .reference import CpuSpec, cpu_device, measure_cpu
 
@@ -98,7 +98,7 @@ def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
 
     note = progress or (lambda _m: None)
     if repeat < 1:
-        raise GraphcostError(f"--repeat must be at least 1, got {repeat}")
+        raise GraphcostError(f"{opt('repeat')} must be at least 1, got {repeat}")
     note("loading the model with its weights")
     proto = _load_with_weights(resolved)
     if proto.functions:  # the IR names values of the inlined graph (inlined within budget)
@@ -247,8 +247,8 @@ def _random_feeds(proto, graph, int_ranges: Mapping[str, tuple[int, int]]) -> di
     for name in graph.inputs:
         spec = graph.spec(name)
         if spec is None or not spec.known:
-            raise GraphcostError(f"input {name!r} has no concrete shape: bind it with --batch, "
-                                 "--dim or --input-shape")
+            raise GraphcostError(f"input {name!r} has no concrete shape: bind it with {opt('batch')}, "
+                                 f"{opt('dims')} or {opt('input_shapes')}")
         try:
             dt = np.dtype(tensor_dtype_to_np_dtype(elem[name]))
         except Exception:

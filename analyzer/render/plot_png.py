@@ -7,7 +7,7 @@ without the extra still works; the Agg canvas is used directly, so no display is
 """
 from __future__ import annotations
 
-from ...passes.errors import GraphcostError
+from ...passes.errors import GraphcostError, opt
 from .plot import SHADES, size_label, training_curves
 from ..app.report import Report
 from ..app.units import human_bytes
@@ -35,7 +35,7 @@ def _x(i: int, n: int) -> float:
 def timeline_png(report: Report, path) -> None:
     t = report.training
     if t is None:
-        raise GraphcostError("the timeline plot needs a training analysis (--train)")
+        raise GraphcostError(f"the timeline plot needs a training analysis ({opt('train')})")
     Figure, FigureCanvasAgg = require_matplotlib()
     curves = training_curves(report)
     n = len(t.timeline)
@@ -61,8 +61,8 @@ def timeline_png(report: Report, path) -> None:
     ax.set_xlabel("nodes of the forward + backward schedule, then the optimizer step "
                   "(peak marked)", color="#555555")
     if top > 1e300:  # matplotlib draws floats; the report labels such a step absurd
-        raise GraphcostError(f"--plot: the step's memory ({human_bytes(top)}) is beyond what "
-                             "a PNG axis can scale: write the SVG (--plot FILE.svg) instead")
+        raise GraphcostError(f"{opt('plot')}: the step's memory ({human_bytes(top)}) is beyond what "
+                             f"a PNG axis can scale: write the SVG ({opt('plot')} FILE.svg) instead")
     ax.set_yticks([top * k / 4 for k in range(5)], [size_label(top * k / 4) for k in range(5)])
     ax.grid(axis="y", color="#cccccc", lw=0.5)
     ax.set_axisbelow(True)
@@ -86,4 +86,4 @@ def timeline_png(report: Report, path) -> None:
     try:
         fig.savefig(path, format="png")
     except OSError as exc:
-        raise GraphcostError(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
+        raise GraphcostError(f"{opt('plot')} {path}: cannot write: {exc.strerror or exc}") from None

@@ -29,7 +29,7 @@ from .inline import inline_functions
 from .lowering import Lowering
 from .types import DTYPE  # noqa: F401 (app/resolve.py and measure/verify_onnx.py read it here)
 from .types import SpecReader, is_handle, raw_dims, tensor_type, type_spec
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, opt
 from ....passes.ir import Graph, TensorSpec
 from .validate import validate_model
 
@@ -78,7 +78,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         rd = raw_dims(tensor)
         if rd is None:
             raise GraphcostError(f"input {vi.name!r} has no shape in the graph: pass "
-                                 f"--input-shape {vi.name}=...")
+                                 f"{opt('input_shapes', vi.name, '...')}")
         raw.append((vi.name, rd))
     # --dim NAME=MAX also bounds a Loop whose trip count is data: NAME is its trip-count value
     # (or, for a loop run by its condition alone, the Loop node's name)

@@ -11,7 +11,7 @@ tokens (prefill), past length P + G − 1 and one token (decode). The cache is w
 """
 from __future__ import annotations
 
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, opt
 from ..serving_steps import Steps
 
 PAST = ("past_key_values.", "past_key_values_", "past.", "past_")
@@ -30,25 +30,25 @@ def capture_onnx(proto, *, batch: int, prompt: int, generate: int, name: str,
     past = [vi for vi in feeds if vi.name.startswith(PAST)]
     present = [o.name for o in g.output if o.name.startswith(PRESENT)]
     if not past or not present:
-        raise GraphcostError(f"--serve: {name} has no past_key_values.* inputs and present.* "
+        raise GraphcostError(f"{opt('serve')}: {name} has no past_key_values.* inputs and present.* "
                              "outputs: export the decoder with its KV cache (a decoder-with-"
                              "past export) to review it for serving")
     if "input_ids" not in {vi.name for vi in feeds}:
-        raise GraphcostError(f"--serve: {name} has no input_ids input; a decoder-with-past "
+        raise GraphcostError(f"{opt('serve')}: {name} has no input_ids input; a decoder-with-past "
                              "export takes input_ids, attention_mask and past_key_values.*")
     other = [vi.name for vi in feeds if vi.name not in FIXED and vi not in past]
     if other:
-        raise GraphcostError(f"--serve: {name} has inputs --serve cannot bind: "
+        raise GraphcostError(f"{opt('serve')}: {name} has inputs {opt('serve')} cannot bind: "
                              + ", ".join(other) + f"; it binds {', '.join(FIXED)} and "
                              "past_key_values.*")
     layouts = {vi.name: _dims(vi) for vi in past}
     for vname, dims in layouts.items():
         if len(dims) < 3:
-            raise GraphcostError(f"--serve: {vname} has rank {len(dims)}; a cache input is "
+            raise GraphcostError(f"{opt('serve')}: {vname} has rank {len(dims)}; a cache input is "
                                  "(batch, heads, past length, head dim)")
         loose = [d for d in dims[1:-2] + dims[-1:] if not isinstance(d, int)]
         if loose:
-            raise GraphcostError(f"--serve: {vname} has a symbolic dim {loose[0]!r} besides "
+            raise GraphcostError(f"{opt('serve')}: {vname} has a symbolic dim {loose[0]!r} besides "
                                  "the batch and the past length; export with fixed heads and "
                                  "head size")
 
@@ -76,7 +76,7 @@ def capture_onnx(proto, *, batch: int, prompt: int, generate: int, name: str,
     lengths = [decode.spec(n).shape[-2] if decode.spec(n) and decode.spec(n).shape else None
                for n in present]
     if any(not isinstance(n, int) for n in lengths):
-        raise GraphcostError(f"--serve: {name}'s present.* outputs have no known length at "
+        raise GraphcostError(f"{opt('serve')}: {name}'s present.* outputs have no known length at "
                              "the decode step")
     return Steps(prefill, decode, tuple(present), past_names, tuple(present),
                  appends=all(n == 1 for n in lengths))

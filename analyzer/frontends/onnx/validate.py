@@ -90,7 +90,7 @@ def validate_model(model: onnx.ModelProto, name: str = "model") -> onnx.ModelPro
     try:
         return _validate(model, name)
     except GraphcostError as exc:
-        raise GraphcostError(f"{name}: {exc}") from None
+        raise GraphcostError(f"{name}: {exc.raw}") from None
 
 
 def _validate(model: onnx.ModelProto, name: str) -> onnx.ModelProto:

@@ -35,6 +35,7 @@ from typing import Any, Mapping
 
 import torch
 
+from ....passes.errors import opt
 from .compat import fake_safe, unbacked_vals_attr
 
 # torch's "no maximum": int_oo, or sys.maxsize − 1 where a meta kernel writes one
@@ -183,7 +184,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         if hi is None:
             return  # torch stops with the symbol; explain() names its flag
         text = str(n.node.expr)
-        syms = ", ".join(f"--dim {s}=MAX" for s in sorted(map(str, n.node.expr.free_symbols)))
+        syms = ", ".join(opt("dims", s, "MAX") for s in sorted(map(str, n.node.expr.free_symbols)))
         where = "".join(f" (from {self.origins[s]})" for s in
                         sorted(map(str, n.node.expr.free_symbols)) if s in self.origins)
         if func not in _ITERATES:
@@ -285,7 +286,7 @@ def explain(exc: BaseException, mode: BoundedSizes | None) -> str | None:
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
     if isinstance(exc, DynamicOutputShapeException):  # AOTAutograd's static fake tensors
         return (f"{exc.func} returns a size the data decides, which the backward trace "
-                "(AOTAutograd) cannot follow: analyze the inference (without --train)")
+                f"(AOTAutograd) cannot follow: analyze the inference (without {opt('train')})")
     if isinstance(exc, TooManyIterations):
         return str(exc)
     if not isinstance(exc, GuardOnDataDependentSymNode):
@@ -301,7 +302,7 @@ def explain(exc: BaseException, mode: BoundedSizes | None) -> str | None:
         where = f" (from {origins[name]})" if name in origins else ""
         sized = env is not None and (s in env.size_like or s in mode._sizes)
         if sized or env is None:
-            parts.append(f"the size {name}{where} has no upper bound: pass --dim {name}=MAX")
+            parts.append(f"the size {name}{where} has no upper bound: pass {opt('dims', name, 'MAX')}")
         else:
             parts.append(f"{name}{where} is a value read from a tensor, not a size: no bound "
                          "decides which way the branch goes")

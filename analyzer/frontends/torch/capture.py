@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, opt
 from .compat import no_stack_traces
 
 
@@ -51,13 +51,13 @@ def fake_inputs(model: torch.nn.Module, input_shapes: Mapping[str, Sequence[int]
     names = [p.name for p in params]
     for name in input_shapes:
         if name not in names:
-            raise GraphcostError(f"--input-shape names no argument {name!r} of "
+            raise GraphcostError(f"{opt('input_shapes')} names no argument {name!r} of "
                                  f"{type(model).__name__}.forward; its arguments are: "
                                  + ", ".join(names))
     missing = [p.name for p in params if p.default is p.empty and p.name not in input_shapes]
     if missing:
         raise GraphcostError(f"{type(model).__name__}.forward needs {', '.join(missing)}: pass "
-                             + " ".join(f"--input-shape {m}=..." for m in missing))
+                             + " ".join(opt("input_shapes", m, "...") for m in missing))
     return make_fakes(model, input_shapes, input_dtypes)
 
 

@@ -30,7 +30,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, opt
 from .repeat_layers import REPEAT_AT
 from ....passes.ir import Graph
 from ..serving_steps import Steps
@@ -48,18 +48,18 @@ def check_servable(model: torch.nn.Module, name: str) -> str:
     if _transformers_model(model):
         cfg = model.config
         if getattr(cfg, "is_encoder_decoder", False):
-            raise GraphcostError(f"--serve: {name} is an encoder-decoder "
-                                 f"({type(model).__name__}); --serve analyzes decoder-only "
+            raise GraphcostError(f"{opt('serve')}: {name} is an encoder-decoder "
+                                 f"({type(model).__name__}); {opt('serve')} analyzes decoder-only "
                                  "language models (prefill, then decode over a KV cache)")
         if model.get_output_embeddings() is None or not hf_cache_kwarg(model):
-            raise GraphcostError(f"--serve: {name} ({type(model).__name__}) has no causal LM "
-                                 "head and no KV cache to decode with; --serve analyzes "
+            raise GraphcostError(f"{opt('serve')}: {name} ({type(model).__name__}) has no causal LM "
+                                 f"head and no KV cache to decode with; {opt('serve')} analyzes "
                                  "decoder language models (…ForCausalLM)")
         return "hf"
     if "past_key_values" in params and "use_cache" in params:
         return "kv"
-    raise GraphcostError(f"--serve: {name} ({type(model).__name__}) has no KV cache: its "
-                         "forward takes no past_key_values; --serve analyzes decoder language "
+    raise GraphcostError(f"{opt('serve')}: {name} ({type(model).__name__}) has no KV cache: its "
+                         f"forward takes no past_key_values; {opt('serve')} analyzes decoder language "
                          "models that keep one")
 
 
@@ -138,8 +138,8 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     kind = check_servable(model, name)
     cap = _positions(model)
     if cap is not None and prompt + generate > cap:
-        raise GraphcostError(f"--serve: {name} has {cap} learned positions; --prompt + "
-                             f"--generate = {prompt + generate} exceeds them")
+        raise GraphcostError(f"{opt('serve')}: {name} has {cap} learned positions; {opt('serve.prompt')} + "
+                             f"{opt('serve.generate')} = {prompt + generate} exceeds them")
     stack = find_stack(model, repeat_at) if repeat_at else None
     step = HFStep(model) if kind == "hf" else KVStep(model)
     with truncated(model, stack) if stack else nullcontext():

@@ -22,7 +22,7 @@ import torch
 
 from .bounded_trace import finite as _finite
 from .bounded_trace import is_unbacked, upper_of
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, opt
 from ....passes.ir import SizeBound, TensorSpec
 
 _MAX_EXPRS = 3  # symbolic dims named in one node's bound sentence
@@ -170,7 +170,7 @@ def check_maxima(graph, maxima: Mapping[str, int],
             continue
         if sym not in known:
             have = ", ".join(sorted({*known, *traced}, key=lambda s: (len(s), s))) or "none"
-            raise GraphcostError(f"--dim {sym}: {graph.name} has no data-dependent size named "
+            raise GraphcostError(f"{opt('dims', sym)}: {graph.name} has no data-dependent size named "
                                  f"{sym!r}; its data-dependent sizes: {have}")
         b = known[sym]
         if b.upper is not None and b.upper < value:
