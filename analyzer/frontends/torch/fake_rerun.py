@@ -20,7 +20,7 @@ caller trace instead.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -123,7 +123,7 @@ def rerun(gm: torch.fx.GraphModule, marker: int, batch: int) -> None:
         return x // marker * batch
 
     traced = gm.meta.setdefault("graphcost_traced", {})
-    env: dict[str, object] = {}
+    env: dict[str, Any] = {}  # what each node computed (map_arg puts them in its args)
     with FakeTensorMode(allow_non_fake_inputs=True):
         for node in gm.graph.nodes:
             if node.op == "output":
