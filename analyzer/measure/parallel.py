@@ -60,10 +60,11 @@ def measure_parallel(cases: list[Case], world: int, *, fake: bool = False,
 
     with tempfile.TemporaryDirectory() as out:
         payload = json.dumps([asdict(c) for c in cases])
+        # (spawn is documented, but torch.multiprocessing's __all__ omits it)
         if fake:
-            mp.spawn(_worker, args=(world, payload, out, 0, True, steps), nprocs=1)
+            mp.spawn(_worker, args=(world, payload, out, 0, True, steps), nprocs=1)  # pyright: ignore[reportPrivateImportUsage]
         else:
-            mp.spawn(_worker, args=(world, payload, out, _free_port(), False, steps),
+            mp.spawn(_worker, args=(world, payload, out, _free_port(), False, steps),  # pyright: ignore[reportPrivateImportUsage]
                      nprocs=world)
         results = []
         for name in sorted(os.listdir(out)):
@@ -204,7 +205,8 @@ def _wrap(model, case: Case):
 def _recording_allreduce(state: list, bucket):
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     state.append(bucket.buffer().untyped_storage())
-    return allreduce_hook(None, bucket)
+    # None: the default group (torch's annotation says a ProcessGroup is required)
+    return allreduce_hook(None, bucket)  # pyright: ignore[reportArgumentType]
 
 
 def _move_buckets(tracker, cats: dict, buckets: list) -> None:
