@@ -11,6 +11,11 @@ and ``graphcost.models_zoo``. In the source tree they sit beside this folder (``
 installed graphcost holds them inside it and an editable install maps them to the checkout.
 Inside the product every import between them is relative, which resolves the same on disk.
 """
+# For the type checker, which reads the source tree: graphcost.analyzer and graphcost.passes exist
+# only through pyproject's package-dir (installed, or the editable install's import hook), so
+# the absolute imports below do not resolve on disk; and the names in __all__ come from
+# __getattr__ (PEP 562), imported on first use. The code they import is checked where it lives.
+# pyright: reportMissingImports=false, reportUnsupportedDunderAll=false
 __all__ = ["analyze", "GraphcostError", "Report"]
 __version__ = "0.1.0"
 

@@ -62,8 +62,15 @@ SCALES = ((32.0,), (64.0,))  # one anchor size per level, 3 aspect ratios: 3 anc
 
 
 def _anchors(features: list[Tensor]) -> list[Tensor]:
-    return [anchors(tuple(f.shape[-2:]), s, sc, f.device)
+    return [anchors((f.shape[-2], f.shape[-1]), s, sc, f.device)
             for f, s, sc in zip(features, STRIDES, SCALES)]
+
+
+def _batched(out: list[tuple[Tensor, Tensor, Tensor, Tensor]]
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Each image's (boxes, scores, labels, image index), concatenated over the batch."""
+    boxes, scores, labels, image = [torch.cat(parts) for parts in zip(*out)]
+    return boxes, scores, labels, image
 
 
 class TwoStageDetector(nn.Module):
@@ -94,7 +101,7 @@ class TwoStageDetector(nn.Module):
         self.box_coder = BoxCoder((10.0, 10.0, 5.0, 5.0))
 
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        size = tuple(images.shape[-2:])
+        size = (images.shape[-2], images.shape[-1])
         features = self.backbone(images)
         proposals = self._proposals(features, size, images.shape[0])
         rois = torch.cat([torch.cat([torch.full_like(p[:, :1], i), p], 1)
@@ -150,7 +157,8 @@ class TwoStageDetector(nn.Module):
             result[idx] = pooled
         return result
 
-    def _detections(self, logits: Tensor, deltas: Tensor, proposals: list[Tensor], size):
+    def _detections(self, logits: Tensor, deltas: Tensor, proposals: list[Tensor],
+                    size: tuple[int, int]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         per_image = [p.shape[0] for p in proposals]
         boxes_all = self.box_coder.decode(deltas, torch.cat(proposals))
         scores_all = F.softmax(logits, -1)
@@ -170,7 +178,7 @@ class TwoStageDetector(nn.Module):
             keep = keep[: self.detections_per_img]
             out.append((boxes[keep], scores[keep], labels[keep],
                         torch.full_like(labels[keep], i)))
-        return tuple(torch.cat(parts) for parts in zip(*out))
+        return _batched(out)
 
 
 class SingleStageDetector(nn.Module):
@@ -193,7 +201,7 @@ class SingleStageDetector(nn.Module):
         self.coder = BoxCoder((1.0, 1.0, 1.0, 1.0))
 
     def forward(self, images: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        size = tuple(images.shape[-2:])
+        size = (images.shape[-2], images.shape[-1])
         features = self.backbone(images)
         batch, c = images.shape[0], self.num_classes
         logits = [self.cls_logits(self.cls_tower(f)).permute(0, 2, 3, 1).reshape(batch, -1, c)
@@ -222,7 +230,7 @@ class SingleStageDetector(nn.Module):
             keep = batched_nms(boxes, scores, labels, self.nms_thresh)[: self.detections_per_img]
             out.append((boxes[keep], scores[keep], labels[keep],
                         torch.full_like(labels[keep], i)))
-        return tuple(torch.cat(parts) for parts in zip(*out))
+        return _batched(out)
 
 
 def two_stage(**kwargs) -> nn.Module:

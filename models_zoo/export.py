@@ -28,7 +28,8 @@ class ZooExportError(RuntimeError):
 def _export_legacy(model, args, path: Path, spec, opset: int) -> None:
     dynamic_axes = {**spec.dynamic_dims, **spec.output_dims()}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        # TracerWarning is public but torch.jit's __all__ omits it
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # pyright: ignore[reportPrivateImportUsage]
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*constant folding be turned off.*")
         torch.onnx.export(
@@ -83,6 +84,7 @@ def _export_dynamo(model, args, path: Path, spec, opset: int | None) -> None:
         raise ZooExportError(f"the dynamo ONNX exporter failed on zoo model {spec.name!r}: {type(e).__name__}: {e}") from e
     finally:
         reg_logger.setLevel(old_level)
+    assert prog is not None  # dynamo=True always returns the ONNXProgram
     prog.save(str(path), external_data=False)
 
 

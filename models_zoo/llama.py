@@ -107,6 +107,8 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
+    inv_freq: torch.Tensor  # a buffer (register_buffer below)
+
     def __init__(self, cfg: LlamaConfig = LlamaConfig()) -> None:
         super().__init__()
         self.cfg = cfg

@@ -35,7 +35,10 @@ def gpt2_lora() -> GPT2:
     model = GPT2(GPT2Config())
     for p in model.parameters():
         p.requires_grad_(False)
-    for block in model.h:
-        block.attn.c_attn = LoRALinear(block.attn.c_attn)
-        block.attn.c_proj = LoRALinear(block.attn.c_proj)
+    for block in model.h:  # (a ModuleList's items are plain Modules to the type checker)
+        attn = block.get_submodule("attn")
+        c_attn, c_proj = attn.get_submodule("c_attn"), attn.get_submodule("c_proj")
+        assert isinstance(c_attn, nn.Linear) and isinstance(c_proj, nn.Linear)
+        attn.c_attn = LoRALinear(c_attn)
+        attn.c_proj = LoRALinear(c_proj)
     return model

@@ -45,13 +45,13 @@ class ZooModel:
 
 
 def _image(c: int, h: int, w: int, *, resizable: bool = False) -> Callable[..., dict[str, tuple[int, ...]]]:
-    if resizable:
-        def shapes(batch: int, height: int = h, width: int = w) -> dict[str, tuple[int, ...]]:
-            return {"x": (batch, c, height, width)}
-    else:
-        def shapes(batch: int) -> dict[str, tuple[int, ...]]:
-            return {"x": (batch, c, h, w)}
-    return shapes
+    def resizable_shapes(batch: int, height: int = h, width: int = w
+                         ) -> dict[str, tuple[int, ...]]:
+        return {"x": (batch, c, height, width)}
+
+    def shapes(batch: int) -> dict[str, tuple[int, ...]]:
+        return {"x": (batch, c, h, w)}
+    return resizable_shapes if resizable else shapes
 
 
 def _tokens(*names: str, seq: int) -> Callable[..., dict[str, tuple[int, ...]]]:

@@ -5,7 +5,7 @@ before it left cached (the optimizer state is created inside the first ``step()`
 the first step's activations had freed, so the second step's activations need new ones)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from .ir import Graph, ValueKind
 from .caching_allocator import Alloc, Event, Free, replay
@@ -26,7 +26,7 @@ def events_from_liveness(storages, *, resident: Iterable[tuple[str, int]] = (),
     end (gradients, freed by the next ``zero_grad``). Zero-byte storages (unknown sizes) are
     left out. A storage's id is ``(tag, its index)``, a resident one's ("resident", name);
     steps are node indices."""
-    storages: Sequence = getattr(storages, "storages", storages)
+    storages = getattr(storages, "storages", storages)
     events: list[Event] = [Alloc(("resident", name), nbytes, 0)
                            for name, nbytes in resident if nbytes > 0]
     steps = max((s.death for s in storages), default=-1) + 1

@@ -32,6 +32,7 @@ bound) and is counted in a warning. Measured against the exact FX figures:
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import Any, Mapping
 
 from .ir import FLOAT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
 from .costs.backward import BACKWARD_OP, GRAD_SEED_OP, GRAD_VIEW_OP, LOSS_ADD_OP, LOSS_REDUCE_OP
@@ -72,8 +73,8 @@ class _Builder:
         self.values[name] = Value(name, spec, ValueKind.ACTIVATION, len(self.nodes))
         return name
 
-    def add_node(self, name: str, op: str, inputs, outputs, attrs=_EMPTY, scope: str = "",
-                 repeat: int = 1) -> None:
+    def add_node(self, name: str, op: str, inputs, outputs, attrs: Mapping[str, Any] = _EMPTY,
+                 scope: str = "", repeat: int = 1) -> None:
         base, k = name, 1
         while name in self.node_names:  # node names stay unique, as the frontend's
             k += 1
@@ -201,6 +202,7 @@ class _Builder:
         elif isinstance(saves, tuple):
             kept = [node.inputs[i] for i in saves if i < len(node.inputs) and node.inputs[i]]
         if saves == "stat":
+            assert r is not None  # "stat" is what a rule declares
             if r.train_attrs:
                 attrs = MappingProxyType({**node.attrs, **r.train_attrs})
             spec = self.stat_spec(node, r)
@@ -278,6 +280,7 @@ class _Builder:
         if (r is not None and r.alias) or view == "always":
             passing = list(targets)
         elif view == "same_shape":
+            assert r is not None  # a grad_view is what a rule declares
             allowed = r.grad_view_inputs
             passing = [n for n, pos in targets.items()
                        if (allowed is None or pos in allowed)

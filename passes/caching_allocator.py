@@ -38,6 +38,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import final
 
 K_MIN_BLOCK_SIZE = 512        # kMinBlockSize: "all sizes are rounded to at least 512 bytes"
 K_SMALL_SIZE = 1 << 20        # kSmallSize: "largest 'small' allocation is 1 MiB"
@@ -48,6 +49,7 @@ K_ROUND_LARGE = 2 << 20       # kRoundLarge: "round up large allocations to 2 Mi
 _UNLIMITED = 1 << 64          # max_split_size unset: SIZE_MAX in CUDAAllocatorConfig
 
 
+@final  # final, so that `type(ev) is Alloc` narrows the else branch to Free for the checker
 @dataclass(frozen=True, slots=True)
 class Alloc:
     """A tensor's storage is allocated: ``size`` bytes as requested (before rounding)."""
@@ -56,6 +58,7 @@ class Alloc:
     step: int = -1    # the caller's clock (a node index); results name the step of a peak
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Free:
     id: Hashable
@@ -245,11 +248,11 @@ class _Allocator:
         """``try_allocate_expandable_block``: take (and grow) the free block at the mapped end,
         or map a new block there; pages are mapped whole (``ExpandableSegment::map``)."""
         last = pool.last
-        grow = last is not None and not last.allocated
-        need = size - last.size if grow else size
-        if grow and need <= 0:
-            pool.take(last)
-            return last
+        grow = last if last is not None and not last.allocated else None  # the free end block
+        need = size - grow.size if grow is not None else size
+        if grow is not None and need <= 0:
+            pool.take(grow)
+            return grow
         mapped = -(-need // pool.page) * pool.page
         if not self._fits(mapped):
             return None
@@ -258,10 +261,10 @@ class _Allocator:
         self.reserved += mapped
         self.device_allocs += 1
         pool.end += mapped
-        if grow:
-            pool.take(last)
-            last.size += mapped
-            return last
+        if grow is not None:
+            pool.take(grow)
+            grow.size += mapped
+            return grow
         block = _Block(pool.end - mapped, mapped)
         block.prev = last
         if last is not None:

@@ -67,8 +67,9 @@ def block_table(graph: Graph, live: Liveness, forward: set[int], names: list[str
         if bb is None or s in outputs or s not in first_bwd:
             continue
         recompute[bb] = min(recompute[bb], first_bwd[s])
-        blocks = [block_of.get(u) for u in fwd_uses.get(s, [])]
-        if any(b is None for b in blocks):
+        uses = fwd_uses.get(s, [])
+        blocks = [b for u in uses if (b := block_of.get(u)) is not None]
+        if len(blocks) < len(uses):
             continue                      # read by a node between blocks: never internal
         count[bb][max(blocks, default=bb)] += st.nbytes
     saved = [[0] * (n_blocks + 1) for _ in range(n_blocks + 1)]

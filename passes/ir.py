@@ -51,7 +51,7 @@ class TensorSpec:
     nbytes: int | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        n = None
+        n: int | None = None
         if self.shape is not None and all(type(d) is int for d in self.shape):
             n = math.prod(self.shape)  # type: ignore[arg-type]
         object.__setattr__(self, "numel", n)

@@ -41,6 +41,7 @@ def magnitude_warnings(graph: Graph, node_costs: Sequence) -> tuple[str, ...]:
             continue
         if big:
             name, spec = big[0]
+            assert spec.numel is not None and spec.nbytes is not None  # known: it is big
             why = (f"its output {name!r} has {figure(spec.numel)} elements "
                    f"({figure(spec.nbytes)} bytes)")
         elif node.repeat > 1:

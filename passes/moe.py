@@ -86,15 +86,20 @@ def find_moe(graph: Graph, costs: CostReport, total_params: int) -> MoE | None:
                    for w in [_weight_of(graph, n.inputs[1])] if w}
         if not weights:
             continue
-        n_exp = graph.values[next(iter(weights))].spec.shape[0]
+        w_shape = graph.values[next(iter(weights))].spec.shape
+        n_exp = w_shape[0] if w_shape else None
+        if not isinstance(n_exp, int):
+            continue
         router = None
         for cand in routers.get(block, []):  # a top-k over the n experts' scores
-            shape = graph.spec(cand.inputs[0]).shape if cand.inputs else None
-            out = graph.spec(cand.outputs[0]).shape if cand.outputs else None
-            if shape and out and shape[-1] == n_exp:
-                router = (out[-1], graph.spec(cand.inputs[0]).numel // n_exp)
+            scores = graph.spec(cand.inputs[0]) if cand.inputs else None
+            out = graph.spec(cand.outputs[0]) if cand.outputs else None
+            if scores and scores.shape and out and out.shape and scores.shape[-1] == n_exp:
+                k = out.shape[-1]
+                if isinstance(k, int) and scores.numel is not None:  # else symbolic: skipped
+                    router = (k, scores.numel // n_exp)
                 break
-        if router is None or not isinstance(n_exp, int):
+        if router is None:
             continue
         k, tokens = router
         layers.append(MoELayer(

@@ -108,7 +108,7 @@ def price(clock: Clock) -> Priced:
             at_step[d] = at_step.get(d, 0) + b
         if d == "optimizer_state":
             state += b
-    breakdown = dict.fromkeys(CATEGORIES, 0)
+    breakdown: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
     for d, b in detail.items():
         breakdown[DETAILS[d]] += b
     # the first step: forward and backward run before step() creates the state

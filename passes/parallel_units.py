@@ -171,7 +171,8 @@ def fsdp_units(graph: Graph, forward: set[int],
     """The units (blocks in forward order, then the root) and each parameter's unit."""
     values = graph.values
     origin, param_of = origins(graph)
-    node_of = {v: values[o].producer for v, o in origin.items()}
+    # every origin is a node's output, so each has a producer
+    node_of = {v: p for v, o in origin.items() if (p := values[o].producer) is not None}
     paths = _param_paths(graph, forward)
     params = list(paths)
     unit_of = {p: _owner(path, names) for p, path in paths.items()}
@@ -236,8 +237,8 @@ def fsdp_units(graph: Graph, forward: set[int],
             continue
         units.append(Unit(
             u, len(mine), sum(values[p].spec.nbytes or 0 for p in mine), 0, 0, 0,
-            tuple(fwd_span[u]) if u in fwd_span else None,
-            tuple(bwd_span[u]) if u in bwd_span else None,
+            (fwd_span[u][0], fwd_span[u][1]) if u in fwd_span else None,
+            (bwd_span[u][0], bwd_span[u][1]) if u in bwd_span else None,
             u == ROOT or u in deferred, mine))
     return units, unit_of
 

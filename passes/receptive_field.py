@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import overload
 
-from .ir import Graph, Node, ValueKind
+from .ir import Dim, Graph, Node, ValueKind
 from .costs.registry import WINDOWS, lookup
 
 INPUT_START = 0.5  # centre of input pixel 0, the guide's convention
@@ -117,9 +118,9 @@ def _role(node: Node) -> str | None:
 
 def _node_field(node: Node, graph: Graph, by_value: dict[str, Field]) -> Field | None:
     r = lookup(node.op)
-    role = r.rf if r is not None else None
-    if role is None:
+    if r is None or r.rf is None:
         return None
+    role = r.rf
     if role in WINDOWS:
         f = by_value.get(node.inputs[0])
         if f is None or not _rank_is(graph, node.outputs[0], len(f.rf)):
@@ -219,7 +220,8 @@ def _begin_padding(node: Node, graph: Graph, n: int, k, s, d, r):
 def _transposed(node: Node, graph: Graph, f: Field, r) -> Field | None:
     n = len(f.rf)
     a = node.attrs
-    w = graph.spec(node.inputs[1]) if len(node.inputs) > 1 else None
+    inputs = node.inputs  # a local: the checker narrows its length, not node.inputs'
+    w = graph.spec(inputs[1]) if len(inputs) > 1 else None
     k = r.attr(a, "kernel") or (w.shape[2:] if w is not None and w.shape is not None
                                 and len(w.shape) == n + 2 else None)
     k = _per_axis(k, n, 1) if k else None
@@ -313,7 +315,13 @@ def _rank_is(graph: Graph, name: str, n: int) -> bool:
     return spec is not None and spec.shape is not None and len(spec.shape) == n + 2
 
 
-def _spatial(graph: Graph, name: str, n: int, concrete: bool = True):
+@overload  # concrete (the default): every size is an int, else None
+def _spatial(graph: Graph, name: str, n: int) -> tuple[int, ...] | None: ...
+@overload
+def _spatial(graph: Graph, name: str, n: int, concrete: bool) -> tuple[Dim, ...] | None: ...
+
+
+def _spatial(graph: Graph, name: str, n: int, concrete: bool = True) -> tuple[Dim, ...] | None:
     spec = graph.spec(name)
     if spec is None or spec.shape is None or len(spec.shape) != n + 2:
         return None

@@ -40,7 +40,9 @@ class DeviceRates:
 
     def peak(self, dtype: str) -> float:
         """The rate for ``dtype``, falling back to fp32 where the device has no fast path."""
-        return self.peak_flops.get(dtype) or self.peak_flops["fp32"]
+        rate = self.peak_flops.get(dtype) or self.peak_flops["fp32"]
+        assert rate is not None  # every device has an fp32 rate (a --device spec must give one)
+        return rate
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,7 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         kv_cache_bytes=after, cache_tensors=len(trace.decode_past),
         cache_update="append" if trace.appends else "concat",
         prefill=prefill_out, decode=decode_out, required_bytes=required,
-        fits=required <= device.memory if device else None,
+        fits=required <= device.memory if device and required is not None else None,
         max_concurrent_sequences=_max_sequences(weights, (after + work) / b, device, overhead),
         max_context=max_context, positions=trace.positions,
         what_if=_what_ifs(prefill, trace, device, overhead, peaks),
@@ -222,8 +222,8 @@ def _priced(prefill: Graph, trace: ServingTrace, weight: str | None, kv: str | N
 
 def _cache_bytes(decode: Graph, trace: ServingTrace) -> tuple[int, int]:
     """The batch's cache before the last step (P + G − 1 tokens) and after it (P + G)."""
-    before = sum(decode.spec(n).nbytes or 0 for n in trace.decode_past)
-    out = sum(decode.spec(n).nbytes or 0 for n in trace.decode_cache)
+    before = sum(decode.values[n].spec.nbytes or 0 for n in trace.decode_past)
+    out = sum(decode.values[n].spec.nbytes or 0 for n in trace.decode_cache)
     return before, before + out if trace.appends else out
 
 
@@ -238,7 +238,7 @@ def _working_peak(graph: Graph, cache: set[str]) -> int:
         if k is None:
             continue
         s = live.storages[k]
-        size = min(graph.spec(name).nbytes or 0, s.nbytes)
+        size = min(graph.values[name].spec.nbytes or 0, s.nbytes)
         diff[s.birth] += size
         diff[min(s.death, n - 1) + 1] -= size
     peak = running = 0

@@ -49,7 +49,7 @@ def traced_dtype(graph: Graph) -> str:
     for v in graph.values.values():
         if v.kind == ValueKind.PARAM and v.spec.dtype in FLOAT_DTYPES:
             total[v.spec.dtype] = total.get(v.spec.dtype, 0) + (v.spec.nbytes or 0)
-    return max(total, key=total.get) if total else "float32"
+    return max(total, key=total.__getitem__) if total else "float32"
 
 
 def plan(graph: Graph, weight: str | None, kv: str | None) -> tuple[str, str, str]:

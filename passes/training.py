@@ -39,7 +39,7 @@ from .liveness import analyze_liveness
 
 # state tensors per parameter (momentum: one buffer; Adam's family: exp_avg and exp_avg_sq)
 ADAPTIVE = tuple(o for o in Optimizer if o.adaptive)
-STATE_MULTIPLIER = {Optimizer.NONE: 0, Optimizer.SGD: 0, Optimizer.MOMENTUM: 1,
+STATE_MULTIPLIER: dict[str, int] = {Optimizer.NONE: 0, Optimizer.SGD: 0, Optimizer.MOMENTUM: 1,
                     Optimizer.ADAM: 2, Optimizer.ADAMW: 2}
 
 

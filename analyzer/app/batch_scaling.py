@@ -143,6 +143,7 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
         return cache[b]
 
     r1, r2 = at(1), at(2)
+    assert r1.roofline is not None  # analyzed with a device: its memory is the capacity
     capacity = r1.roofline.memory_bytes
     fits = lambda b: required_bytes(at(b)) <= capacity  # noqa: E731
     second = 2  # the peak may sit where the batch does not reach (a small model's optimizer
@@ -200,6 +201,7 @@ def estimate_max_batch(analyze_at: Analyze, grows: tuple[int, int]) -> MaxBatch:
     mem = _growing(_affine(lo, required_bytes(reports[lo]), hi, required_bytes(reports[hi])))
     flops = _affine(lo, _flops(reports[lo]), hi, _flops(reports[hi]))
     r1 = reports[1]
+    assert r1.roofline is not None  # analyzed with a device: its memory is the capacity
     capacity = r1.roofline.memory_bytes
     fitting = [b for b in ESTIMATE_AT if required_bytes(reports[b]) <= capacity]
     best = max(fitting[-1] if fitting else 0, int((capacity - mem.fixed) // mem.per_sample))

@@ -78,7 +78,7 @@ def analyze_by_batch(model, request: Request,
     def plain(b: int) -> Report:
         return run_request(model, request.at_batch(b), progress=progress)
     load, passes = request.load, request.passes
-    family, exact, marker = None, plain, None
+    family, exact, marker, rerun = None, plain, None, None
     try:
         once = traced_once(model, load, progress)
     except GraphcostError:
@@ -90,7 +90,7 @@ def analyze_by_batch(model, request: Request,
             marker = graph.batch
         except Exception:  # an op refusing a re-bound size: trace at 2 and 3
             family = None
-    if family is not None:
+    if family is not None and rerun is not None:
         exact = lambda b: run_passes(rerun(b), passes)  # noqa: E731
     else:
         g2 = load_graph(model, replace(load, batch=2), progress=progress)

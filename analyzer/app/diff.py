@@ -54,12 +54,19 @@ class NodeDiff:
     matched_by: str = ""     # name | sequence | op-order ("" for added/removed)
 
     @property
+    def row(self) -> NodeRow:
+        """The new row, else the old one (a diff has one or both)."""
+        row = self.new or self.old
+        assert row is not None
+        return row
+
+    @property
     def name(self) -> str:
-        return (self.new or self.old).name
+        return self.row.name
 
     @property
     def op(self) -> str:
-        return (self.new or self.old).op
+        return self.row.op
 
     def changes(self) -> tuple[Change, ...]:
         o, n = self.old, self.new
@@ -292,7 +299,7 @@ def diff_reports(a: Report, b: Report) -> ReportDiff:
     rows += [NodeDiff("added", None, n) for n in added]
     rows += [NodeDiff("removed", o, None) for o in removed]
     # new-model order first (removed nodes by their old position, after)
-    rows.sort(key=lambda d: (d.new is None, (d.new or d.old).index))
+    rows.sort(key=lambda d: (d.new is None, d.row.index))
     notes = []
     if method != "name":
         other = sum(1 for *_, how in pairs if how != "name")

@@ -27,10 +27,12 @@ def batch_family(g1: Graph, b1: int, g2: Graph, b2: int) -> Callable[[int], Grap
         s1, s2 = v1.spec.shape, g2.values[name].spec.shape
         if s1 == s2:
             continue
-        if s1 is None or s2 is None or len(s1) != len(s2) or \
-                not all(type(d) is int for d in (*s1, *s2)):
+        if s1 is None or s2 is None or len(s1) != len(s2):
             return None
-        lines[name] = tuple((a, b - a) for a, b in zip(s1, s2))
+        dims = [(a, b) for a, b in zip(s1, s2) if type(a) is int and type(b) is int]
+        if len(dims) != len(s1):
+            return None
+        lines[name] = tuple((a, b - a) for a, b in dims)
     db = b2 - b1
 
     def at(b: int) -> Graph:

@@ -153,7 +153,7 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
     if b.input_dtypes:
         _same_dtypes(b.input_dtypes, {k: str(v).removeprefix("torch.")
                                       for k, v in spec.input_dtypes.items()}, f"zoo:{name}")
-    ranges = {k: tuple(v) for k, v in spec.int_ranges.items()}
+    ranges = {k: (int(v[0]), int(v[1])) for k, v in spec.int_ranges.items()}
     maxima = _maxima(b)
     dims = {**models_zoo.default_dims(name), **{k: v for k, v in b.dims.items()
                                                  if k not in maxima}}

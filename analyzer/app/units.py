@@ -19,7 +19,9 @@ def _scaled(text: str, units: dict, unit_pattern: str) -> float | None:
     """number × unit, or None when ``text`` is not a number followed by one of ``units``."""
     m = re.fullmatch(_NUMBER + f"({unit_pattern})" + r"\s*", text)
     unit = m.group(2).lower() if m else None
-    return None if unit not in units else float(m.group(1)) * units[unit]
+    if m is None or unit not in units:
+        return None
+    return float(m.group(1)) * units[unit]
 
 
 def parse_size(text: str, what: str = "size") -> int:
@@ -62,7 +64,7 @@ def parse_rate(text: str, what: str = "rate") -> float:
     return value
 
 
-def _huge(n: int) -> str | None:
+def _huge(n: float) -> str | None:
     """An int past 10^18 as '3.87e+25' (exactly, from its digits: one past 2^1024 has no
     float), None otherwise; such counts are labelled absurd (passes/magnitude.py)."""
     if not isinstance(n, int) or abs(n) < 10 ** 18:

@@ -31,7 +31,7 @@ def run(args) -> int:
             *(Col(k, numeric=True) for k in DTYPES), Col("GB/s", numeric=True),
             Col("GiB", numeric=True)]
     rows = [[d.name, d.label,
-             *(f"{d.peak_flops[k] / 1e12:g}" if d.peak_flops[k] else "—" for k in DTYPES),
+             *(f"{v / 1e12:g}" if (v := d.peak_flops[k]) else "—" for k in DTYPES),
              f"{d.bandwidth / 1e9:,.0f}", f"{d.memory / 2**30:g}"] for d in DEVICES.values()]
     print_table(console, "devices (dense peaks, TFLOP/s; int8 TOP/s; — = no fast path)", cols,
                 rows, width=width)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
+from typing import Any, TypeVar, overload
 
 from ...passes.errors import did_you_mean
 
@@ -48,6 +50,9 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
             f"{parser.prog} --help lists every option")
 
 
+_N = TypeVar("_N")  # the namespace parse_args fills
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors, exit 2 (its usage block would bury the message)."""
 
@@ -55,7 +60,16 @@ class Parser(argparse.ArgumentParser):
         sys.stderr.write(f"graphcost: error: {message}\n")
         raise SystemExit(EXIT_BAD_INPUT)
 
-    def parse_args(self, args=None, namespace=None):
+    # argparse's three signatures (typeshed's overloads), so that this override matches them
+    @overload
+    def parse_args(self, args: Iterable[str] | None = None, namespace: None = None
+                   ) -> argparse.Namespace: ...
+    @overload
+    def parse_args(self, args: Iterable[str] | None, namespace: _N) -> _N: ...
+    @overload
+    def parse_args(self, *, namespace: _N) -> _N: ...
+
+    def parse_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> Any:
         namespace, extras = self.parse_known_args(args, namespace)
         if extras:
             self.error(unrecognized(self, extras))
@@ -67,15 +81,13 @@ def versions_line() -> str:
     first line), read from the packages' metadata: nothing is imported."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from ... import __version__
-
     parts = []
     for dist in ("torch", "onnx", "onnxruntime", "transformers"):
         try:
             parts.append(f"{dist} {version(dist)}")
         except PackageNotFoundError:
             parts.append(f"{dist} not installed")
-    return f"graphcost {__version__} ({', '.join(parts)}; Python {sys.version.split()[0]})"
+    return f"graphcost {version('graphcost')} ({', '.join(parts)}; Python {sys.version.split()[0]})"
 
 
 class Version(argparse.Action):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
+from typing import Any, TypeVar
 
+_T = TypeVar("_T")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -20,19 +22,23 @@ def escape(text: str) -> str:
                    for c in text)
 
 
-def escape_strings(obj):
+def escape_strings(obj: _T) -> _T:
     """``obj`` with every string inside it escaped: frozen dataclasses (a Report, a diff), tuples,
     lists and mappings are rebuilt only where something changed."""
+    return _escaped(obj)
+
+
+def _escaped(obj: Any) -> Any:  # escape_strings: an object of the same type comes back
     if isinstance(obj, str):
         return escape(obj)
     if isinstance(obj, (tuple, list)):
-        items = [escape_strings(x) for x in obj]
+        items = [_escaped(x) for x in obj]
         if all(a is b for a, b in zip(items, obj)):
             return obj
         return type(obj)(items) if isinstance(obj, list) or type(obj) is tuple else \
             type(obj)(*items)  # a named tuple
     if isinstance(obj, (dict, MappingProxyType)):
-        pairs = [(escape_strings(k), escape_strings(v)) for k, v in obj.items()]
+        pairs = [(_escaped(k), _escaped(v)) for k, v in obj.items()]
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, obj.items())):
             return obj
         out = dict(pairs)
@@ -42,7 +48,7 @@ def escape_strings(obj):
         for f in dataclasses.fields(obj):
             if f.init:
                 value = getattr(obj, f.name)
-                new = escape_strings(value)
+                new = _escaped(value)
                 if new is not value:
                     changed[f.name] = new
         return dataclasses.replace(obj, **changed) if changed else obj

@@ -60,10 +60,11 @@ def measure_parallel(cases: list[Case], world: int, *, fake: bool = False,
 
     with tempfile.TemporaryDirectory() as out:
         payload = json.dumps([asdict(c) for c in cases])
+        # (spawn is documented, but torch.multiprocessing's __all__ omits it)
         if fake:
-            mp.spawn(_worker, args=(world, payload, out, 0, True, steps), nprocs=1)
+            mp.spawn(_worker, args=(world, payload, out, 0, True, steps), nprocs=1)  # pyright: ignore[reportPrivateImportUsage]
         else:
-            mp.spawn(_worker, args=(world, payload, out, _free_port(), False, steps),
+            mp.spawn(_worker, args=(world, payload, out, _free_port(), False, steps),  # pyright: ignore[reportPrivateImportUsage]
                      nprocs=world)
         results = []
         for name in sorted(os.listdir(out)):
@@ -122,7 +123,7 @@ def _run_case(case: Case, rank: int, steps):
     model = models_zoo.build_model(case.model, eval=False)
     spec = models_zoo.get(case.model)
     shapes = dict(case.input_shapes) or models_zoo.input_shapes(case.model, case.batch)
-    gen_ranges = {k: tuple(v) for k, v in spec.int_ranges.items()}
+    gen_ranges = {k: (int(v[0]), int(v[1])) for k, v in spec.int_ranges.items()}
     torch.manual_seed(rank)
     args = tuple(real_inputs(shapes, spec.input_dtypes, gen_ranges).values())
     model, opt, tracker_for, buckets = _wrap(model, case)
@@ -204,7 +205,8 @@ def _wrap(model, case: Case):
 def _recording_allreduce(state: list, bucket):
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     state.append(bucket.buffer().untyped_storage())
-    return allreduce_hook(None, bucket)
+    # None: the default group (torch's annotation says a ProcessGroup is required)
+    return allreduce_hook(None, bucket)  # pyright: ignore[reportArgumentType]
 
 
 def _move_buckets(tracker, cats: dict, buckets: list) -> None:

@@ -8,8 +8,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from ...passes.errors import GraphcostError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -94,13 +98,16 @@ def measure_inference(module, args, kwargs=None):
         per_module[fqn] = (best, len(snaps))
     return peak.get("Activation", 0), peak, per_module
 
-def float_output_sum(module, args, kwargs=None):
+def float_output_sum(module, args, kwargs=None) -> torch.Tensor:
     """graphcost's training loss: the sum of every floating output of ``module(*args)``."""
     import torch
+    import torch.utils._pytree
 
     leaves = [t for t in torch.utils._pytree.tree_leaves(module(*args, **(kwargs or {})))
               if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    return sum(t.sum() for t in leaves)
+    loss = sum(t.sum() for t in leaves)
+    assert isinstance(loss, torch.Tensor), "no floating output to sum"
+    return loss
 
 
 class _NoHook:

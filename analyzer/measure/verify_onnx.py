@@ -140,7 +140,7 @@ def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
         measured = f"{'×'.join(map(str, arr.shape)) or 'scalar'} {arr.dtype.name}" \
             if isinstance(arr, np.ndarray) else type(arr).__name__
         predicted = _spec_text(spec)
-        if not isinstance(arr, np.ndarray) or spec is None or not spec.known:
+        if not isinstance(arr, np.ndarray) or spec is None or spec.shape is None or not spec.known:
             unknown.append(ShapeCheck(out, producer.get(out, "?"), predicted, measured))
             continue
         if tuple(arr.shape) == tuple(spec.shape) and arr.dtype.name == spec.dtype:
@@ -165,6 +165,7 @@ def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
     cpu = measure_cpu()
     report = run_passes(graph, replace(passes, device=cpu_device(cpu)))
     rf = report.roofline
+    assert rf is not None  # (run with this CPU as the device)
     return OnnxVerification(
         model=report.model, batch=report.batch, dims=dict(report.dims),
         shapes_checked=matched + len(mismatches), shapes_matched=matched,

@@ -110,7 +110,7 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
     if optimizer not in OPTIMIZERS:
         raise GraphcostError(f"optimizer must be one of {', '.join(OPTIMIZERS)}")
     kwargs = dict(example_inputs) if isinstance(example_inputs, Mapping) else {}
-    args = () if kwargs else tuple(example_inputs)
+    args = () if isinstance(example_inputs, Mapping) else tuple(example_inputs)
     inputs = kwargs or args  # analyze() takes either; measured with the same call
     label = name or type(module).__name__
     batch = next((int(t.shape[0]) for t in (*args, *kwargs.values())
@@ -118,8 +118,10 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
     if train:
         was = module.training
         module.train()
-        report = analyze(module, inputs, train=True, optimizer=optimizer, progress=progress,
+        # (analyze's annotation omits the keyword-inputs Mapping it takes: app/api.py's to fix)
+        report = analyze(module, inputs, train=True, optimizer=optimizer, progress=progress,  # pyright: ignore[reportArgumentType]
                          include_inputs=False, what_if=False, all_layers=all_layers)
+        assert report.training is not None  # (train=True)
         measured, breakdown = measure_training(module, args, optimizer, kwargs)
         module.train(was)
         predicted = report.training.breakdown_at_peak
@@ -133,7 +135,7 @@ def verify_torch(module, example_inputs: Sequence[Any] | Mapping[str, Any], *,
                                  f"{report.training.peak_phase} phase; per-module figures "
                                  "are compared for inference only", parts)
     module.eval()
-    report = analyze(module, inputs, include_inputs=False, lifetimes=lifetimes,
+    report = analyze(module, inputs, include_inputs=False, lifetimes=lifetimes,  # pyright: ignore[reportArgumentType]
                      progress=progress, all_layers=all_layers)
     measured, breakdown, per_module = measure_inference(module, args, kwargs)
     rows = [_module_peak(m, report, per_module) for m in report.modules if m.depth <= depth]

@@ -92,7 +92,7 @@ def _node_groups(d: ReportDiff, top: int):
     in graph order."""
     changed = sorted(d.by_status("changed"),
                      key=lambda n: (-abs(n.changes()[2].delta), -abs(n.changes()[0].delta),
-                                    n.new.index))
+                                    n.row.index))  # (a changed node's new row)
     return [(s, _cap(rows, top), len(rows)) for s, rows in
             (("changed", changed), ("added", d.by_status("added")),
              ("removed", d.by_status("removed"))) if rows]

@@ -36,6 +36,7 @@ def peak_includes(r: Report) -> str:
 
 def training_includes(r: Report) -> str:
     """What the (single-device) training step's peak adds up."""
+    assert r.training is not None  # a training report's
     inputs = "incl." if r.training.include_inputs else "excl."
     return ("parameters + buffers + gradients + optimizer state + activations "
             f"({inputs} the input batch) + temporaries, at the step's peak")
@@ -71,6 +72,7 @@ def why_no_saving(phase: str, node: str | None, saver: str) -> str:
 
 def what_if_line(r: Report, name: str) -> str:
     t = r.training
+    assert t is not None  # a training report's what-if
     w = t.what_if[name]
     saved = t.peak_bytes - w.peak_bytes
     extra = f", recompute {w.recompute_flops:,} FLOPs" if w.recompute_flops is not None else ""

@@ -2,6 +2,7 @@
 memory and decode time against the context length (inline SVG). Renders only."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 from .plot import CHECKPOINTED, LEFT, PLAIN, RIGHT, W, y_grid
@@ -17,7 +18,7 @@ def _e(s) -> str:
 
 
 def _chart(title: str, xs: list[int], series: list[tuple[str, list[float], str]],
-           fmt, marks: list[tuple[float, float, str, str]] = (), level=None) -> str:
+           fmt, marks: Sequence[tuple[float, float, str, str]] = (), level=None) -> str:
     """A small line chart: x = context tokens; ``series`` (label, values, colour); ``marks``
     (x, y, label, colour) drawn as points; ``level`` (value, label) a dashed line."""
     top = max([max(v) for _, v, _ in series] + [m[1] for m in marks]
@@ -61,6 +62,7 @@ def _chart(title: str, xs: list[int], series: list[tuple[str, list[float], str]]
 
 def serving_charts(r: Report) -> str:
     s = r.serving
+    assert s is not None  # (serving_section's, for a serving report)
     xs = [p.context for p in s.curve]
     ro = r.roofline
     level = None
@@ -77,7 +79,9 @@ def serving_charts(r: Report) -> str:
     if s.decode.seconds_per_token is not None:
         charts.append(_chart(
             "decode time per token", xs,
-            [("(weights + KV) / bandwidth", [p.decode_bound_seconds for p in s.curve],
+            # every point has a bound when the step has a time: both come with a device
+            [("(weights + KV) / bandwidth", [p.decode_bound_seconds for p in s.curve
+                                             if p.decode_bound_seconds is not None],
               PLAIN)], human_time,
             [(t0, s.decode.seconds_per_token, "roofline of the traced decode step",
               CHECKPOINTED)]))

@@ -63,7 +63,7 @@ def parallel_summary(r: Report) -> list[tuple[str, list[str]]]:
         ("all-reduce", c.all_reduce_bytes)) if v]
     line = vol + [f"per rank per step ({c.collectives} collectives);",
                   f"{human_bytes(c.wire_bytes)} each way over the link (ring)"]
-    if c.seconds is not None:
+    if c.seconds is not None and c.bandwidth is not None:  # (both come with an interconnect)
         line += [f"≥ {human_time(c.seconds)} on {c.interconnect}",
                  f"({c.bandwidth / 1e9:g} GB/s each way)"]
         if r.roofline is not None:

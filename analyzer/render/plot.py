@@ -22,6 +22,7 @@ def training_curves(report: Report) -> list[tuple[str, tuple[int, ...], str]]:
     single-device step, the checkpointed one when there is a plan, and one rank's under a
     data-parallel strategy (the same nodes: every rank runs the whole joint graph)."""
     t = report.training
+    assert t is not None  # a training report's
     curves = [("one device" if report.parallel else "plain", t.timeline, PLAIN)]
     if t.checkpoint is not None and t.checkpoint.segments:
         curves.append(("checkpointed", t.checkpoint.timeline, CHECKPOINTED))

@@ -45,7 +45,8 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
                     f"working peak {human_bytes(d.peak_bytes)}"
                     + (";" if d.seconds_per_token is not None else "")]
          + ([f"{_t(d.seconds_per_token)}/token ({d.bound}-bound),",
-             f"{human(d.tokens_per_second)} tokens/s for the batch;",
+             f"{human(d.tokens_per_second) if d.tokens_per_second else '—'} tokens/s for "
+             "the batch;",
              f"(weights + KV) / bandwidth = {_t(d.bandwidth_bound_seconds)}"]
             if d.seconds_per_token is not None else [])),
     ]
@@ -75,6 +76,7 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
 
 def phase_rows(r: Report) -> list[list[str]]:
     s = r.serving
+    assert s is not None  # a serving report's
     p, d = s.prefill, s.decode
     return [
         ["prefill", f"{p.tokens:,}", human(p.flops), human_bytes(p.bytes_read + p.bytes_written),

@@ -2,13 +2,15 @@
 zero with its reason) plus the few movement ops that do compute (Resize, Range)."""
 from __future__ import annotations
 
+from typing import Any
+
 from .registry import AXIS_ATTRS, OpView, rule, zero_cost
 
 FAMILY = "movement"
 
 # Views: the output shares the input's storage, so no bytes move and liveness aliases them.
 # The backward of a view hands the gradient on as a view too.
-VIEW = dict(alias=True, family=FAMILY, grad_view="always")
+VIEW: dict[str, Any] = dict(alias=True, family=FAMILY, grad_view="always")
 zero_cost("Reshape", "Squeeze", "Unsqueeze", "Flatten",
           "aten.view.default", "aten.reshape.default", "aten.flatten.using_ints",
           "aten.unsqueeze.default", "aten.squeeze.dims",

@@ -192,7 +192,7 @@ ShapeFn = Callable[[ShapeView], Sequence[OutType]]
 PackedFn = Callable[[TensorSpec, Mapping[str, Any]], tuple[int, str]]  # -> (elements, dtype)
 RuleFn = Callable[[OpView], tuple[int, int]]  # -> (macs, flops)
 StatFn = Callable[[tuple[int, ...], Mapping[str, Any]], tuple[int, int]]  # -> (rows, groups)
-_NO_ATTRS: Mapping[str, Any] = MappingProxyType({})
+_NO_ATTRS: Mapping[Any, Any] = MappingProxyType({})
 
 RF_ROLES = frozenset({"conv", "conv_transpose", "pool", "adaptive_pool", "pointwise", "reshape",
                       "softmax", "concat", "constant_pad"})

@@ -106,8 +106,9 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         if vi.name not in bound:  # a sequence or map handle: as declared
             sg.input.append(vi)
             continue
-        tp = helper.make_tensor_type_proto(tensor_type(vi.type).tensor_type.elem_type,
-                                          bound[vi.name])
+        tt = tensor_type(vi.type)
+        assert tt is not None  # what is bound is a tensor (or an optional one)
+        tp = helper.make_tensor_type_proto(tt.tensor_type.elem_type, bound[vi.name])
         if vi.type.HasField("optional_type"):
             tp = helper.make_optional_type_proto(tp)
         sg.input.append(helper.make_value_info(vi.name, tp))

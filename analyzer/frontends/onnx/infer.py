@@ -57,8 +57,8 @@ def _in_function_body(message: str) -> bool:
     ops = re.findall(r"\(op_type:(\w+)", message)
     if len(ops) < 2:
         return False
-    try:
-        return onnx.defs.get_schema(ops[0]).has_function
+    try:  # (onnx's stubs omit OpSchema.has_function)
+        return onnx.defs.get_schema(ops[0]).has_function  # pyright: ignore[reportAttributeAccessIssue]
     except Exception:
         return False
 

@@ -260,7 +260,8 @@ class Lowering:
                     raise GraphcostError(f"{self.name}: invalid graph: {where}: "
                                          f"scan_input_axes[0]={axes[0]} is out of range for "
                                          f"its scan input {first!r} of rank {rank}")
-            size = spec.shape[axes[0]] if spec is not None and spec.known else None
+            size = spec.shape[axes[0]] if spec is not None and spec.shape is not None \
+                and spec.known else None
             if isinstance(size, int):
                 times = size
             else:

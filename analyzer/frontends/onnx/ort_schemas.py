@@ -18,7 +18,7 @@ def _table() -> dict[tuple[str, str], list[tuple[int, int, int, int, int]]]:
     """(domain, op) -> [(since_version, min_in, max_in, min_out, max_out)], oldest first;
     empty when onnxruntime's schemas cannot be read (its own build may leave them out)."""
     try:
-        from onnxruntime.capi import onnxruntime_pybind11_state as ort
+        import onnxruntime.capi.onnxruntime_pybind11_state as ort
         schemas = ort.get_all_operator_schema()
     except Exception:  # noqa: BLE001 - no schemas: nothing is refused on their account
         return {}
@@ -39,5 +39,5 @@ def counts(op: str, domain: str, version: int) -> tuple[int, int, int, int] | No
     found = None
     for since, *rest in _table().get((domain, op), ()):
         if since <= version:
-            found = tuple(rest)
+            found = (rest[0], rest[1], rest[2], rest[3])
     return found

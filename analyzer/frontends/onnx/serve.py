@@ -73,8 +73,7 @@ def capture_onnx(proto, *, batch: int, prompt: int, generate: int, name: str,
     decode = lower_onnx(proto, name=f"{name} decode", batch=batch,
                         input_shapes=shapes(1, prompt + generate - 1))
     past_names = tuple(vi.name for vi in past)
-    lengths = [decode.spec(n).shape[-2] if decode.spec(n) and decode.spec(n).shape else None
-               for n in present]
+    lengths = [s.shape[-2] if (s := decode.spec(n)) and s.shape else None for n in present]
     if any(not isinstance(n, int) for n in lengths):
         raise GraphcostError(f"{opt('serve')}: {name}'s present.* outputs have no known length at "
                              "the decode step")

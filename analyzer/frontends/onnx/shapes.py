@@ -159,6 +159,7 @@ def needs_shapes(node: onnx.NodeProto) -> bool:
     r = lookup(op_key(node.domain, node.op_type))
     if _shape_fn(r, bound=False) is None:
         return False
+    assert r is not None  # (a shape function is a rule's)
     # onnx's ai.onnx.ml schemas infer nothing for several ops: their rules' shapes replace them
     return (node.domain == "ai.onnx.ml" and r.shapes is not None) or \
         not _has_schema(node.op_type, node.domain)

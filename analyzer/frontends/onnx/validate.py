@@ -27,7 +27,9 @@ Failures raise GraphcostError with one line naming the node and the rule broken.
 """
 from __future__ import annotations
 
+from enum import Enum
 from functools import lru_cache
+from typing import Any
 
 import onnx
 
@@ -66,7 +68,8 @@ def _schema(op_type: str, domain: str, version: int):
         s = onnx.defs.get_schema(op_type, version, domain)
     except Exception:  # no such op at this opset, or a custom domain: left alone
         return None
-    types = {name: int(a.type) for name, a in s.attributes.items()}
+    # (onnx's stubs give its pybind11 enums no __int__)
+    types = {name: int(a.type) for name, a in s.attributes.items()}  # pyright: ignore[reportArgumentType]
     required = tuple(name for name, a in s.attributes.items() if a.required)
     return types, required, s.min_input, s.max_input, s.min_output, s.max_output
 
@@ -116,7 +119,11 @@ def _validate(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     return sorted_model
 
 
-_MISSING = object()
+class _Missing(Enum):  # a sentinel the type checker can narrow away (an object() is not)
+    MISSING = 0
+
+
+_MISSING = _Missing.MISSING
 
 
 class _GraphChecker:
@@ -176,11 +183,11 @@ class _GraphChecker:
                     present = {a.name for a in attrs}
                     if len(present) < len(attrs):
                         raise _fail(_label(node, i, scope), "an attribute is given twice")
-                if required:
-                    missing = [r for r in required if r not in present]
-                    if missing:
-                        raise _fail(_label(node, i, scope),
-                                    f"required attribute {missing[0]!r} is missing")
+                    if required:
+                        missing = [r for r in required if r not in present]
+                        if missing:
+                            raise _fail(_label(node, i, scope),
+                                        f"required attribute {missing[0]!r} is missing")
             elif required:
                 raise _fail(_label(node, i, scope), f"required attribute {required[0]!r} is "
                                                     "missing")
@@ -308,7 +315,8 @@ class _GraphChecker:
         """Graph inputs and initializers (index -1), checked; value_info / output types."""
         defined: dict[str, int] = {}   # name -> producing node index (-1: input/initializer)
         seen: set[str] = set()  # an initializer may also be listed as an input (IR < 4)
-        items = [("graph input", vi, vi.name) for vi in g.input] + \
+        # (kind, its proto, name): the kind says which proto it is
+        items: list[tuple[str, Any, str]] = [("graph input", vi, vi.name) for vi in g.input] + \
             [("initializer", t, t.name) for t in g.initializer] + \
             [("sparse initializer", sp, sp.values.name) for sp in g.sparse_initializer]
         for kind, item, n in items:

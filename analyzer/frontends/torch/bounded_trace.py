@@ -31,12 +31,16 @@ fallback (``guard_or_false``), never a model's ``if``.
 from __future__ import annotations
 
 import sys
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 import torch
+import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 from ....passes.errors import opt
 from .compat import fake_safe, unbacked_vals_attr
+
+if TYPE_CHECKING:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 # torch's "no maximum": int_oo, or sys.maxsize − 1 where a meta kernel writes one
 _NO_MAX = sys.maxsize - 1
@@ -108,7 +112,8 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         self.origins: dict[str, str] = {}     # symbol -> the op that made it
         self.capped: dict[str, str] = {}      # symbol -> where its maximum came from
         self.notes: list[str] = []            # warnings for the report (loops unrolled)
-        self._env = None
+        # the trace's ShapeEnv once installed; False: left alone (draft_export's real values)
+        self._env: ShapeEnv | Literal[False] | None = None
         self._sizes: set = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -180,6 +185,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         if not isinstance(n, torch.SymInt) or not is_unbacked(n.node.expr):
             return
         from torch.utils._sympy.value_ranges import bound_sympy
+        assert self._env  # (only called once installed)
         hi = finite(bound_sympy(n.node.expr, self._env.var_to_range).upper)
         if hi is None:
             return  # torch stops with the symbol; explain() names its flag
@@ -300,7 +306,7 @@ def explain(exc: BaseException, mode: BoundedSizes | None) -> str | None:
     for s in symbols:
         name = str(s)
         where = f" (from {origins[name]})" if name in origins else ""
-        sized = env is not None and (s in env.size_like or s in mode._sizes)
+        sized = env is not None and mode is not None and (s in env.size_like or s in mode._sizes)
         if sized or env is None:
             parts.append(f"the size {name}{where} has no upper bound: pass {opt('dims', name, 'MAX')}")
         else:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
+import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 from ....passes.errors import GraphcostError, opt
 from .compat import no_stack_traces
@@ -118,10 +119,11 @@ def traceable_experts(model: torch.nn.Module):
     is put back after. Yields the warnings to report (one line, or none)."""
     notes: list[str] = []
     saved = None
+    # (transformers' methods: to the checker, nn.Module's __getattr__ gives Tensor | Module)
     if getattr(getattr(model, "config", None), "_experts_implementation", None) == "eager" \
             and getattr(model, "_can_set_experts_implementation", lambda: False)():
-        saved = model.get_experts_implementation()
-        model.set_experts_implementation("grouped_mm")
+        saved = model.get_experts_implementation()  # pyright: ignore[reportCallIssue]
+        model.set_experts_implementation("grouped_mm")  # pyright: ignore[reportCallIssue]
         notes.append(f"{type(model).__name__}'s eager experts route tokens by their data (a "
                      "loop over the experts hit), which no trace can follow: costed with "
                      "transformers' grouped_mm experts at the expected load, k of n experts "
@@ -130,7 +132,7 @@ def traceable_experts(model: torch.nn.Module):
         yield notes
     finally:
         if saved is not None:
-            model.set_experts_implementation(saved)
+            model.set_experts_implementation(saved)  # pyright: ignore[reportCallIssue]
 
 
 def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
@@ -354,9 +356,11 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
                 runner = ExportedRun(program)
                 inputs = runner.flat_inputs(args, kwargs)
                 with _one_fake_mode(inputs):
+                    # (torch types the table a dict; aot_export_module reads it as a mapping)
+                    table = training_decompositions()
                     gm, sig = aot_export_module(runner, inputs, trace_joint=True,
                                                 output_loss_index=0,
-                                                decompositions=training_decompositions())
+                                                decompositions=table)  # pyright: ignore[reportArgumentType]
     except GraphcostError:
         raise
     except Exception as exc:
@@ -364,6 +368,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
                              f"({explain(exc, sizes) or _one_line(exc)})") from None
     finally:
         model.train(was_training)
+    assert isinstance(gm, torch.fx.GraphModule)  # (a joint trace is one)
     return gm, sig, "gm.model.", runner.scopes(gm.graph)
 
 

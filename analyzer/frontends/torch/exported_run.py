@@ -7,6 +7,7 @@ import re
 from collections import Counter
 
 import torch
+import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 
 class ExportedRun(torch.nn.Module):
@@ -123,7 +124,7 @@ def _structural_keys(graph: "torch.fx.Graph", interned: dict) -> dict:
             shape = ("placeholder", placeholders)
             placeholders += 1
         else:
-            args = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: _Ref(keys[a]))
+            args = torch.fx.map_arg((n.args, n.kwargs), lambda a: _Ref(keys[a]))
             shape = (n.op, str(n.target), repr(args))
         keys[n] = interned.setdefault(shape, len(interned))
     return keys

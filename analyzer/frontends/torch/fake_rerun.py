@@ -20,7 +20,7 @@ caller trace instead.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -77,9 +77,16 @@ def same_path(marked, small, *, train: bool) -> bool:
 def _exporting():
     """torch.export's own context for the flags ``torch.compiler.is_compiling()`` and
     ``is_exporting()`` read (private to torch; without it the forward runs unflagged)."""
+    import sys
     from contextlib import nullcontext
 
     import torch._export.utils as export_utils
+    if "transformers" in sys.modules:
+        # transformers registers its output classes with torch's pytree when
+        # modeling_outputs is first imported, but not while torch says it is compiling: a
+        # first import inside this context (a forward reaching transformers lazily) would
+        # leave every later torch.export of a transformers model failing in this process
+        import transformers.modeling_outputs  # noqa: F401
     return getattr(export_utils, "_compiling_state_context", nullcontext)()
 
 
@@ -123,7 +130,7 @@ def rerun(gm: torch.fx.GraphModule, marker: int, batch: int) -> None:
         return x // marker * batch
 
     traced = gm.meta.setdefault("graphcost_traced", {})
-    env: dict[str, object] = {}
+    env: dict[str, Any] = {}  # what each node computed (map_arg puts them in its args)
     with FakeTensorMode(allow_non_fake_inputs=True):
         for node in gm.graph.nodes:
             if node.op == "output":

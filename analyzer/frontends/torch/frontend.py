@@ -164,7 +164,7 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
     sig = ep.graph_signature
     kind_of: dict[str, ValueKind] = {}
     for spec in sig.input_specs:
-        arg = getattr(spec.arg, "name", None)
+        arg = getattr(spec.arg, "name", "")  # ("": none, no node is named so)
         if spec.kind == InputKind.PARAMETER:
             kind_of[arg] = ValueKind.PARAM
         elif spec.kind == InputKind.BUFFER:
@@ -173,7 +173,7 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
             kind_of[arg] = ValueKind.CONST
         else:
             kind_of[arg] = ValueKind.INPUT
-    user_outputs = {getattr(o.arg, "name", None) for o in sig.output_specs
+    user_outputs = {getattr(o.arg, "name", "") for o in sig.output_specs
                     if o.kind.name == "USER_OUTPUT"}
 
     alias: dict[str, str] = {}  # tied weight placeholder -> the placeholder it stands for
@@ -242,7 +242,7 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                 continue
             nodes.append(_lower_call(fx, len(nodes), values, alias, cache, scopes, sizes))
         elif fx.op == "output":
-            for arg in torch.fx.node.map_arg(fx.args[0], lambda n: n) if fx.args else ():
+            for arg in torch.fx.map_arg(fx.args[0], lambda n: n) if fx.args else ():
                 if isinstance(arg, torch.fx.Node) and (keep_outputs is None
                                                        or arg.name in keep_outputs):
                     out = alias.get(arg.name, arg.name)

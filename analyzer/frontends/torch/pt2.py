@@ -38,7 +38,7 @@ import re
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ....passes.errors import GraphcostError
 from .sympy_budget import check_terms
@@ -108,7 +108,9 @@ def check_expr(text) -> int:
             if text[pos:].strip():
                 raise ValueError(f"unexpected character {text[pos:].lstrip()[0]!r}")
             break
-        tokens.append((m.lastgroup, m.group(m.lastgroup)))
+        kind = m.lastgroup
+        assert kind is not None  # every alternative is a named group
+        tokens.append((kind, m.group(kind)))
         pos = m.end()
     calls: list[str | None] = []  # the function of each open parenthesis (None: grouping)
     minmax = 0
@@ -130,7 +132,7 @@ def check_expr(text) -> int:
             else:
                 _check_symbol(tok)
         elif kind == "str":
-            rule = STRING_ARG.get(calls[-1]) if calls and prev[1] == "(" else None
+            rule = STRING_ARG.get(calls[-1] or "") if calls and prev[1] == "(" else None
             if rule is None or not rule.fullmatch(tok[1:-1]):
                 raise ValueError(f"the string {tok}")
             _check_symbol(tok[1:-1])
@@ -305,7 +307,8 @@ def load_pt2(path: Path) -> "torch.export.ExportedProgram":
         # needed to cost the graph, never run (and torch 2.8's schema has no such field)
         doc.pop("guards_code", None)
         # (torch 2.9+'s _bytes_to_dataclass is this; 2.8 has only _dict_to_dataclass)
-        serialized = _dict_to_dataclass(schema.ExportedProgram, doc)
+        serialized = cast(schema.ExportedProgram,  # (torch types the result as any schema value)
+                          _dict_to_dataclass(schema.ExportedProgram, doc))
     except GraphcostError:
         raise
     except Exception as exc:

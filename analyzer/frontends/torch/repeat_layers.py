@@ -70,7 +70,9 @@ def find_stack(model: torch.nn.Module, at_least: int) -> tuple[str, int] | None:
             best = (path, len(mod))
     if best is None:
         return None
-    blocks = list(model.get_submodule(best[0]))
+    stack = model.get_submodule(best[0])
+    assert isinstance(stack, torch.nn.ModuleList)  # (found as one above)
+    blocks = list(stack)
     layout = [_layout(b) for b in blocks]
     if any(x != layout[0] for x in layout):
         return None
@@ -101,9 +103,9 @@ def truncated(model: torch.nn.Module, stack: tuple[str, int]):
              if config is not None and getattr(config, k, None) is not None}
     setattr(parent, attr, torch.nn.ModuleList(list(full)[:TRACED]))
     try:
-        if "num_hidden_layers" in saved:
+        if config is not None and "num_hidden_layers" in saved:
             config.num_hidden_layers = TRACED
-        if "layer_types" in saved:
+        if config is not None and "layer_types" in saved:
             config.layer_types = list(saved["layer_types"])[:TRACED]
         yield
     finally:
@@ -260,8 +262,8 @@ def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
             for c in range(3, total):
                 types[_rescope(path, prefix, 1, c)] = kind
     return replace(graph, nodes=tuple(out_nodes), values=MappingProxyType(new_values),
-                   inputs=_grown(graph.inputs, lambda x: role(x, 1) is not None and
-                                 role(x, 1)[0] == "leaf", total),
+                   inputs=_grown(graph.inputs, lambda x: (r := role(x, 1)) is not None and
+                                 r[0] == "leaf", total),
                    outputs=_grown(graph.outputs, lambda x: where.get(x, (None,))[0] == 1,
                                   total),
                    module_types=MappingProxyType(types), eager_refs=MappingProxyType(refs),

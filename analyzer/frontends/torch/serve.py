@@ -27,12 +27,13 @@ from __future__ import annotations
 import inspect
 import sys
 from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import torch
 
 from ....passes.errors import GraphcostError, opt
 from .repeat_layers import REPEAT_AT
-from ....passes.ir import Graph
+from ....passes.ir import Graph, TensorSpec
 from ..serving_steps import Steps
 
 
@@ -51,7 +52,8 @@ def check_servable(model: torch.nn.Module, name: str) -> str:
             raise GraphcostError(f"{opt('serve')}: {name} is an encoder-decoder "
                                  f"({type(model).__name__}); {opt('serve')} analyzes decoder-only "
                                  "language models (prefill, then decode over a KV cache)")
-        if model.get_output_embeddings() is None or not hf_cache_kwarg(model):
+        # (a transformers method: to the checker, nn.Module's __getattr__ gives Tensor | Module)
+        if model.get_output_embeddings() is None or not hf_cache_kwarg(model):  # pyright: ignore[reportCallIssue]
             raise GraphcostError(f"{opt('serve')}: {name} ({type(model).__name__}) has no causal LM "
                                  f"head and no KV cache to decode with; {opt('serve')} analyzes "
                                  "decoder language models (…ForCausalLM)")
@@ -83,7 +85,8 @@ def _hf_cache(config, flat, past: int):
     from transformers import DynamicCache
 
     cache = DynamicCache(config=config)
-    for layer, k, v in zip(cache.layers, flat[0::2], flat[1::2]):
+    layers: list[Any] = cache.layers  # attention layers: keys and values (duck-typed)
+    for layer, k, v in zip(layers, flat[0::2], flat[1::2]):
         layer.dtype, layer.device = k.dtype, k.device
         layer.keys, layer.values, layer.is_initialized = k, v, True
         if hasattr(layer, "cumulative_length"):
@@ -194,10 +197,11 @@ def _cache_after(step, model, kind: str, prefill: Graph, batch: int, tokens: int
         from transformers import DynamicCache
 
         cache = DynamicCache(config=model.config)
+        layers: list[Any] = cache.layers  # attention layers: keys and values (duck-typed)
         out = []
-        for layer, (k, v) in zip(cache.layers, _pairs(prefill.outputs[1:], prefill)):
-            new = [torch.empty((*s.shape[:-2], tokens, s.shape[-1]), dtype=_dtype(s.dtype),
-                               device="meta") for s in (k, v)]
+        for layer, (k, v) in zip(layers, _pairs(prefill.outputs[1:], prefill)):
+            new = [torch.empty((*d[:-2], tokens, d[-1]), dtype=_dtype(s.dtype), device="meta")
+                   for s in (k, v) for d in [_sizes(s)]]
             layer.update(*new)
             out += [(tuple(layer.keys.shape), layer.keys.dtype),
                     (tuple(layer.values.shape), layer.values.dtype)]
@@ -208,9 +212,15 @@ def _cache_after(step, model, kind: str, prefill: Graph, batch: int, tokens: int
     return [(tuple(t.shape), t.dtype) for t in out[1:]]
 
 
-def _pairs(names, graph: Graph):
-    specs = [graph.spec(n) for n in names]
+def _pairs(names, graph: Graph) -> list[tuple[TensorSpec, TensorSpec]]:
+    specs = [graph.values[n].spec for n in names]
     return list(zip(specs[0::2], specs[1::2]))
+
+
+def _sizes(spec: TensorSpec) -> tuple[int, ...]:
+    """A bound tensor's sizes (the prefill's cache outputs are all concrete)."""
+    assert spec.shape is not None
+    return tuple(int(d) for d in spec.shape)
 
 
 def _dtype(name: str) -> torch.dtype:

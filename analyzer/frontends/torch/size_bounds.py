@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 import torch
+import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 from .bounded_trace import finite as _finite
 from .bounded_trace import is_unbacked, upper_of
