@@ -117,3 +117,23 @@ def test_max_batch_traces_once_and_its_answer_holds():
     over = analyze("zoo:mlp", batch=b + 1, **kw).roofline
     assert fits.required_bytes == doc["required_bytes"] <= 64_000_000 < over.required_bytes
     assert over.required_bytes == doc["next_required_bytes"]
+
+
+def test_a_rerun_leaves_transformers_models_traceable(tmp_path):
+    # transformers registers its output classes with torch's pytree when modeling_outputs is
+    # first imported, and skips it while torch says it is compiling: a plain model's re-run
+    # (inside torch.export's compiling context) that first imports it used to break every
+    # later export of a transformers model in the process. A fresh process, as a user's.
+    import subprocess
+    import sys
+    code = ("import transformers\n"
+            "from graphcost.analyzer.app.by_batch import analyze_by_batch\n"
+            "from graphcost.analyzer.app.request import build_request\n"
+            "assert 'transformers.modeling_outputs' not in __import__('sys').modules\n"
+            "assert analyze_by_batch('zoo:mlp', build_request(train=True)).rebound\n"
+            "from graphcost import analyze\n"
+            "print(analyze('zoo:hf_gpt2').totals.params)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.strip()) > 0
