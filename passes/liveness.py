@@ -91,6 +91,7 @@ def module_call_ends(graph: Graph) -> list[list[int]]:
     return ends
 
 
+# long: one pass over the schedule; eager references, in-place writes and aliases share its tables
 def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
                      inplace: bool = False, eager: bool = False) -> Liveness:
     """``eager=True`` models PyTorch eager execution instead of a graph runtime: a tensor passed

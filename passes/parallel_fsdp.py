@@ -30,6 +30,7 @@ from .parallel_units import ROOT, padded_bytes
 from .choices import Offload, Strategy
 
 
+# long: places one rank's tensors on the clock per FSDP phase; the phases share the unit table
 def sharded_step(plan, clock: Clock, world: int):
     """Place one rank's tensors on ``clock``; returns (units, host bytes, comm volume).
     ``plan``: passes.parallel's _Plan (the step's tensors, the units, the spec)."""

@@ -166,6 +166,7 @@ def _owner(path: str, names: list[str]) -> str:
     return best
 
 
+# long: matches names, orders blocks and assigns parameters in one pass over the forward
 def fsdp_units(graph: Graph, forward: set[int],
                names: list[str]) -> tuple[list[Unit], dict[str, str]]:
     """The units (blocks in forward order, then the root) and each parameter's unit."""

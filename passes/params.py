@@ -38,6 +38,7 @@ class ParamReport:
     param_bytes_by_dtype: Mapping[str, int] = field(default_factory=dict)
 
 
+# long: one pass classifies every stored value; the quantized packing rules need all its sets
 def count_params(graph: Graph) -> ParamReport:
     weight_kinds = (ValueKind.PARAM, ValueKind.BUFFER)
     stored = (ValueKind.PARAM, ValueKind.BUFFER, ValueKind.CONST)

@@ -137,6 +137,7 @@ def forward_set(graph: Graph) -> set[int]:
     return set(range(last + 1))
 
 
+# long: one schedule of the step's tensors (params, grads, state, temporaries)
 def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
                     segments: list[Segment] | None = None,
                     master_weights: bool = False, inplace: bool = False,

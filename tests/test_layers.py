@@ -303,3 +303,23 @@ def test_the_option_check_skips_docstrings(tmp_path):
     f = tmp_path / "x.py"
     f.write_text('"""pass --batch N."""\n# --dim in a comment\nMSG = f"bind it with --dim {1}"\n')
     assert flag_texts(f) == [(3, "--dim")]
+
+
+# ---- Long functions say why ----------------------------------------------------------------
+LONG = 60
+
+
+def test_a_function_over_60_lines_says_why():
+    # a function is split by job; one that is not says why on the line above it ("# long: …")
+    silent = []
+    for path in _product_files(ROOT):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.end_lineno - node.lineno + 1 > LONG:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if not lines[first - 2].strip().startswith("# long:"):
+                    silent.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                                  f"({node.end_lineno - node.lineno + 1} lines)")
+    assert not silent, "split these by job, or say why above them (# long: …):\n" + \
+        "\n".join(silent)

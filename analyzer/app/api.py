@@ -102,6 +102,7 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
     return check_maxima(graph, maxima)
 
 
+# long: the trace, its re-run and the repeated-layer growth share the lowering closures
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
                  train: bool, maxima: Mapping[str, int] = MappingProxyType({}),
                  all_layers: bool = False, rebindable: bool = False):
@@ -179,6 +180,7 @@ def batch_of(tensors) -> int:
     return 1
 
 
+# long: the API's docstring is most of it
 def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             batch: int | None = None,
             dims: Mapping[str, int] | None = None,

@@ -136,6 +136,7 @@ def _onnx(proto, name: str, b: Bindings, path: Path | None) -> Resolved:
                     input_shapes=dict(b.input_shapes))
 
 
+# long: the zoo's routes (ONNX cache, torch, transformers, meta-only) each a few lines
 def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
          note: Progress) -> Resolved:
     try:

@@ -36,6 +36,7 @@ SUBCOMMANDS = {
 }
 
 
+# long: the option table: one add_argument per option
 def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     """The options that say which model to analyze and at what size (shared by the main
     command and the subcommands)."""

@@ -55,6 +55,7 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return check_shape(shape, f"shape {text!r}")
 
 
+# long: checks, then binds symbols and whole shapes in the order the messages promise
 def bind_inputs(inputs: Sequence[tuple[str, Sequence[RawDim]]], *, batch: int | None,
                 dims: Mapping[str, int], input_shapes: Mapping[str, Sequence[int]],
                 ) -> tuple[dict[str, tuple[int, ...]], dict[str, int], int]:

@@ -84,6 +84,7 @@ class OnnxVerification:
 
 
 
+# long: one measurement: load once, run, time, measure the CPU, compare — steps that share the session
 def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
                 progress: Callable[[str], None] | None = None,
                 passes: PassOptions = PassOptions()) -> OnnxVerification:

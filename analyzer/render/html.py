@@ -255,6 +255,7 @@ def _roofline(r: Report, names: dict[int, tuple[str, str]]):
     return head, table, per
 
 
+# long: the page's sections in order: mostly one template string per section
 def html_report(report: Report) -> str:
     r = report
     names = {n.index: (n.name, n.op) for n in r.nodes}

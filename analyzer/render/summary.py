@@ -98,6 +98,7 @@ def extra_columns(r: Report) -> list[tuple[str, str, Callable[[int], str], Calla
 
 # ----------------------------------------------------------------------------- summary
 
+# long: the summary's lines in the order shown
 def summary(r: Report) -> list[tuple[str, list[str]]]:
     """The summary as (label, items): each item is one unbreakable phrase."""
     t, c, m = r.totals, r.coverage, r.memory

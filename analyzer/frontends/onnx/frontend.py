@@ -53,6 +53,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
+# long: the frontend's sequence (inline, validate, bind, infer, lower), each step a call
 def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None = None,
                dims: Mapping[str, int] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:

@@ -156,6 +156,7 @@ class Lowering:
                                  f"{tuple(arr.shape)}")
         return int(arr.reshape(-1)[0])
 
+    # long: one pass over an ONNX graph's nodes, recursing into control flow
     def _lower_graph(self, g: onnx.GraphProto, scope: str, repeat: int,
                      outer_module: str = "", bound: str = "") -> None:
         """``scope`` prefixes node names inside control-flow bodies; a node's module path comes
@@ -224,6 +225,7 @@ class Lowering:
             why = why or bound  # a body's nodes: bounded by their control-flow node
             nodes.append(Node(index, name, op, inputs, outputs, attrs_map, module, repeat, why))
 
+    # long: If, Loop and Scan bodies, each with its bound, in one place
     def _lower_control_flow(self, node: onnx.NodeProto, g: onnx.GraphProto, name: str,
                             repeat: int, module: str, bound: str = "") -> None:
         """Lower the bodies of a control-flow node. A body whose run count depends on the data

@@ -133,6 +133,7 @@ class _GraphChecker:
         self.unsorted = False
         self.schemas: dict[tuple[str, str], tuple | None] = {}
 
+    # long: one pass over the nodes: each protobuf field is read once (the cost on huge graphs)
     def check(self, g: onnx.GraphProto, outer: list[dict[str, int]], scope: str,
               sort: bool) -> set[str]:
         """Validates ``g``; returns the outer-scope names it reads. ``outer``: the enclosing

@@ -193,6 +193,7 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
                           written=written, maxima=maxima, capped=capped)
 
 
+# long: one pass over the FX nodes with the alias and size tables each node updates
 def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                    alias: dict[str, str], keep_outputs: set[str] | None, *, name: str,
                    batch: int, dims: Mapping[str, int] | None = None,
@@ -286,6 +287,7 @@ def _size_arithmetic(fx) -> bool:
                            "aten.sym_storage_offset.default")
 
 
+# long: one FX call node lowered: its ops, views, in-place writes and sizes
 def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict,
                 scopes: Mapping[str, str] | None = None,
                 sizes: SizeBinder | None = None) -> Node:

@@ -94,6 +94,7 @@ def _check_symbol(name: str) -> None:
         raise ValueError(f"the symbol {name[:40]!r} (an index beyond {MAX_SYMBOL_INDEX:,})")
 
 
+# long: a tokenizer and grammar for size arithmetic in one place, so it reads as the grammar
 def check_expr(text) -> int:
     """Raises ValueError unless ``text`` is size arithmetic in the grammar above; returns the
     number of Max/Min arguments it holds."""
@@ -277,6 +278,7 @@ def read_program(path: Path) -> bytes:
     return raw
 
 
+# long: the .pt2 refusals in the order the archive is read; each names what it refused
 def load_pt2(path: Path) -> "torch.export.ExportedProgram":
     try:
         raw = read_program(path)

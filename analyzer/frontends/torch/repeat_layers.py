@@ -125,6 +125,7 @@ def _rescope(scope: str, prefix: str, old: int, new: int) -> str:
     return f"{prefix}.{new}" + scope[len(f"{prefix}.{old}"):]
 
 
+# long: one walk renumbers nodes and values together; its maps are the state every step reads
 def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
     """``graph`` traced with the three layers ``prefix``.0–2, grown to ``total`` layers."""
     nodes, values = graph.nodes, graph.values
