@@ -79,6 +79,21 @@ def test_max_batch_answer_holds_on_a_real_model():
     assert abs(result.fit.memory_error) < 1e-3  # inference memory is affine in the batch here
 
 
+def test_the_api_finds_the_batch_the_command_line_finds(capsys):
+    # find_max_batch is --max-batch from Python: the same search and confirmation (the step at
+    # the answer fits the device, one more sample does not), its errors in the API's words
+    from graphcost import GraphcostError
+    from graphcost.analyzer.app.by_batch import find_max_batch
+    result = find_max_batch("zoo:mlp", train=True, device="t4")
+    assert main(["zoo:mlp", "--train", "--max-batch", "--device", "t4", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["max_batch"] == result.batch > 0
+    fits = [analyze("zoo:mlp", batch=b, train=True, device="t4", what_if=False).roofline.fits
+            for b in (result.batch, result.batch + 1)]
+    assert fits == [True, False]
+    with pytest.raises(GraphcostError, match=r"max_batch searches the batch: leave out batch$"):
+        find_max_batch("zoo:mlp", batch=4, device="t4")
+
+
 def test_max_batch_bad_input(tmp_path, capsys):
     assert main(["zoo:small_cnn", "--max-batch"]) == 2
     assert "needs --device" in capsys.readouterr().err

@@ -14,7 +14,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from graphcost.analyzer.app.request import PassOptions, ServeSpec
+from graphcost.analyzer.app.request import PassOptions
+from graphcost.analyzer.app.serve import ServeSpec
 from graphcost import analyze  # noqa: E402
 from graphcost.analyzer.cli.main import main  # noqa: E402
 from graphcost.passes.errors import GraphcostError  # noqa: E402

@@ -11,7 +11,7 @@ import gc
 import inspect
 from dataclasses import replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .api_checks import check_arguments, check_unknown
 from ...passes.errors import GraphcostError, opt
@@ -22,8 +22,6 @@ from ...passes.ir import Graph
 from .request import LoadOptions, Request, build_request
 
 Progress = Callable[[str], None]
-if TYPE_CHECKING:
-    from .batch_scaling import MaxBatch
 
 
 def resolve_model(model, load: LoadOptions = LoadOptions(),
@@ -271,16 +269,6 @@ def run_request(model, request: Request, example_inputs: Sequence[Any] | None = 
     finally:
         if was_enabled:
             gc.enable()
-
-
-def find_max_batch(model, *, progress: Progress | None = None, **kwargs) -> "MaxBatch":
-    """The largest batch whose step fits ``device`` (``--max-batch``): ``kwargs`` are
-    analyze's (``device`` required, ``batch`` left out). Each analysis is of re-bound graphs
-    (one trace), and the answer is confirmed at it and one above (analyzer/app/by_batch.py)."""
-    from .by_batch import max_batch_search
-
-    check_unknown((), {k: v for k, v in kwargs.items() if k not in ANALYZE_ARGS}, ANALYZE_ARGS)
-    return max_batch_search(model, build_request(**kwargs), progress)
 
 
 # the keywords analyze takes, for the error naming one it does not

@@ -20,10 +20,12 @@ from typing import Callable
 
 from ...passes.errors import GraphcostError, opt
 from ...passes.ir import Graph
-from .api import Progress, batch_of, resolve_model, run_request, load_graph, torch_graph
+from .api import (ANALYZE_ARGS, Progress, batch_of, load_graph, resolve_model, run_request,
+                  torch_graph)
+from .api_checks import check_unknown
 from .batch_scaling import MaxBatch, estimate_max_batch, max_batch, required_bytes
 from .report import Report
-from .request import LoadOptions, Request
+from .request import LoadOptions, Request, build_request
 
 
 @dataclass(frozen=True)
@@ -140,3 +142,11 @@ def max_batch_search(model, request: Request, progress: Progress | None = None) 
             result = replace(result, traces=(at.traces or 0) + (0 if at.traced_at else 2),
                              traced_at=at.traced_at)
     return result
+
+
+def find_max_batch(model, *, progress: Progress | None = None, **kwargs) -> MaxBatch:
+    """The largest batch whose step fits ``device`` (``--max-batch``): ``kwargs`` are
+    analyze's (``device`` required, ``batch`` left out). Each analysis is of re-bound graphs
+    (one trace), and the answer is confirmed at it and one above (analyzer/app/by_batch.py)."""
+    check_unknown((), {k: v for k, v in kwargs.items() if k not in ANALYZE_ARGS}, ANALYZE_ARGS)
+    return max_batch_search(model, build_request(**kwargs), progress)

@@ -5,7 +5,7 @@ command line from its options (analyzer/cli/main.py). ``run_request`` (analyzer/
 ``analyze_by_batch`` and ``max_batch_search`` (analyzer/app/by_batch.py), ``verify_request``
 (analyzer/measure/verify.py) and ``run_passes`` (analyzer/app/pipeline.py) read it. The choice
 lists are the Enums of passes/choices.py; the checkpoint and parallel specs are the passes'
-own (passes/checkpoint.py, passes/parallel.py), the serve spec the serving review's.
+own (passes/checkpoint.py, passes/parallel.py), the serve spec the serving review's (analyzer/app/serve.py).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ...passes.choices import Exporter, Lifetimes, Optimizer, OptimizerImpl
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel import ParallelSpec
 from ...passes.roofline import DeviceRates, Overhead
+from .serve import ServeSpec, check_serve
 from .api_checks import (check_arguments, check_checkpoint, device_of, overhead_of,
                          parallel_spec)
 
@@ -52,16 +53,6 @@ class PassOptions:
     what_if: bool = True
     parallel: ParallelSpec | None = None
     optimizer_impl: str = OptimizerImpl.FORLOOP
-
-
-@dataclass(frozen=True)
-class ServeSpec:
-    """The serving review asked (analyzer/app/serve.py): ``prompt`` tokens prefilled, one
-    decode step over the cache of prompt + generate − 1 tokens, at these dtypes."""
-    prompt: int
-    generate: int
-    kv_dtype: str | None = None
-    weight_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,8 +129,6 @@ def _pass_options(*, include_inputs, inplace, lifetimes, train, optimizer, check
 
 def _serve_request(serve, load: LoadOptions, precision: str, *, include_inputs, lifetimes,
                    device, tf32, overhead) -> Request:
-    from .serve import check_serve
-
     spec = check_serve(serve)
     check_arguments(batch=load.batch,
                     flags={"train": load.train, "tf32": tf32, "all_layers": load.all_layers})

@@ -9,7 +9,7 @@ analyzer/frontends/onnx/serve.py. The report is the prefill graph's; the pass
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -17,9 +17,18 @@ from ..frontends.binding import check_size
 from ...passes.errors import GraphcostError, opt
 from ...passes.serving import ServingTrace
 from ...passes.serving_dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype, deployed
-from .request import ServeSpec
 
 KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype")
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """The serving review asked (analyzer/app/serve.py): ``prompt`` tokens prefilled, one
+    decode step over the cache of prompt + generate − 1 tokens, at these dtypes."""
+    prompt: int
+    generate: int
+    kv_dtype: str | None = None
+    weight_dtype: str | None = None
 
 
 def check_serve(serve: Any) -> ServeSpec:
