@@ -18,12 +18,15 @@ from __future__ import annotations
 import warnings
 
 import torch
+from graphcost.analyzer.measure.reference import (
+    float_output_sum,
+    measure_inference,
+    measure_training,
+)
+from graphcost.models_zoo import hf
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
-from graphcost.analyzer.measure.reference import (float_output_sum, measure_inference,
-    measure_training)
-from graphcost.models_zoo import hf
 
 warnings.filterwarnings("ignore")
 BATCH = 2

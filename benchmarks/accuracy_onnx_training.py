@@ -19,11 +19,12 @@ from pathlib import Path
 os.environ.setdefault("GRAPHCOST_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"
                                              / "zoo"))
 
-from graphcost.analyzer.app.request import LoadOptions
-from graphcost import models_zoo
 from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.request import LoadOptions
 from graphcost.passes.costs import count_costs
 from graphcost.passes.training import training_memory
+
+from graphcost import models_zoo
 
 warnings.filterwarnings("ignore")
 BATCH = 2

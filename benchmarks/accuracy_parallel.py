@@ -14,11 +14,12 @@ resnet18 runs at 64x64 to keep several processes within this machine's memory an
 """
 from __future__ import annotations
 
-from graphcost.analyzer.app.request import LoadOptions, PassOptions
 import argparse
 import functools
 import time
 import warnings
+
+from graphcost.analyzer.app.request import LoadOptions, PassOptions
 
 warnings.filterwarnings("ignore")
 SHAPES = {"resnet18": (("x", (2, 3, 64, 64)),)}
@@ -28,9 +29,9 @@ ITEMS = ("params", "grads", "optimizer", "activations", "comm", "temps")
 @functools.lru_cache(maxsize=None)
 def joint(model: str):
     import torch
+    from graphcost.analyzer.app.api import load_graph
 
     from graphcost import models_zoo
-    from graphcost.analyzer.app.api import load_graph
 
     shapes = dict(SHAPES.get(model, ()))
     args = (torch.randn(*shapes["x"]),) if shapes else models_zoo.example_inputs(model, 2)

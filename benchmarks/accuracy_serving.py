@@ -17,9 +17,10 @@ SIZES = [(1, 5), (3, 20)]
 
 
 def main() -> None:
-    from graphcost import analyze
     from graphcost.analyzer.measure.serving import measure_steps
     from graphcost.models_zoo import hf
+
+    from graphcost import analyze
 
     p = argparse.ArgumentParser()
     p.add_argument("--generate", type=int, default=6)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-from graphcost import models_zoo
-from graphcost import analyze
+from graphcost import analyze, models_zoo
 from tests.test_fx_fidelity import measured_activation_peak
 
 warnings.filterwarnings("ignore")

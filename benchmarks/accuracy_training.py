@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import warnings
 
-from graphcost import models_zoo
-from graphcost import analyze
+from graphcost import analyze, models_zoo
 from tests.test_training import BATCH, OPTIMIZERS, measured_step_peak
 
 warnings.filterwarnings("ignore")

@@ -29,14 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import graphcost.analyzer.frontends.onnx.frontend as onnx_frontend  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-import graphcost.analyzer.frontends.onnx.frontend as onnx_frontend  # noqa: E402
 from graphcost.analyzer.app.api import analyze, load_graph  # noqa: E402
 from graphcost.passes.arena import plan_arena  # noqa: E402
 from graphcost.passes.liveness import analyze_liveness  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 
 def best(fn, repeat: int) -> tuple[float, object]:

@@ -45,15 +45,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import onnx  # noqa: E402
-
+import graphcost.analyzer.app.pipeline as pipeline  # noqa: E402
 import graphcost.analyzer.frontends.onnx.frontend as onnx_frontend  # noqa: E402
 import graphcost.analyzer.frontends.onnx.lowering as onnx_lowering  # noqa: E402
-import graphcost.analyzer.app.pipeline as pipeline  # noqa: E402
+import onnx  # noqa: E402
 from graphcost.analyzer.app.api import analyze  # noqa: E402
 
 from benchmarks.synthetic_vit import BATCH, HIDDEN, OPSET, SEQ, ensure_model  # noqa: E402
-
 
 # --------------------------------------------------------------------------------------------
 # Timing

@@ -31,9 +31,8 @@ def run_cli(args: list[str]) -> tuple[float, dict]:
 
 def check_full(prompt: int, generate: int) -> None:
     import torch
-
-    from graphcost.analyzer.frontends.torch.serve import capture
     from graphcost.analyzer.app.pipeline import run_passes
+    from graphcost.analyzer.frontends.torch.serve import capture
     from graphcost.models_zoo import get
 
     with torch.device("meta"):

@@ -5,8 +5,16 @@
 """
 
 from .export import ZooExportError, cache_dir, cached_export, export_onnx
-from .registry import (MODELS, ZooModel, build_model, default_dims, example_inputs, get,
-                       input_shapes, names)
+from .registry import (
+                       MODELS,
+                       ZooModel,
+                       build_model,
+                       default_dims,
+                       example_inputs,
+                       get,
+                       input_shapes,
+                       names,
+)
 
 __all__ = [
     "MODELS",

@@ -27,8 +27,13 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .detection_ops import (BoxCoder, anchors, batched_nms, clip_boxes_to_image,
-                            remove_small_boxes)
+from .detection_ops import (
+    BoxCoder,
+    anchors,
+    batched_nms,
+    clip_boxes_to_image,
+    remove_small_boxes,
+)
 from .registry import BATCH, ZooModel
 
 IMAGE = (3, 128, 128)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .ir import Graph, ValueKind
 from .caching_allocator import Alloc, Event, Free, replay
+from .ir import Graph, ValueKind
 
 
 def events_from_liveness(storages, *, resident: Iterable[tuple[str, int]] = (),

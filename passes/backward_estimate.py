@@ -34,9 +34,15 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from .ir import FLOAT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
-from .costs.backward import BACKWARD_OP, GRAD_SEED_OP, GRAD_VIEW_OP, LOSS_ADD_OP, LOSS_REDUCE_OP
+from .costs.backward import (
+    BACKWARD_OP,
+    GRAD_SEED_OP,
+    GRAD_VIEW_OP,
+    LOSS_ADD_OP,
+    LOSS_REDUCE_OP,
+)
 from .costs.registry import lookup
+from .ir import FLOAT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
 from .params import count_params
 
 ESTIMATE_WARNING = ("training memory of an ONNX graph is an ESTIMATE: the backward is "

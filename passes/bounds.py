@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from .ir import Graph, SizeBound
 from .costs import count_costs
+from .ir import Graph, SizeBound
 from .liveness import analyze_liveness
 
 

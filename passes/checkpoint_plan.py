@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Graph
 from .checkpoint import Segment, merge, segments_by_name
+from .ir import Graph
 from .liveness import Liveness
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Callable
-from collections.abc import Iterable
-
 
 _MARK, _SEP = "\x1e", "\x1f"   # ASCII record and unit separators: never in a message's prose
 _MARKED = re.compile(f"{_MARK}([^{_MARK}{_SEP}]*){_SEP}([^{_MARK}{_SEP}]*){_SEP}([^{_MARK}]*){_MARK}")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ir import INTERNAL, Graph, ValueKind
 from .costs.registry import lookup
+from .ir import INTERNAL, Graph, ValueKind
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ir import INTERNAL, Graph
 from .costs import CostReport
+from .ir import INTERNAL, Graph
 from .params import ParamReport
 
 

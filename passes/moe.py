@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Graph, ValueKind
 from .costs import CostReport
 from .costs.registry import lookup
+from .ir import Graph, ValueKind
 
 
 @dataclass(frozen=True)

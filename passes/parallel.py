@@ -32,16 +32,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
+from .choices import Offload, Strategy
+from .comm import CommVolume, InterconnectRates, comm_volume
 from .errors import GraphcostError, opt
 from .ir import INTERNAL, Graph, ValueKind
-from .comm import CommVolume, InterconnectRates, comm_volume
 from .parallel_clock import Clock, price
 from .parallel_fsdp import sharded_step
+from .parallel_units import (
+    Unit,
+    ddp_buckets,
+    fsdp_units,
+    origins,
+    unit_names,
+    zero1_partition,
+)
 from .roofline import DeviceRates, Overhead
-from .parallel_units import Unit, ddp_buckets, fsdp_units, origins, unit_names, zero1_partition
-from .choices import Offload, Strategy
-from .training import (ADAPTIVE, STATE_MULTIPLIER, TrainingMemory, forward_set, step_temporaries,
-    trainable_params)
+from .training import (
+    ADAPTIVE,
+    STATE_MULTIPLIER,
+    TrainingMemory,
+    forward_set,
+    step_temporaries,
+    trainable_params,
+)
 
 STRATEGIES = Strategy.words()
 SHARDED = tuple(s for s in Strategy if s.shards_gradients)

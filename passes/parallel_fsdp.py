@@ -24,10 +24,10 @@ With one rank nothing is all-gathered (the shard is copied into the unsharded pa
 """
 from __future__ import annotations
 
+from .choices import Offload, Strategy
 from .comm import comm_volume
 from .parallel_clock import Clock
 from .parallel_units import ROOT, padded_bytes
-from .choices import Offload, Strategy
 
 
 # long: places one rank's tensors on the clock per FSDP phase; the phases share the unit table

@@ -20,10 +20,10 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field, replace
 
-from .errors import GraphcostError, opt
-from .ir import FLOAT_DTYPES, INTERNAL, Graph, TensorSpec, ValueKind
 from .checkpoint import repeated_blocks
 from .costs.registry import lookup
+from .errors import GraphcostError, opt
+from .ir import FLOAT_DTYPES, INTERNAL, Graph, TensorSpec, ValueKind
 
 ROOT = "(root)"
 DDP_FIRST_BUCKET_BYTES = 1 << 20   # DDP's first bucket is capped at 1 MiB

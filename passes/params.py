@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .ir import Graph, ValueKind
 from .costs.registry import lookup
+from .ir import Graph, ValueKind
 
 
 @dataclass(frozen=True)

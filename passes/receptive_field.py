@@ -48,8 +48,8 @@ import math
 from dataclasses import dataclass
 from typing import overload
 
-from .ir import Dim, Graph, Node, ValueKind
 from .costs.registry import WINDOWS, lookup
+from .ir import Dim, Graph, Node, ValueKind
 
 INPUT_START = 0.5  # centre of input pixel 0, the guide's convention
 

@@ -37,12 +37,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Graph, ValueKind
+from . import serving_dtypes as sd
 from .costs import count_costs
+from .ir import Graph, ValueKind
 from .liveness import analyze_liveness
 from .params import count_params
 from .roofline import DeviceRates, Overhead, roofline
-from . import serving_dtypes as sd
 
 WHAT_IFS = (("int8", None), ("int4", None), ("fp8", None), (None, "fp8"), (None, "int8"))
 CURVE_POINTS = 16

@@ -29,12 +29,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from .errors import GraphcostError, opt
-from .ir import INTERNAL, Graph, ValueKind
-from .checkpoint import (CheckpointSpec, Segment, checkpointed_storages, group_every, merge, repeated_blocks,
-    segments_by_name, sqrt_groups, timeline_of)
+from .checkpoint import (
+    CheckpointSpec,
+    Segment,
+    checkpointed_storages,
+    group_every,
+    merge,
+    repeated_blocks,
+    segments_by_name,
+    sqrt_groups,
+    timeline_of,
+)
 from .checkpoint_plan import block_table, cheapest_plan, plan_segments
 from .choices import Optimizer, OptimizerImpl
+from .errors import GraphcostError, opt
+from .ir import INTERNAL, Graph, ValueKind
 from .liveness import analyze_liveness
 
 # state tensors per parameter (momentum: one buffer; Adam's family: exp_avg and exp_avg_sq)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import functools
 
-from graphcost.analyzer.app.api_checks import check_checkpoint
-from graphcost.analyzer.app.request import LoadOptions, PassOptions
-from graphcost import models_zoo
 from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.api_checks import check_checkpoint
 from graphcost.analyzer.app.pipeline import run_passes
+from graphcost.analyzer.app.request import LoadOptions, PassOptions
 from graphcost.analyzer.measure.reference import measure_training
+
+from graphcost import models_zoo
 
 BATCH = 2
 # Image models measured at 64×64 instead of 224×224: a real training step is 12× cheaper and the

@@ -8,8 +8,10 @@ import onnx
 import pytest
 from onnx import helper
 
+from tests.cli_runner import (
+    run,  # graphcost's main in this process (tests/test_cli.py runs the installed command)
+)
 from tests.onnx_builders import model, node, weight
-from tests.cli_runner import run  # graphcost's main in this process (tests/test_cli.py runs the installed command)
 
 
 def assert_one_line_error(p, *needles):

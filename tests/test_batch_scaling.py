@@ -6,11 +6,11 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
-from graphcost.analyzer.app.request import LoadOptions, PassOptions, build_request
 from graphcost.analyzer.app.api import analyze
 from graphcost.analyzer.app.batch_scaling import max_batch
+from graphcost.analyzer.app.request import LoadOptions, PassOptions, build_request
 from graphcost.analyzer.cli.main import main
+
 from tests.onnx_builders import model, node, weight
 
 
@@ -82,8 +82,9 @@ def test_max_batch_answer_holds_on_a_real_model():
 def test_the_api_finds_the_batch_the_command_line_finds(capsys):
     # find_max_batch is --max-batch from Python: the same search and confirmation (the step at
     # the answer fits the device, one more sample does not), its errors in the API's words
-    from graphcost import GraphcostError
     from graphcost.analyzer.app.by_batch import find_max_batch
+
+    from graphcost import GraphcostError
     result = find_max_batch("zoo:mlp", train=True, device="t4")
     assert main(["zoo:mlp", "--train", "--max-batch", "--device", "t4", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["max_batch"] == result.batch > 0
@@ -211,6 +212,7 @@ def test_max_batch_under_a_checkpoint_plan_fits_the_plan(capsys):
 def test_max_batch_headline_fits_80_columns():
     # one rank under a strategy and a checkpoint plan: the headline was one 120-column line
     from dataclasses import replace as with_
+
     from graphcost.analyzer.render.batch import max_batch_lines
     result = with_(max_batch(_fake(lambda b: 100 + 10 * b, 12_345, [])),
                    parallel="fsdp over 4 ranks", checkpoint="every", train=True)

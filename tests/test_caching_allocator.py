@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from graphcost import analyze
 from graphcost.passes.allocator_events import events_from_liveness, training_events
 from graphcost.passes.caching_allocator import Alloc, Free, replay
 from graphcost.passes.liveness import Storage
+
+from graphcost import analyze
 from tests.onnx_builders import model, node
 
 MiB = 1 << 20

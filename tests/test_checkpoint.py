@@ -4,11 +4,11 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from graphcost.analyzer.app.units import parse_size
+from graphcost.passes.checkpoint import CheckpointSpec
 from torch.utils.checkpoint import checkpoint
 
-from graphcost.passes.checkpoint import CheckpointSpec
 from graphcost import GraphcostError
-from graphcost.analyzer.app.units import parse_size
 from tests.shared import measured_step_peak, train_report
 
 warnings.filterwarnings("ignore", category=FutureWarning)

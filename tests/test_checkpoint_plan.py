@@ -5,9 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
-from graphcost.analyzer.app.request import LoadOptions
 from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.request import LoadOptions
 from graphcost.passes.checkpoint import repeated_blocks
 from graphcost.passes.checkpoint_plan import block_table, modelled_peak, plan_segments
 from graphcost.passes.costs import count_costs

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from tests.test_bad_input import assert_one_line_error
 from tests.cli_runner import run
+from tests.test_bad_input import assert_one_line_error
 
 NET = textwrap.dedent('''
     import torch
@@ -117,6 +117,7 @@ def test_train_bad_input(netfile, tmp_path):
     assert_one_line_error(run("zoo:gpt2", "--train", "--checkpoint", "h.9"), "no module")
     assert_one_line_error(run("zoo:gpt2", "--checkpoint", "h.0"), "--train")
     import onnx
+
     from tests.onnx_builders import model, node
     path = tmp_path / "m.onnx"
     onnx.save(model([node("Relu", ["x"], ["y"])], [("x", [1, 4])], [("y", [1, 4])]), path)
@@ -137,7 +138,6 @@ def test_saved_exported_program(tmp_path, monkeypatch):
     import pickle
 
     import torch
-
     from torch import nn
 
     from graphcost import analyze

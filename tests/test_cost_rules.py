@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import graphcost.passes.costs  # noqa: F401  (registers every rule family)
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
-import graphcost.passes.costs  # noqa: F401  (registers every rule family)
 from graphcost.analyzer.app.api import analyze
 from graphcost.passes.costs import registry
+from onnx import TensorProto, helper, numpy_helper
 
 F32, F16, I64, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64, TensorProto.BOOL
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from graphcost.analyzer.app.api import analyze
 from onnx import TensorProto
 
-from graphcost.analyzer.app.api import analyze
 from tests.test_cost_rules import build, x
 
 F32, I64, U8, I32, BOOL = (TensorProto.FLOAT, TensorProto.INT64, TensorProto.UINT8,
@@ -323,10 +323,9 @@ def test_quantized_conv_weights_and_int32_bias_are_params():
 def test_every_onnx_schema_has_a_rule():
     # every op of the default domain, ai.onnx.ml, ai.onnx.preview(.training), at every opset
     # the installed onnx knows
-    from onnx import defs
-
     from graphcost.analyzer.frontends.onnx.shapes import op_key
     from graphcost.passes.costs import lookup
+    from onnx import defs
     names = {op_key(s.domain, s.name) for s in defs.get_all_schemas_with_history()
              if not s.domain.startswith("graphcost.")}  # the frontend's private shape schemas
     assert not sorted(n for n in names if lookup(n) is None)

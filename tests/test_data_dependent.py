@@ -13,14 +13,14 @@ import json
 
 import pytest
 import torch
+from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
+from graphcost.analyzer.render.summary import render_csv, render_markdown
+from graphcost.models_zoo import build_model, detection, example_inputs
+from graphcost.passes.errors import GraphcostError
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
-from graphcost.passes.errors import GraphcostError
-from graphcost.analyzer.render.summary import render_csv, render_markdown
-from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
-from graphcost.models_zoo import build_model, detection, example_inputs
 
 # torch 2.8's slice of a data-dependent size (keep[:300]) keeps the size's own symbol instead
 # of Min(300, u): nothing is capped below the symbol's maximum to label (the figures are equal).

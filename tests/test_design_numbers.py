@@ -2,7 +2,6 @@
 checked on the bundled zoo models exported to ONNX (legacy exporter, BatchNorm kept)."""
 from __future__ import annotations
 
-
 from graphcost import analyze
 
 

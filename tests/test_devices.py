@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from graphcost.analyzer.app.api import analyze
+from graphcost.analyzer.app.devices import (
+    DEVICES,
+    get_device,
+    parse_device_spec,
+    parse_overhead,
+)
 from graphcost.analyzer.cli.main import main
-from graphcost.analyzer.app.devices import DEVICES, get_device, parse_device_spec, parse_overhead
 from graphcost.passes.errors import GraphcostError
 
 REQUIRED = ("gtx1080ti", "v100", "t4", "a10", "l4", "a100-40gb", "a100-80gb", "h100-sxm",

@@ -7,10 +7,10 @@ import shutil
 
 import onnx
 import pytest
-
-from graphcost import analyze
 from graphcost.analyzer.app import diff as diff_mod
 from graphcost.analyzer.app.diff import diff_reports
+
+from graphcost import analyze
 from tests.cli_runner import run_cli
 from tests.onnx_builders import model, node, weight
 

@@ -9,14 +9,14 @@ import json
 
 import pytest
 import torch
-
-from graphcost.analyzer.app.request import LoadOptions, build_request
-from graphcost import analyze
 from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.by_batch import analyze_by_batch, traced_once
+from graphcost.analyzer.app.request import LoadOptions, build_request
 from graphcost.analyzer.cli.main import main
 from graphcost.analyzer.frontends.torch.fake_rerun import marker_batch
 from graphcost.models_zoo.llama import Llama, LlamaConfig
+
+from graphcost import analyze
 
 
 def _same_graph(got, real):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-
 from graphcost.passes.errors import GraphcostError, did_you_mean
+
 from tests.cli_runner import run
 from tests.onnx_builders import model, node
 
@@ -75,10 +75,11 @@ def test_bare_graphcost_prints_usage_with_three_examples_and_exits_2():
 
 
 def test_the_usage_examples_are_commands_graphcost_accepts():
-    from graphcost import models_zoo
-    from graphcost.analyzer.cli.main import SUBCOMMANDS, build_parser
-    from graphcost.analyzer.cli.help import EXAMPLES
     from graphcost.analyzer.app.devices import get_device
+    from graphcost.analyzer.cli.help import EXAMPLES
+    from graphcost.analyzer.cli.main import SUBCOMMANDS, build_parser
+
+    from graphcost import models_zoo
 
     for cmd, _ in EXAMPLES:
         argv = shlex.split(cmd)[1:]

@@ -20,8 +20,8 @@ from collections import Counter, defaultdict
 
 import onnx
 import pytest
-
 from graphcost.analyzer.cli.main import main
+
 from tests.fuzz_onnx import generate
 
 COUNTS = {"mnist_net": 150, "small_cnn": 110, "gpt2": 110, "bert": 110}

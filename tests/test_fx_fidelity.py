@@ -7,13 +7,13 @@ from functools import cache
 
 import pytest
 import torch
+from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.pipeline import run_passes
+from graphcost.analyzer.app.request import PassOptions
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from graphcost.analyzer.app.request import PassOptions
 from graphcost import analyze, models_zoo
-from graphcost.analyzer.app.api import load_graph
-from graphcost.analyzer.app.pipeline import run_passes
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 

@@ -13,14 +13,18 @@ from torch.utils.flop_counter import FlopCounterMode
 
 pytest.importorskip("transformers")
 
-from graphcost.passes.checkpoint import CheckpointSpec
-from graphcost.analyzer.app.request import LoadOptions, PassOptions
-from graphcost import analyze  # noqa: E402
 from graphcost.analyzer.app.api import load_graph  # noqa: E402
 from graphcost.analyzer.app.pipeline import run_passes  # noqa: E402
-from graphcost.analyzer.measure.reference import (float_output_sum, measure_inference,
-    measure_training)
+from graphcost.analyzer.app.request import LoadOptions, PassOptions
+from graphcost.analyzer.measure.reference import (
+    float_output_sum,
+    measure_inference,
+    measure_training,
+)
 from graphcost.models_zoo import hf  # noqa: E402
+from graphcost.passes.checkpoint import CheckpointSpec
+
+from graphcost import analyze  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 BATCH = 2

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 from graphcost.analyzer.app.api import analyze
 from graphcost.analyzer.cli.main import main
-from graphcost.passes.errors import GraphcostError
 from graphcost.passes.arena import WORK_MIN_TENSORS, WORK_PER_TENSOR, plan_arena
+from graphcost.passes.errors import GraphcostError
 from graphcost.passes.liveness import Storage
+from onnx import TensorProto, helper, numpy_helper
+
 from tests.hostile_files import pt2_variant, tiny_program
 from tests.onnx_builders import model, node
 
@@ -178,7 +178,6 @@ def test_pt2_guards_code_is_never_executed(tiny_pt2, tmp_path):
 
 def test_verify_refuses_external_data_beyond_the_model(tmp_path, monkeypatch):
     import onnxruntime
-
     from graphcost.analyzer.measure.verify import verify
 
     def never(*a, **k):

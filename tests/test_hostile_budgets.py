@@ -11,10 +11,10 @@ from pathlib import Path
 import onnx
 import onnx.inliner
 import pytest
-
 from graphcost.analyzer.app.api import analyze
-from graphcost.passes.errors import GraphcostError
 from graphcost.analyzer.frontends.onnx import inline as onnx_inline
+from graphcost.passes.errors import GraphcostError
+
 from tests import hostile_files as hf
 
 ROOT = Path(__file__).resolve().parent.parent

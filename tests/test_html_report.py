@@ -17,12 +17,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from onnx import save
-
-from graphcost.analyzer.render.html import html_report
 from graphcost.analyzer.app.report import NodeRow, Report, Totals
+from graphcost.analyzer.render.html import html_report
 from graphcost.passes.costs import Coverage
 from graphcost.passes.liveness import Liveness
+from onnx import save
+
 from tests.onnx_builders import model, node
 
 EVIL = "<script>alert(1)</script>&\"'"

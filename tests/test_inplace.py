@@ -15,13 +15,13 @@ import io
 import onnx
 import pytest
 import torch
-from torch import nn
-
-from graphcost.analyzer.app.request import PassOptions
-from graphcost import models_zoo
 from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.pipeline import run_passes
+from graphcost.analyzer.app.request import PassOptions
 from graphcost.analyzer.measure.reference import measure_inference
+from torch import nn
+
+from graphcost import models_zoo
 
 
 def with_inplace(model: nn.Module, inplace: bool) -> nn.Module:

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import pytest
-
-from graphcost import analyze
 from graphcost.analyzer.frontends.onnx.frontend import lower_onnx
 from graphcost.passes.arena import plan_arena
 from graphcost.passes.liveness import Storage, analyze_liveness
+
+from graphcost import analyze
 from tests.onnx_builders import model, node, shape_const
 
 # All tensors float32 with 1×256 = 256 elements = 1,024 B unless said otherwise.

@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
-from graphcost.analyzer.app.request import LoadOptions
 from graphcost.analyzer.app.api import analyze, load_graph
+from graphcost.analyzer.app.request import LoadOptions
+from graphcost.analyzer.measure.verify import verify
 from graphcost.analyzer.render.html import html_report
 from graphcost.analyzer.render.summary import render_csv, render_markdown, summary_lines
-from graphcost.analyzer.measure.verify import verify
+from onnx import TensorProto, helper, numpy_helper
 
 F32, I64, I32, U8 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.UINT8
 vi = helper.make_tensor_value_info

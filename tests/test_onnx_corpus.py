@@ -15,11 +15,10 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
 from graphcost.analyzer.app.api import analyze
-from graphcost.passes.errors import GraphcostError
 from graphcost.analyzer.frontends.onnx.shapes import op_key
 from graphcost.passes.costs import lookup
+from graphcost.passes.errors import GraphcostError
 
 # Models with statically declared outputs whose intermediate sizes come from input values.
 VALUE_DEPENDENT = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from graphcost.analyzer.frontends.onnx.frontend import lower_onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from graphcost import GraphcostError, analyze
-from graphcost.analyzer.frontends.onnx.frontend import lower_onnx
 from tests.onnx_builders import model, node, weight
 
 

@@ -6,17 +6,15 @@ import json
 
 import onnx
 import pytest
-
-from graphcost.analyzer.app.request import LoadOptions
-from graphcost import models_zoo
-from graphcost import analyze
 from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.request import LoadOptions
 from graphcost.analyzer.frontends.onnx.frontend import lower_onnx
 from graphcost.passes.backward_estimate import ESTIMATE_WARNING, estimate_joint
 from graphcost.passes.training import training_memory
+
+from graphcost import analyze, models_zoo
 from tests.cli_runner import run_cli
 from tests.onnx_builders import model, node, weight
-
 
 
 def mlp() -> onnx.ModelProto:

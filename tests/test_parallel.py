@@ -8,15 +8,15 @@ import json
 
 import pytest
 import torch
-from torch import nn
-
-from graphcost.analyzer.app.request import PassOptions
-from graphcost import GraphcostError, analyze
-from graphcost.analyzer.cli.main import main
 from graphcost.analyzer.app.pipeline import run_passes
+from graphcost.analyzer.app.request import PassOptions
+from graphcost.analyzer.cli.main import main
 from graphcost.passes.comm import InterconnectRates
 from graphcost.passes.parallel import ParallelSpec
 from graphcost.passes.roofline import DeviceRates, Overhead
+from torch import nn
+
+from graphcost import GraphcostError, analyze
 from tests.shared import joint_graph, measured_step, train_report
 
 # zoo mlp: 4 blocks of Linear(256→512), Linear(512→256), head Linear(256→10)
@@ -149,8 +149,9 @@ def test_lora_step_vs_memtracker(optimizer):
 
 
 def test_frozen_first_layer_has_no_backward():
-    from graphcost import models_zoo
     from graphcost.analyzer.measure.reference import measure_training
+
+    from graphcost import models_zoo
 
     def frozen_cnn():
         m = models_zoo.build_model("small_cnn", eval=False)

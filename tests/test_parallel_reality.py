@@ -12,11 +12,11 @@ into elementwise temporaries): its peaks are within 10%.
 from __future__ import annotations
 
 import pytest
-
+from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions
 from graphcost.analyzer.measure.parallel import Case, items, measure_parallel
-from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.passes.parallel import ParallelSpec
+
 from tests.shared import joint_graph
 
 GLOO = [("mlp", "ddp"), ("mlp", "zero1"), ("mlp", "zero2"), ("mlp", "fsdp"), ("gpt2", "ddp"),

@@ -8,7 +8,6 @@ import struct
 import sys
 
 import pytest
-
 from graphcost.analyzer.cli.main import main
 
 pytest.importorskip("matplotlib")

@@ -6,10 +6,9 @@ import warnings
 
 import pytest
 import torch
-
-from graphcost import models_zoo
-from graphcost import GraphcostError, analyze
 from graphcost.analyzer.measure.reference import float_output_sum
+
+from graphcost import GraphcostError, analyze, models_zoo
 from tests.shared import inputs, train_report
 
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -20,7 +20,6 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-
 from graphcost.analyzer.app.api import analyze
 from graphcost.analyzer.measure.verify import verify
 
@@ -65,7 +64,12 @@ def _reader(path: str):
 
 
 def _build(name: str, variant: str, src: str, out: str) -> None:
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    from onnxruntime.quantization import (
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     if variant == "dyn":

@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from torch import nn
-
-from graphcost.analyzer.app.request import LoadOptions
 from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.request import LoadOptions
 from graphcost.passes.costs import lookup
 from graphcost.passes.costs.registry import WINDOWS
 from graphcost.passes.receptive_field import Field, is_cnn, receptive_fields
+from torch import nn
+
 from tests.onnx_builders import model, node, weight
 
 

@@ -10,11 +10,11 @@ import json
 
 import pytest
 import torch
+from graphcost.models_zoo.llama import Llama, LlamaConfig
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
-from graphcost.models_zoo.llama import Llama, LlamaConfig
 
 LAYERS = 8   # the smallest stack repeated (REPEAT_AT): copies 2…6 of layer 1
 

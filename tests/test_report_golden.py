@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from graphcost.analyzer.app.report import SCHEMA_VERSION
 
 from graphcost import analyze
-from graphcost.analyzer.app.report import SCHEMA_VERSION
 
 DATA = Path(__file__).resolve().parent / "data"
 KEYS_FILE = DATA / "report_keys.json"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from graphcost.analyzer.measure.reference import measure_training
 from torch import nn
 from torch.nn import functional as F
 
 from graphcost import analyze
-from graphcost.analyzer.measure.reference import measure_training
 
 
 class Block(nn.Module):

@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import torch
+from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
+from graphcost.analyzer.frontends.torch.frontend import unreachable_rules
 from torch import nn
 
 from graphcost import GraphcostError, analyze
-from graphcost.analyzer.frontends.torch.frontend import unreachable_rules
-from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
 
 ON = f"on torch {torch.__version__}"
 

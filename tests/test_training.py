@@ -5,13 +5,12 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from graphcost.analyzer.measure.reference import float_output_sum
+from graphcost.passes.checkpoint import CheckpointSpec
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from graphcost.passes.checkpoint import CheckpointSpec
-from graphcost import models_zoo
-from graphcost import analyze
-from graphcost.analyzer.measure.reference import float_output_sum
+from graphcost import analyze, models_zoo
 from tests.shared import BATCH, SIZES, inputs, measured_step, train_report
 
 warnings.filterwarnings("ignore", category=FutureWarning)

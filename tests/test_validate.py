@@ -7,12 +7,12 @@ import math
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 from graphcost.analyzer.app.api import analyze
 from graphcost.analyzer.cli.main import main
-from graphcost.passes.errors import GraphcostError
 from graphcost.analyzer.frontends.onnx.validate import validate_model
+from graphcost.passes.errors import GraphcostError
+from onnx import TensorProto, helper, numpy_helper
+
 from tests import hostile_files as hf
 from tests.onnx_builders import model, node, shape_const, weight
 

@@ -9,8 +9,8 @@ import warnings
 
 import onnx
 import pytest
-
 from graphcost.analyzer.cli.main import main
+
 from tests.onnx_builders import model, node, weight
 
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -8,9 +8,15 @@ import numpy as np
 import onnx
 import pytest
 import torch
-
-from graphcost.models_zoo import (MODELS, ZooModel, build_model, cached_export, example_inputs,
-    export_onnx, input_shapes)
+from graphcost.models_zoo import (
+    MODELS,
+    ZooModel,
+    build_model,
+    cached_export,
+    example_inputs,
+    export_onnx,
+    input_shapes,
+)
 
 # Exact parameter counts; the graph analyzer's tests rely on these.
 EXPECTED_PARAMS = {

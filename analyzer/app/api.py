@@ -13,13 +13,13 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
-from .api_checks import check_arguments, check_unknown
-from ...passes.errors import GraphcostError, opt
-from .report import Report
-from .resolve import Bindings, Resolved, resolve
 from ...passes.choices import Exporter
+from ...passes.errors import GraphcostError, opt
 from ...passes.ir import Graph
+from .api_checks import check_arguments, check_unknown
+from .report import Report
 from .request import LoadOptions, Request, build_request
+from .resolve import Bindings, Resolved, resolve
 
 Progress = Callable[[str], None]
 
@@ -109,11 +109,15 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     (frontends/fake_rerun.py; the inputs' batch must be a marker batch), unless the trace has
     data-dependent sizes."""
     from ..frontends.torch.bounded_trace import BoundedSizes
+    from ..frontends.torch.capture import (
+        call_defaults,
+        export_module,
+        traceable_experts,
+    )
     from ..frontends.torch.fake_rerun import rerun, reruns
     from ..frontends.torch.frontend import decompose_program, lower_exported
     from ..frontends.torch.repeat_layers import REPEAT_AT, trace_repeated
     from ..frontends.torch.size_bounds import check_maxima
-    from ..frontends.torch.capture import call_defaults, export_module, traceable_experts
 
     batch_size = batch_of((*args, *kwargs.values()))
     kwargs = call_defaults(model, dict(kwargs))
@@ -122,8 +126,8 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     grown: list = []   # the IR growth of a stack traced as three layers
     with traceable_experts(model) as notes:
         if train:
-            from ..frontends.torch.frontend import lower_joint
             from ..frontends.torch.capture import export_joint
+            from ..frontends.torch.frontend import lower_joint
             note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
             gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name,
                                                    sizes=sizes)

@@ -159,9 +159,9 @@ def parallel_spec(parallel, train: bool, precision: str):
     """``analyze``'s ``parallel`` mapping as the pass's ParallelSpec (checked)."""
     if not parallel:
         return None
-    from .devices import get_interconnect
     from ...passes.comm import InterconnectRates
     from ...passes.parallel import ParallelSpec, check_spec
+    from .devices import get_interconnect
 
     if not isinstance(parallel, Mapping):
         raise GraphcostError(f"{opt('parallel')}: expected a mapping such as "

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...passes.errors import GraphcostError, opt
-from .report import Report
 from ...passes.roofline import Overhead
+from .report import Report
 
 Analyze = Callable[[int], Report]   # batch -> report (with a device: report.roofline is set)
 

@@ -20,8 +20,15 @@ from typing import Callable
 
 from ...passes.errors import GraphcostError, opt
 from ...passes.ir import Graph
-from .api import (ANALYZE_ARGS, Progress, batch_of, load_graph, resolve_model, run_request,
-                  torch_graph)
+from .api import (
+    ANALYZE_ARGS,
+    Progress,
+    batch_of,
+    load_graph,
+    resolve_model,
+    run_request,
+    torch_graph,
+)
 from .api_checks import check_unknown
 from .batch_scaling import MaxBatch, estimate_max_batch, max_batch, required_bytes
 from .report import Report

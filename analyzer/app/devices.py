@@ -17,10 +17,10 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ...passes.choices import OptimizerImpl
-from ...passes.errors import GraphcostError, opt
-from .units import parse_rate, parse_size
 from ...passes.comm import InterconnectRates
+from ...passes.errors import GraphcostError, opt
 from ...passes.roofline import DTYPES, DeviceRates, Overhead  # noqa: F401  (the values)
+from .units import parse_rate, parse_size
 
 T, GB, GiB, MiB = 1e12, 1e9, 1 << 30, 1 << 20
 

@@ -14,8 +14,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from .report import NodeRow, Report
 from ...passes.modules import ModuleCost
+from .report import NodeRow, Report
 
 DIFF_SCHEMA_VERSION = 1
 SEQUENCE_LIMIT = 5000  # unmatched nodes per side; SequenceMatcher takes ~1 s at 5,000

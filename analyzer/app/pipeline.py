@@ -3,19 +3,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...passes.errors import GraphcostError
-from ...passes.ir import Graph, ValueKind
-from .report import NodeRow, Report, Totals
-from .request import PassOptions
+from ...passes.allocator_events import inference_reserved_peak
 from ...passes.arena import plan_arena
 from ...passes.bounds import size_bounds
 from ...passes.costs import CostReport, count_costs
-from ...passes.allocator_events import inference_reserved_peak
+from ...passes.errors import GraphcostError
+from ...passes.ir import Graph, ValueKind
 from ...passes.liveness import analyze_liveness
 from ...passes.magnitude import magnitude_warnings
 from ...passes.modules import aggregate_modules
-from ...passes.parallel import parallel_step
 from ...passes.moe import find_moe
+from ...passes.parallel import parallel_step
 from ...passes.params import ParamReport, count_params
 from ...passes.precision import cast_floats
 from ...passes.receptive_field import cnn_fields
@@ -23,6 +21,8 @@ from ...passes.roofline import flops_by_dtype, roofline
 from ...passes.serving import ServingTrace, serving_review
 from ...passes.shapes import check_shapes
 from ...passes.training import training_step
+from .report import NodeRow, Report, Totals
+from .request import PassOptions
 
 
 def run_passes(graph: Graph, options: PassOptions = PassOptions(),

@@ -19,13 +19,13 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ...passes.ir import INTERNAL
 from ...passes.bounds import Bounds
 from ...passes.costs import Coverage, OpTotals
+from ...passes.ir import INTERNAL
 from ...passes.liveness import Liveness
 from ...passes.modules import ModuleCost
-from ...passes.parallel import ParallelMemory
 from ...passes.moe import MoE
+from ...passes.parallel import ParallelMemory
 from ...passes.receptive_field import NodeField
 from ...passes.roofline import Roofline
 from ...passes.serving import Serving

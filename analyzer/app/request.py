@@ -18,9 +18,14 @@ from ...passes.choices import Exporter, Lifetimes, Optimizer, OptimizerImpl
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel import ParallelSpec
 from ...passes.roofline import DeviceRates, Overhead
+from .api_checks import (
+    check_arguments,
+    check_checkpoint,
+    device_of,
+    overhead_of,
+    parallel_spec,
+)
 from .serve import ServeSpec, check_serve
-from .api_checks import (check_arguments, check_checkpoint, device_of, overhead_of,
-                         parallel_spec)
 
 _NONE: Mapping[str, Any] = MappingProxyType({})
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ...passes.errors import did_you_mean, GraphcostError, opt
+from ...passes.errors import GraphcostError, did_you_mean, opt
 
 ZOO_PREFIX = "zoo:"
 # torch.export names the sizes the data decides u0, u1… (unbacked symbols): a --dim of that
@@ -227,8 +227,13 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
 
 
 def _file_class(spec: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
-    from ..frontends.torch.capture import (build_on_meta, build_seeded, fake_inputs, load_class,
-        real_inputs)
+    from ..frontends.torch.capture import (
+        build_on_meta,
+        build_seeded,
+        fake_inputs,
+        load_class,
+        real_inputs,
+    )
     if not b.input_shapes:
         raise GraphcostError(f"{spec}: pass the input sizes, e.g. {opt('input_shapes', 'x', '1x3x224x224')}")
     note(f"importing {spec}")

@@ -13,10 +13,10 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..frontends.binding import check_size
 from ...passes.errors import GraphcostError, opt
 from ...passes.serving import ServingTrace
 from ...passes.serving_dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype, deployed
+from ..frontends.binding import check_size
 
 KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype")
 

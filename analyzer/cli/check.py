@@ -10,11 +10,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...passes.errors import GraphcostError
+from ..app.units import (
+    human,
+    human_bytes,
+    human_time,
+    parse_count,
+    parse_size,
+    parse_time,
+)
 from .main import Parser, add_model_args, refuse_overwrite, run_analysis
 from .output import check_writable
-from ...passes.errors import GraphcostError
-from ..app.units import human, human_bytes, human_time
-from ..app.units import parse_count, parse_size, parse_time
 
 EXIT_PASS, EXIT_OVER = 0, 1
 

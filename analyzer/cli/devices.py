@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .main import Parser
 from ..app.devices import DEVICES, DTYPES, INTERCONNECTS
+from .main import Parser
 
 
 def build_parser():
@@ -22,8 +22,8 @@ def run(args) -> int:
                                               "bandwidth": d.bandwidth, "memory_bytes": d.memory}
                                      for d in DEVICES.values()}, indent=1) + "\n")
         return 0
-    from .output import console_for, terminal_width
     from ..render.table import Col, print_table
+    from .output import console_for, terminal_width
 
     width = terminal_width()
     console = console_for(sys.stdout, width)

@@ -10,10 +10,10 @@ import json
 import sys
 from pathlib import Path
 
-from .main import EXIT_OK, Parser, add_model_args, refuse_overwrite, run_analysis
-from .output import check_writable
 from ..app.diff import diff_reports
 from ..render.diff import render_markdown, render_table
+from .main import EXIT_OK, Parser, add_model_args, refuse_overwrite, run_analysis
+from .output import check_writable
 
 
 def build_parser() -> Parser:

@@ -7,16 +7,25 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from ...passes.choices import Lifetimes, Optimizer
+from ...passes.errors import GraphcostError
+from ...passes.precision import CHOICES
+from ..app.devices import get_device, parse_device_spec, parse_overhead
+from .help import (
+    Parser,  # (the subcommands import it here)
+    Version,
+    bare_usage,
+)
+from .output import (  # noqa: F401
+    check_writable,
+    console_for,
+    refuse_overwrite,
+    strict_failure,
+    terminal_width,
+    wrote,
+)
 from .parallel import add_parallel_args, parallel_args
 from .serve import add_serve_args, serve_kwargs
-from ..app.devices import get_device, parse_device_spec, parse_overhead
-from ...passes.errors import GraphcostError
-from ...passes.choices import Lifetimes, Optimizer
-from ...passes.precision import CHOICES
-from .help import Parser  # (the subcommands import it here)
-from .help import Version, bare_usage
-from .output import (check_writable, console_for, refuse_overwrite, strict_failure, terminal_width,  # noqa: F401
-    wrote)
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
 

@@ -9,8 +9,8 @@ import argparse
 import json
 import sys
 
-from .main import EXIT_BAD_INPUT, EXIT_OK, Parser, add_model_args, analysis_kwargs
 from ...passes.errors import GraphcostError
+from .main import EXIT_BAD_INPUT, EXIT_OK, Parser, add_model_args, analysis_kwargs
 
 EXIT_MISMATCH = 1
 
@@ -46,8 +46,8 @@ def run(args) -> int:
     if args.format == "json":
         sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False) + "\n")
     else:
-        from .output import console_for, terminal_width
         from ..render.verify import onnx_view, torch_view
+        from .output import console_for, terminal_width
         from .text import escape_strings
         result = escape_strings(result)  # names from the model: no terminal controls
         width = terminal_width()

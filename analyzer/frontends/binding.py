@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ...passes.errors import did_you_mean, GraphcostError, opt
+from ...passes.errors import GraphcostError, did_you_mean, opt
 
 RawDim = int | str | None
 INT64_MAX = 2 ** 63 - 1  # ONNX dims and element counts are int64

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ...passes.choices import Exporter, Optimizer
 from ...passes.errors import GraphcostError, opt
 from ..app.request import PassOptions, Request, build_request
 from ..app.resolve import Bindings, resolve
-from ...passes.choices import Exporter, Optimizer
 from .verify_onnx import OnnxVerification, verify_onnx
 from .verify_torch import TorchVerification, verify_torch
 

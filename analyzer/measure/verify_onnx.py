@@ -13,7 +13,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +94,8 @@ def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
     import numpy as np
     import onnx
 
-    from ..frontends.onnx.frontend import lower_onnx
     from ..app.pipeline import run_passes
+    from ..frontends.onnx.frontend import lower_onnx
 
     note = progress or (lambda _m: None)
     if repeat < 1:

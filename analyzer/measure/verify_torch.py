@@ -9,8 +9,8 @@ from typing import Any
 
 from ...passes.choices import Optimizer
 from ...passes.errors import GraphcostError
-from .reference import measure_inference, measure_training
 from ..app.report import Report
+from .reference import measure_inference, measure_training
 
 
 @dataclass(frozen=True)

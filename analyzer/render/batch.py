@@ -3,8 +3,8 @@ terminal between values like the summary (analyzer/render/summary.py's ``wrap``)
 from __future__ import annotations
 
 from ..app.batch_scaling import ESTIMATE_AT
-from .summary import wrap
 from ..app.units import human, human_bytes
+from .summary import wrap
 
 
 def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:

@@ -3,8 +3,8 @@ view, fitted to the width (analyzer/render/table.py), and Markdown."""
 from __future__ import annotations
 
 from ..app.diff import Change, ReportDiff
-from .table import Col, print_prose, print_table, short_op
 from ..app.units import human, human_bytes
+from .table import Col, print_prose, print_table, short_op
 
 
 def _num(name: str, v: int) -> str:

@@ -14,13 +14,13 @@ import json
 import math
 from html import escape
 
-from .plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
-from . import explain
-from ..app.units import axes_text, human, human_bytes
-from .html_assets import CSS, JS, ONERROR
-from .parallel import parallel_summary
-from .html_serving import serving_section
 from ..app.report import Report
+from ..app.units import axes_text, human, human_bytes
+from . import explain
+from .html_assets import CSS, JS, ONERROR
+from .html_serving import serving_section
+from .parallel import parallel_summary
+from .plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
 H, TOP, BOTTOM = 300, 30, 40  # the inference chart's height (its width is plot.py's)

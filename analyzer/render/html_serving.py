@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from .plot import CHECKPOINTED, LEFT, PLAIN, RIGHT, W, y_grid
-from .serving import PHASE_COLUMNS, phase_rows, serving_summary
 from ..app.report import Report
 from ..app.units import human_bytes, human_time
+from .plot import CHECKPOINTED, LEFT, PLAIN, RIGHT, W, y_grid
+from .serving import PHASE_COLUMNS, phase_rows, serving_summary
 
 CW, CH, TOP, BOTTOM = 440, 260, 30, 40   # each chart
 

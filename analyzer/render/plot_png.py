@@ -8,9 +8,9 @@ without the extra still works; the Agg canvas is used directly, so no display is
 from __future__ import annotations
 
 from ...passes.errors import GraphcostError, opt
-from .plot import SHADES, size_label, training_curves
 from ..app.report import Report
 from ..app.units import human_bytes
+from .plot import SHADES, size_label, training_curves
 
 INSTALL_HINT = "PNG output needs matplotlib: pip install 'graphcost[png]'"
 

@@ -1,9 +1,9 @@
 """The serving review as text: summary lines, the per-phase table, Markdown. Renders only."""
 from __future__ import annotations
 
-from .table import Col, print_table
 from ..app.report import Report
 from ..app.units import human, human_bytes, human_time
+from .table import Col, print_table
 
 
 def _t(seconds) -> str:

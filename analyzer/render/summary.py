@@ -12,12 +12,12 @@ import csv
 import io
 from typing import Any, Callable
 
+from ..app.report import Report
+from ..app.units import axes_text, human, human_bytes, human_time
 from . import explain
 from .parallel import parallel_summary
 from .serving import render_serving_table, serving_markdown, serving_summary
-from .table import Col, short_op, print_table
-from ..app.report import Report
-from ..app.units import axes_text, human, human_bytes, human_time
+from .table import Col, print_table, short_op
 
 NODE_COLUMNS = ("index", "name", "op", "input_shapes", "output_shapes", "params",
                 "output_bytes", "macs", "flops", "bytes_read", "bytes_written", "bytes_total",

@@ -2,8 +2,8 @@
 verify_torch.py's); tables fit the width (analyzer/render/table.py)."""
 from __future__ import annotations
 
-from .table import Col, print_prose, print_table
 from ..app.units import human_bytes, human_time
+from .table import Col, print_prose, print_table
 
 MAX_LISTED = 20  # shape mismatches / unknowns listed in the table (JSON lists all)
 

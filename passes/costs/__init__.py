@@ -9,8 +9,22 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..ir import Graph
-from . import (backward, contrib, detection, elementwise, linear, ml, movement,  # noqa: F401
-               normalization, pooling, quantized, recurrent, sequence, signal, training_ops)
+from . import (  # noqa: F401
+    backward,
+    contrib,
+    detection,
+    elementwise,
+    linear,
+    ml,
+    movement,
+    normalization,
+    pooling,
+    quantized,
+    recurrent,
+    sequence,
+    signal,
+    training_ops,
+)
 from .registry import ZERO, Cost, OpView, ShapeUnknown, lookup, node_cost, registered  # noqa: F401
 
 OK, UNSUPPORTED, UNKNOWN_SHAPE = "ok", "unsupported", "unknown_shape"

@@ -22,15 +22,21 @@ from typing import Mapping, Sequence
 import onnx
 from onnx import TensorProto, helper
 
+from ....passes.errors import GraphcostError, opt
+from ....passes.ir import Graph, TensorSpec
 from ..binding import bind_inputs
 from . import shapes as onnx_shapes
 from .infer import check_declared_types, infer
 from .inline import inline_functions
 from .lowering import Lowering
-from .types import DTYPE  # noqa: F401 (app/resolve.py and measure/verify_onnx.py read it here)
-from .types import SpecReader, is_handle, raw_dims, tensor_type, type_spec
-from ....passes.errors import GraphcostError, opt
-from ....passes.ir import Graph, TensorSpec
+from .types import (
+    DTYPE,  # noqa: F401 (app/resolve.py and measure/verify_onnx.py read it here)
+    SpecReader,
+    is_handle,
+    raw_dims,
+    tensor_type,
+    type_spec,
+)
 from .validate import validate_model
 
 # Initializers up to this many elements stay in the skeleton so shape inference can read their

@@ -16,11 +16,19 @@ from typing import Any, Mapping
 import onnx
 from onnx import AttributeProto, TensorProto
 
+from ....passes.costs import lookup
 from ....passes.errors import GraphcostError
+from ....passes.ir import (
+    FLOAT_DTYPES,
+    QUANT_DTYPES,
+    Graph,
+    Node,
+    TensorSpec,
+    Value,
+    ValueKind,
+)
 from . import shapes as onnx_shapes
 from .types import DTYPE, SKIP, SpecReader, attr_defaults, attr_value, is_handle
-from ....passes.ir import FLOAT_DTYPES, QUANT_DTYPES, Graph, Node, TensorSpec, Value, ValueKind
-from ....passes.costs import lookup
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 

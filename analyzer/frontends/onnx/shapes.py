@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterable
 import onnx
 from onnx import AttributeProto, TensorProto, defs, helper, numpy_helper
 
-from ....passes.ir import TensorSpec
 from ....passes.costs import lookup
+from ....passes.ir import TensorSpec
 from .types import DTYPE, SKIP, attr_value
 
 # Private domains; a private op is named "<its domain>.<its type>": onnx.reference requires op

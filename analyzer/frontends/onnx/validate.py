@@ -32,17 +32,22 @@ from functools import lru_cache
 from typing import Any
 
 import onnx
-
-from ....passes.costs import lookup
 from onnx import AttributeProto
 
+from ....passes.costs import lookup
 from ....passes.errors import GraphcostError
 from . import ort_schemas
 from .validate_flow import check_control_flow, toposort
 from .validate_flow import invalid as _fail
 from .validate_flow import node_label as _label
-from .validate_values import (TENSOR_ATTRS, Bad, check_sparse, check_tensor, check_tensor_attr,
-    check_type)
+from .validate_values import (
+    TENSOR_ATTRS,
+    Bad,
+    check_sparse,
+    check_tensor,
+    check_tensor_attr,
+    check_type,
+)
 
 ONNX_DOMAINS = ("", "ai.onnx")
 _ATTR_NAMES = {v: k for k, v in AttributeProto.AttributeType.items()}

@@ -19,9 +19,9 @@ traceable experts (``traceable_experts``).
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import io
 import logging
-import inspect
 import sys
 import warnings
 import weakref
@@ -339,10 +339,9 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     The model is switched to train mode for the trace and put back in the mode it had."""
     from torch._functorch.aot_autograd import aot_export_module
 
+    from .bounded_trace import BoundedSizes, explain
     from .exported_run import ExportedRun
     from .frontend import training_decompositions
-
-    from .bounded_trace import BoundedSizes, explain
 
     was_training = model.training
     model.train()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+
 # torch 2.8: a first import of torch._dynamo inside a ``with torch.device("meta")`` block
 # fails (a circular import through torch._compile's disable decorator, which the device mode
 # intercepts), and transformers imports it while a model is built on meta. Imported here,

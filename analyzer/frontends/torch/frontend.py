@@ -22,8 +22,8 @@ from typing import Any, Mapping
 import torch
 
 from ....passes.errors import GraphcostError
-from .size_bounds import SizeBinder
 from ....passes.ir import Graph, Node, TensorSpec, Value, ValueKind
+from .size_bounds import SizeBinder
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # Ops kept whole instead of decomposed: their cost rule is the better model.

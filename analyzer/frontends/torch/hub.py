@@ -45,8 +45,12 @@ def config_file(text: str) -> Path:
         return path
     repo, _, revision = text.partition("@")
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError,
-                                        LocalEntryNotFoundError, RepositoryNotFoundError)
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
     try:
         return Path(hf_hub_download(repo, "config.json", revision=revision or None))
     except GatedRepoError:

@@ -301,9 +301,11 @@ def load_pt2(path: Path) -> "torch.export.ExportedProgram":
         check_state_names(doc, path)
         import torch  # only now: every check above is on the JSON alone
         from torch._export.serde import schema
-        from torch._export.serde.serialize import (_SERIALIZE_TO_TORCH_DTYPE,
-                                                   ExportedProgramDeserializer,
-                                                   _dict_to_dataclass)
+        from torch._export.serde.serialize import (
+            _SERIALIZE_TO_TORCH_DTYPE,
+            ExportedProgramDeserializer,
+            _dict_to_dataclass,
+        )
         from torch._subclasses.fake_tensor import FakeTensorMode
         # Python source that torch (2.9+) exec()s when the program becomes a module: never
         # needed to cost the graph, never run (and torch 2.8's schema has no such field)

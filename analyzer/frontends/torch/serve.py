@@ -32,9 +32,9 @@ from typing import Any
 import torch
 
 from ....passes.errors import GraphcostError, opt
-from .repeat_layers import REPEAT_AT
 from ....passes.ir import Graph, TensorSpec
 from ..serving_steps import Steps
+from .repeat_layers import REPEAT_AT
 
 
 def _transformers_model(model) -> bool:
@@ -183,8 +183,8 @@ def _trace_both(step, model, kind, batch, prompt, generate, name, note):
 
 
 def _trace(step, args: tuple, name: str, batch: int) -> Graph:
-    from .frontend import lower_exported
     from .capture import export_module
+    from .frontend import lower_exported
 
     refs: dict[str, str] = {}  # export and decomposition record no stack traces (their own)
     ep = export_module(step, args, name=name, references=refs)

@@ -21,10 +21,10 @@ from typing import Any, Mapping
 import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
-from .bounded_trace import finite as _finite
-from .bounded_trace import is_unbacked, upper_of
 from ....passes.errors import GraphcostError, opt
 from ....passes.ir import SizeBound, TensorSpec
+from .bounded_trace import finite as _finite
+from .bounded_trace import is_unbacked, upper_of
 
 _MAX_EXPRS = 3  # symbolic dims named in one node's bound sentence
 
