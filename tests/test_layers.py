@@ -29,6 +29,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from tests.source_checks import docstring_ids
+
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("analyzer", "passes", "models_zoo")
 
@@ -258,21 +260,11 @@ KNOWN = {
 }
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                ids.add(id(body[0].value))
-    return ids
-
-
 def flag_texts(path: Path) -> list[tuple[int, str]]:
     """(line, --option) for each option name in a string constant (f-strings' text parts
     included; docstrings and comments are not checked)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    docs = _docstrings(tree)
+    docs = docstring_ids(tree)
     return [(node.lineno, flag) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and id(node) not in docs for flag in FLAG.findall(node.value)]

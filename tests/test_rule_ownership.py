@@ -12,24 +12,16 @@ from pathlib import Path
 import graphcost.passes.costs  # noqa: F401  (registers every rule family)
 from graphcost.passes.costs import registry
 
+from tests.source_checks import docstring_ids
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED = [(ROOT / "passes", ROOT / "passes" / "costs"),
            (ROOT / "analyzer", ROOT / "analyzer" / "frontends")]
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                ids.add(id(body[0].value))
-    return ids
-
-
 def _op_literals(path: Path, names: set[str]) -> list[str]:
     tree = ast.parse(path.read_text(), str(path))
-    docs = _docstrings(tree)
+    docs = docstring_ids(tree)
     return [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
             for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
