@@ -62,11 +62,14 @@ class PassOptions:
 
 @dataclass(frozen=True)
 class Request:
+    """One analysis asked for: how the model is loaded, what the passes are asked, and the
+    serving review when there is one. ``build_request`` makes it from analyze's arguments."""
     load: LoadOptions = LoadOptions()
     passes: PassOptions = PassOptions()
     serve: ServeSpec | None = None
 
     def at_batch(self, batch: int) -> "Request":
+        """The same request at another batch (``--max-batch`` looks at many)."""
         return replace(self, load=replace(self.load, batch=batch))
 
 
