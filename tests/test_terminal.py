@@ -16,7 +16,7 @@ UNIT = re.compile(r"^\s*(B|KiB|MiB|GiB|TiB|FLOPs|ms|µs|s)\b")
 
 def run(*args, columns: int | None = None, rc: int = 0) -> subprocess.CompletedProcess:
     """graphcost's main in this process (tests/cli_runner.py), printing to a pipe at
-    COLUMNS=``columns`` (unset: no terminal width at all)."""
+    COLUMNS=``columns`` (unset: a pipe with no width given, which wraps at 100)."""
     saved = os.environ.pop("COLUMNS", None)
     try:
         p = run_cli(*args, env={"COLUMNS": str(columns)} if columns else None)
@@ -122,10 +122,10 @@ def test_api_errors_speak_the_api(tmp_path):
 
 def test_max_batch_fits_the_terminal():
     # --max-batch's lines wrap between values at 80 columns (its memory fit alone is ~105
-    # characters); without a terminal each stays on one line
+    # characters); on a wide terminal each stays on one line (piped: 100 columns, below)
     narrow = run("zoo:small_cnn", "--max-batch", "--device", "t4", columns=80).stdout
     assert max(len(line) for line in narrow.splitlines()) <= 80
-    wide = run("zoo:small_cnn", "--max-batch", "--device", "t4").stdout
+    wide = run("zoo:small_cnn", "--max-batch", "--device", "t4", columns=200).stdout
     assert len(wide.splitlines()) < len(narrow.splitlines())
     # the same words either way: wrapping moves only line breaks
     assert narrow.split() == wide.split()
@@ -170,3 +170,15 @@ def test_devices_and_serving_tables_fit():
     start = lines.index(next(line for line in lines if line.startswith("serving: prefill")))
     table = "\n".join(lines[start:start + 5])
     assert "time ≥" in table and "prefill" in table and "decode step" in table
+
+
+@pytest.mark.parametrize("args", [("zoo:gpt2", "--max-rows", 5),
+                                  ("zoo:gpt2", "--train", "--device", "a100-80gb"),
+                                  ("zoo:llama_tiny", "--serve", "--prompt", 64, "--generate", 16)])
+def test_piped_text_wraps_at_100_columns(args):
+    # issue #26: piped or redirected text (| less, > out.txt) with no $COLUMNS used to print
+    # 200+-character summary lines; it now wraps at 100, as a terminal of 100 columns would
+    # (analyzer/cli/output.py PIPED_WIDTH). A line is counted in characters.
+    lines = run(*args).stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 100, \
+        [line for line in lines if len(line.rstrip()) > 100][:3]

@@ -63,14 +63,18 @@ def _zoo_cache_dir() -> str:
         os.path.join(os.path.expanduser("~"), ".cache", "graphcost", "zoo")
 
 
-def terminal_width() -> int | None:
-    """The width the table view fits: the terminal's, else $COLUMNS, else none (a pipe or a
-    file gets every column at its natural width)."""
+PIPED_WIDTH = 100  # piped or redirected text (| less, > out.txt): wide enough for a table
+
+
+def terminal_width() -> int:
+    """The width the text view fits: the terminal's, else $COLUMNS, else PIPED_WIDTH (a pipe
+    is read in a terminal or an editor too; -o FILE keeps every column at its natural
+    width)."""
     import shutil
     if sys.stdout.isatty():
         return shutil.get_terminal_size().columns
     cols = os.environ.get("COLUMNS", "")
-    return int(cols) if cols.isdigit() and int(cols) > 0 else None
+    return int(cols) if cols.isdigit() and int(cols) > 0 else PIPED_WIDTH
 
 
 def console_for(file, width: int | None):
