@@ -26,6 +26,8 @@ import socket
 import tempfile
 from dataclasses import asdict, dataclass, field
 
+from ...passes.choices import OptimizerImpl, Strategy
+
 
 @dataclass(frozen=True)
 class Case:
@@ -132,7 +134,7 @@ def _run_case(case: Case, rank: int, steps):
     # is reported as the lower of the two, because on a loaded machine gloo's thread may free
     # a collective's buffer late in one of them and lift that step's peak by a buffer it does
     # not hold. (Not DDP: from step 3 its gradients are views into the buckets.)
-    sharded = case.strategy in ("fsdp", "zero2", "zero3")
+    sharded = Strategy(case.strategy).shards_gradients
     last = max(steps) + (STEADY_REPEATS - 1 if sharded and max(steps) == 2 else 0)
     for step in range(1, last + 1):
         tracker = tracker_for()
@@ -170,8 +172,8 @@ def _wrap(model, case: Case):
     from .reference import skip_frozen
 
     trainable = [p for p in model.parameters() if p.requires_grad]
-    foreach = case.optimizer_impl == "foreach"
-    if case.strategy in ("fsdp", "zero3", "zero2"):
+    foreach = case.optimizer_impl == OptimizerImpl.FOREACH
+    if Strategy(case.strategy).shards_gradients:
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
         from torch.distributed.fsdp import fully_shard
         reshard = case.strategy != "zero2"

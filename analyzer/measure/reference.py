@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from ...passes.choices import Optimizer
 from ...passes.errors import GraphcostError
 
 if TYPE_CHECKING:
@@ -131,11 +132,11 @@ def measure_training(module, args, optimizer: str, kwargs=None):
     from torch.distributed._tools.mem_tracker import MemTracker
 
     params = list(module.parameters())
-    opt = {"none": None,
-           "sgd": lambda: torch.optim.SGD(params, lr=0.01),
-           "momentum": lambda: torch.optim.SGD(params, lr=0.01, momentum=0.9),
-           "adam": lambda: torch.optim.Adam(params),
-           "adamw": lambda: torch.optim.AdamW(params)}[optimizer]
+    opt = {Optimizer.NONE: None,
+           Optimizer.SGD: lambda: torch.optim.SGD(params, lr=0.01),
+           Optimizer.MOMENTUM: lambda: torch.optim.SGD(params, lr=0.01, momentum=0.9),
+           Optimizer.ADAM: lambda: torch.optim.Adam(params),
+           Optimizer.ADAMW: lambda: torch.optim.AdamW(params)}[Optimizer(optimizer)]
     opt = opt() if opt else None
 
     def step():

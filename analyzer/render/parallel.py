@@ -2,15 +2,16 @@
 terminal, Markdown and HTML views. Reads ``Report.parallel`` only; computes nothing."""
 from __future__ import annotations
 
+from ...passes.choices import Strategy
 from ..app.report import Report
 from ..app.units import human_bytes, human_time
 
-_STRATEGY = {
-    "ddp": "DDP (replicated, gradient buckets)",
-    "zero1": "ZeRO-1 (DDP + ZeroRedundancyOptimizer)",
-    "zero2": "ZeRO-2 (FSDP2, reshard_after_forward=False)",
-    "zero3": "ZeRO-3 (FSDP2 fully_shard)",
-    "fsdp": "FSDP2 (fully_shard)",
+_STRATEGY: dict[str, str] = {
+    Strategy.DDP: "DDP (replicated, gradient buckets)",
+    Strategy.ZERO1: "ZeRO-1 (DDP + ZeroRedundancyOptimizer)",
+    Strategy.ZERO2: "ZeRO-2 (FSDP2, reshard_after_forward=False)",
+    Strategy.ZERO3: "ZeRO-3 (FSDP2 fully_shard)",
+    Strategy.FSDP: "FSDP2 (fully_shard)",
 }
 
 
