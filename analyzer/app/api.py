@@ -26,8 +26,9 @@ Progress = Callable[[str], None]
 
 def resolve_model(model, load: LoadOptions = LoadOptions(),
                   example_inputs: Sequence[Any] | None = None,
-                  progress: Progress | None = None) -> Resolved:
-    """``load`` checked and the model it names resolved (nothing traced)."""
+                  progress: Progress | None = None, *, materialize: bool = False) -> Resolved:
+    """``load`` checked and the model it names resolved (nothing traced; ``materialize``:
+    with real weights, for verify to run it)."""
     check_arguments(batch=load.batch, dims=load.dims, input_shapes=load.input_shapes,
                     input_dtypes=load.input_dtypes, zoo_exporter=load.exporter,
                     progress=progress, flags={"train": load.train, "all_layers": load.all_layers})
@@ -35,7 +36,7 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
                         {k: tuple(v) for k, v in load.input_shapes.items()},
                         dict(load.input_dtypes))
     return resolve(model, example_inputs, bindings, fx=load.exporter == Exporter.FX,
-                   train=load.train, note=progress)
+                   train=load.train, materialize=materialize, note=progress)
 
 
 def load_graph(model, load: LoadOptions = LoadOptions(),

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ...passes.choices import Exporter, Optimizer
+from ...passes.choices import Optimizer
 from ...passes.errors import GraphcostError, opt
+from ..app.api import resolve_model
 from ..app.request import PassOptions, Request, build_request
-from ..app.resolve import Bindings, resolve
 from .verify_onnx import OnnxVerification, verify_onnx
 from .verify_torch import TorchVerification, verify_torch
 
@@ -52,11 +52,7 @@ def verify_request(model, request: Request, example_inputs: Sequence[Any] | None
     if passes.checkpoint or passes.precision != "fp32":
         raise GraphcostError(f"verify measures plain fp32 steps: {opt('checkpoint')} and {opt('precision')} "
                              "are not measured")
-    bindings = Bindings(load.batch, dict(load.dims),
-                        {k: tuple(v) for k, v in load.input_shapes.items()},
-                        dict(load.input_dtypes))
-    r = resolve(model, example_inputs, bindings, fx=load.exporter == Exporter.FX,
-                train=load.train, materialize=True, note=progress)
+    r = resolve_model(model, load, example_inputs, progress, materialize=True)
     if r.kind == "program":
         raise GraphcostError("verify does not run .pt2 programs: graphcost never "
                              "unpickles their weights; verify the module (file.py:Class) "
