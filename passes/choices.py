@@ -74,3 +74,13 @@ class Exporter(Choice):
     """How a zoo model reaches the IR: its cached ONNX export or a torch.export trace."""
     ONNX = "onnx"
     FX = "fx"
+
+
+class Attention(Choice):
+    """Which kernel runs ``scaled_dot_product_attention``: ``auto`` is the one PyTorch's
+    dispatcher picks for the target (passes/attention_dispatch.py)."""
+    AUTO = "auto"
+    FLASH = "flash"
+    EFFICIENT = "efficient"
+    CUDNN = "cudnn"
+    MATH = "math"

@@ -108,6 +108,17 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class AttentionKernel:
+    """The kernel an attention call was traced as (passes/attention_dispatch.py): ``kernel``
+    an Attention word; ``reason`` why the kernels PyTorch tries first were passed over ("" when
+    the first one runs); ``target`` the machine and dtype the choice was made for."""
+    scope: str
+    kernel: str
+    reason: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
 class SizeBound:
     """A size the data decides (torch.export's unbacked symbol: u0, u1…), the range it may
     take and where its maximum comes from. The graph's shapes stand at ``upper``; a value
@@ -153,6 +164,9 @@ class Graph:
     # how a stack of identical blocks was traced when only three of them were (the rest
     # repeated in the IR: analyzer/frontends/torch/repeat_layers.py); empty when all were
     traced_layers: str = ""
+    # each attention call of the trace, in order, with the kernel it was traced as (a joint
+    # graph; an inference graph keeps attention whole and its rule costs it)
+    attention: tuple[AttentionKernel, ...] = ()
 
     def spec(self, name: str) -> TensorSpec | None:
         v = self.values.get(name)

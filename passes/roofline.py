@@ -37,6 +37,10 @@ class DeviceRates:
     # prices and the report copies, so that neither changes
     narrow_flops: Mapping[str, float] = field(default_factory=dict)
     usable_memory: int | None = None   # bytes the driver offers a process (None: not known)
+    # an NVIDIA part's CUDA compute capability (which attention kernels it runs); None: not
+    # known (a --device-spec) or not NVIDIA (``rocm``)
+    capability: tuple[int, int] | None = None
+    rocm: bool = False                        # an AMD part (PyTorch's ROCm build)
 
     def peak(self, dtype: str) -> float:
         """The rate for ``dtype``, falling back to fp32 where the device has no fast path."""

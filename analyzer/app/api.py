@@ -13,9 +13,10 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
+from ...passes.attention_dispatch import AttentionTarget
 from ...passes.choices import Exporter
 from ...passes.errors import GraphcostError, opt
-from ...passes.ir import Graph
+from ...passes.ir import AttentionKernel, Graph
 from .api_checks import check_arguments, check_unknown
 from .report import Report
 from .request import LoadOptions, Request, build_request
@@ -56,19 +57,26 @@ def load_graph(model, load: LoadOptions = LoadOptions(),
             raise GraphcostError("an exported program has fixed shapes: batch and "
                                  "input_shapes do not apply (re-export at the size you want)")
         return _program_graph(r, note, load.train, dict(load.dims))
-    return torch_graph(r, note, load.train, load.all_layers)[0]
+    return torch_graph(r, note, load.train, load.all_layers, attention=load.attention)[0]
 
 
 def torch_graph(r: Resolved, note: Progress, train: bool, all_layers: bool = False,
-                rebindable: bool = False) -> tuple[Graph, Callable[[int], Graph] | None]:
+                rebindable: bool = False, attention: AttentionTarget = AttentionTarget(),
+                ) -> tuple[Graph, Callable[[int], Graph] | None]:
     """A resolved PyTorch model's graph and, when ``rebindable``, ``b -> the graph at b``
-    (see ``_torch_graph``; None when it cannot be re-run)."""
+    (see ``_torch_graph``; None when it cannot be re-run). ``attention``: the target whose
+    attention kernels a training step is traced with."""
     graph, at = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima,
-                             all_layers, rebindable)
-    return _named(graph, r), (None if at is None else lambda b: _named(at(b), r))
+                             all_layers, rebindable, attention)
+    kernels = attention if not train else None  # (a joint graph has them from its trace)
+    return _named(graph, r, kernels), (None if at is None else
+                                       lambda b: _named(at(b), r, kernels))
 
 
-def _named(graph, r: Resolved):
+def _named(graph, r: Resolved, attention: AttentionTarget | None = None):
+    from ...passes.attention_dispatch import name_kernels
+
+    graph = name_kernels(graph, attention) if attention is not None else graph
     return replace(graph, name=r.name, dims=MappingProxyType({**graph.dims, **r.dims}))
 
 
@@ -104,7 +112,8 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
 # long: the trace, its re-run and the repeated-layer growth share the lowering closures
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
                  train: bool, maxima: Mapping[str, int] = MappingProxyType({}),
-                 all_layers: bool = False, rebindable: bool = False):
+                 all_layers: bool = False, rebindable: bool = False,
+                 attention: AttentionTarget = AttentionTarget()):
     """(the model's graph traced at the batch of its inputs, ``b -> Graph`` or None). With
     ``rebindable``, the second is the same trace at batch b, re-run on fake tensors
     (frontends/fake_rerun.py; the inputs' batch must be a marker batch), unless the trace has
@@ -130,11 +139,13 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
             from ..frontends.torch.capture import export_joint
             from ..frontends.torch.frontend import lower_joint
             note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
-            gm, sig, prefix, scopes = export_joint(model, args, kwargs, name=name,
-                                                   sizes=sizes)
-            lowers.append((gm, lambda b: lower_joint(gm, sig, model, prefix, scopes,
-                                                     name=name, batch=b, maxima=maxima,
-                                                     capped=sizes.capped)))
+            gm, sig, prefix, scopes, kernels = export_joint(
+                model, args, kwargs, name=name, sizes=sizes, attention=attention)
+            calls = tuple(AttentionKernel(path, kernel, why, _target_words(attention))
+                          for path, kernel, why in kernels)
+            lowers.append((gm, lambda b: replace(lower_joint(
+                gm, sig, model, prefix, scopes, name=name, batch=b, maxima=maxima,
+                capped=sizes.capped), attention=calls)))
             graph = lowers[-1][1](batch_size)
         else:
             def trace():
@@ -174,6 +185,10 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     return finish(graph), at
 
 
+def _target_words(target: AttentionTarget) -> str:
+    return target.device + (f", {target.dtype}" if target.dtype else "")
+
+
 def batch_of(tensors) -> int:
     """Axis 0 of the first tensor with one (1 when there is none)."""
     for t in tensors:
@@ -196,7 +211,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             device: Any = None, tf32: bool = False, overhead: Any = None,
             what_if: bool = True, parallel: Mapping[str, Any] | None = None,
             optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
-            all_layers: bool = False, **unknown) -> Report:
+            all_layers: bool = False, attention: str = "auto", **unknown) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -226,7 +241,10 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     for serving (analyzer/app/serve.py): prefill and one decode step traced with the KV cache, the
     report's ``serving`` section; ``batch`` is the number of sequences. A PyTorch model's
     stack of 8+ identical blocks is traced as three, the middle one repeated in the IR (the
-    report's ``traced_layers`` says so); ``all_layers=True`` traces every block. Raises
+    report's ``traced_layers`` says so); ``all_layers=True`` traces every block.
+    ``attention`` (auto, flash, efficient, cudnn, math): the kernel a training step's
+    ``scaled_dot_product_attention`` is traced as; auto is the one PyTorch's dispatcher picks
+    on ``device`` (none: this CPU) in the ``precision`` recipe's dtype. Raises
     GraphcostError, in these arguments' names. The arguments become one typed Request
     (analyzer/app/request.py), which the command line builds too.
     """
@@ -238,7 +256,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             zoo_exporter=zoo_exporter, train=train, optimizer=optimizer, checkpoint=checkpoint,
             precision=precision, device=device, tf32=tf32, overhead=overhead, what_if=what_if,
             parallel=parallel, optimizer_impl=optimizer_impl, serve=serve,
-            all_layers=all_layers)
+            all_layers=all_layers, attention=attention)
         return run_request(model, request, example_inputs, progress)
     except GraphcostError:  # (its message names this face's arguments)
         raise

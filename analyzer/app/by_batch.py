@@ -73,7 +73,7 @@ def traced_once(model, load: LoadOptions,
             not same_path(r, small, train=load.train):
         return None
     graph, rerun = torch_graph(r, progress or (lambda _msg: None), load.train,
-                               load.all_layers, rebindable=True)
+                               load.all_layers, rebindable=True, attention=load.attention)
     return None if rerun is None else (graph, rerun)
 
 

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 from ...passes.allocator_events import inference_reserved_peak
 from ...passes.arena import plan_arena
+from ...passes.attention_dispatch import attention_uses
 from ...passes.bounds import size_bounds
 from ...passes.costs import CostReport, count_costs
 from ...passes.errors import GraphcostError
@@ -61,7 +62,7 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
         memory=memory, warnings=_warnings(graph, memory, arena, costs), training=training,
         roofline=None,
-        traced_layers=graph.traced_layers,
+        traced_layers=graph.traced_layers, attention=attention_uses(graph.attention),
         parallel=parallel and training and parallel_step(graph, training, parallel, device,
                                                          overhead),
         moe=find_moe(graph, costs, params.params),

@@ -19,6 +19,7 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from ...passes.attention_dispatch import AttentionUse
 from ...passes.bounds import Bounds
 from ...passes.costs import Coverage, OpTotals
 from ...passes.ir import INTERNAL
@@ -31,7 +32,7 @@ from ...passes.roofline import Roofline
 from ...passes.serving import Serving
 from ...passes.training import TrainingMemory
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: "attention" (the kernel each training step's attention runs)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "
@@ -133,6 +134,8 @@ class Report:
     memory: Liveness
     warnings: tuple[str, ...] = ()
     traced_layers: str = ""                    # a stack traced as three blocks (Graph's)
+    # the kernels a training step's attention calls were traced as (passes/attention_dispatch.py)
+    attention: tuple[AttentionUse, ...] = ()
     training: TrainingMemory | None = None
     parallel: ParallelMemory | None = None      # one rank's share of the training step
     roofline: Roofline | None = None

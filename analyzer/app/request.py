@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
+from ...passes.attention_dispatch import AttentionTarget
 from ...passes.checkpoint import CheckpointSpec
-from ...passes.choices import Exporter, Lifetimes, Optimizer, OptimizerImpl
+from ...passes.choices import Attention, Exporter, Lifetimes, Optimizer, OptimizerImpl
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel import ParallelSpec
 from ...passes.roofline import DeviceRates, Overhead
@@ -41,6 +42,8 @@ class LoadOptions:
     exporter: str = Exporter.ONNX       # a zoo model: its cached ONNX export, or traced (fx)
     train: bool = False                 # the joint forward+backward graph
     all_layers: bool = False            # trace every block of a repeated stack
+    # the machine, dtype and kernel choice a training step's attention is traced for
+    attention: AttentionTarget = AttentionTarget()
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                   device: Any = None, tf32: bool = False, overhead: Any = None,
                   what_if: bool = True, parallel: Mapping[str, Any] | None = None,
                   optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
-                  all_layers: bool = False) -> Request:
+                  all_layers: bool = False, attention: str = "auto") -> Request:
     """The request ``analyze``'s keyword arguments ask for, every one checked (a
     GraphcostError naming it, in the command line's words: analyze rewords them)."""
     from ...passes.precision import canonical
@@ -91,8 +94,14 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
     precision = canonical(precision) if isinstance(precision, str) else precision
     if serve is not None and parallel:
         raise GraphcostError(f"{opt('serve')} reviews one replica serving: leave out {opt('parallel')}")
+    check_arguments(choices={"attention": (attention, Attention.words())})
+    if attention != Attention.AUTO and not train:
+        raise GraphcostError(f"{opt('attention')} sets the kernel a training step is traced "
+                             f"with: add {opt('train')} (an inference graph keeps attention "
+                             "whole, costed as a fused kernel)")
     load = LoadOptions(batch, _raw(dims), _raw(input_shapes), _raw(input_dtypes),
-                       zoo_exporter, train, all_layers)
+                       zoo_exporter, train, all_layers,
+                       attention_target(device_of(device), precision, attention))
     if serve is not None:
         return _serve_request(serve, load, precision, include_inputs=include_inputs,
                               lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
@@ -101,6 +110,21 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
         optimizer=optimizer, checkpoint=checkpoint, precision=precision, device=device,
         tf32=tf32, overhead=overhead, what_if=what_if, parallel=parallel,
         optimizer_impl=optimizer_impl))
+
+
+def attention_target(device: DeviceRates | None, precision: str,
+                     kernel: str = "auto") -> AttentionTarget:
+    """The target a training step's attention kernels are chosen for: ``device`` (None: this
+    CPU) computing in the precision recipe's half dtype (fp32: the traced dtype)."""
+    from ...passes.precision import PRECISIONS
+
+    dtype = PRECISIONS.get(precision) if isinstance(precision, str) else None
+    if device is None:
+        return AttentionTarget("cpu", None, Attention(kernel), dtype, "this CPU")
+    sm = device.capability
+    words = device.name + (f" (sm{sm[0]}{sm[1]})" if sm else "")
+    return AttentionTarget("rocm" if device.rocm else "cuda", sm, Attention(kernel), dtype,
+                           words)
 
 
 def _raw(mapping):

@@ -7,7 +7,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...passes.choices import Lifetimes, Optimizer
+from ...passes.choices import Attention, Lifetimes, Optimizer
 from ...passes.errors import GraphcostError
 from ...passes.precision import CHOICES
 from ..app.devices import get_device, parse_device_spec, parse_overhead
@@ -94,6 +94,10 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "/ bf16-master): half weights, activations and gradients with fp32 "
                         "master weights and optimizer state; 16-true / bf16-true: everything "
                         "half, optimizer state too")
+    p.add_argument("--attention", choices=Attention.words(), default="auto",
+                   help="with --train: the kernel scaled_dot_product_attention is traced as "
+                        "(default auto: the one PyTorch picks on --device, or this CPU, in "
+                        "the --precision dtype)")
     add_parallel_args(p)
     p.add_argument("--checkpoint", metavar="NAMES|sqrt|auto",
                    help="with --train: checkpoint these modules (comma-separated paths), √N "
@@ -259,7 +263,7 @@ def analysis_kwargs(args) -> dict:
                 train=args.train, optimizer=args.optimizer,
                 checkpoint=_checkpoint_args(args), precision=args.precision,
                 parallel=parallel_args(args), optimizer_impl=args.optimizer_impl,
-                all_layers=args.all_layers)
+                all_layers=args.all_layers, attention=args.attention)
 
 
 def device_from_args(args):

@@ -155,7 +155,7 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
                              f"(all experts: {human(e.dense_flops_per_token)});",
                              f"rows per expert ≈ {first.rows_per_expert_estimate:g} balanced "
                              "(ESTIMATE),", f"≤ {first.rows_per_expert_bound:,} (BOUND)"])]
-    out += serving_summary(r) + _training_summary(r) + parallel_summary(r)
+    out += serving_summary(r) + _training_summary(r) + _attention_summary(r) + parallel_summary(r)
     out += _roofline_summary(r)
     if r.traced_layers:
         out.append(("traced", [r.traced_layers]))
@@ -213,6 +213,14 @@ def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
                  + ([f"budget {human_bytes(ck.budget_bytes)}"] if ck.budget_bytes else [])
                  + ([f"— {note}"] if note else []))]
     return out
+
+
+def _attention_summary(r: Report) -> list[tuple[str, list[str]]]:
+    """One line per kernel the step's attention runs: which, how many calls, for what
+    target, and why PyTorch's first choices were passed over."""
+    return [("attention", [f"{u.kernel} kernel ×{u.calls}", f"(as PyTorch dispatches on "
+                           f"{u.target})" + (";" if u.reason else "")]
+             + ([u.reason] if u.reason else [])) for u in r.attention]
 
 
 def _roofline_summary(r: Report) -> list[tuple[str, list[str]]]:

@@ -104,7 +104,8 @@ def det(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + mats * n
 
 
-@rule("Attention", "ai.onnx.preview::FlexAttention", "aten.scaled_dot_product_attention.default",
+@rule("aten.scaled_dot_product_attention.default", saves="inputs", dispatched=True)
+@rule("Attention", "ai.onnx.preview::FlexAttention",
       "aten._scaled_dot_product_flash_attention_for_cpu.default",
       "aten._scaled_dot_product_flash_attention.default",
       "aten._scaled_dot_product_efficient_attention.default",

@@ -237,6 +237,8 @@ class Rule:
     input_attrs: Mapping[int, str] = field(default_factory=lambda: _NO_ATTRS)  # const inputs
     routing: str | None = None           # mixture of experts: "experts" | "top_k" (see above)
     bodies: bool = False                 # graph attributes are bodies that run (see above)
+    # PyTorch picks the op's kernel at run time (SDPA: passes/attention_dispatch.py names it)
+    dispatched: bool = False
 
     def __post_init__(self) -> None:
         if self.rf is not None and self.rf not in RF_ROLES:

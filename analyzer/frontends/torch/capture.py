@@ -325,7 +325,7 @@ class _SumLoss(torch.nn.Module):
 
 
 def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
-                 name: str = "model", sizes=None):
+                 name: str = "model", sizes=None, attention=None):
     """The joint forward+backward graph of one training step, traced from the model's
     ``torch.export`` program (AOTAutograd on fake tensors).
 
@@ -334,8 +334,13 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     sees ``torch.export`` (transformers' attention masks, which would otherwise call
     ``.item()`` on a fake tensor) is traced the way it exports.
 
-    Returns ``(graph_module, signature, prefix, scopes)``: parameter names in the signature
-    carry ``prefix``; ``scopes`` maps each forward node of the joint graph to its module path.
+    ``attention`` (an AttentionTarget): each ``scaled_dot_product_attention`` is traced as
+    the kernel PyTorch would dispatch on that target (attention_kernels.py); None: as this
+    machine dispatches it.
+
+    Returns ``(graph_module, signature, prefix, scopes, kernels)``: parameter names in the
+    signature carry ``prefix``; ``scopes`` maps each forward node of the joint graph to its
+    module path; ``kernels`` lists each attention call's (module path, kernel, why).
     The model is switched to train mode for the trace and put back in the mode it had."""
     from torch._functorch.aot_autograd import aot_export_module
 
@@ -352,8 +357,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
             with no_stack_traces():
                 program = torch.export.export(_SumLoss(model), tuple(args),
                                               kwargs=kwargs or {}, strict=False)
-                runner = ExportedRun(program)
-                inputs = runner.flat_inputs(args, kwargs)
+                runner = ExportedRun(program, attention)
+                inputs = _fake(runner.flat_inputs(args, kwargs))
                 with _one_fake_mode(inputs):
                     # (torch types the table a dict; aot_export_module reads it as a mapping)
                     table = training_decompositions()
@@ -368,7 +373,18 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     finally:
         model.train(was_training)
     assert isinstance(gm, torch.fx.GraphModule)  # (a joint trace is one)
-    return gm, sig, "gm.model.", runner.scopes(gm.graph)
+    return gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels)
+
+
+def _fake(inputs: tuple) -> tuple:
+    """Real input tensors as fake ones: the backward is traced without computing anything
+    (and a GPU's attention kernel, which has no CPU implementation, can be traced)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    if any(isinstance(t, FakeTensor) or t.is_meta for t in inputs):
+        return inputs
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    return tuple(mode.from_tensor(t, static_shapes=True) for t in inputs)
 
 
 @contextmanager

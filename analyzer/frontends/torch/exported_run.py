@@ -9,6 +9,9 @@ from collections import Counter
 import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
+from ....passes.attention_dispatch import AttentionTarget
+from .attention_kernels import call_kernel, is_sdpa
+
 
 class ExportedRun(torch.nn.Module):
     """The exported program's graph as a module AOTAutograd can trace: the parameters are
@@ -21,8 +24,11 @@ class ExportedRun(torch.nn.Module):
     input read by one of them; the other name is dropped so AOTAutograd, which lists
     parameters with duplicates, does not find one that receives no gradient."""
 
-    def __init__(self, program: "torch.export.ExportedProgram"):
+    def __init__(self, program: "torch.export.ExportedProgram",
+                 attention: AttentionTarget | None = None):
         super().__init__()
+        self.attention = attention  # None: SDPA dispatches by itself
+        self.kernels: list[tuple[str, str, str]] = []  # (module path, kernel, why), in order
         gm = program.module()
         gm.graph.eliminate_dead_code()  # unread get_attr nodes (the tied duplicates)
         read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
@@ -47,7 +53,8 @@ class ExportedRun(torch.nn.Module):
         it = iter(tensors)
         flat = [next(it) if isinstance(x, torch.Tensor) else x for x in self._leaves]
         self._paths = {}
-        run = _ScopedInterpreter(self.gm, self._paths)
+        self.kernels = []
+        run = _ScopedInterpreter(self.gm, self._paths, self.attention, self.kernels)
         out = tuple(run.run(*flat))
         self._graph = run.traced
         return out
@@ -83,16 +90,23 @@ class _ScopedInterpreter(torch.fx.Interpreter):
     A dropout that drops nothing (p = 0) is its input, as ATen's dropout returns it in
     eager; torch's Python kernel for it (the one tracing reaches) would copy the tensor."""
 
-    def __init__(self, gm, paths: dict):
+    def __init__(self, gm, paths: dict, attention: AttentionTarget | None = None,
+                 kernels: list | None = None):
         super().__init__(gm)
         self._paths = paths
         self.traced = None  # the tracer graph the nodes were created in
+        self._attention, self._kernels = attention, kernels if kernels is not None else []
+        self._path = ""     # the module path of the node being run
 
     def call_function(self, target, args, kwargs):
         if target is torch.ops.aten.dropout.default:
             p, train = (list(args[1:]) + [kwargs.get("p"), kwargs.get("train")])[:2]
             if not train or p == 0:
                 return args[0]
+        if self._attention is not None and is_sdpa(target):
+            out, kernel, why = call_kernel(self._attention, args, kwargs)
+            self._kernels.append((self._path, kernel, why))
+            return out
         return super().call_function(target, args, kwargs)
 
     def run_node(self, n):
@@ -100,6 +114,7 @@ class _ScopedInterpreter(torch.fx.Interpreter):
 
         mode = get_proxy_mode()
         stack = n.meta.get("nn_module_stack") or {}
+        self._path = _module_path(next(reversed(stack.values()))[0]) if stack else ""
         if mode is None or not stack or n.op != "call_function":
             return super().run_node(n)
         graph = self.traced = mode.tracer.graph

@@ -1,0 +1,214 @@
+"""Which kernel PyTorch runs for ``scaled_dot_product_attention``, by its dispatcher's rules.
+
+The rules are PyTorch's own checks (``aten/src/ATen/native/transformers/sdp_utils_cpp.cpp``
+for the CPU, ``…/cuda/sdp_utils.cpp`` for CUDA), taken in their priority order: the first
+kernel whose checks all pass runs.
+
+* This CPU: the CPU flash kernel (``_scaled_dot_product_flash_attention_for_cpu``) unless the
+  call has dropout, is not 4-D, or q, k and v differ in head dim; then the math kernel.
+* A CUDA GPU: flash (fp16/bf16, sm80–sm121, no explicit mask, head dims equal and ≤ 256, no
+  causal flag with Sq ≠ Sk, and on sm86–89 / sm120–121 no training at head dim 193–224, or
+  225–256 with dropout), else memory-efficient (sm50–sm121; fp32/fp16, bf16 from sm80; head
+  dims aligned to the GEMM's alignment; any mask), else math.
+* cuDNN attention is never picked automatically here: PyTorch tries it first only on sm90 /
+  sm100 with cuDNN newer than 9.15 (its runtime version, which a static analysis does not
+  know); ``--attention cudnn`` asks for it. Its memory is flash's (output + log-sum-exp).
+* An AMD GPU (ROCm, AOTriton): flash for fp16/bf16 with no mask and head dim ≤ 256, else
+  memory-efficient; the CUDA rules' architecture checks do not apply.
+
+What each kernel keeps for the backward is what its autograd formula saves (the output and
+a log-sum-exp of b·h·Sq fp32 values, never the Sq×Sk scores); the math kernel is traced as
+its decomposition (matmuls, a softmax whose Sq×Sk output the backward keeps).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .choices import Attention
+
+_HALF = ("float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class AttentionTarget:
+    """What the dispatcher's choice depends on beyond the call: the machine and the dtype the
+    step computes attention in. ``backend``: "cpu" (this machine), "cuda" or "rocm";
+    ``capability``: a CUDA GPU's compute capability (None: not known, taken as sm80);
+    ``kernel``: an Attention (``auto``: the dispatcher's choice); ``dtype``: the dtype a
+    precision recipe runs attention in (None: the traced tensors')."""
+    backend: str = "cpu"
+    capability: tuple[int, int] | None = None
+    kernel: str = Attention.AUTO
+    dtype: str | None = None
+    device: str = "this CPU"   # how the report names the target
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One attention call as the dispatcher sees it."""
+    q: tuple[int, ...]
+    k: tuple[int, ...]
+    v: tuple[int, ...]
+    dtype: str
+    mask: bool = False
+    dropout: float = 0.0
+    causal: bool = False
+    grad: bool = True
+
+
+def choose(target: AttentionTarget, call: AttentionCall) -> tuple[str, str]:
+    """(the kernel, why the kernels before it in the priority order were passed over: ""
+    when the first one runs). A forced kernel runs as asked; the reason then says when
+    PyTorch's checks would refuse it."""
+    call = call if target.dtype is None else _as(call, target.dtype)
+    order = _order(target)
+    if target.kernel != Attention.AUTO:
+        why = _refusal(target, call, str(target.kernel))
+        return str(target.kernel), (f"asked for; PyTorch would refuse it ({why})" if why else "")
+    passed = []
+    for kernel in order:
+        why = _refusal(target, call, kernel)
+        if not why:
+            return kernel, "; ".join(passed)
+        passed.append(f"not {kernel}: {why}")
+    return Attention.MATH, "; ".join(passed)
+
+
+def _as(call: AttentionCall, dtype: str) -> AttentionCall:
+    from dataclasses import replace
+    return replace(call, dtype=dtype) if call.dtype in ("float32", "float64") else call
+
+
+def _order(target: AttentionTarget) -> tuple[str, ...]:
+    if target.backend == "cpu":
+        return (Attention.FLASH,)
+    return (Attention.FLASH, Attention.EFFICIENT)
+
+
+def _refusal(target: AttentionTarget, call: AttentionCall, kernel: str) -> str:
+    """Why PyTorch's checks refuse ``kernel`` for ``call`` on the target ("" when none do)."""
+    if kernel == Attention.MATH:
+        return ""
+    if len(call.q) != 4 or len(call.k) != 4 or len(call.v) != 4:
+        return "inputs are not 4-D"
+    if target.backend == "cpu":
+        return _cpu_flash(call) if kernel == Attention.FLASH else "a CUDA kernel"
+    checks = {Attention.FLASH: _flash, Attention.EFFICIENT: _efficient,
+              Attention.CUDNN: _cudnn}[Attention(kernel)]
+    return checks(target, call)
+
+
+def _cpu_flash(call: AttentionCall) -> str:
+    if call.dropout > 0:
+        return "dropout"
+    if not call.q[-1] == call.k[-1] == call.v[-1]:
+        return "q, k and v differ in head dim"
+    return ""
+
+
+def _sm(target: AttentionTarget) -> tuple[int, int]:
+    return target.capability or (8, 0)
+
+
+def _flash(target: AttentionTarget, call: AttentionCall) -> str:
+    d = call.q[-1]
+    if call.dtype not in _HALF:
+        return f"{call.dtype} (flash runs fp16/bf16)"
+    if call.mask:
+        return "an explicit attention mask"
+    if not d == call.k[-1] == call.v[-1] or d > 256:
+        return "head dims differ or exceed 256"
+    if target.backend == "rocm":
+        return ""
+    sm = _sm(target)
+    if not (8, 0) <= sm <= (12, 1):
+        return f"sm{sm[0]}{sm[1]} (flash needs sm80–sm121)"
+    if call.causal and call.q[-2] != call.k[-2]:
+        return "causal with query and key lengths unequal"
+    if call.grad and ((8, 6) <= sm <= (8, 9) or (12, 0) <= sm <= (12, 1)) and \
+            (192 < d <= 224 or (d > 224 and call.dropout > 0)):
+        return f"training at head dim {d} on sm{sm[0]}{sm[1]}"
+    return ""
+
+
+def _efficient(target: AttentionTarget, call: AttentionCall) -> str:
+    sm = _sm(target)
+    if target.backend == "cuda" and not (5, 0) <= sm <= (12, 1):
+        return f"sm{sm[0]}{sm[1]} (needs sm50–sm121)"
+    if call.dtype == "bfloat16" and target.backend == "cuda" and sm < (8, 0):
+        return "bf16 before sm80"
+    if call.dtype not in ("float32", *_HALF):
+        return f"{call.dtype}"
+    align = _gemm_alignment(sm, call.dtype)
+    dq, dv = call.q[-1], call.v[-1]
+    if dq != call.k[-1] or dq % align or dv % align:
+        return f"head dims not multiples of {align}"
+    return ""
+
+
+def _gemm_alignment(sm: tuple[int, int], dtype: str) -> int:
+    # sdp_utils.cpp minimum_gemm_alignment: 4 from sm80, 128 bits with tensor cores
+    half = dtype in _HALF
+    tensor_cores = sm >= (8, 0) or (sm >= (7, 0) and half)
+    align = 4 if sm >= (8, 0) else 1
+    return max(align, 128 // (16 if half else 32)) if tensor_cores else align
+
+
+def _cudnn(target: AttentionTarget, call: AttentionCall) -> str:
+    if call.dtype not in _HALF:
+        return f"{call.dtype} (cuDNN runs fp16/bf16)"
+    if call.q[-1] % 8 or call.v[-1] % 8 or max(call.q[-1], call.v[-1]) > 256:
+        return "head dims not multiples of 8 or over 256"
+    return "" if _sm(target) >= (8, 0) else "before sm80"
+
+
+@dataclass(frozen=True)
+class AttentionUse:
+    """The report's line per kernel: how many attention calls the step runs with it, the
+    target it was chosen for and why the kernels before it were passed over."""
+    kernel: str
+    calls: int
+    target: str
+    reason: str
+
+
+def attention_uses(kernels) -> tuple[AttentionUse, ...]:
+    """A graph's ``attention`` (ir.AttentionKernel per call) grouped by kernel and reason,
+    in the order first seen."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for k in kernels:
+        key = (k.kernel, k.target, k.reason)
+        counts[key] = counts.get(key, 0) + 1
+    return tuple(AttentionUse(kernel, n, target, reason)
+                 for (kernel, target, reason), n in counts.items())
+
+
+def name_kernels(graph, target: AttentionTarget):
+    """An inference graph with the kernel of each ``scaled_dot_product_attention`` node (kept
+    whole by the frontend; its rule costs the fused kernels' work and memory) in its
+    ``attention``. A call the dispatcher sends to the math kernel says that its S×S scores
+    are not counted."""
+    from dataclasses import replace
+
+    from .costs.registry import lookup
+    from .ir import AttentionKernel
+
+    words = target.device + (f", {target.dtype}" if target.dtype else "")
+    calls = []
+    for node in graph.nodes:
+        r = lookup(node.op)
+        if r is None or not r.dispatched or len(node.inputs) < 3:
+            continue
+        specs = [graph.spec(name) for name in node.inputs[:3]]
+        if any(s is None or not all(isinstance(d, int) for d in s.shape) for s in specs):
+            continue
+        q, k, v = specs
+        mask = len(node.inputs) > 3 and bool(node.inputs[3])
+        call = AttentionCall(q.shape, k.shape, v.shape, q.dtype, mask,
+                             float(node.attrs.get("dropout_p", 0.0) or 0.0),
+                             bool(node.attrs.get("is_causal", False)), grad=False)
+        kernel, why = choose(target, call)
+        if kernel == Attention.MATH:
+            why = "; ".join(filter(None, (why, "costed without its S×S scores")))
+        calls.extend([AttentionKernel(node.scope, kernel, why, words)] * node.repeat)
+    return replace(graph, attention=tuple(calls)) if calls else graph
