@@ -58,20 +58,25 @@ def inference_reserved_peak(graph: Graph, liveness) -> int:
 
 
 def training_events(storages, *, resident: list[tuple[str, int]], grads: frozenset[str],
-                    state: list[int], step_sizes: list[int], foreach: bool
-                    ) -> tuple[Event, ...]:
+                    state: list[int], step_sizes: list[int], foreach: bool,
+                    master_grads: list[int] = ()) -> tuple[Event, ...]:
     """Two training steps: each runs the joint graph's storages (``grads`` kept to the
     optimizer step), then the optimizer step — in step 1 it first creates the ``state``
     tensors (bytes each), kept — with its temporaries over parameters of ``step_sizes``
     bytes (passes.training.step_temporaries: foreach allocates one per parameter at once;
     the for-loop a sqrt and a denominator per parameter, the previous denominator freed when
-    the next exists), then ``zero_grad(set_to_none=True)`` frees the gradients."""
+    the next exists), then ``zero_grad(set_to_none=True)`` frees the gradients.
+    ``master_grads``: the fp32 copies of the gradients a master-weights recipe steps on
+    (bytes each), allocated before the step and freed after it."""
     events: list[Event] = [Alloc(("resident", n), b) for n, b in resident if b > 0]
     for step in (1, 2):
         events += events_from_liveness(storages, keep=grads, tag=step)
         if step == 1:
             events += [Alloc(("state", k), b) for k, b in enumerate(state) if b > 0]
+        copies = [k for k, b in enumerate(master_grads) if b > 0]
+        events += [Alloc(("fp32 grad", step, k), master_grads[k]) for k in copies]
         events += _step_temporaries(step, step_sizes, foreach)
+        events += [Free(("fp32 grad", step, k)) for k in copies]
         events += [Free((step, k)) for k, s in enumerate(storages)
                    if s.name in grads and s.nbytes > 0]
     return tuple(events)

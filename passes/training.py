@@ -366,8 +366,8 @@ def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool) -> int:
     """``t``'s step as PyTorch's CUDA caching allocator would reserve for it, over two steps
     (passes.allocator_events.training_events): each parameter, buffer and (mixed precision)
     fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
-    kind, plus Adam's 4-byte step counters; the step's temporaries per parameter. Mixed
-    precision's fp32 gradients at the step are left out."""
+    kind, plus Adam's 4-byte step counters; the step's temporaries per parameter; with
+    master weights, the fp32 copies of the gradients the step runs on."""
     from .allocator_events import resident_tensors, training_events
     from .caching_allocator import replay
 
@@ -379,5 +379,6 @@ def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool) -> int:
     adam = t.optimizer in ADAPTIVE
     events = training_events(t.storages, resident=resident, grads=frozenset(graph.outputs[1:]),
                              state=states, step_sizes=sizes if adam else [],
-                             foreach=t.optimizer_impl == OptimizerImpl.FOREACH)
+                             foreach=t.optimizer_impl == OptimizerImpl.FOREACH,
+                             master_grads=sizes if master_weights else [])
     return replay(events).reserved_peak
