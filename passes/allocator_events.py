@@ -5,7 +5,7 @@ before it left cached (the optimizer state is created inside the first ``step()`
 the first step's activations had freed, so the second step's activations need new ones)."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from .caching_allocator import Alloc, Event, Free, replay
 from .ir import Graph, ValueKind
@@ -59,7 +59,7 @@ def inference_reserved_peak(graph: Graph, liveness) -> int:
 
 def training_events(storages, *, resident: list[tuple[str, int]], grads: frozenset[str],
                     state: list[int], step_sizes: list[int], foreach: bool,
-                    master_grads: list[int] = ()) -> tuple[Event, ...]:
+                    master_grads: Sequence[int] = ()) -> tuple[Event, ...]:
     """Two training steps: each runs the joint graph's storages (``grads`` kept to the
     optimizer step), then the optimizer step — in step 1 it first creates the ``state``
     tensors (bytes each), kept — with its temporaries over parameters of ``step_sizes``
