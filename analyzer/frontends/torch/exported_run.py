@@ -88,7 +88,9 @@ class _ScopedInterpreter(torch.fx.Interpreter):
     the tracer graph's last node so the nodes created in between get its module path.
 
     A dropout that drops nothing (p = 0) is its input, as ATen's dropout returns it in
-    eager; torch's Python kernel for it (the one tracing reaches) would copy the tensor."""
+    eager; torch's Python kernel for it (the one tracing reaches) would copy the tensor. With
+    an attention target, each ``scaled_dot_product_attention`` runs as the kernel chosen for
+    it (attention_kernels.py), recorded with the module path of the node being run."""
 
     def __init__(self, gm, paths: dict, attention: AttentionTarget | None = None,
                  kernels: list | None = None):
