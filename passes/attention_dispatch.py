@@ -42,6 +42,11 @@ class AttentionTarget:
     dtype: str | None = None
     device: str = "this CPU"   # how the report names the target
 
+    @property
+    def words(self) -> str:
+        """The target as the report names it: "h100-sxm (sm90), bfloat16"."""
+        return self.device + (f", {self.dtype}" if self.dtype else "")
+
 
 @dataclass(frozen=True)
 class AttentionCall:
@@ -193,7 +198,6 @@ def name_kernels(graph, target: AttentionTarget):
     from .costs.registry import lookup
     from .ir import AttentionKernel
 
-    words = target.device + (f", {target.dtype}" if target.dtype else "")
     calls = []
     for node in graph.nodes:
         r = lookup(node.op)
@@ -210,5 +214,5 @@ def name_kernels(graph, target: AttentionTarget):
         kernel, why = choose(target, call)
         if kernel == Attention.MATH:
             why = "; ".join(filter(None, (why, "costed without its S×S scores")))
-        calls.extend([AttentionKernel(node.scope, kernel, why, words)] * node.repeat)
+        calls.extend([AttentionKernel(node.scope, kernel, why, target.words)] * node.repeat)
     return replace(graph, attention=tuple(calls)) if calls else graph

@@ -141,7 +141,7 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
             note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
             gm, sig, prefix, scopes, kernels = export_joint(
                 model, args, kwargs, name=name, sizes=sizes, attention=attention)
-            calls = tuple(AttentionKernel(path, kernel, why, _target_words(attention))
+            calls = tuple(AttentionKernel(path, kernel, why, attention.words)
                           for path, kernel, why in kernels)
             lowers.append((gm, lambda b: replace(lower_joint(
                 gm, sig, model, prefix, scopes, name=name, batch=b, maxima=maxima,
@@ -183,10 +183,6 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
             return finish(g)
         at = rebound
     return finish(graph), at
-
-
-def _target_words(target: AttentionTarget) -> str:
-    return target.device + (f", {target.dtype}" if target.dtype else "")
 
 
 def batch_of(tensors) -> int:
