@@ -1,29 +1,45 @@
-"""Precision recipes as an IR transformation: every floating tensor of the graph re-typed.
+"""Precision recipes, by the names Lightning gives them.
 
-``fp16-mixed`` / ``bf16-mixed`` (the Apex-O2 / Megatron recipe, also named ``16-master`` /
-``bf16-master``): the model's weights, activations and gradients in half precision; the
-optimizer keeps an fp32 master copy of the weights and fp32 state, and steps on fp32 copies of
-the gradients. ``16-true`` / ``bf16-true`` (Lightning's names; torchtune's default): the
-module cast to half — weights, activations, gradients and optimizer state all half, no master
-copy. The graph's tensors are re-typed here; the fp32 master side is added by the training
-pass. Nothing is re-traced. (Lightning's ``bf16-mixed`` is autocast, not modelled yet.)
+``bf16-mixed`` / ``16-mixed`` (Lightning's, the HF Trainer's ``bf16=True``, accelerate's
+``mixed_precision="bf16"``, timm's ``--amp``): ``torch.autocast`` around the forward — fp32
+weights, gradients and optimizer state; the ops on autocast's lists run in half and save
+half tensors. The casts are traced into the joint graph (analyzer/frontends/torch/
+autocast_casts.py); nothing is re-typed here. ``16-mixed`` adds the GradScaler's scale (a
+few bytes). ``bf16-master`` / ``16-master`` (the Apex-O2 / Megatron recipe): the model's
+weights, activations and gradients in half precision; the optimizer keeps an fp32 master
+copy of the weights and fp32 state, and steps on fp32 copies of the gradients (added by the
+training pass). ``16-true`` / ``bf16-true`` (torchtune's default): the module cast to half —
+weights, activations, gradients and optimizer state all half, no master copy. The re-typing
+recipes re-type the graph's floating tensors here; nothing is re-traced.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from .errors import GraphcostError
 from .ir import Graph, TensorSpec, Value
 
 # recipe -> (the dtype the graph's floating tensors take, None: as traced; fp32 master copy)
-RECIPES = {"fp32": (None, False), "fp16-mixed": ("float16", True),
-           "bf16-mixed": ("bfloat16", True), "16-true": ("float16", False),
-           "bf16-true": ("bfloat16", False)}
-# the same recipes by the other names users know them by (Lightning's 32-true)
-ALIASES = {"32-true": "fp32", "16-master": "fp16-mixed", "bf16-master": "bf16-mixed"}
+RECIPES = {"fp32": (None, False), "bf16-mixed": (None, False), "16-mixed": (None, False),
+           "bf16-master": ("bfloat16", True), "16-master": ("float16", True),
+           "16-true": ("float16", False), "bf16-true": ("bfloat16", False)}
+# the recipes traced under torch.autocast, and its half dtype
+AUTOCAST = {"bf16-mixed": "bfloat16", "16-mixed": "float16"}
+# the same recipes by the other names users know them by (Lightning's 32-true; fp16-mixed
+# is 16-mixed's name in torch.amp's documentation)
+ALIASES = {"32-true": "fp32", "fp16-mixed": "16-mixed"}
 PRECISIONS = {name: dtype for name, (dtype, _) in RECIPES.items()}
 CHOICES = (*RECIPES, *ALIASES)
+
+
+@dataclass(frozen=True)
+class AutocastSpec:
+    """``torch.autocast(device_type, dtype)`` around a training step's forward:
+    ``device_type`` "cpu" or "cuda" (whose op lists apply), ``dtype`` "bfloat16" or
+    "float16"."""
+    device_type: str
+    dtype: str
 
 
 def canonical(precision: str) -> str:
@@ -35,6 +51,12 @@ def canonical(precision: str) -> str:
 def master_weights(precision: str) -> bool:
     """Whether the recipe's optimizer keeps an fp32 master copy (and fp32 state)."""
     return RECIPES[canonical(precision)][1]
+
+
+def compute_dtype(precision: str) -> str | None:
+    """The half dtype the recipe computes in (None: fp32)."""
+    name = canonical(precision)
+    return AUTOCAST.get(name) or PRECISIONS.get(name)
 _WIDE = {"float32", "float64"}
 
 

@@ -316,8 +316,8 @@ def _auto_greedy(graph, fwd, plain, budget, step, node_flops, floor) -> Checkpoi
 def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str,
              include_inputs: bool = True, impl: str = "forloop") -> dict[str, WhatIf]:
     """The step's peak under the usual memory savers, each by re-running the passes on the
-    same joint graph: in-place activations, bf16 mixed precision, and checkpointing every
-    repeated block."""
+    same joint graph: in-place activations, the bf16 master-weights recipe (re-typing the
+    graph; autocast would need another trace), and checkpointing every repeated block."""
     from .precision import cast_floats, master_weights
 
     mixed = master_weights(precision)
@@ -329,7 +329,7 @@ def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str
         graph, optimizer, master_weights=mixed, inplace=True, include_inputs=include_inputs,
         impl=impl))}
     if precision == "fp32":
-        out["bf16_mixed"] = of(training_memory(cast_floats(graph, "bf16-mixed"), optimizer,
+        out["bf16_master"] = of(training_memory(cast_floats(graph, "bf16-master"), optimizer,
                                                master_weights=True, impl=impl,
                                                include_inputs=include_inputs))
     if repeated_blocks(graph, forward_set(graph)):

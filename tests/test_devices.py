@@ -118,7 +118,7 @@ def test_resnet50_on_an_a100_is_bounded_below_by_its_convolutions():
 
 def test_half_precision_training_uses_the_tensor_core_rate_and_reports_fallbacks():
     r = analyze("zoo:small_cnn", batch=2, train=True, optimizer="sgd",
-                precision="bf16-mixed", device="t4")
+                precision="bf16-master", device="t4")
     dtypes = {t.dtype for t in r.roofline.nodes}
     assert "bf16" in dtypes and r.roofline.fallbacks == ("bf16",)
     assert r.roofline.tensor_bytes == r.training.peak_bytes

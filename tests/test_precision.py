@@ -1,5 +1,6 @@
-"""bf16/fp16 mixed precision (half weights, activations and gradients; fp32 master weights
-and optimizer state), against the same recipe run for real under MemTracker."""
+"""The half-precision recipes against the same recipe run for real under MemTracker: the
+master-weights recipe (half weights, activations and gradients; fp32 master weights and
+optimizer state), pure bf16, and autocast (tests/test_autocast.py)."""
 from __future__ import annotations
 
 import warnings
@@ -53,8 +54,8 @@ def measured_mixed_step_peak(name: str, optimizer: str, dtype=torch.bfloat16) ->
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 @pytest.mark.parametrize("name", ["small_cnn", "mnist_net", "resnet18", "gpt2"])
-def test_bf16_mixed_vs_memtracker(name, optimizer):
-    r = train_report(name, optimizer, precision="bf16-mixed", what_if=False)  # shared trace
+def test_bf16_master_vs_memtracker(name, optimizer):
+    r = train_report(name, optimizer, precision="bf16-master", what_if=False)  # shared trace
     t = r.training
     n = sum(p.numel() for p in models_zoo.build_model(name).parameters())
     assert t.param_bytes == 2 * n and t.breakdown_at_peak["master_weights"] == 4 * n
@@ -86,9 +87,9 @@ def test_bf16_true_vs_memtracker(name, optimizer):
     assert abs(t.peak_bytes / measured - 1) <= 0.05, (t.peak_bytes, measured)
 
 
-def test_lightning_names_are_the_same_recipes():
-    # 32-true is fp32; bf16-master is today's bf16-mixed (fp32 master weights and state)
-    for alias, name in (("32-true", "fp32"), ("bf16-master", "bf16-mixed")):
+def test_other_names_are_the_same_recipes():
+    # Lightning's 32-true is fp32; torch.amp's fp16-mixed is 16-mixed (autocast)
+    for alias, name in (("32-true", "fp32"), ("fp16-mixed", "16-mixed")):
         a = analyze("zoo:mlp", train=True, precision=alias, what_if=False).training
         b = analyze("zoo:mlp", train=True, precision=name, what_if=False).training
         assert (a.peak_bytes, a.breakdown_at_peak) == (b.peak_bytes, b.breakdown_at_peak)

@@ -92,9 +92,9 @@ def test_train_on_onnx_is_labelled_an_estimate():
 def test_what_ifs_rerun_the_passes():
     # each what-if equals the analysis that applies it (no rule of thumb)
     t = train_report("gpt2", "adam").training
-    half = train_report("gpt2", "adam", precision="bf16-mixed", what_if=False).training
+    half = train_report("gpt2", "adam", precision="bf16-master", what_if=False).training
     ckpt = train_report("gpt2", "adam", checkpoint=CheckpointSpec(every=1), what_if=False).training.checkpoint
-    assert t.what_if["bf16_mixed"].peak_bytes == half.peak_bytes
+    assert t.what_if["bf16_master"].peak_bytes == half.peak_bytes
     every = t.what_if["checkpoint_every_block"]
     assert (every.peak_bytes, every.recompute_flops) == (ckpt.peak_bytes, ckpt.recompute_flops)
     # GPT-2's GELUs are not in-place ops in PyTorch: nothing to save

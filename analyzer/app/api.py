@@ -17,6 +17,7 @@ from ...passes.attention_dispatch import AttentionTarget
 from ...passes.choices import Exporter
 from ...passes.errors import GraphcostError, opt
 from ...passes.ir import AttentionKernel, Graph
+from ...passes.precision import AutocastSpec
 from .api_checks import check_arguments, check_unknown
 from .report import Report
 from .request import LoadOptions, Request, build_request
@@ -48,6 +49,10 @@ def load_graph(model, load: LoadOptions = LoadOptions(),
     note = progress or (lambda _msg: None)
     if r.kind == "onnx":
         from ..frontends.onnx.frontend import lower_onnx
+        if load.autocast is not None:
+            raise GraphcostError(f"{opt('precision')}: an autocast recipe is traced from the "
+                                 "PyTorch model (an ONNX graph's ops have no autocast); "
+                                 "bf16-master and bf16-true re-type an ONNX training estimate")
         note("inferring shapes")
         graph = lower_onnx(r.onnx, name=r.name, batch=load.batch, dims=r.dims,
                            input_shapes=r.input_shapes)
@@ -57,17 +62,20 @@ def load_graph(model, load: LoadOptions = LoadOptions(),
             raise GraphcostError("an exported program has fixed shapes: batch and "
                                  "input_shapes do not apply (re-export at the size you want)")
         return _program_graph(r, note, load.train, dict(load.dims))
-    return torch_graph(r, note, load.train, load.all_layers, attention=load.attention)[0]
+    return torch_graph(r, note, load.train, load.all_layers, attention=load.attention,
+                       autocast=load.autocast)[0]
 
 
 def torch_graph(r: Resolved, note: Progress, train: bool, all_layers: bool = False,
                 rebindable: bool = False, attention: AttentionTarget = AttentionTarget(),
+                autocast: AutocastSpec | None = None,
                 ) -> tuple[Graph, Callable[[int], Graph] | None]:
     """A resolved PyTorch model's graph and, when ``rebindable``, ``b -> the graph at b``
     (see ``_torch_graph``; None when it cannot be re-run). ``attention``: the target whose
-    attention kernels a training step is traced with."""
+    attention kernels a training step is traced with; ``autocast``: the autocast region its
+    forward runs in."""
     graph, at = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima,
-                             all_layers, rebindable, attention)
+                             all_layers, rebindable, attention, autocast)
     kernels = attention if not train else None  # (a joint graph has them from its trace)
     return _named(graph, r, kernels), (None if at is None else
                                        lambda b: _named(at(b), r, kernels))
@@ -113,7 +121,8 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
 def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note: Progress,
                  train: bool, maxima: Mapping[str, int] = MappingProxyType({}),
                  all_layers: bool = False, rebindable: bool = False,
-                 attention: AttentionTarget = AttentionTarget()):
+                 attention: AttentionTarget = AttentionTarget(),
+                 autocast: AutocastSpec | None = None):
     """(the model's graph traced at the batch of its inputs, ``b -> Graph`` or None). With
     ``rebindable``, the second is the same trace at batch b, re-run on fake tensors
     (frontends/fake_rerun.py; the inputs' batch must be a marker batch), unless the trace has
@@ -140,7 +149,8 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
             from ..frontends.torch.frontend import lower_joint
             note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
             gm, sig, prefix, scopes, kernels = export_joint(
-                model, args, kwargs, name=name, sizes=sizes, attention=attention)
+                model, args, kwargs, name=name, sizes=sizes, attention=attention,
+                autocast=autocast)
             calls = tuple(AttentionKernel(path, kernel, why, attention.words)
                           for path, kernel, why in kernels)
             lowers.append((gm, lambda b: replace(lower_joint(
@@ -218,9 +228,10 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     training step of a PyTorch model (its joint forward+backward graph) with ``optimizer``
     (none, sgd, momentum, adam, adamw); ``checkpoint`` adds a checkpoint plan:
     ``{"names": [...]}``, ``{"every": N}``, ``{"sqrt": True}`` or ``{"budget": BYTES}`` (the
-    plan with the least recompute that fits); ``precision`` fp16-mixed / bf16-mixed (training)
-    analyzes half-precision weights, activations and gradients with fp32 master weights and
-    optimizer state. ``device`` (a name such as "a100-40gb" or a passes.roofline.DeviceRates)
+    plan with the least recompute that fits); ``precision`` (training; Lightning's names):
+    bf16-mixed / 16-mixed trace the forward under torch.autocast, bf16-master / 16-master
+    re-type weights, activations and gradients to half with fp32 master weights and optimizer
+    state, bf16-true / 16-true re-type everything to half. ``device`` (a name such as "a100-40gb" or a passes.roofline.DeviceRates)
     adds the roofline time per node and whether the peak fits with ``overhead``
     (passes.roofline.Overhead); ``tf32`` uses the TF32 rate for fp32 matmuls.
     ``what_if=False`` skips the training what-ifs (each re-runs the training passes).

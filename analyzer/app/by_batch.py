@@ -73,7 +73,8 @@ def traced_once(model, load: LoadOptions,
             not same_path(r, small, train=load.train):
         return None
     graph, rerun = torch_graph(r, progress or (lambda _msg: None), load.train,
-                               load.all_layers, rebindable=True, attention=load.attention)
+                               load.all_layers, rebindable=True, attention=load.attention,
+                               autocast=load.autocast)
     return None if rerun is None else (graph, rerun)
 
 

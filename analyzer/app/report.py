@@ -32,7 +32,7 @@ from ...passes.roofline import Roofline
 from ...passes.serving import Serving
 from ...passes.training import TrainingMemory
 
-SCHEMA_VERSION = 2  # 2: "attention" (the kernel each training step's attention runs)
+SCHEMA_VERSION = 3  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed")
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "

@@ -18,6 +18,7 @@ from ...passes.checkpoint import CheckpointSpec
 from ...passes.choices import Attention, Exporter, Lifetimes, Optimizer, OptimizerImpl
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel import ParallelSpec
+from ...passes.precision import AutocastSpec
 from ...passes.roofline import DeviceRates, Overhead
 from .api_checks import (
     check_arguments,
@@ -44,6 +45,7 @@ class LoadOptions:
     all_layers: bool = False            # trace every block of a repeated stack
     # the machine, dtype and kernel choice a training step's attention is traced for
     attention: AttentionTarget = AttentionTarget()
+    autocast: AutocastSpec | None = None  # a training step's forward under torch.autocast
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                              "whole, costed as a fused kernel)")
     load = LoadOptions(batch, _raw(dims), _raw(input_shapes), _raw(input_dtypes),
                        zoo_exporter, train, all_layers,
-                       attention_target(device_of(device), precision, attention))
+                       attention_target(device_of(device), precision, attention),
+                       autocast_spec(device_of(device), precision) if train else None)
     if serve is not None:
         return _serve_request(serve, load, precision, include_inputs=include_inputs,
                               lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
@@ -116,15 +119,26 @@ def attention_target(device: DeviceRates | None, precision: str,
                      kernel: str = "auto") -> AttentionTarget:
     """The target a training step's attention kernels are chosen for: ``device`` (None: this
     CPU) computing in the precision recipe's half dtype (fp32: the traced dtype)."""
-    from ...passes.precision import PRECISIONS
+    from ...passes.precision import compute_dtype
 
-    dtype = PRECISIONS.get(precision) if isinstance(precision, str) else None
+    dtype = compute_dtype(precision) if isinstance(precision, str) else None
     if device is None:
         return AttentionTarget("cpu", None, Attention(kernel), dtype, "this CPU")
     sm = device.capability
     words = device.name + (f" (sm{sm[0]}{sm[1]})" if sm else "")
     return AttentionTarget("rocm" if device.rocm else "cuda", sm, Attention(kernel), dtype,
                            words)
+
+
+def autocast_spec(device: DeviceRates | None, precision: str) -> AutocastSpec | None:
+    """The autocast region an autocast recipe (bf16-mixed, 16-mixed) puts around the forward:
+    on a GPU ``device`` autocast's CUDA op lists, else the CPU's."""
+    from ...passes.precision import AUTOCAST
+
+    dtype = AUTOCAST.get(precision) if isinstance(precision, str) else None
+    if dtype is None:
+        return None
+    return AutocastSpec("cpu" if device is None else "cuda", dtype)
 
 
 def _raw(mapping):

@@ -90,10 +90,11 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     p.add_argument("--optimizer", choices=Optimizer.words(),
                    default="adam", help="with --train: optimizer state and step (default adam)")
     p.add_argument("--precision", choices=CHOICES, default="fp32",
-                   help="with --train: fp32 (32-true); fp16-mixed / bf16-mixed (also 16-master "
-                        "/ bf16-master): half weights, activations and gradients with fp32 "
-                        "master weights and optimizer state; 16-true / bf16-true: everything "
-                        "half, optimizer state too")
+                   help="with --train, Lightning's names: fp32 (32-true); bf16-mixed / "
+                        "16-mixed: torch.autocast (fp32 weights, gradients and optimizer state, "
+                        "autocast's ops in half); bf16-master / 16-master: half weights, "
+                        "activations and gradients with fp32 master weights and optimizer "
+                        "state; bf16-true / 16-true: everything half, optimizer state too")
     p.add_argument("--attention", choices=Attention.words(), default="auto",
                    help="with --train: the kernel scaled_dot_product_attention is traced as "
                         "(default auto: the one PyTorch picks on --device, or this CPU, in "

@@ -124,10 +124,14 @@ def skip_frozen(tracker, module) -> None:
             tracker._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
 
 
-def measure_training(module, args, optimizer: str, kwargs=None):
+def measure_training(module, args, optimizer: str, kwargs=None, autocast=None):
     """MemTracker's peak over the second training step (optimizer state already allocated,
     gradients freed by zero_grad(set_to_none=True) first), as graphcost models it:
-    (total bytes, the peak by category). The tests measure with this too."""
+    (total bytes, the peak by category). ``autocast`` (a torch dtype): the forward runs in
+    ``torch.autocast("cpu", autocast)``, the backward and the step outside it, as Lightning's
+    and the HF Trainer's loops run them. The tests measure with this too."""
+    import contextlib
+
     import torch
     from torch.distributed._tools.mem_tracker import MemTracker
 
@@ -141,7 +145,9 @@ def measure_training(module, args, optimizer: str, kwargs=None):
 
     def step():
         module.zero_grad(set_to_none=True)
-        float_output_sum(module, args, kwargs).backward()
+        with torch.autocast("cpu", autocast) if autocast else contextlib.nullcontext():
+            loss = float_output_sum(module, args, kwargs)
+        loss.backward()
         if opt:
             opt.step()
 

@@ -48,6 +48,18 @@ def gelu_backward(op: OpView) -> tuple[int, int]:
     return 0, (18 if op.attr("approximate", "none") == "tanh" else 11) * op.out_numel(0)
 
 
+@rule("aten.native_batch_norm_backward.default", buffer_inputs=(3, 4))
+def batch_norm_backward(op: OpView) -> tuple[int, int]:
+    # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+    # output_mask): one kernel in PyTorch; FLOPs its reference decomposition's (torch/_decomp):
+    # per element Σgrad (1) and Σgrad·(x−mean) (3); the input gradient (grad − (x−mean)·proj
+    # − mean grad)·scale 5 more; per channel the weight gradient (1) and, with the input
+    # gradient, its four scale factors and the mean gradient (5)
+    mask = tuple(op.attr("output_mask") or (True, True, True))
+    n, c = op.in_numel(1), op.in_shape(1)[1] if len(op.in_shape(1)) > 1 else 1
+    return 0, n * (9 if mask[0] else 4) + c * (6 if mask[0] else 1)
+
+
 @rule("aten.max_pool2d_with_indices_backward.default",
       "aten.max_pool3d_with_indices_backward.default", "aten.avg_pool2d_backward.default",
       "aten._adaptive_avg_pool2d_backward.default")

@@ -325,7 +325,7 @@ class _SumLoss(torch.nn.Module):
 
 
 def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
-                 name: str = "model", sizes=None, attention=None):
+                 name: str = "model", sizes=None, attention=None, autocast=None):
     """The joint forward+backward graph of one training step, traced from the model's
     ``torch.export`` program (AOTAutograd on fake tensors).
 
@@ -336,7 +336,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
 
     ``attention`` (an AttentionTarget): each ``scaled_dot_product_attention`` is traced as
     the kernel PyTorch would dispatch on that target (attention_kernels.py); None: as this
-    machine dispatches it.
+    machine dispatches it. ``autocast`` (an AutocastSpec): the forward runs in
+    ``torch.autocast``, its casts traced (autocast_casts.py).
 
     Returns ``(graph_module, signature, prefix, scopes, kernels)``: parameter names in the
     signature carry ``prefix``; ``scopes`` maps each forward node of the joint graph to its
@@ -357,7 +358,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
             with no_stack_traces():
                 program = torch.export.export(_SumLoss(model), tuple(args),
                                               kwargs=kwargs or {}, strict=False)
-                runner = ExportedRun(program, attention)
+                runner = ExportedRun(program, attention, autocast)
                 inputs = _fake(runner.flat_inputs(args, kwargs))
                 with _one_fake_mode(inputs):
                     # (torch types the table a dict; aot_export_module reads it as a mapping)

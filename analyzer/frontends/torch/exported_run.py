@@ -10,7 +10,9 @@ import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 from ....passes.attention_dispatch import AttentionTarget
+from ....passes.precision import AutocastSpec
 from .attention_kernels import call_kernel, is_sdpa
+from .autocast_casts import Autocaster
 
 
 class ExportedRun(torch.nn.Module):
@@ -25,9 +27,10 @@ class ExportedRun(torch.nn.Module):
     parameters with duplicates, does not find one that receives no gradient."""
 
     def __init__(self, program: "torch.export.ExportedProgram",
-                 attention: AttentionTarget | None = None):
+                 attention: AttentionTarget | None = None, autocast: AutocastSpec | None = None):
         super().__init__()
         self.attention = attention  # None: SDPA dispatches by itself
+        self.autocast = autocast    # None: no autocast region
         self.kernels: list[tuple[str, str, str]] = []  # (module path, kernel, why), in order
         gm = program.module()
         gm.graph.eliminate_dead_code()  # unread get_attr nodes (the tied duplicates)
@@ -54,7 +57,8 @@ class ExportedRun(torch.nn.Module):
         flat = [next(it) if isinstance(x, torch.Tensor) else x for x in self._leaves]
         self._paths = {}
         self.kernels = []
-        run = _ScopedInterpreter(self.gm, self._paths, self.attention, self.kernels)
+        caster = Autocaster(self.autocast) if self.autocast is not None else None
+        run = _ScopedInterpreter(self.gm, self._paths, self.attention, self.kernels, caster)
         out = tuple(run.run(*flat))
         self._graph = run.traced
         return out
@@ -90,11 +94,13 @@ class _ScopedInterpreter(torch.fx.Interpreter):
     A dropout that drops nothing (p = 0) is its input, as ATen's dropout returns it in
     eager; torch's Python kernel for it (the one tracing reaches) would copy the tensor. With
     an attention target, each ``scaled_dot_product_attention`` runs as the kernel chosen for
-    it (attention_kernels.py), recorded with the module path of the node being run."""
+    it (attention_kernels.py), recorded with the module path of the node being run; with an
+    autocast spec, each op's inputs are first cast as autocast casts them (autocast_casts.py)."""
 
     def __init__(self, gm, paths: dict, attention: AttentionTarget | None = None,
-                 kernels: list | None = None):
+                 kernels: list | None = None, caster: Autocaster | None = None):
         super().__init__(gm)
+        self._caster = caster
         self._paths = paths
         self.traced = None  # the tracer graph the nodes were created in
         self._attention, self._kernels = attention, kernels if kernels is not None else []
@@ -105,11 +111,19 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             p, train = (list(args[1:]) + [kwargs.get("p"), kwargs.get("train")])[:2]
             if not train or p == 0:
                 return args[0]
+        if self._caster is not None:
+            args, kwargs = self._caster.cast(target, args, kwargs)
         if self._attention is not None and is_sdpa(target):
             out, kernel, why = call_kernel(self._attention, args, kwargs)
             self._kernels.append((self._path, kernel, why))
             return out
         return super().call_function(target, args, kwargs)
+
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        if self._caster is not None and isinstance(value, torch.Tensor):
+            self._caster.weights.add(id(value))  # a weight: its half copy is cached
+        return value
 
     def run_node(self, n):
         from torch.fx.experimental.proxy_tensor import get_proxy_mode

@@ -27,9 +27,10 @@ from .size_bounds import SizeBinder
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # Ops kept whole instead of decomposed: their cost rule is the better model.
-# SDPA and its kernels (flash, efficient, cuDNN, _for_cpu); GELU's backward, which PyTorch
-# runs as one kernel (its decomposition holds three activation-sized temporaries at once)
-_KEEP = ("scaled_dot_product", "gelu_backward")
+# SDPA and its kernels (flash, efficient, cuDNN, _for_cpu); GELU's and BatchNorm's backward,
+# which PyTorch runs as one kernel each (GELU's decomposition holds three activation-sized
+# temporaries at once; BatchNorm's, on a half input, fp32 copies of the input and gradient)
+_KEEP = ("scaled_dot_product", "gelu_backward", "native_batch_norm_backward")
 
 
 def unreachable_rules() -> list[str]:
