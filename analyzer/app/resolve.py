@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ...passes.errors import GraphcostError, did_you_mean, opt
 
 ZOO_PREFIX = "zoo:"
+TIMM_PREFIX = "timm:"
 # torch.export names the sizes the data decides u0, u1… (unbacked symbols): a --dim of that
 # name sets such a size's maximum on the torch route (analyzer/frontends/torch/bounded_trace.py)
 UNBACKED = re.compile(r"u\d+")
@@ -86,6 +87,8 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
             raise GraphcostError("pass the model path as str, not bytes")
         if text.startswith(ZOO_PREFIX):
             return _zoo(text[len(ZOO_PREFIX):], bindings, fx or train, materialize, note)
+        if text.startswith(TIMM_PREFIX):
+            return _timm(text[len(TIMM_PREFIX):], bindings, materialize, note)
         if ".py:" in text:
             return _file_class(text, bindings, materialize, note)
         from ..frontends.torch import hub
@@ -205,6 +208,22 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
     # the other zoo models' input names need not be forward's argument names: in order
     return Resolved("torch", f"zoo:{name}", module=module, inputs=tuple(inputs.values()),
                     dims=dims, int_ranges=ranges, maxima=maxima)
+
+
+def _timm(name: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
+    """A timm architecture (analyzer/frontends/torch/timm_models.py) on meta, at its default
+    input size unless ``input_shapes`` says otherwise."""
+    from ..frontends.torch import timm_models
+    from ..frontends.torch.capture import fake_inputs
+
+    if materialize:
+        raise GraphcostError(f"timm:{name} is built on the meta device, without weights: "
+                             "verify needs a model it can run")
+    note(f"building timm:{name} on the meta device")
+    module, size = timm_models.build(name)
+    shapes = _batched(b) if b.input_shapes else {"x": (b.batch or 1, *size)}
+    return Resolved("torch", f"timm:{name}", module=module,
+                    kwargs=fake_inputs(module, shapes, b.input_dtypes))
 
 
 def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:

@@ -52,7 +52,8 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     if model:
         p.add_argument("model", help=(
             "an .onnx file; a saved torch.export program (.pt2: its JSON graph is read, its "
-            "pickled weights never); zoo:NAME for a bundled reference model; a Hugging Face "
+            "pickled weights never); zoo:NAME for a bundled reference model; timm:NAME for a "
+            "timm architecture (built on the meta device); a Hugging Face "
             "id ORG/NAME[@REV], a config.json or a snapshot folder (only config.json is "
             "read; the model is built on the meta device); or "
             "path/to/file.py:Class — "
