@@ -147,16 +147,24 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
         if train:
             from ..frontends.torch.capture import export_joint
             from ..frontends.torch.frontend import lower_joint
-            note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
-            gm, sig, prefix, scopes, kernels = export_joint(
-                model, args, kwargs, name=name, sizes=sizes, attention=attention,
-                autocast=autocast)
-            calls = tuple(AttentionKernel(path, kernel, why, attention.words)
-                          for path, kernel, why in kernels)
-            lowers.append((gm, lambda b: replace(lower_joint(
-                gm, sig, model, prefix, scopes, name=name, batch=b, maxima=maxima,
-                capped=sizes.capped), attention=calls)))
-            graph = lowers[-1][1](batch_size)
+            from ..frontends.torch.repeat_joint import repeat_joint
+
+            def trace_joint():
+                nonlocal sizes
+                sizes = BoundedSizes(maxima)  # afresh: a trace of three layers may come first
+                note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
+                gm, sig, prefix, scopes, kernels = export_joint(
+                    model, args, kwargs, name=name, sizes=sizes, attention=attention,
+                    autocast=autocast)
+                calls = tuple(AttentionKernel(path, kernel, why, attention.words)
+                              for path, kernel, why in kernels)
+                capped = sizes.capped
+                lowers.append((gm, lambda b: replace(lower_joint(
+                    gm, sig, model, prefix, scopes, name=name, batch=b, maxima=maxima,
+                    capped=capped), attention=calls)))
+                return lowers[-1][1](batch_size)
+            graph = trace_repeated(model, trace_joint, at_least=0 if all_layers else REPEAT_AT,
+                                   grown=grown, repeat=repeat_joint)
         else:
             def trace():
                 nonlocal sizes

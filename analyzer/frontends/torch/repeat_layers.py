@@ -30,13 +30,16 @@ REPEAT_AT = 8  # stacks shorter than this are traced whole (three layers save li
 
 
 def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
-                   at_least: int = REPEAT_AT, grown: list | None = None) -> Graph:
+                   at_least: int = REPEAT_AT, grown: list | None = None,
+                   repeat=None) -> Graph:
     """``trace()``'s graph of ``model`` (a function tracing it afresh), taken with the
     model's stack of ``at_least`` or more identical blocks cut to three and grown back to
     its length in the IR; the whole stack traced when it cannot be (the graph then has no
     ``traced_layers``). ``prefix``: the module path the trace's scopes put before the
     model's own (a wrapper's attribute). When the stack is grown, the function growing a
-    graph of three layers is appended to ``grown`` (for the same trace at another batch)."""
+    graph of three layers is appended to ``grown`` (for the same trace at another batch).
+    ``repeat``: the growing function (``repeat_layers``; a joint graph's is repeat_joint.py's)."""
+    repeat = repeat or repeat_layers
     stack = find_stack(model, at_least) if at_least else None
     if stack is None:
         return trace()
@@ -45,7 +48,7 @@ def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
     path, layers = stack
 
     def grow(g: Graph) -> Graph | None:
-        out = None if g.size_bounds else repeat_layers(g, prefix + path, layers)
+        out = None if g.size_bounds else repeat(g, prefix + path, layers)
         return None if out is None else replace(out, traced_layers=layers_note(layers))
     out = grow(graph)
     if out is None:
@@ -114,14 +117,16 @@ def truncated(model: torch.nn.Module, stack: tuple[str, int]):
             setattr(config, k, v)
 
 
-def _layer_of(scope: str, prefix: str) -> int | None:
+def layer_of(scope: str, prefix: str) -> int | None:
+    """The block index of a module path inside the stack ``prefix`` ("layers.3.mlp" → 3)."""
     if not scope.startswith(prefix + "."):
         return None
     head = scope[len(prefix) + 1:].split(".", 1)[0]
     return int(head) if head.isdigit() else None
 
 
-def _rescope(scope: str, prefix: str, old: int, new: int) -> str:
+def rescope(scope: str, prefix: str, old: int, new: int) -> str:
+    """``scope`` of block ``old`` as block ``new``'s."""
     return f"{prefix}.{new}" + scope[len(f"{prefix}.{old}"):]
 
 
@@ -129,7 +134,7 @@ def _rescope(scope: str, prefix: str, old: int, new: int) -> str:
 def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
     """``graph`` traced with the three layers ``prefix``.0–2, grown to ``total`` layers."""
     nodes, values = graph.nodes, graph.values
-    layer = [_layer_of(n.scope, prefix) for n in nodes]
+    layer = [layer_of(n.scope, prefix) for n in nodes]
     runs: dict[int, list[int]] = {}
     for i, k in enumerate(layer):
         if k is not None:
@@ -226,7 +231,7 @@ def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
                 if o:
                     new_values[no] = replace(values[o], name=no, producer=idx)
             out_nodes.append(replace(node, index=idx, name=f"{node.name}~{c}", inputs=ins,
-                                     outputs=outs, scope=_rescope(node.scope, prefix, 1, c)))
+                                     outputs=outs, scope=rescope(node.scope, prefix, 1, c)))
 
     def from_last(name: str) -> str:
         """Layer 2's ``name`` as the last layer reads it: the last copy's, not layer 1's."""
@@ -236,7 +241,7 @@ def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
     for i in range(spans[2][0], len(nodes)):
         node = nodes[i]
         ins = tuple(from_last(x) for x in node.inputs) if i in spans[2] else node.inputs
-        scope = _rescope(node.scope, prefix, 2, total - 1) if i in spans[2] else node.scope
+        scope = rescope(node.scope, prefix, 2, total - 1) if i in spans[2] else node.scope
         out_nodes.append(replace(node, index=new_index[i], inputs=ins, scope=scope))
 
     refs = {}
@@ -259,13 +264,13 @@ def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
             inplace[out] = from_last(into)
     types = dict(graph.module_types)
     for path, kind in graph.module_types.items():
-        if _layer_of(path, prefix) == 1:
+        if layer_of(path, prefix) == 1:
             for c in range(3, total):
-                types[_rescope(path, prefix, 1, c)] = kind
+                types[rescope(path, prefix, 1, c)] = kind
     return replace(graph, nodes=tuple(out_nodes), values=MappingProxyType(new_values),
-                   inputs=_grown(graph.inputs, lambda x: (r := role(x, 1)) is not None and
+                   inputs=grown_names(graph.inputs, lambda x: (r := role(x, 1)) is not None and
                                  r[0] == "leaf", total),
-                   outputs=_grown(graph.outputs, lambda x: where.get(x, (None,))[0] == 1,
+                   outputs=grown_names(graph.outputs, lambda x: where.get(x, (None,))[0] == 1,
                                   total),
                    module_types=MappingProxyType(types), eager_refs=MappingProxyType(refs),
                    eager_inplace=MappingProxyType(inplace))
@@ -283,7 +288,7 @@ def _held(p: int, c: int, spans, base2: int, n: int, last: int, new_index) -> in
     return new_index[p]
 
 
-def _grown(names: tuple[str, ...], of_layer1, total: int) -> tuple[str, ...]:
+def grown_names(names: tuple[str, ...], of_layer1, total: int) -> tuple[str, ...]:
     """Graph inputs or outputs with layer 1's copies after layer 1's own."""
     mine = [x for x in names if of_layer1(x)]
     if not mine:

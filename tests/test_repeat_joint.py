@@ -1,0 +1,74 @@
+"""A training step's joint graph traced with three blocks and grown to all of them
+(analyzer/frontends/torch/repeat_joint.py), against the trace of every block (--all-layers):
+node for node the same ops, output shapes, dataflow (which node each input comes from),
+module paths, parameters and their gradients, attention calls — and so the same training
+memory, timeline included."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.request import LoadOptions
+from graphcost.models_zoo.llama import Llama, LlamaConfig
+from graphcost.passes.training import training_memory
+
+
+def _zoo_llama():
+    cfg = LlamaConfig(vocab_size=1000, d_model=128, n_layer=8, n_head=4, n_kv_head=2, ffn=344,
+                      max_seq=256)
+    with torch.device("meta"):
+        return Llama(cfg), {"input_ids": (2, 64)}
+
+
+def _hf_llama():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=8,
+                                   num_attention_heads=4, num_key_value_heads=2,
+                                   vocab_size=1000, attn_implementation="sdpa")
+    with torch.device("meta"):
+        return transformers.LlamaForCausalLM(cfg), {"input_ids": (1, 64)}
+
+
+def _dataflow(g):
+    """Each node's inputs as (the producing node's index) or (a leaf's kind and shape)."""
+    return [tuple(None if not x else
+                  ("node", g.values[x].producer) if g.values[x].producer is not None else
+                  ("leaf", str(g.values[x].kind), g.values[x].spec) for x in n.inputs)
+            for n in g.nodes]
+
+
+@pytest.mark.parametrize("build", [_zoo_llama, _hf_llama], ids=["zoo_llama", "hf_llama"])
+def test_grown_joint_graph_is_the_full_trace(build):
+    model, shapes = build()
+    load = LoadOptions(train=True, input_shapes=shapes,
+                       input_dtypes={"input_ids": torch.int64})
+    full = load_graph(model, replace(load, all_layers=True))
+    grown = load_graph(model, load)
+    assert grown.traced_layers.startswith("3 of 8 layers traced") and not full.traced_layers
+    assert [(n.op, n.scope, tuple(full.spec(o) for o in n.outputs)) for n in full.nodes] == \
+        [(n.op, n.scope, tuple(grown.spec(o) for o in n.outputs)) for n in grown.nodes]
+    assert _dataflow(full) == _dataflow(grown)
+    assert sorted((full.param_paths[p], full.values[g].producer) for p, g in full.grads.items()) \
+        == sorted((grown.param_paths[p], grown.values[g].producer) for p, g in grown.grads.items())
+    assert [c.scope for c in full.attention] == [c.scope for c in grown.attention]
+    for optimizer in ("none", "adamw"):
+        a, b = training_memory(full, optimizer), training_memory(grown, optimizer)
+        assert (a.peak_bytes, a.timeline) == (b.peak_bytes, b.timeline)
+
+
+def test_fsdp_over_the_grown_graph_is_the_full_traces():
+    # FSDP2's units are the stack's blocks (param_paths): every copy is its own unit
+    from graphcost import analyze
+    model, shapes = _zoo_llama()
+    kw = dict(input_shapes=shapes, input_dtypes={"input_ids": torch.int64}, train=True,
+              optimizer="adamw", parallel={"strategy": "fsdp", "world_size": 4},
+              device="h100")
+    full, grown = analyze(model, all_layers=True, **kw), analyze(model, **kw)
+    assert grown.traced_layers and not full.traced_layers
+    assert full.parallel is not None and grown.parallel is not None
+    # the same figures and units; a copy's weights are named after layer 1's ("arg10_1~2")
+    units = [replace(u, members=()) for u in full.parallel.units]
+    assert [replace(u, members=()) for u in grown.parallel.units] == units
+    assert replace(full.parallel, units=()) == replace(grown.parallel, units=())
