@@ -22,7 +22,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from ....passes.ir import AttentionKernel, Graph, Node, Value
-from .repeat_layers import TRACED, grown_names, layer_of, rescope
+from .repeat_layers import TRACED, copied, grown_names, layer_of, rescope
 
 
 # long: one walk over both phases renumbers nodes and values together
@@ -209,16 +209,8 @@ class _Layout:
             if c:
                 phase = "f" if i in in_fwd1 else "b"
                 ins = tuple(read(x, c, phase) if x else x for x in node.inputs)
-                outs = tuple(f"{o}~{c}" if o else o for o in node.outputs)
-                for x, nx in zip(node.inputs, ins):
-                    if nx != x and nx not in new_values:
-                        new_values[nx] = replace(values[x], name=nx)
-                for o, no in zip(node.outputs, outs):
-                    if o:
-                        new_values[no] = replace(values[o], name=no, producer=new)
                 scope = rescope(node.scope, self.prefix, 1, c) if node.scope else node.scope
-                out_nodes.append(replace(node, index=new, name=f"{node.name}~{c}", inputs=ins,
-                                         outputs=outs, scope=scope))
+                out_nodes.append(copied(node, c, new, ins, values, new_values, scope))
                 continue
             ins = node.inputs
             if i in fwd[2] or i in bwd[2]:  # the last layer reads the last copy, not layer 1

@@ -221,17 +221,9 @@ def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
     for c in range(2, total - 1):
         for j, i in enumerate(spans[1]):
             node = nodes[i]
-            idx = base2 + (c - 2) * n + j
             ins = tuple(copy(x, c) if x else x for x in node.inputs)
-            outs = tuple(f"{o}~{c}" if o else o for o in node.outputs)
-            for x, nx in zip(node.inputs, ins):
-                if nx != x and nx not in new_values:
-                    new_values[nx] = replace(values[x], name=nx)
-            for o, no in zip(node.outputs, outs):
-                if o:
-                    new_values[no] = replace(values[o], name=no, producer=idx)
-            out_nodes.append(replace(node, index=idx, name=f"{node.name}~{c}", inputs=ins,
-                                     outputs=outs, scope=rescope(node.scope, prefix, 1, c)))
+            out_nodes.append(copied(node, c, base2 + (c - 2) * n + j, ins, values, new_values,
+                                    rescope(node.scope, prefix, 1, c)))
 
     def from_last(name: str) -> str:
         """Layer 2's ``name`` as the last layer reads it: the last copy's, not layer 1's."""
@@ -274,6 +266,21 @@ def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
                                   total),
                    module_types=MappingProxyType(types), eager_refs=MappingProxyType(refs),
                    eager_inplace=MappingProxyType(inplace))
+
+
+def copied(node: Node, c: int, index: int, inputs: tuple[str, ...], values, new_values: dict,
+           scope: str) -> Node:
+    """``node`` as copy c's, at ``index``, reading ``inputs``: its outputs renamed ``name~c``
+    and, with every input name new to the graph, entered in ``new_values``."""
+    outs = tuple(f"{o}~{c}" if o else o for o in node.outputs)
+    for x, nx in zip(node.inputs, inputs):
+        if nx != x and nx not in new_values:
+            new_values[nx] = replace(values[x], name=nx)
+    for o, no in zip(node.outputs, outs):
+        if o:
+            new_values[no] = replace(values[o], name=no, producer=index)
+    return replace(node, index=index, name=f"{node.name}~{c}", inputs=inputs, outputs=outs,
+                   scope=scope)
 
 
 def _held(p: int, c: int, spans, base2: int, n: int, last: int, new_index) -> int:
