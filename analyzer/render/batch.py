@@ -29,9 +29,12 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
                                    f"{m.batch + 1:,} would need "
                                    f"{human_bytes(m.next_required_bytes)}, which fits too)"]))
     else:
-        rows.append(("max batch", [f"{m.batch:,}", f"(needs {human_bytes(m.required_bytes)};",
-                                   f"batch {m.batch + 1:,} would need "
-                                   f"{human_bytes(m.next_required_bytes)})"]))
+        # the two needs usually round to the device's size: the margins tell them apart
+        spare = m.memory_bytes - m.required_bytes
+        over = m.next_required_bytes - m.memory_bytes
+        rows.append(("max batch", [f"{m.batch:,}", f"(needs {human_bytes(m.required_bytes)},",
+                                   f"{human_bytes(spare)} to spare; batch {m.batch + 1:,}",
+                                   f"would be {human_bytes(over)} over)"]))
     rows += [
         ("memory(b) =", [f"{human_bytes(f.memory.fixed)} + "
                          f"{human_bytes(f.memory.per_sample)}·b",
