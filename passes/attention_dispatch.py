@@ -22,7 +22,7 @@ its decomposition (matmuls, a softmax whose Sq×Sk output the backward keeps).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .choices import Attention
 
@@ -80,7 +80,6 @@ def choose(target: AttentionTarget, call: AttentionCall) -> tuple[str, str]:
 
 
 def _as(call: AttentionCall, dtype: str) -> AttentionCall:
-    from dataclasses import replace
     return replace(call, dtype=dtype) if call.dtype in ("float32", "float64") else call
 
 
@@ -193,8 +192,6 @@ def name_kernels(graph, target: AttentionTarget):
     whole by the frontend; its rule costs the fused kernels' work and memory) in its
     ``attention``. A call the dispatcher sends to the math kernel says that its S×S scores
     are not counted."""
-    from dataclasses import replace
-
     from .costs.registry import lookup
     from .ir import AttentionKernel
 

@@ -101,10 +101,11 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
         raise GraphcostError(f"{opt('attention')} sets the kernel a training step is traced "
                              f"with: add {opt('train')} (an inference graph keeps attention "
                              "whole, costed as a fused kernel)")
+    rates = device_of(device)
     load = LoadOptions(batch, _raw(dims), _raw(input_shapes), _raw(input_dtypes),
                        zoo_exporter, train, all_layers,
-                       attention_target(device_of(device), precision, attention),
-                       autocast_spec(device_of(device), precision) if train else None)
+                       attention_target(rates, precision, attention),
+                       autocast_spec(rates, precision) if train else None)
     if serve is not None:
         return _serve_request(serve, load, precision, include_inputs=include_inputs,
                               lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)

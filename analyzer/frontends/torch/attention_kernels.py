@@ -22,7 +22,8 @@ def is_sdpa(target: Any) -> bool:
     return target is _SDPA
 
 
-def call_kernel(target: AttentionTarget, args: tuple, kwargs: dict) -> tuple[torch.Tensor, str, str]:
+def call_kernel(target: AttentionTarget, args: tuple,
+                kwargs: dict) -> tuple[torch.Tensor, str, str]:
     """(SDPA's output computed by the chosen kernel, the kernel, why not the ones before it)."""
     a = {**dict(zip(_NAMES, args)), **kwargs}
     q, k, v, mask = a["query"], a["key"], a["value"], a.get("attn_mask")
