@@ -9,10 +9,15 @@ kernel whose checks all pass runs.
 * A CUDA GPU: flash (fp16/bf16, sm80–sm121, no explicit mask, head dims equal and ≤ 256, no
   causal flag with Sq ≠ Sk, and on sm86–89 / sm120–121 no training at head dim 193–224, or
   225–256 with dropout), else memory-efficient (sm50–sm121; fp32/fp16, bf16 from sm80; head
-  dims aligned to the GEMM's alignment; any mask), else math.
-* cuDNN attention is never picked automatically here: PyTorch tries it first only on sm90 /
-  sm100 with cuDNN newer than 9.15 (its runtime version, which a static analysis does not
-  know); ``--attention cudnn`` asks for it. Its memory is flash's (output + log-sum-exp).
+  dims aligned to the GEMM's alignment; any mask; grouped-query heads (``enable_gqa``) only
+  from PyTorch 2.14), else math.
+* cuDNN attention comes first on sm90 and sm100-family parts (``check_prefer_cudnn_attention``:
+  cuDNN newer than 9.15 at run time). PyTorch's wheels bring that cuDNN from 2.11 (measured:
+  2.11+cu130 with cuDNN 9.19 runs it on an H100; 2.14.1 requires cuDNN 9.24; 2.10's wheel has
+  9.10 and 2.9 asks for ``TORCH_CUDNN_SDPA_PREFERRED``), so the target's torch release (the
+  installed one) decides. cuDNN takes fp16/bf16, masks, grouped-query heads, head dims that
+  are multiples of 8 up to 128 (256 on sm90/sm10x from 2.14's cuDNN), dropout in 1/16 steps.
+  Its memory is flash's (output + log-sum-exp).
 * An AMD GPU (ROCm, AOTriton): flash for fp16/bf16 with no mask and head dim ≤ 256, else
   memory-efficient; the CUDA rules' architecture checks do not apply.
 
@@ -27,6 +32,7 @@ from dataclasses import dataclass, replace
 from .choices import Attention
 
 _HALF = ("float16", "bfloat16")
+NEWEST = (2, 14)  # the newest PyTorch release whose rules are written here
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,9 @@ class AttentionTarget:
     kernel: str = Attention.AUTO
     dtype: str | None = None
     device: str = "this CPU"   # how the report names the target
+    # the PyTorch release the step runs on, whose rules apply (None: the newest known; the
+    # torch frontend sets the installed one)
+    torch: tuple[int, int] | None = None
 
     @property
     def words(self) -> str:
@@ -59,6 +68,7 @@ class AttentionCall:
     dropout: float = 0.0
     causal: bool = False
     grad: bool = True
+    gqa: bool = False   # enable_gqa with fewer key/value heads than query heads
 
 
 def choose(target: AttentionTarget, call: AttentionCall) -> tuple[str, str]:
@@ -86,7 +96,16 @@ def _as(call: AttentionCall, dtype: str) -> AttentionCall:
 def _order(target: AttentionTarget) -> tuple[str, ...]:
     if target.backend == "cpu":
         return (Attention.FLASH,)
+    if target.backend == "cuda" and _prefers_cudnn(target):
+        return (Attention.CUDNN, Attention.FLASH, Attention.EFFICIENT)
     return (Attention.FLASH, Attention.EFFICIENT)
+
+
+def _prefers_cudnn(target: AttentionTarget) -> bool:
+    # sdp_utils.cpp check_prefer_cudnn_attention: cuDNN > 9.15 and compute capability 9.x or
+    # 10.x; the cuDNN PyTorch's wheels bring passes from 2.11 (module docstring)
+    return target.capability is not None and target.capability[0] in (9, 10) and \
+        _release(target) >= (2, 11)
 
 
 def _refusal(target: AttentionTarget, call: AttentionCall, kernel: str) -> str:
@@ -108,6 +127,10 @@ def _cpu_flash(call: AttentionCall) -> str:
     if not call.q[-1] == call.k[-1] == call.v[-1]:
         return "q, k and v differ in head dim"
     return ""
+
+
+def _release(target: AttentionTarget) -> tuple[int, int]:
+    return target.torch or NEWEST
 
 
 def _sm(target: AttentionTarget) -> tuple[int, int]:
@@ -147,6 +170,8 @@ def _efficient(target: AttentionTarget, call: AttentionCall) -> str:
     dq, dv = call.q[-1], call.v[-1]
     if dq != call.k[-1] or dq % align or dv % align:
         return f"head dims not multiples of {align}"
+    if call.gqa and (target.backend == "rocm" or _release(target) < (2, 14)):
+        return "grouped-query heads (the efficient kernel takes them from PyTorch 2.14)"
     return ""
 
 
@@ -159,11 +184,25 @@ def _gemm_alignment(sm: tuple[int, int], dtype: str) -> int:
 
 
 def _cudnn(target: AttentionTarget, call: AttentionCall) -> str:
+    # sdp_utils.cpp can_use_cudnn_attention, check_cudnn_tensor_shapes, check_cudnn_dropout
+    if target.backend != "cuda":
+        return "not a CUDA GPU"
+    sm = _sm(target)
+    if not (8, 0) <= sm <= (12, 1):
+        return f"sm{sm[0]}{sm[1]} (cuDNN attention needs sm80–sm121)"
     if call.dtype not in _HALF:
         return f"{call.dtype} (cuDNN runs fp16/bf16)"
-    if call.q[-1] % 8 or call.v[-1] % 8 or max(call.q[-1], call.v[-1]) > 256:
-        return "head dims not multiples of 8 or over 256"
-    return "" if _sm(target) >= (8, 0) else "before sm80"
+    if call.dropout * 16 != int(call.dropout * 16):
+        return "dropout not a multiple of 1/16"
+    dq, dv = call.q[-1], call.v[-1]
+    wide = (sm == (9, 0) or sm[0] == 10) and _release(target) >= (2, 14)  # cuDNN > 9.22
+    if dq % 8 or dv % 8 or max(dq, dv) > (256 if wide else 128):
+        return f"head dims not multiples of 8 up to {256 if wide else 128}"
+    if wide and call.grad and max(dq, dv) > 128 and (dq, dv) not in ((192, 128), (256, 256)):
+        return f"no cuDNN backward at head dims {dq}/{dv}"
+    if call.k[-2] == 1:
+        return "key length 1"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -207,7 +246,9 @@ def name_kernels(graph, target: AttentionTarget):
         mask = len(node.inputs) > 3 and bool(node.inputs[3])
         call = AttentionCall(q.shape, k.shape, v.shape, q.dtype, mask,
                              float(node.attrs.get("dropout_p", 0.0) or 0.0),
-                             bool(node.attrs.get("is_causal", False)), grad=False)
+                             bool(node.attrs.get("is_causal", False)), grad=False,
+                             gqa=bool(node.attrs.get("enable_gqa")) and len(q.shape) > 2
+                             and k.shape[-3] != q.shape[-3])
         kernel, why = choose(target, call)
         if kernel == Attention.MATH:
             why = "; ".join(filter(None, (why, "costed without its S×S scores")))

@@ -8,6 +8,7 @@ kept); their FLOPs against FlopCounterMode's formulas for the fused kernels."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 import pytest
 import torch
@@ -21,8 +22,13 @@ from graphcost import GraphcostError, analyze
 from tests.cli_runner import run_cli
 from tests.test_step_as_run import Decoder
 
-H100 = AttentionTarget("cuda", (9, 0), device="h100-sxm")
+H100 = AttentionTarget("cuda", (9, 0), device="h100-sxm")  # PyTorch 2.14's rules
+# what the installed torch's rules give an analysis with --device h100-sxm (bf16, no mask)
+TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+H100_BF16 = "cudnn" if TORCH >= (2, 11) else "flash"
+A100 = AttentionTarget("cuda", (8, 0), device="a100-80gb")
 BHSD = (2, 32, 1024, 128)  # batch, heads, sequence, head dim
+GROUPED = (2, 8, 1024, 128)  # 8 key/value heads under 32 query heads
 
 
 def call(dtype="bfloat16", q=BHSD, k=BHSD, v=BHSD, **kw) -> AttentionCall:
@@ -30,25 +36,45 @@ def call(dtype="bfloat16", q=BHSD, k=BHSD, v=BHSD, **kw) -> AttentionCall:
 
 
 @pytest.mark.parametrize("target, c, kernel", [
-    # bf16 on sm90, no mask: flash is first in the priority order and every check passes
-    (H100, call(), "flash"),
-    # fp32: check_dtypes_low_precision refuses flash; efficient runs fp32 from sm50
+    # bf16 on sm90 from PyTorch 2.11: cuDNN first (check_prefer_cudnn_attention: cuDNN >
+    # 9.15, which the 2.11+ wheels bring; measured: an H100 with 2.11+cu130 ran it)
+    (H100, call(), "cudnn"),
+    # PyTorch 2.10's wheel has cuDNN 9.10: flash first, as on an A100 (sm80) at any release
+    (replace(H100, torch=(2, 10)), call(), "flash"),
+    (A100, call(), "flash"),
+    # fp32: check_dtypes_low_precision refuses cuDNN and flash; efficient runs fp32 from sm50
     (H100, call("float32"), "efficient"),
-    # an explicit mask: check_for_attn_mask refuses flash; efficient takes a bias
-    (H100, call(mask=True), "efficient"),
+    # an explicit mask: cuDNN takes it (check_attn_mask_shape); check_for_attn_mask refuses
+    # flash, efficient takes a bias
+    (H100, call(mask=True), "cudnn"),
+    (A100, call(mask=True), "efficient"),
     # T4 is sm75: flash needs sm80 (check_flash_attention_hardware_support); efficient runs
     # fp16 there, but bf16 only from sm80: math
     (AttentionTarget("cuda", (7, 5)), call("float16"), "efficient"),
     (AttentionTarget("cuda", (7, 5)), call("bfloat16"), "math"),
     # head dim 72 in fp16 on sm80: flash takes it (≤ 256); efficient would need a multiple
     # of 8 (minimum_gemm_alignment: 128 bits of fp16) — fp32 needs 4: 72 passes, 70 fails
-    (H100, call("float16", q=(1, 8, 64, 72), k=(1, 8, 64, 72), v=(1, 8, 64, 72)), "flash"),
+    (A100, call("float16", q=(1, 8, 64, 72), k=(1, 8, 64, 72), v=(1, 8, 64, 72)), "flash"),
     (H100, call("float32", q=(1, 8, 64, 70), k=(1, 8, 64, 70), v=(1, 8, 64, 70)), "math"),
     # causal with Sq ≠ Sk: check_flash_causal_non_square_seqlens
-    (H100, call(q=(1, 8, 1, 128), causal=True), "efficient"),
+    (A100, call(q=(1, 8, 1, 128), causal=True), "efficient"),
     # RTX 4090 (sm89), training at head dim 200: the sm86–89 backward limit
     (AttentionTarget("cuda", (8, 9)), call(q=(1, 8, 64, 200), k=(1, 8, 64, 200),
                                            v=(1, 8, 64, 200)), "efficient"),
+    # cuDNN's dropout comes in steps of 1/16 (check_cudnn_dropout): 0.1 goes to flash
+    (H100, call(dropout=0.1), "flash"),
+    # head dim 256: cuDNN > 9.22 (2.14's wheel) on sm90 takes it, forward and backward;
+    # 2.11's cuDNN stops at 128
+    (H100, call(q=(1, 8, 64, 256), k=(1, 8, 64, 256), v=(1, 8, 64, 256)), "cudnn"),
+    (replace(H100, torch=(2, 11)), call(q=(1, 8, 64, 256), k=(1, 8, 64, 256),
+                                        v=(1, 8, 64, 256)), "flash"),
+    # grouped-query heads (enable_gqa): flash and cuDNN read them; the efficient kernel
+    # from 2.14 (PyTorch PR 191085): fp32 with grouped heads is math before it (measured:
+    # transformers' Llama with GQA ran math on an H100 with 2.11)
+    (A100, call(k=GROUPED, v=GROUPED, gqa=True), "flash"),
+    (H100, call(k=GROUPED, v=GROUPED, gqa=True), "cudnn"),
+    (H100, call("float32", k=GROUPED, v=GROUPED, gqa=True), "efficient"),
+    (replace(H100, torch=(2, 13)), call("float32", k=GROUPED, v=GROUPED, gqa=True), "math"),
     # this CPU: the CPU flash kernel unless there is dropout (check_for_dropout)
     (AttentionTarget(), call("float32", mask=True), "flash"),
     (AttentionTarget(), call("float32", dropout=0.1), "math"),
@@ -58,7 +84,7 @@ def test_the_dispatchers_choice(target, c, kernel):
 
 
 def test_a_forced_kernel_runs_and_says_when_pytorch_would_refuse_it():
-    kernel, why = choose(AttentionTarget("cuda", (9, 0), kernel="flash"), call(mask=True))
+    kernel, why = choose(AttentionTarget("cuda", (8, 0), kernel="flash"), call(mask=True))
     assert kernel == "flash" and "refuse" in why and "mask" in why
     assert choose(AttentionTarget("cuda", (9, 0), kernel="math"), call()) == ("math", "")
 
@@ -110,7 +136,8 @@ SEQS = (4096, 8192, 16384)
 
 @pytest.fixture(scope="module")
 def h100_steps():
-    return {(seq, a): _gpu_step(seq, a) for seq in SEQS for a in ("auto", "math")}
+    return {**{(seq, a): _gpu_step(seq, a) for seq in SEQS for a in ("auto", "math")},
+            (16384, "flash"): _gpu_step(16384, "flash")}
 
 
 def _growth(steps, attention: str) -> float:
@@ -128,12 +155,15 @@ def _square(r, seq: int) -> list[str]:
                    (s.split("×") for s in row.output_shapes))]
 
 
-def test_h100_bf16_runs_flash_and_keeps_no_scores(h100_steps):
+def test_h100_bf16_runs_a_fused_kernel_and_keeps_no_scores(h100_steps):
     r = h100_steps[16384, "auto"]
-    assert [(u.kernel, u.calls, u.reason) for u in r.attention] == [("flash", 2, "")]
-    assert "aten._scaled_dot_product_flash_attention_backward.default" in \
+    assert [(u.kernel, u.calls, u.reason) for u in r.attention] == [(H100_BF16, 2, "")]
+    assert f"aten._scaled_dot_product_{H100_BF16}_attention_backward.default" in \
         {n.op for n in r.nodes}
     assert _square(r, 16384) == []
+    flash = h100_steps[16384, "flash"]  # asked for: the same O(S) memory, no scores
+    assert _square(flash, 16384) == []
+    assert abs(flash.memory.peak_bytes / r.memory.peak_bytes - 1) < 0.05
     assert _growth(h100_steps, "auto") < 2.5
     # the math kernel, asked for, keeps the scores: they show, and the peak grows as S²
     assert _square(h100_steps[16384, "math"], 16384)
@@ -152,7 +182,7 @@ def test_fused_kernel_flops_follow_flop_counter_mode(h100_steps):
     fwd = by_op[torch.ops.aten._scaled_dot_product_flash_attention]
     bwd = by_op[torch.ops.aten._scaled_dot_product_flash_attention_backward]
     assert (fwd, bwd) == (4 * b * h * s * s * d, 10 * b * h * s * s * d)
-    nodes = h100_steps[16384, "auto"].nodes
+    nodes = h100_steps[16384, "flash"].nodes
     got = {n.op: 2 * n.macs for n in nodes if "flash" in n.op}
     assert got == {"aten._scaled_dot_product_flash_attention.default": fwd,
                    "aten._scaled_dot_product_flash_attention_backward.default": bwd}
@@ -162,8 +192,8 @@ def test_the_cli_names_the_kernel_of_the_7b_step():
     done = run_cli("zoo:llama7b", "--train", "--dim", "seq=4096", "--precision", "bf16-mixed",
                    "--device", "h100-sxm", "--optimizer", "adamw", env={"COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
-    assert "flash kernel ×32 (as PyTorch dispatches on h100-sxm (sm90), bfloat16)" in \
-        done.stdout
+    assert f"{H100_BF16} kernel ×32 (as PyTorch dispatches on h100-sxm (sm90), bfloat16)" \
+        in done.stdout
 
 
 def test_an_unknown_kernel_is_refused():
@@ -185,3 +215,27 @@ def test_an_inference_graph_names_the_kernel_of_each_call():
 def test_forcing_a_kernel_is_for_a_training_step():
     with pytest.raises(GraphcostError, match="attention.*train"):
         analyze("zoo:llama_tiny", zoo_exporter="fx", attention="math")
+
+
+def _hf_llama():
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=1000, use_cache=False,
+            attn_implementation="sdpa"))
+
+
+def test_transformers_attention_is_traced_as_eager_code_calls_it():
+    # Eager, with no padding mask and unpacked rows, transformers calls SDPA with
+    # is_causal=True, no mask and the 2 key/value heads as they are (enable_gqa); under
+    # torch.export it would build the mask. Measured on an H100 with PyTorch 2.11
+    # (benchmarks/results/cuda_h100_sxm.json): bf16 autocast ran cuDNN's kernel, fp32 the
+    # math kernel (the efficient one takes grouped heads from 2.14 only).
+    ids = (torch.empty(2, 256, dtype=torch.long, device="meta"),)
+    def kernels(**kw):
+        r = analyze(_hf_llama(), ids, train=True, optimizer="none", what_if=False, **kw)
+        return [(u.kernel, u.calls) for u in r.attention]
+    assert kernels(precision="bf16-mixed", device="a100-80gb") == [("flash", 2)]
+    assert kernels(precision="bf16-mixed", device="h100-sxm") == [(H100_BF16, 2)]
+    assert kernels(device="h100-sxm") == [("efficient" if TORCH >= (2, 14) else "math", 2)]

@@ -74,6 +74,10 @@ def torch_graph(r: Resolved, note: Progress, train: bool, all_layers: bool = Fal
     (see ``_torch_graph``; None when it cannot be re-run). ``attention``: the target whose
     attention kernels a training step is traced with; ``autocast``: the autocast region its
     forward runs in."""
+    if attention.torch is None:  # the dispatcher rules of the torch this step runs on
+        import torch
+        release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+        attention = replace(attention, torch=release)
     graph, at = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima,
                              all_layers, rebindable, attention, autocast)
     kernels = attention if not train else None  # (a joint graph has them from its trace)

@@ -28,11 +28,12 @@ def call_kernel(target: AttentionTarget, args: tuple,
     a = {**dict(zip(_NAMES, args)), **kwargs}
     q, k, v, mask = a["query"], a["key"], a["value"], a.get("attn_mask")
     dropout, causal = float(a.get("dropout_p", 0.0) or 0.0), bool(a.get("is_causal", False))
+    scale, gqa = a.get("scale"), bool(a.get("enable_gqa", False))
     call = AttentionCall(tuple(q.shape), tuple(k.shape), tuple(v.shape),
                          str(q.dtype).removeprefix("torch."), mask is not None, dropout, causal,
-                         any(t.requires_grad for t in (q, k, v)))
+                         any(t.requires_grad for t in (q, k, v)),
+                         gqa and k.shape[-3] != q.shape[-3])
     kernel, why = choose(target, call)
-    scale, gqa = a.get("scale"), bool(a.get("enable_gqa", False))
     aten = torch.ops.aten
     if kernel == Attention.MATH:
         return aten._scaled_dot_product_attention_math(
@@ -40,7 +41,9 @@ def call_kernel(target: AttentionTarget, args: tuple,
     if target.backend == "cpu" and kernel == Attention.FLASH:
         return aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, dropout, causal, attn_mask=mask, scale=scale)[0], kernel, why
-    if gqa and k.shape[-3] != q.shape[-3]:  # the CUDA kernels are given repeated heads
+    if call.gqa and kernel == Attention.EFFICIENT:
+        # flash and cuDNN read grouped heads as they are; the efficient kernel's formulas
+        # (its backward's meta function) want the heads repeated
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
         v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
     grad = call.grad

@@ -149,7 +149,8 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
 
     sizes = sizes if sizes is not None else BoundedSizes()
     try:
-        with warnings.catch_warnings(), quiet_torch_logs(), sizes, no_stack_traces():
+        with warnings.catch_warnings(), quiet_torch_logs(), sizes, no_stack_traces(), \
+                eager_masks():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
             if references is None:
                 return torch.export.export(model, tuple(args), kwargs=kwargs or {},
@@ -220,6 +221,32 @@ def _one_line(exc: Exception) -> str:
     """An exception as 'Type: first non-empty line' (torch's messages run to pages)."""
     first = next((line for line in str(exc).splitlines() if line.strip()), "")
     return f"{type(exc).__name__}: {first[:300]}"
+
+
+@contextmanager
+def eager_masks():
+    """transformers builds the attention mask the eager forward builds. Eager, with no
+    padding mask and one sequence per row, a decoder's SDPA call gets ``is_causal=True`` and
+    no mask (and grouped key/value heads as they are), which lets PyTorch dispatch flash or
+    cuDNN. While tracing, transformers cannot read the values that decision needs and
+    materializes the mask: under ``torch.export`` always (``_ignore_causal_mask_sdpa``), and
+    in a training step whenever position ids might pack several sequences in a row
+    (``find_packed_sequence_indices``). graphcost costs the step as it runs on unpadded,
+    unpacked batches, so both are answered as eager code answers them there. A padding mask
+    given as an input still keeps the mask (its values are unknown while tracing)."""
+    masking = sys.modules.get("transformers.masking_utils")
+    names = ("is_torchdynamo_exporting", "find_packed_sequence_indices")
+    if masking is None or not all(hasattr(masking, n) for n in names):
+        yield
+        return
+    saved = [getattr(masking, n) for n in names]
+    masking.is_torchdynamo_exporting = lambda: False
+    masking.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        for n, f in zip(names, saved):
+            setattr(masking, n, f)
 
 
 @contextmanager
@@ -355,7 +382,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
-            with no_stack_traces():
+            with no_stack_traces(), eager_masks():
                 program = torch.export.export(_SumLoss(model), tuple(args),
                                               kwargs=kwargs or {}, strict=False)
                 runner = ExportedRun(program, attention, autocast)
