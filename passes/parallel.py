@@ -35,6 +35,7 @@ from typing import Callable, Mapping
 from .choices import Offload, Strategy
 from .comm import CommVolume, InterconnectRates, comm_volume
 from .errors import GraphcostError, opt
+from .fits import Overhead, fit
 from .ir import INTERNAL, Graph, ValueKind
 from .parallel_clock import Clock, price
 from .parallel_fsdp import sharded_step
@@ -46,7 +47,7 @@ from .parallel_units import (
     unit_names,
     zero1_partition,
 )
-from .roofline import DeviceRates, Overhead
+from .roofline import DeviceRates
 from .training import (
     ADAPTIVE,
     STATE_MULTIPLIER,
@@ -137,8 +138,7 @@ def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
     if device is None:
         raise GraphcostError(f"{opt('parallel.world_size', value='auto')} needs {opt('device')} (the memory "
                              "of each rank)")
-    overhead = overhead or Overhead()
-    return _smallest(plan, lambda b: overhead.required(b) <= device.memory)
+    return _smallest(plan, lambda b: fit(device, b, threads=2, overhead=overhead).fits)
 
 
 def _smallest(plan: "_Plan", fits: Callable[[int], bool]) -> ParallelMemory:

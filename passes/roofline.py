@@ -12,7 +12,8 @@ multiply-accumulate ops when ``tf32`` is set (PyTorch's ``allow_tf32``). A dtype
 no fast path for falls back to its fp32 rate.
 
 The device is a ``DeviceRates`` value (the device table and its parsing live in
-analyzer/app/devices.py); ``Overhead`` is what a process needs beyond its tensors.
+analyzer/app/devices.py); whether the run fits it is passes/fits.py's answer, which the
+roofline section carries (``fit``).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from .fits import Fit
 from .ir import INTERNAL, QUANT_DTYPES, Graph
 
 _HALF = {"float16": "fp16", "bfloat16": "bf16"}
@@ -49,26 +51,6 @@ class DeviceRates:
         return rate
 
 
-@dataclass(frozen=True)
-class Overhead:
-    """What a real process needs beyond its tensors (design notes §1.4).
-
-    ``context_bytes``: the CUDA context plus cuBLAS/cuDNN workspaces, 300–800 MiB on recent
-    GPUs and drivers; default 512 MiB. ``allocator_fraction``: PyTorch's caching allocator
-    rounds each block up (512 B granules, 2 MiB/20 MiB segments) and keeps freed blocks
-    reserved, typically 5–20% over the tensors; default 10%. Both are guesses a user should
-    replace with a measurement of their own stack (``--overhead context=…,allocator=…``)."""
-    context_bytes: int = 512 << 20
-    allocator_fraction: float = 0.10
-
-    def required(self, tensor_bytes: int) -> int:
-        try:
-            return int(tensor_bytes * (1.0 + self.allocator_fraction)) + self.context_bytes
-        except OverflowError:  # past 2^1024 B (labelled absurd): the fraction in integers
-            return tensor_bytes + tensor_bytes * round(self.allocator_fraction * 10 ** 6) \
-                // 10 ** 6 + self.context_bytes
-
-
 @dataclass(frozen=True, slots=True)
 class NodeTime:
     index: int
@@ -92,10 +74,7 @@ class Roofline:
     memory_seconds: float         # ... and in memory-bound ones
     top: tuple[int, ...]          # the ten slowest nodes (indices), slowest first
     tensor_bytes: int             # the report's peak: everything live on the device
-    context_bytes: int            # framework overhead: CUDA context, workspaces
-    allocator_fraction: float     # caching-allocator rounding and reserved blocks
-    required_bytes: int           # tensor_bytes · (1 + allocator_fraction) + context_bytes
-    fits: bool
+    fit: Fit                      # what the run needs there against what the device offers
     fallbacks: tuple[str, ...]    # dtypes that used the fp32 rate for lack of a fast path
     nodes: tuple[NodeTime, ...]
     device_rates: DeviceRates = field(metadata=INTERNAL)
@@ -125,10 +104,9 @@ def _seconds(count: int, rate: float) -> float:
 
 
 def roofline(graph: Graph, node_costs, device: DeviceRates, *, tensor_bytes: int,
-             tf32: bool = False, overhead: Overhead | None = None) -> Roofline:
+             fit: Fit, tf32: bool = False) -> Roofline:
     """``node_costs``: the cost pass's per-node costs, aligned with ``graph.nodes``;
     ``tensor_bytes``: what the run holds at its peak (the report's peak)."""
-    overhead = overhead or Overhead()
     bw = device.bandwidth
     out = []
     compute = memory = 0.0
@@ -154,12 +132,10 @@ def roofline(graph: Graph, node_costs, device: DeviceRates, *, tensor_bytes: int
         out.append(NodeTime(node.index, seconds, intensity, bound, dtype))
     top = tuple(t.index for t in sorted(out, key=lambda t: (-t.seconds, t.index))[:10]
                 if t.seconds > 0)
-    required = overhead.required(tensor_bytes)
     return Roofline(device.name, device.label, dict(device.peak_flops), device.bandwidth,
                     device.memory, tf32, min(compute + memory, sys.float_info.max), compute,
-                    memory, top, tensor_bytes,
-                    overhead.context_bytes, overhead.allocator_fraction, required,
-                    required <= device.memory, tuple(sorted(fallbacks)), tuple(out), device)
+                    memory, top, tensor_bytes, fit, tuple(sorted(fallbacks)), tuple(out),
+                    device)
 
 
 def flops_by_dtype(graph: Graph, node_costs) -> dict[str, int]:

@@ -15,7 +15,8 @@ read off those tensors, never computed from a config:
 **Memory** on a device is weights + KV cache + the larger of the two steps' working peaks
 (``peak_bytes``: activations live at the step's peak beyond the weights and the cache, from the
 liveness pass; a cache tensor is counted once, as an engine appending in place holds it),
-with the roofline's ``Overhead``. Activations and caches grow linearly with the batch, so
+fitted on the device as passes/fits.py answers it (an estimate of the allocator: the serving
+steps are not replayed). Activations and caches grow linearly with the batch, so
 ``max_concurrent_sequences`` is the largest n for which weights + n/B · (cache + working peak)
 fits; ``max_context`` the longest context whose cache fits at the batch traced, the cache
 growing by the last step's growth per token (a sliding window that was not yet full at
@@ -39,10 +40,11 @@ from dataclasses import dataclass
 
 from . import serving_dtypes as sd
 from .costs import count_costs
+from .fits import Fit, Overhead, fit, tensor_room
 from .ir import Graph, ValueKind
 from .liveness import analyze_liveness
 from .params import count_params
-from .roofline import DeviceRates, Overhead, roofline
+from .roofline import DeviceRates, roofline
 
 WHAT_IFS = (("int8", None), ("int4", None), ("fp8", None), (None, "fp8"), (None, "int8"))
 CURVE_POINTS = 16
@@ -130,8 +132,7 @@ class Serving:
     cache_update: str                # "append" (in place) | "concat" (copied every step)
     prefill: Prefill
     decode: Decode
-    required_bytes: int | None       # at this batch, with the device's overhead
-    fits: bool | None
+    fit: Fit | None                  # weights + KV cache + working peak on the device
     max_concurrent_sequences: int | None
     max_context: int | None          # the longer context memory allows, capped by ``positions``
     positions: int | None            # the model's learned positions (None: not limited)
@@ -179,7 +180,7 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         compute_seconds=times["compute_seconds"], memory_seconds=times["memory_seconds"],
         bound=times["bound"],
         bandwidth_bound_seconds=(weights + after) / device.bandwidth if device else None)
-    required = overhead.required(weights + after + work) if device else None
+    answer = fit(device, weights + after + work, overhead=overhead) if device else None
     max_context = _max_context(weights + work, after, growth, t0, device, overhead)
     if max_context is not None and trace.positions is not None:
         max_context = min(max_context, trace.positions)
@@ -189,8 +190,7 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         kv_dtype=sd.short(kv), weight_bytes=weights, kv_bytes_per_token=growth // b,
         kv_cache_bytes=after, cache_tensors=len(trace.decode_past),
         cache_update="append" if trace.appends else "concat",
-        prefill=prefill_out, decode=decode_out, required_bytes=required,
-        fits=required <= device.memory if device and required is not None else None,
+        prefill=prefill_out, decode=decode_out, fit=answer,
         max_concurrent_sequences=_max_sequences(weights, (after + work) / b, device, overhead),
         max_context=max_context, positions=trace.positions,
         what_if=_what_ifs(prefill, trace, device, overhead, peaks),
@@ -214,7 +214,8 @@ def _priced(prefill: Graph, trace: ServingTrace, weight: str | None, kv: str | N
         costs = count_costs(g) if whole or k == 1 else None
         if (compute, k) not in peaks:
             peaks[(compute, k)] = _working_peak(g, names)
-        roof = roofline(g, costs.nodes, device, tensor_bytes=0) if device and costs else None
+        roof = roofline(g, costs.nodes, device, tensor_bytes=0, fit=fit(device, 0)) \
+            if device and costs else None
         phases.append(_Phase(g, costs, peaks[(compute, k)], roof))
     params = count_params(phases[0].graph)
     return phases[0], phases[1], params.param_bytes + params.buffer_bytes, kv_type
@@ -276,17 +277,16 @@ def _attention_macs(graph: Graph, costs) -> int:
 
 def _fit(fixed: float, per: float, device: DeviceRates | None, overhead: Overhead
          ) -> int | None:
-    """The largest n ≥ 0 with overhead.required(fixed + n · per) ≤ device memory."""
+    """The largest n ≥ 0 whose fixed + n · per tensor bytes fit ``device`` (passes/fits.py)."""
     if device is None or per <= 0:
         return None
-    room = (device.memory - overhead.context_bytes) / (1 + overhead.allocator_fraction)
-    n = max(0, int((room - fixed) // per))
-    while n > 0 and overhead.required(int(fixed + n * per)) > device.memory:
+    def fits(n: int) -> bool:
+        return fit(device, int(fixed + n * per), overhead=overhead).fits
+    n = max(0, int((tensor_room(device, overhead=overhead) - fixed) // per))
+    while n > 0 and not fits(n):
         n -= 1
-    while overhead.required(int(fixed + (n + 1) * per)) <= device.memory:
+    while fits(n + 1):
         n += 1
-    if n == 0 and overhead.required(int(fixed)) > device.memory:
-        return 0
     return n
 
 

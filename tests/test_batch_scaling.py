@@ -17,8 +17,8 @@ from tests.onnx_builders import model, node, weight
 def _fake(required, capacity, calls):
     def at(b):
         calls.append(b)
-        return SimpleNamespace(roofline=SimpleNamespace(required_bytes=required(b),
-                                                        memory_bytes=capacity, device="x"),
+        return SimpleNamespace(roofline=SimpleNamespace(
+            fit=SimpleNamespace(needs=required(b), offers=capacity), device="x"),
                                totals=SimpleNamespace(flops=10 * b), training=None)
     return at
 
@@ -61,22 +61,28 @@ def test_max_batch_of_a_hand_computed_model(tmp_path, capsys):
     assert doc["fit"]["memory_fixed_bytes"] == 4_194_304
     assert doc["fit"]["flops_per_sample"] == 2 * 1024 * 1024  # 2·MACs per sample
     assert doc["required_bytes"] == 4_194_304 + 8_192 * 11_695
-    # with the default overhead: (4,194,304 + 8,192·b)·1.1 + 512 MiB ≤ 1 GiB
-    #   -> b ≤ ((2^30 − 2^29) / 1.1 − 4,194,304) / 8,192
-    #        = (488,064,465.5 − 4,194,304) / 8,192 = 59,066.2… -> 59,066
+    # with the default overhead (passes/fits.py): the allocator's reserved bytes + one cuBLAS
+    # workspace (8,519,680 B off sm90) + the CUDA context (726,466,560 B) ≤ 1 GiB. Reserved:
+    # W (4 MiB, between 1 and 10 MiB) gets a 20 MiB segment; x and y (4,096·b B each, over
+    # 10 MiB) one segment each, rounded up to 2 MiB. Room for x and y: 2^30 − 726,466,560 −
+    # 8,519,680 − 20 MiB = 317,784,064 B, 158,892,032 B each = 75 whole 2 MiB units =
+    # 157,286,400 B -> b ≤ 157,286,400 / 4,096 = 38,400 (38,401 needs a 76th unit each)
     assert main([str(path), "--max-batch", "--device-spec",
                  "flops=1T,bandwidth=1G,memory=1GiB"]) == 0
     out = capsys.readouterr().out
-    assert "max batch   59,066" in out and "memory(b) =" in out
+    assert "max batch   38,400" in out and "memory(b) =" in out
 
 
 def test_max_batch_answer_holds_on_a_real_model():
     # the bracket is confirmed by independent analyses on either side of the answer
     from graphcost.analyzer.app.batch_scaling import max_batch as search
     result = search(lambda b: analyze("zoo:small_cnn", batch=b, device="t4"))
-    assert analyze("zoo:small_cnn", batch=result.batch, device="t4").roofline.fits
-    assert not analyze("zoo:small_cnn", batch=result.batch + 1, device="t4").roofline.fits
-    assert abs(result.fit.memory_error) < 1e-3  # inference memory is affine in the batch here
+    assert analyze("zoo:small_cnn", batch=result.batch, device="t4").roofline.fit.fits
+    assert not analyze("zoo:small_cnn", batch=result.batch + 1, device="t4").roofline.fit.fits
+    # the search fits a line to what the run needs at two batches; the allocator's segments
+    # make that a staircase at small batches, so the line is only a guide (its error is
+    # reported) and the answer is the analyses' on either side of it, a bounded number
+    assert result.analyses <= 20
 
 
 def test_the_api_finds_the_batch_the_command_line_finds(capsys):
@@ -88,7 +94,7 @@ def test_the_api_finds_the_batch_the_command_line_finds(capsys):
     result = find_max_batch("zoo:mlp", train=True, device="t4")
     assert main(["zoo:mlp", "--train", "--max-batch", "--device", "t4", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["max_batch"] == result.batch > 0
-    fits = [analyze("zoo:mlp", batch=b, train=True, device="t4", what_if=False).roofline.fits
+    fits = [analyze("zoo:mlp", batch=b, train=True, device="t4", what_if=False).roofline.fit.fits
             for b in (result.batch, result.batch + 1)]
     assert fits == [True, False]
     with pytest.raises(GraphcostError, match=r"max_batch searches the batch: leave out batch$"):
@@ -178,8 +184,8 @@ def test_a_graph_that_grows_with_the_batch_gets_an_estimate():
     assert result.fit.memory.fixed == 263_168 and result.fit.memory.per_sample == 2_048
     assert result.batch == (300_000 - 263_168) // 2_048 == 17
     # the estimate against real traces on both sides of it
-    assert analyze(_PerSample(), batch=17, **kw).roofline.required_bytes <= 300_000 < \
-        analyze(_PerSample(), batch=18, **kw).roofline.required_bytes
+    assert analyze(_PerSample(), batch=17, **kw).roofline.fit.needs <= 300_000 < \
+        analyze(_PerSample(), batch=18, **kw).roofline.fit.needs
     text = "\n".join(max_batch_lines("m", result, 80))
     assert "≈ 17 (ESTIMATED" in text and "grows with the batch" in text
 
@@ -189,19 +195,19 @@ def test_max_batch_under_a_checkpoint_plan_fits_the_plan(capsys):
     # runs it (its peak plus the overhead), not for the plain step beside it; a fresh
     # analysis at the answer and one above says fits / does not, and the plan buys batch
     from graphcost.analyzer.app.devices import get_device
-    from graphcost.passes.roofline import Overhead
+    from graphcost.passes.fits import fit
     args = ["zoo:gpt2", "--train", "--max-batch", "--device", "a10", "--format", "json"]
     assert main(args + ["--checkpoint-every", "1"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["checkpoint"] == "every"
     b = doc["max_batch"]
-    overhead = Overhead()  # the default: 512 MiB context, 10% allocator
+    a10 = get_device("a10")
 
-    def planned(batch):
-        r = analyze("zoo:gpt2", batch=batch, train=True, device=get_device("a10"),
+    def planned(batch):  # the plan's peak by the estimate (a plan is not replayed) + runtime
+        r = analyze("zoo:gpt2", batch=batch, train=True, device=a10,
                     checkpoint={"every": 1}, what_if=False)
-        return overhead.required(r.training.checkpoint.peak_bytes)
-    assert planned(b) == doc["required_bytes"] <= get_device("a10").memory < planned(b + 1)
+        return fit(a10, r.training.checkpoint.peak_bytes, threads=2)
+    assert planned(b).needs == doc["required_bytes"] <= planned(b).offers < planned(b + 1).needs
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["max_batch"] < b
     # a budget is a target of its own: refused, one line

@@ -115,8 +115,8 @@ def test_max_batch_traces_once_and_its_answer_holds():
               what_if=False)
     fits = analyze("zoo:mlp", batch=b, **kw).roofline
     over = analyze("zoo:mlp", batch=b + 1, **kw).roofline
-    assert fits.required_bytes == doc["required_bytes"] <= 64_000_000 < over.required_bytes
-    assert over.required_bytes == doc["next_required_bytes"]
+    assert fits.fit.needs == doc["required_bytes"] <= 64_000_000 < over.fit.needs
+    assert over.fit.needs == doc["next_required_bytes"]
 
 
 def test_a_rerun_leaves_transformers_models_traceable(tmp_path):

@@ -12,8 +12,9 @@ from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions
 from graphcost.analyzer.cli.main import main
 from graphcost.passes.comm import InterconnectRates
+from graphcost.passes.fits import Overhead
 from graphcost.passes.parallel import ParallelSpec
-from graphcost.passes.roofline import DeviceRates, Overhead
+from graphcost.passes.roofline import DeviceRates
 from torch import nn
 
 from graphcost import GraphcostError, analyze
@@ -128,7 +129,7 @@ def test_world_size_auto_is_the_smallest_that_fits():
     assert peak(2) > budget
     device = DeviceRates("test", "test", {"fp32": 1e12}, 1e12, budget)
     r = run_passes(joint_graph("mlp"), PassOptions(optimizer="adam", include_inputs=False, what_if=False, parallel=ParallelSpec("fsdp", None), device=device, overhead=Overhead(0, 0.0)))
-    assert r.parallel.world_size == 3 and r.roofline.fits
+    assert r.parallel.world_size == 3 and r.roofline.fit.fits
     assert dict(r.parallel.world_size_search)[2] > budget
 
 

@@ -3,7 +3,7 @@
 Every bad argument is a GraphcostError naming it (``opt``: each face words it), never an
 AttributeError or TypeError from deep in a pass: sizes are positive ints within int64 (not "2", True or 2.5), the world size is
 within the bound the passes search (passes.parallel.MAX_WORLD), a device is a name or a
-DeviceRates with positive rates, an overhead a passes.roofline.Overhead (or its command-line
+DeviceRates with positive rates, an overhead a passes.fits.Overhead (or its command-line
 text), a checkpoint plan one of the four forms the CLI builds.
 """
 from __future__ import annotations
@@ -100,7 +100,7 @@ def device_of(device):
 
 def overhead_of(overhead):
     """An Overhead checked, its command-line text (``context=1GiB,allocator=5%``) parsed."""
-    from ...passes.roofline import Overhead
+    from ...passes.fits import Overhead
 
     if overhead is None:
         return None
@@ -108,13 +108,15 @@ def overhead_of(overhead):
         from .devices import parse_overhead
         return parse_overhead(overhead)
     if not isinstance(overhead, Overhead):
-        raise GraphcostError(f"{opt('overhead')} must be a passes.roofline.Overhead or text such as "
+        raise GraphcostError(f"{opt('overhead')} must be a passes.fits.Overhead or text such as "
                              f"'context=512MiB,allocator=10%', got {type(overhead).__name__}")
     c, f = overhead.context_bytes, overhead.allocator_fraction
-    if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= INT64_MAX:
+    if c is not None and (isinstance(c, bool) or not isinstance(c, int)
+                          or not 0 <= c <= INT64_MAX):
         raise GraphcostError(f"{opt('overhead')} context_bytes must be an integer ≥ 0 within int64, "
                              f"got {c!r}")
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f < 10:
+    if f is not None and (isinstance(f, bool) or not isinstance(f, (int, float))
+                          or not 0 <= f < 10):
         raise GraphcostError(f"{opt('overhead')} allocator_fraction must be a number in [0, 10), got "
                              f"{f!r}")
     return overhead

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...passes.errors import GraphcostError, opt
-from ...passes.roofline import Overhead
 from .report import Report
 
 Analyze = Callable[[int], Report]   # batch -> report (with a device: report.roofline is set)
@@ -82,16 +81,12 @@ class MaxBatch:
 
 
 def required_bytes(r: Report) -> int:
-    """What the run needs on the device (tensors + overhead); a training step with a
-    checkpoint plan (``--checkpoint``) as the plan runs it, which is what the user asked to
-    fit (one data-parallel rank as its strategy runs it)."""
+    """What the run needs on the device: the report's one fits answer (passes/fits.py; a
+    training step with a checkpoint plan as the plan runs it, one data-parallel rank as its
+    strategy runs it)."""
     if r.roofline is None:
         raise GraphcostError(f"{opt('max_batch')} needs a device: {opt('device', value='NAME')} or {opt('device_spec')}")
-    plan = _plan(r)
-    if plan is None or getattr(r, "parallel", None) is not None:
-        return r.roofline.required_bytes  # (a rank's peak is of the planned step already)
-    return Overhead(r.roofline.context_bytes, r.roofline.allocator_fraction).required(
-        plan.peak_bytes)
+    return r.roofline.fit.needs
 
 
 def _plan(r: Report):
@@ -144,7 +139,7 @@ def max_batch(analyze_at: Analyze, *, limit: int = 1 << 20) -> MaxBatch:
 
     r1, r2 = at(1), at(2)
     assert r1.roofline is not None  # analyzed with a device: its memory is the capacity
-    capacity = r1.roofline.memory_bytes
+    capacity = r1.roofline.fit.offers
     fits = lambda b: required_bytes(at(b)) <= capacity  # noqa: E731
     second = 2  # the peak may sit where the batch does not reach (a small model's optimizer
     while required_bytes(at(second)) <= required_bytes(r1) and fits(second) and second < limit:
@@ -202,7 +197,7 @@ def estimate_max_batch(analyze_at: Analyze, grows: tuple[int, int]) -> MaxBatch:
     flops = _affine(lo, _flops(reports[lo]), hi, _flops(reports[hi]))
     r1 = reports[1]
     assert r1.roofline is not None  # analyzed with a device: its memory is the capacity
-    capacity = r1.roofline.memory_bytes
+    capacity = r1.roofline.fit.offers
     fitting = [b for b in ESTIMATE_AT if required_bytes(reports[b]) <= capacity]
     best = max(fitting[-1] if fitting else 0, int((capacity - mem.fixed) // mem.per_sample))
     if len(fitting) < len(ESTIMATE_AT):  # the answer is among the analyzed batches

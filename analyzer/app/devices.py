@@ -19,7 +19,8 @@ from typing import Mapping
 from ...passes.choices import OptimizerImpl
 from ...passes.comm import InterconnectRates
 from ...passes.errors import GraphcostError, opt
-from ...passes.roofline import DTYPES, DeviceRates, Overhead  # noqa: F401  (the values)
+from ...passes.fits import Overhead  # noqa: F401  (the values)
+from ...passes.roofline import DTYPES, DeviceRates  # noqa: F401
 from .units import parse_rate, parse_size
 
 T, GB, GiB, MiB = 1e12, 1e9, 1 << 30, 1 << 20
@@ -32,13 +33,16 @@ def _dev(name, label, fp32, tf32, fp16, bf16, int8, bandwidth_gbs, memory_gib, *
     return DeviceRates(name, label, MappingProxyType({k: v * T if v else None
                                                       for k, v in rates.items()}),
                        bandwidth_gbs * GB, int(memory_gib * GiB), MappingProxyType(narrow),
-                       usable_mib and usable_mib * MiB, sm, sm is None)
+                       usable_mib and int(usable_mib * MiB), sm, sm is None)
 
 
 # Datasheets give tensor-core rates "with sparsity" (2:4) first: the rows take the dense half.
 # usable_mib: the memory a process is offered before its CUDA context, as PyTorch prints it
 # (torch.cuda.get_device_properties(0).total_memory, "MB" = MiB; public run logs; a driver
 # moves it by a few MiB); left out where no such print was found (then ``memory`` applies).
+# The H100 SXM's and the H200's are measured: cudaMemGetInfo's total, 85,017,493,504 B on an
+# H100 80GB HBM3 with driver 580.159.04 and CUDA 13.0 (benchmarks/results/cuda_h100_sxm.json),
+# 150,109,880,320 B on an H200 (benchmarks/results/cuda_h200.json).
 # sm: the CUDA compute capability (NVIDIA's table; which attention kernels PyTorch runs on it);
 # the AMD parts have none.
 # name, label, TFLOP/s fp32, tf32, fp16, bf16, TOP/s int8, GB/s, GiB (+ fp8, fp4 TFLOP/s)
@@ -54,7 +58,7 @@ DEVICES: Mapping[str, DeviceRates] = MappingProxyType({d.name: d for d in (
     _dev("a100-80gb", "NVIDIA A100 SXM4 80GB", 19.5, 156, 312, 312, 624, 2039, 80, sm=(8, 0)),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM: FP8 3,958 TFLOPS with sparsity
     _dev("h100-sxm", "NVIDIA H100 SXM5 80GB", 67, 494.7, 989.4, 989.4, 1978.9, 3350, 80,
-         fp8=1978.9, usable_mib=81090, sm=(9, 0)),
+         fp8=1978.9, usable_mib=85_017_493_504 / MiB, sm=(9, 0)),  # measured, see above
     # same datasheet, PCIe: TF32 756, BF16/FP16 1,513, FP8/INT8 3,026 (sparse); 2 TB/s
     _dev("h100-pcie", "NVIDIA H100 PCIe 80GB", 51, 378, 756.5, 756.5, 1513, 2000, 80,
          fp8=1513, usable_mib=81008, sm=(9, 0)),
@@ -65,7 +69,7 @@ DEVICES: Mapping[str, DeviceRates] = MappingProxyType({d.name: d for d in (
     # NVIDIA H200 datasheet, SXM: the H100 SXM's GH100 at its clocks (TF32 989, BF16 1,979,
     # FP8/INT8 3,958 sparse), 141 GB HBM3e at 4.8 TB/s
     _dev("h200", "NVIDIA H200 SXM 141GB", 67, 494.7, 989.4, 989.4, 1978.9, 4800, 141,
-         fp8=1978.9, usable_mib=143156, sm=(9, 0)),
+         fp8=1978.9, usable_mib=150_109_880_320 / MiB, sm=(9, 0)),  # measured
     # NVIDIA HGX B200 datasheet, 8 GPUs: FP32 600 TFLOPS, TF32 18, FP16/BF16 36, FP8 and INT8
     # 72, FP4 144 PFLOPS (sparse); 1.44 TB HBM3e at 64 TB/s: per GPU, an eighth
     _dev("b200", "NVIDIA B200 (HGX, per GPU)", 75, 1125, 2250, 2250, 4500, 8000, 180,
@@ -184,7 +188,8 @@ def parse_device_spec(text: str) -> DeviceRates:
 
 
 def parse_overhead(text: str) -> Overhead:
-    """``context=512MiB,allocator=10%`` (either key may be left out; ``none`` = no overhead)."""
+    """``context=512MiB,allocator=10%`` (a key left out keeps the model's figure: the
+    measured context and workspaces, the replayed allocator; ``none`` = no overhead)."""
     if text.strip().lower() == "none":
         return Overhead(0, 0.0)
     context, fraction = Overhead.context_bytes, Overhead.allocator_fraction

@@ -9,6 +9,7 @@ from ...passes.attention_dispatch import attention_uses
 from ...passes.bounds import size_bounds
 from ...passes.costs import CostReport, count_costs
 from ...passes.errors import GraphcostError
+from ...passes.fits import Fit, fit
 from ...passes.ir import Graph, ValueKind
 from ...passes.liveness import analyze_liveness
 from ...passes.magnitude import magnitude_warnings
@@ -74,7 +75,25 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     if device is None:
         return report
     return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=o.tf32,
-                                             overhead=overhead, tensor_bytes=report.peak_bytes))
+                                             tensor_bytes=report.peak_bytes,
+                                             fit=_fit(report, device, overhead)))
+
+
+def _fit(report: Report, device, overhead) -> Fit:
+    """The report's one fits answer: the serving batch's when reviewed for serving; a
+    training step's on its two-step reserved replay (a checkpoint plan's or a rank's peak by
+    the estimate); an inference run's on its reserved replay."""
+    if report.serving is not None and report.serving.fit is not None:
+        return report.serving.fit
+    t = report.training
+    if t is None:
+        return fit(device, report.peak_bytes, reserved_bytes=report.memory.reserved_peak_bytes,
+                   overhead=overhead)
+    if report.parallel is None and t.checkpoint is not None:
+        return fit(device, t.checkpoint.peak_bytes, threads=2, overhead=overhead)
+    reserved = t.reserved_peak_bytes if report.parallel is None else None
+    return fit(device, report.peak_bytes, reserved_bytes=reserved, threads=2,
+               overhead=overhead)
 
 
 def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:

@@ -32,7 +32,9 @@ from ...passes.roofline import Roofline
 from ...passes.serving import Serving
 from ...passes.training import TrainingMemory
 
-SCHEMA_VERSION = 3  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed")
+SCHEMA_VERSION = 4  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+# 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
+# allocator_fraction)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "
@@ -53,6 +55,11 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
              "totals and activation peak at the lower ends",
     "roofline": "lower-bound time per node on a device: max(FLOPs / peak FLOP/s of the "
                 "node's dtype, (bytes_read + bytes_written) / bandwidth); not a benchmark",
+    "fit": "roofline.fit: whether the run fits the device: needs = the reserved peak (the "
+           "allocator replayed; an estimate, tensors x 1.1, where not replayed: a checkpoint "
+           "plan, a data-parallel rank, a serving batch) + cuBLAS workspaces + the CUDA "
+           "context, each a part with its source, against offers (what the driver gives a "
+           "process, where measured); margin = offers - needs",
     "receptive_field": "conv/pool chains: input pixels one output element sees (rf), input "
                        "pixels between adjacent outputs (jump), centre of output 0's field in "
                        "input coordinates, pixel i spanning [i, i+1) (start)",
@@ -65,7 +72,7 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
                            "in the first): the bytes PyTorch's CUDA caching allocator would "
                            "reserve at default settings (512 B rounding, 2 MiB and 20 MiB "
                            "segments, best-fit splitting; parameters and buffers allocated "
-                           "first), as a GPU runs out of them; not yet in fits",
+                           "first), as a GPU runs out of them; the fit's first part",
     "peak_bytes": "everything the run holds on the device at its peak: parameters + buffers + "
                   "the activation peak at inference; a training step's peak (parameters, "
                   "buffers, gradients, optimizer state, activations incl. the input batch "

@@ -17,9 +17,10 @@ from ...passes.attention_dispatch import AttentionTarget
 from ...passes.checkpoint import CheckpointSpec
 from ...passes.choices import Attention, Exporter, Lifetimes, Optimizer, OptimizerImpl
 from ...passes.errors import GraphcostError, opt
+from ...passes.fits import Overhead
 from ...passes.parallel import ParallelSpec
 from ...passes.precision import AutocastSpec
-from ...passes.roofline import DeviceRates, Overhead
+from ...passes.roofline import DeviceRates
 from .api_checks import (
     check_arguments,
     check_checkpoint,

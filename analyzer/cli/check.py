@@ -133,8 +133,9 @@ def evaluate(report, limits) -> list[Check]:
         checks.append(Check(name, value, limit, unit, ok, detail))
     ro = report.roofline
     if ro is not None:  # a device was named: the model must fit in it
-        checks.append(Check(f"fits {ro.device}", ro.required_bytes, ro.memory_bytes, "bytes",
-                            ro.fits, "tensors × (1 + allocator) + context"))
+        f = ro.fit
+        checks.append(Check(f"fits {ro.device}", f.needs, f.offers, "bytes", f.fits,
+                            " + ".join(p.what for p in f.parts)))
     return checks
 
 

@@ -38,7 +38,7 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
     rows += [
         ("memory(b) =", [f"{human_bytes(f.memory.fixed)} + "
                          f"{human_bytes(f.memory.per_sample)}·b",
-                         f"(peak with overhead; fitted at b={f.fit_from:,},{f.fit_batch:,},",
+                         f"(what fits counts; fitted at b={f.fit_from:,},{f.fit_batch:,},",
                          f"off by {100 * f.memory_error:+.2f}% at b={f.check_batch:,})"]),
         ("FLOPs(b)  =", [f"{human(f.flops.fixed)} + {human(f.flops.per_sample)}·b",
                          f"(off by {100 * f.flops_error:+.2f}% at b={f.check_batch:,})"]),

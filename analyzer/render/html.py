@@ -21,6 +21,7 @@ from .html_assets import CSS, JS, ONERROR
 from .html_serving import serving_section
 from .parallel import parallel_summary
 from .plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
+from .summary import fit_words
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
 H, TOP, BOTTOM = 300, 30, 40  # the inference chart's height (its width is plot.py's)
@@ -235,10 +236,9 @@ def _roofline(r: Report, names: dict[int, tuple[str, str]]):
     if comp is not None and mem is not None:
         kv.append(("split", f"compute-bound {comp * 1e3:.3f} ms, memory-bound "
                             f"{mem * 1e3:.3f} ms"))
-    need, have = (_num(getattr(rf, k, None)) for k in ("required_bytes", "memory_bytes"))
-    if need is not None and have:
-        fits = "fits" if need <= have else "<b>does not fit</b>"
-        kv.append(("memory", f"needs {human_bytes(need)} of {human_bytes(have)}: {fits}"))
+    f = getattr(rf, "fit", None)
+    if f is not None:
+        kv.append(("fits", _e(" ".join(fit_words(f)))))
     if getattr(rf, "fallbacks", ()):
         kv.append(("note", "no fast path for " + _e(", ".join(rf.fallbacks))
                    + ": the fp32 rate was used"))

@@ -67,7 +67,7 @@ def serving_charts(r: Report) -> str:
     ro = r.roofline
     level = None
     if ro is not None:  # what the tensors may take on the device, after the overhead
-        usable = (ro.memory_bytes - ro.context_bytes) / (1 + ro.allocator_fraction)
+        usable = ro.fit.tensor_room
         level = (usable, f"{ro.device}: {human_bytes(usable)} for tensors")
     t0 = s.prompt + s.generate
     memory = _chart(f"memory at batch {s.batch} (weights + KV cache + working peak)", xs,

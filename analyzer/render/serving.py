@@ -50,11 +50,8 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
              f"(weights + KV) / bandwidth = {_t(d.bandwidth_bound_seconds)}"]
             if d.seconds_per_token is not None else [])),
     ]
-    if s.required_bytes is not None:
-        out.append(("memory", [f"{'fits' if s.fits else 'does NOT fit'}: needs "
-                               f"{human_bytes(s.required_bytes)}",
-                               "(weights + KV cache + the larger working peak, with overhead);",
-                               f"max {_n(s.max_concurrent_sequences)} concurrent sequences of "
+    if s.fit is not None:  # (whether this batch fits: the summary's one fits line)
+        out.append(("capacity", [f"max {_n(s.max_concurrent_sequences)} concurrent sequences of "
                                f"{s.prompt + s.generate:,} tokens;",
                                f"max context {_n(s.max_context)} at batch {s.batch}"
                                + (" (its learned positions)" if s.positions is not None

@@ -223,6 +223,15 @@ def _attention_summary(r: Report) -> list[tuple[str, list[str]]]:
              + ([u.reason] if u.reason else [])) for u in r.attention]
 
 
+def fit_words(f) -> list[str]:
+    """The one fits line (passes/fits.py's Fit): the answer, needs against offers with the
+    margin, then the parts it adds up."""
+    margin = f"{human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}"
+    parts = " + ".join(f"{p.what} {human_bytes(p.bytes)}" for p in f.parts)
+    return [f"{'yes' if f.fits else 'NO'}: needs {human_bytes(f.needs)} of",
+            f"{human_bytes(f.offers)} ({margin}) =", parts]
+
+
 def _roofline_summary(r: Report) -> list[tuple[str, list[str]]]:
     ro = r.roofline
     if ro is None:
@@ -235,11 +244,7 @@ def _roofline_summary(r: Report) -> list[tuple[str, list[str]]]:
                       f"(compute-bound nodes {human_time(ro.compute_seconds)},",
                       f"memory-bound {human_time(ro.memory_seconds)});",
                       "max(FLOPs/peak, bytes/bandwidth) per node — not a benchmark"]),
-        ("fits", [f"{'yes' if ro.fits else 'NO'}: needs {human_bytes(ro.required_bytes)}",
-                  f"= peak {human_bytes(ro.tensor_bytes)}",
-                  f"× (1 + {100 * ro.allocator_fraction:.0f}% allocator)",
-                  f"+ context {human_bytes(ro.context_bytes)},",
-                  f"of {human_bytes(ro.memory_bytes)}"]),
+        ("fits", fit_words(ro.fit)),
     ]
     if ro.fallbacks:
         out.append(("", [f"no fast path for {', '.join(ro.fallbacks)} on {ro.device}:",

@@ -240,8 +240,8 @@ def eager_masks():
         yield
         return
     saved = [getattr(masking, n) for n in names]
-    masking.is_torchdynamo_exporting = lambda: False
-    masking.find_packed_sequence_indices = lambda position_ids: None
+    setattr(masking, names[0], lambda: False)
+    setattr(masking, names[1], lambda position_ids: None)
     try:
         yield
     finally:

@@ -1,0 +1,155 @@
+"""Whether a run fits a GPU: what the process needs there against what the device offers it.
+
+A GPU runs out of what PyTorch's caching allocator has *reserved*, not of the bytes its
+tensors hold, and the process holds more than the allocator's segments. ``needs`` is:
+
+- **the reserved peak**: the run's allocations replayed through the caching allocator
+  (passes/caching_allocator.py, over the liveness timeline or the two training steps) where
+  the run is modelled that way; elsewhere (a checkpoint plan, one data-parallel rank, a
+  serving batch) the tensors' peak × (1 + 10%), labelled an estimate. ``--overhead
+  allocator=P`` replaces either with tensors × (1 + P).
+- **cuBLAS workspaces**, allocated through the caching allocator and kept: one per thread
+  that runs matrix products (CublasHandlePool.cpp keys them by handle and stream, and a
+  handle by thread) — one for inference, two for training (the autograd engine runs the
+  backward on its own device thread). 32 MiB each on sm90, sm100 and sm120 parts, else
+  8 MiB + 128 KiB (``parseChosenWorkspaceSize``: ":4096:8" / ":4096:2:16:8"); on ROCm
+  32 MiB, 128 MiB on the MI300/MI325/MI355 (gfx94x/gfx95x). ``CUBLAS_WORKSPACE_CONFIG``
+  changes them in PyTorch; here ``--overhead context=`` covers everything outside the
+  tensors.
+- **the CUDA context and kernel modules**, outside the allocator: 726,466,560 B (692.8 MiB)
+  measured on an H100 80GB HBM3 (driver 580.159.04, CUDA 13.0, PyTorch 2.11+cu130, cuDNN 9.19;
+  ``cudaMemGetInfo``'s used bytes − ``memory_reserved()`` after CUDA's start, 526.8 MiB, and
+  after the first fp32 and fp16 matmuls, a convolution and an SDPA call, which load their
+  kernels: benchmarks/accuracy_cuda.py's ``runtime`` case). Other GPUs take this figure
+  until measured; ``--overhead context=SIZE`` sets yours.
+
+``offers``: the memory the driver gives a process, where measured or printed
+(``DeviceRates.usable_memory``: ``cudaMemGetInfo``'s total), else the nominal size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .roofline import DeviceRates
+
+MiB = 1 << 20
+CONTEXT_BYTES = 726_466_560
+CONTEXT_SOURCE = ("measured on an H100 (CUDA 13.0, PyTorch 2.11): CUDA's context and the "
+                  "kernels the first matmuls, convolution and attention load")
+ESTIMATE_FRACTION = 0.10
+GIVEN = "the overhead given"
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """``--overhead``: figures a user measured on their own stack, replacing the model's.
+    ``context_bytes``: everything the process holds beyond the tensors and the allocator's
+    cache (None: the cuBLAS workspaces and the measured context above); ``allocator_fraction``:
+    the allocator as tensors × (1 + fraction) (None: replayed where the run is modelled, else
+    the 10% estimate)."""
+    context_bytes: int | None = None
+    allocator_fraction: float | None = None
+
+
+@dataclass(frozen=True)
+class FitPart:
+    """One line of what a run needs on the device."""
+    what: str
+    bytes: int
+    source: str
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The report's one answer to "does it fit": ``needs`` (the parts' sum, the allocator's
+    first) against ``offers``; ``margin`` = offers − needs (negative: short by that much);
+    ``tensor_room``: the tensor bytes the device has room for at the allocator part's ratio
+    to ``tensor_bytes`` (what a chart of tensor memory draws as the limit)."""
+    needs: int
+    offers: int
+    offers_source: str
+    parts: tuple[FitPart, ...]
+    tensor_room: int
+    JSON_PROPERTIES = ("margin", "fits")
+
+    @property
+    def margin(self) -> int:
+        return self.offers - self.needs
+
+    @property
+    def fits(self) -> bool:
+        return self.needs <= self.offers
+
+
+def cublas_workspace_bytes(device: "DeviceRates") -> int:
+    """PyTorch's default cuBLAS workspace for one handle on ``device``
+    (CublasHandlePool.cpp ``parseChosenWorkspaceSize``)."""
+    if device.rocm:
+        return 128 * MiB if device.name.startswith("mi3") else 32 * MiB
+    if device.capability is not None and device.capability[0] in (9, 10, 12):
+        return 4096 * 8 * 1024
+    return 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def offers(device: "DeviceRates") -> tuple[int, str]:
+    """(the bytes a process is offered on ``device``, where the figure comes from)."""
+    if device.usable_memory:
+        return device.usable_memory, "what the driver offers a process (measured or printed)"
+    return device.memory, "the nominal size (what the driver offers was not measured)"
+
+
+def fit(device: "DeviceRates", tensor_bytes: int, *, reserved_bytes: int | None = None,
+        threads: int = 1, overhead: Overhead | None = None) -> Fit:
+    """What a run whose tensors peak at ``tensor_bytes`` (``reserved_bytes``: the caching
+    allocator's replayed reserved peak, None where not modelled) needs on ``device`` with
+    ``threads`` threads running matrix products (inference 1, training 2)."""
+    overhead = overhead or Overhead()
+    parts = [_allocator_part(tensor_bytes, reserved_bytes, overhead)]
+    if overhead.context_bytes is None:
+        ws = cublas_workspace_bytes(device)
+        parts += [FitPart(f"cuBLAS workspaces ({threads} × {ws / MiB:g} MiB)", threads * ws,
+                          "PyTorch's default per matmul thread, inside the allocator"),
+                  FitPart("CUDA context and kernels", CONTEXT_BYTES, CONTEXT_SOURCE)]
+    elif overhead.context_bytes:
+        parts.append(FitPart("context and workspaces", overhead.context_bytes, GIVEN))
+    have, source = offers(device)
+    others = sum(p.bytes for p in parts[1:])
+    replayed = reserved_bytes is not None and overhead.allocator_fraction is None
+    ratio = reserved_bytes / tensor_bytes if replayed and reserved_bytes and tensor_bytes \
+        else 1 + _fraction(overhead)
+    return Fit(others + parts[0].bytes, have, source, tuple(parts),
+               max(0, int((have - others) / ratio)))
+
+
+def _fraction(overhead: Overhead) -> float:
+    f = overhead.allocator_fraction
+    return ESTIMATE_FRACTION if f is None else f
+
+
+def _allocator_part(tensor_bytes: int, reserved_bytes: int | None,
+                    overhead: Overhead) -> FitPart:
+    if overhead.allocator_fraction is not None:
+        f = overhead.allocator_fraction
+        return FitPart(f"tensors × (1 + {100 * f:g}%)", _times(tensor_bytes, f), GIVEN)
+    if reserved_bytes is not None:
+        return FitPart("reserved by PyTorch's caching allocator", reserved_bytes,
+                       "the run's allocations replayed through the allocator's rules")
+    return FitPart(f"tensors × (1 + {100 * ESTIMATE_FRACTION:g}%)",
+                   _times(tensor_bytes, ESTIMATE_FRACTION),
+                   "an estimate of the allocator's rounding and cache (not replayed here)")
+
+
+def _times(nbytes: int, fraction: float) -> int:
+    try:
+        return int(nbytes * (1.0 + fraction))
+    except OverflowError:  # past 2^1024 B (labelled absurd): the fraction in integers
+        return nbytes + nbytes * round(fraction * 10 ** 6) // 10 ** 6
+
+
+def tensor_room(device: "DeviceRates", *, threads: int = 1,
+                overhead: Overhead | None = None) -> float:
+    """The tensor bytes that fit ``device`` by the estimate (no replay): a first guess for
+    searches that then check ``fit`` itself."""
+    return fit(device, 0, threads=threads, overhead=overhead).tensor_room

@@ -1,0 +1,111 @@
+"""The one "fits" answer (passes/fits.py): what a run needs on a GPU against what the device
+offers, by hand arithmetic, and the same answer in every section that asks; then graphcost
+against the steps measured on a GPU (benchmarks/results/cuda_h200.json, written by
+benchmarks/accuracy_cuda.py on an H200 with PyTorch 2.11: the figures CUDA reported)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from graphcost.analyzer.app.devices import get_device, parse_overhead
+from graphcost.passes.fits import CONTEXT_BYTES, cublas_workspace_bytes, fit
+
+from graphcost import analyze
+from tests.cli_runner import run_cli
+
+MiB = 1 << 20
+MEASURED = {r["case"]: r for r in json.loads(
+    (Path(__file__).resolve().parent.parent / "benchmarks/results/cuda_h200.json").read_text())
+    if "case" in r}
+
+
+def test_cublas_workspaces_are_pytorchs_defaults():
+    # CublasHandlePool.cpp parseChosenWorkspaceSize: ":4096:8" = 4,096 KiB × 8 = 32 MiB on
+    # sm90 / sm100 / sm120, else ":4096:2:16:8" = (4,096·2 + 16·8) KiB = 8,519,680 B; ROCm
+    # 32 MiB, 128 MiB on gfx94x/gfx95x (MI300X)
+    assert cublas_workspace_bytes(get_device("h100-sxm")) == 32 * MiB
+    assert cublas_workspace_bytes(get_device("rtx5090")) == 32 * MiB
+    assert cublas_workspace_bytes(get_device("a100-80gb")) == 8_519_680
+    assert cublas_workspace_bytes(get_device("mi300x")) == 128 * MiB
+
+
+def test_needs_adds_the_parts_and_offers_what_the_driver_gives():
+    h100 = get_device("h100-sxm")
+    # a training step whose allocator replay reserves 10 GiB: 10 GiB + 2 workspaces of 32 MiB
+    # + the measured context 726,466,560 B = 10,737,418,240 + 67,108,864 + 726,466,560
+    f = fit(h100, 9 << 30, reserved_bytes=10 << 30, threads=2)
+    assert [p.bytes for p in f.parts] == [10 << 30, 64 * MiB, CONTEXT_BYTES]
+    assert f.needs == 11_530_993_664
+    # the H100 80GB offers cudaMemGetInfo's total, measured: 85,017,493,504 B
+    assert (f.offers, f.fits, f.margin) == (85_017_493_504, True, 85_017_493_504 - f.needs)
+    # room for tensors at the replay's ratio (10/9): (offers − 64 MiB − context) · 0.9
+    assert f.tensor_room == int((85_017_493_504 - 67_108_864 - CONTEXT_BYTES) / (10 / 9))
+    # not replayed (a serving batch): the tensors × 1.1, said to be an estimate
+    e = fit(h100, 1000, threads=1)
+    assert e.parts[0].bytes == 1100 and "estimate" in e.parts[0].source
+    assert e.needs == 1100 + 32 * MiB + CONTEXT_BYTES
+    # a device with no measured figure offers its nominal size
+    assert fit(get_device("t4"), 0).offers == 16 << 30
+
+
+def test_overhead_replaces_the_model_part_by_part():
+    a100 = get_device("a100-80gb")
+    # allocator=5% replaces the replay: 1,000 · 1.05; the context keeps the model's parts
+    f = fit(a100, 1000, reserved_bytes=4096, overhead=parse_overhead("allocator=5%"))
+    assert f.needs == 1050 + 8_519_680 + CONTEXT_BYTES
+    # context=1GiB replaces the workspaces and the context; the replay stays
+    f = fit(a100, 1000, reserved_bytes=4096, overhead=parse_overhead("context=1GiB"))
+    assert f.needs == 4096 + (1 << 30)
+    assert fit(a100, 1000, reserved_bytes=4096, overhead=parse_overhead("none")).needs == 1000
+
+
+def test_every_section_gives_the_same_answer():
+    # --serve used to print two "needs" (the serving batch's and the prefill graph's); now the
+    # roofline's fit is the serving batch's, and the text has one fits line
+    r = analyze("zoo:llama_tiny", serve={"prompt": 64, "generate": 16}, device="a100-80gb")
+    assert r.serving.fit == r.roofline.fit
+    done = run_cli("zoo:llama_tiny", "--serve", "--prompt", "64", "--generate", "16",
+                   "--device", "a100-80gb", env={"COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("needs ") == 1 and "fits        yes: needs" in done.stdout
+    # a training step: its fit is on the two-step reserved replay, two workspaces
+    t = analyze("zoo:mlp", train=True, device="a100-80gb", what_if=False)
+    assert t.roofline.fit.parts[0].bytes == t.training.reserved_peak_bytes
+    assert t.roofline.fit.parts[1].bytes == 2 * 8_519_680
+
+
+def _within(predicted: int, case: str, key: str, tol: float) -> None:
+    measured = MEASURED[case][key]
+    assert abs(predicted / measured - 1) <= tol, (case, key, predicted, measured)
+
+
+def test_gpt2_inference_on_a_gpu_as_cuda_measured_it():
+    # GPT-2 124M (transformers, SDPA), batch 8 × 1,024 tokens, fp32 inference on an H200:
+    # max_memory_allocated 2,205,214,720 B, max_memory_reserved 2,841,640,960 B, the process
+    # 3,552,575,488 B (NVML); the efficient kernel ran
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_positions=1024, use_cache=False,
+                                  attn_implementation="sdpa")
+    with torch.device("meta"):
+        model = transformers.GPT2LMHeadModel(cfg)
+    r = analyze(model, (torch.empty(8, 1024, dtype=torch.long, device="meta"),),
+                device="h100-sxm")  # sm90 like the H200: the same kernels and workspaces
+    case = "gpt2-124M-infer-b8-s1024"
+    ws = 32 * MiB  # one cuBLAS workspace, inside the allocator's figures
+    assert [u.kernel for u in r.attention] == ["efficient"]
+    _within(r.peak_bytes + ws, case, "allocated", 0.01)
+    _within(r.memory.reserved_peak_bytes + ws, case, "reserved", 0.01)
+    _within(r.roofline.fit.needs, case, "process", 0.01)
+
+
+def test_a_small_training_step_counts_its_two_workspaces():
+    # zoo llama_tiny, AdamW, batch 8 on an H200: 89,074,688 B allocated at the second step's
+    # peak, of which 2 × 32 MiB are cuBLAS workspaces (the forward's thread and autograd's);
+    # the tensors alone were 76% under
+    r = analyze("zoo:llama_tiny", batch=8, train=True, optimizer="adamw", device="h100-sxm",
+                what_if=False)
+    case = "llama_tiny-train-b8-adamw"
+    _within(r.peak_bytes + 64 * MiB, case, "allocated", 0.02)
+    _within(r.training.reserved_peak_bytes + 64 * MiB, case, "reserved", 0.02)
