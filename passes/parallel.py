@@ -127,12 +127,20 @@ def check_spec(spec: ParallelSpec) -> None:
 
 
 def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
-                  device: DeviceRates | None = None,
-                  overhead: Overhead | None = None) -> ParallelMemory:
+                  device: DeviceRates | None = None, overhead: Overhead | None = None,
+                  master_weights: bool = False) -> ParallelMemory:
     """One rank's step under ``spec``; with ``world_size`` None, the smallest world size
-    whose per-rank peak, with ``overhead``, fits ``device``'s memory."""
+    whose per-rank peak, with ``overhead``, fits ``device``'s memory. ``master_weights``
+    (a master recipe, the graph re-typed to half): FSDP2's ``MixedPrecisionPolicy(
+    param_dtype=half, reduce_dtype=fp32)`` — the shards, their gradients, the reduce-scatter
+    inputs and the optimizer stay fp32; the gathered parameters and the step run in half."""
     check_spec(spec)
-    plan = _Plan(graph, training, spec)
+    if master_weights and spec.strategy not in SHARDED:
+        raise GraphcostError(f"a master-weights {opt('precision')} with "
+                             f"{opt('parallel', value=spec.strategy)}: modelled for fully_shard's "
+                             "MixedPrecisionPolicy (zero2, zero3, fsdp); with ddp or zero1 use "
+                             "an autocast or a true recipe (bf16-mixed, bf16-true)")
+    plan = _Plan(graph, training, spec, 2 if master_weights else 1)
     if spec.world_size is not None:
         return plan.at(spec.world_size)
     if device is None:
@@ -176,8 +184,10 @@ class _Plan:
     """What does not depend on the world size: the step's tensors and (sharded strategies)
     the units; ``at(N)`` prices one world size."""
 
-    def __init__(self, graph: Graph, training: TrainingMemory, spec: ParallelSpec):
+    def __init__(self, graph: Graph, training: TrainingMemory, spec: ParallelSpec,
+                 master: int = 1):
         self.graph, self.spec, self.training = graph, spec, training
+        self.master = master  # fp32 bytes per graph (half) byte of what FSDP2 keeps in fp32
         self.step = training.checkpoint.checkpointed if training.checkpoint else training
         self.sharded = spec.strategy in SHARDED
         fwd = forward_set(graph)

@@ -22,7 +22,7 @@ DETAILS: Mapping[str, str] = {
     "ddp_buckets": "comm_buffers", "unsharded_params": "comm_buffers",
     "all_gather_buffers": "comm_buffers", "reduce_scatter_inputs": "comm_buffers",
     "backward_temporaries": "temporaries", "step_temporaries": "temporaries",
-    "offload_staging": "temporaries",
+    "offload_staging": "temporaries", "reduce_dtype_casts": "temporaries",
 }
 
 

@@ -21,6 +21,13 @@ What torch/distributed/fsdp/_fully_shard does, per unit, in the order it does it
 * the optimizer steps on shards; rank 0 holds the largest (torch.chunk's first chunk).
 
 With one rank nothing is all-gathered (the shard is copied into the unsharded parameters).
+
+Under ``MixedPrecisionPolicy(param_dtype=half, reduce_dtype=fp32)`` (a master recipe; the
+graph is re-typed to half) the all-gather, the unsharded parameters and their gradients are
+half (the graph's sizes) and the shards, the reduce-scatter input (the gradients cast to
+``reduce_dtype``), the sharded gradients and the optimizer fp32: ``plan.master`` times the
+graph's bytes; at each reduce-scatter copy-in the unit's gradients exist a moment longer as
+fp32 copies (``foreach_reduce`` casts them to ``reduce_dtype`` before copying them in).
 """
 from __future__ import annotations
 
@@ -75,7 +82,8 @@ def sharded_step(plan, clock: Clock, world: int):
     end, clear = clock.size, clock.at(clear_ev)
     pos = {k: clock.at(e) for k, e in ev.items()}
     offload = spec.offload == Offload.PARAMS
-    shard_total = sum(u.shard_bytes for u in units)
+    m = plan.master
+    shard_total = m * sum(u.shard_bytes for u in units)
     if not offload:
         clock.add(0, end, shard_total, "sharded_params")
     clock.add(0, end, plan.buffer_bytes, "buffers")
@@ -88,7 +96,7 @@ def sharded_step(plan, clock: Clock, world: int):
         if flat:
             clock.add(a, held, u.padded_bytes, "all_gather_buffers")
         if offload:        # the host shard copied to the device for the all-gather
-            clock.add(a, o + 1, u.shard_bytes, "offload_staging")
+            clock.add(a, o + 1, m * u.shard_bytes, "offload_staging")
         off = pos[u.name, "rs0"] if u is root or not reshard else clock.node(u.forward[1]) + 1
         clock.add(o, off, u.padded_bytes, "unsharded_params")
         if (u.name, "bag") in pos:
@@ -96,7 +104,7 @@ def sharded_step(plan, clock: Clock, world: int):
             if flat:
                 clock.add(b0, b1 + 1, u.padded_bytes, "all_gather_buffers")
             if offload:
-                clock.add(b0, b1 + 1, u.shard_bytes, "offload_staging")
+                clock.add(b0, b1 + 1, m * u.shard_bytes, "offload_staging")
             clock.add(b1, pos[u.name, "rs0"], u.padded_bytes, "unsharded_params")
     order = [*during, *final]
     for k, u in enumerate(order):
@@ -104,19 +112,25 @@ def sharded_step(plan, clock: Clock, world: int):
             continue
         r0, r1 = pos[u.name, "rs0"], pos[u.name, "rs1"]
         until = pos[order[k + 1].name, "rs0"] if k + 1 < len(order) else clear
-        clock.add(r0, until, u.grad_padded_bytes, "reduce_scatter_inputs")
-        clock.add(r1, r1 + 1 if offload else end, u.grad_padded_bytes // world,
+        clock.add(r0, until, m * u.grad_padded_bytes, "reduce_scatter_inputs")
+        if m > 1:
+            clock.add(r0, r0 + 1, m * sum(plan.graph.values[p].spec.nbytes or 0
+                                          for p in u.members if p in trainable),
+                      "reduce_dtype_casts")
+        clock.add(r1, r1 + 1 if offload else end, m * u.grad_padded_bytes // world,
                   "sharded_grads")
     rs1 = {p: pos[u.name, "rs1"] for u in units for p in u.members}
     plan.place_storages(clock, lambda ps: max(rs1[p] for p in ps), "unsharded_grads")
-    sizes = [padded_bytes(plan.graph.values[p].spec, world) // world for p in plan.trainable]
+    sizes = [m * padded_bytes(plan.graph.values[p].spec, world) // world
+             for p in plan.trainable]
     host = plan.place_optimizer(clock, sizes)
     if offload:
         host.update(params=shard_total,
-                    grads=sum(u.grad_padded_bytes for u in units) // world)
+                    grads=m * sum(u.grad_padded_bytes for u in units) // world)
     regather = sum(u.padded_bytes for u in gathered) if reshard else 0
     calls = len(units) + (len(gathered) if reshard else 0) + \
         sum(1 for u in units if u.grad_padded_bytes)
     comm = comm_volume(world, sum(u.padded_bytes for u in units) + regather,
-                       sum(u.grad_padded_bytes for u in units), 0, calls, spec.interconnect)
+                       m * sum(u.grad_padded_bytes for u in units), 0, calls,
+                       spec.interconnect)
     return tuple(units), host, comm

@@ -210,8 +210,8 @@ def _cli(capsys, *argv) -> tuple[int, str]:
      "did you mean nvlink4"),
     (["--train", "--parallel", "fsdp", "--world-size", "2", "--fsdp-units", "blocks.9"],
      "close matches: blocks.3"),
-    (["--train", "--parallel", "fsdp", "--world-size", "2", "--precision", "bf16-mixed"],
-     "not modelled yet"),
+    (["--train", "--parallel", "ddp", "--world-size", "2", "--precision", "bf16-master"],
+     "modelled for fully_shard's MixedPrecisionPolicy"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, message):
     code, err = _cli(capsys, *argv)

@@ -178,9 +178,6 @@ def parallel_spec(parallel, train: bool, precision: str):
     if not train:
         raise GraphcostError(f"{opt('parallel', value=parallel['strategy'])} divides a training step "
                              f"across ranks: add {opt('train')}")
-    if precision != "fp32":
-        raise GraphcostError(f"{opt('precision')} {precision} with {opt('parallel')}: not modelled yet "
-                             "(data-parallel analysis is of fp32 training)")
     if "world_size" not in parallel:
         raise GraphcostError(f"{opt('parallel', value=parallel['strategy'])} needs "
                              f"{opt('parallel.world_size', value='N')} (or auto with {opt('device')})")

@@ -17,7 +17,7 @@ from ...passes.modules import aggregate_modules
 from ...passes.moe import find_moe
 from ...passes.parallel import parallel_step
 from ...passes.params import ParamReport, count_params
-from ...passes.precision import cast_floats
+from ...passes.precision import cast_floats, master_weights
 from ...passes.receptive_field import cnn_fields
 from ...passes.roofline import flops_by_dtype, roofline
 from ...passes.serving import ServingTrace, serving_review
@@ -64,8 +64,8 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
         memory=memory, warnings=_warnings(graph, memory, arena, costs), training=training,
         roofline=None,
         traced_layers=graph.traced_layers, attention=attention_uses(graph.attention),
-        parallel=parallel and training and parallel_step(graph, training, parallel, device,
-                                                         overhead),
+        parallel=parallel and training and parallel_step(
+            graph, training, parallel, device, overhead, master_weights(precision)),
         moe=find_moe(graph, costs, params.params),
         bounds=size_bounds(graph, include_inputs=include_inputs, eager=lifetimes == "eager"),
         receptive_field=() if optimizer else cnn_fields(graph),

@@ -37,6 +37,10 @@ class Case:
     input_shapes: tuple = ()                 # ((name, shape), …) instead of the zoo's
     units: tuple[str, ...] = ()              # module paths to fully_shard (then the root)
     optimizer_impl: str = "forloop"
+    # a precision recipe (passes/precision.py): bf16-mixed runs the forward under CPU
+    # autocast; bf16-true casts the module (and float inputs) to bf16; bf16-master is FSDP2's
+    # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over fp32 shards
+    precision: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,11 @@ def _run_case(case: Case, rank: int, steps):
     gen_ranges = {k: (int(v[0]), int(v[1])) for k, v in spec.int_ranges.items()}
     torch.manual_seed(rank)
     args = tuple(real_inputs(shapes, spec.input_dtypes, gen_ranges).values())
+    if case.precision == "bf16-true":
+        model = model.to(torch.bfloat16)
+        args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
     model, opt, tracker_for, buckets = _wrap(model, case)
+    autocast = case.precision == "bf16-mixed"
     out = []
     # Under fully_shard, steps 2 and 3 are the same steady state (Adam's state exists): step 2
     # is reported as the lower of the two, because on a loaded machine gloo's thread may free
@@ -148,7 +156,10 @@ def _run_case(case: Case, rank: int, steps):
         try:
             with tracker:
                 opt.zero_grad(set_to_none=True)
-                float_output_sum(model, args).backward()
+                with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+                    loss = float_output_sum(model, args)
+                loss.backward()
+                del loss
                 opt.step()
         finally:
             gc.enable()
@@ -177,9 +188,14 @@ def _wrap(model, case: Case):
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
         from torch.distributed.fsdp import fully_shard
         reshard = case.strategy != "zero2"
+        kw = {}
+        if case.precision == "bf16-master":
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+            kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                   reduce_dtype=torch.float32)
         for name in case.units:
-            fully_shard(model.get_submodule(name), reshard_after_forward=reshard)
-        fully_shard(model, reshard_after_forward=reshard)
+            fully_shard(model.get_submodule(name), reshard_after_forward=reshard, **kw)
+        fully_shard(model, reshard_after_forward=reshard, **kw)
         opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad],
                                foreach=foreach)
         return model, opt, lambda: FSDPMemTracker(model, opt), None
@@ -235,7 +251,8 @@ PREDICTED_ITEMS = {
     "grads": ("grads", "sharded_grads"), "optimizer": ("optimizer_state", "step_temporaries"),
     "activations": ("activations",),
     "comm": ("ddp_buckets", "unsharded_params", "all_gather_buffers", "reduce_scatter_inputs"),
-    "temps": ("backward_temporaries", "unsharded_grads", "offload_staging"),
+    "temps": ("backward_temporaries", "unsharded_grads", "offload_staging",
+              "reduce_dtype_casts"),
 }
 MEASURED_ITEMS = {
     "params": ("Parameter", "Sharded Param"), "buffers": ("Buffer",),
