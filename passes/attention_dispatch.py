@@ -5,7 +5,8 @@ for the CPU, ``…/cuda/sdp_utils.cpp`` for CUDA), taken in their priority order
 kernel whose checks all pass runs.
 
 * This CPU: the CPU flash kernel (``_scaled_dot_product_flash_attention_for_cpu``) unless the
-  call has dropout, is not 4-D, or q, k and v differ in head dim; then the math kernel.
+  call has dropout, is not 4-D, q, k and v differ in head dim, or (before PyTorch 2.9) its
+  key/value heads are grouped (``enable_gqa``); then the math kernel.
 * A CUDA GPU: flash (fp16/bf16, sm80–sm121, no explicit mask, head dims equal and ≤ 256, no
   causal flag with Sq ≠ Sk, and on sm86–89 / sm120–121 no training at head dim 193–224, or
   225–256 with dropout), else memory-efficient (sm50–sm121; fp32/fp16, bf16 from sm80; head
@@ -115,17 +116,19 @@ def _refusal(target: AttentionTarget, call: AttentionCall, kernel: str) -> str:
     if len(call.q) != 4 or len(call.k) != 4 or len(call.v) != 4:
         return "inputs are not 4-D"
     if target.backend == "cpu":
-        return _cpu_flash(call) if kernel == Attention.FLASH else "a CUDA kernel"
+        return _cpu_flash(target, call) if kernel == Attention.FLASH else "a CUDA kernel"
     checks = {Attention.FLASH: _flash, Attention.EFFICIENT: _efficient,
               Attention.CUDNN: _cudnn}[Attention(kernel)]
     return checks(target, call)
 
 
-def _cpu_flash(call: AttentionCall) -> str:
+def _cpu_flash(target: AttentionTarget, call: AttentionCall) -> str:
     if call.dropout > 0:
         return "dropout"
     if not call.q[-1] == call.k[-1] == call.v[-1]:
         return "q, k and v differ in head dim"
+    if call.gqa and _release(target) < (2, 9):  # PyTorch PR 157893, July 2025
+        return "grouped-query heads (the CPU flash kernel takes them from PyTorch 2.9)"
     return ""
 
 

@@ -75,8 +75,11 @@ def call(dtype="bfloat16", q=BHSD, k=BHSD, v=BHSD, **kw) -> AttentionCall:
     (H100, call(k=GROUPED, v=GROUPED, gqa=True), "cudnn"),
     (H100, call("float32", k=GROUPED, v=GROUPED, gqa=True), "efficient"),
     (replace(H100, torch=(2, 13)), call("float32", k=GROUPED, v=GROUPED, gqa=True), "math"),
-    # this CPU: the CPU flash kernel unless there is dropout (check_for_dropout)
+    # this CPU: the CPU flash kernel unless there is dropout (check_for_dropout); grouped
+    # heads from 2.9 (PyTorch PR 157893; 2.8's kernel returns gradients of the query's heads)
     (AttentionTarget(), call("float32", mask=True), "flash"),
+    (AttentionTarget(), call("float32", k=GROUPED, v=GROUPED, gqa=True), "flash"),
+    (AttentionTarget(torch=(2, 8)), call("float32", k=GROUPED, v=GROUPED, gqa=True), "math"),
     (AttentionTarget(), call("float32", dropout=0.1), "math"),
 ])
 def test_the_dispatchers_choice(target, c, kernel):

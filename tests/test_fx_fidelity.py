@@ -66,8 +66,11 @@ def test_llama_params_from_config():
 #    max_pool2d_with_indices); ONNX MaxPool does not → ONNX 28.6% lower.
 #  - gpt2/bert: the legacy exporter expands attention into MatMul → Softmax → MatMul with the
 #    B·H·S·S scores materialized; the traced graph keeps SDPA fused → ONNX 44% higher.
+#  - llama_tiny: the exporter writes SiLU as Sigmoid → Mul, the sigmoid held while the Mul
+#    runs; the traced graph keeps it one kernel, as PyTorch runs it (and as MemTracker
+#    measures it: test_inference_peak_vs_memtracker below, within 1%) → ONNX 10.7% higher.
 ONNX_PARAM_EXTRA = {"gpt2": 1000 * 128}
-PEAK_EXPLAINED = {"mnist_net", "gpt2", "bert"}
+PEAK_EXPLAINED = {"mnist_net", "gpt2", "bert", "llama_tiny"}
 
 
 @pytest.mark.parametrize("name", ZOO + ["three_conv"])

@@ -48,6 +48,13 @@ def gelu_backward(op: OpView) -> tuple[int, int]:
     return 0, (18 if op.attr("approximate", "none") == "tanh" else 11) * op.out_numel(0)
 
 
+@rule("aten.silu_backward.default")
+def silu_backward(op: OpView) -> tuple[int, int]:
+    # (grad_output, self): one kernel in PyTorch; per element its reference decomposition's
+    # grad · s · (1 + x · (1 − s)) with s = sigmoid(x): sigmoid 3, 1 − s, x·, 1 +, s·, grad· = 8
+    return 0, 8 * op.out_numel(0)
+
+
 @rule("aten.native_batch_norm_backward.default", buffer_inputs=(3, 4))
 def batch_norm_backward(op: OpView) -> tuple[int, int]:
     # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,

@@ -42,7 +42,7 @@ ATEN_UNARY = {
     "IsNaN": ("aten.isnan.default",), "IsInf": ("aten.isinf.default",),
     "LeakyRelu": ("aten.leaky_relu.default",), "Sigmoid": ("aten.sigmoid.default",),
     "Elu": ("aten.elu.default",),
-}  # (hardsigmoid, hardswish, softplus, celu, selu, mish and silu are decomposed by torch)
+}  # (hardsigmoid, hardswish, softplus, celu, selu and mish are decomposed by torch)
 # aten-only unary ops.
 UNARY_FLOPS.update({
     "aten.rsqrt.default": 2,      # sqrt + reciprocal
@@ -82,6 +82,13 @@ for _op, _k in UNARY_FLOPS.items():
          saves="outputs" if _op in SAVES_OUTPUT else
          "nothing" if _op in SAVES_NOTHING else "inputs",
          inplace=True, same_shape=True, rf="pointwise")(_per_output(_k))
+
+
+@rule("aten.silu.default", saves="inputs", inplace=True, same_shape=True, rf="pointwise")
+def silu(op: OpView) -> tuple[int, int]:
+    # x · sigmoid(x): sigmoid 3 + multiply 1 = 4 per element (what its decomposition counts;
+    # the frontend keeps it whole, one kernel as PyTorch runs it)
+    return 0, 4 * op.out_numel()
 
 
 @rule("Gelu", "aten.gelu.default", saves="inputs", inplace=True, same_shape=True,

@@ -35,17 +35,18 @@ def call_kernel(target: AttentionTarget, args: tuple,
                          gqa and k.shape[-3] != q.shape[-3])
     kernel, why = choose(target, call)
     aten = torch.ops.aten
+    if call.gqa and kernel in (Attention.MATH, Attention.EFFICIENT):
+        # the math kernel repeats grouped heads itself (repeat_interleave), as graphcost does
+        # here; the efficient kernel's formulas (its backward's meta function) want them
+        # repeated. Flash and cuDNN read grouped heads as they are.
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
     if kernel == Attention.MATH:
         return aten._scaled_dot_product_attention_math(
-            q, k, v, mask, dropout, causal, scale=scale, enable_gqa=gqa)[0], kernel, why
+            q, k, v, mask, dropout, causal, scale=scale)[0], kernel, why
     if target.backend == "cpu" and kernel == Attention.FLASH:
         return aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, dropout, causal, attn_mask=mask, scale=scale)[0], kernel, why
-    if call.gqa and kernel == Attention.EFFICIENT:
-        # flash and cuDNN read grouped heads as they are; the efficient kernel's formulas
-        # (its backward's meta function) want the heads repeated
-        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
-        v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
     grad = call.grad
     if kernel == Attention.FLASH:
         out = aten._scaled_dot_product_flash_attention(q, k, v, dropout, causal, False,

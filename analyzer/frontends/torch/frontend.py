@@ -29,8 +29,11 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # Ops kept whole instead of decomposed: their cost rule is the better model.
 # SDPA and its kernels (flash, efficient, cuDNN, _for_cpu); GELU's and BatchNorm's backward,
 # which PyTorch runs as one kernel each (GELU's decomposition holds three activation-sized
-# temporaries at once; BatchNorm's, on a half input, fp32 copies of the input and gradient)
-_KEEP = ("scaled_dot_product", "gelu_backward", "native_batch_norm_backward")
+# temporaries at once; BatchNorm's, on a half input, fp32 copies of the input and gradient);
+# SiLU and its backward, one kernel each (the decomposition computes a half input in fp32:
+# two fp32 copies of a Llama MLP's widest activation at its peak, and the forward's sigmoid
+# kept for the backward where PyTorch keeps only the input)
+_KEEP = ("scaled_dot_product", "gelu_backward", "native_batch_norm_backward", "silu")
 
 
 def unreachable_rules() -> list[str]:

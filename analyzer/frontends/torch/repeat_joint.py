@@ -221,7 +221,9 @@ class _Layout:
                 ins = tuple(name1(("b", *r[1:]), 2) if x and (r := self.role(x, 1, "b"))
                             and r[0] == "above" else x for x in ins)
             scope = node.scope
-            if scope and (i in fwd[2] or i in bwd[2]):
+            # the last layer's nodes, in its spans or outside them (AOTAutograd may place one
+            # of its constants after the backward): scoped to the last layer of the stack
+            if scope and layer_of(scope, self.prefix) == 2:
                 scope = rescope(scope, self.prefix, 2, total - 1)
             out_nodes.append(replace(node, index=new, inputs=ins, scope=scope))
         return self._finish(out_nodes, new_values, total, last)
