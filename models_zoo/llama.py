@@ -126,10 +126,12 @@ class Llama(nn.Module):
         s = input_ids.shape[1]
         start = past_length(past_key_values)
         pos = torch.arange(start, start + s, device=input_ids.device, dtype=torch.float32)
-        freqs = torch.outer(pos, self.inv_freq)
+        freqs = torch.outer(pos, self.inv_freq.float())  # the angles in fp32 at any dtype
         emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
         x = self.embed_tokens(input_ids)
+        # in the model's dtype (as transformers' rotary embedding returns them): fp16 weights
+        # keep q, k and v fp16
+        cos, sin = emb.cos()[None, None].to(x.dtype), emb.sin()[None, None].to(x.dtype)
         if not (use_cache or past_key_values):
             for layer in self.layers:
                 x = layer(x, cos, sin)

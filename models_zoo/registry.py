@@ -39,6 +39,10 @@ class ZooModel:
     # traced with torch.export only (a custom op no ONNX exporter writes: the detection
     # models' NMS); built and run for real as any other
     torch_only: bool = False
+    # the dtype the published model's config gives its weights (None: float32); inference
+    # and serving analyze it in that dtype unless --dtype says otherwise (training: the
+    # --precision recipe's)
+    dtype: str | None = None
 
     def output_dims(self) -> dict[str, dict[int, str]]:
         return {o: dict(self.output_dynamic_dims.get(o, {0: BATCH})) for o in self.output_names}
@@ -125,6 +129,7 @@ MODELS: dict[str, ZooModel] = {
             {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
             output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
             int_ranges={"input_ids": (0, 32000)}, meta_only=True,
+            dtype="float16",  # Llama-2-7b-hf's config.json: "torch_dtype": "float16"
         ),
         ZooModel(
             "mlp", mlp.MLP, lambda batch: {"x": (batch, 256)}, _X_FLOAT,

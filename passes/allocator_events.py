@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .caching_allocator import Alloc, Event, Free, replay
+from .caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
 from .ir import Graph, ValueKind
 
 
@@ -49,12 +49,15 @@ def resident_tensors(graph: Graph) -> list[tuple[str, int]]:
             if v.kind in (ValueKind.PARAM, ValueKind.BUFFER)]
 
 
-def inference_reserved_peak(graph: Graph, liveness) -> int:
-    """The reserved peak of an inference run on PyTorch's CUDA caching allocator (default
-    settings): parameters and buffers allocated before the first node and kept, then the
+def inference_reserved_peak(graph: Graph, liveness,
+                            config: AllocatorConfig = AllocatorConfig()) -> int:
+    """The reserved peak of an inference run on PyTorch's CUDA caching allocator (``config``:
+    its settings): parameters and buffers allocated before the first node and kept, then the
     activations in liveness order. Comparable with the report's peak_bytes (parameters +
     buffers + activations), which counts the same tensors unrounded."""
-    return replay(events_from_liveness(liveness, resident=resident_tensors(graph))).reserved_peak
+    return replay(events_from_liveness(liveness, resident=resident_tensors(graph)),
+                  expandable=config.expandable,
+                  max_split_size=config.max_split_size).reserved_peak
 
 
 def training_events(storages, *, resident: list[tuple[str, int]], grads: frozenset[str],

@@ -49,6 +49,22 @@ K_ROUND_LARGE = 2 << 20       # kRoundLarge: "round up large allocations to 2 Mi
 _UNLIMITED = 1 << 64          # max_split_size unset: SIZE_MAX in CUDAAllocatorConfig
 
 
+@dataclass(frozen=True)
+class AllocatorConfig:
+    """The settings of ``PYTORCH_CUDA_ALLOC_CONF`` the replay models: ``expandable_segments``
+    and ``max_split_size_mb`` (as bytes; None: unset). The default is PyTorch's."""
+    expandable: bool = False
+    max_split_size: int | None = None
+
+    @property
+    def words(self) -> str:
+        """The settings as PYTORCH_CUDA_ALLOC_CONF spells them ("" for the default)."""
+        parts = (["expandable_segments:True"] if self.expandable else []) + \
+            ([f"max_split_size_mb:{self.max_split_size >> 20}"]
+             if self.max_split_size is not None else [])
+        return ",".join(parts)
+
+
 @final  # final, so that `type(ev) is Alloc` narrows the else branch to Free for the checker
 @dataclass(frozen=True, slots=True)
 class Alloc:

@@ -101,12 +101,13 @@ def offers(device: "DeviceRates") -> tuple[int, str]:
 
 
 def fit(device: "DeviceRates", tensor_bytes: int, *, reserved_bytes: int | None = None,
-        threads: int = 1, overhead: Overhead | None = None) -> Fit:
+        threads: int = 1, overhead: Overhead | None = None, allocator: str = "") -> Fit:
     """What a run whose tensors peak at ``tensor_bytes`` (``reserved_bytes``: the caching
-    allocator's replayed reserved peak, None where not modelled) needs on ``device`` with
+    allocator's replayed reserved peak, None where not modelled; ``allocator``: its settings
+    as PYTORCH_CUDA_ALLOC_CONF spells them, "" for the default) needs on ``device`` with
     ``threads`` threads running matrix products (inference 1, training 2)."""
     overhead = overhead or Overhead()
-    parts = [_allocator_part(tensor_bytes, reserved_bytes, overhead)]
+    parts = [_allocator_part(tensor_bytes, reserved_bytes, overhead, allocator)]
     if overhead.context_bytes is None:
         ws = cublas_workspace_bytes(device)
         parts += [FitPart(f"cuBLAS workspaces ({threads} × {ws / MiB:g} MiB)", threads * ws,
@@ -129,13 +130,14 @@ def _fraction(overhead: Overhead) -> float:
 
 
 def _allocator_part(tensor_bytes: int, reserved_bytes: int | None,
-                    overhead: Overhead) -> FitPart:
+                    overhead: Overhead, allocator: str = "") -> FitPart:
     if overhead.allocator_fraction is not None:
         f = overhead.allocator_fraction
         return FitPart(f"tensors × (1 + {100 * f:g}%)", _times(tensor_bytes, f), GIVEN)
     if reserved_bytes is not None:
         return FitPart("reserved by PyTorch's caching allocator", reserved_bytes,
-                       "the run's allocations replayed through the allocator's rules")
+                       "the run's allocations replayed through the allocator's rules"
+                       + (f" ({allocator})" if allocator else ""))
     return FitPart(f"tensors × (1 + {100 * ESTIMATE_FRACTION:g}%)",
                    _times(tensor_bytes, ESTIMATE_FRACTION),
                    "an estimate of the allocator's rounding and cache (not replayed here)")

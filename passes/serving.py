@@ -320,10 +320,16 @@ def _curve(fixed: int, after: int, growth: int, t0: int, weights: int, device,
 
 def _what_ifs(prefill: Graph, trace: ServingTrace, device, overhead, peaks: dict
               ) -> tuple[DtypeWhatIf, ...]:
-    out = []
+    def setting(weight, kv) -> tuple[str, str]:
+        w, _, kv_type = sd.plan(prefill, weight, kv)
+        return sd.short(w), sd.short(kv_type)
+    out, seen = [], {setting(trace.weight_dtype, trace.kv_dtype)}  # the chosen one: no what-if
     for weight, kv in WHAT_IFS:
         weight = weight or trace.weight_dtype
         kv = kv or trace.kv_dtype
+        if setting(weight, kv) in seen:
+            continue  # the setting chosen, or one already listed: never twice
+        seen.add(setting(weight, kv))
         pre, dec, weights, kv_type = _priced(prefill, trace, weight, kv, None, peaks,
                                              whole=False)
         _, after = _cache_bytes(dec.graph, trace)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from .caching_allocator import AllocatorConfig
 from .checkpoint import (
     CheckpointSpec,
     Segment,
@@ -342,7 +343,8 @@ def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str
 def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                   precision: str = "fp32", checkpoint: CheckpointSpec | None = None,
                   what_if: bool = True, include_inputs: bool = True,
-                  impl: str = "forloop") -> TrainingMemory:
+                  impl: str = "forloop",
+                  allocator: AllocatorConfig | None = None) -> TrainingMemory:
     """The training section of a report: the step's memory, with the checkpoint plan asked
     for and the what-ifs (``graph`` already re-typed by passes.precision for mixed precision,
     whose fp32 master side is added here)."""
@@ -358,11 +360,12 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                             budget=checkpoint.budget) if checkpoint else None
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl) \
         if what_if else {}
-    reserved = None if plan else reserved_peak(graph, t, mixed)
+    reserved = None if plan else reserved_peak(graph, t, mixed, allocator)
     return replace(t, checkpoint=plan, what_if=savers, reserved_peak_bytes=reserved)
 
 
-def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool) -> int:
+def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool,
+                  config: AllocatorConfig | None = None) -> int:
     """``t``'s step as PyTorch's CUDA caching allocator would reserve for it, over two steps
     (passes.allocator_events.training_events): each parameter, buffer and (mixed precision)
     fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
@@ -381,4 +384,6 @@ def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool) -> int:
                              state=states, step_sizes=sizes if adam else [],
                              foreach=t.optimizer_impl == OptimizerImpl.FOREACH,
                              master_grads=sizes if master_weights else [])
-    return replay(events).reserved_peak
+    config = config or AllocatorConfig()
+    return replay(events, expandable=config.expandable,
+                  max_split_size=config.max_split_size).reserved_peak

@@ -274,3 +274,36 @@ def test_the_training_report_carries_the_reserved_peak():
     r = analyze("zoo:mlp", train=True, optimizer="adam")
     assert r.training.reserved_peak_bytes >= r.training.peak_bytes
     assert '"reserved_peak_bytes"' in r.to_json()
+
+
+def test_the_allocator_settings_reach_the_report(tmp_path):
+    # --allocator / allocator= take PYTORCH_CUDA_ALLOC_CONF's words. Two Linears over
+    # x[1, 1024], fp32: W1 1024×1024 = 4 MiB, W2 5,632×1024 = 22 MiB, and small tensors (the
+    # biases, x and the outputs, each ≤ 22 KiB). Default: W1 (a large request under 10 MiB)
+    # gets a 20 MiB segment; W2 (22 MiB) does not fit its 16 MiB remainder and takes a
+    # segment of its own, rounded to 2 MiB: 22 MiB; the small tensors one 2 MiB segment:
+    # 20 + 22 + 2 = 44 MiB. expandable_segments:True: one large segment mapped in 20 MiB
+    # pages at its end, 4 + 22 = 26 MiB used -> 2 pages, 40 MiB; the small pool one 2 MiB
+    # page: 42 MiB
+    import torch
+
+    from graphcost import GraphcostError
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 5632)
+
+        def forward(self, x):
+            return self.b(self.a(x))
+    x = (torch.randn(1, 1024),)
+    default = analyze(Two(), x, device="a100-80gb")
+    expandable = analyze(Two(), x, device="a100-80gb", allocator="expandable_segments:True")
+    assert default.memory.reserved_peak_bytes == 44 * MiB
+    assert expandable.memory.reserved_peak_bytes == 42 * MiB
+    assert expandable.allocator == "expandable_segments:True" and default.allocator == ""
+    assert "expandable_segments:True" in expandable.roofline.fit.parts[0].source
+    with pytest.raises(GraphcostError, match="not modelled"):
+        analyze(Two(), x, allocator="roundup_power2_divisions:4")
+    with pytest.raises(GraphcostError, match="over 20"):
+        analyze(Two(), x, allocator="max_split_size_mb:8")

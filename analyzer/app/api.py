@@ -18,10 +18,10 @@ from ...passes.choices import Exporter
 from ...passes.errors import GraphcostError, opt
 from ...passes.ir import AttentionKernel, Graph
 from ...passes.precision import AutocastSpec
-from .api_checks import check_arguments, check_unknown
+from .api_checks import check_arguments, check_dtype, check_dtype_applies, check_unknown
 from .report import Report
 from .request import LoadOptions, Request, build_request
-from .resolve import Bindings, Resolved, resolve
+from .resolve import Bindings, Resolved, in_dtype, resolve
 
 Progress = Callable[[str], None]
 
@@ -37,8 +37,10 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
     bindings = Bindings(load.batch, dict(load.dims),
                         {k: tuple(v) for k, v in load.input_shapes.items()},
                         dict(load.input_dtypes))
-    return resolve(model, example_inputs, bindings, fx=load.exporter == Exporter.FX,
-                   train=load.train, materialize=materialize, note=progress)
+    check_dtype(load.dtype, load.train)
+    r = resolve(model, example_inputs, bindings, fx=load.exporter == Exporter.FX,
+                train=load.train, materialize=materialize, note=progress)
+    return in_dtype(check_dtype_applies(r, load.dtype), load.dtype, load.train)
 
 
 def load_graph(model, load: LoadOptions = LoadOptions(),
@@ -229,7 +231,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             device: Any = None, tf32: bool = False, overhead: Any = None,
             what_if: bool = True, parallel: Mapping[str, Any] | None = None,
             optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
-            all_layers: bool = False, attention: str = "auto", **unknown) -> Report:
+            all_layers: bool = False, attention: str = "auto", allocator: str | None = None,
+            dtype: str | None = None, **unknown) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -263,7 +266,12 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     report's ``traced_layers`` says so); ``all_layers=True`` traces every block.
     ``attention`` (auto, flash, efficient, cudnn, math): the kernel a training step's
     ``scaled_dot_product_attention`` is traced as; auto is the one PyTorch's dispatcher picks
-    on ``device`` (none: this CPU) in the ``precision`` recipe's dtype. Raises
+    on ``device`` (none: this CPU) in the ``precision`` recipe's dtype. ``allocator``: the
+    CUDA caching allocator's settings as ``PYTORCH_CUDA_ALLOC_CONF`` spells them
+    (``"expandable_segments:True"``, ``"max_split_size_mb:128"``), for the reserved replay
+    and the fit. ``dtype`` (fp32, fp16, bf16) casts a PyTorch model's weights for inference
+    and serving; default the published weights' dtype where the zoo knows it (zoo:llama7b:
+    float16), a hub model's config.json's, else as built. Raises
     GraphcostError, in these arguments' names. The arguments become one typed Request
     (analyzer/app/request.py), which the command line builds too.
     """
@@ -275,7 +283,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             zoo_exporter=zoo_exporter, train=train, optimizer=optimizer, checkpoint=checkpoint,
             precision=precision, device=device, tf32=tf32, overhead=overhead, what_if=what_if,
             parallel=parallel, optimizer_impl=optimizer_impl, serve=serve,
-            all_layers=all_layers, attention=attention)
+            all_layers=all_layers, attention=attention, allocator=allocator, dtype=dtype)
         return run_request(model, request, example_inputs, progress)
     except GraphcostError:  # (its message names this face's arguments)
         raise
@@ -300,9 +308,11 @@ def run_request(model, request: Request, example_inputs: Sequence[Any] | None = 
     try:
         if request.serve is not None:
             from .serve import load_serving
+            check_dtype(request.load.dtype, False)
             graph, trace = load_serving(model, example_inputs, batch=request.load.batch,
                                         serve=request.serve, progress=progress,
-                                        all_layers=request.load.all_layers)
+                                        all_layers=request.load.all_layers,
+                                        dtype=request.load.dtype)
         else:
             graph, trace = load_graph(model, request.load, example_inputs, progress), None
         if progress:

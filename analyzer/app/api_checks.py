@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+from ...passes.caching_allocator import AllocatorConfig
 from ...passes.checkpoint import CheckpointSpec
 from ...passes.choices import Strategy
 from ...passes.errors import GraphcostError, opt
@@ -96,6 +97,60 @@ def device_of(device):
     if not isinstance(device.name, str) or not isinstance(device.label, str):
         raise GraphcostError(f"{opt('device')}: name and label must be strings")
     return device
+
+
+DTYPE_WORDS = ("fp32", "fp16", "bf16")
+
+
+def check_dtype(dtype, train: bool) -> None:
+    """--dtype / dtype=: one of DTYPE_WORDS (or torch's names), for inference and serving."""
+    from .resolve import DTYPES
+
+    if dtype is None:
+        return
+    if not isinstance(dtype, str) or dtype.lower() not in DTYPES:
+        raise GraphcostError(f"{opt('dtype', value=str(dtype))}: expected one of "
+                             f"{', '.join(DTYPE_WORDS)}")
+    if train:
+        raise GraphcostError(f"{opt('dtype')} sets the weights for inference and serving; a "
+                             f"training step's dtypes are its {opt('precision')} recipe's "
+                             "(bf16-true: everything bf16)")
+
+
+def check_dtype_applies(r, dtype):
+    """An ONNX file's dtypes are the file's: --dtype applies to PyTorch models."""
+    if dtype is not None and r.kind != "torch":
+        raise GraphcostError(f"{opt('dtype')} casts a PyTorch model; {r.name}'s dtypes are "
+                             f"the file's (a zoo model: add {opt('zoo_exporter')} to trace "
+                             "its PyTorch module)")
+    return r
+
+
+def allocator_of(text) -> AllocatorConfig:
+    """The caching allocator's settings, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them
+    (``expandable_segments:True,max_split_size_mb:128``; None or "default": PyTorch's
+    defaults). Settings the replay does not model are refused, never ignored."""
+    from ...passes.caching_allocator import AllocatorConfig
+
+    if text is None or (isinstance(text, str) and text.strip().lower() in ("", "default")):
+        return AllocatorConfig()
+    if not isinstance(text, str):
+        raise GraphcostError(f"{opt('allocator')} must be text such as "
+                             f"'expandable_segments:True', got {type(text).__name__}")
+    expandable, split = False, None
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = (x.strip() for x in part.partition(":"))
+        if key == "expandable_segments" and value in ("True", "False"):
+            expandable = value == "True"
+        elif key == "max_split_size_mb" and value.isdigit() and int(value) > 20:
+            split = int(value) << 20  # CUDAAllocatorConfig: at least kLargeBuffer (20 MiB)
+        elif key in ("expandable_segments", "max_split_size_mb"):
+            raise GraphcostError(f"{opt('allocator')} {part}: expected expandable_segments:True "
+                                 "or False, max_split_size_mb: a number of MiB over 20")
+        else:
+            raise GraphcostError(f"{opt('allocator')} {part}: not modelled (the replay models "
+                                 "expandable_segments and max_split_size_mb)")
+    return AllocatorConfig(expandable, split)
 
 
 def overhead_of(overhead):

@@ -53,17 +53,19 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     arena = plan_arena(memory.storages) if optimizer is None else None
     if arena is not None:
         memory = replace(memory, arena_bytes=arena.arena_bytes,
-                         reserved_peak_bytes=inference_reserved_peak(graph, memory))
+                         reserved_peak_bytes=inference_reserved_peak(graph, memory,
+                                                                     o.allocator))
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
         checkpoint=checkpoint, what_if=o.what_if, include_inputs=include_inputs,
-        impl=o.optimizer_impl)
+        impl=o.optimizer_impl, allocator=o.allocator)
     report = Report(
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
         memory=memory, warnings=_warnings(graph, memory, arena, costs), training=training,
         roofline=None,
         traced_layers=graph.traced_layers, attention=attention_uses(graph.attention),
+        allocator=o.allocator.words,
         parallel=parallel and training and parallel_step(
             graph, training, parallel, device, overhead, master_weights(precision)),
         moe=find_moe(graph, costs, params.params),
@@ -76,10 +78,10 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
         return report
     return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=o.tf32,
                                              tensor_bytes=report.peak_bytes,
-                                             fit=_fit(report, device, overhead)))
+                                             fit=_fit(report, device, overhead, o.allocator)))
 
 
-def _fit(report: Report, device, overhead) -> Fit:
+def _fit(report: Report, device, overhead, allocator) -> Fit:
     """The report's one fits answer: the serving batch's when reviewed for serving; a
     training step's on its two-step reserved replay (a checkpoint plan's or a rank's peak by
     the estimate); an inference run's on its reserved replay."""
@@ -88,12 +90,12 @@ def _fit(report: Report, device, overhead) -> Fit:
     t = report.training
     if t is None:
         return fit(device, report.peak_bytes, reserved_bytes=report.memory.reserved_peak_bytes,
-                   overhead=overhead)
+                   overhead=overhead, allocator=allocator.words)
     if report.parallel is None and t.checkpoint is not None:
         return fit(device, t.checkpoint.peak_bytes, threads=2, overhead=overhead)
     reserved = t.reserved_peak_bytes if report.parallel is None else None
     return fit(device, report.peak_bytes, reserved_bytes=reserved, threads=2,
-               overhead=overhead)
+               overhead=overhead, allocator=allocator.words)
 
 
 def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:

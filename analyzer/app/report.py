@@ -32,9 +32,9 @@ from ...passes.roofline import Roofline
 from ...passes.serving import Serving
 from ...passes.training import TrainingMemory
 
-SCHEMA_VERSION = 4  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+SCHEMA_VERSION = 5  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
 # 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
-# allocator_fraction)
+# allocator_fraction); 5: "allocator"
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "
@@ -143,6 +143,9 @@ class Report:
     traced_layers: str = ""                    # a stack traced as three blocks (Graph's)
     # the kernels a training step's attention calls were traced as (passes/attention_dispatch.py)
     attention: tuple[AttentionUse, ...] = ()
+    # the caching allocator's settings the reserved figures were replayed with, as
+    # PYTORCH_CUDA_ALLOC_CONF spells them ("": PyTorch's defaults)
+    allocator: str = ""
     training: TrainingMemory | None = None
     parallel: ParallelMemory | None = None      # one rank's share of the training step
     roofline: Roofline | None = None

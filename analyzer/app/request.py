@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 from ...passes.attention_dispatch import AttentionTarget
+from ...passes.caching_allocator import AllocatorConfig
 from ...passes.checkpoint import CheckpointSpec
 from ...passes.choices import Attention, Exporter, Lifetimes, Optimizer, OptimizerImpl
 from ...passes.errors import GraphcostError, opt
@@ -22,6 +23,7 @@ from ...passes.parallel import ParallelSpec
 from ...passes.precision import AutocastSpec
 from ...passes.roofline import DeviceRates
 from .api_checks import (
+    allocator_of,
     check_arguments,
     check_checkpoint,
     device_of,
@@ -47,6 +49,7 @@ class LoadOptions:
     # the machine, dtype and kernel choice a training step's attention is traced for
     attention: AttentionTarget = AttentionTarget()
     autocast: AutocastSpec | None = None  # a training step's forward under torch.autocast
+    dtype: str | None = None            # --dtype: the weights' dtype for inference and serving
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class PassOptions:
     what_if: bool = True
     parallel: ParallelSpec | None = None
     optimizer_impl: str = OptimizerImpl.FORLOOP
+    allocator: AllocatorConfig = AllocatorConfig()   # the caching allocator's settings
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,8 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                   device: Any = None, tf32: bool = False, overhead: Any = None,
                   what_if: bool = True, parallel: Mapping[str, Any] | None = None,
                   optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
-                  all_layers: bool = False, attention: str = "auto") -> Request:
+                  all_layers: bool = False, attention: str = "auto",
+                  allocator: str | None = None, dtype: str | None = None) -> Request:
     """The request ``analyze``'s keyword arguments ask for, every one checked (a
     GraphcostError naming it, in the command line's words: analyze rewords them)."""
     from ...passes.precision import canonical
@@ -106,15 +111,16 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
     load = LoadOptions(batch, _raw(dims), _raw(input_shapes), _raw(input_dtypes),
                        zoo_exporter, train, all_layers,
                        attention_target(rates, precision, attention),
-                       autocast_spec(rates, precision) if train else None)
+                       autocast_spec(rates, precision) if train else None, dtype)
     if serve is not None:
-        return _serve_request(serve, load, precision, include_inputs=include_inputs,
-                              lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
-    return Request(load, _pass_options(
+        r = _serve_request(serve, load, precision, include_inputs=include_inputs,
+                           lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
+        return replace(r, passes=replace(r.passes, allocator=allocator_of(allocator)))
+    return Request(load, replace(_pass_options(
         include_inputs=include_inputs, inplace=inplace, lifetimes=lifetimes, train=train,
         optimizer=optimizer, checkpoint=checkpoint, precision=precision, device=device,
         tf32=tf32, overhead=overhead, what_if=what_if, parallel=parallel,
-        optimizer_impl=optimizer_impl))
+        optimizer_impl=optimizer_impl), allocator=allocator_of(allocator)))
 
 
 def attention_target(device: DeviceRates | None, precision: str,

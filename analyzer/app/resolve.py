@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -67,6 +67,7 @@ class Resolved:
     program: Any = None                 # kind program: a torch.export.ExportedProgram
     int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # random ids
     maxima: Mapping[str, int] = field(default_factory=dict)  # kind torch: data-dependent sizes
+    own_dtype: str | None = None        # kind torch: the published weights' dtype (zoo)
 
 
 def is_torch(model: Any) -> bool:
@@ -204,10 +205,35 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
                              f"{exc}") from None
     if spec.hf:  # transformers models take their inputs by name
         return Resolved("torch", f"zoo:{name}", module=module, kwargs=inputs, dims=dims,
-                        int_ranges=ranges, maxima=maxima)
+                        int_ranges=ranges, maxima=maxima, own_dtype=spec.dtype)
     # the other zoo models' input names need not be forward's argument names: in order
     return Resolved("torch", f"zoo:{name}", module=module, inputs=tuple(inputs.values()),
-                    dims=dims, int_ranges=ranges, maxima=maxima)
+                    dims=dims, int_ranges=ranges, maxima=maxima, own_dtype=spec.dtype)
+
+
+DTYPES = {"fp32": "float32", "float32": "float32", "fp16": "float16", "float16": "float16",
+          "half": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+
+
+def in_dtype(r: Resolved, dtype: str | None, train: bool) -> Resolved:
+    """``r`` in the dtype asked (``dtype``: --dtype's) or, for inference and serving, the
+    published weights' (a zoo model's ``own_dtype``): the module and its floating inputs cast,
+    the report's name saying where the dtype came from. A training step's dtypes are the
+    precision recipe's (the module as built, fp32)."""
+    if r.kind != "torch" or (dtype is None and (train or r.own_dtype is None)):
+        return r
+    import torch
+
+    name = DTYPES[dtype.lower()] if dtype else r.own_dtype
+    assert name is not None  # (one of the two, by the test above)
+    to = getattr(torch, name)
+    source = "the dtype asked" if dtype else "its published config"
+
+    def cast(x):
+        return x.to(to) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+    return replace(r, name=f"{r.name} ({name} from {source})", module=r.module.to(to),
+                   inputs=tuple(cast(x) for x in r.inputs),
+                   kwargs={k: cast(v) for k, v in r.kwargs.items()})
 
 
 def _timm(name: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:

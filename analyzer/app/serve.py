@@ -51,10 +51,10 @@ def check_serve(serve: Any) -> ServeSpec:
 
 
 def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
-                 progress=None, all_layers: bool = False):
+                 progress=None, all_layers: bool = False, dtype: str | None = None):
     """(the prefill graph at the dtypes asked: the report's, ServingTrace) for ``model`` at
     ``batch`` sequences; ``all_layers``: trace every block of a repeated stack."""
-    from .resolve import Bindings, Resolved, is_torch, resolve
+    from .resolve import Bindings, Resolved, in_dtype, is_torch, resolve
 
     note = progress or (lambda _m: None)
     prompt, generate = serve.prompt, serve.generate
@@ -62,6 +62,7 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
         r = Resolved("torch", type(model).__name__, module=model)  # --serve makes the inputs
     else:
         r = resolve(model, example_inputs, Bindings(batch), fx=True, note=note)
+    r = in_dtype(r, dtype, train=False)
     b = batch or _batch_of(r) or 1
     if r.kind == "torch":
         from ..frontends.torch.repeat_layers import REPEAT_AT

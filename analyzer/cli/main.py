@@ -117,9 +117,19 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "(optional fp16=…, bf16=…, tf32=…, int8=… rates)")
     p.add_argument("--tf32", action="store_true",
                    help="with a device: fp32 matmuls and convolutions run at the TF32 rate")
+    p.add_argument("--dtype", choices=("fp32", "fp16", "bf16"),
+                   help="the weights' dtype for inference and --serve (a PyTorch model; "
+                        "default: the published config's where known, e.g. zoo:llama7b "
+                        "float16, a hub model's config.json's)")
+    p.add_argument("--allocator", metavar="CONF",
+                   help="the CUDA caching allocator's settings for the reserved replay and "
+                        "the fit, as PYTORCH_CUDA_ALLOC_CONF spells them: "
+                        "expandable_segments:True, max_split_size_mb:N (default: PyTorch's)")
     p.add_argument("--overhead", metavar="context=SIZE,allocator=PCT",
-                   help="framework memory beyond the tensors, for 'fits' and --max-batch "
-                        "(default context=512MiB,allocator=10%%; 'none' for 0)")
+                   help="your own figures for 'fits' and --max-batch, replacing the model's: "
+                        "context = everything beyond the tensors and the allocator's cache, "
+                        "allocator = tensors x (1 + PCT) instead of the replay; 'none': "
+                        "tensors only")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -265,7 +275,8 @@ def analysis_kwargs(args) -> dict:
                 train=args.train, optimizer=args.optimizer,
                 checkpoint=_checkpoint_args(args), precision=args.precision,
                 parallel=parallel_args(args), optimizer_impl=args.optimizer_impl,
-                all_layers=args.all_layers, attention=args.attention)
+                all_layers=args.all_layers, attention=args.attention,
+                allocator=args.allocator, dtype=args.dtype)
 
 
 def device_from_args(args):

@@ -138,7 +138,7 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
     if m.reserved_peak_bytes is not None:
         out.append(("reserved", [f"{human_bytes(m.reserved_peak_bytes)}",
                                  f"({m.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
-                                 "allocator", "(its rounding and segments;",
+                                 "allocator", f"({_settings(r)}its rounding and segments;",
                                  "parameters included)"]))
     if m.live_at_peak:
         more = len(m.live_at_peak) - 5
@@ -200,7 +200,8 @@ def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
     if t.reserved_peak_bytes is not None:
         out.append(("reserved", [f"{human_bytes(t.reserved_peak_bytes)}",
                                  f"({t.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
-                                 "allocator, two steps", "(its rounding and segments)"]))
+                                 "allocator, two steps",
+                                 f"({_settings(r)}its rounding and segments)"]))
     out += [("what-if", [explain.what_if_line(r, name)]) for name in t.what_if]
     ck = t.checkpoint
     if ck is not None:
@@ -221,6 +222,10 @@ def _attention_summary(r: Report) -> list[tuple[str, list[str]]]:
     return [("attention", [f"{u.kernel} kernel ×{u.calls}", f"(as PyTorch dispatches on "
                            f"{u.target})" + (";" if u.reason else "")]
              + ([u.reason] if u.reason else [])) for u in r.attention]
+
+
+def _settings(r: Report) -> str:
+    return f"{r.allocator}; " if r.allocator else ""
 
 
 def fit_words(f) -> list[str]:
