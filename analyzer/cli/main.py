@@ -158,8 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "memory and FLOPs as affine functions of the batch")
     p.add_argument("--html", metavar="FILE.html",
                    help="also write a self-contained HTML report (no network access needed)")
-    p.add_argument("--max-rows", type=int, default=500,
-                   help="node rows in the table format (0 = all; default 500)")
+    p.add_argument("--max-rows", type=int, default=None,
+                   help="node rows in the table format: N the first N, 0 all (default: the "
+                        "15 heaviest by FLOPs, in graph order)")
     p.add_argument("--columns", metavar="NAME,…",
                    help="the node table's columns (table format), e.g. name,op,macs,flops; "
                         "names: index, name, op, input_shapes, output_shapes, params, macs, "

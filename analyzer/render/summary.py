@@ -24,6 +24,7 @@ NODE_COLUMNS = ("index", "name", "op", "input_shapes", "output_shapes", "params"
                 "status")
 LABEL = 12           # the summary's label column
 HEAVY = 5            # nodes marked as the heaviest (by FLOPs)
+DEFAULT_ROWS = 15    # the table's rows by default: the heaviest nodes
 
 
 # ----------------------------------------------------------------------------- columns
@@ -322,11 +323,19 @@ def render_modules(r: Report, console, depth: int, width: int | None = None) -> 
                 width=width)
 
 
-def render_table(r: Report, console, max_rows: int = 500, depth: int | None = None, *,
+def heaviest_rows(nodes, n: int) -> list:
+    """The ``n`` nodes with the most FLOPs (then bytes moved), in graph order: the default
+    view's rows, so the table shows where the work is, not the first layers."""
+    keep = sorted(range(len(nodes)), key=lambda i: (-nodes[i].flops, -nodes[i].bytes_total, i))
+    return [nodes[i] for i in sorted(keep[:n])]
+
+
+def render_table(r: Report, console, max_rows: int | None = None, depth: int | None = None, *,
                  columns: list[str] | None = None, wide: bool = False,
                  width: int | None = None) -> None:
     """The terminal view fitted to ``width`` (None: natural widths); ``wide``: every column,
-    unshortened; ``columns``: these node columns (names from ``column_names``)."""
+    unshortened; ``columns``: these node columns (names from ``column_names``).
+    ``max_rows``: None, the DEFAULT_ROWS heaviest nodes; 0 every node; N the first N."""
     if wide:
         width = None
     if depth is not None:
@@ -335,15 +344,17 @@ def render_table(r: Report, console, max_rows: int = 500, depth: int | None = No
         cells = _cells(r)
         names = columns or (list(cells) if wide else
                             [*DEFAULT_COLUMNS, *(n for n, *_ in extra_columns(r))])
-        shown = r.nodes if max_rows == 0 else r.nodes[:max(max_rows, 0)]
+        shown = heaviest_rows(r.nodes, DEFAULT_ROWS) if max_rows is None else \
+            r.nodes if max_rows == 0 else r.nodes[:max(max_rows, 0)]
         rows = [[cells[c][1](n) for c in names] for n in shown]
         styles = [None if n.status == "ok" else "yellow" for n in shown]
         if shown:
             print_table(console, f"graphcost: {r.model}", [cells[c][0] for c in names], rows,
                         width=width, styles=styles)
         if len(shown) < len(r.nodes):
-            console.print(f"… {len(r.nodes) - len(shown):,} more nodes (--max-rows 0 shows "
-                          "all; --format json/csv has every node)", markup=False)
+            which = f"the {len(shown)} heaviest by FLOPs; " if max_rows is None else ""
+            console.print(f"… {len(r.nodes) - len(shown):,} more nodes ({which}--max-rows 0 "
+                          "shows all)", markup=False)
         if "share" in names and any(n.flops for n in r.nodes):
             console.print(f"FLOPs %: each node's share of the total; * the {HEAVY} heaviest",
                           markup=False, highlight=False)
