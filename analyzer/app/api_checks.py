@@ -130,8 +130,6 @@ def allocator_of(text) -> AllocatorConfig:
     """The caching allocator's settings, as ``PYTORCH_CUDA_ALLOC_CONF`` spells them
     (``expandable_segments:True,max_split_size_mb:128``; None or "default": PyTorch's
     defaults). Settings the replay does not model are refused, never ignored."""
-    from ...passes.caching_allocator import AllocatorConfig
-
     if text is None or (isinstance(text, str) and text.strip().lower() in ("", "default")):
         return AllocatorConfig()
     if not isinstance(text, str):
@@ -212,7 +210,7 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
 _PARALLEL_KEYS = ("strategy", "world_size", "offload", "bucket_cap_mb", "units", "interconnect")
 
 
-def parallel_spec(parallel, train: bool, precision: str):
+def parallel_spec(parallel, train: bool):
     """``analyze``'s ``parallel`` mapping as the pass's ParallelSpec (checked)."""
     if not parallel:
         return None

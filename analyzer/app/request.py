@@ -171,7 +171,7 @@ def _pass_options(*, include_inputs, inplace, lifetimes, train, optimizer, check
     if precision != "fp32" and not train:
         raise GraphcostError(f"{opt('precision')} is a training recipe: add {opt('train')}")
     rates = device_of(device)
-    spec = parallel_spec(parallel, train, precision)
+    spec = parallel_spec(parallel, train)
     return PassOptions(
         include_inputs=include_inputs, inplace=inplace,
         lifetimes=Lifetimes(lifetimes) if lifetimes else None,
