@@ -134,15 +134,12 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     (frontends/fake_rerun.py; the inputs' batch must be a marker batch), unless the trace has
     data-dependent sizes."""
     from ..frontends.torch.bounded_trace import BoundedSizes
-    from ..frontends.torch.capture import (
-        call_defaults,
-        export_module,
-        traceable_experts,
-    )
+    from ..frontends.torch.capture import export_module
     from ..frontends.torch.fake_rerun import rerun, reruns
     from ..frontends.torch.frontend import decompose_program, lower_exported
     from ..frontends.torch.repeat_layers import REPEAT_AT, trace_repeated
     from ..frontends.torch.size_bounds import check_maxima
+    from ..frontends.torch.transformers_tracing import call_defaults, traceable_experts
 
     batch_size = batch_of((*args, *kwargs.values()))
     kwargs = call_defaults(model, dict(kwargs))

@@ -13,8 +13,8 @@ Inference exports under ``torch.no_grad()`` and records how long the model's own
 each tensor (``_PythonReferences``). Training exports the model in train mode and traces the
 backward with AOTAutograd through the exported graph (``export_joint``, exported_run.py), so
 code that branches on ``torch.export`` (transformers' masks) is traced the way it exports.
-transformers models run without a KV cache unless asked (``call_defaults``) and with
-traceable experts (``traceable_experts``).
+What a transformers model needs to be traced as it runs (no KV cache, traceable experts,
+the masks eager code builds) is transformers_tracing.py's.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 
 from ....passes.errors import GraphcostError, opt
 from .compat import no_stack_traces
+from .transformers_tracing import eager_masks
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
@@ -95,44 +96,6 @@ def _as_dtype(d: Any) -> torch.dtype:
     if not isinstance(dt, torch.dtype):
         raise GraphcostError(f"unknown dtype {d!r}")
     return dt
-
-
-def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword arguments for one analyzed forward: a transformers model runs without a KV
-    cache (``use_cache=False``) unless the caller passes ``use_cache`` — the cache object it
-    would return is no tensor output, and a forward or a training step keeps none."""
-    kwargs = dict(kwargs)
-    transformers = sys.modules.get("transformers")
-    pretrained = getattr(transformers, "PreTrainedModel", None) if transformers else None
-    if pretrained is not None and isinstance(model, pretrained) and "use_cache" not in kwargs \
-            and "use_cache" in inspect.signature(model.forward).parameters:
-        kwargs["use_cache"] = False
-    return kwargs
-
-
-@contextmanager
-def traceable_experts(model: torch.nn.Module):
-    """A transformers mixture of experts whose experts run the "eager" loop (a Python loop
-    over the experts the router hit, tokens picked with ``torch.where``) dispatches by the
-    data and cannot be traced. For the trace the model uses transformers' "grouped_mm"
-    experts instead — the same arithmetic, every token through k of the n experts — and
-    is put back after. Yields the warnings to report (one line, or none)."""
-    notes: list[str] = []
-    saved = None
-    # (transformers' methods: to the checker, nn.Module's __getattr__ gives Tensor | Module)
-    if getattr(getattr(model, "config", None), "_experts_implementation", None) == "eager" \
-            and getattr(model, "_can_set_experts_implementation", lambda: False)():
-        saved = model.get_experts_implementation()  # pyright: ignore[reportCallIssue]
-        model.set_experts_implementation("grouped_mm")  # pyright: ignore[reportCallIssue]
-        notes.append(f"{type(model).__name__}'s eager experts route tokens by their data (a "
-                     "loop over the experts hit), which no trace can follow: costed with "
-                     "transformers' grouped_mm experts at the expected load, k of n experts "
-                     "per token and k/n of the tokens per expert (ESTIMATE)")
-    try:
-        yield notes
-    finally:
-        if saved is not None:
-            model.set_experts_implementation(saved)  # pyright: ignore[reportCallIssue]
 
 
 def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
@@ -221,32 +184,6 @@ def _one_line(exc: Exception) -> str:
     """An exception as 'Type: first non-empty line' (torch's messages run to pages)."""
     first = next((line for line in str(exc).splitlines() if line.strip()), "")
     return f"{type(exc).__name__}: {first[:300]}"
-
-
-@contextmanager
-def eager_masks():
-    """transformers builds the attention mask the eager forward builds. Eager, with no
-    padding mask and one sequence per row, a decoder's SDPA call gets ``is_causal=True`` and
-    no mask (and grouped key/value heads as they are), which lets PyTorch dispatch flash or
-    cuDNN. While tracing, transformers cannot read the values that decision needs and
-    materializes the mask: under ``torch.export`` always (``_ignore_causal_mask_sdpa``), and
-    in a training step whenever position ids might pack several sequences in a row
-    (``find_packed_sequence_indices``). graphcost costs the step as it runs on unpadded,
-    unpacked batches, so both are answered as eager code answers them there. A padding mask
-    given as an input still keeps the mask (its values are unknown while tracing)."""
-    masking = sys.modules.get("transformers.masking_utils")
-    names = ("is_torchdynamo_exporting", "find_packed_sequence_indices")
-    if masking is None or not all(hasattr(masking, n) for n in names):
-        yield
-        return
-    saved = [getattr(masking, n) for n in names]
-    setattr(masking, names[0], lambda: False)
-    setattr(masking, names[1], lambda position_ids: None)
-    try:
-        yield
-    finally:
-        for n, f in zip(names, saved):
-            setattr(masking, n, f)
 
 
 @contextmanager

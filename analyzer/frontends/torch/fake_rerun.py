@@ -56,7 +56,8 @@ def same_path(marked, small, *, train: bool) -> bool:
     fake implementation): it is traced at each batch instead."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from .capture import call_defaults, quiet_torch_logs, traceable_experts
+    from .capture import quiet_torch_logs
+    from .transformers_tracing import call_defaults, traceable_experts
 
     def ops(r, limit: int | None) -> list | None:
         log, was = _OpLog(limit), r.module.training

@@ -1,0 +1,77 @@
+"""What a transformers model needs to be traced as it runs: no KV cache unless asked
+(``call_defaults``), experts a trace can follow (``traceable_experts``), and the attention
+masks its eager forward builds (``eager_masks``). Used by capture.py's exports and by the
+fake-tensor re-runs (fake_rerun.py); nothing here imports transformers: a model that is not
+one passes through untouched."""
+from __future__ import annotations
+
+import inspect
+import sys
+from contextlib import contextmanager
+from typing import Any, Mapping
+
+import torch
+
+
+def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for one analyzed forward: a transformers model runs without a KV
+    cache (``use_cache=False``) unless the caller passes ``use_cache`` — the cache object it
+    would return is no tensor output, and a forward or a training step keeps none."""
+    kwargs = dict(kwargs)
+    transformers = sys.modules.get("transformers")
+    pretrained = getattr(transformers, "PreTrainedModel", None) if transformers else None
+    if pretrained is not None and isinstance(model, pretrained) and "use_cache" not in kwargs \
+            and "use_cache" in inspect.signature(model.forward).parameters:
+        kwargs["use_cache"] = False
+    return kwargs
+
+
+@contextmanager
+def traceable_experts(model: torch.nn.Module):
+    """A transformers mixture of experts whose experts run the "eager" loop (a Python loop
+    over the experts the router hit, tokens picked with ``torch.where``) dispatches by the
+    data and cannot be traced. For the trace the model uses transformers' "grouped_mm"
+    experts instead — the same arithmetic, every token through k of the n experts — and
+    is put back after. Yields the warnings to report (one line, or none)."""
+    notes: list[str] = []
+    saved = None
+    # (transformers' methods: to the checker, nn.Module's __getattr__ gives Tensor | Module)
+    if getattr(getattr(model, "config", None), "_experts_implementation", None) == "eager" \
+            and getattr(model, "_can_set_experts_implementation", lambda: False)():
+        saved = model.get_experts_implementation()  # pyright: ignore[reportCallIssue]
+        model.set_experts_implementation("grouped_mm")  # pyright: ignore[reportCallIssue]
+        notes.append(f"{type(model).__name__}'s eager experts route tokens by their data (a "
+                     "loop over the experts hit), which no trace can follow: costed with "
+                     "transformers' grouped_mm experts at the expected load, k of n experts "
+                     "per token and k/n of the tokens per expert (ESTIMATE)")
+    try:
+        yield notes
+    finally:
+        if saved is not None:
+            model.set_experts_implementation(saved)  # pyright: ignore[reportCallIssue]
+
+
+@contextmanager
+def eager_masks():
+    """transformers builds the attention mask the eager forward builds. Eager, with no
+    padding mask and one sequence per row, a decoder's SDPA call gets ``is_causal=True`` and
+    no mask (and grouped key/value heads as they are), which lets PyTorch dispatch flash or
+    cuDNN. While tracing, transformers cannot read the values that decision needs and
+    materializes the mask: under ``torch.export`` always (``_ignore_causal_mask_sdpa``), and
+    in a training step whenever position ids might pack several sequences in a row
+    (``find_packed_sequence_indices``). graphcost costs the step as it runs on unpadded,
+    unpacked batches, so both are answered as eager code answers them there. A padding mask
+    given as an input still keeps the mask (its values are unknown while tracing)."""
+    masking = sys.modules.get("transformers.masking_utils")
+    names = ("is_torchdynamo_exporting", "find_packed_sequence_indices")
+    if masking is None or not all(hasattr(masking, n) for n in names):
+        yield
+        return
+    saved = [getattr(masking, n) for n in names]
+    setattr(masking, names[0], lambda: False)
+    setattr(masking, names[1], lambda position_ids: None)
+    try:
+        yield
+    finally:
+        for n, f in zip(names, saved):
+            setattr(masking, n, f)
