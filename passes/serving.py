@@ -327,9 +327,10 @@ def _what_ifs(prefill: Graph, trace: ServingTrace, device, overhead, peaks: dict
     for weight, kv in WHAT_IFS:
         weight = weight or trace.weight_dtype
         kv = kv or trace.kv_dtype
-        if setting(weight, kv) in seen:
+        key = setting(weight, kv)
+        if key in seen:
             continue  # the setting chosen, or one already listed: never twice
-        seen.add(setting(weight, kv))
+        seen.add(key)
         pre, dec, weights, kv_type = _priced(prefill, trace, weight, kv, None, peaks,
                                              whole=False)
         _, after = _cache_bytes(dec.graph, trace)

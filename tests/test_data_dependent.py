@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
-from graphcost.analyzer.render.summary import render_csv, render_markdown
+from graphcost.analyzer.render.files import render_csv, render_markdown
 from graphcost.models_zoo import build_model, detection, example_inputs
 from graphcost.passes.errors import GraphcostError
 from torch import nn

@@ -38,6 +38,8 @@ def test_dtype_casts_a_module_for_inference():
     params = 256 * 512 + 512 + 512 * 10 + 10
     assert (fp32.totals.param_bytes, bf16.totals.param_bytes) == (4 * params, 2 * params)
     assert bf16.memory.peak_bytes * 2 == fp32.memory.peak_bytes  # activations halve too
+    # the caller's module is left as it was (the cast is of a copy)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
 
 
 @pytest.mark.parametrize("kw, message", [

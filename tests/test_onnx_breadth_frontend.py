@@ -14,8 +14,9 @@ import pytest
 from graphcost.analyzer.app.api import analyze, load_graph
 from graphcost.analyzer.app.request import LoadOptions
 from graphcost.analyzer.measure.verify import verify
+from graphcost.analyzer.render.files import render_csv, render_markdown
 from graphcost.analyzer.render.html import html_report
-from graphcost.analyzer.render.summary import render_csv, render_markdown, summary_lines
+from graphcost.analyzer.render.summary import summary_lines
 from onnx import TensorProto, helper, numpy_helper
 
 F32, I64, I32, U8 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.UINT8

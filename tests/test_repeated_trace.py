@@ -54,8 +54,9 @@ def test_repeated_stack_equals_a_full_trace(build):
     assert 2 * repeated.totals.macs == counter.get_total_flops()
 
     # the report says so wherever it is read: JSON, the terminal summary, Markdown, HTML
+    from graphcost.analyzer.render.files import render_markdown
     from graphcost.analyzer.render.html import html_report
-    from graphcost.analyzer.render.summary import render_markdown, summary_lines
+    from graphcost.analyzer.render.summary import summary_lines
     note = repeated.traced_layers
     assert json.loads(repeated.to_json())["traced_layers"] == note
     assert json.loads(full.to_json())["traced_layers"] == ""

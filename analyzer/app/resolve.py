@@ -17,6 +17,7 @@ with seeded random weights and real inputs for measuring. Nothing here lowers or
 """
 from __future__ import annotations
 
+import copy
 import os
 import re
 import sys
@@ -231,7 +232,10 @@ def in_dtype(r: Resolved, dtype: str | None, train: bool) -> Resolved:
 
     def cast(x):
         return x.to(to) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-    return replace(r, name=f"{r.name} ({name} from {source})", module=r.module.to(to),
+    # Module.to casts in place: a module the caller passed is copied first (the analysis
+    # leaves it as it was); a zoo model built here is cast as it is
+    module = copy.deepcopy(r.module) if dtype else r.module
+    return replace(r, name=f"{r.name} ({name} from {source})", module=module.to(to),
                    inputs=tuple(cast(x) for x in r.inputs),
                    kwargs={k: cast(v) for k, v in r.kwargs.items()})
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from ...passes.choices import Attention, Lifetimes, Optimizer
 from ...passes.errors import GraphcostError
 from ...passes.precision import CHOICES
+from ..app.api_checks import DTYPE_WORDS
 from ..app.devices import get_device, parse_device_spec, parse_overhead
 from .help import (
     Parser,  # (the subcommands import it here)
@@ -117,7 +118,7 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "(optional fp16=…, bf16=…, tf32=…, int8=… rates)")
     p.add_argument("--tf32", action="store_true",
                    help="with a device: fp32 matmuls and convolutions run at the TF32 rate")
-    p.add_argument("--dtype", choices=("fp32", "fp16", "bf16"),
+    p.add_argument("--dtype", choices=DTYPE_WORDS,
                    help="the weights' dtype for inference and --serve (a PyTorch model; "
                         "default: the published config's where known, e.g. zoo:llama7b "
                         "float16, a hub model's config.json's)")
@@ -336,8 +337,9 @@ def _run(args) -> int:
             render.render_table(report, console_for(sys.stdout, width), args.max_rows, args.depth,
                                 columns=columns, wide=args.wide, width=width)
     else:
-        text = {"json": report.to_json, "csv": lambda: render.render_csv(report),
-                "markdown": lambda: render.render_markdown(report)}[args.format]()
+        from ..render.files import render_csv, render_markdown
+        text = {"json": report.to_json, "csv": lambda: render_csv(report),
+                "markdown": lambda: render_markdown(report)}[args.format]()
         if args.output:
             Path(args.output).write_text(text, encoding="utf-8")
         else:
