@@ -139,7 +139,10 @@ def test_precision_recipes_on_two_ranks(recipes, model, strategy, precision):
     # gathers, and each unit's gradients cast to fp32 for a moment at its reduce-scatter
     # copy-in (without those casts the mlp's fsdp step was 4.98% under: 10,021,550 B
     # predicted, 10,546,864 B measured; now 10,545,326 B). mlp to 0.1%; gpt2 within 10%, as
-    # in fp32 (CPU eager keeps float dropout masks: see the module docstring)
+    # in fp32 (CPU eager keeps float dropout masks: see the module docstring). Above, both may
+    # also hold one unit's reduce-scatter input late, as in test_gloo_two_ranks (gpt2 in CI on
+    # torch 2.14.1: rank 1, step 1, 'Reduce Scatter' 793,088 B = two units' 396,544 B inputs,
+    # peak 5,552,388 B against 4,841,840 B predicted)
     preds, measured = recipes
     p = preds[model, strategy, precision]
     rows = [m for m in measured if (m.case.model, m.case.strategy, m.case.precision)
@@ -152,7 +155,8 @@ def test_precision_recipes_on_two_ranks(recipes, model, strategy, precision):
             assert 0.999 * predicted <= m.peak <= 1.001 * predicted + late, \
                 (m.rank, m.step, predicted, m.peak)
         else:
-            assert abs(predicted / m.peak - 1) <= 0.10, (m.rank, m.step, predicted, m.peak)
+            assert 0.90 * predicted <= m.peak <= 1.10 * predicted + late, \
+                (m.rank, m.step, predicted, m.peak)
 
 
 def test_master_weights_with_a_replicating_strategy_is_refused():
