@@ -27,7 +27,11 @@ The rules are DeviceCachingAllocator's in pytorch/pytorch c10/cuda/CUDACachingAl
   (``release_available_cached_blocks``), then every cached whole segment, and retries
   (``release_cached_blocks``, counted as a retry) before an OutOfMemoryError.
 
-Left out: streams (one stream: no cross-stream reuse or ``record_stream`` delays), CUDA-graph
+- streams: a block serves only requests on the stream it was allocated on (the pools order
+  blocks by stream first and ``get_free_block`` takes none of another stream), so each stream
+  has its own small and large pools and (expandable) segments: ``Alloc.stream``.
+
+Left out: ``record_stream`` delays (a block is reused as soon as it is freed), CUDA-graph
 private pools, ``roundup_power2_divisions``, ``garbage_collection_threshold``,
 ``large_segment_size_mb``, and the unmapping of free pages that expandable segments do before an
 OutOfMemoryError (there a mapping over the capacity is out of memory at once). Segments are laid
@@ -72,6 +76,7 @@ class Alloc:
     id: Hashable
     size: int
     step: int = -1    # the caller's clock (a node index); results name the step of a peak
+    stream: int = 0   # the stream it is allocated on (0: the default stream)
 
 
 @final
@@ -171,7 +176,7 @@ class _Allocator:
         self.mss = _UNLIMITED if max_split_size is None else max_split_size
         self.rounding = rounding
         self.capacity = capacity
-        self.small, self.large = _Pool(True, 0), _Pool(False, 1 << 62)
+        self.pools: dict[tuple[int, bool], _Pool] = {}   # (stream, small) -> its pool
         self.next_addr = 1 << 40      # cudaMalloc'd segments, laid out in creation order
         self.segments: dict[int, tuple[_Pool, int]] = {}  # base address -> (pool, size)
         self.reserved = self.allocated = self.requested = 0
@@ -179,10 +184,17 @@ class _Allocator:
         self.live: dict[Hashable, tuple[_Pool, _Block] | None] = {}
         self.peaks, self.peak_step = (0, 0, 0), -1   # requested, allocated, reserved
 
-    def malloc(self, orig: int) -> tuple[_Pool, _Block] | None:
+    def pool(self, stream: int, small: bool) -> _Pool:
+        """The stream's small or large pool (an expandable segment's address space each)."""
+        pool = self.pools.get((stream, small))
+        if pool is None:
+            pool = self.pools[stream, small] = _Pool(small, (len(self.pools) + 1) << 56)
+        return pool
+
+    def malloc(self, orig: int, stream: int = 0) -> tuple[_Pool, _Block] | None:
         """``malloc``: None when PyTorch would raise OutOfMemoryError."""
         size = round_size(orig)
-        pool = self.small if size <= K_SMALL_SIZE else self.large
+        pool = self.pool(stream, size <= K_SMALL_SIZE)
         block = self._free_block(pool, size)
         if block is None:
             block = self._expand(pool, size) if self.expandable else self._segment(pool, size)
@@ -255,8 +267,8 @@ class _Allocator:
         return True
 
     def _release_cached(self) -> None:
-        """``release_cached_blocks``: every cached whole segment, large pool first."""
-        for pool in (self.large, self.small):
+        """``release_cached_blocks``: every cached whole segment, large pools first."""
+        for pool in sorted(self.pools.values(), key=lambda p: p.small):
             for _, _, block in pool.free[:]:
                 self._release(pool, block)
 
@@ -335,7 +347,7 @@ class _Allocator:
         if ev.size == 0:
             self.live[ev.id] = None
             return True
-        held = self.live[ev.id] = self.malloc(ev.size)
+        held = self.live[ev.id] = self.malloc(ev.size, ev.stream)
         if held is None:
             return False
         req, alloc, res = self.peaks

@@ -49,6 +49,22 @@ def test_a_large_block_cannot_reuse_a_freed_smaller_one():
     assert replay([Alloc("a", 11 * MiB)]).reserved_peak == 12 * MiB
 
 
+def test_a_block_freed_on_one_stream_serves_no_other():
+    # 12 MiB on stream 0, freed: cached in stream 0's large pool. 12 MiB on stream 1 cannot take
+    # it (the pool's set orders by stream first, get_free_block matches the stream): a second
+    # 12 MiB segment -> 24 MiB reserved; on stream 0 again it is reused -> still 24 MiB
+    r = replay([Alloc("a", 12 * MiB), Free("a"), Alloc("b", 12 * MiB, stream=1), Free("b"),
+                Alloc("c", 12 * MiB)])
+    assert (r.allocated_peak, r.reserved_peak, r.device_allocs) == (12 * MiB, 24 * MiB, 2)
+    # small requests likewise: 1 KiB on streams 0 and 1 -> two 2 MiB segments
+    r = replay([Alloc("a", 1024), Alloc("b", 1024, stream=1)])
+    assert r.reserved_peak == 4 * MiB
+    # expandable segments: one per stream and pool: 5 MiB on each of two streams maps one
+    # 20 MiB page each -> 40 MiB
+    r = replay([Alloc("a", 5 * MiB), Alloc("b", 5 * MiB, stream=1)], expandable=True)
+    assert r.reserved_peak == 40 * MiB
+
+
 def test_a_cached_block_is_split_only_when_over_1_mib_would_be_left():
     # 6 MiB into the cached 12 MiB block: 6 MiB left > 1 MiB, split; a second 6 MiB takes the rest
     r = replay([Alloc("a", 12 * MiB), Free("a"), Alloc("b", 6 * MiB), Alloc("c", 6 * MiB)])
