@@ -78,14 +78,16 @@ def training_events(storages, *, resident: list[tuple[str, int]], grads: frozens
             events += [Alloc(("state", k), b) for k, b in enumerate(state) if b > 0]
         copies = [k for k, b in enumerate(master_grads) if b > 0]
         events += [Alloc(("fp32 grad", step, k), master_grads[k]) for k in copies]
-        events += _step_temporaries(step, step_sizes, foreach)
+        events += step_temporary_events(step, step_sizes, foreach)
         events += [Free(("fp32 grad", step, k)) for k in copies]
         events += [Free((step, k)) for k, s in enumerate(storages)
                    if s.name in grads and s.nbytes > 0]
     return tuple(events)
 
 
-def _step_temporaries(step: int, sizes: list[int], foreach: bool) -> list[Event]:
+def step_temporary_events(step: int, sizes: list[int], foreach: bool) -> list[Event]:
+    """An adaptive optimizer's step temporaries over parameters of ``sizes`` bytes, in the
+    order it visits them (see training_events)."""
     live = [b for b in sizes if b > 0]
     if foreach:
         return ([Alloc(("temp", step, k), b) for k, b in enumerate(live)]

@@ -4,10 +4,11 @@ A GPU runs out of what PyTorch's caching allocator has *reserved*, not of the by
 tensors hold, and the process holds more than the allocator's segments. ``needs`` is:
 
 - **the reserved peak**: the run's allocations replayed through the caching allocator
-  (passes/caching_allocator.py, over the liveness timeline or the two training steps) where
-  the run is modelled that way; elsewhere (a checkpoint plan, one data-parallel rank, a
-  serving batch) the tensors' peak × (1 + 10%), labelled an estimate. ``--overhead
-  allocator=P`` replaces either with tensors × (1 + P).
+  (passes/caching_allocator.py): an inference run over its liveness timeline, a training step
+  over two steps, one data-parallel rank over two steps of its strategy's tensors and streams
+  (passes/parallel_reserved.py), a serving batch over its prefill and last decode step
+  (passes/serving_reserved.py); a checkpoint plan's peak, not replayed, × (1 + 10%), labelled
+  an estimate. ``--overhead allocator=P`` replaces either with tensors × (1 + P).
 - **cuBLAS workspaces**, allocated through the caching allocator and kept: one per thread
   that runs matrix products (CublasHandlePool.cpp keys them by handle and stream, and a
   handle by thread) — one for inference, two for training (the autograd engine runs the
@@ -16,6 +17,16 @@ tensors hold, and the process holds more than the allocator's segments. ``needs`
   32 MiB, 128 MiB on the MI300/MI325/MI355 (gfx94x/gfx95x). ``CUBLAS_WORKSPACE_CONFIG``
   changes them in PyTorch; here ``--overhead context=`` covers everything outside the
   tensors.
+- **NCCL's buffers** (data-parallel ranks, world size > 1), outside the allocator and an
+  estimate: NCCL (2.22 and later) allocates, per channel of the ring it connects, receive
+  buffers for its three protocols — LL 512 KiB, LL128 4.6875 MiB, Simple 4 MiB
+  (``computeBuffSizes`` in src/init.cc; ``NCCL_BUFFSIZE``) — rounded up to 2 MiB IPC
+  allocations (10 MiB) and 2 MiB on the sending side (src/transport/p2p.cc): 12 MiB per
+  channel. Channels: 24 in one node of 8 GPUs, 16 across nodes with a tree beside the ring
+  as many again (NCCL_DEBUG=INFO logs of 8×H100 and 2×8 H100 jobs, NVIDIA/nccl issues 2094
+  and 1538); NVLink SHARP on NVSwitch systems (H100 SXM, H200, B200, GB200) adds 16 channels
+  × 2 × 128 KiB × 8 steps × 8 heads = 256 MiB (src/transport/nvls.cc). 8 H100 SXM ranks:
+  24 × 12 + 256 = 544 MiB each. Not measured here (one GPU).
 - **the CUDA context and kernel modules**, outside the allocator: 726,466,560 B (692.8 MiB)
   measured on an H100 80GB HBM3 (driver 580.159.04, CUDA 13.0, PyTorch 2.11+cu130, cuDNN 9.19;
   ``cudaMemGetInfo``'s used bytes − ``memory_reserved()`` after CUDA's start, 526.8 MiB, and
@@ -39,6 +50,10 @@ CONTEXT_BYTES = 726_466_560
 CONTEXT_SOURCE = ("measured on an H100 (CUDA 13.0, PyTorch 2.11): CUDA's context and the "
                   "kernels the first matmuls, convolution and attention load")
 ESTIMATE_FRACTION = 0.10
+NCCL_CHANNEL_BYTES = 12 * MiB       # per ring (or tree) channel: see the module docstring
+NCCL_NVLS_BYTES = 256 * MiB
+NVLS_PARTS = frozenset({"h100-sxm", "h200", "b200", "gb200"})   # NVSwitch with NVLink SHARP
+GPUS_PER_NODE = 8
 GIVEN = "the overhead given"
 
 
@@ -100,19 +115,37 @@ def offers(device: "DeviceRates") -> tuple[int, str]:
     return device.memory, "the nominal size (what the driver offers was not measured)"
 
 
+def nccl_part(device: "DeviceRates", world: int) -> FitPart | None:
+    """NCCL's own buffers on each of ``world`` data-parallel ranks (None: one rank)."""
+    if world <= 1:
+        return None
+    one_node = world <= GPUS_PER_NODE
+    channels = 24 if one_node else 2 * 16
+    nvls = NCCL_NVLS_BYTES if device.name in NVLS_PARTS else 0
+    what = (f"{'RCCL' if device.rocm else 'NCCL'} buffers ({channels} channels × 12 MiB"
+            + (" + NVLS 256 MiB" if nvls else "") + ")")
+    return FitPart(what, channels * NCCL_CHANNEL_BYTES + nvls,
+                   "an estimate from NCCL's buffer sizes and channel counts (not measured "
+                   "here), outside PyTorch's allocator")
+
+
 def fit(device: "DeviceRates", tensor_bytes: int, *, reserved_bytes: int | None = None,
-        threads: int = 1, overhead: Overhead | None = None, allocator: str = "") -> Fit:
+        threads: int = 1, overhead: Overhead | None = None, allocator: str = "",
+        world: int = 1) -> Fit:
     """What a run whose tensors peak at ``tensor_bytes`` (``reserved_bytes``: the caching
     allocator's replayed reserved peak, None where not modelled; ``allocator``: its settings
     as PYTORCH_CUDA_ALLOC_CONF spells them, "" for the default) needs on ``device`` with
-    ``threads`` threads running matrix products (inference 1, training 2)."""
+    ``threads`` threads running matrix products (inference 1, training 2), as one of
+    ``world`` data-parallel ranks."""
     overhead = overhead or Overhead()
     parts = [_allocator_part(tensor_bytes, reserved_bytes, overhead, allocator)]
     if overhead.context_bytes is None:
         ws = cublas_workspace_bytes(device)
         parts += [FitPart(f"cuBLAS workspaces ({threads} × {ws / MiB:g} MiB)", threads * ws,
-                          "PyTorch's default per matmul thread, inside the allocator"),
-                  FitPart("CUDA context and kernels", CONTEXT_BYTES, CONTEXT_SOURCE)]
+                          "PyTorch's default per matmul thread, inside the allocator")]
+        nccl = nccl_part(device, world)
+        parts += [nccl] if nccl else []
+        parts.append(FitPart("CUDA context and kernels", CONTEXT_BYTES, CONTEXT_SOURCE))
     elif overhead.context_bytes:
         parts.append(FitPart("context and workspaces", overhead.context_bytes, GIVEN))
     have, source = offers(device)

@@ -32,13 +32,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from .choices import Offload, Strategy
+from .caching_allocator import AllocatorConfig
+from .choices import Offload, OptimizerImpl, Strategy
 from .comm import CommVolume, InterconnectRates, comm_volume
 from .errors import GraphcostError, opt
 from .fits import Overhead, fit
 from .ir import INTERNAL, Graph, ValueKind
 from .parallel_clock import Clock, price
 from .parallel_fsdp import sharded_step
+from .parallel_reserved import rank_reserved_peak
 from .parallel_units import (
     Unit,
     ddp_buckets,
@@ -83,6 +85,7 @@ class ParallelMemory:
     optimizer_impl: str
     offload: str | None
     per_rank_peak_bytes: int        # steady state (optimizer state allocated)
+    reserved_peak_bytes: int        # two steps replayed through the CUDA caching allocator
     first_step_peak_bytes: int      # step 1: forward and backward before the state exists
     single_device_peak_bytes: int   # the same micro-batch on one device, for comparison
     peak_phase: str                 # forward | backward | optimizer
@@ -128,28 +131,32 @@ def check_spec(spec: ParallelSpec) -> None:
 
 def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
                   device: DeviceRates | None = None, overhead: Overhead | None = None,
-                  master_weights: bool = False) -> ParallelMemory:
+                  master_weights: bool = False,
+                  allocator: AllocatorConfig = AllocatorConfig()) -> ParallelMemory:
     """One rank's step under ``spec``; with ``world_size`` None, the smallest world size
     whose per-rank peak, with ``overhead``, fits ``device``'s memory. ``master_weights``
     (a master recipe, the graph re-typed to half): FSDP2's ``MixedPrecisionPolicy(
     param_dtype=half, reduce_dtype=fp32)`` — the shards, their gradients, the reduce-scatter
-    inputs and the optimizer stay fp32; the gathered parameters and the step run in half."""
+    inputs and the optimizer stay fp32; the gathered parameters and the step run in half.
+    ``allocator``: the caching allocator's settings the reserved peak is replayed with."""
     check_spec(spec)
     if master_weights and spec.strategy not in SHARDED:
         raise GraphcostError(f"a master-weights {opt('precision')} with "
                              f"{opt('parallel', value=spec.strategy)}: modelled for fully_shard's "
                              "MixedPrecisionPolicy (zero2, zero3, fsdp); with ddp or zero1 use "
                              "an autocast or a true recipe (bf16-mixed, bf16-true)")
-    plan = _Plan(graph, training, spec, 2 if master_weights else 1)
+    plan = _Plan(graph, training, spec, 2 if master_weights else 1, allocator)
     if spec.world_size is not None:
         return plan.at(spec.world_size)
     if device is None:
         raise GraphcostError(f"{opt('parallel.world_size', value='auto')} needs {opt('device')} (the memory "
                              "of each rank)")
-    return _smallest(plan, lambda b: fit(device, b, threads=2, overhead=overhead).fits)
+    return _smallest(plan, lambda r: fit(device, r.per_rank_peak_bytes,
+                                         reserved_bytes=r.reserved_peak_bytes, threads=2,
+                                         overhead=overhead, world=r.world_size).fits)
 
 
-def _smallest(plan: "_Plan", fits: Callable[[int], bool]) -> ParallelMemory:
+def _smallest(plan: "_Plan", fits: Callable[[ParallelMemory], bool]) -> ParallelMemory:
     tried: dict[int, ParallelMemory] = {}
 
     def at(n: int) -> ParallelMemory:
@@ -158,7 +165,7 @@ def _smallest(plan: "_Plan", fits: Callable[[int], bool]) -> ParallelMemory:
         return tried[n]
 
     def ok(n: int) -> bool:
-        return fits(at(n).per_rank_peak_bytes)
+        return fits(at(n))
 
     hi = 1
     while not ok(hi):
@@ -185,8 +192,9 @@ class _Plan:
     the units; ``at(N)`` prices one world size."""
 
     def __init__(self, graph: Graph, training: TrainingMemory, spec: ParallelSpec,
-                 master: int = 1):
+                 master: int = 1, allocator: AllocatorConfig = AllocatorConfig()):
         self.graph, self.spec, self.training = graph, spec, training
+        self.allocator = allocator
         self.master = master  # fp32 bytes per graph (half) byte of what FSDP2 keeps in fp32
         self.step = training.checkpoint.checkpointed if training.checkpoint else training
         self.sharded = spec.strategy in SHARDED
@@ -197,6 +205,8 @@ class _Plan:
         self.param_bytes = sum(v.spec.nbytes or 0 for v in values.values()
                                if v.kind == ValueKind.PARAM)
         self.buffer_bytes = training.buffer_bytes
+        self.buffer_sizes = [v.spec.nbytes or 0 for v in values.values()
+                             if v.kind == ValueKind.BUFFER]
         origin, _ = origins(graph)
         grads = dict(graph.grads) or dict(zip(self.trainable, graph.outputs[1:]))
         self.grad_storage: dict[str, list[str]] = {}
@@ -217,10 +227,13 @@ class _Plan:
             units = ()
         p = price(clock)
         t, n = self.training, clock.n
+        reserved = rank_reserved_peak(clock, t.optimizer_impl == OptimizerImpl.FOREACH,
+                                      self.allocator)
         return ParallelMemory(
             strategy=self.spec.strategy, world_size=world, per_rank_batch=self.graph.batch,
             global_batch=self.graph.batch * world, optimizer_impl=t.optimizer_impl,
             offload=self.spec.offload, per_rank_peak_bytes=p.peak_bytes,
+            reserved_peak_bytes=reserved,
             first_step_peak_bytes=p.first_step_peak_bytes,
             single_device_peak_bytes=self.step.peak_bytes,
             peak_phase="optimizer" if p.at_step else
@@ -267,9 +280,15 @@ class _Plan:
                 host.update(params=sum(sizes), grads=sum(sizes))
             return host
         opt_at = clock.node(clock.n)
-        clock.add(0, clock.size, state, "optimizer_state")
-        clock.add(opt_at, opt_at + 1, temps, "step_temporaries")
+        clock.add(0, clock.size, state, "optimizer_state", self._state_tensors(sizes))
+        clock.add(opt_at, opt_at + 1, temps, "step_temporaries", sizes)
         return {}
+
+    def _state_tensors(self, sizes: list[int]) -> list[int]:
+        """The state's tensors: STATE_MULTIPLIER per parameter, Adam's 4-byte steps."""
+        opt = self.training.optimizer
+        return [b for b in sizes for _ in range(STATE_MULTIPLIER[opt])] + \
+            ([4] * len(sizes) if opt in ADAPTIVE else [])
 
     # ------------------------------------------------------------------ ddp / zero1
 
@@ -279,9 +298,11 @@ class _Plan:
         end, opt_at = clock.size, clock.node(clock.n)
         values = self.graph.values
         grad_sizes = [values[p].spec.nbytes or 0 for p in self.trainable]
-        clock.add(0, end, self.param_bytes, "params")
-        clock.add(0, end, self.buffer_bytes, "buffers")
-        clock.add(0, end, sum(grad_sizes), "ddp_buckets")
+        buckets = ddp_buckets(grad_sizes, int(spec.bucket_cap_mb * (1 << 20)))
+        clock.add(0, end, self.param_bytes, "params",
+                  [v.spec.nbytes or 0 for v in values.values() if v.kind == ValueKind.PARAM])
+        clock.add(0, end, self.buffer_bytes, "buffers", self.buffer_sizes)
+        clock.add(0, end, sum(grad_sizes), "ddp_buckets", buckets)
         self.place_storages(clock, lambda ps: end, "grads")    # gradients live to the step
         if spec.strategy == Strategy.DDP:
             ranks = [list(range(len(grad_sizes)))]
@@ -299,7 +320,7 @@ class _Plan:
                 rank, worst = r, peak
         host = self.place_optimizer(clock, [grad_sizes[i] for i in ranks[rank]])
         gathered = sum(grad_sizes) if spec.strategy == Strategy.ZERO1 else 0
-        buckets = ddp_buckets(grad_sizes, int(spec.bucket_cap_mb * (1 << 20)))
         comm = comm_volume(world, gathered, 0, sum(grad_sizes),
-                           buckets + (len(grad_sizes) if gathered else 0), spec.interconnect)
-        return rank, host, comm, buckets
+                           len(buckets) + (len(grad_sizes) if gathered else 0),
+                           spec.interconnect)
+        return rank, host, comm, len(buckets)

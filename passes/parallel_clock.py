@@ -11,7 +11,7 @@ folded to one value per node (the highest moment at or just before it) for the t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 CATEGORIES = ("params", "buffers", "grads", "optimizer_state", "activations", "comm_buffers",
               "temporaries")
@@ -33,6 +33,9 @@ class Clock:
         self.n = n
         self.gaps: list[list[tuple]] = [[] for _ in range(n + 1)]
         self.intervals: list[tuple[int, int, int, str]] = []
+        # per interval: the bytes of each tensor it is, and the CUDA stream they are allocated
+        # on (what the caching-allocator replay needs: passes/parallel_reserved.py)
+        self.tensors: list[tuple[tuple[int, ...], int]] = []
 
     def before(self, i: int, order: int, label: str) -> tuple:
         """An event just before node i; events of one gap run by ``order``, then as
@@ -63,10 +66,13 @@ class Clock:
     def at(self, ev: tuple) -> int:
         return self.ev_pos[ev]
 
-    def add(self, start: int, end: int, nbytes: int, detail: str) -> None:
-        """``nbytes`` of ``detail`` live from moment ``start`` up to, not including, ``end``."""
+    def add(self, start: int, end: int, nbytes: int, detail: str,
+            pieces: Sequence[int] | None = None, stream: int = 0) -> None:
+        """``nbytes`` of ``detail`` live from moment ``start`` up to, not including, ``end``:
+        the tensors of ``pieces`` bytes (None: one tensor), allocated on ``stream``."""
         if nbytes and end > start:
             self.intervals.append((start, end, nbytes, detail))
+            self.tensors.append((tuple(pieces) if pieces is not None else (nbytes,), stream))
 
     def totals(self) -> list[int]:
         diff = [0] * (self.size + 1)

@@ -36,6 +36,16 @@ from .comm import comm_volume
 from .parallel_clock import Clock
 from .parallel_units import ROOT, padded_bytes
 
+# The CUDA streams FSDP2 allocates on (FSDPCommContext): all-gather outputs on the copy-in
+# stream (``_get_all_gather_streams``: implicit prefetching in forward and pre-backward), the
+# reduce-scatter output (the sharded gradients' storage) inside
+# ``torch.cuda.stream(reduce_scatter_stream)`` (``foreach_reduce``); its input, the copy-out,
+# the gradients and the optimizer on the default stream. A block cached on one stream serves
+# no other (passes/caching_allocator.py). Read off PyTorch 2.11's allocator trace on an H200
+# (benchmarks/results/cuda_traces_h200.json.gz: the reduce-scatter inputs are default-stream
+# blocks there).
+DEFAULT_STREAM, ALL_GATHER_STREAM, REDUCE_SCATTER_STREAM = 0, 1, 2
+
 
 # long: places one rank's tensors on the clock per FSDP phase; the phases share the unit table
 def sharded_step(plan, clock: Clock, world: int):
@@ -84,28 +94,38 @@ def sharded_step(plan, clock: Clock, world: int):
     offload = spec.offload == Offload.PARAMS
     m = plan.master
     shard_total = m * sum(u.shard_bytes for u in units)
-    if not offload:
-        clock.add(0, end, shard_total, "sharded_params")
-    clock.add(0, end, plan.buffer_bytes, "buffers")
+    values = plan.graph.values
+
+    def each(u, size, only_trainable=False):     # per parameter of a unit: its tensors' bytes
+        return [size(values[p].spec) for p in u.members
+                if not only_trainable or p in trainable]
+    if not offload:       # FSDPParam: one padded shard per parameter
+        clock.add(0, end, shard_total, "sharded_params",
+                  [b for u in units for b in each(u, lambda s: m * padded_bytes(s, world)
+                                                  // world)])
+    clock.add(0, end, plan.buffer_bytes, "buffers", plan.buffer_sizes)
     seq = [root, *blocks]
     for k, u in enumerate(seq):
         a, o = pos[u.name, "ag"], pos[u.name, "out"]
         # freed by the next unit's wait_for_unshard, which still holds it through its copy-out
         held = pos[seq[k + 1].name, "out"] + 1 if k + 1 < len(seq) else \
             clock.node(last_fwd) + 1
+        # the copy-out's unsharded parameters: one all-gather output per parameter
+        unsharded = each(u, lambda s: padded_bytes(s, world))
         if flat:
-            clock.add(a, held, u.padded_bytes, "all_gather_buffers")
+            clock.add(a, held, u.padded_bytes, "all_gather_buffers", stream=ALL_GATHER_STREAM)
         if offload:        # the host shard copied to the device for the all-gather
             clock.add(a, o + 1, m * u.shard_bytes, "offload_staging")
         off = pos[u.name, "rs0"] if u is root or not reshard else clock.node(u.forward[1]) + 1
-        clock.add(o, off, u.padded_bytes, "unsharded_params")
+        clock.add(o, off, u.padded_bytes, "unsharded_params", unsharded)
         if (u.name, "bag") in pos:
             b0, b1 = pos[u.name, "bag"], pos[u.name, "bout"]
             if flat:
-                clock.add(b0, b1 + 1, u.padded_bytes, "all_gather_buffers")
+                clock.add(b0, b1 + 1, u.padded_bytes, "all_gather_buffers",
+                          stream=ALL_GATHER_STREAM)
             if offload:
                 clock.add(b0, b1 + 1, m * u.shard_bytes, "offload_staging")
-            clock.add(b1, pos[u.name, "rs0"], u.padded_bytes, "unsharded_params")
+            clock.add(b1, pos[u.name, "rs0"], u.padded_bytes, "unsharded_params", unsharded)
     order = [*during, *final]
     for k, u in enumerate(order):
         if not u.grad_padded_bytes:
@@ -114,11 +134,11 @@ def sharded_step(plan, clock: Clock, world: int):
         until = pos[order[k + 1].name, "rs0"] if k + 1 < len(order) else clear
         clock.add(r0, until, m * u.grad_padded_bytes, "reduce_scatter_inputs")
         if m > 1:
-            clock.add(r0, r0 + 1, m * sum(plan.graph.values[p].spec.nbytes or 0
-                                          for p in u.members if p in trainable),
-                      "reduce_dtype_casts")
+            casts = each(u, lambda s: m * (s.nbytes or 0), only_trainable=True)
+            clock.add(r0, r0 + 1, sum(casts), "reduce_dtype_casts", casts)
+        # the reduce-scatter's output: the unit's sharded gradients are views into it
         clock.add(r1, r1 + 1 if offload else end, m * u.grad_padded_bytes // world,
-                  "sharded_grads")
+                  "sharded_grads", stream=REDUCE_SCATTER_STREAM)
     rs1 = {p: pos[u.name, "rs1"] for u in units for p in u.members}
     plan.place_storages(clock, lambda ps: max(rs1[p] for p in ps), "unsharded_grads")
     sizes = [m * padded_bytes(plan.graph.values[p].spec, world) // world

@@ -259,16 +259,17 @@ def _needs_grad(graph: Graph, forward: set[int]) -> set[str]:
     return needs
 
 
-def ddp_buckets(grad_sizes: list[int], cap_bytes: int) -> int:
-    """How many gradient buckets DDP builds (``_compute_bucket_assignment_by_size``: the
-    gradients in reverse order, a bucket closed once it reaches its cap; the first cap is
-    1 MiB, the others ``bucket_cap_mb``). Their bytes add up to the gradients whatever the cap."""
-    count, filled, cap = 0, 0, DDP_FIRST_BUCKET_BYTES
+def ddp_buckets(grad_sizes: list[int], cap_bytes: int) -> list[int]:
+    """The bytes of each gradient bucket DDP builds (``_compute_bucket_assignment_by_size``:
+    the gradients in reverse order, a bucket closed once it reaches its cap; the first cap is
+    1 MiB, the others ``bucket_cap_mb``). They add up to the gradients whatever the cap."""
+    buckets, filled, cap = [], 0, DDP_FIRST_BUCKET_BYTES
     for size in reversed(grad_sizes):
         filled += size
         if filled >= cap:
-            count, filled, cap = count + 1, 0, cap_bytes
-    return count + (filled > 0)
+            buckets.append(filled)
+            filled, cap = 0, cap_bytes
+    return buckets + ([filled] if filled else [])
 
 
 def zero1_partition(numels: list[int], world: int) -> list[list[int]]:

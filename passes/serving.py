@@ -39,12 +39,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import serving_dtypes as sd
+from .caching_allocator import AllocatorConfig
 from .costs import count_costs
 from .fits import Fit, Overhead, fit, tensor_room
 from .ir import Graph, ValueKind
 from .liveness import analyze_liveness
 from .params import count_params
 from .roofline import DeviceRates, roofline
+from .serving_reserved import serving_reserved_peak
 
 WHAT_IFS = (("int8", None), ("int4", None), ("fp8", None), (None, "fp8"), (None, "int8"))
 CURVE_POINTS = 16
@@ -132,6 +134,7 @@ class Serving:
     cache_update: str                # "append" (in place) | "concat" (copied every step)
     prefill: Prefill
     decode: Decode
+    reserved_peak_bytes: int         # the batch replayed through the CUDA caching allocator
     fit: Fit | None                  # weights + KV cache + working peak on the device
     max_concurrent_sequences: int | None
     max_context: int | None          # the longer context memory allows, capped by ``positions``
@@ -151,7 +154,8 @@ class _Phase:
 
 
 def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
-                   overhead: Overhead | None = None) -> Serving:
+                   overhead: Overhead | None = None,
+                   allocator: AllocatorConfig = AllocatorConfig()) -> Serving:
     overhead = overhead or Overhead()
     prefill = trace.prefill
     b = prefill.batch
@@ -180,7 +184,12 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         compute_seconds=times["compute_seconds"], memory_seconds=times["memory_seconds"],
         bound=times["bound"],
         bandwidth_bound_seconds=(weights + after) / device.bandwidth if device else None)
-    answer = fit(device, weights + after + work, overhead=overhead) if device else None
+    reserved = serving_reserved_peak(
+        pre.graph, dec.graph, sd.cache_values(pre.graph, trace.prefill_cache),
+        list(trace.decode_past), sd.cache_values(dec.graph, trace.decode_cache),
+        trace.appends, after, allocator)
+    answer = fit(device, weights + after + work, reserved_bytes=reserved, overhead=overhead,
+                 allocator=allocator.words) if device else None
     max_context = _max_context(weights + work, after, growth, t0, device, overhead)
     if max_context is not None and trace.positions is not None:
         max_context = min(max_context, trace.positions)
@@ -190,7 +199,7 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         kv_dtype=sd.short(kv), weight_bytes=weights, kv_bytes_per_token=growth // b,
         kv_cache_bytes=after, cache_tensors=len(trace.decode_past),
         cache_update="append" if trace.appends else "concat",
-        prefill=prefill_out, decode=decode_out, fit=answer,
+        prefill=prefill_out, decode=decode_out, reserved_peak_bytes=reserved, fit=answer,
         max_concurrent_sequences=_max_sequences(weights, (after + work) / b, device, overhead),
         max_context=max_context, positions=trace.positions,
         what_if=_what_ifs(prefill, trace, device, overhead, peaks),

@@ -109,3 +109,25 @@ def test_a_small_training_step_counts_its_two_workspaces():
     case = "llama_tiny-train-b8-adamw"
     _within(r.peak_bytes + 64 * MiB, case, "allocated", 0.02)
     _within(r.training.reserved_peak_bytes + 64 * MiB, case, "reserved", 0.02)
+
+
+def test_nccl_buffers_are_a_labelled_estimate_per_rank():
+    from graphcost.passes.fits import nccl_part
+    # NCCL 2.22+: 12 MiB per channel (LL 512 KiB + LL128 4.6875 MiB + Simple 4 MiB received,
+    # in 2 MiB IPC allocations: 10 MiB, + 2 MiB sent); 24 channels in one node of 8 GPUs;
+    # NVLink SHARP on an H100 SXM: 16 × 2 × 128 KiB × 8 steps × 8 heads = 256 MiB.
+    # 8 ranks on H100 SXM: 24 × 12 + 256 = 544 MiB; on A100s (no NVLS) 288 MiB; across nodes
+    # 16 ring + 16 tree channels: 32 × 12 = 384 MiB; one rank: no communicator's buffers
+    h100, a100 = get_device("h100-sxm"), get_device("a100-80gb")
+    part = nccl_part(h100, 8)
+    assert part is not None and part.bytes == 544 * MiB and "estimate" in part.source
+    assert nccl_part(a100, 8).bytes == 288 * MiB
+    assert nccl_part(a100, 16).bytes == 384 * MiB
+    assert nccl_part(h100, 1) is None
+    # in the one fits answer of a data-parallel run, beside the rank's replayed reserved peak
+    r = analyze("zoo:mlp", batch=2, train=True, optimizer="adam", device="h100-sxm",
+                parallel={"strategy": "fsdp", "world_size": 8})
+    parts = {p.what.split(" (")[0]: p.bytes for p in r.roofline.fit.parts}
+    assert parts["NCCL buffers"] == 544 * MiB
+    assert parts["reserved by PyTorch's caching allocator"] == r.parallel.reserved_peak_bytes
+    assert r.roofline.fit.needs == sum(parts.values())

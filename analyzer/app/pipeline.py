@@ -67,13 +67,14 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
         traced_layers=graph.traced_layers, attention=attention_uses(graph.attention),
         allocator=o.allocator.words,
         parallel=parallel and training and parallel_step(
-            graph, training, parallel, device, overhead, master_weights(precision)),
+            graph, training, parallel, device, overhead, master_weights(precision),
+            o.allocator),
         moe=find_moe(graph, costs, params.params),
         bounds=size_bounds(graph, include_inputs=include_inputs, eager=lifetimes == "eager"),
         receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
-        serving=serving and serving_review(serving, device, overhead))
+        serving=serving and serving_review(serving, device, overhead, o.allocator))
     if device is None:
         return report
     return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=o.tf32,
@@ -83,18 +84,22 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
 
 def _fit(report: Report, device, overhead, allocator) -> Fit:
     """The report's one fits answer: the serving batch's when reviewed for serving; a
-    training step's on its two-step reserved replay (a checkpoint plan's or a rank's peak by
-    the estimate); an inference run's on its reserved replay."""
+    training step's, or one data-parallel rank's, on its two-step reserved replay (a
+    checkpoint plan's peak by the estimate); an inference run's on its reserved replay."""
     if report.serving is not None and report.serving.fit is not None:
         return report.serving.fit
     t = report.training
     if t is None:
         return fit(device, report.peak_bytes, reserved_bytes=report.memory.reserved_peak_bytes,
                    overhead=overhead, allocator=allocator.words)
-    if report.parallel is None and t.checkpoint is not None:
+    if report.parallel is not None:
+        return fit(device, report.parallel.per_rank_peak_bytes,
+                   reserved_bytes=report.parallel.reserved_peak_bytes, threads=2,
+                   overhead=overhead, allocator=allocator.words,
+                   world=report.parallel.world_size)
+    if t.checkpoint is not None:
         return fit(device, t.checkpoint.peak_bytes, threads=2, overhead=overhead)
-    reserved = t.reserved_peak_bytes if report.parallel is None else None
-    return fit(device, report.peak_bytes, reserved_bytes=reserved, threads=2,
+    return fit(device, report.peak_bytes, reserved_bytes=t.reserved_peak_bytes, threads=2,
                overhead=overhead, allocator=allocator.words)
 
 

@@ -34,6 +34,8 @@ def parallel_summary(r: Report) -> list[tuple[str, list[str]]]:
         ("per rank", [f"peak {human_bytes(p.per_rank_peak_bytes)} "
                       f"({p.per_rank_peak_bytes:,} B){rank} in {where}",
                       "(steady state);", f"first step {human_bytes(p.first_step_peak_bytes)};",
+                      f"reserved {human_bytes(p.reserved_peak_bytes)} (caching allocator,",
+                      "two steps);",
                       f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"]),
         ("rank peak", _items(p.breakdown_at_peak)),
     ]

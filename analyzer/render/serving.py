@@ -34,6 +34,10 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
                       "tokens;", f"{_b(s.kv_bytes_per_token)} per token per sequence;",
                       f"{s.cache_tensors} cache tensors, {update}"]),
         ("weights", [_b(s.weight_bytes)]),
+        ("reserved", [_b(s.reserved_peak_bytes), "on PyTorch's CUDA caching allocator:",
+                      "weights, the cache " + ("allocated whole at first," if
+                                              s.cache_update == "append" else "as it grows,"),
+                      "the prefill, then the last decode step"]),
         ("prefill", [f"{human(p.flops)} FLOPs,", f"read {human_bytes(p.bytes_read)},",
                      f"written {human_bytes(p.bytes_written)},",
                      f"working peak {human_bytes(p.peak_bytes)};"]
@@ -55,7 +59,8 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
                                f"{s.prompt + s.generate:,} tokens;",
                                f"max context {_n(s.max_context)} at batch {s.batch}"
                                + (" (its learned positions)" if s.positions is not None
-                                  and s.max_context == s.positions else "")]))
+                                  and s.max_context == s.positions else "")
+                               + "; estimates: tensors × 1.1, not replayed"]))
     for w in s.what_if:
         timed = w.decode_seconds_per_token is not None
         out.append(("what-if", [f"{w.weight_dtype} weights, {w.kv_dtype} KV:",

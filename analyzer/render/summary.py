@@ -134,7 +134,7 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
     if m.arena_bytes is not None:
         out.append(("arena", [f"{human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
                               f"size; fragmentation {100 * m.fragmentation:.1f}%)"]))
-    if m.reserved_peak_bytes is not None:
+    if m.reserved_peak_bytes is not None and r.serving is None:  # (serving: its own line)
         out.append(("reserved", [f"{human_bytes(m.reserved_peak_bytes)}",
                                  f"({m.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
                                  "allocator", f"({_settings(r)}its rounding and segments;",

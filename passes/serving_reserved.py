@@ -1,0 +1,72 @@
+"""A serving batch replayed through PyTorch's CUDA caching allocator
+(passes/caching_allocator.py): the reserved peak of its prefill and its last decode step, in
+one process, from an empty cache.
+
+The weights are allocated first, each its own tensor (``model.to("cuda")``), and kept. Then,
+as the two kinds of cache run:
+
+* an engine appending in place (``append``: the zoo's decoders, transformers' StaticCache,
+  a serving engine's preallocated pages) allocates each cache tensor once, at the full context
+  (P + G tokens), before the prefill; the steps write into it, so their cache inputs and outputs
+  are no allocations of theirs;
+* a cache that concatenates (``concat``: transformers' DynamicCache, ONNX ``present.*``) is
+  the prefill's output, kept; the decode step at P + G − 1 tokens then takes the cache as it
+  has grown by then (the prefill's copy freed, the grown one allocated: each step's copy is a
+  new tensor) and makes the next, each past tensor freed after its last use in the step.
+
+Each step's other tensors follow its liveness (passes/allocator_events.events_from_liveness);
+the decode step comes after the prefill, so it reuses what the prefill freed. Steps between
+the prefill and the last decode step are not replayed: they hold less cache than the last.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .allocator_events import events_from_liveness, resident_tensors
+from .caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
+from .ir import Graph
+from .liveness import analyze_liveness
+
+
+def serving_reserved_peak(prefill: Graph, decode: Graph, prefill_cache: set[str],
+                          past: list[str], decode_cache: set[str], appends: bool,
+                          cache_after: int, config: AllocatorConfig = AllocatorConfig()) -> int:
+    """The reserved peak of a serving batch (see the module docstring). ``prefill_cache``: the
+    prefill's cache outputs; ``past``: the decode step's cache inputs; ``decode_cache``: its
+    cache outputs; ``cache_after``: the batch's cache after P + G tokens (bytes)."""
+    events: list[Event] = [Alloc(("weight", n), b) for n, b in resident_tensors(prefill) if b]
+    pre = analyze_liveness(prefill, include_inputs=True, eager=prefill.source == "fx")
+    dec = analyze_liveness(decode, include_inputs=True, eager=decode.source == "fx")
+    past_bytes = [decode.values[n].spec.nbytes or 0 for n in past]
+    if appends:
+        scale = cache_after / max(1, sum(past_bytes))
+        events += [Alloc(("cache", k), int(b * scale)) for k, b in enumerate(past_bytes) if b]
+        events += events_from_liveness(_without(pre, prefill, prefill_cache), tag="prefill")
+        events += events_from_liveness(_without(dec, decode, set(past) | decode_cache),
+                                       tag="decode")
+    else:
+        kept = _storages_of(pre, prefill_cache)
+        events += events_from_liveness(pre.storages, keep=frozenset(pre.storages[k].name
+                                                                    for k in kept),
+                                       tag="prefill")
+        events += [Free(("prefill", k)) for k in sorted(kept) if pre.storages[k].nbytes > 0]
+        events += events_from_liveness(dec.storages, tag="decode")
+    return replay(events, expandable=config.expandable,
+                  max_split_size=config.max_split_size).reserved_peak
+
+
+def _storages_of(live, names: set[str]) -> set[int]:
+    return {k for n in names if (k := live.value_storage.get(n)) is not None}
+
+
+def _without(live, graph: Graph, cache: set[str]) -> list:
+    """The step's storages less the cache's bytes (a cache value that is part of a larger
+    storage leaves the rest of it: working memory, as serving._working_peak counts it)."""
+    less: dict[int, int] = {}
+    for n in cache:
+        k = live.value_storage.get(n)
+        if k is not None:
+            # a view and the value it views are one cache tensor: the larger counts
+            less[k] = max(less.get(k, 0), graph.values[n].spec.nbytes or 0)
+    return [replace(s, nbytes=max(0, s.nbytes - less[k])) if k in less else s
+            for k, s in enumerate(live.storages)]

@@ -1,0 +1,105 @@
+"""The caching-allocator model against PyTorch's own allocator on a GPU, from the traces
+benchmarks/cuda_traces.py recorded on an H200 with PyTorch 2.11
+(benchmarks/results/cuda_traces_h200.json.gz: every allocation and free with its size and
+stream, and ``torch.cuda.max_memory_reserved()`` over the process). Two checks:
+
+* the replay itself: the recorded allocations and frees, replayed through
+  passes/caching_allocator.py, reserve what CUDA reserved;
+* graphcost's own events: one data-parallel rank (fully_shard or DDP with PyTorch's fake
+  process group at 8 ranks) and a serving batch (transformers' Llama generating), predicted
+  from the graph on this CPU, against what the GPU reserved.
+
+Each measured figure includes what the step allocated beyond the tensors graphcost models:
+the cuBLAS workspaces (32 MiB per matmul thread on an sm90 part, passes/fits.py), added to
+the prediction.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from graphcost.passes.caching_allocator import Alloc, Free, replay
+
+from graphcost import analyze
+
+MiB = 1 << 20
+TRACES = Path(__file__).resolve().parent.parent / "benchmarks/results/cuda_traces_h200.json.gz"
+CASES = {c["case"]: c for c in json.loads(gzip.decompress(TRACES.read_bytes()))["cases"]}
+CUBLAS = 32 * MiB
+
+
+def _events(case: dict) -> list:
+    """The trace's allocations and completed frees; streams numbered as first seen."""
+    streams: dict[int, int] = {}
+    live: dict[int, int] = {}        # address -> the id of the allocation there
+    out: list = []
+    for action, size, stream, addr in case["trace"]:
+        if action == "alloc":
+            live[addr] = len(out)
+            out.append(Alloc(len(out), size, stream=streams.setdefault(stream, len(streams))))
+        elif action == "free_completed" and addr in live:
+            out.append(Free(live.pop(addr)))
+    return out
+
+
+# The replay lays segments out in the order it creates them; CUDA's addresses are not in that
+# order, and a request that two free blocks of one size could serve takes the one at the
+# lower address (get_free_block): there the two may part. In the serving trace that happens
+# once (an 11 MiB request CUDA placed in a cached 20 MiB segment), and the replay reserves
+# one 12 MiB segment more: 598 MiB against 586 (+2.0%); in the bf16 Llama's training trace
+# +16 MiB of 3,136 (+0.5%). Every other trace replays to the byte.
+NOT_EXACT = {"serve-llama-dynamic": 0.021, "serve-llama-static": 0.021,
+             "trace:llama-160M-train-b2-s2048-adamw-bf16true": 0.006}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_replaying_a_recorded_trace_reserves_what_cuda_reserved(name):
+    case = CASES[name]
+    r = replay(_events(case))
+    measured = case["reserved_process"]
+    assert r.allocated_peak == max(p[1] for p in case["phases"]) or name in NOT_EXACT
+    if name in NOT_EXACT:
+        assert 0 <= r.reserved_peak / measured - 1 <= NOT_EXACT[name], (r.reserved_peak, measured)
+    else:
+        assert r.reserved_peak == measured
+    if name.startswith("fsdp8"):   # the default stream, all-gather and reduce-scatter streams
+        assert len({e.stream for e in _events(case) if type(e) is Alloc}) == 3
+
+
+RANKS = sorted(n for n in CASES if n.startswith(("fsdp8", "ddp8")))
+
+
+@pytest.mark.parametrize("name", RANKS)
+def test_one_ranks_reserved_peak_against_the_gpu(name):
+    # measured (MiB): mlp fsdp 114, zero2 116, fsdp+bf16-master 94; gpt2 fsdp 78,
+    # fsdp+bf16-master 74; ddp mlp 104, gpt2 96. Predicted: the same but the mlp's fsdp,
+    # fsdp+master and ddp, one 2 MiB small-pool segment under (the trace makes 482 small
+    # default-stream allocations in the mlp's fsdp steps, the joint graph 320: autograd's and
+    # the optimizer's scalars). Before the replay the fit took tensors × 1.1: mlp fsdp 76.8 MiB
+    # (−33%)
+    case = CASES[name]
+    p = case["params"]
+    r = analyze(f"zoo:{p['model']}", batch=2, train=True, optimizer="adam",
+                include_inputs=False, what_if=False, precision=p["precision"],
+                parallel={"strategy": p["strategy"], "world_size": 8})
+    predicted = r.parallel.reserved_peak_bytes + 2 * CUBLAS   # forward + autograd threads
+    measured = case["reserved_process"]
+    assert -0.025 <= predicted / measured - 1 <= 0.0, (predicted / MiB, measured / MiB)
+
+
+def test_a_serving_batch_reserved_peak_against_the_gpu():
+    # transformers' Llama (8 layers, hidden 1,024, 8 KV heads; bf16) generating 64 tokens
+    # after a 512-token prompt for 4 sequences, DynamicCache: CUDA reserved 586 MiB
+    # (614,465,536 B). graphcost: weights 305.0 MiB + the cache as it grows + the prefill's
+    # and the last decode step's tensors, replayed: 554 MiB, + one cuBLAS workspace = 586 MiB.
+    # The estimate it replaces, (weights + cache 36 MiB + prefill working peak 129.0 MiB)
+    # × 1.1 + 32 MiB, said 549 MiB (−6.3%)
+    from benchmarks.accuracy_cuda import _hf_llama
+    model = _hf_llama(True)
+    model.config.use_cache = True
+    s = analyze(model, serve={"prompt": 512, "generate": 64}, batch=4, dtype="bf16").serving
+    assert s.cache_update == "concat"
+    measured = CASES["serve-llama-dynamic"]["reserved_process"]
+    assert s.reserved_peak_bytes + CUBLAS == measured
