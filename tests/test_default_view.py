@@ -43,3 +43,25 @@ def test_max_rows_still_takes_the_first_rows_or_all():
     assert _rows(run_cli("zoo:small_cnn", "--max-rows", "3").stdout) == [0, 1, 2]
     n = len(analyze("zoo:small_cnn").nodes)
     assert _rows(run_cli("zoo:small_cnn", "--max-rows", "0").stdout) == list(range(n))
+
+
+def test_a_serving_review_leads_with_the_serving_answer():
+    # issue 24: --serve answers first — the phases, then what the batch holds (KV cache,
+    # weights, reserved), its speed, its capacity and whether it fits — and the prefill's node
+    # tables only on request: one screen at 80 columns (the prefill alone has 172 nodes)
+    args = ["zoo:llama_tiny", "--serve", "--prompt", "64", "--generate", "16", "--batch", "2",
+            "--device", "a100-80gb"]
+    done = run_cli(*args, env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) <= 50 and max(map(len, lines)) <= 80
+    assert lines[0].endswith("the prefill's 172 nodes: --max-rows N (0: all)")
+    assert not _rows(done.stdout.split("serving: prefill")[0]) and "by op type" not in lines
+    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("model ")):]
+    labels = [line.split()[0] for line in summary if line and not line.startswith(" ")]
+    order = [labels.index(x) for x in ("serving", "KV", "weights", "reserved", "prefill",
+                                       "decode", "capacity", "fits", "what-if", "params")]
+    assert order == sorted(order)
+    # asked for, the table is there
+    done = run_cli(*args, "--max-rows", "5", env={"COLUMNS": "80"})
+    assert _rows(done.stdout) == [0, 1, 2, 3, 4] and "by op type" in done.stdout

@@ -51,6 +51,30 @@ BERT_BASE = {  # google-bert/bert-base-uncased config.json (no dtype: float32)
     "max_position_embeddings": 512, "model_type": "bert", "num_attention_heads": 12,
     "num_hidden_layers": 12, "pad_token_id": 0, "position_embedding_type": "absolute",
     "type_vocab_size": 2, "use_cache": True, "vocab_size": 30522}
+GEMMA2_9B = {  # https://huggingface.co/google/gemma-2-9b/blob/main/config.json (stored in fp32)
+    "architectures": ["Gemma2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid",
+    "eos_token_id": 1, "final_logit_softcapping": 30.0, "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 3584, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": 16,
+    "num_hidden_layers": 42, "num_key_value_heads": 8, "pad_token_id": 0,
+    "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+    "sliding_window": 4096, "sliding_window_size": 4096, "torch_dtype": "float32",
+    "transformers_version": "4.42.0.dev0", "use_cache": True, "vocab_size": 256000}
+PHI3_MINI_4K = {  # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json
+    "_name_or_path": "Phi-3-mini-4k-instruct", "architectures": ["Phi3ForCausalLM"],
+    "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",
+                 "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
+    "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu",
+    "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0,
+    "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.40.2",
+    "use_cache": True, "attention_bias": False, "vocab_size": 32064}
 
 MIXTRAL_8X7B = {  # mistralai/Mixtral-8x7B-v0.1 config.json
     "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
@@ -61,6 +85,36 @@ MIXTRAL_8X7B = {  # mistralai/Mixtral-8x7B-v0.1 config.json
     "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
     "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
     "use_cache": True, "vocab_size": 32000}
+DEEPSEEK_V2_LITE = {  # https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json
+    "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False,
+    "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV2Config",
+                 "AutoModel": "modeling_deepseek.DeepseekV2Model",
+                 "AutoModelForCausalLM": "modeling_deepseek.DeepseekV2ForCausalLM"},
+    "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001,
+    "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048,
+    "initializer_range": 0.02, "intermediate_size": 10944, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+    "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16,
+    "num_experts_per_tok": 6, "num_hidden_layers": 27, "num_key_value_heads": 16,
+    "pretraining_tp": 1, "q_lora_rank": None, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                     "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                     "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax",
+    "seq_aux": True, "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy",
+    "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": True,
+    "v_head_dim": 128, "vocab_size": 102400}
+
+
+def _native(config: dict) -> dict:
+    """A published config less its ``auto_map``. Phi-3's and DeepSeek-V2's repositories still
+    ship their own modelling code (auto_map), which graphcost refuses whole (test_bad_names);
+    their model_type is one transformers builds with its own class, which is what runs here."""
+    return {k: v for k, v in config.items() if k != "auto_map"}
+
 
 MODELS = {
     # model.safetensors.index.json metadata.total_size 16,060,522,496 B in bf16 / 2; by hand:
@@ -76,6 +130,16 @@ MODELS = {
     # less the pooler (768² + 768) plus the MLM head's transform (768² + 768 + LayerNorm
     # 2·768) and output bias 30,522; its decoder weight is tied to the word embeddings
     "google-bert/bert-base-uncased": (BERT_BASE, 109_514_298, "float32"),
+    # the hub's safetensors count for google/gemma-2-9b, 9,241,705,984 (its fp32 shards: 4 B
+    # each); google/gemma-2-9b-it, the same model in bf16: index total_size 18,483,411,968 B / 2.
+    # By hand: 42 layers · (q 3,584·4,096, k, v 3,584·2,048 each, o 4,096·3,584; MLP
+    # 3·3,584·14,336; 4 norms 3,584) = 42 · 198,195,200, + the embeddings 256,000·3,584 once
+    # (lm_head is tied to them, and the checkpoint stores the one tensor) + the final norm 3,584
+    "google/gemma-2-9b": (GEMMA2_9B, 9_241_705_984, "float32"),
+    # index total_size 7,642,159,104 B / 2; by hand: 32 layers · (qkv_proj 3,072·9,216, o_proj
+    # 3,072², gate_up_proj 3,072·16,384, down_proj 8,192·3,072, 2 norms 3,072) = 32 ·
+    # 113,252,352, + embeddings and lm_head 2·32,064·3,072 + the final norm 3,072
+    "microsoft/Phi-3-mini-4k-instruct": (_native(PHI3_MINI_4K), 3_821_079_552, "bfloat16"),
 }
 
 
@@ -120,6 +184,35 @@ def test_moe_total_and_active_parameters(hub, tmp_path):
     r = analyze(str(tmp_path / "mixtral.json"), dims={"seq": 64})
     assert r.totals.params == r.moe.total_params == 46_702_792_704
     assert r.moe.active_params == 12_879_925_248
+
+
+def test_deepseek_style_moe_shared_experts_and_a_dense_first_layer(hub):
+    # DeepSeek-V2-Lite, by its hub id. The model card: "15.7B total params", "2.4B active";
+    # total = index total_size 31,412,968,448 B / 2. By hand from the config:
+    #   attention, 27 layers (q_lora_rank null): q_proj 2,048·16·(128+64), kv_a_proj_with_mqa
+    #     2,048·(512+64), kv_a_layernorm 512, kv_b_proj 512·16·(128+128), o_proj 16·128·2,048,
+    #     + 2 norms 2,048 = 13,767,168 a layer
+    #   layer 0 dense (first_k_dense_replace 1): MLP 3·2,048·10,944 = 67,239,936
+    #   layers 1-26 MoE: 64 routed experts 64·3·2,048·1,408 = 553,648,128, 2 shared experts
+    #     as one MLP 3·2,048·2,816 = 17,301,504, router 64·2,048 = 131,072
+    #   embeddings and lm_head 2·102,400·2,048 (untied) + the final norm 2,048
+    # total 419,430,400 + 27·13,767,168 + 67,239,936 + 26·571,080,704 + 2,048 = 15,706,484,224.
+    # Active per token, the Mixtral convention (embeddings, lm_head, attention, routers, the
+    # dense layer and the shared experts whole; 6 of the 64 routed experts): total − 26 ·
+    # 553,648,128 · 58/64 = 15,706,484,224 − 13,045,334,016 = 2,661,150,208
+    _write(hub, "deepseek-ai/DeepSeek-V2-Lite", _native(DEEPSEEK_V2_LITE))
+    r = analyze("deepseek-ai/DeepSeek-V2-Lite", dims={"seq": 64})
+    assert r.model == "deepseek-ai/DeepSeek-V2-Lite (bfloat16 from config.json)"
+    assert r.totals.params == r.moe.total_params == 15_706_484_224
+    assert r.totals.param_bytes == 31_412_968_448
+    assert round(r.moe.total_params / 1e9, 1) == 15.7
+    assert [(m.experts, m.top_k, m.expert_params) for m in r.moe.layers] == \
+        [(64, 6, 553_648_128)] * 26  # the shared experts are no routed layer: whole
+    assert r.moe.active_params == 2_661_150_208
+    # The card's "2.4B" is not this count rounded (2.7B): DeepSeek leaves out the input
+    # embedding, a table look-up, 102,400·2,048 (2,451,435,008 = 2.45B, which the card gives
+    # as 2.4B); the Mixtral card's 12.9B above counts it
+    assert 2.4e9 <= r.moe.active_params - 102_400 * 2_048 < 2.5e9
 
 
 def test_a_local_config_file_and_snapshot_folder(hub, tmp_path):

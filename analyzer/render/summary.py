@@ -159,7 +159,22 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
     if r.traced_layers:
         out.append(("traced", [r.traced_layers]))
     out += [("warning", [w]) for w in r.warnings]
-    return out
+    return _serving_first(out) if r.serving is not None else out
+
+
+# A serving review answers first (issue 24): what the batch holds, how fast it runs, how many
+# sequences fit and whether it fits; then the prefill graph's counts. The prefill's own
+# activation peak, arena, live tensors and roofline total describe one inference of it, which
+# the serving lines already price (its working peak, its time): left out there.
+SERVING_FIRST = ("model", "serving", "KV cache", "weights", "reserved", "prefill", "decode",
+                 "capacity", "device", "fits", "", "what-if")
+SERVING_LEFT_OUT = frozenset({"activations", "arena", "live", "peak", "roofline", "bytes"})
+
+
+def _serving_first(out: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    first = [item for label in SERVING_FIRST for item in out if item[0] == label]
+    return first + [item for item in out
+                    if item[0] not in SERVING_FIRST and item[0] not in SERVING_LEFT_OUT]
 
 
 def _bounds_summary(r: Report) -> list[tuple[str, list[str]]]:
@@ -336,7 +351,13 @@ def render_table(r: Report, console, max_rows: int | None = None, depth: int | N
     ``max_rows``: None, the DEFAULT_ROWS heaviest nodes; 0 every node; N the first N."""
     if wide:
         width = None
-    if depth is not None:
+    # a serving review leads with its answer: the node tables on request
+    serving_view = r.serving is not None and max_rows is None and depth is None \
+        and not wide and not columns
+    if serving_view:
+        console.print(f"graphcost: {r.model} — the prefill's {len(r.nodes):,} nodes: "
+                      "--max-rows N (0: all)", markup=False, highlight=False)
+    elif depth is not None:
         render_modules(r, console, depth, width)
     else:
         cells = _cells(r)
@@ -356,6 +377,15 @@ def render_table(r: Report, console, max_rows: int | None = None, depth: int | N
         if "share" in names and any(n.flops for n in r.nodes):
             console.print(f"FLOPs %: each node's share of the total; * the {HEAVY} heaviest",
                           markup=False, highlight=False)
+    if not serving_view:
+        _render_op_types(r, console, width)
+    render_serving_table(r, console, width)
+    top = [] if serving_view else top_nodes_lines(r, width)
+    for line in top + summary_lines(r, width):
+        console.print(line, markup=False, highlight=False, overflow="ignore", crop=False)
+
+
+def _render_op_types(r: Report, console, width: int | None) -> None:
     total = r.totals.flops or 1
     ops = sorted(r.by_op_type.items(), key=lambda kv: (-kv[1].flops, kv[0]))
     print_table(console, "by op type", [
@@ -365,6 +395,3 @@ def render_table(r: Report, console, max_rows: int | None = None, depth: int | N
         [[op, str(o.count), human(o.macs) if o.macs else "", human(o.flops) if o.flops else "",
           f"{100 * o.flops / total:.1f}" if o.flops else "", human_bytes(o.bytes_read),
           human_bytes(o.bytes_written)] for op, o in ops], width=width)
-    render_serving_table(r, console, width)
-    for line in top_nodes_lines(r, width) + summary_lines(r, width):
-        console.print(line, markup=False, highlight=False, overflow="ignore", crop=False)
