@@ -109,13 +109,6 @@ DEEPSEEK_V2_LITE = {  # https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob
     "v_head_dim": 128, "vocab_size": 102400}
 
 
-def _native(config: dict) -> dict:
-    """A published config less its ``auto_map``. Phi-3's and DeepSeek-V2's repositories still
-    ship their own modelling code (auto_map), which graphcost refuses whole (test_bad_names);
-    their model_type is one transformers builds with its own class, which is what runs here."""
-    return {k: v for k, v in config.items() if k != "auto_map"}
-
-
 MODELS = {
     # model.safetensors.index.json metadata.total_size 16,060,522,496 B in bf16 / 2; by hand:
     # embeddings and lm_head 2·128,256·4,096 + 32 layers · (q, o 4,096² each; k, v 4,096·1,024
@@ -130,8 +123,9 @@ MODELS = {
     # less the pooler (768² + 768) plus the MLM head's transform (768² + 768 + LayerNorm
     # 2·768) and output bias 30,522; its decoder weight is tied to the word embeddings
     "google-bert/bert-base-uncased": (BERT_BASE, 109_514_298, "float32"),
-    # the hub's safetensors count for google/gemma-2-9b, 9,241,705,984 (its fp32 shards: 4 B
-    # each); google/gemma-2-9b-it, the same model in bf16: index total_size 18,483,411,968 B / 2.
+    # the hub's safetensors parameter count for google/gemma-2-9b (and keras-hub's gemma2_9b_en
+    # preset), 9,241,705,984; google/gemma-2-9b-it, the same model in bf16: its index
+    # total_size 18,483,411,968 B / 2. The base config says float32: 4 B a parameter.
     # By hand: 42 layers · (q 3,584·4,096, k, v 3,584·2,048 each, o 4,096·3,584; MLP
     # 3·3,584·14,336; 4 norms 3,584) = 42 · 198,195,200, + the embeddings 256,000·3,584 once
     # (lm_head is tied to them, and the checkpoint stores the one tensor) + the final norm 3,584
@@ -139,7 +133,7 @@ MODELS = {
     # index total_size 7,642,159,104 B / 2; by hand: 32 layers · (qkv_proj 3,072·9,216, o_proj
     # 3,072², gate_up_proj 3,072·16,384, down_proj 8,192·3,072, 2 norms 3,072) = 32 ·
     # 113,252,352, + embeddings and lm_head 2·32,064·3,072 + the final norm 3,072
-    "microsoft/Phi-3-mini-4k-instruct": (_native(PHI3_MINI_4K), 3_821_079_552, "bfloat16"),
+    "microsoft/Phi-3-mini-4k-instruct": (PHI3_MINI_4K, 3_821_079_552, "bfloat16"),
 }
 
 
@@ -157,7 +151,11 @@ def hub(tmp_path, monkeypatch):
     for repo, (config, _, _) in MODELS.items():
         _write(home, repo, config)
     _write(home, "acme/no-architectures", {"model_type": "llama"})
-    _write(home, "acme/remote-code", {**LLAMA_31_8B, "auto_map": {"AutoModel": "x.Model"}})
+    # repository code transformers has no class of its own for (Phi-3's and DeepSeek-V2's
+    # configs above carry auto_map too, and are built with transformers' own classes)
+    _write(home, "acme/remote-code", {**LLAMA_31_8B, "model_type": "acme_lm",
+                                      "architectures": ["AcmeForCausalLM"],
+                                      "auto_map": {"AutoModel": "modeling_acme.AcmeModel"}})
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import huggingface_hub.constants as c  # read at import: point it at this cache too
@@ -171,7 +169,10 @@ def test_published_parameter_counts_in_the_configs_dtype(hub, repo):
     _, params, dtype = MODELS[repo]
     r = analyze(repo, dims={"seq": 128})
     assert r.totals.params == params
-    source = "config.json" if "torch_dtype" in MODELS[repo][0] else "default"
+    config = MODELS[repo][0]
+    source = "config.json" if "torch_dtype" in config else "default"
+    if "auto_map" in config:   # Phi-3's repository code is not run: transformers' own class is
+        source += f"; transformers' own {config['architectures'][0]}, not the repository's code"
     assert r.model == f"{repo} ({dtype} from {source})"
     assert r.totals.param_bytes == params * (2 if dtype == "bfloat16" else 4)
 
@@ -200,18 +201,20 @@ def test_deepseek_style_moe_shared_experts_and_a_dense_first_layer(hub):
     # Active per token, the Mixtral convention (embeddings, lm_head, attention, routers, the
     # dense layer and the shared experts whole; 6 of the 64 routed experts): total − 26 ·
     # 553,648,128 · 58/64 = 15,706,484,224 − 13,045,334,016 = 2,661,150,208
-    _write(hub, "deepseek-ai/DeepSeek-V2-Lite", _native(DEEPSEEK_V2_LITE))
+    _write(hub, "deepseek-ai/DeepSeek-V2-Lite", DEEPSEEK_V2_LITE)
     r = analyze("deepseek-ai/DeepSeek-V2-Lite", dims={"seq": 64})
-    assert r.model == "deepseek-ai/DeepSeek-V2-Lite (bfloat16 from config.json)"
+    assert r.model == ("deepseek-ai/DeepSeek-V2-Lite (bfloat16 from config.json; "
+                       "transformers' own DeepseekV2ForCausalLM, not the repository's code)")
     assert r.totals.params == r.moe.total_params == 15_706_484_224
     assert r.totals.param_bytes == 31_412_968_448
     assert round(r.moe.total_params / 1e9, 1) == 15.7
     assert [(m.experts, m.top_k, m.expert_params) for m in r.moe.layers] == \
         [(64, 6, 553_648_128)] * 26  # the shared experts are no routed layer: whole
     assert r.moe.active_params == 2_661_150_208
-    # The card's "2.4B" is not this count rounded (2.7B): DeepSeek leaves out the input
-    # embedding, a table look-up, 102,400·2,048 (2,451,435,008 = 2.45B, which the card gives
-    # as 2.4B); the Mixtral card's 12.9B above counts it
+    # The card's "2.4B" is not this count rounded (2.7B), and DeepSeek does not say how it
+    # counts. The nearest convention leaves out the input embedding, a table look-up,
+    # 102,400·2,048: 2,451,435,008 = 2.45B, which the card's 2.4B truncates (Mixtral's 12.9B
+    # above counts both embeddings, as graphcost does)
     assert 2.4e9 <= r.moe.active_params - 102_400 * 2_048 < 2.5e9
 
 

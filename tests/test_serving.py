@@ -267,3 +267,47 @@ def test_llama7b_decode_is_bandwidth_bound():
     assert s.decode.bandwidth_bound_seconds == pytest.approx(bound)
     assert s.decode.seconds_per_token == pytest.approx(bound, rel=0.10)
     assert s.prefill.bound == "compute" and s.decode.bound == "memory"
+
+
+def test_a_recurrent_state_is_refused_in_one_line():
+    # transformers' Mamba keeps a recurrent (convolution + SSM) state, not keys and values:
+    # its DynamicCache layers are LinearAttentionLayer, which the trace cannot hand tensors to
+    # ("'LinearAttentionLayer' object has no attribute 'keys'" was reported as a trace failure)
+    import transformers
+    with torch.device("meta"):
+        model = transformers.MambaForCausalLM(transformers.MambaConfig(
+            hidden_size=64, num_hidden_layers=2, vocab_size=256, state_size=8))
+    with pytest.raises(GraphcostError, match=r"keeps a recurrent state \(LinearAttentionLayer\)"):
+        analyze(model, serve={"prompt": 16, "generate": 4})
+
+
+def test_granite_moe_runs_without_its_cache():
+    # GraniteMoeForCausalLM takes use_cache only through **kwargs: without it the traced
+    # forward returned its DynamicCache and failed. Its parameters: the module's own count
+    import transformers
+    cfg = transformers.GraniteMoeConfig(hidden_size=64, intermediate_size=128,
+                                        num_hidden_layers=2, num_attention_heads=4,
+                                        num_key_value_heads=2, vocab_size=256,
+                                        num_local_experts=4, num_experts_per_tok=2)
+    with torch.device("meta"):
+        model = transformers.GraniteMoeForCausalLM(cfg)
+    r = analyze(model, (torch.zeros(1, 16, dtype=torch.long, device="meta"),))
+    assert r.totals.params == sum(p.numel() for p in model.parameters())
+
+
+def test_eager_experts_are_served_as_analysis_costs_them():
+    # transformers' "eager" experts loop over the experts the router hit (a data-dependent
+    # branch: "Eq(u1, 1)"); --serve now traces them as grouped_mm, as plain analysis does, and
+    # says so. KV cache by hand: 2 layers × (k, v) × batch 2 × 2 KV heads × head dim 16 ×
+    # (16 + 4) tokens × 4 B = 20,480 B
+    import transformers
+    cfg = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2,
+                                     vocab_size=256, num_local_experts=4, num_experts_per_tok=2)
+    with torch.device("meta"):
+        model = transformers.MixtralForCausalLM(cfg)
+    model.set_experts_implementation("eager")
+    r = analyze(model, serve={"prompt": 16, "generate": 4}, batch=2)
+    assert r.serving.kv_cache_bytes == 20_480
+    assert any("grouped_mm" in w and "ESTIMATE" in w for w in r.warnings)
+    assert model.get_experts_implementation() == {"": "eager"}    # put back after the trace

@@ -4,9 +4,11 @@
 Only ``config.json`` is read — through huggingface_hub's download and cache for a hub id, so
 ``HF_HOME`` and ``HF_HUB_OFFLINE`` are honoured; never a weight file. The model is the class
 the config's ``architectures`` names, built by transformers on the meta device (no weight
-memory) in the config's own dtype, and traced like any module. A config that needs its
-repository's Python code (``auto_map``, a ``model_type`` transformers does not know) is
-refused: graphcost runs no code from a model repository.
+memory) in the config's own dtype, and traced like any module. graphcost runs no code from a
+model repository: a config whose ``auto_map`` points at the repository's own modelling code
+is built with transformers' class for its ``model_type`` where transformers has one (Phi-3
+and DeepSeek-V2 still ship ``auto_map`` though transformers builds them natively; the model
+line says so), and refused where it has none.
 """
 from __future__ import annotations
 
@@ -78,9 +80,6 @@ def read_config(path: Path, name: str) -> dict[str, Any]:
         raise GraphcostError(f"{name}: {path.name} is not readable JSON ({exc})") from None
     if not isinstance(data, dict):
         raise GraphcostError(f"{name}: {path.name} is not a JSON object")
-    if "auto_map" in data:
-        raise GraphcostError(f"{name}: the model needs its repository's own Python code "
-                             "(auto_map, trust_remote_code), which graphcost never runs")
     archs = data.get("architectures")
     if not (isinstance(archs, list) and archs and isinstance(archs[0], str)):
         raise GraphcostError(f"{name}: {path.name} has no 'architectures': it does not say "
@@ -99,6 +98,12 @@ def build(text: str) -> tuple[Any, Any, Any, str]:
         raise GraphcostError(f"{text} needs transformers (pip install 'graphcost[hf]')") \
             from None
     cls = getattr(transformers, data["architectures"][0], None)
+    if "auto_map" in data and (cls is None or data.get("model_type")
+                               not in transformers.CONFIG_MAPPING):
+        raise GraphcostError(f"{text}: the model needs its repository's own Python code "
+                             "(auto_map, trust_remote_code), which graphcost never runs, and "
+                             f"transformers {transformers.__version__} has no class of its own "
+                             f"for model_type {data.get('model_type')!r}")
     if cls is None:
         raise GraphcostError(f"{text}: transformers {transformers.__version__} has no class "
                              f"{data['architectures'][0]!r}")
@@ -111,6 +116,8 @@ def build(text: str) -> tuple[Any, Any, Any, str]:
     dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
     source = "config.json" if isinstance(dtype, torch.dtype) else "default"
+    if "auto_map" in data:   # (the model line names the class and where the dtype came from)
+        source += f"; transformers' own {cls.__name__}, not the repository's code"
     dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
     try:
         with torch.device("meta"):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import sys
 from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ from ....passes.errors import GraphcostError, opt
 from ....passes.ir import Graph, TensorSpec
 from ..serving_steps import Steps
 from .repeat_layers import REPEAT_AT
+from .transformers_tracing import traceable_experts
 
 
 def _transformers_model(model) -> bool:
@@ -57,12 +59,31 @@ def check_servable(model: torch.nn.Module, name: str) -> str:
             raise GraphcostError(f"{opt('serve')}: {name} ({type(model).__name__}) has no causal LM "
                                  f"head and no KV cache to decode with; {opt('serve')} analyzes "
                                  "decoder language models (…ForCausalLM)")
+        recurrent = _recurrent_layers(cfg)
+        if recurrent:
+            raise GraphcostError(f"{opt('serve')}: {name} ({type(model).__name__}) keeps a "
+                                 f"recurrent state ({recurrent}), not a KV cache of keys and "
+                                 f"values; {opt('serve')} reviews decoders that keep one")
         return "hf"
     if "past_key_values" in params and "use_cache" in params:
         return "kv"
     raise GraphcostError(f"{opt('serve')}: {name} ({type(model).__name__}) has no KV cache: its "
                          f"forward takes no past_key_values; {opt('serve')} analyzes decoder language "
                          "models that keep one")
+
+
+def _recurrent_layers(config) -> str:
+    """The cache layer classes of ``config`` that hold no keys and values (Mamba's and the
+    linear-attention layers of hybrids: transformers' DynamicCache builds them from the
+    config), "" when every layer is an attention layer."""
+    from transformers import DynamicCache
+    try:
+        layers = DynamicCache(config=config).layers
+    except Exception:  # noqa: BLE001 - an old transformers or a config it cannot read: tracing decides
+        return ""
+    odd = sorted({type(x).__name__ for x in layers
+                  if not (hasattr(x, "keys") and hasattr(x, "values"))})
+    return ", ".join(odd)
 
 
 def hf_cache_kwarg(model) -> str:
@@ -145,8 +166,11 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
                              f"{opt('serve.generate')} = {prompt + generate} exceeds them")
     stack = find_stack(model, repeat_at) if repeat_at else None
     step = HFStep(model) if kind == "hf" else KVStep(model)
-    with truncated(model, stack) if stack else nullcontext():
+    # a mixture of experts in transformers' eager loop is costed as plain analysis costs it
+    with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes:
         prefill, decode = _trace_both(step, model, kind, batch, prompt, generate, name, note)
+    if notes:
+        prefill = replace(prefill, warnings=prefill.warnings + tuple(notes))
     if stack is not None:
         path, layers = stack
         note(f"repeating layer 1 of 3 traced into {layers} layers")

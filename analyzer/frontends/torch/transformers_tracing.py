@@ -16,12 +16,17 @@ import torch
 def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments for one analyzed forward: a transformers model runs without a KV
     cache (``use_cache=False``) unless the caller passes ``use_cache`` — the cache object it
-    would return is no tensor output, and a forward or a training step keeps none."""
+    would return is no tensor output, and a forward or a training step keeps none. A head
+    whose forward passes ``**kwargs`` on to its model (GraniteMoe's) takes it there."""
     kwargs = dict(kwargs)
     transformers = sys.modules.get("transformers")
     pretrained = getattr(transformers, "PreTrainedModel", None) if transformers else None
-    if pretrained is not None and isinstance(model, pretrained) and "use_cache" not in kwargs \
-            and "use_cache" in inspect.signature(model.forward).parameters:
+    if pretrained is None or not isinstance(model, pretrained) or "use_cache" in kwargs:
+        return kwargs
+    params = inspect.signature(model.forward).parameters
+    passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()) \
+        and getattr(getattr(model, "config", None), "use_cache", None) is not None
+    if "use_cache" in params or passes_on:
         kwargs["use_cache"] = False
     return kwargs
 
