@@ -182,3 +182,35 @@ def test_piped_text_wraps_at_100_columns(args):
     lines = run(*args).stdout.splitlines()
     assert max(len(line.rstrip()) for line in lines) <= 100, \
         [line for line in lines if len(line.rstrip()) > 100][:3]
+
+
+def test_narrow_tables_drop_columns_before_cutting_names():
+    from graphcost.analyzer.render.table import Col, fit, short_name
+    # an ONNX exporter's name without what the op column says and the scope it repeats
+    assert short_name("/layer1/layer1.0/conv2/Conv") == "layer1.0/conv2"
+    assert short_name("/h.0/attn/MatMul_1") == "h.0/attn/MatMul_1"     # stays distinct
+    assert short_name("mm_14") == "mm_14"
+    # 2 + 20 + 8 (+ 2 separators) = 34 fits 36 without the optional column, 44 with it:
+    # the column goes and the name stays whole
+    cols = [Col("#", numeric=True), Col("node", min_width=8, priority=1, keep_end=True),
+            Col("shape", min_width=8, optional=True, priority=3), Col("FLOPs", numeric=True)]
+    rows = [["12", "layer1.0/conv2/conv_a", "1×64×56×56", "231.21M"]]
+    kept, cells = fit(cols, rows, 36)
+    assert [c.header for c in kept] == ["#", "node", "FLOPs"]
+    assert cells == [["12", "layer1.0/conv2/conv_a", "231.21M"]]
+    # where nothing optional can make room, the name is cut at its start: its end is kept
+    # (2 + 21 + 7 + 4 = 34 in 26: the name loses 8, to 13 characters)
+    kept, cells = fit(cols[:2] + cols[3:], [["12", rows[0][1], rows[0][3]]], 26)
+    assert cells[0][1] == "…conv2/conv_a" and len("  ".join(cells[0])) == 26
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_names_are_whole_at_80_and_120_columns(width):
+    # zoo:resnet50's heaviest nodes: at 80 columns shortened names (layer1.0/conv2), whole,
+    # beside whole shapes — the receptive-field columns are what gave way; at 120 as named
+    out = run("zoo:resnet50", columns=width).stdout
+    rows = [line for line in out.splitlines() if re.match(r" *\d+  \S", line)][:15]
+    assert len(rows) == 15 and not any("…" in row for row in rows)
+    name = " layer1.0/conv2 " if width == 80 else " /layer1/layer1.0/conv2/Conv "
+    assert any(name in row and " 1×64×56×56 " in row for row in rows)
+    assert max(len(line) for line in out.splitlines()) <= width

@@ -128,13 +128,13 @@ def render_table(d: ReportDiff, console, top: int = 20, width: int | None = None
                          _short(ch[3]), _short(ch[4]), nodes])
         print_table(console, f"modules ({len(mods)} of {total} changed, largest |ΔFLOPs| "
                              "first)",
-                    [Col("", min_width=5, priority=3), Col("module", min_width=12, priority=1),
+                    [Col("", min_width=5, priority=3), Col("module", min_width=12, priority=1, keep_end=True),
                      Col("Δparams", numeric=True), Col("ΔMACs", numeric=True),
                      Col("ΔFLOPs", numeric=True), Col("Δout bytes", numeric=True),
                      Col("nodes", numeric=True)], rows, width=width)
     for status, rows, total in _node_groups(d, top):
         print_table(console, f"{status} nodes ({len(rows)} of {total})",
-                    [Col("", min_width=5, priority=4), Col("node", min_width=12, priority=1),
+                    [Col("", min_width=5, priority=4), Col("node", min_width=12, priority=1, keep_end=True),
                      Col("op", min_width=8, priority=2, abbreviate=short_op),
                      Col("output shape", min_width=8, priority=3, optional=True),
                      Col("Δparams", numeric=True), Col("ΔMACs", numeric=True),

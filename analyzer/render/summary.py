@@ -15,7 +15,7 @@ from ..app.units import axes_text, human, human_bytes, human_time
 from . import explain
 from .parallel import parallel_summary
 from .serving import render_serving_table, serving_summary
-from .table import Col, print_table, short_op
+from .table import Col, print_table, short_name, short_op
 
 NODE_COLUMNS = ("index", "name", "op", "input_shapes", "output_shapes", "params",
                 "output_bytes", "macs", "flops", "bytes_read", "bytes_written", "bytes_total",
@@ -40,7 +40,8 @@ def _cells(r: Report) -> dict[str, tuple[Col, Callable[[Any], str]]]:
     heavy = {n.index for n in sorted(r.nodes, key=lambda n: -n.flops)[:HEAVY] if n.flops}
     cols: dict[str, tuple[Col, Callable[[Any], str]]] = {
         "index": (Col("#", numeric=True), lambda n: str(n.index)),
-        "name": (Col("node", min_width=12, priority=1), lambda n: n.name),
+        "name": (Col("node", min_width=12, priority=1, abbreviate=short_name, keep_end=True),
+                 lambda n: n.name),
         "op": (Col("op", min_width=10, priority=2, abbreviate=short_op), op_text),
         "input_shapes": (Col("input shape(s)", min_width=8, optional=True),
                          lambda n: "; ".join(n.input_shapes)),
@@ -60,8 +61,16 @@ def _cells(r: Report) -> dict[str, tuple[Col, Callable[[Any], str]]]:
         "status": (Col("status", min_width=2, optional=True), lambda n: n.status),
     }
     for name, header, text, _ in extra_columns(r):
-        cols[name] = (Col(header, numeric=True, optional=True), lambda n, f=text: f(n.index))
+        cols[name] = (Col(header, numeric=True, optional=True, priority=KEEP_LONGER.get(name, 0)),
+                      lambda n, f=text: f(n.index))
     return cols
+
+
+# Of the optional columns a narrow table drops, these go last (lowest first): the receptive
+# field before its jump and start, a node's roofline time before its intensity and bound;
+# the shape (priority 3) after all of them
+KEEP_LONGER = {"receptive_field": 2, "start": 1, "roofline_seconds": 2, "intensity": 1,
+               "bound": 1}
 
 
 DEFAULT_COLUMNS = ("index", "name", "op", "output_shapes", "macs", "flops", "output_bytes",
@@ -326,7 +335,8 @@ def top_nodes_lines(r: Report, width: int | None = None) -> list[str]:
 # ----------------------------------------------------------------------------- terminal
 
 def render_modules(r: Report, console, depth: int, width: int | None = None) -> None:
-    cols = [Col("module", min_width=12, priority=2), Col("type", min_width=6, optional=True),
+    cols = [Col("module", min_width=12, priority=2, keep_end=True),
+            Col("type", min_width=6, optional=True),
             Col("params", numeric=True), Col("MACs", numeric=True), Col("FLOPs", numeric=True),
             Col("out bytes", numeric=True), Col("nodes", numeric=True)]
     rows = [[("  " * m.depth) + (m.path.rsplit(".", 1)[-1] if m.path else "(model)"), m.type,

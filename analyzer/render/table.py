@@ -1,11 +1,14 @@
 """Terminal tables that fit the terminal they are printed on.
 
-Numbers are never cut: a numeric column is as wide as its widest cell. Text columns (node
-names, op types, shapes) share what is left by priority, down to a minimum width; a text that
-does not fit is shortened in the middle (``/layer1/…/conv1/Conv``), where names differ least.
-Columns marked optional are dropped, lowest priority first, when even the minimums do not fit.
-A column may first abbreviate its cells (ATen ops without ``aten.``), and a prose column
-wraps between words instead of being cut.
+Numbers are never cut: a numeric column is as wide as its widest cell. A column may first
+abbreviate its cells (ATen ops without ``aten.``; a node name without the op type it ends
+with). Then whole columns go before any text is cut: the optional ones, lowest priority first,
+while the rest does not fit at its natural widths (issue 26: a shape column dropped rather
+than every name cut) — unless even without all of them it would not fit, when only as many go
+as the minimum widths need. Text columns (node names, op types, shapes) then share what is
+left by priority, down to a minimum width; a text that does not fit is shortened in the middle
+(``1×64…6×56``), or, for names (``keep_end``), at its start, keeping the informative end
+(``…layer1.0/conv2``). A prose column wraps between words instead of being cut.
 Every table here (the node table, op types, modules, diff and verify) goes through ``fit``.
 """
 from __future__ import annotations
@@ -32,14 +35,18 @@ class Col:
     # a shorter header (``time (roofline)`` → ``time ≥``) for a table that does not fit: a
     # numeric column is as wide as its header, and a header must not cost a name its width
     short: str = ""
+    keep_end: bool = False      # text: cut at the start, keeping the end (a module path's)
 
 
-def shorten(text: str, width: int) -> str:
-    """``text`` in at most ``width`` characters, cut in the middle."""
+def shorten(text: str, width: int, keep_end: bool = False) -> str:
+    """``text`` in at most ``width`` characters, cut in the middle (``keep_end``: at the
+    start)."""
     if len(text) <= width:
         return text
     if width <= 1:
         return text[:width]
+    if keep_end:
+        return ELLIPSIS + text[len(text) - width + 1:]
     head = width // 2
     tail = width - 1 - head
     return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
@@ -68,7 +75,9 @@ def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list
         return total + SEP * (len(idx) - 1)
 
     droppable = sorted((i for i in keep if cols[i].optional), key=lambda i: cols[i].priority)
-    while need(keep, True) > width and droppable:
+    whole = [i for i in keep if not cols[i].optional]
+    texts_cut = need(whole, False) > width   # even without every optional column
+    while need(keep, texts_cut) > width and droppable:
         keep.remove(droppable.pop(0))
     widths = {i: natural[i] for i in keep}
     over = need(keep, False) - width
@@ -81,8 +90,8 @@ def fit(cols: list[Col], rows: list[list[str]], width: int | None) -> tuple[list
             over -= cut
             if over <= 0:
                 break
-    out_rows = [[r[i] if cols[i].numeric or cols[i].wrap else shorten(r[i], widths[i])
-                 for i in keep] for r in rows]
+    out_rows = [[r[i] if cols[i].numeric or cols[i].wrap
+                 else shorten(r[i], widths[i], cols[i].keep_end) for i in keep] for r in rows]
     return [cols[i] for i in keep], out_rows
 
 
@@ -112,6 +121,23 @@ def short_op(text: str) -> str:
     op, _, rest = text[5:].partition(" ")
     op = op.removesuffix(".default")
     return f"{op} {rest}" if rest else op
+
+
+_OP_SEGMENT = re.compile(r"[A-Z][A-Za-z0-9]*")   # "Conv", not "MatMul_1": names stay distinct
+
+
+def short_name(text: str) -> str:
+    """A node name in fewer characters: an ONNX exporter's ``/layer1/layer1.0/conv2/Conv``
+    is ``layer1.0/conv2`` — the leading slash, a scope repeated as the start of the next one
+    and a last segment that is an op type (the op column says it) left out."""
+    if "/" not in text:
+        return text
+    parts = [p for p in text.split("/") if p]
+    if len(parts) > 1 and _OP_SEGMENT.fullmatch(parts[-1]):
+        parts = parts[:-1]
+    kept = [p for k, p in enumerate(parts)
+            if not (k + 1 < len(parts) and parts[k + 1].startswith(p + "."))]
+    return "/".join(kept) or text
 
 
 def _natural(cols: list[Col], rows: list[list[str]]) -> list[int]:

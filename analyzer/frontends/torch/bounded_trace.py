@@ -124,7 +124,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         if not env:
             return func(*args, **kwargs)
         if func in _LOOPS and args and isinstance(args[0], torch.Tensor) and args[0].dim():
-            self._loop(func, args[0].shape[0])
+            self._loop(func, args[0].shape[_loop_dim(func, args, kwargs)])
         known = len(env.var_to_range)  # a new symbol adds a range: look at outputs only then
         out = func(*args, **kwargs)
         if len(env.var_to_range) != known:
@@ -211,6 +211,8 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
                   axis: int) -> None:
         from ....passes.costs.registry import lookup
         op = _overload(func)
+        if op is None and func in _UNIQUE:
+            return self._unique_cap(name, d, args, kwargs)
         r = lookup(str(op)) if op is not None else None
         if r is None or r.bound_shapes is None:
             return
@@ -220,17 +222,54 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         bound = outs[k] if k < len(outs) else None
         if bound is not None and bound[1] is not None and axis < len(bound[1]) \
                 and isinstance(bound[1][axis], (int, torch.SymInt)):
-            torch._check(d <= bound[1][axis])
+            self._check_at_most(d, bound[1][axis])
             self.capped[name] = f"{str(op).rsplit('.', 1)[0]}: {r.bound}"
+
+
+    def _unique_cap(self, name: str, d: torch.SymInt, args, kwargs) -> None:
+        """torch.unique keeps at most its input's elements (along ``dim``: its slices), the
+        ONNX Unique rule's bound. torch's fake kernel states it only for a static input; after
+        NMS or a mask the input's size is itself data-dependent (batched_nms's class ids)."""
+        from ....passes.costs.registry import lookup
+        x = args[0] if args else kwargs.get("input")
+        dim = kwargs.get("dim", args[4] if len(args) > 4 else None)
+        if not isinstance(x, torch.Tensor):
+            return
+        self._check_at_most(d, x.numel() if dim is None else x.shape[dim])
+        rule = lookup("Unique")
+        self.capped[name] = f"torch.unique: {rule.bound if rule else 'every element distinct'}"
+
+    def _check_at_most(self, d: torch.SymInt, bound) -> None:
+        """``d <= bound`` into torch's value ranges. torch refines a range from a relation of
+        at most 5 symbols (ShapeEnv._maybe_guard_rel: RetinaNet's class ids after 5 levels'
+        top-k are 6); beyond, ``bound``'s own maximum caps ``d``."""
+        from torch.utils._sympy.value_ranges import bound_sympy
+        torch._check(d <= bound)
+        if isinstance(bound, torch.SymInt) and upper_of(self._env, d.node.expr) is None:
+            assert self._env  # (only called once installed)
+            hi = finite(bound_sympy(bound.node.expr, self._env.var_to_range).upper)
+            if hi is not None:
+                torch._check(d <= hi)
 
 
 MAX_UNROLL = 256  # iterations of a Python loop over a data-dependent size, at its maximum
 _ITERATES = frozenset({torch.Tensor.__iter__, torch.Tensor.unbind})
 _LOOPS = _ITERATES | {torch.Tensor.__len__, torch.Tensor.tolist}
+# the Python-level functions (no OpOverload to find a rule by) that reach aten's _unique2 /
+# unique_dim: torch.unique is a boolean dispatch, Tensor.unique hands its call on to it
+_UNIQUE = frozenset({torch.unique, torch.Tensor.unique})
 
 
 class TooManyIterations(RuntimeError):
     """A Python loop over a data-dependent size whose maximum is too large to unroll."""
+
+
+def _loop_dim(func, args: tuple, kwargs: Mapping[str, Any]) -> int:
+    """The axis a loop op runs over: ``unbind``'s ``dim`` (resize_boxes's ``boxes.unbind(1)``
+    runs 4 times, whatever the number of boxes), else the first."""
+    if func is not torch.Tensor.unbind:
+        return 0
+    return int(kwargs.get("dim", args[1] if len(args) > 1 else 0))
 
 
 def _overload(func):
