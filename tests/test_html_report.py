@@ -312,3 +312,24 @@ def test_browser_escaping_and_row_cap(pages, tmp_path):
     assert 'data-before="1000"' in text                 # capped at first…
     assert len(dom.tables["nodes"]) == CHAIN             # …all rows after "show all"
     assert dom.tables["nodes"][0][1][1] == EVIL          # the name shown as text, intact
+
+
+def test_the_headline_is_the_figure_that_decides_a_fit(tmp_path):
+    # issue 26: a training report's HTML led with the activation peak (15.51 MiB) while the
+    # step peak (21.70 MiB) decided the fit; now the first line after the title is the fit
+    # (with a device) or the run's peak, and a chart without a plan does not say "plain"
+    from graphcost import analyze
+    r = analyze("zoo:small_cnn", batch=2, train=True, optimizer="adam")
+    page = html_report(r)
+    head = page[page.index("<p class='headline'"):page.index("</p>", page.index("headline"))]
+    assert f"({r.training.peak_bytes:,} B) peak" in head and "optimizer state" in head
+    assert r.memory.peak_bytes != r.training.peak_bytes and f"{r.memory.peak_bytes:,}" not in head
+    assert ">plain<" not in page and "plain peak" not in page
+    # with a device: the fit, the same needs as the report's one answer
+    r = analyze("zoo:small_cnn", batch=2, train=True, optimizer="adam", device="t4")
+    page = html_report(r)
+    head = page[page.index("<p class='headline'"):page.index("</p>", page.index("headline"))]
+    f = r.roofline.fit
+    assert head.count("<b>") == 3 and "fits on NVIDIA T4" in head and f.fits
+    from graphcost.analyzer.app.units import human_bytes
+    assert f"needs <b>{human_bytes(f.needs)}</b> of {human_bytes(f.offers)}" in head

@@ -309,7 +309,7 @@ def html_report(report: Report) -> str:
     if rf_table is not None:
         tables.append(rf_table)
 
-    body = [f"<h1>graphcost: {_e(r.model)}</h1>",
+    body = [f"<h1>graphcost: {_e(r.model)}</h1>", _headline(r),
             "<pre id='errors' hidden></pre>",
             "<noscript><p class='warn'>The tables need JavaScript; the summary and charts do "
             "not.</p></noscript>",
@@ -335,6 +335,31 @@ def html_report(report: Report) -> str:
             f"<title>graphcost: {_e(r.model)}</title><style>{CSS}</style>"
             f"<script>{ONERROR}</script></head>\n<body>\n" + "\n".join(body)
             + "\n</body></html>\n")
+
+
+def _headline(r: Report) -> str:
+    """The figure that decides a fit, first (issue 26): with a device, the one fits answer
+    (the serving batch's, a rank's, the training step's or the inference run's: roofline.fit);
+    without one, the peak the run holds (report.peak_bytes: a rank's, the step's or the
+    inference's), with what it includes."""
+    ro, s = r.roofline, r.serving
+    if s is not None:
+        work = max(s.prefill.peak_bytes, s.decode.peak_bytes)
+        peak = (f"the serving batch ({s.batch} × {s.prompt + s.generate:,} tokens): weights "
+                f"{human_bytes(s.weight_bytes)} + KV cache {human_bytes(s.kv_cache_bytes)} + "
+                f"working peak {human_bytes(work)}; reserved <b>"
+                f"{human_bytes(s.reserved_peak_bytes)}</b> on the caching allocator")
+    else:
+        peak = (f"<b>{human_bytes(r.peak_bytes)}</b> ({r.peak_bytes:,} B) peak: "
+                f"{_e(explain.peak_includes(r))}")
+    f = getattr(ro, "fit", None)   # (the roofline section reads it the same way)
+    if ro is None or f is None:
+        return f"<p class='headline' id='headline'>{peak}</p>"
+    answer = "fits" if f.fits else "does NOT fit"
+    return (f"<p class='headline' id='headline'><b>{answer} on {_e(ro.label)}</b>: needs "
+            f"<b>{human_bytes(f.needs)}</b> of {human_bytes(f.offers)} "
+            f"({human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}); "
+            f"{peak}</p>")
 
 
 def _table_html(tid: str, title: str = "", filter_box: bool = False) -> str:

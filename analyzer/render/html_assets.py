@@ -13,7 +13,7 @@ window.addEventListener('unhandledrejection', function (e) { window.onerror(e.re
 
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.5em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
+h1{font-size:1.5em}.headline{font-size:1.15em;margin:.2em 0 1em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
 .dim{color:#777}.warn{background:#fff8e1}#warnings{padding:.2em 1em;border:1px solid #f0c36d}
 #errors{color:#b00;background:#fee}
 table.kv th{text-align:left;padding-right:1em;font-weight:600;vertical-align:top}

@@ -23,8 +23,11 @@ def training_curves(report: Report) -> list[tuple[str, tuple[int, ...], str]]:
     data-parallel strategy (the same nodes: every rank runs the whole joint graph)."""
     t = report.training
     assert t is not None  # a training report's
-    curves = [("one device" if report.parallel else "plain", t.timeline, PLAIN)]
-    if t.checkpoint is not None and t.checkpoint.segments:
+    planned = t.checkpoint is not None and bool(t.checkpoint.segments)
+    # "plain" only beside a checkpointed curve: alone, it is the step
+    curves = [("one device" if report.parallel else "plain" if planned else "step",
+               t.timeline, PLAIN)]
+    if planned:
         curves.append(("checkpointed", t.checkpoint.timeline, CHECKPOINTED))
     p = report.parallel
     if p is not None:

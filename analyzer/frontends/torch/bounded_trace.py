@@ -115,6 +115,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         # the trace's ShapeEnv once installed; False: left alone (draft_export's real values)
         self._env: ShapeEnv | Literal[False] | None = None
         self._sizes: set = set()
+        self._values = _IntValues()  # what torch.unique's count is bounded by besides sizes
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         func, args, kwargs = fake_safe(func, args, kwargs or {})
@@ -129,6 +130,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         out = func(*args, **kwargs)
         if len(env.var_to_range) != known:
             self._fresh(func, args, kwargs, out)
+        self._values.record(func, args, kwargs, out)
         return out
 
     def _install(self) -> None:
@@ -202,8 +204,11 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
                 f"times; graphcost unrolls at most {MAX_UNROLL}: pass {syms} (its real "
                 "maximum, e.g. the number of classes)")
         else:
+            # the loop's symbol is in no shape, so the report's sizes never list its source
+            why = "; ".join(self.capped[s] for s in sorted(map(str, n.node.expr.free_symbols))
+                            if s in self.capped)
             note = (f"a Python loop over the data-dependent size {text}{where} is unrolled at "
-                    f"its maximum, {hi} iterations (an upper bound)")
+                    f"its maximum, {hi} iterations (an upper bound" + (f": {why})" if why else ")"))
         if note not in self.notes:
             self.notes.append(note)
 
@@ -238,6 +243,13 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         self._check_at_most(d, x.numel() if dim is None else x.shape[dim])
         rule = lookup("Unique")
         self.capped[name] = f"torch.unique: {rule.bound if rule else 'every element distinct'}"
+        known = self._values.get(x) if dim is None else None
+        if known is not None and known[1] - known[0] + 1 < (upper_of(self._env, d.node.expr)
+                                                            or _NO_MAX):
+            lo, hi, made = known
+            torch._check(d <= hi - lo + 1)
+            self.capped[name] = (f"torch.unique: at most {hi - lo + 1} distinct values, its "
+                                 f"input's lying in [{lo}, {hi}] ({made})")
 
     def _check_at_most(self, d: torch.SymInt, bound) -> None:
         """``d <= bound`` into torch's value ranges. torch refines a range from a relation of
@@ -262,6 +274,101 @@ _UNIQUE = frozenset({torch.unique, torch.Tensor.unique})
 
 class TooManyIterations(RuntimeError):
     """A Python loop over a data-dependent size whose maximum is too large to unroll."""
+
+
+class _IntValues:
+    """The interval an integer tensor's values lie in, where the trace shows it: made by
+    ``arange``, ``full`` or ``x % k``, carried by the ops that select or rearrange elements
+    (``levels[keep]``, ``cat``, ``reshape``). It bounds ``torch.unique``'s count: the class
+    ids batched_nms loops over lie in [0, classes), the RPN's levels in [0, levels), while
+    their number (the boxes kept) runs to thousands. A tensor written in place, and every
+    tensor sharing its storage, loses its interval; any other op's output has none."""
+
+    def __init__(self):
+        from torch.utils.weak import WeakIdKeyDictionary
+        self._known = WeakIdKeyDictionary()  # tensor -> (lo, hi, "torch.arange") …
+
+    def get(self, t: torch.Tensor) -> tuple[int, int, str] | None:
+        return self._known.get(t)
+
+    def record(self, func, args: tuple, kwargs: Mapping[str, Any], out) -> None:
+        if self._known:
+            self._forget_written(func, args, kwargs, out)
+        made = _made(func, args, kwargs)
+        if made is None and func in _SELECTS and args and isinstance(args[0], torch.Tensor):
+            made = self._known.get(args[0])
+        elif made is None and func in _JOINS and args and isinstance(args[0], (list, tuple)):
+            made = self._hull(args[0])
+        if made is None:
+            return
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and _integral(t):
+                self._known[t] = made
+
+    def _hull(self, tensors) -> tuple[int, int, str] | None:
+        got = [self._known.get(t) if isinstance(t, torch.Tensor) else None for t in tensors]
+        if not got or any(g is None for g in got) or len({t.dtype for t in tensors}) != 1:
+            return None
+        made = sorted({g[2] for g in got if g is not None})
+        return (min(g[0] for g in got if g is not None), max(g[1] for g in got if g is not None),
+                ", ".join(made))
+
+    def _forget_written(self, func, args, kwargs, out) -> None:
+        """In-place writes: ``x[i] = v`` and ``.data =`` name their target first; any other
+        in-place op (``add_``, ``out=``, ``inplace=True``) returns its target."""
+        ins = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
+               if isinstance(a, torch.Tensor)]
+        if getattr(func, "__name__", "") in ("__setitem__", "__set__"):
+            written = ins[:1]
+        elif func in _SELECTS:
+            return  # a view or a copy, never a write (``.to``/``.contiguous`` may return self)
+        else:
+            outs = {id(t) for t in torch.utils._pytree.tree_leaves(out)}
+            written = [a for a in ins if id(a) in outs]
+        for w in written:
+            try:
+                storage = w.untyped_storage()
+                stale = [t for t in self._known if t.untyped_storage()._cdata == storage._cdata]
+            except Exception:  # noqa: BLE001 - no storage to compare: forget everything
+                stale = list(self._known)
+            for t in stale:
+                del self._known[t]
+
+
+def _integral(t: torch.Tensor) -> bool:
+    return not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
+
+
+def _made(func, args: tuple, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None:
+    """The interval of what ``arange``, ``full`` or ``x % k`` (k a Python int) makes."""
+    if func is torch.arange:
+        ends = [*args[:3]] + [kwargs[k] for k in ("start", "end", "step") if k in kwargs]
+        if not ends or not all(type(e) is int for e in ends):  # (bool, SymInt, float: none)
+            return None
+        start, end, step = (0, ends[0], 1) if len(ends) == 1 else (*ends[:2], (ends[2:] or [1])[0])
+        lo, hi = (start, end - 1) if step > 0 else (end + 1, start)
+        return (lo, hi, "torch.arange") if lo <= hi else None
+    if func in _FILLS:
+        v = kwargs.get("fill_value", args[1] if len(args) > 1 else None)
+        return (v, v, _op_name(func)) if type(v) is int else None
+    if func in _MODULO and len(args) == 2 and isinstance(args[0], torch.Tensor) \
+            and _integral(args[0]) and type(args[1]) is int and args[1] != 0:
+        k = args[1]  # Python's sign rule: the remainder takes the divisor's sign
+        return (0, k - 1, f"x % {k}") if k > 0 else (k + 1, 0, f"x % {k}")
+    return None
+
+
+# ops whose integer output holds only values of their first input (views, selections, copies)
+_SELECTS = frozenset({
+    torch.Tensor.__getitem__, torch.Tensor.view, torch.Tensor.reshape, torch.reshape,
+    torch.Tensor.flatten, torch.flatten, torch.Tensor.expand, torch.Tensor.expand_as,
+    torch.Tensor.unsqueeze, torch.unsqueeze, torch.Tensor.squeeze, torch.squeeze,
+    torch.Tensor.unbind, torch.unbind, torch.Tensor.index_select, torch.index_select,
+    torch.Tensor.contiguous, torch.Tensor.clone, torch.clone, torch.Tensor.detach,
+    torch.Tensor.to, torch.Tensor.permute, torch.Tensor.t, torch.Tensor.transpose})
+_JOINS = frozenset({torch.cat, torch.concat, torch.stack})  # the hull of their inputs'
+_FILLS = frozenset({torch.full, torch.full_like, torch.Tensor.new_full})
+_MODULO = frozenset({torch.remainder, torch.Tensor.remainder, torch.Tensor.__mod__})
 
 
 def _loop_dim(func, args: tuple, kwargs: Mapping[str, Any]) -> int:
