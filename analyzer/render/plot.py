@@ -23,12 +23,12 @@ def training_curves(report: Report) -> list[tuple[str, tuple[int, ...], str]]:
     data-parallel strategy (the same nodes: every rank runs the whole joint graph)."""
     t = report.training
     assert t is not None  # a training report's
-    planned = t.checkpoint is not None and bool(t.checkpoint.segments)
+    plan = t.checkpoint if t.checkpoint is not None and t.checkpoint.segments else None
     # "plain" only beside a checkpointed curve: alone, it is the step
-    curves = [("one device" if report.parallel else "plain" if planned else "step",
+    curves = [("one device" if report.parallel else "plain" if plan else "step",
                t.timeline, PLAIN)]
-    if planned:
-        curves.append(("checkpointed", t.checkpoint.timeline, CHECKPOINTED))
+    if plan is not None:
+        curves.append(("checkpointed", plan.timeline, CHECKPOINTED))
     p = report.parallel
     if p is not None:
         curves.append((f"per rank ({p.strategy} x{p.world_size:,})", p.timeline, PER_RANK))
