@@ -214,3 +214,14 @@ def test_names_are_whole_at_80_and_120_columns(width):
     name = " layer1.0/conv2 " if width == 80 else " /layer1/layer1.0/conv2/Conv "
     assert any(name in row and " 1×64×56×56 " in row for row in rows)
     assert max(len(line) for line in out.splitlines()) <= width
+
+
+def test_the_optimizer_implementation_a_device_chose_is_said():
+    # issue 26: --device moved zoo:gpt2's Adam step peak (9.27 → 10.32 MiB) without a word: on
+    # a GPU PyTorch's Adam runs foreach (a temporary per parameter at once), on this CPU the
+    # for-loop; the training line now names the one costed
+    cpu = run("zoo:gpt2", "--train", "--optimizer", "adam", columns=120).stdout
+    gpu = run("zoo:gpt2", "--train", "--optimizer", "adam", "--device", "a100-80gb",
+              columns=120).stdout
+    assert "optimizer adam (forloop step: PyTorch's default with the parameters on a CPU)" in cpu
+    assert "optimizer adam (foreach step: PyTorch's default with the parameters on a GPU)" in gpu

@@ -208,13 +208,24 @@ def _bounds_summary(r: Report) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _impl(r: Report) -> str:
+    """Which implementation the step's temporaries are of, where it matters (an adaptive
+    optimizer's): the device decides PyTorch's default, so a report with one says so."""
+    t = r.training
+    if t is None or not t.step_temp_bytes:
+        return ""
+    where = "a GPU" if t.optimizer_impl == "foreach" else "a CPU"
+    return (f" ({t.optimizer_impl} step: PyTorch's default with the parameters on {where})")
+
+
 def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
     t = r.training
     if t is None:
         return []
     where = f"{t.peak_phase}" + (f" at {t.peak_node}" if t.peak_node else " step")
     first = explain.first_step(r)
-    out = [("training", [f"optimizer {t.optimizer}:", f"step peak {human_bytes(t.peak_bytes)} "
+    out = [("training", [f"optimizer {t.optimizer}" + _impl(r) + ":",
+                         f"step peak {human_bytes(t.peak_bytes)} "
                          f"({t.peak_bytes:,} B) in {where}",
                          "(steady state)" + (";" if first else "")]
             + ([first] if first else [])),
