@@ -65,3 +65,17 @@ def test_a_serving_review_leads_with_the_serving_answer():
     # asked for, the table is there
     done = run_cli(*args, "--max-rows", "5", env={"COLUMNS": "80"})
     assert _rows(done.stdout) == [0, 1, 2, 3, 4] and "by op type" in done.stdout
+
+
+def test_a_training_report_leads_with_the_step():
+    # issue 26: --train (and --parallel) answer first — the step's peak, what it holds, the
+    # reserved replay, the what-ifs, the rank, the device's fit — then the graph's counts
+    done = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--parallel", "fsdp",
+                   "--world-size", "4", "--device", "a100-80gb", env={"COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("model ")):]
+    labels = [line.split()[0] for line in summary if line and not line.startswith(" ")]
+    order = [labels.index(x) for x in ("model", "training", "parallel", "per", "fits",
+                                       "params", "activations", "peak")]
+    assert order == sorted(order)

@@ -73,6 +73,8 @@ KEEP_LONGER = {"receptive_field": 2, "start": 1, "roofline_seconds": 2, "intensi
                "bound": 1}
 
 
+MAX_ROWS = "--max-rows"   # the option that shows more of the node table (the CLI's word)
+
 DEFAULT_COLUMNS = ("index", "name", "op", "output_shapes", "macs", "flops", "output_bytes",
                    "share")
 
@@ -106,14 +108,30 @@ def extra_columns(r: Report) -> list[tuple[str, str, Callable[[int], str], Calla
 
 # ----------------------------------------------------------------------------- summary
 
-# long: the summary's lines in the order shown
 def summary(r: Report) -> list[tuple[str, list[str]]]:
-    """The summary as (label, items): each item is one unbreakable phrase."""
-    t, c, m = r.totals, r.coverage, r.memory
+    """The summary as (label, items): each item is one unbreakable phrase. Each mode leads
+    with its own answer (issue 26): a serving review with the batch (``_serving_first``), a
+    training step — and a data-parallel rank — with the step, then the device's fit; the
+    graph's counts and memory after."""
     dims = ", ".join(f"{k}={v}" for k, v in r.dims.items())
+    head = [("model", [f"{r.model} ({r.source}),", f"batch {r.batch}" + ("," if dims else "")]
+             + ([f"dims {dims}"] if dims else []))]
+    tail = ([("traced", [r.traced_layers])] if r.traced_layers else []) + \
+        [("warning", [w]) for w in r.warnings]
+    counts, memory, moe = _counts(r), _memory(r), _moe(r)
+    if r.serving is not None:
+        return _serving_first(head + counts + memory + moe + serving_summary(r)
+                              + _roofline_summary(r) + tail)
+    if r.training is not None:
+        return head + _training_summary(r) + parallel_summary(r) + _roofline_summary(r) \
+            + _attention_summary(r) + counts + memory + moe + tail
+    return head + counts + memory + moe + _attention_summary(r) + _roofline_summary(r) + tail
+
+
+def _counts(r: Report) -> list[tuple[str, list[str]]]:
+    """Parameters, MACs, FLOPs, bytes moved, and what was not costed or only bounded."""
+    t, c = r.totals, r.coverage
     out: list[tuple[str, list[str]]] = [
-        ("model", [f"{r.model} ({r.source}),", f"batch {r.batch}" + ("," if dims else "")]
-         + ([f"dims {dims}"] if dims else [])),
         ("params", [f"{t.params:,} ({human_bytes(t.param_bytes)})"]
          + ([f"+ buffers {t.buffers:,} ({human_bytes(t.buffer_bytes)})"] if t.buffers else [])),
         ("MACs", [f"{t.macs:,} ({human(t.macs)})"]),
@@ -136,10 +154,17 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
     if t.quant_meta:
         out.append(("quant meta", [f"{t.quant_meta:,} scales/zero points "
                                    f"({human_bytes(t.quant_meta_bytes)}), not in params"]))
-    out.append(("activations", [
+    return out
+
+
+def _memory(r: Report) -> list[tuple[str, list[str]]]:
+    """The activation peak, the arena, the reserved replay (inference), the live tensors and
+    the one peak."""
+    m = r.memory
+    out = [("activations", [
         f"peak {human_bytes(m.peak_bytes)} ({m.peak_bytes:,} B)",
         f"at {m.peak_node} (#{m.peak_node_index});",
-        f"naive sum {human_bytes(m.naive_sum_bytes)}", f"({explain.activations_includes(r)})"]))
+        f"naive sum {human_bytes(m.naive_sum_bytes)}", f"({explain.activations_includes(r)})"])]
     if m.arena_bytes is not None:
         out.append(("arena", [f"{human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
                               f"size; fragmentation {100 * m.fragmentation:.1f}%)"]))
@@ -155,20 +180,19 @@ def summary(r: Report) -> list[tuple[str, list[str]]]:
                     + ([f"(+{more} more)"] if more > 0 else [])))
     out.append(("peak", [f"{human_bytes(r.peak_bytes)} ({r.peak_bytes:,} B)",
                          f"= {explain.peak_includes(r)}"]))
-    if r.moe is not None:
-        e, first = r.moe, r.moe.layers[0]
-        out += [("experts", [f"{len(e.layers)} MoE layer(s), top-{first.top_k} of "
-                             f"{first.experts}:", f"params {e.active_params:,} active per token "
-                             f"of {e.total_params:,};", f"FLOPs per token {human(e.flops_per_token)}",
-                             f"(all experts: {human(e.dense_flops_per_token)});",
-                             f"rows per expert ≈ {first.rows_per_expert_estimate:g} balanced "
-                             "(ESTIMATE),", f"≤ {first.rows_per_expert_bound:,} (BOUND)"])]
-    out += serving_summary(r) + _training_summary(r) + _attention_summary(r) + parallel_summary(r)
-    out += _roofline_summary(r)
-    if r.traced_layers:
-        out.append(("traced", [r.traced_layers]))
-    out += [("warning", [w]) for w in r.warnings]
-    return _serving_first(out) if r.serving is not None else out
+    return out
+
+
+def _moe(r: Report) -> list[tuple[str, list[str]]]:
+    if r.moe is None:
+        return []
+    e, first = r.moe, r.moe.layers[0]
+    return [("experts", [f"{len(e.layers)} MoE layer(s), top-{first.top_k} of "
+                         f"{first.experts}:", f"params {e.active_params:,} active per token "
+                         f"of {e.total_params:,};", f"FLOPs per token {human(e.flops_per_token)}",
+                         f"(all experts: {human(e.dense_flops_per_token)});",
+                         f"rows per expert ≈ {first.rows_per_expert_estimate:g} balanced "
+                         "(ESTIMATE),", f"≤ {first.rows_per_expert_bound:,} (BOUND)"])]
 
 
 # A serving review answers first (issue 24): what the batch holds, how fast it runs, how many
@@ -377,7 +401,7 @@ def render_table(r: Report, console, max_rows: int | None = None, depth: int | N
         and not wide and not columns
     if serving_view:
         console.print(f"graphcost: {r.model} — the prefill's {len(r.nodes):,} nodes: "
-                      "--max-rows N (0: all)", markup=False, highlight=False)
+                      f"{MAX_ROWS} N (0: all)", markup=False, highlight=False)
     elif depth is not None:
         render_modules(r, console, depth, width)
     else:
@@ -393,7 +417,7 @@ def render_table(r: Report, console, max_rows: int | None = None, depth: int | N
                         width=width, styles=styles)
         if len(shown) < len(r.nodes):
             which = f"the {len(shown)} heaviest by FLOPs; " if max_rows is None else ""
-            console.print(f"… {len(r.nodes) - len(shown):,} more nodes ({which}--max-rows 0 "
+            console.print(f"… {len(r.nodes) - len(shown):,} more nodes ({which}{MAX_ROWS} 0 "
                           "shows all)", markup=False)
         if "share" in names and any(n.flops for n in r.nodes):
             console.print(f"FLOPs %: each node's share of the total; * the {HEAVY} heaviest",

@@ -230,7 +230,6 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
             self._check_at_most(d, bound[1][axis])
             self.capped[name] = f"{str(op).rsplit('.', 1)[0]}: {r.bound}"
 
-
     def _unique_cap(self, name: str, d: torch.SymInt, args, kwargs) -> None:
         """torch.unique keeps at most its input's elements (along ``dim``: its slices), the
         ONNX Unique rule's bound. torch's fake kernel states it only for a static input; after

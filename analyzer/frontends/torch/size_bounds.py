@@ -61,6 +61,7 @@ class SizeBinder:
         self._uses: dict[str, int] = {}           # unbounded symbol -> values using it
         self.lower: dict[str, TensorSpec] = {}    # value -> its spec at the lower ends
         self._exprs: dict[str, tuple[str, ...]] = {}  # value -> its bounded dims' "e ≤ hi"
+        self._fixed = _asserted_values(env)       # Min(1000, u13) -> 1000 …
 
     @classmethod
     def of(cls, graph: "torch.fx.Graph", maxima: Mapping[str, int] | None = None,
@@ -69,22 +70,26 @@ class SizeBinder:
         return None if env is None else cls(env, maxima or {}, capped or {})
 
     def _dim(self, d: torch.SymInt) -> tuple[int | str, int | str, str]:
-        from torch.utils._sympy.value_ranges import bound_sympy
-
         expr = self._env.replace(d.node.expr)
         got = self._dims.get(expr)
         if got is None:
-            try:
-                r = bound_sympy(expr, self._ranges)
-                hi, lo = _finite(r.upper), _finite(r.lower)
-            except Exception:  # noqa: BLE001 - an expression sympy cannot bound
-                hi = lo = None
+            hi, lo = self._bound(expr)
+            if hi is None and self._fixed:  # e.g. 12000//Min(1000, u13): no maximum at 0
+                hi, lo = self._bound(expr.xreplace(self._fixed))
             text = str(expr)
             got = self._dims[expr] = (text if hi is None else hi,
                                       text if lo is None else max(lo, 0), text)
             if hi is not None and not expr.is_Symbol:
                 self._note_cap(expr, hi, f"{text} ≤ {hi}")
         return got
+
+    def _bound(self, expr) -> tuple[int | None, int | None]:
+        from torch.utils._sympy.value_ranges import bound_sympy
+        try:
+            r = bound_sympy(expr, self._ranges)
+        except Exception:  # noqa: BLE001 - an expression sympy cannot bound
+            return None, None
+        return _finite(r.upper), _finite(r.lower)
 
     def _note_cap(self, expr, hi: int, text: str) -> None:
         """A size the model caps below its symbols' maxima (``keep[:100]``: Min(100, u7))."""
@@ -153,6 +158,26 @@ class SizeBinder:
                                 f"has no upper bound: {self._uses.get(sym, 0)} tensor(s) "
                                 f"using it are not costed; pass --dim {sym}=MAX")
         return tuple(out), tuple(warnings)
+
+
+def _asserted_values(env) -> dict:
+    """The expressions the trace's runtime assertions fix to a number: a length read as a
+    number at its maximum asserts it (``len(proposals)``: Eq(Min(1000, u13), 1000)), and the
+    shapes built from that number divide by the expression (``reshape(box_sum, -1)``:
+    12000//Min(1000, u13)), which has no maximum over a range that holds 0. The exported graph
+    checks every assertion, so no run it describes has another value there."""
+    import sympy
+    fixed = {}
+    for asserts in env.deferred_runtime_asserts.values():
+        for a in asserts:
+            if not isinstance(a.expr, sympy.Eq):
+                continue
+            lhs, rhs = a.expr.args
+            if lhs.is_Integer:
+                lhs, rhs = rhs, lhs
+            if rhs.is_Integer and not lhs.is_number:
+                fixed[env.replace(lhs)] = rhs
+    return fixed
 
 
 def _symbol_order(name: str) -> tuple[int, str]:
