@@ -205,3 +205,14 @@ def test_installed_command_device_and_max_batch():
     assert p.returncode == 2 and "known: gtx1080ti" in p.stderr and p.stdout == ""
     p = run("devices")
     assert p.returncode == 0 and "h100-sxm" in p.stdout and "RTX 4090" in p.stdout
+
+
+def test_the_devices_table_writes_numbers_one_way():
+    # issue 26: "1978.9" sat beside "3,350" — rates now take thousands separators too; at 80
+    # columns the labels go whole rather than cut (NVIDI…80 Ti), the names say the part
+    from tests.cli_runner import run_cli
+    narrow = run_cli("devices", env={"COLUMNS": "80"}).stdout
+    h100 = next(line for line in narrow.splitlines() if line.startswith("h100-sxm "))
+    assert "1,978.9" in h100 and "3,350" in h100 and "…" not in narrow
+    wide = run_cli("devices", env={"COLUMNS": "140"}).stdout
+    assert "NVIDIA H100 SXM5 80GB" in wide

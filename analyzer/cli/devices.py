@@ -28,11 +28,13 @@ def run(args) -> int:
 
     width = terminal_width()
     console = console_for(sys.stdout, width)
-    cols = [Col("name", min_width=9, priority=2), Col("device", min_width=10, priority=1),
+    # the label goes whole or not at all (its name column says which part it is)
+    cols = [Col("name", min_width=9, priority=2),
+            Col("device", min_width=10, priority=1, optional=True),
             *(Col(k, numeric=True) for k in DTYPES), Col("GB/s", numeric=True),
             Col("GiB", numeric=True), Col("arch", min_width=4)]
     rows = [[d.name, d.label,
-             *(f"{v / 1e12:g}" if (v := d.peak_flops[k]) else "—" for k in DTYPES),
+             *(f"{v / 1e12:,g}" if (v := d.peak_flops[k]) else "—" for k in DTYPES),
              f"{d.bandwidth / 1e9:,.0f}", f"{d.memory / 2**30:g}", _arch(d)]
             for d in DEVICES.values()]
     print_table(console, "devices (dense peaks, TFLOP/s; int8 TOP/s; — = no fast path; arch: "

@@ -243,9 +243,11 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         rule = lookup("Unique")
         self.capped[name] = f"torch.unique: {rule.bound if rule else 'every element distinct'}"
         known = self._values.get(x) if dim is None else None
-        if known is not None and known[1] - known[0] + 1 < (upper_of(self._env, d.node.expr)
-                                                            or _NO_MAX):
-            lo, hi, made = known
+        if known is None:
+            return
+        lo, hi, made = known
+        most = upper_of(self._env, d.node.expr)
+        if most is None or hi - lo + 1 < most:
             torch._check(d <= hi - lo + 1)
             self.capped[name] = (f"torch.unique: at most {hi - lo + 1} distinct values, its "
                                  f"input's lying in [{lo}, {hi}] ({made})")
@@ -281,7 +283,9 @@ class _IntValues:
     (``levels[keep]``, ``cat``, ``reshape``). It bounds ``torch.unique``'s count: the class
     ids batched_nms loops over lie in [0, classes), the RPN's levels in [0, levels), while
     their number (the boxes kept) runs to thousands. A tensor written in place, and every
-    tensor sharing its storage, loses its interval; any other op's output has none."""
+    tensor sharing its storage, loses its interval; any other op's output has none. (A write
+    inside a Python-level torch function, which the mode sees as one call, is seen where the
+    function returns its target, as ``F.relu(x, inplace=True)`` does.)"""
 
     def __init__(self):
         from torch.utils.weak import WeakIdKeyDictionary
@@ -293,15 +297,15 @@ class _IntValues:
     def record(self, func, args: tuple, kwargs: Mapping[str, Any], out) -> None:
         if self._known:
             self._forget_written(func, args, kwargs, out)
-        made = _made(func, args, kwargs)
+        made, dtype = _made(func, args, kwargs), None
         if made is None and func in _SELECTS and args and isinstance(args[0], torch.Tensor):
-            made = self._known.get(args[0])
+            made, dtype = self._known.get(args[0]), args[0].dtype
         elif made is None and func in _JOINS and args and isinstance(args[0], (list, tuple)):
             made = self._hull(args[0])
         if made is None:
             return
         for t in torch.utils._pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor) and _integral(t):
+            if isinstance(t, torch.Tensor) and _holds(t, made, dtype):
                 self._known[t] = made
 
     def _hull(self, tensors) -> tuple[int, int, str] | None:
@@ -313,12 +317,16 @@ class _IntValues:
                 ", ".join(made))
 
     def _forget_written(self, func, args, kwargs, out) -> None:
-        """In-place writes: ``x[i] = v`` and ``.data =`` name their target first; any other
-        in-place op (``add_``, ``out=``, ``inplace=True``) returns its target."""
+        """In-place writes: ``x[i] = v`` and ``.data =`` name their target first, an op named
+        ``…_`` may write any of its tensors, any other (``out=``, ``inplace=True``) returns its
+        target."""
         ins = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
                if isinstance(a, torch.Tensor)]
-        if getattr(func, "__name__", "") in ("__setitem__", "__set__"):
+        named = getattr(func, "__name__", "")
+        if named in ("__setitem__", "__set__"):
             written = ins[:1]
+        elif named.endswith("_") and not named.startswith("__"):
+            written = ins  # (_foreach_add_ returns nothing)
         elif func in _SELECTS:
             return  # a view or a copy, never a write (``.to``/``.contiguous`` may return self)
         else:
@@ -338,6 +346,16 @@ def _integral(t: torch.Tensor) -> bool:
     return not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
 
 
+def _holds(t: torch.Tensor, made: tuple[int, int, str], dtype) -> bool:
+    """Whether ``t`` holds the values ``made`` says: an integer tensor of the input's dtype
+    (a view as another dtype or ``.to(int8)`` has other values), wide enough for them
+    (``arange(300, dtype=torch.uint8)`` wraps)."""
+    if not _integral(t) or dtype not in (None, t.dtype):
+        return False
+    info = torch.iinfo(t.dtype)
+    return info.min <= made[0] and made[1] <= info.max
+
+
 def _made(func, args: tuple, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None:
     """The interval of what ``arange``, ``full`` or ``x % k`` (k a Python int) makes."""
     if func is torch.arange:
@@ -348,7 +366,8 @@ def _made(func, args: tuple, kwargs: Mapping[str, Any]) -> tuple[int, int, str] 
         lo, hi = (start, end - 1) if step > 0 else (end + 1, start)
         return (lo, hi, "torch.arange") if lo <= hi else None
     if func in _FILLS:
-        v = kwargs.get("fill_value", args[1] if len(args) > 1 else None)
+        at = 2 if func is torch.Tensor.new_full else 1  # new_full(self, size, fill_value)
+        v = kwargs.get("fill_value", args[at] if len(args) > at else None)
         return (v, v, _op_name(func)) if type(v) is int else None
     if func in _MODULO and len(args) == 2 and isinstance(args[0], torch.Tensor) \
             and _integral(args[0]) and type(args[1]) is int and args[1] != 0:
