@@ -225,3 +225,11 @@ def test_the_optimizer_implementation_a_device_chose_is_said():
               columns=120).stdout
     assert "optimizer adam (forloop step: PyTorch's default with the parameters on a CPU)" in cpu
     assert "optimizer adam (foreach step: PyTorch's default with the parameters on a GPU)" in gpu
+
+
+def test_recompute_flops_are_written_one_way():
+    # issue 26: the what-if said "recompute 447,648,000 FLOPs", the plan "447.65M FLOPs"
+    out = run("zoo:gpt2", "--batch", "8", "--train", "--checkpoint-every", "1",
+              columns=120).stdout
+    said = re.findall(r"recompute (\S+) FLOPs", out)
+    assert len(said) == 2 and said[0] == said[1] == "447.65M", said

@@ -6,7 +6,7 @@ pass results only; nothing here computes a cost.
 from __future__ import annotations
 
 from ..app.report import Report
-from ..app.units import human_bytes
+from ..app.units import human, human_bytes
 
 # What a training step's phase holds that no activation saver can remove.
 _PHASE_HOLDS = {
@@ -75,7 +75,9 @@ def what_if_line(r: Report, name: str) -> str:
     assert t is not None  # a training report's what-if
     w = t.what_if[name]
     saved = t.peak_bytes - w.peak_bytes
-    extra = f", recompute {w.recompute_flops:,} FLOPs" if w.recompute_flops is not None else ""
+    # (as the checkpoint line writes it: the exact count is in the JSON)
+    extra = f", recompute {human(w.recompute_flops)} FLOPs" if w.recompute_flops is not None \
+        else ""
     if saved > 0:
         change = f"saves {human_bytes(saved)}"
     elif saved < 0:
