@@ -86,3 +86,17 @@ def test_bad_thresholds_exit_2_with_one_line(args, message):
 def test_sizes_in_every_accepted_spelling():
     for size in ("4GB", "4GiB", "4e9"):
         assert run("zoo:small_cnn", "--max-peak", size).returncode == 0
+
+
+def test_rows_align_and_fit_80_columns():
+    # issue 26: "fits a100-80gb" is longer than the other names (rows misaligned), and its
+    # parts ran to 139 characters at 80 columns; now the names pad to the longest and the
+    # parts wrap under their row, a number kept with its unit
+    from tests.cli_runner import run_cli
+    done = run_cli("check", "zoo:resnet50", "--max-params", "30M", "--max-flops", "5G",
+                   "--device", "a100-80gb", env={"COLUMNS": "80"})
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1 and max(map(len, lines)) <= 80
+    rows = [line for line in lines if line.startswith(("  PASS", "  FAIL"))]
+    assert len(rows) == 4 and len({line.replace("≥", "≤").index("≤") for line in rows}) == 1
+    assert not any(line.rstrip().endswith(("×", "8.125")) for line in lines)

@@ -144,6 +144,23 @@ def _fmt(value: float, unit: str) -> str:
             "percent": lambda v: f"{v:.1f}%"}[unit](value)
 
 
+def _check_lines(checks, width: int | None) -> list[str]:
+    """One row per check, the names padded to the longest; a detail that would run past
+    ``width`` goes under its row, wrapped between words."""
+    from ..render.table import wrap_prose
+    pad = max((len(c.name) for c in checks), default=0)
+    out = []
+    for c in checks:
+        op = "≥" if c.unit == "percent" else "≤"
+        row = (f"  {'PASS' if c.passed else 'FAIL'}  {c.name:<{pad}} "
+               f"{_fmt(c.value, c.unit):>12} {op} {_fmt(c.limit, c.unit)}")
+        if c.detail and width and len(row) + 2 + len(c.detail) > width:
+            out += [row, *wrap_prose(c.detail, width, " " * 8, " " * 8)]
+        else:
+            out.append(row + (f"  {c.detail}" if c.detail else ""))
+    return out
+
+
 def run(args) -> int:
     refuse_overwrite(args.output, args.model)
     check_writable(args.output, "-o")
@@ -157,12 +174,9 @@ def run(args) -> int:
                            "checks": [c.to_dict() for c in checks]},
                           ensure_ascii=False, indent=1) + "\n"
     else:
+        from .output import terminal_width
         lines = [f"graphcost check {report.model} (batch {report.batch})"]
-        for c in checks:
-            op = "≥" if c.unit == "percent" else "≤"
-            lines.append(f"  {'PASS' if c.passed else 'FAIL'}  {c.name:<20} "
-                         f"{_fmt(c.value, c.unit):>12} {op} {_fmt(c.limit, c.unit):<12}"
-                         + (f"  {c.detail}" if c.detail else ""))
+        lines += _check_lines(checks, None if args.output else terminal_width())
         failed = sum(not c.passed for c in checks)
         lines.append("all checks passed" if passed else f"{failed} check(s) over budget")
         from .text import escape

@@ -102,14 +102,22 @@ def print_prose(console, text: str, width: int | None) -> None:
     """A sentence under a table, wrapped between words at ``width`` (None: one line), never
     between a number and its unit; continuation lines are indented two columns past the
     text's own indent."""
-    import textwrap
     if width and len(text) > width:
         indent = " " * (len(text) - len(text.lstrip(" ")))
-        glued = _UNIT.sub("\\1\u00a0\\2", text)  # textwrap breaks at ASCII spaces only
-        text = textwrap.fill(glued, width, subsequent_indent=indent + "  ",
-                             break_long_words=False, break_on_hyphens=False
-                             ).replace("\u00a0", " ")
+        text = "\n".join(wrap_prose(text, width, "", indent + "  "))
     console.print(text, markup=False, highlight=False, crop=False)
+
+
+def wrap_prose(text: str, width: int, first: str, rest: str) -> list[str]:
+    """``text`` as lines of at most ``width`` (but a word longer than that), the first
+    indented by ``first``, the others by ``rest``: broken between words, never between a
+    number and its unit."""
+    import textwrap
+    # textwrap breaks at ASCII spaces only: a value's spaces become no-break ones
+    glued = _UNIT.sub("\\1\u00a0\\2", text).replace(" × ", "\u00a0×\u00a0")
+    return [line.replace("\u00a0", " ") for line in textwrap.wrap(
+        glued, width, initial_indent=first, subsequent_indent=rest, break_long_words=False,
+        break_on_hyphens=False)]
 
 
 def short_op(text: str) -> str:

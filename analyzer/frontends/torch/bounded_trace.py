@@ -124,10 +124,14 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         env = self._env
         if not env:
             return func(*args, **kwargs)
+        rows = None  # an unbind unrolled over a data-dependent length: its maximum
         if func in _LOOPS and args and isinstance(args[0], torch.Tensor) and args[0].dim():
-            self._loop(func, args[0].shape[_loop_dim(func, args, kwargs)])
+            rows = self._loop(func, args[0].shape[_loop_dim(func, args, kwargs)])
         known = len(env.var_to_range)  # a new symbol adds a range: look at outputs only then
-        out = func(*args, **kwargs)
+        if rows is not None and func is torch.Tensor.unbind:
+            out = _select_each(args[0], _loop_dim(func, args, kwargs), rows)
+        else:
+            out = func(*args, **kwargs)
         if len(env.var_to_range) != known:
             self._fresh(func, args, kwargs, out)
         self._values.record(func, args, kwargs, out)
@@ -180,17 +184,18 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
             if own is None or self.maxima[name] < own:
                 self.capped[name] = f"--dim {name}={self.maxima[name]}"
 
-    def _loop(self, func, n) -> None:
+    def _loop(self, func, n) -> int | None:
         """A Python loop over a tensor whose length the data decides runs at the length's
-        maximum: unrolled, if that is at most ``MAX_UNROLL``. ``len()`` or ``tolist()`` reads
-        the length as a number: its maximum (said in a warning)."""
+        maximum: unrolled, if that is at most ``MAX_UNROLL`` (the iterations returned).
+        ``len()`` or ``tolist()`` reads the length as a number: its maximum (said in a
+        warning)."""
         if not isinstance(n, torch.SymInt) or not is_unbacked(n.node.expr):
-            return
+            return None
         from torch.utils._sympy.value_ranges import bound_sympy
         assert self._env  # (only called once installed)
         hi = finite(bound_sympy(n.node.expr, self._env.var_to_range).upper)
         if hi is None:
-            return  # torch stops with the symbol; explain() names its flag
+            return None  # torch stops with the symbol; explain() names its flag
         text = str(n.node.expr)
         syms = ", ".join(opt("dims", s, "MAX") for s in sorted(map(str, n.node.expr.free_symbols)))
         where = "".join(f" (from {self.origins[s]})" for s in
@@ -211,6 +216,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
                     f"its maximum, {hi} iterations (an upper bound" + (f": {why})" if why else ")"))
         if note not in self.notes:
             self.notes.append(note)
+        return hi if func in _ITERATES else None
 
     def _rule_cap(self, name: str, d: torch.SymInt, func, args, kwargs, k: int,
                   axis: int) -> None:
@@ -387,6 +393,14 @@ _SELECTS = frozenset({
 _JOINS = frozenset({torch.cat, torch.concat, torch.stack})  # the hull of their inputs'
 _FILLS = frozenset({torch.full, torch.full_like, torch.Tensor.new_full})
 _MODULO = frozenset({torch.remainder, torch.Tensor.remainder, torch.Tensor.__mod__})
+
+
+def _select_each(x: torch.Tensor, dim: int, rows: int) -> tuple:
+    """``x.unbind(dim)`` at ``rows``, the length's maximum. torch's own unbind of a symbolic
+    length (tensor_split, then a squeeze) keeps the axis — pieces of Min(100, u27)//100 rows,
+    so Mask R-CNN's ``for m, b in zip(masks, boxes)`` reads ``b[2]`` out of range —; a select
+    per row drops it (each index's check decided as the maximum decides it)."""
+    return tuple(x.select(dim, i) for i in range(rows))
 
 
 def _loop_dim(func, args: tuple, kwargs: Mapping[str, Any]) -> int:
