@@ -79,3 +79,15 @@ def test_a_training_report_leads_with_the_step():
     order = [labels.index(x) for x in ("model", "training", "parallel", "per", "fits",
                                        "params", "activations", "peak")]
     assert order == sorted(order)
+
+
+def test_the_op_types_are_the_ten_heaviest_by_default():
+    # a training graph has dozens of ATen op types, most of them moving data: the default
+    # view lists the 10 with the most FLOPs and says how many more there are
+    r = analyze("zoo:gpt2", train=True, optimizer="adam")
+    done = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", env={"COLUMNS": "100"})
+    more = len(r.by_op_type) - 10
+    assert more > 0 and f"… {more} more op types (--max-rows 0 shows all)" in done.stdout
+    every = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--max-rows", "0",
+                    env={"COLUMNS": "100"})
+    assert "more op types" not in every.stdout

@@ -423,16 +423,22 @@ def render_table(r: Report, console, max_rows: int | None = None, depth: int | N
             console.print(f"FLOPs %: each node's share of the total; * the {HEAVY} heaviest",
                           markup=False, highlight=False)
     if not serving_view:
-        _render_op_types(r, console, width)
+        _render_op_types(r, console, width, DEFAULT_OP_ROWS if max_rows is None else 0)
     render_serving_table(r, console, width)
     top = [] if serving_view else top_nodes_lines(r, width)
     for line in top + summary_lines(r, width):
         console.print(line, markup=False, highlight=False, overflow="ignore", crop=False)
 
 
-def _render_op_types(r: Report, console, width: int | None) -> None:
+DEFAULT_OP_ROWS = 10   # the default view's op types: the heaviest by FLOPs (a training
+#                        graph has 40 and more ATen ops, most of them moving data)
+
+
+def _render_op_types(r: Report, console, width: int | None, limit: int) -> None:
+    """The op types, heaviest by FLOPs first; ``limit`` of them (0: all)."""
     total = r.totals.flops or 1
-    ops = sorted(r.by_op_type.items(), key=lambda kv: (-kv[1].flops, kv[0]))
+    every = sorted(r.by_op_type.items(), key=lambda kv: (-kv[1].flops, kv[0]))
+    ops = every[:limit] if limit else every
     print_table(console, "by op type", [
         Col("op", min_width=8, priority=1, abbreviate=short_op), Col("count", numeric=True),
         Col("MACs", numeric=True), Col("FLOPs", numeric=True), Col("FLOPs %", numeric=True),
@@ -440,3 +446,6 @@ def _render_op_types(r: Report, console, width: int | None) -> None:
         [[op, str(o.count), human(o.macs) if o.macs else "", human(o.flops) if o.flops else "",
           f"{100 * o.flops / total:.1f}" if o.flops else "", human_bytes(o.bytes_read),
           human_bytes(o.bytes_written)] for op, o in ops], width=width)
+    if len(ops) < len(every):
+        console.print(f"… {len(every) - len(ops)} more op types ({MAX_ROWS} 0 shows all)",
+                      markup=False, highlight=False)

@@ -128,10 +128,9 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         if func in _LOOPS and args and isinstance(args[0], torch.Tensor) and args[0].dim():
             rows = self._loop(func, args[0].shape[_loop_dim(func, args, kwargs)])
         known = len(env.var_to_range)  # a new symbol adds a range: look at outputs only then
+        out = func(*args, **kwargs)
         if rows is not None and func is torch.Tensor.unbind:
-            out = _select_each(args[0], _loop_dim(func, args, kwargs), rows)
-        else:
-            out = func(*args, **kwargs)
+            out = _rows_of(out, args[0], _loop_dim(func, args, kwargs), rows)
         if len(env.var_to_range) != known:
             self._fresh(func, args, kwargs, out)
         self._values.record(func, args, kwargs, out)
@@ -395,11 +394,14 @@ _FILLS = frozenset({torch.full, torch.full_like, torch.Tensor.new_full})
 _MODULO = frozenset({torch.remainder, torch.Tensor.remainder, torch.Tensor.__mod__})
 
 
-def _select_each(x: torch.Tensor, dim: int, rows: int) -> tuple:
-    """``x.unbind(dim)`` at ``rows``, the length's maximum. torch's own unbind of a symbolic
-    length (tensor_split, then a squeeze) keeps the axis — pieces of Min(100, u27)//100 rows,
-    so Mask R-CNN's ``for m, b in zip(masks, boxes)`` reads ``b[2]`` out of range —; a select
-    per row drops it (each index's check decided as the maximum decides it)."""
+def _rows_of(pieces: tuple, x: torch.Tensor, dim: int, rows: int) -> tuple:
+    """``x.unbind(dim)`` at ``rows``, the length's maximum. torch 2.14's unbind of a length
+    like Min(100, u27) (tensor_split, then a squeeze) keeps the axis — pieces of
+    Min(100, u27)//100 rows, so Mask R-CNN's ``for m, b in zip(masks, boxes)`` reads ``b[2]``
+    out of range —: then one select per row (each index's check decided as the maximum decides
+    it; torch 2.8 refuses such a select of a plain ``u0``, whose unbind is right)."""
+    if all(p.dim() < x.dim() for p in pieces):
+        return pieces
     return tuple(x.select(dim, i) for i in range(rows))
 
 

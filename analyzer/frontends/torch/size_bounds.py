@@ -5,12 +5,13 @@ boxes NMS keeps), ``Min(100, u3)`` (the first 100 of them), ``4*u0``. Each dim i
 the upper end of its value range — torch's ShapeEnv holds the ranges: what the op's meta
 kernel declared (``nonzero``: at most its input's elements), what the trace capped
 (analyzer/frontends/torch/bounded_trace.py: a rule's bound, ``--dim u3=MAX``) and what follows
-from them (``Min(100, u3)`` ≤ 100) — so every shape, cost and memory figure downstream of a
-symbol is its upper bound. The lower ends are kept beside them (``Graph.lower_values``), the
-nodes that touch a bounded size say so (``Node.bound``, with the symbols), and every symbol
-is listed with its range and where its maximum comes from (``Graph.size_bounds``). A symbol
-with no finite maximum stays symbolic: its nodes are not costed and a warning names the flag
-that bounds it.
+from them (``Min(100, u3)`` ≤ 100), with the expressions the trace's runtime assertions fix
+(a length read as a number at its maximum) at their values — so every shape, cost and memory
+figure downstream of a symbol is its upper bound. The lower ends are kept beside them
+(``Graph.lower_values``), the nodes that touch a bounded size say so (``Node.bound``, with the
+symbols), and every symbol is listed with its range and where its maximum comes from
+(``Graph.size_bounds``). A symbol with no finite maximum stays symbolic: its nodes are not
+costed and a warning names the flag that bounds it.
 """
 from __future__ import annotations
 
@@ -74,8 +75,10 @@ class SizeBinder:
         got = self._dims.get(expr)
         if got is None:
             hi, lo = self._bound(expr)
-            if hi is None and self._fixed:  # e.g. 12000//Min(1000, u13): no maximum at 0
-                hi, lo = self._bound(expr.xreplace(self._fixed))
+            if self._fixed:  # 12000//Min(1000, u13): no maximum over a range holding 0
+                at_hi, at_lo = self._bound(expr.xreplace(self._fixed))
+                hi = at_hi if hi is None or (at_hi is not None and at_hi < hi) else hi
+                lo = at_lo if lo is None else lo
             text = str(expr)
             got = self._dims[expr] = (text if hi is None else hi,
                                       text if lo is None else max(lo, 0), text)
