@@ -15,6 +15,7 @@ import re
 
 import pytest
 import torch
+from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
 from graphcost.passes.errors import GraphcostError
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -73,6 +74,8 @@ def test_fasterrcnn_mobilenet_320_box_head_counts_every_proposal(detection):
                     "roi_heads.box_predictor.cls_score": 150 * 3_072,
                     "roi_heads.box_predictor.bbox_pred": 150 * 12_288}
     assert any("is read as a number" in w and "at its maximum, 150" in w for w in r.warnings)
+    # transform.postprocess's boxes.unbind(1) is the four coordinates, not a loop over boxes
+    assert not any("unrolled" in w for w in r.warnings), r.warnings
     nms = _symbol(r, "torchvision.nms")
     assert nms and all(s.source == "torchvision.nms: NMS keeps at most the boxes it is given"
                        for s in nms)
@@ -138,6 +141,35 @@ def test_ssdlite_convolutions_exact_and_nms_bounded(detection):
     (nms,) = _symbol(r, "torchvision.nms")
     assert nms.upper == 600 and any(c.endswith("≤ 300") for c in nms.capped)
     assert out[0]["boxes"].shape[0] <= 300
+
+
+def test_mask_rcnn_pasting_reads_box_coordinates_as_sizes(detection):
+    # the loop over the detections runs (at most box_detections_per_img 100); each mask is
+    # resized to int(box[2] - box[0] + 1) pixels: a value, which no size bound decides
+    model, images = _build(detection, "maskrcnn_resnet50_fpn", min_size=128, max_size=128)
+    with pytest.raises(GraphcostError, match=r"branches on the data-dependent u\d+; u\d+ is a "
+                       "value read from a tensor, not a size"):
+        analyze(model, (images,))
+
+
+class Rows(nn.Module):
+    """A loop over the first 5 kept rows, reading a column of each (``paste_masks_in_image``'s
+    ``for m, b in zip(masks, boxes)``, then ``b[2]``)."""
+
+    def forward(self, x):
+        rows = x[torch.nonzero(x[:, 0] > 0)[:, 0][:5]]
+        return torch.stack([r[2] * 2 for r in rows])
+
+
+def test_a_loop_over_a_capped_length_yields_rows():
+    # Min(5, u0) rows: 5 iterations, each row of 4 (torch 2.14's own unbind keeps the axis:
+    # pieces of Min(5, u0)//5 rows, and r[2] is out of range)
+    r = analyze(Rows(), (torch.randn(8, 4),))
+    assert r.coverage.percent == 100.0
+    assert sum(n.op == "aten.mul.Tensor" for n in r.nodes) == 5
+    if TORCH_VERSION >= (2, 9):  # torch 2.8 decides x[:5] as 5 rows (asserting u0 ≥ 5)
+        assert any("Min(5, u0)" in w and "unrolled at its maximum, 5 iterations" in w
+                   for w in r.warnings), r.warnings
 
 
 class ClassLoop(nn.Module):

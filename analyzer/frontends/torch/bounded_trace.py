@@ -124,13 +124,17 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         env = self._env
         if not env:
             return func(*args, **kwargs)
-        rows = None  # an unbind unrolled over a data-dependent length: its maximum
+        rows = None  # an unbind unrolled over a data-dependent expression: its maximum
         if func in _LOOPS and args and isinstance(args[0], torch.Tensor) and args[0].dim():
-            rows = self._loop(func, args[0].shape[_loop_dim(func, args, kwargs)])
+            n = args[0].shape[_loop_dim(func, args, kwargs)]
+            rows = self._loop(func, n)
+            if rows is None or func is not torch.Tensor.unbind or n.node.expr.is_Symbol:
+                rows = None
         known = len(env.var_to_range)  # a new symbol adds a range: look at outputs only then
-        out = func(*args, **kwargs)
-        if rows is not None and func is torch.Tensor.unbind:
-            out = _rows_of(out, args[0], _loop_dim(func, args, kwargs), rows)
+        if rows is not None:
+            out = _select_each(args[0], _loop_dim(func, args, kwargs), rows)
+        else:
+            out = func(*args, **kwargs)
         if len(env.var_to_range) != known:
             self._fresh(func, args, kwargs, out)
         self._values.record(func, args, kwargs, out)
@@ -357,7 +361,10 @@ def _holds(t: torch.Tensor, made: tuple[int, int, str], dtype) -> bool:
     (``arange(300, dtype=torch.uint8)`` wraps)."""
     if not _integral(t) or dtype not in (None, t.dtype):
         return False
-    info = torch.iinfo(t.dtype)
+    try:
+        info = torch.iinfo(t.dtype)
+    except TypeError:  # quantized and other dtypes iinfo does not describe
+        return False
     return info.min <= made[0] and made[1] <= info.max
 
 
@@ -394,14 +401,12 @@ _FILLS = frozenset({torch.full, torch.full_like, torch.Tensor.new_full})
 _MODULO = frozenset({torch.remainder, torch.Tensor.remainder, torch.Tensor.__mod__})
 
 
-def _rows_of(pieces: tuple, x: torch.Tensor, dim: int, rows: int) -> tuple:
-    """``x.unbind(dim)`` at ``rows``, the length's maximum. torch 2.14's unbind of a length
-    like Min(100, u27) (tensor_split, then a squeeze) keeps the axis — pieces of
-    Min(100, u27)//100 rows, so Mask R-CNN's ``for m, b in zip(masks, boxes)`` reads ``b[2]``
-    out of range —: then one select per row (each index's check decided as the maximum decides
-    it; torch 2.8 refuses such a select of a plain ``u0``, whose unbind is right)."""
-    if all(p.dim() < x.dim() for p in pieces):
-        return pieces
+def _select_each(x: torch.Tensor, dim: int, rows: int) -> tuple:
+    """``x.unbind(dim)`` at ``rows``, the maximum of a length like Min(100, u27): one select
+    per row (each index's check decided as the maximum decides it). torch 2.14's own unbind of
+    it (a tensor_split, then a squeeze) keeps the axis — pieces of Min(100, u27)//100 rows, so
+    Mask R-CNN's ``for m, b in zip(masks, boxes)`` reads ``b[2]`` out of range — and takes
+    seconds per hundred rows; of a plain ``u0`` it is right, and torch 2.8 refuses the select."""
     return tuple(x.select(dim, i) for i in range(rows))
 
 
