@@ -15,7 +15,7 @@ from ..app.units import axes_text, human, human_bytes, human_time
 from . import explain
 from .parallel import parallel_summary
 from .serving import render_serving_table, serving_summary
-from .table import Col, print_table, short_name, short_op
+from .table import Col, print_prose, print_table, short_name, short_op
 
 NODE_COLUMNS = ("index", "name", "op", "input_shapes", "output_shapes", "params",
                 "output_bytes", "macs", "flops", "bytes_read", "bytes_written", "bytes_total",
@@ -400,8 +400,8 @@ def render_table(r: Report, console, max_rows: int | None = None, depth: int | N
     serving_view = r.serving is not None and max_rows is None and depth is None \
         and not wide and not columns
     if serving_view:
-        console.print(f"graphcost: {r.model} — the prefill's {len(r.nodes):,} nodes: "
-                      f"{MAX_ROWS} N (0: all)", markup=False, highlight=False)
+        print_prose(console, f"graphcost: {r.model} — the prefill's {len(r.nodes):,} nodes: "
+                    f"{MAX_ROWS} N (0: all)", width)
     elif depth is not None:
         render_modules(r, console, depth, width)
     else:
