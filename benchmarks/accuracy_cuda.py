@@ -156,25 +156,30 @@ def _optimizer(name: str, params):
             "adamw": lambda: torch.optim.AdamW(params)}[name]()
 
 
-def measure(name: str) -> dict:
-    """The real steps on the GPU: allocated peak of the second, reserved peak of both."""
-    import contextlib
-
+def prepare(name: str):
+    """Case ``name``'s model on the device (seeded), its inputs and optimizer."""
     import torch
-    from graphcost.analyzer.measure.reference import float_output_sum
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    build, make_inputs, train, optimizer, precision, attention = CASES[name]
+    build, make_inputs, train, optimizer, precision, _ = CASES[name]
     torch.manual_seed(0)
     model = build(False)
     if precision in _TRUE:
         model = model.to(getattr(torch, _TRUE[precision]))
     model = model.to(DEV).train(train)
-    args = make_inputs(DEV)
     opt = _optimizer(optimizer, list(model.parameters())) if train else None
+    return model, make_inputs(DEV), opt
+
+
+def make_step(model, args, train: bool, opt, precision: str, attention: str):
+    """One step of a case: two no_grad forwards' one for inference; for training
+    zero_grad(set_to_none=True), the forward under the recipe's autocast, the sum of the float
+    outputs, backward, the optimizer's step. ``attention`` "math" forces SDPA's math kernel."""
+    import contextlib
+
+    import torch
+    from graphcost.analyzer.measure.reference import float_output_sum
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     dtype = _AUTOCAST.get(precision)
-    if not DRY:  # what building the model cached is not the steps'
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+
     def forced():
         return sdpa_kernel([SDPBackend.MATH]) if attention == "math" else \
             contextlib.nullcontext()
@@ -193,7 +198,18 @@ def measure(name: str) -> dict:
         del loss
         if opt is not None:
             opt.step()
+    return step
 
+
+def measure(name: str) -> dict:
+    """The real steps on the GPU: allocated peak of the second, reserved peak of both."""
+    import torch
+    _, _, train, _, precision, attention = CASES[name]
+    model, args, opt = prepare(name)
+    if not DRY:  # what building the model cached is not the steps'
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    step = make_step(model, args, train, opt, precision, attention)
     with _AttentionOps() as seen:  # the first step: which attention kernels really ran
         step()
     if DRY:

@@ -43,13 +43,12 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from benchmarks.accuracy_cuda import (
-    _AUTOCAST,
-    _TRUE,
     CASES,
     DEV,
     DRY,
     _hf_llama,
-    _optimizer,
+    make_step,
+    prepare,
 )
 
 warnings.filterwarnings("ignore")
@@ -325,54 +324,18 @@ def _llama_for_serving():
 def _trace(name: str):
     def run(rec: Recorder) -> None:
         import torch
-        build, make_inputs, train, optimizer, precision, attention = CASES[name]
+        _, _, train, optimizer, precision, attention = CASES[name]
         rec.info["params"] = dict(accuracy_cuda=name, train=train, optimizer=optimizer,
                                   precision=precision, attention=attention, steps=STEPS)
         rec.start()  # before the model reaches the device: the trace is the whole history
-        torch.manual_seed(0)
-        model = build(False)
-        if precision in _TRUE:
-            model = model.to(getattr(torch, _TRUE[precision]))
-        model = model.to(DEV).train(train)
-        args = make_inputs(DEV)
-        opt = _optimizer(optimizer, list(model.parameters())) if train else None
+        model, args, opt = prepare(name)
         if not DRY:  # as measure(): what building the model cached is not the steps'
             torch.cuda.empty_cache()
-        step = _measure_step(model, args, train, opt, precision, attention)
+        step = make_step(model, args, train, opt, precision, attention)
         for k in range(1, STEPS + 1):
             with rec.phase(f"step{k}"):
                 step()
     return run
-
-
-def _measure_step(model, args, train: bool, opt, precision: str, attention: str):
-    """accuracy_cuda.measure()'s step (without its attention-kernel probe)."""
-    import torch
-    from graphcost.analyzer.measure.reference import float_output_sum
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    dtype = _AUTOCAST.get(precision)
-
-    def ctx():
-        return torch.autocast(DEV, getattr(torch, dtype)) if dtype else contextlib.nullcontext()
-
-    def forced():
-        return sdpa_kernel([SDPBackend.MATH]) if attention == "math" else \
-            contextlib.nullcontext()
-
-    def step():
-        if not train:
-            with torch.no_grad(), ctx(), forced():
-                model(*args)
-            return
-        model.zero_grad(set_to_none=True)
-        with ctx(), forced():
-            loss = float_output_sum(model, args)
-        with forced():
-            loss.backward()
-        del loss
-        if opt is not None:
-            opt.step()
-    return step
 
 
 TRACE_CASES = {
