@@ -37,7 +37,9 @@ FlopCounterMode's total over one real CPU forward under torch.no_grad() against 
 FlopCounterMode has no formula for are swapped for its forward only, as
 benchmarks/accuracy_hf.py does for Mixtral: scaled_dot_product_attention runs on its math
 kernel (CPU's fused kernel would count 0) and transformers' MoE experts run batched_mm
-instead of grouped_mm (likewise); no parameter requires grad during it.
+instead of grouped_mm (likewise), an LSTM/GRU without oneDNN (mkldnn_rnn: likewise); no
+parameter requires grad during it. graphcost's figure for an op whose size the data decides
+is an upper bound: the records keep its "bounded" ops (coverage.bounded).
 
 Each model runs in a process of its own (forked from a parent that imported torch,
 transformers/timm and graphcost once, to spare ~2-4 s of imports per model; --fresh starts a
@@ -89,7 +91,7 @@ DEPTH = dict(num_hidden_layers=2, encoder_layers=2, decoder_layers=2, num_layers
              num_local_experts=4, num_experts=4, n_routed_experts=4, moe_num_experts=4,
              num_experts_per_tok=2, num_experts_per_token=2, moe_k=2, n_group=1, topk_group=1,
              n_shared_experts=1, first_k_dense_replace=1, num_kv_shared_layers=0)
-IMAGE = dict(image_size=32, patch_size=8, num_channels=3)   # both profiles
+IMAGE = dict(image_size=32, patch_size=8, num_channels=3)   # all attempts but the last
 IMAGE_DEFAULT = 224     # an image model's input side when its config has no image_size
 LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
@@ -257,7 +259,8 @@ def _hf_inputs(model, cfg, with_pixels: bool) -> dict[str, Any]:
 
 def _prepare_hf(model_type: str, stage: Callable[[str], None], rec: dict) -> tuple:
     """(model, inputs, reference FLOPs) of ``model_type``: the shrunk config first, then the
-    depth-only cut; the attempt that got furthest decides the failure."""
+    retries the module docstring lists; where all fail, the attempt that got furthest names
+    the failure (a retry too large to run does not hide an earlier attempt's failure)."""
     from transformers import CONFIG_MAPPING
 
     stage("config")
@@ -310,7 +313,8 @@ def _prepare_hf(model_type: str, stage: Callable[[str], None], rec: dict) -> tup
                     ("" if mixed else ", first layers") + ("" if image else ", default image")
                 return model, inputs, flops
         except _Skip:
-            raise
+            if best is None:
+                raise
         except Exception as exc:
             if best is None or STAGES.index(step) > best[0]:
                 best = (STAGES.index(step), exc)
@@ -423,16 +427,19 @@ def _reference(model, args: tuple, kwargs: dict) -> int:
     """FlopCounterMode's total over one forward under no_grad, on the swapped kernels (module
     docstring). Parameters stop requiring grad meanwhile: FlopCounterMode's module tracker
     asserts "Expected gradient function to be set" on a module that returns one as is."""
+    # (a model with an RNN runs without oneDNN: its fused mkldnn_rnn has no formula either)
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     grad = [p for p in model.parameters() if p.requires_grad]
+    rnn = any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
     counter = FlopCounterMode(display=False)
     try:
         for p in grad:
             p.requires_grad_(False)
-        with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH), _batched_experts(model):
+        with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH), _batched_experts(model), \
+                torch.backends.mkldnn.flags(enabled=not rnn):
             model(*args, **kwargs)
     finally:
         for p in grad:
@@ -479,7 +486,8 @@ def run_one(spec: str, stage: Callable[[str], None] = lambda s: None) -> dict:
         stage("compare")
         rec.update(analyzed=True, params_gc=r.totals.params, flops_gc=2 * r.totals.macs,
                    coverage=round(r.coverage.percent, 2),
-                   unsupported=dict(r.coverage.unsupported), warnings=len(r.warnings))
+                   unsupported=dict(r.coverage.unsupported), bounded=dict(r.coverage.bounded),
+                   warnings=len(r.warnings))
         rec["params_exact"] = r.totals.params == rec["params_module"]
         ref, ours = flops, 2 * r.totals.macs
         rec["macs_ok"] = ours == ref if ref == 0 else abs(ours / ref - 1) <= 0.01
@@ -680,6 +688,11 @@ def _cell(text: str) -> str:
     return text.replace("|", "/").replace("\n", " ")
 
 
+def _matmuls(ops: dict) -> dict:
+    return {op: n for op, n in ops.items()
+            if any(k in op for k in ("mm", "conv", "linear", "matmul", "einsum"))}
+
+
 def _group(rec: dict) -> str:
     msg = rec["skipped"] or f"{rec['stage']}: {rec['error']}"
     return re.sub(r"\d+", "#", msg)[:80]
@@ -738,7 +751,9 @@ def print_table(records: list[dict], title: str, wall: float) -> None:
                 print(f"* {r['name']}: params {r['params_gc']:,} / {r['params_module']:,}, "
                       f"2·MACs {r['flops_gc']:,} vs {r['flops_ref']:,} ({_ratio(r)}), "
                       f"coverage {r.get('coverage', 0)}%"
-                      + (f", unsupported {r['unsupported']}" if r.get("unsupported") else ""))
+                      + (f", unsupported {r['unsupported']}" if r.get("unsupported") else "")
+                      + (f", upper bounds (data-dependent sizes): {_matmuls(r['bounded'])}"
+                         if _matmuls(r.get("bounded") or {}) else ""))
             continue
         groups: dict[str, list[str]] = defaultdict(list)
         for r in chosen:
