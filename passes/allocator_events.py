@@ -6,9 +6,13 @@ the first step's activations had freed, so the second step's activations need ne
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from .caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
 from .ir import Graph, ValueKind
+
+if TYPE_CHECKING:
+    from .gpu_workspaces import GpuWorkspaces
 
 
 def events_from_liveness(storages, *, resident: Iterable[tuple[str, int]] = (),
@@ -50,14 +54,39 @@ def resident_tensors(graph: Graph) -> list[tuple[str, int]]:
 
 
 def inference_reserved_peak(graph: Graph, liveness,
-                            config: AllocatorConfig = AllocatorConfig()) -> int:
-    """The reserved peak of an inference run on PyTorch's CUDA caching allocator (``config``:
-    its settings): parameters and buffers allocated before the first node and kept, then the
-    activations in liveness order. Comparable with the report's peak_bytes (parameters +
-    buffers + activations), which counts the same tensors unrounded."""
-    return replay(events_from_liveness(liveness, resident=resident_tensors(graph)),
-                  expandable=config.expandable,
+                            config: AllocatorConfig = AllocatorConfig(),
+                            workspaces: "GpuWorkspaces | None" = None) -> int:
+    """The reserved peak of inference on PyTorch's CUDA caching allocator (``config``: its
+    settings): parameters and buffers allocated before the first node and kept, then two runs
+    of the activations in liveness order — the second batch meets the blocks the first left
+    cached. ``workspaces`` (a CUDA device's; passes.gpu_workspaces): cuDNN's transients in
+    both runs, the cuBLAS workspace at the first run's first GEMM, kept. Comparable with the
+    report's peak_bytes (parameters + buffers + activations), which counts the same tensors
+    unrounded."""
+    runs = _with_workspaces(liveness.storages, workspaces)
+    events = list(events_from_liveness(runs[0], resident=resident_tensors(graph), tag=1,
+                                       keep=frozenset({CUBLAS})))
+    events += events_from_liveness(runs[1], tag=2)
+    return replay(events, expandable=config.expandable,
                   max_split_size=config.max_split_size).reserved_peak
+
+
+CUBLAS = "cuBLAS workspace"
+
+
+def _with_workspaces(storages, ws: "GpuWorkspaces | None") -> tuple[list, list]:
+    """(run 1's storages, run 2's): each with ``ws``'s transients after the node's own
+    storages (events_from_liveness keeps list order within a node); run 1 also allocates
+    the cuBLAS workspace at its first GEMM."""
+    from .liveness import Storage
+
+    later = list(storages)
+    if ws is not None:
+        later += [Storage(f"workspace {i}", b, i, i) for i, b in sorted(ws.transients.items())]
+    first = list(later)
+    if ws is not None and ws.cublas_node >= 0:
+        first.append(Storage(CUBLAS, ws.cublas_bytes, ws.cublas_node, ws.cublas_node))
+    return first, later
 
 
 def training_events(storages, *, resident: list[tuple[str, int]], grads: frozenset[str],

@@ -131,18 +131,23 @@ def nccl_part(device: "DeviceRates", world: int) -> FitPart | None:
 
 def fit(device: "DeviceRates", tensor_bytes: int, *, reserved_bytes: int | None = None,
         threads: int = 1, overhead: Overhead | None = None, allocator: str = "",
-        world: int = 1) -> Fit:
+        world: int = 1, workspaces_replayed: bool = False) -> Fit:
     """What a run whose tensors peak at ``tensor_bytes`` (``reserved_bytes``: the caching
     allocator's replayed reserved peak, None where not modelled; ``allocator``: its settings
     as PYTORCH_CUDA_ALLOC_CONF spells them, "" for the default) needs on ``device`` with
     ``threads`` threads running matrix products (inference 1, training 2), as one of
-    ``world`` data-parallel ranks."""
+    ``world`` data-parallel ranks. ``workspaces_replayed``: the replay holds the cuBLAS and
+    cuDNN workspaces where the run allocates them (passes.gpu_workspaces), so no cuBLAS part
+    is added beside it."""
     overhead = overhead or Overhead()
-    parts = [_allocator_part(tensor_bytes, reserved_bytes, overhead, allocator)]
+    inside = workspaces_replayed and reserved_bytes is not None and \
+        overhead.allocator_fraction is None
+    parts = [_allocator_part(tensor_bytes, reserved_bytes, overhead, allocator, inside)]
     if overhead.context_bytes is None:
         ws = cublas_workspace_bytes(device)
-        parts += [FitPart(f"cuBLAS workspaces ({threads} × {ws / MiB:g} MiB)", threads * ws,
-                          "PyTorch's default per matmul thread, inside the allocator")]
+        parts += [] if inside else [
+            FitPart(f"cuBLAS workspaces ({threads} × {ws / MiB:g} MiB)", threads * ws,
+                    "PyTorch's default per matmul thread, inside the allocator")]
         nccl = nccl_part(device, world)
         parts += [nccl] if nccl else []
         parts.append(FitPart("CUDA context and kernels", CONTEXT_BYTES, CONTEXT_SOURCE))
@@ -163,12 +168,13 @@ def _fraction(overhead: Overhead) -> float:
 
 
 def _allocator_part(tensor_bytes: int, reserved_bytes: int | None,
-                    overhead: Overhead, allocator: str = "") -> FitPart:
+                    overhead: Overhead, allocator: str = "", inside: bool = False) -> FitPart:
     if overhead.allocator_fraction is not None:
         f = overhead.allocator_fraction
         return FitPart(f"tensors × (1 + {100 * f:g}%)", _times(tensor_bytes, f), GIVEN)
     if reserved_bytes is not None:
-        return FitPart("reserved by PyTorch's caching allocator", reserved_bytes,
+        return FitPart("reserved by PyTorch's caching allocator"
+                       + (" (cuBLAS, cuDNN workspaces in it)" if inside else ""), reserved_bytes,
                        "the run's allocations replayed through the allocator's rules"
                        + (f" ({allocator})" if allocator else ""))
     return FitPart(f"tensors × (1 + {100 * ESTIMATE_FRACTION:g}%)",

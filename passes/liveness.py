@@ -96,7 +96,8 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
                      inplace: bool = False, eager: bool = False) -> Liveness:
     """``eager=True`` models PyTorch eager execution instead of a graph runtime: a tensor passed
     into a module call stays referenced (by the caller's variable and the callee's parameter)
-    until that call returns, so it lives at least to the call's last node; and a tensor the
+    until that call returns, so it lives at least to the call's last node (the model's own
+    inputs to the last node: the caller holds them through the whole call); and a tensor the
     model's Python code was seen holding while it was traced (``graph.eager_refs``: a local
     variable, a list of skip tensors) lives as long as that reference did, and an op the model
     ran in place (``graph.eager_inplace``) writes into its input's storage."""
@@ -113,6 +114,8 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
                 last_use[name] = node.index
     if eager:
         _extend_to_module_returns(graph, last_use)
+        for name in graph.inputs:  # the caller's arguments: referenced until the call returns
+            last_use[name] = last
         for name, end in graph.eager_refs.items():  # Python's own references (traced)
             if end > last_use.get(name, -1):
                 last_use[name] = end

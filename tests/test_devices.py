@@ -111,12 +111,13 @@ def test_resnet50_on_an_a100_is_bounded_below_by_its_convolutions():
     assert len(ro.top) == 10 and all(r.nodes[i].op == "Conv" for i in ro.top)
     tf = analyze("zoo:resnet50", batch=16, device="a100-40gb", tf32=True).roofline
     assert tf.total_seconds < ro.total_seconds / 2  # TF32 is 8× the fp32 rate for the convs
-    # fits: the reserved replay + one cuBLAS workspace (sm80: 4,096·2 + 16·8 KiB =
-    # 8,519,680 B) + the measured context (726,466,560 B) ≤ 40 GiB (no usable figure known)
+    # fits: the reserved replay, which holds the cuBLAS workspace (sm80: 4,096·2 + 16·8 KiB =
+    # 8,519,680 B) from the classifier's matmul on and cuDNN's convolution workspaces, + the
+    # measured context (726,466,560 B) ≤ 40 GiB (no usable figure known)
     tensors = r.totals.param_bytes + r.totals.buffer_bytes + r.memory.peak_bytes
     assert ro.tensor_bytes == tensors and ro.fit.fits
-    assert [p.bytes for p in ro.fit.parts] == [r.memory.reserved_peak_bytes, 8_519_680,
-                                               726_466_560]
+    assert [p.bytes for p in ro.fit.parts] == [r.memory.reserved_peak_bytes, 726_466_560]
+    assert "cuDNN" in ro.fit.parts[0].what
     assert ro.fit.needs == sum(p.bytes for p in ro.fit.parts)
     assert ro.fit.offers == 40 * 2**30 and ro.fit.margin == ro.fit.offers - ro.fit.needs
 

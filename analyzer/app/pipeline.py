@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...passes.allocator_events import inference_reserved_peak
+from ...passes.gpu_workspaces import gpu_workspaces
 from ...passes.arena import plan_arena
 from ...passes.attention_dispatch import attention_uses
 from ...passes.bounds import size_bounds
@@ -53,8 +54,9 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     arena = plan_arena(memory.storages) if optimizer is None else None
     if arena is not None:
         memory = replace(memory, arena_bytes=arena.arena_bytes,
-                         reserved_peak_bytes=inference_reserved_peak(graph, memory,
-                                                                     o.allocator))
+                         reserved_peak_bytes=inference_reserved_peak(
+                             graph, memory, o.allocator,
+                             gpu_workspaces(graph, device) if device else None))
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
         checkpoint=checkpoint, what_if=o.what_if, include_inputs=include_inputs,
@@ -91,7 +93,7 @@ def _fit(report: Report, device, overhead, allocator) -> Fit:
     t = report.training
     if t is None:
         return fit(device, report.peak_bytes, reserved_bytes=report.memory.reserved_peak_bytes,
-                   overhead=overhead, allocator=allocator.words)
+                   overhead=overhead, allocator=allocator.words, workspaces_replayed=True)
     if report.parallel is not None:
         return fit(device, report.parallel.per_rank_peak_bytes,
                    reserved_bytes=report.parallel.reserved_peak_bytes, threads=2,

@@ -171,8 +171,10 @@ def _memory(r: Report) -> list[tuple[str, list[str]]]:
     if m.reserved_peak_bytes is not None and r.serving is None:  # (serving: its own line)
         out.append(("reserved", [f"{human_bytes(m.reserved_peak_bytes)}",
                                  f"({m.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
-                                 "allocator", f"({_settings(r)}its rounding and segments;",
-                                 "parameters included)"]))
+                                 "allocator, two batches", f"({_settings(r)}its rounding and",
+                                 "segments; parameters"
+                                 + (", cuBLAS and cuDNN workspaces" if r.roofline else ""),
+                                 "included)"]))
     if m.live_at_peak:
         more = len(m.live_at_peak) - 5
         out.append(("live", ["at the peak:"] + [f"{x.name} {human_bytes(x.bytes)},"

@@ -71,7 +71,10 @@ negated). ``train_attrs`` — attributes the op takes when a training step runs 
 Memory. ``inplace`` — the op may write its output into input 0's storage when input 0 dies
 there (the in-place activations what-if). ``same_shape`` — output 0 has input 0's shape and
 dtype (the frontend's fallback where ONNX inference has no rule for the op at the model's
-opset).
+opset). On a CUDA GPU (passes/gpu_workspaces.py): ``cublas`` — the op is a cuBLAS GEMM, so
+the first one a thread runs allocates that thread's cuBLAS workspace, kept; ``workspace`` —
+``fn(op) -> bytes`` of the workspace the op's library kernel allocates and frees around each
+call (cuDNN's convolutions), an estimate.
 
 Receptive fields (passes/receptive_field.py): ``rf`` is the op's role — "conv",
 "conv_transpose", "pool", "adaptive_pool" (windows), "pointwise" (passes a field through, joins
@@ -192,6 +195,7 @@ ShapeFn = Callable[[ShapeView], Sequence[OutType]]
 PackedFn = Callable[[TensorSpec, Mapping[str, Any]], tuple[int, str]]  # -> (elements, dtype)
 RuleFn = Callable[[OpView], tuple[int, int]]  # -> (macs, flops)
 StatFn = Callable[[tuple[int, ...], Mapping[str, Any]], tuple[int, int]]  # -> (rows, groups)
+WorkspaceFn = Callable[[OpView], int]  # -> bytes
 _NO_ATTRS: Mapping[Any, Any] = MappingProxyType({})
 
 RF_ROLES = frozenset({"conv", "conv_transpose", "pool", "adaptive_pool", "pointwise", "reshape",
@@ -239,6 +243,8 @@ class Rule:
     bodies: bool = False                 # graph attributes are bodies that run (see above)
     # PyTorch picks the op's kernel at run time (SDPA: passes/attention_dispatch.py names it)
     dispatched: bool = False
+    cublas: bool = False                 # a cuBLAS GEMM on a CUDA GPU
+    workspace: "WorkspaceFn | None" = None  # bytes its GPU kernel allocates around a call
 
     def __post_init__(self) -> None:
         if self.rf is not None and self.rf not in RF_ROLES:
