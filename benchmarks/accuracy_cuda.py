@@ -265,10 +265,10 @@ class _AttentionOps:
 
 def predict(name: str, device: str) -> dict:
     import torch
-
-    from graphcost import analyze
     from graphcost.analyzer.app.devices import get_device
     from graphcost.passes.fits import cublas_workspace_bytes
+
+    from graphcost import analyze
     build, make_inputs, train, optimizer, precision, attention = CASES[name]
     model = build(True).train(train)  # the measured run sets the same mode
     args = tuple(torch.empty_like(a, device="meta") for a in make_inputs("cpu"))

@@ -116,8 +116,9 @@ def test_resnet50_inference_reserved_peak_against_the_gpu():
     # 38,535,168 + 205,520,896 against the trace's 244,093,712). Reserved to the byte (without
     # the workspaces 1,193,279,488, −3.2%; the workspace counted before the run and one run,
     # as before: 1,021,313,024, −17%). The allocated peak: the tensors + the workspace.
-    from graphcost import models_zoo
     import torch
+
+    from graphcost import models_zoo
     case = CASES["trace:resnet50-infer-b64"]
     model = models_zoo.build_model("resnet50", eval=True).to("meta")
     x = torch.empty(64, 3, 224, 224, device="meta")

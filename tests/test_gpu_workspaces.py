@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import torch
+from graphcost.analyzer.app.devices import get_device
+from graphcost.passes.gpu_workspaces import gpu_workspaces
 from torch import nn
 
 from graphcost import analyze
-from graphcost.analyzer.app.devices import get_device
-from graphcost.passes.gpu_workspaces import gpu_workspaces
 
 
 class Net(nn.Module):

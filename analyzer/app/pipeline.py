@@ -4,13 +4,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...passes.allocator_events import inference_reserved_peak
-from ...passes.gpu_workspaces import gpu_workspaces
 from ...passes.arena import plan_arena
 from ...passes.attention_dispatch import attention_uses
 from ...passes.bounds import size_bounds
 from ...passes.costs import CostReport, count_costs
 from ...passes.errors import GraphcostError
 from ...passes.fits import Fit, fit
+from ...passes.gpu_workspaces import gpu_workspaces
 from ...passes.ir import Graph, ValueKind
 from ...passes.liveness import analyze_liveness
 from ...passes.magnitude import magnitude_warnings

@@ -23,7 +23,7 @@ def cudnn_conv_workspace(op: OpView) -> int:
     weight = op.in_shape(1)
     if len(weight) < 3 or all(k == 1 for k in weight[2:]) or int(op.attr("group", 1) or 1) != 1:
         return 0
-    return op.in_spec(0).nbytes + op.out_spec(0).nbytes
+    return (op.in_spec(0).nbytes or 0) + (op.out_spec(0).nbytes or 0)
 
 
 @rule("Conv", saves="operands", rf="conv", attr_names=WINDOW_ATTRS,
