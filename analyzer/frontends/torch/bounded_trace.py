@@ -38,6 +38,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 
 from ....passes.errors import opt
 from .compat import fake_safe, unbacked_vals_attr
+from .int_values import IntValues, op_name, overload
 
 if TYPE_CHECKING:
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -115,7 +116,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         # the trace's ShapeEnv once installed; False: left alone (draft_export's real values)
         self._env: ShapeEnv | Literal[False] | None = None
         self._sizes: set = set()
-        self._values = _IntValues()  # what torch.unique's count is bounded by besides sizes
+        self._values = IntValues()  # what torch.unique's count is bounded by besides sizes
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         func, args, kwargs = fake_safe(func, args, kwargs or {})
@@ -170,7 +171,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
                 if not getattr(s, "is_Symbol", False) or not is_unbacked(s) \
                         or str(s) in self.origins:
                     continue
-                self.origins[str(s)] = _op_name(func)
+                self.origins[str(s)] = op_name(func)
                 if isinstance(t, torch.Tensor):
                     self._sizes.add(s)
                 self._cap(str(s), d, func, args, kwargs, k, axis)
@@ -205,7 +206,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
                         sorted(map(str, n.node.expr.free_symbols)) if s in self.origins)
         if func not in _ITERATES:
             note = (f"the data-dependent size {text}{where} is read as a number "
-                    f"({_op_name(func)}): at its maximum, {hi}; what follows uses {hi}")
+                    f"({op_name(func)}): at its maximum, {hi}; what follows uses {hi}")
         elif hi > MAX_UNROLL:
             raise TooManyIterations(
                 f"the forward loops over the data-dependent size {text}{where}, up to {hi} "
@@ -224,7 +225,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
     def _rule_cap(self, name: str, d: torch.SymInt, func, args, kwargs, k: int,
                   axis: int) -> None:
         from ....passes.costs.registry import lookup
-        op = _overload(func)
+        op = overload(func)
         if op is None and func in _UNIQUE:
             return self._unique_cap(name, d, args, kwargs)
         r = lookup(str(op)) if op is not None else None
@@ -286,121 +287,6 @@ class TooManyIterations(RuntimeError):
     """A Python loop over a data-dependent size whose maximum is too large to unroll."""
 
 
-class _IntValues:
-    """The interval an integer tensor's values lie in, where the trace shows it: made by
-    ``arange``, ``full`` or ``x % k``, carried by the ops that select or rearrange elements
-    (``levels[keep]``, ``cat``, ``reshape``). It bounds ``torch.unique``'s count: the class
-    ids batched_nms loops over lie in [0, classes), the RPN's levels in [0, levels), while
-    their number (the boxes kept) runs to thousands. A tensor written in place, and every
-    tensor sharing its storage, loses its interval; any other op's output has none. (A write
-    inside a Python-level torch function, which the mode sees as one call, is seen where the
-    function returns its target, as ``F.relu(x, inplace=True)`` does.)"""
-
-    def __init__(self):
-        from torch.utils.weak import WeakIdKeyDictionary
-        self._known = WeakIdKeyDictionary()  # tensor -> (lo, hi, "torch.arange") …
-
-    def get(self, t: torch.Tensor) -> tuple[int, int, str] | None:
-        return self._known.get(t)
-
-    def record(self, func, args: tuple, kwargs: Mapping[str, Any], out) -> None:
-        if self._known:
-            self._forget_written(func, args, kwargs, out)
-        made, dtype = _made(func, args, kwargs), None
-        if made is None and func in _SELECTS and args and isinstance(args[0], torch.Tensor):
-            made, dtype = self._known.get(args[0]), args[0].dtype
-        elif made is None and func in _JOINS and args and isinstance(args[0], (list, tuple)):
-            made = self._hull(args[0])
-        if made is None:
-            return
-        for t in torch.utils._pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor) and _holds(t, made, dtype):
-                self._known[t] = made
-
-    def _hull(self, tensors) -> tuple[int, int, str] | None:
-        got = [self._known.get(t) if isinstance(t, torch.Tensor) else None for t in tensors]
-        if not got or any(g is None for g in got) or len({t.dtype for t in tensors}) != 1:
-            return None
-        made = sorted({g[2] for g in got if g is not None})
-        return (min(g[0] for g in got if g is not None), max(g[1] for g in got if g is not None),
-                ", ".join(made))
-
-    def _forget_written(self, func, args, kwargs, out) -> None:
-        """In-place writes: ``x[i] = v`` and ``.data =`` name their target first, an op named
-        ``…_`` may write any of its tensors, any other (``out=``, ``inplace=True``) returns its
-        target."""
-        ins = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
-               if isinstance(a, torch.Tensor)]
-        named = getattr(func, "__name__", "")
-        if named in ("__setitem__", "__set__"):
-            written = ins[:1]
-        elif named.endswith("_") and not named.startswith("__"):
-            written = ins  # (_foreach_add_ returns nothing)
-        elif func in _SELECTS:
-            return  # a view or a copy, never a write (``.to``/``.contiguous`` may return self)
-        else:
-            outs = {id(t) for t in torch.utils._pytree.tree_leaves(out)}
-            written = [a for a in ins if id(a) in outs]
-        for w in written:
-            try:
-                storage = w.untyped_storage()
-                stale = [t for t in self._known if t.untyped_storage()._cdata == storage._cdata]
-            except Exception:  # noqa: BLE001 - no storage to compare: forget everything
-                stale = list(self._known)
-            for t in stale:
-                del self._known[t]
-
-
-def _integral(t: torch.Tensor) -> bool:
-    return not t.dtype.is_floating_point and not t.dtype.is_complex and t.dtype != torch.bool
-
-
-def _holds(t: torch.Tensor, made: tuple[int, int, str], dtype) -> bool:
-    """Whether ``t`` holds the values ``made`` says: an integer tensor of the input's dtype
-    (a view as another dtype or ``.to(int8)`` has other values), wide enough for them
-    (``arange(300, dtype=torch.uint8)`` wraps)."""
-    if not _integral(t) or dtype not in (None, t.dtype):
-        return False
-    try:
-        info = torch.iinfo(t.dtype)
-    except TypeError:  # quantized and other dtypes iinfo does not describe
-        return False
-    return info.min <= made[0] and made[1] <= info.max
-
-
-def _made(func, args: tuple, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None:
-    """The interval of what ``arange``, ``full`` or ``x % k`` (k a Python int) makes."""
-    if func is torch.arange:
-        ends = [*args[:3]] + [kwargs[k] for k in ("start", "end", "step") if k in kwargs]
-        if not ends or not all(type(e) is int for e in ends):  # (bool, SymInt, float: none)
-            return None
-        start, end, step = (0, ends[0], 1) if len(ends) == 1 else (*ends[:2], (ends[2:] or [1])[0])
-        lo, hi = (start, end - 1) if step > 0 else (end + 1, start)
-        return (lo, hi, "torch.arange") if lo <= hi else None
-    if func in _FILLS:
-        at = 2 if func is torch.Tensor.new_full else 1  # new_full(self, size, fill_value)
-        v = kwargs.get("fill_value", args[at] if len(args) > at else None)
-        return (v, v, _op_name(func)) if type(v) is int else None
-    if func in _MODULO and len(args) == 2 and isinstance(args[0], torch.Tensor) \
-            and _integral(args[0]) and type(args[1]) is int and args[1] != 0:
-        k = args[1]  # Python's sign rule: the remainder takes the divisor's sign
-        return (0, k - 1, f"x % {k}") if k > 0 else (k + 1, 0, f"x % {k}")
-    return None
-
-
-# ops whose integer output holds only values of their first input (views, selections, copies)
-_SELECTS = frozenset({
-    torch.Tensor.__getitem__, torch.Tensor.view, torch.Tensor.reshape, torch.reshape,
-    torch.Tensor.flatten, torch.flatten, torch.Tensor.expand, torch.Tensor.expand_as,
-    torch.Tensor.unsqueeze, torch.unsqueeze, torch.Tensor.squeeze, torch.squeeze,
-    torch.Tensor.unbind, torch.unbind, torch.Tensor.index_select, torch.index_select,
-    torch.Tensor.contiguous, torch.Tensor.clone, torch.clone, torch.Tensor.detach,
-    torch.Tensor.to, torch.Tensor.permute, torch.Tensor.t, torch.Tensor.transpose})
-_JOINS = frozenset({torch.cat, torch.concat, torch.stack})  # the hull of their inputs'
-_FILLS = frozenset({torch.full, torch.full_like, torch.Tensor.new_full})
-_MODULO = frozenset({torch.remainder, torch.Tensor.remainder, torch.Tensor.__mod__})
-
-
 def _select_each(x: torch.Tensor, dim: int, rows: int) -> tuple:
     """``x.unbind(dim)`` at ``rows``, the maximum of a length like Min(100, u27): one select
     per row (each index's check decided as the maximum decides it). torch 2.14's own unbind of
@@ -416,30 +302,6 @@ def _loop_dim(func, args: tuple, kwargs: Mapping[str, Any]) -> int:
     if func is not torch.Tensor.unbind:
         return 0
     return int(kwargs.get("dim", args[1] if len(args) > 1 else 0))
-
-
-def _overload(func):
-    """The OpOverload a call resolves to (a packet: its one overload), else None."""
-    if isinstance(func, torch._ops.OpOverload):
-        return func
-    if isinstance(func, torch._ops.OpOverloadPacket):
-        names = func.overloads()
-        if len(names) == 1:
-            return getattr(func, names[0])
-    return None
-
-
-def _op_name(func) -> str:
-    op = _overload(func)
-    if op is not None:
-        return str(op)
-    qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", str(func))
-    if "<locals>" in qual:  # a Python wrapper (torch.unique's boolean dispatch)
-        module = str(getattr(func, "__module__", "")).split(".")[0]
-        return f"{module}.{func.__name__}" if module else func.__name__
-    owner, _, name = qual.rpartition(".")
-    return {"_VariableFunctionsClass": f"torch.{name}", "TensorBase": f"Tensor.{name}",
-            "Tensor": f"Tensor.{name}"}.get(owner, qual)
 
 
 class _FakeView:
