@@ -95,6 +95,8 @@ class Node:
     ``repeat`` multiplies the node's cost: nodes of a Loop/Scan body run once per iteration.
     ``bound`` is set when the node's output sizes depend on the data and the frontend took the
     largest the inputs allow (the sentence says what was assumed): its costs are upper bounds.
+    ``autograd`` (a joint graph's backward node): the autograd node whose backward formula it
+    is part of (its sequence number; consecutive nodes with one number are one eager call).
     """
     index: int
     name: str
@@ -105,6 +107,7 @@ class Node:
     scope: str = ""
     repeat: int = 1
     bound: str = ""
+    autograd: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

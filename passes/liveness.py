@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .costs.registry import lookup
-from .ir import INTERNAL, Graph, ValueKind
+from .ir import INTERNAL, Graph, Node, ValueKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +112,7 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
         for name in node.inputs:
             if name and name not in last_use:
                 last_use[name] = node.index
+    _hold_through_autograd_calls(graph, last_use)
     if eager:
         _extend_to_module_returns(graph, last_use)
         for name in graph.inputs:  # the caller's arguments: referenced until the call returns
@@ -199,6 +200,47 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
                     live_at_peak=tuple(LiveTensor(s.name, s.nbytes) for s in at_peak),
                     arena_bytes=None, timeline=tuple(timeline), storages=storages,
                     value_storage=of, unknown=tuple(unknown))
+
+
+def _hold_through_autograd_calls(graph: Graph, last_use: dict[str, int]) -> None:
+    """A joint graph's backward as eager autograd runs it: an autograd node's formula is one
+    call (consecutive nodes marked with one ``Node.autograd``) that holds its incoming
+    gradient and the tensors its forward saved until it returns. That matters where it makes
+    several gradients one after another: MulBackward0 of a·b keeps a while it computes b's
+    gradient after a's (GPT-2's gelu_new, a SwiGLU's gate·up). A call making one gradient
+    makes it last; holding its inputs to then would only add to the temporaries of a kernel
+    the trace decomposed (ReLU's backward: a mask, then a where), which eager never makes."""
+    outputs = set(graph.outputs)
+    for call in _autograd_calls(graph.nodes):
+        nodes = [graph.nodes[i] for i in call]
+        made = {o for n in nodes for o in n.outputs if o}
+        returns = [n.index for n in nodes if any(
+            o in outputs or last_use.get(o, -1) > call[-1] for o in n.outputs if o)]
+        if len(returns) < 2:
+            continue
+        for n in nodes:
+            for name in n.inputs:
+                v = graph.values.get(name)
+                if v is not None and v.producer is not None and name not in made and \
+                        last_use.get(name, -1) < returns[-1]:
+                    last_use[name] = returns[-1]
+
+
+def _autograd_calls(nodes: tuple[Node, ...]) -> list[range]:
+    """The runs of nodes marked with one autograd node, two or more, with no other autograd
+    node's between them (an unmarked node, an alias the frontend could not match, joins)."""
+    calls: list[range] = []
+    start, last, key = 0, -1, None
+    for i, node in enumerate((*nodes, None)):
+        mark = node.autograd if node is not None else -1
+        if mark is None:
+            continue
+        if mark != key:
+            if key is not None and last > start:
+                calls.append(range(start, last + 1))
+            start, key = i, mark
+        last = i
+    return calls
 
 
 def _extend_to_module_returns(graph: Graph, last_use: dict[str, int]) -> None:

@@ -55,6 +55,25 @@ def silu_backward(op: OpView) -> tuple[int, int]:
     return 0, 8 * op.out_numel(0)
 
 
+@rule("aten.embedding_dense_backward.default")
+def embedding_backward(op: OpView) -> tuple[int, int]:
+    # (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq): one kernel in
+    # PyTorch; its reference decomposition's count: each index compared with padding_idx,
+    # each gradient element masked, then added into its row (index_put, counted as a copy)
+    return 0, op.in_numel(0) + op.in_numel(1)
+
+
+@rule("aten.native_layer_norm_backward.default")
+def layer_norm_backward(op: OpView) -> tuple[int, int]:
+    # (grad_out, input, mean, rstd, weight, bias; normalized_shape, output_mask): one kernel
+    # in PyTorch; per element its reference decomposition's x̂ = (x − mean)·rstd (2), the
+    # input gradient's g·w, its two row sums and their products, subtractions and scale (9),
+    # the weight gradient's g·x̂ and sum (2), the bias gradient's sum (1); per row 1/N
+    mask = tuple(op.attr("output_mask") or (True, True, True))
+    per = 2 + 9 * bool(mask[0]) + 2 * bool(mask[1]) + bool(len(mask) > 2 and mask[2])
+    return 0, per * op.in_numel(1) + op.in_numel(2)
+
+
 @rule("aten.native_batch_norm_backward.default", buffer_inputs=(3, 4))
 def batch_norm_backward(op: OpView) -> tuple[int, int]:
     # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,

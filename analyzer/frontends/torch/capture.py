@@ -33,7 +33,7 @@ import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 from ....passes.errors import GraphcostError, opt
-from .compat import no_stack_traces
+from .compat import first_joint_trace, no_stack_traces
 from .transformers_tracing import eager_masks
 
 
@@ -324,7 +324,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
                                               kwargs=kwargs or {}, strict=False)
                 runner = ExportedRun(program, attention, autocast)
                 inputs = _fake(runner.flat_inputs(args, kwargs))
-                with _one_fake_mode(inputs):
+                first: list = []  # the joint graph as first traced (compat.first_joint_trace)
+                with _one_fake_mode(inputs), first_joint_trace(first):
                     # (torch types the table a dict; aot_export_module reads it as a mapping)
                     table = training_decompositions()
                     gm, sig = aot_export_module(runner, inputs, trace_joint=True,
@@ -338,7 +339,24 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     finally:
         model.train(was_training)
     assert isinstance(gm, torch.fx.GraphModule)  # (a joint trace is one)
+    _mark_autograd_nodes(gm.graph, first)
     return gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels)
+
+
+def _mark_autograd_nodes(joint: "torch.fx.Graph", first: list) -> None:
+    """Each backward node of ``joint`` marked (``meta["autograd_node"]``) with the autograd
+    node whose backward formula traced it, read off the first trace: the node of the same
+    name, op and inputs (the retrace keeps the names, but for the aliases torch 2.14 adds
+    after the trace, which shift the later ones). Eager autograd runs each such autograd
+    node as one call (passes/liveness.py)."""
+    traced = {n.name: n for n in first[0].nodes} if first else {}
+    for node in joint.nodes:
+        src = traced.get(node.name)
+        if src is not None and src.target == node.target and "seq_nr" in src.meta \
+                and src.meta.get("partitioner_tag") == "is_backward" \
+                and [a.name for a in src.all_input_nodes] == \
+                [a.name for a in node.all_input_nodes]:
+            node.meta["autograd_node"] = src.meta["seq_nr"]
 
 
 def _fake(inputs: tuple) -> tuple:

@@ -40,6 +40,32 @@ def no_stack_traces():
         fx_config.do_not_emit_stack_traces = before
 
 
+@contextmanager
+def first_joint_trace(graphs: list):
+    """AOTAutograd's joint graph as first traced, appended to ``graphs``: there each backward
+    node carries ``meta["seq_nr"]``, the sequence number of the autograd node whose formula
+    traced it, which ``aot_export_module`` drops when it retraces that graph without its
+    tangent inputs. Reached through the private ``_aot_export_function`` (the same from 2.8
+    to 2.14); where a release has none, ``graphs`` stays empty."""
+    import torch._functorch.aot_autograd as aot
+
+    inner = getattr(aot, "_aot_export_function", None)
+    if inner is None:
+        yield
+        return
+
+    def traced(*args, **kwargs):
+        out = inner(*args, **kwargs)
+        graphs.append(out[0].graph)
+        return out
+
+    aot._aot_export_function = traced
+    try:
+        yield
+    finally:
+        aot._aot_export_function = inner
+
+
 def unbacked_vals_attr(shape_env) -> str:
     """The ShapeEnv's attribute holding the values that real-tensor propagation (draft_export)
     gives data-dependent sizes: ``unbacked_var_to_val`` up to torch 2.8, renamed

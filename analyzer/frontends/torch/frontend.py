@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import operator
 import warnings
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -32,8 +33,13 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # temporaries at once; BatchNorm's, on a half input, fp32 copies of the input and gradient);
 # SiLU and its backward, one kernel each (the decomposition computes a half input in fp32:
 # two fp32 copies of a Llama MLP's widest activation at its peak, and the forward's sigmoid
-# kept for the backward where PyTorch keeps only the input)
-_KEEP = ("scaled_dot_product", "gelu_backward", "native_batch_norm_backward", "silu")
+# kept for the backward where PyTorch keeps only the input); the backward of an embedding and
+# of a LayerNorm, one kernel each (decomposed: an embedding's weight-sized zeros, then a second
+# weight-sized tensor index_put writes, BERT's 4096-position table's gradient twice; a
+# LayerNorm's activation-sized temporaries, which eager never makes, held beside the inputs
+# its autograd call keeps until all three gradients exist: passes/liveness.py)
+_KEEP = ("scaled_dot_product", "gelu_backward", "native_batch_norm_backward", "silu",
+         "embedding_dense_backward", "native_layer_norm_backward")
 
 
 def unreachable_rules() -> list[str]:
@@ -85,8 +91,11 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
     kind_of: dict[str, ValueKind] = {}
     alias: dict[str, str] = {}
     first_of: dict[int, str] = {}
+    rank = {id(p): i for i, p in enumerate(model.parameters())}
+    order: dict[str, int] = {}  # placeholder -> where model.parameters() yields its tensor
     for ph, fqn in sig.inputs_to_parameters.items():
         tensor = model.get_parameter(fqn.removeprefix(prefix))
+        order[ph] = rank.get(id(tensor), len(rank))
         # a frozen weight (requires_grad=False: Whisper's sinusoidal positions, a LoRA base)
         # stays a parameter (FSDP shards it, parameters() counts it) with no gradient below,
         # hence no optimizer state (Graph.grads)
@@ -109,11 +118,24 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
     grads = {placeholder[fqn]: out for out, fqn in
              sig.backward_signature.gradients_to_parameters.items() if fqn in placeholder}
     paths = {ph: fqn.removeprefix(prefix) for fqn, ph in placeholder.items()}
-    return lower_fx_graph(gm.graph, kind_of, alias, keep, name=name, batch=batch,
-                          module_types={path: type(m).__name__
-                                        for path, m in model.named_modules()},
-                          scopes=scopes, grads=grads, param_paths=paths, maxima=maxima,
-                          capped=capped)
+    graph = lower_fx_graph(gm.graph, kind_of, alias, keep, name=name, batch=batch,
+                           module_types={path: type(m).__name__
+                                         for path, m in model.named_modules()},
+                           scopes=scopes, grads=grads, param_paths=paths, maxima=maxima,
+                           capped=capped)
+    return _in_parameter_order(graph, order)
+
+
+def _in_parameter_order(graph: Graph, order: Mapping[str, int]) -> Graph:
+    """``graph`` with its parameters in ``model.parameters()``'s order, the order an optimizer
+    steps them in: torch.export lists a tied weight once, under one of its names (GPT-2's
+    token embedding as lm_head.weight, last), where the optimizer steps it first; its
+    for-loop step's temporaries depend on which parameter comes before which."""
+    params = sorted((n for n, v in graph.values.items() if v.kind == ValueKind.PARAM),
+                    key=lambda n: order.get(n, len(order)))
+    values = {n: graph.values[n] for n in params}
+    values.update(graph.values)  # everything else in its place (params keep their new one)
+    return replace(graph, values=MappingProxyType(values))
 
 
 def _dtype(dt: torch.dtype) -> str:
@@ -358,7 +380,8 @@ def _lower_call(fx, index: int, values: dict, alias: dict, cache: dict,
                 out_names.append("")
     bound = sizes.sentence((*tensor_inputs, *out_names)) if sizes is not None else ""
     return Node(index, fx.name, op, tuple(tensor_inputs), tuple(out_names),
-                MappingProxyType(attrs) if attrs else _EMPTY, scope, 1, bound)
+                MappingProxyType(attrs) if attrs else _EMPTY, scope, 1, bound,
+                fx.meta.get("autograd_node"))
 
 
 def module_types(graph: "torch.fx.Graph") -> dict[str, str]:

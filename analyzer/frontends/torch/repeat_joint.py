@@ -103,9 +103,12 @@ class _Layout:
             start.append(first)
         s2, s1, s0 = start
         n = s0 - s1
-        if s1 - s2 != n or s0 + n > len(nodes):
+        if s1 - s2 != n:
             return None
-        return cls(graph, prefix, fwd, [range(s0, s0 + n), range(s1, s0), range(s2, s1)])
+        # (layer 0's span runs on past its backward, into the embeddings' backward, which may
+        # be shorter than that: one kernel, kept whole)
+        return cls(graph, prefix, fwd, [range(s0, min(s0 + n, len(nodes))), range(s1, s0),
+                                        range(s2, s1)])
 
     def role(self, name: str, k: int, phase: str):
         """How a node of layer k's ``phase`` reads ``name``."""
@@ -140,13 +143,15 @@ class _Layout:
                                         for x in node.inputs if x):
                 return False
         for spans, phase in ((self.fwd, "f"), (self.bwd, "b")):
-            if not len(spans[0]) == len(spans[1]) == len(spans[2]):
+            if not len(spans[0]) == len(spans[1]) == len(spans[2]) and \
+                    not (phase == "b" and len(spans[0]) < len(spans[1]) == len(spans[2])):
                 return False
             for j in range(len(spans[1])):
-                z, a, b = (g.nodes[spans[k][j]] for k in range(3))
+                a, b = g.nodes[spans[1][j]], g.nodes[spans[2][j]]
+                z = g.nodes[spans[0][j]] if j < len(spans[0]) else a
                 # (layer 0's backward span runs on into the embeddings' backward where layer
                 # 1's runs into layer 0's: the two are compared where layer 1 reads from above)
-                alike0 = _alike(g, z, a, attrs=False)
+                alike0 = j < len(spans[0]) and _alike(g, z, a, attrs=False)
                 if (phase == "f" and not alike0) or not _alike(g, a, b, attrs=True):
                     return False
                 for x0, x1, x2 in zip(z.inputs, a.inputs, b.inputs):

@@ -16,8 +16,11 @@ import torch
 def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """Keyword arguments for one analyzed forward: a transformers model runs without a KV
     cache (``use_cache=False``) unless the caller passes ``use_cache`` — the cache object it
-    would return is no tensor output, and a forward or a training step keeps none. A head
-    whose forward passes ``**kwargs`` on to its model (GraniteMoe's) takes it there."""
+    would return is no tensor output (some fail the trace: GraniteMoe's). With the cache on,
+    transformers' default, a training step keeps more: GPT-2's attention saves the cache's
+    concatenated key and value copies for the backward (4 · S · d · 4 B per layer pair at
+    fp32), left out here. A head whose forward passes ``**kwargs`` on to its model
+    (GraniteMoe's) takes it there."""
     kwargs = dict(kwargs)
     transformers = sys.modules.get("transformers")
     pretrained = getattr(transformers, "PreTrainedModel", None) if transformers else None
