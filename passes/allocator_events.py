@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from .caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
 from .ir import Graph, ValueKind
+from .liveness import Storage
 
 if TYPE_CHECKING:
     from .gpu_workspaces import GpuWorkspaces
@@ -78,8 +79,6 @@ def _with_workspaces(storages, ws: "GpuWorkspaces | None") -> tuple[list, list]:
     """(run 1's storages, run 2's): each with ``ws``'s transients after the node's own
     storages (events_from_liveness keeps list order within a node); run 1 also allocates
     the cuBLAS workspace at its first GEMM."""
-    from .liveness import Storage
-
     later = list(storages)
     if ws is not None:
         later += [Storage(f"workspace {i}", b, i, i) for i, b in sorted(ws.transients.items())]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 class GpuWorkspaces:
     """``cublas_node``: the index of the first cuBLAS GEMM (-1: none), where a workspace of
     ``cublas_bytes`` is allocated and kept; ``transients``: node index -> bytes allocated
-    after the node's outputs and freed before its inputs."""
+    after the node's outputs and freed at the node."""
     cublas_node: int
     cublas_bytes: int
     transients: dict[int, int]

@@ -58,17 +58,21 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
                 "node's dtype, (bytes_read + bytes_written) / bandwidth); not a benchmark",
     "fit": "roofline.fit: whether the run fits the device: needs = the reserved peak (the "
            "allocator replayed; an estimate, tensors x 1.1, where not replayed: a checkpoint "
-           "plan, a data-parallel rank, a serving batch) + cuBLAS workspaces + the CUDA "
-           "context, each a part with its source, against offers (what the driver gives a "
-           "process, where measured); margin = offers - needs",
+           "plan) + the cuBLAS workspaces the replay does not hold (an inference replay holds "
+           "its own) + NCCL's buffers (data-parallel ranks) + the CUDA context, each a part "
+           "with its source, against offers (what the driver gives a process, where "
+           "measured); margin = offers - needs",
     "receptive_field": "conv/pool chains: input pixels one output element sees (rf), input "
                        "pixels between adjacent outputs (jump), centre of output 0's field in "
                        "input coordinates, pixel i spanning [i, i+1) (start)",
     "memory": "activation storage at inference: each tensor lives from its producer to its last "
               "consumer (dataflow), or, for eager PyTorch, at least until the module call it "
-              "was passed into returns (eager); views alias their input; graph inputs count "
-              "unless include_inputs is false",
-    "reserved_peak_bytes": "memory.reserved_peak_bytes (inference) and "
+              "was passed into returns (eager; the graph inputs to the end, as the caller "
+              "holds them); views alias their input; graph inputs count unless "
+              "include_inputs is false",
+    "reserved_peak_bytes": "memory.reserved_peak_bytes (inference, two batches; with a GPU "
+                           "device the cuBLAS workspace from the first matmul on and cuDNN's "
+                           "convolution workspaces) and "
                            "training.reserved_peak_bytes (two steps, optimizer state created "
                            "in the first): the bytes PyTorch's CUDA caching allocator would "
                            "reserve at default settings (512 B rounding, 2 MiB and 20 MiB "
