@@ -15,6 +15,8 @@ from .liveness import Storage
 if TYPE_CHECKING:
     from .gpu_workspaces import GpuWorkspaces
 
+CUBLAS = "cuBLAS workspace"  # the id of the workspace an inference replay allocates and keeps
+
 
 def events_from_liveness(storages, *, resident: Iterable[tuple[str, int]] = (),
                          keep: frozenset[str] = frozenset(), tag: object = None
@@ -70,9 +72,6 @@ def inference_reserved_peak(graph: Graph, liveness,
     events += events_from_liveness(runs[1], tag=2)
     return replay(events, expandable=config.expandable,
                   max_split_size=config.max_split_size).reserved_peak
-
-
-CUBLAS = "cuBLAS workspace"
 
 
 def _with_workspaces(storages, ws: "GpuWorkspaces | None") -> tuple[list, list]:

@@ -36,11 +36,6 @@ class GpuWorkspaces:
     cublas_bytes: int
     transients: dict[int, int]
 
-    @property
-    def handles(self) -> int:
-        """cuBLAS workspaces the replay holds (0 or 1)."""
-        return int(self.cublas_node >= 0)
-
 
 def gpu_workspaces(graph: Graph, device: "DeviceRates") -> GpuWorkspaces:
     """The workspaces an inference run of ``graph`` allocates on ``device``."""
