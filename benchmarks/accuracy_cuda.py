@@ -279,11 +279,10 @@ def predict(name: str, device: str) -> dict:
     assert r.roofline is not None
     fit = r.roofline.fit
     # the cuBLAS workspaces are allocated through the allocator: the measured peaks hold them
-    # (an inference replay holds its own where the first matmul allocates it)
-    ws = sum(p.bytes for p in fit.parts if p.what.startswith("cuBLAS"))
+    # (the replays hold their own, one per matmul thread, where its first matmul allocates it)
     reserved = (r.training.reserved_peak_bytes if train else r.memory.reserved_peak_bytes)
-    held = ws if train else cublas_workspace_bytes(get_device(device))
-    return {"peak": r.peak_bytes + held, "reserved_pred": reserved + ws, "needs": fit.needs,
+    held = (2 if train else 1) * cublas_workspace_bytes(get_device(device))
+    return {"peak": r.peak_bytes + held, "reserved_pred": reserved, "needs": fit.needs,
             "kernels": [f"{u.kernel} x{u.calls}" for u in r.attention],
             "analysis_s": round(time.perf_counter() - t0, 2)}
 

@@ -67,8 +67,9 @@ def inference_reserved_peak(graph: Graph, liveness,
     report's peak_bytes (parameters + buffers + activations), which counts the same tensors
     unrounded."""
     runs = _with_workspaces(liveness.storages, workspaces)
+    kept = frozenset(s.name for s in cublas_storages(workspaces))
     events = list(events_from_liveness(runs[0], resident=resident_tensors(graph), tag=1,
-                                       keep=frozenset({CUBLAS})))
+                                       keep=kept))
     events += events_from_liveness(runs[1], tag=2)
     return replay(events, expandable=config.expandable,
                   max_split_size=config.max_split_size).reserved_peak
@@ -77,19 +78,32 @@ def inference_reserved_peak(graph: Graph, liveness,
 def _with_workspaces(storages, ws: "GpuWorkspaces | None") -> tuple[list, list]:
     """(run 1's storages, run 2's): each with ``ws``'s transients after the node's own
     storages (events_from_liveness keeps list order within a node); run 1 also allocates
-    the cuBLAS workspace at its first GEMM."""
-    later = list(storages)
-    if ws is not None:
-        later += [Storage(f"workspace {i}", b, i, i) for i, b in sorted(ws.transients.items())]
-    first = list(later)
-    if ws is not None and ws.cublas_node >= 0:
-        first.append(Storage(CUBLAS, ws.cublas_bytes, ws.cublas_node, ws.cublas_node))
-    return first, later
+    the cuBLAS workspace at its first GEMM, kept."""
+    later = list(storages) + transient_storages(ws)
+    return later + cublas_storages(ws), later
+
+
+def cublas_storages(ws: "GpuWorkspaces | None") -> list[Storage]:
+    """Each matmul thread's cuBLAS workspace, allocated at its first GEMM (named ``CUBLAS``,
+    then ``CUBLAS 1``, …: storages to keep)."""
+    if ws is None:
+        return []
+    return [Storage(f"{CUBLAS} {k}" if k else CUBLAS, ws.cublas_bytes, i, i)
+            for k, i in enumerate(ws.cublas_nodes)]
+
+
+def transient_storages(ws: "GpuWorkspaces | None") -> list[Storage]:
+    """``ws``'s transients as storages born and dead at their node, in allocation order."""
+    if ws is None:
+        return []
+    return [Storage(f"workspace {i}.{k}", b, i, i)
+            for i, sizes in sorted(ws.transients.items()) for k, b in enumerate(sizes)]
 
 
 def training_events(storages, *, resident: list[tuple[str, int]], grads: frozenset[str],
                     state: list[int], step_sizes: list[int], foreach: bool,
-                    master_grads: Sequence[int] = ()) -> tuple[Event, ...]:
+                    master_grads: Sequence[int] = (), once: Sequence[Storage] = ()
+                    ) -> tuple[Event, ...]:
     """Two training steps: each runs the joint graph's storages (``grads`` kept to the
     optimizer step), then the optimizer step — in step 1 it first creates the ``state``
     tensors (bytes each), kept — with its temporaries over parameters of ``step_sizes``
@@ -97,17 +111,20 @@ def training_events(storages, *, resident: list[tuple[str, int]], grads: frozens
     the for-loop a sqrt and a denominator per parameter, the previous denominator freed when
     the next exists), then ``zero_grad(set_to_none=True)`` frees the gradients.
     ``master_grads``: the fp32 copies of the gradients a master-weights recipe steps on
-    (bytes each), allocated before the step and freed after it."""
+    (bytes each), allocated before the step and freed after it. ``once``: storages step 1
+    alone allocates, kept (each matmul thread's cuBLAS workspace, at its first GEMM)."""
     events: list[Event] = [Alloc(("resident", n), b) for n, b in resident if b > 0]
     for step in (1, 2):
-        events += events_from_liveness(storages, keep=grads, tag=step)
+        run = list(storages) + (list(once) if step == 1 else [])
+        kept = grads | {s.name for s in once} if step == 1 else grads
+        events += events_from_liveness(run, keep=kept, tag=step)
         if step == 1:
             events += [Alloc(("state", k), b) for k, b in enumerate(state) if b > 0]
         copies = [k for k, b in enumerate(master_grads) if b > 0]
         events += [Alloc(("fp32 grad", step, k), master_grads[k]) for k in copies]
         events += step_temporary_events(step, step_sizes, foreach)
         events += [Free(("fp32 grad", step, k)) for k in copies]
-        events += [Free((step, k)) for k, s in enumerate(storages)
+        events += [Free((step, k)) for k, s in enumerate(run)
                    if s.name in grads and s.nbytes > 0]
     return tuple(events)
 

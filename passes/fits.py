@@ -81,7 +81,8 @@ class Fit:
     """The report's one answer to "does it fit": ``needs`` (the parts' sum, the allocator's
     first) against ``offers``; ``margin`` = offers − needs (negative: short by that much);
     ``tensor_room``: the tensor bytes the device has room for at the allocator part's ratio
-    to ``tensor_bytes`` (what a chart of tensor memory draws as the limit)."""
+    to ``tensor_bytes`` (the cuBLAS workspaces a replay holds taken out of that ratio: they do
+    not grow with the tensors; what a chart of tensor memory draws as the limit)."""
     needs: int
     offers: int
     offers_source: str
@@ -136,9 +137,9 @@ def fit(device: "DeviceRates", tensor_bytes: int, *, reserved_bytes: int | None 
     allocator's replayed reserved peak, None where not modelled; ``allocator``: its settings
     as PYTORCH_CUDA_ALLOC_CONF spells them, "" for the default) needs on ``device`` with
     ``threads`` threads running matrix products (inference 1, training 2), as one of
-    ``world`` data-parallel ranks. ``workspaces_replayed``: the replay holds the cuBLAS and
-    cuDNN workspaces where the run allocates them (passes.gpu_workspaces), so no cuBLAS part
-    is added beside it."""
+    ``world`` data-parallel ranks. ``workspaces_replayed``: the replay holds the cuBLAS
+    workspaces and the kernels' temporaries where the run allocates them
+    (passes.gpu_workspaces), so no cuBLAS part is added beside it."""
     overhead = overhead or Overhead()
     inside = workspaces_replayed and reserved_bytes is not None and \
         overhead.allocator_fraction is None
@@ -156,10 +157,13 @@ def fit(device: "DeviceRates", tensor_bytes: int, *, reserved_bytes: int | None 
     have, source = offers(device)
     others = sum(p.bytes for p in parts[1:])
     replayed = reserved_bytes is not None and overhead.allocator_fraction is None
-    ratio = reserved_bytes / tensor_bytes if replayed and reserved_bytes and tensor_bytes \
+    # the workspaces a replay holds do not grow with the tensors: out of the ratio
+    fixed = threads * cublas_workspace_bytes(device) if inside else 0
+    ratio = (reserved_bytes - fixed) / tensor_bytes \
+        if replayed and reserved_bytes and tensor_bytes and reserved_bytes > fixed \
         else 1 + _fraction(overhead)
     return Fit(others + parts[0].bytes, have, source, tuple(parts),
-               max(0, int((have - others) / ratio)))
+               max(0, int((have - others - fixed) / ratio)))
 
 
 def _fraction(overhead: Overhead) -> float:
@@ -174,7 +178,7 @@ def _allocator_part(tensor_bytes: int, reserved_bytes: int | None,
         return FitPart(f"tensors × (1 + {100 * f:g}%)", _times(tensor_bytes, f), GIVEN)
     if reserved_bytes is not None:
         return FitPart("reserved by PyTorch's caching allocator"
-                       + (" (cuBLAS, cuDNN workspaces in it)" if inside else ""), reserved_bytes,
+                       + (" (workspaces, kernel temporaries in it)" if inside else ""), reserved_bytes,
                        "the run's allocations replayed through the allocator's rules"
                        + (f" ({allocator})" if allocator else ""))
     return FitPart(f"tensors × (1 + {100 * ESTIMATE_FRACTION:g}%)",

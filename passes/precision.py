@@ -9,8 +9,11 @@ few bytes). ``bf16-master`` / ``16-master`` (the Apex-O2 / Megatron recipe): the
 weights, activations and gradients in half precision; the optimizer keeps an fp32 master
 copy of the weights and fp32 state, and steps on fp32 copies of the gradients (added by the
 training pass). ``16-true`` / ``bf16-true`` (torchtune's default): the module cast to half —
-weights, activations, gradients and optimizer state all half, no master copy. The re-typing
-recipes re-type the graph's floating tensors here; nothing is re-traced.
+weights, activations, gradients and optimizer state all half, no master copy. A PyTorch
+model is traced cast to half for the re-typing recipes (analyzer/app/resolve.py
+``in_recipe_dtype``), so the model's own float32 upcasts stay float32 as they run (a Llama's
+RMSNorm: 17 float32 copies of the hidden state saved for the backward); an ONNX graph, which
+has no module to cast, has its floating tensors re-typed here.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from .errors import GraphcostError
-from .ir import Graph, TensorSpec, Value
+from .ir import Graph, TensorSpec, Value, ValueKind
 
 # recipe -> (the dtype the graph's floating tensors take, None: as traced; fp32 master copy)
 RECIPES = {"fp32": (None, False), "bf16-mixed": (None, False), "16-mixed": (None, False),
@@ -58,13 +61,22 @@ def compute_dtype(precision: str) -> str | None:
     name = canonical(precision)
     return AUTOCAST.get(name) or PRECISIONS.get(name)
 _WIDE = {"float32", "float64"}
+_HALF = {"bfloat16", "float16"}
+
+
+def _traced_in(graph: Graph, dtype: str) -> bool:
+    """Whether ``graph`` was traced from a module already cast to ``dtype`` (its floating
+    parameters all ``dtype``): its float32 tensors are the model's own upcasts, kept."""
+    floats = [v.spec.dtype for v in graph.values.values()
+              if v.kind == ValueKind.PARAM and v.spec.dtype in (_WIDE | _HALF)]
+    return bool(floats) and all(d == dtype for d in floats)
 
 
 def cast_floats(graph: Graph, precision: str) -> Graph:
     if precision not in PRECISIONS:
         raise GraphcostError(f"unknown precision {precision!r}; known: " + ", ".join(PRECISIONS))
     dtype = PRECISIONS[precision]
-    if dtype is None:
+    if dtype is None or _traced_in(graph, dtype):
         return graph
     specs: dict[TensorSpec, TensorSpec] = {}
     values = {}

@@ -43,6 +43,7 @@ class DeviceRates:
     # known (a --device-spec) or not NVIDIA (``rocm``)
     capability: tuple[int, int] | None = None
     rocm: bool = False                        # an AMD part (PyTorch's ROCm build)
+    sms: int | None = None                    # streaming multiprocessors (None: not known)
 
     def peak(self, dtype: str) -> float:
         """The rate for ``dtype``, falling back to fp32 where the device has no fast path."""

@@ -27,7 +27,7 @@ order, of previous + 2 × current. The foreach implementation computes
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .caching_allocator import AllocatorConfig
 from .checkpoint import (
@@ -46,6 +46,10 @@ from .choices import Optimizer, OptimizerImpl
 from .errors import GraphcostError, opt
 from .ir import INTERNAL, Graph, ValueKind
 from .liveness import analyze_liveness
+
+if TYPE_CHECKING:
+    from .gpu_workspaces import GpuWorkspaces
+    from .roofline import DeviceRates
 
 # state tensors per parameter (momentum: one buffer; Adam's family: exp_avg and exp_avg_sq)
 ADAPTIVE = tuple(o for o in Optimizer if o.adaptive)
@@ -344,10 +348,13 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                   precision: str = "fp32", checkpoint: CheckpointSpec | None = None,
                   what_if: bool = True, include_inputs: bool = True,
                   impl: str = "forloop",
-                  allocator: AllocatorConfig | None = None) -> TrainingMemory:
+                  allocator: AllocatorConfig | None = None,
+                  device: "DeviceRates | None" = None) -> TrainingMemory:
     """The training section of a report: the step's memory, with the checkpoint plan asked
     for and the what-ifs (``graph`` already re-typed by passes.precision for mixed precision,
-    whose fp32 master side is added here)."""
+    whose fp32 master side is added here); on a GPU ``device`` the reserved replay holds the
+    cuBLAS workspaces and the kernels' temporaries (passes.gpu_workspaces)."""
+    from .gpu_workspaces import gpu_workspaces
     from .precision import master_weights
 
     mixed = master_weights(precision)
@@ -360,18 +367,27 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                             budget=checkpoint.budget) if checkpoint else None
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl) \
         if what_if else {}
-    reserved = None if plan else reserved_peak(graph, t, mixed, allocator)
+    ws = gpu_workspaces(graph, device, t.forward_nodes) if device is not None else None
+    reserved = None if plan else reserved_peak(graph, t, mixed, allocator, ws)
     return replace(t, checkpoint=plan, what_if=savers, reserved_peak_bytes=reserved)
 
 
 def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool,
-                  config: AllocatorConfig | None = None) -> int:
+                  config: AllocatorConfig | None = None,
+                  workspaces: "GpuWorkspaces | None" = None) -> int:
     """``t``'s step as PyTorch's CUDA caching allocator would reserve for it, over two steps
     (passes.allocator_events.training_events): each parameter, buffer and (mixed precision)
     fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
     kind, plus Adam's 4-byte step counters; the step's temporaries per parameter; with
-    master weights, the fp32 copies of the gradients the step runs on."""
-    from .allocator_events import resident_tensors, training_events
+    master weights, the fp32 copies of the gradients the step runs on; ``workspaces``' kernel
+    temporaries at their nodes in both steps, its cuBLAS workspaces from step 1's first GEMMs
+    on."""
+    from .allocator_events import (
+        cublas_storages,
+        resident_tensors,
+        training_events,
+        transient_storages,
+    )
     from .caching_allocator import replay
 
     params = [graph.values[p] for p in trainable_params(graph)]
@@ -380,10 +396,12 @@ def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool,
     if master_weights:
         resident += [(f"{v.name} (fp32 master)", b) for v, b in zip(params, sizes)]
     adam = t.optimizer in ADAPTIVE
-    events = training_events(t.storages, resident=resident, grads=frozenset(graph.outputs[1:]),
+    storages = list(t.storages) + transient_storages(workspaces)
+    events = training_events(storages, resident=resident, grads=frozenset(graph.outputs[1:]),
                              state=states, step_sizes=sizes if adam else [],
                              foreach=t.optimizer_impl == OptimizerImpl.FOREACH,
-                             master_grads=sizes if master_weights else [])
+                             master_grads=sizes if master_weights else [],
+                             once=cublas_storages(workspaces))
     config = config or AllocatorConfig()
     return replay(events, expandable=config.expandable,
                   max_split_size=config.max_split_size).reserved_peak

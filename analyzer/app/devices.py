@@ -27,13 +27,13 @@ T, GB, GiB, MiB = 1e12, 1e9, 1 << 30, 1 << 20
 
 
 def _dev(name, label, fp32, tf32, fp16, bf16, int8, bandwidth_gbs, memory_gib, *,
-         fp8=None, fp4=None, usable_mib=None, sm=None) -> DeviceRates:
+         fp8=None, fp4=None, usable_mib=None, sm=None, sms=None) -> DeviceRates:
     rates = {"fp32": fp32, "tf32": tf32, "fp16": fp16, "bf16": bf16, "int8": int8}
     narrow = {k: v * T for k, v in (("fp8", fp8), ("fp4", fp4)) if v}
     return DeviceRates(name, label, MappingProxyType({k: v * T if v else None
                                                       for k, v in rates.items()}),
                        bandwidth_gbs * GB, int(memory_gib * GiB), MappingProxyType(narrow),
-                       usable_mib and int(usable_mib * MiB), sm, sm is None)
+                       usable_mib and int(usable_mib * MiB), sm, sm is None, sms)
 
 
 # Datasheets give tensor-core rates "with sparsity" (2:4) first: the rows take the dense half.
@@ -44,40 +44,44 @@ def _dev(name, label, fp32, tf32, fp16, bf16, int8, bandwidth_gbs, memory_gib, *
 # H100 80GB HBM3 with driver 580.159.04 and CUDA 13.0 (benchmarks/results/cuda_h100_sxm.json),
 # 150,109,880,320 B on an H200 (benchmarks/results/cuda_h200.json).
 # sm: the CUDA compute capability (NVIDIA's table; which attention kernels PyTorch runs on it);
-# the AMD parts have none.
+# the AMD parts have none. sms: its streaming multiprocessors (the architecture whitepapers'
+# and datasheets' SM counts; the GB200's GPUs are B200s), which size the global buffers of
+# PyTorch's CUDA reductions (passes/costs/cuda_reduce.py).
 # name, label, TFLOP/s fp32, tf32, fp16, bf16, TOP/s int8, GB/s, GiB (+ fp8, fp4 TFLOP/s)
 DEVICES: Mapping[str, DeviceRates] = MappingProxyType({d.name: d for d in (
     _dev("gtx1080ti", "NVIDIA GeForce GTX 1080 Ti", 10.6, None, None, None, 42.4, 484, 11,
-         sm=(6, 1)),
-    _dev("v100", "NVIDIA V100 SXM2 32GB", 15.7, None, 125, None, 62.8, 900, 32, sm=(7, 0)),
-    _dev("t4", "NVIDIA T4", 8.1, None, 65, None, 130, 320, 16, sm=(7, 5)),
-    _dev("a10", "NVIDIA A10", 31.2, 62.5, 125, 125, 250, 600, 24, sm=(8, 6)),
+         sm=(6, 1), sms=28),
+    _dev("v100", "NVIDIA V100 SXM2 32GB", 15.7, None, 125, None, 62.8, 900, 32, sm=(7, 0), sms=80),
+    _dev("t4", "NVIDIA T4", 8.1, None, 65, None, 130, 320, 16, sm=(7, 5), sms=40),
+    _dev("a10", "NVIDIA A10", 31.2, 62.5, 125, 125, 250, 600, 24, sm=(8, 6), sms=72),
     # NVIDIA L4 datasheet: FP8 485 TFLOPS with sparsity
-    _dev("l4", "NVIDIA L4", 30.3, 60, 121, 121, 242.5, 300, 24, fp8=242.5, sm=(8, 9)),
-    _dev("a100-40gb", "NVIDIA A100 SXM4 40GB", 19.5, 156, 312, 312, 624, 1555, 40, sm=(8, 0)),
-    _dev("a100-80gb", "NVIDIA A100 SXM4 80GB", 19.5, 156, 312, 312, 624, 2039, 80, sm=(8, 0)),
+    _dev("l4", "NVIDIA L4", 30.3, 60, 121, 121, 242.5, 300, 24, fp8=242.5, sm=(8, 9), sms=58),
+    _dev("a100-40gb", "NVIDIA A100 SXM4 40GB", 19.5, 156, 312, 312, 624, 1555, 40,
+         sm=(8, 0), sms=108),
+    _dev("a100-80gb", "NVIDIA A100 SXM4 80GB", 19.5, 156, 312, 312, 624, 2039, 80,
+         sm=(8, 0), sms=108),
     # NVIDIA H100 Tensor Core GPU datasheet, SXM: FP8 3,958 TFLOPS with sparsity
     _dev("h100-sxm", "NVIDIA H100 SXM5 80GB", 67, 494.7, 989.4, 989.4, 1978.9, 3350, 80,
-         fp8=1978.9, usable_mib=85_017_493_504 / MiB, sm=(9, 0)),  # measured, see above
+         fp8=1978.9, usable_mib=85_017_493_504 / MiB, sm=(9, 0), sms=132),  # measured, see above
     # same datasheet, PCIe: TF32 756, BF16/FP16 1,513, FP8/INT8 3,026 (sparse); 2 TB/s
     _dev("h100-pcie", "NVIDIA H100 PCIe 80GB", 51, 378, 756.5, 756.5, 1513, 2000, 80,
-         fp8=1513, usable_mib=81008, sm=(9, 0)),
+         fp8=1513, usable_mib=81008, sm=(9, 0), sms=114),
     # same datasheet, NVL (per GPU): TF32 835, BF16/FP16 1,671, FP8/INT8 3,341 (sparse); 94 GB
     # HBM3 at 3.9 TB/s
     _dev("h100-nvl", "NVIDIA H100 NVL 94GB", 60, 417.5, 835.5, 835.5, 1670.5, 3900, 94,
-         fp8=1670.5, sm=(9, 0)),
+         fp8=1670.5, sm=(9, 0), sms=132),
     # NVIDIA H200 datasheet, SXM: the H100 SXM's GH100 at its clocks (TF32 989, BF16 1,979,
     # FP8/INT8 3,958 sparse), 141 GB HBM3e at 4.8 TB/s
     _dev("h200", "NVIDIA H200 SXM 141GB", 67, 494.7, 989.4, 989.4, 1978.9, 4800, 141,
-         fp8=1978.9, usable_mib=150_109_880_320 / MiB, sm=(9, 0)),  # measured
+         fp8=1978.9, usable_mib=150_109_880_320 / MiB, sm=(9, 0), sms=132),  # measured
     # NVIDIA HGX B200 datasheet, 8 GPUs: FP32 600 TFLOPS, TF32 18, FP16/BF16 36, FP8 and INT8
     # 72, FP4 144 PFLOPS (sparse); 1.44 TB HBM3e at 64 TB/s: per GPU, an eighth
     _dev("b200", "NVIDIA B200 (HGX, per GPU)", 75, 1125, 2250, 2250, 4500, 8000, 180,
-         fp8=4500, fp4=9000, sm=(10, 0)),
+         fp8=4500, fp4=9000, sm=(10, 0), sms=148),
     # NVIDIA GB200 NVL72 datasheet, 72 GPUs: FP32 5,760 TFLOPS, TF32 180, FP16/BF16 360, FP8
     # and INT8 720, FP4 1,440 PFLOPS (sparse); 13.4 TB HBM3e at 576 TB/s: per GPU, a 72nd
     _dev("gb200", "NVIDIA GB200 (NVL72, per GPU)", 80, 1250, 2500, 2500, 5000, 8000, 186,
-         fp8=5000, fp4=10000, sm=(10, 0)),
+         fp8=5000, fp4=10000, sm=(10, 0), sms=148),
     # AMD Instinct MI300X data sheet: FP32 163.4, TF32 653.7, FP16/BF16 1,307.4, FP8 and INT8
     # 2,614.9 (dense; sparse doubles them); 192 GB HBM3 at 5.3 TB/s
     _dev("mi300x", "AMD Instinct MI300X", 163.4, 653.7, 1307.4, 1307.4, 2614.9, 5300, 192,
@@ -87,21 +91,22 @@ DEVICES: Mapping[str, DeviceRates] = MappingProxyType({d.name: d for d in (
          fp8=2614.9),
     # NVIDIA L40S datasheet: TF32 366, BF16/FP16 733, FP8/INT8 1,466 (sparse); 48 GB GDDR6,
     # 864 GB/s
-    _dev("l40s", "NVIDIA L40S", 91.6, 183, 362.05, 362.05, 733, 864, 48, fp8=733, sm=(8, 9)),
+    _dev("l40s", "NVIDIA L40S", 91.6, 183, 362.05, 362.05, 733, 864, 48, fp8=733,
+         sm=(8, 9), sms=142),
     # NVIDIA RTX 6000 Ada datasheet (FP32 91.1, FP8 1,457 sparse; 48 GB, 960 GB/s) and the Ada
     # Lovelace architecture whitepaper's table (TF32 182.1, FP16/BF16 364.2 with FP32
     # accumulate, INT8 728.5 dense)
     _dev("rtx6000-ada", "NVIDIA RTX 6000 Ada", 91.1, 182.1, 364.2, 364.2, 728.5, 960, 48,
-         fp8=728.5, sm=(8, 9)),
-    _dev("rtx3090", "NVIDIA GeForce RTX 3090", 35.6, 35.6, 71, 71, 284, 936, 24, sm=(8, 6)),
+         fp8=728.5, sm=(8, 9), sms=142),
+    _dev("rtx3090", "NVIDIA GeForce RTX 3090", 35.6, 35.6, 71, 71, 284, 936, 24, sm=(8, 6), sms=82),
     # Ada whitepaper: FP8 with FP32 accumulate 330.3 dense
     _dev("rtx4090", "NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2, 660.6, 1008, 24,
-         fp8=330.3, usable_mib=24563, sm=(8, 9)),
+         fp8=330.3, usable_mib=24563, sm=(8, 9), sms=128),
     # NVIDIA RTX Blackwell GPU architecture whitepaper, RTX 5090 (dense, FP32 accumulate where
     # it differs, as for the 4090): FP32 104.8, TF32 104.8, FP16/BF16 209.5, FP8 419, INT8
     # 838, FP4 1,676 (3,352 "AI TOPS" sparse); 32 GB GDDR7 at 1,792 GB/s
     _dev("rtx5090", "NVIDIA GeForce RTX 5090", 104.8, 104.8, 209.5, 209.5, 838, 1792, 32,
-         fp8=419, fp4=1676, sm=(12, 0)),
+         fp8=419, fp4=1676, sm=(12, 0), sms=170),
 )})
 
 

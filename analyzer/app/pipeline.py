@@ -60,7 +60,7 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
         checkpoint=checkpoint, what_if=o.what_if, include_inputs=include_inputs,
-        impl=o.optimizer_impl, allocator=o.allocator)
+        impl=o.optimizer_impl, allocator=o.allocator, device=device)
     report = Report(
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
@@ -102,7 +102,7 @@ def _fit(report: Report, device, overhead, allocator) -> Fit:
     if t.checkpoint is not None:
         return fit(device, t.checkpoint.peak_bytes, threads=2, overhead=overhead)
     return fit(device, report.peak_bytes, reserved_bytes=t.reserved_peak_bytes, threads=2,
-               overhead=overhead, allocator=allocator.words)
+               overhead=overhead, allocator=allocator.words, workspaces_replayed=True)
 
 
 def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:

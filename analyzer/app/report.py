@@ -70,11 +70,13 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
               "was passed into returns (eager; the graph inputs to the end, as the caller "
               "holds them); views alias their input; graph inputs count unless "
               "include_inputs is false",
-    "reserved_peak_bytes": "memory.reserved_peak_bytes (inference, two batches; with a GPU "
-                           "device the cuBLAS workspace from the first matmul on and cuDNN's "
-                           "convolution workspaces) and "
+    "reserved_peak_bytes": "memory.reserved_peak_bytes (inference, two batches) and "
                            "training.reserved_peak_bytes (two steps, optimizer state created "
-                           "in the first): the bytes PyTorch's CUDA caching allocator would "
+                           "in the first); with a GPU device each matmul thread's cuBLAS "
+                           "workspace from its first matmul on and the kernels' temporaries "
+                           "(reductions' staging buffers, broadcast matmul operands' copies, "
+                           "cuDNN's attention-backward and, at inference, convolution "
+                           "workspaces): the bytes PyTorch's CUDA caching allocator would "
                            "reserve at default settings (512 B rounding, 2 MiB and 20 MiB "
                            "segments, best-fit splitting; parameters and buffers allocated "
                            "first), as a GPU runs out of them; the fit's first part",

@@ -173,7 +173,8 @@ def _memory(r: Report) -> list[tuple[str, list[str]]]:
                                  f"({m.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
                                  "allocator, two batches", f"({_settings(r)}its rounding and",
                                  "segments; parameters"
-                                 + (", cuBLAS and cuDNN workspaces" if r.roofline else ""),
+                                 + (", cuBLAS workspace, kernel temporaries" if r.roofline
+                                    else ""),
                                  "included)"]))
     if m.live_at_peak:
         more = len(m.live_at_peak) - 5
@@ -261,7 +262,9 @@ def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
         out.append(("reserved", [f"{human_bytes(t.reserved_peak_bytes)}",
                                  f"({t.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
                                  "allocator, two steps",
-                                 f"({_settings(r)}its rounding and segments)"]))
+                                 f"({_settings(r)}its rounding and segments"
+                                 + ("; cuBLAS workspaces, kernel temporaries included"
+                                    if r.roofline else "") + ")"]))
     out += [("what-if", [explain.what_if_line(r, name)]) for name in t.what_if]
     ck = t.checkpoint
     if ck is not None:

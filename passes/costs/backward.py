@@ -8,8 +8,12 @@ Elementwise backward ops count FLOPs per element, written next to each.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from .registry import OpView, ShapeUnknown, lookup, rule, zero_cost
+
+if TYPE_CHECKING:
+    from ..roofline import DeviceRates
 
 
 @rule("aten.convolution_backward.default")
@@ -26,10 +30,26 @@ def convolution_backward(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + bias
 
 
+def cudnn_attention_backward_workspace(op: OpView, device: "DeviceRates") -> tuple[int, ...]:
+    """cuDNN's workspace around its attention backward, one allocation: dQ accumulated in
+    fp32 and a float per query row (b·h·Sq·(d + 1)·4 B) + 256 B, and with fewer key/value
+    heads than query heads dK and dV for every query head in the input's dtype. Read off PyTorch
+    2.11's allocator traces on an H200 (cuDNN 9.19, bf16,
+    benchmarks/results/cuda_traces_h200.json.gz): 8,519,936 B for 4 heads of 64 over 8,192
+    tokens, 33,816,832 B for 16 query and 8 key/value heads of 64 over 2 × 2,048 — two
+    traces, so an estimate beyond their shapes."""
+    q, k = op.in_shape(1), op.in_shape(2)
+    rows = math.prod(q[:-1])
+    size = rows * (q[-1] + 1) * 4 + 256
+    if k[-3] != q[-3]:
+        itemsize = (op.in_spec(2).nbytes or 0) // max(1, math.prod(k))
+        size += 2 * math.prod(q[:-3]) * q[-3] * k[-2] * k[-1] * itemsize
+    return (size,)
+
+
 @rule("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
       "aten._scaled_dot_product_flash_attention_backward.default",
-      "aten._scaled_dot_product_efficient_attention_backward.default",
-      "aten._scaled_dot_product_cudnn_attention_backward.default")
+      "aten._scaled_dot_product_efficient_attention_backward.default")
 def sdpa_backward(op: OpView) -> tuple[int, int]:
     # (grad_out, query, key, value, out, …): dQ, dK, dV, dP and the recomputed P = 5 products
     # of Sq·Sk·D per head (FlopCounterMode: 10·b·h·Sq·Sk·d FLOPs), softmax backward 3/score.
@@ -38,6 +58,10 @@ def sdpa_backward(op: OpView) -> tuple[int, int]:
     sk, d = k[-2], q[-1]
     macs = 5 * b_h_sq * sk * d
     return macs, 2 * macs + 3 * b_h_sq * sk
+
+
+rule("aten._scaled_dot_product_cudnn_attention_backward.default",
+     workspace=cudnn_attention_backward_workspace)(sdpa_backward)
 
 
 @rule("aten.gelu_backward.default")

@@ -8,26 +8,44 @@ once the bias adds are subtracted, and MACs match torchvision's "GFLOPS" tables.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from .registry import WINDOW_ATTRS, OpView, rule
 
+if TYPE_CHECKING:
+    from ..roofline import DeviceRates
 
-def cudnn_conv_workspace(op: OpView) -> int:
+
+def cudnn_conv_workspace(op: OpView, device: "DeviceRates") -> tuple[int, ...]:
     """cuDNN's workspace around a convolution with a kernel larger than 1×1 (groups 1): its
     input's and output's bytes — the NHWC copies its implicit-GEMM kernels work on. Read off
     PyTorch 2.11's allocator trace of ResNet-50 at batch 64 on an H200 (cuDNN 9.19, fp32 with
     TF32, heuristics, benchmarks/results/cuda_traces_h200.json.gz): 7×7 stem 244,093,712 B
     against 244,056,064; a 3×3 at 56×56 102,908,051 against 102,760,448; deeper 3×3s up to
     11 MB more. The 1×1 convolutions there took none in the first three stages (400 B) and
-    in+out in the last: counted as none. An estimate: cuDNN picks the algorithm at run time."""
+    in+out in the last: counted as none. An estimate: cuDNN picks the algorithm at run time.
+    None on ROCm (MIOpen's are not modelled)."""
     weight = op.in_shape(1)
-    if len(weight) < 3 or all(k == 1 for k in weight[2:]) or int(op.attr("group", 1) or 1) != 1:
-        return 0
-    return (op.in_spec(0).nbytes or 0) + (op.out_spec(0).nbytes or 0)
+    if device.rocm or len(weight) < 3 or all(k == 1 for k in weight[2:]) or \
+            int(op.attr("group", 1) or 1) != 1:
+        return ()
+    return ((op.in_spec(0).nbytes or 0) + (op.out_spec(0).nbytes or 0),)
+
+
+def broadcast_operand_copies(op: OpView, device: "DeviceRates") -> tuple[int, ...]:
+    """The copies a CUDA matrix product makes of broadcast operands: cuBLAS reads a matrix
+    whose rows or columns are contiguous, and an operand expanded from fewer elements
+    (stride 0: the gradient of a sum, one scalar spread over every logit) is first copied
+    whole (``prepare_matrix_for_cublas`` in aten/src/ATen/native/cuda/Blas.cpp), after the
+    product's output is allocated. Exact: a Llama's step under the sum-of-logits loss copies
+    its 262,144,000 B logit gradient once for each of the head's two products (PyTorch 2.11,
+    H200, benchmarks/results/cuda_traces_h200.json.gz)."""
+    first = 1 if op.node.op == "aten.addmm.default" else 0
+    return tuple(op.in_spec(k).nbytes or 0 for k in (first, first + 1) if op.broadcast(k))
 
 
 @rule("Conv", saves="operands", rf="conv", attr_names=WINDOW_ATTRS,
-      workspace=cudnn_conv_workspace)
+      workspace=cudnn_conv_workspace, workspace_in_training=False)
 def conv(op: OpView) -> tuple[int, int]:
     # W is (C_out, C_in/groups, k1, k2, ...): each output element reduces over W.shape[1:].
     out = op.out_numel()
@@ -44,14 +62,14 @@ def conv_transpose(op: OpView) -> tuple[int, int]:
 
 
 @rule("aten.convolution.default", saves="operands", rf="conv", attr_names=WINDOW_ATTRS,
-      workspace=cudnn_conv_workspace)
+      workspace=cudnn_conv_workspace, workspace_in_training=False)
 def aten_convolution(op: OpView) -> tuple[int, int]:
     # aten's one convolution op (input, weight, bias) with a ``transposed`` flag (the
     # receptive-field pass reads it too).
     return conv_transpose(op) if op.attr("transposed") else conv(op)
 
 
-@rule("aten.addmm.default", saves="inputs", cublas=True)
+@rule("aten.addmm.default", saves="inputs", cublas=True, workspace=broadcast_operand_copies)
 def addmm(op: OpView) -> tuple[int, int]:
     # (bias, mat1, mat2): reduction over mat1's last dim, one bias add per output element.
     out = op.out_numel()
@@ -73,7 +91,8 @@ def gemm(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + extra
 
 
-@rule("MatMul", "aten.mm.default", "aten.bmm.default", saves="operands", cublas=True)
+@rule("MatMul", "aten.mm.default", "aten.bmm.default", saves="operands", cublas=True,
+      workspace=broadcast_operand_copies)
 def matmul(op: OpView) -> tuple[int, int]:
     # Numpy matmul semantics: every output element reduces over A's last dim.
     a = op.in_shape(0)

@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
+from .cuda_reduce import THREADS_PER_SM, reduce_buffers
 from .registry import AXIS_ATTRS, WINDOW_ATTRS, OpView, rule
+
+if TYPE_CHECKING:
+    from ..roofline import DeviceRates
 
 
 def pool(op: OpView) -> tuple[int, int]:
@@ -30,6 +35,21 @@ def reduce_once(op: OpView) -> tuple[int, int]:
     return 0, op.in_numel(0)  # one add/compare per input element (a mean's divide is per output)
 
 
+def cuda_sum_buffers(op: OpView, device: "DeviceRates") -> tuple[int, ...]:
+    """The staging buffer and semaphores a CUDA sum or mean allocates around its kernel when
+    it splits its inputs across thread blocks (passes/costs/cuda_reduce.py: exact, from
+    Reduce.cuh's launch configuration); none on ROCm (its configuration differs: not
+    modelled) or where the multiprocessor count is not known."""
+    arch = device.capability and THREADS_PER_SM.get(device.capability)
+    if device.rocm or not device.sms or not arch:
+        return ()
+    spec = op.in_spec(0)
+    wide = spec.dtype in ("float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+    dims = op.attr("dim") or ()
+    return reduce_buffers(op.in_shape(0), [int(d) for d in dims], 8 if wide else 4,
+                          device.sms, arch, broadcast=op.broadcast(0))
+
+
 def _reduce_bound(v):
     # axes from a tensor that is not a constant: with keepdims the output has the input's
     # rank and no larger a dim (nothing reduced is the largest)
@@ -48,10 +68,11 @@ REDUCE_BOUND = dict(bound="axes (a tensor, not a constant) leave the largest out
                     bound_shapes=_reduce_bound)
 # Sums and means spread the gradient back (nothing kept); max/min/prod need their input.
 rule("ReduceSum", "ReduceMean", saves="nothing", **REDUCE_BOUND)(reduce_once)
-rule("GlobalAveragePool", "CumSum", "aten.mean.dim",
-     "aten.mean.default", "aten.sum.dim_IntList", "aten.cumsum.default",
+rule("GlobalAveragePool", "CumSum", "aten.cumsum.default",
      "ArgMax", "ArgMin", "aten.argmax.default", "aten.argmin.default", "aten.any.dim",
      "aten.any.default", saves="nothing")(reduce_once)
+rule("aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", saves="nothing",
+     workspace=cuda_sum_buffers)(reduce_once)
 rule("ReduceMax", "ReduceMin", "ReduceProd", saves="inputs", **REDUCE_BOUND)(reduce_once)
 rule("GlobalMaxPool", "GlobalLpPool", "CumProd",
      "aten.amax.default", "aten.amin.default", "aten.max.dim", "aten.min.dim",

@@ -73,8 +73,13 @@ there (the in-place activations what-if). ``same_shape`` — output 0 has input 
 dtype (the frontend's fallback where ONNX inference has no rule for the op at the model's
 opset). On a CUDA GPU (passes/gpu_workspaces.py): ``cublas`` — the op is a cuBLAS GEMM, so
 the first one a thread runs allocates that thread's cuBLAS workspace, kept; ``workspace`` —
-``fn(op) -> bytes`` of the workspace the op's library kernel allocates and frees around each
-call (cuDNN's convolutions), an estimate.
+``fn(op, device) -> (bytes, ...)``: what the op's CUDA kernel allocates through the caching
+allocator after its outputs and frees before it returns, one size per allocation (a
+reduction's staging buffer and semaphores, a broadcast GEMM operand's copy, cuDNN's
+attention backward and convolution workspaces; the function says where its figure comes
+from and whether it is an estimate); ``workspace_in_training`` False leaves it out of a
+training step's replay (cuDNN's convolution workspaces: a training step measured to reserve
+less with them than without).
 
 Receptive fields (passes/receptive_field.py): ``rf`` is the op's role — "conv",
 "conv_transpose", "pool", "adaptive_pool" (windows), "pointwise" (passes a field through, joins
@@ -87,9 +92,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from ..ir import Dim, Graph, Node, TensorSpec
+
+if TYPE_CHECKING:
+    from ..roofline import DeviceRates
 
 
 class ShapeUnknown(Exception):
@@ -176,6 +184,21 @@ class OpView:
     def present_inputs(self) -> list[int]:
         return [i for i in range(len(self.node.inputs)) if self.node.inputs[i] != ""]
 
+    def broadcast(self, i: int) -> bool:
+        """Whether input ``i`` is a view of an ``expand`` that grew its input (stride 0 where
+        it was expanded: a sum's gradient, one scalar spread over its input's shape)."""
+        name, graph = self.node.inputs[i] if self.has_input(i) else "", self._graph
+        while (v := graph.values.get(name)) is not None and v.producer is not None:
+            node = graph.nodes[v.producer]
+            if node.op == "aten.expand.default":
+                src = graph.spec(node.inputs[0])
+                return src is not None and (src.numel or 0) < (v.spec.numel or 0)
+            r = lookup(node.op)
+            if r is None or not r.alias or not node.inputs:
+                return False
+            name = node.inputs[0]
+        return False
+
 
 class ShapeView(Protocol):
     """What a shape function sees of a node while ONNX infers shapes (the frontend implements
@@ -195,7 +218,7 @@ ShapeFn = Callable[[ShapeView], Sequence[OutType]]
 PackedFn = Callable[[TensorSpec, Mapping[str, Any]], tuple[int, str]]  # -> (elements, dtype)
 RuleFn = Callable[[OpView], tuple[int, int]]  # -> (macs, flops)
 StatFn = Callable[[tuple[int, ...], Mapping[str, Any]], tuple[int, int]]  # -> (rows, groups)
-WorkspaceFn = Callable[[OpView], int]  # -> bytes
+WorkspaceFn = Callable[[OpView, "DeviceRates"], tuple[int, ...]]  # -> bytes per allocation
 _NO_ATTRS: Mapping[Any, Any] = MappingProxyType({})
 
 RF_ROLES = frozenset({"conv", "conv_transpose", "pool", "adaptive_pool", "pointwise", "reshape",
@@ -244,7 +267,8 @@ class Rule:
     # PyTorch picks the op's kernel at run time (SDPA: passes/attention_dispatch.py names it)
     dispatched: bool = False
     cublas: bool = False                 # a cuBLAS GEMM on a CUDA GPU
-    workspace: "WorkspaceFn | None" = None  # bytes its GPU kernel allocates around a call
+    workspace: "WorkspaceFn | None" = None  # what its CUDA kernel allocates around a call
+    workspace_in_training: bool = True   # False: read off inference runs only (see above)
 
     def __post_init__(self) -> None:
         if self.rf is not None and self.rf not in RF_ROLES:
