@@ -21,7 +21,7 @@ from ...passes.precision import AutocastSpec
 from .api_checks import check_arguments, check_dtype, check_dtype_applies, check_unknown
 from .report import Report
 from .request import LoadOptions, Request, build_request
-from .resolve import Bindings, Resolved, in_dtype, resolve
+from .resolve import Bindings, Resolved, in_dtype, in_recipe_dtype, resolve
 
 Progress = Callable[[str], None]
 
@@ -40,7 +40,8 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
     check_dtype(load.dtype, load.train)
     r = resolve(model, example_inputs, bindings, fx=load.exporter == Exporter.FX,
                 train=load.train, materialize=materialize, note=progress)
-    return in_dtype(check_dtype_applies(r, load.dtype), load.dtype, load.train)
+    r = in_dtype(check_dtype_applies(r, load.dtype), load.dtype, load.train)
+    return in_recipe_dtype(r, load.cast) if load.train else r
 
 
 def load_graph(model, load: LoadOptions = LoadOptions(),

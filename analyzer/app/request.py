@@ -50,6 +50,8 @@ class LoadOptions:
     attention: AttentionTarget = AttentionTarget()
     autocast: AutocastSpec | None = None  # a training step's forward under torch.autocast
     dtype: str | None = None            # --dtype: the weights' dtype for inference and serving
+    # a training recipe that casts the module (bf16-true, bf16-master): traced in its dtype
+    cast: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,8 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
     load = LoadOptions(batch, _raw(dims), _raw(input_shapes), _raw(input_dtypes),
                        zoo_exporter, train, all_layers,
                        attention_target(rates, precision, attention),
-                       autocast_spec(rates, precision) if train else None, dtype)
+                       autocast_spec(rates, precision) if train else None, dtype,
+                       cast_dtype(precision) if train else None)
     if serve is not None:
         r = _serve_request(serve, load, precision, include_inputs=include_inputs,
                            lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
@@ -147,6 +150,14 @@ def autocast_spec(device: DeviceRates | None, precision: str) -> AutocastSpec | 
     if dtype is None:
         return None
     return AutocastSpec("cpu" if device is None else "cuda", dtype)
+
+
+def cast_dtype(precision: str) -> str | None:
+    """The dtype a re-typing recipe (bf16-true, 16-true, bf16-master, 16-master) casts the
+    module to; None for the others (and for a name the argument checks will refuse)."""
+    from ...passes.precision import PRECISIONS
+
+    return PRECISIONS.get(precision) if isinstance(precision, str) else None
 
 
 def _raw(mapping):

@@ -220,23 +220,34 @@ def in_dtype(r: Resolved, dtype: str | None, train: bool) -> Resolved:
     """``r`` in the dtype asked (``dtype``: --dtype's) or, for inference and serving, the
     published weights' (a zoo model's ``own_dtype``): the module and its floating inputs cast,
     the report's name saying where the dtype came from. A training step's dtypes are the
-    precision recipe's (the module as built, fp32)."""
+    precision recipe's (the module as built, fp32; see ``in_recipe_dtype``)."""
     if r.kind != "torch" or (dtype is None and (train or r.own_dtype is None)):
         return r
-    import torch
-
     name = DTYPES[dtype.lower()] if dtype else r.own_dtype
     assert name is not None  # (one of the two, by the test above)
-    to = getattr(torch, name)
     source = "the dtype asked" if dtype else "its published config"
+    # Module.to casts in place: a module the caller passed is copied first (the analysis
+    # leaves it as it was); a zoo model built here is cast as it is
+    return replace(_cast(r, name, copy_module=bool(dtype)),
+                   name=f"{r.name} ({name} from {source})")
+
+
+def in_recipe_dtype(r: Resolved, dtype: str | None) -> Resolved:
+    """A training recipe that casts the module (bf16-true, bf16-master; ``dtype`` its, None
+    for the others): a PyTorch ``r`` traced in it, as ``model.to(dtype)`` runs, so the
+    model's own float32 upcasts (an RMSNorm's) stay float32 — re-typing an fp32 trace would
+    make them half. The caller's module is copied first."""
+    return r if r.kind != "torch" or dtype is None else _cast(r, dtype, copy_module=True)
+
+
+def _cast(r: Resolved, name: str, copy_module: bool) -> Resolved:
+    import torch
+    to = getattr(torch, name)
 
     def cast(x):
         return x.to(to) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-    # Module.to casts in place: a module the caller passed is copied first (the analysis
-    # leaves it as it was); a zoo model built here is cast as it is
-    module = copy.deepcopy(r.module) if dtype else r.module
-    return replace(r, name=f"{r.name} ({name} from {source})", module=module.to(to),
-                   inputs=tuple(cast(x) for x in r.inputs),
+    module = copy.deepcopy(r.module) if copy_module else r.module
+    return replace(r, module=module.to(to), inputs=tuple(cast(x) for x in r.inputs),
                    kwargs={k: cast(v) for k, v in r.kwargs.items()})
 
 
