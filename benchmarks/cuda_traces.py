@@ -352,6 +352,9 @@ TRACE_CASES = {
     "trace:llama-160M-train-b2-s2048-adamw-bf16true":
         _trace("llama-160M-train-b2-s2048-adamw-bf16true"),
     "trace:decoder-train-s8192-bf16mixed": _trace("decoder-train-s8192-bf16mixed"),
+    # the training rows still missing by more than 3% (not recorded yet)
+    "trace:resnet50-train-b32-momentum": _trace("resnet50-train-b32-momentum"),
+    "trace:llama-160M-train-b2-s2048-adamw": _trace("llama-160M-train-b2-s2048-adamw"),
 }
 
 

@@ -65,8 +65,15 @@ def load_graph(model, load: LoadOptions = LoadOptions(),
             raise GraphcostError("an exported program has fixed shapes: batch and "
                                  "input_shapes do not apply (re-export at the size you want)")
         return _program_graph(r, note, load.train, dict(load.dims))
-    return torch_graph(r, note, load.train, load.all_layers, attention=load.attention,
-                       autocast=load.autocast)[0]
+    try:
+        return torch_graph(r, note, load.train, load.all_layers, attention=load.attention,
+                           autocast=load.autocast)[0]
+    except GraphcostError as e:
+        if not (load.train and load.cast):
+            raise
+        raise GraphcostError(f"{e.raw}; the {opt('precision')} recipe runs the module cast to "
+                             f"{load.cast}, and it does not run that way (an autocast recipe, "
+                             "bf16-mixed, keeps it as built)") from None
 
 
 def torch_graph(r: Resolved, note: Progress, train: bool, all_layers: bool = False,
