@@ -37,6 +37,7 @@ from .choices import Offload, OptimizerImpl, Strategy
 from .comm import CommVolume, InterconnectRates, comm_volume
 from .errors import GraphcostError, opt
 from .fits import Overhead, fit
+from .gpu_workspaces import gpu_workspaces
 from .ir import INTERNAL, Graph, ValueKind
 from .parallel_clock import Clock, price
 from .parallel_fsdp import sharded_step
@@ -145,7 +146,7 @@ def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
                              f"{opt('parallel', value=spec.strategy)}: modelled for fully_shard's "
                              "MixedPrecisionPolicy (zero2, zero3, fsdp); with ddp or zero1 use "
                              "an autocast or a true recipe (bf16-mixed, bf16-true)")
-    plan = _Plan(graph, training, spec, 2 if master_weights else 1, allocator)
+    plan = _Plan(graph, training, spec, 2 if master_weights else 1, allocator, device)
     if spec.world_size is not None:
         return plan.at(spec.world_size)
     if device is None:
@@ -153,7 +154,8 @@ def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
                              "of each rank)")
     return _smallest(plan, lambda r: fit(device, r.per_rank_peak_bytes,
                                          reserved_bytes=r.reserved_peak_bytes, threads=2,
-                                         overhead=overhead, world=r.world_size).fits)
+                                         overhead=overhead, world=r.world_size,
+                                         workspaces_replayed=True).fits)
 
 
 def _smallest(plan: "_Plan", fits: Callable[[ParallelMemory], bool]) -> ParallelMemory:
@@ -192,7 +194,8 @@ class _Plan:
     the units; ``at(N)`` prices one world size."""
 
     def __init__(self, graph: Graph, training: TrainingMemory, spec: ParallelSpec,
-                 master: int = 1, allocator: AllocatorConfig = AllocatorConfig()):
+                 master: int = 1, allocator: AllocatorConfig = AllocatorConfig(),
+                 device: DeviceRates | None = None):
         self.graph, self.spec, self.training = graph, spec, training
         self.allocator = allocator
         self.master = master  # fp32 bytes per graph (half) byte of what FSDP2 keeps in fp32
@@ -200,6 +203,9 @@ class _Plan:
         self.sharded = spec.strategy in SHARDED
         fwd = forward_set(graph)
         self.forward_end = len(fwd)
+        # what a CUDA device's kernels allocate besides the tensors (the reserved replay's)
+        self.workspaces = None if device is None else \
+            gpu_workspaces(graph, device, self.forward_end)
         values = graph.values
         self.trainable = trainable_params(graph)
         self.param_bytes = sum(v.spec.nbytes or 0 for v in values.values()
@@ -228,7 +234,7 @@ class _Plan:
         p = price(clock)
         t, n = self.training, clock.n
         reserved = rank_reserved_peak(clock, t.optimizer_impl == OptimizerImpl.FOREACH,
-                                      self.allocator)
+                                      self.allocator, self.workspaces)
         return ParallelMemory(
             strategy=self.spec.strategy, world_size=world, per_rank_batch=self.graph.batch,
             global_batch=self.graph.batch * world, optimizer_impl=t.optimizer_impl,

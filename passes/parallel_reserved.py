@@ -13,24 +13,34 @@ inputs go before the next node's outputs, as in events_from_liveness). The optim
 temporaries are the same sequence the single-device replay uses (allocator_events)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .allocator_events import step_temporary_events
 from .caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
 from .parallel_clock import Clock
+
+if TYPE_CHECKING:
+    from .gpu_workspaces import GpuWorkspaces
 
 KEPT = frozenset({"params", "sharded_params", "buffers", "ddp_buckets"})
 STATE, STEP_TEMPS = "optimizer_state", "step_temporaries"
 
 
 def rank_reserved_peak(clock: Clock, foreach: bool,
-                       config: AllocatorConfig = AllocatorConfig()) -> int:
+                       config: AllocatorConfig = AllocatorConfig(),
+                       workspaces: "GpuWorkspaces | None" = None) -> int:
     """The reserved peak of two steps of the rank priced on ``clock`` (frozen, every tensor
-    placed); ``foreach``: the optimizer's implementation (its temporaries)."""
-    return replay(rank_events(clock, foreach), expandable=config.expandable,
+    placed); ``foreach``: the optimizer's implementation (its temporaries); ``workspaces``
+    (a CUDA device's, passes.gpu_workspaces): the kernels' temporaries at their nodes and
+    each matmul thread's cuBLAS workspace from step 1's first GEMM on."""
+    return replay(rank_events(clock, foreach, workspaces), expandable=config.expandable,
                   max_split_size=config.max_split_size).reserved_peak
 
 
-def rank_events(clock: Clock, foreach: bool) -> list[Event]:
-    """The allocations and frees of two steps (see the module docstring)."""
+def rank_events(clock: Clock, foreach: bool,
+                workspaces: "GpuWorkspaces | None" = None) -> list[Event]:
+    """The allocations and frees of two steps (see the module docstring), with
+    ``workspaces``' allocations after what their node's moment allocates."""
     starts: dict[int, list[int]] = {}
     ends: dict[int, list[int]] = {}
     events: list[Event] = []
@@ -41,6 +51,8 @@ def rank_events(clock: Clock, foreach: bool) -> list[Event]:
             starts.setdefault(start, []).append(k)
             ends.setdefault(end, []).append(k)
     opt_at = clock.node(clock.n)
+    at_node = {} if workspaces is None else {
+        clock.node(i): i for i in (*workspaces.transients, *workspaces.cublas_nodes)}
     for step in (1, 2):
         if step == 2:       # zero_grad(set_to_none=True): what step 1 kept to its end
             events += _frees(clock, ends.get(clock.size, ()), 1)
@@ -48,9 +60,24 @@ def rank_events(clock: Clock, foreach: bool) -> list[Event]:
             events += _frees(clock, ends.get(p, ()), step)
             for k in starts.get(p, ()):
                 events += _allocs(clock, k, (step, k))
+            if p in at_node:
+                events += _workspaces(workspaces, at_node[p], step)
             if p == opt_at:
                 events += _optimizer(clock, step, foreach)
     return events
+
+
+def _workspaces(ws: "GpuWorkspaces | None", node: int, step: int) -> list[Event]:
+    """At ``node``: its kernel's temporaries, allocated and freed; in step 1 the cuBLAS
+    workspace of a thread whose first GEMM it is, kept."""
+    if ws is None:
+        return []
+    out: list[Event] = []
+    for j, b in enumerate(ws.transients.get(node, ())):
+        out += [Alloc(("workspace", step, node, j), b), Free(("workspace", step, node, j))]
+    if step == 1 and node in ws.cublas_nodes:
+        out.append(Alloc(("cuBLAS", node), ws.cublas_bytes))
+    return out
 
 
 def _allocs(clock: Clock, k: int, key: tuple) -> list[Event]:

@@ -97,6 +97,7 @@ def _fit(report: Report, device, overhead, allocator) -> Fit:
     if report.parallel is not None:
         return fit(device, report.parallel.per_rank_peak_bytes,
                    reserved_bytes=report.parallel.reserved_peak_bytes, threads=2,
+                   workspaces_replayed=True,
                    overhead=overhead, allocator=allocator.words,
                    world=report.parallel.world_size)
     if t.checkpoint is not None:
