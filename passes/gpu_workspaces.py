@@ -12,7 +12,8 @@ replay sees them where PyTorch allocates them.
   backward's first (where the recorded training traces allocate them).
 - **Around a kernel**, by the op's rule (``Rule.workspace``: sizes allocated after the op's
   outputs, freed before it returns): a reduction's staging buffer (exact), a broadcast GEMM
-  operand's copy (exact), cuDNN's attention backward workspace (from traces) and its
+  operand's copy (exact), the attention backward's temporaries (cuDNN's read off traces,
+  FlashAttention-2's and the memory-efficient kernel's from their source) and cuDNN's
   convolution workspaces (an estimate, inference only: a training step's convolutions were
   measured to reserve less with them than without, ResNet-50 SGD on an H200 -9.6% against
   -8.5%).

@@ -86,7 +86,9 @@ class ParallelMemory:
     optimizer_impl: str
     offload: str | None
     per_rank_peak_bytes: int        # steady state (optimizer state allocated)
-    reserved_peak_bytes: int        # two steps replayed through the CUDA caching allocator
+    # two steps replayed through the CUDA caching allocator (with a device, its workspaces
+    # and kernels' temporaries too: passes/gpu_workspaces.py)
+    reserved_peak_bytes: int
     first_step_peak_bytes: int      # step 1: forward and backward before the state exists
     single_device_peak_bytes: int   # the same micro-batch on one device, for comparison
     peak_phase: str                 # forward | backward | optimizer

@@ -137,22 +137,40 @@ def test_a_broadcast_operand_is_copied_before_the_matmul_and_each_thread_has_a_w
     assert ws.cublas_nodes == (mms[0], backward[0])
 
 
-def test_cudnn_attention_backward_workspace_as_the_traces_show_it():
-    from graphcost.passes.costs.backward import cudnn_attention_backward_workspace
-    from graphcost.passes.costs.registry import OpView
+def _attention_backward(kernel: str, q, k, dtype="bfloat16", device="h200"):
+    from graphcost.passes.costs.registry import OpView, lookup
     from graphcost.passes.ir import Graph, Node, TensorSpec, Value, ValueKind
+    specs = {"g": q, "q": q, "k": k, "v": k}
+    values = {n: Value(n, TensorSpec(s, dtype), ValueKind.INPUT) for n, s in specs.items()}
+    op = f"aten._scaled_dot_product_{kernel}_attention_backward.default"
+    node = Node(0, "bwd", op, ("g", "q", "k", "v"), (), {})
+    rule = lookup(op)
+    assert rule is not None and rule.workspace is not None
+    return rule.workspace(OpView(node, Graph("t", "fx", (node,), values, (), ())),
+                          get_device(device))
 
-    def ws(q, k):
-        specs = {"g": q, "q": q, "k": k, "v": k}
-        values = {n: Value(n, TensorSpec(s, "bfloat16"), ValueKind.INPUT)
-                  for n, s in specs.items()}
-        node = Node(0, "bwd", "aten._scaled_dot_product_cudnn_attention_backward.default",
-                    ("g", "q", "k", "v"), (), {})
-        return cudnn_attention_backward_workspace(
-            OpView(node, Graph("t", "fx", (node,), values, (), ())), get_device("h200"))
+
+def test_cudnn_attention_backward_workspace_as_the_traces_show_it():
     # 4 heads of 64 over 8,192 tokens: 4·8,192·65·4 + 256 = 8,519,936 B (the trace's)
-    assert ws((1, 4, 8192, 64), (1, 4, 8192, 64)) == (8_519_936,)
+    assert _attention_backward("cudnn", (1, 4, 8192, 64), (1, 4, 8192, 64)) == (8_519_936,)
     # 16 query, 8 key/value heads over 2 × 2,048: 2·16·2,048·65·4 + 256 = 17,039,616, + dK
     # and dV for all 16 heads in bf16, 2 · 2·16·2,048·64 · 2 = 16,777,216: 33,816,832 (the
     # trace's)
-    assert ws((2, 16, 2048, 64), (2, 8, 2048, 64)) == (33_816_832,)
+    assert _attention_backward("cudnn", (2, 16, 2048, 64), (2, 8, 2048, 64)) == (33_816_832,)
+
+
+def test_flash_and_efficient_attention_backward_temporaries_from_their_source():
+    # FlashAttention-2 (an A100's bf16 kernel), 16 query and 8 key/value heads of 64 over
+    # 2 × 2,048 tokens (2,048 and 64 already multiples of 128 and 32): row sums 2·16·2,048·4
+    # = 262,144 B, the fp32 dQ accumulator 2·2,048·16·64·4 = 16,777,216, dK and dV for all 16
+    # heads 2·2,048·16·64·2 = 8,388,608 each — cuDNN's measured 33,816,832 less its 256
+    assert _attention_backward("flash", (2, 16, 2048, 64), (2, 8, 2048, 64), device="a100-80gb") \
+        == (262_144, 16_777_216, 8_388_608, 8_388_608)
+    # a 100-token query rounds to 128 rows, a 72-wide head to 96 columns
+    assert _attention_backward("flash", (1, 2, 100, 72), (1, 2, 100, 72), device="a100-80gb") \
+        == (2 * 128 * 4, 128 * 2 * 96 * 4)
+    # the memory-efficient kernel in fp32, 4 heads of 64 over 8,192 tokens: delta 4·8,192·4 =
+    # 131,072 B, its workspace 4 · ⌈8,192/64⌉ · 16,400 = 8,396,800 (64 × 64 tiles of fp32 dQ
+    # with a 16-byte lock each)
+    assert _attention_backward("efficient", (1, 4, 8192, 64), (1, 4, 8192, 64),
+                               dtype="float32") == (131_072, 8_396_800)

@@ -75,8 +75,8 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
                            "in the first); with a GPU device each matmul thread's cuBLAS "
                            "workspace from its first matmul on and the kernels' temporaries "
                            "(reductions' staging buffers, broadcast matmul operands' copies, "
-                           "cuDNN's attention-backward and, at inference, convolution "
-                           "workspaces): the bytes PyTorch's CUDA caching allocator would "
+                           "the attention backward's temporaries and, at inference, cuDNN's "
+                           "convolution workspaces): the bytes PyTorch's CUDA caching allocator would "
                            "reserve at default settings (512 B rounding, 2 MiB and 20 MiB "
                            "segments, best-fit splitting; parameters and buffers allocated "
                            "first), as a GPU runs out of them; the fit's first part",

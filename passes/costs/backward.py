@@ -47,9 +47,43 @@ def cudnn_attention_backward_workspace(op: OpView, device: "DeviceRates") -> tup
     return (size,)
 
 
-@rule("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
-      "aten._scaled_dot_product_flash_attention_backward.default",
-      "aten._scaled_dot_product_efficient_attention_backward.default")
+def flash_attention_backward_workspace(op: OpView, device: "DeviceRates") -> tuple[int, ...]:
+    """What FlashAttention-2's backward allocates besides dQ, dK, dV (PyTorch's
+    flash_api.cpp ``mha_bwd``, from source, not measured): the softmax's row sums
+    (b·h·Sq'·4 B) and dQ accumulated in fp32 (b·Sq'·h·d'·4 B), Sq' the query length rounded
+    up to 128 and d' the head size to 32 (64 above 128); with fewer key/value heads than query
+    heads, dK and dV for every query head in the input's dtype, summed into the outputs. The
+    same bytes cuDNN's measured workspace holds, less its 256 (see
+    ``cudnn_attention_backward_workspace``)."""
+    q, k = op.in_shape(1), op.in_shape(2)
+    *lead, heads, rows, d = q
+    batch = math.prod(lead)
+    rows_r, d_r = -(-rows // 128) * 128, -(-d // (32 if d <= 128 else 64)) * (32 if d <= 128 else 64)
+    out = (batch * heads * rows_r * 4, batch * rows_r * heads * d_r * 4)
+    if k[-3] != heads:
+        itemsize = (op.in_spec(2).nbytes or 0) // max(1, math.prod(k))
+        out += (batch * k[-2] * heads * k[-1] * itemsize,) * 2
+    return out
+
+
+def efficient_attention_backward_workspace(op: OpView, device: "DeviceRates"
+                                           ) -> tuple[int, ...]:
+    """What the memory-efficient (CUTLASS) kernel's backward allocates besides dQ, dK, dV
+    (PyTorch's attention_backward.cu ``_efficient_attention_backward``, from source, not
+    measured): ``delta``, a float per query row (b·h·Sq·4 B; in fp32 it is computed through
+    a float product of dO and O that is freed before the workspace comes: left out), then the
+    kernel's workspace, for heads of up to 64 the fp32 dQ accumulator of its 64 × 64 tiles
+    (b·h·⌈Sq/64⌉·16,400 B on sm80 and later); larger heads' tiles are not modelled."""
+    q = op.in_shape(1)
+    *lead, heads, rows, d = q
+    bh = math.prod(lead) * heads
+    out = (bh * rows * 4,)
+    if d <= 64 and device.capability is not None and device.capability >= (8, 0):
+        out += (bh * -(-rows // 64) * 16_400,)
+    return out
+
+
+@rule("aten._scaled_dot_product_flash_attention_for_cpu_backward.default")
 def sdpa_backward(op: OpView) -> tuple[int, int]:
     # (grad_out, query, key, value, out, …): dQ, dK, dV, dP and the recomputed P = 5 products
     # of Sq·Sk·D per head (FlopCounterMode: 10·b·h·Sq·Sk·d FLOPs), softmax backward 3/score.
@@ -62,6 +96,10 @@ def sdpa_backward(op: OpView) -> tuple[int, int]:
 
 rule("aten._scaled_dot_product_cudnn_attention_backward.default",
      workspace=cudnn_attention_backward_workspace)(sdpa_backward)
+rule("aten._scaled_dot_product_flash_attention_backward.default",
+     workspace=flash_attention_backward_workspace)(sdpa_backward)
+rule("aten._scaled_dot_product_efficient_attention_backward.default",
+     workspace=efficient_attention_backward_workspace)(sdpa_backward)
 
 
 @rule("aten.gelu_backward.default")
