@@ -187,9 +187,9 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
     reserved = serving_reserved_peak(
         pre.graph, dec.graph, sd.cache_values(pre.graph, trace.prefill_cache),
         list(trace.decode_past), sd.cache_values(dec.graph, trace.decode_cache),
-        trace.appends, after, allocator)
+        trace.appends, after, allocator, device)
     answer = fit(device, weights + after + work, reserved_bytes=reserved, overhead=overhead,
-                 allocator=allocator.words) if device else None
+                 allocator=allocator.words, workspaces_replayed=True) if device else None
     max_context = _max_context(weights + work, after, growth, t0, device, overhead)
     if max_context is not None and trace.positions is not None:
         max_context = min(max_context, trace.positions)

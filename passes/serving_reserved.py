@@ -21,36 +21,57 @@ the prefill and the last decode step are not replayed: they hold less cache than
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from .allocator_events import events_from_liveness, resident_tensors
+from .allocator_events import (
+    cublas_storages,
+    events_from_liveness,
+    resident_tensors,
+    transient_storages,
+)
 from .caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
 from .ir import Graph
 from .liveness import analyze_liveness
 
+if TYPE_CHECKING:
+    from .roofline import DeviceRates
 
+
+# long: the two kinds of cache share the weights, the liveness and the workspaces
 def serving_reserved_peak(prefill: Graph, decode: Graph, prefill_cache: set[str],
                           past: list[str], decode_cache: set[str], appends: bool,
-                          cache_after: int, config: AllocatorConfig = AllocatorConfig()) -> int:
+                          cache_after: int, config: AllocatorConfig = AllocatorConfig(),
+                          device: "DeviceRates | None" = None) -> int:
     """The reserved peak of a serving batch (see the module docstring). ``prefill_cache``: the
     prefill's cache outputs; ``past``: the decode step's cache inputs; ``decode_cache``: its
-    cache outputs; ``cache_after``: the batch's cache after P + G tokens (bytes)."""
+    cache outputs; ``cache_after``: the batch's cache after P + G tokens (bytes). On a GPU
+    ``device`` the cuBLAS workspace from the prefill's first matmul on, and each step's
+    kernel temporaries (passes/gpu_workspaces.py)."""
+    from .gpu_workspaces import gpu_workspaces
+
     events: list[Event] = [Alloc(("weight", n), b) for n, b in resident_tensors(prefill) if b]
     pre = analyze_liveness(prefill, include_inputs=True, eager=prefill.source == "fx")
     dec = analyze_liveness(decode, include_inputs=True, eager=decode.source == "fx")
+    wp, wd = (None, None) if device is None else \
+        (gpu_workspaces(prefill, device), gpu_workspaces(decode, device))
+    extra = transient_storages(wp) + cublas_storages(wp)    # after the prefill's own
+    workspace = frozenset(s.name for s in cublas_storages(wp))
     past_bytes = [decode.values[n].spec.nbytes or 0 for n in past]
     if appends:
         scale = cache_after / max(1, sum(past_bytes))
         events += [Alloc(("cache", k), int(b * scale)) for k, b in enumerate(past_bytes) if b]
-        events += events_from_liveness(_without(pre, prefill, prefill_cache), tag="prefill")
-        events += events_from_liveness(_without(dec, decode, set(past) | decode_cache),
-                                       tag="decode")
+        events += events_from_liveness(_without(pre, prefill, prefill_cache) + extra,
+                                       keep=workspace, tag="prefill")
+        events += events_from_liveness(_without(dec, decode, set(past) | decode_cache)
+                                       + transient_storages(wd), tag="decode")
     else:
         kept = _storages_of(pre, prefill_cache)
-        events += events_from_liveness(pre.storages, keep=frozenset(pre.storages[k].name
-                                                                    for k in kept),
+        events += events_from_liveness(list(pre.storages) + extra,
+                                       keep=workspace | {pre.storages[k].name for k in kept},
                                        tag="prefill")
         events += [Free(("prefill", k)) for k in sorted(kept) if pre.storages[k].nbytes > 0]
-        events += events_from_liveness(dec.storages, tag="decode")
+        events += events_from_liveness(list(dec.storages) + transient_storages(wd),
+                                       tag="decode")
     return replay(events, expandable=config.expandable,
                   max_split_size=config.max_split_size).reserved_peak
 

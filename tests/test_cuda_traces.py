@@ -11,9 +11,8 @@ stream, and ``torch.cuda.max_memory_reserved()`` over the process). Two checks:
 
 Each measured figure includes what the step allocated beyond its tensors: the cuBLAS
 workspaces (32 MiB per matmul thread on an sm90 part, passes/fits.py) and the kernels'
-temporaries. Inference, training and one rank's replays hold them where PyTorch allocates
-them (passes/gpu_workspaces.py); the serving replay does not yet, and its workspace is added
-to the prediction.
+temporaries. With a device, every replay (inference, training, one rank, a serving batch)
+holds them where PyTorch allocates them (passes/gpu_workspaces.py).
 """
 from __future__ import annotations
 
@@ -97,17 +96,20 @@ def test_one_ranks_reserved_peak_against_the_gpu(name):
 def test_a_serving_batch_reserved_peak_against_the_gpu():
     # transformers' Llama (8 layers, hidden 1,024, 8 KV heads; bf16) generating 64 tokens
     # after a 512-token prompt for 4 sequences, DynamicCache: CUDA reserved 586 MiB
-    # (614,465,536 B). graphcost: weights 305.0 MiB + the cache as it grows + the prefill's
-    # and the last decode step's tensors, replayed: 554 MiB, + one cuBLAS workspace = 586 MiB.
-    # The estimate it replaces, (weights + cache 36 MiB + prefill working peak 129.0 MiB)
-    # × 1.1 + 32 MiB, said 549 MiB (−6.3%)
+    # (614,465,536 B). graphcost with the device: weights 305.0 MiB + the cache as it grows +
+    # the prefill's and the last decode step's tensors, with the cuBLAS workspace from the
+    # prefill's first matmul on, replayed: 586 MiB to the byte (554 MiB without the
+    # workspace). The estimate it replaces, (weights + cache 36 MiB + prefill working peak
+    # 129.0 MiB) × 1.1 + 32 MiB, said 549 MiB (−6.3%)
     from benchmarks.accuracy_cuda import _hf_llama
     model = _hf_llama(True)
     model.config.use_cache = True
-    s = analyze(model, serve={"prompt": 512, "generate": 64}, batch=4, dtype="bf16").serving
+    s = analyze(model, serve={"prompt": 512, "generate": 64}, batch=4, dtype="bf16",
+                device="h200").serving
     assert s.cache_update == "concat"
     measured = CASES["serve-llama-dynamic"]["reserved_process"]
-    assert s.reserved_peak_bytes + CUBLAS == measured
+    assert s.reserved_peak_bytes == measured == 614_465_536
+    assert s.fit is not None and not any(p.what.startswith("cuBLAS") for p in s.fit.parts)
 
 
 def test_resnet50_inference_reserved_peak_against_the_gpu():
