@@ -8,7 +8,7 @@ import functools
 from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.api_checks import check_checkpoint
 from graphcost.analyzer.app.pipeline import run_passes
-from graphcost.analyzer.app.request import LoadOptions, PassOptions
+from graphcost.analyzer.app.request import LoadOptions, PassOptions, cast_dtype
 from graphcost.analyzer.measure.reference import measure_training
 
 from graphcost import models_zoo
@@ -26,18 +26,22 @@ def inputs(name: str, small: bool = True):
 
 
 @functools.lru_cache(maxsize=None)
-def joint_graph(name: str, small: bool = True):
-    """zoo:NAME's joint forward+backward graph at BATCH (traced once; the IR is immutable)."""
-    return load_graph(models_zoo.build_model(name, eval=False), LoadOptions(train=True), inputs(name, small))
+def joint_graph(name: str, small: bool = True, cast: str | None = None):
+    """zoo:NAME's joint forward+backward graph at BATCH (traced once; the IR is immutable);
+    ``cast``: traced with the module cast to that dtype, as a casting recipe runs it."""
+    return load_graph(models_zoo.build_model(name, eval=False),
+                      LoadOptions(train=True, cast=cast), inputs(name, small))
 
 
 def train_report(name: str, optimizer: str, small: bool = True, **kw):
-    """One training step's analysis of zoo:NAME from the shared joint graph; the graph input is
-    left out by default, as MemTracker leaves out what exists before the step."""
+    """One training step's analysis of zoo:NAME from the shared joint graph (traced cast for
+    a casting precision recipe, as analyze() traces it); the graph input is left out by
+    default, as MemTracker leaves out what exists before the step."""
     kw.setdefault("include_inputs", False)
     if isinstance(kw.get("checkpoint"), dict):  # a plan as analyze() takes it
         kw["checkpoint"] = check_checkpoint(kw["checkpoint"], train=True)
-    return run_passes(joint_graph(name, small), PassOptions(optimizer=optimizer, **kw))
+    graph = joint_graph(name, small, cast_dtype(kw.get("precision", "fp32")))
+    return run_passes(graph, PassOptions(optimizer=optimizer, **kw))
 
 
 @functools.lru_cache(maxsize=None)

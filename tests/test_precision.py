@@ -69,7 +69,7 @@ def test_precision_needs_train():
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-@pytest.mark.parametrize("name", ["mlp", "small_cnn"])
+@pytest.mark.parametrize("name", ["mlp", "small_cnn", "gpt2"])
 def test_bf16_true_vs_memtracker(name, optimizer):
     # pure bf16 (Lightning's bf16-true): the module cast to bf16, so weights, gradients and
     # AdamW's state are bf16 and there is no master copy; measured on the cast module's second
@@ -82,9 +82,11 @@ def test_bf16_true_vs_memtracker(name, optimizer):
     model = models_zoo.build_model(name, eval=False).to(torch.bfloat16)
     args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in inputs(name))
     measured, _ = measure_training(model, args, optimizer)
-    # (zoo gpt2 is left out: on this CPU its bf16 step measures 19% above the prediction, with a
-    # backward temporary of 583,936 B at the peak that graphcost does not have; not explained)
-    assert abs(t.peak_bytes / measured - 1) <= 0.05, (t.peak_bytes, measured)
+    # zoo gpt2 measured 19% above the prediction while the fp32 trace was re-typed (its CPU
+    # attention, the math kernel under dropout, upcasts q, k, v to float32: 458,752 B) and
+    # dropout kept a byte mask (this CPU keeps a noise tensor in the input's dtype: 262,144 B
+    # in bf16): now 3,832,066 B against 3,832,068 with SGD (the 2 B: the loss's gradient seed)
+    assert abs(t.peak_bytes / measured - 1) <= 0.001, (t.peak_bytes, measured)
 
 
 def test_bf16_true_keeps_the_models_own_float32_upcasts():

@@ -141,6 +141,7 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     ``rebindable``, the second is the same trace at batch b, re-run on fake tensors
     (frontends/fake_rerun.py; the inputs' batch must be a marker batch), unless the trace has
     data-dependent sizes."""
+    from ...passes.cpu_dropout import cpu_dropout
     from ..frontends.torch.bounded_trace import BoundedSizes
     from ..frontends.torch.capture import export_module
     from ..frontends.torch.fake_rerun import rerun, reruns
@@ -170,9 +171,11 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
                 calls = tuple(AttentionKernel(path, kernel, why, attention.words)
                               for path, kernel, why in kernels)
                 capped = sizes.capped
-                lowers.append((gm, lambda b: replace(lower_joint(
+                # this CPU's dropout keeps a noise tensor, not a byte mask (passes/cpu_dropout.py)
+                on_cpu = cpu_dropout if attention.backend == "cpu" else (lambda g: g)
+                lowers.append((gm, lambda b: on_cpu(replace(lower_joint(
                     gm, sig, model, prefix, scopes, name=name, batch=b, maxima=maxima,
-                    capped=capped), attention=calls)))
+                    capped=capped), attention=calls))))
                 return lowers[-1][1](batch_size)
             graph = trace_repeated(model, trace_joint, at_least=0 if all_layers else REPEAT_AT,
                                    grown=grown, repeat=repeat_joint)

@@ -179,7 +179,7 @@ def batch_norm_train(op: OpView) -> tuple[int, int]:
     return 0, 5 * op.in_numel(0)  # statistics + normalize (design notes: ≈5 per element)
 
 
-@rule("aten.native_dropout.default")
+@rule("aten.native_dropout.default", cpu_noise=1)
 def dropout_train(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.in_numel(0)  # draw + compare for the mask, scale the kept values
 

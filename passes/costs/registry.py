@@ -269,6 +269,9 @@ class Rule:
     cublas: bool = False                 # a cuBLAS GEMM on a CUDA GPU
     workspace: "WorkspaceFn | None" = None  # what its CUDA kernel allocates around a call
     workspace_in_training: bool = True   # False: read off inference runs only (see above)
+    # the output a CPU eager run keeps in input 0's dtype (dropout's noise, where the traced
+    # op writes a byte mask: passes/cpu_dropout.py)
+    cpu_noise: int | None = None
 
     def __post_init__(self) -> None:
         if self.rf is not None and self.rf not in RF_ROLES:
