@@ -48,7 +48,6 @@ from .ir import INTERNAL, Graph, ValueKind
 from .liveness import analyze_liveness
 
 if TYPE_CHECKING:
-    from .gpu_workspaces import GpuWorkspaces
     from .roofline import DeviceRates
 
 # state tensors per parameter (momentum: one buffer; Adam's family: exp_avg and exp_avg_sq)
@@ -356,6 +355,7 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     cuBLAS workspaces and the kernels' temporaries (passes.gpu_workspaces)."""
     from .gpu_workspaces import gpu_workspaces
     from .precision import master_weights
+    from .training_reserved import reserved_peak
 
     mixed = master_weights(precision)
     t = training_memory(graph, optimizer, master_weights=mixed, include_inputs=include_inputs,
@@ -371,37 +371,3 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     reserved = None if plan else reserved_peak(graph, t, mixed, allocator, ws)
     return replace(t, checkpoint=plan, what_if=savers, reserved_peak_bytes=reserved)
 
-
-def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool,
-                  config: AllocatorConfig | None = None,
-                  workspaces: "GpuWorkspaces | None" = None) -> int:
-    """``t``'s step as PyTorch's CUDA caching allocator would reserve for it, over two steps
-    (passes.allocator_events.training_events): each parameter, buffer and (mixed precision)
-    fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
-    kind, plus Adam's 4-byte step counters; the step's temporaries per parameter; with
-    master weights, the fp32 copies of the gradients the step runs on; ``workspaces``' kernel
-    temporaries at their nodes in both steps, its cuBLAS workspaces from step 1's first GEMMs
-    on."""
-    from .allocator_events import (
-        cublas_storages,
-        resident_tensors,
-        training_events,
-        transient_storages,
-    )
-    from .caching_allocator import replay
-
-    params = [graph.values[p] for p in trainable_params(graph)]
-    sizes, states = optimizer_tensors(params, t.optimizer, master_weights)
-    resident = resident_tensors(graph)
-    if master_weights:
-        resident += [(f"{v.name} (fp32 master)", b) for v, b in zip(params, sizes)]
-    adam = t.optimizer in ADAPTIVE
-    storages = list(t.storages) + transient_storages(workspaces)
-    events = training_events(storages, resident=resident, grads=frozenset(graph.outputs[1:]),
-                             state=states, step_sizes=sizes if adam else [],
-                             foreach=t.optimizer_impl == OptimizerImpl.FOREACH,
-                             master_grads=sizes if master_weights else [],
-                             once=cublas_storages(workspaces))
-    config = config or AllocatorConfig()
-    return replay(events, expandable=config.expandable,
-                  max_split_size=config.max_split_size).reserved_peak

@@ -1,0 +1,48 @@
+"""A training step replayed through PyTorch's CUDA caching allocator
+(passes/caching_allocator.py): its reserved peak, over two steps, from the step's storages
+(passes/training.py) and, on a GPU, what its kernels allocate besides them
+(passes/gpu_workspaces.py); the allocations in order are passes/allocator_events.py's."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .allocator_events import (
+    cublas_storages,
+    resident_tensors,
+    training_events,
+    transient_storages,
+)
+from .caching_allocator import AllocatorConfig, replay
+from .choices import OptimizerImpl
+from .ir import Graph
+from .training import ADAPTIVE, TrainingMemory, optimizer_tensors, trainable_params
+
+if TYPE_CHECKING:
+    from .gpu_workspaces import GpuWorkspaces
+
+
+def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool,
+                  config: AllocatorConfig | None = None,
+                  workspaces: "GpuWorkspaces | None" = None) -> int:
+    """``t``'s step as PyTorch's CUDA caching allocator would reserve for it, over two steps
+    (passes.allocator_events.training_events): each parameter, buffer and (mixed precision)
+    fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
+    kind, plus Adam's 4-byte step counters; the step's temporaries per parameter; with
+    master weights, the fp32 copies of the gradients the step runs on; ``workspaces``' kernel
+    temporaries at their nodes in both steps, its cuBLAS workspaces from step 1's first GEMMs
+    on."""
+    params = [graph.values[p] for p in trainable_params(graph)]
+    sizes, states = optimizer_tensors(params, t.optimizer, master_weights)
+    resident = resident_tensors(graph)
+    if master_weights:
+        resident += [(f"{v.name} (fp32 master)", b) for v, b in zip(params, sizes)]
+    adam = t.optimizer in ADAPTIVE
+    storages = list(t.storages) + transient_storages(workspaces)
+    events = training_events(storages, resident=resident, grads=frozenset(graph.outputs[1:]),
+                             state=states, step_sizes=sizes if adam else [],
+                             foreach=t.optimizer_impl == OptimizerImpl.FOREACH,
+                             master_grads=sizes if master_weights else [],
+                             once=cublas_storages(workspaces))
+    config = config or AllocatorConfig()
+    return replay(events, expandable=config.expandable,
+                  max_split_size=config.max_split_size).reserved_peak
