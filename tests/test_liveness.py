@@ -136,3 +136,32 @@ def test_liveness_does_not_mutate_graph():
     assert (g.nodes, dict(g.values)) == before
     with pytest.raises(TypeError):
         g.values["x"] = None  # read-only mapping
+
+
+def _mul_backward(marks):
+    """a = relu(x), b = relu(x), g = relu(a) (standing in for an incoming gradient), then a
+    MulBackward-like call: ga = g·b, gb = g·a, both gradients (graph outputs); ``marks`` the
+    ``Node.autograd`` of the last two nodes. Every tensor 1 KiB."""
+    from graphcost.passes.ir import Graph, Node, TensorSpec, Value, ValueKind
+    spec = TensorSpec((1, 256), "float32")
+    steps = [("aten.relu.default", ("x",), "a"), ("aten.relu.default", ("x",), "b"),
+             ("aten.relu.default", ("a",), "g"), ("aten.mul.Tensor", ("g", "b"), "ga"),
+             ("aten.mul.Tensor", ("g", "a"), "gb")]
+    nodes = tuple(Node(i, out, op, ins, (out,), {}, autograd=(None, None, None, *marks)[i])
+                  for i, (op, ins, out) in enumerate(steps))
+    values = {"x": Value("x", spec, ValueKind.INPUT)}
+    values |= {out: Value(out, spec, ValueKind.ACTIVATION, i)
+               for i, (_, _, out) in enumerate(steps)}
+    return Graph("mul_backward", "fx", nodes, values, ("x",), ("ga", "gb"))
+
+
+def test_an_autograd_call_making_two_gradients_holds_its_inputs_until_it_returns():
+    # One autograd call (both nodes marked 7) makes ga, then gb: eager autograd holds what
+    # the call was given (g, a and b) until it returns, so b — last read by ga's node — stays
+    # through gb's: node 4 holds a, b, g, ga, gb = 5 KiB. Two calls (marks 7 and 8) free b
+    # after ga's node: a, g, ga, gb = 4 KiB there.
+    held = analyze_liveness(_mul_backward((7, 7)), include_inputs=False)
+    apart = analyze_liveness(_mul_backward((7, 8)), include_inputs=False)
+    assert held.timeline == (E, 2 * E, 3 * E, 4 * E, 5 * E)
+    assert apart.timeline == (E, 2 * E, 3 * E, 4 * E, 4 * E)
+    assert held.peak_bytes == 5 * E and apart.peak_bytes == 4 * E
