@@ -30,6 +30,16 @@ def convolution_backward(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + bias
 
 
+def _expanded_kv(op: OpView) -> int:
+    """Bytes of dK (or dV) made for every query head where key/value heads are fewer (0 where
+    they are as many): b·h_q·Sk·d in the key's dtype, summed into the outputs afterwards."""
+    q, k = op.in_shape(1), op.in_shape(2)
+    if k[-3] == q[-3]:
+        return 0
+    itemsize = (op.in_spec(2).nbytes or 0) // max(1, math.prod(k))
+    return math.prod(q[:-3]) * q[-3] * k[-2] * k[-1] * itemsize
+
+
 def cudnn_attention_backward_workspace(op: OpView, device: "DeviceRates") -> tuple[int, ...]:
     """cuDNN's workspace around its attention backward, one allocation: dQ accumulated in
     fp32 and a float per query row (b·h·Sq·(d + 1)·4 B) + 256 B, and with fewer key/value
@@ -38,13 +48,8 @@ def cudnn_attention_backward_workspace(op: OpView, device: "DeviceRates") -> tup
     benchmarks/results/cuda_traces_h200.json.gz): 8,519,936 B for 4 heads of 64 over 8,192
     tokens, 33,816,832 B for 16 query and 8 key/value heads of 64 over 2 × 2,048 — two
     traces, so an estimate beyond their shapes."""
-    q, k = op.in_shape(1), op.in_shape(2)
-    rows = math.prod(q[:-1])
-    size = rows * (q[-1] + 1) * 4 + 256
-    if k[-3] != q[-3]:
-        itemsize = (op.in_spec(2).nbytes or 0) // max(1, math.prod(k))
-        size += 2 * math.prod(q[:-3]) * q[-3] * k[-2] * k[-1] * itemsize
-    return (size,)
+    q = op.in_shape(1)
+    return (math.prod(q[:-1]) * (q[-1] + 1) * 4 + 256 + 2 * _expanded_kv(op),)
 
 
 def flash_attention_backward_workspace(op: OpView, device: "DeviceRates") -> tuple[int, ...]:
@@ -55,15 +60,12 @@ def flash_attention_backward_workspace(op: OpView, device: "DeviceRates") -> tup
     heads, dK and dV for every query head in the input's dtype, summed into the outputs. The
     same bytes cuDNN's measured workspace holds, less its 256 (see
     ``cudnn_attention_backward_workspace``)."""
-    q, k = op.in_shape(1), op.in_shape(2)
-    *lead, heads, rows, d = q
-    batch = math.prod(lead)
-    rows_r, d_r = -(-rows // 128) * 128, -(-d // (32 if d <= 128 else 64)) * (32 if d <= 128 else 64)
-    out = (batch * heads * rows_r * 4, batch * rows_r * heads * d_r * 4)
-    if k[-3] != heads:
-        itemsize = (op.in_spec(2).nbytes or 0) // max(1, math.prod(k))
-        out += (batch * k[-2] * heads * k[-1] * itemsize,) * 2
-    return out
+    *lead, heads, rows, d = op.in_shape(1)
+    bh = math.prod(lead) * heads
+    step = 32 if d <= 128 else 64
+    rows_r, d_r = -(-rows // 128) * 128, -(-d // step) * step
+    kv = _expanded_kv(op)
+    return (bh * rows_r * 4, bh * rows_r * d_r * 4) + ((kv, kv) if kv else ())
 
 
 def efficient_attention_backward_workspace(op: OpView, device: "DeviceRates"
