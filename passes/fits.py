@@ -175,18 +175,18 @@ def _allocator_part(tensor_bytes: int, reserved_bytes: int | None,
                     overhead: Overhead, allocator: str = "", inside: bool = False) -> FitPart:
     if overhead.allocator_fraction is not None:
         f = overhead.allocator_fraction
-        return FitPart(f"tensors × (1 + {100 * f:g}%)", _times(tensor_bytes, f), GIVEN)
+        return FitPart(f"tensors × (1 + {100 * f:g}%)", scaled_bytes(tensor_bytes, f), GIVEN)
     if reserved_bytes is not None:
         return FitPart("reserved by PyTorch's caching allocator"
                        + (" (workspaces, kernel temporaries in it)" if inside else ""), reserved_bytes,
                        "the run's allocations replayed through the allocator's rules"
                        + (f" ({allocator})" if allocator else ""))
     return FitPart(f"tensors × (1 + {100 * ESTIMATE_FRACTION:g}%)",
-                   _times(tensor_bytes, ESTIMATE_FRACTION),
+                   scaled_bytes(tensor_bytes, ESTIMATE_FRACTION),
                    "an estimate of the allocator's rounding and cache (not replayed here)")
 
 
-def _times(nbytes: int, fraction: float) -> int:
+def scaled_bytes(nbytes: int, fraction: float) -> int:
     try:
         return int(nbytes * (1.0 + fraction))
     except OverflowError:  # past 2^1024 B (labelled absurd): the fraction in integers

@@ -41,12 +41,13 @@ from dataclasses import dataclass
 from . import serving_dtypes as sd
 from .caching_allocator import AllocatorConfig
 from .costs import count_costs
-from .fits import Fit, Overhead, fit, tensor_room
+from .fits import Fit, Overhead, fit
 from .ir import Graph, ValueKind
 from .liveness import analyze_liveness
 from .params import count_params
 from .roofline import DeviceRates, roofline
-from .serving_reserved import serving_reserved_peak
+from .serving_capacity import ServingRoom
+from .serving_reserved import ServingEvents, serving_events, serving_reserved_peak
 
 WHAT_IFS = (("int8", None), ("int4", None), ("fp8", None), (None, "fp8"), (None, "int8"))
 CURVE_POINTS = 16
@@ -184,13 +185,12 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         compute_seconds=times["compute_seconds"], memory_seconds=times["memory_seconds"],
         bound=times["bound"],
         bandwidth_bound_seconds=(weights + after) / device.bandwidth if device else None)
-    reserved = serving_reserved_peak(
-        pre.graph, dec.graph, sd.cache_values(pre.graph, trace.prefill_cache),
-        list(trace.decode_past), sd.cache_values(dec.graph, trace.decode_cache),
-        trace.appends, after, allocator, device)
+    ev = _events(pre.graph, dec.graph, trace, after, device)
+    reserved = serving_reserved_peak(ev, allocator)
     answer = fit(device, weights + after + work, reserved_bytes=reserved, overhead=overhead,
                  allocator=allocator.words, workspaces_replayed=True) if device else None
-    max_context = _max_context(weights + work, after, growth, t0, device, overhead)
+    room = ServingRoom.of(answer, allocator, overhead.allocator_fraction) if answer else None
+    max_context = room.context(ev, after, growth, t0) if room else None
     if max_context is not None and trace.positions is not None:
         max_context = min(max_context, trace.positions)
     return Serving(
@@ -200,9 +200,9 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         kv_cache_bytes=after, cache_tensors=len(trace.decode_past),
         cache_update="append" if trace.appends else "concat",
         prefill=prefill_out, decode=decode_out, reserved_peak_bytes=reserved, fit=answer,
-        max_concurrent_sequences=_max_sequences(weights, (after + work) / b, device, overhead),
+        max_concurrent_sequences=room.sequences(ev, b) if room else None,
         max_context=max_context, positions=trace.positions,
-        what_if=_what_ifs(prefill, trace, device, overhead, peaks),
+        what_if=_what_ifs(prefill, trace, device, room, peaks),
         curve=_curve(weights + work, after, growth, t0, weights, device, max_context),
         traced_layers=trace.traced_layers,
         uncosted_decode_nodes=sum(1 for nc in dec.costs.nodes if nc.status != "ok"))
@@ -284,33 +284,13 @@ def _attention_macs(graph: Graph, costs) -> int:
     return total
 
 
-def _fit(fixed: float, per: float, device: DeviceRates | None, overhead: Overhead
-         ) -> int | None:
-    """The largest n ≥ 0 whose fixed + n · per tensor bytes fit ``device`` (passes/fits.py)."""
-    if device is None or per <= 0:
-        return None
-    def fits(n: int) -> bool:
-        return fit(device, int(fixed + n * per), overhead=overhead).fits
-    n = max(0, int((tensor_room(device, overhead=overhead) - fixed) // per))
-    while n > 0 and not fits(n):
-        n -= 1
-    while fits(n + 1):
-        n += 1
-    return n
-
-
-def _max_sequences(weights: int, per_sequence: float, device, overhead) -> int | None:
-    return _fit(weights, per_sequence, device, overhead)
-
-
-def _max_context(fixed: int, after: int, growth: int, t0: int, device, overhead
-                 ) -> int | None:
-    """Longest context whose cache fits at the traced batch (None: the cache stops growing)."""
-    if device is None or growth <= 0:
-        return None
-    base = fixed + after - growth * t0               # the cache's line through (t0, after)
-    n = _fit(base, growth, device, overhead)
-    return n
+def _events(prefill: Graph, decode: Graph, trace: ServingTrace, after: int,
+            device: DeviceRates | None) -> ServingEvents:
+    """The batch's allocations (passes/serving_reserved.py) in the steps ``prefill`` and
+    ``decode``, as traced or re-typed."""
+    return serving_events(prefill, decode, sd.cache_values(prefill, trace.prefill_cache),
+                          list(trace.decode_past), sd.cache_values(decode, trace.decode_cache),
+                          trace.appends, after, device)
 
 
 def _curve(fixed: int, after: int, growth: int, t0: int, weights: int, device,
@@ -327,7 +307,7 @@ def _curve(fixed: int, after: int, growth: int, t0: int, weights: int, device,
     return tuple(points)
 
 
-def _what_ifs(prefill: Graph, trace: ServingTrace, device, overhead, peaks: dict
+def _what_ifs(prefill: Graph, trace: ServingTrace, device, room: ServingRoom | None, peaks: dict
               ) -> tuple[DtypeWhatIf, ...]:
     def setting(weight, kv) -> tuple[str, str]:
         w, _, kv_type = sd.plan(prefill, weight, kv)
@@ -343,13 +323,13 @@ def _what_ifs(prefill: Graph, trace: ServingTrace, device, overhead, peaks: dict
         pre, dec, weights, kv_type = _priced(prefill, trace, weight, kv, None, peaks,
                                              whole=False)
         _, after = _cache_bytes(dec.graph, trace)
+        sequences = room.sequences(_events(pre.graph, dec.graph, trace, after, device),
+                                   prefill.batch) if room else None
         t = dec.costs.totals
-        work = max(pre.work, dec.work)
         out.append(DtypeWhatIf(
             weight_dtype=sd.short(sd.plan(prefill, weight, kv)[0]), kv_dtype=sd.short(kv_type),
             weight_bytes=weights, kv_cache_bytes=after,
             decode_seconds_per_token=(t.bytes_read + t.bytes_written) / device.bandwidth
             if device else None,
-            max_concurrent_sequences=_max_sequences(weights, (after + work) / prefill.batch,
-                                                    device, overhead)))
+            max_concurrent_sequences=sequences))
     return tuple(out)

@@ -20,7 +20,7 @@ the prefill and the last decode step are not replayed: they hold less cache than
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .allocator_events import (
@@ -37,19 +37,45 @@ if TYPE_CHECKING:
     from .roofline import DeviceRates
 
 
+@dataclass(frozen=True)
+class ServingEvents:
+    """A serving batch's allocations in order (``events``), with the ids of those that do not
+    grow with the batch (``fixed``: the weights, the cuBLAS workspace) and of the cache's
+    tensors (``cache``: they grow with the context)."""
+    events: tuple[Event, ...]
+    fixed: frozenset
+    cache: frozenset
+
+    def scaled(self, factor: float, *, cache_only: bool = False) -> list[Event]:
+        """The events with every size that grows with the batch (``cache_only``: with the
+        context, the cache's) times ``factor``: the batch (or context) that much larger, as
+        far as sizes go — the capacities' estimate (a tensor that grows with neither, as a
+        causal mask, is scaled too: an overestimate, small beside the cache)."""
+        def grows(key) -> bool:
+            return key in self.cache if cache_only else key not in self.fixed
+        return [Alloc(e.id, int(e.size * factor), e.step) if type(e) is Alloc and grows(e.id)
+                else e for e in self.events]
+
+
+def serving_reserved_peak(events: ServingEvents,
+                          config: AllocatorConfig = AllocatorConfig()) -> int:
+    return replay(events.events, expandable=config.expandable,
+                  max_split_size=config.max_split_size).reserved_peak
+
+
 # long: the two kinds of cache share the weights, the liveness and the workspaces
-def serving_reserved_peak(prefill: Graph, decode: Graph, prefill_cache: set[str],
-                          past: list[str], decode_cache: set[str], appends: bool,
-                          cache_after: int, config: AllocatorConfig = AllocatorConfig(),
-                          device: "DeviceRates | None" = None) -> int:
-    """The reserved peak of a serving batch (see the module docstring). ``prefill_cache``: the
+def serving_events(prefill: Graph, decode: Graph, prefill_cache: set[str], past: list[str],
+                   decode_cache: set[str], appends: bool, cache_after: int,
+                   device: "DeviceRates | None" = None) -> ServingEvents:
+    """The events of a serving batch (see the module docstring). ``prefill_cache``: the
     prefill's cache outputs; ``past``: the decode step's cache inputs; ``decode_cache``: its
     cache outputs; ``cache_after``: the batch's cache after P + G tokens (bytes). On a GPU
     ``device`` the cuBLAS workspace from the prefill's first matmul on, and each step's
     kernel temporaries (passes/gpu_workspaces.py)."""
     from .gpu_workspaces import gpu_workspaces
 
-    events: list[Event] = [Alloc(("weight", n), b) for n, b in resident_tensors(prefill) if b]
+    weights = [(("weight", n), b) for n, b in resident_tensors(prefill) if b]
+    events: list[Event] = [Alloc(key, b) for key, b in weights]
     pre = analyze_liveness(prefill, include_inputs=True, eager=prefill.source == "fx")
     dec = analyze_liveness(decode, include_inputs=True, eager=decode.source == "fx")
     wp, wd = (None, None) if device is None else \
@@ -59,21 +85,25 @@ def serving_reserved_peak(prefill: Graph, decode: Graph, prefill_cache: set[str]
     past_bytes = [decode.values[n].spec.nbytes or 0 for n in past]
     if appends:
         scale = cache_after / max(1, sum(past_bytes))
+        cache = [("cache", k) for k, b in enumerate(past_bytes) if b]
         events += [Alloc(("cache", k), int(b * scale)) for k, b in enumerate(past_bytes) if b]
-        events += events_from_liveness(_without(pre, prefill, prefill_cache) + extra,
-                                       keep=workspace, tag="prefill")
+        run = _without(pre, prefill, prefill_cache) + extra
+        events += events_from_liveness(run, keep=workspace, tag="prefill")
         events += events_from_liveness(_without(dec, decode, set(past) | decode_cache)
                                        + transient_storages(wd), tag="decode")
     else:
         kept = _storages_of(pre, prefill_cache)
-        events += events_from_liveness(list(pre.storages) + extra,
-                                       keep=workspace | {pre.storages[k].name for k in kept},
-                                       tag="prefill")
+        run = list(pre.storages) + extra
+        events += events_from_liveness(run, keep=workspace | {pre.storages[k].name
+                                                              for k in kept}, tag="prefill")
         events += [Free(("prefill", k)) for k in sorted(kept) if pre.storages[k].nbytes > 0]
         events += events_from_liveness(list(dec.storages) + transient_storages(wd),
                                        tag="decode")
-    return replay(events, expandable=config.expandable,
-                  max_split_size=config.max_split_size).reserved_peak
+        cache = [("prefill", k) for k in kept] + \
+            [("decode", k) for k in _storages_of(dec, set(past) | decode_cache)]
+    fixed = {key for key, _ in weights} | \
+        {("prefill", k) for k, s in enumerate(run) if s.name in workspace}
+    return ServingEvents(tuple(events), frozenset(fixed), frozenset(cache))
 
 
 def _storages_of(live, names: set[str]) -> set[int]:

@@ -65,11 +65,16 @@ def serving_charts(r: Report) -> str:
     assert s is not None  # (serving_section's, for a serving report)
     xs = [p.context for p in s.curve]
     ro = r.roofline
+    t0 = s.prompt + s.generate
     level = None
-    if ro is not None:  # what the tensors may take on the device, after the overhead
+    if ro is not None and s.max_context is not None and s.max_context != s.positions:
+        # the device's line where the capacity line puts it: the curve at the longest context
+        level = (s.weight_bytes + max(s.prefill.peak_bytes, s.decode.peak_bytes)
+                 + s.kv_cache_bytes + s.kv_bytes_per_token * s.batch * (s.max_context - t0),
+                 f"{ro.device}: {s.max_context:,} tokens at most")
+    elif ro is not None:  # what the tensors may take at the traced batch's allocator share
         usable = ro.fit.tensor_room
         level = (usable, f"{ro.device}: {human_bytes(usable)} for tensors")
-    t0 = s.prompt + s.generate
     memory = _chart(f"memory at batch {s.batch} (weights + KV cache + working peak)", xs,
                     [("memory", [p.memory_bytes for p in s.curve], PLAIN)], human_bytes,
                     [(t0, s.weight_bytes + s.kv_cache_bytes

@@ -60,7 +60,8 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
                                f"max context {_n(s.max_context)} at batch {s.batch}"
                                + (" (its learned positions)" if s.positions is not None
                                   and s.max_context == s.positions else "")
-                               + "; estimates: tensors × 1.1, not replayed"]))
+                               + "; estimates: this batch's allocator replay with its "
+                                 "sizes scaled"]))
     for w in s.what_if:
         timed = w.decode_seconds_per_token is not None
         out.append(("what-if", [f"{w.weight_dtype} weights, {w.kv_dtype} KV:",
