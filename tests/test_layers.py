@@ -253,7 +253,8 @@ KNOWN = {
     "analyzer/frontends/torch/size_bounds.py": 3,   # the same, and the report's warnings
     "analyzer/render/html.py": 1,                    # renderers' hints
     "analyzer/render/plot.py": 1,
-    "analyzer/render/summary.py": 3,
+    "analyzer/render/summary.py": 2,
+    "analyzer/render/terminal.py": 1,
     "analyzer/render/verify.py": 1,
     "models_zoo/export.py": 1,                       # a command to run instead (graphcost … --fx)
     "passes/costs/training_ops.py": 1,               # an op's note in the report

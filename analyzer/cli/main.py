@@ -325,7 +325,7 @@ def _run(args) -> int:
         from .text import escape_strings
         report = escape_strings(report)
 
-    from ..render import summary as render
+    from ..render import terminal as render
     if args.format == "table":
         columns = _columns(args, report)
         if args.output:
@@ -366,7 +366,7 @@ def _run(args) -> int:
 def _columns(args, report) -> list[str] | None:
     if not args.columns:
         return None
-    from ..render.summary import column_names
+    from ..render.terminal import column_names
     known = column_names(report)
     names = [c.strip() for c in args.columns.split(",") if c.strip()]
     bad = [c for c in names if c not in known]

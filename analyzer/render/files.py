@@ -1,5 +1,5 @@
 """The report as files: every node row as CSV, the summary and tables as Markdown (the
-terminal view is summary.py's; the same cells and lines)."""
+terminal view is terminal.py's; the same cells and lines)."""
 from __future__ import annotations
 
 import csv
@@ -7,13 +7,8 @@ import io
 
 from ..app.report import Report
 from .serving import serving_markdown
-from .summary import (
-    NODE_COLUMNS,
-    extra_columns,
-    op_text,
-    summary_lines,
-    top_nodes_lines,
-)
+from .summary import summary_lines
+from .terminal import NODE_COLUMNS, extra_columns, op_text, top_nodes_lines
 
 
 def render_csv(r: Report) -> str:
