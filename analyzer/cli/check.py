@@ -19,7 +19,8 @@ from ..app.units import (
     parse_size,
     parse_time,
 )
-from .main import Parser, add_model_args, refuse_overwrite, run_analysis
+from .main import Parser, refuse_overwrite
+from .model_options import add_model_args, run_analysis
 from .output import check_writable
 
 EXIT_PASS, EXIT_OVER = 0, 1

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..app.diff import diff_reports
 from ..render.diff import render_markdown, render_table
-from .main import EXIT_OK, Parser, add_model_args, refuse_overwrite, run_analysis
+from .main import EXIT_OK, Parser, refuse_overwrite
+from .model_options import add_model_args, run_analysis
 from .output import check_writable
 
 

@@ -4,19 +4,15 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
-from ...passes.choices import Attention, Lifetimes, Optimizer
 from ...passes.errors import GraphcostError
-from ...passes.precision import CHOICES
-from ..app.api_checks import DTYPE_WORDS
-from ..app.devices import get_device, parse_device_spec, parse_overhead
 from .help import (
     Parser,  # (the subcommands import it here)
     Version,
     bare_usage,
 )
+from .model_options import add_model_args, analysis_kwargs, progress, run_analysis
 from .output import (  # noqa: F401
     check_writable,
     console_for,
@@ -25,17 +21,9 @@ from .output import (  # noqa: F401
     terminal_width,
     wrote,
 )
-from .parallel import add_parallel_args, parallel_args
 from .serve import add_serve_args, serve_kwargs
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
-
-
-def _kv(text: str, what: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise GraphcostError(f"{what} expects NAME=VALUE, got {text!r}")
-    k, v = text.split("=", 1)
-    return k.strip(), v.strip()
 
 
 SUBCOMMANDS = {
@@ -44,93 +32,6 @@ SUBCOMMANDS = {
     "verify": ("graphcost.analyzer.cli.verify", "run the model on this CPU and compare with the prediction"),
     "devices": ("graphcost.analyzer.cli.devices", "the known devices and their peaks"),
 }
-
-
-# long: the option table: one add_argument per option
-def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
-    """The options that say which model to analyze and at what size (shared by the main
-    command and the subcommands)."""
-    if model:
-        p.add_argument("model", help=(
-            "an .onnx file; a saved torch.export program (.pt2: its JSON graph is read, its "
-            "pickled weights never); zoo:NAME for a bundled reference model; timm:NAME for a "
-            "timm architecture (built on the meta device); a Hugging Face "
-            "id ORG/NAME[@REV], a config.json or a snapshot folder (only config.json is "
-            "read; the model is built on the meta device); or "
-            "path/to/file.py:Class — "
-            "this IMPORTS AND RUNS that Python file, builds Class() with no arguments on the "
-            "meta device (no weights allocated) and traces its forward with torch.export on "
-            "fake inputs of the --input-shape sizes"))
-    p.add_argument("--fx", action="store_true",
-                   help="zoo models: trace the torch module with torch.export instead of "
-                        "analyzing its ONNX export")
-    p.add_argument("--all-layers", action="store_true",
-                   help="PyTorch models: trace every block of a stack of 8+ identical blocks "
-                        "(default: three traced, the middle one repeated in the IR)")
-    p.add_argument("--input-dtype", action="append", default=[], metavar="NAME=DTYPE",
-                   help="dtype of a traced module's input (default float32), e.g. "
-                        "--input-dtype input_ids=int64")
-    p.add_argument("--batch", type=int, default=None,
-                   help="bind the batch dim (axis 0) of the graph inputs (default 1)")
-    p.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
-                   help="bind a symbolic input dim by name, e.g. --dim sequence=128; on the "
-                        "torch route, u0, u1… set the maximum of a size the data decides")
-    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=SHAPE",
-                   help="override an input's shape, e.g. --input-shape x=1x3x224x224")
-    p.add_argument("--exclude-inputs", action="store_true",
-                   help="leave graph inputs out of activation memory")
-    p.add_argument("--inplace-activations", action="store_true",
-                   help="what-if: unary activations write into their dying input")
-    p.add_argument("--lifetimes", choices=Lifetimes.words(), default=None,
-                   help="how long tensors live: dataflow = freed after the last use (a graph "
-                        "runtime; default for ONNX), eager = module arguments held until the "
-                        "module returns (PyTorch eager; default for traced torch models)")
-    p.add_argument("--train", action="store_true",
-                   help="analyze one training step (forward + real backward traced with "
-                        "AOTAutograd + optimizer step) of a PyTorch model; of an ONNX file, "
-                        "an ESTIMATE (backward synthesized from per-op save rules)")
-    p.add_argument("--optimizer", choices=Optimizer.words(),
-                   default="adam", help="with --train: optimizer state and step (default adam)")
-    p.add_argument("--precision", choices=CHOICES, default="fp32",
-                   help="with --train, Lightning's names: fp32 (32-true); bf16-mixed / "
-                        "16-mixed: torch.autocast (fp32 weights, gradients and optimizer state, "
-                        "autocast's ops in half); bf16-master / 16-master: half weights, "
-                        "activations and gradients with fp32 master weights and optimizer "
-                        "state; bf16-true / 16-true: everything half, optimizer state too")
-    p.add_argument("--attention", choices=Attention.words(), default="auto",
-                   help="with --train: the kernel scaled_dot_product_attention is traced as "
-                        "(default auto: the one PyTorch picks on --device, or this CPU, in "
-                        "the --precision dtype)")
-    add_parallel_args(p)
-    p.add_argument("--checkpoint", metavar="NAMES|sqrt|auto",
-                   help="with --train: checkpoint these modules (comma-separated paths), √N "
-                        "segments of the repeated blocks (sqrt), or the cheapest plan that fits "
-                        "--budget (auto)")
-    p.add_argument("--checkpoint-every", type=int, metavar="N",
-                   help="with --train: one checkpoint segment per N repeated blocks")
-    p.add_argument("--budget", metavar="SIZE",
-                   help="memory budget for --checkpoint auto, e.g. 40GiB, 4GB, 4e9")
-    p.add_argument("--device", metavar="NAME",
-                   help="roofline time per node and whether the memory fits on this device "
-                        "(a lower bound, not a benchmark); `graphcost devices` lists the known ones")
-    p.add_argument("--device-spec", metavar="flops=…,bandwidth=…,memory=…",
-                   help="a device of your own, e.g. flops=19.5T,bandwidth=1555G,memory=40GiB "
-                        "(optional fp16=…, bf16=…, tf32=…, int8=… rates)")
-    p.add_argument("--tf32", action="store_true",
-                   help="with a device: fp32 matmuls and convolutions run at the TF32 rate")
-    p.add_argument("--dtype", choices=DTYPE_WORDS,
-                   help="the weights' dtype for inference and --serve (a PyTorch model; "
-                        "default: the published config's where known, e.g. zoo:llama7b "
-                        "float16, a hub model's config.json's)")
-    p.add_argument("--allocator", metavar="CONF",
-                   help="the CUDA caching allocator's settings for the reserved replay and "
-                        "the fit, as PYTORCH_CUDA_ALLOC_CONF spells them: "
-                        "expandable_segments:True, max_split_size_mb:N (default: PyTorch's)")
-    p.add_argument("--overhead", metavar="context=SIZE,allocator=PCT",
-                   help="your own figures for 'fits' and --max-batch, replacing the model's: "
-                        "context = everything beyond the tensors and the allocator's cache, "
-                        "allocator = tensors x (1 + PCT) instead of the replay; 'none': "
-                        "tensors only")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,38 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="table format: every column at full width instead of fitting the "
                         "terminal")
     return p
-
-
-def _checkpoint_args(args) -> dict | None:
-    from ..app.units import parse_size
-
-    if args.budget is not None and args.checkpoint != "auto":
-        raise GraphcostError("--budget goes with --checkpoint auto")
-    if args.checkpoint_every is not None:
-        if args.checkpoint:
-            raise GraphcostError("use either --checkpoint or --checkpoint-every")
-        return {"every": args.checkpoint_every}
-    if not args.checkpoint:
-        return None
-    if args.checkpoint == "sqrt":
-        return {"sqrt": True}
-    if args.checkpoint == "auto":
-        if args.budget is None:
-            raise GraphcostError("--checkpoint auto needs --budget SIZE (e.g. 40GiB)")
-        return {"budget": parse_size(args.budget, "--budget")}
-    return {"names": [n.strip() for n in args.checkpoint.split(",") if n.strip()]}
-
-
-@contextmanager
-def _progress():
-    """A rich spinner on stderr while the model is read, traced and analyzed (terminals only:
-    nothing when stderr is redirected, so pipes and CI logs stay clean)."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    with Console(stderr=True).status("graphcost: starting") as status:
-        yield lambda msg: status.update(f"graphcost: {msg}")
 
 
 def console() -> int:
@@ -251,56 +120,6 @@ def guarded(run, args) -> int:
                          f"{escape(first[:300])}); please report it with the model and the "
                          "output of `graphcost --version`\n")
         return EXIT_INTERNAL
-
-
-def analysis_kwargs(args) -> dict:
-    """analyze()'s keyword arguments from the shared model options (see add_model_args)."""
-    from ..frontends.binding import parse_shape
-
-    dims = {}
-    for text in args.dim:
-        k, v = _kv(text, "--dim")
-        try:
-            dims[k] = int(v)
-        except ValueError:
-            raise GraphcostError(f"--dim {text}: the value must be an integer") from None
-    shapes = {}
-    for text in args.input_shape:
-        k, v = _kv(text, "--input-shape")
-        shapes[k] = parse_shape(v)
-    dtypes = dict(_kv(text, "--input-dtype") for text in args.input_dtype)
-    return dict(device=device_from_args(args), tf32=args.tf32,
-                overhead=parse_overhead(args.overhead) if args.overhead else None,
-                batch=args.batch, dims=dims, input_shapes=shapes, input_dtypes=dtypes,
-                include_inputs=not args.exclude_inputs, inplace=args.inplace_activations,
-                lifetimes=args.lifetimes, zoo_exporter="fx" if args.fx else "onnx",
-                train=args.train, optimizer=args.optimizer,
-                checkpoint=_checkpoint_args(args), precision=args.precision,
-                parallel=parallel_args(args), optimizer_impl=args.optimizer_impl,
-                all_layers=args.all_layers, attention=args.attention,
-                allocator=args.allocator, dtype=args.dtype)
-
-
-def device_from_args(args):
-    if args.device and args.device_spec:
-        raise GraphcostError("use either --device or --device-spec")
-    if args.device_spec:
-        return parse_device_spec(args.device_spec)
-    if args.device:
-        return get_device(args.device)
-    if args.tf32:
-        raise GraphcostError("--tf32 goes with --device or --device-spec")
-    return None
-
-
-def run_analysis(model: str, args, **overrides):
-    """The analysis the shared options ask for, under the terminal progress spinner."""
-    from ..app.api import run_request
-    from ..app.request import build_request
-
-    request = build_request(**{**analysis_kwargs(args), **overrides})
-    with _progress() as note:
-        return run_request(model, request, progress=note)
 
 
 def _run(args) -> int:
@@ -382,7 +201,7 @@ def _max_batch(args) -> int:
     from ..render.batch import max_batch_lines
 
     request = build_request(**analysis_kwargs(args))
-    with _progress() as note:
+    with progress() as note:
         result = max_batch_search(args.model, request, note)
     if args.format == "json":
         import json

@@ -10,7 +10,8 @@ import json
 import sys
 
 from ...passes.errors import GraphcostError
-from .main import EXIT_BAD_INPUT, EXIT_OK, Parser, add_model_args, analysis_kwargs
+from .main import EXIT_BAD_INPUT, EXIT_OK, Parser
+from .model_options import add_model_args, analysis_kwargs
 
 EXIT_MISMATCH = 1
 
