@@ -28,7 +28,20 @@ def escape_strings(obj: _T) -> _T:
     return _escaped(obj)
 
 
+_LEAVES = frozenset({int, float, bool, type(None)})  # most of a report: returned at once
+_INIT_FIELDS: dict[type, tuple[str, ...]] = {}       # a dataclass type's init fields
+
+
+def _init_fields(cls: type) -> tuple[str, ...]:
+    names = _INIT_FIELDS.get(cls)
+    if names is None:
+        names = _INIT_FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.init)
+    return names
+
+
 def _escaped(obj: Any) -> Any:  # escape_strings: an object of the same type comes back
+    if type(obj) in _LEAVES:
+        return obj
     if isinstance(obj, str):
         return escape(obj)
     if isinstance(obj, (tuple, list)):
@@ -45,11 +58,10 @@ def _escaped(obj: Any) -> Any:  # escape_strings: an object of the same type com
         return MappingProxyType(out) if isinstance(obj, MappingProxyType) else out
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changed = {}
-        for f in dataclasses.fields(obj):
-            if f.init:
-                value = getattr(obj, f.name)
-                new = _escaped(value)
-                if new is not value:
-                    changed[f.name] = new
+        for name in _init_fields(type(obj)):
+            value = getattr(obj, name)
+            new = _escaped(value)
+            if new is not value:
+                changed[name] = new
         return dataclasses.replace(obj, **changed) if changed else obj
     return obj
