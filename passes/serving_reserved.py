@@ -53,8 +53,8 @@ class ServingEvents:
         causal mask, is scaled too: an overestimate, small beside the cache)."""
         def grows(key) -> bool:
             return key in self.cache if cache_only else key not in self.fixed
-        return [Alloc(e.id, int(e.size * factor), e.step) if type(e) is Alloc and grows(e.id)
-                else e for e in self.events]
+        return [Alloc(e.id, int(e.size * factor), e.step, e.stream)
+                if type(e) is Alloc and grows(e.id) else e for e in self.events]
 
 
 def serving_reserved_peak(events: ServingEvents,
