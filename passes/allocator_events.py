@@ -5,7 +5,8 @@ before it left cached (the optimizer state is created inside the first ``step()`
 the first step's activations had freed, so the second step's activations need new ones)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
@@ -50,6 +51,37 @@ def events_from_liveness(storages, *, resident: Iterable[tuple[str, int]] = (),
     return tuple(events)
 
 
+@dataclass(frozen=True)
+class PhaseReserve:
+    """One phase of a replay: what the allocator had reserved by its end (it gives nothing
+    back: no ``empty_cache()``, so this only grows, phase to phase, to the reserved peak) and
+    the most its blocks held during it (``max_memory_allocated()`` over the phase)."""
+    phase: str
+    reserved_bytes: int
+    allocated_peak_bytes: int
+
+
+def replay_by_phase(events: Sequence[Event], phase_of: Callable[[Alloc], str | None],
+                    config: AllocatorConfig = AllocatorConfig()
+                    ) -> tuple[int, tuple[PhaseReserve, ...]]:
+    """``events`` replayed (the reserved peak) and cut into phases: ``phase_of`` names each
+    allocation's phase (None, and every free: the phase goes on), a phase ending where an
+    allocation of another begins."""
+    names: list[str] = []
+    ends: list[int] = []
+    for k, ev in enumerate(events):
+        name = phase_of(ev) if type(ev) is Alloc else None
+        if name is not None and (not names or name != names[-1]):
+            if names:
+                ends.append(k - 1)
+            names.append(name)
+    if names:
+        ends.append(len(events) - 1)
+    r = replay(events, expandable=config.expandable, max_split_size=config.max_split_size,
+               window_ends=ends)
+    return r.reserved_peak, tuple(PhaseReserve(n, *w) for n, w in zip(names, r.windows))
+
+
 def resident_tensors(graph: Graph) -> list[tuple[str, int]]:
     """Every parameter and buffer, each its own allocation (as ``model.to("cuda")`` makes)."""
     return [(v.name, v.spec.nbytes or 0) for v in graph.values.values()
@@ -66,13 +98,25 @@ def inference_reserved_peak(graph: Graph, liveness,
     both runs, the cuBLAS workspace at the first run's first GEMM, kept. Comparable with the
     report's peak_bytes (parameters + buffers + activations), which counts the same tensors
     unrounded."""
+    return inference_reserved(graph, liveness, config, workspaces)[0]
+
+
+def inference_reserved(graph: Graph, liveness, config: AllocatorConfig = AllocatorConfig(),
+                       workspaces: "GpuWorkspaces | None" = None
+                       ) -> tuple[int, tuple[PhaseReserve, ...]]:
+    """inference_reserved_peak's replay, and its phases: the weights, the first batch, the
+    second."""
     runs = _with_workspaces(liveness.storages, workspaces)
     kept = frozenset(s.name for s in cublas_storages(workspaces))
     events = list(events_from_liveness(runs[0], resident=resident_tensors(graph), tag=1,
                                        keep=kept))
     events += events_from_liveness(runs[1], tag=2)
-    return replay(events, expandable=config.expandable,
-                  max_split_size=config.max_split_size).reserved_peak
+    return replay_by_phase(events, _inference_phase, config)
+
+
+def _inference_phase(ev: Alloc) -> str:
+    tag = ev.id[0] if isinstance(ev.id, tuple) else None
+    return "weights" if tag == "resident" else f"batch {tag}"
 
 
 def _with_workspaces(storages, ws: "GpuWorkspaces | None") -> tuple[list, list]:

@@ -40,7 +40,7 @@ out in creation order: addresses only break ties between free blocks of equal si
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import final
 
@@ -112,6 +112,8 @@ class AllocatorResult:
     max_split_size: int | None
     reserved_timeline: tuple[int, ...] = ()   # after each event (``timeline=True``)
     allocated_timeline: tuple[int, ...] = ()
+    # per window of events (``window_ends``): (reserved at its end, the most allocated in it)
+    windows: tuple[tuple[int, int], ...] = ()
 
     @property
     def fragmentation(self) -> float:
@@ -369,13 +371,16 @@ class _Allocator:
 
 def replay(events: Iterable[Event], *, expandable: bool = False,
            max_split_size: int | None = None, max_non_split_rounding: int = K_LARGE_BUFFER,
-           capacity: int | None = None, timeline: bool = False) -> AllocatorResult:
+           capacity: int | None = None, timeline: bool = False,
+           window_ends: Sequence[int] = ()) -> AllocatorResult:
     """Replay ``events`` through the allocator (one device, one stream, fresh process).
 
     ``expandable``: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``. ``max_split_size``
     and ``max_non_split_rounding`` in bytes (``max_split_size_mb:N`` is N MiB, at least 20
     MiB, CUDAAllocatorConfig's minimum). ``capacity``: the bytes the allocator can reserve
     (None: unlimited). ``timeline``: keep reserved and allocated bytes after every event.
+    ``window_ends``: the indices of the events that end windows (ascending), each window's
+    reserved bytes at its end and its allocated peak kept.
     A zero-byte tensor allocates nothing (``allocate`` skips ``malloc`` for size 0)."""
     if max_split_size is not None and max_split_size < K_LARGE_BUFFER:
         raise ValueError(f"max_split_size {max_split_size:,} B: PyTorch refuses values under "
@@ -384,6 +389,9 @@ def replay(events: Iterable[Event], *, expandable: bool = False,
     reserved_tl: list[int] = []
     allocated_tl: list[int] = []
     oom = None
+    windows: list[tuple[int, int]] = []
+    ends = iter(window_ends)
+    end, peak = next(ends, -1), 0
     for k, ev in enumerate(events):
         if not (a.on_alloc(k, ev) if type(ev) is Alloc else a.on_free(k, ev)):
             oom = k
@@ -391,10 +399,16 @@ def replay(events: Iterable[Event], *, expandable: bool = False,
         if timeline:
             reserved_tl.append(a.reserved)
             allocated_tl.append(a.allocated)
+        if end >= 0:
+            peak = max(peak, a.allocated)
+            if k == end:
+                windows.append((a.reserved, peak))
+                end, peak = next(ends, -1), a.allocated
     return AllocatorResult(
         requested_peak=a.peaks[0], allocated_peak=a.peaks[1], reserved_peak=a.peaks[2],
         reserved_peak_step=a.peak_step, allocated_end=a.allocated, reserved_end=a.reserved,
         segments=tuple(SegmentInfo(p.name, n, expandable) for p, n in a.segments.values()),
         device_allocs=a.device_allocs, alloc_retries=a.retries,
         oom_event=oom, expandable=expandable, max_split_size=max_split_size,
-        reserved_timeline=tuple(reserved_tl), allocated_timeline=tuple(allocated_tl))
+        reserved_timeline=tuple(reserved_tl), allocated_timeline=tuple(allocated_tl),
+        windows=tuple(windows))

@@ -15,9 +15,13 @@ schedule/memory.py): O(nodes + tensors).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .costs.registry import lookup
 from .ir import INTERNAL, Graph, Node, ValueKind
+
+if TYPE_CHECKING:
+    from .allocator_events import PhaseReserve
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,8 @@ class Liveness:
     # what PyTorch's CUDA caching allocator would reserve for this run, parameters and buffers
     # included (passes.caching_allocator; None: not modelled, as for a training graph)
     reserved_peak_bytes: int | None = None
+    # what it had reserved by the end of each phase: the weights, the first batch, the second
+    reserved_by_phase: "tuple[PhaseReserve, ...]" = ()
     JSON_PROPERTIES = ("fragmentation",)
 
     @property

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import serving_dtypes as sd
+from .allocator_events import PhaseReserve
 from .caching_allocator import AllocatorConfig
 from .costs import count_costs
 from .fits import Fit, Overhead, fit
@@ -47,7 +48,7 @@ from .liveness import analyze_liveness
 from .params import count_params
 from .roofline import DeviceRates, roofline
 from .serving_capacity import ServingRoom
-from .serving_reserved import ServingEvents, serving_events, serving_reserved_peak
+from .serving_reserved import ServingEvents, serving_events, serving_reserved
 
 WHAT_IFS = (("int8", None), ("int4", None), ("fp8", None), (None, "fp8"), (None, "int8"))
 CURVE_POINTS = 16
@@ -136,6 +137,7 @@ class Serving:
     prefill: Prefill
     decode: Decode
     reserved_peak_bytes: int         # the batch replayed through the CUDA caching allocator
+    reserved_by_phase: tuple[PhaseReserve, ...]  # by the end of: weights, cache, prefill, decode
     fit: Fit | None                  # weights + KV cache + working peak on the device
     max_concurrent_sequences: int | None
     max_context: int | None          # the longer context memory allows, capped by ``positions``
@@ -186,7 +188,7 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         bound=times["bound"],
         bandwidth_bound_seconds=(weights + after) / device.bandwidth if device else None)
     ev = _events(pre.graph, dec.graph, trace, after, device)
-    reserved = serving_reserved_peak(ev, allocator)
+    reserved, phases = serving_reserved(ev, allocator)
     answer = fit(device, weights + after + work, reserved_bytes=reserved, overhead=overhead,
                  allocator=allocator.words, workspaces_replayed=True) if device else None
     room = ServingRoom.of(answer, allocator, overhead.allocator_fraction) if answer else None
@@ -199,7 +201,8 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         kv_dtype=sd.short(kv), weight_bytes=weights, kv_bytes_per_token=growth // b,
         kv_cache_bytes=after, cache_tensors=len(trace.decode_past),
         cache_update="append" if trace.appends else "concat",
-        prefill=prefill_out, decode=decode_out, reserved_peak_bytes=reserved, fit=answer,
+        prefill=prefill_out, decode=decode_out, reserved_peak_bytes=reserved,
+        reserved_by_phase=phases, fit=answer,
         max_concurrent_sequences=room.sequences(ev, b) if room else None,
         max_context=max_context, positions=trace.positions,
         what_if=_what_ifs(prefill, trace, device, room, peaks),

@@ -24,12 +24,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from .allocator_events import (
+    PhaseReserve,
     cublas_storages,
     events_from_liveness,
+    replay_by_phase,
     resident_tensors,
     transient_storages,
 )
-from .caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
+from .caching_allocator import Alloc, AllocatorConfig, Event, Free
 from .ir import Graph
 from .liveness import analyze_liveness
 
@@ -57,10 +59,17 @@ class ServingEvents:
                 if type(e) is Alloc and grows(e.id) else e for e in self.events]
 
 
-def serving_reserved_peak(events: ServingEvents,
-                          config: AllocatorConfig = AllocatorConfig()) -> int:
-    return replay(events.events, expandable=config.expandable,
-                  max_split_size=config.max_split_size).reserved_peak
+PHASES = {"weight": "weights", "cache": "cache", "prefill": "prefill", "decode": "decode step"}
+
+
+def serving_reserved(events: ServingEvents, config: AllocatorConfig = AllocatorConfig()
+                     ) -> tuple[int, tuple[PhaseReserve, ...]]:
+    """The reserved peak and its phases: the weights, the cache allocated whole (an appending
+    cache), the prefill, the last decode step."""
+    def phase(ev: Alloc) -> str:
+        assert isinstance(ev.id, tuple)  # (kind, …): serving_events' ids
+        return PHASES[ev.id[0]]
+    return replay_by_phase(events.events, phase, config)
 
 
 # long: the two kinds of cache share the weights, the liveness and the workspaces

@@ -48,6 +48,7 @@ from .ir import INTERNAL, Graph, ValueKind
 from .liveness import analyze_liveness
 
 if TYPE_CHECKING:
+    from .allocator_events import PhaseReserve
     from .roofline import DeviceRates
 
 # state tensors per parameter (momentum: one buffer; Adam's family: exp_avg and exp_avg_sq)
@@ -137,6 +138,9 @@ class TrainingMemory:
     # what PyTorch's CUDA caching allocator would reserve over two steps of this step's plain
     # schedule (passes.allocator_events; None: not modelled, as under a checkpoint plan)
     reserved_peak_bytes: int | None = None
+    # what it had reserved by the end of each phase: the parameters, then each step's forward,
+    # backward and optimizer step (passes/training_reserved.py)
+    reserved_by_phase: "tuple[PhaseReserve, ...]" = ()
     forward_nodes: int = field(default=0, metadata=INTERNAL)
     storages: tuple = field(default=(), metadata=INTERNAL)  # the step's lifetimes (liveness)
 
@@ -368,6 +372,7 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl) \
         if what_if else {}
     ws = gpu_workspaces(graph, device, t.forward_nodes) if device is not None else None
-    reserved = None if plan else reserved_peak(graph, t, mixed, allocator, ws)
-    return replace(t, checkpoint=plan, what_if=savers, reserved_peak_bytes=reserved)
+    reserved, phases = (None, ()) if plan else reserved_peak(graph, t, mixed, allocator, ws)
+    return replace(t, checkpoint=plan, what_if=savers, reserved_peak_bytes=reserved,
+                   reserved_by_phase=phases)
 

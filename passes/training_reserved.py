@@ -7,12 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .allocator_events import (
+    PhaseReserve,
     cublas_storages,
+    replay_by_phase,
     resident_tensors,
     training_events,
     transient_storages,
 )
-from .caching_allocator import AllocatorConfig, replay
+from .caching_allocator import Alloc, AllocatorConfig
 from .choices import OptimizerImpl
 from .ir import Graph
 from .training import ADAPTIVE, TrainingMemory, optimizer_tensors, trainable_params
@@ -23,14 +25,16 @@ if TYPE_CHECKING:
 
 def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool,
                   config: AllocatorConfig | None = None,
-                  workspaces: "GpuWorkspaces | None" = None) -> int:
+                  workspaces: "GpuWorkspaces | None" = None
+                  ) -> tuple[int, tuple[PhaseReserve, ...]]:
     """``t``'s step as PyTorch's CUDA caching allocator would reserve for it, over two steps
     (passes.allocator_events.training_events): each parameter, buffer and (mixed precision)
     fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
     kind, plus Adam's 4-byte step counters; the step's temporaries per parameter; with
     master weights, the fp32 copies of the gradients the step runs on; ``workspaces``' kernel
     temporaries at their nodes in both steps, its cuBLAS workspaces from step 1's first GEMMs
-    on."""
+    on. With its phases: the parameters, then each step's forward, backward and optimizer
+    step."""
     params = [graph.values[p] for p in trainable_params(graph)]
     sizes, states = optimizer_tensors(params, t.optimizer, master_weights)
     resident = resident_tensors(graph)
@@ -43,6 +47,14 @@ def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool,
                              foreach=t.optimizer_impl == OptimizerImpl.FOREACH,
                              master_grads=sizes if master_weights else [],
                              once=cublas_storages(workspaces))
-    config = config or AllocatorConfig()
-    return replay(events, expandable=config.expandable,
-                  max_split_size=config.max_split_size).reserved_peak
+    forward = t.forward_nodes
+
+    def phase(ev: Alloc) -> str:
+        tag = ev.id[0] if isinstance(ev.id, tuple) else None
+        if tag == "resident":
+            return "parameters"
+        if tag in (1, 2):        # the joint graph's storages, tagged by step (node clock)
+            return f"step {tag} " + ("forward" if ev.step < forward else "backward")
+        step = ev.id[1] if isinstance(ev.id, tuple) and tag != "state" else 1
+        return f"step {step} optimizer"   # the state, the step's temporaries, fp32 grads
+    return replay_by_phase(events, phase, config or AllocatorConfig())

@@ -323,3 +323,18 @@ def test_the_allocator_settings_reach_the_report(tmp_path):
         analyze(Two(), x, allocator="roundup_power2_divisions:4")
     with pytest.raises(GraphcostError, match="over 20"):
         analyze(Two(), x, allocator="max_split_size_mb:8")
+
+
+def test_a_replay_cut_into_phases():
+    # phase a: 1 MiB (the small pool: a 2 MiB segment): 2 MiB reserved, 1 MiB handed out;
+    # b: 3 MiB (a large request under 10 MiB: a 20 MiB segment, split), freed again: 22 MiB
+    # reserved, 4 MiB at most; c: 5 MiB takes the cached 20 MiB block: still 22 MiB, 6 MiB at
+    # most. A free continues its phase; the last phase's figure is the reserved peak
+    from graphcost.passes.allocator_events import PhaseReserve, replay_by_phase
+
+    events = [Alloc(("a", 0), MiB), Alloc(("b", 0), 3 * MiB), Free(("b", 0)),
+              Alloc(("c", 0), 5 * MiB)]
+    peak, phases = replay_by_phase(events, lambda ev: ev.id[0])
+    assert phases == (PhaseReserve("a", 2 * MiB, MiB), PhaseReserve("b", 22 * MiB, 4 * MiB),
+                      PhaseReserve("c", 22 * MiB, 6 * MiB))
+    assert peak == 22 * MiB

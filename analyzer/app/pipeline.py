@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...passes.allocator_events import inference_reserved_peak
+from ...passes.allocator_events import inference_reserved
 from ...passes.arena import plan_arena
 from ...passes.attention_dispatch import attention_uses
 from ...passes.bounds import size_bounds
@@ -53,10 +53,10 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     # caching allocator (and greedy-by-size over a joint graph's long lifetimes is slow).
     arena = plan_arena(memory.storages) if optimizer is None else None
     if arena is not None:
-        memory = replace(memory, arena_bytes=arena.arena_bytes,
-                         reserved_peak_bytes=inference_reserved_peak(
-                             graph, memory, o.allocator,
-                             gpu_workspaces(graph, device) if device else None))
+        reserved, phases = inference_reserved(graph, memory, o.allocator,
+                                              gpu_workspaces(graph, device) if device else None)
+        memory = replace(memory, arena_bytes=arena.arena_bytes, reserved_peak_bytes=reserved,
+                         reserved_by_phase=phases)
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
         checkpoint=checkpoint, what_if=o.what_if, include_inputs=include_inputs,

@@ -32,10 +32,11 @@ from ...passes.roofline import Roofline
 from ...passes.serving import Serving
 from ...passes.training import TrainingMemory
 
-SCHEMA_VERSION = 6  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+SCHEMA_VERSION = 7  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
 # 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
 # allocator_fraction); 5: "allocator"; 6: parallel.reserved_peak_bytes and
-# serving.reserved_peak_bytes (the caching allocator replayed per rank and per serving batch)
+# serving.reserved_peak_bytes (the caching allocator replayed per rank and per serving batch);
+# 7: memory, training and serving .reserved_by_phase (what the replay reserved by each phase)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "

@@ -15,6 +15,26 @@ _PHASE_HOLDS = {
 }
 
 
+def with_growth(items: list[str], phases) -> list[str]:
+    """A reserved line's ``items`` and then, after a ";", where the replay's reserved bytes
+    grew: each phase that reserved more (the first its whole figure, then "+" its growth)."""
+    grown = _reserved_growth(phases)
+    return items[:-1] + [items[-1] + ";"] + grown if grown and items else items
+
+
+def _reserved_growth(phases) -> list[str]:
+    items, before = [], 0
+    for p in phases:
+        if p.reserved_bytes > before:
+            grew = p.reserved_bytes - before
+            items.append(f"{p.phase} {'+' if before else ''}{human_bytes(grew)},")
+            before = p.reserved_bytes
+    if not items:
+        return []
+    items[-1] = items[-1][:-1]
+    return ["grown in:"] + items
+
+
 def activations_includes(r: Report) -> str:
     m = r.memory
     inputs = "incl. the inputs" if m.include_inputs else "inputs excluded"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..app.report import Report
 from ..app.units import human, human_bytes, human_time
+from . import explain
 from .table import Col, print_table
 
 
@@ -34,10 +35,11 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
                       "tokens;", f"{_b(s.kv_bytes_per_token)} per token per sequence;",
                       f"{s.cache_tensors} cache tensors, {update}"]),
         ("weights", [_b(s.weight_bytes)]),
-        ("reserved", [_b(s.reserved_peak_bytes), "on PyTorch's CUDA caching allocator:",
-                      "weights, the cache " + ("allocated whole at first," if
-                                              s.cache_update == "append" else "as it grows,"),
-                      "the prefill, then the last decode step"]),
+        ("reserved", explain.with_growth(
+            [_b(s.reserved_peak_bytes), "on PyTorch's CUDA caching allocator:",
+             "weights, the cache " + ("allocated whole at first," if s.cache_update == "append"
+                                      else "as it grows,"),
+             "the prefill, then the last decode step"], s.reserved_by_phase)),
         ("prefill", [f"{human(p.flops)} FLOPs,", f"read {human_bytes(p.bytes_read)},",
                      f"written {human_bytes(p.bytes_written)},",
                      f"working peak {human_bytes(p.peak_bytes)};"]

@@ -75,13 +75,12 @@ def _memory(r: Report) -> list[tuple[str, list[str]]]:
         out.append(("arena", [f"{human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
                               f"size; fragmentation {100 * m.fragmentation:.1f}%)"]))
     if m.reserved_peak_bytes is not None and r.serving is None:  # (serving: its own line)
-        out.append(("reserved", [f"{human_bytes(m.reserved_peak_bytes)}",
-                                 f"({m.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
-                                 "allocator, two batches", f"({_settings(r)}its rounding and",
-                                 "segments; parameters"
-                                 + (", cuBLAS workspace, kernel temporaries" if r.roofline
-                                    else ""),
-                                 "included)"]))
+        items = [f"{human_bytes(m.reserved_peak_bytes)}", f"({m.reserved_peak_bytes:,} B)",
+                 "on PyTorch's CUDA caching", "allocator, two batches",
+                 f"({_settings(r)}its rounding and", "segments; parameters"
+                 + (", cuBLAS workspace, kernel temporaries" if r.roofline else ""),
+                 "included)"]
+        out.append(("reserved", explain.with_growth(items, m.reserved_by_phase)))
     if m.live_at_peak:
         more = len(m.live_at_peak) - 5
         out.append(("live", ["at the peak:"] + [f"{x.name} {human_bytes(x.bytes)},"
@@ -165,12 +164,12 @@ def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
            ("at peak", [f"{k.replace('_', ' ')} {human_bytes(v)},"
                         for k, v in t.breakdown_at_peak.items() if v])]
     if t.reserved_peak_bytes is not None:
-        out.append(("reserved", [f"{human_bytes(t.reserved_peak_bytes)}",
-                                 f"({t.reserved_peak_bytes:,} B)", "on PyTorch's CUDA caching",
-                                 "allocator, two steps",
-                                 f"({_settings(r)}its rounding and segments"
-                                 + ("; cuBLAS workspaces, kernel temporaries included"
-                                    if r.roofline else "") + ")"]))
+        items = [f"{human_bytes(t.reserved_peak_bytes)}", f"({t.reserved_peak_bytes:,} B)",
+                 "on PyTorch's CUDA caching", "allocator, two steps",
+                 f"({_settings(r)}its rounding and segments"
+                 + ("; cuBLAS workspaces, kernel temporaries included" if r.roofline else "")
+                 + ")"]
+        out.append(("reserved", explain.with_growth(items, t.reserved_by_phase)))
     out += [("what-if", [explain.what_if_line(r, name)]) for name in t.what_if]
     ck = t.checkpoint
     if ck is not None:
