@@ -88,24 +88,16 @@ def resident_tensors(graph: Graph) -> list[tuple[str, int]]:
             if v.kind in (ValueKind.PARAM, ValueKind.BUFFER)]
 
 
-def inference_reserved_peak(graph: Graph, liveness,
-                            config: AllocatorConfig = AllocatorConfig(),
-                            workspaces: "GpuWorkspaces | None" = None) -> int:
-    """The reserved peak of inference on PyTorch's CUDA caching allocator (``config``: its
-    settings): parameters and buffers allocated before the first node and kept, then two runs
-    of the activations in liveness order — the second batch meets the blocks the first left
-    cached. ``workspaces`` (a CUDA device's; passes.gpu_workspaces): cuDNN's transients in
-    both runs, the cuBLAS workspace at the first run's first GEMM, kept. Comparable with the
-    report's peak_bytes (parameters + buffers + activations), which counts the same tensors
-    unrounded."""
-    return inference_reserved(graph, liveness, config, workspaces)[0]
-
-
 def inference_reserved(graph: Graph, liveness, config: AllocatorConfig = AllocatorConfig(),
                        workspaces: "GpuWorkspaces | None" = None
                        ) -> tuple[int, tuple[PhaseReserve, ...]]:
-    """inference_reserved_peak's replay, and its phases: the weights, the first batch, the
-    second."""
+    """The reserved peak of inference on PyTorch's CUDA caching allocator (``config``: its
+    settings), and its phases (the weights, the first batch, the second): parameters and
+    buffers allocated before the first node and kept, then two runs of the activations in
+    liveness order — the second batch meets the blocks the first left cached. ``workspaces``
+    (a CUDA device's; passes.gpu_workspaces): cuDNN's transients in both runs, the cuBLAS
+    workspace at the first run's first GEMM, kept. Comparable with the report's peak_bytes
+    (parameters + buffers + activations), which counts the same tensors unrounded."""
     runs = _with_workspaces(liveness.storages, workspaces)
     kept = frozenset(s.name for s in cublas_storages(workspaces))
     events = list(events_from_liveness(runs[0], resident=resident_tensors(graph), tag=1,

@@ -359,7 +359,7 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     cuBLAS workspaces and the kernels' temporaries (passes.gpu_workspaces)."""
     from .gpu_workspaces import gpu_workspaces
     from .precision import master_weights
-    from .training_reserved import reserved_peak
+    from .training_reserved import training_reserved
 
     mixed = master_weights(precision)
     t = training_memory(graph, optimizer, master_weights=mixed, include_inputs=include_inputs,
@@ -372,7 +372,8 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl) \
         if what_if else {}
     ws = gpu_workspaces(graph, device, t.forward_nodes) if device is not None else None
-    reserved, phases = (None, ()) if plan else reserved_peak(graph, t, mixed, allocator, ws)
+    reserved, phases = (None, ()) if plan else \
+        training_reserved(graph, t, mixed, allocator, ws)
     return replace(t, checkpoint=plan, what_if=savers, reserved_peak_bytes=reserved,
                    reserved_by_phase=phases)
 

@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     from .gpu_workspaces import GpuWorkspaces
 
 
-def reserved_peak(graph: Graph, t: TrainingMemory, master_weights: bool,
-                  config: AllocatorConfig | None = None,
-                  workspaces: "GpuWorkspaces | None" = None
-                  ) -> tuple[int, tuple[PhaseReserve, ...]]:
-    """``t``'s step as PyTorch's CUDA caching allocator would reserve for it, over two steps
+def training_reserved(graph: Graph, t: TrainingMemory, master_weights: bool,
+                      config: AllocatorConfig | None = None,
+                      workspaces: "GpuWorkspaces | None" = None
+                      ) -> tuple[int, tuple[PhaseReserve, ...]]:
+    """The reserved peak of ``t``'s step on PyTorch's CUDA caching allocator, over two steps
     (passes.allocator_events.training_events): each parameter, buffer and (mixed precision)
     fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
     kind, plus Adam's 4-byte step counters; the step's temporaries per parameter; with
