@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -13,12 +12,10 @@ from pathlib import Path
 import onnx
 import torch
 
-from .registry import build_model, example_inputs, get, input_shapes
+from .cache import LEGACY_DEFAULT_OPSET, cache_dir, cache_path, zoo_props
+from .registry import build_model, default_dims, example_inputs, get, input_shapes
 
-LEGACY_DEFAULT_OPSET = 17
 EXPORT_BATCH = 2  # torch.export specialises sizes 0/1, so trace with batch 2
-# Bump when a model definition or the export recipe changes, to invalidate caches.
-ZOO_VERSION = 4
 
 
 class ZooExportError(RuntimeError):
@@ -88,7 +85,7 @@ def _export_dynamo(model, args, path: Path, spec, opset: int | None) -> None:
     prog.save(str(path), external_data=False)
 
 
-def _rename_dim_params(model: onnx.ModelProto, spec) -> bool:
+def _rename_dim_params(model: onnx.ModelProto, spec) -> None:
     """Make graph input/output dim_params use the zoo's dim names ("batch", "seq")."""
     mapping: dict[str, str] = {}
     for vi in model.graph.input:
@@ -96,13 +93,10 @@ def _rename_dim_params(model: onnx.ModelProto, spec) -> bool:
             d = vi.type.tensor_type.shape.dim[axis]
             if d.dim_param and d.dim_param != dn:
                 mapping[d.dim_param] = dn
-    if not mapping:
-        return False
     for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
         for d in vi.type.tensor_type.shape.dim:
             if d.dim_param in mapping:
                 d.dim_param = mapping[d.dim_param]
-    return True
 
 
 def export_onnx(name: str, path: str | os.PathLike, *, dynamo: bool = False, opset: int | None = None) -> Path:
@@ -133,22 +127,13 @@ def export_onnx(name: str, path: str | os.PathLike, *, dynamo: bool = False, ops
     proto = onnx.load(str(path), load_external_data=False)
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
         raise ZooExportError(f"export of {name!r} produced external data; expected embedded weights")
-    if _rename_dim_params(proto, spec):
-        onnx.save(proto, str(path))
+    _rename_dim_params(proto, spec)
+    # what the registry says that the analysis of the file needs: a cached export is then
+    # analyzed without importing torch (cache.py)
+    onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props},
+                                        **zoo_props(default_dims(name), spec.int_ranges)})
+    onnx.save(proto, str(path))
     return path
-
-
-def cache_dir() -> Path:
-    """``$GRAPHCOST_CACHE`` if set (used as-is), else ``~/.cache/graphcost/zoo``."""
-    env = os.environ.get("GRAPHCOST_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "graphcost" / "zoo"
-
-
-def _cache_key(name: str, dynamo: bool, opset: int | None) -> str:
-    exporter = "dynamo" if dynamo else "legacy"
-    op = opset or (LEGACY_DEFAULT_OPSET if not dynamo else "default")
-    torch_v = re.sub(r"[^0-9A-Za-z._-]", "_", torch.__version__)
-    return f"{name}-{exporter}-opset{op}-torch{torch_v}-zoo{ZOO_VERSION}"
 
 
 def cached_export(name: str, *, dynamo: bool = False, opset: int | None = None) -> Path:
@@ -160,7 +145,7 @@ def cached_export(name: str, *, dynamo: bool = False, opset: int | None = None) 
         export_onnx(name, "")
     d = cache_dir()
     d.mkdir(parents=True, exist_ok=True)
-    final = d / f"{_cache_key(name, dynamo, opset)}.onnx"
+    final = cache_path(name, dynamo, opset)
     if final.exists():
         return final
     fd, tmp = tempfile.mkstemp(prefix=f".{final.stem}.", suffix=".tmp.onnx", dir=d)

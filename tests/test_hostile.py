@@ -222,17 +222,6 @@ def test_outputs_never_replace_external_data_or_the_zoo_cache(tmp_path, monkeypa
     assert not (cache / "r.json").exists()
 
 
-def test_cache_dir_rule_matches_the_zoo(monkeypatch, tmp_path):
-    from graphcost.analyzer.cli.output import _zoo_cache_dir
-    from graphcost.models_zoo.export import cache_dir
-    for env in (str(tmp_path / "c"), None):
-        if env is None:
-            monkeypatch.delenv("GRAPHCOST_CACHE", raising=False)
-        else:
-            monkeypatch.setenv("GRAPHCOST_CACHE", env)
-        assert Path(_zoo_cache_dir()) == cache_dir()
-
-
 # ----------------------------------------------------------------------------- terminal
 
 def test_names_never_reach_the_terminal_raw(tmp_path, capsys):

@@ -2,6 +2,9 @@
 zoo exports of both exporters."""
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -173,6 +176,32 @@ def test_onnx_path_does_not_import_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_a_cached_zoo_model_is_analyzed_without_torch(tmp_path):
+    # zoo:gpt2 twice with an empty cache: the first run exports it (torch), the second reads
+    # the export alone, with the registry's facts the file records (seq defaults to 64, the
+    # token ids' range for verify); both reports are the same, at the default and a set seq
+    import subprocess
+    import sys
+    code = ("import sys, json; from graphcost.analyzer.cli.main import main; "
+            "[main(['zoo:GPT2', '--batch', '2', *a, '--format', 'json', '-o', f'{sys.argv[1]}{i}'])"
+            " for i, a in enumerate([[], ['--dim', 'seq=32']])]; print('torch' in sys.modules)")
+    env = dict(os.environ, GRAPHCOST_CACHE=str(tmp_path / "cache"))
+    runs = []
+    for run in ("export", "cached"):
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / run)], env=env,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        runs.append(out)
+    assert runs == ["True", "False"]
+    for i, seq in enumerate((64, 32)):
+        exported, cached = (json.loads((tmp_path / f"{run}{i}").read_text())
+                            for run in ("export", "cached"))
+        assert exported == cached
+        assert exported["model"] == "zoo:gpt2" and exported["dims"] == {"batch": 2, "seq": seq}
+    from graphcost.models_zoo.cache import read_props
+    (path,) = (tmp_path / "cache").iterdir()
+    assert read_props(onnx.load(str(path))) == ({"seq": 64}, {"input_ids": (0, 1000)})
 
 
 def test_onnx_module_tree_is_the_torch_tree():

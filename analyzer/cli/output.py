@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from ...models_zoo.cache import cache_dir
 from ...passes.errors import GraphcostError
 from ..app.resolve import WEIGHTS_FILES
 
@@ -15,7 +16,7 @@ def refuse_overwrite(output: str | None, model: str) -> None:
     from the proto without opening them) or anything in the zoo's export cache."""
     if not output:
         return
-    cache = os.path.realpath(_zoo_cache_dir())
+    cache = os.path.realpath(cache_dir())
     target = os.path.realpath(output)
     if target == cache or target.startswith(cache + os.sep):
         raise GraphcostError(f"{output} is in the zoo's export cache ({cache}); graphcost "
@@ -54,13 +55,6 @@ def check_writable(output: str | None, flag: str) -> None:
     if not os.access(output if os.path.exists(output) else folder, os.W_OK):
         where = output if os.path.exists(output) else f"the folder {folder}"
         raise GraphcostError(f"{flag} {output}: {where} is not writable")
-
-
-def _zoo_cache_dir() -> str:
-    """models_zoo.export.cache_dir() without importing torch (a test keeps them equal)."""
-    env = os.environ.get("GRAPHCOST_CACHE")
-    return os.path.expanduser(env) if env else \
-        os.path.join(os.path.expanduser("~"), ".cache", "graphcost", "zoo")
 
 
 PIPED_WIDTH = 100  # piped or redirected text (| less, > out.txt): wide enough for a table
