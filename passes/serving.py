@@ -47,7 +47,7 @@ from .ir import Graph, ValueKind
 from .liveness import analyze_liveness
 from .params import count_params
 from .roofline import DeviceRates, roofline
-from .serving_capacity import ServingRoom
+from .serving_capacity import ServingRoom, Tensors
 from .serving_reserved import ServingEvents, serving_events, serving_reserved
 
 WHAT_IFS = (("int8", None), ("int4", None), ("fp8", None), (None, "fp8"), (None, "int8"))
@@ -192,7 +192,8 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
     answer = fit(device, weights + after + work, reserved_bytes=reserved, overhead=overhead,
                  allocator=allocator.words, workspaces_replayed=True) if device else None
     room = ServingRoom.of(answer, allocator, overhead.allocator_fraction) if answer else None
-    max_context = room.context(ev, after, growth, t0) if room else None
+    tensors = Tensors(weights, after, work)
+    max_context = room.context(ev, growth, t0, tensors) if room else None
     if max_context is not None and trace.positions is not None:
         max_context = min(max_context, trace.positions)
     return Serving(
@@ -203,7 +204,7 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         cache_update="append" if trace.appends else "concat",
         prefill=prefill_out, decode=decode_out, reserved_peak_bytes=reserved,
         reserved_by_phase=phases, fit=answer,
-        max_concurrent_sequences=room.sequences(ev, b) if room else None,
+        max_concurrent_sequences=room.sequences(ev, b, tensors) if room else None,
         max_context=max_context, positions=trace.positions,
         what_if=_what_ifs(prefill, trace, device, room, peaks),
         curve=_curve(weights + work, after, growth, t0, weights, device, max_context),
@@ -327,7 +328,9 @@ def _what_ifs(prefill: Graph, trace: ServingTrace, device, room: ServingRoom | N
                                              whole=False)
         _, after = _cache_bytes(dec.graph, trace)
         sequences = room.sequences(_events(pre.graph, dec.graph, trace, after, device),
-                                   prefill.batch) if room else None
+                                   prefill.batch, Tensors(weights, after,
+                                                          max(pre.work, dec.work))) \
+            if room else None
         t = dec.costs.totals
         out.append(DtypeWhatIf(
             weight_dtype=sd.short(sd.plan(prefill, weight, kv)[0]), kv_dtype=sd.short(kv_type),

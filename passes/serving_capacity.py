@@ -21,10 +21,19 @@ from .serving_reserved import ServingEvents
 
 
 @dataclass(frozen=True)
+class Tensors:
+    """A serving batch's tensors as the fits line counts them: the weights, the cache after
+    the run, the working peak (``--overhead allocator=P`` needs them × (1 + P))."""
+    weights: int
+    cache: int
+    work: int
+
+
+@dataclass(frozen=True)
 class ServingRoom:
     """The bytes a serving batch's allocator may reserve on the device (``room``: what it
     offers less the fits line's parts outside the allocator); ``fraction``: ``--overhead
-    allocator=P``, tensors × (1 + P) in place of the replay."""
+    allocator=P``, the tensors × (1 + P) in place of the replay."""
     room: int
     config: AllocatorConfig
     fraction: float | None = None
@@ -34,25 +43,32 @@ class ServingRoom:
         outside = answer.needs - answer.parts[0].bytes
         return cls(answer.offers - outside, config, fraction)
 
-    def needs(self, events: list[Event]) -> int:
-        r = replay(events, expandable=self.config.expandable,
-                   max_split_size=self.config.max_split_size)
-        return r.reserved_peak if self.fraction is None else \
-            scaled_bytes(r.requested_peak, self.fraction)
+    def replayed(self, events: list[Event]) -> int:
+        return replay(events, expandable=self.config.expandable,
+                      max_split_size=self.config.max_split_size).reserved_peak
 
-    def sequences(self, ev: ServingEvents, batch: int) -> int:
-        """The most sequences of the traced length that fit."""
-        return largest_fitting(lambda n: self.needs(ev.scaled(n / batch)), batch, self.room)
+    def sequences(self, ev: ServingEvents, batch: int, t: Tensors) -> int:
+        """The most sequences of the traced length that fit: the replay scaled, or with a
+        given allocator share, the batch's tensors but the weights."""
+        if self.fraction is None:
+            return largest_fitting(lambda n: self.replayed(ev.scaled(n / batch)), batch,
+                                   self.room)
+        f = self.fraction
+        return largest_fitting(
+            lambda n: scaled_bytes(t.weights + (t.cache + t.work) * n // batch, f), batch,
+            self.room)
 
-    def context(self, ev: ServingEvents, after: int, growth: int, t0: int) -> int | None:
+    def context(self, ev: ServingEvents, growth: int, t0: int, t: Tensors) -> int | None:
         """The longest context at the traced batch (None: the cache stops growing): the
-        cache's bytes on its line through (t0, ``after``), ``growth`` a token."""
+        cache's bytes on its line through (t0, ``t.cache``), ``growth`` a token."""
         if growth <= 0:
             return None
 
         def needs(c: int) -> int:
-            cache = max(0, after + growth * (c - t0))
-            return self.needs(ev.scaled(cache / max(1, after), cache_only=True))
+            cache = max(0, t.cache + growth * (c - t0))
+            if self.fraction is not None:
+                return scaled_bytes(t.weights + cache + t.work, self.fraction)
+            return self.replayed(ev.scaled(cache / max(1, t.cache), cache_only=True))
         return largest_fitting(needs, t0, self.room)
 
 

@@ -60,3 +60,22 @@ def test_max_sequences_as_the_batch_traced_there_fits():
     assert n == 21
     assert review(n, offers).fit.fits
     assert not review(n + 1, offers).fit.fits
+
+
+def test_the_capacities_meet_the_fits_line_with_a_given_allocator_share():
+    # --overhead allocator=10%: the allocator is the tensors × 1.1 in the fits line, and so in
+    # the capacities (each the batch's tensors, scaled, × 1.1): at the traced batch they agree
+    from graphcost.passes.fits import Overhead
+    given = Overhead(allocator_fraction=0.1)
+
+    def at(offers: int | None) -> Serving:
+        device = A100 if offers is None else replace(A100, usable_memory=offers)
+        graph, trace = traced(2)
+        s = run_passes(graph, PassOptions(device=device, overhead=given), serving=trace).serving
+        assert s is not None and s.fit is not None
+        return s
+    needs = at(None).fit.needs
+    just, short = at(needs), at(needs - 1)
+    assert just.fit.fits and not short.fit.fits
+    assert just.max_concurrent_sequences >= 2 and just.max_context >= PROMPT + GENERATE
+    assert short.max_concurrent_sequences < 2 and short.max_context < PROMPT + GENERATE
