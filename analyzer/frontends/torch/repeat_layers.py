@@ -14,12 +14,18 @@ of all N layers.
 It is refused (``None``: the caller traces every layer) unless the three layers are
 contiguous runs of nodes with the same ops, attributes and shapes, each reading only its own
 values, its own weights and cache, the layer before it and values made before the stack.
+
+A transformers stack whose layer types repeat with a period (Gemma-2's and gpt-oss's sliding
+and full attention alternate: period 2) is grown the same way with each run of ``period``
+layers as one block: 3 · period layers traced, their scopes renamed ``layers.5`` →
+``layers.2.1`` while the blocks are grown and back after (:func:`regrouped`).
 """
 from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import replace
 from types import MappingProxyType
+from typing import NamedTuple
 
 import torch
 
@@ -27,6 +33,14 @@ from ....passes.ir import Graph, Node, Value
 
 TRACED = 3
 REPEAT_AT = 8  # stacks shorter than this are traced whole (three layers save little)
+
+
+class Stack(NamedTuple):
+    """A model's stack of blocks: the ModuleList's path, its length, and the period of its
+    layer types (1: all one type)."""
+    path: str
+    layers: int
+    period: int = 1
 
 
 def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
@@ -39,17 +53,15 @@ def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
     model's own (a wrapper's attribute). When the stack is grown, the function growing a
     graph of three layers is appended to ``grown`` (for the same trace at another batch).
     ``repeat``: the growing function (``repeat_layers``; a joint graph's is repeat_joint.py's)."""
-    repeat = repeat or repeat_layers
     stack = find_stack(model, at_least) if at_least else None
     if stack is None:
         return trace()
     with truncated(model, stack):
         graph = trace()
-    path, layers = stack
 
     def grow(g: Graph) -> Graph | None:
-        out = None if g.size_bounds else repeat(g, prefix + path, layers)
-        return None if out is None else replace(out, traced_layers=layers_note(layers))
+        out = None if g.size_bounds else grow_stack(g, prefix + stack.path, stack, repeat)
+        return None if out is None else replace(out, traced_layers=layers_note(stack))
     out = grow(graph)
     if out is None:
         return trace()
@@ -58,14 +70,27 @@ def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
     return out
 
 
-def layers_note(layers: int) -> str:
-    return (f"{TRACED} of {layers} layers traced; layers 2–{layers - 2} are layer 1 repeated "
-            "in the IR (identical blocks)")
+def grow_stack(graph: Graph, prefix: str, stack: Stack, repeat=None) -> Graph | None:
+    """``graph``, traced with ``stack`` truncated, grown to the stack's length by ``repeat``
+    (``repeat_layers``, or repeat_joint.py's for a joint graph); None when it cannot be."""
+    repeat = repeat or repeat_layers
+    out = repeat(regrouped(graph, prefix, stack.period), prefix, stack.layers // stack.period)
+    return None if out is None else regrouped(out, prefix, stack.period, back=True)
 
 
-def find_stack(model: torch.nn.Module, at_least: int) -> tuple[str, int] | None:
-    """(path, length) of the model's longest ModuleList if it holds ``at_least`` blocks of one
-    class with the same parameter and buffer shapes (and, for transformers, one layer type)."""
+def layers_note(stack: Stack) -> str:
+    n, p = stack.layers, stack.period
+    if p == 1:
+        return (f"{TRACED} of {n} layers traced; layers 2–{n - 2} are layer 1 repeated "
+                "in the IR (identical blocks)")
+    return (f"{TRACED * p} of {n} layers traced; layers {2 * p}–{n - p - 1} are layers "
+            f"{p}–{2 * p - 1} repeated in the IR (the layer types repeat every {p} layers)")
+
+
+def find_stack(model: torch.nn.Module, at_least: int) -> Stack | None:
+    """The model's longest ModuleList if it holds ``at_least`` blocks of one class with the
+    same parameter and buffer shapes and, for transformers, layer types that are one type or
+    repeat with a period the stack is a whole number of (more than three) times."""
     best = None
     for path, mod in model.named_modules():
         if isinstance(mod, torch.nn.ModuleList) and len(mod) >= at_least and \
@@ -81,11 +106,22 @@ def find_stack(model: torch.nn.Module, at_least: int) -> tuple[str, int] | None:
         return None
     config = getattr(model, "config", None)
     types = getattr(config, "layer_types", None)
-    if types is not None and len(set(types)) > 1:
-        return None  # sliding and full layers differ: trace them all
+    period = 1 if types is None or len(set(types)) == 1 else _period(list(types))
+    if period is None:
+        return None  # sliding and full layers in no repeating order: trace them all
     if config is not None and getattr(config, "num_hidden_layers", best[1]) != best[1]:
         return None
-    return best
+    return Stack(best[0], best[1], period)
+
+
+def _period(types: list) -> int | None:
+    """The fewest layers after which ``types`` repeat, where the stack is more than three
+    whole periods (else None)."""
+    n = len(types)
+    for p in range(2, n // (TRACED + 1) + 1):
+        if n % p == 0 and all(t == types[i % p] for i, t in enumerate(types)):
+            return p
+    return None
 
 
 def _layout(block: torch.nn.Module):
@@ -94,27 +130,53 @@ def _layout(block: torch.nn.Module):
 
 
 @contextmanager
-def truncated(model: torch.nn.Module, stack: tuple[str, int]):
-    """The model with its stack cut to its first three blocks (and a transformers config
-    saying so), put back as it was afterwards."""
-    path, _ = stack
+def truncated(model: torch.nn.Module, stack: Stack):
+    """The model with its stack cut to its first three blocks (three periods of layers) and
+    a transformers config saying so, put back as it was afterwards."""
+    path, _, period = stack
     parent_path, _, attr = path.rpartition(".")
     parent = model.get_submodule(parent_path)
     full = getattr(parent, attr)
     config = getattr(model, "config", None)
     saved = {k: getattr(config, k) for k in ("num_hidden_layers", "layer_types")
              if config is not None and getattr(config, k, None) is not None}
-    setattr(parent, attr, torch.nn.ModuleList(list(full)[:TRACED]))
+    setattr(parent, attr, torch.nn.ModuleList(list(full)[:TRACED * period]))
     try:
         if config is not None and "num_hidden_layers" in saved:
-            config.num_hidden_layers = TRACED
+            config.num_hidden_layers = TRACED * period
         if config is not None and "layer_types" in saved:
-            config.layer_types = list(saved["layer_types"])[:TRACED]
+            config.layer_types = list(saved["layer_types"])[:TRACED * period]
         yield
     finally:
         setattr(parent, attr, full)
         for k, v in saved.items():
             setattr(config, k, v)
+
+
+def regrouped(graph: Graph, prefix: str, period: int, back: bool = False) -> Graph:
+    """``graph`` with each run of ``period`` layers of the stack ``prefix`` scoped as one
+    block, its layers numbered inside it ("layers.5.mlp" → "layers.2.1.mlp" at period 2), so
+    that it grows as identical blocks; ``back``: the scopes as the model names them again."""
+    if period == 1:
+        return graph
+    lead = prefix + "."
+
+    def scoped(scope: str) -> str:
+        if not scope.startswith(lead):
+            return scope
+        parts = scope[len(lead):].split(".", 2 if back else 1)
+        if back and len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            return ".".join([lead + str(int(parts[0]) * period + int(parts[1])), *parts[2:]])
+        if not back and parts[0].isdigit():
+            block, layer = divmod(int(parts[0]), period)
+            return ".".join([f"{lead}{block}.{layer}", *parts[1:]])
+        return scope
+    return replace(
+        graph, nodes=tuple(replace(n, scope=scoped(n.scope)) if n.scope.startswith(lead)
+                           else n for n in graph.nodes),
+        module_types=MappingProxyType({scoped(k): v for k, v in graph.module_types.items()}),
+        param_paths=MappingProxyType({k: scoped(v) for k, v in graph.param_paths.items()}),
+        attention=tuple(replace(c, scope=scoped(c.scope)) for c in graph.attention))
 
 
 def layer_of(scope: str, prefix: str) -> int | None:

@@ -156,7 +156,7 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     allocated). A stack of ``repeat_at`` or more identical blocks is traced as three and the
     middle one repeated in the IR (analyzer/frontends/torch/repeat_layers.py): each copy gets its
     own weights, cache tensors and activations, as a full trace would."""
-    from .repeat_layers import find_stack, layers_note, repeat_layers, truncated
+    from .repeat_layers import find_stack, grow_stack, layers_note, truncated
 
     note = note or (lambda _m: None)
     kind = check_servable(model, name)
@@ -165,6 +165,10 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
         raise GraphcostError(f"{opt('serve')}: {name} has {cap} learned positions; {opt('serve.prompt')} + "
                              f"{opt('serve.generate')} = {prompt + generate} exceeds them")
     stack = find_stack(model, repeat_at) if repeat_at else None
+    if stack is not None and stack.period > 1:
+        # layer types that alternate are sliding-window layers: transformers' cache makes
+        # each one's token counter before the stack, which no grown block can copy
+        stack = None
     step = HFStep(model) if kind == "hf" else KVStep(model)
     # a mixture of experts in transformers' eager loop is costed as plain analysis costs it
     with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes:
@@ -172,15 +176,14 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     if notes:
         prefill = replace(prefill, warnings=prefill.warnings + tuple(notes))
     if stack is not None:
-        path, layers = stack
-        note(f"repeating layer 1 of 3 traced into {layers} layers")
-        prefill = repeat_layers(prefill, f"model.{path}", layers)
-        decode = repeat_layers(decode, f"model.{path}", layers)
+        note(f"repeating the layers traced into {stack.layers}")
+        prefill = grow_stack(prefill, f"model.{stack.path}", stack)
+        decode = grow_stack(decode, f"model.{stack.path}", stack)
         if prefill is None or decode is None:  # not three identical blocks after all
             return capture(model, batch=batch, prompt=prompt, generate=generate, name=name,
                            note=note, repeat_at=0)
     fixed = 2 if kind == "hf" else 1  # input_ids (and attention_mask) before the cache
-    note_ = None if stack is None else layers_note(stack[1])
+    note_ = None if stack is None else layers_note(stack)
     return Steps(prefill, decode, prefill.outputs[1:], decode.inputs[fixed:],
                  decode.outputs[1:], kind == "kv", note_, cap)
 
