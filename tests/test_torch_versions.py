@@ -78,3 +78,33 @@ def test_a_bug_reaches_the_api_caller_as_a_graphcost_error(monkeypatch):
         assert "internal error (KeyError" in str(exc) and isinstance(exc.__cause__, KeyError)
     else:
         raise AssertionError(f"{ON}: no error")
+
+
+def test_a_dtype_cast_check_stands_in_the_module_it_guards():
+    # torch 2.8's decompositions put an aten._assert_tensor_metadata before the add that
+    # reads a weight cast to its own dtype (Gemma's and Llama's RMSNorm: weight.float()) with
+    # the placeholder module path "_empty_nn_module_stack_from_metadata_hook": it must
+    # neither be a module of the report's tree nor cut the norm's nodes in two runs (a stack
+    # of such blocks could then not be repeated)
+    class Norm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(8))
+
+        def forward(self, x):
+            out = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+            return (out * (1.0 + self.weight.float())).type_as(x)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.norm = nn.Linear(8, 8), Norm()
+
+        def forward(self, x):
+            return self.norm(self.fc(x)) + x
+
+    r = analyze(Net(), input_shapes={"x": (4, 8)})
+    assert [m.path for m in r.modules] == ["", "fc", "norm"], ON
+    scopes = [n.scope for n in r.nodes]
+    normed = [i for i, s in enumerate(scopes) if s == "norm"]
+    assert normed == list(range(normed[0], normed[-1] + 1)), (ON, scopes)

@@ -292,7 +292,7 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
         bounds, warnings = sizes.bounds()
         lower = {n: Value(n, spec, values[n].kind, values[n].producer)
                  for n, spec in sizes.lower.items() if n in values}
-    return Graph(name=name, source="fx", nodes=tuple(nodes), values=MappingProxyType(values),
+    return Graph(name=name, source="fx", nodes=_placed(nodes), values=MappingProxyType(values),
                  inputs=tuple(inputs), outputs=tuple(outputs),
                  dims=MappingProxyType(dict(dims or {})), batch=batch,
                  module_types=MappingProxyType(dict(module_types or {})),
@@ -302,6 +302,24 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                  warnings=warnings, eager_refs=MappingProxyType(eager_refs),
                  eager_inplace=MappingProxyType(eager_inplace), size_bounds=bounds,
                  lower_values=MappingProxyType(lower))
+
+
+# the module path PyTorch 2.8's decompositions give the checks they add
+# (aten._assert_tensor_metadata before a dtype cast): no module at all
+NO_MODULE = "_empty_nn_module_stack_from_metadata_hook"
+
+
+def _placed(nodes: list[Node]) -> tuple[Node, ...]:
+    """The nodes, each check with no module placed in the module of the op it guards (the
+    next node's): otherwise it would stand as a module of its own in the module tree and cut
+    a block's nodes into two runs (a stack of blocks could not be repeated)."""
+    out, after = list(nodes), ""
+    for i in range(len(out) - 1, -1, -1):
+        if out[i].scope == NO_MODULE:
+            out[i] = replace(out[i], scope=after)
+        else:
+            after = out[i].scope
+    return tuple(out)
 
 
 def _size_arithmetic(fx) -> bool:
@@ -389,6 +407,8 @@ def module_types(graph: "torch.fx.Graph") -> dict[str, str]:
     out: dict[str, str] = {}
     for fx in graph.nodes:
         for path, cls in (fx.meta.get("nn_module_stack") or {}).values():
+            if path == NO_MODULE:
+                continue
             out.setdefault(path, cls.rsplit(".", 1)[-1] if isinstance(cls, str)
                            else getattr(cls, "__name__", str(cls)))
     return out
