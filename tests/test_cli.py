@@ -128,3 +128,25 @@ def test_dims_bind_symbolic_sequence(tmp_path):
     assert r["totals"]["macs"] == 3 * 7 * 4 * 8
     p = run(path, "--batch", 2, check_rc=2)  # seq left unbound
     assert "'x' dim 1" in p.stderr and "--dim seq=" in p.stderr
+
+
+def test_piped_text_has_no_trailing_blanks(mlp):
+    # rich pads a table's title and a left-justified last column (devices' arch) to the
+    # table's width: blanks an editor or `diff` shows at the end of a piped line
+    for args in ((mlp, "--batch", 16), ("devices",)):
+        p = run(*args, check_rc=0)
+        padded = [line for line in p.stdout.splitlines() if line != line.rstrip()]
+        assert not padded, (args, padded[:3])
+    assert "by op type\n" in run(mlp, "--batch", 16).stdout
+
+
+def test_a_reader_that_stops_early_gets_no_error(mlp):
+    # `graphcost … | head`: the read end is closed before graphcost writes a byte, so its
+    # first write fails with EPIPE every time; a Unix tool then stops without a word, with
+    # 128 + SIGPIPE (13) = 141 as its status, where graphcost said "error: Broken pipe", exit 2
+    p = subprocess.Popen([GRAPHCOST, str(mlp), "--batch", "16"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    err = p.stderr.read()
+    assert (p.wait(timeout=300), err) == (141, "")

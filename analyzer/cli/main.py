@@ -24,6 +24,7 @@ from .output import (  # noqa: F401
 from .serve import add_serve_args, serve_kwargs
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what `yes | head -1` reports for yes
 
 
 SUBCOMMANDS = {
@@ -110,6 +111,8 @@ def guarded(run, args) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("graphcost: interrupted\n")
         return 130
+    except BrokenPipeError:  # the reader stopped (| head): no error of anyone's, nothing to say
+        return _pipe_closed()
     except OSError as exc:  # a file that cannot be read or written (-o, --html, --plot)
         where = f"{exc.filename}: " if exc.filename else ""
         sys.stderr.write(f"graphcost: error: {escape(f'{where}{exc.strerror or exc}')}\n")
@@ -120,6 +123,15 @@ def guarded(run, args) -> int:
                          f"{escape(first[:300])}); please report it with the model and the "
                          "output of `graphcost --version`\n")
         return EXIT_INTERNAL
+
+
+def _pipe_closed() -> int:
+    """Quietly, as a Unix tool whose reader went: what is still buffered for stdout goes to
+    the null device, so the flush at exit fails no more (Python's signal docs' recipe)."""
+    import os
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), sys.stdout.fileno())
+    return EXIT_PIPE_CLOSED
 
 
 def _run(args) -> int:

@@ -73,10 +73,16 @@ def terminal_width() -> int:
 
 def console_for(file, width: int | None):
     from rich.console import Console
+
+    class Report(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own answer to a reader that went (| head) is exit 1, check's "over
+            # budget": main.guarded answers every write's alike, 141
+            raise BrokenPipeError
     # a console wider than any table: the tables fit ``width`` themselves, and rich must not
     # re-wrap what they already laid out
-    return Console(file=file, width=max(width or 0, 10_000), soft_wrap=False,
-                   force_terminal=file is sys.stdout and sys.stdout.isatty())
+    return Report(file=file, width=max(width or 0, 10_000), soft_wrap=False,
+                  force_terminal=file is sys.stdout and sys.stdout.isatty())
 
 
 def wrote(path: str, what: str) -> None:

@@ -158,13 +158,14 @@ def print_table(console, title: str | None, cols: list[Col], rows: list[list[str
     width, for files and pipes)."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     kept, cells = fit(cols, rows, width)
     # prose cells (``wrap``): rich narrows those columns in proportion, breaking between words
     squeeze = width if width and any(c.wrap for c in kept) and \
         sum(_natural(kept, cells)) + SEP * (len(kept) - 1) > width else None
-    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-                  padding=(0, 1), header_style="bold", title_justify="left", collapse_padding=True,
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  padding=(0, 1), header_style="bold", collapse_padding=True,
                   width=squeeze)
     for c in kept:
         table.add_column(c.header, justify="right" if c.numeric else "left",
@@ -174,4 +175,15 @@ def print_table(console, title: str | None, cols: list[Col], rows: list[list[str
                          overflow="fold" if c.wrap or c.numeric else "ellipsis")
     for k, r in enumerate(cells):
         table.add_row(*r, style=styles[k] if styles else None)
-    console.print(table)
+    if title:
+        # a line of its own, as rich styles a table's title (rich pads a title to the
+        # table's width)
+        console.print(Text(title, style="table.title"), width=width)
+    if console.is_terminal:
+        console.print(table)
+        return
+    # rich pads a left-justified last column to its width: no trailing blanks in a pipe or file
+    with console.capture() as captured:
+        console.print(table)
+    console.file.write("".join(line.rstrip() + "\n"
+                               for line in captured.get().splitlines()))
