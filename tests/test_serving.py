@@ -26,6 +26,7 @@ from graphcost.analyzer.frontends.torch.serve import HFStep, capture  # noqa: E4
 from graphcost.analyzer.measure.serving import measure_steps  # noqa: E402
 from graphcost.models_zoo import build_model, hf  # noqa: E402
 from graphcost.passes.errors import GraphcostError  # noqa: E402
+from transformers import Gemma2Config, Gemma2ForCausalLM  # noqa: E402
 
 from graphcost import analyze  # noqa: E402
 
@@ -156,14 +157,32 @@ def _same_graph(a, b):
     assert ra.memory.timeline == rb.memory.timeline     # eager references repeated too
 
 
-def test_repeated_layers_equal_a_full_trace():
+def _gemma2():
+    # sliding and full attention alternate (period 2); a window of 4 below the prompt of 6.
+    # Its classes are imported with the module: imported first under torch.device("meta"),
+    # transformers' generation module fails on torch 2.8 (torch._dynamo partly initialized)
+    cfg = Gemma2Config(vocab_size=200, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=8, sliding_window=4, max_position_embeddings=64)
+    assert cfg.layer_types[:2] == ["sliding_attention", "full_attention"]
+    return Gemma2ForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("build", [lambda: hf.llama(num_hidden_layers=4).eval(), _gemma2],
+                         ids=["hf_llama", "hf_gemma2"])
+def test_repeated_layers_equal_a_full_trace(build):
     # transformers' Llama: the cache built in the trace, eager references across layers (the
-    # zoo's Llama is repeated in test_llama7b_decode_is_bandwidth_bound)
+    # zoo's Llama is repeated in test_llama7b_decode_is_bandwidth_bound). Gemma-2: its
+    # sliding-window cache makes each sliding layer's token counter before the stack (a clone
+    # of a constant only that layer reads): grown with its layer, then put back there
     with torch.device("meta"):
-        m = hf.llama(num_hidden_layers=4).eval()
+        m = build()
     repeated = capture(m, batch=2, prompt=6, generate=3, name="m", repeat_at=4)
     full = capture(m, batch=2, prompt=6, generate=3, name="m", repeat_at=0)
     assert repeated.traced_layers and full.traced_layers is None
+    layers, types = m.config.num_hidden_layers, getattr(m.config, "layer_types", None) or []
+    period = 2 if "sliding_attention" in types else 1   # three blocks of `period` layers
+    assert repeated.traced_layers.startswith(f"{3 * period} of {layers} layers traced")
     _same_graph(repeated.prefill, full.prefill)
     _same_graph(repeated.decode, full.decode)
     assert [repeated.decode.spec(x) for x in repeated.decode_past] == \

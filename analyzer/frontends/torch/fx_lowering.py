@@ -143,10 +143,13 @@ NO_MODULE = "_empty_nn_module_stack_from_metadata_hook"
 def _placed(nodes: list[Node]) -> tuple[Node, ...]:
     """The nodes, each check with no module placed in the module of the op it guards (the
     next node's): otherwise it would stand as a module of its own in the module tree and cut
-    a block's nodes into two runs (a stack of blocks could not be repeated)."""
+    a block's nodes into two runs (a stack of blocks could not be repeated). On 2.8 a check
+    with no outputs may also come with no module stack at all between two nodes that have
+    one (on a sliding-window cache's token counter, inside the attention)."""
     out, after = list(nodes), ""
     for i in range(len(out) - 1, -1, -1):
-        if out[i].scope == NO_MODULE:
+        if out[i].scope == NO_MODULE or (out[i].scope == "" and after and i > 0 and
+                                         out[i - 1].scope and not any(out[i].outputs)):
             out[i] = replace(out[i], scope=after)
         else:
             after = out[i].scope

@@ -18,7 +18,9 @@ values, its own weights and cache, the layer before it and values made before th
 A transformers stack whose layer types repeat with a period (Gemma-2's and gpt-oss's sliding
 and full attention alternate: period 2) is grown the same way with each run of ``period``
 layers as one block: 3 · period layers traced, their scopes renamed ``layers.5`` →
-``layers.2.1`` while the blocks are grown and back after (:func:`regrouped`).
+``layers.2.1`` while the blocks are grown and back after (:func:`regrouped`). A node before
+the stack that one layer alone reads (a sliding-window cache's token counter) is grown with
+that layer and put back before the stack after (:func:`_preludes`).
 """
 from __future__ import annotations
 
@@ -74,8 +76,83 @@ def grow_stack(graph: Graph, prefix: str, stack: Stack, repeat=None) -> Graph | 
     """``graph``, traced with ``stack`` truncated, grown to the stack's length by ``repeat``
     (``repeat_layers``, or repeat_joint.py's for a joint graph); None when it cannot be."""
     repeat = repeat or repeat_layers
-    out = repeat(regrouped(graph, prefix, stack.period), prefix, stack.layers // stack.period)
-    return None if out is None else regrouped(out, prefix, stack.period, back=True)
+    blocks = regrouped(graph, prefix, stack.period)
+    preludes = _preludes(blocks, prefix)
+    out = repeat(_into_layers(blocks, prefix, preludes), prefix, stack.layers // stack.period)
+    if out is None:
+        return None
+    return regrouped(_out_of_layers(out, preludes, graph.nodes), prefix, stack.period,
+                     back=True)
+
+
+def _preludes(graph: Graph, prefix: str) -> dict[int, int]:
+    """The nodes before the stack that one layer alone reads, from the graph's leaves (node
+    index -> that layer): transformers' sliding-window cache makes each sliding layer's token
+    counter before the stack (a clone of a constant), which its layer only checks."""
+    layer = [layer_of(n.scope, prefix) for n in graph.nodes]
+    first = next((i for i, k in enumerate(layer) if k is not None), 0)
+    readers: dict[str, set] = {}
+    for i, node in enumerate(graph.nodes):
+        for x in node.inputs:
+            if x:
+                readers.setdefault(x, set()).add(i)
+    out = {}
+    for i in range(first):
+        node = graph.nodes[i]
+        read = {layer[r] for o in node.outputs if o for r in readers.get(o, ())}
+        if len(read) == 1 and None not in read and all(
+                graph.values[x].producer is None and readers[x] == {i}
+                for x in node.inputs if x):
+            out[i] = read.pop()
+    counts = {k: list(out.values()).count(k) for k in range(TRACED)}
+    # each layer its own (else it is no prelude: the embedding only the first layer reads)
+    return out if len(set(counts.values())) == 1 else {}
+
+
+def _into_layers(graph: Graph, prefix: str, preludes: dict[int, int]) -> Graph:
+    """``graph`` with each prelude node moved to the head of the layer that reads it, in its
+    scope, so that a layer grown is grown with its own."""
+    if not preludes:
+        return graph
+    heads: dict[int, int] = {}
+    for i, node in enumerate(graph.nodes):
+        k = layer_of(node.scope, prefix)
+        if k is not None and i not in preludes:
+            heads.setdefault(k, i)
+    scope = {i: f"{prefix}.{k}" for i, k in preludes.items()}
+    order = [i for i in range(len(graph.nodes)) if i not in preludes]
+    for k, head in sorted(heads.items(), key=lambda kv: -kv[1]):
+        at = order.index(head)
+        order[at:at] = [i for i, pk in preludes.items() if pk == k]
+    return _moved(graph, order, scope)
+
+
+def _out_of_layers(graph: Graph, preludes: dict[int, int], traced: tuple[Node, ...]) -> Graph:
+    """The grown ``graph`` with every layer's prelude node (its copies are named
+    ``name~c``) back before the stack, where the first was traced, in layer order and its
+    traced scope."""
+    if not preludes:
+        return graph
+    scope_of = {traced[i].name: traced[i].scope for i in preludes}
+    moved = [i for i, n in enumerate(graph.nodes) if n.name.split("~")[0] in scope_of]
+    rest = [i for i in range(len(graph.nodes)) if i not in set(moved)]
+    at = min(preludes)
+    order = rest[:at] + moved + rest[at:]
+    return _moved(graph, order, {i: scope_of[graph.nodes[i].name.split("~")[0]]
+                                 for i in moved})
+
+
+def _moved(graph: Graph, order: list[int], scopes: dict[int, str]) -> Graph:
+    """``graph``'s nodes in ``order`` (old indices), renumbered, ``scopes`` (old index ->
+    scope) changed; producers and eager references follow their nodes."""
+    new = {old: k for k, old in enumerate(order)}
+    nodes = tuple(replace(graph.nodes[old], index=k,
+                          scope=scopes.get(old, graph.nodes[old].scope))
+                  for k, old in enumerate(order))
+    values = {n: v if v.producer is None else replace(v, producer=new[v.producer])
+              for n, v in graph.values.items()}
+    return replace(graph, nodes=nodes, values=MappingProxyType(values),
+                   eager_refs=MappingProxyType({n: new[p] for n, p in graph.eager_refs.items()}))
 
 
 def layers_note(stack: Stack) -> str:

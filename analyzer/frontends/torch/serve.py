@@ -165,10 +165,6 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
         raise GraphcostError(f"{opt('serve')}: {name} has {cap} learned positions; {opt('serve.prompt')} + "
                              f"{opt('serve.generate')} = {prompt + generate} exceeds them")
     stack = find_stack(model, repeat_at) if repeat_at else None
-    if stack is not None and stack.period > 1:
-        # layer types that alternate are sliding-window layers: transformers' cache makes
-        # each one's token counter before the stack, which no grown block can copy
-        stack = None
     step = HFStep(model) if kind == "hf" else KVStep(model)
     # a mixture of experts in transformers' eager loop is costed as plain analysis costs it
     with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes:
