@@ -162,8 +162,8 @@ def _gemma2():
     # Its classes are imported with the module: imported first under torch.device("meta"),
     # transformers' generation module fails on torch 2.8 (torch._dynamo partly initialized)
     cfg = Gemma2Config(vocab_size=200, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=8, sliding_window=4, max_position_embeddings=64)
+                       num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=8, sliding_window=4, max_position_embeddings=64)
     assert cfg.layer_types[:2] == ["sliding_attention", "full_attention"]
     return Gemma2ForCausalLM(cfg).eval()
 
