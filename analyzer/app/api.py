@@ -146,7 +146,8 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     from ..frontends.torch.capture import export_module
     from ..frontends.torch.fake_rerun import rerun, reruns
     from ..frontends.torch.frontend import decompose_program, lower_exported
-    from ..frontends.torch.repeat_layers import REPEAT_AT, trace_repeated
+    from ..frontends.torch.layer_stack import REPEAT_AT
+    from ..frontends.torch.repeat_layers import trace_repeated
     from ..frontends.torch.size_bounds import check_maxima
     from ..frontends.torch.transformers_tracing import call_defaults, traceable_experts
 

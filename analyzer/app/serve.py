@@ -65,7 +65,7 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
     r = in_dtype(r, dtype, train=False)
     b = batch or _batch_of(r) or 1
     if r.kind == "torch":
-        from ..frontends.torch.repeat_layers import REPEAT_AT
+        from ..frontends.torch.layer_stack import REPEAT_AT
         from ..frontends.torch.serve import capture
         steps = capture(r.module, batch=b, prompt=prompt, generate=generate, name=r.name,
                         note=note, repeat_at=0 if all_layers else REPEAT_AT)

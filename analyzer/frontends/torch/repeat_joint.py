@@ -22,7 +22,8 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from ....passes.ir import AttentionKernel, Graph, Node, Value
-from .repeat_layers import TRACED, copied, grown_names, layer_of, rescope
+from .layer_stack import TRACED
+from .repeat_layers import copied, grown_names, layer_of, rescope
 
 
 # long: one walk over both phases renumbers nodes and values together

@@ -35,7 +35,7 @@ import torch
 from ....passes.errors import GraphcostError, opt
 from ....passes.ir import Graph, TensorSpec
 from ..serving_steps import Steps
-from .repeat_layers import REPEAT_AT
+from .layer_stack import REPEAT_AT
 from .transformers_tracing import traceable_experts
 
 
@@ -156,7 +156,8 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     allocated). A stack of ``repeat_at`` or more identical blocks is traced as three and the
     middle one repeated in the IR (analyzer/frontends/torch/repeat_layers.py): each copy gets its
     own weights, cache tensors and activations, as a full trace would."""
-    from .repeat_layers import find_stack, grow_stack, layers_note, truncated
+    from .layer_stack import find_stack, layers_note, truncated
+    from .repeat_layers import grow_stack
 
     note = note or (lambda _m: None)
     kind = check_servable(model, name)
