@@ -137,7 +137,7 @@ def test_piped_text_has_no_trailing_blanks(mlp):
         p = run(*args, check_rc=0)
         padded = [line for line in p.stdout.splitlines() if line != line.rstrip()]
         assert not padded, (args, padded[:3])
-    assert "by op type\n" in run(mlp, "--batch", 16).stdout
+        assert args[0] == "devices" or "by op type\n" in p.stdout  # the title, on its own
 
 
 def test_a_reader_that_stops_early_gets_no_error(mlp):
