@@ -12,9 +12,11 @@ What counts as a shown command, in any fenced block:
   small stand-ins the ``workspace`` fixture writes; only the exit status is checked, and that
   the files a command writes (``--html F``, ``> F``) are there.
 
-Each command runs through bash (pipes and redirections as shown) in that working directory with
-the installed ``graphcost`` on PATH, COLUMNS=100 and a local Hugging Face cache (HF_HOME,
-HF_HUB_OFFLINE=1). A trailing ``# comment`` is not part of the command; ``# exit N`` states the
+Each command runs in that working directory with COLUMNS=100 and a local Hugging Face cache
+(HF_HOME, HF_HUB_OFFLINE=1): one with shell syntax (pipes, redirections) through bash with the
+installed ``graphcost`` on PATH, the others in a process of their own forked from one that
+imported torch, transformers and graphcost once (tests/docs_runner.py: the imports were most of
+a command's time). A trailing ``# comment`` is not part of the command; ``# exit N`` states the
 exit status, otherwise it is 0. ``timm:`` commands are skipped when timm is not installed.
 
 The commands run two at a time in one module-scoped fixture (the zoo:llama7b ones take 5–15 s
@@ -28,6 +30,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +40,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# every shown command is checked on every torch of the range (conftest.py): the fixture runs
+# them all anyway, and what a page claims must hold on each
+pytestmark = pytest.mark.every_torch
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PARALLEL = 2          # commands at once: more only slows each down on a 2-core runner
 TIMEOUT = 120         # seconds per command; the slowest (zoo:llama7b) take about 15
@@ -250,6 +256,22 @@ def run(cmd: str, cwd: Path, env: dict) -> Result:
     return Result(proc.returncode, out, time.monotonic() - start)
 
 
+# what only a shell reads: such a command runs through bash, the others in tests/docs_runner.py
+SHELL_SYNTAX = re.compile(r"[|<>;&$`*?~'\"\\]")
+
+
+def run_forked(cmds: list[str], cwd: Path, env: dict) -> list[Result]:
+    """Commands without shell syntax, each in a process forked from one that imported torch,
+    transformers and graphcost once (tests/docs_runner.py says why)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), str(PARALLEL),
+                           str(TIMEOUT)], input=json.dumps([c.split()[1:] for c in cmds]),
+                          cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT * len(cmds))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [Result(status, [line.rstrip() for line in out.splitlines()], took)
+            for status, out, took in json.loads(proc.stdout)]
+
+
 @pytest.fixture(scope="module")
 def results(workspace) -> dict[str, Result]:
     """Every runnable command's result, keyed by the command: one shown on several pages (the
@@ -262,8 +284,12 @@ def results(workspace) -> dict[str, Result]:
     todo = {c.cmd for c in COMMANDS if c.cmd and c.cmd not in NOT_RUN and not c.missing_module()}
     # the slow ones first, so that the fast ones fill the other slot meanwhile
     todo = sorted(todo, key=lambda cmd: ("llama7b" not in cmd and "Llama-3.1" not in cmd, cmd))
+    forked = [cmd for cmd in todo if not SHELL_SYNTAX.search(cmd)]
+    done = dict(zip(forked, run_forked(forked, workspace, env)))
+    shell = [cmd for cmd in todo if cmd not in done]
     with ThreadPoolExecutor(PARALLEL) as pool:
-        return dict(zip(todo, pool.map(lambda cmd: run(cmd, workspace, env), todo)))
+        done.update(zip(shell, pool.map(lambda cmd: run(cmd, workspace, env), shell)))
+    return done
 
 
 def written_files(cmd: str) -> list[str]:

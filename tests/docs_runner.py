@@ -1,0 +1,96 @@
+"""Runs shown ``graphcost`` commands for tests/test_docs.py, each in a process of its own forked
+from this one, which has imported torch, transformers and graphcost once.
+
+A fresh ``graphcost`` process spends most of a small command's time importing torch._dynamo
+and transformers (4.5 s of the 6 s that ``graphcost path/to/net.py:Net`` takes on an idle
+2-core machine, 13-22 s under the suite's load, the CUDA builds of the torch range slower).
+Forked after those imports, each command still runs as the installed script runs it: its own
+process, ``console()`` (the ``graphcost`` entry point) with its argv, stdout and stderr on
+files, its exit status the process's. Nothing runs in this process before a fork but imports,
+so no torch thread pool is copied into a child.
+
+Protocol: ``python tests/docs_runner.py PARALLEL TIMEOUT`` in the working directory and the
+environment the commands need; stdin: a JSON list of argv lists; stdout, once all have ended:
+a JSON list of ``[status, output, seconds]`` in the same order (the output is stdout then
+stderr; the status is -1 for a command killed at TIMEOUT seconds).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+
+
+def _child(argv: list[str], out, err) -> None:
+    from graphcost.analyzer.cli.main import console
+
+    os.dup2(out.fileno(), 1)
+    os.dup2(err.fileno(), 2)
+    sys.argv = ["graphcost", *argv]
+    try:
+        code = console()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (exc.code is not None)
+    except BaseException:  # what the script would print before exiting 1
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _read(f) -> str:
+    f.seek(0)
+    return f.read().decode(errors="replace")
+
+
+def run_all(jobs: list[list[str]], parallel: int, timeout: float) -> list[list]:
+    results: list[list] = [[] for _ in jobs]
+    todo, running, killed = list(enumerate(jobs)), {}, set()
+    while todo or running:
+        while todo and len(running) < parallel:
+            i, argv = todo.pop(0)
+            out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(argv, out, err)
+            running[pid] = (i, time.monotonic(), out, err)
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid == 0:
+            for child, (i, start, _, _) in running.items():
+                if time.monotonic() - start > timeout and child not in killed:
+                    os.kill(child, signal.SIGKILL)
+                    killed.add(child)
+            time.sleep(0.02)
+            continue
+        i, start, out, err = running.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        text = _read(out) + _read(err)
+        if pid in killed:
+            code, text = -1, f"timed out after {timeout:.0f} s\n{text}"
+        results[i] = [code, text, time.monotonic() - start]
+    return results
+
+
+def main() -> None:
+    import importlib.util
+
+    import torch  # noqa: F401  the imports every child would otherwise repeat
+    if importlib.util.find_spec("transformers"):
+        import transformers  # noqa: F401
+
+    import graphcost.analyzer.cli.main  # noqa: F401
+    import graphcost.analyzer.frontends.torch.capture  # noqa: F401  (torch._dynamo)
+
+    parallel, timeout = int(sys.argv[1]), float(sys.argv[2])
+    json.dump(run_all(json.load(sys.stdin), parallel, timeout), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
