@@ -9,3 +9,55 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 # Zoo exports are cached across test runs (vgg16's takes ~10 s); never in the user's home.
 os.environ.setdefault("GRAPHCOST_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "zoo"))
+
+# --torch-range: the suite as .ci/run runs it again on the oldest and the newest torch of the
+# supported range. Those runs exist for what changes between torch releases: capture, export,
+# decompositions, fake tensors, the kernels PyTorch dispatches, its trackers. So they leave out
+# the modules below, and run each parametrized test with its first case only, plus the cases
+# marked every_torch (a case a release broke before, a module whose fixture measures every
+# case at once); the main suite runs everything. .ci/run stays near its 30 minutes so (the
+# CUDA builds of the range run the suite 1.5 times slower than the 2.13 CPU build).
+SAME_ON_EVERY_TORCH = {
+    # never through torch: ONNX files, hostile inputs, the allocator model, the renderers
+    "test_bad_input", "test_caching_allocator", "test_check", "test_control_flow_bounds",
+    "test_cost_rules", "test_cost_rules_breadth", "test_cuda_traces", "test_design_numbers",
+    "test_devices", "test_diff", "test_first_contact", "test_fuzz", "test_gpu_workspaces",
+    "test_hostile", "test_hostile_budgets", "test_html_report", "test_layers", "test_liveness",
+    "test_onnx_breadth_frontend", "test_onnx_corpus", "test_onnx_frontend", "test_onnx_training",
+    "test_packaging", "test_plot_png", "test_receptive_field", "test_rule_ownership",
+    "test_terminal", "test_validate", "test_verify",
+    # golden digests are recorded for 2.13 only (they skip elsewhere)
+    "test_report_golden",
+    # passes and faces over traced graphs: the traces they read are checked in the range by the
+    # frontend and measurement modules (fake re-runs, training, serving, parallel on gloo)
+    "test_batch_scaling", "test_checkpoint_plan", "test_cli", "test_default_view", "test_fits",
+    "test_parallel", "test_serving_capacity",
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--torch-range", action="store_true",
+                     help="the torch-range subset (.ci/run's oldest and newest torch): see "
+                          "tests/conftest.py")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "every_torch: a case --torch-range runs although it is "
+                                       "not its test's first")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--torch-range"):
+        return
+    keep, seen = [], set()
+    for item in items:
+        function = (item.module.__name__ if item.module else "", item.originalname)
+        first = function not in seen
+        seen.add(function)
+        if item.module and item.module.__name__.rpartition(".")[2] in SAME_ON_EVERY_TORCH:
+            continue
+        if first or item.get_closest_marker("every_torch"):
+            keep.append(item)
+    kept = set(map(id, keep))
+    config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
+    items[:] = keep

@@ -19,6 +19,9 @@ from graphcost.passes.parallel import ParallelSpec
 
 from tests.shared import joint_graph
 
+# every case on every torch of the range (conftest.py): the fixtures measure them all at once
+pytestmark = pytest.mark.every_torch
+
 GLOO = [("mlp", "ddp"), ("mlp", "zero1"), ("mlp", "zero2"), ("mlp", "fsdp"), ("gpt2", "ddp"),
         ("gpt2", "fsdp")]
 FAKE = [("mlp", "fsdp"), ("mlp", "zero2"), ("gpt2", "fsdp")]

@@ -49,7 +49,9 @@ def _dataflow(g):
             for n in g.nodes]
 
 
-@pytest.mark.parametrize("build", [_zoo_llama, _hf_llama, _hf_gemma2],
+# Gemma-2 on every torch of the range (conftest.py): on 2.8 its checks came with no module
+@pytest.mark.parametrize("build", [_zoo_llama, _hf_llama,
+                                   pytest.param(_hf_gemma2, marks=pytest.mark.every_torch)],
                          ids=["zoo_llama", "hf_llama", "hf_gemma2"])
 def test_grown_joint_graph_is_the_full_trace(build):
     model, shapes = build()

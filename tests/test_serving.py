@@ -168,7 +168,8 @@ def _gemma2():
     return Gemma2ForCausalLM(cfg).eval()
 
 
-@pytest.mark.parametrize("build", [lambda: hf.llama(num_hidden_layers=4).eval(), _gemma2],
+@pytest.mark.parametrize("build", [lambda: hf.llama(num_hidden_layers=4).eval(),
+                                   pytest.param(_gemma2, marks=pytest.mark.every_torch)],
                          ids=["hf_llama", "hf_gemma2"])
 def test_repeated_layers_equal_a_full_trace(build):
     # transformers' Llama: the cache built in the trace, eager references across layers (the
