@@ -247,3 +247,21 @@ def test_command_line_offline(hub):
     assert json.loads(out.stdout)["totals"]["params"] == 7_615_616_512
     assert_one_line_error(run("meta-llama/Llama-3.2-1B"),
                           "online graphcost fetches only its config.json")
+
+
+def test_no_network_reads_the_cache_at_once(hub, monkeypatch):
+    # Online mode (HF_HUB_OFFLINE unset) on a machine whose DNS knows no hub (a .invalid name
+    # never resolves, RFC 2606): huggingface_hub alone retried an uncached config for 23 s
+    # (1 + 2 + 4 + 8 + 8), logging "Retrying in 1s [Retry 1/5]" and so on; graphcost asks for
+    # the cache only when the hub's name does not resolve
+    import time
+
+    import huggingface_hub.constants as c
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(c, "ENDPOINT", "https://hub.graphcost-test.invalid")
+    start = time.monotonic()
+    p = run("meta-llama/Llama-3.2-1B", "--dim", "seq=64")
+    assert time.monotonic() - start < 5
+    assert_one_line_error(p, "not in the local Hugging Face cache and the hub cannot be reached")
+    # a cached config is read as offline reads it
+    assert analyze("Qwen/Qwen2.5-7B", dims={"seq": 64}).totals.params == 7_615_616_512

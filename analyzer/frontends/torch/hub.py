@@ -53,8 +53,15 @@ def config_file(text: str) -> Path:
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
     )
+    from huggingface_hub.utils import logging as hub_logging
+
+    # The client logs each retry of a failed request ("Retrying in 1s [Retry 1/5]"): graphcost
+    # says one line when it gives up (below), so only the client's errors are let through.
+    verbosity = hub_logging.get_verbosity()
+    hub_logging.set_verbosity_error()
     try:
-        return Path(hf_hub_download(repo, "config.json", revision=revision or None))
+        return Path(hf_hub_download(repo, "config.json", revision=revision or None,
+                                    local_files_only=not _hub_host_resolves()))
     except GatedRepoError:
         raise GraphcostError(f"{repo}: a gated repository: accept its licence on the hub and "
                              "log in (huggingface-cli login), or pass a local config.json") from None
@@ -68,6 +75,26 @@ def config_file(text: str) -> Path:
     except Exception as exc:  # noqa: BLE001 - the hub client's network errors, one line
         raise GraphcostError(f"{text}: could not fetch config.json ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    finally:
+        hub_logging.set_verbosity(verbosity)
+
+
+def _hub_host_resolves() -> bool:
+    """Whether the hub's host name has an address. Without one (no network, no DNS) the hub
+    client retries a config it has not cached for 23 s (1 + 2 + 4 + 8 + 8) before it gives up;
+    told to use its cache only, it reads a cached config at once or fails as offline does."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname
+    if constants.HF_HUB_OFFLINE or not host:  # offline: the client reads its cache itself
+        return True
+    try:
+        return bool(socket.getaddrinfo(host, 443))
+    except OSError:  # socket.gaierror: the name does not resolve
+        return False
 
 
 def read_config(path: Path, name: str) -> dict[str, Any]:
