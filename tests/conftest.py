@@ -51,10 +51,11 @@ def pytest_collection_modifyitems(config, items):
         return
     keep, seen = [], set()
     for item in items:
-        function = (item.module.__name__ if item.module else "", item.originalname)
+        module = getattr(getattr(item, "module", None), "__name__", "")
+        function = (module, getattr(item, "originalname", item.name))
         first = function not in seen
         seen.add(function)
-        if item.module and item.module.__name__.rpartition(".")[2] in SAME_ON_EVERY_TORCH:
+        if module.rpartition(".")[2] in SAME_ON_EVERY_TORCH:
             continue
         if first or item.get_closest_marker("every_torch"):
             keep.append(item)
