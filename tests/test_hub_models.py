@@ -210,6 +210,9 @@ def test_deepseek_style_moe_shared_experts_and_a_dense_first_layer(hub):
     assert round(r.moe.total_params / 1e9, 1) == 15.7
     assert [(m.experts, m.top_k, m.expert_params) for m in r.moe.layers] == \
         [(64, 6, 553_648_128)] * 26  # the shared experts are no routed layer: whole
+    # the dense layer 0 traced as it is, three of the 26 MoE layers, the rest repeated: the
+    # per-layer list above is all 26, each with its own experts
+    assert r.traced_layers.startswith("4 of 27 layers traced; layers 3–25 are layer 2 repeated")
     assert r.moe.active_params == 2_661_150_208
     # The card's "2.4B" is not this count rounded (2.7B), and DeepSeek does not say how it
     # counts. The nearest convention leaves out the input embedding, a table look-up,

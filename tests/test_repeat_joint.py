@@ -32,13 +32,31 @@ def _hf_llama():
 
 
 def _hf_gemma2():
-    """Sliding and full attention layers alternate: grown two layers at a time."""
+    """Sliding and full attention layers alternate: grown two layers at a time; nine of them,
+    so the ninth is a tail of part of a period, traced as it is."""
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.Gemma2Config(hidden_size=128, intermediate_size=344, num_hidden_layers=8,
+    cfg = transformers.Gemma2Config(hidden_size=128, intermediate_size=344, num_hidden_layers=9,
                                     num_attention_heads=4, num_key_value_heads=2, head_dim=32,
                                     vocab_size=1000, sliding_window=16)   # eager attention
     with torch.device("meta"):
         return transformers.Gemma2ForCausalLM(cfg), {"input_ids": (1, 64)}
+
+
+def _hf_deepseek():
+    """A dense first layer, then seven mixtures of experts: the head traced as it is."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.DeepseekV2Config(
+        vocab_size=1000, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+        num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+        n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=32,
+        q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, n_group=1,
+        topk_group=1)
+    with torch.device("meta"):
+        return transformers.DeepseekV2ForCausalLM(cfg), {"input_ids": (1, 64)}
+
+
+# the layers traced, of the stack's
+TRACED = {"zoo_llama": (3, 8), "hf_llama": (3, 8), "hf_gemma2": (7, 9), "hf_deepseek": (4, 8)}
 
 
 def _dataflow(g):
@@ -51,16 +69,17 @@ def _dataflow(g):
 
 # Gemma-2 on every torch of the range (conftest.py): on 2.8 its checks came with no module
 @pytest.mark.parametrize("build", [_zoo_llama, _hf_llama,
-                                   pytest.param(_hf_gemma2, marks=pytest.mark.every_torch)],
-                         ids=["zoo_llama", "hf_llama", "hf_gemma2"])
-def test_grown_joint_graph_is_the_full_trace(build):
+                                   pytest.param(_hf_gemma2, marks=pytest.mark.every_torch),
+                                   _hf_deepseek],
+                         ids=list(TRACED))
+def test_grown_joint_graph_is_the_full_trace(build, request):
     model, shapes = build()
     load = LoadOptions(train=True, input_shapes=shapes,
                        input_dtypes={"input_ids": torch.int64})
     full = load_graph(model, replace(load, all_layers=True))
     grown = load_graph(model, load)
-    traced = 6 if build is _hf_gemma2 else 3
-    assert grown.traced_layers.startswith(f"{traced} of 8 layers traced")
+    traced, layers = TRACED[request.node.callspec.id]
+    assert grown.traced_layers.startswith(f"{traced} of {layers} layers traced")
     assert not full.traced_layers
     assert [(n.op, n.scope, tuple(full.spec(o) for o in n.outputs)) for n in full.nodes] == \
         [(n.op, n.scope, tuple(grown.spec(o) for o in n.outputs)) for n in grown.nodes]

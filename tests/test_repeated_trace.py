@@ -1,5 +1,7 @@
 """A stack of eight or more identical blocks is traced as three and the middle block repeated
-in the IR (analyzer/frontends/torch/repeat_layers.py) for an inference analysis. The reference is a
+in the IR (analyzer/frontends/torch/repeat_layers.py) for an inference analysis; a stack of
+blocks of a period of layers, a head of layers unlike the rest and a tail of part of a
+period likewise (analyzer/frontends/torch/layer_stack.py). The reference is a
 trace of every block of the same model: the report must be the same but for node names —
 the same ops in the same modules with the same shapes, the same totals, the same memory
 timeline (eager references held across blocks included) — and 2·MACs must equal PyTorch's
@@ -32,28 +34,55 @@ def _hf_gpt2():
     return hf.gpt2(n_layer=LAYERS).eval()  # learned positions, tied head, eager attention
 
 
-def _hf_gemma2():
-    """Gemma-2's sliding and full attention layers alternate: grown two layers at a time."""
+def _hf_gemma3():
+    """Gemma-3's sliding and full attention layers, here alternating (its checkpoints: five
+    sliding, one full), nine of them: four blocks of two grown two layers at a time and a
+    tail of one sliding layer, traced as it is (62 = 10 · 6 + 2 in gemma-3-27b)."""
     t = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = t.Gemma2Config(vocab_size=200, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2,
-                         head_dim=8, sliding_window=4, max_position_embeddings=64)
-    assert cfg.layer_types[:2] == ["sliding_attention", "full_attention"]
-    return t.Gemma2ForCausalLM(cfg).eval()
+    cfg = t.Gemma3TextConfig(vocab_size=200, hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=LAYERS + 1, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=8, sliding_window=4,
+                             max_position_embeddings=64,
+                             layer_types=["sliding_attention", "full_attention"] * 4
+                             + ["sliding_attention"])
+    return t.Gemma3ForCausalLM(cfg).eval()
 
 
-# Gemma-2 on every torch of the range (conftest.py): on 2.8 its checks came with no module
+def _hf_deepseek():
+    """DeepSeek-V2's first layer is a dense MLP, the seven after it mixtures of experts: the
+    head of one layer traced as it is, the experts' layers grown one at a time."""
+    t = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = t.DeepseekV2Config(vocab_size=200, hidden_size=32, intermediate_size=64,
+                             moe_intermediate_size=16, num_hidden_layers=LAYERS,
+                             num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+                             n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1,
+                             kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=8,
+                             qk_rope_head_dim=8, v_head_dim=8, max_position_embeddings=64,
+                             n_group=1, topk_group=1)
+    return t.DeepseekV2ForCausalLM(cfg).eval()
+
+
+# layers traced: three blocks of one layer, of two (Gemma-3: and its tail), DeepSeek's
+# dense head and three blocks
+TRACED = {"zoo_llama": (3, LAYERS), "hf_gpt2": (3, LAYERS), "hf_gemma3": (7, LAYERS + 1),
+          "hf_deepseek": (4, LAYERS)}
+
+
+# Gemma-3 on every torch of the range (conftest.py): on 2.8 a periodic stack's checks came
+# with no module paths
 @pytest.mark.parametrize("build", [_zoo_llama, _hf_gpt2,
-                                   pytest.param(_hf_gemma2, marks=pytest.mark.every_torch)],
-                         ids=["zoo_llama", "hf_gpt2", "hf_gemma2"])
-def test_repeated_stack_equals_a_full_trace(build):
+                                   pytest.param(_hf_gemma3, marks=pytest.mark.every_torch),
+                                   _hf_deepseek],
+                         ids=list(TRACED))
+def test_repeated_stack_equals_a_full_trace(build, request):
     model = build()
     ids = torch.randint(3, 200, (2, 12))
     repeated = analyze(model, (ids,))
     full = analyze(model, (ids,), all_layers=True)  # every block traced
-    period = 2 if build is _hf_gemma2 else 1
-    assert repeated.traced_layers.startswith(f"{3 * period} of {LAYERS} layers traced")
+    traced, layers = TRACED[request.node.callspec.id]
+    assert repeated.traced_layers.startswith(f"{traced} of {layers} layers traced")
     assert full.traced_layers == ""
     assert [(n.op, n.scope, n.output_shapes) for n in repeated.nodes] == \
         [(n.op, n.scope, n.output_shapes) for n in full.nodes]
@@ -61,9 +90,14 @@ def test_repeated_stack_equals_a_full_trace(build):
     assert repeated.memory.timeline == full.memory.timeline
     assert repeated.memory.peak_bytes == full.memory.peak_bytes
     assert repeated.modules == full.modules
-    # every block's own weights: eight blocks' parameters, not three (a tied head once)
+    # every block's own weights: all blocks' parameters, not three (a tied head once)
     assert repeated.totals.params == sum(p.numel() for p in model.parameters())
     counter = FlopCounterMode(display=False)
+    if build is _hf_deepseek:
+        # FlopCounterMode has no formula for grouped_mm, the experts graphcost traces (the
+        # eager loop cannot be): counted with batched_mm's, one bmm per token and expert
+        # chosen, the same arithmetic (as tests/test_hf_models.py counts Mixtral's)
+        model.set_experts_implementation("batched_mm")
     with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):  # attention as its matmuls
         model(ids)
     assert 2 * repeated.totals.macs == counter.get_total_flops()
@@ -78,6 +112,36 @@ def test_repeated_stack_equals_a_full_trace(build):
     assert any(line.startswith("traced") for line in summary_lines(repeated))
     assert not any(line.startswith("traced") for line in summary_lines(full))
     assert note in render_markdown(repeated) and note in html_report(repeated)
+
+
+def test_the_stack_pattern_by_hand():
+    from graphcost.analyzer.frontends.torch.layer_stack import (
+        Stack,
+        _repeating,
+        layers_note,
+    )
+
+    s, f, dense, moe = "sliding", "full", "dense", "moe"
+    # gemma-3-27b: 62 layers, five sliding then one full: ten periods of six and two sliding
+    # layers after them; traced: 3 · 6 + 2 = 20
+    gemma3 = ([s] * 5 + [f]) * 10 + [s] * 2
+    assert _repeating(gemma3) == (6, 0, 2)
+    stack = Stack("model.layers", 62, 6, 0, 2)
+    assert (stack.blocks, stack.traced) == (10, 20)
+    # blocks 0, 1, 2 … 9: copies 2–8 of block 1 are layers 12–53 (block 9 the third traced)
+    assert layers_note(stack) == ("20 of 62 layers traced; layers 12–53 are layers 6–11 "
+                                  "repeated in the IR (layer kinds repeat every 6 layers)")
+    # DeepSeek-V3: 61 layers, the first three dense (first_k_dense_replace 3); traced: 3 + 3
+    assert _repeating([dense] * 3 + [moe] * 58) == (1, 3, 0)
+    assert layers_note(Stack("model.layers", 61, 1, 3, 0)) == (
+        "6 of 61 layers traced; layers 5–59 are layer 4 repeated in the IR (identical blocks)")
+    # gpt-oss-20b: 24 alternating; a stack of one kind; kinds in no order: traced whole
+    assert _repeating([s, f] * 12) == (2, 0, 0)
+    assert _repeating([moe] * 8) == (1, 0, 0)
+    assert _repeating([s, f, f, s, s, f, s, s]) is None
+    # more than three whole periods: 4 · 2 + 1 repeats, 3 · 2 + 1 does not
+    assert _repeating([s, f] * 4 + [s]) == (2, 0, 1)
+    assert _repeating([s, f] * 3 + [s]) is None
 
 
 STACK = """

@@ -1,9 +1,14 @@
-"""Which stack of blocks a model has, and the model with that stack cut to three (or three
-periods of its layer types) for the trace; repeat_layers.py grows the traced graph back.
+"""Which stack of blocks a model has, and the model with that stack cut to three blocks for
+the trace; repeat_layers.py grows the traced graph back.
 
-A stack is the model's longest ``ModuleList`` of ``REPEAT_AT`` or more blocks of one class with
-the same parameter and buffer shapes and, for transformers, layer types that are one type or
-repeat with a period the stack is a whole number of (more than three) times.
+A stack is the model's longest ``ModuleList`` of ``REPEAT_AT`` or more layers whose kinds —
+class, parameter and buffer shapes and, for transformers, the layer type — repeat: after a
+head of layers unlike the rest (DeepSeek's dense first layers before its mixtures of
+experts), with a period (Gemma-2's sliding and full attention alternate: period 2), more than
+three whole periods, and a tail of fewer layers than a period that continues the pattern
+(Gemma-3's 62 layers: five sliding and one full, ten times, then two sliding). One block is
+one period of layers. The trace keeps the head, three blocks and the tail: the first
+``head + 3 · period + tail`` layers, whose kinds are the same as the whole stack's ends.
 """
 from __future__ import annotations
 
@@ -17,26 +22,39 @@ REPEAT_AT = 8  # stacks shorter than this are traced whole (three layers save li
 
 
 class Stack(NamedTuple):
-    """A model's stack of blocks: the ModuleList's path, its length, and the period of its
-    layer types (1: all one type)."""
+    """A model's stack: the ModuleList's path, its length, the period of its layers' kinds
+    (1: all one kind), the layers before the repeating blocks and after them."""
     path: str
     layers: int
     period: int = 1
+    head: int = 0
+    tail: int = 0
+
+    @property
+    def blocks(self) -> int:
+        """How many blocks of ``period`` layers repeat."""
+        return (self.layers - self.head - self.tail) // self.period
+
+    @property
+    def traced(self) -> int:
+        """How many layers the trace keeps: the head, three blocks, the tail."""
+        return self.head + TRACED * self.period + self.tail
 
 
 def layers_note(stack: Stack) -> str:
-    n, p = stack.layers, stack.period
+    n, p, h = stack.layers, stack.period, stack.head
+    first, last = h + 2 * p, h + (stack.blocks - 1) * p - 1  # the copies' layers
     if p == 1:
-        return (f"{TRACED} of {n} layers traced; layers 2–{n - 2} are layer 1 repeated "
-                "in the IR (identical blocks)")
-    return (f"{TRACED * p} of {n} layers traced; layers {2 * p}–{n - p - 1} are layers "
-            f"{p}–{2 * p - 1} repeated in the IR (the layer types repeat every {p} layers)")
+        return (f"{stack.traced} of {n} layers traced; layers {first}–{last} are layer "
+                f"{h + 1} repeated in the IR (identical blocks)")
+    return (f"{stack.traced} of {n} layers traced; layers {first}–{last} are layers "
+            f"{h + p}–{h + 2 * p - 1} repeated in the IR (layer kinds repeat every {p} "
+            "layers)")
 
 
 def find_stack(model: torch.nn.Module, at_least: int) -> Stack | None:
-    """The model's longest ModuleList if it holds ``at_least`` blocks of one class with the
-    same parameter and buffer shapes and, for transformers, layer types that are one type or
-    repeat with a period the stack is a whole number of (more than three) times."""
+    """The model's longest ModuleList if it holds ``at_least`` layers whose kinds repeat
+    (the module's docstring), with its shortest head, then its shortest period."""
     best = None
     for path, mod in model.named_modules():
         if isinstance(mod, torch.nn.ModuleList) and len(mod) >= at_least and \
@@ -46,52 +64,56 @@ def find_stack(model: torch.nn.Module, at_least: int) -> Stack | None:
         return None
     stack = model.get_submodule(best[0])
     assert isinstance(stack, torch.nn.ModuleList)  # (found as one above)
-    blocks = list(stack)
-    layout = [_layout(b) for b in blocks]
-    if any(x != layout[0] for x in layout):
-        return None
     config = getattr(model, "config", None)
-    types = getattr(config, "layer_types", None)
-    period = 1 if types is None or len(set(types)) == 1 else _period(list(types))
-    if period is None:
-        return None  # sliding and full layers in no repeating order: trace them all
     if config is not None and getattr(config, "num_hidden_layers", best[1]) != best[1]:
         return None
-    return Stack(best[0], best[1], period)
+    types = list(getattr(config, "layer_types", None) or [None] * best[1])
+    if len(types) != best[1]:
+        return None
+    kinds: dict = {}  # each distinct kind numbered, so that the search compares numbers
+    keys = [kinds.setdefault((_layout(b), t), len(kinds)) for b, t in zip(stack, types)]
+    shape = _repeating(keys)
+    if shape is None:
+        return None  # layers in no repeating order: trace them all
+    return Stack(best[0], best[1], *shape)
 
 
-def _period(types: list) -> int | None:
-    """The fewest layers after which ``types`` repeat, where the stack is more than three
-    whole periods (else None)."""
-    n = len(types)
-    for p in range(2, n // (TRACED + 1) + 1):
-        if n % p == 0 and all(t == types[i % p] for i, t in enumerate(types)):
-            return p
+def _repeating(keys: list[int]) -> tuple[int, int, int] | None:
+    """(period, head, tail) of the layers' kinds ``keys``: the fewest leading layers after
+    which the rest repeat with a period more than three whole times, the rest of a period
+    the tail; None when no such pattern exists."""
+    n = len(keys)
+    for head in range(n - TRACED):
+        rest = keys[head:]
+        for p in range(1, len(rest) // (TRACED + 1) + 1):
+            if all(k == rest[i % p] for i, k in enumerate(rest)):
+                return p, head, len(rest) % p
     return None
 
 
 def _layout(block: torch.nn.Module):
-    return (type(block), [(n, tuple(t.shape), t.dtype) for n, t in
-                          (*block.named_parameters(), *block.named_buffers())])
+    return (type(block), tuple((n, tuple(t.shape), t.dtype) for n, t in
+                               (*block.named_parameters(), *block.named_buffers())))
 
 
 @contextmanager
 def truncated(model: torch.nn.Module, stack: Stack):
-    """The model with its stack cut to its first three blocks (three periods of layers) and
-    a transformers config saying so, put back as it was afterwards."""
-    path, _, period = stack
+    """The model with its stack cut to its first ``stack.traced`` layers (the head, three
+    blocks and as many as the tail) and a transformers config saying so, put back as it was
+    afterwards."""
+    path, keep = stack.path, stack.traced
     parent_path, _, attr = path.rpartition(".")
     parent = model.get_submodule(parent_path)
     full = getattr(parent, attr)
     config = getattr(model, "config", None)
     saved = {k: getattr(config, k) for k in ("num_hidden_layers", "layer_types")
              if config is not None and getattr(config, k, None) is not None}
-    setattr(parent, attr, torch.nn.ModuleList(list(full)[:TRACED * period]))
+    setattr(parent, attr, torch.nn.ModuleList(list(full)[:keep]))
     try:
         if config is not None and "num_hidden_layers" in saved:
-            config.num_hidden_layers = TRACED * period
+            config.num_hidden_layers = keep
         if config is not None and "layer_types" in saved:
-            config.layer_types = list(saved["layer_types"])[:TRACED * period]
+            config.layer_types = list(saved["layer_types"])[:keep]
         yield
     finally:
         setattr(parent, attr, full)

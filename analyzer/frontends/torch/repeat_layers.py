@@ -15,10 +15,13 @@ It is refused (``None``: the caller traces every layer) unless the three layers 
 contiguous runs of nodes with the same ops, attributes and shapes, each reading only its own
 values, its own weights and cache, the layer before it and values made before the stack.
 
-A transformers stack whose layer types repeat with a period (Gemma-2's and gpt-oss's sliding
-and full attention alternate: period 2) is grown the same way with each run of ``period``
-layers as one block: 3 · period layers traced, their scopes renamed ``layers.5`` →
-``layers.2.1`` while the blocks are grown and back after (:func:`regrouped`). A node before
+A stack whose layers' kinds repeat with a period (Gemma-2's and gpt-oss's sliding and full
+attention alternate: period 2) is grown the same way with each run of ``period`` layers as
+one block: 3 · period layers traced, their scopes renamed ``layers.5`` → ``layers.2.1`` while
+the blocks are grown and back after (:func:`regrouped`). Layers before the blocks unlike them
+(DeepSeek's dense first layer) and a tail of less than a period after them (Gemma-3's) are
+traced as they are and renamed out of the stack meanwhile, so that the walk sees them as
+what comes before and after it (layer_stack.py). A node before
 the stack that one layer alone reads (a sliding-window cache's token counter) is grown with
 that layer and put back before the stack after (:func:`_preludes`).
 """
@@ -64,13 +67,12 @@ def grow_stack(graph: Graph, prefix: str, stack: Stack, repeat=None) -> Graph | 
     """``graph``, traced with ``stack`` truncated, grown to the stack's length by ``repeat``
     (``repeat_layers``, or repeat_joint.py's for a joint graph); None when it cannot be."""
     repeat = repeat or repeat_layers
-    blocks = regrouped(graph, prefix, stack.period)
+    blocks = regrouped(graph, prefix, stack)
     preludes = _preludes(blocks, prefix)
-    out = repeat(_into_layers(blocks, prefix, preludes), prefix, stack.layers // stack.period)
+    out = repeat(_into_layers(blocks, prefix, preludes), prefix, stack.blocks)
     if out is None:
         return None
-    return regrouped(_out_of_layers(out, preludes, graph.nodes), prefix, stack.period,
-                     back=True)
+    return regrouped(_out_of_layers(out, preludes, graph.nodes), prefix, stack, back=True)
 
 
 def _preludes(graph: Graph, prefix: str) -> dict[int, int]:
@@ -143,30 +145,56 @@ def _moved(graph: Graph, order: list[int], scopes: dict[int, str]) -> Graph:
                    eager_refs=MappingProxyType({n: new[p] for n, p in graph.eager_refs.items()}))
 
 
-def regrouped(graph: Graph, prefix: str, period: int, back: bool = False) -> Graph:
-    """``graph`` with each run of ``period`` layers of the stack ``prefix`` scoped as one
-    block, its layers numbered inside it ("layers.5.mlp" → "layers.2.1.mlp" at period 2), so
-    that it grows as identical blocks; ``back``: the scopes as the model names them again."""
-    if period == 1:
+def regrouped(graph: Graph, prefix: str, stack: Stack, back: bool = False) -> Graph:
+    """``graph`` with the stack ``prefix``'s layers scoped as blocks, so that it grows as
+    identical blocks: each run of ``period`` layers one block, its layers numbered inside it
+    ("layers.5.mlp" → "layers.2.1.mlp" at period 2), the head's and the tail's layers out of
+    the stack ("layers~head.0.mlp", "layers~tail.1.mlp"); ``back``: the scopes of the grown
+    graph as the model names them again."""
+    if (stack.period, stack.head, stack.tail) == (1, 0, 0):
         return graph
-    lead = prefix + "."
+    scoped = _back_scope if back else _block_scope
 
-    def scoped(scope: str) -> str:
-        if not scope.startswith(lead):
-            return scope
-        parts = scope[len(lead):].split(".", 2 if back else 1)
-        if back and len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-            return ".".join([lead + str(int(parts[0]) * period + int(parts[1])), *parts[2:]])
-        if not back and parts[0].isdigit():
-            block, layer = divmod(int(parts[0]), period)
-            return ".".join([f"{lead}{block}.{layer}", *parts[1:]])
-        return scope
+    def rename(scope: str) -> str:
+        return scoped(scope, prefix, stack)
     return replace(
-        graph, nodes=tuple(replace(n, scope=scoped(n.scope)) if n.scope.startswith(lead)
+        graph, nodes=tuple(replace(n, scope=rename(n.scope)) if n.scope.startswith(prefix)
                            else n for n in graph.nodes),
-        module_types=MappingProxyType({scoped(k): v for k, v in graph.module_types.items()}),
-        param_paths=MappingProxyType({k: scoped(v) for k, v in graph.param_paths.items()}),
-        attention=tuple(replace(c, scope=scoped(c.scope)) for c in graph.attention))
+        module_types=MappingProxyType({rename(k): v for k, v in graph.module_types.items()}),
+        param_paths=MappingProxyType({k: rename(v) for k, v in graph.param_paths.items()}),
+        attention=tuple(replace(c, scope=rename(c.scope)) for c in graph.attention))
+
+
+def _block_scope(scope: str, prefix: str, stack: Stack) -> str:
+    """A traced layer's module path as the grown walk reads it (:func:`regrouped`)."""
+    first, dot, rest = scope.removeprefix(prefix + ".").partition(".")
+    if not scope.startswith(prefix + ".") or not first.isdigit():
+        return scope
+    i, h, p = int(first), stack.head, stack.period
+    if i < h:
+        return f"{prefix}~head.{i}{dot}{rest}"
+    if i >= h + TRACED * p:
+        return f"{prefix}~tail.{i - h - TRACED * p}{dot}{rest}"
+    block, layer = divmod(i - h, p)
+    return f"{prefix}.{block}{dot}{rest}" if p == 1 else f"{prefix}.{block}.{layer}{dot}{rest}"
+
+
+def _back_scope(scope: str, prefix: str, stack: Stack) -> str:
+    """A grown graph's module path as the model names it: :func:`_block_scope` undone, the
+    tail after the last block."""
+    h, p = stack.head, stack.period
+    for part, base in (("~head.", 0), ("~tail.", h + stack.blocks * p)):
+        if scope.startswith(prefix + part):
+            first, dot, rest = scope.removeprefix(prefix + part).partition(".")
+            return f"{prefix}.{base + int(first)}{dot}{rest}"
+    if not scope.startswith(prefix + "."):
+        return scope
+    n = 1 if p == 1 else 2  # the numbers naming a layer in the walk: its block (its place)
+    parts = scope.removeprefix(prefix + ".").split(".", n)
+    if len(parts) < n or not all(x.isdigit() for x in parts[:n]):
+        return scope
+    layer = h + int(parts[0]) * p + (int(parts[1]) if n == 2 else 0)
+    return ".".join([f"{prefix}.{layer}", *parts[n:]])
 
 
 def layer_of(scope: str, prefix: str) -> int | None:
