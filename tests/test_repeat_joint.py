@@ -51,8 +51,10 @@ def _hf_deepseek():
         n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=32,
         q_lora_rank=None, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16, n_group=1,
         topk_group=1)
+    model_class = transformers.DeepseekV2ForCausalLM  # (imported first under the meta device,
+    # transformers' generation module fails on torch 2.8: torch._dynamo partly initialized)
     with torch.device("meta"):
-        return transformers.DeepseekV2ForCausalLM(cfg), {"input_ids": (1, 64)}
+        return model_class(cfg), {"input_ids": (1, 64)}
 
 
 # the layers traced, of the stack's

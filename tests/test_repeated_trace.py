@@ -144,6 +144,23 @@ def test_the_stack_pattern_by_hand():
     assert _repeating([s, f] * 3 + [s]) is None
 
 
+def test_a_check_inside_a_layer_is_placed_in_that_layer():
+    # torch 2.8's export gives the check of a tensor DeepSeek-V2's layers all read (its rotary
+    # table) the module path of the layer before, in the middle of the next layer's nodes
+    # (layers.2.self_attn's nodes, then a check "in" layers.1.self_attn): the layer's nodes
+    # would be two runs and the stack traced whole. A check between two nodes of one module
+    # is that module's; one at a module's edge keeps its own
+    from graphcost.analyzer.frontends.torch.fx_lowering import _placed
+    from graphcost.passes.ir import Node
+
+    def node(i, scope, outputs=("y",)):
+        return Node(i, f"n{i}", "aten.check" if not outputs else "aten.view", ("x",),
+                    tuple(f"{o}{i}" for o in outputs), {}, scope)
+    a, b = "model.layers.2.self_attn", "model.layers.1.self_attn"
+    nodes = [node(0, a), node(1, b, ()), node(2, a, ()), node(3, a), node(4, b, ()), node(5, b)]
+    assert [n.scope for n in _placed(nodes)] == [a, a, a, a, b, b]
+
+
 STACK = """
 import torch
 

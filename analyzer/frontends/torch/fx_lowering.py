@@ -145,7 +145,9 @@ def _placed(nodes: list[Node]) -> tuple[Node, ...]:
     next node's): otherwise it would stand as a module of its own in the module tree and cut
     a block's nodes into two runs (a stack of blocks could not be repeated). On 2.8 a check
     with no outputs may also come with no module stack at all between two nodes that have
-    one (on a sliding-window cache's token counter, inside the attention)."""
+    one (on a sliding-window cache's token counter, inside the attention), or, between two
+    nodes of one module, the module of the layer before (the check of the rotary table
+    each of DeepSeek-V2's layers reads carries the path of the layer before it)."""
     out, after = list(nodes), ""
     for i in range(len(out) - 1, -1, -1):
         if out[i].scope == NO_MODULE or (out[i].scope == "" and after and i > 0 and
@@ -153,6 +155,9 @@ def _placed(nodes: list[Node]) -> tuple[Node, ...]:
             out[i] = replace(out[i], scope=after)
         else:
             after = out[i].scope
+    for i in range(1, len(out) - 1):
+        if not any(out[i].outputs) and out[i - 1].scope == out[i + 1].scope != out[i].scope:
+            out[i] = replace(out[i], scope=out[i + 1].scope)
     return tuple(out)
 
 
