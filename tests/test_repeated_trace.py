@@ -37,16 +37,22 @@ def _hf_gpt2():
 def _hf_gemma3():
     """Gemma-3's sliding and full attention layers, here alternating (its checkpoints: five
     sliding, one full), nine of them: four blocks of two grown two layers at a time and a
-    tail of one sliding layer, traced as it is (62 = 10 · 6 + 2 in gemma-3-27b)."""
+    tail of one sliding layer, traced as it is (62 = 10 · 6 + 2 in gemma-3-27b). Built as
+    its 4B-27B checkpoints are, with a vision tower: the layer types are its text config's."""
     t = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = t.Gemma3TextConfig(vocab_size=200, hidden_size=32, intermediate_size=64,
-                             num_hidden_layers=LAYERS + 1, num_attention_heads=4,
-                             num_key_value_heads=2, head_dim=8, sliding_window=4,
-                             max_position_embeddings=64,
-                             layer_types=["sliding_attention", "full_attention"] * 4
-                             + ["sliding_attention"])
-    return t.Gemma3ForCausalLM(cfg).eval()
+    text = t.Gemma3TextConfig(vocab_size=200, hidden_size=32, intermediate_size=64,
+                              num_hidden_layers=LAYERS + 1, num_attention_heads=4,
+                              num_key_value_heads=2, head_dim=8, sliding_window=4,
+                              max_position_embeddings=64,
+                              layer_types=["sliding_attention", "full_attention"] * 4
+                              + ["sliding_attention"])
+    vision = t.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                  num_attention_heads=4, image_size=28, patch_size=14)
+    cfg = t.Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                         mm_tokens_per_image=4, image_token_index=2, boi_token_index=1,
+                         eoi_token_index=0)  # (below the ids the test draws: text alone)
+    return t.Gemma3ForConditionalGeneration(cfg).eval()
 
 
 def _hf_deepseek():

@@ -64,7 +64,7 @@ def find_stack(model: torch.nn.Module, at_least: int) -> Stack | None:
         return None
     stack = model.get_submodule(best[0])
     assert isinstance(stack, torch.nn.ModuleList)  # (found as one above)
-    config = getattr(model, "config", None)
+    config = _config_of(model, best[0])
     if config is not None and getattr(config, "num_hidden_layers", best[1]) != best[1]:
         return None
     types = list(getattr(config, "layer_types", None) or [None] * best[1])
@@ -76,6 +76,17 @@ def find_stack(model: torch.nn.Module, at_least: int) -> Stack | None:
     if shape is None:
         return None  # layers in no repeating order: trace them all
     return Stack(best[0], best[1], *shape)
+
+
+def _config_of(model: torch.nn.Module, path: str):
+    """The transformers config of the nearest module holding the stack at ``path``: a
+    multimodal model's text config (Gemma-3's layer types are its text model's), or None."""
+    parts = path.split(".")
+    for k in range(len(parts) - 1, -1, -1):
+        config = getattr(model.get_submodule(".".join(parts[:k])), "config", None)
+        if config is not None:
+            return config
+    return None
 
 
 def _repeating(keys: list[int]) -> tuple[int, int, int] | None:
@@ -105,7 +116,7 @@ def truncated(model: torch.nn.Module, stack: Stack):
     parent_path, _, attr = path.rpartition(".")
     parent = model.get_submodule(parent_path)
     full = getattr(parent, attr)
-    config = getattr(model, "config", None)
+    config = _config_of(model, path)
     saved = {k: getattr(config, k) for k in ("num_hidden_layers", "layer_types")
              if config is not None and getattr(config, k, None) is not None}
     setattr(parent, attr, torch.nn.ModuleList(list(full)[:keep]))
