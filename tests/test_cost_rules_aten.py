@@ -35,6 +35,17 @@ class Op(nn.Module):
         return self.fn(x)
 
 
+class Solve(nn.Module):
+    """torch.linalg.solve_triangular of a lower-triangular A against B."""
+
+    def __init__(self, **kw):
+        super().__init__()
+        self.kw = kw
+
+    def forward(self, a, b):
+        return torch.linalg.solve_triangular(a, b, upper=False, **self.kw)
+
+
 class Grid(nn.Module):
     def forward(self, x, grid):
         return F.grid_sample(x, grid, mode="bilinear", align_corners=False)
@@ -96,6 +107,14 @@ FX_CASES = [
     # timm's NesT calls it: QKᵀ 3·16·196·196·32 = 59,006,976 MACs + PV the same = 118,013,952;
     # FLOPs 2·MACs + 6 per score (3·16·196·196 = 1,843,968 scores) = 247,091,712
     case("sdpa_rank5", SDPA(), [(1, 3, 16, 196, 32)] * 3, 118_013_952, 247_091_712),
+    # triangular solve A X = B, A 2×4×4 unit lower-triangular, B 2×4×3 (the gated delta
+    # rule's call): x_i = b_i − Σ_{j<i} a_ij·x_j, 0 + 1 + 2 + 3 = 6 MACs per column, 2·3
+    # columns → 36 MACs, 72 FLOPs, no divisions (unit diagonal)
+    case("solve_triangular_unit", Solve(unitriangular=True), [(2, 4, 4), (2, 4, 3)], 36, 72),
+    # X A = B (left=False), A 5×5 lower-triangular, B 3×5: each row of X solved from its
+    # last element back, 0 + 1 + 2 + 3 + 4 = 10 MACs a row → 30 MACs; FLOPs 60 + one
+    # division per element of X (15) = 75
+    case("solve_triangular_right", Solve(left=False), [(5, 5), (3, 5)], 30, 75),
 ]
 # SDPA, q k v 1×2×6×4 (B H S D): QKᵀ 2·6·6·4 = 288 MACs + PV 288 = 576 MACs; FLOPs 2·576 +
 # softmax 5 and scale 1 per score (2·6·6 = 72 scores) = 1,152 + 432 = 1,584. The legacy

@@ -139,6 +139,19 @@ def det(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + mats * n
 
 
+@rule("aten.linalg_solve_triangular.default", saves="inputs", cublas=True)
+def solve_triangular(op: OpView) -> tuple[int, int]:
+    # A X = B (left) or X A = B, A (…, n, n) triangular: each of X's elements x_i is its
+    # right-hand side less the i − 1 products with the elements solved before it, then one
+    # division by A's diagonal (none when unitriangular). Over a row of n: n(n − 1)/2
+    # multiply-adds, so MACs = numel(X)·(n − 1)/2 (an integer: numel(X) holds n), the
+    # unit-diagonal count of LAPACK's xTRSM. The backward keeps A and X, X of B's size.
+    n = op.in_shape(0)[-1]
+    out = op.out_numel()
+    macs = out * max(0, n - 1) // 2
+    return macs, 2 * macs + (0 if op.attr("unitriangular", False) else out)
+
+
 @rule("aten.scaled_dot_product_attention.default", saves="inputs", dispatched=True)
 @rule("Attention", "ai.onnx.preview::FlexAttention",
       "aten._scaled_dot_product_flash_attention_for_cpu.default",
