@@ -34,7 +34,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 
 from ....passes.errors import GraphcostError, opt
 from .compat import first_joint_trace, no_stack_traces
-from .transformers_tracing import eager_masks
+from .transformers_tracing import eager_paths
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
@@ -113,7 +113,7 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
     sizes = sizes if sizes is not None else BoundedSizes()
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes, no_stack_traces(), \
-                eager_masks():
+                eager_paths():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
             if references is None:
                 return torch.export.export(model, tuple(args), kwargs=kwargs or {},
@@ -319,7 +319,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
-            with no_stack_traces(), eager_masks():
+            with no_stack_traces(), eager_paths():
                 program = torch.export.export(_SumLoss(model), tuple(args),
                                               kwargs=kwargs or {}, strict=False)
                 runner = ExportedRun(program, attention, autocast)

@@ -57,13 +57,14 @@ def same_path(marked, small, *, train: bool) -> bool:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from .capture import quiet_torch_logs
-    from .transformers_tracing import call_defaults, traceable_experts
+    from .transformers_tracing import call_defaults, eager_paths, traceable_experts
 
     def ops(r, limit: int | None) -> list | None:
         log, was = _OpLog(limit), r.module.training
         try:
             with quiet_torch_logs(), traceable_experts(r.module), torch.no_grad(), \
-                    _exporting(), FakeTensorMode(allow_non_fake_inputs=True), log:
+                    _exporting(), eager_paths(), FakeTensorMode(allow_non_fake_inputs=True), \
+                    log:
                 r.module.train(train)
                 r.module(*r.inputs, **call_defaults(r.module, dict(r.kwargs)))
         except Exception:  # (_Outgrown included) not a path a re-run can follow

@@ -1,13 +1,13 @@
 """What a transformers model needs to be traced as it runs: no KV cache unless asked
-(``call_defaults``), experts a trace can follow (``traceable_experts``), and the attention
-masks its eager forward builds (``eager_masks``). Used by capture.py's exports and by the
+(``call_defaults``), experts a trace can follow (``traceable_experts``), and the branches its
+eager forward takes (``eager_paths``). Used by capture.py's exports and by the
 fake-tensor re-runs (fake_rerun.py); nothing here imports transformers: a model that is not
 one passes through untouched."""
 from __future__ import annotations
 
 import inspect
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Mapping
 
 import torch
@@ -60,7 +60,30 @@ def traceable_experts(model: torch.nn.Module):
 
 
 @contextmanager
-def eager_masks():
+def eager_paths():
+    """transformers takes, while traced, the branches its eager forward takes: the attention
+    masks (``_eager_masks``) and the triangular solves of the chunked gated delta rule
+    (``_eager_solves``)."""
+    with _eager_masks(), _eager_solves():
+        yield
+
+
+@contextmanager
+def _patched(modules: list[Any], names: tuple[str, ...], values: tuple[Any, ...]):
+    """Each of ``modules`` with its attributes ``names`` set to ``values`` meanwhile."""
+    saved = [[getattr(m, n) for n in names] for m in modules]
+    for m in modules:
+        for n, v in zip(names, values):
+            setattr(m, n, v)
+    try:
+        yield
+    finally:
+        for m, old in zip(modules, saved):
+            for n, f in zip(names, old):
+                setattr(m, n, f)
+
+
+def _eager_masks():
     """transformers builds the attention mask the eager forward builds. Eager, with no
     padding mask and one sequence per row, a decoder's SDPA call gets ``is_causal=True`` and
     no mask (and grouped key/value heads as they are), which lets PyTorch dispatch flash or
@@ -73,13 +96,22 @@ def eager_masks():
     masking = sys.modules.get("transformers.masking_utils")
     names = ("is_torchdynamo_exporting", "find_packed_sequence_indices")
     if masking is None or not all(hasattr(masking, n) for n in names):
-        yield
-        return
-    saved = [getattr(masking, n) for n in names]
-    setattr(masking, names[0], lambda: False)
-    setattr(masking, names[1], lambda position_ids: None)
-    try:
-        yield
-    finally:
-        for n, f in zip(names, saved):
-            setattr(masking, n, f)
+        return nullcontext()
+    return _patched([masking], names, (lambda: False, lambda position_ids: None))
+
+
+def _eager_solves():
+    """The chunked gated delta rule (Qwen3-Next, Qwen3.5, OLMo-hybrid's linear attention:
+    ``torch_chunk_gated_delta_rule``) solves each chunk's unit lower-triangular system with
+    ``torch.linalg.solve_triangular`` when it runs eagerly, and under ``torch.export``, for
+    export targets without that kernel (ONNX), inverts it by forward substitution instead: a
+    Python loop of chunk_size − 1 row updates, a clone each, then two more matmuls: a graph
+    PyTorch never runs, four times the eager one (a two-layer Qwen3.5: 1,797 nodes against
+    449), whose row copies a training step keeps. torch.export traces the solve itself, so
+    the modeling modules defining the rule are told they are not exporting; in them (5.24)
+    that flag decides nothing else."""
+    modules = [m for name, m in list(sys.modules.items())
+               if name.startswith("transformers.models.") and ".modeling_" in name
+               and hasattr(m, "torch_chunk_gated_delta_rule")
+               and hasattr(m, "is_torchdynamo_exporting")]
+    return _patched(modules, ("is_torchdynamo_exporting",), (lambda: False,))
