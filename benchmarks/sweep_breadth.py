@@ -37,8 +37,12 @@ FlopCounterMode's total over one real CPU forward under torch.no_grad() against 
 FlopCounterMode has no formula for are swapped for its forward only, as
 benchmarks/accuracy_hf.py does for Mixtral: scaled_dot_product_attention runs on its math
 kernel (CPU's fused kernel would count 0) and transformers' MoE experts run batched_mm
-instead of grouped_mm (likewise), an LSTM/GRU without oneDNN (mkldnn_rnn: likewise); no
-parameter requires grad during it. graphcost's figure for an op whose size the data decides
+instead of grouped_mm (likewise), an LSTM/GRU without oneDNN (mkldnn_rnn: likewise); a
+triangular solve (the gated delta rule's: Qwen3-Next, Qwen3.5, OLMo-hybrid), for which it has
+no formula either, is counted by LAPACK's xTRSM count; no parameter requires grad during it.
+Computations whose results no output reads (a recurrent state after the last chunk, a
+backbone stage no head uses) run eagerly and are counted here; torch.export leaves them
+out, so graphcost does (docs/accuracy.md). graphcost's figure for an op whose size the data decides
 is an upper bound: the records keep its "bounded" ops (coverage.bounded).
 
 Each model runs in a process of its own (forked from a parent that imported torch,
@@ -423,6 +427,16 @@ def _batched_experts(model):
             model.set_experts_implementation(saved)
 
 
+def _solve_triangular_flops(a_shape, b_shape, *args, out_shape=None, unitriangular=False,
+                            **kwargs) -> int:
+    """FlopCounterMode has no formula for a triangular solve (the gated delta rule's, Qwen3.5's
+    linear attention): LAPACK's xTRSM count, n(n − 1)/2 multiplies and as many adds per
+    solved column of n, plus n divisions unless the diagonal is unit."""
+    import math
+    n, solved = a_shape[-1], math.prod(out_shape or b_shape)
+    return solved * (n - 1) + (0 if unitriangular else solved)
+
+
 def _reference(model, args: tuple, kwargs: dict) -> int:
     """FlopCounterMode's total over one forward under no_grad, on the swapped kernels (module
     docstring). Parameters stop requiring grad meanwhile: FlopCounterMode's module tracker
@@ -434,7 +448,8 @@ def _reference(model, args: tuple, kwargs: dict) -> int:
 
     grad = [p for p in model.parameters() if p.requires_grad]
     rnn = any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
-    counter = FlopCounterMode(display=False)
+    counter = FlopCounterMode(display=False, custom_mapping={
+        torch.ops.aten.linalg_solve_triangular: _solve_triangular_flops})
     try:
         for p in grad:
             p.requires_grad_(False)
