@@ -18,10 +18,10 @@ import time
 
 
 def measure(seq: int, train: bool) -> list[tuple]:
+    import graphcost.analyzer.frontends.torch.transformers_tracing as tracing
     import torch
     import transformers
 
-    import graphcost.analyzer.frontends.torch.transformers_tracing as tracing
     from graphcost import analyze
     with torch.device("meta"):
         model = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(use_cache=False))
