@@ -115,6 +115,15 @@ FX_CASES = [
     # last element back, 0 + 1 + 2 + 3 + 4 = 10 MACs a row → 30 MACs; FLOPs 60 + one
     # division per element of X (15) = 75
     case("solve_triangular_right", Solve(left=False), [(5, 5), (3, 5)], 30, 75),
+    # antialiased bicubic 1×2×8×8 → 1×2×4×4, each axis shrunk by 2: 4 taps stretched to 8;
+    # the last axis first, 1·2·8·4 = 64 outputs × 8 taps × 2 = 1,024, then the rows,
+    # 1·2·4·4 = 32 × 16 = 512 → 1,536
+    case("upsample_bicubic_aa", Op(lambda x: F.interpolate(
+        x, size=(4, 4), mode="bicubic", antialias=True)), [(1, 2, 8, 8)], 0, 1_536),
+    # antialiased bilinear 1×1×4×4 → 1×1×8×6, enlarged (2 taps as they are): 1·1·4·6 = 24 ×
+    # 2 taps × 2 = 96, then 1·1·8·6 = 48 × 4 = 192 → 288
+    case("upsample_bilinear_aa", Op(lambda x: F.interpolate(
+        x, size=(8, 6), mode="bilinear", antialias=True)), [(1, 1, 4, 4)], 0, 288),
 ]
 # SDPA, q k v 1×2×6×4 (B H S D): QKᵀ 2·6·6·4 = 288 MACs + PV 288 = 576 MACs; FLOPs 2·576 +
 # softmax 5 and scale 1 per score (2·6·6 = 72 scores) = 1,152 + 432 = 1,584. The legacy

@@ -2,6 +2,7 @@
 zero with its reason) plus the few movement ops that do compute (Resize, Range)."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .registry import AXIS_ATTRS, OpView, rule, zero_cost
@@ -186,3 +187,23 @@ def _interpolation(op: OpView, mode: str) -> int:
 @rule("aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default", saves="nothing")
 def upsample_bilinear(op: OpView) -> tuple[int, int]:
     return 0, _interpolation(op, "linear")
+
+
+# F.interpolate(..., antialias=True) (DINOv2's position embeddings at another resolution)
+# reaches the graph whole too. PyTorch resizes one axis at a time, the last first, skipping
+# axes that keep their size (separable_upsample_generic_Nd_kernel_impl in ATen's CPU
+# UpSampleKernel.cpp); on an axis shrunk by s the filter (4 taps bicubic, 2 bilinear) is
+# stretched to s times its taps, each tap a multiply and an add (an estimate: the taps are
+# trimmed at the borders).
+@rule("aten._upsample_bicubic2d_aa.default", "aten._upsample_bilinear2d_aa.default",
+      saves="nothing")  # (their .vec forms are decomposed into these)
+def upsample_antialiased(op: OpView) -> tuple[int, int]:
+    taps = 4 if "bicubic" in op.node.op else 2
+    shape, out = list(op.in_shape(0)), op.out_shape(0)
+    flops = 0
+    for axis in reversed(range(2, len(out))):
+        if shape[axis] != out[axis]:
+            support = math.ceil(taps * max(1.0, shape[axis] / max(1, out[axis])))
+            shape[axis] = out[axis]
+            flops += math.prod(shape) * 2 * support
+    return 0, flops
