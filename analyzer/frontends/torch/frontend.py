@@ -49,10 +49,13 @@ def unreachable_rules() -> list[str]:
 
 
 def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgram":
+    """``ep`` in core ATen, the calls whose result no output reads kept (dead_ends.py: the
+    decomposed program's last user outputs; ``lower_exported`` drops them again)."""
     from .compat import no_stack_traces
+    from .dead_ends import dead_ends_as_outputs
 
     table = training_decompositions()
-    with warnings.catch_warnings(), no_stack_traces():
+    with warnings.catch_warnings(), no_stack_traces(), dead_ends_as_outputs(ep):
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
         return ep.run_decompositions(table)
 
@@ -148,6 +151,7 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
     original = exported or ep
     if not decomposed:
         ep = decompose_program(ep, name)
+    from .dead_ends import own_outputs
     from .fx_references import decomposed_references
 
     held, written = decomposed_references(original.graph, ep.graph, references) \
@@ -166,8 +170,7 @@ def lower_exported(ep: "torch.export.ExportedProgram", *, name: str = "model",
             kind_of[arg] = ValueKind.CONST
         else:
             kind_of[arg] = ValueKind.INPUT
-    user_outputs = {getattr(o.arg, "name", "") for o in sig.output_specs
-                    if o.kind.name == "USER_OUTPUT"}
+    user_outputs = own_outputs(ep, original)  # (not the dead ends decompose kept)
 
     alias: dict[str, str] = {}  # tied weight placeholder -> the placeholder it stands for
     # Tied weights (GPT-2's lm_head and token embedding) are one tensor behind two

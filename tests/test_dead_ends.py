@@ -1,0 +1,56 @@
+"""What no output reads is costed as eager runs it (analyzer/frontends/torch/dead_ends.py):
+torch.export's decompositions would drop it, eager computes it and holds it as long as the
+forward's Python does."""
+from __future__ import annotations
+
+import torch
+from graphcost.analyzer.app.api import load_graph
+from graphcost.analyzer.app.request import LoadOptions
+from graphcost.analyzer.measure.reference import measure_inference
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from graphcost import analyze
+
+
+class _Unread(nn.Module):
+    """A projection computed, kept in a local and never returned (FLAVA's text-to-multimodal
+    projection), then a read of the input's view that returns nothing new."""
+
+    def __init__(self):
+        super().__init__()
+        self.kept, self.unread = nn.Linear(64, 64), nn.Linear(64, 256)
+
+    def forward(self, x):
+        unread = torch.relu(self.unread(x))  # noqa: F841  (held until the forward returns)
+        x.view(-1)  # a view: nothing computed, nothing kept
+        return self.kept(x)
+
+
+def test_an_unread_result_is_computed_and_held_as_eager_holds_it():
+    # x 8×64: the unread projection 8·64·256 = 131,072 MACs, the returned one 8·64·64 = 32,768
+    # → 2·MACs 327,680, FlopCounterMode's count of the eager forward. Memory (fp32): the
+    # unread projection's 8·256·4 = 8,192 B output, its ReLU's 8,192 B (the output freed at
+    # once, the ReLU held by the local), then the returned 2,048 B: peak 8,192 + 8,192 (while
+    # the ReLU runs) = 16,384 B, MemTracker's over the real forward
+    model, x = _Unread().eval(), torch.randn(8, 64)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(x)
+    r = analyze(model, (x,), include_inputs=False)
+    assert 2 * r.totals.macs == counter.get_total_flops() == 327_680
+    assert r.memory.peak_bytes == measure_inference(model, (x,))[0] == 16_384
+    assert [n.op for n in r.nodes].count("aten.relu.default") == 1
+    graph = load_graph(model, LoadOptions(), (x,))
+    assert len(graph.outputs) == 1  # the model's own: the unread result is no output
+
+
+def test_the_program_given_is_left_as_it_was():
+    # the dead ends are outputs only while the program is decomposed
+    model, x = _Unread().eval(), torch.randn(8, 64)
+    ep = torch.export.export(model, (x,))
+    before = (str(ep.graph), list(ep.graph_signature.output_specs),
+              ep.module_call_graph[0].signature.out_spec)
+    analyze(ep)
+    assert (str(ep.graph), list(ep.graph_signature.output_specs),
+            ep.module_call_graph[0].signature.out_spec) == before
