@@ -106,8 +106,8 @@ def _eager_solves():
     ``torch.linalg.solve_triangular`` when it runs eagerly, and under ``torch.export``, for
     export targets without that kernel (ONNX), inverts it by forward substitution instead: a
     Python loop of chunk_size − 1 row updates, a clone each, then two more matmuls: a graph
-    PyTorch never runs, four times the eager one (a two-layer Qwen3.5: 1,797 nodes against
-    449), whose row copies a training step keeps. torch.export traces the solve itself, so
+    PyTorch never runs, four times the eager one (a two-layer Qwen3.5: 1,817 nodes against
+    469), whose row copies a training step keeps. torch.export traces the solve itself, so
     the modeling modules defining the rule are told they are not exporting; in them (5.24)
     that flag decides nothing else."""
     modules = [m for name, m in list(sys.modules.items())
