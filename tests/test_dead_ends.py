@@ -54,3 +54,20 @@ def test_the_program_given_is_left_as_it_was():
     analyze(ep)
     assert (str(ep.graph), list(ep.graph_signature.output_specs),
             ep.module_call_graph[0].signature.out_spec) == before
+
+
+def test_a_program_the_extra_outputs_trip_is_decomposed_as_torch_leaves_it(monkeypatch):
+    # keeping the dead ends fails (here: on entry): the analysis goes on without them, the
+    # returned projection's 8·64·64 = 32,768 MACs only
+    from contextlib import contextmanager
+
+    from graphcost.analyzer.frontends.torch import dead_ends
+
+    @contextmanager
+    def trips(ep):
+        raise RuntimeError("extra outputs refused")
+        yield
+
+    monkeypatch.setattr(dead_ends, "dead_ends_as_outputs", trips)
+    r = analyze(_Unread().eval(), (torch.randn(8, 64),))
+    assert r.totals.macs == 32_768

@@ -33,6 +33,17 @@ def _dead_end(node: "torch.fx.Node") -> bool:
         and isinstance(node.meta.get("val"), torch.Tensor)
 
 
+def _out_spec_with(spec, extra: int):
+    """The call's output spec with ``extra`` leaves after the model's outputs as it returns
+    them; None for an output class that cannot be rebuilt from placeholder leaves."""
+    import torch.utils._pytree as pytree
+    try:
+        shaped = pytree.tree_unflatten([0] * spec.num_leaves, spec)
+        return pytree.tree_structure((shaped, *[0] * extra))
+    except Exception:
+        return None
+
+
 def _user_outputs(ep: "ExportedProgram") -> int:
     return sum(1 for s in ep.graph_signature.output_specs if s.kind.name == "USER_OUTPUT")
 
@@ -41,14 +52,14 @@ def _user_outputs(ep: "ExportedProgram") -> int:
 def dead_ends_as_outputs(ep: "ExportedProgram") -> Iterator[None]:
     """``ep`` with its dead ends appended to its outputs (graph, signature, call spec)
     meanwhile; put back as it was after."""
-    import torch.utils._pytree as pytree
     from torch.export.graph_signature import OutputKind, OutputSpec, TensorArgument
 
     graph = ep.graph
     dead = [n for n in graph.nodes if _dead_end(n)]
     root = next((e.signature for e in ep.module_call_graph if e.fqn == ""), None)
-    if not dead or root is None:
-        yield
+    spec = _out_spec_with(root.out_spec, len(dead)) if dead and root is not None else None
+    if spec is None or root is None:
+        yield  # nothing to keep, or no way to: costed as the decompositions leave it
         return
     out = next(n for n in reversed(graph.nodes) if n.op == "output")
     args, specs, call = out.args, list(ep.graph_signature.output_specs), \
@@ -57,9 +68,7 @@ def dead_ends_as_outputs(ep: "ExportedProgram") -> Iterator[None]:
     ep.graph_signature.output_specs.extend(
         OutputSpec(kind=OutputKind.USER_OUTPUT, arg=TensorArgument(name=n.name), target=None)
         for n in dead)
-    # the user outputs as the model returns them, then the dead ends, one leaf each
-    shaped = pytree.tree_unflatten([0] * root.out_spec.num_leaves, root.out_spec)
-    root.out_spec = pytree.tree_structure((shaped, *[0] * len(dead)))
+    root.out_spec = spec
     root.outputs.extend(TensorArgument(name=n.name) for n in dead)
     ep.graph_module.recompile()
     try:

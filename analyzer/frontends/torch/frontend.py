@@ -55,9 +55,13 @@ def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgr
     from .dead_ends import dead_ends_as_outputs
 
     table = training_decompositions()
-    with warnings.catch_warnings(), no_stack_traces(), dead_ends_as_outputs(ep):
+    with warnings.catch_warnings(), no_stack_traces():
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
-        return ep.run_decompositions(table)
+        try:
+            with dead_ends_as_outputs(ep):
+                return ep.run_decompositions(table)
+        except Exception:  # a program the extra outputs trip: decomposed as torch leaves it
+            return ep.run_decompositions(table)
 
 
 def decompose_program(ep: "torch.export.ExportedProgram",
