@@ -41,9 +41,9 @@ instead of grouped_mm (likewise), an LSTM/GRU without oneDNN (mkldnn_rnn: likewi
 triangular solve (the gated delta rule's: Qwen3-Next, Qwen3.5, OLMo-hybrid), for which it has
 no formula either, is counted by LAPACK's xTRSM count; no parameter requires grad during it.
 Computations whose results no output reads (a recurrent state after the last chunk, a
-backbone stage no head uses) run eagerly and are counted here; torch.export leaves them
-out, so graphcost does (docs/accuracy.md). graphcost's figure for an op whose size the data decides
-is an upper bound: the records keep its "bounded" ops (coverage.bounded).
+backbone stage no head uses) run eagerly and are counted on both sides (graphcost keeps them
+through the decompositions: docs/accuracy.md). graphcost's figure for an op whose size the
+data decides is an upper bound: the records keep its "bounded" ops (coverage.bounded).
 
 Each model runs in a process of its own (forked from a parent that imported torch,
 transformers/timm and graphcost once, to spare ~2-4 s of imports per model; --fresh starts a
