@@ -1,12 +1,14 @@
 """What no output reads is costed as eager runs it (analyzer/frontends/torch/dead_ends.py):
 torch.export's decompositions would drop it, eager computes it and holds it as long as the
-forward's Python does."""
+forward's Python does; in a training step it takes no part in the backward, and a parameter
+the loss does not reach gets no gradient (exported_run.py)."""
 from __future__ import annotations
 
+import pytest
 import torch
 from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.request import LoadOptions
-from graphcost.analyzer.measure.reference import measure_inference
+from graphcost.analyzer.measure.reference import measure_inference, measure_training
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -71,3 +73,49 @@ def test_a_program_the_extra_outputs_trip_is_decomposed_as_torch_leaves_it(monke
     monkeypatch.setattr(dead_ends, "dead_ends_as_outputs", trips)
     r = analyze(_Unread().eval(), (torch.randn(8, 64),))
     assert r.totals.macs == 32_768
+
+
+class _UnreadProjection(_Unread):
+    """_Unread without the view: MemTracker counts a view's storage as new memory when the
+    tensor it views (the input) was made before it started tracking."""
+
+    def forward(self, x):
+        unread = torch.relu(self.unread(x))  # noqa: F841
+        return self.kept(x)
+
+
+class _Unused(nn.Module):
+    """A head the step never calls (a pooler, a second task's head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.kept, self.unused = nn.Linear(64, 64), nn.Linear(64, 256)
+
+    def forward(self, x):
+        return self.kept(x)
+
+
+@pytest.mark.parametrize("model", [_UnreadProjection, _Unused])
+def test_a_training_step_trains_what_the_loss_reaches(model):
+    # AOTAutograd refused a parameter that gets no gradient; eager leaves its .grad None and
+    # SGD skips it. Parameters (64·64+64 + 64·256+256)·4 = 83,200 B; only the kept layer's
+    # gradient, 4,160·4 = 16,640 B; the loss and its gradient 8 B: peak 99,848 B, MemTracker's
+    # over the real step (the unread projection's 8,192 B output and ReLU are freed before the
+    # gradient exists)
+    m, x = model(), torch.randn(8, 64)
+    measured, _ = measure_training(m, (x,), "sgd")
+    r = analyze(m, (x,), train=True, optimizer="sgd", include_inputs=False)
+    assert r.training.peak_bytes == measured == 83_200 + 16_640 + 8
+    assert r.totals.params == 4_160 + 16_640
+
+
+def test_a_training_step_computes_what_no_output_reads():
+    # forward: the unread projection 8·64·256 = 131,072 MACs and the returned 8·64·64 =
+    # 32,768; backward: the kept weight's gradient 8·64·64 = 32,768 (x needs none, the unread
+    # result is not in the loss) → 2·196,608 = 393,216, FlopCounterMode's over the eager step
+    m, x = _UnreadProjection(), torch.randn(8, 64)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        m(x).sum().backward()
+    r = analyze(m, (x,), train=True, include_inputs=False)
+    assert 2 * r.totals.macs == counter.get_total_flops() == 393_216

@@ -325,7 +325,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
                 runner = ExportedRun(program, attention, autocast)
                 inputs = _fake(runner.flat_inputs(args, kwargs))
                 first: list = []  # the joint graph as first traced (compat.first_joint_trace)
-                with _one_fake_mode(inputs), first_joint_trace(first):
+                with _one_fake_mode(inputs), first_joint_trace(first), \
+                        runner.unreached_frozen():
                     # (torch types the table a dict; aot_export_module reads it as a mapping)
                     table = training_decompositions()
                     gm, sig = aot_export_module(runner, inputs, trace_joint=True,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 
-def _dead_end(node: "torch.fx.Node") -> bool:
+def dead_end(node: "torch.fx.Node") -> bool:
     schema = getattr(node.target, "_schema", None)
     if node.op != "call_function" or node.users or schema is None or schema.is_mutable:
         return False
@@ -55,7 +55,7 @@ def dead_ends_as_outputs(ep: "ExportedProgram") -> Iterator[None]:
     from torch.export.graph_signature import OutputKind, OutputSpec, TensorArgument
 
     graph = ep.graph
-    dead = [n for n in graph.nodes if _dead_end(n)]
+    dead = [n for n in graph.nodes if dead_end(n)]
     root = next((e.signature for e in ep.module_call_graph if e.fqn == ""), None)
     spec = _out_spec_with(root.out_spec, len(dead)) if dead and root is not None else None
     if spec is None or root is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
@@ -13,6 +15,7 @@ from ....passes.attention_dispatch import AttentionTarget
 from ....passes.precision import AutocastSpec
 from .attention_kernels import call_kernel, is_sdpa
 from .autocast_casts import Autocaster
+from .dead_ends import dead_end
 
 
 class ExportedRun(torch.nn.Module):
@@ -24,7 +27,11 @@ class ExportedRun(torch.nn.Module):
 
     A weight tied under two names (GPT-2's ``lm_head`` and token embedding) is one graph
     input read by one of them; the other name is dropped so AOTAutograd, which lists
-    parameters with duplicates, does not find one that receives no gradient."""
+    parameters with duplicates, does not find one that receives no gradient.
+
+    The forward returns the loss, then each dead end's result detached (dead_ends.py):
+    AOTAutograd eliminates dead code, and eager computes them; detached, they take no part
+    in the backward (lower_joint drops them again)."""
 
     def __init__(self, program: "torch.export.ExportedProgram",
                  attention: AttentionTarget | None = None, autocast: AutocastSpec | None = None):
@@ -33,7 +40,9 @@ class ExportedRun(torch.nn.Module):
         self.autocast = autocast    # None: no autocast region
         self.kernels: list[tuple[str, str, str]] = []  # (module path, kernel, why), in order
         gm = program.module()
-        gm.graph.eliminate_dead_code()  # unread get_attr nodes (the tied duplicates)
+        self._dead = {n.name for n in gm.graph.nodes if dead_end(n)}
+        for node in [n for n in gm.graph.nodes if n.op == "get_attr" and not n.users]:
+            gm.graph.erase_node(node)  # unread weights (the tied duplicates)
         read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
         for fqn, tensor in list(gm.named_parameters(remove_duplicate=False)):
             if fqn not in read and any(t is tensor for other, t in
@@ -43,8 +52,24 @@ class ExportedRun(torch.nn.Module):
                 delattr(gm.get_submodule(owner), attr)
         gm.recompile()
         self.gm = gm
+        self._unreached = _unreached_parameters(gm)
         self._paths: dict = {}    # tracer node -> module path, of the latest trace
         self._graph = None        # that trace's graph
+
+    @contextmanager
+    def unreached_frozen(self) -> Iterator[None]:
+        """Meanwhile, each parameter the loss does not reach (an unused head, a layer only a
+        dead end reads) does not require grad: eager leaves its ``.grad`` None, so an
+        optimizer keeps no state for it, where AOTAutograd would refuse a parameter that
+        requires a gradient and gets none."""
+        frozen = [p for p in self._unreached if p.requires_grad]
+        for p in frozen:
+            p.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
 
     def flat_inputs(self, args: tuple, kwargs: dict | None) -> tuple:
         """The tensors among the graph's inputs (AOTAutograd traces tensors only); the other
@@ -58,10 +83,11 @@ class ExportedRun(torch.nn.Module):
         self._paths = {}
         self.kernels = []
         caster = Autocaster(self.autocast) if self.autocast is not None else None
-        run = _ScopedInterpreter(self.gm, self._paths, self.attention, self.kernels, caster)
+        run = _ScopedInterpreter(self.gm, self._paths, self.attention, self.kernels, caster,
+                                 self._dead)
         out = tuple(run.run(*flat))
         self._graph = run.traced
-        return out
+        return (*out, *(t.detach() for t in run.dead_values))
 
     def scopes(self, joint: "torch.fx.Graph") -> dict[str, str]:
         """Each node of the finished joint graph that a forward node created, by name, with
@@ -98,8 +124,10 @@ class _ScopedInterpreter(torch.fx.Interpreter):
     autocast spec, each op's inputs are first cast as autocast casts them (autocast_casts.py)."""
 
     def __init__(self, gm, paths: dict, attention: AttentionTarget | None = None,
-                 kernels: list | None = None, caster: Autocaster | None = None):
+                 kernels: list | None = None, caster: Autocaster | None = None,
+                 dead: frozenset[str] | set[str] = frozenset()):
         super().__init__(gm)
+        self._dead, self.dead_values = dead, []  # the dead ends' names, their results
         self._caster = caster
         self._paths = paths
         self.traced = None  # the tracer graph the nodes were created in
@@ -131,6 +159,12 @@ class _ScopedInterpreter(torch.fx.Interpreter):
         mode = get_proxy_mode()
         stack = n.meta.get("nn_module_stack") or {}
         self._path = _module_path(next(reversed(stack.values()))[0]) if stack else ""
+        if n.name in self._dead:
+            self.dead_values.append(out := self._run_scoped(n, mode, stack))
+            return out
+        return self._run_scoped(n, mode, stack)
+
+    def _run_scoped(self, n, mode, stack):
         if mode is None or not stack or n.op != "call_function":
             return super().run_node(n)
         graph = self.traced = mode.tracer.graph
@@ -142,6 +176,20 @@ class _ScopedInterpreter(torch.fx.Interpreter):
                 break
             self._paths.setdefault(node, path)
         return out
+
+
+def _unreached_parameters(gm: "torch.fx.GraphModule") -> list:
+    """The parameters of ``gm`` that no path of its graph leads from to its outputs."""
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    seen, todo = set(), list(out.all_input_nodes)
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo.extend(node.all_input_nodes)
+    named = dict(gm.named_parameters(remove_duplicate=False))
+    reached = {id(named[n.target]) for n in seen if n.op == "get_attr" and n.target in named}
+    return [p for p in gm.parameters() if id(p) not in reached]
 
 
 def _structural_keys(graph: "torch.fx.Graph", interned: dict) -> dict:

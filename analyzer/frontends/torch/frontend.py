@@ -110,7 +110,8 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
     # eager copies them into the buffers in place.
     # A tied weight gets one gradient (eager accumulates both uses into one .grad).
     tied = {sig.inputs_to_parameters[ph] for ph in alias}
-    keep = set(sig.user_outputs) | {out for out, fqn in
+    # The user outputs after the loss are the dead ends ExportedRun returns: not kept.
+    keep = set(sig.user_outputs[:1]) | {out for out, fqn in
                                     sig.backward_signature.gradients_to_parameters.items()
                                     if fqn not in tied}
     # Which parameter each gradient is for: a parameter with requires_grad=False has none
