@@ -124,6 +124,14 @@ FX_CASES = [
     # 2 taps × 2 = 96, then 1·1·8·6 = 48 × 4 = 192 → 288
     case("upsample_bilinear_aa", Op(lambda x: F.interpolate(
         x, size=(8, 6), mode="bilinear", antialias=True)), [(1, 1, 4, 4)], 0, 288),
+    # HaloNet's windows and Gemma 4's checks, x 1×2×10 (20 elements): unfold(-1, 4, 2) a
+    # view of (10 − 4)/2 + 1 = 4 windows → 1×2×4×4, summed per window: 32 adds; any over
+    # dims (0, 1) of x > 0: 20 compares + 20 reads = 40; torch.all(x < 100) for
+    # _assert_async: 20 compares, all() as not-any-not: 20 + 20 + 1, the assert 0 → 133
+    case("unfold_any_assert", Op(lambda x: (
+        torch._assert_async(torch.all(x < 100), "too big"),
+        x.unfold(-1, 4, 2).sum(-1), torch.any(x > 0, dim=(0, 1)))[1:]),
+        [(1, 2, 10)], 0, 133),
 ]
 # SDPA, q k v 1×2×6×4 (B H S D): QKᵀ 2·6·6·4 = 288 MACs + PV 288 = 576 MACs; FLOPs 2·576 +
 # softmax 5 and scale 1 per score (2·6·6 = 72 scores) = 1,152 + 432 = 1,584. The legacy

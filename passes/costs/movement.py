@@ -27,6 +27,7 @@ zero_cost("aten.permute.default", "aten.expand.default", "aten.slice.Tensor",
           "aten.select.int", "aten.split_with_sizes.default", "aten.chunk.default",
           "aten.as_strided.default", "aten.diagonal.default", "aten.narrow.default",
           "aten.unflatten.int", "aten.view_as_real.default", "aten.view_as_complex.default",
+          "aten.unfold.default",  # sliding windows by strides (HaloNet's blocks)
           reason="torch view: output aliases input storage", **VIEW)
 # Copies that keep every element where it was (a receptive field passes through).
 zero_cost("Cast", "CastLike", "aten.clone.default", "aten._to_copy.default", "aten.to.dtype",
@@ -53,6 +54,9 @@ zero_cost("aten.full.default", "aten.empty.memory_format", "aten.empty_strided.d
 zero_cost("aten._assert_tensor_metadata.default", "aten.sym_numel.default",
           "aten._assert_scalar.default", "aten.sym_constrain_range_for_size.default",
           reason="metadata check or size query: no tensor data", reads="none", family=FAMILY)
+zero_cost("aten._assert_async.msg", "aten._assert_async.default",
+          reason="checks a one-element tensor is true (a device sync): no arithmetic",
+          family=FAMILY)
 
 # Copies: every input byte is read and every output byte written, no arithmetic.
 zero_cost("Pad", reason="data movement: copies into a padded buffer", config_inputs=(1, 2, 3),

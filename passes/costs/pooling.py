@@ -70,7 +70,7 @@ REDUCE_BOUND = dict(bound="axes (a tensor, not a constant) leave the largest out
 rule("ReduceSum", "ReduceMean", saves="nothing", **REDUCE_BOUND)(reduce_once)
 rule("GlobalAveragePool", "CumSum", "aten.cumsum.default",
      "ArgMax", "ArgMin", "aten.argmax.default", "aten.argmin.default", "aten.any.dim",
-     "aten.any.default", saves="nothing")(reduce_once)
+     "aten.any.dims", "aten.any.default", saves="nothing")(reduce_once)
 rule("aten.mean.dim", "aten.mean.default", "aten.sum.dim_IntList", saves="nothing",
      workspace=cuda_sum_buffers)(reduce_once)
 rule("ReduceMax", "ReduceMin", "ReduceProd", saves="inputs", **REDUCE_BOUND)(reduce_once)
