@@ -95,6 +95,37 @@ class _Unused(nn.Module):
         return self.kept(x)
 
 
+class _NoGradient(nn.Module):
+    """Layers whose results reach the output along no path a gradient takes: one under
+    torch.no_grad() (LayoutLMv3's relative position tables), one only shaping a zeros_like
+    (MRA's attention on CPU), one detached."""
+
+    def __init__(self):
+        super().__init__()
+        self.kept, self.table, self.shape, self.cut = (nn.Linear(64, 64) for _ in range(4))
+
+    def forward(self, x):
+        with torch.no_grad():
+            bias = self.table(x)
+        return self.kept(x) + bias + torch.zeros_like(self.shape(x)) + self.cut(x).detach()
+
+
+def test_a_parameter_no_gradient_reaches_gets_none():
+    # eager: only kept.weight and kept.bias get a .grad (4,160 · 4 = 16,640 B); the other
+    # three layers' 49,920 B of parameters get none, hence no optimizer state
+    m, x = _NoGradient(), torch.randn(8, 64)
+    m(x).sum().backward()
+    assert [n for n, p in m.named_parameters() if p.grad is not None] == \
+        ["kept.weight", "kept.bias"]
+    m.zero_grad(set_to_none=True)
+    measured, _ = measure_training(m, (x,), "adamw")
+    r = analyze(m, (x,), train=True, optimizer="adamw", include_inputs=False)
+    assert r.training.grad_bytes == 16_640
+    assert r.training.optimizer_state_bytes == 2 * 16_640 + 2 * 4  # exp_avg, exp_avg_sq, steps
+    # (MemTracker counts 4 B more over Adam's step, as it does for a lone Linear)
+    assert 0 <= measured - r.training.peak_bytes <= 4
+
+
 @pytest.mark.parametrize("model", [_UnreadProjection, _Unused])
 def test_a_training_step_trains_what_the_loss_reaches(model):
     # AOTAutograd refused a parameter that gets no gradient; eager leaves its .grad None and

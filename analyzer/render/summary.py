@@ -163,6 +163,10 @@ def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
             + ([first] if first else [])),
            ("at peak", [f"{k.replace('_', ' ')} {human_bytes(v)},"
                         for k, v in t.breakdown_at_peak.items() if v])]
+    if t.frozen_param_bytes:  # (as eager: no .grad, so no optimizer state either)
+        out.append(("no grad", [f"{human_bytes(t.frozen_param_bytes)} of the parameters",
+                                "(requires_grad=False,", "or no gradient reaches them):",
+                                "no gradient,", "no optimizer state"]))
     if t.reserved_peak_bytes is not None:
         items = [f"{human_bytes(t.reserved_peak_bytes)}", f"({t.reserved_peak_bytes:,} B)",
                  "on PyTorch's CUDA caching", "allocator, two steps",

@@ -307,11 +307,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     signature carry ``prefix``; ``scopes`` maps each forward node of the joint graph to its
     module path; ``kernels`` lists each attention call's (module path, kernel, why).
     The model is switched to train mode for the trace and put back in the mode it had."""
-    from torch._functorch.aot_autograd import aot_export_module
-
     from .bounded_trace import BoundedSizes, explain
     from .exported_run import ExportedRun
-    from .frontend import training_decompositions
 
     was_training = model.training
     model.train()
@@ -325,13 +322,14 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
                 runner = ExportedRun(program, attention, autocast)
                 inputs = _fake(runner.flat_inputs(args, kwargs))
                 first: list = []  # the joint graph as first traced (compat.first_joint_trace)
-                with _one_fake_mode(inputs), first_joint_trace(first), \
-                        runner.unreached_frozen():
-                    # (torch types the table a dict; aot_export_module reads it as a mapping)
-                    table = training_decompositions()
-                    gm, sig = aot_export_module(runner, inputs, trace_joint=True,
-                                                output_loss_index=0,
-                                                decompositions=table)  # pyright: ignore[reportArgumentType]
+                try:
+                    gm, sig = _trace_joint(runner, inputs, first)
+                except AssertionError as exc:  # (AOTAutograd's words, torch 2.8 to 2.14)
+                    if "did not receive a gradient" not in str(exc):
+                        raise
+                    first.clear()
+                    with runner.unreached_frozen():  # as eager leaves them: grad_reach.py
+                        gm, sig = _trace_joint(runner, inputs, first)
     except GraphcostError:
         raise
     except Exception as exc:
@@ -342,6 +340,19 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     assert isinstance(gm, torch.fx.GraphModule)  # (a joint trace is one)
     _mark_autograd_nodes(gm.graph, first)
     return gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels)
+
+
+def _trace_joint(runner, inputs: tuple, first: list):
+    """AOTAutograd's joint trace of ``runner`` (the loss its first output): (gm, signature)."""
+    from torch._functorch.aot_autograd import aot_export_module
+
+    from .frontend import training_decompositions
+
+    with _one_fake_mode(inputs), first_joint_trace(first):
+        # (torch types the table a dict; aot_export_module reads it as a mapping)
+        table = training_decompositions()
+        return aot_export_module(runner, inputs, trace_joint=True, output_loss_index=0,
+                                 decompositions=table)  # pyright: ignore[reportArgumentType]
 
 
 def _mark_autograd_nodes(joint: "torch.fx.Graph", first: list) -> None:

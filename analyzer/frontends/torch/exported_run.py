@@ -52,17 +52,17 @@ class ExportedRun(torch.nn.Module):
                 delattr(gm.get_submodule(owner), attr)
         gm.recompile()
         self.gm = gm
-        self._unreached = _unreached_parameters(gm)
         self._paths: dict = {}    # tracer node -> module path, of the latest trace
         self._graph = None        # that trace's graph
 
     @contextmanager
     def unreached_frozen(self) -> Iterator[None]:
-        """Meanwhile, each parameter the loss does not reach (an unused head, a layer only a
-        dead end reads) does not require grad: eager leaves its ``.grad`` None, so an
-        optimizer keeps no state for it, where AOTAutograd would refuse a parameter that
-        requires a gradient and gets none."""
-        frozen = [p for p in self._unreached if p.requires_grad]
+        """Meanwhile, each parameter no gradient reaches (grad_reach.py) does not require
+        grad: eager leaves its ``.grad`` None, so an optimizer keeps no state for it, where
+        AOTAutograd refuses a parameter that requires a gradient and gets none."""
+        from .grad_reach import unreached_parameters
+
+        frozen = [p for p in unreached_parameters(self.gm) if p.requires_grad]
         for p in frozen:
             p.requires_grad_(False)
         try:
@@ -176,20 +176,6 @@ class _ScopedInterpreter(torch.fx.Interpreter):
                 break
             self._paths.setdefault(node, path)
         return out
-
-
-def _unreached_parameters(gm: "torch.fx.GraphModule") -> list:
-    """The parameters of ``gm`` that no path of its graph leads from to its outputs."""
-    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    seen, todo = set(), list(out.all_input_nodes)
-    while todo:
-        node = todo.pop()
-        if node not in seen:
-            seen.add(node)
-            todo.extend(node.all_input_nodes)
-    named = dict(gm.named_parameters(remove_duplicate=False))
-    reached = {id(named[n.target]) for n in seen if n.op == "get_attr" and n.target in named}
-    return [p for p in gm.parameters() if id(p) not in reached]
 
 
 def _structural_keys(graph: "torch.fx.Graph", interned: dict) -> dict:
