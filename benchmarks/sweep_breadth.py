@@ -4,6 +4,8 @@ through graphcost and PyTorch's FlopCounterMode.
     python -m benchmarks.sweep_breadth --transformers [--json OUT]   (from the repository root)
     python -m benchmarks.sweep_breadth --timm [--json OUT]           (an environment with timm)
     python -m benchmarks.sweep_breadth --one hf:llama                (one model, one JSON line)
+    python -m benchmarks.sweep_breadth --transformers --train        (the SGD training step:
+        forward and backward FLOPs, and the peak against MemTracker's; sweep_training.py)
 
 Options: --limit N (the first N names), --only NAME ... (model types, timm families or timm
 model names), --timeout S (per model, default 60), --workers N (default 2), --fresh,
@@ -79,7 +81,9 @@ SEQ = 16
 ID_LOW, ID_HIGH = 4, 200            # random token ids; special ids are moved to 200..255
 VOCAB = 256
 MAX_PARAMS = 300_000_000
-STAGES = ("config", "build", "inputs", "forward", "graphcost", "compare")
+STAGES = ("config", "build", "inputs", "forward", "step", "graphcost", "compare")
+STEP = {"train": False}  # --train: the SGD step (benchmarks/sweep_training.py), not a forward
+TRAIN_STEP = dict(train=True, optimizer="sgd", include_inputs=False)  # graphcost's, the same
 
 # Shrunk config attributes (set where the attribute exists and its default is a larger int).
 WIDTH = dict(hidden_size=64, d_model=64, n_embd=64, dim=64, embedding_size=64,
@@ -437,29 +441,54 @@ def _solve_triangular_flops(a_shape, b_shape, *args, out_shape=None, unitriangul
     return solved * (n - 1) + (0 if unitriangular else solved)
 
 
-def _reference(model, args: tuple, kwargs: dict) -> int:
+def _reference(model, args: tuple, kwargs: dict, train: bool = False) -> int:
     """FlopCounterMode's total over one forward under no_grad, on the swapped kernels (module
     docstring). Parameters stop requiring grad meanwhile: FlopCounterMode's module tracker
-    asserts "Expected gradient function to be set" on a module that returns one as is."""
+    asserts "Expected gradient function to be set" on a module that returns one as is.
+    ``train``: over the training step's forward (train mode) and backward instead."""
+    if train:
+        from .sweep_training import reference_step
+        return reference_step(model, args, kwargs, _counted_kernels)
     # (a model with an RNN runs without oneDNN: its fused mkldnn_rnn has no formula either)
     import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     grad = [p for p in model.parameters() if p.requires_grad]
-    rnn = any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
     counter = FlopCounterMode(display=False, custom_mapping={
         torch.ops.aten.linalg_solve_triangular: _solve_triangular_flops})
     try:
         for p in grad:
             p.requires_grad_(False)
-        with counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH), _batched_experts(model), \
-                torch.backends.mkldnn.flags(enabled=not rnn):
+        with counter, torch.no_grad(), _counted_kernels(model):
             model(*args, **kwargs)
     finally:
         for p in grad:
             p.requires_grad_(True)
     return int(counter.get_total_flops())
+
+
+@contextlib.contextmanager
+def _counted_kernels(model):
+    """The kernels FlopCounterMode has formulas for (module docstring): SDPA's math kernel,
+    batched_mm experts, an RNN without oneDNN."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    rnn = any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
+    with sdpa_kernel(SDPBackend.MATH), _batched_experts(model), \
+            torch.backends.mkldnn.flags(enabled=not rnn):
+        yield
+
+
+def _step_reference(model, args, stage: Callable[[str], None]) -> int:
+    """The training step's FLOPs (sweep_training.py); its failure is the step's."""
+    stage("step")
+    try:
+        if isinstance(args, dict):
+            return _reference(model, (), args, train=True)
+        return _reference(model, tuple(args), {}, train=True)
+    except Exception as exc:
+        raise _Failed("step", exc) from None
 
 
 def run_one(spec: str, stage: Callable[[str], None] = lambda s: None) -> dict:
@@ -482,6 +511,8 @@ def run_one(spec: str, stage: Callable[[str], None] = lambda s: None) -> dict:
             model, args, flops = _prepare_timm(name, stage, rec)
         else:
             raise _Skip(f"unknown kind {kind!r} (hf or timm)")
+        if STEP["train"]:
+            flops = _step_reference(model, args, stage)
         rec.update(constructed=True, ran=True, flops_ref=flops,
                    params_module=sum(p.numel() for p in model.parameters()))
         rec["build_forward_s"] = round(time.perf_counter() - t0, 2)
@@ -489,7 +520,7 @@ def run_one(spec: str, stage: Callable[[str], None] = lambda s: None) -> dict:
         from graphcost import GraphcostError, analyze
         t1 = time.perf_counter()
         try:
-            r = analyze(model, args)
+            r = analyze(model, args, **(TRAIN_STEP if STEP["train"] else {}))
         except Exception as exc:
             rec["graphcost_s"] = round(time.perf_counter() - t1, 2)
             one_line = isinstance(exc, GraphcostError) and "\n" not in str(exc).strip()
@@ -506,6 +537,9 @@ def run_one(spec: str, stage: Callable[[str], None] = lambda s: None) -> dict:
         rec["params_exact"] = r.totals.params == rec["params_module"]
         ref, ours = flops, 2 * r.totals.macs
         rec["macs_ok"] = ours == ref if ref == 0 else abs(ours / ref - 1) <= 0.01
+        if STEP["train"]:
+            from .sweep_training import compare_peak
+            compare_peak(model, args, r, rec)
     except _Skip as exc:
         rec["skipped"] = str(exc)
     except _Failed as exc:
@@ -529,7 +563,8 @@ class _Job:
         if fresh:
             with open(self.path, "wb") as out:
                 self.proc: subprocess.Popen | None = subprocess.Popen(
-                    [sys.executable, "-m", "benchmarks.sweep_breadth", "--one", spec],
+                    [sys.executable, "-m", "benchmarks.sweep_breadth", "--one", spec,
+                     *(["--train"] if STEP["train"] else [])],
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             self.pid = self.proc.pid
             return
@@ -598,8 +633,8 @@ class _Job:
         where = stages[-1] if stages else "start"
         why = f"timeout ({timeout:g} s)" if status is None else \
             f"crashed (signal {-status})" if status < 0 else f"exited {status} with no record"
-        return dict(kind=kind, name=name, model="", constructed=where in ("forward", "graphcost",
-                    "compare"), ran=where in ("graphcost", "compare"), analyzed=False,
+        return dict(kind=kind, name=name, model="", constructed=where in ("forward", "step",
+                    "graphcost", "compare"), ran=where in ("graphcost", "compare"), analyzed=False,
                     params_exact=False, macs_ok=False, skipped="", stage=where,
                     error=f"{why} in {where}", bug=where == "graphcost" and status is not None,
                     seconds=round(time.monotonic() - self.start, 1))
@@ -689,7 +724,9 @@ def _verdict(rec: dict) -> str:
     if not rec["analyzed"]:
         return f"{'BUG ' if rec.get('bug') else ''}failed in {rec['stage']}: {rec['error'][:100]}"
     return (f"params {'exact' if rec['params_exact'] else 'differ'}, "
-            f"MACs {'within 1%' if rec['macs_ok'] else 'off'}")
+            f"MACs {'within 1%' if rec['macs_ok'] else 'off'}"
+            + (f", peak {rec['peak_gc'] / rec['peak_ref'] - 1:+.1%}" if rec.get("peak_ref")
+               else ""))
 
 
 def _ratio(rec: dict) -> str:
@@ -714,10 +751,12 @@ def _group(rec: dict) -> str:
 
 
 def print_table(records: list[dict], title: str, wall: float) -> None:
+    from .sweep_training import peak_cell, peak_counts, print_peak_misses
+    train = any("peak_ref" in r or "peak_error" in r for r in records)
     print(f"\n## {title}\n")
-    print("| name | model | analyzed | params gc / module | 2·MACs vs FlopCounterMode | s | "
-          "failure |")
-    print("|---|---|---|---|---|---:|---|")
+    print("| name | model | analyzed | params gc / module | 2·MACs vs FlopCounterMode | "
+          + ("peak vs MemTracker | " if train else "") + "s | failure |")
+    print("|---|---|---|---|---|" + ("---|" if train else "") + "---:|---|")
     for rec in records:
         if rec["analyzed"]:
             params = ("exact " if rec["params_exact"] else "DIFFER ") + \
@@ -732,6 +771,7 @@ def print_table(records: list[dict], title: str, wall: float) -> None:
             f"{rec['family']}: {rec['name']}"
         print(f"| {name} | {rec.get('model', '')} | "
               f"{'yes' if rec['analyzed'] else 'no'} | {params} | {macs} | "
+              + (f"{peak_cell(rec)} | " if train else "") +
               f"{rec.get('seconds', 0):.1f} | {_cell(failure[:160])} |")
     n = len(records)
     count = Counter()
@@ -749,6 +789,8 @@ def print_table(records: list[dict], title: str, wall: float) -> None:
     print(f"| analyzed by graphcost | {analyzed} of {count['ran']} |")
     print(f"| params exact | {count['params_exact']} of {analyzed} |")
     print(f"| 2·MACs within 1% of FlopCounterMode | {count['macs_ok']} of {analyzed} |")
+    for label, value in peak_counts(records) if train else ():
+        print(f"| {label} | {value} |")
     print(f"| graphcost bugs (not a one-line GraphcostError) | "
           f"{sum(bool(r.get('bug')) for r in records)} |")
     for label, keep in (("Skipped", lambda r: r["skipped"]),
@@ -777,6 +819,8 @@ def print_table(records: list[dict], title: str, wall: float) -> None:
         print("|---:|---|---|")
         for msg, names in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
             print(f"| {len(names)} | {_cell(msg)} | {', '.join(names[:3])} |")
+    if train:
+        print_peak_misses(records)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -820,9 +864,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", metavar="OUT", help="the records, written as they come")
     ap.add_argument("--resume", action="store_true",
                     help="keep the records already in --json OUT and run only the others")
+    ap.add_argument("--train", action="store_true",
+                    help="the SGD training step: FLOPs of forward and backward, and the peak "
+                         "against MemTracker's (benchmarks/sweep_training.py)")
     ap.add_argument("--one", metavar="KIND:NAME", help="one model (hf:TYPE or timm:NAME): "
                     "its record as one JSON line")
     a = ap.parse_args(argv)
+    STEP["train"] = a.train
     if a.one:
         rec = run_one(a.one, lambda s: print(f"# stage {s}", file=sys.stderr, flush=True))
         print(json.dumps(rec), flush=True)
@@ -845,7 +893,8 @@ def main(argv: list[str] | None = None) -> None:
         if not wanted:
             continue
         specs, labels, title = _specs(kind, a.only, a.limit)
-        part = out.setdefault(kind, {})
+        title += " — the SGD training step" if a.train else ""
+        part = out.setdefault(kind + ("-train" if a.train else ""), {})
         part.update(title=title, timeout_s=a.timeout, workers=a.workers)
         kept = {f"{r['kind']}:{r['name']}": r for r in part.get("records", [])}
         part["records"] = list(kept.values())

@@ -1,0 +1,119 @@
+"""The breadth sweep's training step: ``python -m benchmarks.sweep_breadth --train ...``.
+
+Each model (built as sweep_breadth.py builds it) takes one SGD step: the loss is the sum of
+its floating outputs (graphcost's training loss), in train mode (dropout on: CPU's dropout
+keeps a noise tensor, which graphcost models). Measured against graphcost's analysis of the
+same step (``train=True, optimizer="sgd"``, the inputs left out as MemTracker leaves them):
+
+* FLOPs: FlopCounterMode over the eager step's forward and backward, on the kernels it has
+  formulas for (sweep_breadth's swaps), against graphcost's 2·MACs (within 1%?);
+* memory: MemTracker's peak over the second step (``analyzer.measure.reference
+  .measure_training``: the kernels this CPU dispatches, no swaps) against graphcost's
+  training peak (within 5%? within 1%?).
+
+A model whose step fails in eager (a forward that returns no floating tensor to sum, a
+backward the module refuses) is a failure of the stage "step", not graphcost's.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+def reference_step(model, args: tuple, kwargs: dict, kernels: Callable) -> int:
+    """FlopCounterMode's total over one training step's forward and backward (train mode,
+    ``kernels(model)`` around both); the gradients dropped after, the mode put back."""
+    import torch
+    from graphcost.analyzer.measure.reference import float_output_sum
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .sweep_breadth import _solve_triangular_flops
+
+    was = model.training
+    counter = FlopCounterMode(display=False, custom_mapping={
+        torch.ops.aten.linalg_solve_triangular: _solve_triangular_flops,
+        torch.ops.aten.convolution_backward: conv_backward_flops})
+    try:
+        model.train()
+        with counter, kernels(model):
+            float_output_sum(model, args, kwargs).backward()
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was)
+    return int(counter.get_total_flops())
+
+
+def conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation,
+                        transposed, _output_padding, groups, output_mask, out_shape=None,
+                        **kwargs) -> int:
+    """FlopCounterMode's own formula with the weight gradient of a grouped convolution
+    divided by its groups: torch's counts every input channel against every output channel
+    there (a depthwise 3×3 conv over 8 channels: 8× its 4,608 MACs), where each group's
+    weight meets only its own channels, as the forward's count (weights C_in/groups deep)
+    has it."""
+    from torch.utils.flop_counter import conv_flop_count
+
+    def t(shape):
+        return [shape[1], shape[0], *shape[2:]]
+    flops = 0
+    if output_mask[0]:  # the input's gradient: a transposed conv of grad_out by the weight
+        flops += conv_flop_count(list(grad_out_shape), list(w_shape), list(out_shape[0]),
+                                 not transposed)
+    if output_mask[1]:  # the weight's: input against grad_out, batch and channels swapped
+        a, b = (grad_out_shape, x_shape) if transposed else (x_shape, grad_out_shape)
+        flops += conv_flop_count(t(a), t(b), t(out_shape[1])) // groups
+    return flops
+
+
+def compare_peak(model, args: Any, report, rec: dict) -> None:
+    """MemTracker's peak over the model's second SGD step beside graphcost's (``report``)."""
+    from graphcost.analyzer.measure.reference import measure_training
+
+    was = model.training
+    try:
+        model.train()
+        if isinstance(args, dict):
+            measured = measure_training(model, (), "sgd", kwargs=args)[0]
+        else:
+            measured = measure_training(model, tuple(args), "sgd")[0]
+    except Exception as exc:  # MemTracker's failure is no verdict on graphcost
+        rec["peak_error"] = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+        return
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was)
+    ours = report.training.peak_bytes
+    rec.update(peak_gc=ours, peak_ref=measured)
+    rec["peak_ok"] = measured > 0 and abs(ours / measured - 1) <= 0.05
+    rec["peak_exact"] = measured > 0 and abs(ours / measured - 1) <= 0.01
+
+
+def peak_cell(rec: dict) -> str:
+    """The table's memory cell: graphcost's peak against MemTracker's."""
+    ref, ours = rec.get("peak_ref", 0), rec.get("peak_gc", 0)
+    if not ref:
+        return ""
+    return f"{'ok' if rec.get('peak_ok') else 'OFF'} {100 * (ours / ref - 1):+.1f}%"
+
+
+def peak_counts(records: list[dict]) -> list[tuple[str, str]]:
+    """The count rows of the memory comparison."""
+    measured = [r for r in records if r.get("peak_ref")]
+    return [("training peak within 5% of MemTracker's",
+             f"{sum(bool(r.get('peak_ok')) for r in measured)} of {len(measured)}"),
+            ("training peak within 1% of MemTracker's",
+             f"{sum(bool(r.get('peak_exact')) for r in measured)} of {len(measured)}")]
+
+
+def print_peak_misses(records: list[dict]) -> None:
+    """The models whose peak is off by more than 5%, or that MemTracker could not measure."""
+    off = [r for r in records if r.get("peak_ref") and not r.get("peak_ok")]
+    if off:
+        print(f"\nAnalyzed, training peak off by more than 5% ({len(off)}):\n")
+        for r in off:
+            print(f"* {r['name']}: {r['peak_gc']:,} B vs MemTracker's {r['peak_ref']:,} B "
+                  f"({peak_cell(r).split()[-1]})")
+    failed = [r for r in records if r.get("peak_error")]
+    if failed:
+        print(f"\nMemTracker failed ({len(failed)}):\n")
+        for r in failed:
+            print(f"* {r['name']}: {r['peak_error'][:120]}")
