@@ -149,7 +149,11 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
     from ..frontends.torch.layer_stack import REPEAT_AT
     from ..frontends.torch.repeat_layers import trace_repeated
     from ..frontends.torch.size_bounds import check_maxima
-    from ..frontends.torch.transformers_tracing import call_defaults, traceable_experts
+    from ..frontends.torch.transformers_tracing import (
+        call_defaults,
+        every_layer_runs,
+        traceable_experts,
+    )
 
     batch_size = batch_of((*args, *kwargs.values()))
     kwargs = call_defaults(model, dict(kwargs))
@@ -178,8 +182,11 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
                     gm, sig, model, prefix, scopes, name=name, batch=b, maxima=maxima,
                     capped=capped), attention=calls))))
                 return lowers[-1][1](batch_size)
-            graph = trace_repeated(model, trace_joint, at_least=0 if all_layers else REPEAT_AT,
-                                   grown=grown, repeat=repeat_joint)
+            with every_layer_runs(model) as dropped:
+                graph = trace_repeated(model, trace_joint,
+                                       at_least=0 if all_layers else REPEAT_AT,
+                                       grown=grown, repeat=repeat_joint)
+            notes += dropped
         else:
             def trace():
                 nonlocal sizes

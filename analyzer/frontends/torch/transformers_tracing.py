@@ -1,6 +1,7 @@
 """What a transformers model needs to be traced as it runs: no KV cache unless asked
-(``call_defaults``), experts a trace can follow (``traceable_experts``), and the branches its
-eager forward takes (``eager_paths``). Used by capture.py's exports and by the
+(``call_defaults``), experts a trace can follow (``traceable_experts``), every layer of a
+LayerDrop stack (``every_layer_runs``), and the branches its eager forward takes
+(``eager_paths``). Used by capture.py's exports and by the
 fake-tensor re-runs (fake_rerun.py); nothing here imports transformers: a model that is not
 one passes through untouched."""
 from __future__ import annotations
@@ -57,6 +58,32 @@ def traceable_experts(model: torch.nn.Module):
     finally:
         if saved is not None:
             model.set_experts_implementation(saved)  # pyright: ignore[reportCallIssue]
+
+
+@contextmanager
+def every_layer_runs(model: torch.nn.Module):
+    """LayerDrop (M2M-100, NLLB, Seamless, the speech encoders: transformers' ``layerdrop``,
+    ``encoder_layerdrop``, ...) skips each layer of a training step when a random draw falls
+    under p: a branch on a tensor's value, which no trace can follow. For the trace p is 0,
+    every layer runs — the most a step costs — and put back after. Yields the warnings to
+    report (one line, or none)."""
+    owners = {id(o): o for m in model.modules() for o in (m, getattr(m, "config", None))
+              if o is not None}  # the modules and the configs they read p from
+    drops = [(o, name, v) for o in owners.values() for name, v in vars(o).items()
+             if name.endswith("layerdrop") and isinstance(v, float) and v > 0]
+    notes: list[str] = []
+    if drops:
+        ps = sorted({v for _, _, v in drops})
+        notes.append(f"LayerDrop (p = {', '.join(f'{p:g}' for p in ps)}) skips a layer of a "
+                     "training step by a random draw, which no trace can follow: every layer "
+                     "traced as run, an upper bound (eager skips each with probability p)")
+    for o, name, _ in drops:
+        setattr(o, name, 0.0)
+    try:
+        yield notes
+    finally:
+        for o, name, v in drops:
+            setattr(o, name, v)
 
 
 @contextmanager
