@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import torch
 from graphcost.analyzer.measure.reference import float_output_sum
 from graphcost.passes.checkpoint import CheckpointSpec
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -110,3 +111,33 @@ def test_meta_model_trace_equals_the_real_model_trace(name):
     real = train_report(name, "adam", include_inputs=True, what_if=False)
     assert meta.training.peak_bytes == real.training.peak_bytes
     assert (meta.totals.flops, len(meta.nodes)) == (real.totals.flops, len(real.nodes))
+
+
+class _Scatters(torch.nn.Module):
+    """A table indexed, a slice and a diagonal taken: their backward formulas make zeros of
+    the input's size and write the gradient in."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(1000, 64))
+        self.grid = torch.nn.Parameter(torch.randn(64, 64))
+
+    def forward(self, idx):
+        return self.table[idx].sum() + self.grid[:, 2:5].sum() + self.grid.diagonal().sum()
+
+
+def test_the_scatters_of_backward_formulas_are_costed_as_eager_runs_them():
+    # index, slice and diagonal backward: zeros of the input's size, the gradient written in
+    # (diagonal's had no rule). Parameters (1000·64 + 64·64)·4 = 272,384 B. At the peak, in
+    # the table's IndexBackward0: its zeros 256,000 B and the index_put result 256,000 B
+    # (MemTracker sees both: 512,000 B of temporaries), the grid's gradient 16,384 B, the
+    # loss and its gradient 8 B → 272,384 + 512,000 + 16,384 + 8 = 800,776 B
+    from graphcost.analyzer.measure.reference import measure_training
+
+    m, idx = _Scatters(), torch.tensor([1, 5, 7])
+    measured, _ = measure_training(m, (idx,), "sgd")
+    r = analyze(m, (idx,), train=True, optimizer="sgd", include_inputs=False)
+    assert {n.op for n in r.nodes} >= {"aten.index_put.default", "aten.slice_scatter.default",
+                                       "aten.diagonal_scatter.default"}
+    assert r.coverage.unsupported == {}
+    assert r.training.peak_bytes == measured == 800_776

@@ -41,6 +41,7 @@ zero_cost("aten.constant_pad_nd.default", reason="data movement: copies into a p
 zero_cost("aten.repeat.default", "aten.flip.default", "aten.scatter.src", "aten.scatter.value",
           "aten.scatter_add.default", "aten.index_put.default", "aten.slice_scatter.default",
           "aten.as_strided_scatter.default", "aten.upsample_nearest2d.vec",
+          "aten.diagonal_scatter.default",  # diagonal's backward (zeros, the diagonal written)
           reason="data movement: copies or rearranges elements", family=FAMILY)
 zero_cost("aten.index_select.default", "aten.gather.default", "aten.index.Tensor",
           "aten.embedding.default",
