@@ -60,8 +60,10 @@ def _viewed(node: "torch.fx.Node", root: dict):
     """The node whose storage ``node`` shares: through a view op's (or an in-place op's)
     first argument; a detach is a root of its own (no gradient flows through it)."""
     schema = _schema(node)
-    if schema is None or _cuts_grad(node) or not schema.returns or schema.returns[0].alias_info is None \
-            or not node.args or not isinstance(node.args[0], torch.fx.Node):
+    viewing = schema is not None and bool(schema.returns) \
+        and schema.returns[0].alias_info is not None
+    if not viewing or _cuts_grad(node) or not node.args \
+            or not isinstance(node.args[0], torch.fx.Node):
         return node
     return root.get(node.args[0], node.args[0])
 
