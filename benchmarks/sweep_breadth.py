@@ -431,16 +431,6 @@ def _batched_experts(model):
             model.set_experts_implementation(saved)
 
 
-def _solve_triangular_flops(a_shape, b_shape, *args, out_shape=None, unitriangular=False,
-                            **kwargs) -> int:
-    """FlopCounterMode has no formula for a triangular solve (the gated delta rule's, Qwen3.5's
-    linear attention): LAPACK's xTRSM count, n(n − 1)/2 multiplies and as many adds per
-    solved column of n, plus n divisions unless the diagonal is unit."""
-    import math
-    n, solved = a_shape[-1], math.prod(out_shape or b_shape)
-    return solved * (n - 1) + (0 if unitriangular else solved)
-
-
 def _reference(model, args: tuple, kwargs: dict, train: bool = False) -> int:
     """FlopCounterMode's total over one forward under no_grad, on the swapped kernels (module
     docstring). Parameters stop requiring grad meanwhile: FlopCounterMode's module tracker
@@ -454,8 +444,10 @@ def _reference(model, args: tuple, kwargs: dict, train: bool = False) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     grad = [p for p in model.parameters() if p.requires_grad]
+    from .flop_formulas import solve_triangular_flops
+
     counter = FlopCounterMode(display=False, custom_mapping={
-        torch.ops.aten.linalg_solve_triangular: _solve_triangular_flops})
+        torch.ops.aten.linalg_solve_triangular: solve_triangular_flops})
     try:
         for p in grad:
             p.requires_grad_(False)

@@ -6,7 +6,8 @@ keeps a noise tensor, which graphcost models). Measured against graphcost's anal
 same step (``train=True, optimizer="sgd"``, the inputs left out as MemTracker leaves them):
 
 * FLOPs: FlopCounterMode over the eager step's forward and backward, on the kernels it has
-  formulas for (sweep_breadth's swaps), against graphcost's 2·MACs (within 1%?);
+  formulas for (sweep_breadth's swaps; flop_formulas.py where it has none or counts wrong),
+  against graphcost's 2·MACs (within 1%?);
 * memory: MemTracker's peak over the second step (``analyzer.measure.reference
   .measure_training``: the kernels this CPU dispatches, no swaps) against graphcost's
   training peak (within 5%? within 1%?).
@@ -26,11 +27,11 @@ def reference_step(model, args: tuple, kwargs: dict, kernels: Callable) -> int:
     from graphcost.analyzer.measure.reference import float_output_sum
     from torch.utils.flop_counter import FlopCounterMode
 
-    from .sweep_breadth import _solve_triangular_flops
+    from .flop_formulas import conv_backward_flops, solve_triangular_flops
 
     was = model.training
     counter = FlopCounterMode(display=False, custom_mapping={
-        torch.ops.aten.linalg_solve_triangular: _solve_triangular_flops,
+        torch.ops.aten.linalg_solve_triangular: solve_triangular_flops,
         torch.ops.aten.convolution_backward: conv_backward_flops})
     try:
         model.train()
@@ -40,28 +41,6 @@ def reference_step(model, args: tuple, kwargs: dict, kernels: Callable) -> int:
         model.zero_grad(set_to_none=True)
         model.train(was)
     return int(counter.get_total_flops())
-
-
-def conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation,
-                        transposed, _output_padding, groups, output_mask, out_shape=None,
-                        **kwargs) -> int:
-    """FlopCounterMode's own formula with the weight gradient of a grouped convolution
-    divided by its groups: torch's counts every input channel against every output channel
-    there (a depthwise 3×3 conv over 8 channels: 8× its 4,608 MACs), where each group's
-    weight meets only its own channels, as the forward's count (weights C_in/groups deep)
-    has it."""
-    from torch.utils.flop_counter import conv_flop_count
-
-    def t(shape):
-        return [shape[1], shape[0], *shape[2:]]
-    flops = 0
-    if output_mask[0]:  # the input's gradient: a transposed conv of grad_out by the weight
-        flops += conv_flop_count(list(grad_out_shape), list(w_shape), list(out_shape[0]),
-                                 not transposed)
-    if output_mask[1]:  # the weight's: input against grad_out, batch and channels swapped
-        a, b = (grad_out_shape, x_shape) if transposed else (x_shape, grad_out_shape)
-        flops += conv_flop_count(t(a), t(b), t(out_shape[1])) // groups
-    return flops
 
 
 def compare_peak(model, args: Any, report, rec: dict) -> None:

@@ -1,4 +1,4 @@
-"""The training sweep's reference (benchmarks/sweep_training.py): FlopCounterMode with the
+"""The training sweep's reference (benchmarks/flop_formulas.py): FlopCounterMode with the
 weight gradient of a grouped convolution counted once, by hand."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.sweep_training import conv_backward_flops
+from benchmarks.flop_formulas import conv_backward_flops
 
 
 @pytest.mark.parametrize("transposed", [False, True])
