@@ -92,12 +92,18 @@ def test_mlp_items_match(gloo, strategy):
     # the 2 KiB input batch the measurement holds, and on a loaded machine by another 2 KiB
     # activation (2 × 256 float32) and the 4-byte loss: which of them are live at the peak
     # moment depends on when gloo's thread frees a buffer (seen under pytest-xdist: +4,100 B).
-    # Every structural item (a unit's parameters, a shard, a bucket) is ≥ 512 KiB.
+    # Every structural item (a unit's parameters, a shard, a bucket) is ≥ 512 KiB. Under
+    # fully_shard, gloo's thread may still hold one unit's reduce-scattered gradient shard
+    # at the peak (test_gloo_two_ranks above; seen once in .ci/run's torch 2.14.1 run:
+    # gradients +525,824 B, the shard): measured gradients may exceed by that one shard.
     for p, m, _ in _rows(gloo, "mlp", strategy):
         if m.step != 2:
             continue
+        late = max(u.grad_padded_bytes for u in p.units) // p.world_size \
+            if strategy == "fsdp" else 0  # one shard: 1,051,648 / 2 = 525,824 B
         for name, (pred, meas) in items(p.detail_at_peak, m.categories).items():
-            assert abs(pred - meas) <= 8192, (name, pred, meas)
+            slack = late if name == "grads" else 0
+            assert -8192 <= meas - pred <= 8192 + slack, (name, pred, meas)
 
 
 def test_mlp_zero2_forward_peak(fake):
