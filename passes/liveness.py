@@ -99,14 +99,18 @@ def module_call_ends(graph: Graph) -> list[list[int]]:
 
 # long: one pass over the schedule; eager references, in-place writes and aliases share its tables
 def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
-                     inplace: bool = False, eager: bool = False) -> Liveness:
+                     inplace: bool = False, eager: bool = False,
+                     python_refs: bool | None = None) -> Liveness:
     """``eager=True`` models PyTorch eager execution instead of a graph runtime: a tensor passed
     into a module call stays referenced (by the caller's variable and the callee's parameter)
     until that call returns, so it lives at least to the call's last node (the model's own
     inputs to the last node: the caller holds them through the whole call); and a tensor the
     model's Python code was seen holding while it was traced (``graph.eager_refs``: a local
     variable, a list of skip tensors) lives as long as that reference did, and an op the model
-    ran in place (``graph.eager_inplace``) writes into its input's storage."""
+    ran in place (``graph.eager_inplace``) writes into its input's storage. ``python_refs``
+    (None: as ``eager``) applies those two alone: a training step's forward, whose module
+    arguments the autograd engine's saved tensors or Python's references hold as long as
+    they are held, and whose backward Python runs none of."""
     nodes = graph.nodes
     n = len(nodes)
     values = graph.values
@@ -123,6 +127,8 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
         _extend_to_module_returns(graph, last_use)
         for name in graph.inputs:  # the caller's arguments: referenced until the call returns
             last_use[name] = last
+    refs = eager if python_refs is None else python_refs
+    if refs:
         for name, end in graph.eager_refs.items():  # Python's own references (traced)
             if end > last_use.get(name, -1):
                 last_use[name] = end
@@ -160,7 +166,7 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
                 getattr(values.get(src), "kind", None) != ValueKind.INPUT:
             continue  # a view of a weight or constant allocates nothing
         is_view = shared is not None and r is not None and r.alias
-        written = graph.eager_inplace.get(node.outputs[0]) if eager and node.outputs else None
+        written = graph.eager_inplace.get(node.outputs[0]) if refs and node.outputs else None
         if is_view:
             pass  # every output (split/unbind give several) is a view of input 0
         elif written is not None and written in of:

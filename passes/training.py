@@ -185,7 +185,8 @@ def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
     temp = step_temporaries(sizes, optimizer, impl)
     persistent = param_bytes + buffer_bytes + master + state
 
-    live = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace)
+    live = analyze_liveness(graph, include_inputs=include_inputs, inplace=inplace,
+                            python_refs=True)
     fwd = forward_set(graph)
     storages = list(live.storages)
     if segments:
@@ -281,7 +282,8 @@ def _auto(graph, fwd, plain, budget, step, node_flops) -> CheckpointPlan:
         return _plan("auto", [], plain, plain, node_flops, budget)
     blocks = repeated_blocks(graph, fwd)
     if blocks:
-        table = block_table(graph, analyze_liveness(graph, include_inputs=plain.include_inputs),
+        table = block_table(graph, analyze_liveness(graph, include_inputs=plain.include_inputs,
+                                                    python_refs=True),
                             fwd, blocks, node_flops, plain.timeline)
         target = budget
         for _ in range(6):   # lower the target by each shortfall of the model

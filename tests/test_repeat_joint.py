@@ -69,6 +69,14 @@ def _dataflow(g):
             for n in g.nodes]
 
 
+def _held(g):
+    return {g.values[v].producer: p for v, p in g.eager_refs.items()}
+
+
+def _inplace(g):
+    return {g.values[o].producer: g.values[i].producer for o, i in g.eager_inplace.items()}
+
+
 # Gemma-2 on every torch of the range (conftest.py): on 2.8 its checks came with no module
 @pytest.mark.parametrize("build", [_zoo_llama, _hf_llama,
                                    pytest.param(_hf_gemma2, marks=pytest.mark.every_torch),
@@ -89,6 +97,10 @@ def test_grown_joint_graph_is_the_full_trace(build, request):
     assert sorted((full.param_paths[p], full.values[g].producer) for p, g in full.grads.items()) \
         == sorted((grown.param_paths[p], grown.values[g].producer) for p, g in grown.grads.items())
     assert [c.scope for c in full.attention] == [c.scope for c in grown.attention]
+    # how long the model's Python held each forward tensor, and what it wrote in place: the
+    # same, by the producing node's place (the copies' values are named after layer 1's)
+    assert full.eager_refs and _held(full) == _held(grown)
+    assert _inplace(full) == _inplace(grown)
     for optimizer in ("none", "adamw"):
         a, b = training_memory(full, optimizer), training_memory(grown, optimizer)
         assert (a.peak_bytes, a.timeline) == (b.peak_bytes, b.timeline)

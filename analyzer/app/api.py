@@ -170,17 +170,16 @@ def _torch_graph(model, args: tuple, kwargs: Mapping[str, Any], name: str, note:
                 nonlocal sizes
                 sizes = BoundedSizes(maxima)  # afresh: a trace of three layers may come first
                 note(f"tracing {name}'s forward and backward (torch.export, then AOTAutograd)")
-                gm, sig, prefix, scopes, kernels = export_joint(
-                    model, args, kwargs, name=name, sizes=sizes, attention=attention,
-                    autocast=autocast)
+                jt = export_joint(model, args, kwargs, name=name, sizes=sizes,
+                                  attention=attention, autocast=autocast)
                 calls = tuple(AttentionKernel(path, kernel, why, attention.words)
-                              for path, kernel, why in kernels)
+                              for path, kernel, why in jt.kernels)
                 capped = sizes.capped
                 # this CPU's dropout keeps a noise tensor, not a byte mask (passes/cpu_dropout.py)
                 on_cpu = cpu_dropout if attention.backend == "cpu" else (lambda g: g)
-                lowers.append((gm, lambda b: on_cpu(replace(lower_joint(
-                    gm, sig, model, prefix, scopes, name=name, batch=b, maxima=maxima,
-                    capped=capped), attention=calls))))
+                lowers.append((jt.gm, lambda b: on_cpu(replace(lower_joint(
+                    jt, model, name=name, batch=b, maxima=maxima, capped=capped),
+                    attention=calls))))
                 return lowers[-1][1](batch_size)
             with every_layer_runs(model) as dropped:
                 graph = trace_repeated(model, trace_joint,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from ...passes.allocator_events import inference_reserved
 from ...passes.arena import plan_arena
@@ -57,6 +58,9 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
                                               gpu_workspaces(graph, device) if device else None)
         memory = replace(memory, arena_bytes=arena.arena_bytes, reserved_peak_bytes=reserved,
                          reserved_by_phase=phases)
+    if o.lifetimes == "dataflow":  # asked for: a step without Python's references either
+        graph = replace(graph, eager_refs=MappingProxyType({}),
+                        eager_inplace=MappingProxyType({}))
     training = None if optimizer is None else training_step(
         graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
         checkpoint=checkpoint, what_if=o.what_if, include_inputs=include_inputs,

@@ -104,6 +104,10 @@ class Autocaster:
             return self._all(args, kwargs, lambda t: _to(t, wide)) if wide else (args, kwargs)
         return args, kwargs
 
+    def cached(self) -> list[torch.Tensor]:
+        """The half copies in the cache: autocast holds them until its region exits."""
+        return list(self._cache.values())
+
     def _to_half(self, t: torch.Tensor) -> torch.Tensor:
         if not _eligible(t) or t.dtype == self.half:
             return t

@@ -25,9 +25,9 @@ import logging
 import sys
 import warnings
 import weakref
-from contextlib import contextmanager, redirect_stderr
+from contextlib import contextmanager, nullcontext, redirect_stderr
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
@@ -288,6 +288,18 @@ class _SumLoss(torch.nn.Module):
         return (loss,)
 
 
+class JointTrace(NamedTuple):
+    """A training step traced by ``export_joint``, as lower_joint takes it."""
+    gm: "torch.fx.GraphModule"
+    sig: Any                    # AOTAutograd's signature: parameter names carry ``prefix``
+    prefix: str
+    scopes: dict[str, str]      # each forward node of the joint graph -> its module path
+    kernels: tuple              # each attention call's (module path, kernel, why)
+    held: dict[str, str]        # how long the model's Python held forward tensors (a local
+    #                             past its last use, a list of chunks: _PythonReferences)
+    written: dict[str, str]     # what the model ran in place (``core[:, i] = x``, ``relu_``)
+
+
 def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
                  name: str = "model", sizes=None, attention=None, autocast=None):
     """The joint forward+backward graph of one training step, traced from the model's
@@ -303,9 +315,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     machine dispatches it. ``autocast`` (an AutocastSpec): the forward runs in
     ``torch.autocast``, its casts traced (autocast_casts.py).
 
-    Returns ``(graph_module, signature, prefix, scopes, kernels)``: parameter names in the
-    signature carry ``prefix``; ``scopes`` maps each forward node of the joint graph to its
-    module path; ``kernels`` lists each attention call's (module path, kernel, why).
+    Returns a :class:`JointTrace`.
     The model is switched to train mode for the trace and put back in the mode it had."""
     from .bounded_trace import BoundedSizes, explain
     from .exported_run import ExportedRun
@@ -317,9 +327,11 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
             with no_stack_traces(), eager_paths():
-                program = torch.export.export(_SumLoss(model), tuple(args),
-                                              kwargs=kwargs or {}, strict=False)
-                runner = ExportedRun(program, attention, autocast)
+                refs: dict[str, str] = {}  # how long the model's Python holds each tensor
+                with _PythonReferences(refs), _saved_as_run(autocast):
+                    program = torch.export.export(_SumLoss(model), tuple(args),
+                                                  kwargs=kwargs or {}, strict=False)
+                runner = ExportedRun(program, attention, autocast, refs)
                 inputs = _fake(runner.flat_inputs(args, kwargs))
                 first: list = []  # the joint graph as first traced (compat.first_joint_trace)
                 try:
@@ -339,7 +351,26 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
         model.train(was_training)
     assert isinstance(gm, torch.fx.GraphModule)  # (a joint trace is one)
     _mark_autograd_nodes(gm.graph, first)
-    return gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels)
+    held, written = runner.python_facts(gm.graph)
+    return JointTrace(gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels),
+                      held, written)
+
+
+def _saved_as_run(autocast):
+    """While the forward is exported for its references, autograd saves what the step will
+    save: the tensors of the exported ops as eager saves them (a tensor autograd keeps is
+    held, at least to the end of the forward, where the joint graph's decomposed backward may
+    read another: ProphetNet's step peak was 8% low without). Under autocast the
+    export (in fp32: ExportedRun casts) saves the fp32 tensors where the step saves their half
+    copies (a LayerNorm's output before a Linear), so autograd then keeps nothing and the
+    references are Python's alone."""
+    if autocast is None:
+        return nullcontext()
+    return torch.autograd.graph.saved_tensors_hooks(lambda _t: None, _never_unpacked)
+
+
+def _never_unpacked(_packed) -> torch.Tensor:
+    raise GraphcostError("the forward ran a backward while it was exported")
 
 
 def _trace_joint(runner, inputs: tuple, first: list):

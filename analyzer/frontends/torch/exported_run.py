@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Mapping
 
 import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
@@ -16,6 +16,7 @@ from ....passes.precision import AutocastSpec
 from .attention_kernels import call_kernel, is_sdpa
 from .autocast_casts import Autocaster
 from .dead_ends import dead_end
+from .fx_references import storage_root, writes_in_place
 
 
 class ExportedRun(torch.nn.Module):
@@ -31,11 +32,17 @@ class ExportedRun(torch.nn.Module):
 
     The forward returns the loss, then each dead end's result detached (dead_ends.py):
     AOTAutograd eliminates dead code, and eager computes them; detached, they take no part
-    in the backward (lower_joint drops them again)."""
+    in the backward (lower_joint drops them again).
+
+    ``references`` (capture._PythonReferences', recorded while the program was exported:
+    node -> node the trace had reached when the model's Python let go of its tensor) are
+    carried to the joint graph by ``python_facts``, with the ops the program runs in place."""
 
     def __init__(self, program: "torch.export.ExportedProgram",
-                 attention: AttentionTarget | None = None, autocast: AutocastSpec | None = None):
+                 attention: AttentionTarget | None = None, autocast: AutocastSpec | None = None,
+                 references: Mapping[str, str] | None = None):
         super().__init__()
+        self._references = dict(references or {})
         self.attention = attention  # None: SDPA dispatches by itself
         self.autocast = autocast    # None: no autocast region
         self.kernels: list[tuple[str, str, str]] = []  # (module path, kernel, why), in order
@@ -54,6 +61,10 @@ class ExportedRun(torch.nn.Module):
         self.gm = gm
         self._paths: dict = {}    # tracer node -> module path, of the latest trace
         self._graph = None        # that trace's graph
+        self._tensors: dict = {}  # program node -> the tracer node of its tensor
+        self._reached: dict = {}  # program node -> the tracer graph's last node after its run
+        self._cached: list = []   # the tracer nodes of autocast's cached half weights
+        self._end = None          # the tracer graph's last node after the program ran
 
     @contextmanager
     def unreached_frozen(self) -> Iterator[None]:
@@ -78,6 +89,8 @@ class ExportedRun(torch.nn.Module):
         return tuple(x for x in self._leaves if isinstance(x, torch.Tensor))
 
     def forward(self, *tensors):
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
         it = iter(tensors)
         flat = [next(it) if isinstance(x, torch.Tensor) else x for x in self._leaves]
         self._paths = {}
@@ -86,8 +99,66 @@ class ExportedRun(torch.nn.Module):
         run = _ScopedInterpreter(self.gm, self._paths, self.attention, self.kernels, caster,
                                  self._dead)
         out = tuple(run.run(*flat))
-        self._graph = run.traced
+        self._graph, self._tensors, self._reached = run.traced, run.tensors, run.reached
+        self._cached, self._end = [], None
+        if self._graph is not None:  # autocast's cached copies: held to the region's end
+            mode = get_proxy_mode()
+            self._cached = [_traced_node(t, mode) for t in (caster.cached() if caster else ())]
+            self._end = next(iter(reversed(self._graph.nodes)), None)
         return (*out, *(t.detach() for t in run.dead_values))
+
+    def python_facts(self, joint: "torch.fx.Graph") -> tuple[dict[str, str], dict[str, str]]:
+        """What the model's Python did, in the names of the finished joint graph, as
+        fx_lowering takes it. ``held``: node -> the node up to which Python held its tensor
+        (a point: the last node of the trace then that is in the joint graph); autocast's
+        cached half weights are held to the loss, where a step's autocast region ends.
+        ``written``: the node an in-place op of the program became -> the node whose storage
+        it wrote into, through the views it wrote by (functionalized, ``core[:, i] = x``
+        makes a new tensor in the joint graph; eager writes the one it had). A reference
+        only ever extends a forward tensor's life: what is saved lives into the backward."""
+        if self._graph is None:
+            return {}, {}
+        names = self._joint_names(joint)
+        at: dict = {}  # tracer node -> the nearest joint node at or before it
+        current = None
+        for t in self._graph.nodes:
+            current = names.get(t, current)
+            at[t] = current
+        held = {}
+        for value, point in self._references.items():
+            v, p = names.get(self._tensors.get(value)), at.get(self._reached.get(point))
+            if v is not None and p is not None:
+                held[v] = p
+        end = at.get(self._end)  # the loss: the autocast region of a step ends after it
+        for node in self._cached:
+            if names.get(node) is not None and end is not None:
+                held[names[node]] = end
+        written = {}
+        for node in self.gm.graph.nodes:
+            if writes_in_place(node):
+                out = names.get(self._tensors.get(node.name))
+                into = names.get(self._tensors.get(storage_root(node.args[0]).name))
+                if out is not None and into is not None and out != into:
+                    written[out] = into
+        return held, written
+
+    def _joint_names(self, joint: "torch.fx.Graph") -> dict:
+        """Tracer node -> the name of a joint-graph node computing what it does (matched as
+        in ``scopes``: equal ones in order; a tracer node the joint graph has fewer of, such
+        as a view functionalization made twice, the last of them)."""
+        if self._graph is None:
+            return {}
+        interned: dict = {}
+        found: dict[int, list[str]] = {}
+        for n, k in _structural_keys(joint, interned).items():
+            found.setdefault(k, []).append(n.name)
+        names: dict = {}
+        seen: Counter = Counter()
+        for n, k in _structural_keys(self._graph, interned).items():
+            if k in found:
+                names[n] = found[k][min(seen[k], len(found[k]) - 1)]
+                seen[k] += 1
+        return names
 
     def scopes(self, joint: "torch.fx.Graph") -> dict[str, str]:
         """Each node of the finished joint graph that a forward node created, by name, with
@@ -128,6 +199,9 @@ class _ScopedInterpreter(torch.fx.Interpreter):
                  dead: frozenset[str] | set[str] = frozenset()):
         super().__init__(gm)
         self._dead, self.dead_values = dead, []  # the dead ends' names, their results
+        self.tensors: dict = {}  # node -> the tracer node of the tensor its run returned
+        #                          (an in-place op: of the tensor it wrote)
+        self.reached: dict = {}  # node -> the tracer graph's last node after its run
         self._caster = caster
         self._paths = paths
         self.traced = None  # the tracer graph the nodes were created in
@@ -165,17 +239,52 @@ class _ScopedInterpreter(torch.fx.Interpreter):
         return self._run_scoped(n, mode, stack)
 
     def _run_scoped(self, n, mode, stack):
-        if mode is None or not stack or n.op != "call_function":
+        if mode is None or n.op != "call_function":
             return super().run_node(n)
         graph = self.traced = mode.tracer.graph
         stop = next(iter(reversed(graph.nodes)), None)
         out = super().run_node(n)
-        path = _module_path(next(reversed(stack.values()))[0])
+        made = []
         for node in reversed(graph.nodes):
             if node is stop:
                 break
-            self._paths.setdefault(node, path)
+            made.append(node)
+        made.reverse()
+        self.reached[n.name] = made[-1] if made else stop
+        self.tensors[n.name] = _traced_node(out, mode)
+        if writes_in_place(n):  # functionalized: the last new tensor is the one written
+            # (``core[:, i] = x`` makes the whole ``core`` anew, then views of it again)
+            self.tensors[n.name] = next((t for t in reversed(made) if not _is_view(t)),
+                                        self.tensors[n.name])
+        if stack:
+            path = _module_path(next(reversed(stack.values()))[0])
+            for node in made:
+                self._paths.setdefault(node, path)
         return out
+
+
+def _is_view(node: "torch.fx.Node") -> bool:
+    """Whether a tracer node's op returns a view of its input (as its schema says)."""
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None
+                and not schema.returns[0].alias_info.is_write)
+
+
+def _traced_node(out, mode) -> "torch.fx.Node | None":
+    """The tracer's node for ``out`` (a node's result; its first tensor if several). Traced
+    functionalized, the tensor the graph sees is a FunctionalTensor around the one the tracer
+    follows, whose node is the tensor's value now (after an in-place op: the op's result)."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    t = next((x for x in torch.utils._pytree.tree_leaves(out) if isinstance(x, torch.Tensor)),
+             None)
+    if t is None:
+        return None
+    if isinstance(t, FunctionalTensor):
+        t = torch._from_functional_tensor(t.elem)  # pyright: ignore[reportPrivateImportUsage]
+    slot = get_proxy_slot(t, mode.tracer, None)
+    return getattr(getattr(slot, "proxy", None), "node", None)
 
 
 def _structural_keys(graph: "torch.fx.Graph", interned: dict) -> dict:

@@ -13,13 +13,16 @@ from __future__ import annotations
 import warnings
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import torch
 
 from ....passes.errors import GraphcostError
 from ....passes.ir import Graph, ValueKind
 from .fx_lowering import lower_fx_graph, module_types
+
+if TYPE_CHECKING:
+    from .capture import JointTrace
 
 # Ops kept whole instead of decomposed: their cost rule is the better model.
 # SDPA and its kernels (flash, efficient, cuDNN, _for_cpu); GELU's and BatchNorm's backward,
@@ -83,12 +86,14 @@ def training_decompositions():
     return table
 
 
-def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefix: str,
-                scopes: Mapping[str, str], *, name: str, batch: int,
+def lower_joint(trace: "JointTrace", model: "torch.nn.Module", *, name: str, batch: int,
                 maxima: Mapping[str, int] | None = None,
                 capped: Mapping[str, str] | None = None) -> Graph:
-    """Lower AOTAutograd's joint forward+backward graph. Outputs: the loss, then one gradient
-    per parameter (which live to the optimizer step). Tied parameters become one value."""
+    """Lower AOTAutograd's joint forward+backward graph (capture.export_joint's). Outputs: the
+    loss, then one gradient per parameter (which live to the optimizer step). Tied parameters
+    become one value. What the model's Python held and wrote in place become the graph's
+    ``eager_refs`` and ``eager_inplace``."""
+    gm, sig, prefix = trace.gm, trace.sig, trace.prefix
     kind_of: dict[str, ValueKind] = {}
     alias: dict[str, str] = {}
     first_of: dict[int, str] = {}
@@ -123,8 +128,9 @@ def lower_joint(gm: "torch.fx.GraphModule", sig, model: "torch.nn.Module", prefi
     graph = lower_fx_graph(gm.graph, kind_of, alias, keep, name=name, batch=batch,
                            module_types={path: type(m).__name__
                                          for path, m in model.named_modules()},
-                           scopes=scopes, grads=grads, param_paths=paths, maxima=maxima,
-                           capped=capped)
+                           scopes=trace.scopes, grads=grads, param_paths=paths,
+                           maxima=maxima, capped=capped, held=trace.held,
+                           written=trace.written)
     return _in_parameter_order(graph, order)
 
 

@@ -50,13 +50,32 @@ def decomposed_references(before: "torch.fx.Graph", after: "torch.fx.Graph",
             held[last_from[v]] = reached[p]
     written = {}
     for k, n in enumerate(before.nodes):
-        schema = getattr(n.target, "_schema", None)
-        first = n.args[0] if n.op == "call_function" and n.args else None
-        if schema is None or not isinstance(first, torch.fx.Node) or k not in last_from \
-                or not schema.arguments or schema.arguments[0].alias_info is None \
-                or not schema.arguments[0].alias_info.is_write or n.target._overloadname == "out":
+        if not writes_in_place(n) or k not in last_from:
             continue
-        source = last_from.get(order[first.name])
+        source = last_from.get(order[n.args[0].name])
         if source is not None and source != last_from[k]:
             written[last_from[k]] = source
     return held, written
+
+
+def writes_in_place(node: "torch.fx.Node") -> bool:
+    """Whether ``node`` runs an op that writes its first argument, a node (``relu_``,
+    ``copy_``; not an ``out=`` variant), by the op's schema."""
+    schema = getattr(node.target, "_schema", None)
+    first = node.args[0] if node.op == "call_function" and node.args else None
+    return schema is not None and isinstance(first, torch.fx.Node) and bool(schema.arguments) \
+        and schema.arguments[0].alias_info is not None \
+        and schema.arguments[0].alias_info.is_write \
+        and getattr(node.target, "_overloadname", "") != "out"
+
+
+def storage_root(node: "torch.fx.Node") -> "torch.fx.Node":
+    """The node whose tensor ``node``'s result shares storage with: followed back through ops
+    that return an alias of their first argument (views, in-place ops), by their schemas."""
+    while True:
+        schema = getattr(node.target, "_schema", None)
+        first = node.args[0] if node.op == "call_function" and node.args else None
+        if schema is None or not schema.returns or schema.returns[0].alias_info is None \
+                or not isinstance(first, torch.fx.Node):
+            return node
+        node = first

@@ -13,8 +13,11 @@ values where layer 1's reads layer 2's (the gradient flowing down the stack); la
 backward then reads copy 2's. Copy c's weights get their gradients as graph outputs, after
 layer 1's. Refused (``None``: the caller traces every layer) unless the spans line up op for
 op and every read has the same role in layers 1 and 2 (the gradient from above: in layers 0
-and 1). tests/test_repeat_joint.py checks the grown graph node for node, and the training
-memory, against the trace of every layer.
+and 1). What the model's Python held (``eager_refs``) and wrote in place (``eager_inplace``)
+follow the copies: a layer-1 value held to a point of its layer is held so in each copy (and
+layer 2 must hold its twin alike), one held into the next layer into the next copy.
+tests/test_repeat_joint.py checks the grown graph node for node, and the training memory,
+against the trace of every layer.
 """
 from __future__ import annotations
 
@@ -30,8 +33,6 @@ from .repeat_layers import copied, grown_names, layer_of, rescope
 def repeat_joint(graph: Graph, prefix: str, total: int) -> Graph | None:
     """``graph`` (a joint graph traced with the three layers ``prefix``.0–2) grown to
     ``total`` layers, or None when its layers do not line up."""
-    if graph.eager_refs or graph.eager_inplace:
-        return None  # (a joint trace records neither)
     lay = _Layout.of(graph, prefix)
     if lay is None or total <= TRACED:
         return graph if lay is not None and total == TRACED else None
@@ -172,7 +173,7 @@ class _Layout:
         return True
 
     # long: the copies' names and the reads that move to them are one mapping
-    def grow(self, total: int) -> Graph:
+    def grow(self, total: int) -> Graph | None:
         g, fwd, bwd = self.g, self.fwd, self.bwd
         nodes, values = g.nodes, g.values
         last = total - 2                          # the last copy of layer 1
@@ -204,6 +205,7 @@ class _Layout:
         order += [(i, c) for c in range(last, 1, -1) for i in bwd[1]]
         order += [(i, 0) for i in range(bwd[1].start, len(nodes))]
         index = {i: new for new, (i, c) in enumerate(order) if c == 0}
+        at = {(i, c): new for new, (i, c) in enumerate(order)}
 
         new_values: dict[str, Value] = {}
         for name, v in values.items():
@@ -232,7 +234,49 @@ class _Layout:
             if scope and layer_of(scope, self.prefix) == 2:
                 scope = rescope(scope, self.prefix, 2, total - 1)
             out_nodes.append(replace(node, index=new, inputs=ins, scope=scope))
-        return self._finish(out_nodes, new_values, total, last)
+        refs = self._held(at, last)
+        if refs is None:
+            return None
+        inplace = dict(g.eager_inplace)
+        for out, into in g.eager_inplace.items():
+            k = self.where.get(out, (None,))[0]
+            if k == 1:
+                inplace.update((f"{out}~{c}", read(into, c, "f")) for c in range(2, last + 1))
+            elif k == 2 and (r := self.role(into, 2, "f")) is not None and r[0] == "prev":
+                inplace[out] = name1(("f", *r[1:]), last)
+        return replace(self._finish(out_nodes, new_values, total, last),
+                       eager_refs=MappingProxyType(refs), eager_inplace=MappingProxyType(inplace))
+
+    def _held(self, at: dict[tuple[int, int], int], last: int) -> dict[str, int] | None:
+        """The model's Python references (``eager_refs``, forward nodes) in the grown graph:
+        a value of layer 1 and its copies held to the same point of their own layer, or of
+        the layer after (copy c into copy c + 1, the last copy into the last layer), or to a
+        point after the stack. None where the layers do not hold alike (layer 2's value not
+        held as layer 1's, a value of layer 0 held into layer 2)."""
+        g, fwd = self.g, self.fwd
+        refs = {}
+        for name, p in g.eager_refs.items():
+            k, phase, j, slot = self.where.get(name, (None, "", 0, 0))
+            if phase == "f" and k == 0 and p in fwd[2]:
+                return None  # held across two layers: no copy could say where to
+            refs[name] = at[(p, 0)]
+            if k != 1 or phase != "f":
+                continue
+            if p in fwd[1] or p in fwd[2]:
+                into, rel = (1, p - fwd[1].start) if p in fwd[1] else (2, p - fwd[2].start)
+                twin = g.nodes[fwd[2][j]].outputs[slot]  # layer 2's value in this role
+                if into == 1 and g.eager_refs.get(twin) != fwd[2].start + rel:
+                    return None
+                if into == 1:
+                    refs.update((f"{name}~{c}", at[(p, c)]) for c in range(2, last + 1))
+                else:
+                    src = fwd[1].start + rel
+                    refs[name] = at[(src, 2)]  # (copies exist: total > TRACED)
+                    refs.update((f"{name}~{c}", at[(src, c + 1)] if c < last else at[(p, 0)])
+                                for c in range(2, last + 1))
+            else:
+                refs.update((f"{name}~{c}", at[(p, 0)]) for c in range(2, last + 1))
+        return refs
 
     def _finish(self, out_nodes: list[Node], new_values: dict[str, Value], total: int,
                 last: int) -> Graph:
