@@ -213,6 +213,8 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             p, train = (list(args[1:]) + [kwargs.get("p"), kwargs.get("train")])[:2]
             if not train or p == 0:
                 return args[0]
+        if target in _MASK_WRITES and _by_one_mask(*args, **kwargs):
+            return _masked_write(target, *args, **kwargs)
         if self._caster is not None:
             args, kwargs = self._caster.cast(target, args, kwargs)
         if self._attention is not None and is_sdpa(target):
@@ -261,6 +263,28 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             for node in made:
                 self._paths.setdefault(node, path)
         return out
+
+
+_MASK_WRITES = (torch.ops.aten.index_put_.default, torch.ops.aten.index_put.default)
+
+
+def _by_one_mask(x, indices, values, accumulate: object = False) -> bool:
+    """``x[mask] = values`` with one boolean mask over x's leading dims and values that
+    broadcast over the rest (wav2vec2's and HuBERT's SpecAugment: a time mask, the learned
+    embedding written into each masked frame)."""
+    mask = indices[0] if len(indices) == 1 else None
+    return isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and not accumulate \
+        and mask.dim() <= x.dim() and tuple(mask.shape) == tuple(x.shape[:mask.dim()]) \
+        and isinstance(values, torch.Tensor) and values.dim() <= x.dim() - mask.dim()
+
+
+def _masked_write(target, x, indices, values, accumulate: object = False):
+    """The masked write as a ``where``: indexing by a boolean mask takes its ``nonzero`` (how
+    many elements the data decides), which a backward trace cannot follow, and the values
+    written and the gradients are the same (``index_put_`` stays in place: ``copy_``)."""
+    mask = indices[0].reshape(*indices[0].shape, *([1] * (x.dim() - indices[0].dim())))
+    out = torch.where(mask, values.to(x.dtype), x)
+    return x.copy_(out) if target is torch.ops.aten.index_put_.default else out
 
 
 def _is_view(node: "torch.fx.Node") -> bool:
