@@ -199,6 +199,7 @@ class _ScopedInterpreter(torch.fx.Interpreter):
                  dead: frozenset[str] | set[str] = frozenset()):
         super().__init__(gm)
         self._dead, self.dead_values = dead, []  # the dead ends' names, their results
+        self._checks = _checks_only(gm.graph)
         self.tensors: dict = {}  # node -> the tracer node of the tensor its run returned
         #                          (an in-place op: of the tensor it wrote)
         self.reached: dict = {}  # node -> the tracer graph's last node after its run
@@ -235,6 +236,8 @@ class _ScopedInterpreter(torch.fx.Interpreter):
         mode = get_proxy_mode()
         stack = n.meta.get("nn_module_stack") or {}
         self._path = _module_path(next(reversed(stack.values()))[0]) if stack else ""
+        if n.name in self._checks:
+            return None
         if n.name in self._dead:
             self.dead_values.append(out := self._run_scoped(n, mode, stack))
             return out
@@ -263,6 +266,20 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             for node in made:
                 self._paths.setdefault(node, path)
         return out
+
+
+def _checks_only(graph: "torch.fx.Graph") -> set[str]:
+    """The nodes that compute nothing but a runtime check: ``_assert_scalar``, and the
+    numbers only such checks read (XLM's and Flaubert's ``assert lengths.max().item() <=
+    slen``: the ``.item()`` and the comparison). The joint trace runs on fake tensors, whose
+    values are unknown, so it skips them; the tensors they read are still computed."""
+    only = {n for n in graph.nodes if n.op == "call_function"
+            and n.target is torch.ops.aten._assert_scalar.default}
+    for n in reversed(graph.nodes):
+        if n.op == "call_function" and n.users and all(u in only for u in n.users) \
+                and not isinstance(n.meta.get("val"), torch.Tensor):
+            only.add(n)
+    return {n.name for n in only}
 
 
 _MASK_WRITES = (torch.ops.aten.index_put_.default, torch.ops.aten.index_put.default)
