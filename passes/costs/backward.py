@@ -138,6 +138,16 @@ def layer_norm_backward(op: OpView) -> tuple[int, int]:
     return 0, per * op.in_numel(1) + op.in_numel(2)
 
 
+@rule("aten.native_group_norm_backward.default")
+def group_norm_backward(op: OpView) -> tuple[int, int]:
+    # (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask): one kernel in
+    # PyTorch; per element as a LayerNorm's backward (x̂ 2, the input gradient 9, the weight
+    # gradient's g·x̂ and sum 2, the bias gradient's sum 1); per group 1
+    mask = tuple(op.attr("output_mask") or (True, True, True))
+    per = 2 + 9 * bool(mask[0]) + 2 * bool(mask[1]) + bool(len(mask) > 2 and mask[2])
+    return 0, per * op.in_numel(1) + op.in_numel(2)
+
+
 @rule("aten.native_batch_norm_backward.default", buffer_inputs=(3, 4))
 def batch_norm_backward(op: OpView) -> tuple[int, int]:
     # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
