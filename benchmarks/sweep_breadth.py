@@ -26,8 +26,11 @@ Models:
     Inputs by the class's main_input_name: input_ids (1, 16) (ids 4..199; plus
     decoder_input_ids for an encoder-decoder; plus pixel_values when the forward refuses ids
     alone and the config has an image size), pixel_values (1, C, H, W) for an image model
-    (224×224 when its config has no image_size); any other input (audio, video, time series,
-    ...) is skipped as "not a text or image model".
+    (224×224 when its config has no image_size), input_values for a speech encoder of the
+    wav2vec2 family (a config with conv_stride: one second of 16 kHz audio, (1, 16,000)) or a
+    spectrogram transformer (a config with max_length and num_mel_bins: (1, max_length,
+    num_mel_bins)); any other input (audio codecs, video, time series, ...) is skipped as
+    "not a text, image or speech model".
   * timm: one architecture per family, a family being (timm module, the letters the model
     name starts with), test_* models left out; its representative is the smallest-looking
     name (size words such as tiny/small, then the first number, then the default input
@@ -101,6 +104,7 @@ DEPTH = dict(num_hidden_layers=2, encoder_layers=2, decoder_layers=2, num_layers
              n_shared_experts=1, first_k_dense_replace=1, num_kv_shared_layers=0)
 IMAGE = dict(image_size=32, patch_size=8, num_channels=3)   # all attempts but the last
 IMAGE_DEFAULT = 224     # an image model's input side when its config has no image_size
+SPEECH_SAMPLES = 16_000  # a speech encoder's input: one second at 16 kHz
 LAYER_COUNTS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
 
@@ -258,11 +262,24 @@ def _hf_inputs(model, cfg, with_pixels: bool) -> dict[str, Any]:
     elif main == "pixel_values":
         size = _image_size(cfg) or (3, IMAGE_DEFAULT, IMAGE_DEFAULT)
         inputs = {"pixel_values": torch.randn((1, *size), generator=gen)}
+    elif main == "input_values" and _speech_shape(cfg) is not None:
+        inputs = {"input_values": torch.randn(_speech_shape(cfg), generator=gen)}
     else:
-        raise _Skip(f"inputs: not a text or image model (main input {main})")
+        raise _Skip(f"inputs: not a text, image or speech model (main input {main})")
     if "use_cache" in params:
         inputs["use_cache"] = False
     return inputs
+
+
+def _speech_shape(cfg) -> tuple[int, ...] | None:
+    """A speech model's input_values: raw audio for the wav2vec2 family (its convolutional
+    feature encoder: conv_stride), a spectrogram for a spectrogram transformer."""
+    if getattr(cfg, "conv_stride", None):
+        return (1, SPEECH_SAMPLES)
+    frames, bins = getattr(cfg, "max_length", None), getattr(cfg, "num_mel_bins", None)
+    if isinstance(frames, int) and isinstance(bins, int):
+        return (1, frames, bins)
+    return None
 
 
 def _prepare_hf(model_type: str, stage: Callable[[str], None], rec: dict) -> tuple:
@@ -282,8 +299,8 @@ def _prepare_hf(model_type: str, stage: Callable[[str], None], rec: dict) -> tup
         raise
     except Exception as exc:
         raise _Failed("build", exc) from None
-    if main not in ("input_ids", "pixel_values"):
-        raise _Skip(f"inputs: not a text or image model (main input {main})")
+    if main not in ("input_ids", "pixel_values", "input_values"):
+        raise _Skip(f"inputs: not a text, image or speech model (main input {main})")
     try:
         default = CONFIG_MAPPING[model_type]()
     except Exception as exc:
