@@ -10,7 +10,7 @@ Shapes are static: binding another batch or sequence length re-exports (the modu
 again, ~1 s for ResNet-50), which keeps every model exportable without dynamic-shape guards.
 
 Inference exports under ``torch.no_grad()`` and records how long the model's own Python holds
-each tensor (``_PythonReferences``). Training exports the model in train mode and traces the
+each tensor (python_references.py). Training exports the model in train mode and traces the
 backward with AOTAutograd through the exported graph (``export_joint``, exported_run.py), so
 code that branches on ``torch.export`` (transformers' masks) is traced the way it exports.
 What a transformers model needs to be traced as it runs (no KV cache, traceable experts,
@@ -24,8 +24,7 @@ import io
 import logging
 import sys
 import warnings
-import weakref
-from contextlib import contextmanager, nullcontext, redirect_stderr
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -34,6 +33,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 
 from ....passes.errors import GraphcostError, opt
 from .compat import first_joint_trace, no_stack_traces
+from .python_references import PythonReferences, saved_as_run
 from .transformers_tracing import eager_paths
 
 
@@ -107,7 +107,8 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
     With ``references`` (a dict to fill), the forward is traced under ``torch.no_grad()`` (as
     an inference runs: autograd would hold every saved tensor) and the dict receives, for
     each traced tensor the model's Python code let go of, the node the trace had reached
-    then (see :class:`_PythonReferences`). Data-dependent sizes: bounded_trace.BoundedSizes."""
+    then (python_references.PythonReferences). Data-dependent sizes:
+    bounded_trace.BoundedSizes."""
     from .bounded_trace import BoundedSizes, explain
 
     sizes = sizes if sizes is not None else BoundedSizes()
@@ -118,7 +119,7 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
             if references is None:
                 return torch.export.export(model, tuple(args), kwargs=kwargs or {},
                                            strict=False)
-            with torch.no_grad(), _PythonReferences(references):
+            with torch.no_grad(), PythonReferences(references):
                 return torch.export.export(model, tuple(args), kwargs=kwargs or {},
                                            strict=False)
     except GraphcostError:
@@ -126,58 +127,6 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
     except Exception as exc:
         raise GraphcostError(f"{name}: torch.export could not trace the forward "
                              f"({explain(exc, sizes) or _one_line(exc)})") from None
-
-
-class _PythonReferences(torch.overrides.TorchFunctionMode):
-    """How long the model's own Python code holds each tensor, observed during the trace.
-
-    Non-strict ``torch.export`` runs the model's forward itself, on fake tensors: every local
-    variable, list or returned tuple holds a fake tensor exactly as it would hold the real one
-    in an eager forward. A finalizer on each tensor an op returns records, when Python frees
-    it, the last node the trace had recorded: ``references[node that made it] = that node``.
-    What a graph cannot show — GPT-2's token embeddings kept by a variable of
-    ``GPT2Model.forward`` until it returns, the attention probabilities returned beside the
-    attention output and held by the block, a UNet's list of skip tensors — is measured
-    instead of guessed. Tensors still alive when the trace ends record nothing."""
-
-    def __init__(self, references: dict[str, str]):
-        super().__init__()
-        self._refs = references
-        self._finalizers: list = []
-        self._open = True
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
-
-        mode = get_proxy_mode()
-        if mode is None:
-            return out
-        for t in torch.utils._pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                slot = get_proxy_slot(t, mode.tracer, None)
-                node = getattr(getattr(slot, "proxy", None), "node", None)
-                if node is None or node.op != "call_function":
-                    continue
-                # An op may return an object already seen (``.to()`` of the dtype it has, an
-                # in-place op): the object then stands for both nodes' tensors.
-                fin = weakref.finalize(t, self._released, node.name, mode.tracer.graph)
-                fin.atexit = False
-                self._finalizers.append(fin)
-        return out
-
-    def _released(self, name: str, graph) -> None:
-        if self._open:
-            last = next(iter(reversed(graph.nodes)), None)
-            if last is not None and last.op != "output":
-                self._refs[name] = last.name
-
-    def __exit__(self, *exc):
-        self._open = False  # what is freed after the trace (the outputs) says nothing
-        for fin in self._finalizers:
-            fin.detach()
-        self._finalizers.clear()
-        return super().__exit__(*exc)
 
 
 def _one_line(exc: Exception) -> str:
@@ -296,7 +245,7 @@ class JointTrace(NamedTuple):
     scopes: dict[str, str]      # each forward node of the joint graph -> its module path
     kernels: tuple              # each attention call's (module path, kernel, why)
     held: dict[str, str]        # how long the model's Python held forward tensors (a local
-    #                             past its last use, a list of chunks: _PythonReferences)
+    #                             past its last use, a list of chunks: PythonReferences)
     written: dict[str, str]     # what the model ran in place (``core[:, i] = x``, ``relu_``)
 
 
@@ -328,7 +277,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
             warnings.simplefilter("ignore", FutureWarning)
             with no_stack_traces(), eager_paths():
                 refs: dict[str, str] = {}  # how long the model's Python holds each tensor
-                with _PythonReferences(refs), _saved_as_run(autocast):
+                with PythonReferences(refs), saved_as_run(autocast):
                     program = torch.export.export(_SumLoss(model), tuple(args),
                                                   kwargs=kwargs or {}, strict=False)
                 runner = ExportedRun(program, attention, autocast, refs)
@@ -354,23 +303,6 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     held, written = runner.python_facts(gm.graph)
     return JointTrace(gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels),
                       held, written)
-
-
-def _saved_as_run(autocast):
-    """While the forward is exported for its references, autograd saves what the step will
-    save: the tensors of the exported ops as eager saves them (a tensor autograd keeps is
-    held, at least to the end of the forward, where the joint graph's decomposed backward may
-    read another: ProphetNet's step peak was 8% low without). Under autocast the
-    export (in fp32: ExportedRun casts) saves the fp32 tensors where the step saves their half
-    copies (a LayerNorm's output before a Linear), so autograd then keeps nothing and the
-    references are Python's alone."""
-    if autocast is None:
-        return nullcontext()
-    return torch.autograd.graph.saved_tensors_hooks(lambda _t: None, _never_unpacked)
-
-
-def _never_unpacked(_packed) -> torch.Tensor:
-    raise GraphcostError("the forward ran a backward while it was exported")
 
 
 def _trace_joint(runner, inputs: tuple, first: list):

@@ -34,7 +34,7 @@ class ExportedRun(torch.nn.Module):
     AOTAutograd eliminates dead code, and eager computes them; detached, they take no part
     in the backward (lower_joint drops them again).
 
-    ``references`` (capture._PythonReferences', recorded while the program was exported:
+    ``references`` (python_references.PythonReferences', recorded while the program was exported:
     node -> node the trace had reached when the model's Python let go of its tensor) are
     carried to the joint graph by ``python_facts``, with the ops the program runs in place."""
 
