@@ -192,7 +192,11 @@ class _ScopedInterpreter(torch.fx.Interpreter):
     eager; torch's Python kernel for it (the one tracing reaches) would copy the tensor. With
     an attention target, each ``scaled_dot_product_attention`` runs as the kernel chosen for
     it (attention_kernels.py), recorded with the module path of the node being run; with an
-    autocast spec, each op's inputs are first cast as autocast casts them (autocast_casts.py)."""
+    autocast spec, each op's inputs are first cast as autocast casts them (autocast_casts.py).
+    Two things a backward trace cannot follow are traced as what they equal: a write through
+    one boolean mask as a ``where`` (_masked_write), a check of a tensor's value not at all
+    (_checks_only). Each run records the tracer node of its result and how far the tracer
+    graph had got (``tensors``, ``reached``: ExportedRun.python_facts)."""
 
     def __init__(self, gm, paths: dict, attention: AttentionTarget | None = None,
                  kernels: list | None = None, caster: Autocaster | None = None,
