@@ -262,8 +262,8 @@ def _hf_inputs(model, cfg, with_pixels: bool) -> dict[str, Any]:
     elif main == "pixel_values":
         size = _image_size(cfg) or (3, IMAGE_DEFAULT, IMAGE_DEFAULT)
         inputs = {"pixel_values": torch.randn((1, *size), generator=gen)}
-    elif main == "input_values" and _speech_shape(cfg) is not None:
-        inputs = {"input_values": torch.randn(_speech_shape(cfg), generator=gen)}
+    elif main == "input_values" and (shape := _speech_shape(cfg)) is not None:
+        inputs = {"input_values": torch.randn(shape, generator=gen)}
     else:
         raise _Skip(f"inputs: not a text, image or speech model (main input {main})")
     if "use_cache" in params:

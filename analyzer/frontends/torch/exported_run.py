@@ -16,7 +16,7 @@ from ....passes.precision import AutocastSpec
 from .attention_kernels import call_kernel, is_sdpa
 from .autocast_casts import Autocaster
 from .dead_ends import dead_end
-from .fx_references import storage_root, writes_in_place
+from .fx_references import is_view, storage_root, writes_in_place
 
 
 class ExportedRun(torch.nn.Module):
@@ -65,6 +65,7 @@ class ExportedRun(torch.nn.Module):
         self._reached: dict = {}  # program node -> the tracer graph's last node after its run
         self._cached: list = []   # the tracer nodes of autocast's cached half weights
         self._end = None          # the tracer graph's last node after the program ran
+        self._matched = None      # (joint graph, the keys of both: ``_keys``)
 
     @contextmanager
     def unreached_frozen(self) -> Iterator[None]:
@@ -100,6 +101,7 @@ class ExportedRun(torch.nn.Module):
                                  self._dead)
         out = tuple(run.run(*flat))
         self._graph, self._tensors, self._reached = run.traced, run.tensors, run.reached
+        self._matched = None
         self._cached, self._end = [], None
         if self._graph is not None:  # autocast's cached copies: held to the region's end
             mode = get_proxy_mode()
@@ -148,17 +150,27 @@ class ExportedRun(torch.nn.Module):
         as a view functionalization made twice, the last of them)."""
         if self._graph is None:
             return {}
-        interned: dict = {}
+        traced, joined = self._keys(joint)
         found: dict[int, list[str]] = {}
-        for n, k in _structural_keys(joint, interned).items():
+        for n, k in joined.items():
             found.setdefault(k, []).append(n.name)
         names: dict = {}
         seen: Counter = Counter()
-        for n, k in _structural_keys(self._graph, interned).items():
+        for n, k in traced.items():
             if k in found:
                 names[n] = found[k][min(seen[k], len(found[k]) - 1)]
                 seen[k] += 1
         return names
+
+    def _keys(self, joint: "torch.fx.Graph") -> tuple[dict, dict]:
+        """The structural keys of the traced graph and of ``joint``, in one numbering: walked
+        once per joint graph (``scopes`` and ``python_facts`` both match by them)."""
+        assert self._graph is not None  # (its callers return first without a trace)
+        if self._matched is None or self._matched[0] is not joint:
+            interned: dict = {}
+            self._matched = (joint, _structural_keys(self._graph, interned),
+                             _structural_keys(joint, interned))
+        return self._matched[1], self._matched[2]
 
     def scopes(self, joint: "torch.fx.Graph") -> dict[str, str]:
         """Each node of the finished joint graph that a forward node created, by name, with
@@ -169,14 +181,13 @@ class ExportedRun(torch.nn.Module):
         tensor computes what the traced one does and takes its path."""
         if self._graph is None:
             return {}
-        interned: dict = {}  # one numbering for both graphs
-        traced = _structural_keys(self._graph, interned)
+        traced, joined = self._keys(joint)
         by_key: dict[int, list[str]] = {}  # equal nodes (a constant in every block): in order
         for n, k in traced.items():
             if n in self._paths:
                 by_key.setdefault(k, []).append(self._paths[n])
         out, seen = {}, Counter()
-        for n, k in _structural_keys(joint, interned).items():
+        for n, k in joined.items():
             if k in by_key:
                 paths = by_key[k]
                 out[n.name] = paths[min(seen[k], len(paths) - 1)]
@@ -263,7 +274,7 @@ class _ScopedInterpreter(torch.fx.Interpreter):
         self.tensors[n.name] = _traced_node(out, mode)
         if writes_in_place(n):  # functionalized: the last new tensor is the one written
             # (``core[:, i] = x`` makes the whole ``core`` anew, then views of it again)
-            self.tensors[n.name] = next((t for t in reversed(made) if not _is_view(t)),
+            self.tensors[n.name] = next((t for t in reversed(made) if not is_view(t)),
                                         self.tensors[n.name])
         if stack:
             path = _module_path(next(reversed(stack.values()))[0])
@@ -306,13 +317,6 @@ def _masked_write(target, x, indices, values, accumulate: object = False):
     mask = indices[0].reshape(*indices[0].shape, *([1] * (x.dim() - indices[0].dim())))
     out = torch.where(mask, values.to(x.dtype), x)
     return x.copy_(out) if target is torch.ops.aten.index_put_.default else out
-
-
-def _is_view(node: "torch.fx.Node") -> bool:
-    """Whether a tracer node's op returns a view of its input (as its schema says)."""
-    schema = getattr(node.target, "_schema", None)
-    return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None
-                and not schema.returns[0].alias_info.is_write)
 
 
 def _traced_node(out, mode) -> "torch.fx.Node | None":

@@ -73,9 +73,19 @@ def storage_root(node: "torch.fx.Node") -> "torch.fx.Node":
     """The node whose tensor ``node``'s result shares storage with: followed back through ops
     that return an alias of their first argument (views, in-place ops), by their schemas."""
     while True:
-        schema = getattr(node.target, "_schema", None)
         first = node.args[0] if node.op == "call_function" and node.args else None
-        if schema is None or not schema.returns or schema.returns[0].alias_info is None \
-                or not isinstance(first, torch.fx.Node):
+        if _returned_alias(node) is None or not isinstance(first, torch.fx.Node):
             return node
         node = first
+
+
+def is_view(node: "torch.fx.Node") -> bool:
+    """Whether ``node``'s op returns a view of its input (an alias it does not write)."""
+    alias = _returned_alias(node)
+    return alias is not None and not alias.is_write
+
+
+def _returned_alias(node: "torch.fx.Node"):
+    """The alias information of the op's first result, from its schema (None: a new tensor)."""
+    schema = getattr(node.target, "_schema", None)
+    return schema.returns[0].alias_info if schema is not None and schema.returns else None
