@@ -89,6 +89,15 @@ CASES = [
     # the same with align_corners and a scale factor: 1×3×5×7 → 1×3×10×14 = 420 outputs × 9
     case("upsample_bilinear_corners", Op(lambda x: F.interpolate(
         x, scale_factor=2, mode="bilinear", align_corners=True)), [(1, 3, 5, 7)], 0, 3_780),
+    # bicubic 1×3×8×8 → 1×3×16×16 (aten.upsample_bicubic2d.vec, kept whole; ONNX Resize
+    # cubic): 768 outputs × 4 taps × (mul + add) × 2 resized axes = 12,288
+    case("upsample_bicubic", Op(lambda x: F.interpolate(x, size=(16, 16), mode="bicubic",
+                                                        align_corners=False)),
+         [(1, 3, 8, 8)], 0, 12_288),
+    # trilinear 1×2×4×4×4 → 1×2×8×8×8 = 1,024 outputs × 7 lerps (2³ − 1) × 3 = 21,504
+    case("upsample_trilinear", Op(lambda x: F.interpolate(x, scale_factor=2,
+                                                          mode="trilinear")),
+         [(1, 2, 4, 4, 4)], 0, 21_504),
     # grid_sample bilinear, x 1×3×8×8, grid 1×5×6×2 → 1×3×5×6 = 90 outputs × 7 (4 taps: 4
     # multiplies + 3 adds) = 630, + 30 positions × 2 coordinates × 2 (unnormalize) = 120 → 750
     case("grid_sample", Grid(), [(1, 3, 8, 8), (1, 5, 6, 2)], 0, 750),

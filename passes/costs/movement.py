@@ -40,7 +40,7 @@ zero_cost("aten.constant_pad_nd.default", reason="data movement: copies into a p
           rf="constant_pad", family=FAMILY)
 zero_cost("aten.repeat.default", "aten.flip.default", "aten.scatter.src", "aten.scatter.value",
           "aten.scatter_add.default", "aten.index_put.default", "aten.slice_scatter.default",
-          "aten.as_strided_scatter.default", "aten.upsample_nearest2d.vec",
+          "aten.as_strided_scatter.default",
           "aten.diagonal_scatter.default",  # diagonal's backward (zeros, the diagonal written)
           reason="data movement: copies or rearranges elements", family=FAMILY)
 zero_cost("aten.index_select.default", "aten.gather.default", "aten.index.Tensor",
@@ -174,37 +174,86 @@ def resize(op: OpView) -> tuple[int, int]:
     return 0, _interpolation(op, mode.decode() if isinstance(mode, bytes) else mode)
 
 
-def _interpolation(op: OpView, mode: str) -> int:
+def _interpolation(op: OpView, mode: str, backward: bool = False) -> int:
     # nearest: a copy (0). linear over r resized axes: 2^r − 1 lerps (a + t·(b − a): 3 FLOPs)
-    # per output. cubic: 4 taps × (mul + add) per resized axis per output.
+    # per output. cubic: 4 taps × (mul + add) per resized axis per output. A backward is the
+    # transpose of the same linear map (each output's gradient weighted back onto its taps):
+    # counted as the forward at the same sizes, its gradient input the forward's output.
     x, y = op.in_shape(0), op.out_shape(0)
+    if backward:
+        x, y = y, x
     r = sum(1 for a, b in zip(x, y) if a != b)
     if mode == "linear":
-        return op.out_numel(0) * 3 * (2 ** r - 1)
+        return math.prod(y) * 3 * (2 ** r - 1)
     if mode == "cubic":
-        return op.out_numel(0) * 8 * r
+        return math.prod(y) * 8 * r
     return 0
 
 
-# F.interpolate(mode="bilinear") reaches the graph whole (torch's decompositions keep it; its
-# nearest, bicubic, linear and trilinear siblings decompose into gathers and arithmetic):
-# counted as ONNX's Resize in linear mode, which the exporters write for it.
-@rule("aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default", saves="nothing")
-def upsample_bilinear(op: OpView) -> tuple[int, int]:
+# F.interpolate reaches the graph whole, and in a training step its backward too, as one
+# kernel each as eager runs them (analyzer/frontends/torch/frontend.py keeps them from torch's
+# Python decompositions): counted as ONNX's Resize, which the exporters write for them.
+_LINEAR = ("upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d")
+_NEAREST = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+            "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d")
+
+
+def _forms(bases: tuple[str, ...], suffix: str = "") -> tuple[str, ...]:
+    """The aten names of ``bases``: ``.vec`` (sizes or scales, as F.interpolate calls it) and
+    ``.default`` (sizes); a backward has only ``.default``."""
+    if suffix:
+        return tuple(f"aten.{b}{suffix}.default" for b in bases)
+    return tuple(f"aten.{b}.{form}" for b in bases for form in ("vec", "default"))
+
+
+zero_cost(*_forms(_NEAREST), reason="data movement: each output copies its nearest input",
+          family=FAMILY)
+
+
+@rule(*_forms(_NEAREST, "_backward"), saves="nothing")
+def upsample_nearest_backward(op: OpView) -> tuple[int, int]:
+    return 0, op.in_numel(0)  # each output's gradient added onto the input it copied
+
+
+@rule(*_forms(_LINEAR), saves="nothing")
+def upsample_linear(op: OpView) -> tuple[int, int]:
     return 0, _interpolation(op, "linear")
 
 
-# F.interpolate(..., antialias=True) (DINOv2's position embeddings at another resolution)
-# reaches the graph whole too. PyTorch resizes one axis at a time, the last first, skipping
-# axes that keep their size (separable_upsample_generic_Nd_kernel_impl in ATen's CPU
-# UpSampleKernel.cpp); on an axis shrunk by s the filter (4 taps bicubic, 2 bilinear) is
-# stretched to s times its taps, each tap a multiply and an add (an estimate: the taps are
-# trimmed at the borders).
-@rule("aten._upsample_bicubic2d_aa.default", "aten._upsample_bilinear2d_aa.default",
-      saves="nothing")  # (their .vec forms are decomposed into these)
+@rule(*_forms(_LINEAR, "_backward"), saves="nothing")
+def upsample_linear_backward(op: OpView) -> tuple[int, int]:
+    return 0, _interpolation(op, "linear", backward=True)
+
+
+@rule(*_forms(("upsample_bicubic2d",)), saves="nothing")
+def upsample_bicubic(op: OpView) -> tuple[int, int]:
+    return 0, _interpolation(op, "cubic")
+
+
+@rule(*_forms(("upsample_bicubic2d",), "_backward"), saves="nothing")
+def upsample_bicubic_backward(op: OpView) -> tuple[int, int]:
+    return 0, _interpolation(op, "cubic", backward=True)
+
+
+# F.interpolate(..., antialias=True) (DINOv2's position embeddings at another resolution).
+# PyTorch resizes one axis at a time, the last first, skipping axes that keep their size
+# (separable_upsample_generic_Nd_kernel_impl in ATen's CPU UpSampleKernel.cpp); on an axis
+# shrunk by s the filter (2 taps bilinear, 4 bicubic, 6 Lanczos: how many outputs one input
+# reaches when torch 2.14 enlarges an axis twofold, 4, 8 and 12) is stretched to s times its
+# taps, each tap a multiply and an add (an estimate: the taps are trimmed at the borders). The
+# backward counted as the forward at the same sizes (the transpose, as above).
+_ANTIALIASED = {"_upsample_bilinear2d_aa": 2, "_upsample_bicubic2d_aa": 4,
+                "_upsample_lanczos2d_aa": 6}  # (Lanczos: not in torch 2.8)
+
+
+@rule(*_forms(tuple(_ANTIALIASED)), *_forms(tuple(_ANTIALIASED), "_backward"),
+      saves="nothing")
 def upsample_antialiased(op: OpView) -> tuple[int, int]:
-    taps = 4 if "bicubic" in op.node.op else 2
+    base = op.node.op.removeprefix("aten.").split(".")[0]
+    taps = _ANTIALIASED[base.removesuffix("_backward")]
     shape, out = list(op.in_shape(0)), op.out_shape(0)
+    if base.endswith("_backward"):
+        shape, out = list(out), shape
     flops = 0
     for axis in reversed(range(2, len(out))):
         if shape[axis] != out[axis]:

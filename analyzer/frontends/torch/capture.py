@@ -268,6 +268,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     The model is switched to train mode for the trace and put back in the mode it had."""
     from .bounded_trace import BoundedSizes, explain
     from .exported_run import ExportedRun
+    from .frontend import kept_whole
 
     was_training = model.training
     model.train()
@@ -275,7 +276,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
-            with no_stack_traces(), eager_paths():
+            with no_stack_traces(), eager_paths(), kept_whole():
                 refs: dict[str, str] = {}  # how long the model's Python holds each tensor
                 with PythonReferences(refs), saved_as_run(autocast):
                     program = torch.export.export(_SumLoss(model), tuple(args),

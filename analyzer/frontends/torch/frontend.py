@@ -10,7 +10,9 @@ passes.ir.Graph.
 """
 from __future__ import annotations
 
+import functools
 import warnings
+from contextlib import contextmanager
 from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping
@@ -36,9 +38,14 @@ if TYPE_CHECKING:
 # LayerNorm's activation-sized temporaries, which eager never makes, held beside the inputs
 # its autograd call keeps until all three gradients exist: passes/liveness.py); a GroupNorm's
 # backward, one kernel (decomposed: activation-sized temporaries, wav2vec2's first
-# convolution's 6.5 MB output four times at the step's peak, +5%)
+# convolution's 6.5 MB output four times at the step's peak, +5%); resizing (F.interpolate's
+# modes) and its backward, one kernel each (decomposed: gathers of index tensors and per-tap
+# products, a bicubic upsample's inference peak 7.6 times its output; in training its
+# backward, input-sized zeros and an index_put per tap, +204% on a bilinear decoder's step,
+# +307% on a bicubic one)
 _KEEP = ("scaled_dot_product", "gelu_backward", "native_batch_norm_backward", "silu",
-         "embedding_dense_backward", "native_layer_norm_backward", "native_group_norm_backward")
+         "embedding_dense_backward", "native_layer_norm_backward", "native_group_norm_backward",
+         "upsample")
 
 
 def unreachable_rules() -> list[str]:
@@ -53,6 +60,42 @@ def unreachable_rules() -> list[str]:
     return unreachable(removed - {"aten.detach.default"})
 
 
+@contextmanager
+def kept_whole():
+    """Meanwhile, the ops of ``_KEEP`` that torch decomposes in Python while it traces reach
+    the graph whole, with their own autograd formula, as eager runs them. Table or no
+    table, torch's Python dispatcher runs the decomposition an op registers for the Autograd
+    and CompositeImplicitAutograd keys (``py_impl`` in torch/_decomp/decompositions.py: from
+    torch 2.8 to 2.14 every upsampling op, and only those of ``_KEEP``); those kernels are
+    taken out of the op's ``py_kernels`` (and its dispatch cache) and put back after."""
+    from torch._C import DispatchKey
+
+    keys = (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd)
+    taken = [(op, key, op.py_kernels.pop(key)) for op in _kept_overloads() for key in keys
+             if key in op.py_kernels]
+    for op, _, _ in taken:
+        op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, key, kernel in taken:
+            op.py_kernels[key] = kernel
+            op._dispatch_cache.clear()
+
+
+@functools.cache
+def _kept_overloads() -> tuple:
+    """Every overload of an aten op ``_KEEP`` names, as torch registers them."""
+    import torch._decomp  # noqa: F401  (registers the Python decompositions first)
+
+    found = []
+    for name in torch._C._dispatch_get_all_op_names():
+        base, _, overload = name.removeprefix("aten::").partition(".")
+        if name.startswith("aten::") and any(k in base for k in _KEEP):
+            found.append(getattr(getattr(torch.ops.aten, base), overload or "default"))
+    return tuple(found)
+
+
 def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgram":
     """``ep`` in core ATen, the calls whose result no output reads kept (dead_ends.py: the
     decomposed program's last user outputs; ``lower_exported`` drops them again)."""
@@ -63,10 +106,11 @@ def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgr
     with warnings.catch_warnings(), no_stack_traces():
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
         try:
-            with dead_ends_as_outputs(ep):
+            with dead_ends_as_outputs(ep), kept_whole():
                 return ep.run_decompositions(table)
         except Exception:  # a program the extra outputs trip: decomposed as torch leaves it
-            return ep.run_decompositions(table)
+            with kept_whole():
+                return ep.run_decompositions(table)
 
 
 def decompose_program(ep: "torch.export.ExportedProgram",
