@@ -32,6 +32,7 @@ import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 from ....passes.errors import GraphcostError, opt
+from .accumulate_grad import obey_layout_contract
 from .compat import first_joint_trace, no_stack_traces
 from .python_references import PythonReferences, saved_as_run
 from .transformers_tracing import eager_paths
@@ -301,6 +302,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
         model.train(was_training)
     assert isinstance(gm, torch.fx.GraphModule)  # (a joint trace is one)
     _mark_autograd_nodes(gm.graph, first)
+    obey_layout_contract(gm, sig)  # AccumulateGrad's copies (accumulate_grad.py)
     held, written = runner.python_facts(gm.graph)
     return JointTrace(gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels),
                       held, written)
