@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from graphcost.analyzer.measure.reference import measure_training
 from torch import nn
+from torch.nn import functional as F
 
 from graphcost import analyze
 
@@ -35,6 +36,39 @@ def test_a_transposed_gradient_is_copied_as_eager_copies_it():
     measured, _ = measure_training(model, (x,), "sgd")
     assert r.training.peak_bytes == 3 * 1_048_576 + 4 == measured - 4
     assert r.training.grad_bytes == 1_048_576
+
+
+class _ResizedTable(nn.Module):
+    """RADIO's position table: stored (1, 64·64, 32), read as a (1, 32, 64, 64) image (a
+    channels-last view), resized to the 8 × 8 patch grid and added to the tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(1, 64 * 64, 32))
+        self.proj = nn.Linear(32, 32)
+
+    def forward(self, x):
+        pos = self.table.reshape(1, 64, 64, 32).permute(0, 3, 1, 2)
+        pos = F.interpolate(pos, size=(8, 8), mode="bilinear", align_corners=False)
+        return self.proj(x + pos.flatten(2).permute(0, 2, 1))
+
+
+def test_a_resized_tables_gradient_is_copied_as_eager_copies_it():
+    # The resize's backward gets the tokens' gradient viewed back as (1, 32, 8, 8); eager's
+    # view strides its batch dimension 32, which is no channels-last layout to ATen's guess,
+    # so the backward writes the table's gradient contiguous (1, 32, 64, 64), and that,
+    # permuted back, is not the table's layout: AccumulateGrad copies it. Fake tensors in
+    # torch 2.13 and 2.14 stride that batch dimension otherwise (compat.eager_view_strides):
+    # without the eager strides no copy was traced, −33%.
+    # At the copy: the table (131,072 floats, 524,288 B), its gradient and the copy (as
+    # much each), the Linear (1,056 floats, 4,224 B) and its gradients (as much), the loss
+    # (4 B): 1,581,316 B; MemTracker holds the loss's gradient too (4 B).
+    torch.manual_seed(0)
+    model, x = _ResizedTable(), torch.randn(1, 64, 32)
+    r = analyze(model, (x,), train=True, optimizer="sgd", include_inputs=False,
+                what_if=False)
+    measured, _ = measure_training(model, (x,), "sgd")
+    assert r.training.peak_bytes == 3 * 524_288 + 2 * 4_224 + 4 == measured - 4
 
 
 def test_a_gradient_laid_out_as_its_parameter_is_not_copied():

@@ -41,6 +41,19 @@ def test_vector_norm_costs_the_same_whole_or_decomposed():
     assert 4 * 8 <= r.totals.flops <= 4 * 8 * 3, (ON, r.totals.flops)
 
 
+def test_a_fake_view_is_strided_as_eager():
+    # (1, 64, 16) strided (1664, 1, 64), viewed as (1, 64, 4, 4): eager strides the size-one
+    # dimension 64 (ATen's computeStride); torch 2.13's and 2.14's fake tensors 1664, unless
+    # the trace runs in compat.eager_view_strides
+    from graphcost.analyzer.frontends.torch.compat import eager_view_strides
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    eager = torch.empty_strided((1, 64, 16), (1664, 1, 64)).view(1, 64, 4, 4).stride()
+    with eager_view_strides(), FakeTensorMode():
+        fake = torch.empty_strided((1, 64, 16), (1664, 1, 64)).view(1, 64, 4, 4).stride()
+    assert fake == eager == (64, 1, 256, 64), ON
+
+
 def test_a_plain_module_analyzes():
     # Linear(4, 4): 4·4 + 4 = 20 params; batch 2: 2·4·4 = 32 MACs (the failing call)
     r = analyze(nn.Linear(4, 4), input_shapes={"input": (2, 4)})

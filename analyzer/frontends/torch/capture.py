@@ -33,7 +33,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 
 from ....passes.errors import GraphcostError, opt
 from .accumulate_grad import obey_layout_contract
-from .compat import first_joint_trace, no_stack_traces
+from .compat import eager_view_strides, first_joint_trace, no_stack_traces
 from .python_references import PythonReferences, saved_as_run
 from .transformers_tracing import eager_paths
 
@@ -115,7 +115,7 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
     sizes = sizes if sizes is not None else BoundedSizes()
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes, no_stack_traces(), \
-                eager_paths():
+                eager_paths(), eager_view_strides():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
             if references is None:
                 return torch.export.export(model, tuple(args), kwargs=kwargs or {},
@@ -277,7 +277,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
-            with no_stack_traces(), eager_paths(), kept_whole():
+            with no_stack_traces(), eager_paths(), kept_whole(), eager_view_strides():
                 refs: dict[str, str] = {}  # how long the model's Python holds each tensor
                 with PythonReferences(refs), saved_as_run(autocast):
                     program = torch.export.export(_SumLoss(model), tuple(args),

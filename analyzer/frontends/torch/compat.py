@@ -83,3 +83,43 @@ def fake_safe(func, args: tuple, kwargs: dict):
     if TORCH_VERSION < (2, 9) and func is torch.where and len(args) + len(kwargs) == 1:
         return torch.nonzero, (*args, *kwargs.values()), {"as_tuple": True}
     return func, args, kwargs
+
+
+@contextmanager
+def eager_view_strides():
+    """Meanwhile a fake tensor's ``view`` gets the strides an eager view gets. torch 2.8 views
+    fake tensors through the meta kernel, ATen's ``computeStride`` as eager; torch 2.13 and
+    2.14 through ``torch._refs._reshape_view_helper``, which strides a size-one dimension
+    otherwise ((1, 64, 16) strided (1664, 1, 64) viewed as (1, 64, 4, 4): eager (64, 1, 256,
+    64), the helper (1664, 1, 256, 64)). Kernels read those strides: a channels-last guess
+    (``suggest_memory_format``) holds in the trace and not eagerly, so an upsample's or a
+    convolution's backward lays its gradient out otherwise than eager, and AccumulateGrad's
+    copy (accumulate_grad.py) is traced where eager makes none, or missed where it makes one.
+    A view of static sizes is strided by the meta kernel here; any other as torch does."""
+    from torch._subclasses import fake_impls
+
+    table = fake_impls.op_implementations_dict
+    ops = [op for op in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+           if op in table]
+    saved = {op: table[op] for op in ops}
+
+    def strided(impl):
+        def view(fake_mode, func, a, *shape, **kwargs):
+            size = shape[0] if len(shape) == 1 and isinstance(shape[0], (list, tuple)) \
+                else shape
+            if kwargs or not all(isinstance(s, int) for s in (*a.shape, *a.stride(), *size)):
+                return impl(fake_mode, func, a, *shape, **kwargs)
+            try:
+                meta = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype,
+                                           device="meta").view(size)
+            except RuntimeError:  # not a view: torch's own words
+                return impl(fake_mode, func, a, *shape, **kwargs)
+            return a.as_strided(meta.shape, meta.stride())
+        return view
+
+    for op in ops:
+        table[op] = strided(saved[op])
+    try:
+        yield
+    finally:
+        table.update(saved)

@@ -99,11 +99,11 @@ def _kept_overloads() -> tuple:
 def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgram":
     """``ep`` in core ATen, the calls whose result no output reads kept (dead_ends.py: the
     decomposed program's last user outputs; ``lower_exported`` drops them again)."""
-    from .compat import no_stack_traces
+    from .compat import eager_view_strides, no_stack_traces
     from .dead_ends import dead_ends_as_outputs
 
     table = training_decompositions()
-    with warnings.catch_warnings(), no_stack_traces():
+    with warnings.catch_warnings(), no_stack_traces(), eager_view_strides():
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
         try:
             with dead_ends_as_outputs(ep), kept_whole():
