@@ -77,3 +77,44 @@ def test_a_gradient_laid_out_as_its_parameter_is_not_copied():
     r = analyze(nn.Linear(64, 32), input_shapes={"input": (8, 64)}, train=True,
                 optimizer="sgd", what_if=False)
     assert "aten.clone.default" not in {n.op for n in r.nodes}
+
+
+class _Branches(nn.Module):
+    """A tensor read by three convolutions (TextNet's and RepVGG's blocks): three gradients
+    for it, which the autograd engine sums."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(8, 16, 3, padding=1)
+        self.branches = nn.ModuleList(nn.Conv2d(16, 16, k, padding=(k[0] // 2, k[1] // 2))
+                                      for k in ((3, 3), (3, 1), (1, 3)))
+
+    def forward(self, x):
+        h = self.stem(x)
+        return sum(b(h) for b in self.branches)
+
+
+def test_the_engine_sums_gradients_in_place():
+    # Eagerly, the engine adds each branch's gradient for h onto the first one's storage
+    # (the final gradient is the first branch's tensor). Under any TorchDispatchMode it adds
+    # out of place (ATen's isTensorSubclassLike is true while a mode is on), MemTracker's
+    # among them: its figure is one h-sized sum above the step as it runs.
+    torch.manual_seed(0)
+    model, x = _Branches(), torch.randn(2, 8, 64, 64)
+    h = model.stem(x)
+    outs = [b(h) for b in model.branches]
+    made: list[int] = []
+    for o in outs:
+        assert o.grad_fn is not None
+        o.grad_fn.register_hook(lambda grads, _: made.append(grads[0].data_ptr()))
+    summed: list[int] = []
+    h.register_hook(lambda g: summed.append(g.data_ptr()))
+    sum(o.sum() for o in outs).backward()
+    assert summed[0] in made  # in place: the sum is one of the branches' gradients
+    # graphcost: both of the engine's sums write into the gradient they add onto (the
+    # joint graph's in-place writes: nothing else in this model runs in place)
+    from graphcost.analyzer.frontends.torch.capture import export_joint
+
+    trace = export_joint(model, (x,))
+    sums = [n for n in trace.gm.graph.nodes if n.name in trace.written]
+    assert len(sums) == 2 and all(n.target is torch.ops.aten.add.Tensor for n in sums)

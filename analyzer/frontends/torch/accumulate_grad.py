@@ -67,3 +67,34 @@ def obey_layout_contract(gm: "torch.fx.GraphModule", sig: Any) -> None:
         grads[new] = grads.pop(old)
     if renamed:
         gm.recompile()
+
+
+def summed_in_place(graph: "torch.fx.Graph") -> dict[str, str]:
+    """The autograd engine's sums of a tensor's gradients that eager writes in place: each
+    such ``add`` -> the gradient it adds into. A tensor read by several ops gets a gradient
+    from each op's backward; the engine's InputBuffer adds each one as it comes onto the
+    first, in place when it holds the last reference to a dense, unshared tensor
+    (torch/csrc/autograd/input_buffer.cpp ``can_accumulate_inplace``). In the joint graph such
+    a sum is an ``add`` of two gradients that two other autograd nodes made (their
+    ``autograd_node`` marks, capture._mark_autograd_nodes, differ from each other and from
+    the add's), or of such a sum and a third; the first read by that add alone and no view. A RepVGG-style block's
+    input (TextNet's: four branches) got an extra input-sized tensor for each sum."""
+    from .fx_references import is_view
+
+    made_by = {n: n.meta.get("autograd_node") for n in graph.nodes}
+    found: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.target is not torch.ops.aten.add.Tensor or len(node.all_input_nodes) != 2:
+            continue
+        first, second = node.args[0], node.args[1]
+        if not isinstance(first, torch.fx.Node) or not isinstance(second, torch.fx.Node):
+            continue
+        # (a third gradient is added onto the sum of the first two: that sum is the buffer)
+        marks = {"sum" if first.name in found else made_by[first], made_by[second]}
+        if None in marks or len(marks) != 2 or made_by[node] in marks \
+                or len(first.users) != 1 or first.op != "call_function" or is_view(first):
+            continue
+        val = first.meta.get("val")
+        if isinstance(val, torch.Tensor) and _dense(val) and val.shape == node.meta["val"].shape:
+            found[node.name] = first.name
+    return found

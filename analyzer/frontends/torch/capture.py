@@ -32,7 +32,7 @@ import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 from ....passes.errors import GraphcostError, opt
-from .accumulate_grad import obey_layout_contract
+from .accumulate_grad import obey_layout_contract, summed_in_place
 from .compat import eager_view_strides, first_joint_trace, no_stack_traces
 from .python_references import PythonReferences, saved_as_run
 from .transformers_tracing import eager_paths
@@ -304,6 +304,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     _mark_autograd_nodes(gm.graph, first)
     obey_layout_contract(gm, sig)  # AccumulateGrad's copies (accumulate_grad.py)
     held, written = runner.python_facts(gm.graph)
+    written.update(summed_in_place(gm.graph))  # the autograd engine's (accumulate_grad.py)
     return JointTrace(gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels),
                       held, written)
 
