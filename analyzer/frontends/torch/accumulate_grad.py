@@ -1,13 +1,16 @@
-"""AccumulateGrad's copy: the gradient a parameter's ``.grad`` receives is the backward's own
+"""How the autograd engine gathers gradients, as eager runs it.
+
+AccumulateGrad's copy: the gradient a parameter's ``.grad`` receives is the backward's own
 tensor only when its strides are the parameter's (PyTorch's "gradient layout contract",
 torch/csrc/autograd/utils/grad_layout_contract.h ``obeys_layout_contract``); otherwise
 AccumulateGrad copies it into a tensor laid out as the parameter (``clone_obey_contract``) as
 soon as the backward makes it, the backward's tensor freed after. A position table read
 through a permute (RADIO's, resized to the patch grid) gets its gradient as a transposed
-view: eager holds it and its copy at once, 16 MB each there.
+view: eager holds it and its copy at once, 16 MB each there. AOTAutograd returns the
+backward's tensor as the gradient; the joint graph gets the copy as a node of its own, right
+after the gradient is made (``obey_layout_contract``).
 
-AOTAutograd returns the backward's tensor as the gradient; the joint graph gets the copy as a
-node of its own, right after the gradient is made, as eager runs it."""
+The engine's sums of a tensor's several gradients, in place (``summed_in_place``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -77,8 +80,9 @@ def summed_in_place(graph: "torch.fx.Graph") -> dict[str, str]:
     (torch/csrc/autograd/input_buffer.cpp ``can_accumulate_inplace``). In the joint graph such
     a sum is an ``add`` of two gradients that two other autograd nodes made (their
     ``autograd_node`` marks, capture._mark_autograd_nodes, differ from each other and from
-    the add's), or of such a sum and a third; the first read by that add alone and no view. A RepVGG-style block's
-    input (TextNet's: four branches) got an extra input-sized tensor for each sum."""
+    the add's), or of such a sum and a third; the first read by that add alone and no view.
+    Summed out of place, a RepVGG-style block's input (TextNet's: four branches) got an
+    extra input-sized tensor for each sum."""
     from .fx_references import is_view
 
     made_by = {n: n.meta.get("autograd_node") for n in graph.nodes}
