@@ -123,3 +123,19 @@ def eager_view_strides():
         yield
     finally:
         table.update(saved)
+
+
+def forget_cia_ops() -> None:
+    """torch.export caches the set of aten ops it may keep whole (those with a
+    CompositeImplicitAutograd kernel, C++ or Python) the first time a program is decomposed
+    (``torch._export.utils._collect_all_valid_cia_ops_for_aten_namespace``, an lru_cache in
+    2.8 to 2.14). If that first time falls inside ``frontend.kept_whole``, the upsampling ops,
+    whose only such kernel is the Python one taken out meanwhile, are missing from it for the
+    life of the process; a later export that decomposes them (the dynamo ONNX exporter on
+    torch 2.8) then fails on torch's assertion "This should be a custom op". Forgotten once
+    the kernels are back, the set is built again as torch would build it."""
+    from torch._export import utils
+
+    cached = getattr(utils, "_collect_all_valid_cia_ops_for_aten_namespace", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()

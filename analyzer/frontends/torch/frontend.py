@@ -70,6 +70,8 @@ def kept_whole():
     taken out of the op's ``py_kernels`` (and its dispatch cache) and put back after."""
     from torch._C import DispatchKey
 
+    from .compat import forget_cia_ops
+
     keys = (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd)
     taken = [(op, key, op.py_kernels.pop(key)) for op in _kept_overloads() for key in keys
              if key in op.py_kernels]
@@ -81,6 +83,7 @@ def kept_whole():
         for op, key, kernel in taken:
             op.py_kernels[key] = kernel
             op._dispatch_cache.clear()
+        forget_cia_ops()  # built meanwhile, torch's cache would lack them for good
 
 
 @functools.cache
