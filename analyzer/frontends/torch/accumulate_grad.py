@@ -17,27 +17,18 @@ from typing import Any
 
 import torch
 
+from .compat import non_overlapping_and_dense
+
 
 def _obeys(grad: torch.Tensor, param: torch.Tensor) -> bool:
     """``obeys_layout_contract``: a dense parameter's strides on the gradient's dimensions
     larger than one (a zero stride of a size-one dimension breaks it too); otherwise a
     contiguous gradient."""
-    if not _dense(param):
+    if not non_overlapping_and_dense(param):
         return grad.is_contiguous()
     for size, stride, want in zip(grad.shape, grad.stride(), param.stride()):
         if (size != 1 and stride != want) or (size == 1 and stride == 0):
             return False
-    return True
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """``is_non_overlapping_and_dense``: some order of its dimensions is contiguous."""
-    dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
     return True
 
 
@@ -61,9 +52,8 @@ def obey_layout_contract(gm: "torch.fx.GraphModule", sig: Any) -> None:
             continue
         with graph.inserting_after(node):
             copy = graph.call_function(torch.ops.aten.clone.default, (node,))
-        copy.meta["val"] = grad_val.new_empty_strided(
-            param_val.shape, param_val.stride() if _dense(param_val) else
-            torch.empty(param_val.shape, device="meta").stride())
+        copy.meta["val"] = grad_val.new_empty_strided(param_val.shape, param_val.stride()) \
+            if non_overlapping_and_dense(param_val) else grad_val.new_empty(param_val.shape)
         out.replace_input_with(node, copy)
         renamed[node.name] = copy.name
     for old, new in renamed.items():
@@ -99,6 +89,7 @@ def summed_in_place(graph: "torch.fx.Graph") -> dict[str, str]:
                 or len(first.users) != 1 or first.op != "call_function" or is_view(first):
             continue
         val = first.meta.get("val")
-        if isinstance(val, torch.Tensor) and _dense(val) and val.shape == node.meta["val"].shape:
+        if isinstance(val, torch.Tensor) and non_overlapping_and_dense(val) \
+                and val.shape == node.meta["val"].shape:
             found[node.name] = first.name
     return found

@@ -139,3 +139,13 @@ def forget_cia_ops() -> None:
     cached = getattr(utils, "_collect_all_valid_cia_ops_for_aten_namespace", None)
     if cached is not None and hasattr(cached, "cache_clear"):
         cached.cache_clear()
+
+
+def non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    """ATen's ``is_non_overlapping_and_dense`` (some order of the dimensions is contiguous),
+    as torch._prims_common computes it: named so up to torch 2.8, ``..._or_false`` since."""
+    import torch._prims_common as common
+
+    check = getattr(common, "is_non_overlapping_and_dense_or_false", None) \
+        or getattr(common, "is_non_overlapping_and_dense")
+    return bool(check(t))

@@ -106,14 +106,13 @@ def decompose(ep: "torch.export.ExportedProgram") -> "torch.export.ExportedProgr
     from .dead_ends import dead_ends_as_outputs
 
     table = training_decompositions()
-    with warnings.catch_warnings(), no_stack_traces(), eager_view_strides():
+    with warnings.catch_warnings(), no_stack_traces(), eager_view_strides(), kept_whole():
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
         try:
-            with dead_ends_as_outputs(ep), kept_whole():
+            with dead_ends_as_outputs(ep):
                 return ep.run_decompositions(table)
         except Exception:  # a program the extra outputs trip: decomposed as torch leaves it
-            with kept_whole():
-                return ep.run_decompositions(table)
+            return ep.run_decompositions(table)
 
 
 def decompose_program(ep: "torch.export.ExportedProgram",
