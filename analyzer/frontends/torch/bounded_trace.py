@@ -38,6 +38,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 
 from ....passes.errors import opt
 from .compat import fake_safe, unbacked_vals_attr
+from .finite_checks import FiniteChecks
 from .int_values import IntValues, op_name, overload
 
 if TYPE_CHECKING:
@@ -112,11 +113,12 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         self.maxima = dict(maxima or {})
         self.origins: dict[str, str] = {}     # symbol -> the op that made it
         self.capped: dict[str, str] = {}      # symbol -> where its maximum came from
-        self.notes: list[str] = []            # warnings for the report (loops unrolled)
+        self._notes: list[str] = []           # warnings for the report (loops unrolled)
         # the trace's ShapeEnv once installed; False: left alone (draft_export's real values)
         self._env: ShapeEnv | Literal[False] | None = None
         self._sizes: set = set()
         self._values = IntValues()  # what torch.unique's count is bounded by besides sizes
+        self.finite = FiniteChecks()  # a check that values are finite: answered as finite
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         func, args, kwargs = fake_safe(func, args, kwargs or {})
@@ -125,6 +127,9 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         env = self._env
         if not env:
             return func(*args, **kwargs)
+        answer = self.finite.answer(func, args)
+        if answer is not None:
+            return answer
         rows = None  # an unbind unrolled over a data-dependent expression: its maximum
         if func in _LOOPS and args and isinstance(args[0], torch.Tensor) and args[0].dim():
             n = args[0].shape[_loop_dim(func, args, kwargs)]
@@ -139,7 +144,18 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         if len(env.var_to_range) != known:
             self._fresh(func, args, kwargs, out)
         self._values.record(func, args, kwargs, out)
+        self.finite.record(func, args, kwargs, out)
         return out
+
+    @property
+    def notes(self) -> list[str]:
+        """Warnings for the report: loops unrolled, sizes read at their maximum, finiteness
+        checks answered."""
+        asked = self.finite.asked
+        return self._notes + ([
+            "the model checks that values are finite (torch.isfinite, isnan or isinf read as a "
+            f"number, at {', '.join(asked)}): costed as a step whose values are finite, the "
+            "other branch not taken"] if asked else [])
 
     def _install(self) -> None:
         from torch._guards import detect_fake_mode
@@ -218,8 +234,8 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
                             if s in self.capped)
             note = (f"a Python loop over the data-dependent size {text}{where} is unrolled at "
                     f"its maximum, {hi} iterations (an upper bound" + (f": {why})" if why else ")"))
-        if note not in self.notes:
-            self.notes.append(note)
+        if note not in self._notes:
+            self._notes.append(note)
         return hi if func in _ITERATES else None
 
     def _rule_cap(self, name: str, d: torch.SymInt, func, args, kwargs, k: int,
