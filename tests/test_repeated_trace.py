@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 from graphcost.models_zoo.llama import Llama, LlamaConfig
+from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -206,3 +207,26 @@ def test_all_layers_from_the_command_line(tmp_path):
     assert a["totals"]["params"] == b["totals"]["params"] == 2_176
     assert a["totals"]["macs"] == b["totals"]["macs"] == 8_192
     assert a["memory"]["peak_bytes"] == b["memory"]["peak_bytes"]
+
+
+class _Groups(nn.Module):
+    """RF-DETR's query groups: a list of eight identical heads that the forward indexes by a
+    count of its own, not by iterating the list; cut to three, ``heads[3]`` does not exist."""
+
+    def __init__(self, groups: int = LAYERS):
+        super().__init__()
+        self.groups = groups
+        self.heads = nn.ModuleList(nn.Linear(16, 16) for _ in range(groups))
+
+    def forward(self, x):
+        return torch.cat([self.heads[g](x) for g in range(self.groups)], dim=-1)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_a_stack_the_model_indexes_by_its_own_count_is_traced_whole(train):
+    # 8 heads of 16·16 + 16 = 272 parameters; x (4, 16): each head 4·16·16 = 1,024 MACs
+    # forward (the training step adds its weight gradient, 1,024 more: x needs none)
+    r = analyze(_Groups(), input_shapes={"x": (4, 16)}, train=train)
+    assert r.totals.params == 8 * 272
+    assert r.totals.macs == 8 * 1_024 * (2 if train else 1)
+    assert r.traced_layers == ""  # (traced whole: no layers repeated in the IR)

@@ -49,8 +49,12 @@ def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
     stack = find_stack(model, at_least) if at_least else None
     if stack is None:
         return trace()
-    with truncated(model, stack):
-        graph = trace()
+    try:
+        with truncated(model, stack):
+            graph = trace()
+    except Exception:  # noqa: BLE001 - the model needs the whole list (RF-DETR indexes its
+        return trace()  # 13 query groups' heads by a count of its own): traced whole, or
+        #                 failing on the whole model's words
 
     def grow(g: Graph) -> Graph | None:
         out = None if g.size_bounds else grow_stack(g, prefix + stack.path, stack, repeat)
