@@ -113,6 +113,42 @@ def test_meta_model_trace_equals_the_real_model_trace(name):
     assert (meta.totals.flops, len(meta.nodes)) == (real.totals.flops, len(real.nodes))
 
 
+class _Sliced(torch.nn.Module):
+    """A weight read through a slice, a table through a row: each gradient is made at the
+    slice's size and written into zeros of the parameter's (SliceBackward0,
+    SelectBackward0)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(1024, 1024))
+        self.table = torch.nn.Parameter(torch.randn(64, 64))
+
+    def forward(self, x):
+        return (self.weight[:, :512] * x).sum() + self.table[3].sum()
+
+
+def test_a_slice_gradient_is_one_tensor_as_eager_makes_it():
+    # weight 4,194,304 B, table 16,384 B; x (1024, 512) is an input, not counted. At the
+    # peak, in SliceBackward0: the slice's gradient (x times the loss's ones: 2,097,152 B),
+    # the table's gradient (16,384 B: the engine runs the row first), and the weight's
+    # zeros with the gradient written in (4,194,304 B): 4,210,688 + 2,097,152 + 16,384 +
+    # 4,194,304 + 4 (the loss) = 10,518,532 B; MemTracker holds the loss's gradient too
+    # (4 B). Decomposed, slice_scatter copied the zeros: 4,194,304 B more (+40%). torch 2.8
+    # slices the whole first dimension too (``:``, eagerly and in the export; 2.13 skips
+    # it): a second SliceBackward0 makes the weight's zeros again while the first's are
+    # alive, the slice's gradient freed: 4,194,304 − 2,097,152 B more, 12,615,684 B.
+    from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
+    from graphcost.analyzer.measure.reference import measure_training
+
+    m, x = _Sliced(), torch.randn(1024, 512)
+    r = analyze(m, (x,), train=True, optimizer="sgd", include_inputs=False, what_if=False)
+    assert {"aten.slice_backward.default", "aten.select_backward.default"} <= \
+        {n.op for n in r.nodes}
+    measured, _ = measure_training(m, (x,), "sgd")
+    expected = 10_518_532 if TORCH_VERSION >= (2, 13) else 12_615_684
+    assert r.training.peak_bytes == expected == measured - 4
+
+
 class _Scatters(torch.nn.Module):
     """A table indexed, a slice and a diagonal taken: their backward formulas make zeros of
     the input's size and write the gradient in."""
@@ -128,7 +164,8 @@ class _Scatters(torch.nn.Module):
 
 def test_the_scatters_of_backward_formulas_are_costed_as_eager_runs_them():
     # index, slice and diagonal backward: zeros of the input's size, the gradient written in
-    # (diagonal's had no rule). Parameters (1000·64 + 64·64)·4 = 272,384 B. At the peak, in
+    # (diagonal's had no rule; slice's and diagonal's are one kernel each, as eager runs
+    # them: decomposed, the zeros and a scatter copy of them were live at once). Parameters (1000·64 + 64·64)·4 = 272,384 B. At the peak, in
     # the table's IndexBackward0: its zeros 256,000 B and the index_put result 256,000 B
     # (MemTracker sees both: 512,000 B of temporaries), the grid's gradient 16,384 B, the
     # loss and its gradient 8 B → 272,384 + 512,000 + 16,384 + 8 = 800,776 B
@@ -137,7 +174,7 @@ def test_the_scatters_of_backward_formulas_are_costed_as_eager_runs_them():
     m, idx = _Scatters(), torch.tensor([1, 5, 7])
     measured, _ = measure_training(m, (idx,), "sgd")
     r = analyze(m, (idx,), train=True, optimizer="sgd", include_inputs=False)
-    assert {n.op for n in r.nodes} >= {"aten.index_put.default", "aten.slice_scatter.default",
-                                       "aten.diagonal_scatter.default"}
+    assert {n.op for n in r.nodes} >= {"aten.index_put.default", "aten.slice_backward.default",
+                                       "aten.diagonal_backward.default"}
     assert r.coverage.unsupported == {}
     assert r.training.peak_bytes == measured == 800_776

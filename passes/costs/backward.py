@@ -127,6 +127,13 @@ def embedding_backward(op: OpView) -> tuple[int, int]:
     return 0, op.in_numel(0) + op.in_numel(1)
 
 
+@rule("aten.index_select_backward.default")
+def index_select_backward(op: OpView) -> tuple[int, int]:
+    # (grad, self_sizes, dim, index): zeros of the input's size, then each gradient element
+    # added into its row (index_add): one add per gradient element
+    return 0, op.in_numel(0)
+
+
 @rule("aten.native_layer_norm_backward.default")
 def layer_norm_backward(op: OpView) -> tuple[int, int]:
     # (grad_out, input, mean, rstd, weight, bias; normalized_shape, output_mask): one kernel

@@ -42,10 +42,11 @@ if TYPE_CHECKING:
 # modes) and its backward, one kernel each (decomposed: gathers of index tensors and per-tap
 # products, a bicubic upsample's inference peak 7.6 times its output; in training its
 # backward, input-sized zeros and an index_put per tap, +204% on a bilinear decoder's step,
-# +307% on a bicubic one)
+# +307% on a bicubic one); a slice's, row's or diagonal's gradient, one kernel (decomposed:
+# zeros and a scatter copy of them, two input-sized tensors at once: Longformer +14%)
 _KEEP = ("scaled_dot_product", "gelu_backward", "native_batch_norm_backward", "silu",
          "embedding_dense_backward", "native_layer_norm_backward", "native_group_norm_backward",
-         "upsample")
+         "upsample", "slice_backward", "select_backward", "diagonal_backward")
 
 
 def unreachable_rules() -> list[str]:
