@@ -39,6 +39,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 from ....passes.errors import opt
 from .compat import fake_safe, unbacked_vals_attr
 from .finite_checks import FiniteChecks
+from .input_values import InputValues
 from .int_values import IntValues, op_name, overload
 
 if TYPE_CHECKING:
@@ -119,6 +120,7 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         self._sizes: set = set()
         self._values = IntValues()  # what torch.unique's count is bounded by besides sizes
         self.finite = FiniteChecks()  # a check that values are finite: answered as finite
+        self.inputs = InputValues()   # values the example inputs alone decide: computed
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         func, args, kwargs = fake_safe(func, args, kwargs or {})
@@ -127,7 +129,9 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
         env = self._env
         if not env:
             return func(*args, **kwargs)
-        answer = self.finite.answer(func, args)
+        answer = self.inputs.answer(func, args, kwargs)
+        if answer is None:
+            answer = self.finite.answer(func, args)
         if answer is not None:
             return answer
         rows = None  # an unbind unrolled over a data-dependent expression: its maximum
@@ -145,17 +149,20 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
             self._fresh(func, args, kwargs, out)
         self._values.record(func, args, kwargs, out)
         self.finite.record(func, args, kwargs, out)
+        self.inputs.record(func, args, kwargs, out)
         return out
 
     @property
     def notes(self) -> list[str]:
         """Warnings for the report: loops unrolled, sizes read at their maximum, finiteness
         checks answered."""
-        asked = self.finite.asked
+        asked, read = self.finite.asked, self.inputs.asked
         return self._notes + ([
             "the model checks that values are finite (torch.isfinite, isnan or isinf read as a "
             f"number, at {', '.join(asked)}): costed as a step whose values are finite, the "
-            "other branch not taken"] if asked else [])
+            "other branch not taken"] if asked else []) + ([
+            f"the model branches on values of its inputs (at {', '.join(read)}): decided by "
+            "the example inputs' values, as an eager run of them decides"] if read else [])
 
     def _install(self) -> None:
         from torch._guards import detect_fake_mode

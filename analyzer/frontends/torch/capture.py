@@ -117,12 +117,13 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
         with warnings.catch_warnings(), quiet_torch_logs(), sizes, no_stack_traces(), \
                 eager_paths(), eager_view_strides():
             warnings.simplefilter("ignore", FutureWarning)  # torch-internal deprecations
-            if references is None:
-                return torch.export.export(model, tuple(args), kwargs=kwargs or {},
-                                           strict=False)
-            with torch.no_grad(), PythonReferences(references):
-                return torch.export.export(model, tuple(args), kwargs=kwargs or {},
-                                           strict=False)
+            with sizes.inputs.of(model, tuple(args), kwargs or {}):
+                if references is None:
+                    return torch.export.export(model, tuple(args), kwargs=kwargs or {},
+                                               strict=False)
+                with torch.no_grad(), PythonReferences(references):
+                    return torch.export.export(model, tuple(args), kwargs=kwargs or {},
+                                               strict=False)
     except GraphcostError:
         raise
     except Exception as exc:
@@ -279,7 +280,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
             warnings.simplefilter("ignore", FutureWarning)
             with no_stack_traces(), eager_paths(), kept_whole(), eager_view_strides():
                 refs: dict[str, str] = {}  # how long the model's Python holds each tensor
-                with PythonReferences(refs), saved_as_run(autocast):
+                with PythonReferences(refs), saved_as_run(autocast), \
+                        sizes.inputs.of(model, tuple(args), kwargs or {}):
                     program = torch.export.export(_SumLoss(model), tuple(args),
                                                   kwargs=kwargs or {}, strict=False)
                 runner = ExportedRun(program, attention, autocast, refs)

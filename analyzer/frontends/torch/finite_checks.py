@@ -51,7 +51,7 @@ class FiniteChecks:
         if func not in _READS or not args or not isinstance(args[0], torch.Tensor) \
                 or args[0] not in self._known or args[0].numel() != 1:
             return None
-        where = _asking_line()
+        where = asking_line()
         if where not in self.asked:
             self.asked.append(where)
         value = self._known[args[0]]
@@ -86,7 +86,7 @@ def _has_elements(x: torch.Tensor) -> bool:
     return isinstance(n, int) and n > 0
 
 
-def _asking_line() -> str:
+def asking_line() -> str:
     """``file:line`` of the model's code that read the value: the innermost frame outside
     torch and graphcost."""
     inside = (os.path.dirname(torch.__file__),  # torch, and graphcost's analyzer/

@@ -1,0 +1,141 @@
+"""A branch on a value the example inputs decide, decided by them (``InputValues``, used by
+bounded_trace.BoundedSizes while torch.export traces).
+
+torch.export traces on fake tensors, which have no values, so a model's Python that reads one
+(``if not padding_mask.any()``, Longformer's ``is_global_attn = mask.flatten().any().item()``)
+stops the trace. When that value is made from the example inputs alone (the ids, the masks,
+and constants the model makes with ``torch.ones`` or ``arange``), it is what it would be in
+an eager run of those inputs: graphcost computes it beside the trace, on the real tensors,
+and the model's Python reads the real value — the branch the user's inputs take. A value a
+weight reaches is never known (its tensor has no real twin); nor is one past
+``MAX_ELEMENTS`` (a 2048² attention mask is not worth its copy), or on the meta device. The
+report says which lines of the model read such a value.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
+
+import torch
+import torch.utils._pytree  # (torch.utils does not import it for the type checker)
+
+from .finite_checks import asking_line
+
+# The largest tensor computed for real beside the trace (elements): masks and ids, not
+# activations; a larger one (and all made from it) is left unknown.
+MAX_ELEMENTS = 1 << 20
+# The reads a fake tensor cannot answer, which stop the trace: a truth value (``if``,
+# ``assert``, ``not``: ``__bool__``; ``.item()`` of a boolean, Longformer's
+# ``is_global_attn``) and a Python number (``int(n)``, an index). ``.item()`` of a number
+# stays a symbol, a data-dependent size as bounded_trace.py traces it.
+_READS = (torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.__int__,
+          torch.Tensor.__index__)
+
+
+class InputValues:
+    """Fake tensor -> its real twin, for the tensors made from the example inputs alone."""
+
+    def __init__(self):
+        from torch.utils.weak import WeakIdKeyDictionary
+        self._real = WeakIdKeyDictionary()
+        self.asked: list[str] = []  # "modeling_fsmt.py:266", one per line that read one
+
+    @contextmanager
+    def of(self, model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> Iterator:
+        """Meanwhile, the fake inputs ``model`` is called with get the real ``args`` and
+        ``kwargs`` as twins (matched by position and keyword, shape and dtype)."""
+        def seen(module, fake_args, fake_kwargs):
+            self._pair(args, fake_args)
+            for key, value in fake_kwargs.items():
+                if key in kwargs:
+                    self._pair(kwargs[key], value)
+
+        handle = model.register_forward_pre_hook(seen, with_kwargs=True)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    def _pair(self, real, fake) -> None:
+        reals = torch.utils._pytree.tree_leaves(real)
+        fakes = torch.utils._pytree.tree_leaves(fake)
+        if len(reals) != len(fakes):
+            return
+        for r, f in zip(reals, fakes):
+            if type(r) is torch.Tensor and r.device.type != "meta" and _small(r) \
+                    and isinstance(f, torch.Tensor) and f is not r \
+                    and r.shape == f.shape and r.dtype == f.dtype:  # (not fake: real values)
+                self._real[f] = r  # (no op on it here: the trace would record one)
+
+    def answer(self, func, args: tuple, kwargs: Mapping[str, Any]) -> Any:
+        """The value a read of a tensor with a real twin returns; None otherwise."""
+        if func not in _READS or not args or not isinstance(args[0], torch.Tensor) \
+                or args[0] not in self._real \
+                or (func is torch.Tensor.item and args[0].dtype != torch.bool):
+            return None
+        try:
+            value = _eager(func, (self._real[args[0]], *args[1:]), kwargs)
+        except Exception:  # noqa: BLE001 - as unknown as before
+            return None
+        where = asking_line()
+        if where not in self.asked:
+            self.asked.append(where)
+        return value
+
+    def record(self, func, args: tuple, kwargs: Mapping[str, Any], out) -> None:
+        """``out``'s twins, computed from the twins of ``func``'s inputs when every tensor it
+        reads has one (a factory reads none; an in-place write updates the twin it writes);
+        where one is missing, the tensors it may write lose theirs."""
+        if not self._real and not _is_factory(args, kwargs):
+            return
+        ins = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
+               if isinstance(a, torch.Tensor)]
+        outs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if all(a in self._real for a in ins) and (ins or outs) \
+                and all(_small(t) and t.device.type != "meta" for t in outs):
+            twin = lambda a: self._real[a] if isinstance(a, torch.Tensor) else a  # noqa: E731
+            real_args, real_kwargs = torch.utils._pytree.tree_map(twin, (args, kwargs))
+            try:
+                real = _eager(func, real_args, real_kwargs)
+            except Exception:  # noqa: BLE001 - what eager refuses stays unknown
+                return self._forget_written(ins)
+            reals = [t for t in torch.utils._pytree.tree_leaves(real)
+                     if isinstance(t, torch.Tensor)]
+            for fake, r in zip(outs, reals) if len(reals) == len(outs) else ():
+                if fake.shape == r.shape and fake.dtype == r.dtype:
+                    self._real[fake] = r
+            return
+        self._forget_written(ins)
+
+    def _forget_written(self, ins: list) -> None:
+        """Every twin of a tensor ``ins`` may have written (any of them: an in-place op
+        computed without twins leaves theirs stale), views sharing its storage included."""
+        storages = set()
+        for t in ins:
+            try:
+                storages.add(t.untyped_storage()._cdata)
+            except Exception:  # noqa: BLE001 - no storage to compare: forget everything
+                self._real.clear()
+                return
+        for t in [t for t in self._real if t.untyped_storage()._cdata in storages]:
+            del self._real[t]
+
+
+def _small(t: torch.Tensor) -> bool:
+    n = t.numel()
+    return isinstance(n, int) and n <= MAX_ELEMENTS
+
+
+def _is_factory(args: tuple, kwargs: Mapping[str, Any]) -> bool:
+    """A call that reads no tensor (``torch.ones(shape)``, ``arange(n)``)."""
+    return not any(isinstance(a, torch.Tensor)
+                   for a in torch.utils._pytree.tree_leaves((args, kwargs)))
+
+
+def _eager(func, args: tuple, kwargs: Mapping[str, Any]) -> Any:
+    """``func`` run eagerly on real tensors, outside the trace's torch-function and dispatch
+    modes (the fake and proxy modes would take real tensors for constants)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch._C.DisableTorchFunction():
+        return func(*args, **kwargs)

@@ -1,0 +1,114 @@
+"""A branch on a truth value the example inputs alone decide (FSMT's ``if not
+padding_mask.any()``, Longformer's and LED's ``is_global_attn``) is decided by the inputs'
+real values, as an eager run of them decides it (analyzer/frontends/torch/input_values.py),
+and the report says where; a value a weight reaches, a number read from the inputs and inputs
+given by shape only are not (before, every such branch stopped the trace)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from graphcost.analyzer.measure.reference import float_output_sum
+from graphcost.passes.errors import GraphcostError
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from graphcost import analyze
+
+
+class _Padded(nn.Module):
+    """FSMT's padding mask: applied only when the ids hold a pad (id 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.fc = nn.Embedding(100, 64), nn.Linear(64, 64)
+
+    def forward(self, ids):
+        padding = ids.eq(1)
+        if not padding.any():
+            padding = None
+        h = self.fc(self.embed(ids))
+        if padding is not None:
+            h = h.masked_fill(padding.unsqueeze(-1), 0.0)
+        return self.fc(h)
+
+
+def _flops(model, args) -> int:
+    counter = FlopCounterMode(display=False)
+    with counter:
+        float_output_sum(model, args, None).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_a_branch_on_the_inputs_takes_their_way(pad):
+    # ids (4, 32): the Linear(64, 64), run twice, 2·128·64·64 = 1,048,576 FLOPs a run
+    # forward, and its input's and weight's gradients each run backward (the embedding needs
+    # its gradient): 6 × 1,048,576, FlopCounterMode's count either way. With a pad the
+    # masked_fill is traced (and its backward), without one it is not.
+    torch.manual_seed(0)
+    model, ids = _Padded(), torch.randint(2, 100, (4, 32))
+    if pad:
+        ids[0, -3:] = 1
+    r = analyze(model, (ids,), train=True, optimizer="sgd", include_inputs=False)
+    assert 2 * r.totals.macs == _flops(model, (ids,)) == 6 * 2 * 128 * 64 * 64
+    assert any(n.op.startswith("aten.masked_fill") or n.op == "aten.where.self"
+               for n in r.nodes) == pad
+    line = _Padded.forward.__code__.co_firstlineno + 2
+    said = [w for w in r.warnings if "values of its inputs" in w]
+    assert len(said) == 1 and f"test_input_values.py:{line}" in said[0], r.warnings
+
+
+class _Global(nn.Module):
+    """Longformer's global attention: a mask the model makes itself (no global mask given),
+    read as one truth value (``.any().item()``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        mask = torch.ones(x.shape[:2], dtype=torch.long) * 1  # local attention everywhere
+        is_global = (mask > 1).flatten().any().item()
+        h = self.fc(x)
+        return self.fc(h) if is_global else h
+
+
+def test_a_branch_on_a_mask_the_model_makes_is_decided():
+    # x (2, 8, 16): no token is global, so one Linear: 2·16·16·16 = 8,192 FLOPs
+    r = analyze(_Global(), input_shapes={"x": (2, 8, 16)})
+    assert 2 * r.totals.macs == 2 * 16 * 16 * 16
+    assert any("values of its inputs" in w for w in r.warnings)
+
+
+def test_inputs_given_by_shape_only_decide_nothing():
+    # graphcost makes the ids itself (zeros, fake): no values, the branch stays refused
+    with pytest.raises(GraphcostError) as err:
+        analyze(_Padded(), input_shapes={"ids": (4, 32)}, input_dtypes={"ids": "int64"})
+    assert "value read from a tensor" in str(err.value) and "\n" not in str(err.value)
+
+
+class _Counted(nn.Module):
+    """A number read from the inputs: how many ids are not padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, ids, x):
+        n = int((ids != 0).sum())
+        return self.fc(x[:n])
+
+
+def test_a_number_read_from_the_inputs_is_theirs():
+    # 5 of the 16 ids are not padding: the Linear runs on 5 rows, 5·8·8 = 320 MACs, as an
+    # eager run of these inputs does
+    ids = torch.zeros(16, dtype=torch.long)
+    ids[:5] = 3
+    model, x = _Counted(), torch.randn(16, 8)
+    r = analyze(model, (ids, x))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(ids, x)
+    assert 2 * r.totals.macs == counter.get_total_flops() == 2 * 5 * 8 * 8
+    assert any("values of its inputs" in w for w in r.warnings)
