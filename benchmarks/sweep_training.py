@@ -10,7 +10,9 @@ same step (``train=True, optimizer="sgd"``, the inputs left out as MemTracker le
   against graphcost's 2·MACs (within 1%?);
 * memory: MemTracker's peak over the second step (``analyzer.measure.reference
   .measure_training``: the kernels this CPU dispatches, no swaps) against graphcost's
-  training peak (within 5%? within 1%?).
+  training peak (within 5%? within 1%?); where it is more than 1% off, also the peak of the
+  step with no dispatch mode on (``measure_training_unperturbed``, torch.profiler's memory
+  events: MemTracker's mode makes the engine's gradient sums out of place).
 
 A model whose step fails in eager (a forward that returns no floating tensor to sum, a
 backward the module refuses) is a failure of the stage "step", not graphcost's.
@@ -64,6 +66,27 @@ def compare_peak(model, args: Any, report, rec: dict) -> None:
     rec.update(peak_gc=ours, peak_ref=measured)
     rec["peak_ok"] = measured > 0 and abs(ours / measured - 1) <= 0.05
     rec["peak_exact"] = measured > 0 and abs(ours / measured - 1) <= 0.01
+    if not rec["peak_exact"]:
+        _compare_unperturbed(model, args, rec)
+
+
+def _compare_unperturbed(model, args: Any, rec: dict) -> None:
+    """Where MemTracker's peak is more than 1% off, the step's peak with no dispatch mode on
+    (``measure_training_unperturbed``: MemTracker's mode makes the autograd engine's
+    gradient sums out of place) beside it: ``peak_eager``."""
+    from graphcost.analyzer.measure.reference import measure_training_unperturbed
+
+    was = model.training
+    try:
+        model.train()
+        kwargs = args if isinstance(args, dict) else None
+        rec["peak_eager"] = measure_training_unperturbed(
+            model, () if kwargs is not None else tuple(args), "sgd", kwargs=kwargs)
+    except Exception as exc:  # the profiler's failure is no verdict either
+        rec["peak_eager_error"] = f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was)
 
 
 def peak_cell(rec: dict) -> str:
@@ -74,13 +97,29 @@ def peak_cell(rec: dict) -> str:
     return f"{'ok' if rec.get('peak_ok') else 'OFF'} {100 * (ours / ref - 1):+.1f}%"
 
 
+def _eager_words(rec: dict) -> str:
+    """``; eager with no mode: +0.0%`` where the unperturbed peak was measured."""
+    eager = rec.get("peak_eager")
+    if not eager:
+        return ""
+    return f"; the step with no dispatch mode on: {100 * (rec['peak_gc'] / eager - 1):+.1f}%"
+
+
 def peak_counts(records: list[dict]) -> list[tuple[str, str]]:
     """The count rows of the memory comparison."""
     measured = [r for r in records if r.get("peak_ref")]
     return [("training peak within 5% of MemTracker's",
              f"{sum(bool(r.get('peak_ok')) for r in measured)} of {len(measured)}"),
             ("training peak within 1% of MemTracker's",
-             f"{sum(bool(r.get('peak_exact')) for r in measured)} of {len(measured)}")]
+             f"{sum(bool(r.get('peak_exact')) for r in measured)} of {len(measured)}"),
+            ("within 1% of MemTracker's or of the step with no mode on",
+             f"{sum(bool(r.get('peak_exact')) or _within(r, 0.01) for r in measured)} of "
+             f"{len(measured)}")]
+
+
+def _within(rec: dict, tolerance: float) -> bool:
+    eager = rec.get("peak_eager")
+    return bool(eager) and abs(rec["peak_gc"] / eager - 1) <= tolerance
 
 
 def print_peak_misses(records: list[dict]) -> None:
@@ -90,7 +129,12 @@ def print_peak_misses(records: list[dict]) -> None:
         print(f"\nAnalyzed, training peak off by more than 5% ({len(off)}):\n")
         for r in off:
             print(f"* {r['name']}: {r['peak_gc']:,} B vs MemTracker's {r['peak_ref']:,} B "
-                  f"({peak_cell(r).split()[-1]})")
+                  f"({peak_cell(r).split()[-1]}){_eager_words(r)}")
+    between = [r for r in records if r.get("peak_ok") and not r.get("peak_exact")]
+    if between:
+        print(f"\nAnalyzed, training peak off by 1% to 5% ({len(between)}):\n")
+        for r in between:
+            print(f"* {r['name']}: {peak_cell(r).split()[-1]}{_eager_words(r)}")
     failed = [r for r in records if r.get("peak_error")]
     if failed:
         print(f"\nMemTracker failed ({len(failed)}):\n")

@@ -118,3 +118,35 @@ def test_the_engine_sums_gradients_in_place():
     trace = export_joint(model, (x,))
     sums = [n for n in trace.gm.graph.nodes if n.name in trace.written]
     assert len(sums) == 2 and all(n.target is torch.ops.aten.add.Tensor for n in sums)
+
+
+class _ReadTwice(nn.Module):
+    """h read by a Linear and by sin: the engine sums h's two gradients."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(512, 512), nn.Linear(512, 512)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        return self.b(h) + h.sin()
+
+
+def test_the_step_with_no_mode_on_sums_in_place_as_graphcost_does():
+    # The step measured without a dispatch mode (measure_training_unperturbed: torch.profiler's
+    # memory events, read at the end of each outermost ATen op) is graphcost's peak but for
+    # the loss's 4 B gradient, as MemTracker's is where no sum runs. At the peak, in b's
+    # backward, the engine holds h's gradient from sin (524,288 B) to add the Linear's onto
+    # it in place; under MemTracker's mode the add makes a third h-sized tensor, and its
+    # figure is that much higher (524,288 B), less 2,048 B (a bias gradient's size) by where
+    # each of the two peaks falls
+    from graphcost.analyzer.measure.reference import measure_training_unperturbed
+
+    torch.manual_seed(0)
+    model, x = _ReadTwice(), torch.randn(256, 512)
+    r = analyze(model, (x,), train=True, optimizer="sgd", include_inputs=False,
+                what_if=False)
+    unperturbed = measure_training_unperturbed(model, (x,), "sgd")
+    measured, _ = measure_training(model, (x,), "sgd")
+    assert r.training.peak_bytes == unperturbed - 4
+    assert measured - unperturbed == 524_288 - 2_048, (measured, unperturbed)

@@ -124,16 +124,12 @@ def skip_frozen(tracker, module) -> None:
             tracker._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
 
 
-def measure_training(module, args, optimizer: str, kwargs=None, autocast=None):
-    """MemTracker's peak over the second training step (optimizer state already allocated,
-    gradients freed by zero_grad(set_to_none=True) first), as graphcost models it:
-    (total bytes, the peak by category). ``autocast`` (a torch dtype): the forward runs in
-    ``torch.autocast("cpu", autocast)``, the backward and the step outside it, as Lightning's
-    and the HF Trainer's loops run them. The tests measure with this too."""
+def _training_step(module, args, optimizer: str, kwargs=None, autocast=None):
+    """(one training step as a function, the optimizer or None): gradients freed first by
+    ``zero_grad(set_to_none=True)``, the loss graphcost's (float_output_sum)."""
     import contextlib
 
     import torch
-    from torch.distributed._tools.mem_tracker import MemTracker
 
     params = list(module.parameters())
     opt = {Optimizer.NONE: None,
@@ -150,7 +146,18 @@ def measure_training(module, args, optimizer: str, kwargs=None, autocast=None):
         loss.backward()
         if opt:
             opt.step()
+    return step, opt
 
+
+def measure_training(module, args, optimizer: str, kwargs=None, autocast=None):
+    """MemTracker's peak over the second training step (optimizer state already allocated,
+    gradients freed by zero_grad(set_to_none=True) first), as graphcost models it:
+    (total bytes, the peak by category). ``autocast`` (a torch dtype): the forward runs in
+    ``torch.autocast("cpu", autocast)``, the backward and the step outside it, as Lightning's
+    and the HF Trainer's loops run them. The tests measure with this too."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    step, opt = _training_step(module, args, optimizer, kwargs, autocast)
     step()  # the first step allocates the optimizer state
     tracker = MemTracker()
     skip_frozen(tracker, module)
@@ -159,6 +166,47 @@ def measure_training(module, args, optimizer: str, kwargs=None, autocast=None):
         step()
     peak = _snapshot_dict(next(iter(tracker.get_tracker_snapshot("peak").values()), {}))
     return peak.get("Total", 0), peak
+
+
+def measure_training_unperturbed(module, args, optimizer: str, kwargs=None) -> int:
+    """The second training step's peak as eager runs it, with no dispatch mode on: MemTracker
+    is a TorchDispatchMode, and while one is on ATen treats every tensor as a subclass
+    (``isTensorSubclassLike``), so the autograd engine adds gradients out of place where it
+    adds them in place otherwise. Here torch.profiler's memory events (the CPU allocator's
+    own reports) are summed and read at the end of each outermost ATen op: what the op leaves
+    (its outputs beside everything still held), not the scratch a kernel frees before it
+    returns (``mm``'s contiguous copy of an expanded gradient), which graphcost does not
+    model. Plus what was held before the step: parameters, buffers, optimizer state. The
+    inputs are left out, as MemTracker leaves them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step, opt = _training_step(module, args, optimizer, kwargs)
+    step()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    held = [*module.parameters(), *module.buffers(),
+            *(t for state in (opt.state.values() if opt else ()) for t in state.values())]
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in held if hasattr(t, "untyped_storage")}
+    return sum(storages.values()) + _peak_at_op_ends(prof.profiler.kineto_results.events())
+
+
+def _peak_at_op_ends(events) -> int:
+    """The largest running sum of the allocator's events at the end of an outermost ATen op."""
+    import bisect
+    import itertools
+
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    ops = sorted(((e.start_ns(), -(e.start_ns() + e.duration_ns())) for e in events
+                  if e.name().startswith("aten::")))
+    ends, reach = [], -1
+    for start, neg_end in ops:
+        if start >= reach:  # not inside the op before it
+            ends.append(reach := -neg_end)
+    times = [t for t, _ in memory]
+    running = list(itertools.accumulate(n for _, n in memory))
+    at = (bisect.bisect_right(times, end) for end in ends)
+    return max((running[i - 1] for i in at if i), default=0)
 
 
 # ----------------------------------------------------------------------------- dispatch
