@@ -188,7 +188,9 @@ def measure_training_unperturbed(module, args, optimizer: str, kwargs=None) -> i
             *(t for state in (opt.state.values() if opt else ()) for t in state.values())]
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
                 for t in held if hasattr(t, "untyped_storage")}
-    return sum(storages.values()) + _peak_at_op_ends(prof.profiler.kineto_results.events())
+    results = prof.profiler.kineto_results if prof.profiler is not None else None
+    assert results is not None, "torch.profiler recorded nothing"
+    return sum(storages.values()) + _peak_at_op_ends(results.events())
 
 
 def _peak_at_op_ends(events) -> int:
