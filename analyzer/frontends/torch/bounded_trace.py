@@ -15,7 +15,9 @@ Eq(4*u1, 0)").
   ``real_tensor_prop_unbacked_vals``, which ``torch.export.draft_export`` fills with the sizes
   of one real run; here every size stands at its maximum, so the trace is the path of the
   largest sizes and needs no data). Only sizes are decided this way; a value read from a
-  tensor (``.item()``, ``if (x > 0).any()``) keeps failing: no bound says which way it goes.
+  tensor (``.item()``, ``if (x > 0).any()``) keeps failing: no bound says which way it goes
+  — unless the example inputs alone decide it (input_values.py: their real values do) or
+  it checks that values are finite (finite_checks.py: a healthy step's are).
 * A fresh size without a finite maximum gets one from the op's rule when the rule declares it
   (``Rule.bound_shapes``: NMS keeps at most the boxes it is given), or from the user
   (``--dim u3=MAX``), as a ``torch._check(u3 <= MAX)``: torch's value ranges then carry it to
@@ -155,12 +157,12 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
     @property
     def notes(self) -> list[str]:
         """Warnings for the report: loops unrolled, sizes read at their maximum, finiteness
-        checks answered."""
+        checks answered (finite_checks.py), values read from the inputs (input_values.py)."""
         asked, read = self.finite.asked, self.inputs.asked
         return self._notes + ([
-            "the model checks that values are finite (torch.isfinite, isnan or isinf read as a "
-            f"number, at {', '.join(asked)}): costed as a step whose values are finite, the "
-            "other branch not taken"] if asked else []) + ([
+            "the model checks that values are finite (torch.isfinite, isnan or isinf read by "
+            f"its Python, at {', '.join(asked)}): costed as a step whose values are finite, "
+            "the other branch not taken"] if asked else []) + ([
             f"the model branches on values of its inputs (at {', '.join(read)}): decided by "
             "the example inputs' values, as an eager run of them decides"] if read else [])
 

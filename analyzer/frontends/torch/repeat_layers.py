@@ -52,9 +52,10 @@ def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
     try:
         with truncated(model, stack):
             graph = trace()
-    except Exception:  # noqa: BLE001 - the model needs the whole list (RF-DETR indexes its
-        return trace()  # 13 query groups' heads by a count of its own): traced whole, or
-        #                 failing on the whole model's words
+    except Exception:  # noqa: BLE001 - the model needs the whole list: traced whole
+        # (RF-DETR indexes its 13 query groups' heads by a count of its own); a failure
+        # then is the whole model's, in its own words
+        return trace()
 
     def grow(g: Graph) -> Graph | None:
         out = None if g.size_bounds else grow_stack(g, prefix + stack.path, stack, repeat)
