@@ -112,3 +112,27 @@ def test_a_number_read_from_the_inputs_is_theirs():
         model(ids, x)
     assert 2 * r.totals.macs == counter.get_total_flops() == 2 * 5 * 8 * 8
     assert any("values of its inputs" in w for w in r.warnings)
+
+
+class _Initted(nn.Module):
+    """A codebook initialized from the first batch (vector-quantize-pytorch's ``initted``
+    buffer): the branch reads a buffer, a value the model holds, not a weight's result."""
+
+    def __init__(self, initted: bool):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.register_buffer("initted", torch.tensor(initted))
+
+    def forward(self, x):
+        if not self.initted:
+            x = self.fc(x)
+        return self.fc(x)
+
+
+@pytest.mark.parametrize("initted", [True, False])
+def test_a_branch_on_a_buffer_is_decided_by_its_value(initted):
+    # x (4, 16): each run of the Linear 4·16·16 = 1,024 MACs; twice before the codebook is
+    # initialized, once after
+    r = analyze(_Initted(initted), (torch.randn(4, 16),))
+    assert r.totals.macs == 1_024 * (1 if initted else 2)
+    assert any("values of its inputs" in w for w in r.warnings)

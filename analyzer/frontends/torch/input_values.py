@@ -4,10 +4,10 @@ bounded_trace.BoundedSizes while torch.export traces).
 torch.export traces on fake tensors, which have no values, so a model's Python that reads one
 (``if not padding_mask.any()``, Longformer's ``is_global_attn = mask.flatten().any().item()``)
 stops the trace. When that value is made from the example inputs alone (the ids, the masks,
-and constants the model makes with ``torch.ones`` or ``arange``), it is what it would be in
-an eager run of those inputs: graphcost computes it beside the trace, on the real tensors,
-and the model's Python reads the real value — the branch the user's inputs take. A value a
-weight reaches is never known (its tensor has no real twin); nor is one past
+the model's buffers and constants it makes with ``torch.ones`` or ``arange``), it is what it
+would be in an eager run of those inputs: graphcost computes it beside the trace, on the
+real tensors, and the model's Python reads the real value — the branch the user's inputs
+take. A value a weight reaches is never known (its tensor has no real twin); nor is one past
 ``MAX_ELEMENTS`` (a 2048² attention mask is not worth its copy), or on the meta device. The
 report says which lines of the model read such a value.
 """
@@ -43,12 +43,18 @@ class InputValues:
     @contextmanager
     def of(self, model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> Iterator:
         """Meanwhile, the fake inputs ``model`` is called with get the real ``args`` and
-        ``kwargs`` as twins (matched by position and keyword, shape and dtype)."""
+        ``kwargs`` as twins (matched by position and keyword, shape and dtype), and its fake
+        buffers their real ones (by name: a quantizer's running range, position ids)."""
+        buffers = dict(model.named_buffers())
+
         def seen(module, fake_args, fake_kwargs):
             self._pair(args, fake_args)
             for key, value in fake_kwargs.items():
                 if key in kwargs:
                     self._pair(kwargs[key], value)
+            for name, fake in module.named_buffers():
+                if name in buffers:
+                    self._pair(buffers[name], fake)
 
         handle = model.register_forward_pre_hook(seen, with_kwargs=True)
         try:
