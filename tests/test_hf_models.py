@@ -23,6 +23,7 @@ from graphcost.analyzer.measure.reference import (
 )
 from graphcost.models_zoo import hf  # noqa: E402
 from graphcost.passes.checkpoint import CheckpointSpec
+from graphcost.passes.errors import GraphcostError
 
 from graphcost import analyze  # noqa: E402
 
@@ -167,3 +168,30 @@ def test_checkpoint_by_block_name():
     ckpt = run_passes(joint, PassOptions(optimizer="adam", what_if=False, checkpoint=CheckpointSpec(every=1))).training.checkpoint
     assert ckpt.segments == ("model.layers.0", "model.layers.1")
     assert ckpt.peak_bytes < plain.peak_bytes and ckpt.recompute_flops > 0
+
+
+def test_a_model_whose_export_makes_no_mask_is_traced_with_the_eager_one():
+    # LongT5's stack makes its all-ones attention mask only when not compiling
+    # (``if attention_mask is None and not is_torchdynamo_compiling()``), then indexes it:
+    # its export failed without a mask ("'NoneType' object has no attribute 'shape'").
+    # Traced with the mask eager makes, 2·MACs equal FlopCounterMode's on the eager forward
+    # without one, and the parameters are the module's.
+    import transformers
+
+    cfg = transformers.LongT5Config(vocab_size=256, d_model=64, d_kv=16, d_ff=128,
+                                    num_layers=2, num_decoder_layers=2, num_heads=4)
+    torch.manual_seed(0)
+    model = transformers.LongT5Model(cfg).eval()
+    ids = torch.randint(4, 200, (1, 16))
+    inputs = {"input_ids": ids, "decoder_input_ids": ids}
+    r = analyze(model, inputs)
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        model(**inputs)
+    assert 2 * r.totals.macs == counter.get_total_flops()
+    assert r.totals.params == sum(p.numel() for p in model.parameters())
+    assert any("all-ones attention_mask" in w for w in r.warnings), r.warnings
+    # a failure the mask does not mend is the first failure, in its own words
+    with pytest.raises(GraphcostError) as err:
+        analyze(model, {"input_ids": ids})  # (LongT5Model needs decoder inputs)
+    assert "mask" not in str(err.value)

@@ -88,11 +88,40 @@ def torch_graph(r: Resolved, note: Progress, train: bool, all_layers: bool = Fal
         import torch
         release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
         attention = replace(attention, torch=release)
-    graph, at = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima,
-                             all_layers, rebindable, attention, autocast)
+    try:
+        graph, at = _torch_graph(r.module, r.inputs, r.kwargs, r.name, note, train, r.maxima,
+                                 all_layers, rebindable, attention, autocast)
+    except GraphcostError as failure:
+        graph, at = _with_eager_mask(r, failure, note, train, all_layers, rebindable,
+                                     attention, autocast)
     kernels = attention if not train else None  # (a joint graph has them from its trace)
     return _named(graph, r, kernels), (None if at is None else
                                        lambda b: _named(at(b), r, kernels))
+
+
+def _with_eager_mask(r: Resolved, failure: GraphcostError, note: Progress, train: bool,
+                     all_layers: bool, rebindable: bool, attention: AttentionTarget,
+                     autocast: AutocastSpec | None):
+    """A transformers model whose trace failed without an attention mask, traced with the
+    all-ones mask its eager forward makes (transformers_tracing.eager_default_mask), said in
+    a warning; where that does not apply or fails too, ``failure`` (the first) is raised."""
+    from ..frontends.torch.transformers_tracing import eager_default_mask
+
+    kwargs = eager_default_mask(r.module, r.inputs, r.kwargs)
+    if kwargs is None:
+        raise failure
+    note("tracing again with the all-ones attention_mask eager makes")
+    try:
+        graph, at = _torch_graph(r.module, r.inputs, kwargs, r.name, note, train, r.maxima,
+                                 all_layers, rebindable, attention, autocast)
+    except GraphcostError:
+        raise failure from None
+    said = (f"{r.name} was traced with an all-ones attention_mask, the one its eager forward "
+            "makes when none is given (under torch.export it makes none and fails)",)
+
+    def told(g: Graph) -> Graph:
+        return replace(g, warnings=g.warnings + said)
+    return told(graph), (None if at is None else lambda b: told(at(b)))
 
 
 def _named(graph, r: Resolved, attention: AttentionTarget | None = None):

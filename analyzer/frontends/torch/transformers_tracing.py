@@ -1,5 +1,6 @@
 """What a transformers model needs to be traced as it runs: no KV cache unless asked
-(``call_defaults``), experts a trace can follow (``traceable_experts``), every layer of a
+(``call_defaults``), the attention mask eager makes where the export path makes none
+(``eager_default_mask``), experts a trace can follow (``traceable_experts``), every layer of a
 LayerDrop stack (``every_layer_runs``), and the branches its eager forward takes
 (``eager_paths``). Used by capture.py's exports and by the
 fake-tensor re-runs (fake_rerun.py); nothing here imports transformers: a model that is not
@@ -33,6 +34,28 @@ def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str
     if "use_cache" in params or passes_on:
         kwargs["use_cache"] = False
     return kwargs
+
+
+def eager_default_mask(model: torch.nn.Module, args: tuple,
+                       kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``kwargs`` with the all-ones ``attention_mask`` a transformers model's eager forward
+    makes when the caller gives none, or None where that does not apply (not a transformers
+    model, a mask given, no ``input_ids`` tensor of (batch, sequence)). Under torch.export
+    some models make none (SwitchTransformers' and LongT5's stacks:
+    ``if attention_mask is None and not is_torchdynamo_compiling()``) and then index it, so
+    their export fails where eager runs; with the mask eager makes they trace its way."""
+    transformers = sys.modules.get("transformers")
+    pretrained = getattr(transformers, "PreTrainedModel", None) if transformers else None
+    if pretrained is None or not isinstance(model, pretrained) or "attention_mask" in kwargs:
+        return None
+    params = list(inspect.signature(model.forward).parameters)
+    if "attention_mask" not in params or params.index("attention_mask") < len(args):
+        return None
+    ids = kwargs.get("input_ids", args[0] if args and params[0] == "input_ids" else None)
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        return None
+    # (eager's default: torch.ones(batch, seq) in the default float dtype)
+    return {**kwargs, "attention_mask": torch.ones(tuple(ids.shape), device=ids.device)}
 
 
 @contextmanager
