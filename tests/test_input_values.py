@@ -136,3 +136,31 @@ def test_a_branch_on_a_buffer_is_decided_by_its_value(initted):
     r = analyze(_Initted(initted), (torch.randn(4, 16),))
     assert r.totals.macs == 1_024 * (1 if initted else 2)
     assert any("values of its inputs" in w for w in r.warnings)
+
+
+class _MaskUsedThenRead(nn.Module):
+    """A mask read by an op with a weight's result (its twin kept: nothing written), then
+    branched on; or written in place from a weight's result first (its twin stale)."""
+
+    def __init__(self, written: bool):
+        super().__init__()
+        self.fc, self.written = nn.Linear(8, 8), written
+
+    def forward(self, x, mask):
+        h = self.fc(x) + mask
+        if self.written:
+            mask.masked_fill_(h > 0, 0.0)
+        if mask.any():
+            h = self.fc(h)
+        return h
+
+
+@pytest.mark.parametrize("written", [False, True])
+def test_a_twin_lives_until_a_weight_writes_its_tensor(written):
+    x, mask = torch.randn(4, 8), torch.ones(4, 8)
+    if not written:  # x (4, 8): the Linear twice, 2 · 4·8·8 = 512 MACs
+        assert analyze(_MaskUsedThenRead(False), (x, mask)).totals.macs == 512
+        return
+    with pytest.raises(GraphcostError) as err:  # the mask's values are the weight's now
+        analyze(_MaskUsedThenRead(True), (x, mask))
+    assert "value read from a tensor" in str(err.value)

@@ -20,6 +20,7 @@ import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 from .finite_checks import asking_line
+from .int_values import written_by
 
 # The largest tensor computed for real beside the trace (elements): masks and ids, not
 # activations; a larger one (and all made from it) is left unknown.
@@ -91,7 +92,7 @@ class InputValues:
     def record(self, func, args: tuple, kwargs: Mapping[str, Any], out) -> None:
         """``out``'s twins, computed from the twins of ``func``'s inputs when every tensor it
         reads has one (a factory reads none; an in-place write updates the twin it writes);
-        where one is missing, the tensors it may write lose theirs."""
+        where one is missing, the tensors it may write lose theirs (int_values.written_by)."""
         if not self._real and not _is_factory(args, kwargs):
             return
         ins = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
@@ -104,26 +105,26 @@ class InputValues:
             try:
                 real = _eager(func, real_args, real_kwargs)
             except Exception:  # noqa: BLE001 - what eager refuses stays unknown
-                return self._forget_written(ins)
+                return self._forget(written_by(func, args, kwargs, out))
             reals = [t for t in torch.utils._pytree.tree_leaves(real)
                      if isinstance(t, torch.Tensor)]
             for fake, r in zip(outs, reals) if len(reals) == len(outs) else ():
                 if fake.shape == r.shape and fake.dtype == r.dtype:
                     self._real[fake] = r
             return
-        self._forget_written(ins)
+        self._forget(written_by(func, args, kwargs, out))
 
-    def _forget_written(self, ins: list) -> None:
-        """Every twin of a tensor ``ins`` may have written (any of them: an in-place op
-        computed without twins leaves theirs stale), views sharing its storage included."""
+    def _forget(self, written: list) -> None:
+        """The twins of every tensor written without its twin being written too (views
+        sharing its storage included): theirs are stale."""
         storages = set()
-        for t in ins:
+        for t in written:
             try:
                 storages.add(t.untyped_storage()._cdata)
             except Exception:  # noqa: BLE001 - no storage to compare: forget everything
                 self._real.clear()
                 return
-        for t in [t for t in self._real if t.untyped_storage()._cdata in storages]:
+        for t in [t for t in self._real if storages and t.untyped_storage()._cdata in storages]:
             del self._real[t]
 
 

@@ -49,22 +49,7 @@ class IntValues:
                 ", ".join(made))
 
     def _forget_written(self, func, args, kwargs, out) -> None:
-        """In-place writes: ``x[i] = v`` and ``.data =`` name their target first, an op named
-        ``…_`` may write any of its tensors, any other (``out=``, ``inplace=True``) returns its
-        target."""
-        ins = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
-               if isinstance(a, torch.Tensor)]
-        named = getattr(func, "__name__", "")
-        if named in ("__setitem__", "__set__"):
-            written = ins[:1]
-        elif named.endswith("_") and not named.startswith("__"):
-            written = ins  # (_foreach_add_ returns nothing)
-        elif func in _SELECTS:
-            return  # a view or a copy, never a write (``.to``/``.contiguous`` may return self)
-        else:
-            outs = {id(t) for t in torch.utils._pytree.tree_leaves(out)}
-            written = [a for a in ins if id(a) in outs]
-        for w in written:
+        for w in written_by(func, args, kwargs, out):
             try:
                 storage = w.untyped_storage()
                 stale = [t for t in self._known if t.untyped_storage()._cdata == storage._cdata]
@@ -72,6 +57,23 @@ class IntValues:
                 stale = list(self._known)
             for t in stale:
                 del self._known[t]
+
+
+def written_by(func, args: tuple, kwargs: Mapping[str, Any], out) -> list[torch.Tensor]:
+    """The tensors a call may have written in place: ``x[i] = v`` and ``.data =`` name their
+    target first, an op named ``…_`` may write any of its tensors, any other (``out=``,
+    ``inplace=True``, ``+=``) returns its target; a view or a selection writes none."""
+    ins = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
+           if isinstance(a, torch.Tensor)]
+    named = getattr(func, "__name__", "")
+    if named in ("__setitem__", "__set__"):
+        return ins[:1]
+    if named.endswith("_") and not named.startswith("__"):
+        return ins  # (_foreach_add_ returns nothing)
+    if func in _SELECTS:
+        return []  # a view or a copy, never a write (``.to``/``.contiguous`` may return self)
+    outs = {id(t) for t in torch.utils._pytree.tree_leaves(out)}
+    return [a for a in ins if id(a) in outs]
 
 
 def _integral(t: torch.Tensor) -> bool:
