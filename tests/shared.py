@@ -57,3 +57,16 @@ def measured_step_peak(name: str, optimizer: str, prepare=None, small: bool = Tr
     if prepare is not None:
         prepare(model)
     return measure_training(model, inputs(name, small), optimizer)[0]
+
+
+def step_flops(model, args: tuple) -> int:
+    """FlopCounterMode's count over one training step's forward and backward (graphcost's
+    loss: the sum of the floating outputs), the gradients dropped after."""
+    from graphcost.analyzer.measure.reference import float_output_sum
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        float_output_sum(model, args, None).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()

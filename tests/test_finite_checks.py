@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from graphcost.analyzer.measure.reference import float_output_sum, measure_training
+from graphcost.analyzer.measure.reference import measure_training
 from graphcost.passes.errors import GraphcostError
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
+from tests.shared import step_flops
 
 
 class _Guarded(nn.Module):
@@ -31,14 +31,6 @@ class _Guarded(nn.Module):
         return self.fc2(h)
 
 
-def _flop_counter_step(model, args) -> int:
-    counter = FlopCounterMode(display=False)
-    with counter:
-        float_output_sum(model, args, None).backward()
-    model.zero_grad(set_to_none=True)
-    return counter.get_total_flops()
-
-
 def test_a_finiteness_check_trains_as_a_finite_step():
     # x (32, 64): each Linear's forward is 2·32·64·64 = 262,144 FLOPs; the backward adds fc2's
     # input and weight gradients and fc1's weight gradient (x needs none): 5 × 262,144 =
@@ -47,7 +39,7 @@ def test_a_finiteness_check_trains_as_a_finite_step():
     model, x = _Guarded(), torch.randn(32, 64)
     r = analyze(model, (x,), train=True, optimizer="sgd", include_inputs=False)
     model.train()
-    assert 2 * r.totals.macs == _flop_counter_step(model, (x,)) == 5 * 2 * 32 * 64 * 64
+    assert 2 * r.totals.macs == step_flops(model, (x,)) == 5 * 2 * 32 * 64 * 64
     assert not any("clamp" in n.op for n in r.nodes)
     measured, _ = measure_training(model, (x,), "sgd")
     assert abs(r.training.peak_bytes / measured - 1) <= 0.01, (r.training.peak_bytes, measured)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from graphcost.analyzer.measure.reference import float_output_sum
 from graphcost.passes.errors import GraphcostError
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
+from tests.shared import step_flops
 
 
 class _Padded(nn.Module):
@@ -32,14 +32,6 @@ class _Padded(nn.Module):
         return self.fc(h)
 
 
-def _flops(model, args) -> int:
-    counter = FlopCounterMode(display=False)
-    with counter:
-        float_output_sum(model, args, None).backward()
-    model.zero_grad(set_to_none=True)
-    return counter.get_total_flops()
-
-
 @pytest.mark.parametrize("pad", [False, True])
 def test_a_branch_on_the_inputs_takes_their_way(pad):
     # ids (4, 32): the Linear(64, 64), run twice, 2·128·64·64 = 1,048,576 FLOPs a run
@@ -51,7 +43,7 @@ def test_a_branch_on_the_inputs_takes_their_way(pad):
     if pad:
         ids[0, -3:] = 1
     r = analyze(model, (ids,), train=True, optimizer="sgd", include_inputs=False)
-    assert 2 * r.totals.macs == _flops(model, (ids,)) == 6 * 2 * 128 * 64 * 64
+    assert 2 * r.totals.macs == step_flops(model, (ids,)) == 6 * 2 * 128 * 64 * 64
     assert any(n.op.startswith("aten.masked_fill") or n.op == "aten.where.self"
                for n in r.nodes) == pad
     line = _Padded.forward.__code__.co_firstlineno + 2
