@@ -39,6 +39,7 @@ class InputValues:
     def __init__(self):
         from torch.utils.weak import WeakIdKeyDictionary
         self._real = WeakIdKeyDictionary()
+        self._on = False  # within ``of``: torch.export's run of the model, not what follows
         self.asked: list[str] = []  # "modeling_fsmt.py:266", one per line that read one
 
     @contextmanager
@@ -58,10 +59,13 @@ class InputValues:
                     self._pair(buffers[name], fake)
 
         handle = model.register_forward_pre_hook(seen, with_kwargs=True)
+        self._on = True
         try:
             yield
         finally:
             handle.remove()
+            self._on = False
+            self._real.clear()
 
     def _pair(self, real, fake) -> None:
         reals = torch.utils._pytree.tree_leaves(real)
@@ -93,7 +97,7 @@ class InputValues:
         """``out``'s twins, computed from the twins of ``func``'s inputs when every tensor it
         reads has one (a factory reads none; an in-place write updates the twin it writes);
         where one is missing, the tensors it may write lose theirs (int_values.written_by)."""
-        if not self._real and not _is_factory(args, kwargs):
+        if not self._on or (not self._real and not _is_factory(args, kwargs)):
             return
         ins = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
                if isinstance(a, torch.Tensor)]
@@ -117,6 +121,8 @@ class InputValues:
     def _forget(self, written: list) -> None:
         """The twins of every tensor written without its twin being written too (views
         sharing its storage included): theirs are stale."""
+        if not written or not self._real:
+            return
         storages = set()
         for t in written:
             try:
@@ -124,7 +130,7 @@ class InputValues:
             except Exception:  # noqa: BLE001 - no storage to compare: forget everything
                 self._real.clear()
                 return
-        for t in [t for t in self._real if storages and t.untyped_storage()._cdata in storages]:
+        for t in [t for t in self._real if t.untyped_storage()._cdata in storages]:
             del self._real[t]
 
 
