@@ -98,7 +98,7 @@ def peak_cell(rec: dict) -> str:
 
 
 def _eager_words(rec: dict) -> str:
-    """``; eager with no mode: +0.0%`` where the unperturbed peak was measured."""
+    """``; the step with no dispatch mode on: +0.0%`` where that peak was measured."""
     eager = rec.get("peak_eager")
     if not eager:
         return ""
@@ -112,6 +112,9 @@ def peak_counts(records: list[dict]) -> list[tuple[str, str]]:
              f"{sum(bool(r.get('peak_ok')) for r in measured)} of {len(measured)}"),
             ("training peak within 1% of MemTracker's",
              f"{sum(bool(r.get('peak_exact')) for r in measured)} of {len(measured)}"),
+            ("within 5% of MemTracker's or of the step with no mode on",
+             f"{sum(bool(r.get('peak_ok')) or _within(r, 0.05) for r in measured)} of "
+             f"{len(measured)}"),
             ("within 1% of MemTracker's or of the step with no mode on",
              f"{sum(bool(r.get('peak_exact')) or _within(r, 0.01) for r in measured)} of "
              f"{len(measured)}")]

@@ -14,6 +14,7 @@ answer is said in the report's warnings, with the model's line that asked.
 """
 from __future__ import annotations
 
+import operator
 import os
 import sys
 from typing import Any, Mapping
@@ -29,9 +30,8 @@ _CHECKS = {torch.isfinite: True, torch.Tensor.isfinite: True,
 _REDUCE = {torch.all: bool, torch.Tensor.all: bool, torch.any: bool, torch.Tensor.any: bool,
            torch.sum: int, torch.Tensor.sum: int}
 _NOT = (torch.logical_not, torch.Tensor.logical_not, torch.Tensor.__invert__)
-_COMPARE = {torch.Tensor.__eq__: lambda a, b: a == b, torch.eq: lambda a, b: a == b,
-            torch.Tensor.eq: lambda a, b: a == b, torch.Tensor.__ne__: lambda a, b: a != b,
-            torch.ne: lambda a, b: a != b, torch.Tensor.ne: lambda a, b: a != b}
+_COMPARE = {torch.Tensor.__eq__: operator.eq, torch.eq: operator.eq, torch.Tensor.eq: operator.eq,
+            torch.Tensor.__ne__: operator.ne, torch.ne: operator.ne, torch.Tensor.ne: operator.ne}
 # Reading the value: Python's ``if``/``assert``/``not`` (``__bool__``) or ``.item()``.
 _READS = (torch.Tensor.__bool__, torch.Tensor.item)
 
@@ -88,7 +88,7 @@ def _has_elements(x: torch.Tensor) -> bool:
 
 def asking_line() -> str:
     """``file:line`` of the model's code that read the value: the innermost frame outside
-    torch and graphcost."""
+    torch and graphcost's analyzer/."""
     inside = (os.path.dirname(torch.__file__),  # torch, and graphcost's analyzer/
               os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     frame = sys._getframe(1)
