@@ -141,6 +141,8 @@ def _small(t: torch.Tensor) -> bool:
 
 def _is_factory(args: tuple, kwargs: Mapping[str, Any]) -> bool:
     """A call that reads no tensor (``torch.ones(shape)``, ``arange(n)``)."""
+    if args and isinstance(args[0], torch.Tensor):  # (most calls: no tree walk for them)
+        return False
     return not any(isinstance(a, torch.Tensor)
                    for a in torch.utils._pytree.tree_leaves((args, kwargs)))
 
