@@ -195,3 +195,25 @@ def test_a_model_whose_export_makes_no_mask_is_traced_with_the_eager_one():
     with pytest.raises(GraphcostError) as err:
         analyze(model, {"input_ids": ids})  # (LongT5Model needs decoder inputs)
     assert "mask" not in str(err.value)
+
+
+_RUNS: list[str] = []
+
+
+def _final_norm_fails(x):
+    _RUNS.append("ln_f")
+    raise ValueError("the model's own failure")
+
+
+def test_a_failure_a_mask_cannot_mend_is_reported_after_one_trace():
+    # GPT-2 given no mask, failing in its final norm: no mask would mend that, so it is not
+    # traced a second time with eager's mask (its norm ran once, not twice)
+    import transformers
+
+    model = transformers.GPT2Model(transformers.GPT2Config(
+        vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=32)).eval()
+    model.ln_f.forward = _final_norm_fails
+    _RUNS.clear()
+    with pytest.raises(GraphcostError, match="the model's own failure"):
+        analyze(model, {"input_ids": torch.randint(4, 200, (1, 16))})
+    assert _RUNS == ["ln_f"]

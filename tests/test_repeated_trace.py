@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from graphcost import analyze
+from graphcost import GraphcostError, analyze
 
 LAYERS = 8   # the smallest stack repeated (REPEAT_AT): copies 2…6 of layer 1
 
@@ -230,3 +230,31 @@ def test_a_stack_the_model_indexes_by_its_own_count_is_traced_whole(train):
     assert r.totals.params == 8 * 272
     assert r.totals.macs == 8 * 1_024 * (2 if train else 1)
     assert r.traced_layers == ""  # (traced whole: no layers repeated in the IR)
+
+
+_RUNS: list[int] = []
+
+
+class _FailsAfterItsStack(nn.Module):
+    """Eight identical layers, then a check of the model's own that fails whatever the
+    stack's length (a ValueError): the forward notes each run's layer count in ``_RUNS`` (a
+    list the module holds would be a copy in a later trace)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(16, 16) for _ in range(LAYERS))
+
+    def forward(self, x):
+        _RUNS.append(len(self.layers))
+        for layer in self.layers:
+            x = layer(x)
+        raise ValueError("the model's own check")
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_a_failure_the_cut_stack_does_not_cause_is_reported_after_one_trace(train):
+    # traced whole again, it would fail the same way: one run of the forward, not two
+    _RUNS.clear()
+    with pytest.raises(GraphcostError, match="the model's own check"):
+        analyze(_FailsAfterItsStack(), input_shapes={"x": (4, 16)}, train=train)
+    assert _RUNS == [3]  # (the stack cut to three layers; traced whole too, [3, 8])

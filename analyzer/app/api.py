@@ -102,12 +102,18 @@ def torch_graph(r: Resolved, note: Progress, train: bool, all_layers: bool = Fal
 def _with_eager_mask(r: Resolved, failure: GraphcostError, note: Progress, train: bool,
                      all_layers: bool, rebindable: bool, attention: AttentionTarget,
                      autocast: AutocastSpec | None):
-    """A transformers model whose trace failed without an attention mask, traced with the
-    all-ones mask its eager forward makes (transformers_tracing.eager_default_mask), said in
-    a warning; where that does not apply or fails too, ``failure`` (the first) is raised."""
+    """A transformers model whose trace failed reading None without an attention mask, traced
+    with the all-ones mask its eager forward makes (transformers_tracing.eager_default_mask),
+    said in a warning; where that does not apply or fails too, ``failure`` (the first) is
+    raised."""
+    from ..frontends.torch.capture import TraceFailure
     from ..frontends.torch.transformers_tracing import eager_default_mask
 
-    kwargs = eager_default_mask(r.module, r.inputs, r.kwargs)
+    # (a missing mask fails as reading None does: any other failure is raised at once,
+    # not after a second trace that would fail the same way)
+    none_read = isinstance(failure, TraceFailure) and "'NoneType'" in failure.said \
+        and issubclass(failure.raised, (AttributeError, TypeError))
+    kwargs = eager_default_mask(r.module, r.inputs, r.kwargs) if none_read else None
     if kwargs is None:
         raise failure
     note("tracing again with the all-ones attention_mask eager makes")

@@ -127,8 +127,19 @@ def export_module(model: torch.nn.Module, args: tuple = (), kwargs: dict | None 
     except GraphcostError:
         raise
     except Exception as exc:
-        raise GraphcostError(f"{name}: torch.export could not trace the forward "
-                             f"({explain(exc, sizes) or _one_line(exc)})") from None
+        raise TraceFailure(f"{name}: torch.export could not trace the forward "
+                           f"({explain(exc, sizes) or _one_line(exc)})", exc) from None
+
+
+class TraceFailure(GraphcostError):
+    """A trace the model's own code stopped, in one line, with what it raised: ``raised``
+    (its exception type) and ``said`` (its message), for a caller that may trace again
+    another way where that failure says it would help (repeat_layers.trace_repeated,
+    app/api.py's eager mask) and must not where it would fail the same way again."""
+
+    def __init__(self, message: str, exc: BaseException):
+        super().__init__(message)
+        self.raised, self.said = type(exc), str(exc)
 
 
 def _one_line(exc: Exception) -> str:
@@ -298,8 +309,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     except GraphcostError:
         raise
     except Exception as exc:
-        raise GraphcostError(f"{name}: tracing forward+backward failed "
-                             f"({explain(exc, sizes) or _one_line(exc)})") from None
+        raise TraceFailure(f"{name}: tracing forward+backward failed "
+                           f"({explain(exc, sizes) or _one_line(exc)})", exc) from None
     finally:
         model.train(was_training)
     assert isinstance(gm, torch.fx.GraphModule)  # (a joint trace is one)

@@ -33,7 +33,12 @@ from types import MappingProxyType
 import torch
 
 from ....passes.ir import Graph, Node, Value
+from .capture import TraceFailure
 from .layer_stack import REPEAT_AT, TRACED, Stack, find_stack, layers_note, truncated
+
+# What a model's code raises when its layer list is shorter than it counts on: an index past
+# the list's end, a key of a layer that is gone, a check of the list's length
+CUT_LIST_FAILURES = (IndexError, KeyError, AssertionError)
 
 
 def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
@@ -52,9 +57,11 @@ def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
     try:
         with truncated(model, stack):
             graph = trace()
-    except Exception:  # noqa: BLE001 - the model needs the whole list: traced whole
-        # (RF-DETR indexes its 13 query groups' heads by a count of its own); a failure
-        # then is the whole model's, in its own words
+    except TraceFailure as failure:
+        if not issubclass(failure.raised, CUT_LIST_FAILURES):
+            raise  # the model's own failure: traced whole it would fail the same way
+        # the model needs the whole list (RF-DETR indexes its 13 query groups' heads by a
+        # count of its own): traced whole, where a failure is the whole model's
         return trace()
 
     def grow(g: Graph) -> Graph | None:
