@@ -10,7 +10,8 @@ view: eager holds it and its copy at once, 16 MB each there. AOTAutograd returns
 backward's tensor as the gradient; the joint graph gets the copy as a node of its own, right
 after the gradient is made (``obey_layout_contract``).
 
-The engine's sums of a tensor's several gradients, in place (``summed_in_place``)."""
+The engine's sums of a tensor's several gradients, in place (``summed_in_place``), and the
+copies its formulas write into a tensor they made (``copied_in_place``)."""
 from __future__ import annotations
 
 from typing import Any
@@ -69,7 +70,7 @@ def summed_in_place(graph: "torch.fx.Graph") -> dict[str, str]:
     first, in place when it holds the last reference to a dense, unshared tensor
     (torch/csrc/autograd/input_buffer.cpp ``can_accumulate_inplace``). In the joint graph such
     a sum is an ``add`` of two gradients that two other autograd nodes made (their
-    ``autograd_node`` marks, capture._mark_autograd_nodes, differ from each other and from
+    ``autograd_node`` marks, compat.marked_autograd_nodes, differ from each other and from
     the add's), or of such a sum and a third; the first read by that add alone and no view.
     Summed out of place, a RepVGG-style block's input (TextNet's: four branches) got an
     extra input-sized tensor for each sum."""
@@ -93,3 +94,17 @@ def summed_in_place(graph: "torch.fx.Graph") -> dict[str, str]:
                 and val.shape == node.meta["val"].shape:
             found[node.name] = first.name
     return found
+
+
+def copied_in_place(graph: "torch.fx.Graph") -> dict[str, str]:
+    """The copies a backward formula writes in place: each ``copy`` an autograd node's formula
+    made (its ``autograd_node`` mark) -> the tensor it writes into. Functionalization turns
+    a formula's ``dst.copy_(src)`` into a ``copy`` that returns a new tensor; eager writes
+    ``dst``'s storage. CopySlices, the backward of an in-place write into a view (``h[mask]
+    = v``, ``x[:, 0] += y``), makes ``result`` with ``new_empty_strided``, copies the incoming
+    gradient into it and the view's gradient back into a slice of it
+    (torch/csrc/autograd/functions/tensor.cpp). Counted as new tensors, each copy added a
+    tensor of the written one's size to the backward's peak."""
+    return {n.name: n.args[0].name for n in graph.nodes
+            if n.target is torch.ops.aten.copy.default and "autograd_node" in n.meta
+            and isinstance(n.args[0], torch.fx.Node)}

@@ -32,8 +32,8 @@ import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
 from ....passes.errors import GraphcostError, opt
-from .accumulate_grad import obey_layout_contract, summed_in_place
-from .compat import eager_view_strides, first_joint_trace, no_stack_traces
+from .accumulate_grad import copied_in_place, obey_layout_contract, summed_in_place
+from .compat import eager_view_strides, marked_autograd_nodes, no_stack_traces
 from .python_references import PythonReferences, saved_as_run
 from .transformers_tracing import eager_paths
 
@@ -297,15 +297,13 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
                                                   kwargs=kwargs or {}, strict=False)
                 runner = ExportedRun(program, attention, autocast, refs)
                 inputs = _fake(runner.flat_inputs(args, kwargs))
-                first: list = []  # the joint graph as first traced (compat.first_joint_trace)
                 try:
-                    gm, sig = _trace_joint(runner, inputs, first)
+                    gm, sig = _trace_joint(runner, inputs)
                 except AssertionError as exc:  # (AOTAutograd's words, torch 2.8 to 2.14)
                     if "did not receive a gradient" not in str(exc):
                         raise
-                    first.clear()
                     with runner.unreached_frozen():  # as eager leaves them: grad_reach.py
-                        gm, sig = _trace_joint(runner, inputs, first)
+                        gm, sig = _trace_joint(runner, inputs)
     except GraphcostError:
         raise
     except Exception as exc:
@@ -314,41 +312,27 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     finally:
         model.train(was_training)
     assert isinstance(gm, torch.fx.GraphModule)  # (a joint trace is one)
-    _mark_autograd_nodes(gm.graph, first)
     obey_layout_contract(gm, sig)  # AccumulateGrad's copies (accumulate_grad.py)
     held, written = runner.python_facts(gm.graph)
     written.update(summed_in_place(gm.graph))  # the autograd engine's (accumulate_grad.py)
+    written.update(copied_in_place(gm.graph))  # its formulas' (the same)
     return JointTrace(gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels),
                       held, written)
 
 
-def _trace_joint(runner, inputs: tuple, first: list):
-    """AOTAutograd's joint trace of ``runner`` (the loss its first output): (gm, signature)."""
+def _trace_joint(runner, inputs: tuple):
+    """AOTAutograd's joint trace of ``runner`` (the loss its first output): (gm, signature),
+    its backward nodes marked with the autograd node that made each
+    (compat.marked_autograd_nodes)."""
     from torch._functorch.aot_autograd import aot_export_module
 
     from .frontend import training_decompositions
 
-    with _one_fake_mode(inputs), first_joint_trace(first):
+    with _one_fake_mode(inputs), marked_autograd_nodes():
         # (torch types the table a dict; aot_export_module reads it as a mapping)
         table = training_decompositions()
         return aot_export_module(runner, inputs, trace_joint=True, output_loss_index=0,
                                  decompositions=table)  # pyright: ignore[reportArgumentType]
-
-
-def _mark_autograd_nodes(joint: "torch.fx.Graph", first: list) -> None:
-    """Each backward node of ``joint`` marked (``meta["autograd_node"]``) with the autograd
-    node whose backward formula traced it, read off the first trace: the node of the same
-    name, op and inputs (the retrace keeps the names, but for the aliases torch 2.14 adds
-    after the trace, which shift the later ones). Eager autograd runs each such autograd
-    node as one call (passes/liveness.py)."""
-    traced = {n.name: n for n in first[0].nodes} if first else {}
-    for node in joint.nodes:
-        src = traced.get(node.name)
-        if src is not None and src.target == node.target and "seq_nr" in src.meta \
-                and src.meta.get("partitioner_tag") == "is_backward" \
-                and [a.name for a in src.all_input_nodes] == \
-                [a.name for a in node.all_input_nodes]:
-            node.meta["autograd_node"] = src.meta["seq_nr"]
 
 
 def _fake(inputs: tuple) -> tuple:
