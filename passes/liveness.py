@@ -162,9 +162,14 @@ def analyze_liveness(graph: Graph, *, include_inputs: bool = True,
         r = lookup(node.op)
         src = node.inputs[0] if node.inputs else ""
         shared = of.get(src) if src else None
-        if r is not None and r.alias and src and shared is None and \
-                getattr(values.get(src), "kind", None) != ValueKind.INPUT:
-            continue  # a view of a weight or constant allocates nothing
+        if r is not None and r.alias and src and shared is None:
+            if getattr(values.get(src), "kind", None) != ValueKind.INPUT:
+                continue  # a view of a weight or constant allocates nothing
+            # an input left out (include_inputs=False) is held while a view of it is: its
+            # whole storage, once for all its views (MemTracker sees it through them alone)
+            allocate(src, node.index)
+            shared = of[src]
+            deaths[shared] = node.index  # (then as long as its views)
         is_view = shared is not None and r is not None and r.alias
         written = graph.eager_inplace.get(node.outputs[0]) if refs and node.outputs else None
         if is_view:
