@@ -32,7 +32,8 @@ class ExportedRun(torch.nn.Module):
 
     The forward returns the loss, then each dead end's result detached (dead_ends.py):
     AOTAutograd eliminates dead code, and eager computes them; detached, they take no part
-    in the backward (lower_joint drops them again).
+    in the backward (lower_joint drops them again). Each is detached as soon as it is made,
+    so the detach is its last read: eager frees it when the model's Python lets go of it.
 
     ``references`` (python_references.PythonReferences', recorded while the program was exported:
     node -> node the trace had reached when the model's Python let go of its tensor) are
@@ -107,7 +108,7 @@ class ExportedRun(torch.nn.Module):
             mode = get_proxy_mode()
             self._cached = [_traced_node(t, mode) for t in (caster.cached() if caster else ())]
             self._end = next(iter(reversed(self._graph.nodes)), None)
-        return (*out, *(t.detach() for t in run.dead_values))
+        return (*out, *run.dead_values)
 
     def python_facts(self, joint: "torch.fx.Graph") -> tuple[dict[str, str], dict[str, str]]:
         """What the model's Python did, in the names of the finished joint graph, as
@@ -253,8 +254,9 @@ class _ScopedInterpreter(torch.fx.Interpreter):
         self._path = _module_path(next(reversed(stack.values()))[0]) if stack else ""
         if n.name in self._checks:
             return None
-        if n.name in self._dead:
-            self.dead_values.append(out := self._run_scoped(n, mode, stack))
+        if n.name in self._dead:  # (detached here: a detach at the forward's end would read
+            out = self._run_scoped(n, mode, stack)  # it there, and hold it until then)
+            self.dead_values.append(out.detach())
             return out
         return self._run_scoped(n, mode, stack)
 
