@@ -254,8 +254,9 @@ class _ScopedInterpreter(torch.fx.Interpreter):
         self._path = _module_path(next(reversed(stack.values()))[0]) if stack else ""
         if n.name in self._checks:
             return None
-        if n.name in self._dead:  # (detached here: a detach at the forward's end would read
-            out = self._run_scoped(n, mode, stack)  # it there, and hold it until then)
+        if n.name in self._dead:
+            out = self._run_scoped(n, mode, stack)
+            # detached here: a detach at the forward's end would read it there, and hold it
             self.dead_values.append(out.detach())
             return out
         return self._run_scoped(n, mode, stack)
