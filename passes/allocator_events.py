@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
+from .caching_allocator import Alloc, AllocatorConfig, Event, Free, covering, replay
 from .ir import Graph, ValueKind
 from .liveness import Storage
 
@@ -103,7 +103,9 @@ def inference_reserved(graph: Graph, liveness, config: AllocatorConfig = Allocat
     events = list(events_from_liveness(runs[0], resident=resident_tensors(graph), tag=1,
                                        keep=kept))
     events += events_from_liveness(runs[1], tag=2)
-    return replay_by_phase(events, _inference_phase, config)
+    reserved, phases = replay_by_phase(events, _inference_phase, config)
+    tensors = sum(b for _, b in resident_tensors(graph)) + liveness.peak_bytes
+    return covering(reserved, tensors, "the inference run"), phases
 
 
 def _inference_phase(ev: Alloc) -> str:

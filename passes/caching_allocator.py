@@ -123,6 +123,21 @@ class AllocatorResult:
             if self.requested_peak else 0.0
 
 
+class ReplayBelowPeak(RuntimeError):
+    """A replay reserved less than the run's own tensor peak: some allocation of the run is
+    missing from its events. Impossible on a real allocator (it reserves every byte it hands
+    out), so a bug of graphcost's, raised rather than reported as an optimistic fit."""
+
+
+def covering(reserved: int, peak: int, what: str) -> int:
+    """``reserved``, checked to cover ``peak`` (the same run's tensors, counted without the
+    allocator): reserved ≥ allocated is an invariant of every replay (ReplayBelowPeak)."""
+    if reserved < peak:
+        raise ReplayBelowPeak(f"{what}: the caching-allocator replay reserved {reserved:,} B, "
+                              f"below the peak of the tensors it replays ({peak:,} B)")
+    return reserved
+
+
 def round_size(size: int) -> int:
     """``round_size`` without roundup_power2_divisions: up to a multiple of kMinBlockSize (so
     at least 512 B for any request of one byte or more)."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
-from .caching_allocator import AllocatorConfig
+from .caching_allocator import AllocatorConfig, covering
 from .choices import Offload, OptimizerImpl, Strategy
 from .comm import CommVolume, InterconnectRates, comm_volume
 from .errors import GraphcostError, opt
@@ -235,8 +235,9 @@ class _Plan:
             units = ()
         p = price(clock)
         t, n = self.training, clock.n
-        reserved = rank_reserved_peak(clock, t.optimizer_impl == OptimizerImpl.FOREACH,
-                                      self.allocator, self.workspaces)
+        reserved = covering(rank_reserved_peak(clock, t.optimizer_impl == OptimizerImpl.FOREACH,
+                                               self.allocator, self.workspaces),
+                            max(p.peak_bytes, p.first_step_peak_bytes), f"a rank of {world}")
         return ParallelMemory(
             strategy=self.spec.strategy, world_size=world, per_rank_batch=self.graph.batch,
             global_batch=self.graph.batch * world, optimizer_impl=t.optimizer_impl,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from . import serving_dtypes as sd
 from .allocator_events import PhaseReserve
-from .caching_allocator import AllocatorConfig
+from .caching_allocator import AllocatorConfig, covering
 from .costs import count_costs
 from .fits import Fit, Overhead, fit
 from .ir import Graph, ValueKind
@@ -189,6 +189,7 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         bandwidth_bound_seconds=(weights + after) / device.bandwidth if device else None)
     ev = _events(pre.graph, dec.graph, trace, after, device)
     reserved, phases = serving_reserved(ev, allocator)
+    covering(reserved, weights + after + work, "the serving batch")
     answer = fit(device, weights + after + work, reserved_bytes=reserved, overhead=overhead,
                  allocator=allocator.words, workspaces_replayed=True) if device else None
     room = ServingRoom.of(answer, allocator, overhead.allocator_fraction) if answer else None

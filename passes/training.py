@@ -143,6 +143,9 @@ class TrainingMemory:
     reserved_by_phase: "tuple[PhaseReserve, ...]" = ()
     forward_nodes: int = field(default=0, metadata=INTERNAL)
     storages: tuple = field(default=(), metadata=INTERNAL)  # the step's lifetimes (liveness)
+    # the storages the gradients live in, by name: a gradient is often a view (a transposed
+    # mm output), whose storage liveness names after the value that allocated it
+    grad_storages: frozenset[str] = field(default=frozenset(), metadata=INTERNAL)
 
 
 def forward_set(graph: Graph) -> set[int]:
@@ -191,6 +194,8 @@ def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
     storages = list(live.storages)
     if segments:
         storages = checkpointed_storages(graph, live, fwd, segments)
+    of = live.value_storage
+    grad_storages = frozenset(live.storages[of[g]].name if g in of else g for g in grads)
     n = len(graph.nodes)
     timeline = [persistent + b for b in timeline_of(storages, n)]
     phases = ["forward" if i in fwd else "backward" for i in range(n)]
@@ -208,7 +213,7 @@ def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
         node = None
     else:
         at = [st for st in storages if st.birth <= peak_i <= st.death]
-        g = sum(st.nbytes for st in at if st.name in grads)
+        g = sum(st.nbytes for st in at if st.name in grad_storages)
         breakdown = dict(gradients=g, activations=sum(st.nbytes for st in at) - g,
                          temporaries=0)
         node = graph.nodes[peak_i].name
@@ -222,7 +227,8 @@ def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
         peak_bytes=timeline[peak_i], first_step_peak_bytes=first, peak_phase=phases[peak_i],
         peak_node=node, breakdown_at_peak=breakdown, include_inputs=include_inputs,
         timeline=tuple(timeline), phases=tuple(phases), optimizer_impl=impl,
-        frozen_param_bytes=frozen, forward_nodes=len(fwd), storages=tuple(storages))
+        frozen_param_bytes=frozen, forward_nodes=len(fwd), storages=tuple(storages),
+        grad_storages=grad_storages)
 
 
 def _plan(mode: str, segs: list[Segment], plain: TrainingMemory, got: TrainingMemory,

@@ -14,7 +14,7 @@ from .allocator_events import (
     training_events,
     transient_storages,
 )
-from .caching_allocator import Alloc, AllocatorConfig
+from .caching_allocator import Alloc, AllocatorConfig, covering
 from .choices import OptimizerImpl
 from .ir import Graph
 from .training import ADAPTIVE, TrainingMemory, optimizer_tensors, trainable_params
@@ -42,7 +42,7 @@ def training_reserved(graph: Graph, t: TrainingMemory, master_weights: bool,
         resident += [(f"{v.name} (fp32 master)", b) for v, b in zip(params, sizes)]
     adam = t.optimizer in ADAPTIVE
     storages = list(t.storages) + transient_storages(workspaces)
-    events = training_events(storages, resident=resident, grads=frozenset(graph.outputs[1:]),
+    events = training_events(storages, resident=resident, grads=t.grad_storages,
                              state=states, step_sizes=sizes if adam else [],
                              foreach=t.optimizer_impl == OptimizerImpl.FOREACH,
                              master_grads=sizes if master_weights else [],
@@ -57,4 +57,6 @@ def training_reserved(graph: Graph, t: TrainingMemory, master_weights: bool,
             return f"step {tag} " + ("forward" if ev.step < forward else "backward")
         step = ev.id[1] if isinstance(ev.id, tuple) and tag != "state" else 1
         return f"step {step} optimizer"   # the state, the step's temporaries, fp32 grads
-    return replay_by_phase(events, phase, config or AllocatorConfig())
+    reserved, phases = replay_by_phase(events, phase, config or AllocatorConfig())
+    return covering(reserved, max(t.peak_bytes, t.first_step_peak_bytes), "the training step"), \
+        phases
