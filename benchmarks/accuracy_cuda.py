@@ -176,7 +176,7 @@ def make_step(model, args, train: bool, opt, precision: str, attention: str):
     import contextlib
 
     import torch
-    from graphcost.analyzer.measure.reference import float_output_sum
+    from graphcost.analyzer.measure.reference import training_loss_of
     from torch.nn.attention import SDPBackend, sdpa_kernel
     dtype = _AUTOCAST.get(precision)
 
@@ -192,7 +192,7 @@ def make_step(model, args, train: bool, opt, precision: str, attention: str):
             return
         model.zero_grad(set_to_none=True)
         with ctx, forced():
-            loss = float_output_sum(model, args)
+            loss = training_loss_of(model, args)
         with forced():
             loss.backward()
         del loss

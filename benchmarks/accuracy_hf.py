@@ -19,9 +19,9 @@ import warnings
 
 import torch
 from graphcost.analyzer.measure.reference import (
-    float_output_sum,
     measure_inference,
     measure_training,
+    training_loss_of,
 )
 from graphcost.models_zoo import hf
 from torch.utils.flop_counter import FlopCounterMode
@@ -48,7 +48,7 @@ def counted(model, inputs, train: bool) -> int:
     counter = FlopCounterMode(display=False)
     if train:
         with counter:
-            float_output_sum(hf.KeywordCall(model.train(), inputs), ()).backward()
+            training_loss_of(hf.KeywordCall(model.train(), inputs), ()).backward()
     else:
         with counter, torch.no_grad():
             model.eval()(**inputs)

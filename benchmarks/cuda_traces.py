@@ -213,11 +213,11 @@ def _units(model: str, strategy: str, precision: str) -> list[str]:
 
 
 def _train_steps(rec: Recorder, model, opt, args) -> None:
-    from graphcost.analyzer.measure.reference import float_output_sum
+    from graphcost.analyzer.measure.reference import training_loss_of
     for step in range(1, STEPS + 1):
         with rec.phase(f"step{step}"):
             opt.zero_grad(set_to_none=True)
-            loss = float_output_sum(model, args)
+            loss = training_loss_of(model, args)
             loss.backward()
             del loss
             opt.step()

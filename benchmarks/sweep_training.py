@@ -26,7 +26,7 @@ def reference_step(model, args: tuple, kwargs: dict, kernels: Callable) -> int:
     """FlopCounterMode's total over one training step's forward and backward (train mode,
     ``kernels(model)`` around both); the gradients dropped after, the mode put back."""
     import torch
-    from graphcost.analyzer.measure.reference import float_output_sum
+    from graphcost.analyzer.measure.reference import training_loss_of
     from torch.utils.flop_counter import FlopCounterMode
 
     from .flop_formulas import conv_backward_flops, solve_triangular_flops
@@ -38,7 +38,7 @@ def reference_step(model, args: tuple, kwargs: dict, kernels: Callable) -> int:
     try:
         model.train()
         with counter, kernels(model):
-            float_output_sum(model, args, kwargs).backward()
+            training_loss_of(model, args, kwargs).backward()
     finally:
         model.zero_grad(set_to_none=True)
         model.train(was)

@@ -62,11 +62,11 @@ def measured_step_peak(name: str, optimizer: str, prepare=None, small: bool = Tr
 def step_flops(model, args: tuple) -> int:
     """FlopCounterMode's count over one training step's forward and backward (graphcost's
     loss: the sum of the floating outputs), the gradients dropped after."""
-    from graphcost.analyzer.measure.reference import float_output_sum
+    from graphcost.analyzer.measure.reference import training_loss_of
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
     with counter:
-        float_output_sum(model, args, None).backward()
+        training_loss_of(model, args, None).backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops()

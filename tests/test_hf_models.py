@@ -17,9 +17,9 @@ from graphcost.analyzer.app.api import load_graph  # noqa: E402
 from graphcost.analyzer.app.pipeline import run_passes  # noqa: E402
 from graphcost.analyzer.app.request import LoadOptions, PassOptions
 from graphcost.analyzer.measure.reference import (
-    float_output_sum,
     measure_inference,
     measure_training,
+    training_loss_of,
 )
 from graphcost.models_zoo import hf  # noqa: E402
 from graphcost.passes.checkpoint import CheckpointSpec
@@ -118,7 +118,7 @@ def test_training_flops_equal_flop_counter(name):
     reference = build(name, experts="batched_mm") if name == "hf_mixtral" else model
     counter = FlopCounterMode(display=False)
     with counter:
-        float_output_sum(hf.KeywordCall(reference.train(), inputs), ()).backward()
+        training_loss_of(hf.KeywordCall(reference.train(), inputs), ()).backward()
     assert 2 * run_passes(joint, PassOptions(optimizer="none", what_if=False)).totals.macs == \
         counter.get_total_flops()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from graphcost.analyzer.measure.reference import float_output_sum, measure_training
+from graphcost.analyzer.measure.reference import measure_training, training_loss_of
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
@@ -32,7 +32,7 @@ def test_a_layerdrop_step_is_costed_with_every_layer_run():
     every = _m2m(0.0).train()
     counter = FlopCounterMode(display=False)
     with counter:
-        float_output_sum(every, (), inputs).backward()
+        training_loss_of(every, (), inputs).backward()
     every.zero_grad(set_to_none=True)
     assert 2 * r.totals.macs == counter.get_total_flops()
     measured, _ = measure_training(every, (), "sgd", kwargs=inputs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from graphcost.analyzer.measure.reference import float_output_sum, measure_training
+from graphcost.analyzer.measure.reference import measure_training, training_loss_of
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -38,7 +38,7 @@ def test_a_masked_write_is_traced_as_eager_computes_it():
     r = analyze(model, (x,), train=True, optimizer="sgd", include_inputs=False)
     counter = FlopCounterMode(display=False)
     with counter:
-        float_output_sum(model, (x,), None).backward()
+        training_loss_of(model, (x,), None).backward()
     model.zero_grad(set_to_none=True)
     assert 2 * r.totals.macs == counter.get_total_flops() == 5 * 2 * 4 * 32 * 64 * 256
     # every parameter gets a gradient, the embedding too (the masked frames' gradients summed)
@@ -71,7 +71,7 @@ def test_speech_encoders_train_with_spec_augment(kind):
     counter = FlopCounterMode(display=False, custom_mapping={
         torch.ops.aten.convolution_backward: conv_backward_flops})
     with counter:
-        float_output_sum(model, (x,), None).backward()
+        training_loss_of(model, (x,), None).backward()
     model.zero_grad(set_to_none=True)
     # eager also computes the first convolution's input gradient (the feature encoder sets
     # requires_grad on the waveform in train mode, for gradient checkpointing), which the

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from graphcost.analyzer.measure.reference import float_output_sum
+from graphcost.analyzer.measure.reference import training_loss_of
 
 from graphcost import GraphcostError, analyze, models_zoo
 from tests.shared import inputs, train_report
@@ -34,7 +34,7 @@ def measured_mixed_step_peak(name: str, optimizer: str, dtype=torch.bfloat16) ->
         model.zero_grad(set_to_none=True)
         for m in master:
             m.grad = None
-        float_output_sum(model, args).backward()
+        training_loss_of(model, args).backward()
         for p, m in zip(params, master):
             m.grad = p.grad.float()
         for p in params:

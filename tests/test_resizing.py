@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 from graphcost.analyzer.measure.reference import (
-    float_output_sum,
     measure_inference,
     measure_training,
+    training_loss_of,
 )
 from torch import nn
 from torch.nn import functional as F
@@ -62,7 +62,7 @@ def test_a_resizing_decoder_step_is_the_step_eager_runs(mode):
     # FlopCounterMode counts the convolutions' (2·MACs) and no resizing
     counter = FlopCounterMode(display=False)
     with counter:
-        float_output_sum(model, (x,), None).backward()
+        training_loss_of(model, (x,), None).backward()
     assert 2 * r.totals.macs == counter.get_total_flops()
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from graphcost.analyzer.measure.reference import float_output_sum, measure_training
+from graphcost.analyzer.measure.reference import measure_training, training_loss_of
 from graphcost.passes.errors import GraphcostError
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -36,7 +36,7 @@ def test_a_value_check_in_the_forward_trains():
     r = analyze(model, (ids,), train=True, optimizer="sgd", include_inputs=False)
     counter = FlopCounterMode(display=False)
     with counter:
-        float_output_sum(model, (ids,), None).backward()
+        training_loss_of(model, (ids,), None).backward()
     model.zero_grad(set_to_none=True)
     assert 2 * r.totals.macs == counter.get_total_flops() == 3 * 2 * 128 * 64 * 100
     measured, _ = measure_training(model, (ids,), "sgd")
@@ -58,7 +58,7 @@ def test_xlm_trains():
     model.train()
     counter = FlopCounterMode(display=False)
     with counter:
-        float_output_sum(model, (ids,), None).backward()
+        training_loss_of(model, (ids,), None).backward()
     model.zero_grad(set_to_none=True)
     assert 2 * r.totals.macs == counter.get_total_flops()
     measured, _ = measure_training(model, (ids,), "sgd")

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from graphcost.analyzer.measure.reference import float_output_sum
+from graphcost.analyzer.measure.reference import training_loss_of
 from graphcost.passes.checkpoint import CheckpointSpec
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -62,7 +62,7 @@ def test_training_flops_equal_flop_counter(name):
     assert r.coverage.unsupported == {}
     counter = FlopCounterMode(display=False)
     with counter, sdpa_kernel(SDPBackend.MATH):
-        float_output_sum(model, args).backward()
+        training_loss_of(model, args).backward()
     counts = {str(k): v for k, v in counter.get_flop_counts()["Global"].items()}
     ours = {op: 2 * o.macs for op, o in r.by_op_type.items() if o.macs}
     attention = {k: v for k, v in ours.items() if "scaled_dot_product" in k}

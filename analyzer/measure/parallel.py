@@ -124,7 +124,7 @@ def _run_case(case: Case, rank: int, steps):
 
     from ... import models_zoo
     from ..frontends.torch.capture import real_inputs
-    from .reference import float_output_sum
+    from .reference import training_loss_of
 
     model = models_zoo.build_model(case.model, eval=False)
     spec = models_zoo.get(case.model)
@@ -157,7 +157,7 @@ def _run_case(case: Case, rank: int, steps):
             with tracker:
                 opt.zero_grad(set_to_none=True)
                 with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
-                    loss = float_output_sum(model, args)
+                    loss = training_loss_of(model, args)
                 loss.backward()
                 del loss
                 opt.step()

@@ -8,13 +8,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from ...passes.choices import Optimizer
 from ...passes.errors import GraphcostError
-
-if TYPE_CHECKING:
-    import torch
 
 
 @dataclass(frozen=True)
@@ -99,16 +95,18 @@ def measure_inference(module, args, kwargs=None):
         per_module[fqn] = (best, len(snaps))
     return peak.get("Activation", 0), peak, per_module
 
-def float_output_sum(module, args, kwargs=None) -> torch.Tensor:
-    """graphcost's training loss: the sum of every floating output of ``module(*args)``."""
-    import torch
-    import torch.utils._pytree
+def training_loss_of(module, args, kwargs=None):
+    """graphcost's training loss of ``module(*args)``: the model's own loss where it returns
+    one, else every floating output summed (frontends/torch/loss_kernels.training_loss)."""
+    return held_loss_of(module, args, kwargs)[0]
 
-    leaves = [t for t in torch.utils._pytree.tree_leaves(module(*args, **(kwargs or {})))
-              if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    loss = sum(t.sum() for t in leaves)
-    assert isinstance(loss, torch.Tensor), "no floating output to sum"
-    return loss
+
+def held_loss_of(module, args, kwargs=None):
+    """(graphcost's training loss of ``module(*args)``, what the loop holds beside it through
+    the backward: what the model returned beside its own loss; loss_kernels.split_loss)."""
+    from ..frontends.torch.loss_kernels import split_loss
+
+    return split_loss(module(*args, **(kwargs or {})))
 
 
 class _NoHook:
@@ -126,7 +124,7 @@ def skip_frozen(tracker, module) -> None:
 
 def _training_step(module, args, optimizer: str, kwargs=None, autocast=None):
     """(one training step as a function, the optimizer or None): gradients freed first by
-    ``zero_grad(set_to_none=True)``, the loss graphcost's (float_output_sum)."""
+    ``zero_grad(set_to_none=True)``, the loss graphcost's (training_loss_of)."""
     import contextlib
 
     import torch
@@ -142,8 +140,9 @@ def _training_step(module, args, optimizer: str, kwargs=None, autocast=None):
     def step():
         module.zero_grad(set_to_none=True)
         with torch.autocast("cpu", autocast) if autocast else contextlib.nullcontext():
-            loss = float_output_sum(module, args, kwargs)
+            loss, held = held_loss_of(module, args, kwargs)
         loss.backward()
+        del held   # (held through the backward, as graphcost holds it)
         if opt:
             opt.step()
     return step, opt

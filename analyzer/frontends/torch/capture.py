@@ -34,6 +34,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 from ....passes.errors import GraphcostError, opt
 from .accumulate_grad import copied_in_place, obey_layout_contract, summed_in_place
 from .compat import eager_view_strides, marked_autograd_nodes, no_stack_traces
+from .loss_kernels import split_loss
 from .python_references import PythonReferences, saved_as_run
 from .transformers_tracing import eager_paths
 
@@ -233,21 +234,17 @@ def real_inputs(shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, Any],
 
 
 class _SumLoss(torch.nn.Module):
-    """Every floating output of the model summed to one scalar: a loss whose backward reaches
-    every parameter the outputs depend on, with no large tensors of its own."""
+    """The model with the loss a training step backpropagates as its first output
+    (loss_kernels.split_loss: the model's own, else its floating outputs summed), then what
+    the training loop holds beside it through the backward (ExportedRun holds them)."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
 
     def forward(self, *args, **kwargs):
-        out = self.model(*args, **kwargs)
-        leaves = [t for t in torch.utils._pytree.tree_leaves(out)
-                  if isinstance(t, torch.Tensor) and t.is_floating_point()]
-        loss = leaves[0].sum()
-        for t in leaves[1:]:
-            loss = loss + t.sum()
-        return (loss,)
+        loss, held = split_loss(self.model(*args, **kwargs))
+        return (loss, *held)
 
 
 class JointTrace(NamedTuple):

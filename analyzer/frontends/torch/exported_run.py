@@ -17,6 +17,7 @@ from .attention_kernels import call_kernel, is_sdpa
 from .autocast_casts import Autocaster
 from .dead_ends import dead_end
 from .fx_references import is_view, storage_root, writes_in_place
+from .loss_kernels import as_kernels, is_loss
 
 
 class ExportedRun(torch.nn.Module):
@@ -49,6 +50,11 @@ class ExportedRun(torch.nn.Module):
         self.kernels: list[tuple[str, str, str]] = []  # (module path, kernel, why), in order
         gm = program.module()
         self._dead = {n.name for n in gm.graph.nodes if dead_end(n)}
+        # what the program returns beside the loss (loss_kernels.split_loss): the training
+        # loop holds it through the backward
+        returned = torch.utils._pytree.tree_leaves(
+            next(n for n in reversed(gm.graph.nodes) if n.op == "output").args)
+        self._held_to_end = [n.name for n in returned[1:] if isinstance(n, torch.fx.Node)]
         for node in [n for n in gm.graph.nodes if n.op == "get_attr" and not n.users]:
             gm.graph.erase_node(node)  # unread weights (the tied duplicates)
         read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
@@ -102,6 +108,7 @@ class ExportedRun(torch.nn.Module):
                                  self._dead)
         out = tuple(run.run(*flat))
         self._graph, self._tensors, self._reached = run.traced, run.tensors, run.reached
+        out = out[:1]  # the loss; what the program returns beside it, the loop holds
         self._matched = None
         self._cached, self._end = [], None
         if self._graph is not None:  # autocast's cached copies: held to the region's end
@@ -132,6 +139,11 @@ class ExportedRun(torch.nn.Module):
             v, p = names.get(self._tensors.get(value)), at.get(self._reached.get(point))
             if v is not None and p is not None:
                 held[v] = p
+        last = next((n.name for n in reversed(joint.nodes) if n.op != "output"), None)
+        for value in self._held_to_end:
+            v = names.get(self._tensors.get(value))
+            if v is not None and last is not None:
+                held[v] = last
         end = at.get(self._end)  # the loss: the autocast region of a step ends after it
         for node in self._cached:
             if names.get(node) is not None and end is not None:
@@ -234,6 +246,10 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             return _masked_write(target, *args, **kwargs)
         if self._caster is not None:
             args, kwargs = self._caster.cast(target, args, kwargs)
+        if is_loss(target):  # (as eager's kernels: loss_kernels.py)
+            out = as_kernels(target, args, kwargs)
+            if out is not None:
+                return out
         if self._attention is not None and is_sdpa(target):
             out, kernel, why = call_kernel(self._attention, args, kwargs)
             self._kernels.append((self._path, kernel, why))
