@@ -112,6 +112,15 @@ def gelu_backward(op: OpView) -> tuple[int, int]:
     return 0, (18 if op.attr("approximate", "none") == "tanh" else 11) * op.out_numel(0)
 
 
+@rule("aten.threshold_backward.default")
+def threshold_backward(op: OpView) -> tuple[int, int]:
+    # (grad_output, self, threshold): ReLU's backward, one kernel in PyTorch, which reads the
+    # saved output while it writes the gradient (decomposed, a boolean mask of it was made
+    # first and the output freed: the step's peak 0.75 of an activation low); per element its
+    # reference decomposition's compare and select = 2
+    return 0, 2 * op.out_numel(0)
+
+
 @rule("aten.silu_backward.default")
 def silu_backward(op: OpView) -> tuple[int, int]:
     # (grad_output, self): one kernel in PyTorch; per element its reference decomposition's
