@@ -29,6 +29,7 @@ from .api_checks import (
     device_of,
     overhead_of,
     parallel_spec,
+    plain_arguments,
 )
 from .serve import ServeSpec, check_serve
 
@@ -85,6 +86,7 @@ class Request:
         return replace(self, load=replace(self.load, batch=batch))
 
 
+@plain_arguments  # (the values as builtins first: a caller's object runs no code past it)
 def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = None,
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
                   input_dtypes: Mapping[str, Any] | None = None, include_inputs: bool = True,

@@ -2,6 +2,7 @@
 them for people (one set of units for every renderer)."""
 from __future__ import annotations
 
+import math
 import re
 
 from ...passes.errors import GraphcostError
@@ -13,6 +14,9 @@ _SIZE = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 1
 _COUNT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
 _TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _RATE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15}
+# A count limit (--max-flops …) of 10^30 is past every model: counts beyond 2^64 (1.8e19)
+# are already labelled absurd (passes/magnitude.py). A time limit: below a year.
+MAX_COUNT, MAX_SECONDS = 1e30, 365 * 24 * 3600.0
 
 
 def _scaled(text: str, units: dict, unit_pattern: str) -> float | None:
@@ -24,14 +28,24 @@ def _scaled(text: str, units: dict, unit_pattern: str) -> float | None:
     return float(m.group(1)) * units[unit]
 
 
+def _bounded(value: float, text: str, what: str, bound: float, words: str) -> float:
+    """``value`` if it is below ``bound``: '1e309' reads as infinity (the words inf and nan
+    never match _NUMBER, the digits do), which no size, count or time is; int() of it raised
+    OverflowError, and a limit of infinity checks nothing."""
+    if not math.isfinite(value) or value >= bound:
+        raise GraphcostError(f"{what} {text!r}: too large (below {words})")
+    return value
+
+
 def parse_size(text: str, what: str = "size") -> int:
-    """'40GiB' -> 42949672960, '4GB' -> 4e9, '4e9' -> 4000000000; 'four' is an error."""
+    """'40GiB' -> 42949672960, '4GB' -> 4e9, '4e9' -> 4000000000; 'four' is an error; below
+    2^63 bytes (8 EiB: int64, as the API's sizes)."""
     value = _scaled(text, _SIZE, "[A-Za-z]*")
     if value is None:
         raise GraphcostError(f"{what} {text!r}: expected a size such as 40GiB, 4GB or 4e9")
     if value <= 0:
         raise GraphcostError(f"{what} {text!r}: must be positive")
-    return int(value)
+    return int(_bounded(value, text, what, 2 ** 63, "8 EiB, int64's bound"))
 
 
 def parse_count(text: str, what: str = "count") -> float:
@@ -39,7 +53,7 @@ def parse_count(text: str, what: str = "count") -> float:
     value = _scaled(text, _COUNT, "[A-Za-z]?")
     if value is None:
         raise GraphcostError(f"{what} {text!r}: expected a number such as 50M, 1.5G or 2e9")
-    return value
+    return _bounded(value, text, what, MAX_COUNT, "1e30")
 
 
 def parse_time(text: str, what: str = "time") -> float:
@@ -47,7 +61,7 @@ def parse_time(text: str, what: str = "time") -> float:
     value = _scaled(text, _TIME, "s|ms|us|µs|ns")
     if value is None:
         raise GraphcostError(f"{what} {text!r}: expected a time such as 5ms, 0.2s or 250us")
-    return value
+    return _bounded(value, text, what, MAX_SECONDS, "a year")
 
 
 def parse_rate(text: str, what: str = "rate") -> float:

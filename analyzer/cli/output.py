@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...models_zoo.cache import cache_dir
 from ...passes.errors import GraphcostError
-from ..app.resolve import WEIGHTS_FILES
+from ..app.resolve import WEIGHTS_FILES, file_class
 
 
 def refuse_overwrite(output: str | None, model: str) -> None:
@@ -23,10 +23,11 @@ def refuse_overwrite(output: str | None, model: str) -> None:
                              "never writes there")
     if not os.path.exists(output):
         return  # nothing there to replace
-    source = model.rpartition(":")[0] if ".py:" in model else model
+    spec = file_class(model)  # (the resolver's own test: a path that exists is a file)
+    source = spec[0] if spec else model
     if os.path.exists(source) and os.path.samefile(output, source):
         raise GraphcostError(f"{output} is the input model; graphcost never writes its input")
-    if model.startswith("zoo:") or ".py:" in model or model.endswith(".pt2") or \
+    if model.startswith("zoo:") or spec or model.endswith(".pt2") or \
             not os.path.isfile(model) or Path(model).suffix.lower() in WEIGHTS_FILES:
         return  # (a weights file is refused by the resolver, unread)
     from ..frontends.onnx.external_data import external_refs

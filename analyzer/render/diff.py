@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..app.diff import Change, ReportDiff
 from ..app.units import human, human_bytes
+from .cells import markdown_text, one_line
 from .table import Col, print_prose, print_table, short_op
 
 
@@ -154,8 +155,7 @@ def render_table(d: ReportDiff, console, top: int = 20, width: int | None = None
 
 
 def render_markdown(d: ReportDiff, top: int = 20) -> str:
-    def esc(s: str) -> str:
-        return s.replace("|", "\\|")
+    esc = markdown_text  # (the models' names: no HTML, cell break, code span or link)
 
     def sd(v: int) -> str:
         return f"{v:+,}" if v else "0"
@@ -164,7 +164,7 @@ def render_markdown(d: ReportDiff, top: int = 20) -> str:
            "| | old | new | Δ | Δ% |", "|---|---:|---:|---:|---:|"]
     out += [f"| {c.name.replace('_', ' ')} | {c.old:,} | {c.new:,} | {sd(c.delta)} | {_pct(c)} |"
             for c in d.totals]
-    out += ["", "## Activation peak", ""] + [f"    {line}" for line in _peak_lines(d)]
+    out += ["", "## Activation peak", ""] + [f"    {one_line(line)}" for line in _peak_lines(d)]
     mods, total = _top_modules(d, top)
     if mods:
         out += ["", f"## Modules ({len(mods)} of {total} changed)", "",
