@@ -9,25 +9,39 @@ model repository: a config whose ``auto_map`` points at the repository's own mod
 is built with transformers' class for its ``model_type`` where transformers has one (Phi-3
 and DeepSeek-V2 still ship ``auto_map`` though transformers builds them natively; the model
 line says so), and refused where it has none.
+
+The config is data from elsewhere, checked before transformers (or torch) is imported
+(config_json.py); the class it names must be a model class before it is called. A hub id and its
+revision are checked as the hub checks them before the cache is read (a revision is a path
+under the cache's ``refs``).
 """
 from __future__ import annotations
 
-import json
+import inspect
 import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ....passes.errors import GraphcostError
+from .config_json import ONLY_MODELS, config_dtype, read_config
 
-# ORG/NAME[@REV]: the hub's repository id grammar (letters, digits, '-', '_', '.')
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}(@[\w./-]{1,128})?")
+# ORG/NAME[@REV]: the shape of a hub id, which sends a name here; config_file then checks the
+# id and the revision as the hub does
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}(@[\w./-]+)?")
+# A revision: a commit hash, or a branch or tag name (refs/pr/1). huggingface_hub reads a
+# name's commit from the file refs/REVISION in its cache, so a part may not start with '.'
+# ('..' climbed out of the cache), be empty or make the path absolute
+REVISION = re.compile(r"[\w-][\w.-]*(/[\w-][\w.-]*)*", re.ASCII)
 # a missing file of these kinds is a path that is wrong, not a hub id
 FILE_SUFFIXES = frozenset({".onnx", ".pt2", ".py", ".json", ".pt", ".pth", ".bin", ".ckpt",
                            ".safetensors"})
 # the sequence a decoder is analyzed at by default (--dim seq), capped by its context length
 DECODER_SEQ, ENCODER_SEQ = 2048, 512
-
-
+# the modules transformers' model classes live in (its private index of lazy names says)
+MODELING = re.compile(r"(transformers\.)?models\.(?!auto\.)\w+\.modeling_\w+")
 def is_hub_name(text: str) -> bool:
     """A hub id, or a local config.json / snapshot folder (a path that exists)."""
     path = Path(text)
@@ -46,6 +60,7 @@ def config_file(text: str) -> Path:
     if path.is_file():
         return path
     repo, _, revision = text.partition("@")
+    _check_hub_id(text, repo, revision)
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import (
         EntryNotFoundError,
@@ -68,7 +83,8 @@ def config_file(text: str) -> Path:
     except LocalEntryNotFoundError:
         raise GraphcostError(f"{text}: not in the local Hugging Face cache and the hub cannot "
                              "be reached (or HF_HUB_OFFLINE is set); online graphcost fetches "
-                             "only its config.json") from None
+                             "only its config.json, or pass a local config.json or a folder "
+                             "holding one") from None
     except (RepositoryNotFoundError, EntryNotFoundError):
         raise GraphcostError(f"{text}: no such model on the hub (or it has no config.json)") \
             from None
@@ -77,6 +93,23 @@ def config_file(text: str) -> Path:
                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     finally:
         hub_logging.set_verbosity(verbosity)
+
+
+def _check_hub_id(text: str, repo: str, revision: str) -> None:
+    """The id and the revision as the hub checks them, before its cache is read: the cache
+    takes each for part of a path."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as exc:
+        raise GraphcostError(f"{text}: not a hub id ({exc})") from None
+    if revision and not (len(revision) <= 128 and REVISION.fullmatch(revision)
+                         and ".." not in revision and not revision.endswith((".", ".lock"))):
+        raise GraphcostError(f"{text}: {revision!r} is no revision: a commit hash, or a branch "
+                             "or tag name of letters, digits and '-_./' with no part that is "
+                             "empty or starts with '.'")
 
 
 def _hub_host_resolves() -> bool:
@@ -97,34 +130,66 @@ def _hub_host_resolves() -> bool:
         return False
 
 
-def read_config(path: Path, name: str) -> dict[str, Any]:
-    """config.json as data, checked for what graphcost needs before transformers sees it."""
-    try:
-        if path.stat().st_size > 4 << 20:
-            raise GraphcostError(f"{name}: {path.name} is over 4 MiB; not a model config")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GraphcostError(f"{name}: {path.name} is not readable JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise GraphcostError(f"{name}: {path.name} is not a JSON object")
-    archs = data.get("architectures")
-    if not (isinstance(archs, list) and archs and isinstance(archs[0], str)):
-        raise GraphcostError(f"{name}: {path.name} has no 'architectures': it does not say "
-                             "which model class to build")
-    return data
-
-
 def build(text: str) -> tuple[Any, Any, Any, str]:
     """(the model on the meta device, its config, its torch dtype, where that came from)."""
     path = config_file(text)
     data = read_config(path, text)
+    about = f"{text}: {path.name}'s"  # (the messages' subject)
+    dtype_name = config_dtype(data, about)
     try:
+        import transformers  # (not torch yet: its import is lazy)
+        _refuse_other_exports(transformers, data["architectures"][0], about)
         import torch
-        import transformers
     except ImportError:
         raise GraphcostError(f"{text} needs transformers (pip install 'graphcost[hf]')") \
             from None
-    cls = getattr(transformers, data["architectures"][0], None)
+    with _quiet(transformers):
+        cls = _model_class(transformers, data, text, about)
+        # transformers' config takes "auto" for a torch attribute's name: said "auto", it is
+        # told none (the model is built in the default dtype)
+        unset = {k: None for k in ("dtype", "torch_dtype") if data.get(k) == "auto"}
+        try:
+            config = transformers.AutoConfig.from_pretrained(str(path), **unset)
+        except Exception as exc:  # noqa: BLE001 - transformers' config errors, one line
+            raise GraphcostError(f"{text}: transformers cannot read its config "
+                                 f"({type(exc).__name__}: {_first_line(exc)})") from None
+        config.use_cache = False  # a training or prefill trace returns no cache
+        dtype = getattr(torch, dtype_name) if dtype_name else torch.float32
+        source = "config.json" if dtype_name else "default"
+        if "auto_map" in data:   # (the model line names the class and where the dtype came from)
+            source += f"; transformers' own {cls.__name__}, not the repository's code"
+        try:
+            with torch.device("meta"):
+                model = cls(config).to(dtype).eval()
+        except Exception as exc:  # noqa: BLE001 - a model that cannot be built from its config
+            raise GraphcostError(f"{text}: building {cls.__name__} from its config failed "
+                                 f"({type(exc).__name__}: {_first_line(exc)})") from None
+    return model, config, dtype, source
+
+
+def _refuse_other_exports(transformers, name: str, about: str) -> None:
+    """``name`` refused, unimported, where transformers' index of its lazy names places it
+    outside its modelling modules (Trainer, TextStreamer, GenerationConfig): before torch is
+    imported, so that such a refusal takes no longer than the others. The index is private;
+    without it _model_class's check alone decides."""
+    index = vars(transformers).get("_class_to_module")
+    where = index.get(name) if isinstance(index, dict) else None
+    if isinstance(where, str) and not MODELING.fullmatch(where):
+        raise GraphcostError(f"{about} architectures names {name}, transformers' "
+                             f"{where.removeprefix('transformers.')}.{name}, not a model "
+                             f"class: {ONLY_MODELS}")
+
+
+def _model_class(transformers, data: dict[str, Any], text: str, about: str) -> type:
+    """The model class ``architectures`` names, found without calling anything: graphcost
+    calls it with the config, and transformers exports set_seed, Trainer and pipeline beside
+    its models; the object found must be a PreTrainedModel subclass."""
+    name = data["architectures"][0]
+    try:
+        cls = getattr(transformers, name, None)
+    except Exception as exc:  # noqa: BLE001 - its module failed to import, one line
+        raise GraphcostError(f"{text}: transformers cannot import {name} "
+                             f"({type(exc).__name__}: {_first_line(exc)})") from None
     if "auto_map" in data and (cls is None or data.get("model_type")
                                not in transformers.CONFIG_MAPPING):
         raise GraphcostError(f"{text}: the model needs its repository's own Python code "
@@ -133,26 +198,33 @@ def build(text: str) -> tuple[Any, Any, Any, str]:
                              f"for model_type {data.get('model_type')!r}")
     if cls is None:
         raise GraphcostError(f"{text}: transformers {transformers.__version__} has no class "
-                             f"{data['architectures'][0]!r}")
+                             f"{name!r}")
+    if not (inspect.isclass(cls) and issubclass(cls, transformers.PreTrainedModel)):
+        raise GraphcostError(f"{about} architectures names {name}, not a model class: "
+                             f"{ONLY_MODELS}")
+    return cls
+
+
+@contextmanager
+def _quiet(transformers) -> Iterator[None]:
+    """transformers' log lines (below errors) and Python warnings held back while it reads the
+    config and builds the model, as they were after: a config's deprecated or unusual fields
+    (torch_dtype, rope parameters, token ids past the vocabulary) each logged a line ahead of
+    the report or of graphcost's one line of error."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
     try:
-        config = transformers.AutoConfig.from_pretrained(str(path))
-    except Exception as exc:  # noqa: BLE001 - transformers' config errors, one line
-        raise GraphcostError(f"{text}: transformers cannot read its config "
-                             f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    config.use_cache = False  # a training or prefill trace returns no cache
-    dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-    dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-    source = "config.json" if isinstance(dtype, torch.dtype) else "default"
-    if "auto_map" in data:   # (the model line names the class and where the dtype came from)
-        source += f"; transformers' own {cls.__name__}, not the repository's code"
-    dtype = dtype if isinstance(dtype, torch.dtype) else torch.float32
-    try:
-        with torch.device("meta"):
-            model = cls(config).to(dtype).eval()
-    except Exception as exc:  # noqa: BLE001 - a model that cannot be built from its config
-        raise GraphcostError(f"{text}: building {cls.__name__} from its config failed "
-                             f"({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
-    return model, config, dtype, source
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else ""
 
 
 def input_shapes(config, batch: int, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
