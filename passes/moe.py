@@ -96,7 +96,8 @@ def find_moe(graph: Graph, costs: CostReport, total_params: int) -> MoE | None:
             out = graph.spec(cand.outputs[0]) if cand.outputs else None
             if scores and scores.shape and out and out.shape and scores.shape[-1] == n_exp:
                 k = out.shape[-1]
-                if isinstance(k, int) and scores.numel is not None:  # else symbolic: skipped
+                # (symbolic: skipped; a top-0 routes no token: no MoE layer to describe)
+                if isinstance(k, int) and k > 0 and scores.numel is not None:
                     router = (k, scores.numel // n_exp)
                 break
         if router is None:

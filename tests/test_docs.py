@@ -59,6 +59,12 @@ class Command:
     console: bool = False
 
     def missing_module(self) -> str | None:
+        if self.cmd.startswith("graphcost timm:"):
+            from graphcost.analyzer.frontends.torch.optional_imports import (
+                torchvision_problem,
+            )
+            if torchvision_problem():
+                return "a torchvision that imports beside this torch"
         return next((mod for prefix, mod in NEEDS if self.cmd.startswith(prefix)
                      and importlib.util.find_spec(mod) is None), None)
 

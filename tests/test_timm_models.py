@@ -1,17 +1,29 @@
 """``timm:NAME`` (issue 24): a timm architecture built on meta at its default input size.
-timm needs a torchvision matching the installed torch, so these run where CI installs one
-(beside the newest torch of the range); elsewhere they skip. Parameters equal timm's own
-module's count; 2·MACs equal FlopCounterMode's FLOPs on the same module (meta tensors)."""
+timm needs the torchvision built for the installed torch (README, "timm"): without timm, or
+with a torchvision that does not import beside this torch, the module skips and says why (the
+one line ``timm:NAME`` would print). Parameters equal timm's own module's count; 2·MACs equal
+FlopCounterMode's FLOPs on the same module (meta tensors)."""
 from __future__ import annotations
 
 import pytest
 import torch
+from graphcost.analyzer.frontends.torch.optional_imports import (
+    torchvision_install,
+    torchvision_problem,
+)
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import GraphcostError, analyze
 from tests.cli_runner import run_cli
 
-timm = pytest.importorskip("timm")
+# (torchvision first: a broken one raises RuntimeError inside timm's import, which
+# importorskip would not catch, and the collection would stop)
+_problem = torchvision_problem()
+if _problem:
+    pytest.skip(f"timm needs a torchvision that imports beside this torch: {_problem}",
+                allow_module_level=True)
+timm = pytest.importorskip("timm", reason="timm, or the torchvision it imports, is not "
+                          f"installed: {torchvision_install('timm')}")
 
 
 @pytest.mark.parametrize("name", ["resnet50", "convnext_tiny", "vit_base_patch16_224"])

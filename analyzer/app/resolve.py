@@ -283,6 +283,9 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
                 module = spec.build().eval()
             inputs = make_fakes(module, shapes, spec.input_dtypes)
     except ImportError as exc:  # a transformers model without transformers
+        if spec.hf:  # (or one whose torchvision import failed: optional_imports)
+            from ..frontends.torch.optional_imports import check_torchvision
+            check_torchvision(f"zoo:{name}", without="transformers")
         raise GraphcostError(f"zoo:{name} needs transformers (pip install 'graphcost[hf]'): "
                              f"{exc}") from None
     if spec.hf:  # transformers models take their inputs by name
