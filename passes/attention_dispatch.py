@@ -5,8 +5,9 @@ for the CPU, ``…/cuda/sdp_utils.cpp`` for CUDA), taken in their priority order
 kernel whose checks all pass runs.
 
 * This CPU: the CPU flash kernel (``_scaled_dot_product_flash_attention_for_cpu``) unless the
-  call has dropout, is not 4-D, q, k and v differ in head dim, or (before PyTorch 2.9) its
-  key/value heads are grouped (``enable_gqa``); then the math kernel.
+  call has dropout, is not 4-D, q, k and v differ in head dim, (before PyTorch 2.9) its
+  key/value heads are grouped (``enable_gqa``), or its mask is one ``check_attn_mask_shape``
+  refuses; then the math kernel.
 * A CUDA GPU: flash (fp16/bf16, sm80–sm121, no explicit mask, head dims equal and ≤ 256, no
   causal flag with Sq ≠ Sk, and on sm86–89 / sm120–121 no training at head dim 193–224, or
   225–256 with dropout), else memory-efficient (sm50–sm121; fp32/fp16, bf16 from sm80; head
@@ -21,6 +22,14 @@ kernel whose checks all pass runs.
   Its memory is flash's (output + log-sum-exp).
 * An AMD GPU (ROCm, AOTriton): flash for fp16/bf16 with no mask and head dim ≤ 256, else
   memory-efficient; the CUDA rules' architecture checks do not apply.
+* A mask that requires grad (a learned bias: timm's MaxxViT adds its relative-position bias
+  as ``attn_mask``): ``check_attn_mask_shape`` (sdp_utils_cpp.h, shared by the CPU flash
+  kernel and cuDNN) refuses it first of all, as neither kernel has a gradient for the mask;
+  it also refuses a mask not 2-D or 4-D broadcasting to b×h×Sq×Sk. CUDA flash takes no mask
+  at all (``check_for_attn_mask``). So a learned mask runs the math kernel on the CPU and
+  the memory-efficient kernel on a GPU (its backward gives the bias its gradient,
+  ``grad_bias``), else math. The same in PyTorch 2.8, 2.13 and 2.14 (their
+  sdp_utils_cpp.h read; each kernel's autograd formula checked on 2.13).
 
 What each kernel keeps for the backward is what its autograd formula saves (the output and
 a log-sum-exp of b·h·Sq fp32 values, never the Sq×Sk scores); the math kernel is traced as
@@ -68,8 +77,10 @@ class AttentionCall:
     mask: bool = False
     dropout: float = 0.0
     causal: bool = False
-    grad: bool = True
+    grad: bool = True   # q, k or v requires grad (sdp_utils_cpp.h input_requires_grad)
     gqa: bool = False   # enable_gqa with fewer key/value heads than query heads
+    mask_grad: bool = False  # the mask requires grad (a learned bias)
+    mask_shape: tuple[int, ...] | None = None  # None: not known, taken as one that fits
 
 
 def choose(target: AttentionTarget, call: AttentionCall) -> tuple[str, str]:
@@ -125,11 +136,34 @@ def _refusal(target: AttentionTarget, call: AttentionCall, kernel: str) -> str:
 def _cpu_flash(target: AttentionTarget, call: AttentionCall) -> str:
     if call.dropout > 0:
         return "dropout"
+    if why := _mask_shape(call, "the flash kernel"):
+        return why
     if not call.q[-1] == call.k[-1] == call.v[-1]:
         return "q, k and v differ in head dim"
     if call.gqa and _release(target) < (2, 9):  # PyTorch PR 157893, July 2025
         return "grouped-query heads (the CPU flash kernel takes them from PyTorch 2.9)"
     return ""
+
+
+def _mask_shape(call: AttentionCall, kernel: str) -> str:
+    # sdp_utils_cpp.h check_attn_mask_shape (the CPU flash kernel's and cuDNN's): a mask
+    # that requires grad first (neither kernel's backward has a gradient for it), then one
+    # that is not 2-D (Sq|1 × Sk|1) or 4-D (b|1 × h|1 × Sq|1 × Sk|1)
+    if not call.mask:
+        return ""
+    if call.mask_grad:
+        return f"the mask requires grad (a learned bias), which {kernel} has no gradient for"
+    s = call.mask_shape
+    if s is None or _fits(s, (call.q[0], call.q[1], call.q[2], call.k[2])):
+        return ""
+    return f"a mask of shape {'×'.join(map(str, s))} ({kernel} takes 2-D or 4-D masks)"
+
+
+def _fits(mask: tuple[int, ...], bhqk: tuple[int, ...]) -> bool:
+    """Whether a mask of this shape is one check_attn_mask_shape takes for (b, h, Sq, Sk)."""
+    if len(mask) not in (2, 4):
+        return False
+    return all(m in (1, n) for m, n in zip(mask, bhqk[-len(mask):]))
 
 
 def _release(target: AttentionTarget) -> tuple[int, int]:
@@ -195,6 +229,8 @@ def _cudnn(target: AttentionTarget, call: AttentionCall) -> str:
         return f"sm{sm[0]}{sm[1]} (cuDNN attention needs sm80–sm121)"
     if call.dtype not in _HALF:
         return f"{call.dtype} (cuDNN runs fp16/bf16)"
+    if why := _mask_shape(call, "cuDNN's kernel"):
+        return why
     if call.dropout * 16 != int(call.dropout * 16):
         return "dropout not a multiple of 1/16"
     dq, dv = call.q[-1], call.v[-1]
@@ -245,15 +281,28 @@ def name_kernels(graph, target: AttentionTarget):
         specs = [graph.spec(name) for name in node.inputs[:3]]
         if any(s is None or not all(isinstance(d, int) for d in s.shape) for s in specs):
             continue
-        q, k, v = specs
-        mask = len(node.inputs) > 3 and bool(node.inputs[3])
-        call = AttentionCall(q.shape, k.shape, v.shape, q.dtype, mask,
-                             float(node.attrs.get("dropout_p", 0.0) or 0.0),
-                             bool(node.attrs.get("is_causal", False)), grad=False,
-                             gqa=bool(node.attrs.get("enable_gqa")) and len(q.shape) > 2
-                             and k.shape[-3] != q.shape[-3])
-        kernel, why = choose(target, call)
+        kernel, why = choose(target, _graph_call(graph, node, specs))
         if kernel == Attention.MATH:
             why = "; ".join(filter(None, (why, "costed without its S×S scores")))
         calls.extend([AttentionKernel(node.scope, kernel, why, target.words)] * node.repeat)
     return replace(graph, attention=tuple(calls)) if calls else graph
+
+
+def _graph_call(graph, node, specs) -> AttentionCall:
+    """The call an inference graph's attention node makes. Its mask requires grad when it is
+    a parameter itself (an nn.Parameter does under no_grad too; one computed from a
+    parameter does not there)."""
+    from .ir import ValueKind
+
+    q, k, v = specs
+    name = node.inputs[3] if len(node.inputs) > 3 else ""
+    value = graph.values.get(name) if name else None
+    shape = value.spec.shape if value is not None else None
+    return AttentionCall(q.shape, k.shape, v.shape, q.dtype, bool(name),
+                         float(node.attrs.get("dropout_p", 0.0) or 0.0),
+                         bool(node.attrs.get("is_causal", False)), grad=False,
+                         gqa=bool(node.attrs.get("enable_gqa")) and len(q.shape) > 2
+                         and k.shape[-3] != q.shape[-3],
+                         mask_grad=value is not None and value.kind == ValueKind.PARAM,
+                         mask_shape=tuple(shape) if shape is not None and
+                         all(isinstance(d, int) for d in shape) else None)

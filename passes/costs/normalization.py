@@ -83,7 +83,8 @@ def lp_norm(op: OpView) -> tuple[int, int]:
 
 
 @rule("Softmax", "LogSoftmax", "aten._softmax.default", "aten._log_softmax.default",
-      saves="outputs", same_shape=True, rf="softmax", attr_names=AXIS_ATTRS)
+      "aten._safe_softmax.default", saves="outputs", same_shape=True, rf="softmax",
+      attr_names=AXIS_ATTRS)
 def softmax(op: OpView) -> tuple[int, int]:
     # max (1 compare), subtract max (1), exp (1), sum (1), divide / subtract log-sum (1).
     return 0, 5 * op.in_numel(0)

@@ -13,6 +13,7 @@ import torch
 
 from ....passes.attention_dispatch import AttentionCall, AttentionTarget, choose
 from ....passes.choices import Attention
+from ....passes.errors import GraphcostError, opt
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
@@ -32,8 +33,15 @@ def call_kernel(target: AttentionTarget, args: tuple,
     call = AttentionCall(tuple(q.shape), tuple(k.shape), tuple(v.shape),
                          str(q.dtype).removeprefix("torch."), mask is not None, dropout, causal,
                          any(t.requires_grad for t in (q, k, v)),
-                         gqa and k.shape[-3] != q.shape[-3])
+                         gqa and k.shape[-3] != q.shape[-3],
+                         mask is not None and mask.requires_grad,
+                         None if mask is None else tuple(mask.shape))
     kernel, why = choose(target, call)
+    if call.mask_grad and kernel in (Attention.FLASH, Attention.CUDNN):
+        raise GraphcostError(
+            f"{opt('attention')} is '{kernel}', but an attention mask requires grad (a learned "
+            f"bias), which the {kernel} kernel has no gradient for (PyTorch refuses it too): "
+            "ask for 'efficient' (a GPU) or 'math', or leave it 'auto'")
     aten = torch.ops.aten
     if call.gqa and kernel in (Attention.MATH, Attention.EFFICIENT):
         # the math kernel repeats grouped heads itself (repeat_interleave), as graphcost does
@@ -52,9 +60,28 @@ def call_kernel(target: AttentionTarget, args: tuple,
         out = aten._scaled_dot_product_flash_attention(q, k, v, dropout, causal, False,
                                                        scale=scale)
     elif kernel == Attention.EFFICIENT:
-        out = aten._scaled_dot_product_efficient_attention(q, k, v, mask, grad, dropout, causal,
-                                                           scale=scale)
+        # the log-sum-exp is the backward's, which a learned mask's gradient needs too
+        # (PyTorch PR 188302; before it eager read an empty one when only the mask had grad)
+        out = aten._scaled_dot_product_efficient_attention(
+            q, k, v, None if mask is None else _efficient_mask(mask, q, k),
+            grad or call.mask_grad, dropout, causal, scale=scale)
     else:
         out = aten._scaled_dot_product_cudnn_attention(q, k, v, mask, grad, dropout, causal,
                                                        False, scale=scale)
     return out[0], kernel, why
+
+
+def _efficient_mask(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """The mask as SDPA hands it to the efficient kernel (attention.cpp): a boolean one as
+    0 / −inf in q's dtype (convert_boolean_attn_mask), padded to a multiple of 8 and sliced
+    back where its rows are not aligned to 8, then expanded to b×h×Sq×Sk (preprocess_mask).
+    The kernel's backward makes the mask's gradient at that expanded shape, which autograd
+    then sums down to the mask's own."""
+    if mask.dtype == torch.bool:
+        inf = torch.full((), float("-inf"), dtype=q.dtype, device=q.device)
+        mask = torch.where(mask, torch.zeros((), dtype=q.dtype, device=q.device), inf)
+    aligned = mask.stride(-1) == 1 and all(s % 8 == 0 for s in mask.stride()[:-1])
+    if not aligned:
+        last = mask.shape[-1]
+        mask = torch.ops.aten.constant_pad_nd(mask, [0, 8 - last % 8])[..., :last]
+    return mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
