@@ -7,6 +7,7 @@ floor passes it. Everything else in the frontends uses torch's public or long-st
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
@@ -178,3 +179,26 @@ def non_overlapping_and_dense(t: torch.Tensor) -> bool:
     check = getattr(common, "is_non_overlapping_and_dense_or_false", None) \
         or getattr(common, "is_non_overlapping_and_dense")
     return bool(check(t))
+
+
+@contextmanager
+def functional_kernels_kept(ops: frozenset) -> Iterator[None]:
+    """Meanwhile, ``ops`` are not decomposed by functionalization. aot_export_module
+    functionalizes in export mode, where FunctionalTensorMode calls ``func.decompose()`` on
+    every op with a CompositeImplicitAutograd kernel (torch 2.8 to 2.14), even one with a CPU
+    or CUDA kernel of its own, which eager runs: silu_backward has both (its CIA kernel is
+    math_silu_backward, sigmoid and four activation-sized products). Each op's ``decompose``
+    answers NotImplemented meanwhile (an attribute of that OpOverload alone, which the mode
+    reads as "nothing to decompose"), and is deleted after."""
+    added = [op for op in ops if "decompose" not in vars(op)]  # (nested: the outer one's)
+    for op in added:
+        op.decompose = _not_decomposed
+    try:
+        yield
+    finally:
+        for op in added:
+            del op.decompose
+
+
+def _not_decomposed(*_args, **_kwargs):
+    return NotImplemented

@@ -16,6 +16,7 @@ from ....passes.precision import AutocastSpec
 from .attention_kernels import call_kernel, is_sdpa
 from .autocast_casts import Autocaster
 from .dead_ends import dead_end
+from .eager_backward import as_eager_backward
 from .fx_references import is_view, storage_root, writes_in_place
 from .loss_kernels import as_kernels, is_loss
 
@@ -246,6 +247,9 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             return _masked_write(target, *args, **kwargs)
         if self._caster is not None:
             args, kwargs = self._caster.cast(target, args, kwargs)
+        out = as_eager_backward(target, args, kwargs)  # (SiLU's: eager_backward.py)
+        if out is not None:
+            return out
         if is_loss(target):  # (as eager's kernels: loss_kernels.py)
             out = as_kernels(target, args, kwargs)
             if out is not None:

@@ -78,7 +78,8 @@ def kept_whole():
     taken out of the op's ``py_kernels`` (and its dispatch cache) and put back after."""
     from torch._C import DispatchKey
 
-    from .compat import forget_cia_ops
+    from .compat import forget_cia_ops, functional_kernels_kept
+    from .eager_backward import EAGER_KERNELS
 
     keys = (DispatchKey.Autograd, DispatchKey.CompositeImplicitAutograd)
     taken = [(op, key, op.py_kernels.pop(key)) for op in _kept_overloads() for key in keys
@@ -86,7 +87,8 @@ def kept_whole():
     for op, _, _ in taken:
         op._dispatch_cache.clear()
     try:
-        yield
+        with functional_kernels_kept(EAGER_KERNELS):  # (their C++ CIA kernels: compat.py)
+            yield
     finally:
         for op, key, kernel in taken:
             op.py_kernels[key] = kernel
