@@ -28,7 +28,7 @@ def test_covering_raises_below_the_peak():
         covering(9, 10, "a run")
 
 
-@pytest.mark.parametrize("precision", ["bf16-true", "fp32", "bf16-mixed"])
+@pytest.mark.parametrize("precision", ["bf16-true", "fp32"])
 def test_llama7b_training_reserves_at_least_its_step(precision):
     # the gradients are views (a transposed mm's output): their storages are named after
     # the mm, and the replay used to free them after the backward, before the optimizer step
@@ -54,13 +54,10 @@ def _requests(precision: str):
         yield build_request(**base, parallel={"strategy": strategy, "world_size": 4})
 
 
-# the zoo models that train on the torch route but the 7B (above) and the slowest CNNs
-# (mobilenet_v2 12 s, vgg16, resnet50), each recipe where it runs (bert's module does not
-# run cast to bf16: its mask stays fp32)
-ZOO = [(name, "fp32") for name in ("small_cnn", "mnist_net", "three_conv", "resnet18",
-                                   "gpt2", "gpt2_lora", "bert", "llama_tiny", "mlp", "unet")]
-ZOO += [(name, precision) for name in ("small_cnn", "gpt2", "llama_tiny", "mlp")
-        for precision in ("bf16-mixed", "bf16-true")]
+# a CNN, the transformers, the MLP under each recipe that runs them (every analysis checks
+# the invariant itself: ReplayBelowPeak; these assert it across the four strategies)
+ZOO = [("small_cnn", "fp32"), ("resnet18", "fp32"), ("bert", "fp32"), ("mlp", "fp32"),
+       ("gpt2", "bf16-mixed"), ("llama_tiny", "bf16-true"), ("gpt2_lora", "fp32")]
 
 
 @pytest.mark.parametrize(("name", "precision"), ZOO)
