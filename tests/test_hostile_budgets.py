@@ -116,7 +116,8 @@ def test_pt2_max_arity_is_bounded(tiny_pt2, tmp_path):
     bad = hf.pt2_variant(tiny_pt2, tmp_path / "nested.pt2",
                          lambda d: hf.first_expr(d).update(expr_str=nested))
     _refused(bad, "an expression with 9 Max/Min arguments")
-    from graphcost.analyzer.frontends.torch.pt2 import check_program, load_pt2
+    from graphcost.analyzer.frontends.torch.pt2 import load_pt2
+    from graphcost.analyzer.frontends.torch.pt2_checks import check_program
     load_pt2(hf.pt2_variant(tiny_pt2, tmp_path / "max8.pt2", hf.long_max(8)))  # at the limit
     # the program's distinct expressions: 600 of two arguments = 600 × 2² = 2,400 > 2,048
     with pytest.raises(ValueError, match="worth 2,400"):
@@ -129,7 +130,7 @@ def test_pt2_max_arity_is_bounded(tiny_pt2, tmp_path):
 
 
 def test_pt2_expressions_that_sympy_would_multiply_out_are_bounded(tiny_pt2, tmp_path):
-    from graphcost.analyzer.frontends.torch.pt2 import check_expr
+    from graphcost.analyzer.frontends.torch.pt2_checks import check_expr
 
     def product(n):  # (s0 + s1)·(s1 + s2)·…: n factors of 2 terms = 2^n terms expanded
         return "*".join(f"(s{i} + s{i + 1})" for i in range(n))

@@ -148,7 +148,7 @@ def _onnx_estimate(graph, note: Progress):
 
 def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str, int]):
     from ..frontends.torch.frontend import lower_exported
-    from ..frontends.torch.pt2 import quiet_logging
+    from ..frontends.torch.pt2 import as_is, exported_on, quiet_logging
     from ..frontends.torch.size_bounds import check_maxima
 
     program = r.program
@@ -162,7 +162,9 @@ def _program_graph(r: Resolved, note: Progress, train: bool, maxima: Mapping[str
     vals = [n.meta.get("val") for n in program.graph.nodes
             if n.op == "placeholder" and n.name in user]
     with quiet_logging():  # torch logs a failing rebuild's traceback before raising it
-        graph = lower_exported(program, name=r.name, batch=batch_of(vals), maxima=maxima)
+        graph = lower_exported(program, name=r.name, batch=batch_of(vals), maxima=maxima,
+                               decomposed=as_is(program, r.name))
+    graph = replace(graph, warnings=graph.warnings + exported_on(program))
     return check_maxima(graph, maxima)
 
 

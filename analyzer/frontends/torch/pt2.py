@@ -16,7 +16,12 @@ The JSON is data only after a check, because torch's deserializer evaluates part
   must name an ATen / prims operator, a higher-order operator, or one of the size operators
   torch itself serializes (operator.add, torch.sym_max …);
 * ``guards_code`` (Python source that torch exec()s when building the module of a program
-  with example inputs — graphcost never passes any) is dropped all the same.
+  with example inputs — graphcost never passes any) is dropped all the same;
+* every device (each tensor's, each device argument's) becomes a ``torch.device``, and a
+  tensor on a backend this torch was built without aborts the process (SIGABRT, not an
+  exception): each must be a device type torch names, its index below 128, and every one is
+  then read as the CPU — a program exported on a GPU is costed as its CPU export is, the
+  report saying where it was exported.
 
 The work torch does on the JSON is bounded before it starts: a ``range_constraints`` key
 ``u<N>`` makes the deserializer count to N (``u1000000000``: 30 s), so symbol names have an
@@ -26,201 +31,40 @@ most MAX_MINMAX_ARGS of them, and the squares of those counts over the program's
 expressions add up to at most MAX_MINMAX_WORK (zoo:unet with dynamic sizes: 160); torch's
 ShapeEnv multiplies out products of sums, so no expression may expand past 512 terms
 (analyzer/frontends/torch/sympy_budget.py). Two
-parameters (buffers, constants) of one name are refused (one would stand for the other).
+parameters (buffers, constants) of one name are refused (one would stand for the other). A
+program has at most MAX_NODES nodes and MAX_TENSORS tensors; one that torch must re-trace to
+reach core ATen (~2 ms a node: an operator outside it, symbolic sizes) at most MAX_RETRACED;
+the rebuild itself is linear (analyzer/frontends/torch/pt2_rebuild.py).
 
 Anything else is refused with a GraphcostError before torch sees the program.
 """
 from __future__ import annotations
 
+import gc
 import json
 import logging
-import re
+import weakref
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from ....passes.errors import GraphcostError
-from .sympy_budget import check_terms
+from .pt2_checks import (
+    MAX_NODES,
+    MAX_PROGRAM,
+    MAX_RATIO,
+    MAX_RETRACED,
+    MAX_TENSORS,
+    BadDevice,
+    Walked,
+    check_device,
+    check_program,
+    check_state_names,
+)
 
 if TYPE_CHECKING:  # torch is imported only once the JSON passed every check
     import torch
-
-MAX_EXPR = 20_000       # characters in one expr_str
-MAX_DEPTH = 32          # nested parentheses (real programs: under 10; CeilDiv 99 deep: 10 s)
-MAX_DIGITS = 40         # digits in one number (no power operator: products stay small)
-MAX_SYMBOL_INDEX = 10 ** 6  # s<N>, u<N>: torch numbers them from 0, one per dynamic size
-MAX_MINMAX_ARGS = 8     # Max/Min arguments in one expression (~20 ms at 8, quadratic beyond)
-MAX_MINMAX_WORK = 2048  # Σ arguments² over the distinct expressions: 512 Max(a, b), ~1 s
-MAX_INT = 2 ** 64       # any integer in the program: torch writes int64 sizes and bounds
-MAX_PROGRAM = 1 << 30   # bytes of program JSON, unpacked
-MAX_RATIO = 100         # unpacked / packed past 64 MiB (JSON packs ~10×; a zip bomb 1000×)
-MINMAX = frozenset({"Max", "Min"})
-_TOKEN = re.compile(r"""\s*(?:
-    (?P<num>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
-  | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<str>'[^'\\"]*'|"[^'\\"]*")
-  | (?P<op>\*\*|//|<=|>=|==|!=|<<|>>|[-+*/%<>&|~(),=])
-)""", re.X)
-# sympy classes and torch.utils._sympy.functions that sized programs print (srepr form)
-FUNCTIONS = frozenset("""Add Mul Max Min Mod FloorDiv CeilDiv CleanDiv ModularIndexing PythonMod
-    CeilToInt FloorToInt TruncToInt TruncToFloat ToFloat RoundToInt RoundDecimal Identity
-    IntTrueDiv FloatTrueDiv Where IsNonOverlappingAndDenseIndicator Eq Ne Lt Le Gt Ge
-    Equality Unequality StrictLessThan StrictGreaterThan LessThan GreaterThan And Or Not
-    Piecewise ExprCondPair Abs floor ceiling Integer Float Rational Symbol""".split())
-STRING_ARG = {"Symbol": re.compile(r"[A-Za-z_][A-Za-z0-9_]*"),
-              "Float": re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d{1,4})?|[-+]?inf")}
-KEYWORDS = frozenset("""positive negative nonnegative nonpositive integer real finite zero
-    nonzero even odd rational commutative precision""".split())
-CONSTANTS = frozenset({"True", "False", "true", "false", "oo"})
-SYMBOL = re.compile(r"[a-z]+_?[0-9]+")  # torch's symbol names: s0, u3, zf1, ps2 …
-# Size operators torch serializes by module path (torch._export.serde.serialize._SYM_OPS),
-# without pow and shifts (a hostile exponent or shift would compute a huge integer).
-SIZE_OPS = frozenset("""_operator.add _operator.and_ _operator.eq _operator.floordiv
-    _operator.ge _operator.gt _operator.le _operator.lt _operator.mod _operator.mul _operator.ne
-    _operator.neg _operator.or_ _operator.pos _operator.sub _operator.truediv math.trunc
-    torch._sym_sqrt torch.sym_float torch.sym_int torch.sym_ite torch.sym_max torch.sym_min
-    torch.sym_not""".split())
-OPERATOR = re.compile(r"torch\.ops\.(?:aten|prims)\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+"
-                      r"|torch\.ops\.higher_order\.[A-Za-z0-9_]+")
-# higher-order operators that run code or have effects beyond tensors
-REFUSED_OPERATORS = re.compile(r".*\.(?:from_file|triton_kernel_wrapper_\w+|call_torchbind"
-                               r"|with_effects|print)(?:\.\w+)?")
-
-
-def _check_symbol(name: str) -> None:
-    digits = name[len(name.rstrip("0123456789")):]
-    if SYMBOL.fullmatch(name) and (len(digits) > 7 or int(digits) > MAX_SYMBOL_INDEX):
-        raise ValueError(f"the symbol {name[:40]!r} (an index beyond {MAX_SYMBOL_INDEX:,})")
-
-
-# long: a tokenizer and grammar for size arithmetic in one place, so it reads as the grammar
-def check_expr(text) -> int:
-    """Raises ValueError unless ``text`` is size arithmetic in the grammar above; returns the
-    number of Max/Min arguments it holds."""
-    if not isinstance(text, str):
-        raise ValueError(f"an expression that is not a string ({type(text).__name__})")
-    if len(text) > MAX_EXPR:
-        raise ValueError(f"an expression of {len(text):,} characters (at most {MAX_EXPR:,})")
-    tokens, pos = [], 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            if text[pos:].strip():
-                raise ValueError(f"unexpected character {text[pos:].lstrip()[0]!r}")
-            break
-        kind = m.lastgroup
-        assert kind is not None  # every alternative is a named group
-        tokens.append((kind, m.group(kind)))
-        pos = m.end()
-    calls: list[str | None] = []  # the function of each open parenthesis (None: grouping)
-    minmax = 0
-    for k, (kind, tok) in enumerate(tokens):
-        prev = tokens[k - 1] if k else ("", "")
-        nxt = tokens[k + 1][1] if k + 1 < len(tokens) else ""
-        if kind == "num":
-            if len(tok) > MAX_DIGITS:
-                raise ValueError(f"a number of {len(tok)} characters")
-        elif kind == "name":
-            if nxt == "(":
-                if tok not in FUNCTIONS:
-                    raise ValueError(f"a call to {tok!r}")
-            elif nxt == "=":
-                if tok not in KEYWORDS or not calls or calls[-1] not in STRING_ARG:
-                    raise ValueError(f"keyword {tok!r}")
-            elif tok not in CONSTANTS and not SYMBOL.fullmatch(tok):
-                raise ValueError(f"the name {tok!r}")
-            else:
-                _check_symbol(tok)
-        elif kind == "str":
-            rule = STRING_ARG.get(calls[-1] or "") if calls and prev[1] == "(" else None
-            if rule is None or not rule.fullmatch(tok[1:-1]):
-                raise ValueError(f"the string {tok}")
-            _check_symbol(tok[1:-1])
-        elif tok in ("**", "<<", ">>"):
-            raise ValueError(f"the operator {tok!r}")
-        elif tok == "(":
-            calls.append(prev[1] if prev[0] == "name" else None)
-            if len(calls) > MAX_DEPTH:
-                raise ValueError("parentheses nested too deep")
-            minmax += calls[-1] in MINMAX
-        elif tok == "," and calls and calls[-1] in MINMAX:
-            minmax += 1
-        elif tok == ")":
-            if not calls:
-                raise ValueError("unbalanced parentheses")
-            calls.pop()
-        elif tok == "=" and (prev[0] != "name" or not (
-                nxt in ("True", "False") or nxt.isdigit())):
-            raise ValueError("a keyword without a literal value")
-    if calls:
-        raise ValueError("unbalanced parentheses")
-    check_terms(tokens)
-    if minmax > MAX_MINMAX_ARGS:
-        raise ValueError(f"an expression with {minmax} Max/Min arguments (at most "
-                         f"{MAX_MINMAX_ARGS}: sympy compares them pairwise)")
-    return minmax
-
-
-def check_target(target) -> None:
-    if not isinstance(target, str) or not (target in SIZE_OPS or OPERATOR.fullmatch(target)) \
-            or REFUSED_OPERATORS.fullmatch(target):
-        raise ValueError(f"the call target {str(target)[:80]!r} is not an ATen, prims, "
-                         "higher-order or size operator")
-
-
-def check_program(data) -> None:
-    """Walks the program's JSON: every expr_str, every call target (nodes, operator
-    arguments), every integer and the range constraints, iteratively (a deeply nested file
-    cannot exhaust the stack)."""
-    seen: set[str] = set()  # torch parses each occurrence; sympy's cache makes repeats cheap
-    minmax = 0
-    stack = [data]
-    while stack:
-        obj = stack.pop()
-        items = obj.items() if isinstance(obj, dict) else enumerate(obj)
-        for key, value in items:
-            if key == "expr_str" and isinstance(obj, dict):
-                if not isinstance(value, str) or value not in seen:
-                    minmax += check_expr(value) ** 2
-                    seen.add(value)
-            elif (key == "as_operator" or (key == "target" and "inputs" in obj)) and \
-                    isinstance(obj, dict):
-                check_target(value)
-            elif isinstance(value, (dict, list)):
-                stack.append(value)
-            elif isinstance(value, int) and not -MAX_INT <= value <= MAX_INT:
-                raise ValueError(f"the integer {_digits(value)} (beyond ±2^64)")
-    if minmax > MAX_MINMAX_WORK:
-        raise ValueError(f"Max/Min comparisons over its expressions worth {minmax:,} (the "
-                         f"squares of their argument counts; at most {MAX_MINMAX_WORK:,})")
-    if isinstance(data, dict):
-        check_ranges(data.get("range_constraints"))
-
-
-def _digits(value: int) -> str:
-    return f"{value}" if abs(value) < 10 ** 30 else f"of {len(str(abs(value)))} digits"
-
-
-def check_ranges(ranges) -> None:
-    """``range_constraints``: symbol name -> {min_val, max_val}, integers or null. torch's
-    deserializer counts up to the index of each unbacked symbol (``u<N>``) it names."""
-    if ranges is None:
-        return
-    if not isinstance(ranges, dict):
-        raise ValueError("range_constraints that are not a mapping")
-    for name, bounds in ranges.items():
-        if not SYMBOL.fullmatch(name):
-            raise ValueError(f"a range constraint on {name[:40]!r}, not a symbol name")
-        _check_symbol(name)
-        if not isinstance(bounds, dict) or set(bounds) - {"min_val", "max_val"}:
-            raise ValueError(f"a range constraint on {name!r} that is not "
-                             "{min_val, max_val}")
-        for v in bounds.values():
-            if v is not None and (type(v) is not int or not -MAX_INT <= v <= MAX_INT):
-                raise ValueError(f"a range constraint on {name!r} with the bound "
-                                 f"{str(v)[:40]} (integers within ±2^64 or null)")
-
 
 @contextmanager
 def quiet_logging():
@@ -234,24 +78,6 @@ def quiet_logging():
         yield
     finally:
         logging.disable(saved)
-
-
-def check_state_names(doc, path: Path) -> None:
-    """Two parameters (buffers, constants) of one name: one would stand for the other when
-    the state is bound by name (a 1-D bias in a matmul)."""
-    seen: set[tuple[str, str]] = set()
-    specs = doc.get("graph_module", {}).get("signature", {}).get("input_specs", []) \
-        if isinstance(doc, dict) else []
-    for spec in specs if isinstance(specs, list) else []:
-        for kind in ("parameter", "buffer", "tensor_constant"):
-            value = spec.get(kind) if isinstance(spec, dict) else None
-            key = value.get(f"{kind}_name") if isinstance(value, dict) else None
-            table = "constant" if kind == "tensor_constant" else "state"
-            if isinstance(key, str):
-                if (table, key) in seen:
-                    raise GraphcostError(f"{path}: invalid program: two inputs are the "
-                                         f"{kind.replace('_', ' ')} {key!r}")
-                seen.add((table, key))
 
 
 def read_program(path: Path) -> bytes:
@@ -278,8 +104,9 @@ def read_program(path: Path) -> bytes:
     return raw
 
 
-# long: the .pt2 refusals in the order the archive is read; each names what it refused
-def load_pt2(path: Path) -> "torch.export.ExportedProgram":
+def _parsed(path: Path) -> tuple[dict, Walked]:
+    """The program's JSON, checked (the refusals in the order the archive is read, each
+    naming what it refused), and what the check counted."""
     try:
         raw = read_program(path)
     except GraphcostError:
@@ -288,55 +115,149 @@ def load_pt2(path: Path) -> "torch.export.ExportedProgram":
         raise GraphcostError(f"{path}: unreadable .pt2 archive ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     try:
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:  # not JSON, or an integer of over 4,300 digits
-            raise GraphcostError(f"{path}: unreadable .pt2 archive: its program is not JSON "
-                                 f"({str(exc)[:80]})") from None
-        try:
-            check_program(doc)
-        except ValueError as exc:
-            raise GraphcostError(f"{path}: refused: the program holds {exc} (torch would "
-                                 "evaluate it); a .pt2 is read as data only") from None
-        check_state_names(doc, path)
-        import torch  # only now: every check above is on the JSON alone
-        from torch._export.serde import schema
-        from torch._export.serde.serialize import (
-            _SERIALIZE_TO_TORCH_DTYPE,
-            ExportedProgramDeserializer,
-            _dict_to_dataclass,
-        )
-        from torch._subclasses.fake_tensor import FakeTensorMode
+        doc = json.loads(raw)
+    except ValueError as exc:  # not JSON, or an integer of over 4,300 digits
+        raise GraphcostError(f"{path}: unreadable .pt2 archive: its program is not JSON "
+                             f"({str(exc)[:80]})") from None
+    try:
+        walked = check_program(doc)
+    except BadDevice as exc:
+        raise GraphcostError(f"{path}: refused: the program holds {exc}") from None
+    except ValueError as exc:
+        raise GraphcostError(f"{path}: refused: the program holds {exc} (torch would "
+                             "evaluate it); a .pt2 is read as data only") from None
+    check_state_names(doc, path)
+    if walked.nodes > MAX_NODES or walked.tensors > MAX_TENSORS:
+        raise GraphcostError(f"{path}: refused: its program has {walked.nodes:,} nodes and "
+                             f"{walked.tensors:,} tensors (a .pt2 is read up to {MAX_NODES:,} "
+                             f"nodes and {MAX_TENSORS:,} tensors)")
+    if not isinstance(doc, dict):
+        raise GraphcostError(f"{path}: unreadable .pt2 archive: its program is not a JSON "
+                             "object")
+    return doc, walked
+
+
+def _on_cpu(devices: list[dict]) -> tuple[str, ...]:
+    """Every device object (checked) becomes the CPU, where torch here can make tensors and
+    a program's devices change no figure; returns the others it named (``cuda:0``)."""
+    named = {check_device(d) for d in devices}
+    for d in devices:
+        d.clear()
+        d.update(type="cpu", index=None)
+    return tuple(sorted(named - {"cpu"}))
+
+
+# each program read from a .pt2: the devices it was exported on, where not the CPU alone
+_READ: "weakref.WeakKeyDictionary[object, tuple[str, ...]]" = weakref.WeakKeyDictionary()
+
+
+def exported_on(program) -> tuple[str, ...]:
+    """The report's warning for a program read from a .pt2 exported on another device."""
+    devices = _READ.get(program, ())
+    return (f"exported on {', '.join(devices)}: read with its tensors on the CPU (the graph "
+            "is costed, never run)",) if devices else ()
+
+
+def as_is(program, name: str) -> bool:
+    """Whether ``program`` is lowered as it is, torch's retrace (run_decompositions, ~2 ms a
+    node) left out: pt2_rebuild.unchecked says why not. One read from a .pt2 past
+    MAX_RETRACED nodes that is not so is refused."""
+    from .pt2_rebuild import unchecked
+
+    why = unchecked(program)
+    if why is None:
+        return True
+    nodes = sum(n.op == "call_function" for n in program.graph.nodes)
+    if program in _READ and nodes > MAX_RETRACED:
+        raise GraphcostError(f"{name}: refused: {why}; a program torch must re-trace is read "
+                             f"up to {MAX_RETRACED:,} nodes (this one has {nodes:,})")
+    return False
+
+
+def _retrace_bound(path: Path, walked: Walked, plain: bool) -> None:
+    """A program outside core ATen, or of symbolic sizes, is re-traced by torch
+    (run_decompositions, ~2 ms a node, in graphcost's lowering): its nodes are bounded lower
+    than a core ATen one's."""
+    from .pt2_rebuild import outside_core
+
+    if walked.nodes <= MAX_RETRACED:
+        return
+    outside = outside_core(walked.targets)
+    shown = ", ".join(t.removeprefix("torch.ops.") for t in outside[:3]) + \
+        (", …" if len(outside) > 3 else "")
+    if outside or not plain:
+        raise GraphcostError(
+            f"{path}: refused: its program has {walked.nodes:,} nodes and "
+            f"{f'operators outside core ATen ({shown})' if outside else 'symbolic sizes'}, "
+            f"which torch re-traces at ~2 ms a node: a .pt2 is read up to {MAX_RETRACED:,} "
+            f"nodes, or up to {MAX_NODES:,} of static sizes saved after "
+            "ep.run_decompositions()")
+
+
+@contextmanager
+def _collector_paused():
+    """The cyclic collector waits while a program is read: millions of objects are made and
+    none is garbage, and it would walk them again and again (100,000 nodes: the dataclasses
+    took 9.4 s with it, 3.6 s without; the JSON 3.9 s, 1.0 s)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def load_pt2(path: Path) -> "torch.export.ExportedProgram":
+    """The saved program at ``path``, read as data (see the module docstring)."""
+    with _collector_paused():
+        return _load(path)
+
+
+def _load(path: Path) -> "torch.export.ExportedProgram":
+    doc, walked = _parsed(path)
+    devices = _on_cpu(walked.devices)
+    try:  # (torch is imported only now: every check above is on the JSON alone)
+        from .pt2_rebuild import serialized
         # Python source that torch (2.9+) exec()s when the program becomes a module: never
         # needed to cost the graph, never run (and torch 2.8's schema has no such field)
         doc.pop("guards_code", None)
-        # (torch 2.9+'s _bytes_to_dataclass is this; 2.8 has only _dict_to_dataclass)
-        serialized = cast(schema.ExportedProgram,  # (torch types the result as any schema value)
-                          _dict_to_dataclass(schema.ExportedProgram, doc))
-    except GraphcostError:
-        raise
+        program = serialized(doc)
     except Exception as exc:
         raise GraphcostError(f"{path}: unreadable .pt2 archive ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    _retrace_bound(path, walked, program.plain)
+    rebuilt = _rebuilt(path, program)
+    _READ[rebuilt] = devices
+    return rebuilt
 
-    graph = serialized.graph_module
-    tensors = graph.graph.tensor_values
+
+def _rebuilt(path: Path, program) -> "torch.export.ExportedProgram":
+    """The program (a pt2_rebuild.Serialized), its parameters, buffers and constants fake
+    tensors of their recorded shapes and dtypes."""
+    import torch
+    from torch._export.serde.serialize import (
+        _SERIALIZE_TO_TORCH_DTYPE,
+        ExportedProgramDeserializer,
+    )
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .pt2_rebuild import fast_rebuild
+
     fake = FakeTensorMode(allow_non_fake_inputs=True)
 
     def placeholder(name: str) -> torch.Tensor:
-        meta = tensors[name]
-        sizes = []
-        for s in meta.sizes:
-            if s.type != "as_int":
-                raise GraphcostError(f"{path}: a weight with a symbolic size; not supported")
-            sizes.append(s.as_int)
-        device = meta.device.type if meta.device is not None else "cpu"
-        with fake:
-            return torch.empty(sizes, dtype=_SERIALIZE_TO_TORCH_DTYPE[meta.dtype], device=device)
+        tensors = program.graph["tensor_values"]
+        dims = [d.get("as_int") if isinstance(d, dict) else None for d in tensors[name]["sizes"]]
+        sizes = [d for d in dims if type(d) is int]
+        if len(sizes) != len(dims):
+            raise GraphcostError(f"{path}: a weight with a symbolic size; not supported")
+        with fake:  # (every device is the CPU by now)
+            return torch.empty(sizes, dtype=_SERIALIZE_TO_TORCH_DTYPE[tensors[name]["dtype"]])
 
     try:
         state, constants = {}, {}
-        for spec in graph.signature.input_specs:
+        for spec in program.program.graph_module.signature.input_specs:
             kind = spec.type
             value = getattr(spec, kind)
             if kind in ("parameter", "buffer", "tensor_constant"):
@@ -344,8 +265,9 @@ def load_pt2(path: Path) -> "torch.export.ExportedProgram":
                 table = constants if kind == "tensor_constant" else state
                 t = placeholder(value.arg.name)
                 table[key] = torch.nn.Parameter(t) if kind == "parameter" else t
-        with quiet_logging():
-            return ExportedProgramDeserializer().deserialize(serialized, state, constants, None)
+        with quiet_logging(), fast_rebuild(program):
+            return ExportedProgramDeserializer().deserialize(program.program, state, constants,
+                                                             None)
     except GraphcostError:
         raise
     except Exception as exc:

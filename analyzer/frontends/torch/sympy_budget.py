@@ -3,7 +3,7 @@
 torch's ShapeEnv expands the sizes it guards on (``size >= 0`` for every tensor it rebuilds):
 ``(s0 + s1)*(s1 + s2)*…`` with 14 factors is 2^14 terms and 6 s, 25 factors never finish. A
 product of sums expands to the product of their term counts, so the estimate is computed
-bottom-up over the expression (a Pratt parser over analyzer/frontends/torch/pt2.py's tokens):
+bottom-up over the expression (a Pratt parser over analyzer/frontends/torch/pt2_checks.py's tokens):
 ``a + b`` and comparisons add, ``a * b`` and ``a / b`` multiply, ``Add(…)`` / ``Mul(…)`` add /
 multiply their arguments, any other call (FloorDiv, Mod, Max …) and any atom is one term — a
 function's arguments expand on their own, so the largest count anywhere is the one bounded.
