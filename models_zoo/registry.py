@@ -43,6 +43,9 @@ class ZooModel:
     # and serving analyze it in that dtype unless --dtype says otherwise (training: the
     # --precision recipe's)
     dtype: str | None = None
+    # a miniature of a published model, named after it: what it stands in for (the model
+    # line says so: zoo:gpt2 is not GPT-2 small)
+    stand_in: str | None = None
 
     def output_dims(self) -> dict[str, dict[int, str]]:
         return {o: dict(self.output_dynamic_dims.get(o, {0: BATCH})) for o in self.output_names}
@@ -99,6 +102,7 @@ MODELS: dict[str, ZooModel] = {
             {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
             output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
             int_ranges={"input_ids": (0, gpt2.GPT2Config.vocab_size)},
+            stand_in="GPT-2 small (124M parameters)",
         ),
         ZooModel(
             "gpt2_lora", lora.gpt2_lora, _tokens("input_ids", seq=64), {"input_ids": torch.int64},
@@ -115,6 +119,7 @@ MODELS: dict[str, ZooModel] = {
             ("last_hidden_state", "pooler_output"),
             output_dynamic_dims={"last_hidden_state": {0: BATCH, 1: SEQ}, "pooler_output": {0: BATCH}},
             int_ranges={"input_ids": (0, bert.BertConfig.vocab_size), "attention_mask": (1, 2)},  # mask of ones
+            stand_in="BERT-base (110M parameters)",
         ),
         ZooModel(
             "llama_tiny", llama.llama_tiny, _tokens("input_ids", seq=64), {"input_ids": torch.int64},

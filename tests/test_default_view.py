@@ -45,47 +45,63 @@ def test_max_rows_still_takes_the_first_rows_or_all():
     assert _rows(run_cli("zoo:small_cnn", "--max-rows", "0").stdout) == list(range(n))
 
 
-def test_a_serving_review_leads_with_the_serving_answer():
-    # issue 24: --serve answers first — the phases, then what the batch holds (KV cache,
-    # weights, reserved), its speed, its capacity and whether it fits — and the prefill's node
-    # tables only on request: one screen at 80 columns (the prefill alone has 172 nodes)
+def _labels(stdout: str) -> list[str]:
+    """The summary's labels, from its first line (model) on, in order."""
+    lines = stdout.splitlines()
+    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("model ")):]
+    return [line[:11].strip() for line in summary if line[:1].strip()]
+
+
+def test_a_serving_review_ends_on_its_capacity_and_fit():
+    # issue 24: --serve answers without the prefill's node tables (172 nodes) — the phases,
+    # then what the batch holds, its capacity and whether it fits; issue 48: ending on them,
+    # one screen at 80×24
     args = ["zoo:llama_tiny", "--serve", "--prompt", "64", "--generate", "16", "--batch", "2",
             "--device", "a100-80gb"]
     done = run_cli(*args, env={"COLUMNS": "80"})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) <= 50 and max(map(len, lines)) <= 80
-    assert lines[0].endswith("the prefill's 172 nodes: --max-rows N (0: all)")
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80
+    assert lines[0] == "graphcost — the prefill's 172 nodes, every figure: --details"
     assert not _rows(done.stdout.split("serving: prefill")[0]) and "by op type" not in lines
-    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("model ")):]
-    labels = [line.split()[0] for line in summary if line and not line.startswith(" ")]
-    order = [labels.index(x) for x in ("serving", "KV", "weights", "reserved", "prefill",
-                                       "decode", "capacity", "fits", "what-if", "params")]
-    assert order == sorted(order)
-    # asked for, the table is there
+    labels = _labels(done.stdout)
+    order = [labels.index(x) for x in ("model", "serving", "KV cache", "weights", "device",
+                                       "capacity", "on device", "fits")]
+    assert order == sorted(order) and labels[-2:] == ["on device", "fits"]
+    # asked for, the tables are there, and every line of the summary (still ending on the fit)
     done = run_cli(*args, "--max-rows", "5", env={"COLUMNS": "80"})
     assert _rows(done.stdout) == [0, 1, 2, 3, 4] and "by op type" in done.stdout
+    labels = _labels(done.stdout)
+    assert {"params", "prefill", "decode", "reserved"} <= set(labels) and labels[-1] == "fits"
 
 
-def test_a_training_report_leads_with_the_step():
-    # issue 26: --train (and --parallel) answer first — the step's peak, what it holds, the
-    # reserved replay, the what-ifs, the rank, the device's fit — then the graph's counts
+def test_a_training_report_ends_on_the_rank_and_its_fit():
+    # issue 26 led with the step; issue 48: the context first, the answer last — the rank's
+    # peak, then what the device must hold and whether it fits. The one device's step peak is
+    # no line of its own under a strategy (the rank's line names it)
     done = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--parallel", "fsdp",
                    "--world-size", "4", "--device", "a100-80gb", env={"COLUMNS": "100"})
     assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    summary = lines[next(i for i, line in enumerate(lines) if line.startswith("model ")):]
-    labels = [line.split()[0] for line in summary if line and not line.startswith(" ")]
-    order = [labels.index(x) for x in ("model", "training", "parallel", "per", "fits",
-                                       "params", "activations", "peak")]
-    assert order == sorted(order)
+    labels = _labels(done.stdout)
+    order = [labels.index(x) for x in ("model", "params", "parallel", "rank peak", "device",
+                                       "per rank", "on device", "fits")]
+    assert order == sorted(order) and labels[-3:] == ["per rank", "on device", "fits"]
+    assert "training" not in labels and "step peak" not in labels
+    # --details: every line, the one device's step among the detail, the same last lines
+    every = _labels(run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--parallel", "fsdp",
+                            "--world-size", "4", "--device", "a100-80gb", "--details",
+                            env={"COLUMNS": "100"}).stdout)
+    assert every.index("one device") < every.index("parallel") and every[-3:] == labels[-3:]
+    assert {"MACs", "activations", "live", "units"} <= set(every)
 
 
 def test_the_op_types_are_the_ten_heaviest_by_default():
-    # a training graph has dozens of ATen op types, most of them moving data: the default
-    # view lists the 10 with the most FLOPs and says how many more there are
+    # a training graph has dozens of ATen op types, most of them moving data: the whole view
+    # (--details; the default view of --train is its answer) lists the 10 with the most FLOPs
+    # and says how many more there are
     r = analyze("zoo:gpt2", train=True, optimizer="adam")
-    done = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", env={"COLUMNS": "100"})
+    done = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--details",
+                   env={"COLUMNS": "100"})
     more = len(r.by_op_type) - 10
     assert more > 0 and f"… {more} more op types (--max-rows 0 shows all)" in done.stdout
     every = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--max-rows", "0",

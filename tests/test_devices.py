@@ -167,7 +167,7 @@ def test_bad_device_options_give_one_line_and_exit_2(capsys, argv, message):
 
 
 def test_cli_device_outputs(capsys):
-    assert main(["zoo:mnist_net", "--device", "gtx1080ti"]) == 0
+    assert main(["zoo:mnist_net", "--device", "gtx1080ti", "--details"]) == 0
     out = capsys.readouterr().out
     assert "not a benchmark" in out and "slowest nodes" in out and "fits        yes" in out
     assert main(["zoo:mnist_net", "--device", "gtx1080ti", "--format", "json"]) == 0

@@ -10,7 +10,9 @@ What counts as a shown command, in any fenced block:
   (model.onnx, old.onnx/new.onnx, lm.onnx, path/to/net.py:Net, path/to/lm.py:LM, program.pt2,
   decoder_with_past.onnx, ./my-model/, meta-llama/Llama-3.1-8B) exist in the working directory,
   small stand-ins the ``workspace`` fixture writes; only the exit status is checked, and that
-  the files a command writes (``--html F``, ``> F``) are there.
+  the files a command writes (``--html F``, ``> F``) are there. Two are no stand-ins, so that
+  a console block may show them: resnet50.onnx is the zoo's ResNet-50 export and the hub id
+  meta-llama/Llama-3.1-8B its published config.json in a local hub cache.
 
 Each command runs in that working directory with COLUMNS=100 and a local Hugging Face cache
 (HF_HOME, HF_HUB_OFFLINE=1): one with shell syntax (pipes, redirections) through bash with the
@@ -43,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PARALLEL = 2          # commands at once: more only slows each down on a 2-core runner
 TIMEOUT = 120         # seconds per command; the slowest (zoo:llama7b) take about 15
+ZOO_CACHE = ROOT / ".cache" / "zoo"   # the zoo's exports, unless $GRAPHCOST_CACHE says
 # a command that needs a package the dev environment may lack: (prefix, module)
 NEEDS = [("graphcost timm:", "timm")]
 # commands shown but deliberately not run, with why: none today. A new entry needs a reason
@@ -232,6 +235,12 @@ def workspace(tmp_path_factory) -> Path:
     write_decoder_with_past(ws / "decoder_with_past.onnx")
     # the hub id runs on its published config; the local folder is a two-layer Llama
     write_hub_cache(ws / "hf", "meta-llama/Llama-3.1-8B", LLAMA_31_8B)
+    # resnet50.onnx: the zoo's own export (the README's ONNX file), from the cache the
+    # commands use
+    from graphcost.models_zoo.export import cached_export
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRAPHCOST_CACHE", os.environ.get("GRAPHCOST_CACHE", str(ZOO_CACHE)))
+        shutil.copy(cached_export("resnet50"), ws / "resnet50.onnx")
     (ws / "my-model").mkdir()
     (ws / "my-model" / "config.json").write_text(json.dumps(
         {**LLAMA_31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -284,7 +293,7 @@ def results(workspace, request) -> dict[str, Result]:
     assert exe, "graphcost is not on PATH (pip install -e . first)"
     env = dict(os.environ, COLUMNS="100", HF_HOME=str(workspace / "hf"), HF_HUB_OFFLINE="1",
                PATH=f"{Path(exe).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    env.setdefault("GRAPHCOST_CACHE", str(ROOT / ".cache" / "zoo"))
+    env.setdefault("GRAPHCOST_CACHE", str(ZOO_CACHE))
     collected = {item.callspec.params["c"].cmd for item in request.session.items
                  if getattr(item, "originalname", "") == "test_shown_command"}
     todo = {c.cmd for c in COMMANDS if c.cmd in collected and c.cmd not in NOT_RUN

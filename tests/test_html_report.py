@@ -250,12 +250,29 @@ def test_browser_inference_report(pages, tmp_path):
     _clean(dom, console)
     # the chart: one curve with a point per node (small_cnn's ONNX graph has 9 nodes)
     assert len(dom.polylines) == 1 and len(dom.polylines[0].split()) == 9
-    assert len(dom.tables["nodes"]) == 9
-    assert [v for v, _ in _column(dom, "nodes", "index")] == [str(i) for i in range(9)]
+    # issue 48: the node table shows the nodes that matter; node 5, the Flatten (a view: no
+    # FLOPs, no parameter, no byte written), waits behind the box
+    assert [v for v, _ in _column(dom, "nodes", "index")] == ["0", "1", "2", "3", "4", "6",
+                                                              "7", "8"]
     # raw numbers in data-v, human text shown: conv2's MACs 2·32·28·28·288 = 14,450,688
     assert ("14450688", "14.45M") in _column(dom, "nodes", "macs")
     assert len(dom.tables["modules"]) > 1 and len(dom.tables["ops"]) == 5  # Conv Gemm Relu …
     print(f"chromium run: {time.perf_counter() - t0:.1f} s")
+
+
+def test_browser_the_box_shows_the_nodes_that_matter_little(pages, tmp_path):
+    page = tmp_path / "all.html"
+    driver = """<script>
+      var box = document.querySelector('input.minor[data-table=nodes]');
+      box.checked = true; box.dispatchEvent(new Event('change'));
+    </script></body>"""
+    page.write_text(pages["cnn"].read_text(encoding="utf-8").replace("</body>", driver),
+                    encoding="utf-8")
+    text, console = _browse(page, tmp_path)
+    dom = _Dom(text)
+    _clean(dom, console)
+    assert [v for v, _ in _column(dom, "nodes", "index")] == [str(i) for i in range(9)]
+    assert _column(dom, "nodes", "op")[5][1] == "Flatten"
 
 
 def test_browser_training_report(pages, tmp_path):
@@ -312,6 +329,42 @@ def test_browser_escaping_and_row_cap(pages, tmp_path):
     assert 'data-before="1000"' in text                 # capped at first…
     assert len(dom.tables["nodes"]) == CHAIN             # …all rows after "show all"
     assert dom.tables["nodes"][0][1][1] == EVIL          # the name shown as text, intact
+
+
+def test_the_step_chart_comes_first_with_round_ticks(pages):
+    # issue 48: a training report showed the activation-only chart above the step's, its
+    # axis at quarters of the peak (778.50 KiB, 1.52 MiB…); now the step's chart is first,
+    # and every tick is a whole number of a power-of-two size (0, 2 MiB, 4 MiB…)
+    text = pages["train"].read_text(encoding="utf-8")
+    assert text.index("training step memory") < text.index('id="inference-chart"')
+    units = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+    for page in (text, pages["cnn"].read_text(encoding="utf-8")):
+        for chart in re.findall(r"<svg.*?</svg>", page, re.DOTALL):
+            ticks = re.findall(r'text-anchor="end">([^<]*)</text>', chart)
+            assert ticks[0] == "0", ticks
+            sizes = [float(v) * units[u] for v, u in (t.split() for t in ticks[1:])]
+            # the first step a power of two bytes, every tick a whole number of steps
+            step = sizes[0]
+            assert step == int(step) and int(step) & (int(step) - 1) == 0, ticks
+            assert sizes == [step * k for k in range(1, len(sizes) + 1)], ticks
+    from graphcost.analyzer.render.plot import nice_axis, tick_label
+    # a 3,188,740 B peak (3.04 MiB): steps of 1 MiB to 4 MiB; 10.32 MiB: 4 MiB steps to 12
+    assert nice_axis(3_188_740) == (4 << 20, 1 << 20)
+    assert nice_axis(10_823_792) == (12 << 20, 4 << 20)
+    assert [tick_label(v) for v in range(0, 7 << 18, 3 << 18)] == ["0", "768 KiB", "1.5 MiB"]
+
+
+def test_the_node_table_marks_the_nodes_that_matter_little():
+    # a view (no FLOPs, no parameter, no byte written) is marked 1 past the columns, hidden
+    # by the page until its box is ticked; a costed Relu is 0
+    r = _synthetic(3)
+    view = replace(r.nodes[1], op="Reshape", flops=0, bytes_written=0)
+    text = html_report(replace(r, nodes=(r.nodes[0], view, r.nodes[2])))
+    assert "show the 1 node(s) that compute nothing" in text
+    blob = json.loads(re.search(r"id='gc-data'>(.*?)</script>", text, re.DOTALL).group(1))
+    nodes = next(t for t in blob if t["id"] == "nodes")
+    assert nodes["minor"] and [row[len(nodes["columns"])] for row in nodes["rows"]] == [0, 1, 0]
+    assert "show the" not in html_report(r)
 
 
 def test_the_headline_is_the_figure_that_decides_a_fit(tmp_path):

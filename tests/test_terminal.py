@@ -81,8 +81,10 @@ def test_aten_ops_drop_their_namespace_before_being_cut():
 
 
 def test_what_ifs_and_plans_that_cannot_help_say_why():
-    # llama_tiny + Adam peaks in the optimizer step: no activation saver can lower it
-    out = run("zoo:llama_tiny", "--train", "--checkpoint", "sqrt", columns=100).stdout
+    # llama_tiny + Adam peaks in the optimizer step: no activation saver can lower it (every
+    # what-if is in the whole view; the default one, issue 48, shows the best saver alone)
+    out = run("zoo:llama_tiny", "--train", "--checkpoint", "sqrt", "--details",
+              columns=100).stdout
     text = " ".join(out.split())
     assert "in optimizer step (steady state)" in text
     assert "the plan saves nothing: the peak is in the optimizer step" in text
@@ -229,7 +231,8 @@ def test_the_optimizer_implementation_a_device_chose_is_said():
 
 def test_recompute_flops_are_written_one_way():
     # issue 26: the what-if said "recompute 447,648,000 FLOPs", the plan "447.65M FLOPs"
-    out = run("zoo:gpt2", "--batch", "8", "--train", "--checkpoint-every", "1",
+    # (446,595,328 since the math kernel's _safe_softmax is one softmax, as eager runs it)
+    out = run("zoo:gpt2", "--batch", "8", "--train", "--checkpoint-every", "1", "--details",
               columns=120).stdout
     said = re.findall(r"recompute (\S+) FLOPs", out)
-    assert len(said) == 2 and said[0] == said[1] == "447.65M", said
+    assert len(said) == 2 and said[0] == said[1] == "446.60M", said

@@ -26,8 +26,9 @@ def bare_usage(subcommands) -> str:
     width = max(len(cmd) for cmd, _ in EXAMPLES) + 2
     return "\n".join([
         "usage: graphcost MODEL [options]",
-        "MODEL: an .onnx file, a .pt2 from torch.export.save, file.py:Class, zoo:NAME",
-        "       or a Hugging Face id (ORG/NAME: only its config.json is read)",
+        "MODEL: an .onnx file, a .pt2 from torch.export.save, file.py:Class, zoo:NAME,",
+        "       timm:NAME (timm installed), a Hugging Face id (ORG/NAME) or a local",
+        "       config.json or its folder (only the config is read, never weights)",
         "examples:",
         *(f"  {cmd:<{width}}{what}" for cmd, what in EXAMPLES),
         f"graphcost --help lists every option; subcommands: {', '.join(subcommands)}",

@@ -25,6 +25,7 @@ from .serve import add_serve_args, serve_kwargs
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 3, 2, 70
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what `yes | head -1` reports for yes
+DETAILS = "--details"   # the whole view: what the answer-alone view's first line names
 
 
 SUBCOMMANDS = {
@@ -70,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "flops, output_bytes, bytes_read, bytes_written, bytes_total, share, "
                         "status, and receptive_field, jump, start, roofline_seconds, "
                         "intensity, bound when the report has them")
+    p.add_argument(DETAILS, action="store_true",
+                   help="table format: the whole view (the heaviest nodes, the op types, the "
+                        "slowest nodes, every summary line); with --train, --device, "
+                        "--parallel or --serve the default is the answer alone")
     p.add_argument("--wide", action="store_true",
                    help="table format: every column at full width instead of fitting the "
                         "terminal")
@@ -162,11 +167,13 @@ def _run(args) -> int:
         if args.output:
             with open(args.output, "w", encoding="utf-8") as fh:
                 render.render_table(report, console_for(fh, None), args.max_rows, args.depth,
-                                    columns=columns, wide=args.wide)
+                                    columns=columns, wide=args.wide, details=args.details,
+                                    details_option=DETAILS)
         else:
             width = terminal_width()
             render.render_table(report, console_for(sys.stdout, width), args.max_rows, args.depth,
-                                columns=columns, wide=args.wide, width=width)
+                                columns=columns, wide=args.wide, width=width,
+                                details=args.details, details_option=DETAILS)
     else:
         from ..render.files import render_csv, render_markdown
         text = {"json": report.to_json, "csv": lambda: render_csv(report),

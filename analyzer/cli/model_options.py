@@ -4,6 +4,7 @@ the terminal's progress spinner."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from contextlib import contextmanager
 
@@ -19,6 +20,10 @@ def _kv(text: str, what: str) -> tuple[str, str]:
     if "=" not in text:
         raise GraphcostError(f"{what} expects NAME=VALUE, got {text!r}")
     k, v = text.split("=", 1)
+    if "=" in v:  # `--input-shape ids=2x256,labels=2x256` read as one odd shape ("bad shape")
+        parts = re.split(r",(?=[^,=]*=)", text)
+        raise GraphcostError(f"{what} {text}: one NAME=VALUE per option; repeat the option: "
+                             + " ".join(f"{what} {p.strip()}" for p in parts))
     return k.strip(), v.strip()
 
 

@@ -15,27 +15,7 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
         what += f" under its checkpoint plan ({m.checkpoint})"
     if m.parallel:
         what += f", one rank under {m.parallel} (the batch is each rank's)"
-    rows: list[tuple[str, list[str]]] = []
-    if m.batch == 0:
-        rows.append(("max batch", ["none fits:",
-                                   f"batch 1 needs {human_bytes(m.required_bytes)}"]))
-    elif m.grows:
-        rows.append(("max batch", [f"≈ {m.batch:,}", "(ESTIMATED: needs about",
-                                   f"{human_bytes(m.required_bytes)}; batch {m.batch + 1:,} "
-                                   f"about {human_bytes(m.next_required_bytes)})"]))
-    elif m.at_limit:
-        rows.append(("max batch", [f"at least {m.batch:,},", "the search's limit",
-                                   f"(needs {human_bytes(m.required_bytes)}; batch "
-                                   f"{m.batch + 1:,} would need "
-                                   f"{human_bytes(m.next_required_bytes)}, which fits too)"]))
-    else:
-        # the two needs usually round to the device's size: the margins tell them apart
-        spare = m.memory_bytes - m.required_bytes
-        over = m.next_required_bytes - m.memory_bytes
-        rows.append(("max batch", [f"{m.batch:,}", f"(needs {human_bytes(m.required_bytes)},",
-                                   f"{human_bytes(spare)} to spare; batch {m.batch + 1:,}",
-                                   f"would be {human_bytes(over)} over)"]))
-    rows += [
+    rows = [
         ("memory(b) =", [f"{human_bytes(f.memory.fixed)} + "
                          f"{human_bytes(f.memory.per_sample)}·b",
                          f"(what fits counts; fitted at b={f.fit_from:,},{f.fit_batch:,},",
@@ -49,10 +29,32 @@ def max_batch_lines(model: str, m, width: int | None = None) -> list[str]:
                       f"{m.grows[1]:,} at b=3: Python that loops over the samples), so",
                       "larger batches are not traced and the answer is extrapolated",
                       "from the fit"]),
+        _answer(m),   # the last line: the answer (issue 48)
     ]
     head = _headline([model, "on", m.device, f"({human_bytes(m.memory_bytes)}),",
                       *f"{what}:".split()], width)
     return head + [line for label, items in rows for line in wrap(label, items, width)]
+
+
+def _answer(m) -> tuple[str, list[str]]:
+    """The max batch line: the batch, what it needs and how far the next one is over."""
+    if m.batch == 0:
+        return ("max batch", ["none fits:", f"batch 1 needs {human_bytes(m.required_bytes)}"])
+    if m.grows:
+        return ("max batch", [f"≈ {m.batch:,}", "(ESTIMATED: needs about",
+                              f"{human_bytes(m.required_bytes)}; batch {m.batch + 1:,} "
+                              f"about {human_bytes(m.next_required_bytes)})"])
+    if m.at_limit:
+        return ("max batch", [f"at least {m.batch:,},", "the search's limit",
+                              f"(needs {human_bytes(m.required_bytes)}; batch "
+                              f"{m.batch + 1:,} would need "
+                              f"{human_bytes(m.next_required_bytes)}, which fits too)"])
+    # the two needs usually round to the device's size: the margins tell them apart
+    spare = m.memory_bytes - m.required_bytes
+    over = m.next_required_bytes - m.memory_bytes
+    return ("max batch", [f"{m.batch:,}", f"(needs {human_bytes(m.required_bytes)},",
+                          f"{human_bytes(spare)} to spare; batch {m.batch + 1:,}",
+                          f"would be {human_bytes(over)} over)"])
 
 
 def _headline(items: list[str], width: int | None) -> list[str]:

@@ -20,7 +20,7 @@ from . import explain
 from .html_assets import CSS, JS, ONERROR
 from .html_serving import serving_section
 from .parallel import parallel_summary
-from .plot import LEFT, PLAIN, RIGHT, W, timeline_svg, y_grid
+from .plot import LEFT, PLAIN, RIGHT, W, nice_axis, tick_label, timeline_svg, y_grid
 from .summary import fit_words
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
@@ -59,7 +59,7 @@ def inference_svg(report: Report) -> str:
     series = m.timeline
     n = len(series)
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
-    top = max(series, default=0) or 1
+    top, step = nice_axis(max(series, default=0))
 
     def x(i: int) -> float:
         return LEFT + pw * i / max(1, n - 1)
@@ -73,7 +73,7 @@ def inference_svg(report: Report) -> str:
            f'<text x="{LEFT}" y="18" font-size="14">activation memory live at each node '
            f'({_e(m.lifetimes)} lifetimes, inputs {"included" if m.include_inputs else "excluded"}'
            f')</text>']
-    out += y_grid(top, y, human_bytes)
+    out += y_grid(top, y, tick_label, step)
     for i in sorted({round((n - 1) * k / 4) for k in range(5)} if n else ()):  # x: node index
         out.append(f'<text x="{x(i):.1f}" y="{TOP + ph + 16}" text-anchor="middle" '
                    f'fill="#555">{i}</text>')
@@ -289,7 +289,7 @@ def html_report(report: Report) -> str:
         if fields:
             f = fields.get(n.index)
             row += [axes_text(f.rf), axes_text(f.jump), axes_text(f.start)] if f else ["", "", ""]
-        node_rows.append(row)
+        node_rows.append(row + [int(_minor(n))])  # (past the columns: never shown)
     ops = sorted(r.by_op_type.items(), key=lambda kv: (-kv[1].flops, kv[0]))
     tables = [
         {"id": "ops", "cap": CAP, "columns": [
@@ -304,7 +304,7 @@ def html_report(report: Report) -> str:
             ["flops", "FLOPs", "si"], ["output_bytes", "out bytes", "bytes"]],
          "rows": [[m.path or "(model)", m.type, m.depth, m.nodes, m.params, m.macs, m.flops,
                    m.output_bytes] for m in r.modules]},
-        {"id": "nodes", "cap": CAP, "columns": node_cols, "rows": node_rows},
+        {"id": "nodes", "cap": CAP, "columns": node_cols, "rows": node_rows, "minor": True},
     ]
     if rf_table is not None:
         tables.append(rf_table)
@@ -314,11 +314,12 @@ def html_report(report: Report) -> str:
             "<noscript><p class='warn'>The tables need JavaScript; the summary and charts do "
             "not.</p></noscript>",
             _summary(r), _warnings(r), serving_section(r),
+            # a training step's chart first (issue 48): the step decides, not its activations
+            _training(r), _parallel(r),
             "<section id='memory'><h2>Activation memory "
             + ("(liveness over the analyzed graph's nodes)" if r.training else "(inference)")
             + "</h2><div class='chart'>",
-            inference_svg(r), "</div></section>",
-            _training(r), _parallel(r)]
+            inference_svg(r), "</div></section>"]
     if rf_head:
         body += [rf_head, _table_html("roofline-table", "Slowest nodes"), "</section>"]
     body += [
@@ -326,8 +327,8 @@ def html_report(report: Report) -> str:
         "<section id='module-tree'><h2>Modules</h2>",
         _table_html("modules") if r.modules else "<p class='dim'>no module information in "
                                                  "this graph</p>", "</section>",
-        "<section id='node-list'><h2>Nodes</h2>", _table_html("nodes", filter_box=True),
-        "</section>",
+        "<section id='node-list'><h2>Nodes</h2>",
+        _table_html("nodes", filter_box=True, minor=sum(map(_minor, r.nodes))), "</section>",
         f"<script type='application/json' id='gc-data'>{_json_for_script(tables)}</script>",
         f"<script>{JS}</script>"]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -362,9 +363,20 @@ def _headline(r: Report) -> str:
             f"{peak}</p>")
 
 
-def _table_html(tid: str, title: str = "", filter_box: bool = False) -> str:
+def _minor(n) -> bool:
+    """A node the table hides until asked: costed, and computing nothing, holding no
+    parameter and writing no byte (views, reshapes, shape arithmetic: most of an exported
+    graph's rows)."""
+    return n.status == "ok" and not (n.flops or n.params or n.bytes_written)
+
+
+def _table_html(tid: str, title: str = "", filter_box: bool = False, minor: int = 0) -> str:
     f = (f"<input type='search' class='filter' data-table='{tid}' "
          f"placeholder='filter by name, op, module…'>" if filter_box else "")
+    if minor:  # (the table's JS hides them until the box is ticked)
+        f += (f"<label class='minor'><input type='checkbox' class='minor' data-table='{tid}'> "
+              f"show the {minor:,} node(s) that compute nothing and write no bytes (views, "
+              "reshapes)</label>")
     h = f"<h3>{_e(title)}</h3>" if title else ""
     return (f"{h}<div class='tools'>{f}<span class='count' id='{tid}-count'></span>"
             f"<button type='button' class='show-all' id='{tid}-all' hidden>show all</button>"

@@ -28,7 +28,7 @@ table.data th[aria-sort=descending]::after{content:" \\25BC"}
 table.data td{padding:2px 8px;border-bottom:1px solid #f0f0f0;white-space:nowrap}
 table.data td.n{text-align:right;font-variant-numeric:tabular-nums}
 table.data tr.bad td{background:#fff3cd}
-.tools{margin:.4em 0}.tools .count{color:#555;margin:0 1em}
+.tools{margin:.4em 0}.tools .count{color:#555;margin:0 1em}.tools label.minor{margin-left:1em}
 .chart svg{max-width:100%;height:auto;border:1px solid #eee}
 """
 
@@ -63,6 +63,9 @@ JS = r"""
     this.cap = spec.cap; this.limit = spec.cap; this.sortCol = -1; this.desc = false;
     this.el = document.getElementById(spec.id);
     this.statusCol = -1; this.query = '';
+    // a row's last value, past the columns, marks a node that matters little: hidden until
+    // its box is ticked
+    this.minorCol = spec.minor ? this.cols.length : -1; this.showMinor = false;
     for (var c = 0; c < this.cols.length; c++) if (this.cols[c][0] === 'status') this.statusCol = c;
     var tr = document.createElement('tr'), self = this;
     this.cols.forEach(function (col, c) {
@@ -102,8 +105,10 @@ JS = r"""
   };
   Table.prototype.filter = function (q) {
     this.query = q = (q || '').toLowerCase();
-    var cols = this.cols;
-    this.rows = !q ? this.all : this.all.filter(function (row) {
+    var cols = this.cols, minor = this.showMinor ? -1 : this.minorCol;
+    this.rows = !q && minor < 0 ? this.all : this.all.filter(function (row) {
+      if (minor >= 0 && row[minor]) return false;
+      if (!q) return true;
       for (var c = 0; c < cols.length; c++)
         if (cols[c][2] === 'text' && String(row[c]).toLowerCase().indexOf(q) >= 0) return true;
       return false;
@@ -139,12 +144,19 @@ JS = r"""
   specs.forEach(function (spec) {
     if (!document.getElementById(spec.id)) return;
     var t = tables[spec.id] = new Table(spec);
-    t.render();
+    t.filter('');
   });
   var boxes = document.querySelectorAll('input.filter');
   for (var i = 0; i < boxes.length; i++) (function (box) {
     box.addEventListener('input', function () { tables[box.dataset.table].filter(box.value); });
   })(boxes[i]);
+  var ticks = document.querySelectorAll('input.minor');
+  for (var j = 0; j < ticks.length; j++) (function (box) {
+    box.addEventListener('change', function () {
+      var t = tables[box.dataset.table];
+      t.showMinor = box.checked; t.filter(t.query);
+    });
+  })(ticks[j]);
   window.graphcost = {
     tables: tables,
     sortTable: function (id, col, dir) { tables[id].sortBy(col, dir); }

@@ -7,7 +7,7 @@ from html import escape
 
 from ..app.report import Report
 from ..app.units import human_bytes, human_time
-from .plot import CHECKPOINTED, LEFT, PLAIN, RIGHT, W, y_grid
+from .plot import CHECKPOINTED, LEFT, PLAIN, RIGHT, W, nice_axis, tick_label, y_grid
 from .serving import PHASE_COLUMNS, phase_rows, serving_summary
 
 CW, CH, TOP, BOTTOM = 440, 260, 30, 40   # each chart
@@ -23,6 +23,10 @@ def _chart(title: str, xs: list[int], series: list[tuple[str, list[float], str]]
     (x, y, label, colour) drawn as points; ``level`` (value, label) a dashed line."""
     top = max([max(v) for _, v, _ in series] + [m[1] for m in marks]
               + ([level[0]] if level else []) + [1e-30])
+    step = None
+    if fmt is human_bytes:  # a memory axis: round sizes (plot.py's), not quarters of the top
+        top, step = nice_axis(round(top))
+        fmt = tick_label
     pw, ph = CW - LEFT - RIGHT, CH - TOP - BOTTOM
     x_max = max(xs)
 
@@ -36,7 +40,7 @@ def _chart(title: str, xs: list[int], series: list[tuple[str, list[float], str]]
            f'font-family="sans-serif" font-size="11" role="img">',
            f'<rect width="{CW}" height="{CH}" fill="white"/>',
            f'<text x="{LEFT}" y="16" font-size="13">{_e(title)}</text>']
-    out += y_grid(top, y, fmt)
+    out += y_grid(top, y, fmt, step)
     out = [s.replace(f'x2="{W - RIGHT}"', f'x2="{CW - RIGHT}"') for s in out]  # narrower
     for k in range(5):
         v = round(x_max * k / 4)

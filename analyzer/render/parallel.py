@@ -19,24 +19,32 @@ def _items(mapping) -> list[str]:
     return [f"{k.replace('_', ' ')} {human_bytes(v)}," for k, v in mapping.items() if v]
 
 
-def parallel_summary(r: Report) -> list[tuple[str, list[str]]]:
-    p = r.parallel
-    if p is None:
-        return []
+def _per_rank(p, brief: bool) -> list[str]:
+    """One rank's peak, where, its first step, its reserved bytes (not brief: the fit shows
+    them) and one device's peak at this batch beside it."""
     where = p.peak_phase + (f" at {p.peak_event}" if p.peak_event else
                             f" at {p.peak_node}" if p.peak_node else " step")
     rank = f" (rank {p.worst_rank}, the worst)" if p.strategy == "zero1" else ""
+    return ([f"peak {human_bytes(p.per_rank_peak_bytes)} ({p.per_rank_peak_bytes:,} B){rank} "
+             f"in {where}", "(steady state);", f"first step {human_bytes(p.first_step_peak_bytes)};"]
+            + ([] if brief else [f"reserved {human_bytes(p.reserved_peak_bytes)} (caching "
+                                 "allocator,", "two steps);"])
+            + [f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"])
+
+
+def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]]]:
+    """The strategy, one rank's peak and what it holds, the communication; ``brief``: the
+    rank's line without the reserved bytes (the fit shows them: analyzer/render/summary.py)."""
+    p = r.parallel
+    if p is None:
+        return []
     out = [
         ("parallel", [f"{_STRATEGY[p.strategy]} over {p.world_size:,} ranks:",
                       f"batch {p.per_rank_batch:,} per rank, {p.global_batch:,} global;",
-                      f"optimizer step {p.optimizer_impl}"
+                      f"optimizer {r.training.optimizer if r.training else ''} "
+                      f"({p.optimizer_impl} step)"
                       + (f"; {p.offload} offloaded to the host" if p.offload else "")]),
-        ("per rank", [f"peak {human_bytes(p.per_rank_peak_bytes)} "
-                      f"({p.per_rank_peak_bytes:,} B){rank} in {where}",
-                      "(steady state);", f"first step {human_bytes(p.first_step_peak_bytes)};",
-                      f"reserved {human_bytes(p.reserved_peak_bytes)} (caching allocator,",
-                      "two steps);",
-                      f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"]),
+        ("per rank", _per_rank(p, brief)),
         ("rank peak", _items(p.breakdown_at_peak)),
     ]
     comm_parts = {k: v for k, v in p.detail_at_peak.items()

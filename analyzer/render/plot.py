@@ -6,7 +6,7 @@ its curve is drawn over the plain one.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 from xml.sax.saxutils import escape
 
 from ..app.report import Report
@@ -43,13 +43,34 @@ def size_label(n: float) -> str:
     return f"{int(n)} B"
 
 
-def y_grid(top: float, y: Callable[[float], float], fmt: Callable[[float], str]) -> list[str]:
-    """Horizontal grid lines and labels at 0, ¼, ½, ¾ and all of ``top`` (shared by the
-    training chart here and the HTML report's inference chart)."""
+def nice_axis(top: int) -> tuple[int, int]:
+    """A memory chart's y axis for a peak of ``top`` bytes: (the axis's top, its tick step).
+    The step is a power of two bytes with 3 to 5 of them to the top, so every tick is a
+    round size (256 KiB, 1 MiB, 1.5 MiB, 16 GiB), not a quarter of the peak (778.50 KiB)."""
+    top = max(int(top), 1)
+    step = 1
+    while -(-top // step) > 5:
+        step *= 2
+    return -(-top // step) * step, step
+
+
+def tick_label(v: int) -> str:
+    """A round size as an axis writes it: "0", "768 KiB", "1.25 MiB", "16 GiB"."""
+    for div, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if v >= div:  # (a step past 2^1000 B: a labelled absurd peak; floats end at 2^1024)
+            return f"{v / div:g} {unit}" if v < div << 900 else size_label(v)
+    return f"{v} B" if v else "0"
+
+
+def y_grid(top, y: Callable[[float], float], fmt: Callable[[Any], str],
+           step: int | None = None) -> list[str]:
+    """Horizontal grid lines and labels (shared by the training chart here and the HTML
+    report's charts): with ``step`` (a bytes axis from nice_axis) at every step up to
+    ``top``, in integers (an absurd peak past 2^53 B would not survive a float's rounding);
+    without, at 0, ¼, ½, ¾ and all of ``top`` (a time axis)."""
+    values = range(0, top + 1, step) if step else [top * k / 4 for k in range(5)]
     out = []
-    for k in range(5):
-        # (integer steps past 2^53 B: a labelled absurd peak would overflow a float)
-        v = top * k // 4 if isinstance(top, int) and top > 2 ** 53 else top * k / 4
+    for v in values:
         out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
                    f'stroke="#ccc" stroke-width="0.5"/>')
         out.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{fmt(v)}</text>')
@@ -62,7 +83,7 @@ def timeline_svg(report: Report) -> str:
         raise ValueError("the timeline plot needs a training analysis (--train)")
     curves = training_curves(report)
     n = len(t.timeline)
-    top = max(max(c[1]) for c in curves) or 1
+    top, step = nice_axis(max(max(c[1]) for c in curves))
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
     joint = 0.94 * pw  # the schedule; the optimizer step gets the last 6% of the width
@@ -92,7 +113,7 @@ def timeline_svg(report: Report) -> str:
             out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{TOP + ph + 16}" text-anchor="middle" '
                        f'fill="#555">{label}</text>')
             start = i
-    out += y_grid(top, y, size_label)
+    out += y_grid(top, y, tick_label, step)
     for label, series, color in curves:
         pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(series))
         out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="1.5"/>')

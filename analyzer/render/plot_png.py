@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...passes.errors import GraphcostError, opt
 from ..app.report import Report
 from ..app.units import human_bytes
-from .plot import SHADES, size_label, training_curves
+from .plot import SHADES, nice_axis, size_label, tick_label, training_curves
 
 INSTALL_HINT = "PNG output needs matplotlib: pip install 'graphcost[png]'"
 
@@ -63,12 +63,14 @@ def timeline_png(report: Report, path) -> None:
     if top > 1e300:  # matplotlib draws floats; the report labels such a step absurd
         raise GraphcostError(f"{opt('plot')}: the step's memory ({human_bytes(top)}) is beyond what "
                              f"a PNG axis can scale: write the SVG ({opt('plot')} FILE.svg) instead")
-    ax.set_yticks([top * k / 4 for k in range(5)], [size_label(top * k / 4) for k in range(5)])
+    axis_top, step = nice_axis(top)  # round sizes, as the SVG's
+    ax.set_yticks(range(0, axis_top + 1, step),
+                  [tick_label(v) for v in range(0, axis_top + 1, step)])
     ax.grid(axis="y", color="#cccccc", lw=0.5)
     ax.set_axisbelow(True)
     ax.set_xlim(0, 1)
     # headroom for the peak labels: one line each, as they may stack (below)
-    ax.set_ylim(0, top * (1.15 if len(curves) == 1 else 1.3))
+    ax.set_ylim(0, max(axis_top, top * (1.15 if len(curves) == 1 else 1.3)))
     placed: list[tuple[float, float]] = []
     for label, series, color in curves:
         xs = [_x(i, len(series)) for i in range(len(series))]

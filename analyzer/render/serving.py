@@ -20,7 +20,9 @@ def _n(value) -> str:
     return f"{value:,}" if value is not None else "—"
 
 
-def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
+def serving_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]]]:
+    """The serving lines; ``brief``: the KV cache and the capacity without how they were
+    found (the terminal's default view: analyzer/render/summary.py)."""
     s = r.serving
     if s is None:
         return []
@@ -32,8 +34,9 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
                      f"= {s.prompt + s.generate:,} tokens);", f"weights {s.weight_dtype},",
                      f"KV cache {s.kv_dtype}"]),
         ("KV cache", [f"{_b(s.kv_cache_bytes)} for the batch at {s.prompt + s.generate:,} "
-                      "tokens;", f"{_b(s.kv_bytes_per_token)} per token per sequence;",
-                      f"{s.cache_tensors} cache tensors, {update}"]),
+                      "tokens;", f"{_b(s.kv_bytes_per_token)} per token per sequence"
+                      + ("" if brief else ";")]
+         + ([] if brief else [f"{s.cache_tensors} cache tensors, {update}"])),
         ("weights", [_b(s.weight_bytes)]),
         ("reserved", explain.with_growth(
             [_b(s.reserved_peak_bytes), "on PyTorch's CUDA caching allocator:",
@@ -57,13 +60,7 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
             if d.seconds_per_token is not None else [])),
     ]
     if s.fit is not None:  # (whether this batch fits: the summary's one fits line)
-        out.append(("capacity", [f"max {_n(s.max_concurrent_sequences)} concurrent sequences of "
-                               f"{s.prompt + s.generate:,} tokens;",
-                               f"max context {_n(s.max_context)} at batch {s.batch}"
-                               + (" (its learned positions)" if s.positions is not None
-                                  and s.max_context == s.positions else "")
-                               + "; estimates: this batch's allocator replay with its "
-                                 "sizes scaled"]))
+        out.append(("capacity", _capacity(s, brief)))
     for w in s.what_if:
         timed = w.decode_seconds_per_token is not None
         out.append(("what-if", [f"{w.weight_dtype} weights, {w.kv_dtype} KV:",
@@ -77,6 +74,17 @@ def serving_summary(r: Report) -> list[tuple[str, list[str]]]:
         out.append(("warning", [f"{s.uncosted_decode_nodes} node(s) of the decode step have "
                                 "no cost rule or shape (counted as 0)"]))
     return out
+
+
+def _capacity(s, brief: bool) -> list[str]:
+    """How many sequences of this length fit, and the longest context at this batch."""
+    learned = s.positions is not None and s.max_context == s.positions
+    return [f"max {_n(s.max_concurrent_sequences)} concurrent sequences of "
+            f"{s.prompt + s.generate:,} tokens;",
+            f"max context {_n(s.max_context)} at batch {s.batch}"
+            + (" (its learned positions)" if learned else "")
+            + ("; estimates" if brief else
+               "; estimates: this batch's allocator replay with its sizes scaled")]
 
 
 def phase_rows(r: Report) -> list[list[str]]:

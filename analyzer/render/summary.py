@@ -1,7 +1,16 @@
-"""The summary of a Report: label + items, each mode leading with its own answer, the lines
-wrapped to a width only between items, never inside a number (the terminal view's last part:
-analyzer/render/terminal.py; the Markdown file's and the HTML's too). Rendering never
+"""The summary of a Report: label + items, context first and each mode's answer last, so that
+every view ends on the line that decides (issue 48): inference on its peak, a training step on
+its step peak, a data-parallel run on one rank's peak, a serving batch on its capacity, and
+with a device on whether it fits ("fits" is then the last line, what it adds up just above).
+The lines are wrapped to a width only between items, never inside a number (the terminal
+view's last part: analyzer/render/terminal.py; the Markdown file's too). Rendering never
 computes costs.
+
+``brief``: the answer alone, the terminal's default view of a question beyond "what does it
+cost" (--train, --device, --parallel, --serve): the counts as one line, no activation detail,
+the attention kernels without why PyTorch passed over others, one what-if (the one that saves
+the most), and under a strategy no one-device step: one screen at 80×24 for the common
+questions. The full summary (``--details``, the Markdown file) holds every line.
 """
 from __future__ import annotations
 
@@ -12,40 +21,151 @@ from .parallel import parallel_summary
 from .serving import serving_summary
 
 LABEL = 12           # the summary's label column
+Entry = tuple[str, list[str]]
 
 
-def summary(r: Report) -> list[tuple[str, list[str]]]:
-    """The summary as (label, items): each item is one unbreakable phrase. Each mode leads
-    with its own answer (issue 26): a serving review with the batch (``_serving_first``), a
-    training step — and a data-parallel rank — with the step, then the device's fit; the
-    graph's counts and memory after."""
-    dims = ", ".join(f"{k}={v}" for k, v in r.dims.items())
-    head = [("model", [f"{r.model} ({r.source}),", f"batch {r.batch}" + ("," if dims else "")]
-             + ([f"dims {dims}"] if dims else []))]
-    tail = ([("traced", [r.traced_layers])] if r.traced_layers else []) + \
-        [("warning", [w]) for w in r.warnings]
-    counts, memory, moe = _counts(r), _memory(r), _moe(r)
+def summary(r: Report, brief: bool = False) -> list[Entry]:
+    """The summary as (label, items): each item is one unbreakable phrase. The context
+    (model, traced layers, warnings) first, then the detail, then the device and its time,
+    then the mode's answer, and with a device the fit last."""
     if r.serving is not None:
-        return _serving_first(head + counts + memory + moe + serving_summary(r)
-                              + _roofline_summary(r) + tail)
-    if r.training is not None:
-        return head + _training_summary(r) + parallel_summary(r) + _roofline_summary(r) \
-            + _attention_summary(r) + counts + memory + moe + tail
-    return head + counts + memory + moe + _attention_summary(r) + _roofline_summary(r) + tail
+        body, answer = _serving(r, brief)
+    elif r.training is not None:
+        body, answer = _training(r, brief)
+    else:
+        body, answer = _inference(r, brief)
+    return _context(r, brief) + body + _device(r, brief) + answer + fit_entries(r, brief)
 
 
-def _counts(r: Report) -> list[tuple[str, list[str]]]:
-    """Parameters, MACs, FLOPs, bytes moved, and what was not costed or only bounded."""
+def summary_lines(r: Report, width: int | None = None, brief: bool = False) -> list[str]:
+    return [line for label, items in summary(r, brief) for line in wrap(label, items, width)]
+
+
+def _context(r: Report, brief: bool) -> list[Entry]:
+    """The model, the layers traced, the warnings (brief serving: the model alone, the serving
+    line says the batch and the tokens)."""
+    dims = ", ".join(f"{k}={v}" for k, v in r.dims.items())
+    s = r.serving
+    traced = dict.fromkeys(t for t in (r.traced_layers, s.traced_layers if s else "") if t)
+    out = [("model", [f"{r.model} ({r.source})"] if brief and s is not None else
+            [f"{r.model} ({r.source}),", f"batch {r.batch}" + ("," if dims else "")]
+            + ([f"dims {dims}"] if dims else []))]
+    out += _stand_in(r.model)
+    out += [("traced", [t]) for t in traced]
+    out += [("warning", [w]) for w in r.warnings]
+    if s is not None and s.uncosted_decode_nodes:
+        out.append(("warning", [f"{s.uncosted_decode_nodes} node(s) of the decode step have "
+                                "no cost rule or shape (counted as 0)"]))
+    return out
+
+
+def _stand_in(model: str) -> list[Entry]:
+    """A zoo miniature named after a published model says so (zoo:gpt2 is not GPT-2 small;
+    its ONNX export stores the tied head twice, so it counts more parameters than its
+    PyTorch module does)."""
+    from ...models_zoo import registry
+
+    spec = registry.MODELS.get(model.removeprefix("zoo:")) if model.startswith("zoo:") \
+        else None
+    if spec is None or spec.stand_in is None:
+        return []
+    return [("stand-in", [f"a {spec.description.split(':')[0]} (zoo), not {spec.stand_in}"])]
+
+
+def _inference(r: Report, brief: bool) -> tuple[list[Entry], list[Entry]]:
+    body = _coverage(r, brief) + _memory(r, brief) + _moe(r) \
+        + ([] if brief else _attention_summary(r)) + _counts(r, brief)
+    m = r.memory
+    # (what the activation peak includes is on its own line)
+    peak = [f"{human_bytes(r.peak_bytes)} ({r.peak_bytes:,} B)",
+            "= parameters + buffers + activation peak"
+            + (f" (at {m.peak_node})" if brief and m.peak_node else "")]
+    return body, [("peak", peak)]
+
+
+def _training(r: Report, brief: bool) -> tuple[list[Entry], list[Entry]]:
+    t = r.training
+    assert t is not None  # a training report's
+    body = _counts(r, brief) + _coverage(r, brief) + _memory(r, brief) + _moe(r) \
+        + _attention_summary(r, brief) + _training_detail(r, brief)
+    parallel = parallel_summary(r, brief)
+    if parallel:  # one rank's figures decide: the one device's step is detail
+        keep = BRIEF_PARALLEL if brief else {label for label, _ in parallel}
+        return (body + [e for e in parallel if e[0] != "per rank" and e[0] in keep],
+                [e for e in parallel if e[0] == "per rank"])
+    return body, [_step_peak(t)]
+
+
+def _step_peak(t) -> Entry:
+    """The step's peak; under a checkpoint plan that lowers it, the plan's (the one the fit
+    prices), with the step's own beside it."""
+    ck = t.checkpoint
+    if ck is None or not ck.segments or ck.peak_bytes == ck.peak_without_bytes:
+        return ("step peak", [f"{human_bytes(t.peak_bytes)} ({t.peak_bytes:,} B)",
+                              f"in {_where(t)}", "(steady state)"])
+    return ("step peak", [f"{human_bytes(ck.peak_bytes)} ({ck.peak_bytes:,} B)",
+                          "with the checkpoint plan,", f"in {_where(ck.checkpointed)}",
+                          f"(steady state; without it {human_bytes(t.peak_bytes)})"])
+
+
+def _where(t) -> str:
+    """Where a step peaks: its phase and node."""
+    return f"{t.peak_phase}" + (f" at {t.peak_node}" if t.peak_node else " step")
+
+
+# the data-parallel lines a brief view keeps: the strategy, what a rank holds at its peak,
+# what it sends, what is offloaded, and the world size searched ("per rank" ends the view)
+BRIEF_PARALLEL = frozenset({"parallel", "rank peak", "host", "comm", "world size"})
+
+
+def _serving(r: Report, brief: bool) -> tuple[list[Entry], list[Entry]]:
+    """A serving review: what the batch holds, how fast it runs, and as its answer how many
+    sequences fit (with a device) or what the caching allocator reserves (without). The
+    prefill graph's own activation peak, arena, live tensors and roofline total describe one
+    inference of it, which the serving lines already price: left out."""
+    s = r.serving
+    assert s is not None  # a serving report's
+    lines = dict(serving_summary(r, brief))
+    counts = [] if brief else [e for e in _counts(r, brief) if e[0] != "bytes"]
+    body = counts + _coverage(r, brief) + _moe(r) + [
+        (label, lines[label]) for label in ("serving", "KV cache", "weights", "reserved",
+                                            "prefill", "decode") if label in lines
+        and not (brief and label in ("prefill", "decode"))  # (the phase table has them)
+        and not (brief and label == "reserved" and s.fit is not None)]  # (the fit shows it)
+    what_if = [e for e in serving_summary(r, brief) if e[0] == "what-if"]
+    if brief and what_if:  # the one that serves the most sequences, then the fastest
+        best = max(range(len(s.what_if)), key=lambda i: (
+            s.what_if[i].max_concurrent_sequences or 0,
+            -(s.what_if[i].decode_seconds_per_token or 0)))
+        what_if = [what_if[best]]
+    body += what_if
+    if "capacity" in lines:
+        return body, [("capacity", lines["capacity"])]
+    return [e for e in body if e[0] != "reserved"], [("reserved", lines["reserved"])]
+
+
+def _counts(r: Report, brief: bool) -> list[Entry]:
+    """Parameters (and buffers), MACs, FLOPs and bytes moved; brief: parameters and FLOPs
+    on one line."""
+    t = r.totals
+    params = [f"{t.params:,} ({human_bytes(t.param_bytes)})"]
+    if brief:  # (the buffers are in the breakdown at the peak)
+        return [("params", [params[0] + ";", f"FLOPs {human(t.flops)}"
+                            + (" per step" if r.training else "")])]
+    params += [f"+ buffers {t.buffers:,} ({human_bytes(t.buffer_bytes)})"] if t.buffers else []
+    return [("params", params), ("MACs", [f"{t.macs:,} ({human(t.macs)})"]),
+            ("FLOPs", [f"{t.flops:,} ({human(t.flops)})", "[2·MACs + other arithmetic]"]),
+            ("bytes", [f"read {human_bytes(t.bytes_read)},",
+                       f"written {human_bytes(t.bytes_written)}"])]
+
+
+def _coverage(r: Report, brief: bool) -> list[Entry]:
+    """What was costed, what was not or only at a bound, and the sizes the data decides
+    (brief: the coverage line only when some node was not costed)."""
     t, c = r.totals, r.coverage
-    out: list[tuple[str, list[str]]] = [
-        ("params", [f"{t.params:,} ({human_bytes(t.param_bytes)})"]
-         + ([f"+ buffers {t.buffers:,} ({human_bytes(t.buffer_bytes)})"] if t.buffers else [])),
-        ("MACs", [f"{t.macs:,} ({human(t.macs)})"]),
-        ("FLOPs", [f"{t.flops:,} ({human(t.flops)})", "[2·MACs + other arithmetic]"]),
-        ("bytes", [f"read {human_bytes(t.bytes_read)},",
-                   f"written {human_bytes(t.bytes_written)}"]),
-        ("coverage", [f"{c.covered}/{c.nodes} nodes costed ({c.percent:.1f}%)"]),
-    ]
+    out: list[Entry] = []
+    if not brief or c.covered < c.nodes:
+        out.append(("coverage", [f"{c.covered}/{c.nodes} nodes costed ({c.percent:.1f}%)"]))
     if c.unsupported:
         out.append(("unsupported", [f"{k}×{v}" for k, v in c.unsupported.items()]
                     + ["(counted as 0 — not costed)"]))
@@ -57,16 +177,18 @@ def _counts(r: Report) -> list[tuple[str, list[str]]]:
                     + [f"{k}×{v}" for k, v in c.bounded.items()]
                     + ["(data-dependent sizes or worst-case counts; see each node's bound)"]))
     out += _bounds_summary(r)
-    if t.quant_meta:
+    if t.quant_meta and not brief:
         out.append(("quant meta", [f"{t.quant_meta:,} scales/zero points "
                                    f"({human_bytes(t.quant_meta_bytes)}), not in params"]))
     return out
 
 
-def _memory(r: Report) -> list[tuple[str, list[str]]]:
-    """The activation peak, the arena, the reserved replay (inference), the live tensors and
-    the one peak."""
+def _memory(r: Report, brief: bool) -> list[Entry]:
+    """The activation peak, the arena, the reserved replay (inference) and the live tensors
+    (brief: none of them; the peak line names the node, the fit the reserved bytes)."""
     m = r.memory
+    if brief:  # (the peak line names the node)
+        return []
     out = [("activations", [
         f"peak {human_bytes(m.peak_bytes)} ({m.peak_bytes:,} B)",
         f"at {m.peak_node} (#{m.peak_node_index});",
@@ -74,7 +196,7 @@ def _memory(r: Report) -> list[tuple[str, list[str]]]:
     if m.arena_bytes is not None:
         out.append(("arena", [f"{human_bytes(m.arena_bytes)} ({m.arena_bytes:,} B, greedy by "
                               f"size; fragmentation {100 * m.fragmentation:.1f}%)"]))
-    if m.reserved_peak_bytes is not None and r.serving is None:  # (serving: its own line)
+    if m.reserved_peak_bytes is not None and r.training is None:
         items = [f"{human_bytes(m.reserved_peak_bytes)}", f"({m.reserved_peak_bytes:,} B)",
                  "on PyTorch's CUDA caching", "allocator, two batches",
                  f"({_settings(r)}its rounding and", "segments; parameters"
@@ -86,12 +208,10 @@ def _memory(r: Report) -> list[tuple[str, list[str]]]:
         out.append(("live", ["at the peak:"] + [f"{x.name} {human_bytes(x.bytes)},"
                                                  for x in m.live_at_peak[:5]]
                     + ([f"(+{more} more)"] if more > 0 else [])))
-    out.append(("peak", [f"{human_bytes(r.peak_bytes)} ({r.peak_bytes:,} B)",
-                         f"= {explain.peak_includes(r)}"]))
     return out
 
 
-def _moe(r: Report) -> list[tuple[str, list[str]]]:
+def _moe(r: Report) -> list[Entry]:
     if r.moe is None:
         return []
     e, first = r.moe, r.moe.layers[0]
@@ -103,28 +223,13 @@ def _moe(r: Report) -> list[tuple[str, list[str]]]:
                          "(ESTIMATE),", f"≤ {first.rows_per_expert_bound:,} (BOUND)"])]
 
 
-# A serving review answers first (issue 24): what the batch holds, how fast it runs, how many
-# sequences fit and whether it fits; then the prefill graph's counts. The prefill's own
-# activation peak, arena, live tensors and roofline total describe one inference of it, which
-# the serving lines already price (its working peak, its time): left out there.
-SERVING_FIRST = ("model", "serving", "KV cache", "weights", "reserved", "prefill", "decode",
-                 "capacity", "device", "fits", "", "what-if")
-SERVING_LEFT_OUT = frozenset({"activations", "arena", "live", "peak", "roofline", "bytes"})
-
-
-def _serving_first(out: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
-    first = [item for label in SERVING_FIRST for item in out if item[0] == label]
-    return first + [item for item in out
-                    if item[0] not in SERVING_FIRST and item[0] not in SERVING_LEFT_OUT]
-
-
-def _bounds_summary(r: Report) -> list[tuple[str, list[str]]]:
+def _bounds_summary(r: Report) -> list[Entry]:
     """The sizes the data decides: the totals at their lower ends, then each size's range,
     the node that makes it, what declares its maximum and the flag that sets it."""
     b = r.bounds
     if b is None:
         return []
-    out = [("sizes", ["data-dependent: MACs, FLOPs, bytes and memory above are upper bounds;",
+    out = [("sizes", ["data-dependent: MACs, FLOPs, bytes and memory are upper bounds;",
                       "at the lower bounds", f"MACs {human(b.lower_macs)},",
                       f"FLOPs {human(b.lower_flops)},",
                       f"activation peak {human_bytes(b.lower_activation_peak)}"])]
@@ -150,31 +255,39 @@ def _impl(r: Report) -> str:
     return (f" ({t.optimizer_impl} step: PyTorch's default with the parameters on {where})")
 
 
-def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
+def _training_detail(r: Report, brief: bool) -> list[Entry]:
+    """The step's optimizer, what it holds at its peak, the reserved replay, the what-ifs
+    and the checkpoint plan. Under a strategy the one device's step is detail: in the brief
+    view left out (the rank's line names it), in the full one under "one device"."""
     t = r.training
-    if t is None:
-        return []
-    where = f"{t.peak_phase}" + (f" at {t.peak_node}" if t.peak_node else " step")
+    assert t is not None  # a training report's
+    one_device = r.parallel is not None
     first = explain.first_step(r)
-    out = [("training", [f"optimizer {t.optimizer}" + _impl(r) + ":",
-                         f"step peak {human_bytes(t.peak_bytes)} "
-                         f"({t.peak_bytes:,} B) in {where}",
-                         "(steady state)" + (";" if first else "")]
-            + ([first] if first else [])),
-           ("at peak", [f"{k.replace('_', ' ')} {human_bytes(v)},"
-                        for k, v in t.breakdown_at_peak.items() if v])]
+    breakdown = [f"{k.replace('_', ' ')} {human_bytes(v)},"
+                 for k, v in t.breakdown_at_peak.items() if v]
+    out: list[Entry] = []
+    if not (brief and one_device):
+        out.append(("training", [f"optimizer {t.optimizer}" + _impl(r) + (";" if first else "")]
+                    + ([first] if first else [])))
+    if not one_device:
+        out.append(("at peak", breakdown))
+    elif not brief:
+        out.append(("one device", [f"step peak {human_bytes(t.peak_bytes)} "
+                                   f"({t.peak_bytes:,} B) in {_where(t)} (steady state):"]
+                    + breakdown))
     if t.frozen_param_bytes:  # (as eager: no .grad, so no optimizer state either)
         out.append(("no grad", [f"{human_bytes(t.frozen_param_bytes)} of the parameters",
                                 "(requires_grad=False,", "or no gradient reaches them):",
                                 "no gradient,", "no optimizer state"]))
-    if t.reserved_peak_bytes is not None:
+    if t.reserved_peak_bytes is not None and not (brief and (r.roofline or one_device)):
         items = [f"{human_bytes(t.reserved_peak_bytes)}", f"({t.reserved_peak_bytes:,} B)",
                  "on PyTorch's CUDA caching", "allocator, two steps",
                  f"({_settings(r)}its rounding and segments"
                  + ("; cuBLAS workspaces, kernel temporaries included" if r.roofline else "")
                  + ")"]
-        out.append(("reserved", explain.with_growth(items, t.reserved_by_phase)))
-    out += [("what-if", [explain.what_if_line(r, name)]) for name in t.what_if]
+        out.append(("reserved", items if brief
+                    else explain.with_growth(items, t.reserved_by_phase)))
+    out += [("what-if", [explain.what_if_line(r, name)]) for name in _what_ifs(r, brief)]
     ck = t.checkpoint
     if ck is not None:
         note = explain.checkpoint_note(r)
@@ -188,12 +301,25 @@ def _training_summary(r: Report) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _attention_summary(r: Report) -> list[tuple[str, list[str]]]:
+def _what_ifs(r: Report, brief: bool) -> list[str]:
+    """Every what-if; brief: the one that lowers the one-device peak the most, if any does
+    (none under a strategy, whose rank they do not price)."""
+    t = r.training
+    assert t is not None  # a training report's
+    if not brief:
+        return list(t.what_if)
+    savers = [n for n in t.what_if if t.what_if[n].peak_bytes < t.peak_bytes]
+    if r.parallel is not None or not savers:
+        return []
+    return [min(savers, key=lambda n: t.what_if[n].peak_bytes)]
+
+
+def _attention_summary(r: Report, brief: bool = False) -> list[Entry]:
     """One line per kernel the step's attention runs: which, how many calls, for what
-    target, and why PyTorch's first choices were passed over."""
+    target, and (not brief) why PyTorch's first choices were passed over."""
     return [("attention", [f"{u.kernel} kernel ×{u.calls}", f"(as PyTorch dispatches on "
-                           f"{u.target})" + (";" if u.reason else "")]
-             + ([u.reason] if u.reason else [])) for u in r.attention]
+                           f"{u.target})" + (";" if u.reason and not brief else "")]
+             + ([u.reason] if u.reason and not brief else [])) for u in r.attention]
 
 
 def _settings(r: Report) -> str:
@@ -201,28 +327,57 @@ def _settings(r: Report) -> str:
 
 
 def fit_words(f) -> list[str]:
-    """The one fits line (passes/fits.py's Fit): the answer, needs against offers with the
-    margin, then the parts it adds up."""
+    """The one fits sentence (passes/fits.py's Fit): the answer, needs against offers with the
+    margin, then the parts it adds up (the HTML report's; the text splits it: fit_entries)."""
+    return _verdict(f) + ["=", _parts(f)]
+
+
+def _verdict(f, per_rank: bool = False) -> list[str]:
     margin = f"{human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}"
-    parts = " + ".join(f"{p.what} {human_bytes(p.bytes)}" for p in f.parts)
-    return [f"{'yes' if f.fits else 'NO'}: needs {human_bytes(f.needs)} of",
-            f"{human_bytes(f.offers)} ({margin}) =", parts]
+    who = "each rank needs" if per_rank else "needs"
+    return [f"{'yes' if f.fits else 'NO'}: {who} {human_bytes(f.needs)} of",
+            f"{human_bytes(f.offers)} ({margin})"]
 
 
-def _roofline_summary(r: Report) -> list[tuple[str, list[str]]]:
+def _parts(f) -> str:
+    return " + ".join(f"{p.what} {human_bytes(p.bytes)}" for p in f.parts)
+
+
+def fit_entries(r: Report, brief: bool = False) -> list[Entry]:
+    """With a device, the view's last two lines: what the run needs there, part by part, and
+    then the verdict on one line (a rank's under a strategy). Brief: each part without what
+    its parentheses say it holds ("NCCL buffers", not "NCCL buffers (24 channels × …)")."""
+    ro = r.roofline
+    if ro is None:
+        return []
+    parts = ro.fit.parts
+    return [("on device", [f"{_short(p.what) if brief else p.what} {human_bytes(p.bytes)}"
+                           + (" +" if i < len(parts) - 1 else "") for i, p in enumerate(parts)]),
+            ("fits", _verdict(ro.fit, per_rank=r.parallel is not None))]
+
+
+def _short(what: str) -> str:
+    """A fit part's name without its closing parentheses, unless they are its arithmetic
+    ("tensors × (1 + 10%)")."""
+    head, paren, _ = what.rpartition(" (")
+    return head if paren and what.endswith(")") and not head.endswith("×") else what
+
+
+def _device(r: Report, brief: bool) -> list[Entry]:
+    """The device, and the roofline's time (a serving review prices its phases itself)."""
     ro = r.roofline
     if ro is None:
         return []
     rate = ro.peak_flops["tf32" if ro.tf32 and ro.peak_flops.get("tf32") else "fp32"] or 0
-    out = [
-        ("device", [f"{ro.label}:", f"{rate / 1e12:.1f} TFLOP/s {'tf32' if ro.tf32 else 'fp32'}",
-                    f"{ro.bandwidth / 1e9:,.0f} GB/s", human_bytes(ro.memory_bytes)]),
-        ("roofline", [f"{human_time(ro.total_seconds)} lower bound",
-                      f"(compute-bound nodes {human_time(ro.compute_seconds)},",
-                      f"memory-bound {human_time(ro.memory_seconds)});",
-                      "max(FLOPs/peak, bytes/bandwidth) per node — not a benchmark"]),
-        ("fits", fit_words(ro.fit)),
-    ]
+    out = [("device", [f"{ro.label}:", f"{rate / 1e12:.1f} TFLOP/s {'tf32' if ro.tf32 else 'fp32'}",
+                       f"{ro.bandwidth / 1e9:,.0f} GB/s", human_bytes(ro.memory_bytes)])]
+    if r.serving is None:
+        out.append(("roofline", [f"{human_time(ro.total_seconds)} lower bound"
+                                 + (" per step" if r.training else ""),
+                                 f"(compute-bound nodes {human_time(ro.compute_seconds)},",
+                                 f"memory-bound {human_time(ro.memory_seconds)});"]
+                    + (["not a benchmark"] if brief else
+                       ["max(FLOPs/peak, bytes/bandwidth) per node — not a benchmark"])))
     if ro.fallbacks:
         out.append(("", [f"no fast path for {', '.join(ro.fallbacks)} on {ro.device}:",
                          "those nodes use the fp32 rate"]))
@@ -240,7 +395,7 @@ def _pieces(item: str, room: int) -> list[str]:
         return [item]
     out: list[str] = []
     for word in item.split(" "):
-        if out and (word in _UNITS or out[-1].endswith("→")):
+        if out and (word.rstrip(").,;:") in _UNITS or out[-1].endswith("→")):
             out[-1] += " " + word
         else:
             out.append(word)
@@ -262,8 +417,3 @@ def wrap(label: str, items: list[str], width: int | None) -> list[str]:
         fresh = False
     lines.append(line.rstrip().rstrip(","))
     return lines
-
-
-def summary_lines(r: Report, width: int | None = None) -> list[str]:
-    return [line for label, items in summary(r) for line in wrap(label, items, width)]
-

@@ -1,6 +1,8 @@
 """The terminal view of a Report, fitted to a width (analyzer/render/table.py): the node table
-(or the module tree, or for a serving review the word that shows it), the op types, the
-slowest nodes and the summary lines (analyzer/render/summary.py). By default the node table
+(or the module tree), the op types, the slowest nodes and the summary lines
+(analyzer/render/summary.py), which end on the line that decides. A question beyond the cost
+(--train, --device, --parallel, --serve) gets its answer alone, one screen: a line naming
+--details, the serving phases, the brief summary (issue 48). By default the node table
 shows node, op, output shape, MACs, FLOPs, output bytes and each node's share of the FLOPs,
 the heaviest five marked; ``columns`` picks others, ``wide`` shows every column unshortened.
 The node columns serve the CSV and Markdown files too (analyzer/render/files.py).
@@ -137,46 +139,64 @@ def heaviest_rows(nodes, n: int) -> list:
     return [nodes[i] for i in sorted(keep[:n])]
 
 
+def asks_beyond_cost(r: Report) -> bool:
+    """Whether the run asked a question beyond "what does it cost" (--train, --device,
+    --parallel, --serve): its default view is then the answer alone."""
+    return r.training is not None or r.roofline is not None or r.serving is not None
+
+
 def render_table(r: Report, console, max_rows: int | None = None, depth: int | None = None, *,
                  columns: list[str] | None = None, wide: bool = False,
-                 width: int | None = None) -> None:
+                 width: int | None = None, details: bool = False,
+                 details_option: str = "") -> None:
     """The terminal view fitted to ``width`` (None: natural widths); ``wide``: every column,
     unshortened; ``columns``: these node columns (names from ``column_names``).
-    ``max_rows``: None, the DEFAULT_ROWS heaviest nodes; 0 every node; N the first N."""
+    ``max_rows``: None, the DEFAULT_ROWS heaviest nodes; 0 every node; N the first N.
+    A question beyond the cost (``asks_beyond_cost``) gets the answer alone unless a table or
+    ``details`` is asked for: one line naming ``details_option`` (the face's word for
+    ``details``), the serving phases, the brief summary; every view ends on the summary's
+    deciding line."""
     if wide:
         width = None
-    # a serving review leads with its answer: the node tables on request
-    serving_view = r.serving is not None and max_rows is None and depth is None \
+    brief = asks_beyond_cost(r) and not details and max_rows is None and depth is None \
         and not wide and not columns
-    if serving_view:
-        print_prose(console, f"graphcost: {r.model} — the prefill's {len(r.nodes):,} nodes: "
-                    f"{MAX_ROWS} N (0: all)", width)
+    if brief:
+        what = f"the prefill's {len(r.nodes):,} nodes" if r.serving is not None else \
+            f"the heaviest of {len(r.nodes):,} nodes"
+        # (the model line names the model: this one stays one line)
+        print_prose(console, f"graphcost — {what}" + (f", every figure: {details_option}"
+                                                      if details_option else ""), width)
     elif depth is not None:
         render_modules(r, console, depth, width)
     else:
-        cells = _cells(r)
-        names = columns or (list(cells) if wide else
-                            [*DEFAULT_COLUMNS, *(n for n, *_ in extra_columns(r))])
-        shown = heaviest_rows(r.nodes, DEFAULT_ROWS) if max_rows is None else \
-            r.nodes if max_rows == 0 else r.nodes[:max(max_rows, 0)]
-        rows = [[cells[c][1](n) for c in names] for n in shown]
-        styles = [None if n.status == "ok" else "yellow" for n in shown]
-        if shown:
-            print_table(console, f"graphcost: {r.model}", [cells[c][0] for c in names], rows,
-                        width=width, styles=styles)
-        if len(shown) < len(r.nodes):
-            which = f"the {len(shown)} heaviest by FLOPs; " if max_rows is None else ""
-            console.print(f"… {len(r.nodes) - len(shown):,} more nodes ({which}{MAX_ROWS} 0 "
-                          "shows all)", markup=False)
-        if "share" in names and any(n.flops for n in r.nodes):
-            console.print(f"FLOPs %: each node's share of the total; * the {HEAVY} heaviest",
-                          markup=False, highlight=False)
-    if not serving_view:
+        _render_nodes(r, console, max_rows, columns, wide, width)
+    if not brief:
         _render_op_types(r, console, width, DEFAULT_OP_ROWS if max_rows is None else 0)
     render_serving_table(r, console, width)
-    top = [] if serving_view else top_nodes_lines(r, width)
-    for line in top + summary_lines(r, width):
+    top = [] if brief else top_nodes_lines(r, width)
+    for line in top + summary_lines(r, width, brief):
         console.print(line, markup=False, highlight=False, overflow="ignore", crop=False)
+
+
+def _render_nodes(r: Report, console, max_rows: int | None, columns: list[str] | None,
+                  wide: bool, width: int | None) -> None:
+    cells = _cells(r)
+    names = columns or (list(cells) if wide else
+                        [*DEFAULT_COLUMNS, *(n for n, *_ in extra_columns(r))])
+    shown = heaviest_rows(r.nodes, DEFAULT_ROWS) if max_rows is None else \
+        r.nodes if max_rows == 0 else r.nodes[:max(max_rows, 0)]
+    rows = [[cells[c][1](n) for c in names] for n in shown]
+    styles = [None if n.status == "ok" else "yellow" for n in shown]
+    if shown:
+        print_table(console, f"graphcost: {r.model}", [cells[c][0] for c in names], rows,
+                    width=width, styles=styles)
+    if len(shown) < len(r.nodes):
+        which = f"the {len(shown)} heaviest by FLOPs; " if max_rows is None else ""
+        console.print(f"… {len(r.nodes) - len(shown):,} more nodes ({which}{MAX_ROWS} 0 "
+                      "shows all)", markup=False)
+    if "share" in names and any(n.flops for n in r.nodes):
+        console.print(f"FLOPs %: each node's share of the total; * the {HEAVY} heaviest",
+                      markup=False, highlight=False)
 
 
 DEFAULT_OP_ROWS = 10   # the default view's op types: the heaviest by FLOPs (a training
