@@ -88,9 +88,12 @@ def wide_sum(k: int, n: int):
 def _cli(path: Path):
     """The command on ``path`` in a child (4 GiB of address space at most): its exit code,
     stderr, seconds and peak RSS in KB."""
-    code = ("import resource, sys; from graphcost.analyzer.cli.main import main; "
+    # VmHWM, this process's own high-water mark: ru_maxrss keeps the forking parent's across
+    # exec (Linux's signal->maxrss), and a pytest worker holds over a GB
+    code = ("import sys; from graphcost.analyzer.cli.main import main; "
             "rc = main([sys.argv[1]]); "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)")
+            "print(next(line.split()[1] for line in open('/proc/self/status') "
+            "if line.startswith('VmHWM:'))); sys.exit(rc)")
 
     def limit():
         import resource

@@ -119,7 +119,12 @@ def test_fsdp_over_the_grown_graph_is_the_full_traces():
     # the same figures and units; a copy's weights are named after layer 1's ("arg10_1~2")
     units = [replace(u, members=()) for u in full.parallel.units]
     assert [replace(u, members=()) for u in grown.parallel.units] == units
-    assert replace(full.parallel, units=()) == replace(grown.parallel, units=())
+    # the peak at the same node: by its place, since a grown copy is named after the layer it
+    # repeats (the last layer's mul_84 is the grown graph's mul_39)
+    def placed(r):
+        names = [n.name for n in r.nodes]
+        return replace(r.parallel, units=(), peak_node=names.index(r.parallel.peak_node))
+    assert placed(full) == placed(grown)
 
 
 def test_the_grown_step_against_memtracker():

@@ -7,19 +7,16 @@ import dataclasses
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from ..render.cells import one_line
+
 _T = TypeVar("_T")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def escape(text: str) -> str:
     """Every non-printable character (controls, line and paragraph separators, bidi and other
     format characters) as a visible escape: '\\x1b', '\\n', '\\u202e'. Printable text, including
-    any script, is unchanged."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else _NAMED.get(c) or
-                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-                   for c in text)
+    any script, is unchanged (render/cells.one_line, which the files' renderers use too)."""
+    return one_line(text)
 
 
 def escape_strings(obj: _T) -> _T:
