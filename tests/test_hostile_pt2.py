@@ -17,6 +17,7 @@ import torch
 from graphcost.analyzer.app.api import analyze
 from graphcost.analyzer.cli.main import main
 from graphcost.analyzer.frontends.torch import pt2
+from graphcost.analyzer.frontends.torch.pt2_rebuild import FAST
 
 from tests.hostile_files import pt2_variant
 from tests.onnx_builders import model, node
@@ -174,8 +175,9 @@ def _relu_chain(n: int):
         prev = relu["inputs"][0]["arg"]["as_tensor"]["name"]
         nodes, tensors = [], {prev: graph["tensor_values"][prev]}
         for i in range(n):
-            one = copy.deepcopy(relu)
-            one["name"] = name = f"relu_{i}"
+            one, name = copy.deepcopy(relu), f"relu_{i}"
+            if "name" in one:  # (a node's own name: torch 2.9+'s schema)
+                one["name"] = name
             one["inputs"][0]["arg"]["as_tensor"]["name"] = prev
             one["outputs"][0]["as_tensor"]["name"] = name
             nodes.append(one)
@@ -304,6 +306,7 @@ def test_pt2_rebuilt_as_torch_rebuilds_it(saved, tmp_path):
                for n in pt2.load_pt2(saved["conv"]).graph.nodes)
 
 
+@pytest.mark.skipif(not FAST, reason="torch's own converter reads the program before 2.13")
 def test_pt2_dataclasses_are_torchs(saved, tmp_path):
     from graphcost.analyzer.frontends.torch.pt2_rebuild import to_dataclass
     from torch._export.serde import schema
@@ -321,6 +324,7 @@ def test_pt2_dataclasses_are_torchs(saved, tmp_path):
         to_dataclass(schema.Argument, {"as_shell": "rm -rf /"})
 
 
+@pytest.mark.skipif(not FAST, reason="torch's own deserializer before 2.13: linear, slower")
 def test_pt2_costs_near_the_onnx_path_per_node(saved, tmp_path):
     """10,000 relu nodes, 1×4 floats, and the same graph as ONNX, in CPU seconds (torch
     imported before either is timed): the .pt2 path took 36× the ONNX one's (30.2 s, 0.85 s),

@@ -41,6 +41,13 @@ from torch._export.serde.serialize import _SERIALIZE_TO_TORCH_DTYPE, deserialize
 from torch._export.serde.union import _Union, _UnionTag
 from torch._subclasses.fake_tensor import FakeTensor
 
+from .compat import TORCH_VERSION
+
+# The fast paths below reach into torch's deserializer, as torch 2.13 and 2.14 write it (checked
+# node for node against torch's own: tests/test_hostile_pt2.py); older releases read the
+# program with torch's own converter and deserializer (linear too, several times slower)
+FAST = TORCH_VERSION >= (2, 13)
+
 # ATen operators torch's deserializer treats apart from the rest
 _APART = frozenset({torch.ops.aten.item.default, torch.ops.aten._assert_scalar.default,
                     torch.ops.aten.sym_constrain_range_for_size.default})
@@ -262,6 +269,11 @@ class Serialized:
 
 def serialized(doc: dict) -> Serialized:
     graph = doc["graph_module"]["graph"]
+    if not FAST:
+        from torch._export.serde.serialize import _dict_to_dataclass
+        return Serialized(cast(schema.ExportedProgram,
+                               _dict_to_dataclass(schema.ExportedProgram, doc)), graph,
+                          plain(graph))  # (fast_rebuild reads no graph itself before 2.13)
     if not plain(graph):
         return Serialized(to_dataclass(schema.ExportedProgram, doc), graph, False)
     skeleton = {**doc, "graph_module": {**doc["graph_module"], "graph": {
@@ -275,6 +287,9 @@ def fast_rebuild(program: Serialized):
     ``_plain_graph`` (any other graph, a subgraph, a symbolic one, as it would), and the
     graph modules it makes generate their Python code when first run instead of at once
     (torch's _LazyGraphModule: graphcost never runs them; 4 s for 100,000 nodes)."""
+    if not FAST:
+        yield
+        return
     from torch._export.serde.serialize import GraphModuleDeserializer as Deserializer
     from torch.export import exported_program as ep
     from torch.fx._lazy_graph_module import _LazyGraphModule
