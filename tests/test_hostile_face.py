@@ -13,7 +13,7 @@ import time
 import onnx
 import pytest
 from graphcost.analyzer.app.api import analyze
-from graphcost.analyzer.app.resolve import file_class
+from graphcost.analyzer.app.model_names import file_class
 from graphcost.analyzer.app.units import parse_size
 from graphcost.analyzer.render.files import render_csv, render_markdown
 from graphcost.passes.errors import GraphcostError

@@ -18,7 +18,6 @@ with seeded random weights and real inputs for measuring. Nothing here lowers or
 from __future__ import annotations
 
 import copy
-import errno
 import os
 import re
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ...passes.errors import GraphcostError, did_you_mean, opt
+from .model_names import file_class, model_text, not_a_class
 
 ZOO_PREFIX = "zoo:"
 TIMM_PREFIX = "timm:"
@@ -34,9 +34,6 @@ TIMM_PREFIX = "timm:"
 # name sets such a size's maximum on the torch route (analyzer/frontends/torch/bounded_trace.py)
 UNBACKED = re.compile(r"u\d+")
 Progress = Callable[[str], None]
-# Linux's PATH_MAX: a longer model name is no path, zoo name or hub id (a 1 MB one made each
-# file system call fail with ENAMETOOLONG, an OSError no check expected)
-PATH_MAX = 4096
 # Files of tensors without a graph, told apart by name alone: graphcost never opens them
 # (unpickling a .pt runs code) and there is nothing in them to cost. Read as ONNX, they used
 # to fail with a protobuf DecodeError that said nothing of what to pass instead.
@@ -102,7 +99,7 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
         if path.is_dir():
             raise GraphcostError(f"{path}: is a directory, not a model file")
         if not path.is_file():
-            raise GraphcostError(f"{path}: no such file{_not_a_class(text)}")
+            raise GraphcostError(f"{path}: no such file{not_a_class(text)}")
         refuse_weights_file(path)
         if text.endswith(".pt2"):
             from ..frontends.torch.pt2 import load_pt2
@@ -122,52 +119,6 @@ def resolve(model, example_inputs: Sequence[Any] | None = None,
     raise GraphcostError(f"cannot analyze a {type(model).__name__}: pass an ONNX path, "
                          "'zoo:NAME', 'file.py:Class', an onnx.ModelProto, an ExportedProgram, "
                          "an fx.GraphModule or an nn.Module")
-
-
-def model_text(model: str | os.PathLike) -> str:
-    """A model named by text or a path object, as a plain str; anything no path can be is
-    refused here, before a file system call, an import or the caller's own methods (a str
-    subclass's) could run on it."""
-    try:
-        text = os.fspath(model)
-    except Exception as exc:  # the caller's __fspath__ raised, or returned neither str nor bytes
-        raise GraphcostError(f"model: os.fspath() on the {type(model).__name__} failed "
-                             f"({type(exc).__name__})") from None
-    if isinstance(text, bytes):
-        raise GraphcostError("pass the model path as str, not bytes")
-    text = str.__str__(text)  # an exact str: a subclass's own methods never run on it
-    if len(text) > PATH_MAX:
-        raise GraphcostError(f"model: a name of {len(text):,} characters is no path, zoo name "
-                             f"or hub id (paths are at most {PATH_MAX})")
-    if "\0" in text:
-        raise GraphcostError("model: a name with a NUL character is no path")
-    try:
-        os.stat(text)
-    except OSError as exc:  # a part past NAME_MAX (255 bytes) fails every later probe
-        if exc.errno == errno.ENAMETOOLONG:
-            raise GraphcostError(f"model: {text[:60]}…: {exc.strerror}") from None
-    return text
-
-
-def file_class(text: str) -> tuple[str, str] | None:
-    """(file, class) when ``text`` is ``path/to/file.py:Class``, else None. Importing the file
-    runs it, so only an unmistakable spec is one: the text as a whole names no existing file
-    (``models.py:v2/model.onnx`` may be a folder's ONNX file: it is read, never imported), the
-    part before the last ':' ends in .py and the part after is a Python identifier (the
-    class is looked up by that name in the module; ``x.py:y.onnx`` is no class)."""
-    path, sep, name = text.rpartition(":")
-    if not sep or not path.endswith(".py") or not name.isidentifier() \
-            or os.path.lexists(text):
-        return None
-    return path, name
-
-
-def _not_a_class(text: str) -> str:
-    """The hint for a missing file that reads as file.py:SOMETHING: why it was not imported."""
-    path, sep, name = text.rpartition(":")
-    if sep and path.endswith(".py") and not name.isidentifier():
-        return f" (nor file.py:Class: {name[:60]!r} is no class name, so it was not imported)"
-    return ""
 
 
 def refuse_weights_file(path: Path) -> None:

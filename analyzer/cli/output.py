@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ...models_zoo.cache import cache_dir
 from ...passes.errors import GraphcostError
-from ..app.resolve import WEIGHTS_FILES, file_class
+from ..app.model_names import file_class
+from ..app.resolve import WEIGHTS_FILES
 
 
 def refuse_overwrite(output: str | None, model: str) -> None:
