@@ -97,7 +97,7 @@ def measure_inference(module, args, kwargs=None):
 
 def training_loss_of(module, args, kwargs=None):
     """graphcost's training loss of ``module(*args)``: the model's own loss where it returns
-    one, else every floating output summed (frontends/torch/loss_kernels.training_loss)."""
+    one, else every floating output summed (frontends/torch/loss_kernels.split_loss)."""
     return held_loss_of(module, args, kwargs)[0]
 
 

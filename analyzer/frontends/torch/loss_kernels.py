@@ -1,6 +1,6 @@
 """A model's own loss, traced as eager runs it.
 
-Which output is the loss (``training_loss``): the ``loss`` of a mapping output (a
+Which output is the loss (``split_loss``): the ``loss`` of a mapping output (a
 transformers ``ModelOutput`` given ``labels``), else the one scalar floating output of a
 tuple that holds the loss beside the logits (nanoGPT's ``(logits, loss)``), else every
 floating output summed (a model with no loss of its own: the sum's backward reaches every
@@ -50,11 +50,6 @@ def split_loss(out: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     for t in leaves[1:]:
         total = total + t.sum()
     return total, ()
-
-
-def training_loss(out: Any) -> torch.Tensor:
-    """The scalar a training step backpropagates (split_loss)."""
-    return split_loss(out)[0]
 
 
 def _nll_nd(x, target, weight=None, reduction: int = MEAN, ignore_index: int = -100):
