@@ -16,7 +16,7 @@ in its own process (a fresh allocator and CUDA context):
 - graphcost: the same module built on the meta device, ``analyze(..., device=DEVICE)``:
   ``report.peak_bytes`` and the reserved peak (``memory``/``training.reserved_peak_bytes``),
   each plus the cuBLAS workspaces (allocated through the allocator, so both CUDA figures hold
-  them; passes/fits.py), and ``roofline.fit.needs`` against ``process``.
+  them; passes/device/fits.py), and ``roofline.fit.needs`` against ``process``.
 
 The ``runtime`` case measures what the process holds on the GPU outside PyTorch's allocator
 (``cudaMemGetInfo``'s used bytes − ``torch.cuda.memory_reserved()``) after CUDA's
@@ -266,7 +266,7 @@ class _AttentionOps:
 def predict(name: str, device: str) -> dict:
     import torch
     from graphcost.analyzer.app.devices import get_device
-    from graphcost.passes.fits import cublas_workspace_bytes
+    from graphcost.passes.device.fits import cublas_workspace_bytes
 
     from graphcost import analyze
     build, make_inputs, train, optimizer, precision, attention = CASES[name]

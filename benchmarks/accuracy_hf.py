@@ -23,7 +23,7 @@ from graphcost.analyzer.measure.reference import (
     measure_training,
     training_loss_of,
 )
-from graphcost.models_zoo import hf
+from graphcost.models_zoo import hf, measurable
 from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import analyze
@@ -33,7 +33,7 @@ BATCH = 2
 NAMES = list(hf.HF_MODELS)
 
 
-build = hf.build_measurable
+build = measurable.build_measurable
 
 
 def cell(predicted: int, measured: int) -> str:
@@ -48,7 +48,7 @@ def counted(model, inputs, train: bool) -> int:
     counter = FlopCounterMode(display=False)
     if train:
         with counter:
-            training_loss_of(hf.KeywordCall(model.train(), inputs), ()).backward()
+            training_loss_of(measurable.KeywordCall(model.train(), inputs), ()).backward()
     else:
         with counter, torch.no_grad():
             model.eval()(**inputs)
@@ -56,17 +56,17 @@ def counted(model, inputs, train: bool) -> int:
 
 
 def row(name: str, inputs: dict | None = None, **overrides) -> str:
-    inputs = inputs or hf.example_kwargs(name, BATCH)
+    inputs = inputs or measurable.example_kwargs(name, BATCH)
     model = build(name, **overrides).eval()
     inf = analyze(model, inputs, include_inputs=False)
     cells = [cell(inf.memory.peak_bytes,
-                  measure_inference(hf.KeywordCall(model, inputs), ())[0])]
+                  measure_inference(measurable.KeywordCall(model, inputs), ())[0])]
     for opt in ("none", "adam"):
         model = build(name, **overrides)
         step = analyze(model, inputs, train=True, optimizer=opt, what_if=False,
                        include_inputs=False)
         cells.append(cell(step.training.peak_bytes,
-                          measure_training(hf.KeywordCall(model, inputs), (), opt)[0]))
+                          measure_training(measurable.KeywordCall(model, inputs), (), opt)[0]))
     reference = build(name, **{**overrides, "experts": "batched_mm"}) \
         if name == "hf_mixtral" else build(name, **overrides)
     cells.append(flop_cell(2 * inf.totals.macs, counted(reference, inputs, False)))
@@ -82,7 +82,7 @@ def main() -> None:
         print(f"| {name} | {row(name)} |", flush=True)
     print()
     print("Known differences, each isolated:")
-    ids = hf.example_kwargs("hf_bert", BATCH)
+    ids = measurable.example_kwargs("hf_bert", BATCH)
     padded = dict(ids, attention_mask=ids["attention_mask"].clone())
     padded["attention_mask"][:, -1] = 0
     print(f"| hf_bert, one padded token (eager builds the mask too) | {row('hf_bert', padded)} |")
@@ -96,7 +96,7 @@ def main() -> None:
     model = build("hf_bert", **base).eval()
     r = analyze(model, ids, include_inputs=False)
     print(f"| BertModel d 768, 2 layers, 1×128, no mask: inference | "
-          f"{cell(r.memory.peak_bytes, measure_inference(hf.KeywordCall(model, ids), ())[0])} |")
+          f"{cell(r.memory.peak_bytes, measure_inference(measurable.KeywordCall(model, ids), ())[0])} |")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 
     python -m benchmarks.accuracy_onnx_training   (from the repository root)
 
-Estimated: the zoo model's cached ONNX export with ``--train`` (passes/backward_estimate.py:
+Estimated: the zoo model's cached ONNX export with ``--train`` (passes/training/backward_estimate.py:
 the backward synthesized from per-op save rules). Exact: the same model traced forward+backward
 by AOTAutograd (what ``analyze("zoo:NAME", train=True)`` uses). Both at batch 2 and the zoo's
-default dims; the training peak is ``passes.training.training_memory`` on each joint graph —
+default dims; the training peak is ``passes.training.memory.training_memory`` on each joint graph —
 the figure ``analyze(...).training.peak_bytes`` reports — so each graph is built once and
 evaluated for every optimizer. Training FLOPs (forward + backward) are compared too.
 """
@@ -19,10 +19,10 @@ from pathlib import Path
 os.environ.setdefault("GRAPHCOST_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"
                                              / "zoo"))
 
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.request import LoadOptions
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.passes.costs import count_costs
-from graphcost.passes.training import training_memory
+from graphcost.passes.training.memory import training_memory
 
 from graphcost import models_zoo
 

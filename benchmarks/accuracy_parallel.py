@@ -8,7 +8,7 @@ Measured (analyzer/measure/parallel.py): N processes on gloo at 127.0.0.1 (``--w
 process with PyTorch's fake process group for fully_shard at larger N (``--fake``); Adam
 (for-loop, PyTorch's CPU default), batch 2 per rank, steps 1 and 2, each under a fresh tracker
 (FSDPMemTracker for fully_shard, MemTracker otherwise), rank 0 and the worst rank.
-Predicted: one joint trace per model (the real module, CPU weights), passes/parallel.py per
+Predicted: one joint trace per model (the real module, CPU weights), passes/parallel/step.py per
 strategy and world size, inputs excluded (the trackers do not see the batch made before).
 resnet18 runs at 64x64 to keep several processes within this machine's memory and time.
 """
@@ -29,7 +29,7 @@ ITEMS = ("params", "grads", "optimizer", "activations", "comm", "temps")
 @functools.lru_cache(maxsize=None)
 def joint(model: str):
     import torch
-    from graphcost.analyzer.app.api import load_graph
+    from graphcost.analyzer.load.loading import load_graph
 
     from graphcost import models_zoo
 
@@ -40,7 +40,7 @@ def joint(model: str):
 
 def predict(model: str, strategy: str, world: int):
     from graphcost.analyzer.app.pipeline import run_passes
-    from graphcost.passes.parallel import ParallelSpec
+    from graphcost.passes.parallel.step import ParallelSpec
 
     return run_passes(joint(model), PassOptions(optimizer="adam", include_inputs=False, what_if=False, parallel=ParallelSpec(strategy, world))).parallel
 

@@ -32,9 +32,10 @@ if str(ROOT) not in sys.path:
 import graphcost.analyzer.frontends.onnx.frontend as onnx_frontend  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
-from graphcost.analyzer.app.api import analyze, load_graph  # noqa: E402
-from graphcost.passes.arena import plan_arena  # noqa: E402
-from graphcost.passes.liveness import analyze_liveness  # noqa: E402
+from graphcost.analyzer.app.api import analyze  # noqa: E402
+from graphcost.analyzer.load.loading import load_graph  # noqa: E402
+from graphcost.passes.memory.arena import plan_arena  # noqa: E402
+from graphcost.passes.memory.liveness import analyze_liveness  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 

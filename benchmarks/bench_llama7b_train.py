@@ -28,7 +28,8 @@ import torch
 t_import = time.perf_counter() - t0
 import graphcost.analyzer.app.api as api
 import graphcost.analyzer.app.pipeline as pipeline
-import graphcost.passes.training as training
+import graphcost.passes.training.checkpoint_search as search
+import graphcost.passes.training.step as training
 import graphcost.analyzer.frontends.torch.capture as tc
 import graphcost.analyzer.frontends.torch.frontend as fxf
 import torch._functorch.aot_autograd as aot
@@ -69,6 +70,7 @@ timed(fxf, "lower_joint", "lowering")
 timed(pipeline, "count_costs", "cost pass")
 timed(pipeline, "analyze_liveness", "liveness (whole graph)")
 timed(training, "training_memory", "training memory")
+timed(search, "training_memory", "training memory")  # the plans' steps, looked up there
 timed(training, "plan_checkpoints", "checkpoint plan")
 timed(training, "what_ifs", "what-ifs")
 

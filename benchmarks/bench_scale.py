@@ -67,10 +67,10 @@ def _timed_wrappers(acc: dict[str, float]):
         (onnx.shape_inference, "infer_shapes", "lower.infer_shapes"),  # every call summed
         (onnx_lowering.Lowering, "graph", "lower.ir_lowering"),
         (pipeline, "count_costs", "passes.costs"),
-        (pipeline, "count_params", "passes.params"),
-        (pipeline, "analyze_liveness", "passes.liveness"),
-        (pipeline, "plan_arena", "passes.arena"),
-        (pipeline, "check_shapes", "passes.shapes"),
+        (pipeline, "count_params", "passes.graph.params"),
+        (pipeline, "analyze_liveness", "passes.memory.liveness"),
+        (pipeline, "plan_arena", "passes.memory.arena"),
+        (pipeline, "check_shapes", "passes.graph.shapes"),
     ]
     saved = []
     for owner, attr, key in patches:
@@ -236,8 +236,8 @@ def main(argv=None) -> int:
               f"{r['graphcost_gc_off']:>8.3f}")
 
     sub_keys = ["lower.skeleton+bind", "lower.infer_shapes", "lower.ir_lowering",
-                "passes.costs", "passes.params", "passes.liveness", "passes.arena",
-                "passes.shapes", "passes.assemble_report"]
+                "passes.costs", "passes.graph.params", "passes.memory.liveness", "passes.memory.arena",
+                "passes.graph.shapes", "passes.assemble_report"]
     print("\nsub-stages (s, best of repeat):")
     print(f"{'nodes':>8} " + " ".join(f"{k.split('.', 1)[1]:>14}" for k in sub_keys))
     for r in results:

@@ -34,7 +34,7 @@ from .detection_ops import (
     clip_boxes_to_image,
     remove_small_boxes,
 )
-from .registry import BATCH, ZooModel
+from .zoo_model import BATCH, ZooModel
 
 IMAGE = (3, 128, 128)
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from .registry import BATCH, SEQ, ZooModel
+from .zoo_model import BATCH, SEQ, ZooModel
 
 VOCAB = 512
 SEQ_LEN = 32
@@ -153,49 +153,3 @@ HF_MODELS: dict[str, ZooModel] = {m.name: m for m in [
           "layers, MoE of 4 SwiGLU experts (128) with top-2 routing (grouped_mm), GQA, eager "
           "attention"),
 ]}
-
-
-def example_kwargs(name: str, batch: int = 1, *, seed: int = 0, **dims: int) -> dict:
-    """Seeded random inputs of ``zoo:name`` by forward argument name (token ids below the
-    vocabulary, features from a normal distribution)."""
-    from .registry import get, input_shapes
-
-    spec = get(name)
-    gen = torch.Generator().manual_seed(seed)
-    out = {}
-    for inp, shape in input_shapes(name, batch, **dims).items():
-        dtype = spec.input_dtypes[inp]
-        if dtype.is_floating_point:
-            out[inp] = torch.randn(shape, generator=gen, dtype=dtype)
-        elif inp == "attention_mask":
-            out[inp] = torch.ones(shape, dtype=dtype)
-        else:
-            out[inp] = torch.randint(*spec.int_ranges.get(inp, (0, 2)), shape, generator=gen,
-                                     dtype=dtype)
-    return out
-
-
-class KeywordCall(torch.nn.Module):
-    """``model(**inputs)`` as a module called with no arguments: what PyTorch's MemTracker
-    and graphcost.analyzer.measure.verify's measurements (which call ``module(*args)``) can run. The
-    model is a submodule, so its parameters are the wrapper's."""
-
-    def __init__(self, model: torch.nn.Module, inputs: dict):
-        super().__init__()
-        self.model = model
-        self.inputs = inputs
-
-    def forward(self):
-        return self.model(**self.inputs)
-
-
-def build_measurable(name: str, **overrides) -> torch.nn.Module:
-    """``zoo:name`` with seeded random weights, every parameter trainable: PyTorch's MemTracker
-    hooks every parameter and cannot hook a frozen one (Whisper's positions)."""
-    from .registry import get
-
-    torch.manual_seed(0)
-    model = get(name).build(**overrides)
-    for p in model.parameters():
-        p.requires_grad_(True)
-    return model

@@ -78,9 +78,17 @@ class Exporter(Choice):
 
 class Attention(Choice):
     """Which kernel runs ``scaled_dot_product_attention``: ``auto`` is the one PyTorch's
-    dispatcher picks for the target (passes/attention_dispatch.py)."""
+    dispatcher picks for the target (passes/graph/attention_dispatch.py)."""
     AUTO = "auto"
     FLASH = "flash"
     EFFICIENT = "efficient"
     CUDNN = "cudnn"
     MATH = "math"
+
+
+class Loss(Choice):
+    """The loss a training step backpropagates (analyzer/frontends/torch/lm_loss.py)."""
+    AUTO = "auto"               # the model's own, else ce for a language-model head, else sum
+    CE = "ce"                   # cross-entropy over the vocabulary, fp32 logits (torchtitan)
+    CHUNKED_CE = "chunked-ce"   # torchtune's CEWithChunkedOutputLoss
+    SUM = "sum"                 # the sum of the floating outputs

@@ -112,7 +112,7 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class AttentionKernel:
-    """The kernel an attention call was traced as (passes/attention_dispatch.py): ``kernel``
+    """The kernel an attention call was traced as (passes/graph/attention_dispatch.py): ``kernel``
     an Attention word; ``reason`` why the kernels PyTorch tries first were passed over ("" when
     the first one runs); ``target`` the machine and dtype the choice was made for."""
     scope: str
@@ -170,6 +170,9 @@ class Graph:
     # each attention call of the trace, in order, with the kernel it was traced as (a joint
     # graph; an inference graph keeps attention whole and its rule costs it)
     attention: tuple[AttentionKernel, ...] = ()
+    # a joint graph: the loss its step backpropagates, in words (the report's training.loss;
+    # analyzer/frontends/torch/lm_loss.py), "" for an inference graph
+    loss: str = ""
 
     def spec(self, name: str) -> TensorSpec | None:
         v = self.values.get(name)

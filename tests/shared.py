@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import functools
 
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.api_checks import check_checkpoint
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import LoadOptions, PassOptions, cast_dtype
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.analyzer.measure.reference import measure_training
 
 from graphcost import models_zoo

@@ -14,7 +14,11 @@ import pytest
 import torch
 from graphcost.analyzer.measure.reference import measure_training
 from graphcost.models_zoo.llama import Llama, LlamaConfig
-from graphcost.passes.attention_dispatch import AttentionCall, AttentionTarget, choose
+from graphcost.passes.graph.attention_dispatch import (
+    AttentionCall,
+    AttentionTarget,
+    choose,
+)
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 

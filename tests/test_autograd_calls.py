@@ -1,5 +1,5 @@
 """Eager autograd runs each backward formula as one call that holds what its forward saved
-until it returns (passes/liveness.py). The joint graph's nodes are marked with the formula
+until it returns (passes/memory/liveness.py). The joint graph's nodes are marked with the formula
 that made each while AOTAutograd retraces the graph (compat.marked_autograd_nodes). Against
 the CPU step measured with no dispatch mode on."""
 from __future__ import annotations

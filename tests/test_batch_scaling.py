@@ -61,7 +61,7 @@ def test_max_batch_of_a_hand_computed_model(tmp_path, capsys):
     assert doc["fit"]["memory_fixed_bytes"] == 4_194_304
     assert doc["fit"]["flops_per_sample"] == 2 * 1024 * 1024  # 2·MACs per sample
     assert doc["required_bytes"] == 4_194_304 + 8_192 * 11_695
-    # with the default overhead (passes/fits.py): the allocator's reserved bytes + the CUDA
+    # with the default overhead (passes/device/fits.py): the allocator's reserved bytes + the CUDA
     # context (726,466,560 B) ≤ 1 GiB. Reserved: W (4 MiB, between 1 and 10 MiB) gets a
     # 20 MiB segment; x and y (4,096·b B each, over 10 MiB) one segment each, rounded up to
     # 2 MiB; the matmul's cuBLAS workspace (8,519,680 B off sm90, allocated after y) fits in
@@ -113,9 +113,9 @@ def test_a_traced_graph_rebound_to_another_batch_equals_its_trace():
     # one trace at the marker batch and its re-run at batch 2 give every dim's line in the
     # batch; batch 5 re-bound from them must be the batch-5 trace exactly (sizes, costs, the
     # training step's peak)
-    from graphcost.analyzer.app.api import load_graph
     from graphcost.analyzer.app.by_batch import analyze_by_batch
     from graphcost.analyzer.app.pipeline import run_passes
+    from graphcost.analyzer.load.loading import load_graph
     at = analyze_by_batch("zoo:gpt2", build_request(train=True, optimizer="adam", what_if=False))
     assert at.rebound
     real = run_passes(load_graph("zoo:gpt2", LoadOptions(batch=5, train=True)), PassOptions(optimizer="adam", what_if=False))
@@ -196,7 +196,7 @@ def test_max_batch_under_a_checkpoint_plan_fits_the_plan(capsys):
     # runs it (its peak plus the overhead), not for the plain step beside it; a fresh
     # analysis at the answer and one above says fits / does not, and the plan buys batch
     from graphcost.analyzer.app.devices import get_device
-    from graphcost.passes.fits import fit
+    from graphcost.passes.device.fits import fit
     args = ["zoo:gpt2", "--train", "--max-batch", "--device", "a10", "--format", "json"]
     assert main(args + ["--checkpoint-every", "1"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -8,9 +8,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from graphcost.passes.allocator_events import events_from_liveness, training_events
-from graphcost.passes.caching_allocator import Alloc, Free, replay
-from graphcost.passes.liveness import Storage
+from graphcost.passes.memory.allocator_events import (
+    events_from_liveness,
+    training_events,
+)
+from graphcost.passes.memory.caching_allocator import Alloc, Free, replay
+from graphcost.passes.memory.liveness import Storage
 
 from graphcost import analyze
 from tests.onnx_builders import model, node
@@ -330,7 +333,7 @@ def test_a_replay_cut_into_phases():
     # b: 3 MiB (a large request under 10 MiB: a 20 MiB segment, split), freed again: 22 MiB
     # reserved, 4 MiB at most; c: 5 MiB takes the cached 20 MiB block: still 22 MiB, 6 MiB at
     # most. A free continues its phase; the last phase's figure is the reserved peak
-    from graphcost.passes.allocator_events import PhaseReserve, replay_by_phase
+    from graphcost.passes.memory.allocator_events import PhaseReserve, replay_by_phase
 
     events = [Alloc(("a", 0), MiB), Alloc(("b", 0), 3 * MiB), Free(("b", 0)),
               Alloc(("c", 0), 5 * MiB)]

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 from graphcost.analyzer.app.units import parse_size
-from graphcost.passes.checkpoint import CheckpointSpec
+from graphcost.passes.training.checkpoint import CheckpointSpec
 from torch.utils.checkpoint import checkpoint
 
 from graphcost import GraphcostError

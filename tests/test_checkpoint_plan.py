@@ -5,13 +5,18 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.request import LoadOptions
-from graphcost.passes.checkpoint import repeated_blocks
-from graphcost.passes.checkpoint_plan import block_table, modelled_peak, plan_segments
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.passes.costs import count_costs
-from graphcost.passes.liveness import analyze_liveness
-from graphcost.passes.training import forward_set, plan_checkpoints, training_memory
+from graphcost.passes.memory.liveness import analyze_liveness
+from graphcost.passes.training.checkpoint import repeated_blocks
+from graphcost.passes.training.checkpoint_plan import (
+    block_table,
+    modelled_peak,
+    plan_segments,
+)
+from graphcost.passes.training.checkpoint_search import plan_checkpoints
+from graphcost.passes.training.memory import forward_set, training_memory
 
 
 def _segmentations(n):

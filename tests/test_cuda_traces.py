@@ -4,15 +4,15 @@ benchmarks/cuda_traces.py recorded on an H200 with PyTorch 2.11
 stream, and ``torch.cuda.max_memory_reserved()`` over the process). Two checks:
 
 * the replay itself: the recorded allocations and frees, replayed through
-  passes/caching_allocator.py, reserve what CUDA reserved;
+  passes/memory/caching_allocator.py, reserve what CUDA reserved;
 * graphcost's own events: one data-parallel rank (fully_shard or DDP with PyTorch's fake
   process group at 8 ranks), a serving batch (transformers' Llama generating) and ResNet-50's
   inference, predicted from the graph on this CPU, against what the GPU reserved.
 
 Each measured figure includes what the step allocated beyond its tensors: the cuBLAS
-workspaces (32 MiB per matmul thread on an sm90 part, passes/fits.py) and the kernels'
+workspaces (32 MiB per matmul thread on an sm90 part, passes/device/fits.py) and the kernels'
 temporaries. With a device, every replay (inference, training, one rank, a serving batch)
-holds them where PyTorch allocates them (passes/gpu_workspaces.py).
+holds them where PyTorch allocates them (passes/device/gpu_workspaces.py).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 import pytest
-from graphcost.passes.caching_allocator import Alloc, Free, replay
+from graphcost.passes.memory.caching_allocator import Alloc, Free, replay
 
 from graphcost import analyze
 
@@ -84,7 +84,9 @@ def test_one_ranks_reserved_peak_against_the_gpu(name):
     # mlp fsdp 76.8 MiB (−33%)
     case = CASES[name]
     p = case["params"]
-    r = analyze(f"zoo:{p['model']}", batch=2, train=True, optimizer="adam",
+    # (loss="sum": the recorded steps backpropagated the sum of the outputs, graphcost's
+    # loss when they were recorded)
+    r = analyze(f"zoo:{p['model']}", batch=2, train=True, optimizer="adam", loss="sum",
                 include_inputs=False, what_if=False, precision=p["precision"],
                 parallel={"strategy": p["strategy"], "world_size": 8}, device="h200")
     predicted = r.parallel.reserved_peak_bytes
@@ -149,7 +151,7 @@ def _predicted_training(case: dict):
     args = tuple(torch.empty_like(a, device="meta") for a in make_inputs("cpu"))
     return analyze(build(True).train(True), args, device="h200", train=True,
                    optimizer=optimizer, precision=precision, attention=attention,
-                   what_if=False)
+                   what_if=False, loss="sum")  # (the loss the recorded step backpropagated)
 
 
 def test_a_long_context_training_step_reserves_what_cuda_reserved():

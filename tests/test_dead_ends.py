@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.request import LoadOptions
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.analyzer.measure.reference import measure_inference, measure_training
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode

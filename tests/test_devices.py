@@ -134,7 +134,7 @@ def test_device_spec_and_overhead_parsing():
     d = parse_device_spec("flops=19.5T, bandwidth=1555G, memory=40GiB, fp16=312T")
     assert (d.peak("fp32"), d.peak("fp16"), d.bandwidth, d.memory) == \
         (19.5e12, 312e12, 1555e9, 40 * 2**30)
-    from graphcost.passes.fits import fit
+    from graphcost.passes.device.fits import fit
     t4 = get_device("t4")
     assert fit(t4, 1000, overhead=parse_overhead("context=1GiB,allocator=5%")).needs == \
         1050 + 2**30

@@ -9,11 +9,11 @@ import json
 
 import pytest
 import torch
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.by_batch import analyze_by_batch, traced_once
 from graphcost.analyzer.app.request import LoadOptions, build_request
 from graphcost.analyzer.cli.main import main
 from graphcost.analyzer.frontends.torch.fake_rerun import marker_batch
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.models_zoo.llama import Llama, LlamaConfig
 
 from graphcost import analyze

@@ -7,9 +7,9 @@ from functools import cache
 
 import pytest
 import torch
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions
+from graphcost.analyzer.load.loading import load_graph
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 

@@ -1,10 +1,10 @@
 """Where a run allocates its GPU library workspaces and its kernels' temporaries
-(passes/gpu_workspaces.py and the rules' ``workspace``), by hand."""
+(passes/device/gpu_workspaces.py and the rules' ``workspace``), by hand."""
 from __future__ import annotations
 
 import torch
 from graphcost.analyzer.app.devices import get_device
-from graphcost.passes.gpu_workspaces import gpu_workspaces
+from graphcost.passes.device.gpu_workspaces import gpu_workspaces
 from torch import nn
 
 from graphcost import analyze
@@ -105,7 +105,7 @@ class Head(nn.Module):
 
 
 def _joint(model, x, precision="fp32"):
-    from graphcost.passes import gpu_workspaces as module
+    from graphcost.passes.training import step as module  # (the name the step calls)
     seen = {}
     real = module.gpu_workspaces
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from graphcost.analyzer.frontends.torch.capture import _SumLoss
+from graphcost.analyzer.frontends.torch.capture import StepLoss
 from graphcost.analyzer.frontends.torch.grad_reach import unreached_parameters
 from torch import nn
 
@@ -46,7 +46,7 @@ def test_the_parameters_no_gradient_reaches_are_eagers(model):
     m, x = model(), torch.randn(8, 64)
     m(x).sum().backward()
     eager = {f"model.{n}" for n, p in m.named_parameters() if p.grad is None}
-    gm = torch.export.export(_SumLoss(m), (x,), strict=False).module()
+    gm = torch.export.export(StepLoss(m), (x,), strict=False).module()
     names = {id(p): n for n, p in gm.named_parameters()}
     assert {names[id(p)] for p in unreached_parameters(gm)} == eager
     assert eager or model is _FilledInPlace  # (each case but the first leaves some out)

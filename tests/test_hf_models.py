@@ -13,17 +13,17 @@ from torch.utils.flop_counter import FlopCounterMode
 
 pytest.importorskip("transformers")
 
-from graphcost.analyzer.app.api import load_graph  # noqa: E402
 from graphcost.analyzer.app.pipeline import run_passes  # noqa: E402
 from graphcost.analyzer.app.request import LoadOptions, PassOptions
+from graphcost.analyzer.load.loading import load_graph  # noqa: E402
 from graphcost.analyzer.measure.reference import (
     measure_inference,
     measure_training,
     training_loss_of,
 )
-from graphcost.models_zoo import hf  # noqa: E402
-from graphcost.passes.checkpoint import CheckpointSpec
+from graphcost.models_zoo import hf, measurable  # noqa: E402
 from graphcost.passes.errors import GraphcostError
+from graphcost.passes.training.checkpoint import CheckpointSpec
 
 from graphcost import analyze  # noqa: E402
 
@@ -32,14 +32,14 @@ BATCH = 2
 NAMES = list(hf.HF_MODELS)
 
 
-build = hf.build_measurable
+build = measurable.build_measurable
 
 
 @cache
 def traced(name: str, train: bool):
     """(model, inputs, graph) — one trace per model and mode for the whole module."""
     model = build(name).train(train)
-    inputs = hf.example_kwargs(name, BATCH)
+    inputs = measurable.example_kwargs(name, BATCH)
     return model, inputs, load_graph(model, LoadOptions(train=train), inputs)
 
 
@@ -67,7 +67,7 @@ def test_analyzes_inference_and_training(name):
 def test_inference_peak_vs_memtracker(name):
     model, inputs, graph = traced(name, False)
     predicted = run_passes(graph, PassOptions(include_inputs=False)).memory.peak_bytes
-    measured = measure_inference(hf.KeywordCall(model.eval(), inputs), ())[0]
+    measured = measure_inference(measurable.KeywordCall(model.eval(), inputs), ())[0]
     assert abs(predicted / measured - 1) <= 0.05, (predicted, measured)
 
 
@@ -80,8 +80,8 @@ def test_bert_mask_eager_skips():
     model.eval()
     padded = dict(inputs, attention_mask=inputs["attention_mask"].clone())
     padded["attention_mask"][:, -1] = 0
-    assert measure_inference(hf.KeywordCall(model, padded), ())[0] == predicted
-    assert predicted - measure_inference(hf.KeywordCall(model, inputs), ())[0] == 8_192
+    assert measure_inference(measurable.KeywordCall(model, padded), ())[0] == predicted
+    assert predicted - measure_inference(measurable.KeywordCall(model, inputs), ())[0] == 8_192
 
 
 # Training: the second real step (optimizer state allocated) under MemTracker. GPT-2, BERT
@@ -93,7 +93,7 @@ def test_bert_mask_eager_skips():
 def test_training_peak_vs_memtracker(name, optimizer):
     model, inputs, joint = traced(name, True)
     predicted = run_passes(joint, PassOptions(optimizer=optimizer, what_if=False, include_inputs=False)).training.peak_bytes  # as MemTracker
-    measured = measure_training(hf.KeywordCall(model, inputs), (), optimizer)[0]
+    measured = measure_training(measurable.KeywordCall(model, inputs), (), optimizer)[0]
     assert abs(predicted / measured - 1) <= 0.10, (predicted, measured)
 
 
@@ -118,7 +118,7 @@ def test_training_flops_equal_flop_counter(name):
     reference = build(name, experts="batched_mm") if name == "hf_mixtral" else model
     counter = FlopCounterMode(display=False)
     with counter:
-        training_loss_of(hf.KeywordCall(reference.train(), inputs), ()).backward()
+        training_loss_of(measurable.KeywordCall(reference.train(), inputs), ()).backward()
     assert 2 * run_passes(joint, PassOptions(optimizer="none", what_if=False)).totals.macs == \
         counter.get_total_flops()
 
@@ -143,7 +143,7 @@ def test_moe_active_params_hand_count():
 def test_moe_eager_experts_are_an_estimate():
     # the eager expert loop cannot be traced: grouped_mm stands in, said in one warning
     model = build("hf_mixtral", experts="eager")
-    r = analyze(model, hf.example_kwargs("hf_mixtral", BATCH))
+    r = analyze(model, measurable.example_kwargs("hf_mixtral", BATCH))
     assert model.config._experts_implementation == "eager"  # put back
     assert [w for w in r.warnings if "ESTIMATE" in w and "experts" in w]
     assert r.moe.active_params == 189_248

@@ -15,9 +15,9 @@ import onnx
 import pytest
 from graphcost.analyzer.app.api import analyze
 from graphcost.analyzer.cli.main import main
-from graphcost.passes.arena import WORK_MIN_TENSORS, WORK_PER_TENSOR, plan_arena
 from graphcost.passes.errors import GraphcostError
-from graphcost.passes.liveness import Storage
+from graphcost.passes.memory.arena import WORK_MIN_TENSORS, WORK_PER_TENSOR, plan_arena
+from graphcost.passes.memory.liveness import Storage
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.hostile_files import pt2_variant, tiny_program
@@ -255,7 +255,7 @@ def test_arena_work_is_bounded_and_its_plan_valid(monkeypatch):
     assert sorted(plan.offsets) == [128 * i for i in range(n)]
     # Random lifetimes with stacking forced early: the plan stays valid (no two tensors live
     # at the same time share a byte) and never below the peak of live bytes.
-    monkeypatch.setattr("graphcost.passes.arena.WORK_PER_TENSOR", 1)
+    monkeypatch.setattr("graphcost.passes.memory.arena.WORK_PER_TENSOR", 1)
     rnd = random.Random(0)
     storages = []
     for i in range(3000):

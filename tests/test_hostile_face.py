@@ -13,12 +13,12 @@ import time
 import onnx
 import pytest
 from graphcost.analyzer.app.api import analyze
-from graphcost.analyzer.app.model_names import file_class
 from graphcost.analyzer.app.units import parse_size
+from graphcost.analyzer.load.model_names import file_class
 from graphcost.analyzer.render.files import render_csv, render_markdown
+from graphcost.passes.device.fits import Overhead
+from graphcost.passes.device_rates import DeviceRates
 from graphcost.passes.errors import GraphcostError
-from graphcost.passes.fits import Overhead
-from graphcost.passes.roofline import DeviceRates
 from markdown_it import MarkdownIt
 
 from tests.cli_runner import run_cli

@@ -20,7 +20,7 @@ import pytest
 from graphcost.analyzer.app.report import NodeRow, Report, Totals
 from graphcost.analyzer.render.html import html_report
 from graphcost.passes.costs import Coverage
-from graphcost.passes.liveness import Liveness
+from graphcost.passes.memory.liveness import Liveness
 from onnx import save
 
 from tests.onnx_builders import model, node

@@ -15,9 +15,9 @@ import io
 import onnx
 import pytest
 import torch
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.analyzer.measure.reference import measure_inference
 from torch import nn
 

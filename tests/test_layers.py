@@ -4,11 +4,19 @@ siblings (one row) do not import each other.
     analyzer/cli/            the command line
     analyzer/render/         text, tables, HTML, charts
     analyzer/measure/        verify and the reference measurements
-    analyzer/app/            the application: api, pipeline, report, serve, diff, devices, …
+    analyzer/app/            the application: api, pipeline, report, diff, devices, …
+                             (orchestrates passes and reports; nothing from frontends/)
+    analyzer/load/           the front door: a model argument and its options -> the IR
     analyzer/frontends/onnx/ | analyzer/frontends/torch/ | models_zoo/      (siblings)
     analyzer/frontends/      binding.py, serving_steps.py: what onnx/ and torch/ share
     passes/                  the IR, errors, the op catalogue (costs/), the passes:
-                             the standard library only
+                             the standard library only, in sub-layers of its own:
+        serving/ | parallel/     (siblings)
+        training/                the step, its checkpoint plans, precision recipes
+        memory/                  liveness, the arena, the caching allocator and its events
+        graph/ | device/         facts of the graph (params, modules, …) | of a device (siblings)
+        costs/                   the op catalogue: one rule per op
+        passes/*.py              ir, errors, choices, device_rates, magnitude
 
 ``graphcost/`` (the package root: analyze, GraphcostError, Report, __version__) sits on top;
 the product (analyzer/, passes/, models_zoo/) reads only its ``__version__``. Inside the
@@ -42,11 +50,15 @@ LAYERS = {
     "graphcost.analyzer.frontends.onnx": 2,
     "graphcost.analyzer.frontends.torch": 2,
     "graphcost.models_zoo": 2,
-    "graphcost.analyzer.app": 3,
-    "graphcost.analyzer.measure": 4,
-    "graphcost.analyzer.render": 5,
-    "graphcost.analyzer.cli": 6,
+    "graphcost.analyzer.load": 3,
+    "graphcost.analyzer.app": 4,
+    "graphcost.analyzer.measure": 5,
+    "graphcost.analyzer.render": 6,
+    "graphcost.analyzer.cli": 7,
 }
+# what a layer may not import though it is below: analyzer/app/ reaches the frontends (and
+# the zoo) only through analyzer/load/, its front door
+NOT_FROM = {"graphcost.analyzer.app": ("graphcost.analyzer.frontends", "graphcost.models_zoo")}
 
 
 def _layer(module: str) -> str | None:
@@ -74,15 +86,18 @@ class Import:
 
     def __init__(self, node: ast.stmt, module: str, name: str | None, relative: bool):
         self.line, self.module, self.name, self.relative = node.lineno, module, name, relative
+        self.node_id = id(node)
 
 
-def _own_imports(path: Path, root: Path) -> list[Import]:
-    """Every import of graphcost's code in ``path``, module-level and in-function alike."""
+def _own_imports(path: Path, root: Path, tree: ast.AST | None = None) -> list[Import]:
+    """Every import of graphcost's code in ``path`` (parsed as ``tree``), module-level and
+    in-function alike."""
     me = _module_name(path, root)
     package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
     modules = {_module_name(p, root) for p in _product_files(root)}
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = tree or ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [Import(node, a.name, None, False) for a in node.names
                     if a.name == "graphcost" or a.name.startswith("graphcost.")]
@@ -106,6 +121,71 @@ def _where(path: Path, root: Path, imp: Import) -> str:
     return f"{path.relative_to(root)}:{imp.line}"
 
 
+# passes/' own sub-layers (the same rules, inside passes/): package under passes -> rank
+PASSES_LAYERS = {"": 0, "costs": 1, "graph": 2, "device": 2, "memory": 3, "training": 4,
+                 "parallel": 5, "serving": 5}
+
+
+def _passes_layer(module: str) -> str | None:
+    """The sub-package of passes/ a module of it is in ("" for passes/*.py)."""
+    parts = module.split(".")
+    if parts[:2] != ["graphcost", "passes"]:
+        return None
+    return parts[2] if len(parts) > 3 or parts[2:3] and parts[2] in PASSES_LAYERS else ""
+
+
+def passes_offences(root: Path = ROOT) -> list[str]:
+    found = []
+    for path in sorted((root / "passes").rglob("*.py")):
+        me = _module_name(path, root)
+        mine = _passes_layer(me)
+        for imp in _own_imports(path, root):
+            theirs = _passes_layer(imp.module)
+            if theirs is None or mine is None:
+                continue  # outside passes/: layer_offences' job
+            if theirs not in PASSES_LAYERS or mine not in PASSES_LAYERS:
+                why = f"{theirs if theirs not in PASSES_LAYERS else mine}/ is in no sub-layer " \
+                    "(add it to PASSES_LAYERS and the picture)"
+            elif PASSES_LAYERS[theirs] > PASSES_LAYERS[mine]:
+                why = f"imports {imp.module} from a sub-layer above (passes/{theirs}/ over " \
+                    f"passes/{mine}/)"
+            elif PASSES_LAYERS[theirs] == PASSES_LAYERS[mine] and theirs != mine:
+                why = f"imports {imp.module}: passes/{theirs}/ and passes/{mine}/ are siblings"
+            else:
+                continue
+            found.append(f"{_where(path, root, imp)}: {why}")
+    return found
+
+
+def _runtime_imports(tree: ast.AST):
+    """The import statements that run: all but those under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and \
+                node.test.id == "TYPE_CHECKING":
+            yield from (n for s in node.orelse for n in [s, *_runtime_imports(s)]
+                        if isinstance(n, (ast.Import, ast.ImportFrom)))
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        yield from _runtime_imports(node)
+
+
+def import_cycles(root: Path = ROOT) -> list[list[str]]:
+    """The product's runtime import cycles: each strongly connected set of modules (over the
+    imports that run, module-level and in-function alike) of more than one module."""
+    import networkx as nx
+    graph = nx.DiGraph()
+    for path in _product_files(root):
+        me = _module_name(path, root)
+        graph.add_node(me)
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        keep = {id(n) for n in _runtime_imports(tree)}
+        for imp in _own_imports(path, root, tree):
+            if imp.node_id in keep and imp.module != me:
+                graph.add_edge(me, imp.module)
+    return sorted(sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1)
+
+
 def layer_offences(root: Path = ROOT) -> list[str]:
     found = []
     for path in _product_files(root):
@@ -123,6 +203,10 @@ def layer_offences(root: Path = ROOT) -> list[str]:
                 why = f"imports {imp.module} from a layer above ({theirs} over {mine})"
             elif LAYERS[theirs] == LAYERS[mine] and theirs != mine:
                 why = f"imports {imp.module}: {theirs} and {mine} are siblings"
+            elif any(imp.module == f or imp.module.startswith(f + ".")
+                     for f in NOT_FROM.get(mine, ())):
+                why = f"imports {imp.module}: {mine} loads models through " \
+                    "graphcost.analyzer.load only"
             else:
                 continue
             found.append(f"{_where(path, root, imp)}: {why}")
@@ -164,6 +248,42 @@ def test_imports_go_down_the_layers():
         "\n".join(found)
 
 
+def test_passes_sub_layers_go_down():
+    found = passes_offences()
+    assert not found, "imports against passes/' sub-layers (tests/test_layers.py's " \
+        "docstring):\n" + "\n".join(found)
+
+
+def test_no_import_cycle_at_runtime():
+    cycles = import_cycles()
+    assert not cycles, "modules that import each other at runtime (move what both need to " \
+        "a module below them):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_passes_checks_see_an_offence(tmp_path):
+    # a memory/ module importing training/ (above it) and one importing serving/ from
+    # parallel/ (siblings), and a cycle between two root modules (one in a function)
+    for sub in ("memory", "training", "parallel", "serving"):
+        (tmp_path / "passes" / sub).mkdir(parents=True)
+    (tmp_path / "passes" / "memory" / "liveness.py").write_text(
+        "from ..training.step import x\n")
+    (tmp_path / "passes" / "training" / "step.py").write_text("x = 1\n")
+    (tmp_path / "passes" / "serving" / "kv.py").write_text("y = 1\n")
+    (tmp_path / "passes" / "parallel" / "step.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..serving.kv import y\n")
+    (tmp_path / "passes" / "ir.py").write_text("from .errors import E\n")
+    (tmp_path / "passes" / "errors.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .ir import G\n"
+        "def f():\n    from .ir import G\n")
+    assert passes_offences(tmp_path) == [
+        "passes/memory/liveness.py:1: imports graphcost.passes.training.step from a sub-layer "
+        "above (passes/training/ over passes/memory/)",
+        "passes/parallel/step.py:3: imports graphcost.passes.serving.kv: passes/serving/ and "
+        "passes/parallel/ are siblings"]
+    # the TYPE_CHECKING import alone would not be a cycle; the one in f() is
+    assert import_cycles(tmp_path) == [["graphcost.passes.errors", "graphcost.passes.ir"]]
+
+
 def test_passes_import_only_the_standard_library():
     found = stdlib_offences()
     assert not found, "passes/ is the ground floor: the standard library only:\n" + \
@@ -188,7 +308,8 @@ def test_the_checks_see_an_offence(tmp_path):
     (tmp_path / "passes" / "ir.py").write_text("import numpy\n_SECRET = 1\n")
     (tmp_path / "analyzer" / "app").mkdir(parents=True)
     (tmp_path / "analyzer" / "app" / "report.py").write_text(
-        "from ...passes.ir import _SECRET\nfrom ..cli import main\n")
+        "from ...passes.ir import _SECRET\nfrom ..cli import main\n"
+        "from ..frontends.torch import capture\n")
     (tmp_path / "analyzer" / "cli").mkdir()
     (tmp_path / "analyzer" / "cli" / "main.py").write_text(
         "from graphcost.analyzer.app import report\nfrom ... import __version__\n")
@@ -199,6 +320,8 @@ def test_the_checks_see_an_offence(tmp_path):
     assert layer_offences(tmp_path) == [
         "analyzer/app/report.py:2: imports graphcost.analyzer.cli.main from a layer above "
         "(graphcost.analyzer.cli over graphcost.analyzer.app)",
+        "analyzer/app/report.py:3: imports graphcost.analyzer.frontends.torch: "
+        "graphcost.analyzer.app loads models through graphcost.analyzer.load only",
         "analyzer/frontends/onnx/types.py:2: imports graphcost.analyzer.frontends.torch: "
         "graphcost.analyzer.frontends.torch and graphcost.analyzer.frontends.onnx are siblings"]
     assert absolute_offences(tmp_path) == [

@@ -11,7 +11,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from graphcost.analyzer.measure.reference import measure_training
-from graphcost.passes.attention_dispatch import AttentionCall, AttentionTarget, choose
+from graphcost.passes.graph.attention_dispatch import (
+    AttentionCall,
+    AttentionTarget,
+    choose,
+)
 
 from graphcost import GraphcostError, analyze
 

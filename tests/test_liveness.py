@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 from graphcost.analyzer.frontends.onnx.frontend import lower_onnx
-from graphcost.passes.arena import plan_arena
-from graphcost.passes.liveness import Storage, analyze_liveness
+from graphcost.passes.memory.arena import plan_arena
+from graphcost.passes.memory.liveness import Storage, analyze_liveness
 
 from graphcost import analyze
 from tests.onnx_builders import model, node, shape_const

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from graphcost.analyzer.app.api import analyze, load_graph
+from graphcost.analyzer.app.api import analyze
 from graphcost.analyzer.app.request import LoadOptions
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.analyzer.measure.verify import verify
 from graphcost.analyzer.render.files import render_csv, render_markdown
 from graphcost.analyzer.render.html import html_report

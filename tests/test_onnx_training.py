@@ -1,4 +1,4 @@
-"""The ONNX training ESTIMATE (passes/backward_estimate.py): hand-computed on a tiny graph,
+"""The ONNX training ESTIMATE (passes/training/backward_estimate.py): hand-computed on a tiny graph,
 labelled, pure, reachable from the command line, and bounded against the exact FX figure."""
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import json
 
 import onnx
 import pytest
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.request import LoadOptions
 from graphcost.analyzer.frontends.onnx.frontend import lower_onnx
-from graphcost.passes.backward_estimate import ESTIMATE_WARNING, estimate_joint
-from graphcost.passes.training import training_memory
+from graphcost.analyzer.load.loading import load_graph
+from graphcost.passes.training.backward_estimate import ESTIMATE_WARNING, estimate_joint
+from graphcost.passes.training.memory import training_memory
 
 from graphcost import analyze, models_zoo
 from tests.cli_runner import run_cli

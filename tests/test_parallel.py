@@ -1,4 +1,4 @@
-"""Per-rank memory of data-parallel training (passes/parallel.py): hand-checked invariants,
+"""Per-rank memory of data-parallel training (passes/parallel/step.py): hand-checked invariants,
 communication volume, offload, the smallest world size that fits, frozen weights and LoRA
 against MemTracker, and the options' bad input. The multi-process checks against PyTorch's
 trackers are in tests/test_parallel_reality.py."""
@@ -11,10 +11,10 @@ import torch
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions
 from graphcost.analyzer.cli.main import main
-from graphcost.passes.comm import InterconnectRates
-from graphcost.passes.fits import Overhead
-from graphcost.passes.parallel import ParallelSpec
-from graphcost.passes.roofline import DeviceRates
+from graphcost.passes.device.fits import Overhead
+from graphcost.passes.device_rates import DeviceRates
+from graphcost.passes.parallel.comm import InterconnectRates
+from graphcost.passes.parallel.step import ParallelSpec
 from torch import nn
 
 from graphcost import GraphcostError, analyze

@@ -6,7 +6,7 @@ exists from step 2). One spawn per world size serves every case (spawning is slo
 The zoo mlp's peaks and items must match to the byte but for a few (the input batch's 2 KiB).
 gpt2's are within 10%: they were −6% while its eager CPU step kept float dropout noise that
 the joint graph, like a GPU, kept as 1-byte masks (modelled for this CPU since 2026-11-26,
-passes/cpu_dropout.py: now within 1%), and the bound stays loose for a rank that holds a
+passes/graph/cpu_dropout.py: now within 1%), and the bound stays loose for a rank that holds a
 unit's buffers late.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions
 from graphcost.analyzer.measure.parallel import Case, items, measure_parallel
-from graphcost.passes.parallel import ParallelSpec
+from graphcost.passes.parallel.step import ParallelSpec
 
 from tests.shared import joint_graph
 

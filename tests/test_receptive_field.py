@@ -1,4 +1,4 @@
-"""Receptive fields (passes/receptive_field.py) against hand arithmetic, a published table and
+"""Receptive fields (passes/graph/receptive_field.py) against hand arithmetic, a published table and
 the gradients of real torch models.
 
 Coordinates: pixel i spans [i, i+1), the input has rf=1, jump=1, start=0.5. Per layer with
@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.request import LoadOptions
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.passes.costs import lookup
 from graphcost.passes.costs.registry import WINDOWS
-from graphcost.passes.receptive_field import Field, is_cnn, receptive_fields
+from graphcost.passes.graph.receptive_field import Field, is_cnn, receptive_fields
 from torch import nn
 
 from tests.onnx_builders import model, node, weight

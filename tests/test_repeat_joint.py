@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import pytest
 import torch
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.request import LoadOptions
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.models_zoo.llama import Llama, LlamaConfig
-from graphcost.passes.training import training_memory
+from graphcost.passes.training.memory import training_memory
 
 
 def _zoo_llama():

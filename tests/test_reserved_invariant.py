@@ -1,15 +1,15 @@
 """Reserved ≥ allocated, everywhere: PyTorch's caching allocator reserves every byte it hands
-out, so a replay (passes/caching_allocator.py) that reserves less than the run's own tensor
+out, so a replay (passes/memory/caching_allocator.py) that reserves less than the run's own tensor
 peak has left an allocation out, and its fit is optimistic. Every replay checks it
 (``covering``, ReplayBelowPeak); these tests run it over the zoo, the recipes and the
 strategies, and at 7B scale, where the gradients the replay lost were 12.55 GiB."""
 from __future__ import annotations
 
 import pytest
-from graphcost.analyzer.app.api import load_graph
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import build_request
-from graphcost.passes.caching_allocator import ReplayBelowPeak, covering
+from graphcost.analyzer.load.loading import load_graph
+from graphcost.passes.memory.caching_allocator import ReplayBelowPeak, covering
 
 from graphcost import analyze
 

@@ -17,12 +17,12 @@ pytest.importorskip("transformers")
 from graphcost.analyzer.app.devices import get_device  # noqa: E402
 from graphcost.analyzer.app.pipeline import run_passes  # noqa: E402
 from graphcost.analyzer.app.request import PassOptions
-from graphcost.analyzer.app.serve import (
+from graphcost.analyzer.cli.main import main  # noqa: E402
+from graphcost.analyzer.frontends.torch.serve import HFStep, capture  # noqa: E402
+from graphcost.analyzer.load.serving import (
     ServeSpec,
     load_serving,  # noqa: E402
 )
-from graphcost.analyzer.cli.main import main  # noqa: E402
-from graphcost.analyzer.frontends.torch.serve import HFStep, capture  # noqa: E402
 from graphcost.analyzer.measure.serving import measure_steps  # noqa: E402
 from graphcost.models_zoo import build_model, hf  # noqa: E402
 from graphcost.passes.errors import GraphcostError  # noqa: E402

@@ -10,9 +10,9 @@ from functools import cache
 from graphcost.analyzer.app.devices import get_device
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions
-from graphcost.analyzer.app.serve import ServeSpec, load_serving
+from graphcost.analyzer.load.serving import ServeSpec, load_serving
 from graphcost.models_zoo import build_model
-from graphcost.passes.serving import Serving
+from graphcost.passes.serving.analysis import Serving
 
 A100 = get_device("a100-80gb")
 PROMPT, GENERATE = 96, 32
@@ -65,7 +65,7 @@ def test_max_sequences_as_the_batch_traced_there_fits():
 def test_the_capacities_meet_the_fits_line_with_a_given_allocator_share():
     # --overhead allocator=10%: the allocator is the tensors × 1.1 in the fits line, and so in
     # the capacities (each the batch's tensors, scaled, × 1.1): at the traced batch they agree
-    from graphcost.passes.fits import Overhead
+    from graphcost.passes.device.fits import Overhead
     given = Overhead(allocator_fraction=0.1)
 
     def at(offers: int | None) -> Serving:

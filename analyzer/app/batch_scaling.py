@@ -81,7 +81,7 @@ class MaxBatch:
 
 
 def required_bytes(r: Report) -> int:
-    """What the run needs on the device: the report's one fits answer (passes/fits.py; a
+    """What the run needs on the device: the report's one fits answer (passes/device/fits.py; a
     training step with a checkpoint plan as the plan runs it, one data-parallel rank as its
     strategy runs it)."""
     if r.roofline is None:

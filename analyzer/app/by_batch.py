@@ -4,7 +4,7 @@ A trace is most of an analysis (a GPT-2 training step: about a second; the passe
 hundredth of that), and the search for the largest batch looks at about twenty batches. A
 PyTorch model is traced once, at a marker batch, and re-run on fake tensors at batch 2
 (frontends/fake_rerun.py); every other batch is that graph with its dims re-bound on the line
-through those two (analyzer/app/rebind.py). Before tracing at the marker, the model's forward
+through those two (analyzer/load/rebind.py). Before tracing at the marker, the model's forward
 runs on fake tensors at batch 2 and at the marker (fake_rerun.same_path) and must call the
 same ATen ops at both: a forward whose Python depends on the batch (a loop over the images of
 a detector's post-processing) would unroll a marker's worth of copies into the trace. When
@@ -19,20 +19,14 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ...passes.errors import GraphcostError, opt
-from ...passes.ir import Graph
-from .api import (
-    ANALYZE_ARGS,
-    Progress,
-    batch_of,
-    load_graph,
-    resolve_model,
-    run_request,
-    torch_graph,
-)
+from ..load.loading import load_graph, traced_once
+from ..load.rebind import batch_family
+from ..load.resolve import Progress
+from .api import ANALYZE_ARGS, run_request
 from .api_checks import check_unknown
 from .batch_scaling import MaxBatch, estimate_max_batch, max_batch, required_bytes
 from .report import Report
-from .request import LoadOptions, Request, build_request
+from .request import Request, build_request
 
 
 @dataclass(frozen=True)
@@ -53,37 +47,11 @@ class BatchAnalyses:
         return self.at(batch)
 
 
-def traced_once(model, load: LoadOptions,
-                progress: Progress | None = None) -> tuple[Graph, Callable[[int], Graph]] | None:
-    """``model`` traced at a marker batch, with ``b -> its graph at b`` (the trace re-run on
-    fake tensors); None for a model that is not a PyTorch module with a batch of its own, whose
-    forward takes another path at the marker, or whose trace has sizes the data decides."""
-    from ..frontends.torch.fake_rerun import FIRST, marker_batch, model_sizes, same_path
-
-    def at(b: int):
-        return resolve_model(model, replace(load, batch=b), progress=progress)
-    r = at(FIRST)
-    if r.kind != "torch":
-        return None
-    marker = marker_batch(model_sizes(r.module, (*r.inputs, *r.kwargs.values())))
-    if marker != FIRST:
-        r = at(marker)
-    small = at(2)
-    if batch_of((*r.inputs, *r.kwargs.values())) != marker or \
-            not same_path(r, small, train=load.train):
-        return None
-    graph, rerun = torch_graph(r, progress or (lambda _msg: None), load.train,
-                               load.all_layers, rebindable=True, attention=load.attention,
-                               autocast=load.autocast)
-    return None if rerun is None else (graph, rerun)
-
-
 def analyze_by_batch(model, request: Request,
                      progress: Progress | None = None) -> BatchAnalyses:
     """The analyses of ``model`` at any batch under ``request`` (its own batch ignored); the
     module docstring says how."""
     from .pipeline import run_passes
-    from .rebind import batch_family
 
     def plain(b: int) -> Report:
         return run_request(model, request.at_batch(b), progress=progress)

@@ -17,10 +17,11 @@ from types import MappingProxyType
 from typing import Mapping
 
 from ...passes.choices import OptimizerImpl
-from ...passes.comm import InterconnectRates
+from ...passes.device.fits import Overhead  # noqa: F401  (the values)
+from ...passes.device.roofline import DTYPES  # noqa: F401
+from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
-from ...passes.fits import Overhead  # noqa: F401  (the values)
-from ...passes.roofline import DTYPES, DeviceRates  # noqa: F401
+from ...passes.parallel.comm import InterconnectRates
 from .units import parse_rate, parse_size
 
 T, GB, GiB, MiB = 1e12, 1e9, 1 << 30, 1 << 20

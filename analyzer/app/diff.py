@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from ...passes.modules import ModuleCost
+from ...passes.graph.modules import ModuleCost
 from .report import NodeRow, Report
 
 DIFF_SCHEMA_VERSION = 1

@@ -4,27 +4,27 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from ...passes.allocator_events import inference_reserved
-from ...passes.arena import plan_arena
-from ...passes.attention_dispatch import attention_uses
-from ...passes.bounds import size_bounds
 from ...passes.costs import CostReport, count_costs
+from ...passes.device.fits import Fit
+from ...passes.device.gpu_workspaces import gpu_workspaces
+from ...passes.device.roofline import flops_by_dtype, roofline
 from ...passes.errors import GraphcostError
-from ...passes.fits import Fit, fit
-from ...passes.gpu_workspaces import gpu_workspaces
+from ...passes.graph.attention_dispatch import attention_uses
+from ...passes.graph.modules import aggregate_modules
+from ...passes.graph.moe import find_moe
+from ...passes.graph.params import ParamReport, count_params
+from ...passes.graph.receptive_field import cnn_fields
+from ...passes.graph.shapes import check_shapes
 from ...passes.ir import Graph, ValueKind
-from ...passes.liveness import analyze_liveness
 from ...passes.magnitude import magnitude_warnings
-from ...passes.modules import aggregate_modules
-from ...passes.moe import find_moe
-from ...passes.parallel import parallel_step
-from ...passes.params import ParamReport, count_params
-from ...passes.precision import cast_floats, master_weights
-from ...passes.receptive_field import cnn_fields
-from ...passes.roofline import flops_by_dtype, roofline
-from ...passes.serving import ServingTrace, serving_review
-from ...passes.shapes import check_shapes
-from ...passes.training import training_step
+from ...passes.memory.allocator_events import inference_reserved
+from ...passes.memory.arena import plan_arena
+from ...passes.memory.bounds import size_bounds
+from ...passes.memory.liveness import analyze_liveness
+from ...passes.parallel.step import parallel_step
+from ...passes.serving.analysis import ServingTrace, serving_review
+from ...passes.training.precision import cast_floats, master_weights
+from ...passes.training.step import training_step
 from .report import NodeRow, Report, Totals
 from .request import PassOptions
 
@@ -35,7 +35,7 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     graph runtime frees each tensor after its last use) or "eager" (PyTorch eager: module
     arguments stay referenced until the call returns; default for an inference graph traced
     from PyTorch). ``optimizer`` (a joint forward+backward graph) adds the training step
-    (passes.training.training_step: ``checkpoint``, ``precision``, ``optimizer_impl``,
+    (passes.training.step.training_step: ``checkpoint``, ``precision``, ``optimizer_impl``,
     ``what_if``), ``parallel`` one rank's share; ``device`` the roofline and the fit, with
     ``overhead``; ``serving`` (the prefill this graph is, at the dtypes asked, and the decode
     step) the serving review."""
@@ -49,7 +49,9 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
         raise GraphcostError(f"lifetimes must be 'eager' or 'dataflow', not {lifetimes!r}")
     costs, params = count_costs(graph), count_params(graph)
     memory = analyze_liveness(graph, include_inputs=include_inputs, inplace=o.inplace,
-                              eager=lifetimes == "eager")
+                              eager=lifetimes == "eager",
+                              resident={"params": params.param_bytes,
+                                        "buffers": params.buffer_bytes})
     # A static arena is an inference runtime's plan; a training step runs on PyTorch's
     # caching allocator (and greedy-by-size over a joint graph's long lifetimes is slow).
     arena = plan_arena(memory.storages) if optimizer is None else None
@@ -89,25 +91,9 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
 
 
 def _fit(report: Report, device, overhead, allocator) -> Fit:
-    """The report's one fits answer: the serving batch's when reviewed for serving; a
-    training step's, or one data-parallel rank's, on its two-step reserved replay (a
-    checkpoint plan's peak by the estimate); an inference run's on its reserved replay."""
-    if report.serving is not None and report.serving.fit is not None:
-        return report.serving.fit
-    t = report.training
-    if t is None:
-        return fit(device, report.peak_bytes, reserved_bytes=report.memory.reserved_peak_bytes,
-                   overhead=overhead, allocator=allocator.words, workspaces_replayed=True)
-    if report.parallel is not None:
-        return fit(device, report.parallel.per_rank_peak_bytes,
-                   reserved_bytes=report.parallel.reserved_peak_bytes, threads=2,
-                   workspaces_replayed=True,
-                   overhead=overhead, allocator=allocator.words,
-                   world=report.parallel.world_size)
-    if t.checkpoint is not None:
-        return fit(device, t.checkpoint.peak_bytes, threads=2, overhead=overhead)
-    return fit(device, report.peak_bytes, reserved_bytes=t.reserved_peak_bytes, threads=2,
-               overhead=overhead, allocator=allocator.words, workspaces_replayed=True)
+    """The report's one fits answer: its peak's (Report.peak: the serving batch's, one rank's,
+    the training step's or the inference run's) on the device."""
+    return report.peak.fit(device, overhead=overhead, allocator=allocator.words)
 
 
 def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:

@@ -1,8 +1,8 @@
 """The result of an analysis: the passes' own results, assembled, and their JSON form.
 
-A Report holds each pass's result object as it is (``memory`` is passes.liveness.Liveness,
-``training`` passes.training.TrainingMemory, ``roofline`` passes.roofline.Roofline,
-``coverage`` and ``by_op_type`` the cost pass's, ``modules`` passes.modules.ModuleCost …);
+A Report holds each pass's result object as it is (``memory`` is passes.memory.liveness.Liveness,
+``training`` passes.training.memory.TrainingMemory, ``roofline`` passes.device.roofline.Roofline,
+``coverage`` and ``by_op_type`` the cost pass's, ``modules`` passes.graph.modules.ModuleCost …);
 only ``totals`` (the cost and parameter passes summed up) and ``nodes`` (one row per node,
 joining every pass) are made here. One generic serializer turns the whole into JSON (the
 stable contract in README.md): dataclass fields in declaration order, minus fields marked
@@ -19,24 +19,27 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ...passes.attention_dispatch import AttentionUse
-from ...passes.bounds import Bounds
 from ...passes.costs import Coverage, OpTotals
+from ...passes.device.roofline import Roofline
+from ...passes.graph.attention_dispatch import AttentionUse
+from ...passes.graph.modules import ModuleCost
+from ...passes.graph.moe import MoE
+from ...passes.graph.receptive_field import NodeField
 from ...passes.ir import INTERNAL
-from ...passes.liveness import Liveness
-from ...passes.modules import ModuleCost
-from ...passes.moe import MoE
-from ...passes.parallel import ParallelMemory
-from ...passes.receptive_field import NodeField
-from ...passes.roofline import Roofline
-from ...passes.serving import Serving
-from ...passes.training import TrainingMemory
+from ...passes.memory.bounds import Bounds
+from ...passes.memory.liveness import Liveness
+from ...passes.memory.peak import Peak
+from ...passes.parallel.step import ParallelMemory
+from ...passes.serving.analysis import Serving
+from ...passes.training.memory import TrainingMemory
 
-SCHEMA_VERSION = 7  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+SCHEMA_VERSION = 8  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
 # 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
 # allocator_fraction); 5: "allocator"; 6: parallel.reserved_peak_bytes and
 # serving.reserved_peak_bytes (the caching allocator replayed per rank and per serving batch);
-# 7: memory, training and serving .reserved_by_phase (what the replay reserved by each phase)
+# 7: memory, training and serving .reserved_by_phase (what the replay reserved by each phase);
+# 8: one peak shape: `peak` in memory/training/parallel/serving and at the top; training.loss
+# (the loss the step backpropagated); parallel.mesh (the layout as a device mesh)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "
@@ -86,6 +89,12 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
                   "buffers, gradients, optimizer state, activations incl. the input batch "
                   "unless include_inputs is false, temporaries); with a data-parallel "
                   "strategy (parallel), the worst rank's peak on its device",
+    "peak": "the peak the fit judges, in one shape (memory, training, parallel and serving "
+            "each have theirs): allocated_bytes (the tensors live at it), reserved_bytes (the "
+            "caching allocator's replayed peak; null where not replayed: a checkpoint plan), "
+            "phase, node, by_category, threads (one cuBLAS workspace each) and world_size; the "
+            "serving batch's when reviewed for serving, one rank's with parallel, the "
+            "checkpointed step's under a checkpoint plan",
     "parallel": "one rank's training step under a data-parallel strategy: its micro-batch is "
                 "the report's batch (global batch = batch x world_size); parameters, "
                 "gradients and optimizer state as the strategy shards them (dim 0 padded to a "
@@ -149,7 +158,7 @@ class Report:
     memory: Liveness
     warnings: tuple[str, ...] = ()
     traced_layers: str = ""                    # a stack traced as three blocks (Graph's)
-    # the kernels a training step's attention calls were traced as (passes/attention_dispatch.py)
+    # the kernels a training step's attention calls were traced as (passes/graph/attention_dispatch.py)
     attention: tuple[AttentionUse, ...] = ()
     # the caching allocator's settings the reserved figures were replayed with, as
     # PYTORCH_CUDA_ALLOC_CONF spells them ("": PyTorch's defaults)
@@ -157,9 +166,9 @@ class Report:
     training: TrainingMemory | None = None
     parallel: ParallelMemory | None = None      # one rank's share of the training step
     roofline: Roofline | None = None
-    moe: MoE | None = None                     # mixture-of-experts layers (passes.moe)
-    serving: Serving | None = None             # prefill/decode/KV cache (passes.serving)
-    bounds: Bounds | None = None               # sizes the data decides (passes.bounds)
+    moe: MoE | None = None                     # mixture-of-experts layers (passes.graph.moe)
+    serving: Serving | None = None             # prefill/decode/KV cache (passes.serving.analysis)
+    bounds: Bounds | None = None               # sizes the data decides (passes.memory.bounds)
     receptive_field: tuple[NodeField, ...] = ()   # empty unless the graph is a CNN
     modules: tuple[ModuleCost, ...] = ()
     nodes: tuple[NodeRow, ...] = ()
@@ -169,20 +178,33 @@ class Report:
     @property
     def peak_bytes(self) -> int:
         """Everything the run holds on the device at its peak (CONVENTION["peak_bytes"]): the
-        one figure budgets, the device fit and --max-batch are checked against; with a
-        data-parallel strategy, one rank's (the worst rank's) peak."""
+        one figure budgets are checked against; with a data-parallel strategy, one rank's (the
+        worst rank's) peak. The device fit judges ``peak`` (the same bytes but under a
+        checkpoint plan and for serving)."""
         if self.parallel is not None:
             return self.parallel.per_rank_peak_bytes
         if self.training is not None:
             return self.training.peak_bytes
         return self.totals.param_bytes + self.totals.buffer_bytes + self.memory.peak_bytes
 
+    @property
+    def peak(self) -> Peak:
+        """The peak the device fit judges (passes/memory/peak.py): the serving batch's when
+        reviewed for serving, else one data-parallel rank's, else the training step's (the
+        checkpointed step's under a checkpoint plan), else the inference run's. Its
+        ``allocated_bytes`` is ``peak_bytes`` but for serving (``peak_bytes``: the prefill
+        graph run once) and a checkpoint plan (``peak_bytes``: the plain step)."""
+        for section in (self.serving, self.parallel, self.training):
+            if section is not None:
+                return section.peak
+        return self.memory.peak
+
     def to_dict(self) -> dict[str, Any]:
         body = jsonable(self)
         return {"schema_version": self.schema_version, "model": body.pop("model"),
                 "source": body.pop("source"), "batch": body.pop("batch"),
                 "dims": dict(sorted(body.pop("dims").items())), "peak_bytes": self.peak_bytes,
-                "convention": dict(CONVENTION), **body}
+                "peak": jsonable(self.peak), "convention": dict(CONVENTION), **body}
 
     def to_json(self) -> str:
         # Compact separators keep json's C encoder (indent= falls back to pure Python).

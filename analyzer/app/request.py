@@ -5,54 +5,33 @@ command line from its options (analyzer/cli/main.py). ``run_request`` (analyzer/
 ``analyze_by_batch`` and ``max_batch_search`` (analyzer/app/by_batch.py), ``verify_request``
 (analyzer/measure/verify.py) and ``run_passes`` (analyzer/app/pipeline.py) read it. The choice
 lists are the Enums of passes/choices.py; the checkpoint and parallel specs are the passes'
-own (passes/checkpoint.py, passes/parallel.py), the serve spec the serving review's (analyzer/app/serve.py).
+own (passes/training/checkpoint.py, passes/parallel/step.py), the load options
+and the serve spec analyzer/load/'s (options.py, serving.py), checked when built.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from types import MappingProxyType
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from ...passes.attention_dispatch import AttentionTarget
-from ...passes.caching_allocator import AllocatorConfig
-from ...passes.checkpoint import CheckpointSpec
-from ...passes.choices import Attention, Exporter, Lifetimes, Optimizer, OptimizerImpl
+from ...passes.choices import Attention, Lifetimes, Optimizer, OptimizerImpl
+from ...passes.device.fits import Overhead
+from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
-from ...passes.fits import Overhead
-from ...passes.parallel import ParallelSpec
-from ...passes.precision import AutocastSpec
-from ...passes.roofline import DeviceRates
+from ...passes.graph.attention_dispatch import AttentionTarget
+from ...passes.memory.caching_allocator import AllocatorConfig
+from ...passes.parallel.step import ParallelSpec
+from ...passes.training.checkpoint import CheckpointSpec
+from ...passes.training.precision import AutocastSpec
+from ..load.checks import check_arguments, plain_arguments
+from ..load.options import NONE, LoadOptions
+from ..load.serving import ServeSpec, check_serve
 from .api_checks import (
     allocator_of,
-    check_arguments,
     check_checkpoint,
     device_of,
     overhead_of,
     parallel_spec,
-    plain_arguments,
 )
-from .serve import ServeSpec, check_serve
-
-_NONE: Mapping[str, Any] = MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    """How the model is bound, read and traced. Checked where it is used
-    (``resolve_model``), so a LoadOptions built by hand is checked too."""
-    batch: int | None = None
-    dims: Mapping[str, int] = field(default_factory=lambda: _NONE)
-    input_shapes: Mapping[str, Sequence[int]] = field(default_factory=lambda: _NONE)
-    input_dtypes: Mapping[str, Any] = field(default_factory=lambda: _NONE)
-    exporter: str = Exporter.ONNX       # a zoo model: its cached ONNX export, or traced (fx)
-    train: bool = False                 # the joint forward+backward graph
-    all_layers: bool = False            # trace every block of a repeated stack
-    # the machine, dtype and kernel choice a training step's attention is traced for
-    attention: AttentionTarget = AttentionTarget()
-    autocast: AutocastSpec | None = None  # a training step's forward under torch.autocast
-    dtype: str | None = None            # --dtype: the weights' dtype for inference and serving
-    # a training recipe that casts the module (bf16-true, bf16-master): traced in its dtype
-    cast: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +42,7 @@ class PassOptions:
     lifetimes: str | None = None        # Lifetimes; None: eager for a torch forward
     optimizer: str | None = None        # Optimizer; None: an inference graph
     checkpoint: CheckpointSpec | None = None
-    precision: str = "fp32"             # passes/precision.py RECIPES
+    precision: str = "fp32"             # passes/training/precision.py RECIPES
     device: DeviceRates | None = None
     tf32: bool = False
     overhead: Overhead | None = None
@@ -97,10 +76,11 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                   what_if: bool = True, parallel: Mapping[str, Any] | None = None,
                   optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
                   all_layers: bool = False, attention: str = "auto",
-                  allocator: str | None = None, dtype: str | None = None) -> Request:
+                  allocator: str | None = None, dtype: str | None = None,
+                  loss: str = "auto") -> Request:
     """The request ``analyze``'s keyword arguments ask for, every one checked (a
     GraphcostError naming it, in the command line's words: analyze rewords them)."""
-    from ...passes.precision import canonical
+    from ...passes.training.precision import canonical
 
     overhead = overhead_of(overhead)
     precision = canonical(precision) if isinstance(precision, str) else precision
@@ -116,7 +96,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                        zoo_exporter, train, all_layers,
                        attention_target(rates, precision, attention),
                        autocast_spec(rates, precision) if train else None, dtype,
-                       cast_dtype(precision) if train else None)
+                       cast_dtype(precision) if train else None, loss)
     if serve is not None:
         r = _serve_request(serve, load, precision, include_inputs=include_inputs,
                            lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
@@ -132,7 +112,7 @@ def attention_target(device: DeviceRates | None, precision: str,
                      kernel: str = "auto") -> AttentionTarget:
     """The target a training step's attention kernels are chosen for: ``device`` (None: this
     CPU) computing in the precision recipe's half dtype (fp32: the traced dtype)."""
-    from ...passes.precision import compute_dtype
+    from ...passes.training.precision import compute_dtype
 
     dtype = compute_dtype(precision) if isinstance(precision, str) else None
     if device is None:
@@ -146,7 +126,7 @@ def attention_target(device: DeviceRates | None, precision: str,
 def autocast_spec(device: DeviceRates | None, precision: str) -> AutocastSpec | None:
     """The autocast region an autocast recipe (bf16-mixed, 16-mixed) puts around the forward:
     on a GPU ``device`` autocast's CUDA op lists, else the CPU's."""
-    from ...passes.precision import AUTOCAST
+    from ...passes.training.precision import AUTOCAST
 
     dtype = AUTOCAST.get(precision) if isinstance(precision, str) else None
     if dtype is None:
@@ -157,20 +137,20 @@ def autocast_spec(device: DeviceRates | None, precision: str) -> AutocastSpec | 
 def cast_dtype(precision: str) -> str | None:
     """The dtype a re-typing recipe (bf16-true, 16-true, bf16-master, 16-master) casts the
     module to; None for the others (and for a name the argument checks will refuse)."""
-    from ...passes.precision import PRECISIONS
+    from ...passes.training.precision import PRECISIONS
 
     return PRECISIONS.get(precision) if isinstance(precision, str) else None
 
 
 def _raw(mapping):
-    """A mapping argument kept as given (checked by resolve_model); None as empty."""
-    return _NONE if mapping is None else mapping
+    """A mapping argument kept as given (LoadOptions checks it); None as empty."""
+    return NONE if mapping is None else mapping
 
 
 def _pass_options(*, include_inputs, inplace, lifetimes, train, optimizer, checkpoint,
                   precision, device, tf32, overhead, what_if, parallel,
                   optimizer_impl) -> PassOptions:
-    from ...passes.precision import CHOICES
+    from ...passes.training.precision import CHOICES
     from .devices import default_optimizer_impl
 
     check_arguments(flags={"include_inputs": include_inputs, "inplace": inplace, "train": train,

@@ -8,11 +8,11 @@ import re
 import sys
 from contextlib import contextmanager
 
-from ...passes.choices import Attention, Lifetimes, Optimizer
+from ...passes.choices import Attention, Lifetimes, Loss, Optimizer
 from ...passes.errors import GraphcostError
-from ...passes.precision import CHOICES
-from ..app.api_checks import DTYPE_WORDS
+from ...passes.training.precision import CHOICES
 from ..app.devices import get_device, parse_device_spec, parse_overhead
+from ..load.checks import DTYPE_WORDS
 from .parallel import add_parallel_args, parallel_args
 
 
@@ -82,6 +82,12 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                    help="with --train: the kernel scaled_dot_product_attention is traced as "
                         "(default auto: the one PyTorch picks on --device, or this CPU, in "
                         "the --precision dtype)")
+    p.add_argument("--loss", choices=Loss.words(), default="auto",
+                   help="with --train: the loss the step backpropagates (default auto: the "
+                        "model's own, e.g. a transformers causal LM given labels; else "
+                        "cross-entropy over the vocabulary for a language-model head; else "
+                        "the sum of the outputs); ce: fp32 cross-entropy as torchtitan; "
+                        "chunked-ce: torchtune's CEWithChunkedOutputLoss (8 chunks)")
     add_parallel_args(p)
     p.add_argument("--checkpoint", metavar="NAMES|sqrt|auto",
                    help="with --train: checkpoint these modules (comma-separated paths), √N "
@@ -171,7 +177,7 @@ def analysis_kwargs(args) -> dict:
                 checkpoint=_checkpoint_args(args), precision=args.precision,
                 parallel=parallel_args(args), optimizer_impl=args.optimizer_impl,
                 all_layers=args.all_layers, attention=args.attention,
-                allocator=args.allocator, dtype=args.dtype)
+                allocator=args.allocator, dtype=args.dtype, loss=args.loss)
 
 
 def device_from_args(args):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ...models_zoo.cache import cache_dir
 from ...passes.errors import GraphcostError
-from ..app.model_names import file_class
-from ..app.resolve import WEIGHTS_FILES
+from ..load.model_names import file_class
+from ..load.resolve import WEIGHTS_FILES
 
 
 def refuse_overwrite(output: str | None, model: str) -> None:

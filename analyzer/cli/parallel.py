@@ -13,11 +13,13 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                    help="with --train: the optimizer's implementation, which sets the step's "
                         "temporaries (default: foreach with a GPU --device, as PyTorch "
                         "picks there; forloop otherwise, PyTorch's CPU default)")
-    p.add_argument("--parallel", choices=Strategy.words(),
+    p.add_argument("--parallel", metavar="STRATEGY|MESH",
                    help="with --train: one rank's memory under data parallelism: ddp "
                         "(replicated + gradient buckets), zero1 (DDP + ZeroRedundancyOptimizer)"
                         ", zero2 (FSDP2, reshard_after_forward=False), zero3/fsdp (FSDP2 "
-                        "fully_shard per repeated block + root). --batch is each rank's batch")
+                        "fully_shard per repeated block + root); or a device mesh by "
+                        "torchtitan's names, e.g. dp_shard=8 (FSDP2) or dp_replicate=8 "
+                        "(DDP). --batch is each rank's batch")
     p.add_argument("--world-size", metavar="N|auto",
                    help="with --parallel: the number of ranks, or auto: the smallest that fits "
                         "--device")
@@ -44,7 +46,16 @@ def parallel_args(args) -> dict | None:
         if extra:
             raise GraphcostError(f"{extra[0]} goes with --parallel STRATEGY")
         return None
-    out: dict = {"strategy": args.parallel}
+    if "=" in args.parallel:  # a mesh: its sizes are the world size
+        if args.world_size is not None:
+            raise GraphcostError("--world-size: a mesh's sizes give the world size "
+                                 f"(--parallel {args.parallel})")
+        out: dict = {"mesh": args.parallel}
+    elif args.parallel in Strategy.words():
+        out = {"strategy": args.parallel}
+    else:
+        raise GraphcostError(f"--parallel {args.parallel[:80]}: expected a strategy "
+                             f"({', '.join(Strategy.words())}) or a mesh such as dp_shard=8")
     if args.world_size is not None:
         text = args.world_size.strip().lower()
         if text != "auto" and not text.lstrip("-").isdigit():

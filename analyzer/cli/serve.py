@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from ...passes.errors import GraphcostError
-from ...passes.serving_dtypes import KV_DTYPES, WEIGHT_DTYPES
+from ...passes.serving.dtypes import KV_DTYPES, WEIGHT_DTYPES
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 """Per-rank memory of real data-parallel training on this CPU, measured by PyTorch's own
-trackers: what graphcost's per-rank predictions (passes/parallel.py) are checked against.
+trackers: what graphcost's per-rank predictions (passes/parallel/step.py) are checked against.
 
 ``measure_parallel(cases, world)`` starts ``world`` processes (torch.multiprocessing, gloo on
 127.0.0.1) and runs every case in each of them: the zoo model with seeded weights, wrapped as
@@ -37,7 +37,7 @@ class Case:
     input_shapes: tuple = ()                 # ((name, shape), …) instead of the zoo's
     units: tuple[str, ...] = ()              # module paths to fully_shard (then the root)
     optimizer_impl: str = "forloop"
-    # a precision recipe (passes/precision.py): bf16-mixed runs the forward under CPU
+    # a precision recipe (passes/training/precision.py): bf16-mixed runs the forward under CPU
     # autocast; bf16-true casts the module (and float inputs) to bf16; bf16-master is FSDP2's
     # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over fp32 shards
     precision: str = "fp32"

@@ -60,7 +60,8 @@ def cpu_device(cpu: CpuSpec):
     tensor cores; numpy measures fp32 only)."""
     from types import MappingProxyType
 
-    from ...passes.roofline import DTYPES, DeviceRates
+    from ...passes.device.roofline import DTYPES
+    from ...passes.device_rates import DeviceRates
     label = (f"this CPU (measured: {cpu.peak_flops / 1e9:.1f} GFLOP/s fp32 matmul, "
              f"{cpu.bandwidth / 1e9:.1f} GB/s copy)")
     return DeviceRates("this-cpu", label, MappingProxyType({d: cpu.peak_flops for d in DTYPES}),
@@ -95,18 +96,32 @@ def measure_inference(module, args, kwargs=None):
         per_module[fqn] = (best, len(snaps))
     return peak.get("Activation", 0), peak, per_module
 
-def training_loss_of(module, args, kwargs=None):
-    """graphcost's training loss of ``module(*args)``: the model's own loss where it returns
-    one, else every floating output summed (frontends/torch/loss_kernels.split_loss)."""
-    return held_loss_of(module, args, kwargs)[0]
+def training_loss_of(module, args, kwargs=None, loss: str = "auto"):
+    """graphcost's training loss of ``module(*args)`` (``loss`` as ``--loss``:
+    frontends/torch/lm_loss.py, the module graphcost's trace builds its loss with)."""
+    return held_loss_of(module, args, kwargs, loss)[0]
 
 
-def held_loss_of(module, args, kwargs=None):
+def held_loss_of(module, args, kwargs=None, loss: str = "auto"):
     """(graphcost's training loss of ``module(*args)``, what the loop holds beside it through
-    the backward: what the model returned beside its own loss; loss_kernels.split_loss)."""
-    from ..frontends.torch.loss_kernels import split_loss
+    the backward: what the model returned beside its own loss; lm_loss.step_loss)."""
+    from ..frontends.torch.lm_loss import step_loss
 
-    return split_loss(module(*args, **(kwargs or {})))
+    call, plan, args, kwargs = loss_inputs(module, args, kwargs, loss)
+    return step_loss(call, plan, args, kwargs)[:2]
+
+
+def loss_inputs(module, args, kwargs=None, loss: str = "auto"):
+    """(the module a step calls, its loss plan, its args, its kwargs with the labels the loss
+    reads): what a real step needs to backpropagate the loss graphcost traces. A zoo
+    KeywordCall (a model with its inputs, called with none) is its model and inputs."""
+    from ...models_zoo.measurable import KeywordCall
+    from ..frontends.torch.lm_loss import plan_loss, with_labels
+
+    if isinstance(module, KeywordCall):
+        module, args, kwargs = module.model, (), module.inputs
+    plan = plan_loss(module, tuple(args), kwargs or {}, loss)
+    return module, plan, tuple(args), with_labels(plan, tuple(args), kwargs or {})
 
 
 class _NoHook:
@@ -122,12 +137,16 @@ def skip_frozen(tracker, module) -> None:
             tracker._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
 
 
-def _training_step(module, args, optimizer: str, kwargs=None, autocast=None):
+def _training_step(module, args, optimizer: str, kwargs=None, autocast=None,
+                   loss: str = "auto"):
     """(one training step as a function, the optimizer or None): gradients freed first by
-    ``zero_grad(set_to_none=True)``, the loss graphcost's (training_loss_of)."""
+    ``zero_grad(set_to_none=True)``, the loss graphcost's (``loss_inputs``: its labels made
+    once, beside the inputs, as a loop's batch is)."""
     import contextlib
 
     import torch
+
+    from ..frontends.torch.lm_loss import step_loss
 
     params = list(module.parameters())
     opt = {Optimizer.NONE: None,
@@ -137,26 +156,30 @@ def _training_step(module, args, optimizer: str, kwargs=None, autocast=None):
            Optimizer.ADAMW: lambda: torch.optim.AdamW(params)}[Optimizer(optimizer)]
     opt = opt() if opt else None
 
+    call, plan, call_args, call_kwargs = loss_inputs(module, args, kwargs, loss)
+
     def step():
         module.zero_grad(set_to_none=True)
         with torch.autocast("cpu", autocast) if autocast else contextlib.nullcontext():
-            loss, held = held_loss_of(module, args, kwargs)
-        loss.backward()
+            value, held, _ = step_loss(call, plan, call_args, call_kwargs)
+        value.backward()
         del held   # (held through the backward, as graphcost holds it)
         if opt:
             opt.step()
     return step, opt
 
 
-def measure_training(module, args, optimizer: str, kwargs=None, autocast=None):
+def measure_training(module, args, optimizer: str, kwargs=None, autocast=None,
+                     loss: str = "auto"):
     """MemTracker's peak over the second training step (optimizer state already allocated,
     gradients freed by zero_grad(set_to_none=True) first), as graphcost models it:
     (total bytes, the peak by category). ``autocast`` (a torch dtype): the forward runs in
     ``torch.autocast("cpu", autocast)``, the backward and the step outside it, as Lightning's
-    and the HF Trainer's loops run them. The tests measure with this too."""
+    and the HF Trainer's loops run them. ``loss``: as ``--loss``. The tests measure with
+    this too."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    step, opt = _training_step(module, args, optimizer, kwargs, autocast)
+    step, opt = _training_step(module, args, optimizer, kwargs, autocast, loss)
     step()  # the first step allocates the optimizer state
     tracker = MemTracker()
     skip_frozen(tracker, module)

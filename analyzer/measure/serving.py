@@ -1,4 +1,4 @@
-"""transformers' own serving steps on this CPU: what the serving review (passes/serving.py) is
+"""transformers' own serving steps on this CPU: what the serving review (passes/serving/analysis.py) is
 checked against (tests/test_serving.py, benchmarks/accuracy_serving.py). Nothing is predicted
 here: the cache bytes are the tensors transformers returns, the FLOPs FlopCounterMode's."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``graphcost verify``: run the model for real on this CPU and compare with the prediction.
 
-The model is resolved as everywhere else (analyzer/app/resolve.py), with real weights:
+The model is resolved as everywhere else (analyzer/load/resolve.py), with real weights:
 
 * ONNX (a file, a ModelProto, or ``zoo:NAME``'s cached export) → analyzer/measure/verify_onnx.py:
   onnxruntime's shapes of every node output and its latency beside the roofline bound;
@@ -16,8 +16,8 @@ from typing import Any
 
 from ...passes.choices import Optimizer
 from ...passes.errors import GraphcostError, opt
-from ..app.api import resolve_model
 from ..app.request import PassOptions, Request, build_request
+from ..load.loading import resolve_model
 from .verify_onnx import OnnxVerification, verify_onnx
 from .verify_torch import TorchVerification, verify_torch
 

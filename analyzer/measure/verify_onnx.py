@@ -84,16 +84,12 @@ class OnnxVerification:
 
 
 
-# long: one measurement: load once, run, time, measure the CPU, compare — steps that share the session
 def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
                 progress: Callable[[str], None] | None = None,
                 passes: PassOptions = PassOptions()) -> OnnxVerification:
-    """``resolved``: an ONNX model from analyzer.app.resolve (its file is only read; its weights
+    """``resolved``: an ONNX model from analyzer.load.resolve (its file is only read; its weights
     are loaded once, here, and the same proto is lowered and run). ``passes``: what the
     passes are asked (its lifetimes, include_inputs and inplace; the device is this CPU)."""
-    import numpy as np
-    import onnx
-
     from ..app.pipeline import run_passes
     from ..frontends.onnx.frontend import lower_onnx
 
@@ -108,49 +104,93 @@ def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
     graph = lower_onnx(proto, name=resolved.name, batch=batch, dims=resolved.dims,
                        input_shapes=resolved.input_shapes)
     feeds = _random_feeds(proto, graph, resolved.int_ranges)
-
     # Session 1: every intermediate a graph output, no optimizations (nothing fused away).
-    producer = {}
-    for node in graph.nodes:
-        for out in node.outputs:
-            if out:
-                producer.setdefault(out, node.name)
-    top_level = [o for n in proto.graph.node for o in n.output if o]
-    declared = {o.name for o in proto.graph.output}
-    probe = onnx.ModelProto()
-    probe.CopyFrom(proto)
-    to_elem = {v: k for k, v in _dtype_names().items()}
-    unknown: list[ShapeCheck] = []
-    for out in top_level:
-        spec = graph.spec(out)
-        if out in declared:
-            continue
-        if spec is None or spec.dtype not in to_elem:  # no type to declare it with
-            unknown.append(ShapeCheck(out, producer.get(out, "?"), _spec_text(spec), ""))
-            continue
-        probe.graph.output.append(onnx.helper.make_tensor_value_info(out, to_elem[spec.dtype],
-                                                                     None))
+    shapes = _ShapeChecks(graph)
+    probe = shapes.probe(proto)
     note("running every node with onnxruntime")
     names = [o.name for o in probe.graph.output]
-    real = dict(zip(names, _session(probe, optimize=False).run(names, feeds)))
-
-    matched = 0
-    mismatches = []
-    for out in names:
-        arr, spec = real[out], graph.spec(out)
-        measured = f"{'×'.join(map(str, arr.shape)) or 'scalar'} {arr.dtype.name}" \
-            if isinstance(arr, np.ndarray) else type(arr).__name__
-        predicted = _spec_text(spec)
-        if not isinstance(arr, np.ndarray) or spec is None or spec.shape is None or not spec.known:
-            unknown.append(ShapeCheck(out, producer.get(out, "?"), predicted, measured))
-            continue
-        if tuple(arr.shape) == tuple(spec.shape) and arr.dtype.name == spec.dtype:
-            matched += 1
-        else:
-            mismatches.append(ShapeCheck(out, producer.get(out, "?"), predicted, measured))
-
+    shapes.compare(names, dict(zip(names, _session(probe, optimize=False).run(names, feeds))))
     # Session 2: what a user runs — default optimizations, only the model's outputs.
     note(f"timing {repeat} runs")
+    times = _timed(proto, feeds, repeat)
+    # This CPU's rates, measured right after the timing (the machine's load then is the same).
+    note("measuring this CPU's peak FLOP/s and bandwidth")
+    cpu = measure_cpu()
+    report = run_passes(graph, replace(passes, device=cpu_device(cpu)))
+    rf = report.roofline
+    assert rf is not None  # (run with this CPU as the device)
+    return OnnxVerification(
+        model=report.model, batch=report.batch, dims=dict(report.dims),
+        shapes_checked=shapes.matched + len(shapes.mismatches), shapes_matched=shapes.matched,
+        shapes_mismatched=len(shapes.mismatches), shapes_unknown=len(shapes.unknown),
+        mismatches=tuple(shapes.mismatches), unknown=tuple(shapes.unknown),
+        latency_seconds=statistics.median(times), latency_min_seconds=min(times),
+        repeat=repeat, roofline_seconds=rf.total_seconds,
+        roofline_compute_seconds=rf.compute_seconds, roofline_memory_seconds=rf.memory_seconds,
+        cpu=cpu,
+        flops=report.totals.flops,
+        bytes_moved=report.totals.bytes_read + report.totals.bytes_written,
+        predicted_peak_bytes=report.memory.peak_bytes, lifetimes=report.memory.lifetimes)
+
+
+class _ShapeChecks:
+    """onnxruntime's real shapes against ``graph``'s, value by value: the probe model that
+    outputs every intermediate, and the tallies of its comparison."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.producer: dict[str, str] = {}  # value -> the node that produces it
+        for node in graph.nodes:
+            for out in node.outputs:
+                if out:
+                    self.producer.setdefault(out, node.name)
+        self.matched = 0
+        self.mismatches: list[ShapeCheck] = []
+        self.unknown: list[ShapeCheck] = []
+
+    def probe(self, proto):
+        """A copy of ``proto`` with every top-level value that has a dtype a graph output;
+        one without is unknown."""
+        import onnx
+
+        top_level = [o for n in proto.graph.node for o in n.output if o]
+        declared = {o.name for o in proto.graph.output}
+        probe = onnx.ModelProto()
+        probe.CopyFrom(proto)
+        to_elem = {v: k for k, v in _dtype_names().items()}
+        for out in top_level:
+            spec = self.graph.spec(out)
+            if out in declared:
+                continue
+            if spec is None or spec.dtype not in to_elem:  # no type to declare it with
+                self.unknown.append(ShapeCheck(out, self.producer.get(out, "?"),
+                                               _spec_text(spec), ""))
+                continue
+            probe.graph.output.append(onnx.helper.make_tensor_value_info(
+                out, to_elem[spec.dtype], None))
+        return probe
+
+    def compare(self, names: list[str], real: dict[str, Any]) -> None:
+        """Tallies each output ``names`` of the probe run (``real``) against the graph's."""
+        import numpy as np
+
+        for out in names:
+            arr, spec = real[out], self.graph.spec(out)
+            measured = f"{'×'.join(map(str, arr.shape)) or 'scalar'} {arr.dtype.name}" \
+                if isinstance(arr, np.ndarray) else type(arr).__name__
+            check = ShapeCheck(out, self.producer.get(out, "?"), _spec_text(spec), measured)
+            if not isinstance(arr, np.ndarray) or spec is None or spec.shape is None or \
+                    not spec.known:
+                self.unknown.append(check)
+            elif tuple(arr.shape) == tuple(spec.shape) and arr.dtype.name == spec.dtype:
+                self.matched += 1
+            else:
+                self.mismatches.append(check)
+
+
+def _timed(proto, feeds: dict, repeat: int) -> list[float]:
+    """Seconds of each of ``repeat`` runs of ``proto``'s optimized session, after two
+    warm-up runs."""
     fast = _session(proto, optimize=True)
     outputs = [o.name for o in proto.graph.output]
     for _ in range(2):
@@ -160,25 +200,7 @@ def verify_onnx(resolved, batch: int | None = None, *, repeat: int = 10,
         t = time.perf_counter()
         fast.run(outputs, feeds)
         times.append(time.perf_counter() - t)
-
-    # This CPU's rates, measured right after the timing (the machine's load then is the same).
-    note("measuring this CPU's peak FLOP/s and bandwidth")
-    cpu = measure_cpu()
-    report = run_passes(graph, replace(passes, device=cpu_device(cpu)))
-    rf = report.roofline
-    assert rf is not None  # (run with this CPU as the device)
-    return OnnxVerification(
-        model=report.model, batch=report.batch, dims=dict(report.dims),
-        shapes_checked=matched + len(mismatches), shapes_matched=matched,
-        shapes_mismatched=len(mismatches), shapes_unknown=len(unknown),
-        mismatches=tuple(mismatches), unknown=tuple(unknown),
-        latency_seconds=statistics.median(times), latency_min_seconds=min(times),
-        repeat=repeat, roofline_seconds=rf.total_seconds,
-        roofline_compute_seconds=rf.compute_seconds, roofline_memory_seconds=rf.memory_seconds,
-        cpu=cpu,
-        flops=report.totals.flops,
-        bytes_moved=report.totals.bytes_read + report.totals.bytes_written,
-        predicted_peak_bytes=report.memory.peak_bytes, lifetimes=report.memory.lifetimes)
+    return times
 
 
 def _spec_text(spec) -> str:

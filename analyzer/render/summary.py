@@ -269,6 +269,8 @@ def _training_detail(r: Report, brief: bool) -> list[Entry]:
     if not (brief and one_device):
         out.append(("training", [f"optimizer {t.optimizer}" + _impl(r) + (";" if first else "")]
                     + ([first] if first else [])))
+    if t.loss and not (brief and t.loss.startswith("the sum")):  # (an LM's decides the peak)
+        out.append(("loss", t.loss.split(" ")))
     if not one_device:
         out.append(("at peak", breakdown))
     elif not brief:
@@ -327,7 +329,7 @@ def _settings(r: Report) -> str:
 
 
 def fit_words(f) -> list[str]:
-    """The one fits sentence (passes/fits.py's Fit): the answer, needs against offers with the
+    """The one fits sentence (passes/device/fits.py's Fit): the answer, needs against offers with the
     margin, then the parts it adds up (the HTML report's; the text splits it: fit_entries)."""
     return _verdict(f) + ["=", _parts(f)]
 

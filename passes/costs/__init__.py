@@ -8,8 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..ir import Graph
-from . import (  # noqa: F401
+from ..costs import (  # noqa: F401
     backward,
     contrib,
     detection,
@@ -25,7 +24,16 @@ from . import (  # noqa: F401
     signal,
     training_ops,
 )
-from .registry import ZERO, Cost, OpView, ShapeUnknown, lookup, node_cost, registered  # noqa: F401
+from ..costs.registry import (  # noqa: F401
+    ZERO,
+    Cost,
+    OpView,
+    ShapeUnknown,
+    lookup,
+    node_cost,
+    registered,
+)
+from ..ir import Graph
 
 OK, UNSUPPORTED, UNKNOWN_SHAPE = "ok", "unsupported", "unknown_shape"
 

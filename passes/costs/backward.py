@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .registry import OpView, ShapeUnknown, lookup, rule, zero_cost
+from ..costs.registry import OpView, ShapeUnknown, lookup, rule, zero_cost
 
 if TYPE_CHECKING:
-    from ..roofline import DeviceRates
+    from ..device_rates import DeviceRates
 
 
 @rule("aten.convolution_backward.default")
@@ -218,7 +218,7 @@ def one_per_element(op: OpView) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Synthetic backward ops of the ONNX training estimate (passes/backward_estimate.py). An ONNX
+# Synthetic backward ops of the ONNX training estimate (passes/training/backward_estimate.py). An ONNX
 # export holds no backward; the estimate writes one node per differentiated forward node.
 
 BACKWARD_OP = "graphcost.backward"          # computes gradients (or accumulates two)

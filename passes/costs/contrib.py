@@ -10,9 +10,9 @@ ONNX's shape inference knows none of these: each rule's ``shapes`` gives its out
 """
 from __future__ import annotations
 
-from . import shape_fns as sf
-from .normalization import leading_stat
-from .registry import OpView, rule
+from ..costs import shape_fns as sf
+from ..costs.normalization import leading_stat
+from ..costs.registry import OpView, rule
 
 MS = "com.microsoft::"
 SCORE = 6       # softmax 5 + scale 1 per attention score

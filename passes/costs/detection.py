@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from . import shape_fns as sf
-from .registry import WINDOW_ATTRS, OpView, rule, zero_cost
+from ..costs import shape_fns as sf
+from ..costs.registry import WINDOW_ATTRS, OpView, rule, zero_cost
 
 IOU = 13  # intersection corners (4 max/min), sizes (2), clamp at 0 (2), area (1),
 #           union a + b − i (2), ratio (1), compare with the threshold (1)

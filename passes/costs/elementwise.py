@@ -5,7 +5,7 @@ counters); compound activations count their expansion, written next to each entr
 """
 from __future__ import annotations
 
-from .registry import OpView, rule
+from ..costs.registry import OpView, rule
 
 # FLOPs per output element of unary ops, with the expansion counted.
 UNARY_FLOPS = {

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .registry import WINDOW_ATTRS, OpView, rule
+from ..costs.registry import WINDOW_ATTRS, OpView, rule
 
 if TYPE_CHECKING:
-    from ..roofline import DeviceRates
+    from ..device_rates import DeviceRates
 
 
 def cudnn_conv_workspace(op: OpView, device: "DeviceRates") -> tuple[int, ...]:

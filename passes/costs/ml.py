@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .registry import OpView, rule, zero_cost
+from ..costs.registry import OpView, rule, zero_cost
 
 # onnx infers no shapes for several ml ops (SVM*, LinearRegressor, Scaler, TreeEnsemble …):
 # these give them (the frontend uses a rule's shapes for every ai.onnx.ml op that has one).

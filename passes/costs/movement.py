@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .registry import AXIS_ATTRS, OpView, rule, zero_cost
+from ..costs.registry import AXIS_ATTRS, OpView, rule, zero_cost
 
 FAMILY = "movement"
 

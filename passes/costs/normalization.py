@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from .registry import AXIS_ATTRS, OpView, rule
+from ..costs.registry import AXIS_ATTRS, OpView, rule
 
 
 def _channels(shape: tuple[int, ...], _attrs: Mapping[str, Any]) -> tuple[int, int]:

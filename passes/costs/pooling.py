@@ -4,11 +4,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .cuda_reduce import THREADS_PER_SM, reduce_buffers
-from .registry import AXIS_ATTRS, WINDOW_ATTRS, OpView, rule
+from ..costs.cuda_reduce import THREADS_PER_SM, reduce_buffers
+from ..costs.registry import AXIS_ATTRS, WINDOW_ATTRS, OpView, rule
 
 if TYPE_CHECKING:
-    from ..roofline import DeviceRates
+    from ..device_rates import DeviceRates
 
 
 def pool(op: OpView) -> tuple[int, int]:

@@ -14,14 +14,14 @@ The QLinear* elementwise ops of com.microsoft are counted as dequantize → floa
 what they compute (onnxruntime may use a lookup table for 8-bit inputs).
 
 Scales and zero points are ``meta_inputs``: quantization metadata, counted apart from the
-parameters (passes/params.py). MatMulNBits packs its 4-bit weights two per byte into a uint8
+parameters (passes/graph/params.py). MatMulNBits packs its 4-bit weights two per byte into a uint8
 (N, blocks, blob) initializer: ``packed_inputs`` gives the logical N·K elements.
 """
 from __future__ import annotations
 
-from . import shape_fns as sf
-from .linear import conv, matmul
-from .registry import WINDOW_ATTRS, OpView, rule
+from ..costs import shape_fns as sf
+from ..costs.linear import conv, matmul
+from ..costs.registry import WINDOW_ATTRS, OpView, rule
 
 MS = "com.microsoft::"
 DEQUANT, QUANT, REQUANT = 2, 5, 5

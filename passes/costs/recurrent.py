@@ -17,7 +17,7 @@ can stop a batch row early; every row is counted for all S steps (an upper bound
 """
 from __future__ import annotations
 
-from .registry import OpView, rule
+from ..costs.registry import OpView, rule
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 CELL = {"RNN": 1, "GRU": 12, "LSTM": 15}

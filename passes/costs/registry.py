@@ -15,7 +15,7 @@ rule's declared memory behaviour, so the convention for bytes lives here once:
                     plus any index inputs;
   reads="none"    – nothing read (Constant, Shape reads metadata only), outputs written;
   alias=True      – a view: the output shares the input's storage, nothing moves (0 / 0).
-``routing`` marks the ops a mixture-of-experts layer is found by (passes/moe.py): "experts" — a
+``routing`` marks the ops a mixture-of-experts layer is found by (passes/graph/moe.py): "experts" — a
 grouped matmul whose input 1 holds one weight matrix per expert (E, K, N) and whose rows each meet
 one of them; "top_k" — a selection of the k largest of each row (a router's choice of experts).
 ``bound`` (a sentence) marks ops whose output size depends on the data (NonZero, NonMaxSuppression,
@@ -47,7 +47,7 @@ the per-tensor weight scale of a dynamically quantized MatMul, is metadata too).
 weights stored packed in another type (MatMulNBits' uint8 blocks hold N·K 4-bit values): params
 count the logical elements, param bytes the stored ones.
 
-Backward (read by the ONNX training estimate, passes/backward_estimate.py; the FX path traces
+Backward (read by the ONNX training estimate, passes/training/backward_estimate.py; the FX path traces
 the real backward and ignores it). ``saves`` — what the backward keeps from the forward:
   "nothing"   – the gradient needs no forward tensor (Add, Sub, views, AveragePool);
   "inputs"    – every activation input (Div, Pow, GELU, Erf);
@@ -71,7 +71,7 @@ negated). ``train_attrs`` — attributes the op takes when a training step runs 
 Memory. ``inplace`` — the op may write its output into input 0's storage when input 0 dies
 there (the in-place activations what-if). ``same_shape`` — output 0 has input 0's shape and
 dtype (the frontend's fallback where ONNX inference has no rule for the op at the model's
-opset). On a CUDA GPU (passes/gpu_workspaces.py): ``cublas`` — the op is a cuBLAS GEMM, so
+opset). On a CUDA GPU (passes/device/gpu_workspaces.py): ``cublas`` — the op is a cuBLAS GEMM, so
 the first one a thread runs allocates that thread's cuBLAS workspace, kept; ``workspace`` —
 ``fn(op, device) -> (bytes, ...)``: what the op's CUDA kernel allocates through the caching
 allocator after its outputs and frees before it returns, one size per allocation (a
@@ -81,7 +81,7 @@ from and whether it is an estimate); ``workspace_in_training`` False leaves it o
 training step's replay (cuDNN's convolution workspaces: a training step measured to reserve
 less with them than without).
 
-Receptive fields (passes/receptive_field.py): ``rf`` is the op's role — "conv",
+Receptive fields (passes/graph/receptive_field.py): ``rf`` is the op's role — "conv",
 "conv_transpose", "pool", "adaptive_pool" (windows), "pointwise" (passes a field through, joins
 several), "reshape" (passes it when the shape is unchanged), "softmax" (over channels),
 "concat", "constant_pad"; None ends the chain. ``attr_names`` maps a canonical attribute name
@@ -97,7 +97,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 from ..ir import Dim, Graph, Node, TensorSpec
 
 if TYPE_CHECKING:
-    from ..roofline import DeviceRates
+    from ..device_rates import DeviceRates
 
 
 class ShapeUnknown(Exception):
@@ -264,13 +264,13 @@ class Rule:
     input_attrs: Mapping[int, str] = field(default_factory=lambda: _NO_ATTRS)  # const inputs
     routing: str | None = None           # mixture of experts: "experts" | "top_k" (see above)
     bodies: bool = False                 # graph attributes are bodies that run (see above)
-    # PyTorch picks the op's kernel at run time (SDPA: passes/attention_dispatch.py names it)
+    # PyTorch picks the op's kernel at run time (SDPA: passes/graph/attention_dispatch.py names it)
     dispatched: bool = False
     cublas: bool = False                 # a cuBLAS GEMM on a CUDA GPU
     workspace: "WorkspaceFn | None" = None  # what its CUDA kernel allocates around a call
     workspace_in_training: bool = True   # False: read off inference runs only (see above)
     # the output a CPU eager run keeps in input 0's dtype (dropout's noise, where the traced
-    # op writes a byte mask: passes/cpu_dropout.py)
+    # op writes a byte mask: passes/graph/cpu_dropout.py)
     cpu_noise: int | None = None
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ Strings have no fixed size (0 bits per element in the IR): string ops move 0 cou
 """
 from __future__ import annotations
 
-from .registry import OpView, rule, zero_cost
+from ..costs.registry import OpView, rule, zero_cost
 
 FAMILY = "sequence"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import ShapeView
+from ..costs.registry import ShapeView
 
 
 def like(i: int = 0, n_out: int = 1):

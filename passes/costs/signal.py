@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from .registry import OpView, rule, zero_cost
+from ..costs.registry import OpView, rule, zero_cost
 
 
 def _fft(n: int, real: bool) -> int:

@@ -1,7 +1,7 @@
 """Losses and the optimizers of ai.onnx.preview.training: FLOPs per element, no MACs."""
 from __future__ import annotations
 
-from .registry import OpView, rule, zero_cost
+from ..costs.registry import OpView, rule, zero_cost
 
 TRAINING = "ai.onnx.preview.training::"
 

@@ -24,7 +24,7 @@ from onnx import TensorProto, helper
 
 from ....passes.errors import GraphcostError, opt
 from ....passes.ir import Graph, TensorSpec
-from ..binding import bind_inputs
+from ..binding import RawDim, bind_inputs
 from . import shapes as onnx_shapes
 from .infer import check_declared_types, infer
 from .inline import inline_functions
@@ -59,7 +59,6 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
-# long: the frontend's sequence (inline, validate, bind, infer, lower), each step a call
 def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None = None,
                dims: Mapping[str, int] | None = None,
                input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
@@ -71,7 +70,25 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
     g = model.graph
     if len(g.node) == 0:
         raise GraphcostError(f"{name}: the graph has no nodes")
+    feeds, raw = _feeds(g)
+    # --dim NAME=MAX also bounds a Loop whose trip count is data: NAME is its trip-count value
+    # (or, for a loop run by its condition alone, the Loop node's name)
+    loops = _dynamic_loops(g)
+    trips = {k: dims.pop(k) for k in list(dims) if k in loops}
+    bound, symbols, used_batch = bind_inputs(raw, batch=batch, dims=dims,
+                                             input_shapes=input_shapes)
+    sk, weights = _skeleton(model, feeds, bound)
+    inferred, sk, reader, specs = _shapes(sk, g, name)
+    bounds = onnx_shapes.bound_data_dependent(sk, specs, reader,
+                                              lambda m: infer(m, name, True))
+    return Lowering(inferred, name, weights, bound, symbols, used_batch, reader,
+                     specs, bounds, trips).graph()
 
+
+def _feeds(g: onnx.GraphProto) -> tuple[list[onnx.ValueInfoProto],
+                                        list[tuple[str, list[RawDim]]]]:
+    """The graph inputs that are no initializer, and the raw dims of the tensors among them
+    (what bind_inputs binds)."""
     init_names = {t.name for t in g.initializer}
     feeds = [vi for vi in g.input if vi.name not in init_names]
     raw = []
@@ -87,14 +104,15 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
             raise GraphcostError(f"input {vi.name!r} has no shape in the graph: pass "
                                  f"{opt('input_shapes', vi.name, '...')}")
         raw.append((vi.name, rd))
-    # --dim NAME=MAX also bounds a Loop whose trip count is data: NAME is its trip-count value
-    # (or, for a loop run by its condition alone, the Loop node's name)
-    loops = _dynamic_loops(g)
-    trips = {k: dims.pop(k) for k in list(dims) if k in loops}
-    bound, symbols, used_batch = bind_inputs(raw, batch=batch, dims=dims,
-                                             input_shapes=input_shapes)
+    return feeds, raw
 
-    # The skeleton: nodes + bound inputs + small integer constants; weights become inputs.
+
+def _skeleton(model: onnx.ModelProto, feeds: list[onnx.ValueInfoProto],
+              bound: Mapping[str, tuple[int, ...]],
+              ) -> tuple[onnx.ModelProto, list[tuple[str, str, tuple[int, ...]]]]:
+    """The skeleton shape inference runs on (nodes + bound inputs + small integer constants;
+    weights become inputs), and every weight's (name, dtype, shape)."""
+    g = model.graph
     sk = onnx.ModelProto()
     # IR < 4 required every initializer to be a graph input, and ONNX's inference reads the
     # values of only those that are (the skeleton lists small constants as initializers alone):
@@ -119,6 +137,13 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         if vi.type.HasField("optional_type"):
             tp = helper.make_optional_type_proto(tp)
         sg.input.append(helper.make_value_info(vi.name, tp))
+    return sk, _skeleton_weights(g, sg)
+
+
+def _skeleton_weights(g: onnx.GraphProto, sg: onnx.GraphProto,
+                      ) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``g``'s initializers into the skeleton ``sg``: small ones as they are, the rest as
+    typed inputs; returns every weight's (name, dtype, shape)."""
     weights: list[tuple[str, str, tuple[int, ...]]] = []
     for t in g.initializer:
         dtype = DTYPE.get(t.data_type, "undefined")
@@ -135,10 +160,16 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         dtype = DTYPE.get(t.values.data_type, "undefined")
         weights.append((t.values.name, dtype, tuple(t.dims)))
         sg.input.append(helper.make_tensor_value_info(t.values.name, t.values.data_type, t.dims))
+    return weights
 
+
+def _shapes(sk: onnx.ModelProto, g: onnx.GraphProto, name: str,
+            ) -> tuple[onnx.ModelProto, onnx.ModelProto, SpecReader, dict[str, TensorSpec]]:
+    """ONNX's inference on the skeleton, once more on a folded one where shapes stay unknown:
+    (the first inferred model, the skeleton last inferred, its reader, the specs)."""
     # Ops of other domains (com.microsoft) get their shapes from their rules, inside ONNX's
     # inference (onnx_shapes.py).
-    onnx_shapes.move_to_shapes(sg.node, sk)
+    onnx_shapes.move_to_shapes(sk.graph.node, sk)
     # Data propagation only matters where shapes are computed from Shape/Size values.
     data_prop = any(n.op_type in ("Shape", "Size") for n in g.node)
     inferred = infer(sk, name, data_prop)
@@ -154,10 +185,7 @@ def lower_onnx(model: onnx.ModelProto, *, name: str = "model", batch: int | None
         second = infer(sk, name, True)
         specs = {}
         reader.collect(second.graph, specs)
-    bounds = onnx_shapes.bound_data_dependent(sk, specs, reader,
-                                              lambda m: infer(m, name, True))
-    return Lowering(inferred, name, weights, bound, symbols, used_batch, reader,
-                     specs, bounds, trips).graph()
+    return inferred, sk, reader, specs
 
 
 def _dynamic_loops(g: onnx.GraphProto) -> set[str]:

@@ -138,7 +138,6 @@ class _GraphChecker:
         self.unsorted = False
         self.schemas: dict[tuple[str, str], tuple | None] = {}
 
-    # long: one pass over the nodes: each protobuf field is read once (the cost on huge graphs)
     def check(self, g: onnx.GraphProto, outer: list[dict[str, int]], scope: str,
               sort: bool) -> set[str]:
         """Validates ``g``; returns the outer-scope names it reads. ``outer``: the enclosing
@@ -146,10 +145,27 @@ class _GraphChecker:
         One pass over the nodes (protobuf field reads are the cost: each is read once)."""
         _str(g.name, f"{scope}graph name")
         defined = self._definitions(g, outer, scope)
-        nodes = g.node
-        schemas = self.schemas
         pending: list[tuple[str, int]] = []   # inputs read before (or without) a definition
         bodies: list[int] = []                # nodes with subgraphs, checked after the pass
+        self._walk(g.node, defined, outer, scope, pending, bodies)
+        if any(type(k) is not str for k in defined):
+            bad = next(k for k in defined if type(k) is not str)
+            raise _fail(f"{scope}value {bad!r}", "its name is not valid UTF-8")
+        # Subgraphs see every name of this graph (an unsorted file may define them later).
+        sub_reads = self._check_bodies(g.node, bodies, [*outer, defined], scope, sort, pending)
+        free, backward = _free_names(g, pending, defined, outer, scope)
+        if backward:
+            self.unsorted = True
+            order = toposort(g, defined, sub_reads, scope)
+            if sort:
+                _reorder(g, order)
+        return free
+
+    def _walk(self, nodes, defined: dict[str, int], outer: list[dict[str, int]], scope: str,
+              pending: list[tuple[str, int]], bodies: list[int]) -> None:
+        """The one pass over the nodes: definitions (SSA), reads before a definition into
+        ``pending``, each node against its schema."""
+        schemas = self.schemas
         for i, node in enumerate(nodes):
             ins = node.input
             for v in ins:
@@ -167,44 +183,57 @@ class _GraphChecker:
             schema = schemas.get(key, _MISSING)
             if schema is _MISSING:
                 schema = schemas[key] = self._schema_of(node, i, scope)
-            attrs = node.attribute
-            if schema is not None and not (schema[2] <= len(ins) <= schema[3]
-                                           and schema[4] <= len(outs) <= schema[5]):
-                self._count_error(node, i, scope, schema)
-            if schema is None or schema[0] is None:
-                # a custom op, or one onnxruntime knows (counts only): its attributes are its
-                # own business
-                for a in attrs:
-                    self._check_attr_value(node, i, a, scope, bodies)
-                continue
-            types, required, min_in, max_in, min_out, max_out, version = schema
-            if attrs:
-                for a in attrs:
-                    at = a.type
-                    if types.get(a.name) != at:
-                        self._attr_error(node, i, a, scope, types, version)
-                    if at in _SPECIAL_ATTRS:
-                        self._check_attr_value(node, i, a, scope, bodies)
-                if len(attrs) > 1 or required:
-                    present = {a.name for a in attrs}
-                    if len(present) < len(attrs):
-                        raise _fail(_label(node, i, scope), "an attribute is given twice")
-                    if required:
-                        missing = [r for r in required if r not in present]
-                        if missing:
-                            raise _fail(_label(node, i, scope),
-                                        f"required attribute {missing[0]!r} is missing")
-            elif required:
-                raise _fail(_label(node, i, scope), f"required attribute {required[0]!r} is "
-                                                    "missing")
-            if key[1] in ONNX_DOMAINS and key[0] in ("Scan", "Loop", "If"):
-                check_control_flow(node, _label(node, i, scope), version)
-        if any(type(k) is not str for k in defined):
-            bad = next(k for k in defined if type(k) is not str)
-            raise _fail(f"{scope}value {bad!r}", "its name is not valid UTF-8")
+            self._check_node(node, i, key, schema, len(ins), len(outs), scope, bodies)
 
-        # Subgraphs see every name of this graph (an unsorted file may define them later).
-        chain = [*outer, defined]
+    def _check_node(self, node: onnx.NodeProto, i: int, key: tuple[str, str],
+                    schema: tuple | None, n_in: int, n_out: int, scope: str,
+                    bodies: list[int]) -> None:
+        """One node against its (op type, domain)'s ``schema``: input and output counts,
+        attributes, control-flow bodies' counts."""
+        attrs = node.attribute
+        if schema is not None and not (schema[2] <= n_in <= schema[3]
+                                       and schema[4] <= n_out <= schema[5]):
+            self._count_error(node, i, scope, schema)
+        if schema is None or schema[0] is None:
+            # a custom op, or one onnxruntime knows (counts only): its attributes are its
+            # own business
+            for a in attrs:
+                self._check_attr_value(node, i, a, scope, bodies)
+            return
+        types, required, _, _, _, _, version = schema
+        if attrs:
+            self._check_attrs(node, i, attrs, types, required, version, scope, bodies)
+        elif required:
+            raise _fail(_label(node, i, scope), f"required attribute {required[0]!r} is "
+                                                "missing")
+        if key[1] in ONNX_DOMAINS and key[0] in ("Scan", "Loop", "If"):
+            check_control_flow(node, _label(node, i, scope), version)
+
+    def _check_attrs(self, node: onnx.NodeProto, i: int, attrs, types: dict[str, int],
+                     required: tuple[str, ...], version: int, scope: str,
+                     bodies: list[int]) -> None:
+        """A node's attributes against its schema's: names and types, none twice, the
+        required ones present; tensor and graph values checked."""
+        for a in attrs:
+            at = a.type
+            if types.get(a.name) != at:
+                self._attr_error(node, i, a, scope, types, version)
+            if at in _SPECIAL_ATTRS:
+                self._check_attr_value(node, i, a, scope, bodies)
+        if len(attrs) > 1 or required:
+            present = {a.name for a in attrs}
+            if len(present) < len(attrs):
+                raise _fail(_label(node, i, scope), "an attribute is given twice")
+            if required:
+                missing = [r for r in required if r not in present]
+                if missing:
+                    raise _fail(_label(node, i, scope),
+                                f"required attribute {missing[0]!r} is missing")
+
+    def _check_bodies(self, nodes, bodies: list[int], chain: list[dict[str, int]], scope: str,
+                      sort: bool, pending: list[tuple[str, int]]) -> dict[int, set[str]]:
+        """Checks the subgraphs of the nodes ``bodies``; what each node's bodies read from
+        outside them (also added to ``pending``, read by that node)."""
         sub_reads: dict[int, set[str]] = {}  # control-flow node -> what its bodies read
         for i in dict.fromkeys(bodies):
             node = nodes[i]
@@ -217,35 +246,8 @@ class _GraphChecker:
                                                     f"{f'[{k}]' if k else ''}: ", sort)
             sub_reads[i] = inner
             pending.extend((v, i) for v in inner)
-        free: set[str] = set()
-        backward = False
-        for v, i in pending:
-            p = defined.get(v)
-            if p is None:
-                if not (outer and any(v in t for t in outer)):
-                    raise _fail(_label(nodes[i], i, scope),
-                                f"reads {_str(v, 'an input name')!r}, which nothing defines "
-                                "(not a graph input, initializer or node output)")
-                free.add(v)
-            elif p >= i:
-                backward = True  # reads a later node's output (or its own): sort
-        for o in g.output:
-            if o.name not in defined:
-                if not (outer and any(o.name in t for t in outer)):
-                    raise _fail(f"{scope}graph output {o.name!r}", "nothing produces it")
-                free.add(o.name)
-        if backward:
-            self.unsorted = True
-            order = toposort(g, defined, sub_reads, scope)
-            if sort:
-                sorted_nodes = []
-                for i in order:
-                    copy = onnx.NodeProto()
-                    copy.CopyFrom(nodes[i])
-                    sorted_nodes.append(copy)
-                del g.node[:]
-                g.node.extend(sorted_nodes)
-        return free
+        return sub_reads
+
 
     def _schema_of(self, node: onnx.NodeProto, i: int, scope: str) -> tuple | None:
         """The first node of each (op type, domain): names, domain import, schema."""
@@ -356,3 +358,39 @@ class _GraphChecker:
 
 def _range(lo: int, hi: int) -> str:
     return str(lo) if lo == hi else f"{lo}..{hi}" if hi < 2 ** 31 - 1 else f"at least {lo}"
+
+
+def _free_names(g: onnx.GraphProto, pending: list[tuple[str, int]], defined: dict[str, int],
+                outer: list[dict[str, int]], scope: str) -> tuple[set[str], bool]:
+    """The outer-scope names ``g`` reads (its nodes and outputs), and whether a node reads a
+    later node's output (the graph needs sorting); a name nothing defines is refused."""
+    nodes = g.node
+    free: set[str] = set()
+    backward = False
+    for v, i in pending:
+        p = defined.get(v)
+        if p is None:
+            if not (outer and any(v in t for t in outer)):
+                raise _fail(_label(nodes[i], i, scope),
+                            f"reads {_str(v, 'an input name')!r}, which nothing defines "
+                            "(not a graph input, initializer or node output)")
+            free.add(v)
+        elif p >= i:
+            backward = True  # reads a later node's output (or its own): sort
+    for o in g.output:
+        if o.name not in defined:
+            if not (outer and any(o.name in t for t in outer)):
+                raise _fail(f"{scope}graph output {o.name!r}", "nothing produces it")
+            free.add(o.name)
+    return free, backward
+
+
+def _reorder(g: onnx.GraphProto, order: list[int]) -> None:
+    """``g``'s nodes put in ``order`` (indices into them)."""
+    sorted_nodes = []
+    for i in order:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(g.node[i])
+        sorted_nodes.append(copy)
+    del g.node[:]
+    g.node.extend(sorted_nodes)

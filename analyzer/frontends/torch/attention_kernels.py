@@ -1,5 +1,5 @@
 """``scaled_dot_product_attention`` traced as the kernel PyTorch would dispatch on the target
-(passes/attention_dispatch.py chooses it), so the joint graph holds that kernel and its
+(passes/graph/attention_dispatch.py chooses it), so the joint graph holds that kernel and its
 backward — what it keeps for the backward is then the kernel's own autograd formula's.
 
 On this CPU the trace would dispatch by itself, but a model on the meta device (a 7B decoder)
@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from ....passes.attention_dispatch import AttentionCall, AttentionTarget, choose
 from ....passes.choices import Attention
 from ....passes.errors import GraphcostError, opt
+from ....passes.graph.attention_dispatch import AttentionCall, AttentionTarget, choose
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 _NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ....passes.precision import AutocastSpec
+from ....passes.training.precision import AutocastSpec
 
 # autocast_mode.cpp, TORCH_LIBRARY_IMPL(aten, AutocastCPU, m)
 _CPU_LOWER = frozenset((

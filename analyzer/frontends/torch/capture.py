@@ -34,7 +34,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 from ....passes.errors import GraphcostError, opt
 from .accumulate_grad import copied_in_place, obey_layout_contract, summed_in_place
 from .compat import eager_view_strides, marked_autograd_nodes, no_stack_traces
-from .loss_kernels import split_loss
+from .lm_loss import OWN_OR_SUM, LossPlan, step_loss, with_labels
 from .python_references import PythonReferences, saved_as_run
 from .transformers_tracing import eager_paths
 
@@ -136,7 +136,7 @@ class TraceFailure(GraphcostError):
     """A trace the model's own code stopped, in one line, with what it raised: ``raised``
     (its exception type) and ``said`` (its message), for a caller that may trace again
     another way where that failure says it would help (repeat_layers.trace_repeated,
-    app/api.py's eager mask) and must not where it would fail the same way again."""
+    load/torch_trace.py's eager mask) and must not where it would fail the same way again."""
 
     def __init__(self, message: str, exc: BaseException):
         super().__init__(message)
@@ -233,17 +233,26 @@ def real_inputs(shapes: Mapping[str, Sequence[int]], dtypes: Mapping[str, Any],
     return out
 
 
-class _SumLoss(torch.nn.Module):
-    """The model with the loss a training step backpropagates as its first output
-    (loss_kernels.split_loss: the model's own, else its floating outputs summed), then what
-    the training loop holds beside it through the backward (ExportedRun holds them)."""
+class _Said:
+    """What the loss was, in words, once the forward ran: an object of its own, as
+    torch.export puts a module's list and dict attributes back after tracing."""
+    words = ""
 
-    def __init__(self, model: torch.nn.Module):
+
+class StepLoss(torch.nn.Module):
+    """The model with the loss a training step backpropagates as its first output
+    (lm_loss.step_loss: the plan's, or the model's own, else its floating outputs summed),
+    then what the training loop holds beside it through the backward (ExportedRun holds
+    them). ``said.words`` receives what the loss was when the forward runs."""
+
+    def __init__(self, model: torch.nn.Module, plan: LossPlan | None = None):
         super().__init__()
         self.model = model
+        self.plan = plan or OWN_OR_SUM
+        self.said = _Said()
 
     def forward(self, *args, **kwargs):
-        loss, held = split_loss(self.model(*args, **kwargs))
+        loss, held, self.said.words = step_loss(self.model, self.plan, args, kwargs)
         return (loss, *held)
 
 
@@ -257,10 +266,12 @@ class JointTrace(NamedTuple):
     held: dict[str, str]        # how long the model's Python held forward tensors (a local
     #                             past its last use, a list of chunks: PythonReferences)
     written: dict[str, str]     # what the model ran in place (``core[:, i] = x``, ``relu_``)
+    loss: str = ""              # the loss the step backpropagates, in words (lm_loss.py)
 
 
 def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None = None, *,
-                 name: str = "model", sizes=None, attention=None, autocast=None):
+                 name: str = "model", sizes=None, attention=None, autocast=None,
+                 loss: LossPlan | None = None):
     """The joint forward+backward graph of one training step, traced from the model's
     ``torch.export`` program (AOTAutograd on fake tensors).
 
@@ -272,10 +283,9 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     ``attention`` (an AttentionTarget): each ``scaled_dot_product_attention`` is traced as
     the kernel PyTorch would dispatch on that target (attention_kernels.py); None: as this
     machine dispatches it. ``autocast`` (an AutocastSpec): the forward runs in
-    ``torch.autocast``, its casts traced (autocast_casts.py).
-
-    Returns a :class:`JointTrace`.
-    The model is switched to train mode for the trace and put back in the mode it had."""
+    ``torch.autocast``, its casts traced (autocast_casts.py). ``loss`` (lm_loss.plan_loss's):
+    the loss backpropagated, its labels added to the inputs (None: the model's own, else the
+    sum of its outputs). Returns a :class:`JointTrace`; the model is put back in its mode."""
     from .bounded_trace import BoundedSizes, explain
     from .exported_run import ExportedRun
     from .frontend import kept_whole
@@ -283,6 +293,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     was_training = model.training
     model.train()
     sizes = sizes if sizes is not None else BoundedSizes()  # data-dependent sizes
+    wrapped = StepLoss(model, loss)
+    kwargs = with_labels(wrapped.plan, tuple(args), kwargs or {})
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
@@ -290,7 +302,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
                 refs: dict[str, str] = {}  # how long the model's Python holds each tensor
                 with PythonReferences(refs), saved_as_run(autocast), \
                         sizes.inputs.of(model, tuple(args), kwargs or {}):
-                    program = torch.export.export(_SumLoss(model), tuple(args),
+                    program = torch.export.export(wrapped, tuple(args),
                                                   kwargs=kwargs or {}, strict=False)
                 runner = ExportedRun(program, attention, autocast, refs)
                 inputs = _fake(runner.flat_inputs(args, kwargs))
@@ -314,7 +326,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     written.update(summed_in_place(gm.graph))  # the autograd engine's (accumulate_grad.py)
     written.update(copied_in_place(gm.graph))  # its formulas' (the same)
     return JointTrace(gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels),
-                      held, written)
+                      held, written, wrapped.said.words)
 
 
 def _trace_joint(runner, inputs: tuple):

@@ -47,7 +47,7 @@ def marked_autograd_nodes():
     """While AOTAutograd traces a joint graph for export: each node of the graph it returns
     that a backward formula made is marked (``meta["autograd_node"]``) with the sequence
     number of the autograd node whose formula it was. Eager autograd runs each such formula
-    as one call (passes/liveness.py). The first joint trace has the numbers
+    as one call (passes/memory/liveness.py). The first joint trace has the numbers
     (``meta["seq_nr"]``), but ``aot_export_module`` retraces that graph without its tangent
     inputs, and the retrace keeps none: its nodes are marked here as the retrace makes them,
     the first graph run node by node (``_MarkingRun``). Reached through the private

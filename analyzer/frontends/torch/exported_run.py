@@ -11,8 +11,8 @@ from typing import Iterator, Mapping
 import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
-from ....passes.attention_dispatch import AttentionTarget
-from ....passes.precision import AutocastSpec
+from ....passes.graph.attention_dispatch import AttentionTarget
+from ....passes.training.precision import AutocastSpec
 from .attention_kernels import call_kernel, is_sdpa
 from .autocast_casts import Autocaster
 from .dead_ends import dead_end
@@ -53,9 +53,11 @@ class ExportedRun(torch.nn.Module):
         self._dead = {n.name for n in gm.graph.nodes if dead_end(n)}
         # what the program returns beside the loss (loss_kernels.split_loss): the training
         # loop holds it through the backward
-        returned = torch.utils._pytree.tree_leaves(
-            next(n for n in reversed(gm.graph.nodes) if n.op == "output").args)
-        self._held_to_end = [n.name for n in returned[1:] if isinstance(n, torch.fx.Node)]
+        output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+        casts = _uncast(output) if autocast is not None else {}
+        self._held_to_end = [casts.get(n, n).name for n in
+                             torch.utils._pytree.tree_leaves(output.args)[1:]
+                             if isinstance(n, torch.fx.Node)]
         for node in [n for n in gm.graph.nodes if n.op == "get_attr" and not n.users]:
             gm.graph.erase_node(node)  # unread weights (the tied duplicates)
         read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
@@ -246,6 +248,8 @@ class _ScopedInterpreter(torch.fx.Interpreter):
         if target in _MASK_WRITES and _by_one_mask(*args, **kwargs):
             return _masked_write(target, *args, **kwargs)
         if self._caster is not None:
+            if target is torch.ops.aten._assert_tensor_metadata.default:
+                return None  # (a dtype the fp32 export saw: autocast's run has its own)
             args, kwargs = self._caster.cast(target, args, kwargs)
         out = as_eager_backward(target, args, kwargs)  # (SiLU's: eager_backward.py)
         if out is not None:
@@ -304,6 +308,25 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             for node in made:
                 self._paths.setdefault(node, path)
         return out
+
+
+_CASTS = (torch.ops.aten.to.dtype, torch.ops.aten._to_copy.default)
+
+
+def _uncast(output: "torch.fx.Node") -> dict:
+    """Each output that is a cast the fp32 export saw as no cast -> the tensor it casts.
+    ``logits.float()`` on fp32 logits returns ``logits`` itself, so the export records the
+    model's returned logits as the cast's result; under autocast the logits are half and the
+    cast a copy, which only the loss reads (transformers' ForCausalLMLoss), while the model
+    returns, and the loop holds, the half logits."""
+    out = {}
+    for a in output.all_input_nodes:
+        if a.op == "call_function" and a.target in _CASTS and isinstance(a.args[0], torch.fx.Node):
+            before, after = a.args[0].meta.get("val"), a.meta.get("val")
+            if isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor) \
+                    and before.dtype == after.dtype:
+                out[a] = a.args[0]
+    return out
 
 
 def _checks_only(graph: "torch.fx.Graph") -> set[str]:
@@ -385,6 +408,6 @@ class _Ref(int):
 
 def _module_path(export_path: str) -> str:
     """An export module path ("model.layers.0.mlp", "model.block@1") as the user's
-    model names it: the ``_SumLoss`` wrapper's ``model.`` and call counts removed."""
+    model names it: the ``StepLoss`` wrapper's ``model.`` and call counts removed."""
     path = re.sub(r"@\d+", "", export_path)
     return path.removeprefix("model.") if path != "model" else ""

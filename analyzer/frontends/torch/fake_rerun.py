@@ -46,7 +46,7 @@ def model_sizes(module: torch.nn.Module, inputs: Iterable) -> list[int]:
 
 
 def same_path(marked, small, *, train: bool) -> bool:
-    """Whether the forward of two resolved models (analyzer/app/resolve.py: the model at the
+    """Whether the forward of two resolved models (analyzer/load/resolve.py: the model at the
     marker batch and at a small one) calls the same ATen ops in the same order, run eagerly on
     fake tensors (nothing is allocated) with the flags torch.export's non-strict trace sets
     (``torch.compiler.is_exporting()``), so that a library skips its checks of the data as it

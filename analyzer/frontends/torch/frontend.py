@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # of a LayerNorm, one kernel each (decomposed: an embedding's weight-sized zeros, then a second
 # weight-sized tensor index_put writes, BERT's 4096-position table's gradient twice; a
 # LayerNorm's activation-sized temporaries, which eager never makes, held beside the inputs
-# its autograd call keeps until all three gradients exist: passes/liveness.py); a GroupNorm's
+# its autograd call keeps until all three gradients exist: passes/memory/liveness.py); a GroupNorm's
 # backward, one kernel (decomposed: activation-sized temporaries, wav2vec2's first
 # convolution's 6.5 MB output four times at the step's peak, +5%); resizing (F.interpolate's
 # modes) and its backward, one kernel each (decomposed: gathers of index tensors and per-tap

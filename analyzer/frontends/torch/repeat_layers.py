@@ -222,11 +222,35 @@ def rescope(scope: str, prefix: str, old: int, new: int) -> str:
     return f"{prefix}.{new}" + scope[len(f"{prefix}.{old}"):]
 
 
-# long: one walk renumbers nodes and values together; its maps are the state every step reads
 def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
     """``graph`` traced with the three layers ``prefix``.0–2, grown to ``total`` layers."""
-    nodes, values = graph.nodes, graph.values
-    layer = [layer_of(n.scope, prefix) for n in nodes]
+    layer = [layer_of(n.scope, prefix) for n in graph.nodes]
+    spans = _spans(layer)
+    if spans is None:
+        return None
+    n = len(spans[1])
+    if len(spans[0]) != n or len(spans[2]) != n or total <= TRACED:
+        return graph if total == TRACED else None
+    lay = _Layers(graph, prefix, layer, spans, total)
+    if not lay.alike():
+        return None
+    refs = lay.eager_refs()
+    if refs is None:
+        return None  # a value held across two layers: no copy could say where to
+    nodes, values = lay.nodes()
+    return replace(graph, nodes=nodes, values=MappingProxyType(values),
+                   inputs=grown_names(graph.inputs, lambda x: (r := lay.role(x, 1)) is not None
+                                      and r[0] == "leaf", total),
+                   outputs=grown_names(graph.outputs,
+                                       lambda x: lay.where.get(x, (None,))[0] == 1, total),
+                   module_types=MappingProxyType(lay.module_types()),
+                   eager_refs=MappingProxyType(refs),
+                   eager_inplace=MappingProxyType(lay.eager_inplace()))
+
+
+def _spans(layer: list[int | None]) -> list[range] | None:
+    """The node spans of the three traced layers (``layer``: each node's), None unless each
+    is one run and they follow each other."""
     runs: dict[int, list[int]] = {}
     for i, k in enumerate(layer):
         if k is not None:
@@ -237,127 +261,163 @@ def repeat_layers(graph: Graph, prefix: str, total: int) -> Graph | None:
     if sorted(runs) != [0, 1, 2] or runs[0][1] + 1 != runs[1][0] or \
             runs[1][1] + 1 != runs[2][0]:
         return None
-    spans = [range(runs[k][0], runs[k][1] + 1) for k in range(3)]
-    n = len(spans[1])
-    if len(spans[0]) != n or len(spans[2]) != n or total <= TRACED:
-        return graph if total == TRACED else None
-    where = {}  # value -> (layer, position in it, output slot)
-    for k, span in enumerate(spans):
-        for j, i in enumerate(span):
-            for slot, out in enumerate(nodes[i].outputs):
-                if out:
-                    where[out] = (k, j, slot)
-    readers: dict[str, set] = {}
-    for i, node in enumerate(nodes):
-        for name in node.inputs:
-            if name:
-                readers.setdefault(name, set()).add(layer[i])
+    return [range(runs[k][0], runs[k][1] + 1) for k in range(3)]
 
-    def role(name: str, k: int):
+
+class _Layers:
+    """The three traced layers of ``graph`` (``spans``: their nodes), what each value is to
+    them, and where the grown graph of ``total`` layers puts each node."""
+
+    def __init__(self, graph: Graph, prefix: str, layer: list[int | None],
+                 spans: list[range], total: int):
+        self.g, self.prefix, self.spans, self.total = graph, prefix, spans, total
+        self.n = n = len(spans[1])
+        self.last = total - 2                       # the last copy of layer 1
+        self.base2 = base2 = spans[1][-1] + 1       # copy 2's first node
+        shift = (total - TRACED) * n                # how far layer 2 and what follows move
+        self.new_index = {i: (i if i < base2 else i + shift) for i in range(len(graph.nodes))}
+        self.where: dict[str, tuple[int, int, int]] = {}  # value -> (layer, position, slot)
+        for k, span in enumerate(spans):
+            for j, i in enumerate(span):
+                for slot, out in enumerate(graph.nodes[i].outputs):
+                    if out:
+                        self.where[out] = (k, j, slot)
+        self.readers: dict[str, set] = {}  # value -> the layers reading it (None: outside)
+        for i, node in enumerate(graph.nodes):
+            for name in node.inputs:
+                if name:
+                    self.readers.setdefault(name, set()).add(layer[i])
+        # layer 1's value at (position, slot)
+        self.at1 = {(j, slot): out for out, (k, j, slot) in self.where.items() if k == 1}
+
+    def role(self, name: str, k: int):
         """How layer k's node reads ``name``: its own value, the layer before's, its own
         leaf (a weight or cache input no one else reads) or a value shared by the stack."""
-        if name in where:
-            lk, j, slot = where[name]
+        if name in self.where:
+            lk, j, slot = self.where[name]
             if lk == k:
                 return ("own", j, slot)
             return ("prev", j, slot) if lk == k - 1 else None
-        v = values.get(name)
-        if v is not None and v.producer is None and readers.get(name) == {k}:
+        v = self.g.values.get(name)
+        if v is not None and v.producer is None and self.readers.get(name) == {k}:
             return ("leaf", v.spec, v.kind)
-        if v is not None and (v.producer is None or v.producer < spans[0][0]):
+        if v is not None and (v.producer is None or v.producer < self.spans[0][0]):
             return ("shared", name)
         return None
 
-    for j in range(n):
-        z, a, b = nodes[spans[0][j]], nodes[spans[1][j]], nodes[spans[2][j]]
-        if z.op != a.op or [graph.spec(o) for o in z.outputs] != \
-                [graph.spec(o) for o in a.outputs]:
-            return None
-        if (a.op, dict(a.attrs), len(a.inputs), len(a.outputs)) != \
-                (b.op, dict(b.attrs), len(b.inputs), len(b.outputs)):
-            return None
-        if [graph.spec(o) for o in a.outputs if o] != [graph.spec(o) for o in b.outputs if o]:
-            return None
-        for x, y in zip(a.inputs, b.inputs):
-            rx, ry = (role(x, 1), role(y, 2)) if x and y else (x, y)
-            if rx is None or rx != ry:
-                return None
-    for i in range(spans[2][-1] + 1, len(nodes)):  # after the stack: only the last layer's
-        if any(where.get(x, (2,))[0] != 2 for x in nodes[i].inputs if x):
-            return None
-    at1 = {(j, slot): out for out, (k, j, slot) in where.items() if k == 1}
-    last = total - 2  # the last copy of layer 1
+    def alike(self) -> bool:
+        """Layers 1 and 2 alike node for node (layer 0 in ops and output shapes), each read
+        with the same role; after the stack, only the last layer read."""
+        g, nodes, spans = self.g, self.g.nodes, self.spans
+        for j in range(self.n):
+            z, a, b = nodes[spans[0][j]], nodes[spans[1][j]], nodes[spans[2][j]]
+            if z.op != a.op or [g.spec(o) for o in z.outputs] != \
+                    [g.spec(o) for o in a.outputs]:
+                return False
+            if (a.op, dict(a.attrs), len(a.inputs), len(a.outputs)) != \
+                    (b.op, dict(b.attrs), len(b.inputs), len(b.outputs)):
+                return False
+            if [g.spec(o) for o in a.outputs if o] != [g.spec(o) for o in b.outputs if o]:
+                return False
+            for x, y in zip(a.inputs, b.inputs):
+                rx, ry = (self.role(x, 1), self.role(y, 2)) if x and y else (x, y)
+                if rx is None or rx != ry:
+                    return False
+        for i in range(spans[2][-1] + 1, len(nodes)):  # after the stack: only the last layer's
+            if any(self.where.get(x, (2,))[0] != 2 for x in nodes[i].inputs if x):
+                return False
+        return True
 
-    def copy(name: str, c: int) -> str:
+    def copy(self, name: str, c: int) -> str:
         """Layer 1's ``name`` as read by copy c (layer c)."""
-        r = role(name, 1)
+        r = self.role(name, 1)
         if r is None or r[0] == "shared":
             return name
         if r[0] == "leaf":
             return f"{name}~{c}"
-        base = at1[(r[1], r[2])]
+        base = self.at1[(r[1], r[2])]
         if r[0] == "own":
             return f"{base}~{c}"
         return base if c - 1 == 1 else f"{base}~{c - 1}"  # the layer before it
 
-    base2 = spans[1][-1] + 1                      # copy 2's first node
-    shift = (total - TRACED) * n                  # how far layer 2 and what follows move
-    new_index = {i: (i if i < base2 else i + shift) for i in range(len(nodes))}
-
-    out_nodes: list[Node] = []
-    new_values: dict[str, Value] = {}
-    for name, v in values.items():
-        new_values[name] = v if v.producer is None else replace(v, producer=new_index[v.producer])
-    for i in range(base2):
-        out_nodes.append(replace(nodes[i], index=i) if nodes[i].index != i else nodes[i])
-    for c in range(2, total - 1):
-        for j, i in enumerate(spans[1]):
-            node = nodes[i]
-            ins = tuple(copy(x, c) if x else x for x in node.inputs)
-            out_nodes.append(copied(node, c, base2 + (c - 2) * n + j, ins, values, new_values,
-                                    rescope(node.scope, prefix, 1, c)))
-
-    def from_last(name: str) -> str:
+    def from_last(self, name: str) -> str:
         """Layer 2's ``name`` as the last layer reads it: the last copy's, not layer 1's."""
-        r = role(name, 2) if name else None
-        return f"{at1[(r[1], r[2])]}~{last}" if r and r[0] == "prev" else name
+        r = self.role(name, 2) if name else None
+        return f"{self.at1[(r[1], r[2])]}~{self.last}" if r and r[0] == "prev" else name
 
-    for i in range(spans[2][0], len(nodes)):
-        node = nodes[i]
-        ins = tuple(from_last(x) for x in node.inputs) if i in spans[2] else node.inputs
-        scope = rescope(node.scope, prefix, 2, total - 1) if i in spans[2] else node.scope
-        out_nodes.append(replace(node, index=new_index[i], inputs=ins, scope=scope))
+    def nodes(self) -> tuple[tuple[Node, ...], dict[str, Value]]:
+        """The grown graph's nodes (layer 1's copies after it, layer 2 the last layer) and
+        values."""
+        nodes, values, spans, prefix = self.g.nodes, self.g.values, self.spans, self.prefix
+        out_nodes: list[Node] = []
+        new_values: dict[str, Value] = {}
+        for name, v in values.items():
+            new_values[name] = v if v.producer is None else \
+                replace(v, producer=self.new_index[v.producer])
+        for i in range(self.base2):
+            out_nodes.append(replace(nodes[i], index=i) if nodes[i].index != i else nodes[i])
+        for c in range(2, self.total - 1):
+            for j, i in enumerate(spans[1]):
+                node = nodes[i]
+                ins = tuple(self.copy(x, c) if x else x for x in node.inputs)
+                out_nodes.append(copied(node, c, self.base2 + (c - 2) * self.n + j, ins, values,
+                                        new_values, rescope(node.scope, prefix, 1, c)))
+        for i in range(spans[2][0], len(nodes)):
+            node = nodes[i]
+            ins = tuple(self.from_last(x) for x in node.inputs) if i in spans[2] else \
+                node.inputs
+            scope = rescope(node.scope, prefix, 2, self.total - 1) if i in spans[2] else \
+                node.scope
+            out_nodes.append(replace(node, index=self.new_index[i], inputs=ins, scope=scope))
+        return tuple(out_nodes), new_values
 
-    refs = {}
-    for name, p in graph.eager_refs.items():
-        k = where.get(name, (None,))[0]
-        if k == 0 and p in spans[2]:
-            return None  # held across two layers: no copy could say where to
-        if k == 1:
-            refs[name] = _held(p, 1, spans, base2, n, last, new_index)
-            for c in range(2, total - 1):
-                refs[f"{name}~{c}"] = _held(p, c, spans, base2, n, last, new_index)
-        else:
-            refs[name] = new_index[p]
-    inplace = dict(graph.eager_inplace)
-    for out, into in graph.eager_inplace.items():
-        if where.get(out, (None,))[0] == 1:
-            for c in range(2, total - 1):
-                inplace[f"{out}~{c}"] = copy(into, c)
-        elif where.get(out, (None,))[0] == 2:
-            inplace[out] = from_last(into)
-    types = dict(graph.module_types)
-    for path, kind in graph.module_types.items():
-        if layer_of(path, prefix) == 1:
-            for c in range(3, total):
-                types[rescope(path, prefix, 1, c)] = kind
-    return replace(graph, nodes=tuple(out_nodes), values=MappingProxyType(new_values),
-                   inputs=grown_names(graph.inputs, lambda x: (r := role(x, 1)) is not None and
-                                 r[0] == "leaf", total),
-                   outputs=grown_names(graph.outputs, lambda x: where.get(x, (None,))[0] == 1,
-                                  total),
-                   module_types=MappingProxyType(types), eager_refs=MappingProxyType(refs),
-                   eager_inplace=MappingProxyType(inplace))
+    def eager_refs(self) -> dict[str, int] | None:
+        """Where the model's Python releases each value it held, each layer-1 value's copies
+        included; None when a layer-0 value is held into layer 2."""
+        refs = {}
+        for name, p in self.g.eager_refs.items():
+            k = self.where.get(name, (None,))[0]
+            if k == 0 and p in self.spans[2]:
+                return None
+            if k == 1:
+                refs[name] = self._held(p, 1)
+                for c in range(2, self.total - 1):
+                    refs[f"{name}~{c}"] = self._held(p, c)
+            else:
+                refs[name] = self.new_index[p]
+        return refs
+
+    def _held(self, p: int, c: int) -> int:
+        """Where copy c of a layer-1 value is released: the same point of its own layer, of
+        the layer after it, or a point after the stack."""
+        spans, new_index = self.spans, self.new_index
+        if p in spans[1]:
+            return new_index[p] if c == 1 else self.base2 + (c - 2) * self.n + (p - spans[1][0])
+        if p in spans[2]:
+            if c == self.last:
+                return new_index[p]
+            return self.base2 + (c - 1) * self.n + (p - spans[2][0])
+        return new_index[p]
+
+    def eager_inplace(self) -> dict[str, str]:
+        """What the model's Python wrote in place, each layer-1 write's copies included."""
+        inplace = dict(self.g.eager_inplace)
+        for out, into in self.g.eager_inplace.items():
+            if self.where.get(out, (None,))[0] == 1:
+                for c in range(2, self.total - 1):
+                    inplace[f"{out}~{c}"] = self.copy(into, c)
+            elif self.where.get(out, (None,))[0] == 2:
+                inplace[out] = self.from_last(into)
+        return inplace
+
+    def module_types(self) -> dict[str, str]:
+        """Module path -> type, with layer 1's modules under every copy's path."""
+        types = dict(self.g.module_types)
+        for path, kind in self.g.module_types.items():
+            if layer_of(path, self.prefix) == 1:
+                for c in range(3, self.total):
+                    types[rescope(path, self.prefix, 1, c)] = kind
+        return types
 
 
 def copied(node: Node, c: int, index: int, inputs: tuple[str, ...], values, new_values: dict,
@@ -373,18 +433,6 @@ def copied(node: Node, c: int, index: int, inputs: tuple[str, ...], values, new_
             new_values[no] = replace(values[o], name=no, producer=index)
     return replace(node, index=index, name=f"{node.name}~{c}", inputs=inputs, outputs=outs,
                    scope=scope)
-
-
-def _held(p: int, c: int, spans, base2: int, n: int, last: int, new_index) -> int:
-    """Where copy c of a layer-1 value is released: the same point of its own layer, of the
-    layer after it, or a point after the stack."""
-    if p in spans[1]:
-        return new_index[p] if c == 1 else base2 + (c - 2) * n + (p - spans[1][0])
-    if p in spans[2]:
-        if c == last:
-            return new_index[p]
-        return base2 + (c - 1) * n + (p - spans[2][0])
-    return new_index[p]
 
 
 def grown_names(names: tuple[str, ...], of_layer1, total: int) -> tuple[str, ...]:

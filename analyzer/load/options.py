@@ -1,0 +1,50 @@
+"""How a model is to be loaded: bound, read and traced, as one typed value.
+
+``LoadOptions`` is checked when it is built (``__post_init__``, with analyzer/load/checks.py),
+so every LoadOptions that exists is a checked one, whoever made it: ``build_request``
+(analyzer/app/request.py) from analyze's arguments or the command line's options, a test, or
+``replace(load, batch=b)`` in the batch search. The serving review's options are
+analyzer/load/serving.py's ``ServeSpec``, checked the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+from ...passes.choices import Exporter, Loss
+from ...passes.errors import GraphcostError, opt
+from ...passes.graph.attention_dispatch import AttentionTarget
+from ...passes.training.precision import AutocastSpec
+from .checks import check_arguments, check_dtype
+
+NONE: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How the model is bound, read and traced (checked when built)."""
+    batch: int | None = None
+    dims: Mapping[str, int] = field(default_factory=lambda: NONE)
+    input_shapes: Mapping[str, Sequence[int]] = field(default_factory=lambda: NONE)
+    input_dtypes: Mapping[str, Any] = field(default_factory=lambda: NONE)
+    exporter: str = Exporter.ONNX       # a zoo model: its cached ONNX export, or traced (fx)
+    train: bool = False                 # the joint forward+backward graph
+    all_layers: bool = False            # trace every block of a repeated stack
+    # the machine, dtype and kernel choice a training step's attention is traced for
+    attention: AttentionTarget = AttentionTarget()
+    autocast: AutocastSpec | None = None  # a training step's forward under torch.autocast
+    dtype: str | None = None            # --dtype: the weights' dtype for inference and serving
+    # a training recipe that casts the module (bf16-true, bf16-master): traced in its dtype
+    cast: str | None = None
+    loss: str = Loss.AUTO               # the loss a training step backpropagates (lm_loss.py)
+
+    def __post_init__(self):
+        check_arguments(batch=self.batch, dims=self.dims, input_shapes=self.input_shapes,
+                        input_dtypes=self.input_dtypes, zoo_exporter=self.exporter,
+                        flags={"train": self.train, "all_layers": self.all_layers},
+                        choices={"loss": (self.loss, Loss.words())})
+        check_dtype(self.dtype, self.train)
+        if self.loss != Loss.AUTO and not self.train:
+            raise GraphcostError(f"{opt('loss', value=self.loss)} is a training step's loss: "
+                                 f"add {opt('train')}")

@@ -1,0 +1,107 @@
+"""A parallel layout as a device mesh: named dimensions, outer to inner, whose sizes multiply
+to the world size — torchtitan's ``ParallelDims`` and PyTorch's ``init_device_mesh``.
+
+The names are torchtitan's (its ``[parallelism]`` settings), with Megatron-LM's beside them:
+
+=============  ==========================================  ================================
+dimension      what it splits                               Megatron-LM
+=============  ==========================================  ================================
+dp_replicate   the batch; weights replicated (DDP, HSDP's   data-parallel (DDP)
+               replicas)
+dp_shard       the batch; weights, gradients and optimizer  data-parallel with the
+               state sharded (FSDP2 ``fully_shard``, ZeRO)  distributed optimizer
+cp             the sequence (context parallel)              context-parallel-size
+tp             each layer's weights (tensor parallel)       tensor-model-parallel-size
+pp             the layers (pipeline stages)                 pipeline-model-parallel-size
+ep             the experts of an MoE layer                  expert-model-parallel-size
+=============  ==========================================  ================================
+
+Today's strategies are meshes of one data-parallel dimension (``mesh_of``): ddp replicates
+over ``dp_replicate``; zero1/2/3 and fsdp shard over ``dp_shard``. The passes model the data
+dimensions; ``MODELLED`` lists them, and a mesh with another dimension larger than 1 is refused
+by ``check_mesh`` with its name, never priced as if it were data parallel. A new dimension is
+added here and in a module of passes/parallel/ that transforms the rank's step (docs/layout.md).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from ..choices import Strategy
+from ..errors import GraphcostError, opt
+
+MESH_DIMS = ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")
+MODELLED = ("dp_replicate", "dp_shard")
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Named dimensions outer to inner, each ``(name, size)``; a size None is ``auto`` (the
+    smallest that fits, searched by the parallel pass)."""
+    dims: tuple[tuple[str, int | None], ...]
+
+    def size(self, name: str) -> int | None:
+        """The dimension's size: 1 where the mesh does not have it, None where auto."""
+        return dict(self.dims).get(name, 1)
+
+    @property
+    def world_size(self) -> int | None:
+        sizes = [n for _, n in self.dims]
+        return None if any(n is None for n in sizes) else prod(n for n in sizes if n)
+
+    @property
+    def words(self) -> str:
+        """``dp_shard=8,tp=2`` (the command line's spelling; ``auto`` for a searched size)."""
+        return ",".join(f"{k}={'auto' if n is None else n}" for k, n in self.dims)
+
+
+def mesh_of(strategy: str, world_size: int | None) -> Mesh:
+    """The mesh a data-parallel strategy runs on: DDP replicates, the others shard."""
+    name = "dp_replicate" if strategy == Strategy.DDP else "dp_shard"
+    return Mesh(((name, world_size),))
+
+
+def strategy_of(mesh: Mesh) -> str:
+    """The data-parallel strategy a mesh of data dimensions names: fsdp where it shards
+    (FSDP2, torchtitan's default), ddp where it only replicates."""
+    return Strategy.FSDP if "dp_shard" in dict(mesh.dims) else Strategy.DDP
+
+
+def parse_mesh(text: str) -> Mesh:
+    """``dp_shard=8,tp=2`` as a Mesh (sizes whole numbers ≥ 1, or auto), checked."""
+    dims: list[tuple[str, int | None]] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, size = (x.strip() for x in part.partition("="))
+        if not sep or not size:
+            raise GraphcostError(f"{opt('parallel', value=text[:80])}: expected NAME=SIZE "
+                                 f"pairs such as dp_shard=8 (names: {', '.join(MESH_DIMS)})")
+        if size.lower() == "auto":
+            dims.append((name, None))
+        elif size.isdigit():
+            dims.append((name, int(size)))
+        else:
+            raise GraphcostError(f"{opt('parallel', value=part[:80])}: a size is a whole "
+                                 "number ≥ 1 or auto")
+    mesh = Mesh(tuple(dims))
+    check_mesh(mesh)
+    return mesh
+
+
+def check_mesh(mesh: Mesh) -> None:
+    """Known names, each once; sizes ≥ 1 (at most one auto); only MODELLED ones above 1."""
+    names = [k for k, _ in mesh.dims]
+    unknown = [k for k in names if k not in MESH_DIMS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: the dimensions are "
+                             f"{', '.join(MESH_DIMS)}, each at most once")
+    sizes = [n for _, n in mesh.dims]
+    if any(n is not None and n < 1 for n in sizes) or sizes.count(None) > 1:
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: sizes are whole "
+                             "numbers ≥ 1, at most one of them auto")
+    beyond = [k for k, n in mesh.dims if k not in MODELLED and n != 1]
+    if beyond:
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: {beyond[0]} is not "
+                             "modelled yet (the data dimensions are: dp_replicate, dp_shard)")
+    if mesh.size("dp_replicate") != 1 and mesh.size("dp_shard") != 1:
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: HSDP (dp_replicate "
+                             "× dp_shard) is not modelled yet: shard or replicate")

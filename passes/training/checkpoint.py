@@ -1,0 +1,158 @@
+"""Activation checkpointing on the joint forward+backward graph.
+
+A checkpoint segment keeps only its inputs during forward (torch.utils.checkpoint): a tensor
+produced inside the segment and consumed only inside it is freed after its last forward use,
+and the segment's forward is recomputed when backward reaches the segment (the first backward
+node that needs one of its tensors); from then on the recomputed tensors live to their last
+backward use. The segment's output, read by later forward nodes, is an input of what follows
+and is kept as before. Recompute costs the segment's forward FLOPs once more.
+
+Segments are module paths (their forward nodes); plans come from a list of names, every N of
+the model's repeated blocks, √N segments (Chen et al. 2016, "Training Deep Nets with Sublinear
+Memory Cost"), or the cheapest set of blocks that fits a budget.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from ..errors import GraphcostError, opt
+from ..ir import Graph
+from ..memory.liveness import Liveness, Storage
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """The plan asked for, one of four forms: module ``names``, ``every`` N repeated blocks,
+    ``sqrt`` (√N groups, Chen et al. 2016), or the least recompute that fits ``budget``
+    bytes."""
+    names: tuple[str, ...] | None = None
+    every: int | None = None
+    sqrt: bool = False
+    budget: int | None = None
+
+
+@dataclass(frozen=True)
+class Segment:
+    name: str
+    nodes: frozenset[int]   # forward node indices
+
+
+def segments_by_name(graph: Graph, forward: set[int], names: list[str]) -> list[Segment]:
+    out = []
+    paths = sorted({n.scope for n in graph.nodes if n.index in forward and n.scope})
+    modules = sorted(set(paths) | {p.rsplit(".", 1)[0] for p in paths if "." in p})
+    for name in names:
+        nodes = frozenset(n.index for n in graph.nodes if n.index in forward and
+                          (n.scope == name or n.scope.startswith(name + ".")))
+        if not nodes:
+            close = difflib.get_close_matches(name, modules, n=5, cutoff=0.5)
+            raise GraphcostError(f"{opt('checkpoint')} {name}: no module of that name runs in the "
+                                 f"forward" + (f"; close matches: {', '.join(close)}"
+                                               if close else "; modules: "
+                                               + ", ".join(modules[:12])))
+        out.append(Segment(name, nodes))
+    return out
+
+
+def repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:
+    """The model's repeated blocks (what users checkpoint): among the modules with submodules
+    that run in the forward, the largest group of one kind at one depth (ResNet's
+    BasicBlocks, a transformer's layers), in execution order. A module's kind is its class
+    where the frontend knows it (FX); an ONNX graph records only module paths, so there the
+    kind is the set of op types the module runs (a ResNet block with a downsample branch and
+    one without both run Conv, BatchNormalization, Relu and Add)."""
+    first: dict[str, int] = {}
+    ops: dict[str, set[str]] = {}
+    for n in graph.nodes:
+        if n.index in forward and n.scope:
+            parts = n.scope.split(".")
+            for d in range(1, len(parts) + 1):
+                path = ".".join(parts[:d])
+                first.setdefault(path, n.index)
+                ops.setdefault(path, set()).add(n.op)
+    containers = {p.rsplit(".", 1)[0] for p in first if "." in p}
+
+    def kind(path: str) -> str:
+        return graph.module_types.get(path, "") or "ops:" + ",".join(sorted(ops[path]))
+
+    groups = Counter((p.count("."), kind(p)) for p in first if p in containers)
+    best = max(((cnt, -depth, typ) for (depth, typ), cnt in groups.items() if typ and cnt >= 2),
+               default=None)
+    if best is None:
+        return []
+    _, neg_depth, typ = best
+    blocks = [p for p in first if p in containers and p.count(".") == -neg_depth and
+              kind(p) == typ]
+    return sorted(blocks, key=first.__getitem__)
+
+
+def group_every(blocks: list[str], every: int) -> list[list[str]]:
+    if every <= 0:
+        raise GraphcostError(f"{opt('checkpoint.every')} must be a positive integer")
+    return [blocks[i:i + every] for i in range(0, len(blocks), every)]
+
+
+def sqrt_groups(blocks: list[str]) -> list[list[str]]:
+    """√N segments of about √N blocks each (Chen et al. 2016)."""
+    if not blocks:
+        return []
+    return group_every(blocks, max(1, math.ceil(len(blocks) / round(math.sqrt(len(blocks))))))
+
+
+def merge(name: str, segments: list[Segment]) -> Segment:
+    return Segment(name, frozenset().union(*(s.nodes for s in segments)))
+
+
+def checkpointed_storages(graph: Graph, live: Liveness, forward: set[int],
+                          segments: list[Segment]) -> list[Storage]:
+    """The storages' lifetimes under checkpointing: a tensor internal to a segment and saved
+    for backward becomes two lifetimes, forward and recomputed."""
+    uses: list[list[int]] = [[] for _ in live.storages]
+    of = live.value_storage
+    for node in graph.nodes:
+        for name in node.inputs:
+            s = of.get(name) if name else None
+            if s is not None:
+                uses[s].append(node.index)
+    outputs = {of[o] for o in graph.outputs if o in of}
+    seg_of: dict[int, int] = {}
+    for k, seg in enumerate(segments):
+        for i in seg.nodes:
+            seg_of[i] = k
+    internal: dict[int, int] = {}  # storage -> segment, for tensors that stay inside one
+    for s, st in enumerate(live.storages):
+        k = seg_of.get(st.birth)
+        if k is None or s in outputs:
+            continue
+        fwd_uses = [u for u in uses[s] if u in forward]
+        if all(seg_of.get(u) == k for u in fwd_uses) and any(u not in forward for u in uses[s]):
+            internal[s] = k
+    recompute_at: dict[int, int] = {}
+    for s, k in internal.items():
+        first_bwd = min(u for u in uses[s] if u not in forward)
+        recompute_at[k] = min(recompute_at.get(k, first_bwd), first_bwd)
+    out = []
+    for s, st in enumerate(live.storages):
+        k = internal.get(s)
+        if k is None:
+            out.append(st)
+            continue
+        fwd_end = max([u for u in uses[s] if u in forward], default=st.birth)
+        out.append(Storage(st.name, st.nbytes, st.birth, fwd_end))
+        out.append(Storage(st.name + "@recompute", st.nbytes, recompute_at[k], st.death))
+    return out
+
+
+def timeline_of(storages: list[Storage], n: int) -> list[int]:
+    diff = [0] * (n + 1)
+    for st in storages:
+        diff[st.birth] += st.nbytes
+        diff[st.death + 1] -= st.nbytes
+    out, running = [], 0
+    for i in range(n):
+        running += diff[i]
+        out.append(running)
+    return out
