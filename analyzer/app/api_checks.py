@@ -21,7 +21,7 @@ from ...passes.parallel.comm import InterconnectRates
 from ...passes.training.checkpoint import CheckpointSpec
 from ..load.checks import INT64_MAX, plain, positive, shown, word
 
-CHECKPOINT_KEYS = ("names", "every", "sqrt", "budget")
+CHECKPOINT_KEYS = ("names", "every", "sqrt", "budget", "sac")
 
 
 def check_unknown(extra: tuple, unknown: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -116,7 +116,7 @@ def overhead_of(overhead):
 
 def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
     """One of the forms the CLI builds: {"names": [...]}, {"every": N}, {"sqrt": True},
-    {"budget": BYTES}."""
+    {"budget": BYTES}, {"sac": True} (torchtitan's op policy) or {"sac": [op, ...]}."""
     checkpoint = plain(checkpoint, "checkpoint")
     if checkpoint is None:
         return None
@@ -140,11 +140,16 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
             positive(value, opt("checkpoint.budget"), integer=True)
         if key == "sqrt" and value is not True:
             raise GraphcostError(f"checkpoint['sqrt'] must be True, got {shown(value)}")
+        if key == "sac" and value is not True and (isinstance(value, str) or not isinstance(
+                value, Sequence) or not value or not all(isinstance(n, str) and n for n in value)):
+            raise GraphcostError(f"checkpoint['sac'] must be True (torchtitan's op policy) or "
+                                 f"a list of op names to save, got {shown(value, 200)}")
     if not checkpoint:
         return None
-    names = checkpoint.get("names")
+    names, sac = checkpoint.get("names"), checkpoint.get("sac")
     return CheckpointSpec(names=tuple(names) if names else None, every=checkpoint.get("every"),
-                          sqrt=bool(checkpoint.get("sqrt")), budget=checkpoint.get("budget"))
+                          sqrt=bool(checkpoint.get("sqrt")), budget=checkpoint.get("budget"),
+                          sac=("torchtitan",) if sac is True else tuple(sac) if sac else None)
 
 
 _PARALLEL_KEYS = ("strategy", "world_size", "mesh", "offload", "bucket_cap_mb", "units",

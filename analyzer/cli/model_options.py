@@ -89,14 +89,7 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "the sum of the outputs); ce: fp32 cross-entropy as torchtitan; "
                         "chunked-ce: torchtune's CEWithChunkedOutputLoss (8 chunks)")
     add_parallel_args(p)
-    p.add_argument("--checkpoint", metavar="NAMES|sqrt|auto",
-                   help="with --train: checkpoint these modules (comma-separated paths), √N "
-                        "segments of the repeated blocks (sqrt), or the cheapest plan that fits "
-                        "--budget (auto)")
-    p.add_argument("--checkpoint-every", type=int, metavar="N",
-                   help="with --train: one checkpoint segment per N repeated blocks")
-    p.add_argument("--budget", metavar="SIZE",
-                   help="memory budget for --checkpoint auto, e.g. 40GiB, 4GB, 4e9")
+    add_checkpoint_args(p)
     p.add_argument("--device", metavar="NAME",
                    help="roofline time per node and whether the memory fits on this device "
                         "(a lower bound, not a benchmark); `graphcost devices` lists the known ones")
@@ -120,11 +113,30 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "tensors only")
 
 
+def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
+    """--checkpoint and the options that go with it."""
+    p.add_argument("--checkpoint", metavar="NAMES|sqrt|auto|sac",
+                   help="with --train: checkpoint these modules (comma-separated paths), √N "
+                        "segments of the repeated blocks (sqrt), the cheapest plan that fits "
+                        "--budget (auto), or selective checkpointing of each repeated block "
+                        "(sac: torchtitan's op policy, or --sac-save OPS)")
+    p.add_argument("--sac-save", metavar="OPS",
+                   help="with --checkpoint sac: the ops whose outputs the policy saves "
+                        "(comma-separated aten names such as mm,addmm, or sdpa); default "
+                        "torchtitan's op policy")
+    p.add_argument("--checkpoint-every", type=int, metavar="N",
+                   help="with --train: one checkpoint segment per N repeated blocks")
+    p.add_argument("--budget", metavar="SIZE",
+                   help="memory budget for --checkpoint auto, e.g. 40GiB, 4GB, 4e9")
+
+
 def _checkpoint_args(args) -> dict | None:
     from ..app.units import parse_size
 
     if args.budget is not None and args.checkpoint != "auto":
         raise GraphcostError("--budget goes with --checkpoint auto")
+    if args.sac_save is not None and args.checkpoint != "sac":
+        raise GraphcostError("--sac-save goes with --checkpoint sac")
     if args.checkpoint_every is not None:
         if args.checkpoint:
             raise GraphcostError("use either --checkpoint or --checkpoint-every")
@@ -133,6 +145,9 @@ def _checkpoint_args(args) -> dict | None:
         return None
     if args.checkpoint == "sqrt":
         return {"sqrt": True}
+    if args.checkpoint == "sac":  # torchtitan's op policy, or the ops --sac-save names
+        return {"sac": [n.strip() for n in args.sac_save.split(",") if n.strip()]
+                if args.sac_save else True}
     if args.checkpoint == "auto":
         if args.budget is None:
             raise GraphcostError("--checkpoint auto needs --budget SIZE (e.g. 40GiB)")

@@ -10,6 +10,15 @@ and is kept as before. Recompute costs the segment's forward FLOPs once more.
 Segments are module paths (their forward nodes); plans come from a list of names, every N of
 the model's repeated blocks, √N segments (Chen et al. 2016, "Training Deep Nets with Sublinear
 Memory Cost"), or the cheapest set of blocks that fits a budget.
+
+Selective activation checkpointing (SAC: ``torch.utils.checkpoint`` with
+``create_selective_checkpoint_contexts(policy)``) checkpoints each repeated block, but the
+ops its policy marks MUST_SAVE keep their outputs: cached in the forward, handed to the
+recompute, never run again. ``sac_saved`` applies a policy to a block: torchtitan's op
+policy (passes/costs/sac_policy.py: matmuls, the fused attention kernels, FSDP's
+reduce-scatter and float8's amax, every second ``mm`` of a block recomputed), or a user's
+list of op names, all saved. A saved tensor lives at least until its block is recomputed;
+the rest of the block is recomputed as a whole checkpoint's is, its FLOPs counted again.
 """
 from __future__ import annotations
 
@@ -18,6 +27,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
+from ..costs.sac_policy import MM, TORCHTITAN_SAC
 from ..errors import GraphcostError, opt
 from ..ir import Graph
 from ..memory.liveness import Liveness, Storage
@@ -25,19 +35,44 @@ from ..memory.liveness import Liveness, Storage
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    """The plan asked for, one of four forms: module ``names``, ``every`` N repeated blocks,
-    ``sqrt`` (√N groups, Chen et al. 2016), or the least recompute that fits ``budget``
-    bytes."""
+    """The plan asked for, one of five forms: module ``names``, ``every`` N repeated blocks,
+    ``sqrt`` (√N groups, Chen et al. 2016), the least recompute that fits ``budget`` bytes,
+    or ``sac``: each repeated block under a selective policy (("torchtitan",): its op policy;
+    else the op names to save, ``mm`` or ``sdpa`` short for their aten ops)."""
     names: tuple[str, ...] | None = None
     every: int | None = None
     sqrt: bool = False
     budget: int | None = None
+    sac: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
 class Segment:
     name: str
     nodes: frozenset[int]   # forward node indices
+    saved: frozenset[int] = frozenset()   # SAC: the nodes whose outputs its policy saves
+
+
+def sac_saved(graph: Graph, seg: Segment, policy: tuple[str, ...]) -> Segment:
+    """``seg`` with the nodes ``policy`` saves (see the module docstring)."""
+    titan = policy == ("torchtitan",)
+    names = TORCHTITAN_SAC if titan else policy
+    saved, mms = set(), 0
+    for i in sorted(seg.nodes):
+        op = graph.nodes[i].op
+        if op == MM:
+            mms += 1
+        if any(_names_op(name, op) for name in names) and not (titan and op == MM and mms % 2 == 0):
+            saved.add(i)
+    return Segment(seg.name, seg.nodes, frozenset(saved))
+
+
+def _names_op(name: str, op: str) -> bool:
+    """A user's op name for a node's: the full name, the aten short one (``mm``, ``addmm``), or
+    ``sdpa``: every scaled_dot_product_attention kernel."""
+    if name == "sdpa":
+        return "_scaled_dot_product" in op
+    return op == name or op == f"aten.{name}.default"
 
 
 def segments_by_name(graph: Graph, forward: set[int], names: list[str]) -> list[Segment]:
@@ -123,9 +158,13 @@ def checkpointed_storages(graph: Graph, live: Liveness, forward: set[int],
         for i in seg.nodes:
             seg_of[i] = k
     internal: dict[int, int] = {}  # storage -> segment, for tensors that stay inside one
+    saved: dict[int, int] = {}     # storage -> segment, for those its SAC policy saves
     for s, st in enumerate(live.storages):
         k = seg_of.get(st.birth)
         if k is None or s in outputs:
+            continue
+        if st.birth in segments[k].saved:
+            saved[s] = k
             continue
         fwd_uses = [u for u in uses[s] if u in forward]
         if all(seg_of.get(u) == k for u in fwd_uses) and any(u not in forward for u in uses[s]):
@@ -137,6 +176,10 @@ def checkpointed_storages(graph: Graph, live: Liveness, forward: set[int],
     out = []
     for s, st in enumerate(live.storages):
         k = internal.get(s)
+        if s in saved:  # (cached to the block's recompute, then autograd's as before)
+            out.append(Storage(st.name, st.nbytes, st.birth,
+                               max(st.death, recompute_at.get(saved[s], st.death))))
+            continue
         if k is None:
             out.append(st)
             continue

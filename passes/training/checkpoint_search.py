@@ -12,6 +12,7 @@ from .checkpoint import (
     group_every,
     merge,
     repeated_blocks,
+    sac_saved,
     segments_by_name,
     sqrt_groups,
 )
@@ -21,7 +22,7 @@ from .memory import CheckpointPlan, TrainingMemory, forward_set, training_memory
 
 def _plan(mode: str, segs: list[Segment], plain: TrainingMemory, got: TrainingMemory,
           node_flops: list[int], budget: int | None) -> CheckpointPlan:
-    recompute = sum(node_flops[i] for s in segs for i in s.nodes)
+    recompute = sum(node_flops[i] for s in segs for i in s.nodes - s.saved)
     return CheckpointPlan(
         mode=mode, segments=tuple(s.name for s in segs), peak_without_bytes=plain.peak_bytes,
         peak_bytes=got.peak_bytes, recompute_flops=recompute,
@@ -33,6 +34,7 @@ def _plan(mode: str, segs: list[Segment], plain: TrainingMemory, got: TrainingMe
 def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
                      names: list[str] | None = None, every: int | None = None,
                      sqrt: bool = False, budget: int | None = None,
+                     sac: tuple[str, ...] | None = None,
                      master_weights: bool = False, include_inputs: bool = True,
                      impl: str = "forloop") -> CheckpointPlan:
     """Build a checkpoint plan and evaluate it; ``budget`` alone asks for the plan with the
@@ -44,6 +46,12 @@ def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
                                include_inputs=include_inputs, impl=impl)
 
     plain = step()
+    if sac:  # each repeated block, as torchtitan wraps each TransformerBlock
+        blocks = repeated_blocks(graph, fwd)
+        if not blocks:
+            raise GraphcostError(f"{opt('checkpoint', value='sac')}: no repeated blocks to wrap")
+        segs = [sac_saved(graph, s, sac) for s in segments_by_name(graph, fwd, blocks)]
+        return _plan("sac", segs, plain, step(segs), node_flops, budget)
     if names:
         segs, mode = segments_by_name(graph, fwd, names), "names"
     elif every is not None or sqrt:
