@@ -70,10 +70,12 @@ def _llama():
     return model, ids
 
 
-def _measured(context) -> int:
+def _measured(context, layers=None) -> int:
     model, ids = _llama()
     model = copy.deepcopy(model)
-    for layer in model.model.layers:
+    for i, layer in enumerate(model.model.layers):
+        if layers is not None and i not in layers:
+            continue
         f = layer.forward
         layer.forward = functools.partial(
             lambda *a, f=f, **k: checkpoint(f, *a, use_reentrant=False, context_fn=context,
@@ -119,6 +121,17 @@ def test_sac_recomputes_less_than_a_whole_checkpoint():
     # the recomputed k (256→128), o (256→256) and up (256→688) are 2·1024·256·1072 FLOPs
     recomputed_mm = 2 * BATCH * SEQ * 256 * (128 + 256 + 688)
     assert titan.recompute_flops - every_mm.recompute_flops >= 4 * recomputed_mm
+
+
+def test_every_nth_layer_as_torchtitan_checkpoints_it():
+    # selective_ac_option = "2": torchtitan counts the blocks it wraps from 1 and checkpoints
+    # the 2nd and the 4th whole (model.layers.1 and .3), the others not
+    model, ids = _llama()
+    plan = analyze(model, ids, train=True, optimizer="adamw", include_inputs=False,
+                   what_if=False, checkpoint={"nth": 2}).training.checkpoint
+    assert plan.segments == ("model.layers.1", "model.layers.3")
+    measured = _measured(torch.utils.checkpoint.noop_context_fn, layers={1, 3})
+    assert abs(plan.peak_bytes / measured - 1) <= 0.03, (plan.peak_bytes / MiB, measured / MiB)
 
 
 def test_the_command_line_checkpoints_selectively():

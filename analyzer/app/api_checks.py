@@ -21,7 +21,7 @@ from ...passes.parallel.comm import InterconnectRates
 from ...passes.training.checkpoint import CheckpointSpec
 from ..load.checks import INT64_MAX, plain, positive, shown, word
 
-CHECKPOINT_KEYS = ("names", "every", "sqrt", "budget", "sac")
+CHECKPOINT_KEYS = ("names", "every", "sqrt", "budget", "sac", "nth")
 
 
 def check_unknown(extra: tuple, unknown: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -116,7 +116,8 @@ def overhead_of(overhead):
 
 def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
     """One of the forms the CLI builds: {"names": [...]}, {"every": N}, {"sqrt": True},
-    {"budget": BYTES}, {"sac": True} (torchtitan's op policy) or {"sac": [op, ...]}."""
+    {"budget": BYTES}, {"sac": True} (torchtitan's op policy), {"sac": [op, ...]} or
+    {"nth": N} (every N-th block whole)."""
     checkpoint = plain(checkpoint, "checkpoint")
     if checkpoint is None:
         return None
@@ -138,6 +139,8 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
             positive(value, opt("checkpoint.every"), integer=True)
         if key == "budget":
             positive(value, opt("checkpoint.budget"), integer=True)
+        if key == "nth":
+            positive(value, opt("checkpoint.nth"), integer=True)
         if key == "sqrt" and value is not True:
             raise GraphcostError(f"checkpoint['sqrt'] must be True, got {shown(value)}")
         if key == "sac" and value is not True and (isinstance(value, str) or not isinstance(
@@ -149,7 +152,8 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
     names, sac = checkpoint.get("names"), checkpoint.get("sac")
     return CheckpointSpec(names=tuple(names) if names else None, every=checkpoint.get("every"),
                           sqrt=bool(checkpoint.get("sqrt")), budget=checkpoint.get("budget"),
-                          sac=("torchtitan",) if sac is True else tuple(sac) if sac else None)
+                          sac=("torchtitan",) if sac is True else tuple(sac) if sac else None,
+                          nth=checkpoint.get("nth"))
 
 
 _PARALLEL_KEYS = ("strategy", "world_size", "mesh", "offload", "bucket_cap_mb", "units",

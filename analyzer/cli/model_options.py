@@ -126,6 +126,9 @@ def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
                         "torchtitan's op policy")
     p.add_argument("--checkpoint-every", type=int, metavar="N",
                    help="with --train: one checkpoint segment per N repeated blocks")
+    p.add_argument("--checkpoint-nth", type=int, metavar="N",
+                   help="with --train: checkpoint every N-th repeated block whole, the others "
+                        "not (torchtitan's per-layer selective AC, selective_ac_option = N)")
     p.add_argument("--budget", metavar="SIZE",
                    help="memory budget for --checkpoint auto, e.g. 40GiB, 4GB, 4e9")
 
@@ -137,6 +140,10 @@ def _checkpoint_args(args) -> dict | None:
         raise GraphcostError("--budget goes with --checkpoint auto")
     if args.sac_save is not None and args.checkpoint != "sac":
         raise GraphcostError("--sac-save goes with --checkpoint sac")
+    if args.checkpoint_nth is not None:
+        if args.checkpoint or args.checkpoint_every is not None:
+            raise GraphcostError("use one of --checkpoint, --checkpoint-every, --checkpoint-nth")
+        return {"nth": args.checkpoint_nth}
     if args.checkpoint_every is not None:
         if args.checkpoint:
             raise GraphcostError("use either --checkpoint or --checkpoint-every")

@@ -7,6 +7,7 @@ from ...passes.errors import GraphcostError, Option
 FLAGS = {
     "dims": "--dim", "input_shapes": "--input-shape", "input_dtypes": "--input-dtype",
     "checkpoint.every": "--checkpoint-every", "checkpoint.budget": "--budget",
+    "checkpoint.nth": "--checkpoint-nth",
     "parallel": "--parallel", "parallel.world_size": "--world-size",
     "parallel.offload": "--offload", "parallel.bucket_cap_mb": "--bucket-cap-mb",
     "parallel.units": "--fsdp-units", "parallel.interconnect": "--interconnect",

@@ -35,15 +35,17 @@ from ..memory.liveness import Liveness, Storage
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    """The plan asked for, one of five forms: module ``names``, ``every`` N repeated blocks,
+    """The plan asked for, one of six forms: module ``names``, ``every`` N repeated blocks,
     ``sqrt`` (√N groups, Chen et al. 2016), the least recompute that fits ``budget`` bytes,
-    or ``sac``: each repeated block under a selective policy (("torchtitan",): its op policy;
-    else the op names to save, ``mm`` or ``sdpa`` short for their aten ops)."""
+    ``sac``: each repeated block under a selective policy (("torchtitan",): its op policy;
+    else the op names to save, ``mm`` or ``sdpa`` short for their aten ops), or ``nth``: every
+    N-th repeated block checkpointed whole (torchtitan's ``selective_ac_option = "N"``)."""
     names: tuple[str, ...] | None = None
     every: int | None = None
     sqrt: bool = False
     budget: int | None = None
     sac: tuple[str, ...] | None = None
+    nth: int | None = None      # every N-th repeated block, whole (torchtitan's per-layer AC)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def _plan(mode: str, segs: list[Segment], plain: TrainingMemory, got: TrainingMe
 def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
                      names: list[str] | None = None, every: int | None = None,
                      sqrt: bool = False, budget: int | None = None,
-                     sac: tuple[str, ...] | None = None,
+                     sac: tuple[str, ...] | None = None, nth: int | None = None,
                      master_weights: bool = False, include_inputs: bool = True,
                      impl: str = "forloop") -> CheckpointPlan:
     """Build a checkpoint plan and evaluate it; ``budget`` alone asks for the plan with the
@@ -52,6 +52,13 @@ def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
             raise GraphcostError(f"{opt('checkpoint', value='sac')}: no repeated blocks to wrap")
         segs = [sac_saved(graph, s, sac) for s in segments_by_name(graph, fwd, blocks)]
         return _plan("sac", segs, plain, step(segs), node_flops, budget)
+    if nth:  # torchtitan counts the blocks it wraps from 1 and checkpoints each N-th
+        blocks = repeated_blocks(graph, fwd)[nth - 1::nth]
+        if not blocks:
+            raise GraphcostError(f"{opt('checkpoint.nth', value=nth)}: fewer than {nth} "
+                                 "repeated blocks")
+        segs = segments_by_name(graph, fwd, blocks)
+        return _plan("nth", segs, plain, step(segs), node_flops, budget)
     if names:
         segs, mode = segments_by_name(graph, fwd, names), "names"
     elif every is not None or sqrt:

@@ -64,7 +64,8 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                             include_inputs=include_inputs, impl=impl,
                             names=list(checkpoint.names) if checkpoint.names else None,
                             every=checkpoint.every, sqrt=checkpoint.sqrt,
-                            budget=checkpoint.budget, sac=checkpoint.sac) if checkpoint else None
+                            budget=checkpoint.budget, sac=checkpoint.sac,
+                            nth=checkpoint.nth) if checkpoint else None
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl) \
         if what_if else {}
     ws = gpu_workspaces(graph, device, t.forward_nodes) if device is not None else None
