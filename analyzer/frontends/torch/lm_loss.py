@@ -45,8 +45,8 @@ LABELS = "graphcost_labels"   # the keyword a computed loss's labels travel unde
 
 @dataclass(frozen=True)
 class LossPlan:
-    """The loss one training step backpropagates (``kind``: own, ce, chunked-ce, sum) and
-    what the report says of it."""
+    """The loss one training step backpropagates (``kind``, a Loss: auto for the model's own
+    else the sum, ce, chunked-ce, sum) and what the report says of it."""
     kind: str
     words: str
     vocab: int | None = None
