@@ -142,6 +142,20 @@ def test_a_language_model_head_gets_torchtitans_cross_entropy():
     _within(r.training.peak_bytes, measure_training(model, (tokens,), "adamw")[0])
 
 
+def test_the_vocabulary_is_the_table_the_head_projects_onto():
+    # 100 tokens, 2,048 positions: the head projects onto the 100, the loss is over them
+    class Positions(TinyLM):
+        def __init__(self):
+            super().__init__(vocab=100)
+            self.pos = torch.nn.Embedding(2048, 64)
+
+        def forward(self, tokens):
+            h = self.embed(tokens) + self.pos(torch.arange(tokens.shape[1]))
+            return self.head(h + self.mlp(h))
+    r = analyze(Positions(), (torch.randint(0, 100, (2, 16)),), train=True, what_if=False)
+    assert "over 100 tokens" in r.training.loss
+
+
 def test_cross_entropy_needs_a_vocabulary():
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 8))
     with pytest.raises(GraphcostError, match="language-model head"):

@@ -180,14 +180,16 @@ def logits_of(out: Any, vocab: int | None) -> torch.Tensor | None:
 
 
 def _vocab(model: torch.nn.Module) -> int | None:
-    """The vocabulary: a transformers config's ``vocab_size``, else the largest embedding
-    table's rows (None without one)."""
+    """The vocabulary: a transformers config's ``vocab_size``, else the rows of the largest
+    embedding table a linear layer projects onto, else of the largest (None without one)."""
     config = getattr(model, "config", None)
     size = getattr(config, "vocab_size", None)
     if isinstance(size, int) and size > 1:
         return size
-    rows = [m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)]
-    return max(rows) if rows else None
+    rows = sorted({m.num_embeddings for m in model.modules()
+                   if isinstance(m, torch.nn.Embedding)}, reverse=True)
+    # (the table a head projects back onto: a position table may have more rows)
+    return next((n for n in rows if _projects_to(model, n)), rows[0] if rows else None)
 
 
 def _projects_to(model: torch.nn.Module, vocab: int) -> bool:
