@@ -16,9 +16,9 @@
 * ``sum``: every floating output summed (graphcost's loss before ``--loss``; a model without
   a vocabulary, whose sum's backward reaches every parameter and makes no large tensor).
 
-A language-model head: integer token ids of shape (batch, seq) in, a linear layer onto the
-vocabulary, and a floating output of shape (batch, seq, V), V the size of the model's largest
-``nn.Embedding`` table (or a transformers config's ``vocab_size``). The labels are a graph
+A language-model head: integer token ids of shape (batch, seq) in, and a last linear layer
+that projects back onto the model's largest ``nn.Embedding`` table, of V rows (or a
+transformers config's ``vocab_size``): a floating (batch, seq, V) output. The labels are a graph
 input like the tokens (int64, the same shape), as a training loop moves them to the device.
 
 The same module builds the loss of the traced step (frontends/torch/capture.py) and of the
@@ -67,8 +67,7 @@ def plan_loss(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any],
     causal = _hf_causal_lm(model)
     if asked == Loss.SUM:
         return LossPlan(Loss.SUM, "the sum of the floating outputs")
-    if asked == Loss.AUTO and not causal and (vocab is None or tokens is None
-                                              or not _projects_to(model, vocab)):
+    if asked == Loss.AUTO and not causal and (vocab is None or tokens is None):
         return OWN_OR_SUM
     if vocab is None or tokens is None:
         raise GraphcostError(f"{opt('loss', value=asked)}: cross-entropy needs a language-model "
@@ -181,22 +180,18 @@ def logits_of(out: Any, vocab: int | None) -> torch.Tensor | None:
 
 def _vocab(model: torch.nn.Module) -> int | None:
     """The vocabulary: a transformers config's ``vocab_size``, else the rows of the largest
-    embedding table a linear layer projects onto, else of the largest (None without one)."""
+    embedding table (the tokens') when the model's last linear layer, its head, projects back
+    onto them; None without such a head (an encoder, a classifier)."""
     config = getattr(model, "config", None)
     size = getattr(config, "vocab_size", None)
     if isinstance(size, int) and size > 1:
         return size
-    rows = sorted({m.num_embeddings for m in model.modules()
-                   if isinstance(m, torch.nn.Embedding)}, reverse=True)
-    # (the table a head projects back onto: a position table may have more rows)
-    return next((n for n in rows if _projects_to(model, n)), rows[0] if rows else None)
-
-
-def _projects_to(model: torch.nn.Module, vocab: int) -> bool:
-    """Whether a linear layer projects onto the vocabulary: a language-model head (an encoder
-    or a classifier over token ids has none, and keeps the sum without labels)."""
-    return any(isinstance(m, torch.nn.Linear) and m.out_features == vocab
-               for m in model.modules())
+    rows = [m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    head = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1:]
+    # (the token table is the largest: a pooler as wide as BERT's 128 positions is no head)
+    if not rows or not head or head[0].out_features != max(rows):
+        return None
+    return max(rows)
 
 
 def _tokens(args: tuple, kwargs: Mapping[str, Any]) -> torch.Tensor | None:
