@@ -37,7 +37,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 
 from ....passes.choices import Loss
 from ....passes.errors import GraphcostError, opt
-from .loss_kernels import split_loss
+from .loss_kernels import floating_leaves, returned_loss, split_loss, summed
 
 CHUNKS = 8          # torchtune's CEWithChunkedOutputLoss default (num_output_chunks)
 LABELS = "graphcost_labels"   # the keyword a computed loss's labels travel under
@@ -110,9 +110,7 @@ def step_loss(model: torch.nn.Module, plan: LossPlan, args: tuple, kwargs: dict[
         return _chunked_hf(model, plan, args, kwargs, labels), (), plan.words
     out = model(*args, **kwargs)
     if plan.kind == Loss.SUM:  # asked: every floating output, a loss returned among them
-        leaves = [x for x in torch.utils._pytree.tree_leaves(out)
-                  if isinstance(x, torch.Tensor) and x.is_floating_point()]
-        return sum((x.sum() for x in leaves[1:]), leaves[0].sum()), (), plan.words
+        return summed(floating_leaves(out)), (), plan.words
     if labels is None:  # its own (given labels, or returned), else the sum: split_loss's
         loss, held = split_loss(out)
         returned = not plan.hf_labels and own_loss(out)
@@ -136,13 +134,10 @@ def step_loss(model: torch.nn.Module, plan: LossPlan, args: tuple, kwargs: dict[
 
 
 def own_loss(out: Any) -> bool:
-    """Whether ``out`` holds a loss the model computed (loss_kernels.split_loss's rule)."""
-    if isinstance(out, Mapping):
-        return isinstance(out.get("loss"), torch.Tensor)
-    leaves = [t for t in torch.utils._pytree.tree_leaves(out)
-              if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    scalars = sum(t.dim() == 0 for t in leaves)
-    return scalars == 1 and (len(leaves) > 1 or isinstance(out, torch.Tensor))
+    """Whether ``out`` holds a loss the model computed: one it returned beside other
+    outputs (loss_kernels.returned_loss), or a bare scalar."""
+    return returned_loss(out) is not None or (
+        isinstance(out, torch.Tensor) and out.is_floating_point() and out.dim() == 0)
 
 
 def chunked_ce(chunks: list[torch.Tensor], labels: torch.Tensor, n: int) -> torch.Tensor:

@@ -35,21 +35,37 @@ def split_loss(out: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
     ``logits, loss = model(x, y); loss.backward()`` or ``out = model(**batch);
     out.loss.backward()`` holds until the backward ends; a sum of the outputs holds nothing
     (its backward saves none of them)."""
-    leaves = [t for t in torch.utils._pytree.tree_leaves(out)
-              if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    loss = out.get("loss") if isinstance(out, Mapping) else None
-    if not isinstance(loss, torch.Tensor):
-        scalars = [t for t in leaves if t.dim() == 0]
-        # (a mapping names its loss: its other scalars, a router's aux_loss, are not the loss)
-        if len(scalars) == 1 and len(leaves) > 1 and not isinstance(out, Mapping):
-            loss = scalars[0]
-    if isinstance(loss, torch.Tensor):
+    leaves = floating_leaves(out)
+    loss = returned_loss(out)
+    if loss is not None:
         held = tuple(t for t in leaves if t is not loss)
         return (loss if loss.dim() == 0 else loss.sum()), held  # (sum: a 1-element loss)
+    return summed(leaves), ()
+
+
+def floating_leaves(out: Any) -> list[torch.Tensor]:
+    """The floating tensors a model returned, in order."""
+    return [t for t in torch.utils._pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def returned_loss(out: Any) -> torch.Tensor | None:
+    """The loss a model returned: a mapping's ``loss``, or the one scalar of a tuple that
+    holds more (nanoGPT's ``(logits, loss)``); None where it returned none."""
+    if isinstance(out, Mapping):  # (it names its loss: a router's aux_loss is not the loss)
+        loss = out.get("loss")
+        return loss if isinstance(loss, torch.Tensor) else None
+    leaves = floating_leaves(out)
+    scalars = [t for t in leaves if t.dim() == 0]
+    return scalars[0] if len(scalars) == 1 and len(leaves) > 1 else None
+
+
+def summed(leaves: list[torch.Tensor]) -> torch.Tensor:
+    """Every tensor summed, one sum each, added in order (the ``sum`` loss)."""
     total = leaves[0].sum()
     for t in leaves[1:]:
         total = total + t.sum()
-    return total, ()
+    return total
 
 
 def _nll_nd(x, target, weight=None, reduction: int = MEAN, ignore_index: int = -100):
