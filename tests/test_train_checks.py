@@ -1,6 +1,6 @@
 """A forward that checks a tensor's value (``assert lengths.max().item() <= slen``: XLM,
 Flaubert) trains: the joint trace runs on fake tensors, whose values are unknown, so the
-check's ``.item()``, comparison and assertion are skipped there (exported_run._checks_only);
+check's ``.item()``, comparison and assertion are skipped there (exported_checks.checks_only);
 the tensors the check reads are still computed. Before, such a step was refused
 (DataDependentOutputException)."""
 from __future__ import annotations

@@ -17,6 +17,7 @@ from .attention_kernels import call_kernel, is_sdpa
 from .autocast_casts import Autocaster
 from .dead_ends import dead_end
 from .eager_backward import as_eager_backward
+from .exported_checks import checks_only, uncast_outputs
 from .fx_references import is_view, storage_root, writes_in_place
 from .loss_kernels import as_kernels, is_loss
 
@@ -54,7 +55,7 @@ class ExportedRun(torch.nn.Module):
         # what the program returns beside the loss (loss_kernels.split_loss): the training
         # loop holds it through the backward
         output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-        casts = _uncast(output) if autocast is not None else {}
+        casts = uncast_outputs(output) if autocast is not None else {}
         self._held_to_end = [casts.get(n, n).name for n in
                              torch.utils._pytree.tree_leaves(output.args)[1:]
                              if isinstance(n, torch.fx.Node)]
@@ -222,7 +223,7 @@ class _ScopedInterpreter(torch.fx.Interpreter):
     autocast spec, each op's inputs are first cast as autocast casts them (autocast_casts.py).
     Two things a backward trace cannot follow are traced as what they equal: a write through
     one boolean mask as a ``where`` (_masked_write), a check of a tensor's value not at all
-    (_checks_only). Each run records the tracer node of its result and how far the tracer
+    (exported_checks.checks_only). Each run records the tracer node of its result and how far the tracer
     graph had got (``tensors``, ``reached``: ExportedRun.python_facts)."""
 
     def __init__(self, gm, paths: dict, attention: AttentionTarget | None = None,
@@ -230,7 +231,7 @@ class _ScopedInterpreter(torch.fx.Interpreter):
                  dead: frozenset[str] | set[str] = frozenset()):
         super().__init__(gm)
         self._dead, self.dead_values = dead, []  # the dead ends' names, their results
-        self._checks = _checks_only(gm.graph)
+        self._checks = checks_only(gm.graph)
         self.tensors: dict = {}  # node -> the tracer node of the tensor its run returned
         #                          (an in-place op: of the tensor it wrote)
         self.reached: dict = {}  # node -> the tracer graph's last node after its run
@@ -308,39 +309,6 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             for node in made:
                 self._paths.setdefault(node, path)
         return out
-
-
-_CASTS = (torch.ops.aten.to.dtype, torch.ops.aten._to_copy.default)
-
-
-def _uncast(output: "torch.fx.Node") -> dict:
-    """Each output that is a cast the fp32 export saw as no cast -> the tensor it casts.
-    ``logits.float()`` on fp32 logits returns ``logits`` itself, so the export records the
-    model's returned logits as the cast's result; under autocast the logits are half and the
-    cast a copy, which only the loss reads (transformers' ForCausalLMLoss), while the model
-    returns, and the loop holds, the half logits."""
-    out = {}
-    for a in output.all_input_nodes:
-        if a.op == "call_function" and a.target in _CASTS and isinstance(a.args[0], torch.fx.Node):
-            before, after = a.args[0].meta.get("val"), a.meta.get("val")
-            if isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor) \
-                    and before.dtype == after.dtype:
-                out[a] = a.args[0]
-    return out
-
-
-def _checks_only(graph: "torch.fx.Graph") -> set[str]:
-    """The nodes that compute nothing but a runtime check: ``_assert_scalar``, and the
-    numbers only such checks read (XLM's and Flaubert's ``assert lengths.max().item() <=
-    slen``: the ``.item()`` and the comparison). The joint trace runs on fake tensors, whose
-    values are unknown, so it skips them; the tensors they read are still computed."""
-    only = {n for n in graph.nodes if n.op == "call_function"
-            and n.target is torch.ops.aten._assert_scalar.default}
-    for n in reversed(graph.nodes):
-        if n.op == "call_function" and n.users and all(u in only for u in n.users) \
-                and not isinstance(n.meta.get("val"), torch.Tensor):
-            only.add(n)
-    return {n.name for n in only}
 
 
 _MASK_WRITES = (torch.ops.aten.index_put_.default, torch.ops.aten.index_put.default)
