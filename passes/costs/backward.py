@@ -11,12 +11,13 @@ import math
 from typing import TYPE_CHECKING
 
 from ..costs.registry import OpView, ShapeUnknown, lookup, rule, zero_cost
+from .linear import conv_kernel
 
 if TYPE_CHECKING:
     from ..device_rates import DeviceRates
 
 
-@rule("aten.convolution_backward.default")
+@rule("aten.convolution_backward.default", kernel=conv_kernel)
 def convolution_backward(op: OpView) -> tuple[int, int]:
     # (grad_output, input, weight, bias_sizes, stride, …, transposed, …, output_mask)
     grad_out, weight = op.in_numel(0), op.in_shape(2)
@@ -85,7 +86,8 @@ def efficient_attention_backward_workspace(op: OpView, device: "DeviceRates"
     return out
 
 
-@rule("aten._scaled_dot_product_flash_attention_for_cpu_backward.default")
+@rule("aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+      kernel="attention")
 def sdpa_backward(op: OpView) -> tuple[int, int]:
     # (grad_out, query, key, value, out, …): dQ, dK, dV, dP and the recomputed P = 5 products
     # of Sq·Sk·D per head (FlopCounterMode: 10·b·h·Sq·Sk·d FLOPs), softmax backward 3/score.
@@ -97,11 +99,11 @@ def sdpa_backward(op: OpView) -> tuple[int, int]:
 
 
 rule("aten._scaled_dot_product_cudnn_attention_backward.default",
-     workspace=cudnn_attention_backward_workspace)(sdpa_backward)
+     workspace=cudnn_attention_backward_workspace, kernel="attention")(sdpa_backward)
 rule("aten._scaled_dot_product_flash_attention_backward.default",
-     workspace=flash_attention_backward_workspace)(sdpa_backward)
+     workspace=flash_attention_backward_workspace, kernel="attention")(sdpa_backward)
 rule("aten._scaled_dot_product_efficient_attention_backward.default",
-     workspace=efficient_attention_backward_workspace)(sdpa_backward)
+     workspace=efficient_attention_backward_workspace, kernel="attention")(sdpa_backward)
 
 
 @rule("aten.gelu_backward.default")

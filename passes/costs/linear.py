@@ -44,7 +44,14 @@ def broadcast_operand_copies(op: OpView, device: "DeviceRates") -> tuple[int, ..
     return tuple(op.in_spec(k).nbytes or 0 for k in (first, first + 1) if op.broadcast(k))
 
 
-@rule("Conv", saves="operands", rf="conv", attr_names=WINDOW_ATTRS,
+def conv_kernel(op: OpView) -> str:
+    """A grouped convolution (MobileNet's depthwise ones: a channel per group) reaches a small
+    share of a dense one's FLOP rate, so it has a curve of its own."""
+    groups = op.attr("group", None) or op.attr("groups", 1) or 1
+    return "grouped_conv" if int(groups) > 1 else "conv"
+
+
+@rule("Conv", saves="operands", rf="conv", attr_names=WINDOW_ATTRS, kernel=conv_kernel,
       workspace=cudnn_conv_workspace, workspace_in_training=False)
 def conv(op: OpView) -> tuple[int, int]:
     # W is (C_out, C_in/groups, k1, k2, ...): each output element reduces over W.shape[1:].
@@ -53,7 +60,8 @@ def conv(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + (out if op.has_input(2) else 0)
 
 
-@rule("ConvTranspose", saves="operands", rf="conv_transpose", attr_names=WINDOW_ATTRS)
+@rule("ConvTranspose", saves="operands", rf="conv_transpose", attr_names=WINDOW_ATTRS,
+      kernel=conv_kernel)
 def conv_transpose(op: OpView) -> tuple[int, int]:
     # W is (C_in, C_out/groups, k...): every input element is scattered into C_out/g·prod(k)
     # outputs, one MAC each (FlopCounterMode counts the same for transposed convs).
@@ -62,7 +70,7 @@ def conv_transpose(op: OpView) -> tuple[int, int]:
 
 
 @rule("aten.convolution.default", saves="operands", rf="conv", attr_names=WINDOW_ATTRS,
-      workspace=cudnn_conv_workspace, workspace_in_training=False)
+      kernel=conv_kernel, workspace=cudnn_conv_workspace, workspace_in_training=False)
 def aten_convolution(op: OpView) -> tuple[int, int]:
     # aten's one convolution op (input, weight, bias) with a ``transposed`` flag (the
     # receptive-field pass reads it too).
@@ -152,12 +160,13 @@ def solve_triangular(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs + (0 if op.attr("unitriangular", False) else out)
 
 
-@rule("aten.scaled_dot_product_attention.default", saves="inputs", dispatched=True)
+@rule("aten.scaled_dot_product_attention.default", saves="inputs", dispatched=True,
+      kernel="attention")
 @rule("Attention", "ai.onnx.preview::FlexAttention",
       "aten._scaled_dot_product_flash_attention_for_cpu.default",
       "aten._scaled_dot_product_flash_attention.default",
       "aten._scaled_dot_product_efficient_attention.default",
-      "aten._scaled_dot_product_cudnn_attention.default", saves="inputs",
+      "aten._scaled_dot_product_cudnn_attention.default", saves="inputs", kernel="attention",
       bodies=True)  # FlexAttention's score_mod / prob_mod (the others carry no graphs)
 def attention(op: OpView) -> tuple[int, int]:
     # ONNX Attention (opset 23), FlexAttention (its score_mod / prob_mod bodies are costed as

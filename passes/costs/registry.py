@@ -224,6 +224,7 @@ _NO_ATTRS: Mapping[Any, Any] = MappingProxyType({})
 RF_ROLES = frozenset({"conv", "conv_transpose", "pool", "adaptive_pool", "pointwise", "reshape",
                       "softmax", "concat", "constant_pad"})
 WINDOWS = frozenset({"conv", "conv_transpose", "pool", "adaptive_pool"})
+KERNEL_CLASSES = frozenset({None, "conv", "grouped_conv", "attention"})   # Rule.kernel
 # The attribute spellings of windowed ops and of axis arguments in ONNX and in aten.
 WINDOW_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "kernel": ("kernel_shape", "kernel_size"), "strides": ("strides", "stride"),
@@ -272,6 +273,11 @@ class Rule:
     # the output a CPU eager run keeps in input 0's dtype (dropout's noise, where the traced
     # op writes a byte mask: passes/graph/cpu_dropout.py)
     cpu_noise: int | None = None
+    # the kernel class the time estimate prices the op's arithmetic by (passes/device/
+    # time_estimate.py): "conv", "grouped_conv" or "attention", each measured apart by
+    # ``graphcost calibrate``, or ``fn(op) -> class`` where the node's attributes decide;
+    # None: a GEMM when the op multiplies-accumulates, else memory-bound
+    kernel: "str | Callable[[OpView], str] | None" = None
 
     def __post_init__(self) -> None:
         if self.rf is not None and self.rf not in RF_ROLES:
@@ -284,6 +290,8 @@ class Rule:
             raise ValueError(f"rule {self.names[0]}: bound_shapes needs the bound sentence")
         if self.writes not in ("outputs", "inputs"):
             raise ValueError(f"rule {self.names[0]}: unknown writes {self.writes!r}")
+        if not callable(self.kernel) and self.kernel not in KERNEL_CLASSES:
+            raise ValueError(f"rule {self.names[0]}: unknown kernel class {self.kernel!r}")
         if self.saves == "stat" and self.stat is None:
             raise ValueError(f"rule {self.names[0]}: saves='stat' needs stat=(rows, groups)")
 
@@ -342,6 +350,13 @@ def unreachable(removed: set[str]) -> list[str]:
     decomposes into. Which ops a torch release decomposes changes between releases, so this is
     a test-time report per version (tests/test_torch_versions.py), never a run-time failure."""
     return sorted(n for n in _REGISTRY if n in removed)
+
+
+def kernel_class(rule_: Rule, view: OpView, macs: int) -> str | None:
+    """The kernel class a node of ``rule_`` is priced as: its rule's, else a GEMM when it
+    multiplies and accumulates, else None (memory-bound work)."""
+    kernel = rule_.kernel(view) if callable(rule_.kernel) else rule_.kernel
+    return kernel or ("gemm" if macs else None)
 
 
 def lookup(op: str) -> Rule | None:

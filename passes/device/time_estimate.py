@@ -1,0 +1,143 @@
+"""The time estimate: each node priced at what a device profile measured its kind of kernel
+to achieve (passes/device/profile.py), not at the datasheet's peak — an estimate with the error
+band the profile's validation runs give, where the roofline (roofline.py) is a lower bound.
+
+Per node, per call (a node's cost covers its ``repeat`` calls):
+
+    time = launch + max(FLOPs / achieved FLOP/s (its kind, its dtype, at its FLOPs),
+                        bytes moved / achieved bytes/s (at its bytes))
+
+The kind is the rule's ``kernel`` (conv, grouped_conv, attention), else a GEMM when the op
+multiplies and accumulates, else memory-bound work only. An eager forward's node adds the
+profile's ``python`` (the model's Python around the op); a backward's does not (autograd's
+engine runs it from C++). A node that moves nothing (a view) costs the
+profile's ``view``; a node without a rule its ``launch`` alone, and the estimate lists its op
+as unpriced (never silently zero).
+
+A training step adds the optimizer's step, which no graph node holds: PyTorch's for-loop
+implementation (the default off a GPU) runs a few elementwise kernels per parameter tensor,
+each over the whole tensor (torch/optim/adam.py ``_single_tensor_adam``, sgd.py): their count
+and the bytes they move per parameter byte are ``OPTIMIZER_KERNELS``.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Collection, Mapping, Sequence
+
+from ..costs import OK, lookup
+from ..costs.registry import OpView, kernel_class
+from ..ir import Graph
+from .profile import EngineProfile
+from .roofline import node_dtype
+
+# optimizer -> (kernels per parameter tensor, bytes moved per parameter byte) in the for-loop
+# step: adam's lerp_ (exp_avg: reads 2, writes 1), mul_ + addcmul_ (exp_avg_sq: 1 + 1, 2 + 1),
+# sqrt, div, add_ (denominator: 1 + 1 each), addcdiv_ (param: 3 + 1), and the step count;
+# adamw's decoupled weight decay is one mul_ more (1 + 1); sgd's add_ (2 + 1); momentum's
+# buffer mul_ + add_ (1 + 1, 2 + 1) and the param's add_ (2 + 1)
+OPTIMIZER_KERNELS: Mapping[str, tuple[int, int]] = {
+    "sgd": (1, 3), "momentum": (3, 8), "adam": (8, 18), "adamw": (9, 20)}
+
+
+@dataclass(frozen=True)
+class TimeEstimate:
+    """The report's ``time`` section: one step (training) or one forward (inference)."""
+    profile: str                 # the profile's name
+    engine: str                  # torch | onnxruntime
+    seconds: float               # the estimate
+    band: float | None           # ± this fraction (None: the profile was never validated)
+    runs: int                    # validation runs the band comes from
+    arithmetic_seconds: float    # nodes whose arithmetic outlasts their bytes
+    memory_seconds: float        # nodes whose bytes outlast their arithmetic
+    launch_seconds: float        # the kernel calls' own cost (and the views')
+    optimizer_seconds: float     # the optimizer step (training)
+    recompute_seconds: float     # a checkpoint plan's recompute (scaled: see with_recompute)
+    kernels: int                 # kernel calls priced (views included)
+    unpriced: Mapping[str, int]  # op -> nodes without a rule, priced at the launch alone
+    JSON_PROPERTIES = ("low_seconds", "high_seconds")
+
+    @property
+    def low_seconds(self) -> float | None:
+        return None if self.band is None else self.seconds * (1 - self.band)
+
+    @property
+    def high_seconds(self) -> float | None:
+        return None if self.band is None else self.seconds * (1 + self.band)
+
+
+@dataclass
+class _Sums:
+    arithmetic: float = 0.0
+    memory: float = 0.0
+    launch: float = 0.0
+    kernels: int = 0
+
+
+def _price(sums: _Sums, graph: Graph, node, cost, engine: EngineProfile,
+           python: float) -> None:
+    calls = max(1, node.repeat)
+    flops, moved = cost.flops / calls, (cost.bytes_read + cost.bytes_written) / calls
+    sums.kernels += calls
+    if flops == 0 and moved == 0:
+        sums.launch += calls * (engine.view_s + python)
+        return
+    rule = lookup(node.op)
+    kind = kernel_class(rule, OpView(node, graph, rule), cost.macs) if rule is not None \
+        else None
+    t_flops = 0.0
+    if kind is not None and flops:
+        rate, _ = engine.flops_rate(kind, node_dtype(graph, node, cost.macs, False), flops)
+        t_flops = flops / rate
+    t_bytes = moved / engine.memory.rate(moved) if moved else 0.0
+    sums.launch += calls * (engine.launch_s + python)
+    if t_flops >= t_bytes:
+        sums.arithmetic += calls * t_flops
+    else:
+        sums.memory += calls * t_bytes
+
+
+def optimizer_seconds(engine: EngineProfile, optimizer: str | None,
+                      param_bytes: Sequence[int]) -> float:
+    """The for-loop optimizer step over parameter tensors of these sizes (bytes)."""
+    kernels, moved = OPTIMIZER_KERNELS.get(optimizer or "", (0, 0))
+    total = 0.0
+    for size in param_bytes:
+        per_kernel = moved * size / max(1, kernels)
+        total += kernels * (engine.launch_s + per_kernel / engine.memory.rate(per_kernel))
+    return total
+
+
+def estimate_time(graph: Graph, node_costs, engine: EngineProfile, *, profile: str,
+                  engine_name: str, optimizer: str | None = None,
+                  param_bytes: Sequence[int] = (),
+                  forward: Collection[int] | None = None) -> TimeEstimate:
+    """``node_costs``: the cost pass's, aligned with ``graph.nodes``; ``optimizer`` and
+    ``param_bytes`` (the trainable parameters' sizes): a training step's optimizer;
+    ``forward``: a training step's forward nodes (by index), which alone pay the eager
+    forward's Python (None: every node, an inference graph)."""
+    sums, unpriced = _Sums(), Counter()
+    for node, nc in zip(graph.nodes, node_costs):
+        python = engine.python_s if forward is None or node.index in forward else 0.0
+        if nc.status != OK:   # no rule, or shapes it could not read: no cost to price
+            unpriced[node.op] += 1
+            sums.kernels += max(1, node.repeat)
+            sums.launch += max(1, node.repeat) * (engine.launch_s + python)
+            continue
+        _price(sums, graph, node, nc.cost, engine, python)
+    opt = optimizer_seconds(engine, optimizer, param_bytes)
+    total = sums.arithmetic + sums.memory + sums.launch + opt
+    return TimeEstimate(profile, engine_name, total, engine.band, len(engine.validation),
+                        sums.arithmetic, sums.memory, sums.launch, opt, 0.0, sums.kernels,
+                        dict(sorted(unpriced.items())))
+
+
+def with_recompute(estimate: TimeEstimate, recompute_flops: int, step_flops: int) -> TimeEstimate:
+    """The estimate with a checkpoint plan's recompute added: the recomputed share of the
+    step's FLOPs at the step's own average pace (the recomputed forward nodes are not priced
+    one by one: the plan keeps their FLOPs, not their list)."""
+    if not step_flops:
+        return estimate
+    work = estimate.arithmetic_seconds + estimate.memory_seconds + estimate.launch_seconds
+    extra = work * recompute_flops / step_flops
+    return replace(estimate, seconds=estimate.seconds + extra, recompute_seconds=extra)
