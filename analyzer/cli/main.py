@@ -33,6 +33,8 @@ SUBCOMMANDS = {
     "diff": ("graphcost.analyzer.cli.diff", "compare two models: totals, per-node/module deltas, peak"),
     "verify": ("graphcost.analyzer.cli.verify", "run the model on this CPU and compare with the prediction"),
     "devices": ("graphcost.analyzer.cli.devices", "the known devices and their peaks"),
+    "calibrate": ("graphcost.analyzer.cli.calibrate",
+                  "measure this machine's kernels: a profile for --device-profile"),
 }
 
 
