@@ -36,7 +36,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             what_if: bool = True, parallel: Mapping[str, Any] | None = None,
             optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
             all_layers: bool = False, attention: str = "auto", allocator: str | None = None,
-            dtype: str | None = None, loss: str = "auto", **unknown) -> Report:
+            dtype: str | None = None, loss: str = "auto", device_profile: Any = None,
+            **unknown) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -78,7 +79,10 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     float16), a hub model's config.json's, else as built. ``loss`` (training: auto, ce,
     chunked-ce, sum; analyzer/frontends/torch/lm_loss.py): the loss the step backpropagates;
     auto is the model's own (a transformers causal LM given labels), else cross-entropy
-    over the vocabulary for a language-model head, else the sum of the outputs. Raises
+    over the vocabulary for a language-model head, else the sum of the outputs.
+    ``device_profile`` (the path of a profile ``graphcost calibrate`` wrote, or a
+    passes.device.profile.DeviceProfile) adds the time estimate with its error band (the
+    report's ``time``; passes/device/time_estimate.py). Raises
     GraphcostError, in these arguments' names. The arguments become one typed Request
     (analyzer/app/request.py), which the command line builds too.
     """
@@ -91,7 +95,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             precision=precision, device=device, tf32=tf32, overhead=overhead, what_if=what_if,
             parallel=parallel, optimizer_impl=optimizer_impl, serve=serve,
             all_layers=all_layers, attention=attention, allocator=allocator, dtype=dtype,
-            loss=loss)
+            loss=loss, device_profile=device_profile)
         return run_request(model, request, example_inputs, progress)
     except GraphcostError:  # (its message names this face's arguments)
         raise

@@ -34,6 +34,34 @@ def check_unknown(extra: tuple, unknown: Mapping[str, Any], known: Sequence[str]
                              f"known: {', '.join(k for k in known if not k.startswith('_'))}")
 
 
+def profile_of(profile):
+    """A device profile: a path to the JSON file ``graphcost calibrate`` writes (read and
+    checked), or a passes.device.profile.DeviceProfile (checked as if read from its JSON);
+    None as None."""
+    from os import PathLike
+
+    from ...passes.device.profile import (
+        DeviceProfile,
+        profile_from_json,
+        profile_to_json,
+    )
+
+    if profile is None:
+        return None
+    if isinstance(profile, (str, PathLike)):
+        from .devices import read_profile
+        return read_profile(str(profile))
+    if not isinstance(profile, DeviceProfile):
+        raise GraphcostError(f"{opt('device_profile')} must be the path of a profile "
+                             "graphcost calibrate wrote or a passes.device.profile."
+                             f"DeviceProfile, got {type(profile).__name__}")
+    try:
+        return profile_from_json(profile_to_json(profile))
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise GraphcostError(f"{opt('device_profile')}: not a well-formed DeviceProfile "
+                             f"({type(exc).__name__})") from None
+
+
 def device_of(device):
     """A device name as its DeviceRates; a DeviceRates checked (its rates, bandwidth and memory
     as builtins: the passes compare them); None as None."""

@@ -18,6 +18,7 @@ from typing import Mapping
 
 from ...passes.choices import OptimizerImpl
 from ...passes.device.fits import Overhead  # noqa: F401  (the values)
+from ...passes.device.profile import DeviceProfile
 from ...passes.device.roofline import DTYPES  # noqa: F401
 from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
@@ -216,3 +217,32 @@ def parse_overhead(text: str) -> Overhead:
             if not 0 <= fraction < 10:
                 raise GraphcostError(f"{opt('overhead')} allocator={value}: out of range")
     return Overhead(context, fraction)
+
+
+PROFILE_MAX_BYTES = 1 << 20   # a profile is a few KiB: a larger file is not one
+
+
+def read_profile(path: str) -> DeviceProfile:
+    """The device profile in the JSON file ``path`` (``graphcost calibrate`` writes one),
+    checked field by field; a GraphcostError naming the file otherwise."""
+    import json
+    import os
+
+    from ...passes.device.profile import profile_from_json
+
+    try:
+        size = os.stat(path).st_size
+        if size > PROFILE_MAX_BYTES:
+            raise GraphcostError(f"{path}: {size:,} bytes is not a device profile (at most "
+                                 f"{PROFILE_MAX_BYTES:,}; graphcost calibrate writes a few KiB)")
+        with open(path, "rb") as f:
+            data = json.loads(f.read(PROFILE_MAX_BYTES + 1))
+    except OSError as exc:
+        raise GraphcostError(f"{path}: cannot read the device profile ({exc.strerror})") from None
+    except (ValueError, RecursionError):
+        raise GraphcostError(f"{path}: not JSON (a device profile is the JSON file graphcost "
+                             "calibrate writes)") from None
+    try:
+        return profile_from_json(data)
+    except GraphcostError as exc:
+        raise GraphcostError(f"{path}: {exc}") from None

@@ -8,7 +8,8 @@ from ...passes.costs import CostReport, count_costs
 from ...passes.device.fits import Fit
 from ...passes.device.gpu_workspaces import gpu_workspaces
 from ...passes.device.roofline import flops_by_dtype, roofline
-from ...passes.errors import GraphcostError
+from ...passes.device.time_estimate import TimeEstimate, estimate_time, with_recompute
+from ...passes.errors import GraphcostError, opt
 from ...passes.graph.attention_dispatch import attention_uses
 from ...passes.graph.modules import aggregate_modules
 from ...passes.graph.moe import find_moe
@@ -23,6 +24,8 @@ from ...passes.memory.bounds import size_bounds
 from ...passes.memory.liveness import analyze_liveness
 from ...passes.parallel.step import parallel_step
 from ...passes.serving.analysis import ServingTrace, serving_review
+from ...passes.training.memory import forward_set
+from ...passes.training.optimizer import trainable_params
 from ...passes.training.precision import cast_floats, master_weights
 from ...passes.training.step import training_step
 from .report import NodeRow, Report, Totals
@@ -83,11 +86,40 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
         serving=serving and serving_review(serving, device, overhead, o.allocator))
+    if o.profile is not None and o.parallel is not None:
+        report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
+    elif o.profile is not None:
+        report = replace(report, time=_time(graph, costs, o, training))
     if device is None:
         return report
     return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=o.tf32,
                                              tensor_bytes=report.peak_bytes,
                                              fit=_fit(report, device, overhead, o.allocator)))
+
+
+NO_PARALLEL_TIME = ("no time estimate for a data-parallel rank: its collectives are not priced "
+                    "yet (the profile prices one process's kernels)")
+
+
+def _time(graph: Graph, costs: CostReport, o: PassOptions, training) -> TimeEstimate:
+    """The time estimate with the request's device profile, for the engine that runs this
+    graph: ONNX Runtime an ONNX file, eager PyTorch a traced one."""
+    assert o.profile is not None
+    name = "onnxruntime" if graph.source == "onnx" else "torch"
+    engine = o.profile.engines.get(name)
+    if engine is None:
+        raise GraphcostError(f"{opt('device_profile')} {o.profile.name!r} holds no {name} "
+                             f"measurements, which a {graph.source} graph is priced with")
+    sizes = [graph.values[p].spec.nbytes or 0 for p in trainable_params(graph)] \
+        if o.optimizer else []
+    estimate = estimate_time(graph, costs.nodes, engine, profile=o.profile.name,
+                             engine_name=name, optimizer=o.optimizer, param_bytes=sizes,
+                             forward=forward_set(graph) if o.optimizer else None)
+    plan = training.checkpoint if training is not None else None
+    if plan is None or not plan.recompute_flops:
+        return estimate
+    step_flops = sum(nc.cost.flops for nc in costs.nodes)
+    return with_recompute(estimate, plan.recompute_flops, step_flops)
 
 
 def _fit(report: Report, device, overhead, allocator) -> Fit:

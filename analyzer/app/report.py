@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from ...passes.costs import Coverage, OpTotals
 from ...passes.device.roofline import Roofline
+from ...passes.device.time_estimate import TimeEstimate
 from ...passes.graph.attention_dispatch import AttentionUse
 from ...passes.graph.modules import ModuleCost
 from ...passes.graph.moe import MoE
@@ -33,13 +34,14 @@ from ...passes.parallel.step import ParallelMemory
 from ...passes.serving.analysis import Serving
 from ...passes.training.memory import TrainingMemory
 
-SCHEMA_VERSION = 8  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+SCHEMA_VERSION = 9  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
 # 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
 # allocator_fraction); 5: "allocator"; 6: parallel.reserved_peak_bytes and
 # serving.reserved_peak_bytes (the caching allocator replayed per rank and per serving batch);
 # 7: memory, training and serving .reserved_by_phase (what the replay reserved by each phase);
 # 8: one peak shape: `peak` in memory/training/parallel/serving and at the top; training.loss
-# (the loss the step backpropagated); parallel.mesh (the layout as a device mesh)
+# (the loss the step backpropagated); parallel.mesh (the layout as a device mesh);
+# 9: time (the estimate a device profile gives, with its error band)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "
@@ -166,6 +168,7 @@ class Report:
     training: TrainingMemory | None = None
     parallel: ParallelMemory | None = None      # one rank's share of the training step
     roofline: Roofline | None = None
+    time: TimeEstimate | None = None           # the estimate with a device profile (calibrate)
     moe: MoE | None = None                     # mixture-of-experts layers (passes.graph.moe)
     serving: Serving | None = None             # prefill/decode/KV cache (passes.serving.analysis)
     bounds: Bounds | None = None               # sizes the data decides (passes.memory.bounds)

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from ...passes.choices import Attention, Lifetimes, Optimizer, OptimizerImpl
 from ...passes.device.fits import Overhead
+from ...passes.device.profile import DeviceProfile
 from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
 from ...passes.graph.attention_dispatch import AttentionTarget
@@ -31,6 +32,7 @@ from .api_checks import (
     device_of,
     overhead_of,
     parallel_spec,
+    profile_of,
 )
 
 
@@ -50,6 +52,7 @@ class PassOptions:
     parallel: ParallelSpec | None = None
     optimizer_impl: str = OptimizerImpl.FORLOOP
     allocator: AllocatorConfig = AllocatorConfig()   # the caching allocator's settings
+    profile: DeviceProfile | None = None             # the time estimate's (graphcost calibrate)
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                   optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
                   all_layers: bool = False, attention: str = "auto",
                   allocator: str | None = None, dtype: str | None = None,
-                  loss: str = "auto") -> Request:
+                  loss: str = "auto", device_profile: Any = None) -> Request:
     """The request ``analyze``'s keyword arguments ask for, every one checked (a
     GraphcostError naming it, in the command line's words: analyze rewords them)."""
     from ...passes.training.precision import canonical
@@ -91,7 +94,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
         raise GraphcostError(f"{opt('attention')} sets the kernel a training step is traced "
                              f"with: add {opt('train')} (an inference graph keeps attention "
                              "whole, costed as a fused kernel)")
-    rates = device_of(device)
+    rates, profile = device_of(device), profile_of(device_profile)
     load = LoadOptions(batch, _raw(dims), _raw(input_shapes), _raw(input_dtypes),
                        zoo_exporter, train, all_layers,
                        attention_target(rates, precision, attention),
@@ -100,12 +103,13 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
     if serve is not None:
         r = _serve_request(serve, load, precision, include_inputs=include_inputs,
                            lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
-        return replace(r, passes=replace(r.passes, allocator=allocator_of(allocator)))
+        return replace(r, passes=replace(r.passes, allocator=allocator_of(allocator),
+                                         profile=profile))
     return Request(load, replace(_pass_options(
         include_inputs=include_inputs, inplace=inplace, lifetimes=lifetimes, train=train,
         optimizer=optimizer, checkpoint=checkpoint, precision=precision, device=device,
         tf32=tf32, overhead=overhead, what_if=what_if, parallel=parallel,
-        optimizer_impl=optimizer_impl), allocator=allocator_of(allocator)))
+        optimizer_impl=optimizer_impl), allocator=allocator_of(allocator), profile=profile))
 
 
 def attention_target(device: DeviceRates | None, precision: str,

@@ -96,6 +96,9 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     p.add_argument("--device-spec", metavar="flops=…,bandwidth=…,memory=…",
                    help="a device of your own, e.g. flops=19.5T,bandwidth=1555G,memory=40GiB "
                         "(optional fp16=…, bf16=…, tf32=…, int8=… rates)")
+    p.add_argument("--device-profile", metavar="FILE.json",
+                   help="the time estimate with its error band, priced with the profile "
+                        "`graphcost calibrate` measured on a machine")
     p.add_argument("--tf32", action="store_true",
                    help="with a device: fp32 matmuls and convolutions run at the TF32 rate")
     p.add_argument("--dtype", choices=DTYPE_WORDS,
@@ -199,7 +202,8 @@ def analysis_kwargs(args) -> dict:
                 checkpoint=_checkpoint_args(args), precision=args.precision,
                 parallel=parallel_args(args), optimizer_impl=args.optimizer_impl,
                 all_layers=args.all_layers, attention=args.attention,
-                allocator=args.allocator, dtype=args.dtype, loss=args.loss)
+                allocator=args.allocator, dtype=args.dtype, loss=args.loss,
+                device_profile=args.device_profile)
 
 
 def device_from_args(args):

@@ -39,6 +39,8 @@ _TAKES = {
     "parallel": "a mapping such as {'strategy': 'fsdp', 'world_size': 8}",
     "serve": "a mapping such as {'prompt': 512, 'generate': 128}",
     "device": "a device name such as 'a100-40gb' or a passes.device_rates.DeviceRates",
+    "device_profile": "the path of a profile graphcost calibrate wrote or a "
+                      "passes.device.profile.DeviceProfile",
     "overhead": "a passes.device.fits.Overhead or text such as 'context=512MiB,allocator=10%'",
     **{flag: "True or False" for flag in _FLAGS},
 }
@@ -97,8 +99,13 @@ def _plain(value: Any, name: str, depth: int) -> Any:
 
 def _takes_objects(name: str) -> tuple[type, ...]:
     """The types beyond builtins ``name`` takes."""
+    from os import PathLike
+
+    from ...passes.device.profile import DeviceProfile
+
     torch = sys.modules.get("torch")  # (a torch dtype implies torch is imported)
     return {"device": (DeviceRates,), "overhead": (Overhead,),
+            "device_profile": (DeviceProfile, PathLike),
             "parallel": (InterconnectRates,),
             "input_dtypes": (torch.dtype,) if torch is not None else ()}.get(name, ())
 

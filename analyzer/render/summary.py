@@ -34,7 +34,8 @@ def summary(r: Report, brief: bool = False) -> list[Entry]:
         body, answer = _training(r, brief)
     else:
         body, answer = _inference(r, brief)
-    return _context(r, brief) + body + _device(r, brief) + answer + fit_entries(r, brief)
+    return _context(r, brief) + body + _device(r, brief) + _time(r, brief) + answer \
+        + fit_entries(r, brief)
 
 
 def summary_lines(r: Report, width: int | None = None, brief: bool = False) -> list[str]:
@@ -63,10 +64,11 @@ def _stand_in(model: str) -> list[Entry]:
     """A zoo miniature named after a published model says so (zoo:gpt2 is not GPT-2 small;
     its ONNX export stores the tied head twice, so it counts more parameters than its
     PyTorch module does)."""
+    if not model.startswith("zoo:"):
+        return []  # (before the import: the registry imports torch, ~1.2 s a run)
     from ...models_zoo import registry
 
-    spec = registry.MODELS.get(model.removeprefix("zoo:")) if model.startswith("zoo:") \
-        else None
+    spec = registry.MODELS.get(model.removeprefix("zoo:"))
     if spec is None or spec.stand_in is None:
         return []
     return [("stand-in", [f"a {spec.description.split(':')[0]} (zoo), not {spec.stand_in}"])]
@@ -384,6 +386,35 @@ def _device(r: Report, brief: bool) -> list[Entry]:
         out.append(("", [f"no fast path for {', '.join(ro.fallbacks)} on {ro.device}:",
                          "those nodes use the fp32 rate"]))
     return out
+
+
+def _time(r: Report, brief: bool) -> list[Entry]:
+    """The time estimate (a device profile): the figure with its band, then what it is made
+    of; what no rule priced is said."""
+    t = r.time
+    if t is None:
+        return []
+    per = " per step" if r.training else " per forward"
+    band = f" ± {t.band:.0%}" if t.band is not None else ""
+    source = (f"(estimate: {t.profile}, {ENGINE_WORDS.get(t.engine, t.engine)};",
+              f"band from {t.runs} validated runs)" if t.band is not None
+              else "no band: the profile was not validated)")
+    out = [("time", [f"≈ {human_time(t.seconds)}{band}{per}", *source])]
+    if not brief:
+        parts = [f"arithmetic {human_time(t.arithmetic_seconds)},",
+                 f"memory {human_time(t.memory_seconds)},",
+                 f"launches {human_time(t.launch_seconds)} ({t.kernels:,} calls)"]
+        parts += [f"optimizer {human_time(t.optimizer_seconds)}"] if t.optimizer_seconds else []
+        parts += [f"recompute {human_time(t.recompute_seconds)}"] if t.recompute_seconds else []
+        out.append(("", parts))
+    if t.unpriced:
+        n = sum(t.unpriced.values())
+        out.append(("", [f"{n} node(s) without a cost rule priced at a launch only:",
+                         ", ".join(sorted(t.unpriced))]))
+    return out
+
+
+ENGINE_WORDS = {"torch": "eager PyTorch", "onnxruntime": "ONNX Runtime"}
 
 
 _UNITS = frozenset({"B", "KiB", "MiB", "GiB", "TiB", "s", "ms", "µs", "ns", "FLOPs",
