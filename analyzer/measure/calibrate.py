@@ -17,6 +17,7 @@ the band every estimate from this profile carries. The whole takes about a minut
 from __future__ import annotations
 
 import datetime
+import itertools
 import platform
 import time
 from typing import Callable
@@ -29,6 +30,8 @@ CONV_SHAPES = ((1, 3, 16, 64, 3), (1, 16, 32, 32, 3), (1, 64, 64, 56, 3), (4, 64
                (4, 128, 128, 28, 3), (2, 256, 256, 14, 3), (4, 64, 256, 56, 1))
 # (batch, channels, height = width): depthwise 3×3 convolutions (a group per channel)
 GROUPED_SHAPES = ((1, 16, 28), (1, 32, 112), (4, 144, 56), (8, 192, 56), (8, 960, 7))
+# (batch, channels, height = width): 3×3 max pooling, stride 2 (ResNet's stem)
+POOL_SHAPES = ((1, 16, 28), (1, 64, 112), (4, 64, 112), (8, 128, 56))
 # (batch·heads, sequence, head dim)
 ATTENTION_SHAPES = ((4, 64, 32), (8, 128, 64), (16, 256, 64), (16, 512, 64))
 MEMORY_ELEMENTS = tuple(2 ** k for k in range(10, 25, 2))   # 4 KiB … 64 MiB of fp32
@@ -65,6 +68,21 @@ def _rates(points: list[tuple[float, float]], launch: float) -> Curve:
     return Curve(tuple(sorted(best.items())))
 
 
+COLD_BYTES = 64 << 20   # operands cycled through per microbenchmark: beyond the caches
+
+
+def cold(make: Callable[[], tuple], run: Callable[..., object]) -> float:
+    """Seconds per ``run(*operands)`` with operands that are not in the caches, as a model's
+    layers meet theirs (each reads what the one before wrote, and weights read once per
+    call): enough sets of ``make()``'s operands cycled through to pass ``COLD_BYTES`` (a hot
+    loop over one set runs large convolutions twice as fast as they run in a model)."""
+    first = make()
+    size = sum(t.numel() * t.element_size() for t in first if hasattr(t, "numel"))
+    sets = [first] + [make() for _ in range(min(63, COLD_BYTES // max(1, size)))]
+    turn = itertools.cycle(sets)
+    return fastest(lambda: run(*next(turn)))
+
+
 def torch_engine() -> EngineProfile:
     """Eager PyTorch on this CPU at torch's current thread count."""
     import torch
@@ -74,36 +92,37 @@ def torch_engine() -> EngineProfile:
     launch = fastest(lambda: torch.add(one, one))
     grid = torch.ones(4, 4)
     view = fastest(lambda: grid.view(16))
+    rand = torch.randn
     with torch.no_grad():
         gemm = {}
         for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-            points = []
-            for n in GEMM_SIZES:
-                a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-                points.append((2 * n ** 3, fastest(lambda a=a, b=b: torch.mm(a, b))))
-            gemm[name] = _rates(points, launch)
-        conv = []
-        for b, ci, co, hw, k in CONV_SHAPES:
-            x, w = torch.randn(b, ci, hw, hw), torch.randn(co, ci, k, k)
-            conv.append((2 * b * co * hw * hw * ci * k * k,
-                         fastest(lambda x=x, w=w, k=k: F.conv2d(x, w, padding=k // 2))))
-        grouped = []
-        for b, c, hw in GROUPED_SHAPES:
-            x, w = torch.randn(b, c, hw, hw), torch.randn(c, 1, 3, 3)
-            grouped.append((2 * b * c * hw * hw * 9, fastest(
-                lambda x=x, w=w, c=c: F.conv2d(x, w, padding=1, groups=c))))
-        attention = []
-        for bh, s, d in ATTENTION_SHAPES:
-            q = torch.randn(1, bh, s, d)
-            attention.append((4 * bh * s * s * d,
-                              fastest(lambda q=q: F.scaled_dot_product_attention(q, q, q))))
-        memory = []
-        for n in MEMORY_ELEMENTS:
-            a = torch.ones(n)
-            memory.append((12 * n, fastest(lambda a=a: torch.add(a, a))))
+            gemm[name] = _rates([(2 * n ** 3, cold(lambda n=n, d=dtype: (rand(n, n, dtype=d),
+                                                                        rand(n, n, dtype=d)),
+                                                   torch.mm)) for n in GEMM_SIZES], launch)
+        conv = [(2 * b * co * hw * hw * ci * k * k,
+                 cold(lambda b=b, ci=ci, co=co, hw=hw, k=k: (rand(b, ci, hw, hw),
+                                                             rand(co, ci, k, k)),
+                      lambda x, w: F.conv2d(x, w, padding=w.shape[-1] // 2)))
+                for b, ci, co, hw, k in CONV_SHAPES]
+        grouped = [(2 * b * c * hw * hw * 9,
+                    cold(lambda b=b, c=c, hw=hw: (rand(b, c, hw, hw), rand(c, 1, 3, 3)),
+                         lambda x, w: F.conv2d(x, w, padding=1, groups=w.shape[0])))
+                   for b, c, hw in GROUPED_SHAPES]
+        # a window's 9 compares per output, as passes/costs/pooling.py counts them
+        pool = [(9 * b * c * (hw // 2) ** 2,
+                 cold(lambda b=b, c=c, hw=hw: (rand(b, c, hw, hw),),
+                      lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True)))
+                for b, c, hw in POOL_SHAPES]
+        attention = [(4 * bh * s * s * d,
+                      cold(lambda bh=bh, s=s, d=d: (rand(1, bh, s, d),) * 3,
+                           F.scaled_dot_product_attention))
+                     for bh, s, d in ATTENTION_SHAPES]
+        memory = [(12 * n, cold(lambda n=n: (rand(n), rand(n)), torch.add))
+                  for n in MEMORY_ELEMENTS]
     arithmetic = {"gemm": gemm, "conv": {"fp32": _rates(conv, launch)},
                   "grouped_conv": {"fp32": _rates(grouped, launch)},
-                  "attention": {"fp32": _rates(attention, launch)}}
+                  "attention": {"fp32": _rates(attention, launch)},
+                  "pool": {"fp32": _rates(pool, launch)}}
     return EngineProfile(launch, view, arithmetic, _rates(memory, launch),
                          python_s=eager_python(launch, view))
 

@@ -24,11 +24,13 @@ def pool(op: OpView) -> tuple[int, int]:
 
 # One rule, registered per backward behaviour: max pooling's backward scatters into the argmax
 # (input + int64 indices kept), average pooling's spreads evenly (nothing kept).
+# (kernel="pool": a window op runs at its own pace, far from the memory rate of its bytes:
+# PyTorch's CPU max pooling with indices visits each window element by element)
 rule("MaxPool", "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
-     saves="indices", rf="pool", attr_names=WINDOW_ATTRS)(pool)
+     saves="indices", rf="pool", attr_names=WINDOW_ATTRS, kernel="pool")(pool)
 rule("AveragePool", "aten.avg_pool2d.default", "aten.avg_pool3d.default", saves="nothing",
-     rf="pool", attr_names=WINDOW_ATTRS)(pool)
-rule("LpPool", saves="inputs", rf="pool", attr_names=WINDOW_ATTRS)(pool)
+     rf="pool", attr_names=WINDOW_ATTRS, kernel="pool")(pool)
+rule("LpPool", saves="inputs", rf="pool", attr_names=WINDOW_ATTRS, kernel="pool")(pool)
 
 
 def reduce_once(op: OpView) -> tuple[int, int]:

@@ -5,7 +5,8 @@ on the models it was checked against there.
 The roofline (passes/device/roofline.py) prices a node at the datasheet's peak; a profile
 prices it at what the machine was measured to reach for a call of that size:
 
-- ``gemm``, ``conv``, ``grouped_conv``, ``attention``: achieved FLOP/s against FLOPs per call,
+- ``gemm``, ``conv``, ``grouped_conv``, ``attention``, ``pool``: achieved FLOP/s against FLOPs
+  per call (a pooling window's compares or adds counted as the rule counts them),
   for each dtype measured (a curve: small calls reach a small share of the peak);
 - ``memory``: achieved bytes/s against bytes moved per call (small calls stay in cache);
 - ``launch``: seconds one kernel call costs beyond its work (eager PyTorch's dispatch, ONNX
@@ -32,7 +33,7 @@ from ..errors import GraphcostError
 FORMAT = "graphcost-device-profile"
 VERSION = 1
 ENGINES = ("torch", "onnxruntime")
-ARITHMETIC = ("gemm", "conv", "grouped_conv", "attention")
+ARITHMETIC = ("gemm", "conv", "grouped_conv", "attention", "pool")
 MAX_POINTS = 64          # per curve: a profile is a handful of measurements, not a dataset
 MAX_RUNS = 256
 

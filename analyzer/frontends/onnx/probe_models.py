@@ -42,9 +42,9 @@ def conv(x: np.ndarray, w: np.ndarray, groups: int = 1) -> bytes:
     return _model([node], {"x": x}, "y", {"w": w})
 
 
-def add(a: np.ndarray) -> bytes:
-    """y = a + a: input a."""
-    return _model([helper.make_node("Add", ["a", "a"], ["y"])], {"a": a}, "y")
+def add(a: np.ndarray, b: np.ndarray) -> bytes:
+    """y = a + b: inputs a and b."""
+    return _model([helper.make_node("Add", ["a", "b"], ["y"])], {"a": a, "b": b}, "y")
 
 
 def flatten(a: np.ndarray) -> bytes:
@@ -55,3 +55,10 @@ def flatten(a: np.ndarray) -> bytes:
 def identity(a: np.ndarray) -> bytes:
     """y = a: a run with nothing in it."""
     return _model([helper.make_node("Identity", ["a"], ["y"])], {"a": a}, "y")
+
+
+def max_pool(x: np.ndarray) -> bytes:
+    """y = 3×3 max pooling of x, stride 2, padding 1 (ResNet's stem): input x."""
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                            pads=[1, 1, 1, 1])
+    return _model([node], {"x": x}, "y")
