@@ -6,10 +6,12 @@ memory, timeline included."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 import pytest
 import torch
-from graphcost.analyzer.app.request import LoadOptions
+from graphcost.analyzer.app.pipeline import run_passes
+from graphcost.analyzer.app.request import build_request
 from graphcost.analyzer.load.loading import load_graph
 from graphcost.models_zoo.llama import Llama, LlamaConfig
 from graphcost.passes.training.memory import training_memory
@@ -20,15 +22,6 @@ def _zoo_llama():
                       max_seq=256)
     with torch.device("meta"):
         return Llama(cfg), {"input_ids": (2, 64)}
-
-
-def _hf_llama():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=8,
-                                   num_attention_heads=4, num_key_value_heads=2,
-                                   vocab_size=1000, attn_implementation="sdpa")
-    with torch.device("meta"):
-        return transformers.LlamaForCausalLM(cfg), {"input_ids": (1, 64)}
 
 
 def _hf_gemma2():
@@ -58,7 +51,18 @@ def _hf_deepseek():
 
 
 # the layers traced, of the stack's
-TRACED = {"zoo_llama": (3, 8), "hf_llama": (3, 8), "hf_gemma2": (7, 9), "hf_deepseek": (4, 8)}
+TRACED = {"zoo_llama": (3, 8), "hf_gemma2": (7, 9), "hf_deepseek": (4, 8)}
+
+
+@cache
+def _traced(build, device: str | None = None):
+    """The load options of ``build``'s training step (attention as ``device`` runs it) and the
+    step traced with every block and grown from three: one pair of traces for the tests below
+    that read the same model."""
+    model, shapes = build()
+    load = build_request(train=True, input_shapes=shapes, input_dtypes={"input_ids": torch.int64},
+                         device=device).load
+    return load, load_graph(model, replace(load, all_layers=True)), load_graph(model, load)
 
 
 def _dataflow(g):
@@ -77,17 +81,17 @@ def _inplace(g):
     return {g.values[o].producer: g.values[i].producer for o, i in g.eager_inplace.items()}
 
 
+# The zoo's Llama with attention as an H100 runs it (the FSDP test below reads the same
+# traces); the transformers models with this CPU's: DeepSeek's layers after its head are
+# transformers' identical blocks (SDPA), Gemma-2's eager attention alternates sliding and full.
 # Gemma-2 on every torch of the range (conftest.py): on 2.8 its checks came with no module
-@pytest.mark.parametrize("build", [_zoo_llama, _hf_llama,
-                                   pytest.param(_hf_gemma2, marks=pytest.mark.every_torch),
-                                   _hf_deepseek],
+@pytest.mark.parametrize("build,device", [(_zoo_llama, "h100"),
+                                          pytest.param(_hf_gemma2, None,
+                                                       marks=pytest.mark.every_torch),
+                                          (_hf_deepseek, None)],
                          ids=list(TRACED))
-def test_grown_joint_graph_is_the_full_trace(build, request):
-    model, shapes = build()
-    load = LoadOptions(train=True, input_shapes=shapes,
-                       input_dtypes={"input_ids": torch.int64})
-    full = load_graph(model, replace(load, all_layers=True))
-    grown = load_graph(model, load)
+def test_grown_joint_graph_is_the_full_trace(build, device, request):
+    _, full, grown = _traced(build, device)
     traced, layers = TRACED[request.node.callspec.id]
     assert grown.traced_layers.startswith(f"{traced} of {layers} layers traced")
     assert not full.traced_layers
@@ -107,13 +111,16 @@ def test_grown_joint_graph_is_the_full_trace(build, request):
 
 
 def test_fsdp_over_the_grown_graph_is_the_full_traces():
-    # FSDP2's units are the stack's blocks (param_paths): every copy is its own unit
-    from graphcost import analyze
-    model, shapes = _zoo_llama()
-    kw = dict(input_shapes=shapes, input_dtypes={"input_ids": torch.int64}, train=True,
-              optimizer="adamw", parallel={"strategy": "fsdp", "world_size": 4},
+    # FSDP2's units are the stack's blocks (param_paths): every copy is its own unit. What
+    # analyze(model, **kw) runs: the passes kw asks for over the graphs traced as kw loads
+    # them (with and without all_layers), which the test above traced
+    load, full_graph, grown_graph = _traced(_zoo_llama, "h100")
+    kw = dict(input_shapes={"input_ids": (2, 64)}, input_dtypes={"input_ids": torch.int64},
+              train=True, optimizer="adamw", parallel={"strategy": "fsdp", "world_size": 4},
               device="h100")
-    full, grown = analyze(model, all_layers=True, **kw), analyze(model, **kw)
+    request = build_request(**kw)
+    assert request.load == load
+    full, grown = run_passes(full_graph, request.passes), run_passes(grown_graph, request.passes)
     assert grown.traced_layers and not full.traced_layers
     assert full.parallel is not None and grown.parallel is not None
     # the same figures and units; a copy's weights are named after layer 1's ("arg10_1~2")

@@ -8,7 +8,8 @@ multiple). Re-running the graph's ops on fake tensors with each multiple k·P of
 input size replaced by k·b gives every value's shape at batch b, through torch's own meta
 kernels, in a tenth of a trace (GPT-2 tiny's joint graph: 0.12 s against 1.5 s).
 tests/test_fake_rerun.py checks the re-run graph node for node against a real trace at that
-batch for ten zoo models (training and inference, plain torch and transformers) and a stack
+batch for twelve models: the zoo's, and smaller builds of its and transformers' classes
+(training and inference) and a stack
 traced as three layers.
 
 What a re-run cannot see is Python that takes another path at another batch (a model that
