@@ -1,4 +1,7 @@
-"""The installed ``graphcost`` command, run as a user would (a subprocess, real files)."""
+"""The installed ``graphcost`` command, run as a user would (a subprocess, real files): one
+process per thing the command itself does (its streams, statuses, files, a closed pipe); what
+is not the command's own (the binding flags, the CSV, the coverage line) runs its ``main`` in
+this process (tests/cli_runner.py), and one run serves the tests that read it."""
 from __future__ import annotations
 
 import csv
@@ -12,6 +15,7 @@ import subprocess
 import onnx
 import pytest
 
+from tests.cli_runner import run as in_process
 from tests.onnx_builders import model, node, weight
 
 GRAPHCOST = shutil.which("graphcost")
@@ -27,9 +31,10 @@ def run(*args, check_rc=None):
     return p
 
 
-@pytest.fixture
-def mlp(tmp_path):
-    # x[batch,64] → Gemm(64→32) → Relu → Gemm(32→10) → Softmax
+@pytest.fixture(scope="module")
+def mlp_file(tmp_path_factory):
+    # x[batch,64] → Gemm(64→32) → Relu → Gemm(32→10) → Softmax; one file for the module, its
+    # digest and mtime taken before any run reads it (test_input_file_is_never_written)
     m = model([node("Gemm", ["x", "W1", "b1"], ["h"], name="fc1", transB=1),
                node("Relu", ["h"], ["r"], name="relu"),
                node("Gemm", ["r", "W2", "b2"], ["y"], name="fc2", transB=1),
@@ -37,22 +42,40 @@ def mlp(tmp_path):
               [("x", ["batch", 64])], [("p", ["batch", 10])],
               inits=[weight("W1", 32, 64), weight("b1", 32), weight("W2", 10, 32),
                      weight("b2", 10)])
-    path = tmp_path / "mlp.onnx"
+    path = tmp_path_factory.mktemp("cli") / "mlp.onnx"
     onnx.save(m, path)
-    return path
+    return path, _stamp(path)
 
 
-def test_table(mlp):
-    p = run(mlp, "--batch", 16, check_rc=0)
+def _stamp(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest(), os.stat(path).st_mtime_ns
+
+
+@pytest.fixture(scope="module")
+def mlp(mlp_file):
+    return mlp_file[0]
+
+
+# The runs several tests read (each is a process importing onnx and the passes: ~1 s)
+@pytest.fixture(scope="module")
+def table16(mlp):
+    return run(mlp, "--batch", 16, check_rc=0)
+
+
+@pytest.fixture(scope="module")
+def json16(mlp):
+    return run(mlp, "--batch", 16, "--format", "json", check_rc=0)
+
+
+def test_table(table16):
     for text in ("fc1", "Gemm", "Softmax", "16×32", "by op type", "params      2,410",
                  "activations peak", "arena", "coverage    4/4"):
-        assert text in p.stdout, text
-    assert p.stderr == ""
+        assert text in table16.stdout, text
+    assert table16.stderr == ""
 
 
-def test_json(mlp):
-    p = run(mlp, "--batch", 16, "--format", "json", check_rc=0)
-    r = json.loads(p.stdout)
+def test_json(json16):
+    r = json.loads(json16.stdout)
     # params: 32·64 + 32 + 10·32 + 10 = 2,410
     assert r["totals"]["params"] == 2_410
     # MACs: 16·32·64 + 16·10·32 = 32,768 + 5,120 = 37,888
@@ -70,14 +93,16 @@ def test_json(mlp):
                                 "arena_bytes", "timeline"}
 
 
-def test_json_is_deterministic(mlp, tmp_path):
-    a = run(mlp, "--batch", 3, "--format", "json", check_rc=0).stdout
-    b = run(mlp, "--batch", 3, "--format", "json", check_rc=0).stdout
-    assert a == b
+def test_json_is_deterministic(mlp, json16):
+    # a second process (another hash seed) writes the same bytes
+    assert run(mlp, "--batch", 16, "--format", "json", check_rc=0).stdout == json16.stdout
 
 
 def test_csv_and_markdown(mlp, tmp_path):
-    rows = list(csv.DictReader(io.StringIO(run(mlp, "--format", "csv", check_rc=0).stdout)))
+    # the CSV in this process (a format, rendered as the command renders it); the Markdown
+    # written to a file by the command
+    rows = list(csv.DictReader(io.StringIO(in_process(mlp, "--format", "csv",
+                                                      check_rc=0).stdout)))
     assert [r["op"] for r in rows] == ["Gemm", "Relu", "Gemm", "Softmax"]
     assert rows[0]["macs"] == str(32 * 64)  # batch defaults to 1
     out = tmp_path / "r.md"
@@ -86,12 +111,12 @@ def test_csv_and_markdown(mlp, tmp_path):
     assert md.startswith("# graphcost: mlp.onnx") and "| fc1 | Gemm |" in md
 
 
-def test_input_file_is_never_written(mlp):
-    before = hashlib.sha256(mlp.read_bytes()).hexdigest(), os.stat(mlp).st_mtime_ns
-    run(mlp, "--batch", 2, "--format", "json", check_rc=0)
+def test_input_file_is_never_written(mlp_file, json16):
+    # json16 (and whichever tests ran before) read the file after its stamp was taken
+    mlp, before = mlp_file
     p = run(mlp, "--format", "json", "-o", mlp, check_rc=2)
     assert "never writes its input" in p.stderr
-    assert (hashlib.sha256(mlp.read_bytes()).hexdigest(), os.stat(mlp).st_mtime_ns) == before
+    assert _stamp(mlp) == before
 
 
 def test_strict_fails_on_unsupported(tmp_path):
@@ -101,7 +126,7 @@ def test_strict_fails_on_unsupported(tmp_path):
     m.opset_import.append(onnx.helper.make_opsetid("org.acme", 1))
     path = tmp_path / "det.onnx"
     onnx.save(m, path)
-    p = run(path, check_rc=0)
+    p = in_process(path, check_rc=0)  # (the coverage line; the status 3 on a subprocess)
     assert "unsupported org.acme::Det×1" in p.stdout
     p = run(path, "--strict", check_rc=3)
     assert "org.acme::Det×1" in p.stderr
@@ -115,29 +140,31 @@ def test_zoo_model_runs():
 
 
 def test_dims_bind_symbolic_sequence(tmp_path):
+    # the binding flags, run in this process (tests/cli_runner.py: the same main() the
+    # command calls; what is the installed command's own, its statuses and streams, the
+    # other tests here check on a subprocess)
     # y = MatMul(x[batch, seq, 8], W[8, 4]): MACs = batch·seq·4·8
     m = model([node("MatMul", ["x", "W"], ["y"])], [("x", ["batch", "seq", 8])],
               [("y", ["batch", "seq", 4])], inits=[weight("W", 8, 4)])
     path = tmp_path / "seq.onnx"
     onnx.save(m, path)
-    r = json.loads(run(path, "--batch", 2, "--dim", "seq=5", "--format", "json",
-                       check_rc=0).stdout)
+    r = json.loads(in_process(path, "--batch", 2, "--dim", "seq=5", "--format", "json",
+                              check_rc=0).stdout)
     assert r["totals"]["macs"] == 2 * 5 * 4 * 8 and r["dims"] == {"batch": 2, "seq": 5}
-    r = json.loads(run(path, "--input-shape", "x=3x7x8", "--format", "json",
-                       check_rc=0).stdout)
+    r = json.loads(in_process(path, "--input-shape", "x=3x7x8", "--format", "json",
+                              check_rc=0).stdout)
     assert r["totals"]["macs"] == 3 * 7 * 4 * 8
-    p = run(path, "--batch", 2, check_rc=2)  # seq left unbound
+    p = in_process(path, "--batch", 2, check_rc=2)  # seq left unbound
     assert "'x' dim 1" in p.stderr and "--dim seq=" in p.stderr
 
 
-def test_piped_text_has_no_trailing_blanks(mlp):
+def test_piped_text_has_no_trailing_blanks(table16):
     # rich pads a table's title and a left-justified last column (devices' arch) to the
     # table's width: blanks an editor or `diff` shows at the end of a piped line
-    for args in ((mlp, "--batch", 16), ("devices",)):
-        p = run(*args, check_rc=0)
+    for name, p in (("table", table16), ("devices", run("devices", check_rc=0))):
         padded = [line for line in p.stdout.splitlines() if line != line.rstrip()]
-        assert not padded, (args, padded[:3])
-        assert args[0] == "devices" or "by op type\n" in p.stdout  # the title, on its own
+        assert not padded, (name, padded[:3])
+    assert "by op type\n" in table16.stdout  # the title, on its own
 
 
 def test_a_reader_that_stops_early_gets_no_error(mlp):

@@ -3,10 +3,22 @@ shows the 15 heaviest nodes by FLOPs, in graph order, not the first 500 rows; --
 the first N, 0 every node."""
 from __future__ import annotations
 
+import functools
 import re
+
+import pytest
 
 from graphcost import analyze
 from tests.cli_runner import run_cli
+from tests.shared_loads import shared_loads
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_trace_per_model():
+    # the views of one run are read from several runs of it: one trace serves them
+    # (tests/shared_loads.py)
+    with shared_loads():
+        yield
 
 
 def _rows(stdout: str) -> list[int]:
@@ -75,12 +87,23 @@ def test_a_serving_review_ends_on_its_capacity_and_fit():
     assert {"params", "prefill", "decode", "reserved"} <= set(labels) and labels[-1] == "fits"
 
 
+GPT2_FSDP = ("zoo:gpt2", "--train", "--optimizer", "adam", "--parallel", "fsdp", "--world-size",
+             "4", "--device", "a100-80gb")
+
+
+@functools.cache
+def gpt2_fsdp_details() -> str:
+    """The whole view of one rank's step, which two tests read (each run traces gpt2)."""
+    done = run_cli(*GPT2_FSDP, "--details", env={"COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_a_training_report_ends_on_the_rank_and_its_fit():
     # issue 26 led with the step; issue 48: the context first, the answer last — the rank's
     # peak, then what the device must hold and whether it fits. The one device's step peak is
     # no line of its own under a strategy (the rank's line names it)
-    done = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--parallel", "fsdp",
-                   "--world-size", "4", "--device", "a100-80gb", env={"COLUMNS": "100"})
+    done = run_cli(*GPT2_FSDP, env={"COLUMNS": "100"})
     assert done.returncode == 0, done.stderr
     labels = _labels(done.stdout)
     order = [labels.index(x) for x in ("model", "params", "parallel", "rank peak", "device",
@@ -88,9 +111,7 @@ def test_a_training_report_ends_on_the_rank_and_its_fit():
     assert order == sorted(order) and labels[-3:] == ["per rank", "on device", "fits"]
     assert "training" not in labels and "step peak" not in labels
     # --details: every line, the one device's step among the detail, the same last lines
-    every = _labels(run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--parallel", "fsdp",
-                            "--world-size", "4", "--device", "a100-80gb", "--details",
-                            env={"COLUMNS": "100"}).stdout)
+    every = _labels(gpt2_fsdp_details())
     assert every.index("one device") < every.index("parallel") and every[-3:] == labels[-3:]
     assert {"MACs", "activations", "live", "units"} <= set(every)
 
@@ -98,12 +119,10 @@ def test_a_training_report_ends_on_the_rank_and_its_fit():
 def test_the_op_types_are_the_ten_heaviest_by_default():
     # a training graph has dozens of ATen op types, most of them moving data: the whole view
     # (--details; the default view of --train is its answer) lists the 10 with the most FLOPs
-    # and says how many more there are
-    r = analyze("zoo:gpt2", train=True, optimizer="adam")
-    done = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--details",
-                   env={"COLUMNS": "100"})
+    # and says how many more there are (one rank's step: the whole view the test above reads)
+    r = analyze("zoo:gpt2", train=True, optimizer="adam", device="a100-80gb",
+                parallel={"strategy": "fsdp", "world_size": 4})
     more = len(r.by_op_type) - 10
-    assert more > 0 and f"… {more} more op types (--max-rows 0 shows all)" in done.stdout
-    every = run_cli("zoo:gpt2", "--train", "--optimizer", "adam", "--max-rows", "0",
-                    env={"COLUMNS": "100"})
+    assert more > 0 and f"… {more} more op types (--max-rows 0 shows all)" in gpt2_fsdp_details()
+    every = run_cli(*GPT2_FSDP, "--max-rows", "0", env={"COLUMNS": "100"})
     assert "more op types" not in every.stdout

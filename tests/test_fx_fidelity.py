@@ -17,7 +17,11 @@ from graphcost import analyze, models_zoo
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-ZOO = ["small_cnn", "mnist_net", "resnet18", "resnet50", "mobilenet_v2", "gpt2", "bert", "unet",
+# One model per family: resnet50 (~3 s a trace) is left to resnet18, the same ResNet class and
+# forward (its Bottleneck adds 1×1 convs, nothing the rules or the tracer treat apart); a held
+# local that decides the eager peak (ResNet-50's stem output in ``x``) is mobilenet_v2's and
+# the transformers' too (their eager peaks are 8–24% above their dataflow ones).
+ZOO = ["small_cnn", "mnist_net", "resnet18", "mobilenet_v2", "gpt2", "bert", "unet",
        "llama_tiny"]
 BATCH = 2
 
@@ -90,14 +94,14 @@ def measured_activation_peak(model, args) -> int:
 
 
 # Predicted (eager lifetimes, inputs excluded as MemTracker excludes them) vs measured. What
-# the model's Python holds (UNet's list of skips, ResNet-50's stem output in ``x``) is recorded
-# while tracing, so every zoo model is exact but bert, whose eager code skips the attention mask
-# the trace builds (README, "Hugging Face transformers models"): within 1% all.
+# the model's Python holds (UNet's list of skips, a Sequential's input held while its module
+# runs, ResNet-50's stem output in ``x``) is recorded while tracing, so every zoo model is exact
+# but bert, whose eager code skips the attention mask the trace builds (README, "Hugging Face
+# transformers models"): within 1% all.
 MEMORY_TOLERANCE = 0.01
 
 
-@pytest.mark.parametrize("name", ["small_cnn", "mnist_net", "resnet18", "resnet50",
-                                  "mobilenet_v2", "gpt2", "bert", "unet", "llama_tiny"])
+@pytest.mark.parametrize("name", ZOO)
 def test_inference_peak_vs_memtracker(name):
     model, args, r = traced(name, include_inputs=False)
     assert r.memory.lifetimes == "eager"
@@ -107,7 +111,9 @@ def test_inference_peak_vs_memtracker(name):
 
 
 def test_user_module_is_left_untouched():
-    model = models_zoo.build_model("resnet18")
+    # (the UNet: nested modules and BatchNorm's running statistics, as resnet18's, in a trace
+    # half as long)
+    model = models_zoo.build_model("unet")
     before_state = {k: v.clone() for k, v in model.state_dict().items()}
     before_attrs = {name: set(vars(m)) for name, m in model.named_modules()}
     hooks = [(m._forward_hooks, m._forward_pre_hooks) for m in model.modules()]

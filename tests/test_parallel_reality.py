@@ -1,7 +1,8 @@
 """Per-rank predictions against real data-parallel training on this CPU: two processes on gloo
 (127.0.0.1) and one with PyTorch's fake process group for fully_shard at 8 ranks, measured by
 FSDPMemTracker / MemTracker (analyzer/measure/parallel.py), steps 1 and 2 (Adam's state
-exists from step 2). One spawn per world size serves every case (spawning is slow).
+exists from step 2). One spawn per world size serves every case, the precision recipes'
+too (spawning is slow).
 
 The zoo mlp's peaks and items must match to the byte but for a few (the input batch's 2 KiB).
 gpt2's are within 10%: they were −6% while its eager CPU step kept float dropout noise that
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import pytest
 from graphcost.analyzer.app.pipeline import run_passes
-from graphcost.analyzer.app.request import PassOptions
+from graphcost.analyzer.app.request import PassOptions, build_request
+from graphcost.analyzer.load.loading import load_graph
 from graphcost.analyzer.measure.parallel import Case, items, measure_parallel
 from graphcost.passes.parallel.step import ParallelSpec
 
@@ -25,35 +27,60 @@ pytestmark = pytest.mark.every_torch
 GLOO = [("mlp", "ddp"), ("mlp", "zero1"), ("mlp", "zero2"), ("mlp", "fsdp"), ("gpt2", "ddp"),
         ("gpt2", "fsdp")]
 FAKE = [("mlp", "fsdp"), ("mlp", "zero2"), ("gpt2", "fsdp")]
+RECIPES = [("mlp", "ddp", "bf16-mixed"), ("mlp", "fsdp", "bf16-mixed"),
+           ("mlp", "fsdp", "bf16-true"), ("mlp", "fsdp", "bf16-master"),
+           ("mlp", "zero2", "bf16-master"), ("gpt2", "fsdp", "bf16-master")]
 
 
 def _predict(model, strategy, world):
     return run_passes(joint_graph(model), PassOptions(optimizer="adam", include_inputs=False, what_if=False, parallel=ParallelSpec(strategy, world))).parallel
 
 
-def _run(pairs, world, fake):
-    preds = {pair: _predict(*pair, world) for pair in pairs}
-    cases = [Case(m, s, 2, (), tuple(u.name for u in p.units if u.name != "(root)"))
-             for (m, s), p in preds.items()]
-    return preds, measure_parallel(cases, world, fake=fake)
+# one trace per distinct load options (bf16-true and bf16-master both trace the module cast
+# to bf16; the strategy is a pass option): the six recipes are traced three times, not six
+_RECIPE_TRACES: dict = {}
+
+
+def _predict_recipe(model, strategy, precision):
+    # analyze()'s request and what run_request does with it, the trace shared
+    request = build_request(batch=2, train=True, optimizer="adam", include_inputs=False,
+                            what_if=False, precision=precision,
+                            parallel={"strategy": strategy, "world_size": 2})
+    key = model, repr(request.load)  # (LoadOptions holds mappings: not hashable)
+    if key not in _RECIPE_TRACES:
+        _RECIPE_TRACES[key] = load_graph(f"zoo:{model}", request.load)
+    return run_passes(_RECIPE_TRACES[key], request.passes).parallel
+
+
+def _case(model, strategy, p, precision="fp32"):
+    return Case(model, strategy, 2, (), tuple(u.name for u in p.units if u.name != "(root)"),
+                precision=precision)
 
 
 @pytest.fixture(scope="module")
 def gloo():
-    return _run(GLOO, 2, False)
+    # one spawn of two gloo ranks runs the strategies in fp32 and the precision recipes
+    # (each spawn costs two processes importing torch and joining the group)
+    preds = {(m, s, "fp32"): _predict(m, s, 2) for m, s in GLOO}
+    preds |= {c: _predict_recipe(*c) for c in RECIPES}
+    return preds, measure_parallel([_case(m, s, p, r) for (m, s, r), p in preds.items()], 2)
 
 
 @pytest.fixture(scope="module")
 def fake():
-    return _run(FAKE, 8, True)
+    preds = {(m, s, "fp32"): _predict(m, s, 8) for m, s in FAKE}
+    return preds, measure_parallel([_case(m, s, p) for (m, s, _), p in preds.items()], 8,
+                                   fake=True)
+
+
+def _measured(runs, key):
+    return [m for m in runs[1] if (m.case.model, m.case.strategy, m.case.precision) == key]
 
 
 def _rows(runs, model, strategy):
-    preds, measured = runs
-    p = preds[model, strategy]
-    for m in measured:
-        if (m.case.model, m.case.strategy) == (model, strategy):
-            yield p, m, p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
+    p = runs[0][model, strategy, "fp32"]
+    for m in _measured(runs, (model, strategy, "fp32")):
+        yield p, m, p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
 
 
 @pytest.mark.parametrize("model, strategy", GLOO)
@@ -122,25 +149,8 @@ def test_mlp_zero2_forward_peak(fake):
         assert got["comm"][0] + got["activations"][0] == got["comm"][1] + got["activations"][1]
 
 
-RECIPES = [("mlp", "ddp", "bf16-mixed"), ("mlp", "fsdp", "bf16-mixed"),
-           ("mlp", "fsdp", "bf16-true"), ("mlp", "fsdp", "bf16-master"),
-           ("mlp", "zero2", "bf16-master"), ("gpt2", "fsdp", "bf16-master")]
-
-
-@pytest.fixture(scope="module")
-def recipes():
-    from graphcost import analyze
-    preds = {c: analyze(f"zoo:{c[0]}", batch=2, train=True, optimizer="adam",
-                        include_inputs=False, what_if=False, precision=c[2],
-                        parallel={"strategy": c[1], "world_size": 2}).parallel
-             for c in RECIPES}
-    cases = [Case(m, s, 2, (), tuple(u.name for u in p.units if u.name != "(root)"),
-                  precision=r) for (m, s, r), p in preds.items()]
-    return preds, measure_parallel(cases, 2)
-
-
 @pytest.mark.parametrize("model, strategy, precision", RECIPES)
-def test_precision_recipes_on_two_ranks(recipes, model, strategy, precision):
+def test_precision_recipes_on_two_ranks(gloo, model, strategy, precision):
     # the recipes as PyTorch runs them data-parallel (analyzer/measure/parallel.py): the
     # forward under CPU autocast (bf16-mixed), the module cast to bf16 (bf16-true), and
     # fully_shard's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) for the master
@@ -152,10 +162,8 @@ def test_precision_recipes_on_two_ranks(recipes, model, strategy, precision):
     # also hold one unit's reduce-scatter input late, as in test_gloo_two_ranks (gpt2 in CI on
     # torch 2.14.1: rank 1, step 1, 'Reduce Scatter' 793,088 B = two units' 396,544 B inputs,
     # peak 5,552,388 B against 4,841,840 B predicted)
-    preds, measured = recipes
-    p = preds[model, strategy, precision]
-    rows = [m for m in measured if (m.case.model, m.case.strategy, m.case.precision)
-            == (model, strategy, precision)]
+    p = gloo[0][model, strategy, precision]
+    rows = _measured(gloo, (model, strategy, precision))
     assert len(rows) == 4                                   # 2 ranks × steps 1 and 2
     late = max(u.grad_padded_bytes for u in p.units) * 2 if p.units else 0
     for m in rows:

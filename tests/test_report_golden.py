@@ -5,8 +5,9 @@
   schema change: the snapshot is rewritten and ``SCHEMA_VERSION`` (analyzer/app/report.py) is
   bumped, together. The update refuses a new tree under the old version.
 * ``tests/data/report_digests.json``: the sha256 of ``analyze("zoo:NAME", **request).to_json()``
-  for six zoo models under three requests, by torch release (major.minor): figures differ
-  slightly between torch releases (README, "Supported versions"), so a torch with no
+  for six zoo models (DIGESTS: each one's inference and its training step under one or both
+  training requests) and of the key tree's reports, by torch release (major.minor): figures
+  differ slightly between torch releases (README, "Supported versions"), so a torch with no
   recorded digests skips. A refactor that changes none of graphcost's figures keeps them.
 
 ``GRAPHCOST_UPDATE_GOLDEN=1 python -m pytest tests/test_report_golden.py`` rewrites both files
@@ -14,6 +15,7 @@
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -52,7 +54,32 @@ DIGEST_REQUESTS = {
     "train": {"train": True},
     "train_a100": {"train": True, "device": "a100-80gb", "precision": "bf16-mixed"},
 }
+# Every model's inference (its cached ONNX export: cheap). A training request traces the
+# model (~2 s for the larger ones), so each is digested under one request, the small CNN under
+# both: the fp32 step on this CPU (its dropout masks, its attention kernel) for the decoder
+# gpt2 and the encoder bert; the bf16-mixed step on an A100 (autocast's casts, the attention
+# kernel an A100 runs) for the BatchNorm CNN resnet18 and the gated-SiLU decoder llama_tiny.
+# The MLP's training steps are KEY_REPORTS' (fp32 on an A100, fully_shard over 8 H100s),
+# digested too, with the serving review.
+DIGESTS = tuple((name, "infer") for name in DIGEST_MODELS) + (
+    ("small_cnn", "train"), ("gpt2", "train"), ("bert", "train"),
+    ("small_cnn", "train_a100"), ("resnet18", "train_a100"), ("llama_tiny", "train_a100"))
 TORCH = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
+@functools.cache
+def _report_json(model: str, request: str) -> str:
+    """analyze(model, **request).to_json(), once per module (``request`` as JSON: hashable);
+    zoo:mlp's inference serves both tests."""
+    return analyze(model, **json.loads(request)).to_json()
+
+
+def _json_of(model: str, request: dict) -> str:
+    return _report_json(model, json.dumps(request, sort_keys=True))
+
+
+def _digest(model: str, request: dict) -> str:
+    return hashlib.sha256(_json_of(model, request).encode("utf-8")).hexdigest()
 
 
 def key_paths(value, prefix: str = "") -> set[str]:
@@ -80,7 +107,7 @@ def test_key_paths_read_fields_lists_and_maps():
 
 
 def test_report_key_tree_is_the_snapshot():
-    got = {name: sorted(key_paths(json.loads(analyze(model, **request).to_json())))
+    got = {name: sorted(key_paths(json.loads(_json_of(model, request))))
            for name, (model, request) in KEY_REPORTS.items()}
     stored = json.loads(KEYS_FILE.read_text(encoding="utf-8")) if KEYS_FILE.exists() else None
     if UPDATE:
@@ -112,9 +139,10 @@ def test_report_digests_are_the_recorded_ones():
         pytest.skip(f"no report digests recorded for torch {TORCH} (recorded: "
                     f"{', '.join(sorted(recorded)) or 'none'}); figures differ slightly by "
                     "torch release. Record them with GRAPHCOST_UPDATE_GOLDEN=1")
-    got = {f"{name}/{tag}": hashlib.sha256(
-               analyze(f"zoo:{name}", **request).to_json().encode("utf-8")).hexdigest()
-           for name in DIGEST_MODELS for tag, request in DIGEST_REQUESTS.items()}
+    got = {f"{name}/{tag}": _digest(f"zoo:{name}", DIGEST_REQUESTS[tag]) for name, tag in DIGESTS}
+    # (zoo:mlp's inference is mlp/infer)
+    got |= {name: _digest(model, request) for name, (model, request) in KEY_REPORTS.items()
+            if request}
     if UPDATE:
         _write(DIGESTS_FILE, {**recorded, TORCH: got})
         pytest.skip(f"GRAPHCOST_UPDATE_GOLDEN=1: wrote torch {TORCH}'s digests to "

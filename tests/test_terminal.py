@@ -2,6 +2,7 @@
 every figure says what it includes, and savers that cannot help say why (issue #13)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -10,6 +11,15 @@ import subprocess
 import pytest
 
 from tests.cli_runner import run_cli
+from tests.shared_loads import shared_loads
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_load_per_model():
+    # the runs that read one zoo model the same way load it once (tests/shared_loads.py)
+    with shared_loads():
+        yield
+
 
 UNIT = re.compile(r"^\s*(B|KiB|MiB|GiB|TiB|FLOPs|ms|µs|s)\b")
 
@@ -27,6 +37,19 @@ def run(*args, columns: int | None = None, rc: int = 0) -> subprocess.CompletedP
     return p
 
 
+@functools.cache
+def shared_run(*args, columns: int | None = None) -> str:
+    """The stdout of a run two tests read (a training run traces its model: ~2 s)."""
+    return run(*args, columns=columns).stdout
+
+
+GPT2_TRAIN_GPU = ("zoo:gpt2", "--train", "--device", "a100-80gb")           # Adam by default
+# (the serving review test_devices_and_serving_tables_fit reads at 80 columns, piped below)
+GPT2_SERVE = ("zoo:gpt2", "--serve", "--prompt", 16, "--generate", 8, "--device", "a10",
+              "--max-rows", 1)
+GPT2_CHECKPOINTED = ("zoo:gpt2", "--batch", "8", "--train", "--checkpoint-every", "1", "--details")
+
+
 @pytest.fixture(scope="module")
 def resnet_json():
     return json.loads(run("zoo:resnet18", "--format", "json").stdout)
@@ -41,7 +64,7 @@ def test_table_fits_and_cuts_no_number(width, resnet_json):
     for col in ("node", "op", "shape", "MACs", "FLOPs", "out bytes", "FLOPs %"):
         assert col in header, (col, header)
     # every number of the default columns is printed whole (the same text as --wide)
-    wide = run("zoo:resnet18", "--max-rows", 30, "--wide").stdout
+    wide = shared_run("zoo:resnet18", "--max-rows", 30, "--wide")  # (one for the 3 widths)
     for i in range(30):
         row = next(line for line in lines if re.match(rf" *{i}\s", line))  # index right-aligned
         wide_row = next(line for line in wide.splitlines() if re.match(rf" *{i}\s", line))
@@ -165,8 +188,7 @@ def test_devices_and_serving_tables_fit():
     devices = run("devices", columns=80).stdout
     assert max(len(line) for line in devices.splitlines()) <= 80
     assert "h100-sxm" in devices and "3,350" in devices  # names and numbers whole
-    serve = run("zoo:gpt2", "--serve", "--prompt", 16, "--generate", 8, "--device", "a10",
-                "--max-rows", 1, columns=80).stdout
+    serve = run(*GPT2_SERVE, columns=80).stdout
     lines = serve.splitlines()
     assert max(len(line) for line in lines) <= 80
     start = lines.index(next(line for line in lines if line.startswith("serving: prefill")))
@@ -174,14 +196,12 @@ def test_devices_and_serving_tables_fit():
     assert "time ≥" in table and "prefill" in table and "decode step" in table
 
 
-@pytest.mark.parametrize("args", [("zoo:gpt2", "--max-rows", 5),
-                                  ("zoo:gpt2", "--train", "--device", "a100-80gb"),
-                                  ("zoo:llama_tiny", "--serve", "--prompt", 64, "--generate", 16)])
+@pytest.mark.parametrize("args", [("zoo:gpt2", "--max-rows", 5), GPT2_TRAIN_GPU, GPT2_SERVE])
 def test_piped_text_wraps_at_100_columns(args):
     # issue #26: piped or redirected text (| less, > out.txt) with no $COLUMNS used to print
     # 200+-character summary lines; it now wraps at 100, as a terminal of 100 columns would
     # (analyzer/cli/output.py PIPED_WIDTH). A line is counted in characters.
-    lines = run(*args).stdout.splitlines()
+    lines = shared_run(*args).splitlines()
     assert max(len(line.rstrip()) for line in lines) <= 100, \
         [line for line in lines if len(line.rstrip()) > 100][:3]
 
@@ -222,9 +242,10 @@ def test_the_optimizer_implementation_a_device_chose_is_said():
     # issue 26: --device moved zoo:gpt2's Adam step peak (9.27 → 10.32 MiB) without a word: on
     # a GPU PyTorch's Adam runs foreach (a temporary per parameter at once), on this CPU the
     # for-loop; the training line now names the one costed
-    cpu = run("zoo:gpt2", "--train", "--optimizer", "adam", columns=120).stdout
-    gpu = run("zoo:gpt2", "--train", "--optimizer", "adam", "--device", "a100-80gb",
-              columns=120).stdout
+    # (both runs are other tests' too: gpt2 trained with Adam, the default optimizer, on this
+    # CPU under a checkpoint plan, and on an A100 piped; the words compared across line breaks)
+    cpu = " ".join(shared_run(*GPT2_CHECKPOINTED, columns=120).split())
+    gpu = " ".join(shared_run(*GPT2_TRAIN_GPU).split())
     assert "optimizer adam (forloop step: PyTorch's default with the parameters on a CPU)" in cpu
     assert "optimizer adam (foreach step: PyTorch's default with the parameters on a GPU)" in gpu
 
@@ -232,7 +253,6 @@ def test_the_optimizer_implementation_a_device_chose_is_said():
 def test_recompute_flops_are_written_one_way():
     # issue 26: the what-if said "recompute 447,648,000 FLOPs", the plan "447.65M FLOPs"
     # (446,595,328 since the math kernel's _safe_softmax is one softmax, as eager runs it)
-    out = run("zoo:gpt2", "--batch", "8", "--train", "--checkpoint-every", "1", "--details",
-              columns=120).stdout
+    out = shared_run(*GPT2_CHECKPOINTED, columns=120)
     said = re.findall(r"recompute (\S+) FLOPs", out)
     assert len(said) == 2 and said[0] == said[1] == "446.60M", said
