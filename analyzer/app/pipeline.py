@@ -86,10 +86,7 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
         serving=serving and serving_review(serving, device, overhead, o.allocator))
-    if o.profile is not None and o.parallel is not None:
-        report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
-    elif o.profile is not None:
-        report = replace(report, time=_time(graph, costs, o, training))
+    report = _with_time(report, graph, costs, o, training)
     if device is None:
         return report
     return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=o.tf32,
@@ -99,6 +96,17 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
 
 NO_PARALLEL_TIME = ("no time estimate for a data-parallel rank: its collectives are not priced "
                     "yet (the profile prices one process's kernels)")
+
+
+def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,
+               training) -> Report:
+    """The report with the time estimate a device profile asks for (none for a data-parallel
+    rank: a warning says why)."""
+    if o.profile is None:
+        return report
+    if o.parallel is not None:
+        return replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
+    return replace(report, time=_time(graph, costs, o, training))
 
 
 def _time(graph: Graph, costs: CostReport, o: PassOptions, training) -> TimeEstimate:

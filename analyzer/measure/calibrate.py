@@ -17,70 +17,11 @@ the band every estimate from this profile carries. The whole takes about a minut
 from __future__ import annotations
 
 import datetime
-import itertools
 import platform
-import time
 from typing import Callable
 
-from ...passes.device.profile import Curve, DeviceProfile, EngineProfile, Run
-
-GEMM_SIZES = (16, 32, 64, 128, 256, 512, 1024)
-# (batch, channels in, channels out, height = width, kernel): CNN-like convolutions
-CONV_SHAPES = ((1, 3, 16, 64, 3), (1, 16, 32, 32, 3), (1, 64, 64, 56, 3), (4, 64, 64, 56, 3),
-               (4, 128, 128, 28, 3), (2, 256, 256, 14, 3), (4, 64, 256, 56, 1))
-# (batch, channels, height = width): depthwise 3×3 convolutions (a group per channel)
-GROUPED_SHAPES = ((1, 16, 28), (1, 32, 112), (4, 144, 56), (8, 192, 56), (8, 960, 7))
-# (batch, channels, height = width): 3×3 max pooling, stride 2 (ResNet's stem)
-POOL_SHAPES = ((1, 16, 28), (1, 64, 112), (4, 64, 112), (8, 128, 56))
-# (batch·heads, sequence, head dim)
-ATTENTION_SHAPES = ((4, 64, 32), (8, 128, 64), (16, 256, 64), (16, 512, 64))
-MEMORY_ELEMENTS = tuple(2 ** k for k in range(10, 25, 2))   # 4 KiB … 64 MiB of fp32
-
-
-def fastest(fn: Callable[[], object], budget: float = 0.05) -> float:
-    """Seconds per call of ``fn``: the fastest of five batches, each batch's calls lasting at
-    least ``budget`` seconds together (so a timer's resolution does not show)."""
-    fn()
-    calls = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if time.perf_counter() - start >= budget or calls >= 1 << 20:
-            break
-        calls *= 2
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best
-
-
-def _rates(points: list[tuple[float, float]], launch: float) -> Curve:
-    """(size, seconds per call) -> a rate curve, the launch cost taken off each call (the
-    estimate adds it back once per node). A call no slower than a launch is left out."""
-    best: dict[float, float] = {}
-    for size, t in points:
-        if t > 1.05 * launch:
-            best[size] = max(best.get(size, 0.0), size / (t - launch))
-    return Curve(tuple(sorted(best.items())))
-
-
-COLD_BYTES = 64 << 20   # operands cycled through per microbenchmark: beyond the caches
-
-
-def cold(make: Callable[[], tuple], run: Callable[..., object]) -> float:
-    """Seconds per ``run(*operands)`` with operands that are not in the caches, as a model's
-    layers meet theirs (each reads what the one before wrote, and weights read once per
-    call): enough sets of ``make()``'s operands cycled through to pass ``COLD_BYTES`` (a hot
-    loop over one set runs large convolutions twice as fast as they run in a model)."""
-    first = make()
-    size = sum(t.numel() * t.element_size() for t in first if hasattr(t, "numel"))
-    sets = [first] + [make() for _ in range(min(63, COLD_BYTES // max(1, size)))]
-    turn = itertools.cycle(sets)
-    return fastest(lambda: run(*next(turn)))
+from ...passes.device.profile import DeviceProfile, EngineProfile, Run
+from . import microbench as mb
 
 
 def torch_engine() -> EngineProfile:
@@ -89,41 +30,41 @@ def torch_engine() -> EngineProfile:
     import torch.nn.functional as F
 
     one = torch.ones(1)
-    launch = fastest(lambda: torch.add(one, one))
+    launch = mb.fastest(lambda: torch.add(one, one))
     grid = torch.ones(4, 4)
-    view = fastest(lambda: grid.view(16))
+    view = mb.fastest(lambda: grid.view(16))
     rand = torch.randn
     with torch.no_grad():
         gemm = {}
         for dtype, name in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-            gemm[name] = _rates([(2 * n ** 3, cold(lambda n=n, d=dtype: (rand(n, n, dtype=d),
+            gemm[name] = mb.rates([(2 * n ** 3, mb.cold(lambda n=n, d=dtype: (rand(n, n, dtype=d),
                                                                         rand(n, n, dtype=d)),
-                                                   torch.mm)) for n in GEMM_SIZES], launch)
+                                                   torch.mm)) for n in mb.GEMM_SIZES], launch)
         conv = [(2 * b * co * hw * hw * ci * k * k,
-                 cold(lambda b=b, ci=ci, co=co, hw=hw, k=k: (rand(b, ci, hw, hw),
+                 mb.cold(lambda b=b, ci=ci, co=co, hw=hw, k=k: (rand(b, ci, hw, hw),
                                                              rand(co, ci, k, k)),
                       lambda x, w: F.conv2d(x, w, padding=w.shape[-1] // 2)))
-                for b, ci, co, hw, k in CONV_SHAPES]
+                for b, ci, co, hw, k in mb.CONV_SHAPES]
         grouped = [(2 * b * c * hw * hw * 9,
-                    cold(lambda b=b, c=c, hw=hw: (rand(b, c, hw, hw), rand(c, 1, 3, 3)),
+                    mb.cold(lambda b=b, c=c, hw=hw: (rand(b, c, hw, hw), rand(c, 1, 3, 3)),
                          lambda x, w: F.conv2d(x, w, padding=1, groups=w.shape[0])))
-                   for b, c, hw in GROUPED_SHAPES]
+                   for b, c, hw in mb.GROUPED_SHAPES]
         # a window's 9 compares per output, as passes/costs/pooling.py counts them
         pool = [(9 * b * c * (hw // 2) ** 2,
-                 cold(lambda b=b, c=c, hw=hw: (rand(b, c, hw, hw),),
+                 mb.cold(lambda b=b, c=c, hw=hw: (rand(b, c, hw, hw),),
                       lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True)))
-                for b, c, hw in POOL_SHAPES]
+                for b, c, hw in mb.POOL_SHAPES]
         attention = [(4 * bh * s * s * d,
-                      cold(lambda bh=bh, s=s, d=d: (rand(1, bh, s, d),) * 3,
+                      mb.cold(lambda bh=bh, s=s, d=d: (rand(1, bh, s, d),) * 3,
                            F.scaled_dot_product_attention))
-                     for bh, s, d in ATTENTION_SHAPES]
-        memory = [(12 * n, cold(lambda n=n: (rand(n), rand(n)), torch.add))
-                  for n in MEMORY_ELEMENTS]
-    arithmetic = {"gemm": gemm, "conv": {"fp32": _rates(conv, launch)},
-                  "grouped_conv": {"fp32": _rates(grouped, launch)},
-                  "attention": {"fp32": _rates(attention, launch)},
-                  "pool": {"fp32": _rates(pool, launch)}}
-    return EngineProfile(launch, view, arithmetic, _rates(memory, launch),
+                     for bh, s, d in mb.ATTENTION_SHAPES]
+        memory = [(12 * n, mb.cold(lambda n=n: (rand(n), rand(n)), torch.add))
+                  for n in mb.MEMORY_ELEMENTS]
+    arithmetic = {"gemm": gemm, "conv": {"fp32": mb.rates(conv, launch)},
+                  "grouped_conv": {"fp32": mb.rates(grouped, launch)},
+                  "attention": {"fp32": mb.rates(attention, launch)},
+                  "pool": {"fp32": mb.rates(pool, launch)}}
+    return EngineProfile(launch, view, arithmetic, mb.rates(memory, launch),
                          python_s=eager_python(launch, view))
 
 
@@ -148,7 +89,7 @@ def eager_python(launch: float, view: float) -> float:
     model = nn.Sequential(*(Block() for _ in range(8))).eval()
     x = torch.randn(2, 8)
     with torch.no_grad():
-        seconds = fastest(lambda: model(x))
+        seconds = mb.fastest(lambda: model(x))
     nodes = analyze(model, (x,)).nodes
     views = sum(1 for n in nodes if n.flops == 0 and n.bytes_total == 0)
     dispatch = (len(nodes) - views) * launch + views * view

@@ -6,7 +6,7 @@ and estimated with the profile just measured; the runs' errors are the profile's
 - onnxruntime: the model exported by torch's TorchScript exporter, run in an InferenceSession
   on the CPU provider at torch's thread count.
 
-Each time is the fastest of several runs (calibrate.fastest). ``benchmarks/time_cpu.py`` runs
+Each time is the fastest of several runs (microbench.fastest). ``benchmarks/time_cpu.py`` runs
 the same comparison over a wider set of models.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...passes.device.profile import DeviceProfile, Run
-from .calibrate import fastest
+from .microbench import fastest
 
 # (zoo name, batch) for the forward runs, and (zoo name, batch, optimizer) for the steps
 FORWARD = (("small_cnn", 8), ("resnet18", 1), ("mobilenet_v2", 1), ("gpt2", 2),
@@ -47,11 +47,11 @@ def forward_run(name: str, batch: int, profile: DeviceProfile) -> Run:
 
 def step_run(name: str, batch: int, optimizer: str, profile: DeviceProfile) -> Run:
     from ...models_zoo import registry as zoo
-    from .reference import _training_step
+    from .reference import eager_training_step
 
     model = zoo.build_model(name, eval=False)
     inputs = zoo.example_inputs(name, batch)
-    step, _ = _training_step(model, inputs, optimizer)
+    step, _ = eager_training_step(model, inputs, optimizer)
     step()   # the optimizer state
     measured = fastest(step, budget=0.1)
     estimated = _estimate(zoo.build_model(name, eval=False), inputs, profile, train=True,

@@ -137,7 +137,7 @@ def skip_frozen(tracker, module) -> None:
             tracker._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
 
 
-def _training_step(module, args, optimizer: str, kwargs=None, autocast=None,
+def eager_training_step(module, args, optimizer: str, kwargs=None, autocast=None,
                    loss: str = "auto"):
     """(one training step as a function, the optimizer or None): gradients freed first by
     ``zero_grad(set_to_none=True)``, the loss graphcost's (``loss_inputs``: its labels made
@@ -179,7 +179,7 @@ def measure_training(module, args, optimizer: str, kwargs=None, autocast=None,
     this too."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    step, opt = _training_step(module, args, optimizer, kwargs, autocast, loss)
+    step, opt = eager_training_step(module, args, optimizer, kwargs, autocast, loss)
     step()  # the first step allocates the optimizer state
     tracker = MemTracker()
     skip_frozen(tracker, module)
@@ -202,7 +202,7 @@ def measure_training_unperturbed(module, args, optimizer: str, kwargs=None) -> i
     inputs are left out, as MemTracker leaves them."""
     from torch.profiler import ProfilerActivity, profile
 
-    step, opt = _training_step(module, args, optimizer, kwargs)
+    step, opt = eager_training_step(module, args, optimizer, kwargs)
     step()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
