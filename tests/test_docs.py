@@ -10,9 +10,9 @@ What counts as a shown command, in any fenced block:
 - ``graphcost …`` lines of any other block (lists of example commands), and the ``graphcost …``
   that ends an install line (``… && graphcost zoo:resnet50 --batch 16``). Their placeholders
   (model.onnx, old.onnx/new.onnx, lm.onnx, path/to/net.py:Net, path/to/lm.py:LM, program.pt2,
-  decoder_with_past.onnx, ./my-model/, meta-llama/Llama-3.1-8B) exist in the working directory,
-  small stand-ins the ``workspace`` fixture writes; only the exit status is checked, and that
-  the files a command writes (``--html F``, ``> F``) are there. Two are no stand-ins, so that
+  decoder_with_past.onnx, ./my-model/, meta-llama/Llama-3.1-8B, cpu.json) exist in the working
+  directory, small stand-ins the ``workspace`` fixture writes; only the exit status is
+  checked, and that the files a command writes (``--html F``, ``> F``) are there. Two are no stand-ins, so that
   a console block may show them: resnet50.onnx is the zoo's ResNet-50 export and the hub id
   meta-llama/Llama-3.1-8B its published config.json in a local hub cache.
 
@@ -50,9 +50,12 @@ TIMEOUT = 120         # seconds per command; the slowest (zoo:llama7b) take abou
 ZOO_CACHE = ROOT / ".cache" / "zoo"   # the zoo's exports, unless $GRAPHCOST_CACHE says
 # a command that needs a package the dev environment may lack: (prefix, module)
 NEEDS = [("graphcost timm:", "timm")]
-# commands shown but deliberately not run, with why: none today. A new entry needs a reason
-# that no stand-in can serve.
-NOT_RUN: dict[str, str] = {}
+# commands shown but deliberately not run, with why. A new entry needs a reason that no
+# stand-in can serve.
+NOT_RUN: dict[str, str] = {
+    "graphcost calibrate -o cpu.json": "a minute of measurements on this machine: "
+    "tests/test_time_estimate.py runs the command itself over a few small sizes",
+}
 
 
 @dataclass
@@ -243,6 +246,12 @@ def workspace(tmp_path_factory) -> Path:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GRAPHCOST_CACHE", os.environ.get("GRAPHCOST_CACHE", str(ZOO_CACHE)))
         shutil.copy(cached_export("resnet50"), ws / "resnet50.onnx")
+    # cpu.json: a device profile as graphcost calibrate writes one (its rates flat: 1 GFLOP/s,
+    # 1 GB/s, a 1 µs launch; tests/test_time_estimate.py)
+    from graphcost.passes.device.profile import profile_to_json
+
+    from tests.test_time_estimate import flat_profile
+    (ws / "cpu.json").write_text(json.dumps(profile_to_json(flat_profile())))
     (ws / "my-model").mkdir()
     (ws / "my-model" / "config.json").write_text(json.dumps(
         {**LLAMA_31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

@@ -6,6 +6,7 @@ arithmetic is checked by hand, the profile's file as hostile input, and calibrat
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import onnx
 import pytest
@@ -69,6 +70,26 @@ def test_the_band_is_the_validations_90th_percentile(tmp_path):
     assert t is not None and t.band == pytest.approx(0.10) and t.runs == 11
     assert t.low_seconds == pytest.approx(0.9 * t.seconds)
     assert t.high_seconds == pytest.approx(1.1 * t.seconds)
+
+
+def test_calibration_scales_by_the_validations_median_ratio(tmp_path):
+    from graphcost.analyzer.measure.calibrate import fitted
+
+    engine = flat_profile().engines["torch"]
+    # measured / estimated: 1.2, 1.25, 1.5 -> the median, 1.25, multiplies every estimate;
+    # the scaled estimates 1.25, 2.5, 2.5 against 1.2, 2.5, 3.0 measured err by +4.2%, 0 and
+    # -16.7%: the 90th percentile of three (nearest rank: the 3rd) is 1/6
+    runs = (Run("a", 1.2, 1.0), Run("b", 2.5, 2.0), Run("c", 3.0, 2.0))
+    engine = fitted(replace(engine, python_s=3e-6), runs)
+    assert engine.scale == pytest.approx(1.25) and engine.python_s == 3e-6   # (kept)
+    assert [r.estimated_s for r in engine.validation] == pytest.approx([1.25, 2.5, 2.5])
+    assert engine.band == pytest.approx(1 / 6)
+    profile = DeviceProfile("fitted", {}, {"onnxruntime": engine})
+    t = analyze(matmul_relu(tmp_path / "m.onnx"), device_profile=profile).time
+    assert t is not None
+    # each of the two nodes pays its 1 µs launch and the profile's 3 µs of Python
+    assert t.seconds == pytest.approx(1.25 * (4194.304 + 131.072 + 2 * (1 + 3)) * 1e-6)
+    assert t.arithmetic_seconds + t.memory_seconds + t.launch_seconds == pytest.approx(t.seconds)
 
 
 def test_a_curve_is_read_log_log_and_never_extrapolated():

@@ -6,6 +6,7 @@ import json
 import sys
 
 from ...passes.device.profile import profile_to_json
+from ...passes.errors import GraphcostError
 from .main import Parser
 
 
@@ -21,6 +22,9 @@ def build_parser():
                         "--device-profile FILE.json)")
     p.add_argument("--engine", choices=("torch", "onnxruntime", "both"), default="both",
                    help="measure eager PyTorch, ONNX Runtime or both (default)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="measure with N intra-op threads (default: torch's, the cores it "
+                        "sees); estimates from the profile are for runs with as many")
     p.add_argument("--no-validation", action="store_true",
                    help="skip the validation runs: the profile's estimates then carry no "
                         "error band")
@@ -33,6 +37,11 @@ def run(args) -> int:
     from .output import check_writable
 
     check_writable(args.output, "--output")
+    if args.threads is not None:
+        if not 1 <= args.threads <= 1024:
+            raise GraphcostError(f"--threads {args.threads}: expected 1 to 1024")
+        import torch
+        torch.set_num_threads(args.threads)
     engines = ("torch", "onnxruntime") if args.engine == "both" else (args.engine,)
     say = (lambda text: print(f"graphcost: {text}", file=sys.stderr)) if sys.stderr.isatty() \
         else (lambda _: None)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import datetime
 import platform
+import statistics
+from dataclasses import replace
 from typing import Callable
 
 from ...passes.device.profile import DeviceProfile, EngineProfile, Run
@@ -120,12 +122,21 @@ def calibrate(validate: Callable[[DeviceProfile], dict[str, tuple[Run, ...]]] | 
 
     threads = torch.get_num_threads()
     measured = {"torch": torch_engine, "onnxruntime": onnxruntime_engine}
-    profile = DeviceProfile(f"this CPU ({threads} threads)", describe_machine(threads),
+    name = f"this CPU ({threads} thread{'s' if threads != 1 else ''})"
+    profile = DeviceProfile(name, describe_machine(threads),
                             {name: measured[name]() for name in engines})
     if validate is None:
         return profile
     runs = validate(profile)
     return DeviceProfile(profile.name, profile.measured,
-                         {name: EngineProfile(e.launch_s, e.view_s, e.arithmetic, e.memory,
-                                              runs.get(name, ()))
-                          for name, e in profile.engines.items()})
+                         {name: fitted(e, runs.get(name, ())) for name, e in profile.engines.items()})
+
+
+def fitted(engine: EngineProfile, runs: tuple[Run, ...]) -> EngineProfile:
+    """The engine with its validation runs and the scale they give: the median of measured
+    over estimated, by which the runs' estimates (and every later one) are multiplied."""
+    if not runs:
+        return engine
+    scale = statistics.median(r.measured_s / r.estimated_s for r in runs)
+    return replace(engine, scale=scale, validation=tuple(
+        Run(r.model, r.measured_s, r.estimated_s * scale) for r in runs))

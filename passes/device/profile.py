@@ -16,9 +16,12 @@ prices it at what the machine was measured to reach for a call of that size:
   whose kernels do almost no work; a backward runs in autograd's C++ engine without it.
 
 A profile holds one such set per engine (``torch``: eager PyTorch; ``onnxruntime``), each with
-``validation``: the measured and the estimated wall time of the models calibrate ran, from
-which the estimate's error band comes (``band``: the 90th percentile of the absolute relative
-errors). The file is JSON; ``profile_from_json`` checks every field before anything reads it
+``validation``: the measured and the estimated wall time of the models calibrate ran. Their
+median ratio is the engine's ``scale``, which every estimate is multiplied by (what the
+microbenchmarks cannot see in a model: caches cold between layers, the allocator, ONNX
+Runtime's fusions), and the runs' errors after it give the estimate's error band (``band``: the
+90th percentile of the absolute relative errors; in-sample: benchmarks/time_cpu.py checks
+models calibrate never ran). The file is JSON; ``profile_from_json`` checks every field before anything reads it
 (analyzer/app/devices.py reads the file, bounded).
 """
 from __future__ import annotations
@@ -77,6 +80,10 @@ class EngineProfile:
     memory: Curve                                # bytes/s
     validation: tuple[Run, ...] = ()
     python_s: float = 0.0                        # eager forward: the Python around an op
+    # the median of measured / estimated over the validation runs, which every estimate is
+    # multiplied by (what the microbenchmarks miss in a model: cache misses between layers,
+    # the allocator, ONNX Runtime's fusions); 1 before validation
+    scale: float = 1.0
 
     @property
     def band(self) -> float | None:
@@ -144,7 +151,7 @@ def _text(v: Any, where: str) -> str:
 
 
 def _engine(v: Any, where: str) -> EngineProfile:
-    keys = ("launch_s", "view_s", "arithmetic", "memory", "validation", "python_s")
+    keys = ("launch_s", "view_s", "arithmetic", "memory", "validation", "python_s", "scale")
     d = _mapping(v, where, keys)
     missing = [k for k in keys[:4] if k not in d]
     if missing:
@@ -167,7 +174,8 @@ def _engine(v: Any, where: str) -> EngineProfile:
         _number(d["view_s"], f"{where}.view_s", positive=False), arithmetic,
         _curve(d["memory"], f"{where}.memory"),
         tuple(_run(r, f"{where}.validation[{i}]") for i, r in enumerate(runs)),
-        _number(d.get("python_s", 0.0), f"{where}.python_s", positive=False))
+        _number(d.get("python_s", 0.0), f"{where}.python_s", positive=False),
+        _number(d.get("scale", 1.0), f"{where}.scale"))
 
 
 def _run(v: Any, where: str) -> Run:
@@ -199,6 +207,7 @@ def profile_to_json(profile: DeviceProfile) -> dict:
     """The JSON document ``profile_from_json`` reads back."""
     def engine(e: EngineProfile) -> dict:
         return {"launch_s": e.launch_s, "view_s": e.view_s, "python_s": e.python_s,
+                "scale": e.scale,
                 "arithmetic": {k: {dt: [list(p) for p in c.points] for dt, c in by.items()}
                                for k, by in e.arithmetic.items()},
                 "memory": [list(p) for p in e.memory.points],

@@ -14,6 +14,8 @@ engine runs it from C++). A node that moves nothing (a view) costs the
 profile's ``view``; a node without a rule its ``launch`` alone, and the estimate lists its op
 as unpriced (never silently zero).
 
+Every part is multiplied by the profile's ``scale`` (fitted on its validation runs).
+
 A training step adds the optimizer's step, which no graph node holds: PyTorch's for-loop
 implementation (the default off a GPU) runs a few elementwise kernels per parameter tensor,
 each over the whole tensor (torch/optim/adam.py ``_single_tensor_adam``, sgd.py): their count
@@ -125,10 +127,11 @@ def estimate_time(graph: Graph, node_costs, engine: EngineProfile, *, profile: s
             sums.launch += max(1, node.repeat) * (engine.launch_s + python)
             continue
         _price(sums, graph, node, nc.cost, engine, python)
-    opt = optimizer_seconds(engine, optimizer, param_bytes)
-    total = sums.arithmetic + sums.memory + sums.launch + opt
-    return TimeEstimate(profile, engine_name, total, engine.band, len(engine.validation),
-                        sums.arithmetic, sums.memory, sums.launch, opt, 0.0, sums.kernels,
+    k = engine.scale   # every part, so that the parts still sum to the whole
+    opt = k * optimizer_seconds(engine, optimizer, param_bytes)
+    parts = (k * sums.arithmetic, k * sums.memory, k * sums.launch)
+    return TimeEstimate(profile, engine_name, sum(parts) + opt, engine.band,
+                        len(engine.validation), *parts, opt, 0.0, sums.kernels,
                         dict(sorted(unpriced.items())))
 
 
