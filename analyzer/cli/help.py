@@ -31,7 +31,8 @@ def bare_usage(subcommands) -> str:
         "       config.json or its folder (only the config is read, never weights)",
         "examples:",
         *(f"  {cmd:<{width}}{what}" for cmd, what in EXAMPLES),
-        f"graphcost --help lists every option; subcommands: {', '.join(subcommands)}",
+        "graphcost --help lists every option;",
+        f"subcommands: {', '.join(subcommands)}",
     ]) + "\n"
 
 
