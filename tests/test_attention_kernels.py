@@ -111,22 +111,23 @@ def _peak(seq: int, **kw) -> tuple[int, int, set[str]]:
                                              or "attention" in n.op}
 
 
-@pytest.mark.parametrize("seq", [256, 2048])
+@pytest.mark.parametrize("seq", [256, 1024])
 def test_a_meta_model_is_traced_with_the_kernel_this_cpu_runs(seq):
     predicted, measured, ops = _peak(seq)
     assert "aten._scaled_dot_product_flash_attention_for_cpu_backward.default" in ops
     assert abs(predicted / measured - 1) <= 0.05, (predicted, measured)
 
 
-@pytest.mark.parametrize("seq", [256, 2048])
+@pytest.mark.parametrize("seq", [256, 1024])
 def test_the_math_kernel_forced_matches_pytorch_forced_to_it(seq):
-    # measured here: 2048 keeps S×S probabilities, 325 MB against 83 MB with the fused kernel
+    # measured here: 1024 keeps S×S probabilities, 99.9 MB against 44.1 MB with the fused
+    # kernel (2048: 325 MB against 83 MB)
     predicted, measured, ops = _peak(seq, attention="math")
     assert ops == {"aten._safe_softmax.default"}  # the math kernel's softmax, kept whole
     assert abs(predicted / measured - 1) <= 0.05, (predicted, measured)
 
 
-SEVEN_B = LlamaConfig(n_layer=2)  # Llama-2-7B's dims (d 4096, 32 heads of 128), two blocks
+SEVEN_B = LlamaConfig(n_layer=1)  # Llama-2-7B's dims (d 4096, 32 heads of 128), one block
 
 
 def _gpu_step(seq: int, attention: str = "auto"):
@@ -164,7 +165,7 @@ def _square(r, seq: int) -> list[str]:
 
 def test_h100_bf16_runs_a_fused_kernel_and_keeps_no_scores(h100_steps):
     r = h100_steps[16384, "auto"]
-    assert [(u.kernel, u.calls, u.reason) for u in r.attention] == [(H100_BF16, 2, "")]
+    assert [(u.kernel, u.calls, u.reason) for u in r.attention] == [(H100_BF16, 1, "")]
     assert f"aten._scaled_dot_product_{H100_BF16}_attention_backward.default" in \
         {n.op for n in r.nodes}
     assert _square(r, 16384) == []
@@ -228,7 +229,7 @@ def _hf_llama():
     transformers = pytest.importorskip("transformers")
     with torch.device("meta"):
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=4,
+            hidden_size=256, intermediate_size=688, num_hidden_layers=1, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=1000, use_cache=False,
             attn_implementation="sdpa"))
 
@@ -243,6 +244,6 @@ def test_transformers_attention_is_traced_as_eager_code_calls_it():
     def kernels(**kw):
         r = analyze(_hf_llama(), ids, train=True, optimizer="none", what_if=False, **kw)
         return [(u.kernel, u.calls) for u in r.attention]
-    assert kernels(precision="bf16-mixed", device="a100-80gb") == [("flash", 2)]
-    assert kernels(precision="bf16-mixed", device="h100-sxm") == [(H100_BF16, 2)]
-    assert kernels(device="h100-sxm") == [("efficient" if TORCH >= (2, 14) else "math", 2)]
+    assert kernels(precision="bf16-mixed", device="a100-80gb") == [("flash", 1)]
+    assert kernels(precision="bf16-mixed", device="h100-sxm") == [(H100_BF16, 1)]
+    assert kernels(device="h100-sxm") == [("efficient" if TORCH >= (2, 14) else "math", 1)]

@@ -1,7 +1,8 @@
 """Hugging Face transformers models built from configs (models_zoo/hf.py), against PyTorch:
 exact parameter counts, FlopCounterMode, and MemTracker measuring a real CPU forward and
 training step. Each model is traced once per mode (module-scoped cache) and the passes are
-re-run per optimizer."""
+re-run per optimizer. A trace costs about a second a layer: a model is built with one layer
+where a second would repeat the first (LAYERS)."""
 from __future__ import annotations
 
 import warnings
@@ -32,14 +33,29 @@ BATCH = 2
 NAMES = list(hf.HF_MODELS)
 
 
-build = measurable.build_measurable
+# One layer where it runs every op the model has: GPT-2's, Llama's, BERT's, ViT's and the
+# Whisper encoder's layers are alike, T5's first encoder and decoder layers hold the relative
+# position bias (later ones read it) and Mixtral's layer is its MoE. Qwen2 keeps the zoo's two,
+# one full and one sliding layer: zoo:hf_qwen2 is compared with it, and it is checkpointed
+# block by block.
+LAYERS = {"hf_gpt2": {"n_layer": 1}, "hf_llama": {"num_hidden_layers": 1},
+          "hf_bert": {"num_hidden_layers": 1}, "hf_vit": {"num_hidden_layers": 1},
+          "hf_t5": {"num_layers": 1, "num_decoder_layers": 1},
+          "hf_whisper_encoder": {"encoder_layers": 1}, "hf_mixtral": {"num_hidden_layers": 1}}
+# Qwen2 at 24 tokens: its sliding window of 16 inside them, and not the zoo's 32, so that
+# zoo:hf_qwen2 is shown to take the dims it is given
+DIMS = {"hf_qwen2": {"seq": 24}}
+
+
+def build(name: str, **overrides):
+    return measurable.build_measurable(name, **LAYERS.get(name, {}), **overrides)
 
 
 @cache
 def traced(name: str, train: bool):
     """(model, inputs, graph) — one trace per model and mode for the whole module."""
     model = build(name).train(train)
-    inputs = measurable.example_kwargs(name, BATCH)
+    inputs = measurable.example_kwargs(name, BATCH, **DIMS.get(name, {}))
     return model, inputs, load_graph(model, LoadOptions(train=train), inputs)
 
 
@@ -124,16 +140,15 @@ def test_training_flops_equal_flop_counter(name):
 
 
 def test_moe_active_params_hand_count():
-    # hf_mixtral: vocab 512, d 64, 2 layers, GQA 4 heads / 2 KV heads of 16, 4 SwiGLU experts
-    # of 128, top-2. Per layer: q, o 64·64 = 4,096 each; k, v 64·32 = 2,048 each (12,288);
-    # two RMSNorms 128; router 4·64 = 256; experts 4·(2·128·64 + 64·128) = 98,304.
-    # Layer 110,976; ×2 = 221,952; + embedding and head 2·512·64 = 65,536 + final norm 64
-    # = 287,552. Active per token: the experts count 2/4: 98,304/2 = 49,152 fewer per layer
-    # → 287,552 − 2·49,152 = 189,248.
+    # hf_mixtral as traced here: vocab 512, d 64, 1 layer, GQA 4 heads / 2 KV heads of 16, 4
+    # SwiGLU experts of 128, top-2. The layer: q, o 64·64 = 4,096 each; k, v 64·32 = 2,048
+    # each (12,288); two RMSNorms 128; router 4·64 = 256; experts 4·(2·128·64 + 64·128) =
+    # 98,304: 110,976; + embedding and head 2·512·64 = 65,536 + final norm 64 = 176,576.
+    # Active per token: the experts count 2/4: 98,304/2 = 49,152 fewer → 127,424.
     _, _, graph = traced("hf_mixtral", False)
     moe = run_passes(graph).moe
-    assert (moe.total_params, moe.active_params) == (287_552, 189_248)
-    assert [(m.experts, m.top_k, m.tokens) for m in moe.layers] == [(4, 2, 64)] * 2
+    assert (moe.total_params, moe.active_params) == (176_576, 127_424)
+    assert [(m.experts, m.top_k, m.tokens) for m in moe.layers] == [(4, 2, 64)]
     # each layer's experts see 64 tokens · 2 = 128 rows: up 128·256·64 + down 128·64·128
     # MACs = 3,145,728, i.e. 6,291,456 FLOPs; balanced, 128 / 4 = 32 rows per expert
     assert all(m.expert_flops == 6_291_456 and m.rows_per_expert_estimate == 32 for m in moe.layers)
@@ -146,24 +161,27 @@ def test_moe_eager_experts_are_an_estimate():
     r = analyze(model, measurable.example_kwargs("hf_mixtral", BATCH))
     assert model.config._experts_implementation == "eager"  # put back
     assert [w for w in r.warnings if "ESTIMATE" in w and "experts" in w]
-    assert r.moe.active_params == 189_248
+    assert r.moe.active_params == 127_424  # (test_moe_active_params_hand_count's)
 
 
 def test_positional_keyword_and_zoo_inputs():
-    model, inputs, graph = traced("hf_gpt2", False)
+    model, inputs, graph = traced("hf_llama", False)
     by_name = run_passes(graph, PassOptions(include_inputs=False))
     positional = analyze(model, (inputs["input_ids"],), include_inputs=False)
     assert (positional.totals.flops, positional.memory.peak_bytes) == \
         (by_name.totals.flops, by_name.memory.peak_bytes)
-    # zoo:hf_* builds on the meta device (nothing materialized) and takes the zoo's dims
-    zoo = analyze("zoo:hf_gpt2", batch=BATCH, include_inputs=False)
+    # zoo:hf_* builds on the meta device (nothing materialized) and takes the zoo's dims: at
+    # 24 tokens (its default is 32), the trace of the 24 tokens given by name
+    _, inputs, graph = traced("hf_qwen2", False)
+    by_name = run_passes(graph, PassOptions(include_inputs=False))
+    zoo = analyze("zoo:hf_qwen2", batch=BATCH, dims={"seq": 24}, include_inputs=False)
+    assert zoo.dims["seq"] == 24 and inputs["input_ids"].shape == (BATCH, 24)
     assert (zoo.totals.flops, zoo.memory.peak_bytes) == \
         (by_name.totals.flops, by_name.memory.peak_bytes)
-    assert analyze("zoo:hf_gpt2", batch=1, dims={"seq": 16}).dims["seq"] == 16
 
 
 def test_checkpoint_by_block_name():
-    _, _, joint = traced("hf_llama", True)
+    _, _, joint = traced("hf_qwen2", True)
     plain = run_passes(joint, PassOptions(optimizer="adam", what_if=False)).training
     ckpt = run_passes(joint, PassOptions(optimizer="adam", what_if=False, checkpoint=CheckpointSpec(every=1))).training.checkpoint
     assert ckpt.segments == ("model.layers.0", "model.layers.1")
@@ -175,15 +193,16 @@ def test_a_model_whose_export_makes_no_mask_is_traced_with_the_eager_one():
     # (``if attention_mask is None and not is_torchdynamo_compiling()``), then indexes it:
     # its export failed without a mask ("'NoneType' object has no attribute 'shape'").
     # Traced with the mask eager makes, 2·MACs equal FlopCounterMode's on the eager forward
-    # without one, and the parameters are the module's.
+    # without one, and the parameters are the module's. (The encoder alone: its stack is the
+    # decoder's class.)
     import transformers
 
     cfg = transformers.LongT5Config(vocab_size=256, d_model=64, d_kv=16, d_ff=128,
-                                    num_layers=2, num_decoder_layers=2, num_heads=4)
+                                    num_layers=1, num_decoder_layers=1, num_heads=4)
     torch.manual_seed(0)
-    model = transformers.LongT5Model(cfg).eval()
+    model = transformers.LongT5EncoderModel(cfg).eval()
     ids = torch.randint(4, 200, (1, 16))
-    inputs = {"input_ids": ids, "decoder_input_ids": ids}
+    inputs = {"input_ids": ids}
     r = analyze(model, inputs)
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
@@ -193,7 +212,7 @@ def test_a_model_whose_export_makes_no_mask_is_traced_with_the_eager_one():
     assert any("all-ones attention_mask" in w for w in r.warnings), r.warnings
     # a failure the mask does not mend is the first failure, in its own words
     with pytest.raises(GraphcostError) as err:
-        analyze(model, {"input_ids": ids})  # (LongT5Model needs decoder inputs)
+        analyze(transformers.LongT5Model(cfg).eval(), inputs)  # (it needs decoder inputs)
     assert "mask" not in str(err.value)
 
 
@@ -211,7 +230,7 @@ def test_a_failure_a_mask_cannot_mend_is_reported_after_one_trace():
     import transformers
 
     model = transformers.GPT2Model(transformers.GPT2Config(
-        vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=32)).eval()
+        vocab_size=256, n_embd=64, n_layer=1, n_head=4, n_positions=32)).eval()
     model.ln_f.forward = _final_norm_fails
     _RUNS.clear()
     with pytest.raises(GraphcostError, match="the model's own failure"):

@@ -5,13 +5,15 @@ whether it fits, the max batch, pass or fail — and a question beyond "what doe
 COLUMNS=80 as a terminal of that size would show it."""
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Sequence
 
 import onnx
 import pytest
 from graphcost.analyzer.app.units import human_bytes
 
-from graphcost import analyze
+from graphcost import Report, analyze
 from tests.cli_runner import run_cli
 from tests.onnx_builders import model, node, weight
 
@@ -26,24 +28,59 @@ def view(*args, env: dict | None = None) -> list[str]:
     return done.stdout.splitlines()
 
 
-def one_screen(lines: list[str]) -> None:
+# What the views loaded (traced), by model and load options (repr: they hold mappings): a view
+# whose model is loaded as an earlier one's (the same step on the same device under another
+# view or parallel plan, the same serving batch with or without a device) runs its passes on
+# that load, as shared.py's traces are shared; the IR is immutable
+_LOADED: dict[tuple[str, ...], object] = {}
+
+
+@functools.cache
+def shown(*args: str) -> tuple[tuple[str, ...], Report]:
+    """``view(*args)`` and the report the command printed it from (what the passes, which
+    both faces run, returned to it), each command run once for the module: several tests read
+    the same view, and the report's figures are the ones its last line must show."""
+    from graphcost.analyzer.app import api
+
+    made: list[Report] = []
+    load, run_passes = api.load, api.run_passes
+
+    def loaded(model, options, *rest, serve=None, **kw):
+        key = (str(model), repr(options), repr(serve))
+        if key not in _LOADED:
+            _LOADED[key] = load(model, options, *rest, serve=serve, **kw)
+        return _LOADED[key]
+
+    def passes(*a, **kw):
+        made.append(run_passes(*a, **kw))
+        return made[-1]
+    api.load, api.run_passes = loaded, passes
+    try:
+        lines = tuple(view(*args))
+    finally:
+        api.load, api.run_passes = load, run_passes
+    assert len(made) == 1, len(made)
+    return lines, made[0]
+
+
+def one_screen(lines: Sequence[str]) -> None:
     assert len(lines) <= 24, "\n".join(lines)
     assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
 
 
-def last_entry(lines: list[str]) -> tuple[str, str]:
+def last_entry(lines: Sequence[str]) -> tuple[str, str]:
     """The summary's last entry: its label and its text, continuation lines joined."""
     start = max(i for i, line in enumerate(lines) if line[:1].strip())
     text = " ".join(line[12:].strip() for line in lines[start:])
     return lines[start][:11].strip(), text
 
 
-def labels(lines: list[str]) -> list[str]:
+def labels(lines: Sequence[str]) -> list[str]:
     start = next(i for i, line in enumerate(lines) if line.startswith("model "))
     return [line[:11].strip() for line in lines[start:] if line[:1].strip()]
 
 
-def ends_on_the_fit(lines: list[str], r=None, per_rank: bool = False) -> None:
+def ends_on_the_fit(lines: Sequence[str], r=None, per_rank: bool = False) -> None:
     """The last line is the whole verdict, the line above it what it adds up."""
     m = FITS.match(lines[-1])
     assert m, lines[-1]
@@ -90,9 +127,8 @@ def test_inference_on_a_device_ends_on_the_fit():
 # --- training -----------------------------------------------------------------------------------
 
 def test_a_training_step_ends_on_its_peak():
-    lines = view("zoo:gpt2", "--train")
+    lines, r = shown("zoo:gpt2", "--train")
     one_screen(lines)
-    r = analyze("zoo:gpt2", train=True)
     label, text = last_entry(lines)
     assert label == "step peak" and text.startswith(f"{human_bytes(r.training.peak_bytes)} "
                                                     f"({r.training.peak_bytes:,} B) in ")
@@ -100,11 +136,11 @@ def test_a_training_step_ends_on_its_peak():
 
 
 def test_training_on_an_h100_ends_on_the_fit():
-    lines = view("zoo:gpt2", "--train", "--device", "h100-sxm")
+    lines, r = shown("zoo:gpt2", "--train", "--device", "h100-sxm")
     one_screen(lines)
     order = labels(lines)
     assert order[-3:] == ["step peak", "on device", "fits"]
-    ends_on_the_fit(lines, analyze("zoo:gpt2", train=True, device="h100-sxm"))
+    ends_on_the_fit(lines, r)
 
 
 def test_a_7b_step_on_an_h100_is_one_screen():
@@ -117,11 +153,10 @@ def test_a_7b_step_on_an_h100_is_one_screen():
 def test_a_checkpoint_plan_decides_the_step_peak():
     # the plan lowers the step: the last line is the plan's peak (the one the fit prices),
     # the step's own beside it
-    r = analyze("zoo:gpt2", batch=8, train=True, checkpoint={"every": 1})
+    lines, r = shown("zoo:gpt2", "--batch", "8", "--train", "--checkpoint-every", "1")
     ck = r.training.checkpoint
     assert ck.peak_bytes < ck.peak_without_bytes
-    label, text = last_entry(view("zoo:gpt2", "--batch", "8", "--train",
-                                  "--checkpoint-every", "1"))
+    label, text = last_entry(lines)
     assert label == "step peak" and text.startswith(
         f"{human_bytes(ck.peak_bytes)} ({ck.peak_bytes:,} B) with the checkpoint plan")
     assert text.endswith(f"without it {human_bytes(ck.peak_without_bytes)})")
@@ -131,8 +166,8 @@ def test_a_checkpoint_plan_decides_the_step_peak():
 def test_fsdp_over_8_ends_on_the_ranks_fit(name):
     # per rank first: no one-device "step peak" line (the rank's line names it), the rank's
     # peak, then what each rank must hold and whether it fits
-    lines = view(f"zoo:{name}", "--train", "--parallel", "fsdp", "--world-size", "8",
-                 "--device", "h100-sxm")
+    lines, _ = shown(f"zoo:{name}", "--train", "--parallel", "fsdp", "--world-size", "8",
+                     "--device", "h100-sxm")
     one_screen(lines)
     order = labels(lines)
     assert order[-3:] == ["per rank", "on device", "fits"]
@@ -151,16 +186,15 @@ def test_max_batch_ends_on_the_batch():
 # --- serving ------------------------------------------------------------------------------------
 
 def test_serving_ends_on_capacity_then_the_fit():
-    lines = view("zoo:llama_tiny", "--serve", "--prompt", "64", "--generate", "16",
-                 "--device", "a100-80gb")
+    lines, r = shown("zoo:llama_tiny", "--serve", "--prompt", "64", "--generate", "16",
+                     "--device", "a100-80gb")
     one_screen(lines)
     assert labels(lines)[-3:] == ["capacity", "on device", "fits"]
-    ends_on_the_fit(lines, analyze("zoo:llama_tiny", serve={"prompt": 64, "generate": 16},
-                                   device="a100-80gb"))
+    ends_on_the_fit(lines, r)
 
 
 def test_serving_without_a_device_ends_on_what_it_reserves():
-    lines = view("zoo:llama_tiny", "--serve", "--prompt", "64", "--generate", "16")
+    lines, _ = shown("zoo:llama_tiny", "--serve", "--prompt", "64", "--generate", "16")
     one_screen(lines)
     assert last_entry(lines)[0] == "reserved"
 
@@ -201,8 +235,8 @@ def test_check_ends_on_pass_or_fail():
 
 
 def test_details_shows_every_table_and_still_ends_on_the_fit():
-    brief = view("zoo:gpt2", "--train", "--device", "h100-sxm")
-    every = view("zoo:gpt2", "--train", "--device", "h100-sxm", "--details")
+    brief, _ = shown("zoo:gpt2", "--train", "--device", "h100-sxm")
+    every, _ = shown("zoo:gpt2", "--train", "--device", "h100-sxm", "--details")
     assert "by op type" in every and "slowest nodes (roofline):" in every
     assert {"MACs", "activations", "live", "attention"} <= set(labels(every))
     assert every[-1] == brief[-1] and labels(every)[-3:] == labels(brief)[-3:]
@@ -231,6 +265,6 @@ def test_two_values_in_one_option_say_to_repeat_it(flag, value):
 def test_a_zoo_miniature_says_what_it_stands_in_for():
     # issue 48: zoo:gpt2 is a 2-layer, 541,184-parameter model (its ONNX export stores the
     # tied head twice: 669,184), unlabelled it read as GPT-2 (124M)
-    out = run_cli("zoo:gpt2", "--train", env={"COLUMNS": "80"}).stdout
+    out = "\n".join(shown("zoo:gpt2", "--train")[0])
     assert "stand-in    a tiny GPT-2 decoder (zoo), not GPT-2 small (124M parameters)" in out
     assert "stand-in" not in run_cli("zoo:mlp", env={"COLUMNS": "80"}).stdout
