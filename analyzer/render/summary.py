@@ -401,15 +401,15 @@ def _time(r: Report, brief: bool) -> list[Entry]:
               else "no band: the profile was not validated)")
     out = [("time", [f"≈ {human_time(t.seconds)}{band}{per}", *source])]
     if not brief:
-        parts = [f"arithmetic {human_time(t.arithmetic_seconds)},",
-                 f"memory {human_time(t.memory_seconds)},",
+        parts = [f"arithmetic {human_time(t.arithmetic_seconds)}",
+                 f"memory {human_time(t.memory_seconds)}",
                  f"launches {human_time(t.launch_seconds)} ({t.kernels:,} calls)"]
         parts += [f"optimizer {human_time(t.optimizer_seconds)}"] if t.optimizer_seconds else []
         parts += [f"recompute {human_time(t.recompute_seconds)}"] if t.recompute_seconds else []
-        out.append(("", parts))
+        out.append(("", [p + ("," if i < len(parts) - 1 else "") for i, p in enumerate(parts)]))
     if t.unpriced:
         n = sum(t.unpriced.values())
-        out.append(("", [f"{n} node(s) without a cost rule priced at a launch only:",
+        out.append(("", [f"{n} node(s) with no cost (no rule or no shape) priced at a launch:",
                          ", ".join(sorted(t.unpriced))]))
     return out
 
