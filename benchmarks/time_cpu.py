@@ -16,7 +16,6 @@ import json
 import statistics
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 # (zoo name, batch, dims): eager forwards
@@ -85,23 +84,13 @@ def step(name, batch, dims, optimizer, profile):
 
 
 def session(name, batch, profile, folder: Path):
-    import numpy as np
-    import onnxruntime as ort
-    import torch
-    from graphcost.analyzer.measure.microbench import fastest
+    from graphcost.analyzer.measure.calibrate_runs import timed_session
 
     from graphcost import analyze
 
     model, inputs = _model(name, batch, {})
     path = folder / f"{name}-{batch}.onnx"
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, inputs, str(path), dynamo=False, opset_version=17)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = torch.get_num_threads()
-    sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    feeds = {i.name: np.asarray(x.numpy()) for i, x in zip(sess.get_inputs(), inputs)}
-    measured = fastest(lambda: sess.run(None, feeds), budget=0.2)
+    measured = timed_session(model, inputs, path, budget=0.2)
     return measured, analyze(str(path), device_profile=profile).time
 
 

@@ -59,15 +59,13 @@ def step_run(name: str, batch: int, optimizer: str, profile: DeviceProfile) -> R
     return Run(f"{name} b{batch} {optimizer} step", measured, estimated)
 
 
-def onnx_run(name: str, batch: int, profile: DeviceProfile, folder: Path) -> Run:
+def timed_session(model, inputs: tuple, path: Path, budget: float = 0.1) -> float:
+    """``model`` exported to ``path`` by torch's TorchScript exporter and run in an ONNX
+    Runtime session on the CPU provider at torch's thread count: seconds per run (fastest)."""
     import numpy as np
     import onnxruntime as ort
     import torch
 
-    from ...models_zoo import registry as zoo
-
-    model, inputs = zoo.build_model(name), zoo.example_inputs(name, batch)
-    path = folder / f"{name}.onnx"
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")   # the TorchScript exporter's deprecation notice
         torch.onnx.export(model, inputs, str(path), dynamo=False, opset_version=17)
@@ -75,9 +73,15 @@ def onnx_run(name: str, batch: int, profile: DeviceProfile, folder: Path) -> Run
     options.intra_op_num_threads = torch.get_num_threads()
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     feeds = {i.name: np.asarray(x.numpy()) for i, x in zip(session.get_inputs(), inputs)}
-    measured = fastest(lambda: session.run(None, feeds), budget=0.1)
-    return Run(f"{name} b{batch} onnxruntime", measured,
-               _estimate(str(path), None, profile))
+    return fastest(lambda: session.run(None, feeds), budget=budget)
+
+
+def onnx_run(name: str, batch: int, profile: DeviceProfile, folder: Path) -> Run:
+    from ...models_zoo import registry as zoo
+
+    path = folder / f"{name}.onnx"
+    measured = timed_session(zoo.build_model(name), zoo.example_inputs(name, batch), path)
+    return Run(f"{name} b{batch} onnxruntime", measured, _estimate(str(path), None, profile))
 
 
 def validation_runs(profile: DeviceProfile,

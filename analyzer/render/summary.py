@@ -19,6 +19,7 @@ from ..app.units import human, human_bytes, human_time
 from . import explain
 from .parallel import parallel_summary
 from .serving import serving_summary
+from .time_line import time_entries
 
 LABEL = 12           # the summary's label column
 Entry = tuple[str, list[str]]
@@ -34,7 +35,7 @@ def summary(r: Report, brief: bool = False) -> list[Entry]:
         body, answer = _training(r, brief)
     else:
         body, answer = _inference(r, brief)
-    return _context(r, brief) + body + _device(r, brief) + _time(r, brief) + answer \
+    return _context(r, brief) + body + _device(r, brief) + time_entries(r, brief) + answer \
         + fit_entries(r, brief)
 
 
@@ -388,35 +389,6 @@ def _device(r: Report, brief: bool) -> list[Entry]:
         out.append(("", [f"no fast path for {', '.join(ro.fallbacks)} on {ro.device}:",
                          "those nodes use the fp32 rate"]))
     return out
-
-
-def _time(r: Report, brief: bool) -> list[Entry]:
-    """The time estimate (a device profile): the figure with its band, then what it is made
-    of; what no rule priced is said."""
-    t = r.time
-    if t is None:
-        return []
-    per = " per step" if r.training else " per forward"
-    band = f" ± {t.band:.0%}" if t.band is not None else ""
-    source = (f"(estimate: {t.profile}, {ENGINE_WORDS.get(t.engine, t.engine)};",
-              f"band from {t.runs} validated runs)" if t.band is not None
-              else "no band: the profile was not validated)")
-    out = [("time", [f"≈ {human_time(t.seconds)}{band}{per}", *source])]
-    if not brief:
-        parts = [f"arithmetic {human_time(t.arithmetic_seconds)}",
-                 f"memory {human_time(t.memory_seconds)}",
-                 f"launches {human_time(t.launch_seconds)} ({t.kernels:,} calls)"]
-        parts += [f"optimizer {human_time(t.optimizer_seconds)}"] if t.optimizer_seconds else []
-        parts += [f"recompute {human_time(t.recompute_seconds)}"] if t.recompute_seconds else []
-        out.append(("", [p + ("," if i < len(parts) - 1 else "") for i, p in enumerate(parts)]))
-    if t.unpriced:
-        n = sum(t.unpriced.values())
-        out.append(("", [f"{n} node(s) with no cost (no rule or no shape) priced at a launch:",
-                         ", ".join(sorted(t.unpriced))]))
-    return out
-
-
-ENGINE_WORDS = {"torch": "eager PyTorch", "onnxruntime": "ONNX Runtime"}
 
 
 _UNITS = frozenset({"B", "KiB", "MiB", "GiB", "TiB", "s", "ms", "µs", "ns", "FLOPs",

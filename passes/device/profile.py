@@ -49,11 +49,10 @@ class Curve:
     def rate(self, size: float) -> float:
         """The rate at ``size``: interpolated log-log between the measured sizes, the end
         points' rates beyond them (never extrapolated)."""
-        sizes = [p[0] for p in self.points]
-        i = bisect.bisect_left(sizes, size)
+        i = bisect.bisect_left(self.points, size, key=lambda p: p[0])
         if i == 0:
             return self.points[0][1]
-        if i == len(sizes):
+        if i == len(self.points):
             return self.points[-1][1]
         (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
         f = (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
@@ -94,12 +93,12 @@ class EngineProfile:
             return None
         return errors[min(len(errors) - 1, math.ceil(0.9 * len(errors)) - 1)]
 
-    def flops_rate(self, kind: str, dtype: str, flops_per_call: float) -> tuple[float, str]:
-        """Achieved FLOP/s for a call of ``kind`` in ``dtype``, and the dtype of the curve
-        read: kinds and dtypes not measured fall back to the GEMM's, then to fp32."""
+    def flops_rate(self, kind: str, dtype: str, flops_per_call: float) -> float:
+        """Achieved FLOP/s for a call of ``kind`` in ``dtype``: kinds and dtypes not measured
+        fall back to the GEMM's, then to fp32."""
         curves = self.arithmetic.get(kind) or self.arithmetic["gemm"]
         used = dtype if dtype in curves else "fp32" if "fp32" in curves else next(iter(curves))
-        return curves[used].rate(flops_per_call), used
+        return curves[used].rate(flops_per_call)
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,8 @@ def _price(sums: _Sums, graph: Graph, node, cost, engine: EngineProfile,
         else None
     t_flops = 0.0
     if kind is not None and flops:
-        rate, _ = engine.flops_rate(kind, node_dtype(graph, node, cost.macs, False), flops)
-        t_flops = flops / rate
+        t_flops = flops / engine.flops_rate(kind, node_dtype(graph, node, cost.macs, False),
+                                            flops)
     t_bytes = moved / engine.memory.rate(moved) if moved else 0.0
     sums.launch += calls * (engine.launch_s + python)
     if t_flops >= t_bytes:
