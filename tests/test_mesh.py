@@ -41,7 +41,7 @@ def test_the_mesh_parses_as_torchtitan_names_it():
 
 @pytest.mark.parametrize("text, said", [
     ("dp_shard=8,tp=2", "tp is not modelled yet"),
-    ("dp_replicate=2,dp_shard=4", "HSDP"),
+    ("dp_replicate=auto,dp_shard=4", "auto searches dp_shard"),
     ("dp=8", "the dimensions are"),
     ("dp_shard=8,dp_shard=2", "each at most once"),
     ("dp_shard=0", "whole numbers ≥ 1"),

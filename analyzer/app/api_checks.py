@@ -192,7 +192,7 @@ def _with_mesh(parallel: Mapping) -> dict:
     """A ``mesh`` (``"dp_shard=8"`` or ``{"dp_shard": 8}``) as the strategy and world size it
     names (passes/parallel/mesh.py: today's dimensions are the data ones); a strategy given
     beside it says how the shard dimension shards (zero2, zero3, fsdp)."""
-    from ...passes.parallel.mesh import parse_mesh, strategy_of
+    from ...passes.parallel.mesh import data_sizes, parse_mesh, strategy_of
 
     out = dict(parallel)
     mesh = out.pop("mesh", None)
@@ -211,7 +211,12 @@ def _with_mesh(parallel: Mapping) -> dict:
     if (strategy == Strategy.DDP) != (named == Strategy.DDP):
         raise GraphcostError(f"{opt('parallel', value=strategy)} with the mesh {m.words}: ddp "
                              "replicates (dp_replicate), zero1/2/3 and fsdp shard (dp_shard)")
-    out["world_size"] = "auto" if m.world_size is None else m.world_size
+    size, replicate = data_sizes(m)
+    if replicate > 1 and strategy not in [s for s in Strategy if s.shards_gradients]:
+        raise GraphcostError(f"{opt('parallel', value=strategy)} with the mesh {m.words}: "
+                             "HSDP shards within each replica group (zero2, zero3, fsdp)")
+    out["world_size"] = "auto" if size is None else size
+    out["replicate"] = replicate
     return out
 
 
@@ -260,6 +265,7 @@ def parallel_spec(parallel, train: bool):
     spec = ParallelSpec(
         str(parallel["strategy"]), world, parallel.get("offload"),
         float(cap if cap is not None else 25.0), tuple(units) if units else None,
-        get_interconnect(link) if isinstance(link, str) else link)
+        get_interconnect(link) if isinstance(link, str) else link,
+        replicate=parallel.get("replicate", 1))
     check_spec(spec)
     return spec

@@ -34,14 +34,15 @@ from ...passes.parallel.step import ParallelMemory
 from ...passes.serving.analysis import Serving
 from ...passes.training.memory import TrainingMemory
 
-SCHEMA_VERSION = 9  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+SCHEMA_VERSION = 10  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
 # 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
 # allocator_fraction); 5: "allocator"; 6: parallel.reserved_peak_bytes and
 # serving.reserved_peak_bytes (the caching allocator replayed per rank and per serving batch);
 # 7: memory, training and serving .reserved_by_phase (what the replay reserved by each phase);
 # 8: one peak shape: `peak` in memory/training/parallel/serving and at the top; training.loss
 # (the loss the step backpropagated); parallel.mesh (the layout as a device mesh);
-# 9: time (the estimate a device profile gives, with its error band)
+# 9: time (the estimate a device profile gives, with its error band); 10: parallel.comm.by_dim
+# (wire bytes by mesh dimension: HSDP's all-reduce over dp_replicate)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "

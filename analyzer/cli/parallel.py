@@ -18,8 +18,8 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                         "(replicated + gradient buckets), zero1 (DDP + ZeroRedundancyOptimizer)"
                         ", zero2 (FSDP2, reshard_after_forward=False), zero3/fsdp (FSDP2 "
                         "fully_shard per repeated block + root); or a device mesh by "
-                        "torchtitan's names, e.g. dp_shard=8 (FSDP2) or dp_replicate=8 "
-                        "(DDP). --batch is each rank's batch")
+                        "torchtitan's names, e.g. dp_shard=8 (FSDP2), dp_replicate=8 "
+                        "(DDP), dp_replicate=2,dp_shard=4 (HSDP). --batch is each rank's batch")
     p.add_argument("--world-size", metavar="N|auto",
                    help="with --parallel: the number of ranks, or auto: the smallest that fits "
                         "--device")

@@ -41,6 +41,8 @@ class Case:
     # autocast; bf16-true casts the module (and float inputs) to bf16; bf16-master is FSDP2's
     # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over fp32 shards
     precision: str = "fp32"
+    # HSDP: fully_shard on a (dp_replicate, dp_shard) mesh of this many replica groups
+    replicate: int = 1
 
 
 @dataclass(frozen=True)
@@ -154,7 +156,7 @@ def _run_case(case: Case, rank: int, steps):
     if case.precision == "bf16-true":
         model = model.to(torch.bfloat16)
         args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
-    model, opt, tracker_for, buckets = _wrap(model, case)
+    model, opt, tracker_for, buckets = _wrap(model, case, _mesh(case))
     autocast = case.precision == "bf16-mixed"
     out = []
     # Under fully_shard, steps 2 and 3 are the same steady state (Adam's state exists): step 2
@@ -194,7 +196,19 @@ def _run_case(case: Case, rank: int, steps):
     return out
 
 
-def _wrap(model, case: Case):
+def _mesh(case: Case):
+    """HSDP's 2-D mesh (torchtitan's dimension names), else None: fully_shard's default, a
+    1-D mesh over every rank."""
+    if case.replicate == 1:
+        return None
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    world = dist.get_world_size()
+    return init_device_mesh("cpu", (case.replicate, world // case.replicate),
+                            mesh_dim_names=("dp_replicate", "dp_shard"))
+
+
+def _wrap(model, case: Case, mesh=None):
     """The model and optimizer as the strategy wraps them, a tracker factory, and (DDP) the
     list its comm hook fills with the gradient buckets."""
     import torch
@@ -207,7 +221,7 @@ def _wrap(model, case: Case):
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
         from torch.distributed.fsdp import fully_shard
         reshard = case.strategy != "zero2"
-        kw = {}
+        kw = {} if mesh is None else {"mesh": mesh}
         if case.precision == "bf16-master":
             from torch.distributed.fsdp import MixedPrecisionPolicy
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,

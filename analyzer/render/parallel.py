@@ -32,6 +32,11 @@ def _per_rank(p, brief: bool) -> list[str]:
             + [f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"])
 
 
+def _mesh_words(mesh) -> str:
+    """``dp_replicate 2 × dp_shard 4``: the mesh's dimensions, outer to inner."""
+    return " × ".join(f"{k} {n:,}" for k, n in mesh.items())
+
+
 def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]]]:
     """The strategy, one rank's peak and what it holds, the communication; ``brief``: the
     rank's line without the reserved bytes (the fit shows them: analyzer/render/summary.py)."""
@@ -39,7 +44,8 @@ def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str
     if p is None:
         return []
     out = [
-        ("parallel", [f"{_STRATEGY[p.strategy]} over {p.world_size:,} ranks:",
+        ("parallel", [f"{_STRATEGY[p.strategy]} over {p.world_size:,} ranks"
+                      + (f" ({_mesh_words(p.mesh)}):" if len(p.mesh) > 1 else ":"),
                       f"batch {p.per_rank_batch:,} per rank, {p.global_batch:,} global;",
                       f"optimizer {r.training.optimizer if r.training else ''} "
                       f"({p.optimizer_impl} step)"
@@ -79,9 +85,12 @@ def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str
                  f"({c.bandwidth / 1e9:g} GB/s each way)"]
         if r.roofline is not None:
             line += [f"beside compute ≥ {human_time(r.roofline.total_seconds)} (roofline)"]
+    if len(c.by_dim) > 1:
+        line += ["(" + ", ".join(f"{k} {human_bytes(v)}" for k, v in c.by_dim.items()) + ")"]
     out.append(("comm", line if vol else ["none (one rank)"]))
     if p.world_size_search:
         tried = ", ".join(f"{n}: {human_bytes(b)}" for n, b in p.world_size_search)
-        out.append(("world size", [f"auto: {p.world_size} is the smallest that fits",
+        size = p.mesh.get("dp_shard", p.world_size) if len(p.mesh) > 1 else p.world_size
+        out.append(("world size", [f"auto: {size} is the smallest that fits",
                                    f"(per-rank peaks tried: {tried})"]))
     return out

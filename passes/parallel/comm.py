@@ -11,7 +11,8 @@ The interconnect is an ``InterconnectRates`` value (the table lives in analyzer/
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,33 @@ class CommVolume:
     interconnect: str | None
     bandwidth: float | None       # bytes/s each way
     seconds: float | None         # wire_bytes / bandwidth: a lower bound
+    # wire bytes by mesh dimension (passes/parallel/mesh.py): which group's link carries them
+    by_dim: Mapping[str, int] = field(default_factory=dict)
 
 
 def comm_volume(world: int, all_gather: int, reduce_scatter: int, all_reduce: int,
-                collectives: int, link: InterconnectRates | None) -> CommVolume:
+                collectives: int, link: InterconnectRates | None,
+                dim: str = "dp_shard") -> CommVolume:
+    """The collectives of one group of ``world`` ranks, the mesh dimension ``dim``."""
     frac = (world - 1) / world if world > 1 else 0.0
     wire = round(frac * (all_gather + reduce_scatter + 2 * all_reduce))
     return CommVolume(all_gather, reduce_scatter, all_reduce, wire,
                       collectives if world > 1 else 0, link.name if link else None,
                       link.bandwidth if link else None,
-                      wire / link.bandwidth if link else None)
+                      wire / link.bandwidth if link else None, {dim: wire} if wire else {})
+
+
+def across_replicas(comm: CommVolume, replicas: int, shard_grad_bytes: int,
+                    calls: int) -> CommVolume:
+    """HSDP: after each reduce-scatter in its shard group a rank all-reduces the gradient
+    shard that came out (in place, FSDP2's ``foreach_reduce``) with the same shard of the
+    other ``replicas`` − 1 groups, over dp_replicate. The bound puts it on the same link (the
+    groups usually span nodes, where the link is slower: give that link's interconnect)."""
+    if replicas <= 1:
+        return comm
+    wire = round(2 * (replicas - 1) / replicas * shard_grad_bytes)
+    total = comm.wire_bytes + wire
+    return replace(comm, all_reduce_bytes=comm.all_reduce_bytes + shard_grad_bytes,
+                   wire_bytes=total, collectives=comm.collectives + calls,
+                   seconds=total / comm.bandwidth if comm.bandwidth else None,
+                   by_dim={**comm.by_dim, "dp_replicate": wire})

@@ -16,10 +16,12 @@ pp             the layers (pipeline stages)                 pipeline-model-paral
 ep             the experts of an MoE layer                  expert-model-parallel-size
 =============  ==========================================  ================================
 
-Today's strategies are meshes of one data-parallel dimension (``mesh_of``): ddp replicates
-over ``dp_replicate``; zero1/2/3 and fsdp shard over ``dp_shard``. The passes model the data
-dimensions; ``MODELLED`` lists them, and a mesh with another dimension larger than 1 is refused
-by ``check_mesh`` with its name, never priced as if it were data parallel. A new dimension is
+Today's strategies are meshes of the data-parallel dimensions (``mesh_of``): ddp replicates
+over ``dp_replicate``; zero1/2/3 and fsdp shard over ``dp_shard``; both (HSDP, FSDP2's
+``fully_shard`` on a 2-D mesh) shard within each replica group and all-reduce the gradient
+shards across the groups. The passes model the data dimensions; ``MODELLED`` lists them, and a
+mesh with another dimension larger than 1 is refused by ``check_mesh`` with its name, never
+priced as if it were data parallel. A new dimension is
 added here and in a module of passes/parallel/ that transforms the rank's step (docs/layout.md).
 """
 from __future__ import annotations
@@ -55,16 +57,30 @@ class Mesh:
         return ",".join(f"{k}={'auto' if n is None else n}" for k, n in self.dims)
 
 
-def mesh_of(strategy: str, world_size: int | None) -> Mesh:
-    """The mesh a data-parallel strategy runs on: DDP replicates, the others shard."""
-    name = "dp_replicate" if strategy == Strategy.DDP else "dp_shard"
-    return Mesh(((name, world_size),))
+def mesh_of(strategy: str, world_size: int | None, replicate: int = 1) -> Mesh:
+    """The mesh a data-parallel strategy runs on: DDP replicates, the others shard over
+    ``world_size`` ranks — within each of ``replicate`` groups (HSDP) where that is above 1."""
+    if strategy == Strategy.DDP:
+        return Mesh((("dp_replicate", world_size),))
+    if replicate > 1:
+        return Mesh((("dp_replicate", replicate), ("dp_shard", world_size)))
+    return Mesh((("dp_shard", world_size),))
 
 
 def strategy_of(mesh: Mesh) -> str:
     """The data-parallel strategy a mesh of data dimensions names: fsdp where it shards
-    (FSDP2, torchtitan's default), ddp where it only replicates."""
-    return Strategy.FSDP if "dp_shard" in dict(mesh.dims) else Strategy.DDP
+    (FSDP2, torchtitan's default; HSDP beside dp_replicate), ddp where it only replicates
+    (dp_shard absent or 1, as torchtitan's ParallelDims reads it)."""
+    return Strategy.DDP if mesh.size("dp_shard") == 1 and "dp_replicate" in dict(mesh.dims) \
+        else Strategy.FSDP
+
+
+def data_sizes(mesh: Mesh) -> tuple[int | None, int]:
+    """(the size the strategy runs over, the replica groups beside it): for a sharding mesh
+    the dp_shard size and dp_replicate (HSDP where above 1); for ddp dp_replicate and 1."""
+    if strategy_of(mesh) == Strategy.DDP:
+        return mesh.size("dp_replicate"), 1
+    return mesh.size("dp_shard"), mesh.size("dp_replicate") or 1
 
 
 def parse_mesh(text: str) -> Mesh:
@@ -102,6 +118,6 @@ def check_mesh(mesh: Mesh) -> None:
     if beyond:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: {beyond[0]} is not "
                              "modelled yet (the data dimensions are: dp_replicate, dp_shard)")
-    if mesh.size("dp_replicate") != 1 and mesh.size("dp_shard") != 1:
-        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: HSDP (dp_replicate "
-                             "× dp_shard) is not modelled yet: shard or replicate")
+    if mesh.size("dp_replicate") is None and mesh.size("dp_shard") != 1:
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: with HSDP, auto "
+                             "searches dp_shard (the group that shards); give dp_replicate")

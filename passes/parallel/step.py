@@ -48,7 +48,7 @@ from ..training.optimizer import (
     trainable_params,
 )
 from .clock import Clock, price
-from .comm import CommVolume, InterconnectRates, comm_volume
+from .comm import CommVolume, InterconnectRates, across_replicas, comm_volume
 from .fsdp import sharded_step
 from .mesh import Mesh, mesh_of
 from .reserved import rank_reserved_peak
@@ -78,10 +78,13 @@ class ParallelSpec:
     bucket_cap_mb: float = 25.0
     units: tuple[str, ...] | None = None
     interconnect: InterconnectRates | None = None
+    # HSDP: replica groups of ``world_size`` sharding ranks each (FSDP2 on a 2-D mesh); the
+    # rank's memory is its shard group's, its gradient shards all-reduced across the groups
+    replicate: int = 1
 
     @property
     def mesh(self) -> Mesh:
-        return mesh_of(self.strategy, self.world_size)
+        return mesh_of(self.strategy, self.world_size, self.replicate)
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,13 @@ def check_spec(spec: ParallelSpec) -> None:
         raise GraphcostError(f"{opt('parallel.bucket_cap_mb')} {spec.bucket_cap_mb}: must be > 0")
     if spec.units is not None and spec.strategy not in SHARDED:
         raise GraphcostError(f"{opt('parallel.units')} goes with zero2, zero3 or fsdp")
+    if not isinstance(spec.replicate, int) or not 1 <= spec.replicate <= MAX_WORLD:
+        raise GraphcostError(f"{opt('parallel', value=f'dp_replicate={spec.replicate}')}: "
+                             f"must be a whole number from 1 to {MAX_WORLD:,}")
+    if spec.replicate > 1 and spec.strategy not in SHARDED:
+        raise GraphcostError(f"{opt('parallel', value=spec.strategy)} with dp_replicate="
+                             f"{spec.replicate}: HSDP shards within each replica group "
+                             "(zero2, zero3, fsdp)")
 
 
 def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
@@ -247,6 +257,9 @@ class _Plan:
         clock = Clock(len(self.graph.nodes))
         if self.sharded:
             units, host, comm = sharded_step(self, clock, world)
+            comm = across_replicas(comm, self.spec.replicate,
+                                   sum(u.grad_padded_bytes for u in units) * self.master // world,
+                                   sum(1 for u in units if u.grad_padded_bytes))
             rank, buckets = 0, 0
         else:
             rank, host, comm, buckets = self._replicated(clock, world)
@@ -255,10 +268,12 @@ class _Plan:
         t, n = self.training, clock.n
         reserved = covering(rank_reserved_peak(clock, t.optimizer_impl == OptimizerImpl.FOREACH,
                                                self.allocator, self.workspaces),
-                            max(p.peak_bytes, p.first_step_peak_bytes), f"a rank of {world}")
+                            max(p.peak_bytes, p.first_step_peak_bytes),
+                            f"a rank of {world * self.spec.replicate}")
+        ranks = world * self.spec.replicate
         return ParallelMemory(
-            strategy=self.spec.strategy, world_size=world, per_rank_batch=self.graph.batch,
-            global_batch=self.graph.batch * world, optimizer_impl=t.optimizer_impl,
+            strategy=self.spec.strategy, world_size=ranks, per_rank_batch=self.graph.batch,
+            global_batch=self.graph.batch * ranks, optimizer_impl=t.optimizer_impl,
             offload=self.spec.offload, per_rank_peak_bytes=p.peak_bytes,
             reserved_peak_bytes=reserved,
             first_step_peak_bytes=p.first_step_peak_bytes,
@@ -270,7 +285,8 @@ class _Plan:
             detail_at_peak=p.detail, detail_at_step=p.step_detail,
             first_step_detail=p.first_step_detail, host_bytes=sum(host.values()),
             host_breakdown=host, timeline=p.timeline, units=units, ddp_buckets=buckets, comm=comm,
-            mesh={name: world for name, _ in mesh_of(self.spec.strategy, world).dims},
+            mesh={name: n or 0 for name, n in
+                  mesh_of(self.spec.strategy, world, self.spec.replicate).dims},
             spec=self.spec)
 
     # ------------------------------------------------------------------ shared pieces
@@ -351,5 +367,6 @@ class _Plan:
         gathered = sum(grad_sizes) if spec.strategy == Strategy.ZERO1 else 0
         comm = comm_volume(world, gathered, 0, sum(grad_sizes),
                            len(buckets) + (len(grad_sizes) if gathered else 0),
-                           spec.interconnect)
+                           spec.interconnect, "dp_replicate" if spec.strategy == Strategy.DDP
+                           else "dp_shard")
         return rank, host, comm, len(buckets)
