@@ -217,6 +217,7 @@ def _with_mesh(parallel: Mapping) -> dict:
                              "HSDP shards within each replica group (zero2, zero3, fsdp)")
     out["world_size"] = "auto" if size is None else size
     out["replicate"] = replicate
+    out["tp"] = m.size("tp")
     return out
 
 
@@ -266,6 +267,6 @@ def parallel_spec(parallel, train: bool):
         str(parallel["strategy"]), world, parallel.get("offload"),
         float(cap if cap is not None else 25.0), tuple(units) if units else None,
         get_interconnect(link) if isinstance(link, str) else link,
-        replicate=parallel.get("replicate", 1))
+        replicate=parallel.get("replicate", 1), tp=parallel.get("tp", 1))
     check_spec(spec)
     return spec

@@ -105,11 +105,14 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                            lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
         return replace(r, passes=replace(r.passes, allocator=allocator_of(allocator),
                                          profile=profile))
-    return Request(load, replace(_pass_options(
+    passes = _pass_options(
         include_inputs=include_inputs, inplace=inplace, lifetimes=lifetimes, train=train,
         optimizer=optimizer, checkpoint=checkpoint, precision=precision, device=device,
         tf32=tf32, overhead=overhead, what_if=what_if, parallel=parallel,
-        optimizer_impl=optimizer_impl), allocator=allocator_of(allocator), profile=profile))
+        optimizer_impl=optimizer_impl)
+    if passes.parallel is not None and passes.parallel.tp > 1:  # traced as one rank's program
+        load = replace(load, tensor_parallel=passes.parallel.tp)
+    return Request(load, replace(passes, allocator=allocator_of(allocator), profile=profile))
 
 
 def attention_target(device: DeviceRates | None, precision: str,

@@ -26,6 +26,7 @@ from .resolve import (
     batch_of,
     in_dtype,
     in_recipe_dtype,
+    in_tensor_parallel,
     resolve,
 )
 from .serving import ServeSpec, load_serving
@@ -63,7 +64,8 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
     r = resolve(model, example_inputs, bindings, fx=load.exporter == Exporter.FX,
                 train=load.train, materialize=materialize, note=progress)
     r = in_dtype(check_dtype_applies(r, load.dtype), load.dtype, load.train)
-    return in_recipe_dtype(r, load.cast) if load.train else r
+    r = in_recipe_dtype(r, load.cast) if load.train else r
+    return in_tensor_parallel(r, load.tensor_parallel)
 
 
 def load_graph(model, load: LoadOptions = LoadOptions(),

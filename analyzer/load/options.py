@@ -38,6 +38,9 @@ class LoadOptions:
     # a training recipe that casts the module (bf16-true, bf16-master): traced in its dtype
     cast: str | None = None
     loss: str = Loss.AUTO               # the loss a training step backpropagates (lm_loss.py)
+    # one of this many tensor-parallel ranks: the module rewritten into the rank's program
+    # (frontends/torch/tensor_parallel.py) before it is traced
+    tensor_parallel: int = 1
 
     def __post_init__(self):
         check_arguments(batch=self.batch, dims=self.dims, input_shapes=self.input_shapes,

@@ -284,6 +284,20 @@ def in_recipe_dtype(r: Resolved, dtype: str | None) -> Resolved:
     return r if r.kind != "torch" or dtype is None else _cast(r, dtype, copy_module=True)
 
 
+def in_tensor_parallel(r: Resolved, group: int) -> Resolved:
+    """One of ``group`` tensor-parallel ranks (1: ``r`` itself): a PyTorch module rewritten
+    into the rank's program (frontends/torch/tensor_parallel.py; the caller's is copied)."""
+    if group == 1:
+        return r
+    if r.kind != "torch":
+        raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: tensor parallelism "
+                             "rewrites a PyTorch module's linears; trace the PyTorch model (an "
+                             f"{'ONNX graph' if r.kind == 'onnx' else 'exported program'} "
+                             "is fixed)")
+    from ..frontends.torch.tensor_parallel import tensor_parallel
+    return replace(r, module=tensor_parallel(r.module, group))
+
+
 def _cast(r: Resolved, name: str, copy_module: bool) -> Resolved:
     import torch
     to = getattr(torch, name)

@@ -43,6 +43,9 @@ class Case:
     precision: str = "fp32"
     # HSDP: fully_shard on a (dp_replicate, dp_shard) mesh of this many replica groups
     replicate: int = 1
+    # tensor parallel over this many ranks (innermost): DTensor's plan for a Llama-style
+    # decoder (_tensor_parallel); the data strategy over the rest (ddp over 1: none)
+    tp: int = 1
 
 
 @dataclass(frozen=True)
@@ -197,15 +200,52 @@ def _run_case(case: Case, rank: int, steps):
 
 
 def _mesh(case: Case):
-    """HSDP's 2-D mesh (torchtitan's dimension names), else None: fully_shard's default, a
-    1-D mesh over every rank."""
-    if case.replicate == 1:
+    """HSDP's 2-D mesh or a tensor-parallel one (torchtitan's dimension names), else None:
+    fully_shard's default, a 1-D mesh over every rank."""
+    if case.replicate == 1 and case.tp == 1:
         return None
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     world = dist.get_world_size()
+    if case.tp > 1:
+        return init_device_mesh("cpu", (world // case.tp, case.tp),
+                                mesh_dim_names=("dp_shard", "tp"))
     return init_device_mesh("cpu", (case.replicate, world // case.replicate),
                             mesh_dim_names=("dp_replicate", "dp_shard"))
+
+
+def _tensor_parallel(model, mesh) -> None:
+    """torchtitan's plan for a Llama-style decoder, by DTensor: q/k/v and gate/up column-
+    wise, o and down row-wise, the token embedding row-wise (vocabulary rows) and the LM head
+    column-wise with a replicated output — the module names graphcost's rank program shards
+    (frontends/torch/tensor_parallel.py)."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    from ..frontends.torch.tensor_parallel import (
+        COLWISE,
+        ROWWISE,
+        local_head_counts,
+        vocab_layers,
+    )
+
+    names = {id(m): n for n, m in model.named_modules()}
+    plan = {}
+    for name, _ in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in COLWISE + ROWWISE:
+            plan[name] = ColwiseParallel() if leaf in COLWISE else RowwiseParallel()
+    tokens, head = vocab_layers(model)
+    if tokens is not None:
+        plan[names[id(tokens)]] = RowwiseParallel(input_layouts=Replicate())
+    if head is not None:
+        plan[names[id(head)]] = ColwiseParallel(output_layouts=Replicate())
+    parallelize_module(model, mesh, plan)
+    local_head_counts(model, mesh.size())
 
 
 def _wrap(model, case: Case, mesh=None):
@@ -215,6 +255,20 @@ def _wrap(model, case: Case, mesh=None):
 
     from .reference import skip_frozen
 
+    if case.tp > 1:
+        assert mesh is not None  # (_mesh makes one for every tensor-parallel case)
+        _tensor_parallel(model, mesh["tp"])
+        mesh = mesh["dp_shard"] if mesh.size(0) > 1 else None
+        if mesh is None and case.strategy == Strategy.DDP:   # tp alone: no wrapper
+            from torch.distributed._tools.mem_tracker import MemTracker
+            opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad],
+                                   foreach=case.optimizer_impl == OptimizerImpl.FOREACH)
+
+            def alone():
+                t = MemTracker()
+                t.track_external(model, opt)
+                return t
+            return model, opt, alone, None
     trainable = [p for p in model.parameters() if p.requires_grad]
     foreach = case.optimizer_impl == OptimizerImpl.FOREACH
     if Strategy(case.strategy).shards_gradients:

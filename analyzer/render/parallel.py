@@ -29,7 +29,16 @@ def _per_rank(p, brief: bool) -> list[str]:
              f"in {where}", "(steady state);", f"first step {human_bytes(p.first_step_peak_bytes)};"]
             + ([] if brief else [f"reserved {human_bytes(p.reserved_peak_bytes)} (caching "
                                  "allocator,", "two steps);"])
-            + [f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"])
+            + ([f"its program alone (no data parallelism) {human_bytes(p.single_device_peak_bytes)}"]
+               if "tp" in p.mesh else
+               [f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"]))
+
+
+def _layout(p) -> str:
+    """The strategy's name; tensor parallel alone (no data-parallel wrapper) as itself."""
+    if set(p.mesh) == {"tp"}:
+        return "tensor parallel (torchtitan's Llama plan, no data-parallel wrapper)"
+    return _STRATEGY[p.strategy]
 
 
 def _mesh_words(mesh) -> str:
@@ -44,7 +53,7 @@ def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str
     if p is None:
         return []
     out = [
-        ("parallel", [f"{_STRATEGY[p.strategy]} over {p.world_size:,} ranks"
+        ("parallel", [f"{_layout(p)} over {p.world_size:,} ranks"
                       + (f" ({_mesh_words(p.mesh)}):" if len(p.mesh) > 1 else ":"),
                       f"batch {p.per_rank_batch:,} per rank, {p.global_batch:,} global;",
                       f"optimizer {r.training.optimizer if r.training else ''} "

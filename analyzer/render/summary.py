@@ -151,7 +151,9 @@ def _counts(r: Report, brief: bool) -> list[Entry]:
     """Parameters (and buffers), MACs, FLOPs and bytes moved; brief: parameters and FLOPs
     on one line."""
     t = r.totals
-    params = [f"{t.params:,} ({human_bytes(t.param_bytes)})"]
+    # a tensor-parallel rank's program holds its shards: its counts are the rank's
+    rank = " on each tp rank" if r.parallel is not None and "tp" in r.parallel.mesh else ""
+    params = [f"{t.params:,} ({human_bytes(t.param_bytes)}){rank}"]
     if brief:  # (the buffers are in the breakdown at the peak)
         return [("params", [params[0] + ";", f"FLOPs {human(t.flops)}"
                             + (" per step" if r.training else "")])]

@@ -10,6 +10,7 @@ from typing import Mapping
 
 from ..costs import (  # noqa: F401
     backward,
+    collectives,
     contrib,
     detection,
     elementwise,

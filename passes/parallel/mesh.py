@@ -19,9 +19,11 @@ ep             the experts of an MoE layer                  expert-model-paralle
 Today's strategies are meshes of the data-parallel dimensions (``mesh_of``): ddp replicates
 over ``dp_replicate``; zero1/2/3 and fsdp shard over ``dp_shard``; both (HSDP, FSDP2's
 ``fully_shard`` on a 2-D mesh) shard within each replica group and all-reduce the gradient
-shards across the groups. The passes model the data dimensions; ``MODELLED`` lists them, and a
-mesh with another dimension larger than 1 is refused by ``check_mesh`` with its name, never
-priced as if it were data parallel. A new dimension is
+shards across the groups. ``tp`` is traced: the model rewritten into one tensor-parallel
+rank's program (analyzer/frontends/torch/tensor_parallel.py) before the data dimensions shard
+it (passes/parallel/tensor.py adds its collectives). ``MODELLED`` lists these; a mesh with
+another dimension larger than 1 is refused by ``check_mesh`` with its name, never priced as
+if it were data parallel. A new dimension is
 added here and in a module of passes/parallel/ that transforms the rank's step (docs/layout.md).
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ from ..choices import Strategy
 from ..errors import GraphcostError, opt
 
 MESH_DIMS = ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")
-MODELLED = ("dp_replicate", "dp_shard")
+MODELLED = ("dp_replicate", "dp_shard", "tp")
 
 
 @dataclass(frozen=True)
@@ -57,22 +59,32 @@ class Mesh:
         return ",".join(f"{k}={'auto' if n is None else n}" for k, n in self.dims)
 
 
-def mesh_of(strategy: str, world_size: int | None, replicate: int = 1) -> Mesh:
+def mesh_of(strategy: str, world_size: int | None, replicate: int = 1, tp: int = 1) -> Mesh:
     """The mesh a data-parallel strategy runs on: DDP replicates, the others shard over
-    ``world_size`` ranks — within each of ``replicate`` groups (HSDP) where that is above 1."""
+    ``world_size`` ranks — within each of ``replicate`` groups (HSDP) where that is above 1;
+    ``tp`` tensor-parallel ranks innermost (torchtitan's order)."""
+    inner = (("tp", tp),) if tp > 1 else ()
     if strategy == Strategy.DDP:
-        return Mesh((("dp_replicate", world_size),))
+        if tp > 1 and world_size == 1:
+            return Mesh(inner)
+        return Mesh((("dp_replicate", world_size), *inner))
     if replicate > 1:
-        return Mesh((("dp_replicate", replicate), ("dp_shard", world_size)))
-    return Mesh((("dp_shard", world_size),))
+        return Mesh((("dp_replicate", replicate), ("dp_shard", world_size), *inner))
+    return Mesh((("dp_shard", world_size), *inner))
 
 
 def strategy_of(mesh: Mesh) -> str:
-    """The data-parallel strategy a mesh of data dimensions names: fsdp where it shards
-    (FSDP2, torchtitan's default; HSDP beside dp_replicate), ddp where it only replicates
-    (dp_shard absent or 1, as torchtitan's ParallelDims reads it)."""
-    return Strategy.DDP if mesh.size("dp_shard") == 1 and "dp_replicate" in dict(mesh.dims) \
-        else Strategy.FSDP
+    """The data-parallel strategy a mesh names: fsdp where it shards (FSDP2, torchtitan's
+    default; HSDP beside dp_replicate), ddp where it only replicates (dp_shard absent or 1,
+    as torchtitan's ParallelDims reads it). A tensor-parallel mesh whose data dimensions are
+    all 1 is ddp over one rank: no data-parallel wrapper (passes/parallel/step.py)."""
+    dims = dict(mesh.dims)
+    shard, replicate = mesh.size("dp_shard"), mesh.size("dp_replicate")
+    if shard is None or shard > 1:
+        return Strategy.FSDP
+    if replicate is None or replicate > 1 or mesh.size("tp") != 1:
+        return Strategy.DDP
+    return Strategy.FSDP if "dp_shard" in dims else Strategy.DDP
 
 
 def data_sizes(mesh: Mesh) -> tuple[int | None, int]:
@@ -117,7 +129,10 @@ def check_mesh(mesh: Mesh) -> None:
     beyond = [k for k, n in mesh.dims if k not in MODELLED and n != 1]
     if beyond:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: {beyond[0]} is not "
-                             "modelled yet (the data dimensions are: dp_replicate, dp_shard)")
+                             f"modelled yet (modelled: {', '.join(MODELLED)})")
+    if mesh.size("tp") is None:
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: tp is traced at its "
+                             "size; auto searches a data dimension")
     if mesh.size("dp_replicate") is None and mesh.size("dp_shard") != 1:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: with HSDP, auto "
                              "searches dp_shard (the group that shards); give dp_replicate")

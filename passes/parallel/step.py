@@ -52,6 +52,7 @@ from .comm import CommVolume, InterconnectRates, across_replicas, comm_volume
 from .fsdp import sharded_step
 from .mesh import Mesh, mesh_of
 from .reserved import rank_reserved_peak
+from .tensor import with_tensor_parallel
 from .units import (
     Unit,
     ddp_buckets,
@@ -81,10 +82,18 @@ class ParallelSpec:
     # HSDP: replica groups of ``world_size`` sharding ranks each (FSDP2 on a 2-D mesh); the
     # rank's memory is its shard group's, its gradient shards all-reduced across the groups
     replicate: int = 1
+    # tensor parallel: the graph is one of ``tp`` ranks' programs (traced so: LoadOptions'
+    # tensor_parallel); ddp over one rank beside it is no data-parallel wrapper at all
+    tp: int = 1
 
     @property
     def mesh(self) -> Mesh:
-        return mesh_of(self.strategy, self.world_size, self.replicate)
+        return mesh_of(self.strategy, self.world_size, self.replicate, self.tp)
+
+    @property
+    def unwrapped(self) -> bool:
+        """Tensor parallel alone: no DDP/FSDP around the model (torchtitan's dp degree 1)."""
+        return self.tp > 1 and self.strategy == Strategy.DDP and self.world_size == 1
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,9 @@ def check_spec(spec: ParallelSpec) -> None:
         raise GraphcostError(f"{opt('parallel.bucket_cap_mb')} {spec.bucket_cap_mb}: must be > 0")
     if spec.units is not None and spec.strategy not in SHARDED:
         raise GraphcostError(f"{opt('parallel.units')} goes with zero2, zero3 or fsdp")
+    if not isinstance(spec.tp, int) or not 1 <= spec.tp <= MAX_WORLD:
+        raise GraphcostError(f"{opt('parallel', value=f'tp={spec.tp}')}: must be a whole "
+                             f"number from 1 to {MAX_WORLD:,}")
     if not isinstance(spec.replicate, int) or not 1 <= spec.replicate <= MAX_WORLD:
         raise GraphcostError(f"{opt('parallel', value=f'dp_replicate={spec.replicate}')}: "
                              f"must be a whole number from 1 to {MAX_WORLD:,}")
@@ -269,11 +281,13 @@ class _Plan:
         reserved = covering(rank_reserved_peak(clock, t.optimizer_impl == OptimizerImpl.FOREACH,
                                                self.allocator, self.workspaces),
                             max(p.peak_bytes, p.first_step_peak_bytes),
-                            f"a rank of {world * self.spec.replicate}")
-        ranks = world * self.spec.replicate
+                            f"a rank of {world * self.spec.replicate * self.spec.tp}")
+        comm = with_tensor_parallel(comm, self.graph, self.spec.tp)
+        data = world * self.spec.replicate   # the tensor-parallel ranks share a batch
         return ParallelMemory(
-            strategy=self.spec.strategy, world_size=ranks, per_rank_batch=self.graph.batch,
-            global_batch=self.graph.batch * ranks, optimizer_impl=t.optimizer_impl,
+            strategy=self.spec.strategy, world_size=data * self.spec.tp,
+            per_rank_batch=self.graph.batch,
+            global_batch=self.graph.batch * data, optimizer_impl=t.optimizer_impl,
             offload=self.spec.offload, per_rank_peak_bytes=p.peak_bytes,
             reserved_peak_bytes=reserved,
             first_step_peak_bytes=p.first_step_peak_bytes,
@@ -286,7 +300,7 @@ class _Plan:
             first_step_detail=p.first_step_detail, host_bytes=sum(host.values()),
             host_breakdown=host, timeline=p.timeline, units=units, ddp_buckets=buckets, comm=comm,
             mesh={name: n or 0 for name, n in
-                  mesh_of(self.spec.strategy, world, self.spec.replicate).dims},
+                  mesh_of(self.spec.strategy, world, self.spec.replicate, self.spec.tp).dims},
             spec=self.spec)
 
     # ------------------------------------------------------------------ shared pieces
@@ -343,11 +357,12 @@ class _Plan:
         end, opt_at = clock.size, clock.node(clock.n)
         values = self.graph.values
         grad_sizes = [values[p].spec.nbytes or 0 for p in self.trainable]
-        buckets = ddp_buckets(grad_sizes, int(spec.bucket_cap_mb * (1 << 20)))
+        buckets = [] if spec.unwrapped else \
+            ddp_buckets(grad_sizes, int(spec.bucket_cap_mb * (1 << 20)))
         clock.add(0, end, self.param_bytes, "params",
                   [v.spec.nbytes or 0 for v in values.values() if v.kind == ValueKind.PARAM])
         clock.add(0, end, self.buffer_bytes, "buffers", self.buffer_sizes)
-        clock.add(0, end, sum(grad_sizes), "ddp_buckets", buckets)
+        clock.add(0, end, sum(buckets), "ddp_buckets", buckets)
         self.place_storages(clock, lambda ps: end, "grads")    # gradients live to the step
         if spec.strategy == Strategy.DDP:
             ranks = [list(range(len(grad_sizes)))]
@@ -365,7 +380,7 @@ class _Plan:
                 rank, worst = r, peak
         host = self.place_optimizer(clock, [grad_sizes[i] for i in ranks[rank]])
         gathered = sum(grad_sizes) if spec.strategy == Strategy.ZERO1 else 0
-        comm = comm_volume(world, gathered, 0, sum(grad_sizes),
+        comm = comm_volume(world, gathered, 0, sum(buckets),
                            len(buckets) + (len(grad_sizes) if gathered else 0),
                            spec.interconnect, "dp_replicate" if spec.strategy == Strategy.DDP
                            else "dp_shard")

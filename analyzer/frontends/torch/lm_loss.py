@@ -181,10 +181,14 @@ def _vocab(model: torch.nn.Module) -> int | None:
     size = getattr(config, "vocab_size", None)
     if isinstance(size, int) and size > 1:
         return size
-    rows = [m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)]
-    head = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1:]
+    # (a tensor-parallel rank's sharded table and head say their whole sizes:
+    # tensor_parallel.py's full_rows and full_out)
+    rows = [getattr(m, "full_rows", m.num_embeddings) for m in model.modules()
+            if isinstance(m, torch.nn.Embedding)]
+    head = [getattr(m, "full_out", m.out_features) for m in model.modules()
+            if isinstance(m, torch.nn.Linear)][-1:]
     # (the token table is the largest: a pooler as wide as BERT's 128 positions is no head)
-    if not rows or not head or head[0].out_features != max(rows):
+    if not rows or not head or head[0] != max(rows):
         return None
     return max(rows)
 

@@ -1,0 +1,29 @@
+"""Collectives inside a traced rank's program: the tensor-parallel ops a rank's rewritten
+module calls (analyzer/frontends/torch/tensor_parallel.py). They do no arithmetic graphcost
+counts (an all-reduce's adds happen across the link), move their bytes through memory, and
+``COLLECTIVES`` says which collective each is, for the parallel pass to add up the ``tp``
+dimension's communication (passes/parallel/tensor.py)."""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+from .registry import zero_cost
+
+FAMILY = "collectives"
+COPY = "graphcost.tp_copy.default"
+ALL_REDUCE = "graphcost.tp_all_reduce.default"
+GATHER_LAST = "graphcost.tp_gather_last.default"
+
+# op -> the collective it runs (its output's bytes are the collective's buffer)
+COLLECTIVES: Mapping[str, str] = MappingProxyType({ALL_REDUCE: "all_reduce",
+                                                   GATHER_LAST: "all_gather"})
+
+zero_cost(COPY, reason="a replicated input handed to tensor-parallel work: the same tensor "
+          "(no copy); its gradient is all-reduced in backward", alias=True,
+          same_shape=True, family=FAMILY)
+zero_cost(ALL_REDUCE, reason="a collective: the tensor-parallel ranks' partial sums added "
+          "across the link into a new tensor (the adds are not counted)", same_shape=True,
+          family=FAMILY)
+zero_cost(GATHER_LAST, reason="a collective: the tensor-parallel ranks' slices of the last "
+          "dim gathered across the link", family=FAMILY)

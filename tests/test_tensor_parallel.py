@@ -1,0 +1,125 @@
+"""Tensor parallelism (``--parallel tp=T``, ``dp_shard=S,tp=T``) against real DTensor steps:
+torchtitan's Llama plan applied by ``parallelize_module`` (analyzer/measure/parallel.py,
+Case.tp) on two gloo ranks (127.0.0.1), and FSDP2 over the data dimension of a 2 × 2 mesh on
+one rank of PyTorch's fake process group; MemTracker / FSDPMemTracker, steps 1 and 2, the
+model's own cross-entropy (transformers' given labels; torchtitan's for the zoo Llama).
+
+graphcost traces the rank's program (frontends/torch/tensor_parallel.py): the sharded
+linears, the vocabulary-sharded embedding and head, and the collectives as graph nodes.
+
+What the runs showed when this landed (2026-12-02, torch 2.13, per rank, step 2):
+
+==========================  ==========  ==========  ========
+case                        predicted   measured    error
+==========================  ==========  ==========  ========
+llama_tiny tp 2 (gloo)      7,228,700   7,226,524   +0.03%
+hf_llama tp 2 (gloo)        1,845,980   1,780,908   +3.7% (rank 0), +7.7% (rank 1)
+llama_tiny dp 2 × tp 2      6,245,404   6,000,788   +4.1%
+hf_llama dp 2 × tp 2        1,631,836   1,499,676   +8.8% (step 1: +10.8%)
+==========================  ==========  ==========  ========
+
+The parameters, their FSDP shards and gathered copies, the all-gather buffers and the
+optimizer state match to the byte in every case; the error is all activations and backward
+temporaries, over (never under), largest where the logits are the biggest tensor (hf_llama:
+one (batch, seq, vocab) fp32 tensor, 131,072 B, is the whole dp × tp excess). The bound
+below is that: within 5% under and 12% over, until the logits' path is matched (#45 asks
+±5%: not met yet for hf_llama).
+"""
+from __future__ import annotations
+
+import pytest
+from graphcost.analyzer.measure.parallel import Case, measure_parallel
+from graphcost.passes.errors import GraphcostError
+
+from graphcost import analyze
+
+pytestmark = pytest.mark.every_torch
+
+MODELS = ("llama_tiny", "hf_llama")
+
+
+def _predict(model, mesh):
+    return analyze(f"zoo:{model}", batch=2, train=True, optimizer="adam", what_if=False,
+                   parallel={"mesh": mesh}).parallel
+
+
+def _case(model, p, strategy):
+    return Case(model, strategy, 2, (), tuple(u.name for u in p.units if u.name != "(root)"),
+                tp=2)
+
+
+@pytest.fixture(scope="module")
+def tp_alone():
+    preds = {m: _predict(m, "tp=2") for m in MODELS}
+    return preds, measure_parallel([_case(m, p, "ddp") for m, p in preds.items()], 2)
+
+
+@pytest.fixture(scope="module")
+def fsdp_by_tp():
+    preds = {m: _predict(m, "dp_shard=2,tp=2") for m in MODELS}
+    return preds, measure_parallel([_case(m, p, "fsdp") for m, p in preds.items()], 4,
+                                   fake=True)
+
+
+def _holds(p, m):
+    predicted = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
+    assert 0.95 * m.peak <= predicted <= 1.12 * m.peak, \
+        (m.case.model, m.rank, m.step, predicted, m.peak)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_tensor_parallel_alone_on_two_gloo_ranks(tp_alone, model):
+    preds, runs = tp_alone
+    p = preds[model]
+    rows = [m for m in runs if m.case.model == model]
+    assert len(rows) == 4                                   # 2 ranks × steps 1 and 2
+    for m in rows:
+        _holds(p, m)
+        assert m.categories["Parameter"] == p.breakdown_at_peak["params"]
+        if m.step == 2:
+            assert m.categories["Optstate"] == p.breakdown_at_peak["optimizer_state"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_fsdp_over_tensor_parallel_ranks(fsdp_by_tp, model):
+    preds, runs = fsdp_by_tp
+    p = preds[model]
+    for m in (m for m in runs if m.case.model == model):
+        _holds(p, m)
+        for ours, theirs in (("sharded_params", "Sharded Param"),
+                             ("unsharded_params", "Unsharded Param"),
+                             ("all_gather_buffers", "All Gather")):
+            assert p.detail_at_peak[ours] == m.categories[theirs], (ours, m.step)
+
+
+def test_the_rank_program_holds_its_shards_and_names_its_collectives():
+    whole, rank = _predict("llama_tiny", "dp_shard=1"), _predict("llama_tiny", "tp=2")
+    # llama_tiny: vocab 1,000, d 128, 2 layers, 4 heads (2 KV) of 32, MLP 344, fp32.
+    # A block's linears halve (q 128×128 → 64 rows, k/v 64×128 → 32, o → 64 columns, gate/up
+    # 344 → 172 rows, down → 172 columns), the embedding and head hold 500 of 1,000 rows;
+    # the three RMSNorm weights (3 × 128 per layer + the final 128) stay whole.
+    blocks = 2 * 4 * (128 * 128 + 64 * 128 * 2 + 128 * 128 + 3 * 344 * 128) // 2
+    vocab = 2 * 4 * 500 * 128
+    norms = 4 * (2 * 2 * 128 + 128)
+    assert rank.breakdown_at_peak["params"] == blocks + vocab + norms == 1_239_552
+    assert whole.breakdown_at_peak["params"] == 2 * (blocks + vocab) + norms
+    # the collectives: (batch 2, seq 64, d 128) fp32 = 65,536 B each — forward the embedding
+    # and each block's o_proj and down_proj (5), backward the input gradient of each of the
+    # 11 column-wise linears (5 per block and the head): 16 all-reduces; one all-gather of
+    # the logits, (2, 64, 1,000) fp32 = 512,000 B. Ring over 2 ranks: half of a gather, all
+    # of an all-reduce crosses the link.
+    c = rank.comm
+    assert (c.all_reduce_bytes, c.all_gather_bytes, c.collectives) == (16 * 65_536, 512_000, 17)
+    assert c.wire_bytes == c.by_dim["tp"] == 16 * 65_536 + 256_000
+    assert rank.mesh == {"tp": 2} and (rank.world_size, rank.global_batch) == (2, 2)
+
+
+@pytest.mark.parametrize("model, mesh, said", [
+    ("zoo:hf_gpt2", "tp=2", "tied to the token embedding"),
+    ("zoo:mlp", "tp=2", "Llama-style blocks"),
+    ("zoo:llama_tiny", "tp=8", "does not divide into 8 ranks"),
+    ("zoo:llama_tiny", "tp=auto", "tp is traced at its size"),
+])
+def test_what_tensor_parallelism_cannot_shard_is_refused_by_name(model, mesh, said):
+    with pytest.raises(GraphcostError, match=said):
+        analyze(model, batch=2, train=True, parallel={"mesh": mesh})
