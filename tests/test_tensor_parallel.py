@@ -7,23 +7,24 @@ model's own cross-entropy (transformers' given labels; torchtitan's for the zoo 
 graphcost traces the rank's program (frontends/torch/tensor_parallel.py): the sharded
 linears, the vocabulary-sharded embedding and head, and the collectives as graph nodes.
 
-What the runs showed when this landed (2026-12-02, torch 2.13, per rank, step 2):
+What the runs showed when this landed (2026-12-02, torch 2.13, per rank, step 2; the same on
+four gloo ranks for dp 2 × tp 2):
 
 ==========================  ==========  ==========  ========
 case                        predicted   measured    error
 ==========================  ==========  ==========  ========
 llama_tiny tp 2 (gloo)      7,228,700   7,226,524   +0.03%
-hf_llama tp 2 (gloo)        1,845,980   1,780,908   +3.7% (rank 0), +7.7% (rank 1)
-llama_tiny dp 2 × tp 2      6,245,404   6,000,788   +4.1%
-hf_llama dp 2 × tp 2        1,631,836   1,499,676   +8.8% (step 1: +10.8%)
+hf_llama tp 2 (gloo)        1,845,980   1,844,892   +0.06%
+llama_tiny dp 2 × tp 2      6,245,404   6,000,788   +4.1% (step 1: +5.1%)
+hf_llama dp 2 × tp 2        1,631,836   1,630,748   +0.07%
 ==========================  ==========  ==========  ========
 
 The parameters, their FSDP shards and gathered copies, the all-gather buffers and the
-optimizer state match to the byte in every case; the error is all activations and backward
-temporaries, over (never under), largest where the logits are the biggest tensor (hf_llama:
-one (batch, seq, vocab) fp32 tensor, 131,072 B, is the whole dp × tp excess). The bound
-below is that: within 5% under and 12% over, until the logits' path is matched (#45 asks
-±5%: not met yet for hf_llama).
+optimizer state match to the byte in every case. Step 1 (Adam's state made during the step)
+is within 5% (hf_llama tp 2: −2.3%, DTensor's first step holding one more embedding-sized
+gradient and state temporaries). Within 5% either way is #45's bound; llama_tiny's dp × tp
+step holds about one rank's logit slice (b, s, V/2) fp32 = 256,000 B less than graphcost
+predicts while its tensor-parallel step alone matches to 0.03%: not yet explained.
 """
 from __future__ import annotations
 
@@ -61,9 +62,9 @@ def fsdp_by_tp():
                                    fake=True)
 
 
-def _holds(p, m):
+def _holds(p, m, over=0.05):
     predicted = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
-    assert 0.95 * m.peak <= predicted <= 1.12 * m.peak, \
+    assert 0.95 * m.peak <= predicted <= (1 + over) * m.peak, \
         (m.case.model, m.rank, m.step, predicted, m.peak)
 
 
@@ -85,7 +86,8 @@ def test_fsdp_over_tensor_parallel_ranks(fsdp_by_tp, model):
     preds, runs = fsdp_by_tp
     p = preds[model]
     for m in (m for m in runs if m.case.model == model):
-        _holds(p, m)
+        # llama_tiny's step 1 is +5.1% (module docstring): 6% over until that is found
+        _holds(p, m, over=0.06)
         for ours, theirs in (("sharded_params", "Sharded Param"),
                              ("unsharded_params", "Unsharded Param"),
                              ("all_gather_buffers", "All Gather")):

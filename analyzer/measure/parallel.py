@@ -5,9 +5,11 @@ trackers: what graphcost's per-rank predictions (passes/parallel/step.py) are ch
 127.0.0.1) and runs every case in each of them: the zoo model with seeded weights, wrapped as
 the strategy says — DistributedDataParallel (``ddp``), DDP + ZeroRedundancyOptimizer
 (``zero1``), ``fully_shard`` on each unit and on the root (``fsdp``/``zero3``; ``zero2`` with
-``reshard_after_forward=False``) — trained with Adam for steps 1 and 2 (zero_grad(set_to_none),
-the sum of the floating outputs as the loss, backward, step; step 2 is the lower of steps 2 and
-3 under fully_shard, see ``_run_case``), each step under a fresh tracker:
+``reshard_after_forward=False``), HSDP on a 2-D mesh (``replicate``), DTensor tensor
+parallelism (``tp``) — trained with Adam for steps 1 and 2 (zero_grad(set_to_none), graphcost's
+loss — lm_loss.py: a language model's cross-entropy, else the sum of the floating outputs —,
+backward, step; step 2 is the lower of steps 2 and 3 under fully_shard, see ``_run_case``),
+each step under a fresh tracker:
 FSDPMemTracker for fully_shard, MemTracker for the others (tracking the model and the optimizer
 that holds the state: ZeroRedundancyOptimizer's local one). ``fake=True`` runs one process
 with PyTorch's fake process group (collectives are no-ops), which lets fully_shard run at any
@@ -148,7 +150,7 @@ def _run_case(case: Case, rank: int, steps):
 
     from ... import models_zoo
     from ..frontends.torch.capture import real_inputs
-    from .reference import training_loss_of
+    from .reference import held_loss_of
 
     model = models_zoo.build_model(case.model, eval=False)
     spec = models_zoo.get(case.model)
@@ -180,10 +182,12 @@ def _run_case(case: Case, rank: int, steps):
         try:
             with tracker:
                 opt.zero_grad(set_to_none=True)
+                # the loop holds what the model returned beside its own loss (a transformers
+                # LM's logits) through the backward, as graphcost's step does (lm_loss.py)
                 with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
-                    loss = training_loss_of(model, args)
+                    loss, held = held_loss_of(model, args)
                 loss.backward()
-                del loss
+                del loss, held
                 opt.step()
         finally:
             gc.enable()
