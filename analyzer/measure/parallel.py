@@ -218,40 +218,6 @@ def _mesh(case: Case):
                             mesh_dim_names=("dp_replicate", "dp_shard"))
 
 
-def _tensor_parallel(model, mesh) -> None:
-    """torchtitan's plan for a Llama-style decoder, by DTensor: q/k/v and gate/up column-
-    wise, o and down row-wise, the token embedding row-wise (vocabulary rows) and the LM head
-    column-wise with a replicated output — the module names graphcost's rank program shards
-    (frontends/torch/tensor_parallel.py)."""
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        parallelize_module,
-    )
-
-    from ..frontends.torch.tensor_parallel import (
-        COLWISE,
-        ROWWISE,
-        local_head_counts,
-        vocab_layers,
-    )
-
-    names = {id(m): n for n, m in model.named_modules()}
-    plan = {}
-    for name, _ in model.named_modules():
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf in COLWISE + ROWWISE:
-            plan[name] = ColwiseParallel() if leaf in COLWISE else RowwiseParallel()
-    tokens, head = vocab_layers(model)
-    if tokens is not None:
-        plan[names[id(tokens)]] = RowwiseParallel(input_layouts=Replicate())
-    if head is not None:
-        plan[names[id(head)]] = ColwiseParallel(output_layouts=Replicate())
-    parallelize_module(model, mesh, plan)
-    local_head_counts(model, mesh.size())
-
-
 def _wrap(model, case: Case, mesh=None):
     """The model and optimizer as the strategy wraps them, a tracker factory, and (DDP) the
     list its comm hook fills with the gradient buckets."""
@@ -261,7 +227,8 @@ def _wrap(model, case: Case, mesh=None):
 
     if case.tp > 1:
         assert mesh is not None  # (_mesh makes one for every tensor-parallel case)
-        _tensor_parallel(model, mesh["tp"])
+        from .tensor_plan import apply_tensor_parallel
+        apply_tensor_parallel(model, mesh["tp"])
         mesh = mesh["dp_shard"] if mesh.size(0) > 1 else None
         if mesh is None and case.strategy == Strategy.DDP:   # tp alone: no wrapper
             from torch.distributed._tools.mem_tracker import MemTracker

@@ -14,10 +14,14 @@ FAMILY = "collectives"
 COPY = "graphcost.tp_copy.default"
 ALL_REDUCE = "graphcost.tp_all_reduce.default"
 GATHER_LAST = "graphcost.tp_gather_last.default"
+GATHER_SEQ = "graphcost.tp_gather_seq.default"
+SCATTER_SEQ = "graphcost.tp_scatter_seq.default"
 
-# op -> the collective it runs (its output's bytes are the collective's buffer)
-COLLECTIVES: Mapping[str, str] = MappingProxyType({ALL_REDUCE: "all_reduce",
-                                                   GATHER_LAST: "all_gather"})
+# op -> the collective it runs: the bytes of the collective's buffer are the output's (an
+# all-reduce, an all-gather) or the input's (a reduce-scatter)
+COLLECTIVES: Mapping[str, str] = MappingProxyType({
+    ALL_REDUCE: "all_reduce", GATHER_LAST: "all_gather", GATHER_SEQ: "all_gather",
+    SCATTER_SEQ: "reduce_scatter"})
 
 zero_cost(COPY, reason="a replicated input handed to tensor-parallel work: the same tensor "
           "(no copy); its gradient is all-reduced in backward", alias=True,
@@ -25,5 +29,7 @@ zero_cost(COPY, reason="a replicated input handed to tensor-parallel work: the s
 zero_cost(ALL_REDUCE, reason="a collective: the tensor-parallel ranks' partial sums added "
           "across the link into a new tensor (the adds are not counted)", same_shape=True,
           family=FAMILY)
-zero_cost(GATHER_LAST, reason="a collective: the tensor-parallel ranks' slices of the last "
-          "dim gathered across the link", family=FAMILY)
+zero_cost(GATHER_LAST, GATHER_SEQ, reason="a collective: the tensor-parallel ranks' slices "
+          "gathered across the link", family=FAMILY)
+zero_cost(SCATTER_SEQ, reason="a collective: the tensor-parallel ranks' partial sums added "
+          "across the link, each rank keeping its sequence shard", family=FAMILY)

@@ -4,8 +4,9 @@ The graph a tensor-parallel rank runs is already its own (the module rewritten i
 rank's program before the trace: analyzer/frontends/torch/tensor_parallel.py), so its
 activations, sharded parameters and gradients are the traced step's; what this adds is the
 volume of the collectives the program calls, each a node of the graph (passes/costs/
-collectives.py): an all-reduce of S bytes sends 2·(T−1)/T·S over the rank's link with the
-ring algorithm, an all-gather whose output is S bytes (T−1)/T·S.
+collectives.py): with the ring algorithms an all-reduce of S bytes sends 2·(T−1)/T·S over
+the rank's link, an all-gather whose output is S bytes and a reduce-scatter whose input is S
+bytes (T−1)/T·S each.
 """
 from __future__ import annotations
 
@@ -16,31 +17,30 @@ from ..ir import Graph
 from .comm import CommVolume
 
 
-def tp_collectives(graph: Graph) -> tuple[int, int, int]:
-    """(bytes all-reduced, bytes all-gathered, calls) by the graph's collective nodes."""
-    reduced = gathered = calls = 0
+def tp_collectives(graph: Graph) -> dict[str, int]:
+    """Bytes of each collective the graph's nodes run (all_reduce, all_gather,
+    reduce_scatter: the buffer NCCL's tests size them by), and ``calls``."""
+    out = dict(all_reduce=0, all_gather=0, reduce_scatter=0, calls=0)
     for node in graph.nodes:
         kind = COLLECTIVES.get(node.op)
         if kind is None:
             continue
-        size = sum(graph.values[o].spec.nbytes or 0 for o in node.outputs)
-        calls += 1
-        if kind == "all_reduce":
-            reduced += size
-        else:
-            gathered += size
-    return reduced, gathered, calls
+        ends = node.inputs[:1] if kind == "reduce_scatter" else node.outputs
+        out[kind] += sum(graph.values[v].spec.nbytes or 0 for v in ends)
+        out["calls"] += 1
+    return out
 
 
 def with_tensor_parallel(comm: CommVolume, graph: Graph, tp: int) -> CommVolume:
     """``comm`` with the tensor-parallel collectives of ``graph`` over ``tp`` ranks."""
     if tp <= 1:
         return comm
-    reduced, gathered, calls = tp_collectives(graph)
-    wire = round((tp - 1) / tp * (2 * reduced + gathered))
+    c = tp_collectives(graph)
+    wire = round((tp - 1) / tp * (2 * c["all_reduce"] + c["all_gather"] + c["reduce_scatter"]))
     total = comm.wire_bytes + wire
-    return replace(comm, all_reduce_bytes=comm.all_reduce_bytes + reduced,
-                   all_gather_bytes=comm.all_gather_bytes + gathered,
-                   wire_bytes=total, collectives=comm.collectives + calls,
+    return replace(comm, all_reduce_bytes=comm.all_reduce_bytes + c["all_reduce"],
+                   all_gather_bytes=comm.all_gather_bytes + c["all_gather"],
+                   reduce_scatter_bytes=comm.reduce_scatter_bytes + c["reduce_scatter"],
+                   wire_bytes=total, collectives=comm.collectives + c["calls"],
                    seconds=total / comm.bandwidth if comm.bandwidth else None,
                    by_dim={**comm.by_dim, "tp": wire})

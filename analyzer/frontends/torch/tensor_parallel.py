@@ -1,31 +1,31 @@
-"""One tensor-parallel rank's program: the module rewritten into what the rank runs under
-torchtitan's / Megatron-LM's plan for a Llama-style decoder, then traced like any module.
+"""One tensor-parallel rank's program: the module rewritten into what the rank runs under the
+tensor-parallel plan of a Llama-style decoder, then traced like any module.
 
 PyTorch's own DTensor plan cannot be traced here (``aot_export_module`` refuses tensor
 subclasses such as DTensor parameters, and ``torch.export`` cannot carry a DTensorSpec), so
-the plan is applied as DTensor applies it to the rank's local tensors (``--parallel tp=T``):
+the plan is applied as DTensor applies it to the rank's local tensors (``--parallel tp=T``),
+its collectives the ops of tp_collectives.py. Two plans, each the one its engine runs:
 
-* **column-wise** (``ColwiseParallel``: q/k/v_proj, gate/up_proj): the weight's rows (and
-  bias) sharded, the input replicated — identity forward, its gradient all-reduced in
-  backward (DTensor's ``from_local`` of a Replicate input; Megatron's ``f``);
-* **row-wise** (``RowwiseParallel``: o_proj, down_proj): the weight's columns sharded, the
-  partial output all-reduced in forward (a new tensor, as ``funcol.all_reduce`` makes),
-  identity in backward (Megatron's ``g``); a bias is added after the reduction;
-* **the token embedding** row-wise (``RowwiseParallel`` on an ``nn.Embedding``: vocabulary
-  rows sharded): ids outside the rank's rows masked to 0, looked up, the masked rows zeroed,
-  the partial output all-reduced (DTensor's ``MaskPartial``);
-* **the LM head** column-wise with a replicated output (``ColwiseParallel(output_layouts=
-  Replicate())``): the rank's vocabulary slice of the logits, all-gathered on dim 0 and
-  re-cut onto the last dim (``funcol.all_gather_tensor``: a gathered copy, then the cat), so
-  the loss sees the whole vocabulary;
-* attention's head counts (``n_head``/``n_kv``-style attributes) divided by T: the local
-  q/k/v hold T times fewer heads. Norms and everything else stay replicated.
+* **torchtitan's** (``parallelize_llama``), for a model that is not transformers': sequence
+  parallel. Between blocks the residual stream is sharded on the sequence (dim 1): the token
+  embedding's partial output reduce-scattered onto it, the norms run on the shard
+  (``SequenceParallel``), an attention or MLP module's input all-gathered once
+  (``PrepareModuleInput``: its gradient reduce-scattered in backward), its row-wise output
+  reduce-scattered back (``RowwiseParallel(output_layouts=Shard(1))``), the head's input
+  all-gathered (``ColwiseParallel(input_layouts=Shard(1))``);
+* **transformers'** ``base_model_tp_plan`` (``"colwise"``/``"rowwise"``, the head
+  ``"colwise_rep"``), for a transformers model: no sequence parallelism. A column-wise
+  linear's replicated input is the same tensor forward, its gradient all-reduced in backward
+  (Megatron's ``f``); a row-wise output and the embedding's are all-reduced (``g``).
 
-The collectives are two custom ops (``graphcost::tp_all_reduce``, ``graphcost::tp_all_gather``)
-with fake kernels: they show in the IR as nodes whose rule (passes/costs/collectives.py) moves
-their bytes and does no arithmetic, and the parallel pass sums them into the ``tp``
-dimension's communication. Not modelled yet: sequence parallelism, loss parallelism, tied
-embeddings, fused q/k/v (GPT-2's ``c_attn``): refused by name.
+In both, q/k/v and gate/up are column-wise (the weight's rows and bias sharded), o and down
+row-wise (the weight's columns; a bias added after the reduction); the token embedding
+row-wise over its vocabulary (ids outside the rank's rows masked to 0, looked up, those rows
+zeroed: DTensor's ``MaskPartial``); the LM head column-wise with its logits all-gathered on the
+last dim for the loss; attention's head counts (``n_head``/``n_kv``-style attributes) divided
+by T, so the local q/k/v views hold the rank's heads. Not modelled: loss parallelism, async
+TP, tied embeddings and fused q/k/v (GPT-2's ``c_attn``: refused by name), the norm weights'
+gradient all-reduce under sequence parallelism (a few KiB).
 """
 from __future__ import annotations
 
@@ -36,113 +36,74 @@ import torch
 import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
+from .tp_collectives import (
+    tp_all_reduce,
+    tp_copy,
+    tp_gather_last,
+    tp_gather_seq,
+    tp_scatter_seq,
+)
 
 COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROWWISE = ("o_proj", "down_proj")
 HEAD_COUNTS = ("n_head", "n_kv", "n_heads", "n_kv_heads", "num_heads", "num_key_value_heads")
 
 
-@torch.library.custom_op("graphcost::tp_copy", mutates_args=())
-def tp_copy(x: torch.Tensor, group: int) -> torch.Tensor:
-    """A replicated input handed to sharded work: the same tensor (its rule is an alias; a
-    custom op may not return its input, so the kernel copies); its gradient all-reduced."""
-    return x.clone()
-
-
-@torch.library.custom_op("graphcost::tp_all_reduce", mutates_args=())
-def tp_all_reduce(x: torch.Tensor, group: int) -> torch.Tensor:
-    """The sum over the ``group`` ranks, a new tensor (``funcol.all_reduce``); its gradient
-    passed through."""
-    return x.clone()
-
-
-@torch.library.custom_op("graphcost::tp_gather_last", mutates_args=())
-def tp_gather_last(x: torch.Tensor, group: int) -> torch.Tensor:
-    """The ranks' slices of the last dim gathered (``funcol.all_gather_tensor``); the
-    gradient's own slice taken back (DTensor's Replicate -> Shard(-1): a clone)."""
-    return x.repeat(*([1] * (x.dim() - 1)), group)
-
-
-@tp_copy.register_fake
-def _(x: torch.Tensor, group: int) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-@tp_all_reduce.register_fake
-def _(x: torch.Tensor, group: int) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
-@tp_gather_last.register_fake
-def _(x: torch.Tensor, group: int) -> torch.Tensor:
-    return x.new_empty((*x.shape[:-1], x.shape[-1] * group))
-
-
-def _keep_group(ctx, inputs, output) -> None:
-    ctx.group = inputs[1]
-
-
-def _copy_backward(ctx, grad):
-    return tp_all_reduce(grad, ctx.group), None
-
-
-def _reduce_backward(ctx, grad):
-    return grad, None
-
-
-def _gather_backward(ctx, grad):
-    return torch.chunk(grad, ctx.group, dim=-1)[0].clone(
-        memory_format=torch.contiguous_format), None
-
-
-tp_copy.register_autograd(_copy_backward, setup_context=_keep_group)
-tp_all_reduce.register_autograd(_reduce_backward, setup_context=_keep_group)
-tp_gather_last.register_autograd(_gather_backward, setup_context=_keep_group)
-
-
 class ColwiseLinear(torch.nn.Linear):
-    """A column-wise sharded linear: this rank's ``out_features`` (of ``full_out``)."""
+    """A column-wise sharded linear: this rank's ``out_features`` (of ``full_out``). Its
+    input is replicated (``copy``: the gradient all-reduced) or all-gathered before it
+    (sequence parallel: ``gather_seq`` on the head, the module's pre-hook elsewhere)."""
 
-    def __init__(self, base: torch.nn.Linear, group: int, gather: bool = False):
+    def __init__(self, base: torch.nn.Linear, group: int, *, copy: bool = True,
+                 gather_seq: bool = False, gather_out: bool = False):
         rows = math.ceil(base.out_features / group)
         super().__init__(base.in_features, rows, bias=base.bias is not None,
                          device=base.weight.device, dtype=base.weight.dtype)
-        self.group, self.gather, self.full_out = group, gather, base.out_features
+        self.group, self.full_out = group, base.out_features
+        self.copy, self.gather_seq, self.gather_out = copy, gather_seq, gather_out
         _same_grad(self, base)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
-        y = F.linear(tp_copy(input, self.group), self.weight, self.bias)
-        return tp_gather_last(y, self.group) if self.gather else y
+        x = tp_gather_seq(input, self.group) if self.gather_seq else \
+            tp_copy(input, self.group) if self.copy else input
+        y = F.linear(x, self.weight, self.bias)
+        return tp_gather_last(y, self.group) if self.gather_out else y
 
 
 class RowwiseLinear(torch.nn.Linear):
-    """A row-wise sharded linear: this rank's ``in_features``; the output all-reduced."""
+    """A row-wise sharded linear: this rank's ``in_features``; the partial output all-reduced
+    (or reduce-scattered onto the sequence shard: ``scatter_seq``)."""
 
-    def __init__(self, base: torch.nn.Linear, group: int):
+    def __init__(self, base: torch.nn.Linear, group: int, *, scatter_seq: bool = False):
         super().__init__(math.ceil(base.in_features / group), base.out_features,
                          bias=base.bias is not None, device=base.weight.device,
                          dtype=base.weight.dtype)
-        self.group = group
+        self.group, self.scatter_seq = group, scatter_seq
         _same_grad(self, base)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
-        y = tp_all_reduce(F.linear(input, self.weight), self.group)
+        y = _reduced(F.linear(input, self.weight), self.group, self.scatter_seq)
         return y if self.bias is None else y + self.bias
 
 
 class VocabEmbedding(torch.nn.Embedding):
     """A vocabulary-sharded embedding (rank 0's rows, the largest share): ``full_rows``."""
 
-    def __init__(self, base: torch.nn.Embedding, group: int):
+    def __init__(self, base: torch.nn.Embedding, group: int, *, scatter_seq: bool = False):
         super().__init__(math.ceil(base.num_embeddings / group), base.embedding_dim,
                          device=base.weight.device, dtype=base.weight.dtype)
-        self.group, self.full_rows = group, base.num_embeddings
+        self.group, self.full_rows, self.scatter_seq = group, base.num_embeddings, scatter_seq
         _same_grad(self, base)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Embedding's parameter name)
         outside = (input < 0) | (input >= self.num_embeddings)   # rank 0: rows [0, rows)
         out = F.embedding(input.masked_fill(outside, 0), self.weight)
-        return tp_all_reduce(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group)
+        return _reduced(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group,
+                        self.scatter_seq)
+
+
+def _reduced(x: torch.Tensor, group: int, scatter_seq: bool) -> torch.Tensor:
+    return tp_scatter_seq(x, group) if scatter_seq else tp_all_reduce(x, group)
 
 
 def _same_grad(new: torch.nn.Module, base: torch.nn.Module) -> None:
@@ -150,30 +111,71 @@ def _same_grad(new: torch.nn.Module, base: torch.nn.Module) -> None:
         p.requires_grad_(q.requires_grad)
 
 
+def is_transformers(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is (or wraps) a transformers model: its engine's plan has no
+    sequence parallelism."""
+    return any(type(m).__module__.startswith("transformers.") for m in model.modules())
+
+
 def tensor_parallel(module: torch.nn.Module, group: int) -> torch.nn.Module:
     """A copy of ``module`` as one of ``group`` tensor-parallel ranks runs it (checked: a
-    Llama-style decoder whose sharded sizes divide)."""
+    Llama-style decoder whose sharded sizes divide), under its engine's plan."""
     model = copy.deepcopy(module)
+    sequence = not is_transformers(model)
     tokens, head = vocab_layers(model)
     if tokens is not None and head is not None and head.weight is tokens.weight:
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: the LM head is tied to "
                              "the token embedding; tensor parallelism of tied embeddings is "
                              "not modelled")
-    sharded = 0
-    for name, child in list(model.named_modules()):
-        leaf = name.rsplit(".", 1)[-1]
-        if isinstance(child, torch.nn.Linear) and leaf in COLWISE + ROWWISE:
-            _divides(name, child.out_features if leaf in COLWISE else child.in_features, group)
-            new = ColwiseLinear(child, group) if leaf in COLWISE else RowwiseLinear(child, group)
-            model.set_submodule(name, new)
-            sharded += 1
-    if not sharded:
+    parents = _shard_blocks(model, group, sequence)
+    if not parents:
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: graphcost shards "
                              f"Llama-style blocks ({', '.join(COLWISE + ROWWISE)} linears, as "
                              "torchtitan's plan names them); this model has none")
-    _shard_vocab(model, tokens, head, group)
+    for parent in parents if sequence else ():
+        parent.register_forward_pre_hook(_gathering(group), with_kwargs=True)
+    names = {id(m): n for n, m in model.named_modules()}
+    if tokens is not None:
+        model.set_submodule(names[id(tokens)],
+                            VocabEmbedding(tokens, group, scatter_seq=sequence))
+    if head is not None:
+        model.set_submodule(names[id(head)], ColwiseLinear(
+            head, group, copy=not sequence, gather_seq=sequence, gather_out=True))
     local_head_counts(model, group)
     return model
+
+
+def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool) -> list:
+    """Each q/k/v/o and gate/up/down linear replaced by its shard; returns the modules that
+    hold column-wise ones (the attention and MLP modules, whose input sequence parallelism
+    gathers)."""
+    parents = []
+    for name, child in list(model.named_modules()):
+        for leaf, linear in list(child.named_children()):
+            if not isinstance(linear, torch.nn.Linear) or leaf not in COLWISE + ROWWISE:
+                continue
+            path = f"{name}.{leaf}" if name else leaf
+            if leaf in COLWISE:
+                _divides(path, linear.out_features, group)
+                child.set_submodule(leaf, ColwiseLinear(linear, group, copy=not sequence))
+                parents += [child] if child not in parents else []
+            else:
+                _divides(path, linear.in_features, group)
+                child.set_submodule(leaf, RowwiseLinear(linear, group, scatter_seq=sequence))
+    return parents
+
+
+def _gathering(group: int):
+    """A pre-hook gathering a module's first input (or ``hidden_states``) from its sequence
+    shards: ``PrepareModuleInput(Shard(1) -> Replicate())``."""
+    def hook(_module, args, kwargs):
+        if args and isinstance(args[0], torch.Tensor):
+            return (tp_gather_seq(args[0], group), *args[1:]), kwargs
+        if isinstance(kwargs.get("hidden_states"), torch.Tensor):
+            return args, {**kwargs, "hidden_states": tp_gather_seq(kwargs["hidden_states"],
+                                                                   group)}
+        return None
+    return hook
 
 
 def local_head_counts(model: torch.nn.Module, group: int) -> None:
@@ -186,14 +188,6 @@ def local_head_counts(model: torch.nn.Module, group: int) -> None:
             if isinstance(count, int) and not isinstance(count, bool) and count > 1:
                 _divides(f"{name}.{attr}", count, group)
                 setattr(child, attr, count // group)
-
-
-def _shard_vocab(model, tokens, head, group: int) -> None:
-    names = {id(m): n for n, m in model.named_modules()}
-    if tokens is not None:
-        model.set_submodule(names[id(tokens)], VocabEmbedding(tokens, group))
-    if head is not None:
-        model.set_submodule(names[id(head)], ColwiseLinear(head, group, gather=True))
 
 
 def vocab_layers(model: torch.nn.Module):
