@@ -151,6 +151,7 @@ def _run_case(case: Case, rank: int, steps):
     from ... import models_zoo
     from ..frontends.torch.capture import real_inputs
     from .reference import held_loss_of
+    from .tensor_plan import loss_context
 
     model = models_zoo.build_model(case.model, eval=False)
     spec = models_zoo.get(case.model)
@@ -184,10 +185,11 @@ def _run_case(case: Case, rank: int, steps):
                 opt.zero_grad(set_to_none=True)
                 # the loop holds what the model returned beside its own loss (a transformers
                 # LM's logits) through the backward, as graphcost's step does (lm_loss.py)
-                with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
-                    loss, held = held_loss_of(model, args)
-                loss.backward()
-                del loss, held
+                with loss_context(model, case.tp):
+                    with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+                        loss, held = held_loss_of(model, args)
+                    loss.backward()
+                    del loss, held
                 opt.step()
         finally:
             gc.enable()

@@ -10,9 +10,22 @@ tensor_parallel.py), in PyTorch's own ``parallelize_module`` styles, on the same
   redistributed ``Shard(1) -> Replicate()`` (``PrepareModuleInput``, here a pre-hook: the
   zoo's modules take (x, cos, sin) positionally), o and down ``RowwiseParallel(
   output_layouts=Shard(1))``, the head ``ColwiseParallel(input_layouts=Shard(1),
-  output_layouts=Replicate())``.
+  output_layouts=Shard(-1), use_local_output=False)``, its loss under ``loss_parallel()``
+  (``loss_context``).
 """
 from __future__ import annotations
+
+
+def loss_context(model, tp: int):
+    """What the step's loss and backward run under: ``loss_parallel()`` for torchtitan's
+    plan (its cross-entropy on the sharded logits), else nothing."""
+    import contextlib
+
+    from ..frontends.torch.tensor_parallel import is_transformers
+    if tp == 1 or is_transformers(model):
+        return contextlib.nullcontext()
+    from torch.distributed.tensor.parallel import loss_parallel
+    return loss_parallel()
 
 
 def apply_tensor_parallel(model, mesh) -> None:
@@ -50,9 +63,10 @@ def apply_tensor_parallel(model, mesh) -> None:
     tokens, head = vocab_layers(model)
     if tokens is not None:
         plan[names[id(tokens)]] = RowwiseParallel(input_layouts=Replicate(), **seq)
-    if head is not None:
+    if head is not None:   # torchtitan's logits stay sharded for loss_parallel()
         plan[names[id(head)]] = ColwiseParallel(
-            input_layouts=Shard(1) if sequence else Replicate(), output_layouts=Replicate())
+            input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False) \
+            if sequence else ColwiseParallel(output_layouts=Replicate())
     parallelize_module(model, mesh, plan)
     for parent in dict.fromkeys(parents) if sequence else ():
         model.get_submodule(parent).register_forward_pre_hook(_replicated_input(mesh))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..costs.collectives import COLLECTIVES
+from ..costs.collectives import COLLECTIVES, ROW_ALL_REDUCES
 from ..ir import Graph
 from .comm import CommVolume
 
@@ -22,6 +22,13 @@ def tp_collectives(graph: Graph) -> dict[str, int]:
     reduce_scatter: the buffer NCCL's tests size them by), and ``calls``."""
     out = dict(all_reduce=0, all_gather=0, reduce_scatter=0, calls=0)
     for node in graph.nodes:
+        per_row = ROW_ALL_REDUCES.get(node.op, 0)
+        if per_row:   # one value of each row of its first input, fp32, per all-reduce
+            spec = graph.values[node.inputs[0]].spec
+            last = spec.shape[-1] if spec.shape else None
+            rows = (spec.numel or 0) // last if isinstance(last, int) and last else 0
+            out["all_reduce"] += per_row * 4 * rows
+            out["calls"] += per_row
         kind = COLLECTIVES.get(node.op)
         if kind is None:
             continue

@@ -38,6 +38,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 from ....passes.choices import Loss
 from ....passes.errors import GraphcostError, opt
 from .loss_kernels import floating_leaves, returned_loss, split_loss, summed
+from .tp_collectives import tp_cross_entropy
 
 CHUNKS = 8          # torchtune's CEWithChunkedOutputLoss default (num_output_chunks)
 LABELS = "graphcost_labels"   # the keyword a computed loss's labels travel under
@@ -53,6 +54,16 @@ class LossPlan:
     chunks: int = CHUNKS
     hf_labels: bool = False     # a transformers causal LM computes it, given ``labels``
     auto: bool = False          # asked ``auto``: a loss the model returns wins
+    # a tensor-parallel rank whose logits stay sharded over this many ranks (loss
+    # parallelism: tensor_parallel.py's head); 0: the whole vocabulary
+    loss_parallel: int = 0
+
+    @property
+    def logit_width(self) -> int | None:
+        """The logits' last dim as the step sees them: the vocabulary, or a rank's slice."""
+        if self.vocab is None or not self.loss_parallel:
+            return self.vocab
+        return -(-self.vocab // self.loss_parallel)
 
 
 # graphcost's loss where none is asked: the model's own where it returns one, else the sum
@@ -77,6 +88,14 @@ def plan_loss(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any],
     if causal and asked in (Loss.AUTO, Loss.CE):
         return LossPlan(Loss.CE, f"cross-entropy over {vocab:,} tokens, fp32 logits (the "
                         "model's own, given labels: ForCausalLMLoss)", vocab, hf_labels=True)
+    group = max((getattr(m, "loss_parallel", 0) for m in model.modules()), default=0)
+    if group and asked in (Loss.AUTO, Loss.CE):
+        return LossPlan(Loss.CE, f"cross-entropy over {vocab:,} tokens, fp32 logits "
+                        f"(torchtitan's), loss parallel: each of {group} ranks on its "
+                        "vocabulary slice", vocab, auto=asked == Loss.AUTO, loss_parallel=group)
+    if group:
+        raise GraphcostError(f"{opt('loss', value=asked)} with tensor parallelism: modelled "
+                             f"as torchtitan runs it, {opt('loss', value='ce')} (loss parallel)")
     if asked == Loss.CHUNKED_CE:
         return LossPlan(Loss.CHUNKED_CE, f"cross-entropy over {vocab:,} tokens in {CHUNKS} "
                         "chunks, fp32 (torchtune's CEWithChunkedOutputLoss)", vocab)
@@ -118,7 +137,7 @@ def step_loss(model: torch.nn.Module, plan: LossPlan, args: tuple, kwargs: dict[
     if plan.auto and own_loss(out):
         loss, held = split_loss(out)
         return loss, held, "the model's own (the loss it returned)"
-    logits = logits_of(out, plan.vocab)
+    logits = logits_of(out, plan.logit_width)
     if logits is None and plan.auto:  # token ids in, no logits out: an encoder, a classifier
         return (*split_loss(out), OWN_OR_SUM.words)
     if logits is None:
@@ -128,6 +147,8 @@ def step_loss(model: torch.nn.Module, plan: LossPlan, args: tuple, kwargs: dict[
     if plan.kind == Loss.CHUNKED_CE:
         return chunked_ce(list(logits.chunk(plan.chunks, dim=1)), labels, plan.chunks), (), \
             plan.words
+    if plan.loss_parallel:   # under torchtitan's loss_parallel(): each rank's slice
+        return tp_cross_entropy(logits, labels, plan.loss_parallel), (), plan.words
     # torchtitan: loss = loss_fn(pred, labels); del pred; loss.backward() — nothing held
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(),
                                              labels.flatten(0, 1)), (), plan.words

@@ -21,10 +21,11 @@ its collectives the ops of tp_collectives.py. Two plans, each the one its engine
 In both, q/k/v and gate/up are column-wise (the weight's rows and bias sharded), o and down
 row-wise (the weight's columns; a bias added after the reduction); the token embedding
 row-wise over its vocabulary (ids outside the rank's rows masked to 0, looked up, those rows
-zeroed: DTensor's ``MaskPartial``); the LM head column-wise with its logits all-gathered on the
-last dim for the loss; attention's head counts (``n_head``/``n_kv``-style attributes) divided
-by T, so the local q/k/v views hold the rank's heads. Not modelled: loss parallelism, async
-TP, tied embeddings and fused q/k/v (GPT-2's ``c_attn``: refused by name), the norm weights'
+zeroed: DTensor's ``MaskPartial``); the LM head column-wise — torchtitan's logits stay
+sharded on the vocabulary for a loss-parallel cross-entropy (``loss_parallel()``,
+tp_collectives.tp_cross_entropy), transformers' are all-gathered on the last dim for the
+loss; attention's head counts (``n_head``/``n_kv``-style attributes) divided
+by T, so the local q/k/v views hold the rank's heads. Not modelled: async TP, tied embeddings and fused q/k/v (GPT-2's ``c_attn``: refused by name), the norm weights'
 gradient all-reduce under sequence parallelism (a few KiB).
 """
 from __future__ import annotations
@@ -61,6 +62,9 @@ class ColwiseLinear(torch.nn.Linear):
                          device=base.weight.device, dtype=base.weight.dtype)
         self.group, self.full_out = group, base.out_features
         self.copy, self.gather_seq, self.gather_out = copy, gather_seq, gather_out
+        # the head whose logits stay sharded on the vocabulary: the loss runs on each rank's
+        # slice (loss parallelism; lm_loss.py reads this)
+        self.loss_parallel = 0
         _same_grad(self, base)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
@@ -138,9 +142,11 @@ def tensor_parallel(module: torch.nn.Module, group: int) -> torch.nn.Module:
     if tokens is not None:
         model.set_submodule(names[id(tokens)],
                             VocabEmbedding(tokens, group, scatter_seq=sequence))
-    if head is not None:
-        model.set_submodule(names[id(head)], ColwiseLinear(
-            head, group, copy=not sequence, gather_seq=sequence, gather_out=True))
+    if head is not None:   # torchtitan: loss parallel; transformers: the logits gathered
+        sharded = ColwiseLinear(head, group, copy=not sequence, gather_seq=sequence,
+                                gather_out=not sequence)
+        sharded.loss_parallel = group if sequence else 0
+        model.set_submodule(names[id(head)], sharded)
     local_head_counts(model, group)
     return model
 

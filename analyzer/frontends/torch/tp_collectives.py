@@ -107,3 +107,66 @@ tp_all_reduce.register_autograd(_reduce_backward, setup_context=_keep_group)
 tp_gather_last.register_autograd(_gather_last_backward, setup_context=_keep_group)
 tp_gather_seq.register_autograd(_gather_seq_backward, setup_context=_keep_group)
 tp_scatter_seq.register_autograd(_scatter_seq_backward, setup_context=_keep_group)
+
+
+# Loss parallelism (torchtitan's default with tensor parallelism: ``loss_parallel()``): the
+# logits stay sharded on the vocabulary and cross-entropy runs on each rank's slice, as
+# DTensor's handlers in torch/distributed/tensor/parallel/loss.py compute it: a log-softmax
+# whose row max and sum of exponentials are all-reduced, saved by autograd; an NLL whose
+# backward computes the log-softmax's gradient too, ``(one_hot_masked + exp(logp)) * grad``,
+# while the log-softmax's output is still held (its own backward only passes the gradient
+# on). One op here, returning the loss and the saved log-probabilities.
+
+@torch.library.custom_op("graphcost::tp_cross_entropy", mutates_args=())
+def tp_cross_entropy_op(logits: torch.Tensor, target: torch.Tensor,
+                        group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the mean NLL of the targets, each read on the rank holding it; the fp32
+    log-probabilities of the rank's vocabulary slice)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    rows = logp.shape[-1]
+    inside = (target >= 0) & (target < rows)
+    picked = logp.gather(-1, target.clamp(0, rows - 1).unsqueeze(-1)).squeeze(-1)
+    return -(picked * inside).sum() / max(target.numel(), 1), logp
+
+
+@torch.library.custom_op("graphcost::tp_held", mutates_args=())
+def tp_held(x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """``x`` itself (its rule: an alias), with ``kept`` read here: a tensor the autograd
+    engine still holds at this point of a backward (a saved output whose node runs next)."""
+    return x.clone()
+
+
+@tp_held.register_fake
+def _(x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@tp_cross_entropy_op.register_fake
+def _(logits: torch.Tensor, target: torch.Tensor, group: int):
+    return logits.new_empty((), dtype=torch.float32), \
+        torch.empty_like(logits, dtype=torch.float32)
+
+
+def _keep_logp(ctx, inputs, output) -> None:
+    ctx.save_for_backward(output[1], inputs[1])
+    ctx.dtype = inputs[0].dtype
+
+
+def _cross_entropy_backward(ctx, grad, _grad_logp):
+    logp, target = ctx.saved_tensors
+    rows = logp.shape[-1]
+    inside = ((target >= 0) & (target < rows)).to(logp.dtype)
+    one_hot = torch.zeros_like(logp).scatter(-1, target.clamp(0, rows - 1).unsqueeze(-1),
+                                             -inside.unsqueeze(-1))
+    grad_logits = (one_hot + torch.exp(logp)) * (grad / max(target.numel(), 1))
+    # the log-softmax's autograd node holds logp until it passes the gradient on
+    return tp_held(grad_logits, logp).to(ctx.dtype), None, None
+
+
+tp_cross_entropy_op.register_autograd(_cross_entropy_backward, setup_context=_keep_logp)
+
+
+def tp_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, group: int) -> torch.Tensor:
+    """torchtitan's ``cross_entropy_loss`` under ``loss_parallel()``: ``logits`` (batch, seq,
+    V/group), this rank's slice; ``labels`` (batch, seq)."""
+    return tp_cross_entropy_op(logits.flatten(0, 1), labels.flatten(0, 1), group)[0]
