@@ -180,3 +180,11 @@ def test_plot_timeline(tmp_path):
     assert any(t and t.startswith("plain peak") for t in labels)
     assert_one_line_error(run("zoo:gpt2", "--plot", svg), "add --train")
     assert_one_line_error(run("zoo:gpt2", "--train", "--plot", tmp_path / "x.jpg"), ".svg or .png")
+
+
+def test_checkpoint_full_is_every_block_as_torchtitan_names_it():
+    # torchtitan's activation_checkpoint.mode = "full": each repeated block one checkpoint
+    full = run("zoo:gpt2", "--train", "--checkpoint", "full", "--format", "json", check_rc=0)
+    every = run("zoo:gpt2", "--train", "--checkpoint-every", "1", "--format", "json",
+                check_rc=0)
+    assert json.loads(full.stdout)["training"] == json.loads(every.stdout)["training"]

@@ -130,6 +130,18 @@ def test_the_rank_program_holds_its_shards_and_names_its_collectives():
     assert rank.mesh == {"tp": 2} and (rank.world_size, rank.global_batch) == (2, 2)
 
 
+def test_a_recomputed_block_runs_its_collectives_again():
+    plain = _predict("llama_tiny", "tp=2").comm
+    full = analyze("zoo:llama_tiny", batch=2, train=True, what_if=False,
+                   checkpoint={"every": 1}, parallel={"mesh": "tp=2"}).parallel.comm
+    # each of the 2 checkpointed blocks runs its forward again in backward: the attention's
+    # and the MLP's input all-gathers and their o/down reduce-scatters, (2, 64, 128) fp32 =
+    # 65,536 B each: 4 more of each kind
+    assert full.all_gather_bytes - plain.all_gather_bytes == 4 * 65_536
+    assert full.reduce_scatter_bytes - plain.reduce_scatter_bytes == 4 * 65_536
+    assert full.collectives - plain.collectives == 8
+
+
 def test_transformers_plan_all_reduces_without_sequence_parallelism():
     c = _predict("hf_llama", "tp=2").comm
     # hf_llama: batch 2, seq 32, d 64, vocab 512, 2 layers, fp32: (2, 32, 64) = 16,384 B. Forward

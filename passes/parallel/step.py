@@ -282,7 +282,9 @@ class _Plan:
                                                self.allocator, self.workspaces),
                             max(p.peak_bytes, p.first_step_peak_bytes),
                             f"a rank of {world * self.spec.replicate * self.spec.tp}")
-        comm = with_tensor_parallel(comm, self.graph, self.spec.tp)
+        plan = self.training.checkpoint
+        comm = with_tensor_parallel(comm, self.graph, self.spec.tp,
+                                    plan.recomputed if plan else frozenset())
         data = world * self.spec.replicate   # the tensor-parallel ranks share a batch
         return ParallelMemory(
             strategy=self.spec.strategy, world_size=data * self.spec.tp,

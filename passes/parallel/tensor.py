@@ -17,11 +17,12 @@ from ..ir import Graph
 from .comm import CommVolume
 
 
-def tp_collectives(graph: Graph) -> dict[str, int]:
+def tp_collectives(graph: Graph, recomputed: frozenset[int] = frozenset()) -> dict[str, int]:
     """Bytes of each collective the graph's nodes run (all_reduce, all_gather,
-    reduce_scatter: the buffer NCCL's tests size them by), and ``calls``."""
+    reduce_scatter: the buffer NCCL's tests size them by), and ``calls``; a node among
+    ``recomputed`` (a checkpoint's forward, run again in backward) twice."""
     out = dict(all_reduce=0, all_gather=0, reduce_scatter=0, calls=0)
-    for node in graph.nodes:
+    for node in (*graph.nodes, *(graph.nodes[i] for i in sorted(recomputed))):
         per_row = ROW_ALL_REDUCES.get(node.op, 0)
         if per_row:   # one value of each row of its first input, fp32, per all-reduce
             spec = graph.values[node.inputs[0]].spec
@@ -38,11 +39,13 @@ def tp_collectives(graph: Graph) -> dict[str, int]:
     return out
 
 
-def with_tensor_parallel(comm: CommVolume, graph: Graph, tp: int) -> CommVolume:
-    """``comm`` with the tensor-parallel collectives of ``graph`` over ``tp`` ranks."""
+def with_tensor_parallel(comm: CommVolume, graph: Graph, tp: int,
+                         recomputed: frozenset[int] = frozenset()) -> CommVolume:
+    """``comm`` with the tensor-parallel collectives of ``graph`` over ``tp`` ranks (those
+    of ``recomputed`` nodes twice)."""
     if tp <= 1:
         return comm
-    c = tp_collectives(graph)
+    c = tp_collectives(graph, recomputed)
     wire = round((tp - 1) / tp * (2 * c["all_reduce"] + c["all_gather"] + c["reduce_scatter"]))
     total = comm.wire_bytes + wire
     return replace(comm, all_reduce_bytes=comm.all_reduce_bytes + c["all_reduce"],

@@ -28,7 +28,8 @@ def _plan(mode: str, segs: list[Segment], plain: TrainingMemory, got: TrainingMe
         peak_bytes=got.peak_bytes, recompute_flops=recompute,
         recompute_pct=round(100.0 * recompute / max(1, sum(node_flops)), 3),
         budget_bytes=budget, timeline=got.timeline, peak_phase=got.peak_phase, plain=plain,
-        checkpointed=got)
+        checkpointed=got,
+        recomputed=frozenset(i for s in segs for i in s.nodes - s.saved))
 
 
 def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,

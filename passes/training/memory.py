@@ -69,6 +69,8 @@ class CheckpointPlan:
     peak_phase: str                 # where the checkpointed step peaks
     plain: "TrainingMemory" = field(metadata=INTERNAL)
     checkpointed: "TrainingMemory" = field(metadata=INTERNAL)
+    # the forward nodes run again in backward (a collective among them runs again too)
+    recomputed: frozenset[int] = field(default=frozenset(), metadata=INTERNAL)
 
 
 @dataclass(frozen=True)
