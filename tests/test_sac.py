@@ -114,6 +114,30 @@ def test_selective_checkpointing_against_a_real_sac_step(sac, context):
     assert plan.peak_bytes < plan.peak_without_bytes
 
 
+def recompute_attention():
+    """Megatron-LM's selective recompute (core_attn) as a SAC policy: every op's output
+    saved but the attention kernel's, recomputed from its saved inputs."""
+    def context():
+        def policy(ctx, func, *args, **kwargs):
+            return CheckpointPolicy.PREFER_RECOMPUTE if "scaled_dot_product" in str(func) \
+                else CheckpointPolicy.MUST_SAVE
+        return create_selective_checkpoint_contexts(policy)
+    return context
+
+
+def test_megatron_core_attention_recompute_against_a_real_step():
+    model, ids = _llama()
+    plan = analyze(model, ids, train=True, optimizer="adamw", include_inputs=False,
+                   what_if=False, checkpoint={"core_attn": True}).training.checkpoint
+    measured = _measured(recompute_attention())
+    _holds(plan.peak_bytes, measured)
+    assert plan.mode == "core_attn" and len(plan.segments) == 4
+    # it recomputes each layer's attention kernel alone: QKᵀ and PV, 2·2·B·S²·d = 4 · 4 ·
+    # 256² · 256 = 268,435,456 FLOPs a layer, and its softmax (a few %)
+    attention = 4 * BATCH * SEQ ** 2 * 256
+    assert 4 * attention <= plan.recompute_flops <= 1.03 * 4 * attention
+
+
 def test_sac_recomputes_less_than_a_whole_checkpoint():
     # each layer runs 7 mm's (q, k, v, o, gate, up, down): torchtitan's policy saves the 1st,
     # 3rd, 5th and 7th, so 3 of 7 are recomputed; saving every mm and the attention leaves

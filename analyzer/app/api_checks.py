@@ -18,10 +18,10 @@ from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
 from ...passes.memory.caching_allocator import AllocatorConfig
 from ...passes.parallel.comm import InterconnectRates
-from ...passes.training.checkpoint import CheckpointSpec
+from ...passes.training.checkpoint import MEGATRON_CORE_ATTN, CheckpointSpec
 from ..load.checks import INT64_MAX, plain, positive, shown, word
 
-CHECKPOINT_KEYS = ("names", "every", "sqrt", "budget", "sac", "nth")
+CHECKPOINT_KEYS = ("names", "every", "sqrt", "budget", "sac", "nth", "core_attn")
 
 
 def check_unknown(extra: tuple, unknown: Mapping[str, Any], known: Sequence[str]) -> None:
@@ -144,8 +144,9 @@ def overhead_of(overhead):
 
 def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
     """One of the forms the CLI builds: {"names": [...]}, {"every": N}, {"sqrt": True},
-    {"budget": BYTES}, {"sac": True} (torchtitan's op policy), {"sac": [op, ...]} or
-    {"nth": N} (every N-th block whole)."""
+    {"budget": BYTES}, {"sac": True} (torchtitan's op policy), {"sac": [op, ...]},
+    {"nth": N} (every N-th block whole) or {"core_attn": True} (Megatron-LM's selective
+    recompute: the fused attention alone)."""
     checkpoint = plain(checkpoint, "checkpoint")
     if checkpoint is None:
         return None
@@ -169,8 +170,8 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
             positive(value, opt("checkpoint.budget"), integer=True)
         if key == "nth":
             positive(value, opt("checkpoint.nth"), integer=True)
-        if key == "sqrt" and value is not True:
-            raise GraphcostError(f"checkpoint['sqrt'] must be True, got {shown(value)}")
+        if key in ("sqrt", "core_attn") and value is not True:
+            raise GraphcostError(f"checkpoint[{key!r}] must be True, got {shown(value)}")
         if key == "sac" and value is not True and (isinstance(value, str) or not isinstance(
                 value, Sequence) or not value or not all(isinstance(n, str) and n for n in value)):
             raise GraphcostError(f"checkpoint['sac'] must be True (torchtitan's op policy) or "
@@ -180,7 +181,8 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
     names, sac = checkpoint.get("names"), checkpoint.get("sac")
     return CheckpointSpec(names=tuple(names) if names else None, every=checkpoint.get("every"),
                           sqrt=bool(checkpoint.get("sqrt")), budget=checkpoint.get("budget"),
-                          sac=("torchtitan",) if sac is True else tuple(sac) if sac else None,
+                          sac=MEGATRON_CORE_ATTN if checkpoint.get("core_attn") else
+                          ("torchtitan",) if sac is True else tuple(sac) if sac else None,
                           nth=checkpoint.get("nth"))
 
 

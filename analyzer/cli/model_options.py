@@ -118,12 +118,14 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     """--checkpoint and the options that go with it."""
-    p.add_argument("--checkpoint", metavar="NAMES|full|sqrt|auto|sac",
+    p.add_argument("--checkpoint", metavar="NAMES|full|sqrt|auto|sac|core_attn",
                    help="with --train: checkpoint these modules (comma-separated paths), "
                         "every repeated block (full: torchtitan's mode = \"full\"), √N "
                         "segments of the repeated blocks (sqrt), the cheapest plan that fits "
                         "--budget (auto), or selective checkpointing of each repeated block "
-                        "(sac: torchtitan's op policy, or --sac-save OPS)")
+                        "(sac: torchtitan's op policy, or --sac-save OPS), or the fused "
+                        "attention alone recomputed (core_attn: Megatron-LM's selective "
+                        "recompute)")
     p.add_argument("--sac-save", metavar="OPS",
                    help="with --checkpoint sac: the ops whose outputs the policy saves "
                         "(comma-separated aten names such as mm,addmm, or sdpa); default "
@@ -158,6 +160,8 @@ def _checkpoint_args(args) -> dict | None:
         return {"sqrt": True}
     if args.checkpoint == "full":  # torchtitan's full AC: each block one checkpoint
         return {"every": 1}
+    if args.checkpoint == "core_attn":  # Megatron-LM's --recompute-granularity selective
+        return {"core_attn": True}
     if args.checkpoint == "sac":  # torchtitan's op policy, or the ops --sac-save names
         return {"sac": [n.strip() for n in args.sac_save.split(",") if n.strip()]
                 if args.sac_save else True}

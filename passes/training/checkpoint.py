@@ -55,8 +55,17 @@ class Segment:
     saved: frozenset[int] = frozenset()   # SAC: the nodes whose outputs its policy saves
 
 
+MEGATRON_CORE_ATTN = ("megatron-core-attn",)
+
+
 def sac_saved(graph: Graph, seg: Segment, policy: tuple[str, ...]) -> Segment:
-    """``seg`` with the nodes ``policy`` saves (see the module docstring)."""
+    """``seg`` with the nodes ``policy`` saves (see the module docstring). Megatron-LM's
+    selective recompute (``--recompute-granularity selective``, its default module
+    ``core_attn``) saves every output but the fused attention kernel's, recomputed in
+    backward from the saved q, k and v."""
+    if policy == MEGATRON_CORE_ATTN:
+        return Segment(seg.name, seg.nodes, frozenset(
+            i for i in seg.nodes if not _names_op("sdpa", graph.nodes[i].op)))
     titan = policy == ("torchtitan",)
     names = TORCHTITAN_SAC if titan else policy
     saved, mms = set(), 0

@@ -8,6 +8,7 @@ from ..errors import GraphcostError, opt
 from ..ir import Graph
 from ..memory.liveness import analyze_liveness
 from .checkpoint import (
+    MEGATRON_CORE_ATTN,
     Segment,
     group_every,
     merge,
@@ -52,7 +53,8 @@ def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
         if not blocks:
             raise GraphcostError(f"{opt('checkpoint', value='sac')}: no repeated blocks to wrap")
         segs = [sac_saved(graph, s, sac) for s in segments_by_name(graph, fwd, blocks)]
-        return _plan("sac", segs, plain, step(segs), node_flops, budget)
+        mode = "core_attn" if sac == MEGATRON_CORE_ATTN else "sac"
+        return _plan(mode, segs, plain, step(segs), node_flops, budget)
     if nth:  # torchtitan counts the blocks it wraps from 1 and checkpoints each N-th
         blocks = repeated_blocks(graph, fwd)[nth - 1::nth]
         if not blocks:
