@@ -206,18 +206,25 @@ def _run_case(case: Case, rank: int, steps):
 
 
 def _mesh(case: Case):
-    """HSDP's 2-D mesh or a tensor-parallel one (torchtitan's dimension names), else None:
-    fully_shard's default, a 1-D mesh over every rank."""
+    """The device mesh of HSDP and/or tensor parallelism, torchtitan's dimensions outer to
+    inner (dp_replicate, dp_shard, tp), else None: fully_shard's default, a 1-D mesh over
+    every rank."""
     if case.replicate == 1 and case.tp == 1:
         return None
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    world = dist.get_world_size()
-    if case.tp > 1:
-        return init_device_mesh("cpu", (world // case.tp, case.tp),
-                                mesh_dim_names=("dp_shard", "tp"))
-    return init_device_mesh("cpu", (case.replicate, world // case.replicate),
-                            mesh_dim_names=("dp_replicate", "dp_shard"))
+    shard = dist.get_world_size() // (case.replicate * case.tp)
+    return init_device_mesh("cpu", (case.replicate, shard, case.tp),
+                            mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
+
+
+def _data_mesh(mesh):
+    """The data dimensions of a 3-D mesh as fully_shard takes them: (replicate, shard) for
+    HSDP, the shard dimension alone, or None where the data dimensions are 1."""
+    replicate, shard = mesh["dp_replicate"].size(), mesh["dp_shard"].size()
+    if replicate > 1:
+        return mesh["dp_replicate", "dp_shard"]
+    return mesh["dp_shard"] if shard > 1 else None
 
 
 def _wrap(model, case: Case, mesh=None):
@@ -227,11 +234,11 @@ def _wrap(model, case: Case, mesh=None):
 
     from .reference import skip_frozen
 
-    if case.tp > 1:
-        assert mesh is not None  # (_mesh makes one for every tensor-parallel case)
+    if mesh is not None and case.tp > 1:
         from .tensor_plan import apply_tensor_parallel
         apply_tensor_parallel(model, mesh["tp"])
-        mesh = mesh["dp_shard"] if mesh.size(0) > 1 else None
+    mesh = _data_mesh(mesh) if mesh is not None else None
+    if case.tp > 1:
         if mesh is None and case.strategy == Strategy.DDP:   # tp alone: no wrapper
             from torch.distributed._tools.mem_tracker import MemTracker
             opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad],
