@@ -112,10 +112,10 @@ class Llama(nn.Module):
     def __init__(self, cfg: LlamaConfig = LlamaConfig()) -> None:
         super().__init__()
         self.cfg = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.embed_tokens: nn.Embedding | None = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.norm = RMSNorm(cfg.d_model, cfg.eps)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.norm: RMSNorm | None = RMSNorm(cfg.d_model, cfg.eps)
+        self.lm_head: nn.Linear | None = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         head_dim = cfg.d_model // cfg.n_head
         inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, head_dim, 2).float() / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
@@ -128,14 +128,19 @@ class Llama(nn.Module):
         pos = torch.arange(start, start + s, device=input_ids.device, dtype=torch.float32)
         freqs = torch.outer(pos, self.inv_freq.float())  # the angles in fp32 at any dtype
         emb = torch.cat((freqs, freqs), dim=-1)
-        x = self.embed_tokens(input_ids)
+        # a pipeline stage (torchtitan's split) lacks the parts other stages run: without the
+        # embedding its input is the previous stage's hidden states, without the head it
+        # returns its own
+        x = self.embed_tokens(input_ids) if self.embed_tokens is not None else input_ids
         # in the model's dtype (as transformers' rotary embedding returns them): fp16 weights
         # keep q, k and v fp16
         cos, sin = emb.cos()[None, None].to(x.dtype), emb.sin()[None, None].to(x.dtype)
         if not (use_cache or past_key_values):
             for layer in self.layers:
                 x = layer(x, cos, sin)
-            return self.lm_head(self.norm(x))
+            x = self.norm(x) if self.norm is not None else x
+            return self.lm_head(x) if self.lm_head is not None else x
+        assert self.norm is not None and self.lm_head is not None  # (serving: the whole model)
         presents = []
         for i, layer in enumerate(self.layers):
             x, kv = layer(x, cos, sin, past_key_values[i] if past_key_values else None, True)

@@ -117,6 +117,10 @@ def run_request(model, request: Request, example_inputs: Sequence[Any] | None = 
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        spec = request.passes.parallel
+        if spec is not None and spec.pp > 1:
+            from .pipeline_stages import run_pipeline
+            return run_pipeline(model, request, spec, example_inputs, progress)
         loaded = load(model, request.load, example_inputs, progress, serve=request.serve)
         if progress:
             progress("running the passes")

@@ -187,7 +187,7 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
 
 
 _PARALLEL_KEYS = ("strategy", "world_size", "mesh", "offload", "bucket_cap_mb", "units",
-                  "interconnect")
+                  "interconnect", "microbatches", "schedule")
 
 
 def _with_mesh(parallel: Mapping) -> dict:
@@ -219,7 +219,7 @@ def _with_mesh(parallel: Mapping) -> dict:
                              "HSDP shards within each replica group (zero2, zero3, fsdp)")
     out["world_size"] = "auto" if size is None else size
     out["replicate"] = replicate
-    out["tp"] = m.size("tp")
+    out["tp"], out["pp"] = m.size("tp"), m.size("pp")
     return out
 
 
@@ -269,6 +269,11 @@ def parallel_spec(parallel, train: bool):
         str(parallel["strategy"]), world, parallel.get("offload"),
         float(cap if cap is not None else 25.0), tuple(units) if units else None,
         get_interconnect(link) if isinstance(link, str) else link,
-        replicate=parallel.get("replicate", 1), tp=parallel.get("tp", 1))
+        replicate=parallel.get("replicate", 1), tp=parallel.get("tp", 1),
+        pp=parallel.get("pp", 1), microbatches=parallel.get("microbatches"),
+        schedule=str(parallel.get("schedule", "1f1b")))
+    if (spec.microbatches is not None or "schedule" in parallel) and spec.pp == 1:
+        raise GraphcostError(f"{opt('parallel.microbatches')} and {opt('parallel.schedule')} "
+                             "go with pipeline stages (a mesh with pp)")
     check_spec(spec)
     return spec

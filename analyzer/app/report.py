@@ -30,11 +30,12 @@ from ...passes.ir import INTERNAL
 from ...passes.memory.bounds import Bounds
 from ...passes.memory.liveness import Liveness
 from ...passes.memory.peak import Peak
+from ...passes.parallel.pipeline import PipelineMemory
 from ...passes.parallel.step import ParallelMemory
 from ...passes.serving.analysis import Serving
 from ...passes.training.memory import TrainingMemory
 
-SCHEMA_VERSION = 10  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+SCHEMA_VERSION = 11  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
 # 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
 # allocator_fraction); 5: "allocator"; 6: parallel.reserved_peak_bytes and
 # serving.reserved_peak_bytes (the caching allocator replayed per rank and per serving batch);
@@ -42,7 +43,8 @@ SCHEMA_VERSION = 10  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed
 # 8: one peak shape: `peak` in memory/training/parallel/serving and at the top; training.loss
 # (the loss the step backpropagated); parallel.mesh (the layout as a device mesh);
 # 9: time (the estimate a device profile gives, with its error band); 10: parallel.comm.by_dim
-# (wire bytes by mesh dimension: HSDP's all-reduce over dp_replicate)
+# (wire bytes by mesh dimension: HSDP's all-reduce over dp_replicate); 11: pipeline (every
+# pipeline stage's rank under its schedule)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "
@@ -105,6 +107,10 @@ CONVENTION: Mapping[str, str] = MappingProxyType({
                 "FSDP's gathered units, all-gather and reduce-scatter buffers), temporaries; "
                 "offloaded bytes are host_bytes; comm bytes per step per rank with a ring "
                 "algorithm's lower-bound time on the interconnect",
+    "pipeline": "every pipeline stage's rank: its blocks, its peak under the schedule (its "
+                "parameters, gradients and optimizer state, each in-flight micro-batch's saved "
+                "tensors and received input, the last stage's kept outputs); the report's "
+                "batch is one micro-batch and its other sections the whole model at it",
 })
 
 
@@ -168,6 +174,7 @@ class Report:
     allocator: str = ""
     training: TrainingMemory | None = None
     parallel: ParallelMemory | None = None      # one rank's share of the training step
+    pipeline: PipelineMemory | None = None      # every pipeline stage's rank (--parallel pp=N)
     roofline: Roofline | None = None
     time: TimeEstimate | None = None           # the estimate with a device profile (calibrate)
     moe: MoE | None = None                     # mixture-of-experts layers (passes.graph.moe)
@@ -187,6 +194,8 @@ class Report:
         checkpoint plan and for serving)."""
         if self.parallel is not None:
             return self.parallel.per_rank_peak_bytes
+        if self.pipeline is not None:
+            return self.pipeline.peak_bytes
         if self.training is not None:
             return self.training.peak_bytes
         return self.totals.param_bytes + self.totals.buffer_bytes + self.memory.peak_bytes
@@ -198,7 +207,7 @@ class Report:
         checkpointed step's under a checkpoint plan), else the inference run's. Its
         ``allocated_bytes`` is ``peak_bytes`` but for serving (``peak_bytes``: the prefill
         graph run once) and a checkpoint plan (``peak_bytes``: the plain step)."""
-        for section in (self.serving, self.parallel, self.training):
+        for section in (self.serving, self.parallel, self.pipeline, self.training):
             if section is not None:
                 return section.peak
         return self.memory.peak

@@ -20,6 +20,11 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                         "fully_shard per repeated block + root); or a device mesh by "
                         "torchtitan's names, e.g. dp_shard=8 (FSDP2), dp_replicate=8 "
                         "(DDP), dp_replicate=2,dp_shard=4 (HSDP). --batch is each rank's batch")
+    p.add_argument("--microbatches", type=int, metavar="N",
+                   help="with --parallel pp=P: micro-batches a step (default: the batch, one "
+                        "sequence each, as torchtitan)")
+    p.add_argument("--pp-schedule", choices=("1f1b", "gpipe"),
+                   help="with --parallel pp=P: the pipeline schedule (default 1f1b)")
     p.add_argument("--world-size", metavar="N|auto",
                    help="with --parallel: the number of ranks, or auto: the smallest that fits "
                         "--device")
@@ -41,7 +46,9 @@ def parallel_args(args) -> dict | None:
     extra = [o for o, v in (("--world-size", args.world_size), ("--offload", args.offload),
                             ("--bucket-cap-mb", args.bucket_cap_mb),
                             ("--fsdp-units", args.fsdp_units),
-                            ("--interconnect", args.interconnect)) if v is not None]
+                            ("--interconnect", args.interconnect),
+                            ("--microbatches", args.microbatches),
+                            ("--pp-schedule", args.pp_schedule)) if v is not None]
     if not args.parallel:
         if extra:
             raise GraphcostError(f"{extra[0]} goes with --parallel STRATEGY")
@@ -63,7 +70,8 @@ def parallel_args(args) -> dict | None:
                                  "≥ 1 or auto")
         out["world_size"] = "auto" if text == "auto" else int(text)
     for key, value in (("offload", args.offload), ("bucket_cap_mb", args.bucket_cap_mb),
-                       ("interconnect", args.interconnect)):
+                       ("interconnect", args.interconnect), ("microbatches", args.microbatches),
+                       ("schedule", args.pp_schedule)):
         if value is not None:
             out[key] = value
     if args.fsdp_units:

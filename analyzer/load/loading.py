@@ -25,6 +25,7 @@ from .resolve import (
     Resolved,
     batch_of,
     in_dtype,
+    in_pipeline_stage,
     in_recipe_dtype,
     in_tensor_parallel,
     resolve,
@@ -65,6 +66,7 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
                 train=load.train, materialize=materialize, note=progress)
     r = in_dtype(check_dtype_applies(r, load.dtype), load.dtype, load.train)
     r = in_recipe_dtype(r, load.cast) if load.train else r
+    r = in_pipeline_stage(r, load.pipeline_stage)
     return in_tensor_parallel(r, load.tensor_parallel)
 
 

@@ -41,6 +41,8 @@ class LoadOptions:
     # one of this many tensor-parallel ranks: the module rewritten into the rank's program
     # (frontends/torch/tensor_parallel.py) before it is traced
     tensor_parallel: int = 1
+    # (stage, stages): the module cut to one pipeline stage (frontends/torch/pipeline_stages.py)
+    pipeline_stage: tuple[int, int] | None = None
 
     def __post_init__(self):
         check_arguments(batch=self.batch, dims=self.dims, input_shapes=self.input_shapes,

@@ -60,7 +60,7 @@ class Measured:
     categories: dict = field(default_factory=dict)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -77,7 +77,7 @@ def measure_parallel(cases: list[Case], world: int, *, fake: bool = False,
         if fake:
             mp.spawn(_worker, args=(world, payload, out, 0, True, steps), nprocs=1)  # pyright: ignore[reportPrivateImportUsage]
         else:
-            mp.spawn(_worker, args=(world, payload, out, _free_port(), False, steps),  # pyright: ignore[reportPrivateImportUsage]
+            mp.spawn(_worker, args=(world, payload, out, free_port(), False, steps),  # pyright: ignore[reportPrivateImportUsage]
                      nprocs=world)
         results = []
         for name in sorted(os.listdir(out)):

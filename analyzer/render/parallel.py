@@ -49,6 +49,8 @@ def _mesh_words(mesh) -> str:
 def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]]]:
     """The strategy, one rank's peak and what it holds, the communication; ``brief``: the
     rank's line without the reserved bytes (the fit shows them: analyzer/render/summary.py)."""
+    if r.pipeline is not None:
+        return _pipeline_summary(r)
     p = r.parallel
     if p is None:
         return []
@@ -103,3 +105,21 @@ def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str
         out.append(("world size", [f"auto: {size} is the smallest that fits",
                                    f"(per-rank peaks tried: {tried})"]))
     return out
+
+
+def _pipeline_summary(r: Report) -> list[tuple[str, list[str]]]:
+    """Every stage's peak, the largest last (the line that decides the fit)."""
+    p = r.pipeline
+    assert p is not None  # (the caller's test)
+    head = [f"{p.stages} stages, {'GPipe' if p.schedule == 'gpipe' else '1F1B'},",
+            f"{p.microbatches} micro-batches of {p.micro_batch:,}",
+            f"({p.per_rank_batch:,} a step); bubble {p.bubble:.0%} of an even pipeline"]
+    rows = [[f"stage {s.stage}: " + (f"blocks {s.layers[0]}–{s.layers[1] - 1}"
+                                     if s.layers[1] - s.layers[0] > 1 else f"block {s.layers[0]}"),
+             f"peak {human_bytes(s.peak_bytes)},", f"{s.in_flight} in flight;"]
+            for s in p.per_stage]
+    worst = p.per_stage[p.worst_stage]
+    return [("pipeline", head), ("stages", [w for row in rows for w in row]),
+            ("per rank", [f"peak {human_bytes(worst.peak_bytes)} ({worst.peak_bytes:,} B) on "
+                          f"stage {worst.stage}, the largest;",
+                          f"stages uneven by {p.unevenness:.0%}"])]

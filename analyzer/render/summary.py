@@ -118,7 +118,8 @@ def _where(t) -> str:
 
 # the data-parallel lines a brief view keeps: the strategy, what a rank holds at its peak,
 # what it sends, what is offloaded, and the world size searched ("per rank" ends the view)
-BRIEF_PARALLEL = frozenset({"parallel", "rank peak", "host", "comm", "world size"})
+BRIEF_PARALLEL = frozenset({"parallel", "rank peak", "host", "comm", "world size", "pipeline",
+                            "stages"})
 
 
 def _serving(r: Report, brief: bool) -> tuple[list[Entry], list[Entry]]:

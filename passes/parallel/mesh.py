@@ -35,7 +35,7 @@ from ..choices import Strategy
 from ..errors import GraphcostError, opt
 
 MESH_DIMS = ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")
-MODELLED = ("dp_replicate", "dp_shard", "tp")
+MODELLED = ("dp_replicate", "dp_shard", "tp", "pp")
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def strategy_of(mesh: Mesh) -> str:
     shard, replicate = mesh.size("dp_shard"), mesh.size("dp_replicate")
     if shard is None or shard > 1:
         return Strategy.FSDP
-    if replicate is None or replicate > 1 or mesh.size("tp") != 1:
+    if replicate is None or replicate > 1 or mesh.size("tp") != 1 or mesh.size("pp") != 1:
         return Strategy.DDP
     return Strategy.FSDP if "dp_shard" in dims else Strategy.DDP
 
@@ -130,9 +130,12 @@ def check_mesh(mesh: Mesh) -> None:
     if beyond:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: {beyond[0]} is not "
                              f"modelled yet (modelled: {', '.join(MODELLED)})")
-    if mesh.size("tp") is None:
-        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: tp is traced at its "
-                             "size; auto searches a data dimension")
+    if mesh.size("pp") != 1 and any(n != 1 for k, n in mesh.dims if k != "pp"):
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: pipeline stages "
+                             "beside other dimensions are not modelled yet (pp alone is)")
+    if mesh.size("tp") is None or mesh.size("pp") is None:
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: tp and pp are traced "
+                             "at their sizes; auto searches a data dimension")
     if mesh.size("dp_replicate") is None and mesh.size("dp_shard") != 1:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: with HSDP, auto "
                              "searches dp_shard (the group that shards); give dp_replicate")

@@ -85,6 +85,11 @@ class ParallelSpec:
     # tensor parallel: the graph is one of ``tp`` ranks' programs (traced so: LoadOptions'
     # tensor_parallel); ddp over one rank beside it is no data-parallel wrapper at all
     tp: int = 1
+    # pipeline parallel: ``pp`` stages, each its own traced program (passes/parallel/
+    # pipeline.py), ``microbatches`` a step under ``schedule``
+    pp: int = 1
+    microbatches: int | None = None     # None: one sequence each (torchtitan's default)
+    schedule: str = "1f1b"
 
     @property
     def mesh(self) -> Mesh:

@@ -1,0 +1,60 @@
+"""A pipeline-parallel analysis (``--parallel pp=N``): the whole model traced at the
+micro-batch for the report's counts, then each distinct stage program traced and laid out by
+the schedule (passes/parallel/pipeline.py) into the report's ``pipeline`` section."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Sequence
+
+from ...passes.errors import GraphcostError, opt
+from ...passes.parallel.pipeline import (
+    StageStep,
+    pipeline_memory,
+    stage_layers,
+    stage_step,
+)
+from ...passes.parallel.step import ParallelSpec
+from ..load.loading import load, resolve_model
+from ..load.resolve import Progress
+from .pipeline import run_passes
+from .report import Report
+from .request import Request
+
+
+def run_pipeline(model, request: Request, spec: ParallelSpec,
+                 example_inputs: Sequence[Any] | None = None,
+                 progress: Progress | None = None) -> Report:
+    """The report of ``request`` with ``spec``'s pipeline stages."""
+    batch = request.load.batch or 1
+    micro = spec.microbatches or batch
+    if batch % micro:
+        raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
+                             f"({batch}) must divide into that many micro-batches")
+    at_micro = replace(request.load, batch=batch // micro)
+    passes = replace(request.passes, parallel=None)
+    whole = load(model, at_micro, example_inputs, progress).graph
+    report = run_passes(whole, passes)
+    stage_passes = replace(passes, what_if=False, include_inputs=False)
+    n_layers = _n_layers(resolve_model(model, at_micro, example_inputs))
+    traced: dict[tuple, StageStep] = {}
+    steps = []
+    for i in range(spec.pp):
+        blocks = stage_layers(n_layers, i, spec.pp)
+        key = (i == 0, i == spec.pp - 1, len(blocks))
+        if key not in traced:   # one trace per distinct stage program
+            if progress:
+                progress(f"tracing pipeline stage {i + 1} of {spec.pp}")
+            graph = load(model, replace(at_micro, pipeline_stage=(i, spec.pp)),
+                         example_inputs, progress).graph
+            training = run_passes(graph, stage_passes).training
+            assert training is not None  # (a training request)
+            traced[key] = stage_step(graph, training, i == 0, i == spec.pp - 1)
+        steps.append((traced[key], (blocks.start, blocks.stop)))
+    return replace(report, pipeline=pipeline_memory(steps, spec.schedule, micro,
+                                                    batch // micro))
+
+
+def _n_layers(r) -> int:
+    """The repeated blocks a pipeline divides (the module's ``layers``; checked when cut)."""
+    layers = getattr(r.module, "layers", None)
+    return len(layers) if layers is not None and hasattr(layers, "__len__") else 0
