@@ -178,7 +178,7 @@ def test_transformers_plan_all_reduces_without_sequence_parallelism():
     ("zoo:hf_gpt2", "tp=2", "tied to the token embedding"),
     ("zoo:mlp", "tp=2", "Llama-style blocks"),
     ("zoo:llama_tiny", "tp=8", "does not divide into 8 ranks"),
-    ("zoo:llama_tiny", "tp=auto", "tp is traced at its size"),
+    ("zoo:llama_tiny", "tp=auto", "tp and pp are traced at their sizes"),
 ])
 def test_what_tensor_parallelism_cannot_shard_is_refused_by_name(model, mesh, said):
     with pytest.raises(GraphcostError, match=said):

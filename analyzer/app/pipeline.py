@@ -94,8 +94,9 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
                                              fit=_fit(report, device, overhead, o.allocator)))
 
 
-NO_PARALLEL_TIME = ("no time estimate for a data-parallel rank: its collectives are not priced "
-                    "yet (the profile prices one process's kernels)")
+NO_PARALLEL_TIME = ("no time estimate for a parallel rank (data, tensor or pipeline): its "
+                    "collectives and schedule are not priced yet (the profile prices one "
+                    "process's kernels)")
 
 
 def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,

@@ -16,7 +16,7 @@ from ...passes.parallel.pipeline import (
 from ...passes.parallel.step import ParallelSpec
 from ..load.loading import load, resolve_model
 from ..load.resolve import Progress
-from .pipeline import run_passes
+from .pipeline import NO_PARALLEL_TIME, run_passes
 from .report import Report
 from .request import Request
 
@@ -31,9 +31,11 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
                              f"({batch}) must divide into that many micro-batches")
     at_micro = replace(request.load, batch=batch // micro)
-    passes = replace(request.passes, parallel=None)
+    passes = replace(request.passes, parallel=None, profile=None)
     whole = load(model, at_micro, example_inputs, progress).graph
     report = run_passes(whole, passes)
+    if request.passes.profile is not None:   # (one micro-batch's kernels are not the step)
+        report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     stage_passes = replace(passes, what_if=False, include_inputs=False)
     n_layers = _n_layers(resolve_model(model, at_micro, example_inputs))
     traced: dict[tuple, StageStep] = {}

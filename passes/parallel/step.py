@@ -70,9 +70,9 @@ MAX_WORLD = 1 << 16
 
 @dataclass(frozen=True)
 class ParallelSpec:
-    """A data-parallel layout: how the data dimension shards (``strategy``) over how many
-    ranks, with its options. ``mesh`` names it as a device mesh (passes/parallel/mesh.py),
-    the shape the next dimensions (tensor, pipeline, context, expert) are added to."""
+    """A parallel layout: how the data dimension shards (``strategy``) over how many ranks,
+    with its options, and the mesh's other dimensions (HSDP's replica groups, tensor and
+    pipeline parallelism). ``mesh`` names it as a device mesh (passes/parallel/mesh.py)."""
     strategy: str
     world_size: int | None = None     # None: the smallest that fits (``fits``)
     offload: str | None = None
