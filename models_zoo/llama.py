@@ -160,6 +160,31 @@ def llama_tiny() -> Llama:
     return Llama(TINY)
 
 
+# Llama 3.1's shapes (meta-llama's config.json: vocab 128,256, GQA with 8 KV heads, rope
+# base 500,000) in this torchtitan-style decoder, as torchtitan's llama3 "8B", "70B" and
+# "405B" flavors build them: 8,030,261,248, 70,553,706,496 and 405,853,388,800 parameters
+LLAMA3 = {
+    "8b": LlamaConfig(vocab_size=128256, d_model=4096, n_layer=32, n_head=32, n_kv_head=8,
+                      ffn=14336, max_seq=131072, rope_base=500000.0),
+    "70b": LlamaConfig(vocab_size=128256, d_model=8192, n_layer=80, n_head=64, n_kv_head=8,
+                       ffn=28672, max_seq=131072, rope_base=500000.0),
+    "405b": LlamaConfig(vocab_size=128256, d_model=16384, n_layer=126, n_head=128,
+                        n_kv_head=8, ffn=53248, max_seq=131072, rope_base=500000.0),
+}
+
+
+def llama3_8b() -> Llama:
+    return Llama(LLAMA3["8b"])
+
+
+def llama3_70b() -> Llama:
+    return Llama(LLAMA3["70b"])
+
+
+def llama3_405b() -> Llama:
+    return Llama(LLAMA3["405b"])
+
+
 def param_count(cfg: LlamaConfig) -> int:
     """Exact parameter count from the config (the arithmetic the tests check against)."""
     hd = cfg.d_model // cfg.n_head

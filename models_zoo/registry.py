@@ -98,6 +98,27 @@ MODELS: dict[str, ZooModel] = {
             dtype="float16",  # Llama-2-7b-hf's config.json: "torch_dtype": "float16"
         ),
         ZooModel(
+            "llama3_8b", llama.llama3_8b, _tokens("input_ids", seq=8192), {"input_ids": torch.int64},
+            "Llama 3.1 8B's shape (8.03 B params) in the torchtitan-style decoder: meta device only",
+            {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
+            output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
+            int_ranges={"input_ids": (0, 128256)}, meta_only=True, dtype="bfloat16",
+        ),
+        ZooModel(
+            "llama3_70b", llama.llama3_70b, _tokens("input_ids", seq=8192), {"input_ids": torch.int64},
+            "Llama 3.1 70B's shape (70.6 B params) in the torchtitan-style decoder: meta device only",
+            {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
+            output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
+            int_ranges={"input_ids": (0, 128256)}, meta_only=True, dtype="bfloat16",
+        ),
+        ZooModel(
+            "llama3_405b", llama.llama3_405b, _tokens("input_ids", seq=8192), {"input_ids": torch.int64},
+            "Llama 3.1 405B's shape (406 B params) in the torchtitan-style decoder: meta device only",
+            {"input_ids": {0: BATCH, 1: SEQ}}, ("logits",),
+            output_dynamic_dims={"logits": {0: BATCH, 1: SEQ}},
+            int_ranges={"input_ids": (0, 128256)}, meta_only=True, dtype="bfloat16",
+        ),
+        ZooModel(
             "mlp", mlp.MLP, lambda batch: {"x": (batch, 256)}, _X_FLOAT,
             "4 blocks of Linear(256->512)-ReLU-Linear(512->256), head Linear(256->10)", _X_BATCH, ("logits",),
         ),

@@ -70,8 +70,8 @@ def _shape(vi: onnx.ValueInfoProto) -> list[str | int]:
 def test_registry() -> None:
     assert list(MODELS) == [
         "small_cnn", "mnist_net", "three_conv", "resnet18", "resnet50",
-        "vgg16", "mobilenet_v2", "gpt2", "gpt2_lora", "bert", "llama_tiny", "llama7b", "mlp",
-        "unet",
+        "vgg16", "mobilenet_v2", "gpt2", "gpt2_lora", "bert", "llama_tiny", "llama7b",
+        "llama3_8b", "llama3_70b", "llama3_405b", "mlp", "unet",
     ]  # fmt: skip
     for name, spec in MODELS.items():
         assert isinstance(spec, ZooModel) and spec.name == name and spec.description
@@ -79,7 +79,7 @@ def test_registry() -> None:
         assert set(shapes) == set(spec.input_dtypes) == set(spec.dynamic_dims)
         for inp, dims in spec.dynamic_dims.items():
             assert dims[0] == "batch" and shapes[inp][0] == 4
-            if name in ("gpt2", "gpt2_lora", "bert", "llama_tiny", "llama7b"):
+            if name in ("gpt2", "gpt2_lora", "bert") or name.startswith("llama"):
                 assert dims[1] == "seq"
 
 
@@ -122,6 +122,16 @@ def test_meta_only_models_build_on_meta() -> None:
     assert all(p.device.type == "meta" for p in m.parameters())
     with pytest.raises(Exception, match="too large to export"):
         cached_export("llama7b")
+
+
+def test_llama3_shapes_have_the_published_parameter_counts() -> None:
+    # meta-llama's model cards / safetensors indexes: Llama 3.1 8B, 70B and 405B
+    from graphcost.models_zoo.llama import LLAMA3, param_count
+    published = {"8b": 8_030_261_248, "70b": 70_553_706_496, "405b": 405_853_388_800}
+    for flavor, count in published.items():
+        assert param_count(LLAMA3[flavor]) == count
+    m = build_model("llama3_8b")
+    assert sum(p.numel() for p in m.parameters()) == published["8b"]
 
 
 def test_gpt2_tied_lm_head() -> None:
