@@ -177,6 +177,8 @@ def test_transformers_plan_all_reduces_without_sequence_parallelism():
 @pytest.mark.parametrize("model, mesh, said", [
     ("zoo:hf_gpt2", "tp=2", "tied to the token embedding"),
     ("zoo:mlp", "tp=2", "Llama-style blocks"),
+    # a mixture of experts: its experts and router would stay whole on every rank
+    ("zoo:hf_mixtral", "tp=2", "mlp.experts, .* would stay whole on every rank"),
     ("zoo:llama_tiny", "tp=8", "does not divide into 8 ranks"),
     ("zoo:llama_tiny", "tp=auto", "tp and pp are traced at their sizes"),
 ])

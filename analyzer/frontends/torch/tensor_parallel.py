@@ -148,7 +148,27 @@ def tensor_parallel(module: torch.nn.Module, group: int) -> torch.nn.Module:
         sharded.loss_parallel = group if sequence else 0
         model.set_submodule(names[id(head)], sharded)
     local_head_counts(model, group)
+    _all_sharded(model, group)
     return model
+
+
+SHARDED = (ColwiseLinear, RowwiseLinear, VocabEmbedding)
+
+
+def _all_sharded(model: torch.nn.Module, group: int) -> None:
+    """Refuse a model with matrices the plan does not shard (a mixture of experts' expert
+    weights and router, a fused projection): each rank would hold them whole, and the
+    engines that shard them do it by a plan graphcost does not model."""
+    whole = sorted({name.rsplit(".", 1)[0] for name, p in model.named_parameters()
+                    if p.dim() >= 2 and not isinstance(
+                        model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model,
+                        SHARDED)})
+    if whole:
+        shown = ", ".join(whole[:3]) + (f" and {len(whole) - 3} more" if len(whole) > 3 else "")
+        raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: the plan shards "
+                             "attention and MLP linears, the embedding and the head; "
+                             f"{shown} would stay whole on every rank (tensor parallelism "
+                             "of them is not modelled)")
 
 
 def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool) -> list:
