@@ -125,6 +125,12 @@ def recompute_attention():
     return context
 
 
+OLD_TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 9)
+
+
+@pytest.mark.skipif(OLD_TORCH, reason="torch 2.8 runs this Llama's CPU attention on the math "
+                    "path (matmul, softmax, matmul): there is no fused kernel for Megatron's "
+                    "core_attn to recompute")
 def test_megatron_core_attention_recompute_against_a_real_step():
     model, ids = _llama()
     plan = analyze(model, ids, train=True, optimizer="adamw", include_inputs=False,
