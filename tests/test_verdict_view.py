@@ -178,6 +178,20 @@ def test_fsdp_over_8_ends_on_the_ranks_fit(name, extra):
     ends_on_the_fit(lines, per_rank=True)
 
 
+def test_a_70b_fsdp_by_tp_step_with_full_checkpointing_is_one_screen():
+    # torchtitan's 70B layout: 80 checkpointed blocks named in full and the communication of
+    # two mesh dimensions took this view to 44 lines; the brief names a few of the segments
+    # and the link's bytes by dimension (the volumes and one-device peaks in --details)
+    lines, r = shown("zoo:llama3_70b", "--train", "--batch", "1", "--dim", "seq=8192",
+                     "--parallel", "dp_shard=8,tp=8", "--checkpoint", "full", "--precision",
+                     "bf16-master", "--optimizer", "adamw", "--device", "h100-sxm")
+    one_screen(lines)
+    assert labels(lines)[-3:] == ["per rank", "on device", "fits"]
+    assert any("(80 segments)" in ln for ln in lines)
+    assert any("tp " in ln and "dp_shard " in ln for ln in lines)
+    assert r.parallel.mesh == {"dp_shard": 8, "tp": 8}
+
+
 def test_max_batch_ends_on_the_batch():
     lines = view("zoo:gpt2", "--train", "--device", "h100-sxm", "--max-batch")
     one_screen(lines)

@@ -29,7 +29,7 @@ def _per_rank(p, brief: bool) -> list[str]:
              f"in {where}", "(steady state);", f"first step {human_bytes(p.first_step_peak_bytes)};"]
             + ([] if brief else [f"reserved {human_bytes(p.reserved_peak_bytes)} (caching "
                                  "allocator,", "two steps);"])
-            + ([f"its program alone (no data parallelism) {human_bytes(p.single_device_peak_bytes)}"]
+            + ([f"its program alone {human_bytes(p.single_device_peak_bytes)}"]
                if "tp" in p.mesh else
                [f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"]))
 
@@ -89,15 +89,20 @@ def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str
     vol = [f"{name} {human_bytes(v)}," for name, v in (
         ("all-gather", c.all_gather_bytes), ("reduce-scatter", c.reduce_scatter_bytes),
         ("all-reduce", c.all_reduce_bytes)) if v]
-    line = vol + [f"per rank per step ({c.collectives} collectives);",
-                  f"{human_bytes(c.wire_bytes)} each way over the link (ring)"]
+    dims = ", ".join(f"{k} {human_bytes(v)}" for k, v in c.by_dim.items())
+    if brief and len(c.by_dim) > 1:   # the link's bytes by dimension (volumes: --details)
+        line = [f"{human_bytes(c.wire_bytes)} each way per rank per step over the link",
+                f"(ring): {dims}; {c.collectives} collectives"]
+    else:
+        line = vol + [f"per rank per step ({c.collectives} collectives);",
+                      f"{human_bytes(c.wire_bytes)} each way over the link (ring)"]
     if c.seconds is not None and c.bandwidth is not None:  # (both come with an interconnect)
         line += [f"≥ {human_time(c.seconds)} on {c.interconnect}",
                  f"({c.bandwidth / 1e9:g} GB/s each way)"]
         if r.roofline is not None:
             line += [f"beside compute ≥ {human_time(r.roofline.total_seconds)} (roofline)"]
-    if len(c.by_dim) > 1:
-        line += ["(" + ", ".join(f"{k} {human_bytes(v)}" for k, v in c.by_dim.items()) + ")"]
+    if len(c.by_dim) > 1 and not brief:
+        line += [f"({dims})"]
     out.append(("comm", line if vol else ["none (one rank)"]))
     if p.world_size_search:
         tried = ", ".join(f"{n}: {human_bytes(b)}" for n, b in p.world_size_search)
