@@ -191,9 +191,9 @@ _PARALLEL_KEYS = ("strategy", "world_size", "mesh", "offload", "bucket_cap_mb", 
 
 
 def _with_mesh(parallel: Mapping) -> dict:
-    """A ``mesh`` (``"dp_shard=8"`` or ``{"dp_shard": 8}``) as the strategy and world size it
-    names (passes/parallel/mesh.py: today's dimensions are the data ones); a strategy given
-    beside it says how the shard dimension shards (zero2, zero3, fsdp)."""
+    """A ``mesh`` (``"dp_shard=8,tp=2"`` or ``{"dp_shard": 8}``) as the strategy, world size,
+    replica groups (HSDP), tensor and pipeline sizes it names (passes/parallel/mesh.py); a
+    strategy given beside it says how the shard dimension shards (zero2, zero3, fsdp)."""
     from ...passes.parallel.mesh import data_sizes, parse_mesh, strategy_of
 
     out = dict(parallel)

@@ -46,7 +46,7 @@ class Case:
     # HSDP: fully_shard on a (dp_replicate, dp_shard) mesh of this many replica groups
     replicate: int = 1
     # tensor parallel over this many ranks (innermost): DTensor's plan for a Llama-style
-    # decoder (_tensor_parallel); the data strategy over the rest (ddp over 1: none)
+    # decoder (tensor_plan.py); the data strategy over the rest (ddp over 1: none)
     tp: int = 1
 
 

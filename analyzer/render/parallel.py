@@ -85,10 +85,23 @@ def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str
                        f"root {human_bytes(root.padded_bytes)}"]))
     elif p.ddp_buckets:
         out.append(("buckets", [f"{p.ddp_buckets} DDP gradient bucket(s)"]))
-    c = p.comm
+    out.append(("comm", _comm(r, p.comm, brief)))
+    if p.world_size_search:
+        tried = ", ".join(f"{n}: {human_bytes(b)}" for n, b in p.world_size_search)
+        size = p.mesh.get("dp_shard", p.world_size) if len(p.mesh) > 1 else p.world_size
+        out.append(("world size", [f"auto: {size} is the smallest that fits",
+                                   f"(per-rank peaks tried: {tried})"]))
+    return out
+
+
+def _comm(r: Report, c, brief: bool) -> list[str]:
+    """The rank's communication per step: the volumes, the link's bytes (by mesh dimension),
+    and with an interconnect a lower bound on their time."""
     vol = [f"{name} {human_bytes(v)}," for name, v in (
         ("all-gather", c.all_gather_bytes), ("reduce-scatter", c.reduce_scatter_bytes),
         ("all-reduce", c.all_reduce_bytes)) if v]
+    if not vol:
+        return ["none (one rank)"]
     dims = ", ".join(f"{k} {human_bytes(v)}" for k, v in c.by_dim.items())
     if brief and len(c.by_dim) > 1:   # the link's bytes by dimension (volumes: --details)
         line = [f"{human_bytes(c.wire_bytes)} each way per rank per step over the link",
@@ -103,13 +116,7 @@ def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str
             line += [f"beside compute ≥ {human_time(r.roofline.total_seconds)} (roofline)"]
     if len(c.by_dim) > 1 and not brief:
         line += [f"({dims})"]
-    out.append(("comm", line if vol else ["none (one rank)"]))
-    if p.world_size_search:
-        tried = ", ".join(f"{n}: {human_bytes(b)}" for n, b in p.world_size_search)
-        size = p.mesh.get("dp_shard", p.world_size) if len(p.mesh) > 1 else p.world_size
-        out.append(("world size", [f"auto: {size} is the smallest that fits",
-                                   f"(per-rank peaks tried: {tried})"]))
-    return out
+    return line
 
 
 def _pipeline_summary(r: Report) -> list[tuple[str, list[str]]]:

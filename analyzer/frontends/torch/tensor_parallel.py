@@ -24,9 +24,11 @@ row-wise over its vocabulary (ids outside the rank's rows masked to 0, looked up
 zeroed: DTensor's ``MaskPartial``); the LM head column-wise — torchtitan's logits stay
 sharded on the vocabulary for a loss-parallel cross-entropy (``loss_parallel()``,
 tp_collectives.tp_cross_entropy), transformers' are all-gathered on the last dim for the
-loss; attention's head counts (``n_head``/``n_kv``-style attributes) divided
-by T, so the local q/k/v views hold the rank's heads. Not modelled: async TP, tied embeddings and fused q/k/v (GPT-2's ``c_attn``: refused by name), the norm weights'
-gradient all-reduce under sequence parallelism (a few KiB).
+loss; attention's head counts (``n_head``/``n_kv``-style attributes) divided by T, so the
+local q/k/v views hold the rank's heads. Refused by name: tied embeddings, fused q/k/v
+(GPT-2's ``c_attn``) and any matrix the plan leaves whole (a mixture of experts'). Not
+modelled: async TP, the norm weights' gradient all-reduce under sequence parallelism (a few
+KiB).
 """
 from __future__ import annotations
 
