@@ -58,5 +58,8 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
 
 def _n_layers(r) -> int:
     """The repeated blocks a pipeline divides (the module's ``layers``; checked when cut)."""
-    layers = getattr(r.module, "layers", None)
-    return len(layers) if layers is not None and hasattr(layers, "__len__") else 0
+    for owner in (r.module, getattr(r.module, "model", None)):   # (transformers: model.layers)
+        layers = getattr(owner, "layers", None)
+        if layers is not None and hasattr(layers, "__len__"):
+            return len(layers)
+    return 0

@@ -3,7 +3,9 @@
 
 A decoder of this shape has a token embedding, a list of repeated blocks (``layers``), a
 final norm and an output head, and its forward skips a part that is None (torchtitan's
-Llama; graphcost's zoo Llama). Stage ``i`` of ``p`` keeps its share of the blocks (evenly,
+Llama; graphcost's zoo Llama). A transformers causal LM (``model.layers``, ``lm_head``) is cut
+the same way, called with ``inputs_embeds`` after the first stage, its norm and head
+identities before the last (``TransformersStage``). Stage ``i`` of ``p`` keeps its share of the blocks (evenly,
 the remainder to the first stages), the embedding on the first stage, the norm and head on
 the last; its input is the token ids (first) or the previous stage's hidden states, its
 output the next stage's input or, on the last stage, the logits, whose loss the schedule
@@ -36,9 +38,28 @@ class LastStage(torch.nn.Module):
         return F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
 
 
+class TransformersStage(torch.nn.Module):
+    """A transformers causal LM cut to a stage, called as a pipeline stage is: the token ids
+    (first stage) or the hidden states (``inputs_embeds``) in, its ``logits`` out — the
+    next stage's hidden states where the norm and head are cut to identities."""
+
+    def __init__(self, model: torch.nn.Module, first: bool):
+        super().__init__()
+        self.model, self.first = model, first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model(input_ids=x) if self.first else self.model(inputs_embeds=x)
+        return out.logits
+
+
 def pipeline_stage(module: torch.nn.Module, stage: int, stages: int) -> torch.nn.Module:
     """A copy of ``module`` cut to stage ``stage`` of ``stages`` (checked: a torchtitan-style
-    decoder with at least one block a stage)."""
+    decoder, or a transformers causal LM, with at least one block a stage)."""
+    base = getattr(module, "model", None)
+    if isinstance(base, torch.nn.Module) and isinstance(getattr(base, "layers", None),
+                                                        torch.nn.ModuleList) \
+            and getattr(module, "lm_head", None) is not None:
+        return _transformers_stage(module, stage, stages)
     where = opt("parallel", value=f"pp={stages}")
     layers = getattr(module, "layers", None)
     embed = next((n for n in EMBEDDINGS if getattr(module, n, None) is not None), None)
@@ -48,7 +69,8 @@ def pipeline_stage(module: torch.nn.Module, stage: int, stages: int) -> torch.nn
         raise GraphcostError(f"{where}: graphcost cuts torchtitan-style decoders (a token "
                              f"embedding ({'/'.join(EMBEDDINGS)}), a 'layers' ModuleList, "
                              f"'norm' and a head ({'/'.join(HEADS)}) on the model itself, its "
-                             "forward skipping a part that is None); this model is not one")
+                             "forward skipping a part that is None) and transformers causal "
+                             "LMs (model.layers, lm_head); this model is neither")
     if len(layers) < stages:
         raise GraphcostError(f"{where}: {len(layers)} blocks cannot fill {stages} stages")
     model = copy.deepcopy(module)
@@ -64,6 +86,27 @@ def pipeline_stage(module: torch.nn.Module, stage: int, stages: int) -> torch.nn
     return model
 
 
+def _transformers_stage(module: torch.nn.Module, stage: int, stages: int) -> torch.nn.Module:
+    """A transformers causal LM's stage: its decoder layers cut, the embedding skipped after
+    the first stage (the hidden states come in as ``inputs_embeds``), the final norm and the
+    head identities before the last."""
+    n = len(getattr(module.model, "layers"))
+    if n < stages:
+        raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: {n} blocks cannot fill "
+                             f"{stages} stages")
+    model = copy.deepcopy(module)
+    base = model.model
+    blocks = getattr(base, "layers")
+    setattr(base, "layers", torch.nn.ModuleList([blocks[i] for i in
+                                                 stage_layers(n, stage, stages)]))
+    if stage > 0:
+        setattr(base, "embed_tokens", None)
+    if stage < stages - 1:
+        setattr(base, "norm", torch.nn.Identity())
+        setattr(model, "lm_head", torch.nn.Identity())
+    return TransformersStage(model, stage == 0)
+
+
 def stage_inputs(module: torch.nn.Module, ids: torch.Tensor, stage: int,
                  stages: int) -> tuple[torch.Tensor, ...]:
     """The stage's inputs at the micro-batch of ``ids``: the ids (first stage), else the
@@ -71,7 +114,9 @@ def stage_inputs(module: torch.nn.Module, ids: torch.Tensor, stage: int,
     last stage the labels beside them."""
     if stage == 0:
         return (ids,)
-    table = next(getattr(module, n) for n in EMBEDDINGS if getattr(module, n, None) is not None)
+    get = getattr(module, "get_input_embeddings", None)
+    table = get() if callable(get) else \
+        next(getattr(module, n) for n in EMBEDDINGS if getattr(module, n, None) is not None)
     hidden = ids.new_empty((*ids.shape, table.embedding_dim), dtype=table.weight.dtype)
     return (hidden, torch.empty_like(ids, dtype=torch.int64)) if stage == stages - 1 \
         else (hidden,)
