@@ -117,6 +117,7 @@ def stage_inputs(module: torch.nn.Module, ids: torch.Tensor, stage: int,
     get = getattr(module, "get_input_embeddings", None)
     table = get() if callable(get) else \
         next(getattr(module, n) for n in EMBEDDINGS if getattr(module, n, None) is not None)
+    assert isinstance(table, torch.nn.Embedding)  # (pipeline_stage checked the model)
     hidden = ids.new_empty((*ids.shape, table.embedding_dim), dtype=table.weight.dtype)
     return (hidden, torch.empty_like(ids, dtype=torch.int64)) if stage == stages - 1 \
         else (hidden,)
