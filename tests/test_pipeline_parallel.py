@@ -65,6 +65,16 @@ def test_the_schedules_hold_what_their_orders_keep_in_flight():
     assert (one.micro_batch, one.per_rank_batch) == (2, 8)
 
 
+def test_the_worst_stage_decides_the_fit():
+    r = analyze("zoo:llama_tiny", batch=8, train=True, optimizer="adam", what_if=False,
+                device="h100-sxm", parallel={"mesh": "pp=2", "microbatches": 4})
+    p = r.pipeline
+    assert r.peak.allocated_bytes == r.peak_bytes == p.peak_bytes
+    # the fit's first part is the worst stage's tensors, with the allocator's allowance (no
+    # replay for a stage), not the whole model's step at one micro-batch
+    assert p.peak_bytes <= r.roofline.fit.parts[0].bytes <= 1.2 * p.peak_bytes
+
+
 @pytest.mark.parametrize("parallel, said", [
     ({"mesh": "pp=2", "microbatches": 3}, "must divide into that many micro-batches"),
     ({"mesh": "pp=2", "microbatches": 1}, "1F1B needs at least"),

@@ -131,6 +131,15 @@ def _time(graph: Graph, costs: CostReport, o: PassOptions, training) -> TimeEsti
     return with_recompute(estimate, plan.recompute_flops, step_flops)
 
 
+def refit(report: Report, o: PassOptions) -> Report:
+    """``report`` with its fit judged again (a section that decides it was added after the
+    passes: a pipeline's worst stage)."""
+    if report.roofline is None or o.device is None:
+        return report
+    return replace(report, roofline=replace(report.roofline,
+                                            fit=_fit(report, o.device, o.overhead, o.allocator)))
+
+
 def _fit(report: Report, device, overhead, allocator) -> Fit:
     """The report's one fits answer: its peak's (Report.peak: the serving batch's, one rank's,
     the training step's or the inference run's) on the device."""

@@ -16,7 +16,7 @@ from ...passes.parallel.pipeline import (
 from ...passes.parallel.step import ParallelSpec
 from ..load.loading import load, resolve_model
 from ..load.resolve import Progress
-from .pipeline import NO_PARALLEL_TIME, run_passes
+from .pipeline import NO_PARALLEL_TIME, refit, run_passes
 from .report import Report
 from .request import Request
 
@@ -52,8 +52,9 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
             assert training is not None  # (a training request)
             traced[key] = stage_step(graph, training, i == 0, i == spec.pp - 1)
         steps.append((traced[key], (blocks.start, blocks.stop)))
-    return replace(report, pipeline=pipeline_memory(steps, spec.schedule, micro,
-                                                    batch // micro))
+    report = replace(report, pipeline=pipeline_memory(steps, spec.schedule, micro,
+                                                      batch // micro))
+    return refit(report, request.passes)   # the worst stage decides it
 
 
 def _n_layers(r) -> int:
