@@ -9,6 +9,7 @@ from typing import Any, Sequence
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.pipeline import (
     StageStep,
+    check_schedule,
     pipeline_memory,
     stage_layers,
     stage_step,
@@ -30,6 +31,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     if batch % micro:
         raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
                              f"({batch}) must divide into that many micro-batches")
+    check_schedule(spec.schedule, micro, spec.pp)   # (before any trace)
     at_micro = replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None)
     whole = load(model, at_micro, example_inputs, progress).graph
