@@ -55,6 +55,9 @@ def test_every_stage_within_five_percent_of_the_real_step(run):
 def test_the_schedules_hold_what_their_orders_keep_in_flight():
     gpipe, one = _predict("gpipe"), _predict("1f1b")
     # GPipe: every stage holds all 4 micro-batches; 1F1B: stage i at most p − i = 2, 1
+    for s in (*gpipe.per_stage, *one.per_stage):   # the parts sum to the stage's peak
+        assert sum(s.breakdown_at_peak.values()) == s.peak_bytes
+        assert min(s.breakdown_at_peak.values()) >= 0
     assert [s.in_flight for s in gpipe.per_stage] == [4, 4]
     assert [s.in_flight for s in one.per_stage] == [2, 1]
     assert gpipe.peak_bytes > one.peak_bytes and one.worst_stage == 1

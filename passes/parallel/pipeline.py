@@ -25,12 +25,14 @@ library's is counted (its send and receive buffers beyond those tensors).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from ..choices import Choice
 from ..errors import GraphcostError, opt
-from ..ir import Graph, ValueKind
+from ..ir import FLOAT_DTYPES, Graph, ValueKind
 from ..memory.peak import Peak
+from ..training.checkpoint import timeline_of
 from ..training.memory import TrainingMemory, forward_set
 
 
@@ -51,6 +53,9 @@ class StageMemory:
     optimizer_state_bytes: int
     grad_bytes: int
     output_bytes: int               # the last stage: one micro-batch's output, kept to the end
+    # the peak by category, summing to it: activations are everything the micro-batches hold
+    # (saved tensors, inputs, outputs, temporaries; the first backward's new gradients)
+    breakdown_at_peak: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,17 +77,14 @@ class StageStep:
 def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool) -> StageStep:
     """The stage's micro-batch step, read off its traced training step."""
     n, fe = len(graph.nodes), len(forward_set(graph))
-    nongrad, grad = [0] * n, [0] * n
-    saved = 0
-    for s in t.storages:
-        curve = grad if s.name in t.grad_storages else nongrad
-        for k in range(s.birth, min(s.death, n - 1) + 1):
-            curve[k] += s.nbytes
-        if curve is nongrad and s.birth < fe <= s.death:
-            saved += s.nbytes
+    grads = [st for st in t.storages if st.name in t.grad_storages]
+    others = [st for st in t.storages if st.name not in t.grad_storages]
+    # (node by node; a storage living into the optimizer step ends at index n)
+    nongrad, grad = timeline_of(others, n + 1)[:n], timeline_of(grads, n + 1)[:n]
+    saved = sum(st.nbytes for st in others if st.birth < fe <= st.death)
     buffers = sum(v.spec.nbytes or 0 for v in graph.values.values() if v.kind == ValueKind.BUFFER)
     inputs = [v.spec.nbytes or 0 for v in graph.values.values()
-              if v.kind == ValueKind.INPUT and v.spec.dtype in ("float32", "bfloat16", "float16")]
+              if v.kind == ValueKind.INPUT and v.spec.dtype in FLOAT_DTYPES]
     return StageStep(
         static=t.param_bytes + buffers + t.optimizer_state_bytes, params=t.param_bytes,
         optimizer_state=t.optimizer_state_bytes, grads=t.grad_bytes,
@@ -130,8 +132,10 @@ def events(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str
 
 
 def stage_peak(s: StageStep, schedule: str, stage: int, stages: int,
-               micro: int) -> tuple[int, int]:
-    """(the stage's peak over the step, the most micro-batches it holds at once)."""
+               micro: int) -> tuple[int, int, int]:
+    """(the stage's peak over the step, the most micro-batches it holds at once, the
+    gradients held whole at the peak: 0 where it is the first backward, whose curve makes
+    them)."""
     last = stage == stages - 1
     kept_each = s.output_bytes if last else 0
     # a non-last stage keeps each in-flight micro-batch's output (the root of its backward,
@@ -139,21 +143,26 @@ def stage_peak(s: StageStep, schedule: str, stage: int, stages: int,
     sent = 0 if last else s.output_bytes
     each = s.saved + s.input_bytes + sent
     held: set[int] = set()
-    kept = backwards = peak = most = 0
+    kept = backwards = most = 0
+    moments = []   # (bytes, gradients held whole)
     for op, j in events(schedule, stage, stages, micro):
+        grads = s.grads if backwards else 0
         if op == "F":
-            now = s.static + kept * kept_each + len(held) * each + s.input_bytes + \
-                (s.grads if backwards else 0) + s.forward_peak
+            moments.append((s.static + kept * kept_each + len(held) * each + s.input_bytes +
+                            grads + s.forward_peak, grads))
             held.add(j)
             kept += 1 if last else 0
         else:
             held.discard(j)   # (its saved tensors are in its backward's curve)
-            now = s.static + kept * kept_each + len(held) * each + s.input_bytes + 2 * sent + \
-                (s.grads + s.backward_peak if backwards else s.first_backward_peak)
+            moments.append((s.static + kept * kept_each + len(held) * each + s.input_bytes +
+                            2 * sent + grads + (s.backward_peak if backwards
+                                                else s.first_backward_peak), grads))
             backwards += 1
-        peak, most = max(peak, now), max(most, len(held))
-    merged = s.static + s.grads + 2 * micro * kept_each   # the outputs, and their cat
-    return max(peak, merged, s.static + s.grads + s.step_temporaries), most
+        most = max(most, len(held))
+    moments += [(s.static + s.grads + 2 * micro * kept_each, s.grads),  # the outputs' cat
+                (s.static + s.grads + s.step_temporaries, s.grads)]     # the optimizer step
+    peak, grads = max(moments)
+    return peak, most, grads
 
 
 def check_schedule(schedule: str, micro: int, stages: int) -> None:
@@ -199,9 +208,7 @@ class PipelineMemory:
         s = self.per_stage[self.worst_stage]
         return Peak(allocated_bytes=s.peak_bytes, reserved_bytes=None, phase="backward",
                     node=None, threads=2, world_size=self.stages,
-                    by_category={"params": s.param_bytes,
-                                 "optimizer_state": s.optimizer_state_bytes,
-                                 "gradients": s.grad_bytes})
+                    by_category=dict(s.breakdown_at_peak))
 
 
 def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: str,
@@ -212,8 +219,11 @@ def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: st
     check_schedule(schedule, micro, p)
     stages = []
     for i, (s, layers) in enumerate(steps):
-        peak, most = stage_peak(s, schedule, i, p, micro)
+        peak, most, grads = stage_peak(s, schedule, i, p, micro)
+        parts = {"params": s.params, "buffers": s.static - s.params - s.optimizer_state,
+                 "optimizer_state": s.optimizer_state, "gradients": grads}
+        parts["activations"] = peak - sum(parts.values())
         stages.append(StageMemory(i, layers, peak, most, s.saved, s.params, s.optimizer_state,
-                                  s.grads, s.output_bytes if i == p - 1 else 0))
+                                  s.grads, s.output_bytes if i == p - 1 else 0, parts))
     return PipelineMemory(schedule, p, micro, micro_batch, micro_batch * micro, tuple(stages),
                           round((p - 1) / (micro + p - 1), 4))
