@@ -16,6 +16,7 @@ from ...passes.parallel.pipeline import (
 )
 from ...passes.parallel.step import ParallelSpec
 from ..load.loading import load, resolve_model
+from ..load.rank_program import pipeline_blocks
 from ..load.resolve import Progress
 from .pipeline import NO_PARALLEL_TIME, refit, run_passes
 from .report import Report
@@ -39,7 +40,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     if request.passes.profile is not None:   # (one micro-batch's kernels are not the step)
         report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     stage_passes = replace(passes, what_if=False, include_inputs=False)
-    n_layers = _n_layers(resolve_model(model, at_micro, example_inputs))
+    n_layers = pipeline_blocks(resolve_model(model, at_micro, example_inputs))
     traced: dict[tuple, StageStep] = {}
     steps = []
     for i in range(spec.pp):
@@ -58,11 +59,3 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
                                                       batch // micro))
     return refit(report, request.passes)   # the worst stage decides it
 
-
-def _n_layers(r) -> int:
-    """The repeated blocks a pipeline divides (the module's ``layers``; checked when cut)."""
-    for owner in (r.module, getattr(r.module, "model", None)):   # (transformers: model.layers)
-        layers = getattr(owner, "layers", None)
-        if layers is not None and hasattr(layers, "__len__"):
-            return len(layers)
-    return 0

@@ -52,6 +52,16 @@ class TransformersStage(torch.nn.Module):
         return out.logits
 
 
+def block_count(module: torch.nn.Module) -> int:
+    """The blocks a pipeline divides: the ``layers`` list of a torchtitan-style decoder or of
+    a transformers causal LM's ``model`` (0: neither)."""
+    for owner in (module, getattr(module, "model", None)):
+        layers = getattr(owner, "layers", None)
+        if isinstance(layers, torch.nn.ModuleList):
+            return len(layers)
+    return 0
+
+
 def pipeline_stage(module: torch.nn.Module, stage: int, stages: int) -> torch.nn.Module:
     """A copy of ``module`` cut to stage ``stage`` of ``stages`` (checked: a torchtitan-style
     decoder, or a transformers causal LM, with at least one block a stage)."""
@@ -90,7 +100,7 @@ def _transformers_stage(module: torch.nn.Module, stage: int, stages: int) -> tor
     """A transformers causal LM's stage: its decoder layers cut, the embedding skipped after
     the first stage (the hidden states come in as ``inputs_embeds``), the final norm and the
     head identities before the last."""
-    n = len(getattr(module.model, "layers"))
+    n = block_count(module)
     if n < stages:
         raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: {n} blocks cannot fill "
                              f"{stages} stages")

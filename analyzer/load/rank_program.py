@@ -1,0 +1,55 @@
+"""One rank's program of a parallel layout, made from a resolved PyTorch model before it is
+traced: a pipeline stage cut from it (frontends/torch/pipeline_stages.py), then the tensor-
+parallel rank's rewrite (frontends/torch/tensor_parallel.py). The caller's module is never
+changed."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...passes.errors import GraphcostError, opt
+from .resolve import Resolved
+
+
+def pipeline_blocks(r: Resolved) -> int:
+    """The repeated blocks a pipeline of ``r`` divides among its stages (0: none found; the
+    cut refuses the model by name)."""
+    from ..frontends.torch.pipeline_stages import block_count
+    return block_count(r.module) if r.kind == "torch" else 0
+
+
+def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None) -> Resolved:
+    """One pipeline stage (``(stage, stages)``; None: ``r`` itself): a PyTorch module cut to
+    the stage, its inputs the stage's at the same micro-batch (frontends/torch/
+    pipeline_stages.py; the caller's module is copied)."""
+    if stage is None:
+        return r
+    index, stages = stage
+    if r.kind != "torch":
+        raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: pipeline stages are "
+                             "cut from a PyTorch module; trace the PyTorch model")
+    from ..frontends.torch.pipeline_stages import (
+        LastStage,
+        pipeline_stage,
+        stage_inputs,
+    )
+    ids = r.kwargs.get("input_ids", r.inputs[0] if r.inputs else None)
+    if ids is None or ids.dim() != 2 or ids.is_floating_point():
+        raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: a pipeline's first "
+                             "stage takes token ids of shape (batch, seq)")
+    module = pipeline_stage(r.module, index, stages)
+    return replace(r, module=LastStage(module) if index == stages - 1 else module,
+                   inputs=stage_inputs(r.module, ids, index, stages), kwargs={})
+
+
+def in_tensor_parallel(r: Resolved, group: int) -> Resolved:
+    """One of ``group`` tensor-parallel ranks (1: ``r`` itself): a PyTorch module rewritten
+    into the rank's program (frontends/torch/tensor_parallel.py; the caller's is copied)."""
+    if group == 1:
+        return r
+    if r.kind != "torch":
+        raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: tensor parallelism "
+                             "rewrites a PyTorch module's linears; trace the PyTorch model (an "
+                             f"{'ONNX graph' if r.kind == 'onnx' else 'exported program'} "
+                             "is fixed)")
+    from ..frontends.torch.tensor_parallel import tensor_parallel
+    return replace(r, module=tensor_parallel(r.module, group))
