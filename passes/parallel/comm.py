@@ -49,6 +49,19 @@ def comm_volume(world: int, all_gather: int, reduce_scatter: int, all_reduce: in
                       wire / link.bandwidth if link else None, {dim: wire} if wire else {})
 
 
+def with_dimension(comm: CommVolume, dim: str, wire: int, calls: int, *, all_gather: int = 0,
+                   reduce_scatter: int = 0, all_reduce: int = 0) -> CommVolume:
+    """``comm`` with another mesh dimension's collectives: their volumes, ``wire`` bytes
+    over the rank's link (the bound on the same link) and ``calls``."""
+    total = comm.wire_bytes + wire
+    return replace(comm, all_gather_bytes=comm.all_gather_bytes + all_gather,
+                   reduce_scatter_bytes=comm.reduce_scatter_bytes + reduce_scatter,
+                   all_reduce_bytes=comm.all_reduce_bytes + all_reduce,
+                   wire_bytes=total, collectives=comm.collectives + calls,
+                   seconds=total / comm.bandwidth if comm.bandwidth else None,
+                   by_dim={**comm.by_dim, dim: wire})
+
+
 def across_replicas(comm: CommVolume, replicas: int, shard_grad_bytes: int,
                     calls: int) -> CommVolume:
     """HSDP: after each reduce-scatter in its shard group a rank all-reduces the gradient
@@ -58,8 +71,4 @@ def across_replicas(comm: CommVolume, replicas: int, shard_grad_bytes: int,
     if replicas <= 1:
         return comm
     wire = round(2 * (replicas - 1) / replicas * shard_grad_bytes)
-    total = comm.wire_bytes + wire
-    return replace(comm, all_reduce_bytes=comm.all_reduce_bytes + shard_grad_bytes,
-                   wire_bytes=total, collectives=comm.collectives + calls,
-                   seconds=total / comm.bandwidth if comm.bandwidth else None,
-                   by_dim={**comm.by_dim, "dp_replicate": wire})
+    return with_dimension(comm, "dp_replicate", wire, calls, all_reduce=shard_grad_bytes)

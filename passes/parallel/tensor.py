@@ -10,11 +10,9 @@ bytes (T−1)/T·S each.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..costs.collectives import COLLECTIVES, ROW_ALL_REDUCES
 from ..ir import Graph
-from .comm import CommVolume
+from .comm import CommVolume, with_dimension
 
 
 def tp_collectives(graph: Graph, recomputed: frozenset[int] = frozenset()) -> dict[str, int]:
@@ -47,10 +45,5 @@ def with_tensor_parallel(comm: CommVolume, graph: Graph, tp: int,
         return comm
     c = tp_collectives(graph, recomputed)
     wire = round((tp - 1) / tp * (2 * c["all_reduce"] + c["all_gather"] + c["reduce_scatter"]))
-    total = comm.wire_bytes + wire
-    return replace(comm, all_reduce_bytes=comm.all_reduce_bytes + c["all_reduce"],
-                   all_gather_bytes=comm.all_gather_bytes + c["all_gather"],
-                   reduce_scatter_bytes=comm.reduce_scatter_bytes + c["reduce_scatter"],
-                   wire_bytes=total, collectives=comm.collectives + c["calls"],
-                   seconds=total / comm.bandwidth if comm.bandwidth else None,
-                   by_dim={**comm.by_dim, "tp": wire})
+    return with_dimension(comm, "tp", wire, c["calls"], all_gather=c["all_gather"],
+                          reduce_scatter=c["reduce_scatter"], all_reduce=c["all_reduce"])
