@@ -17,6 +17,7 @@ from __future__ import annotations
 from ..app.report import Report
 from ..app.units import human, human_bytes, human_time
 from . import explain
+from .checkpoint_line import checkpoint_entries
 from .parallel import parallel_summary
 from .serving import serving_summary
 from .time_line import time_entries
@@ -296,32 +297,7 @@ def _training_detail(r: Report, brief: bool) -> list[Entry]:
         out.append(("reserved", items if brief
                     else explain.with_growth(items, t.reserved_by_phase)))
     out += [("what-if", [explain.what_if_line(r, name)]) for name in _what_ifs(r, brief)]
-    ck = t.checkpoint
-    if ck is not None and brief and r.parallel is not None:
-        # a rank's peak decides (the parallel lines): the one-device peaks are --details'
-        out.append(("checkpoint", [f"{ck.mode}:", _segments(ck.segments, brief) + ";",
-                                   f"recompute {human(ck.recompute_flops)} FLOPs "
-                                   f"({ck.recompute_pct:.1f}% of the step)"]))
-    elif ck is not None:
-        note = explain.checkpoint_note(r)
-        out += [("checkpoint", [f"{ck.mode}:", _segments(ck.segments, brief)]),
-                ("", [f"peak {human_bytes(ck.peak_without_bytes)} → {human_bytes(ck.peak_bytes)}",
-                      f"({ck.peak_without_bytes:,} → {ck.peak_bytes:,} B)",
-                      f"recompute {human(ck.recompute_flops)} FLOPs "
-                      f"({ck.recompute_pct:.1f}% of the step)"]
-                 + ([f"budget {human_bytes(ck.budget_bytes)}"] if ck.budget_bytes else [])
-                 + ([f"— {note}"] if note else []))]
-    return out
-
-
-def _segments(names: tuple[str, ...], brief: bool) -> str:
-    """The plan's segments; in the brief view six at most (an 80-block model's full
-    checkpointing named whole would take its screen): the first three, the last, the count."""
-    if not names:
-        return "none needed"
-    if not brief or len(names) <= 6:
-        return ", ".join(names)
-    return f"{', '.join(names[:3])}, … {names[-1]} ({len(names)} segments)"
+    return out + checkpoint_entries(r, brief)
 
 
 def _what_ifs(r: Report, brief: bool) -> list[str]:
