@@ -60,7 +60,9 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     ``parallel`` (with ``train``) divides the step across data-parallel ranks:
     ``{"strategy": "ddp"|"zero1"|"zero2"|"zero3"|"fsdp", "world_size": N or "auto"}`` (auto:
     the smallest N that fits ``device``) or ``{"mesh": "dp_replicate=2,dp_shard=4"}`` (a
-    device mesh: passes/parallel/mesh.py), optionally ``"offload": "optimizer"|"params"``,
+    device mesh of dp_replicate, dp_shard, tp, pp: passes/parallel/mesh.py; with pp,
+    ``"microbatches"`` and ``"schedule"``: "1f1b"|"gpipe"), optionally
+    ``"offload": "optimizer"|"params"``,
     ``"bucket_cap_mb"`` (DDP, default 25), ``"units"`` (module paths to shard as FSDP units;
     default the repeated blocks), ``"interconnect"`` (a name from analyzer.app.devices
     INTERCONNECTS). The batch is each rank's (global = batch × world size); the report's

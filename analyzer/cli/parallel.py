@@ -19,7 +19,8 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                         ", zero2 (FSDP2, reshard_after_forward=False), zero3/fsdp (FSDP2 "
                         "fully_shard per repeated block + root); or a device mesh by "
                         "torchtitan's names, e.g. dp_shard=8 (FSDP2), dp_replicate=8 "
-                        "(DDP), dp_replicate=2,dp_shard=4 (HSDP). --batch is each rank's batch")
+                        "(DDP), dp_replicate=2,dp_shard=4 (HSDP), dp_shard=8,tp=8 (tensor "
+                        "parallel), pp=4 (pipeline stages). --batch is each rank's batch")
     p.add_argument("--microbatches", type=int, metavar="N",
                    help="with --parallel pp=P: micro-batches a step (default: the batch, one "
                         "sequence each, as torchtitan)")
