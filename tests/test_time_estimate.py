@@ -130,7 +130,7 @@ def test_a_data_parallel_rank_gets_no_estimate_and_says_why():
     r = analyze(model, (torch.randn(8, 64),), train=True, device_profile=flat_profile(),
                 parallel={"strategy": "ddp", "world_size": 2})
     assert r.time is None
-    assert any("no time estimate for a parallel rank" in w for w in r.warnings)
+    assert any("no time estimate for this parallel rank" in w for w in r.warnings)
 
 
 def test_the_command_line_prints_the_estimate_and_its_band(tmp_path):

@@ -23,6 +23,7 @@ from ...passes.device.roofline import DTYPES  # noqa: F401
 from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.comm import InterconnectRates
+from ...passes.parallel.step_time import Links
 from .units import parse_rate, parse_size
 
 T, GB, GiB, MiB = 1e12, 1e9, 1 << 30, 1 << 20
@@ -72,6 +73,12 @@ DEVICES: Mapping[str, DeviceRates] = MappingProxyType({d.name: d for d in (
     # HBM3 at 3.9 TB/s
     _dev("h100-nvl", "NVIDIA H100 NVL 94GB", 60, 417.5, 835.5, 835.5, 1670.5, 3900, 94,
          fp8=1670.5, sm=(9, 0), sms=132),
+    # torchtitan's benchmark machines (Meta's Grand Teton, benchmarks/llama3_h100_202412_
+    # torchtitan.md): H100 SXM5 with 96 GB HBM2e at 2.4 TB/s, at a 500 W power limit. Its
+    # rates here are the SXM5's datasheet ones, as torchtitan computes its MFU (the real clocks
+    # at 500 W are lower and not published: "between SXM and NVL")
+    _dev("h100-96gb", "NVIDIA H100 SXM5 96GB HBM2e (500 W)", 67, 494.7, 989.4, 989.4, 1978.9,
+         2400, 96, fp8=1978.9, sm=(9, 0), sms=132),
     # NVIDIA H200 datasheet, SXM: the H100 SXM's GH100 at its clocks (TF32 989, BF16 1,979,
     # FP8/INT8 3,958 sparse), 141 GB HBM3e at 4.8 TB/s
     _dev("h200", "NVIDIA H200 SXM 141GB", 67, 494.7, 989.4, 989.4, 1978.9, 4800, 141,
@@ -129,12 +136,29 @@ def _link(name: str, label: str, gbs: float) -> InterconnectRates:
 INTERCONNECTS: Mapping[str, InterconnectRates] = MappingProxyType({i.name: i for i in (
     _link("nvlink4", "NVLink 4 (H100 SXM): 900 GB/s both ways, 450 GB/s each way", 450),
     _link("nvlink3", "NVLink 3 (A100 SXM): 600 GB/s both ways, 300 GB/s each way", 300),
+    _link("nvlink5", "NVLink 5 (B200, GB200): 1.8 TB/s both ways, 900 GB/s each way", 900),
     _link("pcie5", "PCIe 5.0 x16: 64 GB/s each way", 64),
     _link("pcie4", "PCIe 4.0 x16: 32 GB/s each way", 32),
     _link("ib-ndr", "InfiniBand NDR, one 400 Gb/s NIC per GPU: 50 GB/s each way", 50),
     _link("ib-hdr", "InfiniBand HDR, one 200 Gb/s NIC per GPU: 25 GB/s each way", 25),
     _link("eth-100g", "100 Gb/s Ethernet per GPU: 12.5 GB/s each way", 12.5),
 )})
+
+
+# The link between the GPUs of one node, by device (the others' PCIe 5.0 or 4.0 by generation);
+# between nodes one 400 Gb/s NIC per GPU unless --interconnect names another
+NODE_LINKS: Mapping[str, str] = MappingProxyType({
+    "a100-40gb": "nvlink3", "a100-80gb": "nvlink3", "h100-sxm": "nvlink4", "h100-96gb": "nvlink4",
+    "h200": "nvlink4", "b200": "nvlink5", "gb200": "nvlink5"})
+GPUS_PER_NODE = 8
+
+
+def node_links(device: DeviceRates, interconnect: InterconnectRates | None) -> Links:
+    """The links a rank's collectives cross on ``device``: its node's (NVLink where it has
+    it) and the network's (``interconnect``, else InfiniBand NDR), eight GPUs a node."""
+    cc = device.capability
+    intra = NODE_LINKS.get(device.name, "pcie5" if cc is None or cc >= (9, 0) else "pcie4")
+    return Links(INTERCONNECTS[intra], interconnect or INTERCONNECTS["ib-ndr"], GPUS_PER_NODE)
 
 
 def get_interconnect(name: str) -> InterconnectRates:

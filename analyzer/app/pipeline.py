@@ -4,9 +4,12 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from ...passes.choices import Strategy
 from ...passes.costs import CostReport, count_costs
 from ...passes.device.fits import Fit
+from ...passes.device.gpu_engine import datasheet_band, datasheet_engine
 from ...passes.device.gpu_workspaces import gpu_workspaces
+from ...passes.device.profile import EngineProfile
 from ...passes.device.roofline import flops_by_dtype, roofline
 from ...passes.device.time_estimate import TimeEstimate, estimate_time, with_recompute
 from ...passes.errors import GraphcostError, opt
@@ -22,12 +25,15 @@ from ...passes.memory.allocator_events import inference_reserved
 from ...passes.memory.arena import plan_arena
 from ...passes.memory.bounds import size_bounds
 from ...passes.memory.liveness import analyze_liveness
+from ...passes.parallel.comm import CommVolume
 from ...passes.parallel.step import parallel_step
+from ...passes.parallel.step_time import RankStep, rank_step_time, utilisation
 from ...passes.serving.analysis import ServingTrace, serving_review
 from ...passes.training.memory import forward_set
 from ...passes.training.optimizer import trainable_params
 from ...passes.training.precision import cast_floats, master_weights
 from ...passes.training.step import training_step
+from .devices import node_links
 from .report import NodeRow, Report, Totals
 from .request import PassOptions
 
@@ -94,36 +100,97 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
                                              fit=_fit(report, device, overhead, o.allocator)))
 
 
-NO_PARALLEL_TIME = ("no time estimate for a parallel rank (data, tensor or pipeline): its "
-                    "collectives and schedule are not priced yet (the profile prices one "
-                    "process's kernels)")
+NO_PARALLEL_TIME = ("no time estimate for this parallel rank: a calibrated profile prices "
+                    "one process's kernels, not the collectives between GPUs (a GPU's "
+                    "datasheet estimate does: a GPU device without a profile)")
 
 
 def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,
                training) -> Report:
-    """The report with the time estimate a device profile asks for (none for a data-parallel
-    rank: a warning says why)."""
-    if o.profile is None:
-        return report
-    if o.parallel is not None:
+    """The report with its time estimate: a device profile's, else a GPU device's datasheet
+    estimate (passes/device/gpu_engine.py), a parallel rank's with its collectives on the
+    clock (none for a calibrated profile's parallel rank: a warning says why)."""
+    if o.profile is None and not (_is_gpu(o.device) and graph.source != "onnx"):
+        return report   # (a datasheet estimate is eager PyTorch's: not ONNX Runtime's)
+    if o.parallel is not None and o.profile is not None:
         return replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
-    return replace(report, time=_time(graph, costs, o, training))
+    estimate = _time(graph, costs, o, training, report)
+    if o.parallel is None or report.parallel is None:
+        if o.profile is None:   # (a GPU: its throughput and utilisation beside)
+            estimate = replace(estimate, **utilisation(estimate.seconds,
+                                                       _rank_step(report, o, training)))
+        return replace(report, time=estimate)
+    assert o.device is not None
+    links = node_links(o.device, o.parallel.interconnect)
+    return replace(report, time=rank_step_time(estimate, _rank_step(report, o, training),
+                                               links))
 
 
-def _time(graph: Graph, costs: CostReport, o: PassOptions, training) -> TimeEstimate:
-    """The time estimate with the request's device profile, for the engine that runs this
-    graph: ONNX Runtime an ONNX file, eager PyTorch a traced one."""
-    assert o.profile is not None
+def _is_gpu(device) -> bool:
+    return device is not None and (device.capability is not None or device.rocm)
+
+
+NO_COMM = CommVolume(0, 0, 0, 0, 0, None, None, None)
+
+
+def _rank_step(report: Report, o: PassOptions, training) -> RankStep:
+    """What the clock needs of this rank (one GPU's run without a strategy)."""
+    p = report.parallel
+    assert o.device is not None
+    seq = report.dims.get("seq")
+    by_dtype = report.totals.flops_by_dtype
+    dtype = max(by_dtype, key=lambda k: by_dtype[k]) if by_dtype else "fp32"
+    plan = training.checkpoint if training is not None else None
+    recompute = plan.recompute_flops if plan is not None else 0
+    if p is None:
+        return RankStep(NO_COMM, {}, "", report.batch * seq if seq else None, 1,
+                        report.totals.flops, recompute, o.device.peak(dtype))
+    return RankStep(p.comm, p.mesh, p.strategy, p.global_batch * seq if seq else None,
+                    p.world_size, report.totals.flops, recompute, o.device.peak(dtype))
+
+
+def _engine(graph: Graph, o: PassOptions, report: Report) -> tuple[str, str, EngineProfile]:
+    """(profile name, engine name, engine) pricing ``graph``: the request's profile's engine
+    for the graph's runtime (ONNX Runtime an ONNX file, eager PyTorch a traced one), else
+    eager PyTorch at the GPU's datasheet rates with the attention kernel dispatched there."""
     name = "onnxruntime" if graph.source == "onnx" else "torch"
+    if o.profile is None:
+        assert o.device is not None
+        kernel = str(getattr(report.attention[0].kernel, "value", report.attention[0].kernel)) \
+            if report.attention else None
+        return o.device.name, name, datasheet_engine(o.device, kernel)
     engine = o.profile.engines.get(name)
     if engine is None:
         raise GraphcostError(f"{opt('device_profile')} {o.profile.name!r} holds no {name} "
                              f"measurements, which a {graph.source} graph is priced with")
-    sizes = [graph.values[p].spec.nbytes or 0 for p in trainable_params(graph)] \
-        if o.optimizer else []
-    estimate = estimate_time(graph, costs.nodes, engine, profile=o.profile.name,
-                             engine_name=name, optimizer=o.optimizer, param_bytes=sizes,
-                             forward=forward_set(graph) if o.optimizer else None)
+    return o.profile.name, name, engine
+
+
+def _optimizer_bytes(graph: Graph, o: PassOptions, report: Report) -> list[int]:
+    """The sizes of the tensors the optimizer steps on this rank: fp32 master weights under a
+    mixed-precision recipe, a shard of each under ZeRO and FSDP."""
+    if not o.optimizer:
+        return []
+    master = master_weights(o.precision)
+    sizes = [(graph.values[p].spec.numel or 0) * 4 if master
+             else graph.values[p].spec.nbytes or 0 for p in trainable_params(graph)]
+    p = report.parallel
+    shards = p.mesh.get("dp_shard", 1) if p is not None and p.strategy != Strategy.DDP else 1
+    return [size // shards for size in sizes]
+
+
+def _time(graph: Graph, costs: CostReport, o: PassOptions, training,
+          report: Report) -> TimeEstimate:
+    """The time estimate of the graph's kernels (and a training step's optimizer and
+    recompute)."""
+    profile, name, engine = _engine(graph, o, report)
+    estimate = estimate_time(graph, costs.nodes, engine, profile=profile,
+                             engine_name=name, optimizer=o.optimizer,
+                             param_bytes=_optimizer_bytes(graph, o, report),
+                             forward=forward_set(graph) if o.optimizer else None,
+                             basis="profile" if o.profile else "datasheet")
+    if o.profile is None:
+        estimate = replace(estimate, band=datasheet_band(engine))
     plan = training.checkpoint if training is not None else None
     if plan is None or not plan.recompute_flops:
         return estimate

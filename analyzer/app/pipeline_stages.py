@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
+from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.pipeline import (
     StageStep,
@@ -15,10 +16,11 @@ from ...passes.parallel.pipeline import (
     stage_step,
 )
 from ...passes.parallel.step import ParallelSpec
+from ...passes.parallel.step_time import RankStep, pipeline_step_time
 from ..load.loading import load, resolve_model
 from ..load.rank_program import pipeline_blocks
 from ..load.resolve import Progress
-from .pipeline import NO_PARALLEL_TIME, refit, run_passes
+from .pipeline import NO_COMM, NO_PARALLEL_TIME, refit, run_passes
 from .report import Report
 from .request import Request
 
@@ -37,11 +39,13 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     passes = replace(request.passes, parallel=None, profile=None)
     whole = load(model, at_micro, example_inputs, progress).graph
     report = run_passes(whole, passes)
-    if request.passes.profile is not None:   # (one micro-batch's kernels are not the step)
+    if request.passes.profile is not None:   # (a calibrated profile: no collectives)
         report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
+    report = replace(report, time=None)   # (one micro-batch's kernels are not the step)
     stage_passes = replace(passes, what_if=False, include_inputs=False)
     n_layers = pipeline_blocks(resolve_model(model, at_micro, example_inputs))
     traced: dict[tuple, StageStep] = {}
+    clocks: dict[tuple, TimeEstimate] = {}
     steps = []
     for i in range(spec.pp):
         blocks = stage_layers(n_layers, i, spec.pp)
@@ -51,11 +55,35 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
                 progress(f"tracing pipeline stage {i + 1} of {spec.pp}")
             graph = load(model, replace(at_micro, pipeline_stage=(i, spec.pp)),
                          example_inputs, progress).graph
-            training = run_passes(graph, stage_passes).training
-            assert training is not None  # (a training request)
-            traced[key] = stage_step(graph, training, i == 0, i == spec.pp - 1)
+            stage = run_passes(graph, stage_passes)
+            assert stage.training is not None  # (a training request)
+            traced[key] = stage_step(graph, stage.training, i == 0, i == spec.pp - 1)
+            if stage.time is not None:
+                clocks[key] = stage.time
         steps.append((traced[key], (blocks.start, blocks.stop)))
     report = replace(report, pipeline=pipeline_memory(steps, spec.schedule, micro,
                                                       batch // micro))
+    if clocks and request.passes.profile is None:
+        report = replace(report, time=_pipeline_time(report, list(clocks.values()), spec,
+                                                     micro, request))
     return refit(report, request.passes)   # the worst stage decides it
+
+
+def _pipeline_time(whole: Report, stages: list[TimeEstimate], spec: ParallelSpec,
+                   micro: int, request: Request) -> TimeEstimate:
+    """The step's time from each distinct stage's for one micro-batch: ``whole`` is the
+    whole model at the micro-batch (its FLOPs, ``micro`` of them a step, over ``spec.pp``
+    GPUs)."""
+    device = request.passes.device
+    assert device is not None  # (a datasheet estimate: a GPU)
+    seq = whole.dims.get("seq")
+    by_dtype = whole.totals.flops_by_dtype
+    dtype = max(by_dtype, key=lambda k: by_dtype[k]) if by_dtype else "fp32"
+    plan = whole.training.checkpoint if whole.training is not None else None
+    recompute = plan.recompute_flops if plan is not None else 0
+    batch = request.load.batch or 1
+    rank = RankStep(NO_COMM, {"pp": spec.pp}, spec.strategy,
+                    batch * seq if seq else None, spec.pp, whole.totals.flops * micro // spec.pp,
+                    recompute * micro // spec.pp, device.peak(dtype))
+    return pipeline_step_time(stages, micro, rank)
 

@@ -35,7 +35,7 @@ from ...passes.parallel.step import ParallelMemory
 from ...passes.serving.analysis import Serving
 from ...passes.training.memory import TrainingMemory
 
-SCHEMA_VERSION = 11  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+SCHEMA_VERSION = 12  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
 # 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
 # allocator_fraction); 5: "allocator"; 6: parallel.reserved_peak_bytes and
 # serving.reserved_peak_bytes (the caching allocator replayed per rank and per serving batch);
@@ -44,7 +44,10 @@ SCHEMA_VERSION = 11  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed
 # (the loss the step backpropagated); parallel.mesh (the layout as a device mesh);
 # 9: time (the estimate a device profile gives, with its error band); 10: parallel.comm.by_dim
 # (wire bytes by mesh dimension: HSDP's all-reduce over dp_replicate); 11: pipeline (every
-# pipeline stage's rank under its schedule)
+# pipeline stage's rank under its schedule); 12: time on a GPU without a profile (its
+# datasheet at published kernel shares: time.basis), a parallel rank's time (time.
+# communication_seconds, overlapped_seconds, tokens_per_second, mfu, hfu), time.host_seconds,
+# parallel.comm.calls_by_dim
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "

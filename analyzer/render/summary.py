@@ -372,7 +372,7 @@ def _device(r: Report, brief: bool) -> list[Entry]:
     rate = ro.peak_flops["tf32" if ro.tf32 and ro.peak_flops.get("tf32") else "fp32"] or 0
     out = [("device", [f"{ro.label}:", f"{rate / 1e12:.1f} TFLOP/s {'tf32' if ro.tf32 else 'fp32'}",
                        f"{ro.bandwidth / 1e9:,.0f} GB/s", human_bytes(ro.memory_bytes)])]
-    if r.serving is None:
+    if r.serving is None and not (brief and r.time is not None):   # (the time line has it)
         out.append(("roofline", [f"{human_time(ro.total_seconds)} lower bound"
                                  + (" per step" if r.training else ""),
                                  f"(compute-bound nodes {human_time(ro.compute_seconds)},",

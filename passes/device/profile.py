@@ -83,6 +83,10 @@ class EngineProfile:
     # multiplied by (what the microbenchmarks miss in a model: cache misses between layers,
     # the allocator, ONNX Runtime's fusions); 1 before validation
     scale: float = 1.0
+    # a GPU's host time per op (eager PyTorch's Python, dispatcher and launch call): the GPU
+    # runs behind the host, so a step takes the longer of the two; 0: the host runs the
+    # kernels itself (a CPU: ``launch_s`` and ``python_s`` already count it)
+    host_s: float = 0.0
 
     @property
     def band(self) -> float | None:
@@ -150,7 +154,8 @@ def _text(v: Any, where: str) -> str:
 
 
 def _engine(v: Any, where: str) -> EngineProfile:
-    keys = ("launch_s", "view_s", "arithmetic", "memory", "validation", "python_s", "scale")
+    keys = ("launch_s", "view_s", "arithmetic", "memory", "validation", "python_s", "scale",
+            "host_s")
     d = _mapping(v, where, keys)
     missing = [k for k in keys[:4] if k not in d]
     if missing:
@@ -174,7 +179,8 @@ def _engine(v: Any, where: str) -> EngineProfile:
         _curve(d["memory"], f"{where}.memory"),
         tuple(_run(r, f"{where}.validation[{i}]") for i, r in enumerate(runs)),
         _number(d.get("python_s", 0.0), f"{where}.python_s", positive=False),
-        _number(d.get("scale", 1.0), f"{where}.scale"))
+        _number(d.get("scale", 1.0), f"{where}.scale"),
+        _number(d.get("host_s", 0.0), f"{where}.host_s", positive=False))
 
 
 def _run(v: Any, where: str) -> Run:
@@ -206,7 +212,7 @@ def profile_to_json(profile: DeviceProfile) -> dict:
     """The JSON document ``profile_from_json`` reads back."""
     def engine(e: EngineProfile) -> dict:
         return {"launch_s": e.launch_s, "view_s": e.view_s, "python_s": e.python_s,
-                "scale": e.scale,
+                "scale": e.scale, **({"host_s": e.host_s} if e.host_s else {}),
                 "arithmetic": {k: {dt: [list(p) for p in c.points] for dt, c in by.items()}
                                for k, by in e.arithmetic.items()},
                 "memory": [list(p) for p in e.memory.points],

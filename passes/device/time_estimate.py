@@ -57,6 +57,21 @@ class TimeEstimate:
     recompute_seconds: float     # a checkpoint plan's recompute (scaled: see with_recompute)
     kernels: int                 # kernel calls priced (views included)
     unpriced: Mapping[str, int]  # op -> nodes without a rule, priced at the launch alone
+    # a GPU's host (eager PyTorch's Python and dispatch): the step waits on it where it
+    # outlasts the kernels (``seconds`` holds the longer); 0 on a CPU, which runs both
+    host_seconds: float = 0.0
+    # "profile": measured on the machine (graphcost calibrate); "datasheet": a GPU's datasheet
+    # rates at published shares (passes/device/gpu_engine.py)
+    basis: str = "profile"
+    # a parallel rank's step (passes/parallel/step_time.py): the collectives' time left
+    # exposed, what ran under the compute, a pipeline's bubble; tokens/s per GPU and the
+    # model (and hardware) FLOP utilisation where the step's tokens and peak are known
+    communication_seconds: float = 0.0
+    overlapped_seconds: float = 0.0
+    bubble_seconds: float = 0.0
+    tokens_per_second: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
     JSON_PROPERTIES = ("low_seconds", "high_seconds")
 
     @property
@@ -73,6 +88,7 @@ class _Sums:
     arithmetic: float = 0.0
     memory: float = 0.0
     launch: float = 0.0
+    host: float = 0.0
     kernels: int = 0
 
 
@@ -81,6 +97,7 @@ def _price(sums: _Sums, graph: Graph, node, cost, engine: EngineProfile,
     calls = max(1, node.repeat)
     flops, moved = cost.flops / calls, (cost.bytes_read + cost.bytes_written) / calls
     sums.kernels += calls
+    sums.host += calls * engine.host_s
     if flops == 0 and moved == 0:
         sums.launch += calls * (engine.view_s + python)
         return
@@ -113,7 +130,8 @@ def optimizer_seconds(engine: EngineProfile, optimizer: str | None,
 def estimate_time(graph: Graph, node_costs, engine: EngineProfile, *, profile: str,
                   engine_name: str, optimizer: str | None = None,
                   param_bytes: Sequence[int] = (),
-                  forward: Collection[int] | None = None) -> TimeEstimate:
+                  forward: Collection[int] | None = None,
+                  basis: str = "profile") -> TimeEstimate:
     """``node_costs``: the cost pass's, aligned with ``graph.nodes``; ``optimizer`` and
     ``param_bytes`` (the trainable parameters' sizes): a training step's optimizer;
     ``forward``: a training step's forward nodes (by index), which alone pay the eager
@@ -124,15 +142,17 @@ def estimate_time(graph: Graph, node_costs, engine: EngineProfile, *, profile: s
         if nc.status != OK:   # no rule, or shapes it could not read: no cost to price
             unpriced[node.op] += 1
             sums.kernels += max(1, node.repeat)
+            sums.host += max(1, node.repeat) * engine.host_s
             sums.launch += max(1, node.repeat) * (engine.launch_s + python)
             continue
         _price(sums, graph, node, nc.cost, engine, python)
     k = engine.scale   # every part, so that the parts still sum to the whole
     opt = k * optimizer_seconds(engine, optimizer, param_bytes)
     parts = (k * sums.arithmetic, k * sums.memory, k * sums.launch)
-    return TimeEstimate(profile, engine_name, sum(parts) + opt, engine.band,
-                        len(engine.validation), *parts, opt, 0.0, sums.kernels,
-                        dict(sorted(unpriced.items())))
+    return TimeEstimate(profile, engine_name, max(sum(parts), k * sums.host) + opt,
+                        engine.band, len(engine.validation), *parts, opt, 0.0, sums.kernels,
+                        dict(sorted(unpriced.items())), host_seconds=k * sums.host,
+                        basis=basis)
 
 
 def with_recompute(estimate: TimeEstimate, recompute_flops: int, step_flops: int) -> TimeEstimate:

@@ -35,6 +35,7 @@ class CommVolume:
     seconds: float | None         # wire_bytes / bandwidth: a lower bound
     # wire bytes by mesh dimension (passes/parallel/mesh.py): which group's link carries them
     by_dim: Mapping[str, int] = field(default_factory=dict)
+    calls_by_dim: Mapping[str, int] = field(default_factory=dict)   # collective calls, the same
 
 
 def comm_volume(world: int, all_gather: int, reduce_scatter: int, all_reduce: int,
@@ -46,7 +47,8 @@ def comm_volume(world: int, all_gather: int, reduce_scatter: int, all_reduce: in
     return CommVolume(all_gather, reduce_scatter, all_reduce, wire,
                       collectives if world > 1 else 0, link.name if link else None,
                       link.bandwidth if link else None,
-                      wire / link.bandwidth if link else None, {dim: wire} if wire else {})
+                      wire / link.bandwidth if link else None, {dim: wire} if wire else {},
+                      {dim: collectives} if wire else {})
 
 
 def with_dimension(comm: CommVolume, dim: str, wire: int, calls: int, *, all_gather: int = 0,
@@ -59,7 +61,8 @@ def with_dimension(comm: CommVolume, dim: str, wire: int, calls: int, *, all_gat
                    all_reduce_bytes=comm.all_reduce_bytes + all_reduce,
                    wire_bytes=total, collectives=comm.collectives + calls,
                    seconds=total / comm.bandwidth if comm.bandwidth else None,
-                   by_dim={**comm.by_dim, dim: wire})
+                   by_dim={**comm.by_dim, dim: wire},
+                   calls_by_dim={**comm.calls_by_dim, dim: calls})
 
 
 def across_replicas(comm: CommVolume, replicas: int, shard_grad_bytes: int,

@@ -1,0 +1,135 @@
+"""A parallel rank's step on the clock: its kernels (the time estimate of its own program,
+passes/device/time_estimate.py), its collectives priced per mesh dimension on the link that
+dimension's group crosses, and what of them the compute hides.
+
+Per dimension (``comm.by_dim``: the wire bytes each way, passes/parallel/comm.py):
+
+    seconds = wire / (BUS_SHARE × link bandwidth) + ALPHA_S × its collective calls
+
+— the α–β model of a ring collective (NCCL's tests report "bus bandwidth", which for ring
+all-gather, reduce-scatter and all-reduce is exactly wire bytes over time).
+
+The link: torchtitan lays a mesh out with ``tp`` innermost (consecutive ranks), then ``cp``,
+``dp_shard``, ``dp_replicate``, ``pp`` outermost. A dimension's group spans ``stride × size``
+consecutive ranks (``stride``: the inner dimensions' sizes multiplied); within one node of
+``gpus_per_node`` GPUs it runs on the node's link (NVLink), else on the network's (one NIC per
+GPU), which the ring's slowest hop bounds.
+
+What overlaps (torch/distributed/fsdp/_fully_shard, torch/nn/parallel/distributed.py):
+
+- FSDP2 (zero3/fsdp) prefetches the next unit's all-gather on its own stream and
+  reduce-scatters (and, HSDP, all-reduces across replicas) on another while the next unit
+  computes: the whole forward and backward are its window, less the first all-gather and the
+  last reduce, which nothing can hide (one call each at its dimension's mean call time);
+- DDP (and ZeRO-1/2, whose gradients are reduced the same way) all-reduces buckets as the
+  backward fills them: the backward (``BACKWARD_SHARE`` of the compute) is its window;
+- tensor parallelism's collectives sit between the matmuls that need them: all exposed (no
+  asynchronous TP).
+
+What the window cannot hide is exposed and added to the step. Not modelled: compute slowed by
+the collectives sharing its SMs and memory, NCCL's tree and NVLink SHARP algorithms.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+from typing import Mapping
+
+from ..choices import Strategy
+from ..device.time_estimate import TimeEstimate
+from .comm import CommVolume, InterconnectRates
+
+ALPHA_S = 20e-6          # a collective call's latency (launch, the ring's hops), assumed
+BUS_SHARE = 0.80         # NCCL's bus bandwidth against the link's rate, assumed
+BACKWARD_SHARE = 2 / 3   # the backward's share of a step's forward and backward
+INNER_TO_OUTER = ("tp", "cp", "ep", "dp_shard", "dp_replicate", "pp")
+HIDDEN_BY_COMPUTE = ("dp_shard", "dp_replicate")   # data-parallel streams
+
+
+@dataclass(frozen=True)
+class Links:
+    """The links a rank's collectives run on: inside its node and between nodes."""
+    intra: InterconnectRates
+    inter: InterconnectRates
+    gpus_per_node: int = 8
+
+
+def dim_link(mesh: Mapping[str, int], dim: str, links: Links) -> InterconnectRates:
+    """The link the group of mesh dimension ``dim`` crosses."""
+    inner = INNER_TO_OUTER[:INNER_TO_OUTER.index(dim)] if dim in INNER_TO_OUTER else ()
+    span = prod(mesh.get(d, 1) for d in inner) * mesh.get(dim, 1)
+    return links.intra if span <= links.gpus_per_node else links.inter
+
+
+def dim_seconds(comm: CommVolume, mesh: Mapping[str, int], links: Links) -> dict[str, float]:
+    """Each mesh dimension's collectives, seconds per step."""
+    return {dim: wire / (BUS_SHARE * dim_link(mesh, dim, links).bandwidth)
+            + ALPHA_S * comm.calls_by_dim.get(dim, 0) for dim, wire in comm.by_dim.items()}
+
+
+@dataclass(frozen=True)
+class RankStep:
+    """What the clock needs of a parallel rank beyond its kernels."""
+    comm: CommVolume
+    mesh: Mapping[str, int]
+    strategy: str
+    tokens: int | None          # tokens a step processes over all ranks (None: not a sequence)
+    world_size: int             # GPUs
+    model_flops: int            # the rank's forward and backward, without recompute
+    recompute_flops: int
+    peak_flops: float | None    # the device's dense rate of the step's main dtype
+
+
+def rank_step_time(compute: TimeEstimate, rank: RankStep, links: Links) -> TimeEstimate:
+    """``compute`` (the rank's kernels and optimizer) with its collectives on the clock."""
+    seconds = dim_seconds(rank.comm, rank.mesh, links)
+    busy = compute.seconds - compute.optimizer_seconds
+    window = busy if rank.strategy in (Strategy.ZERO3, Strategy.FSDP) \
+        else busy * BACKWARD_SHARE
+    exposed = sum(t for d, t in seconds.items() if d not in HIDDEN_BY_COMPUTE)
+    edges = hidden = 0.0
+    for d in HIDDEN_BY_COMPUTE:
+        if d in seconds:
+            calls = max(1, rank.comm.calls_by_dim.get(d, 1))
+            edge = seconds[d] * min(1.0, 2 / calls)
+            edges += edge
+            hidden += seconds[d] - edge
+    overlapped = min(hidden, window)
+    exposed += edges + hidden - overlapped
+    total = compute.seconds + exposed
+    return replace(compute, seconds=total, communication_seconds=exposed,
+                   overlapped_seconds=overlapped, **utilisation(total, rank))
+
+
+def utilisation(seconds: float, rank: RankStep) -> dict[str, float | None]:
+    """tokens/s per GPU, MFU and HFU (recompute counted) of a step that takes ``seconds``."""
+    if seconds <= 0:
+        return {"tokens_per_second": None, "mfu": None, "hfu": None}
+    peak = rank.peak_flops
+    return {"tokens_per_second": rank.tokens / rank.world_size / seconds
+            if rank.tokens else None,
+            "mfu": rank.model_flops / (seconds * peak) if peak else None,
+            "hfu": (rank.model_flops + rank.recompute_flops) / (seconds * peak)
+            if peak else None}
+
+
+def pipeline_step_time(stages: list[TimeEstimate], microbatches: int,
+                       rank: RankStep) -> TimeEstimate:
+    """A pipeline's step from each stage's estimate for one micro-batch (its forward and
+    backward, and its optimizer step): GPipe and 1F1B both run ``microbatches`` + stages − 1
+    slots of the slowest stage, the stages − 1 beyond the micro-batches being the bubble
+    (the design notes' (p − 1)/(m + p − 1)); the optimizer steps once, the slowest stage's
+    deciding. The activations sent between stages are not priced (one micro-batch's hidden
+    states a slot, small beside its compute)."""
+    worst = max(stages, key=lambda t: t.seconds - t.optimizer_seconds)
+    slot = worst.seconds - worst.optimizer_seconds
+    bubble = (len(stages) - 1) * slot
+    optimizer = max(t.optimizer_seconds for t in stages)
+    m = microbatches
+    total = m * slot + bubble + optimizer
+    return replace(worst, seconds=total, arithmetic_seconds=m * worst.arithmetic_seconds,
+                   memory_seconds=m * worst.memory_seconds,
+                   launch_seconds=m * worst.launch_seconds, host_seconds=m * worst.host_seconds,
+                   recompute_seconds=m * worst.recompute_seconds, kernels=m * worst.kernels,
+                   optimizer_seconds=optimizer, bubble_seconds=bubble,
+                   **utilisation(total, rank))

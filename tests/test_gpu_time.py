@@ -1,0 +1,173 @@
+"""The time on a GPU without a profile (passes/device/gpu_engine.py) and a parallel rank's
+clock (passes/parallel/step_time.py), checked by hand arithmetic; how close they come to
+published runs is tests/test_published_runs.py's question."""
+from __future__ import annotations
+
+import pytest
+import torch
+from graphcost.passes.device.gpu_engine import (
+    ATTENTION_SHARE,
+    GEMM_SHARE,
+    HOST_S,
+    KERNEL_S,
+    MIN_BAND,
+    datasheet_engine,
+)
+from graphcost.passes.device.time_estimate import TimeEstimate
+from graphcost.passes.parallel.comm import CommVolume, InterconnectRates
+from graphcost.passes.parallel.step_time import (
+    ALPHA_S,
+    BUS_SHARE,
+    Links,
+    RankStep,
+    dim_link,
+    pipeline_step_time,
+    rank_step_time,
+)
+
+from graphcost import analyze
+from tests.cli_runner import run_cli
+
+H100_BF16 = 989.4e12
+NVLINK = InterconnectRates("nvl", "NVLink", 450e9)
+IB = InterconnectRates("ib", "InfiniBand", 50e9)
+LINKS = Links(NVLINK, IB, 8)
+
+
+def test_a_large_bf16_matmul_at_the_gemm_share_of_the_peak():
+    # 4,096 × 8,192 · 8,192 × 8,192 in bf16: 2·4096·8192·8192 = 549.76 GFLOPs, at 0.465 of
+    # 989.4 TFLOP/s: 1.195 ms, plus one kernel's 3 µs; the host's 12 µs hide behind it
+    model = torch.nn.Linear(8192, 8192, bias=False).to(torch.bfloat16)
+    r = analyze(model, input_shapes={"input": (4096, 8192)},
+                input_dtypes={"input": torch.bfloat16}, device="h100-sxm")
+    t = r.time
+    assert t is not None and t.basis == "datasheet" and t.engine == "torch"
+    flops = 2 * 4096 * 8192 * 8192
+    assert t.arithmetic_seconds == pytest.approx(flops / (GEMM_SHARE * H100_BF16))
+    assert t.seconds == pytest.approx(t.arithmetic_seconds + t.memory_seconds
+                                      + t.launch_seconds)
+    assert KERNEL_S <= t.launch_seconds <= t.kernels * KERNEL_S   # (a view launches nothing)
+    assert t.host_seconds == pytest.approx(t.kernels * HOST_S)
+    assert t.host_seconds < t.seconds
+    assert t.band == MIN_BAND                      # two published runs, 3% apart: the floor
+    assert t.mfu == pytest.approx(flops / (t.seconds * H100_BF16))
+
+
+def test_a_small_model_waits_on_eager_pythons_host():
+    # 16 × 64 · 64 × 64: nothing for an H100; each op's 12 µs on the host is the step
+    r = analyze(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()),
+                input_shapes={"input": (16, 64)}, device="h100-sxm")
+    t = r.time
+    assert t.host_seconds > t.arithmetic_seconds + t.memory_seconds + t.launch_seconds
+    assert t.seconds == pytest.approx(t.host_seconds)
+
+
+def test_the_attention_kernel_dispatched_sets_its_share():
+    from graphcost.passes.device_rates import DeviceRates
+
+    dev = DeviceRates("x", "x", {"fp32": 1e12, "bf16": 10e12}, 1e12, 1 << 30)
+    for kernel, share in ATTENTION_SHARE.items():
+        engine = datasheet_engine(dev, kernel)
+        assert engine.flops_rate("attention", "bf16", 1e9) == pytest.approx(share * 10e12)
+    assert datasheet_engine(dev).flops_rate("gemm", "bf16", 1e9) == \
+        pytest.approx(GEMM_SHARE * 10e12)
+
+
+def test_a_cpu_device_or_onnx_runtime_keeps_the_bound_alone(tmp_path):
+    model = torch.nn.Linear(64, 64)
+    assert analyze(model, input_shapes={"input": (8, 64)}).time is None
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(model, (torch.randn(8, 64),), str(path), dynamo=False)
+    r = analyze(str(path), device="h100-sxm")
+    assert r.time is None and r.roofline is not None
+
+
+@pytest.mark.parametrize("mesh, dim, link", [
+    ({"tp": 8}, "tp", NVLINK),                        # 8 consecutive GPUs: one node
+    ({"dp_shard": 8}, "dp_shard", NVLINK),
+    ({"dp_shard": 16}, "dp_shard", IB),               # two nodes
+    ({"dp_shard": 4, "tp": 2}, "dp_shard", NVLINK),   # stride 2 × 4 = 8
+    ({"dp_shard": 32, "tp": 8}, "dp_shard", IB),      # torchtitan's 70B: FSDP across nodes
+    ({"dp_replicate": 2, "dp_shard": 4}, "dp_replicate", NVLINK),   # HSDP in one node
+    ({"dp_replicate": 4, "dp_shard": 4}, "dp_replicate", IB),
+])
+def test_a_dimension_runs_on_the_link_its_group_spans(mesh, dim, link):
+    assert dim_link(mesh, dim, LINKS) is link
+
+
+def _compute(seconds=1.0, optimizer=0.1) -> TimeEstimate:
+    return TimeEstimate("p", "torch", seconds, 0.15, 2, seconds - optimizer, 0.0, 0.0,
+                        optimizer, 0.0, 10, {}, basis="datasheet")
+
+
+def _rank(by_dim, calls, strategy="fsdp", mesh=None) -> RankStep:
+    comm = CommVolume(0, 0, 0, sum(by_dim.values()), sum(calls.values()), None, None, None,
+                      by_dim, calls)
+    return RankStep(comm, mesh or {"dp_shard": 8}, strategy, 8192, 8, 10**14, 0, 1e15)
+
+
+def test_fsdp_hides_its_collectives_under_compute_less_the_first_and_last():
+    # 36 GB each way over NVLink at 80% of 450 GB/s: 0.1 s, + 100 calls × 20 µs = 0.102 s;
+    # the first all-gather and the last reduce-scatter (2 of 100 calls) exposed: 2.04 ms
+    rank = _rank({"dp_shard": 36 * 10**9}, {"dp_shard": 100})
+    t = rank_step_time(_compute(), rank, LINKS)
+    comm = 36e9 / (BUS_SHARE * 450e9) + 100 * ALPHA_S
+    assert t.communication_seconds == pytest.approx(comm * 2 / 100)
+    assert t.overlapped_seconds == pytest.approx(comm * 98 / 100)
+    assert t.seconds == pytest.approx(1.0 + comm * 2 / 100)
+    assert t.tokens_per_second == pytest.approx(8192 / 8 / t.seconds)
+    assert t.mfu == pytest.approx(1e14 / (t.seconds * 1e15))
+
+
+def test_what_the_window_cannot_hide_is_exposed():
+    # 90 GB over InfiniBand (dp_shard 16 crosses nodes) at 80% of 50 GB/s: 2.25 s against
+    # 0.9 s of forward and backward: 1.35 s more exposed than the edges
+    rank = _rank({"dp_shard": 90 * 10**9}, {"dp_shard": 2}, mesh={"dp_shard": 16})
+    t = rank_step_time(_compute(), rank, LINKS)
+    comm = 90e9 / (BUS_SHARE * 50e9) + 2 * ALPHA_S
+    assert t.overlapped_seconds == 0.0          # two calls: both are edges
+    assert t.communication_seconds == pytest.approx(comm)
+    rank = _rank({"dp_shard": 90 * 10**9}, {"dp_shard": 200}, mesh={"dp_shard": 16})
+    t = rank_step_time(_compute(), rank, LINKS)
+    comm = 90e9 / (BUS_SHARE * 50e9) + 200 * ALPHA_S
+    assert t.overlapped_seconds == pytest.approx(0.9)
+    assert t.communication_seconds == pytest.approx(comm - 0.9)
+
+
+def test_tensor_parallel_collectives_are_all_exposed_and_ddp_hides_under_the_backward():
+    rank = _rank({"tp": 36 * 10**9, "dp_shard": 36 * 10**9}, {"tp": 10, "dp_shard": 100},
+                 mesh={"dp_shard": 2, "tp": 4})
+    t = rank_step_time(_compute(), rank, LINKS)
+    tp = 36e9 / (BUS_SHARE * 450e9) + 10 * ALPHA_S
+    dp = 36e9 / (BUS_SHARE * 450e9) + 100 * ALPHA_S
+    assert t.communication_seconds == pytest.approx(tp + dp * 2 / 100)
+    # DDP's all-reduce waits for gradients: the backward (2/3 of 0.9 s) is its window
+    rank = _rank({"dp_replicate": 400 * 10**9}, {"dp_replicate": 1000}, "ddp",
+                 {"dp_replicate": 8})
+    t = rank_step_time(_compute(), rank, LINKS)
+    assert t.overlapped_seconds == pytest.approx(0.9 * 2 / 3)
+
+
+def test_a_pipeline_runs_microbatches_plus_stages_minus_one_slots_of_its_slowest_stage():
+    # 4 stages, 8 micro-batches: 11 slots of the slowest stage's 0.3 s, its bubble 3 of them
+    stages = [_compute(0.25, 0.05), _compute(0.35, 0.05), _compute(0.3, 0.08),
+              _compute(0.2, 0.01)]
+    rank = RankStep(CommVolume(0, 0, 0, 0, 0, None, None, None), {"pp": 4}, "ddp",
+                    8 * 4096, 4, 10**15, 0, 1e15)
+    t = pipeline_step_time(stages, 8, rank)
+    assert t.bubble_seconds == pytest.approx(3 * 0.3)
+    assert t.optimizer_seconds == pytest.approx(0.08)
+    assert t.seconds == pytest.approx(11 * 0.3 + 0.08)
+    assert t.bubble_seconds / (t.seconds - t.optimizer_seconds) == pytest.approx(3 / 11)
+
+
+def test_the_command_line_labels_the_estimate_and_keeps_the_bound(tmp_path):
+    out = run_cli("zoo:mlp", "--fx", "--device", "h100", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    import json
+    doc = json.loads(out.stdout)
+    assert doc["time"]["basis"] == "datasheet" and doc["time"]["band"] == MIN_BAND
+    assert doc["roofline"]["total_seconds"] < doc["time"]["seconds"]
+    text = run_cli("zoo:mlp", "--fx", "--device", "h100", "--details").stdout
+    assert "datasheet rates × published kernel shares" in text
+    assert "lower bound" in text
