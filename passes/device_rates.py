@@ -28,6 +28,11 @@ class DeviceRates:
     rocm: bool = False                        # an AMD part (PyTorch's ROCm build)
     sms: int | None = None                    # streaming multiprocessors (None: not known)
 
+    @property
+    def is_gpu(self) -> bool:
+        """An NVIDIA or AMD GPU of the table (a --device-spec is not known to be one)."""
+        return self.capability is not None or self.rocm
+
     def peak(self, dtype: str) -> float:
         """The rate for ``dtype``, falling back to fp32 where the device has no fast path."""
         rate = self.peak_flops.get(dtype) or self.peak_flops["fp32"]

@@ -10,6 +10,7 @@ from graphcost.passes.device.gpu_engine import (
     GEMM_SHARE,
     HOST_S,
     KERNEL_S,
+    MEMORY_SHARE,
     MIN_BAND,
     datasheet_engine,
 )
@@ -60,6 +61,32 @@ def test_a_small_model_waits_on_eager_pythons_host():
     t = r.time
     assert t.host_seconds > t.arithmetic_seconds + t.memory_seconds + t.launch_seconds
     assert t.seconds == pytest.approx(t.host_seconds)
+
+
+class Pointwise(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0 + 1.0
+
+
+def test_compile_runs_a_pointwise_chain_as_one_kernel_moving_its_input_and_output():
+    # (4096, 4096) fp32 is 64 MiB: eager runs relu, mul, add, each reading and writing it
+    # (6 × 64 MiB); torch.compile one kernel reading x and writing the sum (2 × 64 MiB)
+    shapes = {"x": (4096, 4096)}
+    eager = analyze(Pointwise(), input_shapes=shapes, device="h100-sxm").time
+    fused = analyze(Pointwise(), input_shapes=shapes, device="h100-sxm", compile=True).time
+    rate = MEMORY_SHARE * 3350e9
+    assert eager.memory_seconds == pytest.approx(6 * 64 * 2**20 / rate)
+    assert fused.memory_seconds == pytest.approx(2 * 64 * 2**20 / rate)
+    assert fused.launch_seconds == pytest.approx(KERNEL_S) and fused.engine == "torch.compile"
+
+
+def test_compile_goes_with_a_gpu_device_and_no_profile():
+    from graphcost.passes.errors import GraphcostError
+
+    with pytest.raises(GraphcostError, match="compile"):
+        analyze(Pointwise(), input_shapes={"x": (8, 8)}, compile=True)
+    out = run_cli("zoo:mlp", "--fx", "--compile")
+    assert out.returncode == 2 and "--compile" in out.stderr
 
 
 def test_the_attention_kernel_dispatched_sets_its_share():

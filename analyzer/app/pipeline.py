@@ -110,7 +110,8 @@ def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,
     """The report with its time estimate: a device profile's, else a GPU device's datasheet
     estimate (passes/device/gpu_engine.py), a parallel rank's with its collectives on the
     clock (none for a calibrated profile's parallel rank: a warning says why)."""
-    if o.profile is None and not (_is_gpu(o.device) and graph.source != "onnx"):
+    if o.profile is None and not (o.device is not None and o.device.is_gpu
+                                  and graph.source != "onnx"):
         return report   # (a datasheet estimate is eager PyTorch's: not ONNX Runtime's)
     if o.parallel is not None and o.profile is not None:
         return replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
@@ -124,10 +125,6 @@ def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,
     links = node_links(o.device, o.parallel.interconnect)
     return replace(report, time=rank_step_time(estimate, _rank_step(report, o, training),
                                                links))
-
-
-def _is_gpu(device) -> bool:
-    return device is not None and (device.capability is not None or device.rocm)
 
 
 NO_COMM = CommVolume(0, 0, 0, 0, 0, None, None, None)
@@ -158,7 +155,7 @@ def _engine(graph: Graph, o: PassOptions, report: Report) -> tuple[str, str, Eng
         assert o.device is not None
         kernel = str(getattr(report.attention[0].kernel, "value", report.attention[0].kernel)) \
             if report.attention else None
-        return o.device.name, name, datasheet_engine(o.device, kernel)
+        return o.device.name, name, datasheet_engine(o.device, kernel, compiled=o.compiled)
     engine = o.profile.engines.get(name)
     if engine is None:
         raise GraphcostError(f"{opt('device_profile')} {o.profile.name!r} holds no {name} "
@@ -185,10 +182,11 @@ def _time(graph: Graph, costs: CostReport, o: PassOptions, training,
     recompute)."""
     profile, name, engine = _engine(graph, o, report)
     estimate = estimate_time(graph, costs.nodes, engine, profile=profile,
-                             engine_name=name, optimizer=o.optimizer,
+                             engine_name="torch.compile" if o.compiled else name, optimizer=o.optimizer,
                              param_bytes=_optimizer_bytes(graph, o, report),
                              forward=forward_set(graph) if o.optimizer else None,
-                             basis="profile" if o.profile else "datasheet")
+                             basis="profile" if o.profile else "datasheet",
+                             compiled=o.compiled)
     if o.profile is None:
         estimate = replace(estimate, band=datasheet_band(engine))
     plan = training.checkpoint if training is not None else None

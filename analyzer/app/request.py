@@ -53,6 +53,7 @@ class PassOptions:
     optimizer_impl: str = OptimizerImpl.FORLOOP
     allocator: AllocatorConfig = AllocatorConfig()   # the caching allocator's settings
     profile: DeviceProfile | None = None             # the time estimate's (graphcost calibrate)
+    compiled: bool = False   # the time of the kernels torch.compile launches (a GPU's estimate)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                   optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
                   all_layers: bool = False, attention: str = "auto",
                   allocator: str | None = None, dtype: str | None = None,
-                  loss: str = "auto", device_profile: Any = None) -> Request:
+                  loss: str = "auto", device_profile: Any = None,
+                  compile: bool = False) -> Request:  # noqa: A002 (torch.compile's name)
     """The request ``analyze``'s keyword arguments ask for, every one checked (a
     GraphcostError naming it, in the command line's words: analyze rewords them)."""
     from ...passes.training.precision import canonical
@@ -110,6 +112,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
         optimizer=optimizer, checkpoint=checkpoint, precision=precision, device=device,
         tf32=tf32, overhead=overhead, what_if=what_if, parallel=parallel,
         optimizer_impl=optimizer_impl)
+    passes = replace(passes, compiled=_compiled(compile, rates, profile))
     if passes.parallel is not None and passes.parallel.tp > 1:  # traced as one rank's program
         load = replace(load, tensor_parallel=passes.parallel.tp)
     return Request(load, replace(passes, allocator=allocator_of(allocator), profile=profile))
@@ -147,6 +150,16 @@ def cast_dtype(precision: str) -> str | None:
     from ...passes.training.precision import PRECISIONS
 
     return PRECISIONS.get(precision) if isinstance(precision, str) else None
+
+
+def _compiled(compile: bool, rates, profile) -> bool:  # noqa: A002
+    """torch.compile's kernels are priced by a GPU's datasheet estimate (a calibrated profile
+    measured eager kernels, and a CPU device has no estimate)."""
+    check_arguments(flags={"compile": compile})
+    if compile and (profile is not None or rates is None or not rates.is_gpu):
+        raise GraphcostError(f"{opt('compile')} prices the kernels torch.compile launches on a "
+                             f"GPU: give a GPU {opt('device')} without {opt('device_profile')}")
+    return compile
 
 
 def _raw(mapping):

@@ -99,6 +99,9 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     p.add_argument("--device-profile", metavar="FILE.json",
                    help="the time estimate with its error band, priced with the profile "
                         "`graphcost calibrate` measured on a machine")
+    p.add_argument("--compile", action="store_true",
+                   help="with a GPU device: the time of the kernels torch.compile launches "
+                        "(pointwise runs fused; docs/time.md)")
     p.add_argument("--tf32", action="store_true",
                    help="with a device: fp32 matmuls and convolutions run at the TF32 rate")
     p.add_argument("--dtype", choices=DTYPE_WORDS,
@@ -210,7 +213,7 @@ def analysis_kwargs(args) -> dict:
                 parallel=parallel_args(args), optimizer_impl=args.optimizer_impl,
                 all_layers=args.all_layers, attention=args.attention,
                 allocator=args.allocator, dtype=args.dtype, loss=args.loss,
-                device_profile=args.device_profile)
+                device_profile=args.device_profile, compile=args.compile)
 
 
 def device_from_args(args):

@@ -68,4 +68,5 @@ def _parts(t) -> list[str]:
     return [p + ("," if i < len(parts) - 1 else "") for i, p in enumerate(parts)]
 
 
-ENGINE_WORDS = {"torch": "eager PyTorch", "onnxruntime": "ONNX Runtime"}
+ENGINE_WORDS = {"torch": "eager PyTorch", "onnxruntime": "ONNX Runtime",
+                "torch.compile": "torch.compile's kernels"}

@@ -30,6 +30,7 @@ from typing import Collection, Mapping, Sequence
 from ..costs import OK, lookup
 from ..costs.registry import OpView, kernel_class
 from ..ir import Graph
+from .fusion import FusedKernel, fused_kernels
 from .profile import EngineProfile
 from .roofline import node_dtype
 
@@ -116,6 +117,18 @@ def _price(sums: _Sums, graph: Graph, node, cost, engine: EngineProfile,
         sums.memory += calls * t_bytes
 
 
+def _price_generated(sums: _Sums, kernel: FusedKernel, engine: EngineProfile) -> None:
+    """One kernel torch.compile generates: a launch and its bytes, ``repeat`` calls."""
+    calls, moved = kernel.repeat, kernel.bytes_moved
+    if not kernel.launches:
+        return
+    sums.kernels += calls
+    sums.host += calls * engine.host_s
+    sums.launch += calls * engine.launch_s
+    if moved:
+        sums.memory += calls * moved / engine.memory.rate(moved)
+
+
 def optimizer_seconds(engine: EngineProfile, optimizer: str | None,
                       param_bytes: Sequence[int]) -> float:
     """The for-loop optimizer step over parameter tensors of these sizes (bytes)."""
@@ -131,13 +144,21 @@ def estimate_time(graph: Graph, node_costs, engine: EngineProfile, *, profile: s
                   engine_name: str, optimizer: str | None = None,
                   param_bytes: Sequence[int] = (),
                   forward: Collection[int] | None = None,
-                  basis: str = "profile") -> TimeEstimate:
+                  basis: str = "profile", compiled: bool = False) -> TimeEstimate:
     """``node_costs``: the cost pass's, aligned with ``graph.nodes``; ``optimizer`` and
     ``param_bytes`` (the trainable parameters' sizes): a training step's optimizer;
     ``forward``: a training step's forward nodes (by index), which alone pay the eager
-    forward's Python (None: every node, an inference graph)."""
+    forward's Python (None: every node, an inference graph); ``compiled``: the kernels
+    torch.compile launches instead (fusion.py: each run of pointwise and reduction nodes one
+    kernel, moving what enters and leaves it)."""
     sums, unpriced = _Sums(), Counter()
+    fused = fused_kernels(graph, node_costs) if compiled else []
+    generated = {i for k in fused for i in k.nodes}
+    for kernel in fused:
+        _price_generated(sums, kernel, engine)
     for node, nc in zip(graph.nodes, node_costs):
+        if node.index in generated:
+            continue
         python = engine.python_s if forward is None or node.index in forward else 0.0
         if nc.status != OK:   # no rule, or shapes it could not read: no cost to price
             unpriced[node.op] += 1
