@@ -37,7 +37,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             optimizer_impl: str | None = None, serve: Mapping[str, Any] | None = None,
             all_layers: bool = False, attention: str = "auto", allocator: str | None = None,
             dtype: str | None = None, loss: str = "auto", device_profile: Any = None,
-            compile: bool = False, **unknown) -> Report:  # noqa: A002 (torch.compile's name)
+            compile: bool = False, tokens: int | None = None,  # noqa: A002 (torch's name)
+            price: float | None = None, **unknown) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -98,7 +99,8 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             precision=precision, device=device, tf32=tf32, overhead=overhead, what_if=what_if,
             parallel=parallel, optimizer_impl=optimizer_impl, serve=serve,
             all_layers=all_layers, attention=attention, allocator=allocator, dtype=dtype,
-            loss=loss, device_profile=device_profile, compile=compile)
+            loss=loss, device_profile=device_profile, compile=compile, tokens=tokens,
+            price=price)
         return run_request(model, request, example_inputs, progress)
     except GraphcostError:  # (its message names this face's arguments)
         raise

@@ -62,6 +62,27 @@ def profile_of(profile):
                              f"({type(exc).__name__})") from None
 
 
+def run_budget(tokens, price, rates, profile) -> dict:
+    """A training run to price (``tokens``, a positive count) and its ``price`` per
+    GPU-hour, checked: both need a time estimate (a GPU device, or a device profile)."""
+    if tokens is None:
+        if price is not None:
+            raise GraphcostError(f"{opt('price')} prices a run: add {opt('tokens')}")
+        return {}
+    ok = isinstance(tokens, int) and not isinstance(tokens, bool) and 0 < tokens < 10**18
+    if not ok:
+        raise GraphcostError(f"{opt('tokens', value=tokens)}: expected a positive count of "
+                             "tokens below 10^18")
+    if price is not None and (isinstance(price, bool) or not isinstance(price, (int, float))
+                              or not 0 < price < 1e6 or price != price):
+        raise GraphcostError(f"{opt('price', value=price)}: expected a positive price per "
+                             "GPU-hour")
+    if profile is None and not (rates is not None and rates.is_gpu):
+        raise GraphcostError(f"{opt('tokens')} is priced by the time estimate: give a GPU "
+                             f"{opt('device')} or {opt('device_profile')}")
+    return {"run_tokens": tokens, "price": None if price is None else float(price)}
+
+
 def device_of(device):
     """A device name as its DeviceRates; a DeviceRates checked (its rates, bandwidth and memory
     as builtins: the passes compare them); None as None."""

@@ -113,18 +113,30 @@ def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,
     if o.profile is None and not (o.device is not None and o.device.is_gpu
                                   and graph.source != "onnx"):
         return report   # (a datasheet estimate is eager PyTorch's: not ONNX Runtime's)
+    if report.serving is not None:   # (its two steps are priced in its own section)
+        return report
     if o.parallel is not None and o.profile is not None:
         return replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     estimate = _time(graph, costs, o, training, report)
-    if o.parallel is None or report.parallel is None:
-        if o.profile is None:   # (a GPU: its throughput and utilisation beside)
-            estimate = replace(estimate, **utilisation(estimate.seconds,
-                                                       _rank_step(report, o, training)))
-        return replace(report, time=estimate)
-    assert o.device is not None
-    links = node_links(o.device, o.parallel.interconnect)
-    return replace(report, time=rank_step_time(estimate, _rank_step(report, o, training),
-                                               links))
+    if o.parallel is None or report.parallel is None:   # (its throughput beside)
+        estimate = replace(estimate, **utilisation(estimate.seconds,
+                                                   _rank_step(report, o, training)))
+    else:
+        assert o.device is not None
+        links = node_links(o.device, o.parallel.interconnect)
+        estimate = rank_step_time(estimate, _rank_step(report, o, training), links)
+    return replace(report, time=with_run(estimate, o))
+
+
+def with_run(estimate: TimeEstimate, o: PassOptions) -> TimeEstimate:
+    """The estimate with the training run the request prices (``run_tokens`` at ``price``):
+    a run needs the step's tokens/s."""
+    if o.run_tokens is None:
+        return estimate
+    if estimate.tokens_per_second is None:
+        raise GraphcostError(f"{opt('tokens')} needs tokens/s per GPU: a model with a seq "
+                             "dimension (its tokens a step)")
+    return replace(estimate, run_tokens=o.run_tokens, price=o.price)
 
 
 NO_COMM = CommVolume(0, 0, 0, 0, 0, None, None, None)
@@ -133,17 +145,17 @@ NO_COMM = CommVolume(0, 0, 0, 0, 0, None, None, None)
 def _rank_step(report: Report, o: PassOptions, training) -> RankStep:
     """What the clock needs of this rank (one GPU's run without a strategy)."""
     p = report.parallel
-    assert o.device is not None
     seq = report.dims.get("seq")
     by_dtype = report.totals.flops_by_dtype
     dtype = max(by_dtype, key=lambda k: by_dtype[k]) if by_dtype else "fp32"
     plan = training.checkpoint if training is not None else None
     recompute = plan.recompute_flops if plan is not None else 0
+    peak = o.device.peak(dtype) if o.device is not None else None
     if p is None:
         return RankStep(NO_COMM, {}, "", report.batch * seq if seq else None, 1,
-                        report.totals.flops, recompute, o.device.peak(dtype))
+                        report.totals.flops, recompute, peak)
     return RankStep(p.comm, p.mesh, p.strategy, p.global_batch * seq if seq else None,
-                    p.world_size, report.totals.flops, recompute, o.device.peak(dtype))
+                    p.world_size, report.totals.flops, recompute, peak)
 
 
 def _engine(graph: Graph, o: PassOptions, report: Report) -> tuple[str, str, EngineProfile]:

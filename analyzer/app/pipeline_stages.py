@@ -20,7 +20,7 @@ from ...passes.parallel.step_time import RankStep, pipeline_step_time
 from ..load.loading import load, resolve_model
 from ..load.rank_program import pipeline_blocks
 from ..load.resolve import Progress
-from .pipeline import NO_COMM, NO_PARALLEL_TIME, refit, run_passes
+from .pipeline import NO_COMM, NO_PARALLEL_TIME, refit, run_passes, with_run
 from .report import Report
 from .request import Request
 
@@ -64,8 +64,8 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     report = replace(report, pipeline=pipeline_memory(steps, spec.schedule, micro,
                                                       batch // micro))
     if clocks and request.passes.profile is None:
-        report = replace(report, time=_pipeline_time(report, list(clocks.values()), spec,
-                                                     micro, request))
+        report = replace(report, time=with_run(_pipeline_time(
+            report, list(clocks.values()), spec, micro, request), request.passes))
     return refit(report, request.passes)   # the worst stage decides it
 
 

@@ -33,6 +33,7 @@ from .api_checks import (
     overhead_of,
     parallel_spec,
     profile_of,
+    run_budget,
 )
 
 
@@ -54,6 +55,8 @@ class PassOptions:
     allocator: AllocatorConfig = AllocatorConfig()   # the caching allocator's settings
     profile: DeviceProfile | None = None             # the time estimate's (graphcost calibrate)
     compiled: bool = False   # the time of the kernels torch.compile launches (a GPU's estimate)
+    run_tokens: int | None = None   # a training run's tokens, priced by the time estimate
+    price: float | None = None      # per GPU-hour, for the run's cost
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                   all_layers: bool = False, attention: str = "auto",
                   allocator: str | None = None, dtype: str | None = None,
                   loss: str = "auto", device_profile: Any = None,
-                  compile: bool = False) -> Request:  # noqa: A002 (torch.compile's name)
+                  compile: bool = False, tokens: int | None = None,  # noqa: A002
+                  price: float | None = None) -> Request:
     """The request ``analyze``'s keyword arguments ask for, every one checked (a
     GraphcostError naming it, in the command line's words: analyze rewords them)."""
     from ...passes.training.precision import canonical
@@ -112,7 +116,8 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
         optimizer=optimizer, checkpoint=checkpoint, precision=precision, device=device,
         tf32=tf32, overhead=overhead, what_if=what_if, parallel=parallel,
         optimizer_impl=optimizer_impl)
-    passes = replace(passes, compiled=_compiled(compile, rates, profile))
+    passes = replace(passes, compiled=_compiled(compile, rates, profile),
+                     **run_budget(tokens, price, rates, profile))
     if passes.parallel is not None and passes.parallel.tp > 1:  # traced as one rank's program
         load = replace(load, tensor_parallel=passes.parallel.tp)
     return Request(load, replace(passes, allocator=allocator_of(allocator), profile=profile))

@@ -56,6 +56,12 @@ def build_parser():
     p.add_argument("--max-gflops", metavar="N", help="the same in units of 10^9")
     p.add_argument("--max-latency", metavar="TIME",
                    help="roofline lower-bound time on --device / --device-spec, e.g. 5ms")
+    p.add_argument("--max-step-time", metavar="TIME",
+                   help="the time estimate (a GPU --device, or --device-profile) of a "
+                        "training step or a forward, e.g. 3s; its band is shown beside")
+    p.add_argument("--min-tokens-per-s", metavar="N",
+                   help="tokens/s per GPU the time estimate gives (a GPU --device), "
+                        "e.g. 5000")
     # (no default here: a --min-coverage given alone is a threshold; _limits uses 100)
     p.add_argument("--min-coverage", metavar="PCT",
                    help="percent of nodes that must have a cost rule and known shapes "
@@ -101,6 +107,7 @@ def _limits(args) -> list[tuple[str, float, str]]:
         if not (args.device or args.device_spec):
             raise GraphcostError("--max-latency needs --device NAME or --device-spec")
         out.append(("latency (roofline)", latency, "seconds"))
+    out += _time_limits(args)
     min_coverage = args.min_coverage if args.min_coverage is not None else "100"
     try:
         coverage = float(min_coverage.rstrip("%"))
@@ -113,19 +120,46 @@ def _limits(args) -> list[tuple[str, float, str]]:
     return out
 
 
+def _time_limits(args) -> list[tuple[str, float, str]]:
+    """The budgets on the time estimate, which a GPU device or a device profile gives."""
+    out = []
+    if args.max_step_time:
+        out.append(("time (estimate)", parse_time(args.max_step_time, "--max-step-time"),
+                    "seconds"))
+    if args.min_tokens_per_s:
+        out.append(("tokens/s per GPU", parse_count(args.min_tokens_per_s,
+                                                    "--min-tokens-per-s"), "rate"))
+    if out and not (args.device or args.device_profile):
+        raise GraphcostError("--max-step-time and --min-tokens-per-s need a time estimate: a "
+                             "GPU --device NAME, or --device-profile FILE")
+    return out
+
+
+def _time_values(report) -> dict:
+    t = report.time
+    return {"time (estimate)": t.seconds if t else None,
+            "tokens/s per GPU": t.tokens_per_second if t else None}
+
+
 def evaluate(report, limits) -> list[Check]:
     t, m = report.totals, report.memory
     values = {"peak memory": report.peak_bytes, "activation peak": m.peak_bytes, "params": t.params,
               "MACs": t.macs, "FLOPs": t.flops, "coverage": report.coverage.percent,
-              "latency (roofline)": report.roofline.total_seconds if report.roofline else None}
+              "latency (roofline)": report.roofline.total_seconds if report.roofline else None,
+              **_time_values(report)}
     checks = []
     per_rank = report.parallel is not None
     for name, limit, unit in limits:
         value = values[name]
+        if value is None:   # (a time budget on a report that carries no estimate)
+            raise GraphcostError(f"check {name}: {report.model} has no time estimate here "
+                                 "(an ONNX model on a GPU keeps the roofline's bound; a model "
+                                 "without a seq dimension has no tokens/s)")
         if name == "peak memory" and per_rank:
             name = f"peak memory per rank ({report.parallel.strategy}×{report.parallel.world_size})"
-        ok = value >= limit if unit == "percent" else value <= limit
-        detail = ""
+        ok = value >= limit if unit in ("percent", "rate") else value <= limit
+        band = report.time.band if name in _time_values(report) else None
+        detail = f"estimate ± {band:.0%}" if band is not None else ""
         if name == "coverage" and not ok:
             c = report.coverage
             detail = "not costed: " + ", ".join(f"{k}×{v}" for k, v in
@@ -142,7 +176,7 @@ def evaluate(report, limits) -> list[Check]:
 
 def _fmt(value: float, unit: str) -> str:
     return {"bytes": human_bytes, "count": human, "seconds": human_time,
-            "percent": lambda v: f"{v:.1f}%"}[unit](value)
+            "percent": lambda v: f"{v:.1f}%", "rate": lambda v: f"{v:,.0f}"}[unit](value)
 
 
 def _check_lines(checks, width: int | None) -> list[str]:
@@ -152,7 +186,7 @@ def _check_lines(checks, width: int | None) -> list[str]:
     pad = max((len(c.name) for c in checks), default=0)
     out = []
     for c in checks:
-        op = "≥" if c.unit == "percent" else "≤"
+        op = "≥" if c.unit in ("percent", "rate") else "≤"
         row = (f"  {'PASS' if c.passed else 'FAIL'}  {c.name:<{pad}} "
                f"{_fmt(c.value, c.unit):>12} {op} {_fmt(c.limit, c.unit)}")
         if c.detail and width and len(row) + 2 + len(c.detail) > width:

@@ -12,6 +12,7 @@ from ...passes.choices import Attention, Lifetimes, Loss, Optimizer
 from ...passes.errors import GraphcostError
 from ...passes.training.precision import CHOICES
 from ..app.devices import get_device, parse_device_spec, parse_overhead
+from ..app.units import parse_count
 from ..load.checks import DTYPE_WORDS
 from .parallel import add_parallel_args, parallel_args
 
@@ -102,6 +103,11 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     p.add_argument("--compile", action="store_true",
                    help="with a GPU device: the time of the kernels torch.compile launches "
                         "(pointwise runs fused; docs/time.md)")
+    p.add_argument("--tokens", metavar="COUNT",
+                   help="a training run of this many tokens, e.g. 15T: its days and GPU-hours "
+                        "at the estimated tokens/s (a GPU --device)")
+    p.add_argument("--price", metavar="USD", type=float,
+                   help="with --tokens: the run's cost at this price per GPU-hour")
     p.add_argument("--tf32", action="store_true",
                    help="with a device: fp32 matmuls and convolutions run at the TF32 rate")
     p.add_argument("--dtype", choices=DTYPE_WORDS,
@@ -213,7 +219,9 @@ def analysis_kwargs(args) -> dict:
                 parallel=parallel_args(args), optimizer_impl=args.optimizer_impl,
                 all_layers=args.all_layers, attention=args.attention,
                 allocator=args.allocator, dtype=args.dtype, loss=args.loss,
-                device_profile=args.device_profile, compile=args.compile)
+                device_profile=args.device_profile, compile=args.compile,
+                tokens=int(parse_count(args.tokens, "--tokens")) if args.tokens else None,
+                price=args.price)
 
 
 def device_from_args(args):

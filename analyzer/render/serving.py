@@ -59,6 +59,8 @@ def serving_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]
              f"(weights + KV) / bandwidth = {_t(d.bandwidth_bound_seconds)}"]
             if d.seconds_per_token is not None else [])),
     ]
+    if s.time is not None:
+        out.append(("time", _serving_time(s)))
     if s.fit is not None:  # (whether this batch fits: the summary's one fits line)
         out.append(("capacity", _capacity(s, brief)))
     for w in s.what_if:
@@ -74,6 +76,16 @@ def serving_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]
         out.append(("warning", [f"{s.uncosted_decode_nodes} node(s) of the decode step have "
                                 "no cost rule or shape (counted as 0)"]))
     return out
+
+
+def _serving_time(s) -> list[str]:
+    """TTFT and TPOT estimated, with their band and the batch's output tokens/s."""
+    t = s.time
+    host = ["a decode step waits on eager PyTorch's host (CUDA graphs would cut it);"] \
+        if t.host_bound else []
+    return [f"≈ TTFT {human_time(t.ttft_seconds)}, TPOT {human_time(t.tpot_seconds)}"
+            f" ± {t.band:.0%} (estimate: eager PyTorch);", *host,
+            f"{human(t.tokens_per_second)} output tokens/s for the batch"]
 
 
 def _capacity(s, brief: bool) -> list[str]:

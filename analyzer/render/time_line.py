@@ -4,7 +4,7 @@ brief) what it is made of, and the nodes nothing priced."""
 from __future__ import annotations
 
 from ..app.report import Report
-from ..app.units import human_time
+from ..app.units import human, human_time
 
 
 def time_entries(r: Report, brief: bool) -> list[tuple[str, list[str]]]:
@@ -20,13 +20,14 @@ def time_entries(r: Report, brief: bool) -> list[tuple[str, list[str]]]:
         # (a pipeline's roofline is the whole model's at one micro-batch: not this step's)
         bound = "" if r.pipeline else f"; lower bound {human_time(r.roofline.total_seconds)}"
         return [("time", [head, f"(estimate{bound})" + (";" if t.mfu else ""),
-                          *_throughput(t, brief)])]
+                          *_throughput(t, brief)])] + _run(t)
     out = [("time", [head, *_source(t)])]
     rate = _throughput(t, brief)
     if rate:
         out.append(("", rate))
     if not brief:
         out.append(("", _parts(t)))
+    out += _run(t)
     if t.unpriced:
         n = sum(t.unpriced.values())
         out.append(("", [f"{n} node(s) with no cost (no rule or no shape) priced at a launch:",
@@ -53,6 +54,18 @@ def _throughput(t, brief: bool) -> list[str]:
         parts.append(f"collectives {human_time(t.communication_seconds)} exposed, "
                      f"{human_time(t.overlapped_seconds)} under compute")
     return [p + ("," if i < len(parts) - 1 else "") for i, p in enumerate(parts)]
+
+
+def _run(t) -> list[tuple[str, list[str]]]:
+    """A training run's days, GPU-hours and cost at the estimated pace, with the band."""
+    if t.days is None or t.gpu_hours is None or t.run_tokens is None:
+        return []
+    band = f" (± {t.band:.0%})" if t.band is not None else ""
+    items = [f"{human(t.run_tokens)} tokens: {t.days:,.1f} days on {t.gpus:,} GPU(s),",
+             f"{t.gpu_hours:,.0f} GPU-hours" + ("," if t.cost is not None else band)]
+    if t.cost is not None:
+        items.append(f"${t.cost:,.0f} at ${t.price:,.2f} a GPU-hour{band}")
+    return [("run", items)]
 
 
 def _parts(t) -> list[str]:

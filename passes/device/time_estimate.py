@@ -73,7 +73,12 @@ class TimeEstimate:
     tokens_per_second: float | None = None
     mfu: float | None = None
     hfu: float | None = None
-    JSON_PROPERTIES = ("low_seconds", "high_seconds")
+    gpus: int = 1                       # the GPUs the step runs on (a parallel layout's world)
+    # a training run of ``run_tokens`` tokens at this pace (``--tokens``): its days and
+    # GPU-hours, and at ``price`` per GPU-hour its cost (``--price``)
+    run_tokens: int | None = None
+    price: float | None = None
+    JSON_PROPERTIES = ("low_seconds", "high_seconds", "gpu_hours", "days", "cost")
 
     @property
     def low_seconds(self) -> float | None:
@@ -82,6 +87,24 @@ class TimeEstimate:
     @property
     def high_seconds(self) -> float | None:
         return None if self.band is None else self.seconds * (1 + self.band)
+
+    @property
+    def gpu_hours(self) -> float | None:
+        """GPU-hours ``run_tokens`` take at this pace (tokens/s per GPU)."""
+        if not self.run_tokens or not self.tokens_per_second:
+            return None
+        return self.run_tokens / self.tokens_per_second / 3600
+
+    @property
+    def days(self) -> float | None:
+        """Days ``run_tokens`` take on ``gpus`` GPUs."""
+        hours = self.gpu_hours
+        return None if hours is None else hours / self.gpus / 24
+
+    @property
+    def cost(self) -> float | None:
+        hours = self.gpu_hours
+        return None if hours is None or self.price is None else hours * self.price
 
 
 @dataclass

@@ -101,12 +101,13 @@ def rank_step_time(compute: TimeEstimate, rank: RankStep, links: Links) -> TimeE
                    overlapped_seconds=overlapped, **utilisation(total, rank))
 
 
-def utilisation(seconds: float, rank: RankStep) -> dict[str, float | None]:
+def utilisation(seconds: float, rank: RankStep) -> dict:
     """tokens/s per GPU, MFU and HFU (recompute counted) of a step that takes ``seconds``."""
     if seconds <= 0:
-        return {"tokens_per_second": None, "mfu": None, "hfu": None}
+        return {"tokens_per_second": None, "mfu": None, "hfu": None, "gpus": rank.world_size}
     peak = rank.peak_flops
-    return {"tokens_per_second": rank.tokens / rank.world_size / seconds
+    return {"gpus": rank.world_size,
+            "tokens_per_second": rank.tokens / rank.world_size / seconds
             if rank.tokens else None,
             "mfu": rank.model_flops / (seconds * peak) if peak else None,
             "hfu": (rank.model_flops + rank.recompute_flops) / (seconds * peak)

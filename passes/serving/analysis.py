@@ -40,7 +40,9 @@ from dataclasses import dataclass
 
 from ..costs import count_costs
 from ..device.fits import Fit, Overhead, fit
+from ..device.gpu_engine import datasheet_band, datasheet_engine
 from ..device.roofline import roofline
+from ..device.time_estimate import estimate_time
 from ..device_rates import DeviceRates
 from ..graph.params import count_params
 from ..ir import Graph, ValueKind
@@ -107,6 +109,19 @@ class Decode:
 
 
 @dataclass(frozen=True)
+class ServingTime:
+    """The two steps estimated on a GPU (passes/device/gpu_engine.py: the datasheet's rates
+    at published kernel shares, eager PyTorch as transformers' generate runs it, host time per
+    op included): time to the first token (the prefill), time per output token (one decode
+    step at the full context), with the band of the published runs."""
+    ttft_seconds: float
+    tpot_seconds: float
+    tokens_per_second: float         # the batch's output tokens: batch / TPOT
+    band: float
+    host_bound: bool                 # the decode step waits on eager PyTorch's host
+
+
+@dataclass(frozen=True)
 class DtypeWhatIf:
     weight_dtype: str
     kv_dtype: str
@@ -148,6 +163,7 @@ class Serving:
     curve: tuple[ContextPoint, ...]
     traced_layers: str | None
     uncosted_decode_nodes: int = 0
+    time: ServingTime | None = None  # a GPU device and a PyTorch model: the estimate
     JSON_PROPERTIES = ("peak",)
 
     @property
@@ -229,7 +245,24 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         what_if=_what_ifs(prefill, trace, device, room, peaks),
         curve=_curve(weights + work, after, growth, t0, weights, device, max_context),
         traced_layers=trace.traced_layers,
-        uncosted_decode_nodes=sum(1 for nc in dec.costs.nodes if nc.status != "ok"))
+        uncosted_decode_nodes=sum(1 for nc in dec.costs.nodes if nc.status != "ok"),
+        time=_serving_time(pre, dec, device))
+
+
+def _serving_time(pre: _Phase, dec: _Phase, device: DeviceRates | None) -> ServingTime | None:
+    """The datasheet estimate of both steps (a GPU, a traced PyTorch model)."""
+    if device is None or not device.is_gpu or pre.graph.source == "onnx":
+        return None
+    kernels = [k.kernel for k in pre.graph.attention]
+    engine = datasheet_engine(device, str(getattr(kernels[0], "value", kernels[0]))
+                              if kernels else None)
+    ttft, tpot = (estimate_time(p.graph, p.costs.nodes, engine, profile=device.name,
+                                engine_name="torch", basis="datasheet")
+                  for p in (pre, dec))
+    b = pre.graph.batch
+    return ServingTime(ttft.seconds, tpot.seconds, b / tpot.seconds, datasheet_band(engine),
+                       tpot.host_seconds > tpot.seconds - tpot.optimizer_seconds - 1e-12
+                       and tpot.host_seconds > 0)
 
 
 def _priced(prefill: Graph, trace: ServingTrace, weight: str | None, kv: str | None,
