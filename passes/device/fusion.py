@@ -70,20 +70,22 @@ def _kernel(graph: Graph, run, consumers, outputs) -> FusedKernel:
     that is used after it (through its views: a view's output is its input's storage)."""
     source: dict[str, str] = {}   # a view's output -> the value it aliases
     for node, nc in run:
-        if not _moves(nc) and node.inputs and node.inputs[0]:
+        first: str = node.inputs[0] if node.inputs else ""
+        if not _moves(nc) and first:
             for name in node.outputs:
                 if name:
-                    source[name] = source.get(node.inputs[0], node.inputs[0])
+                    source[name] = source.get(first) or first
     working = [node for node, nc in run if _moves(nc)]
     if not working:
         return FusedKernel(tuple(node.index for node, _ in run), 0, 1, launches=False)
     inside = {node.index for node, _ in run}
     made = {name for node in working for name in node.outputs if name}
-    read = {source.get(name, name) for node in working for name in node.inputs if name}
+    read: set[str] = {source.get(name) or name for node in working for name in node.inputs
+                      if name}
     used_after = {name for node, _ in run for name in node.outputs
                   if name and (name in outputs
                                or any(c not in inside for c in consumers.get(name, ())))}
-    written = {source.get(name, name) for name in used_after} & made
+    written: set[str] = {source.get(name) or name for name in used_after} & made
     moved = sum(graph.values[v].spec.nbytes or 0 for v in (read - made) | written
                 if v in graph.values)
     return FusedKernel(tuple(node.index for node, _ in run), moved, max(1, run[0][0].repeat))

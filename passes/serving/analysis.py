@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..costs import count_costs
+from ..costs import CostReport, count_costs
 from ..device.fits import Fit, Overhead, fit
 from ..device.gpu_engine import datasheet_band, datasheet_engine
 from ..device.roofline import roofline
@@ -186,7 +186,7 @@ def serving_peak(weights: int, cache: int, prefill_work: int, decode_work: int,
 @dataclass(frozen=True)
 class _Phase:
     graph: Graph
-    costs: object
+    costs: CostReport | None         # None: a what-if's prefill (not costed)
     work: int                        # working peak
     roof: object | None
 
@@ -256,9 +256,10 @@ def _serving_time(pre: _Phase, dec: _Phase, device: DeviceRates | None) -> Servi
     kernels = [k.kernel for k in pre.graph.attention]
     engine = datasheet_engine(device, str(getattr(kernels[0], "value", kernels[0]))
                               if kernels else None)
-    ttft, tpot = (estimate_time(p.graph, p.costs.nodes, engine, profile=device.name,
+    assert pre.costs is not None and dec.costs is not None   # (the whole review costs both)
+    ttft, tpot = (estimate_time(graph, costs.nodes, engine, profile=device.name,
                                 engine_name="torch", basis="datasheet")
-                  for p in (pre, dec))
+                  for graph, costs in ((pre.graph, pre.costs), (dec.graph, dec.costs)))
     b = pre.graph.batch
     return ServingTime(ttft.seconds, tpot.seconds, b / tpot.seconds, datasheet_band(engine),
                        tpot.host_seconds > tpot.seconds - tpot.optimizer_seconds - 1e-12
