@@ -1,20 +1,24 @@
-"""graphcost's step time against the runs torchtitan publishes (docs/time.md, "How well it
-holds: published runs"): the datasheet estimate of passes/device/gpu_engine.py, whose two
-fitted constants were set on the first two rows, and every other row expressible in
-graphcost's layouts as a check.
+"""graphcost's step time against published runs (docs/time.md, "How well it holds: published
+runs"): the datasheet estimate of passes/device/gpu_engine.py, whose two fitted constants were
+set on the first two rows, and every other published row graphcost's layouts can express as a
+check.
 
     python -m benchmarks.time_published [--markdown benchmarks/results/time_published.md]
 
-Sources (pytorch/torchtitan, benchmarks/): llama3_h100_202412_torchtitan.md (Tables 1 and 3:
-Llama 3.1 8B, FSDP 8 and 128, local batch 2, selective op AC, eager and torch.compile) and
-asyncTP_llama3_h100_2025-06_torchtitan.md (vanilla TP, bfloat16: 70B FSDP 32 × TP 8, full AC,
-local batch 16; 8B FSDP 8 × TP 8, op SAC, local batch 12; both torch.compile). All on H100
-SXM5 96 GB HBM2e at 500 W (device ``h100-96gb``), sequence 8,192 (torchtitan's llama3
+torchtitan (pytorch/torchtitan, benchmarks/): llama3_h100_202412_torchtitan.md (Tables 1 and
+3: Llama 3.1 8B, FSDP 8 and 128, local batch 2, selective op AC, eager and torch.compile) and
+asyncTP_llama3_h100_2025-06_torchtitan.md (bfloat16, torch.compile, vanilla and async TP: 70B
+FSDP 32 × TP 8, full AC, local batch 16; 8B FSDP 8 × TP 8, op SAC, local batch 12). All on
+H100 SXM5 96 GB HBM2e at 500 W (device ``h100-96gb``), sequence 8,192 (torchtitan's llama3
 configs), bf16 parameters with fp32 reduction (FSDP2's MixedPrecisionPolicy), AdamW.
 
-Not expressible yet, so not rows: float8 (Tables 1, 3, 4, 5, 6 and the async-TP float8 rows),
-asynchronous TP, context parallelism (Tables 2 and 6), pipelines beside other dimensions
-(Table 5).
+Megatron-LM (NVIDIA/Megatron-LM, README's model table): GPT models on H100 SXM, each step
+priced as the zoo decoder of that shape under FSDP × TP with torch.compile's fusion standing
+in for Transformer Engine's kernels and async TP for --tp-comm-overlap (``MEGATRON``).
+
+Not expressible yet, so not rows: float8 (torchtitan's Tables 1, 3, 4, 5, 6 and the async-TP
+float8 rows), context parallelism (Tables 2 and 6), pipelines beside other dimensions (Table
+5, Megatron's 70B to 462B rows).
 """
 from __future__ import annotations
 
@@ -24,57 +28,121 @@ from benchmarks.child import run
 
 CASE = r"""
 import json
+import graphcost.models_zoo.llama as zoo
 from graphcost import analyze
-r = analyze(MODEL, batch=BATCH, dims={"seq": 8192}, train=True, optimizer="adamw",
-            precision="bf16-master", checkpoint=CHECKPOINT, device="h100-96gb",
-            what_if=False, parallel={"mesh": MESH}, compile=COMPILE)
+SHAPE
+r = analyze(MODEL, batch=BATCH, dims={"seq": SEQ}, train=True, optimizer="adamw",
+            precision="bf16-master", checkpoint=CHECKPOINT, device=DEVICE,
+            what_if=False, parallel=PARALLEL, compile=COMPILE)
 t = r.time
 print(json.dumps(dict(seconds=t.seconds, tps=t.tokens_per_second, mfu=t.mfu,
                       exposed=t.communication_seconds, band=t.band)))
 """
 
-# (name, model, local batch, checkpoint, mesh, compile, published tokens/s per GPU, fitted)
-CASES = [
-    ("8B FSDP 8, eager (Table 1)", "zoo:llama3_8b", 2, {"sac": True}, "dp_shard=8", False,
-     5762, True),
-    ("8B FSDP 8, compile (Table 1)", "zoo:llama3_8b", 2, {"sac": True}, "dp_shard=8", True,
-     6667, True),
-    ("8B FSDP 128, eager (Table 3)", "zoo:llama3_8b", 2, {"sac": True}, "dp_shard=128",
-     False, 5605, False),
-    ("8B FSDP 128, compile (Table 3)", "zoo:llama3_8b", 2, {"sac": True}, "dp_shard=128",
-     True, 6514, False),
+# torchtitan: (name, model, local batch, checkpoint, parallel, compile, published tokens/s
+# per GPU, tokens per GPU a step, fitted)
+TORCHTITAN = [
+    ("8B FSDP 8, eager (Table 1)", "zoo:llama3_8b", 2, {"sac": True},
+     {"mesh": "dp_shard=8"}, False, 5762, 16384, True),
+    ("8B FSDP 8, compile (Table 1)", "zoo:llama3_8b", 2, {"sac": True},
+     {"mesh": "dp_shard=8"}, True, 6667, 16384, True),
+    ("8B FSDP 128, eager (Table 3)", "zoo:llama3_8b", 2, {"sac": True},
+     {"mesh": "dp_shard=128"}, False, 5605, 16384, False),
+    ("8B FSDP 128, compile (Table 3)", "zoo:llama3_8b", 2, {"sac": True},
+     {"mesh": "dp_shard=128"}, True, 6514, 16384, False),
     ("8B FSDP 8 × TP 8, compile, batch 12 (async-TP doc)", "zoo:llama3_8b", 12,
-     {"sac": True}, "dp_shard=8,tp=8", True, 4378, False),
+     {"sac": True}, {"mesh": "dp_shard=8,tp=8"}, True, 4378, 12288, False),
+    ("the same with async TP", "zoo:llama3_8b", 12, {"sac": True},
+     {"mesh": "dp_shard=8,tp=8", "async_tp": True}, True, 4809.4, 12288, False),
     ("70B FSDP 32 × TP 8, compile, full AC, batch 16 (async-TP doc)", "zoo:llama3_70b", 16,
-     {"every": 1}, "dp_shard=32,tp=8", True, 597.3, False),
+     {"every": 1}, {"mesh": "dp_shard=32,tp=8"}, True, 597.3, 16384, False),
+    ("the same with async TP", "zoo:llama3_70b", 16, {"every": 1},
+     {"mesh": "dp_shard=32,tp=8", "async_tp": True}, True, 652.4, 16384, False),
 ]
 
+# Megatron-LM's README model table (images/model_table.png, added 2024-07-15 in f2e5db402c):
+# GPT models, vocabulary 131,072, sequence 4,096, DP 48, global batch 192 sequences (4 a
+# data-parallel rank), H100 SXM; (name, hidden, heads, layers, TP, per-GPU TFLOP/s). PP > 1
+# rows (70B and larger) are not expressible beside TP yet.
+MEGATRON = [("1.7B", 2048, 16, 24, 1, 408.8), ("7.1B", 4096, 32, 30, 2, 465.9),
+            ("16B", 6144, 48, 32, 4, 489.1), ("32B", 7168, 56, 48, 8, 459.6)]
+VOCAB, SEQ, DP, GLOBAL = 131072, 4096, 48, 192
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--markdown", help="also write the table to this file")
-    args = ap.parse_args()
+
+def megatron_flops(h: int, layers: int) -> float:
+    """A global batch's FLOPs as Megatron-LM counted them for that table (megatron/training/
+    training.py ``num_floating_point_operations`` at f2e5db402c: a GELU MLP of 4h, every
+    attention score counted, as graphcost's FLOPs count them)."""
+    return 12 * GLOBAL * SEQ * layers * h * h * ((1 + 1 + SEQ / h) + 4
+                                                  + VOCAB / (2 * layers * h))
+
+
+def megatron_shape(h: int, heads: int, layers: int) -> str:
+    """The stand-in: the zoo's decoder with that table's shape, its SwiGLU MLP of 8h/3 (to a
+    multiple of 64) doing a 4h GELU MLP's matmul FLOPs, RMSNorm and RoPE for LayerNorm and
+    learned positions, an untied output layer; built in place of the zoo's 8B."""
+    ffn = round(8 * h / 3 / 64) * 64
+    return (f"zoo.LLAMA3['8b'] = zoo.LlamaConfig(vocab_size={VOCAB}, d_model={h}, "
+            f"n_layer={layers}, n_head={heads}, n_kv_head={heads}, ffn={ffn}, "
+            f"max_seq={SEQ}, rope_base=10000.0)")
+
+
+def _code(model, batch, seq, ckpt, parallel, compile_, device, shape="") -> str:
+    return CASE.replace("SHAPE", shape).replace("MODEL", repr(model)) \
+        .replace("BATCH", str(batch)).replace("SEQ", str(seq)) \
+        .replace("CHECKPOINT", repr(ckpt)).replace("PARALLEL", repr(parallel)) \
+        .replace("COMPILE", repr(compile_)).replace("DEVICE", repr(device))
+
+
+def torchtitan_rows(errors: list) -> list[str]:
     rows = ["| run (torchtitan, H100 96 GB, 500 W) | published tokens/s/GPU | graphcost | "
             "error (time) | collectives exposed |", "|---|---:|---:|---:|---:|"]
-    errors = []
-    for name, model, batch, ckpt, mesh, compile_, published, fitted in CASES:
-        code = CASE.replace("MODEL", repr(model)).replace("BATCH", str(batch)) \
-            .replace("CHECKPOINT", repr(ckpt)).replace("MESH", repr(mesh)) \
-            .replace("COMPILE", repr(compile_))
-        r = run(code)
+    for name, model, batch, ckpt, parallel, compile_, published, _, fitted in TORCHTITAN:
+        r = run(_code(model, batch, 8192, ckpt, parallel, compile_, "h100-96gb"))
         if "error" in r:
             rows.append(f"| {name} | {published:,} | {r['error'][:60]} | | |")
-            print(rows[-1], flush=True)
             continue
         error = published / r["tps"] - 1   # the step's time: estimated over published
         errors.append((error, fitted))
         rows.append(f"| {name} | {published:,} | {r['tps']:,.0f} | {error:+.1%}"
                     f"{' (fitted)' if fitted else ''} | {r['exposed'] * 1e3:,.0f} ms |")
         print(rows[-1], flush=True)
+    return rows
+
+
+def megatron_rows(errors: list) -> list[str]:
+    rows = ["| Megatron-LM (H100 SXM) | TP × DP | published TFLOP/s/GPU | step: published | "
+            "graphcost | error |", "|---|---|---:|---:|---:|---:|"]
+    for name, h, heads, layers, tp, tflops in MEGATRON:
+        parallel = {"mesh": f"dp_shard={DP}" + (f",tp={tp}" if tp > 1 else "")}
+        parallel |= {"async_tp": True} if tp > 1 else {}   # (--tp-comm-overlap)
+        r = run(_code("zoo:llama3_8b", GLOBAL // DP, SEQ, None, parallel, True, "h100-sxm",
+                      megatron_shape(h, heads, layers)))
+        published = megatron_flops(h, layers) / (tflops * 1e12 * DP * tp)
+        if "error" in r:
+            rows.append(f"| {name} | {tp} × {DP} | {tflops} | {published:.3f} s | "
+                        f"{r['error'][:60]} | |")
+            continue
+        error = r["seconds"] / published - 1
+        errors.append((error, False))
+        rows.append(f"| {name} | {tp} × {DP} | {tflops} | {published:.3f} s | "
+                    f"{r['seconds']:.3f} s | {error:+.1%} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--markdown", help="also write the tables to this file")
+    args = ap.parse_args()
+    errors: list = []
+    rows = torchtitan_rows(errors) + [""] + megatron_rows(errors)
     checks = sorted(abs(e) for e, fitted in errors if not fitted)
     if checks:
-        rows.append("")
-        rows.append(f"Rows not fitted: {len(checks)}, largest error {checks[-1]:.1%}.")
+        within = sum(e <= 0.15 for e in checks)
+        rows += ["", f"Rows not fitted: {len(checks)}; within ±15%: {within}; largest error "
+                 f"{checks[-1]:.1%}; 90th percentile "
+                 f"{checks[min(len(checks) - 1, -(-9 * len(checks) // 10) - 1)]:.1%}."]
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write("\n".join(rows) + "\n")

@@ -260,3 +260,25 @@ def test_serving_estimates_ttft_and_tpot_on_a_gpu():
     assert t.ttft_seconds >= s.prefill.flops * 0.8 / (GEMM_SHARE * H100_BF16)
     assert t.tokens_per_second == pytest.approx(8 / t.tpot_seconds)
     assert t.ttft_seconds > s.prefill.seconds and t.tpot_seconds > s.decode.seconds_per_token
+
+
+def test_async_tp_puts_the_tp_collectives_under_the_compute():
+    rank = _rank({"tp": 36 * 10**9, "dp_shard": 36 * 10**9}, {"tp": 10, "dp_shard": 100},
+                 mesh={"dp_shard": 2, "tp": 4})
+    from dataclasses import replace as with_
+    t = rank_step_time(_compute(), with_(rank, async_tp=True), LINKS)
+    tp = 36e9 / (BUS_SHARE * 450e9) + 10 * ALPHA_S
+    dp = 36e9 / (BUS_SHARE * 450e9) + 100 * ALPHA_S
+    # both under the 0.9 s of compute but the data dimension's first and last calls
+    assert t.communication_seconds == pytest.approx(dp * 2 / 100)
+    assert t.overlapped_seconds == pytest.approx(tp + dp * 98 / 100)
+
+
+def test_async_tp_needs_a_tp_dimension():
+    from graphcost.passes.errors import GraphcostError
+
+    with pytest.raises(GraphcostError, match="a mesh with tp"):
+        analyze(Pointwise(), input_shapes={"x": (8, 8)}, train=True, device="h100",
+                parallel={"mesh": "dp_shard=2", "async_tp": True})
+    out = run_cli("zoo:llama_tiny", "--train", "--async-tp")
+    assert out.returncode == 2 and "--async-tp goes with --parallel" in out.stderr

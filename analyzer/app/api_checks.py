@@ -208,7 +208,7 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
 
 
 _PARALLEL_KEYS = ("strategy", "world_size", "mesh", "offload", "bucket_cap_mb", "units",
-                  "interconnect", "microbatches", "schedule")
+                  "interconnect", "microbatches", "schedule", "async_tp")
 
 
 def _with_mesh(parallel: Mapping) -> dict:
@@ -242,6 +242,17 @@ def _with_mesh(parallel: Mapping) -> dict:
     out["replicate"] = replicate
     out["tp"], out["pp"] = m.size("tp"), m.size("pp")
     return out
+
+
+def _async_tp(value, tp: int) -> bool:
+    """Tensor parallelism with its collectives overlapped by the matmuls they feed
+    (torchtitan's async TP, Megatron's --tp-comm-overlap): a flag that needs a tp dimension."""
+    if not isinstance(value, bool):
+        raise GraphcostError(f"{opt('parallel.async_tp', value=value)}: expected True or False")
+    if value and tp <= 1:
+        raise GraphcostError(f"{opt('parallel.async_tp')} overlaps tensor parallelism's "
+                             "collectives: a mesh with tp")
+    return value
 
 
 def parallel_spec(parallel, train: bool):
@@ -292,7 +303,8 @@ def parallel_spec(parallel, train: bool):
         get_interconnect(link) if isinstance(link, str) else link,
         replicate=parallel.get("replicate", 1), tp=parallel.get("tp", 1),
         pp=parallel.get("pp", 1), microbatches=parallel.get("microbatches"),
-        schedule=str(parallel.get("schedule", "1f1b")))
+        schedule=str(parallel.get("schedule", "1f1b")),
+        async_tp=_async_tp(parallel.get("async_tp", False), parallel.get("tp", 1)))
     if (spec.microbatches is not None or "schedule" in parallel) and spec.pp == 1:
         raise GraphcostError(f"{opt('parallel.microbatches')} and {opt('parallel.schedule')} "
                              "go with pipeline stages (a mesh with pp)")

@@ -155,7 +155,8 @@ def _rank_step(report: Report, o: PassOptions, training) -> RankStep:
         return RankStep(NO_COMM, {}, "", report.batch * seq if seq else None, 1,
                         report.totals.flops, recompute, peak)
     return RankStep(p.comm, p.mesh, p.strategy, p.global_batch * seq if seq else None,
-                    p.world_size, report.totals.flops, recompute, peak)
+                    p.world_size, report.totals.flops, recompute, peak,
+                    o.parallel is not None and o.parallel.async_tp)
 
 
 def _engine(graph: Graph, o: PassOptions, report: Report) -> tuple[str, str, EngineProfile]:

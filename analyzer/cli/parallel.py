@@ -26,6 +26,9 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                         "sequence each, as torchtitan)")
     p.add_argument("--pp-schedule", choices=("1f1b", "gpipe"),
                    help="with --parallel pp=P: the pipeline schedule (default 1f1b)")
+    p.add_argument("--async-tp", action="store_true", default=None,
+                   help="with a tp dimension: its collectives overlapped by the matmuls they "
+                        "feed (torchtitan's async TP, Megatron's --tp-comm-overlap)")
     p.add_argument("--world-size", metavar="N|auto",
                    help="with --parallel: the number of ranks, or auto: the smallest that fits "
                         "--device")
@@ -49,7 +52,8 @@ def parallel_args(args) -> dict | None:
                             ("--fsdp-units", args.fsdp_units),
                             ("--interconnect", args.interconnect),
                             ("--microbatches", args.microbatches),
-                            ("--pp-schedule", args.pp_schedule)) if v is not None]
+                            ("--pp-schedule", args.pp_schedule),
+                            ("--async-tp", args.async_tp)) if v is not None]
     if not args.parallel:
         if extra:
             raise GraphcostError(f"{extra[0]} goes with --parallel STRATEGY")
@@ -72,7 +76,7 @@ def parallel_args(args) -> dict | None:
         out["world_size"] = "auto" if text == "auto" else int(text)
     for key, value in (("offload", args.offload), ("bucket_cap_mb", args.bucket_cap_mb),
                        ("interconnect", args.interconnect), ("microbatches", args.microbatches),
-                       ("schedule", args.pp_schedule)):
+                       ("schedule", args.pp_schedule), ("async_tp", args.async_tp)):
         if value is not None:
             out[key] = value
     if args.fsdp_units:

@@ -11,6 +11,7 @@ FLAGS = {
     "parallel": "--parallel", "parallel.world_size": "--world-size",
     "parallel.offload": "--offload", "parallel.bucket_cap_mb": "--bucket-cap-mb",
     "parallel.units": "--fsdp-units", "parallel.interconnect": "--interconnect",
+    "parallel.async_tp": "--async-tp",
     "zoo_exporter": "--fx", "serve.prompt": "--prompt", "serve.generate": "--generate",
     "serve.kv_dtype": "--kv-dtype", "serve.weight_dtype": "--weight-dtype",
 }

@@ -45,7 +45,7 @@ MEMORY_SIZES = (4096.0, 1 << 30)   # bytes per call: the curve's two ends (flat 
 # tests/test_published_runs.py recomputes the 8B ones): the published step (seconds: tokens per
 # GPU a step over the published tokens/s per GPU) and graphcost's estimate when the constants
 # above were last set. Their errors give the band, never below ``MIN_BAND`` (a floor chosen:
-# six runs of two models cannot bound every model's error; docs/time.md).
+# twelve runs of two model families cannot bound every model's error; docs/time.md).
 PUBLISHED_RUNS: tuple[Run, ...] = (
     # torchtitan, Llama 3.1 8B, local batch 2 × 8,192 tokens, op SAC, bf16 + fp32 reduce,
     # AdamW: 5,762 and 5,605 tokens/s per GPU eager, 6,667 and 6,514 with torch.compile
@@ -59,6 +59,16 @@ PUBLISHED_RUNS: tuple[Run, ...] = (
     # 70B FSDP 32 × TP 8, full AC, local batch 16: 597.3
     Run("torchtitan 8B FSDP 8 x TP 8 compile", 12288 / 4378, 2.9927),
     Run("torchtitan 70B FSDP 32 x TP 8 compile", 16384 / 597.3, 31.089),
+    # the same two with async TP: 4,809.4 and 652.4 tokens/s
+    Run("torchtitan 8B FSDP 8 x TP 8 compile async TP", 12288 / 4809.4, 2.2253),
+    Run("torchtitan 70B FSDP 32 x TP 8 compile async TP", 16384 / 652.4, 26.05),
+    # Megatron-LM's README model table (H100 SXM, DP 48, 4 sequences of 4,096 a data-
+    # parallel rank): the step its per-GPU TFLOP/s give by its own FLOPs formula, against
+    # the zoo decoder of that shape (benchmarks/time_published.py, MEGATRON)
+    Run("Megatron-LM 1.7B TP 1", 0.452, 0.459),
+    Run("Megatron-LM 7.1B TP 2", 0.800, 0.894),
+    Run("Megatron-LM 16B TP 4", 0.850, 0.980),
+    Run("Megatron-LM 32B TP 8", 0.892, 1.012),
 )
 MIN_BAND = 0.15
 

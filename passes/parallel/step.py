@@ -90,6 +90,9 @@ class ParallelSpec:
     pp: int = 1
     microbatches: int | None = None     # None: one sequence each (torchtitan's default)
     schedule: str = "1f1b"
+    # the tensor-parallel collectives overlapped by the matmuls they feed (torchtitan's async
+    # TP, Megatron's --tp-comm-overlap): their time on the clock (passes/parallel/step_time.py)
+    async_tp: bool = False
 
     @property
     def mesh(self) -> Mesh:

@@ -23,8 +23,10 @@ What overlaps (torch/distributed/fsdp/_fully_shard, torch/nn/parallel/distribute
   last reduce, which nothing can hide (one call each at its dimension's mean call time);
 - DDP (and ZeRO-1/2, whose gradients are reduced the same way) all-reduces buckets as the
   backward fills them: the backward (``BACKWARD_SHARE`` of the compute) is its window;
-- tensor parallelism's collectives sit between the matmuls that need them: all exposed (no
-  asynchronous TP).
+- tensor parallelism's collectives sit between the matmuls that need them: all exposed,
+  unless asynchronous (``async_tp``: torchtitan's async TP and Megatron's --tp-comm-overlap
+  cut each matmul into chunks whose collectives run beside the next chunk's compute), which
+  puts them with the data-parallel streams under the compute, every call hidden.
 
 What the window cannot hide is exposed and added to the step. Not modelled: compute slowed by
 the collectives sharing its SMs and memory, NCCL's tree and NVLink SHARP algorithms.
@@ -78,6 +80,7 @@ class RankStep:
     model_flops: int            # the rank's forward and backward, without recompute
     recompute_flops: int
     peak_flops: float | None    # the device's dense rate of the step's main dtype
+    async_tp: bool = False      # tp's collectives overlapped by its matmuls
 
 
 def rank_step_time(compute: TimeEstimate, rank: RankStep, links: Links) -> TimeEstimate:
@@ -86,12 +89,13 @@ def rank_step_time(compute: TimeEstimate, rank: RankStep, links: Links) -> TimeE
     busy = compute.seconds - compute.optimizer_seconds
     window = busy if rank.strategy in (Strategy.ZERO3, Strategy.FSDP) \
         else busy * BACKWARD_SHARE
-    exposed = sum(t for d, t in seconds.items() if d not in HIDDEN_BY_COMPUTE)
+    overlapping = HIDDEN_BY_COMPUTE + (("tp",) if rank.async_tp else ())
+    exposed = sum(t for d, t in seconds.items() if d not in overlapping)
     edges = hidden = 0.0
-    for d in HIDDEN_BY_COMPUTE:
+    for d in overlapping:
         if d in seconds:
             calls = max(1, rank.comm.calls_by_dim.get(d, 1))
-            edge = seconds[d] * min(1.0, 2 / calls)
+            edge = 0.0 if d == "tp" else seconds[d] * min(1.0, 2 / calls)
             edges += edge
             hidden += seconds[d] - edge
     overlapped = min(hidden, window)
