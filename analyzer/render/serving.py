@@ -60,7 +60,7 @@ def serving_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]
             if d.seconds_per_token is not None else [])),
     ]
     if s.time is not None:
-        out.append(("time", _serving_time(s)))
+        out.append(("time", _serving_time(s, brief)))
     if s.fit is not None:  # (whether this batch fits: the summary's one fits line)
         out.append(("capacity", _capacity(s, brief)))
     for w in s.what_if:
@@ -78,9 +78,13 @@ def serving_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]
     return out
 
 
-def _serving_time(s) -> list[str]:
-    """TTFT and TPOT estimated, with their band and the batch's output tokens/s."""
+def _serving_time(s, brief: bool) -> list[str]:
+    """TTFT and TPOT estimated, with their band and the batch's output tokens/s (brief: the
+    figures alone)."""
     t = s.time
+    if brief:
+        return [f"≈ TTFT {human_time(t.ttft_seconds)}, TPOT {human_time(t.tpot_seconds)}"
+                f" ± {t.band:.0%} (estimate);", f"{human(t.tokens_per_second)} tokens/s"]
     host = ["a decode step waits on eager PyTorch's host (CUDA graphs would cut it);"] \
         if t.host_bound else []
     return [f"≈ TTFT {human_time(t.ttft_seconds)}, TPOT {human_time(t.tpot_seconds)}"

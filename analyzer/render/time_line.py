@@ -1,8 +1,10 @@
-"""The summary's ``time`` line (analyzer/render/summary.py): the estimate a device profile
-gives (passes/device/time_estimate.py), with its band and where both come from, then (not
-brief) what it is made of, and the nodes nothing priced."""
+"""The summary's ``time`` line (analyzer/render/summary.py): the estimate a device profile or
+a GPU's datasheet gives (passes/device/time_estimate.py), with its band and where both come
+from, a step's throughput and a training run's cost, then (not brief) what it is made of, and
+the nodes nothing priced."""
 from __future__ import annotations
 
+from ...passes.device.gpu_engine import MIN_BAND
 from ..app.report import Report
 from ..app.units import human, human_time
 
@@ -39,14 +41,15 @@ def _source(t) -> list[str]:
     engine = ENGINE_WORDS.get(t.engine, t.engine)
     if t.basis == "datasheet":
         return ["(estimate: datasheet rates × published kernel shares,", f"{engine};",
-                f"band from {t.runs} published runs, at least 15%)"]
+                f"band from {t.runs} published runs, at least {MIN_BAND:.0%})"]
     return [f"(estimate: {t.profile}, {engine};",
             f"band from {t.runs} validated runs)" if t.band is not None
             else "no band: the profile was not validated)"]
 
 
 def _throughput(t, brief: bool) -> list[str]:
-    parts = [f"{t.tokens_per_second:,.0f} tokens/s per GPU"] if t.tokens_per_second else []
+    where = " per GPU" if t.basis == "datasheet" else ""
+    parts = [f"{t.tokens_per_second:,.0f} tokens/s{where}"] if t.tokens_per_second else []
     if t.mfu and t.hfu:
         parts.append(f"MFU {t.mfu:.0%}" if brief else
                      f"MFU {t.mfu:.0%} (with recompute {t.hfu:.0%})")
@@ -78,6 +81,7 @@ def _parts(t) -> list[str]:
                      "on it)")
     parts += [f"optimizer {human_time(t.optimizer_seconds)}"] if t.optimizer_seconds else []
     parts += [f"recompute {human_time(t.recompute_seconds)}"] if t.recompute_seconds else []
+    parts += [f"pipeline bubble {human_time(t.bubble_seconds)}"] if t.bubble_seconds else []
     return [p + ("," if i < len(parts) - 1 else "") for i, p in enumerate(parts)]
 
 

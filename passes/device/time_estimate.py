@@ -16,6 +16,12 @@ as unpriced (never silently zero).
 
 Every part is multiplied by the profile's ``scale`` (fitted on its validation runs).
 
+On a GPU (a profile with ``host_s``: gpu_engine.py's datasheet engine) the host runs ahead of
+the kernels, so the forward and backward take the longer of the kernels' time and the host's
+(``host_s`` per op). ``compiled`` prices torch.compile's kernels instead (fusion.py): each
+run of pointwise and reduction nodes between library kernels one launch moving what enters
+and leaves it.
+
 A training step adds the optimizer's step, which no graph node holds: PyTorch's for-loop
 implementation (the default off a GPU) runs a few elementwise kernels per parameter tensor,
 each over the whole tensor (torch/optim/adam.py ``_single_tensor_adam``, sgd.py): their count
@@ -154,7 +160,9 @@ def _price_generated(sums: _Sums, kernel: FusedKernel, engine: EngineProfile) ->
 
 def optimizer_seconds(engine: EngineProfile, optimizer: str | None,
                       param_bytes: Sequence[int]) -> float:
-    """The for-loop optimizer step over parameter tensors of these sizes (bytes)."""
+    """The for-loop optimizer step over parameter tensors of these sizes (bytes); on a GPU
+    PyTorch's default foreach step moves the same bytes in fewer launches (counted here as
+    the for-loop's: a few milliseconds at most)."""
     kernels, moved = OPTIMIZER_KERNELS.get(optimizer or "", (0, 0))
     total = 0.0
     for size in param_bytes:
