@@ -89,15 +89,14 @@ def test_compile_goes_with_a_gpu_device_and_no_profile():
     assert out.returncode == 2 and "--compile" in out.stderr
 
 
-def test_the_attention_kernel_dispatched_sets_its_share():
+def test_fused_attention_and_gemms_run_at_their_shares_of_the_peak():
     from graphcost.passes.device_rates import DeviceRates
 
     dev = DeviceRates("x", "x", {"fp32": 1e12, "bf16": 10e12}, 1e12, 1 << 30)
-    for kernel, share in ATTENTION_SHARE.items():
-        engine = datasheet_engine(dev, kernel)
-        assert engine.flops_rate("attention", "bf16", 1e9) == pytest.approx(share * 10e12)
-    assert datasheet_engine(dev).flops_rate("gemm", "bf16", 1e9) == \
-        pytest.approx(GEMM_SHARE * 10e12)
+    engine = datasheet_engine(dev)
+    assert engine.flops_rate("attention", "bf16", 1e9) == pytest.approx(ATTENTION_SHARE * 10e12)
+    assert engine.flops_rate("gemm", "bf16", 1e9) == pytest.approx(GEMM_SHARE * 10e12)
+    assert engine.flops_rate("gemm", "fp32", 1e9) == pytest.approx(GEMM_SHARE * 1e12)
 
 
 def test_a_cpu_device_or_onnx_runtime_keeps_the_bound_alone(tmp_path):

@@ -162,13 +162,11 @@ def _rank_step(report: Report, o: PassOptions, training) -> RankStep:
 def _engine(graph: Graph, o: PassOptions, report: Report) -> tuple[str, str, EngineProfile]:
     """(profile name, engine name, engine) pricing ``graph``: the request's profile's engine
     for the graph's runtime (ONNX Runtime an ONNX file, eager PyTorch a traced one), else
-    eager PyTorch at the GPU's datasheet rates with the attention kernel dispatched there."""
+    eager PyTorch (or torch.compile's kernels) at the GPU's datasheet rates."""
     name = "onnxruntime" if graph.source == "onnx" else "torch"
     if o.profile is None:
         assert o.device is not None
-        kernel = str(getattr(report.attention[0].kernel, "value", report.attention[0].kernel)) \
-            if report.attention else None
-        return o.device.name, name, datasheet_engine(o.device, kernel, compiled=o.compiled)
+        return o.device.name, name, datasheet_engine(o.device, compiled=o.compiled)
     engine = o.profile.engines.get(name)
     if engine is None:
         raise GraphcostError(f"{opt('device_profile')} {o.profile.name!r} holds no {name} "

@@ -12,11 +12,12 @@ The shares, and where each comes from (docs/time.md has the table):
   both (the two runs differ in their memory-bound kernels alone, which separates the two);
   every other published run (``PUBLISHED_RUNS``) checks them. They absorb what the model
   leaves out (the allocator, synchronisations, the 500 W limit of those H100s).
-- ``ATTENTION_SHARE``: the fused attention kernel PyTorch dispatches, fwd and bwd together.
-  FlashAttention-2 reaches 35% of an H100's peak (the FlashAttention-3 paper's abstract, Shah
-  et al. 2024); FlashAttention-3 75% forward; cuDNN's fused attention, which PyTorch prefers on
-  sm90, is taken between the two (its backward is slower than its forward); the memory-
-  efficient kernel below FlashAttention-2. Assumed, not fitted.
+- ``ATTENTION_SHARE``: a fused attention kernel (FlashAttention, cuDNN's, the memory-efficient
+  one: whichever PyTorch dispatches), forward and backward together. FlashAttention-2 reaches
+  35% of an H100's peak (the FlashAttention-3 paper's abstract, Shah et al. 2024),
+  FlashAttention-3 75% forward; one share between the two for every fused kernel: which one
+  PyTorch picks changes with its release (cuDNN's first on sm90 from torch 2.9), and no
+  published run separates them. Assumed, not fitted.
 - ``KERNEL_S``: what every kernel costs on the GPU beyond its work (launch latency, the last
   wave's idle SMs): what makes small calls reach a small share. Assumed.
 - ``HOST_S``: eager PyTorch's host time per op (Python, the dispatcher, the launch call). The
@@ -26,15 +27,11 @@ The shares, and where each comes from (docs/time.md has the table):
 """
 from __future__ import annotations
 
-from types import MappingProxyType
-from typing import Mapping
-
 from ..device_rates import DeviceRates
 from .profile import Curve, EngineProfile, Run
 
 GEMM_SHARE = 0.514
-ATTENTION_SHARE: Mapping[str, float] = MappingProxyType(
-    {"flash": 0.35, "cudnn": 0.50, "efficient": 0.25})
+ATTENTION_SHARE = 0.50
 MEMORY_SHARE = 0.607
 KERNEL_S = 3e-6
 HOST_S = 12e-6
@@ -79,15 +76,13 @@ def datasheet_band(engine: EngineProfile) -> float:
     return max(engine.band or 0.0, MIN_BAND)
 
 
-def datasheet_engine(device: DeviceRates, attention: str | None = None, *,
-                     compiled: bool = False) -> EngineProfile:
+def datasheet_engine(device: DeviceRates, *, compiled: bool = False) -> EngineProfile:
     """PyTorch on ``device`` at the shares above, eager or (``compiled``) torch.compile's
-    kernels; ``attention``: the fused attention kernel PyTorch dispatches there
-    (passes/graph/attention_dispatch.py), None: FlashAttention-2's."""
+    kernels."""
     gemm = {dt: Curve(((1.0, GEMM_SHARE * rate),)) for dt, rate in device.peak_flops.items()
             if rate}
-    share = ATTENTION_SHARE.get(attention or "flash", ATTENTION_SHARE["flash"])
-    attn = {dt: Curve(((1.0, share * rate),)) for dt, rate in device.peak_flops.items() if rate}
+    attn = {dt: Curve(((1.0, ATTENTION_SHARE * rate),))
+            for dt, rate in device.peak_flops.items() if rate}
     memory = Curve(tuple((size, MEMORY_SHARE * device.bandwidth) for size in MEMORY_SIZES))
     return EngineProfile(launch_s=KERNEL_S, view_s=0.0, arithmetic={"gemm": gemm,
                                                                    "attention": attn},

@@ -253,9 +253,7 @@ def _serving_time(pre: _Phase, dec: _Phase, device: DeviceRates | None) -> Servi
     """The datasheet estimate of both steps (a GPU, a traced PyTorch model)."""
     if device is None or not device.is_gpu or pre.graph.source == "onnx":
         return None
-    kernels = [k.kernel for k in pre.graph.attention]
-    engine = datasheet_engine(device, str(getattr(kernels[0], "value", kernels[0]))
-                              if kernels else None)
+    engine = datasheet_engine(device)
     assert pre.costs is not None and dec.costs is not None   # (the whole review costs both)
     ttft, tpot = (estimate_time(graph, costs.nodes, engine, profile=device.name,
                                 engine_name="torch", basis="datasheet")
