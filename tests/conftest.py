@@ -32,6 +32,9 @@ SAME_ON_EVERY_TORCH = {
     # frontend and measurement modules (fake re-runs, training, serving, parallel on gloo)
     "test_batch_scaling", "test_checkpoint_plan", "test_cli", "test_default_view", "test_fits",
     "test_parallel", "test_serving_capacity",
+    # the time estimate over traced graphs (one attention share for every fused kernel: the
+    # estimate does not follow the release's dispatch); its traces are checked as above
+    "test_gpu_time", "test_published_runs",
 }
 
 
