@@ -119,12 +119,11 @@ def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,
         return replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     estimate = _time(graph, costs, o, training, report)
     if o.parallel is None or report.parallel is None:   # (its throughput beside)
-        estimate = replace(estimate, **utilisation(estimate.seconds,
-                                                   _rank_step(report, o, training)))
+        estimate = replace(estimate, **utilisation(estimate.seconds, _rank_step(report, o)))
     else:
         assert o.device is not None
         links = node_links(o.device, o.parallel.interconnect)
-        estimate = rank_step_time(estimate, _rank_step(report, o, training), links)
+        estimate = rank_step_time(estimate, _rank_step(report, o), links)
     return replace(report, time=with_run(estimate, o))
 
 
@@ -142,21 +141,25 @@ def with_run(estimate: TimeEstimate, o: PassOptions) -> TimeEstimate:
 NO_COMM = CommVolume(0, 0, 0, 0, 0, None, None, None)
 
 
-def _rank_step(report: Report, o: PassOptions, training) -> RankStep:
+def step_work(report: Report, device) -> tuple[int, int, float | None]:
+    """A report's step for the clock: its FLOPs, its checkpoint plan's recompute FLOPs, and
+    ``device``'s dense rate of the dtype most of its FLOPs run in (None: no device)."""
+    by_dtype = report.totals.flops_by_dtype
+    dtype = max(by_dtype, key=lambda k: by_dtype[k]) if by_dtype else "fp32"
+    plan = report.training.checkpoint if report.training is not None else None
+    return (report.totals.flops, plan.recompute_flops if plan is not None else 0,
+            device.peak(dtype) if device is not None else None)
+
+
+def _rank_step(report: Report, o: PassOptions) -> RankStep:
     """What the clock needs of this rank (one GPU's run without a strategy)."""
     p = report.parallel
     seq = report.dims.get("seq")
-    by_dtype = report.totals.flops_by_dtype
-    dtype = max(by_dtype, key=lambda k: by_dtype[k]) if by_dtype else "fp32"
-    plan = training.checkpoint if training is not None else None
-    recompute = plan.recompute_flops if plan is not None else 0
-    peak = o.device.peak(dtype) if o.device is not None else None
+    work = step_work(report, o.device)
     if p is None:
-        return RankStep(NO_COMM, {}, "", report.batch * seq if seq else None, 1,
-                        report.totals.flops, recompute, peak)
+        return RankStep(NO_COMM, {}, "", report.batch * seq if seq else None, 1, *work)
     return RankStep(p.comm, p.mesh, p.strategy, p.global_batch * seq if seq else None,
-                    p.world_size, report.totals.flops, recompute, peak,
-                    o.parallel is not None and o.parallel.async_tp)
+                    p.world_size, *work, o.parallel is not None and o.parallel.async_tp)
 
 
 def _engine(graph: Graph, o: PassOptions, report: Report) -> tuple[str, str, EngineProfile]:

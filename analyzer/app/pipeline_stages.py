@@ -20,7 +20,7 @@ from ...passes.parallel.step_time import RankStep, pipeline_step_time
 from ..load.loading import load, resolve_model
 from ..load.rank_program import pipeline_blocks
 from ..load.resolve import Progress
-from .pipeline import NO_COMM, NO_PARALLEL_TIME, refit, run_passes, with_run
+from .pipeline import NO_COMM, NO_PARALLEL_TIME, refit, run_passes, step_work, with_run
 from .report import Report
 from .request import Request
 
@@ -74,16 +74,10 @@ def _pipeline_time(whole: Report, stages: list[TimeEstimate], spec: ParallelSpec
     """The step's time from each distinct stage's for one micro-batch: ``whole`` is the
     whole model at the micro-batch (its FLOPs, ``micro`` of them a step, over ``spec.pp``
     GPUs)."""
-    device = request.passes.device
-    assert device is not None  # (a datasheet estimate: a GPU)
     seq = whole.dims.get("seq")
-    by_dtype = whole.totals.flops_by_dtype
-    dtype = max(by_dtype, key=lambda k: by_dtype[k]) if by_dtype else "fp32"
-    plan = whole.training.checkpoint if whole.training is not None else None
-    recompute = plan.recompute_flops if plan is not None else 0
+    flops, recompute, peak = step_work(whole, request.passes.device)
     batch = request.load.batch or 1
-    rank = RankStep(NO_COMM, {"pp": spec.pp}, spec.strategy,
-                    batch * seq if seq else None, spec.pp, whole.totals.flops * micro // spec.pp,
-                    recompute * micro // spec.pp, device.peak(dtype))
+    rank = RankStep(NO_COMM, {"pp": spec.pp}, spec.strategy, batch * seq if seq else None,
+                    spec.pp, flops * micro // spec.pp, recompute * micro // spec.pp, peak)
     return pipeline_step_time(stages, micro, rank)
 

@@ -75,8 +75,7 @@ def _parts(t) -> list[str]:
     parts = [f"arithmetic {human_time(t.arithmetic_seconds)}",
              f"memory {human_time(t.memory_seconds)}",
              f"launches {human_time(t.launch_seconds)} ({t.kernels:,} calls)"]
-    work = t.arithmetic_seconds + t.memory_seconds + t.launch_seconds
-    if t.host_seconds > work:
+    if t.host_bound:
         parts.append(f"host {human_time(t.host_seconds)} (eager PyTorch's: the GPU waits "
                      "on it)")
     parts += [f"optimizer {human_time(t.optimizer_seconds)}"] if t.optimizer_seconds else []

@@ -13,7 +13,6 @@ passes count the eager step's tensors).
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 from ..costs import OK, lookup
@@ -44,11 +43,11 @@ def _fusible(graph: Graph, node, nc) -> bool:
 def fused_kernels(graph: Graph, node_costs) -> list[FusedKernel]:
     """The generated kernels of ``graph`` (node costs aligned with its nodes): each run of
     consecutive fusible nodes repeated alike is one."""
-    consumers: dict[str, set[int]] = defaultdict(set)
+    last_use: dict[str, int] = {}   # (a run is consecutive nodes: used after it = used later)
     for node in graph.nodes:
         for name in node.inputs:
             if name:
-                consumers[name].add(node.index)
+                last_use[name] = node.index
     outputs = set(graph.outputs)
     runs: list[list] = []
     for node, nc in zip(graph.nodes, node_costs):
@@ -58,14 +57,14 @@ def fused_kernels(graph: Graph, node_costs) -> list[FusedKernel]:
             runs[-1].append((node, nc))
         else:
             runs.append([(node, nc)])
-    return [_kernel(graph, run, consumers, outputs) for run in runs if run]
+    return [_kernel(graph, run, last_use, outputs) for run in runs if run]
 
 
 def _moves(nc) -> bool:
     return bool(nc.cost.bytes_read or nc.cost.bytes_written)
 
 
-def _kernel(graph: Graph, run, consumers, outputs) -> FusedKernel:
+def _kernel(graph: Graph, run, last_use: dict[str, int], outputs) -> FusedKernel:
     """The kernel a run makes: what its working nodes read from outside it and what they make
     that is used after it (through its views: a view's output is its input's storage)."""
     source: dict[str, str] = {}   # a view's output -> the value it aliases
@@ -78,13 +77,12 @@ def _kernel(graph: Graph, run, consumers, outputs) -> FusedKernel:
     working = [node for node, nc in run if _moves(nc)]
     if not working:
         return FusedKernel(tuple(node.index for node, _ in run), 0, 1, launches=False)
-    inside = {node.index for node, _ in run}
+    end = run[-1][0].index
     made = {name for node in working for name in node.outputs if name}
     read: set[str] = {source.get(name) or name for node in working for name in node.inputs
                       if name}
     used_after = {name for node, _ in run for name in node.outputs
-                  if name and (name in outputs
-                               or any(c not in inside for c in consumers.get(name, ())))}
+                  if name and (name in outputs or last_use.get(name, -1) > end)}
     written: set[str] = {source.get(name) or name for name in used_after} & made
     moved = sum(graph.values[v].spec.nbytes or 0 for v in (read - made) | written
                 if v in graph.values)

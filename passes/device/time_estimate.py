@@ -95,6 +95,12 @@ class TimeEstimate:
         return None if self.band is None else self.seconds * (1 + self.band)
 
     @property
+    def host_bound(self) -> bool:
+        """The kernels wait on the host (a GPU's eager PyTorch outlasting a small model)."""
+        return self.host_seconds > self.arithmetic_seconds + self.memory_seconds \
+            + self.launch_seconds
+
+    @property
     def gpu_hours(self) -> float | None:
         """GPU-hours ``run_tokens`` take at this pace (tokens/s per GPU)."""
         if not self.run_tokens or not self.tokens_per_second:

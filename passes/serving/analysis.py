@@ -260,8 +260,7 @@ def _serving_time(pre: _Phase, dec: _Phase, device: DeviceRates | None) -> Servi
                   for graph, costs in ((pre.graph, pre.costs), (dec.graph, dec.costs)))
     b = pre.graph.batch
     return ServingTime(ttft.seconds, tpot.seconds, b / tpot.seconds, datasheet_band(engine),
-                       tpot.host_seconds > tpot.seconds - tpot.optimizer_seconds - 1e-12
-                       and tpot.host_seconds > 0)
+                       tpot.host_bound)
 
 
 def _priced(prefill: Graph, trace: ServingTrace, weight: str | None, kv: str | None,
