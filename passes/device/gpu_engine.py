@@ -36,7 +36,6 @@ MEMORY_SHARE = 0.607
 KERNEL_S = 3e-6
 HOST_S = 12e-6
 COMPILED_HOST_S = 4e-6   # torch.compile's wrapper: a launch per kernel, no per-op Python
-MEMORY_SIZES = (4096.0, 1 << 30)   # bytes per call: the curve's two ends (flat between)
 
 # Published runs the estimate is checked against (benchmarks/time_published.py runs each;
 # tests/test_published_runs.py recomputes the 8B ones): the published step (seconds: tokens per
@@ -83,7 +82,7 @@ def datasheet_engine(device: DeviceRates, *, compiled: bool = False) -> EnginePr
             if rate}
     attn = {dt: Curve(((1.0, ATTENTION_SHARE * rate),))
             for dt, rate in device.peak_flops.items() if rate}
-    memory = Curve(tuple((size, MEMORY_SHARE * device.bandwidth) for size in MEMORY_SIZES))
+    memory = Curve(((1.0, MEMORY_SHARE * device.bandwidth),))   # (one rate at every size)
     return EngineProfile(launch_s=KERNEL_S, view_s=0.0, arithmetic={"gemm": gemm,
                                                                    "attention": attn},
                          memory=memory, validation=PUBLISHED_RUNS,
