@@ -38,8 +38,25 @@ from .report import NodeRow, Report, Totals
 from .request import PassOptions
 
 
+class PassMemo:
+    """What ``run_passes`` computed over one graph on one device that a parallel layout does
+    not change (the counts, the single-rank training step of each checkpoint plan, the
+    roofline's per-node times), kept for the next layout's analysis: a plan
+    (analyzer/app/plan.py) analyzes many layouts of one traced rank program, each figure
+    what ``run_passes`` alone gives (the passes are pure)."""
+
+    def __init__(self) -> None:
+        self._results: dict = {}
+
+    def get(self, key: tuple, make):
+        """``make()``'s result, computed on the first ``get`` of ``key``."""
+        if key not in self._results:
+            self._results[key] = make()
+        return self._results[key]
+
+
 def run_passes(graph: Graph, options: PassOptions = PassOptions(),
-               serving: ServingTrace | None = None) -> Report:
+               serving: ServingTrace | None = None, memo: PassMemo | None = None) -> Report:
     """The passes ``options`` asks for (analyzer/app/request.py). ``lifetimes``: "dataflow" (a
     graph runtime frees each tensor after its last use) or "eager" (PyTorch eager: module
     arguments stay referenced until the call returns; default for an inference graph traced
@@ -47,10 +64,39 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     (passes.training.step.training_step: ``checkpoint``, ``precision``, ``optimizer_impl``,
     ``what_if``), ``parallel`` one rank's share; ``device`` the roofline and the fit, with
     ``overhead``; ``serving`` (the prefill this graph is, at the dtypes asked, and the decode
-    step) the serving review."""
+    step) the serving review. ``memo`` (one per graph, device and serving trace) keeps what
+    the layout does not change for the next call."""
     o = options
+    memo = PassMemo() if memo is None else memo
+    graph, costs, report = memo.get(("rank",) + _rank_key(o),
+                                    lambda: _one_rank(graph, o, serving))
+    training, device, overhead = report.training, o.device, o.overhead
+    if o.parallel is not None and training is not None:
+        report = replace(report, parallel=parallel_step(
+            graph, training, o.parallel, device, overhead, master_weights(o.precision),
+            o.allocator))
+    report = _with_time(report, graph, costs, o, training)
+    if device is None:
+        return report
+    fit = _fit(report, device, overhead, o.allocator)
+    line = memo.get(("roofline", device.name, o.tf32), lambda: roofline(
+        graph, costs.nodes, device, tf32=o.tf32, tensor_bytes=report.peak_bytes, fit=fit))
+    return replace(report, roofline=replace(line, tensor_bytes=report.peak_bytes, fit=fit))
+
+
+def _rank_key(o: PassOptions) -> tuple:
+    """The options the single-rank analysis reads (``_one_rank``): not the layout or the
+    time (one device per memo, so its name)."""
+    return (o.include_inputs, o.inplace, o.lifetimes, o.optimizer, o.checkpoint, o.precision,
+            o.device and o.device.name, o.overhead, o.what_if, o.optimizer_impl, o.allocator)
+
+
+def _one_rank(graph: Graph, o: PassOptions, serving: ServingTrace | None,
+              ) -> tuple[Graph, CostReport, Report]:
+    """The precision's graph, its costs, and its report on one rank: no layout, time or
+    roofline yet."""
     optimizer, precision, device, overhead = o.optimizer, o.precision, o.device, o.overhead
-    include_inputs, checkpoint, parallel = o.include_inputs, o.checkpoint, o.parallel
+    include_inputs, checkpoint = o.include_inputs, o.checkpoint
     graph = cast_floats(graph, precision)
     lifetimes = o.lifetimes or ("eager" if graph.source == "fx" and optimizer is None
                               else "dataflow")
@@ -82,22 +128,14 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
         memory=memory, warnings=_warnings(graph, memory, arena, costs), training=training,
         roofline=None,
         traced_layers=graph.traced_layers, attention=attention_uses(graph.attention),
-        allocator=o.allocator.words,
-        parallel=parallel and training and parallel_step(
-            graph, training, parallel, device, overhead, master_weights(precision),
-            o.allocator),
+        allocator=o.allocator.words, parallel=None,
         moe=find_moe(graph, costs, params.params),
         bounds=size_bounds(graph, include_inputs=include_inputs, eager=lifetimes == "eager"),
         receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
         serving=serving and serving_review(serving, device, overhead, o.allocator))
-    report = _with_time(report, graph, costs, o, training)
-    if device is None:
-        return report
-    return replace(report, roofline=roofline(graph, costs.nodes, device, tf32=o.tf32,
-                                             tensor_bytes=report.peak_bytes,
-                                             fit=_fit(report, device, overhead, o.allocator)))
+    return graph, costs, report
 
 
 NO_PARALLEL_TIME = ("no time estimate for this parallel rank: a calibrated profile prices "

@@ -33,6 +33,8 @@ SUBCOMMANDS = {
     "diff": ("graphcost.analyzer.cli.diff", "compare two models: totals, per-node/module deltas, peak"),
     "verify": ("graphcost.analyzer.cli.verify", "run the model on this CPU and compare with the prediction"),
     "devices": ("graphcost.analyzer.cli.devices", "the known devices and their peaks"),
+    "plan": ("graphcost.analyzer.cli.plan",
+             "the fastest training layout, batch and checkpointing that fits N GPUs"),
     "calibrate": ("graphcost.analyzer.cli.calibrate",
                   "measure this machine's kernels: a profile for --device-profile"),
 }

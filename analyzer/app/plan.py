@@ -1,0 +1,318 @@
+"""``graphcost plan``: the fastest training setting that fits N GPUs.
+
+The settings searched: every device mesh of the modelled dimensions (passes/parallel/
+layouts.py: FSDP, HSDP, DDP beside each tensor-parallel size), the checkpoint plans of
+``CHECKPOINTS`` and the batch per data-parallel rank (fixed by ``--batch``, or by the step's
+global batch). Each is analyzed as ``analyze`` would with its settings — the same trace and
+passes, the figures equal — with the work that does not change between them done once: one
+trace per tensor-parallel rank program and batch, and the passes' layout-free results shared
+across its layouts (analyzer/app/pipeline.py ``PassMemo``). A setting whose every rank fits
+the device (reserved + the runtime's share: the report's fit) is ranked by the time
+estimate's throughput; under one layout, a checkpoint plan that recomputes more than one that
+fits is never faster (the estimate only adds its recompute), so it is not analyzed (pruned).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
+
+from ...passes.choices import Strategy
+from ...passes.device.time_estimate import TimeEstimate
+from ...passes.errors import GraphcostError, opt
+from ...passes.parallel.layouts import data_layouts, data_ranks, tensor_sizes
+from ...passes.parallel.mesh import Mesh, strategy_of
+from ...passes.training.precision import master_weights
+from ..load.loading import load
+from ..load.resolve import Progress
+from .devices import GPUS_PER_NODE
+from .pipeline import PassMemo, run_passes
+from .report import Report
+from .request import build_request
+
+# the checkpoint plans searched, from the least recompute to the most (analyze's mappings)
+CHECKPOINTS: dict[str, dict | None] = {"none": None, "sac": {"sac": True}, "full": {"every": 1}}
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """What a plan searches: ``gpus`` GPUs of ``node`` a node; the batch per data-parallel
+    rank fixed (``batch``) or the step's (``global_batch`` sequences, split over the data
+    ranks); the tensor-parallel sizes (None: every one up to a node) and checkpoint plans."""
+    gpus: int
+    batch: int | None = None
+    global_batch: int | None = None
+    tp: tuple[int, ...] | None = None
+    checkpoints: tuple[str, ...] = tuple(CHECKPOINTS)
+    node: int = GPUS_PER_NODE
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One setting: a mesh (empty: one GPU), the batch per data-parallel rank, a checkpoint
+    plan of ``CHECKPOINTS``."""
+    mesh: Mesh
+    batch: int
+    checkpoint: str
+
+    @property
+    def tp(self) -> int:
+        return self.mesh.size("tp") or 1
+
+    @property
+    def words(self) -> str:
+        return f"{self.mesh.words or 'one GPU'}, batch {self.batch}, checkpoint {self.checkpoint}"
+
+    def analyze_kwargs(self, parallel: Mapping[str, Any]) -> dict:
+        """``analyze``'s arguments for this setting (``parallel``: the mesh's options)."""
+        return {"batch": self.batch, "checkpoint": CHECKPOINTS[self.checkpoint],
+                "parallel": {"mesh": self.mesh.words, **parallel} if self.mesh.dims else None}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A setting and what its analysis said: ``status`` fits | over (the device's memory) |
+    pruned (not analyzed: ``detail`` says why it cannot win) | refused (``error``: what the
+    analysis said)."""
+    settings: Settings
+    status: str
+    detail: str = ""
+    error: GraphcostError | None = None
+    needs_bytes: int | None = None      # the fit's: reserved peak + the runtime's share
+    offers_bytes: int | None = None
+    allocated_bytes: int | None = None  # the tensors at the peak (the report's peak_bytes)
+    time: TimeEstimate | None = None
+    samples: int = 0                    # sequences (samples) a step, over every data rank
+
+    @property
+    def samples_per_second(self) -> float | None:
+        t = self.time
+        return self.samples / t.seconds if t is not None and t.seconds > 0 else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The candidates, the fitting ones first by throughput, then those over the device by
+    what they need, then the pruned and refused; ``suggestion``: when none fits, the
+    smallest change found that makes one fit."""
+    model: str
+    device: str
+    spec: PlanSpec
+    candidates: tuple[Candidate, ...]
+    suggestion: str | None = None
+    base: Mapping[str, Any] = field(default_factory=dict)
+    not_searched: tuple[str, ...] = ()   # what the search leaves out, and why
+
+    @property
+    def best(self) -> Candidate | None:
+        first = self.candidates[0] if self.candidates else None
+        return first if first is not None and first.status == "fits" else None
+
+    @property
+    def fitting(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.status == "fits"]
+
+
+def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
+                  progress: Progress | None = None) -> Plan:
+    """The plan of ``model``'s training step: ``base`` holds ``analyze``'s other arguments
+    (a training request on a GPU device); ``parallel`` in it, the mesh's options
+    (interconnect, async_tp)."""
+    base = dict(base)
+    extra = dict(base.pop("parallel", None) or {})
+    _check(spec, base, extra)
+    settings = _settings(spec)
+    left_out = [PIPELINES] if spec.gpus > 1 else []
+    if master_weights(str(base.get("precision", "fp32"))):
+        kept = [s for s in settings if not _replicated(s.mesh)]
+        if len(kept) < len(settings):
+            left_out.insert(0, MASTER_SHARDED.format(base["precision"]))
+        settings = kept
+    if not settings:
+        raise GraphcostError(f"{opt('global_batch', value=spec.global_batch)}: no layout of "
+                             f"{spec.gpus} GPUs splits it evenly over its data ranks")
+    done = _evaluate(model, settings, base, extra, progress)
+    errors = [c.error for c in done if c.error is not None]
+    if len(errors) == len(done):
+        raise errors[0]
+    ranked = tuple(sorted(done, key=_rank))
+    plan = Plan(str(model), _device_name(base), spec, ranked, base=base,
+                not_searched=tuple(left_out))
+    if plan.best is None:
+        plan = replace(plan, suggestion=_suggestion(model, plan, extra, progress))
+    return plan
+
+
+PIPELINES = "pipelines beside other dimensions (not modelled yet)"
+# (master weights are modelled as FSDP2's MixedPrecisionPolicy: passes/parallel/step.py)
+MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
+
+
+def _replicated(mesh: Mesh) -> bool:
+    """A mesh whose weights no data dimension shards (DDP, or tensor parallel alone)."""
+    return bool(mesh.dims) and strategy_of(mesh) == Strategy.DDP
+
+
+def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
+    if not base.get("train"):
+        raise GraphcostError(f"a plan searches training layouts: add {opt('train')}")
+    if base.get("device") is None:
+        raise GraphcostError(f"a plan needs the GPU it runs on: add {opt('device')}")
+    if base.get("checkpoint") is not None:
+        raise GraphcostError(f"{opt('checkpoint')}: a plan fixes it by its name (none, sac, "
+                             "full)")
+    if spec.gpus < 1 or spec.node < 1:
+        raise GraphcostError(f"{opt('gpus', value=spec.gpus)}: a whole number ≥ 1")
+    if spec.batch is not None and spec.global_batch is not None:
+        raise GraphcostError(f"use either {opt('batch')} (each data rank's) or "
+                             f"{opt('global_batch')} (the step's)")
+    unknown = sorted(set(spec.checkpoints) - set(CHECKPOINTS))
+    if unknown or not spec.checkpoints:
+        raise GraphcostError(f"{opt('checkpoint', value=','.join(unknown))}: a plan's "
+                             f"checkpoint plans are {', '.join(CHECKPOINTS)}")
+    bad = sorted(set(extra) - {"interconnect", "async_tp"})
+    if bad:
+        raise GraphcostError(f"{opt('parallel.' + bad[0])}: a plan searches the layout")
+
+
+def _settings(spec: PlanSpec) -> list[Settings]:
+    """Every setting ``spec`` allows, grouped by rank program (tensor-parallel size and
+    batch), each layout's checkpoint plans from the least recompute."""
+    out = []
+    for tp in spec.tp or tensor_sizes(spec.gpus, spec.node):
+        if spec.gpus % tp:
+            raise GraphcostError(f"{opt('tp', value=tp)}: it must divide the "
+                                 f"{spec.gpus} GPUs")
+        for mesh in data_layouts(spec.gpus, tp, spec.node):
+            ranks = data_ranks(mesh)
+            if spec.global_batch is not None:
+                if spec.global_batch % ranks:
+                    continue
+                batch = spec.global_batch // ranks
+            else:
+                batch = spec.batch or 1
+            order = [c for c in CHECKPOINTS if c in spec.checkpoints]
+            out.extend(Settings(mesh, batch, c) for c in order)
+    return sorted(out, key=lambda s: (s.tp, s.batch))   # (stable: the layouts' order kept)
+
+
+def _evaluate(model, settings: list[Settings], base: Mapping[str, Any],
+              extra: Mapping[str, Any], progress: Progress | None) -> list[Candidate]:
+    """Each setting's candidate: one trace per rank program, its layouts' passes shared."""
+    out: list[Candidate] = []
+    graphs: dict[tuple[int, int], Any] = {}
+    memo = PassMemo()
+    fitted: set[Mesh] = set()
+    for i, s in enumerate(settings, 1):
+        if s.mesh in fitted:
+            out.append(Candidate(s, "pruned", "a checkpoint plan with less recompute fits "
+                                              "this layout: it is faster"))
+            continue
+        if progress:
+            progress(f"analyzing {i} of {len(settings)}: {s.words}")
+        key = (s.tp, s.batch)
+        try:
+            request = build_request(**{**base, **s.analyze_kwargs(extra)})
+            if key not in graphs:   # (a new rank program: the last one's results go)
+                graphs.clear()
+                graphs[key], memo = load(model, request.load, progress=progress).graph, \
+                    PassMemo()
+            report = run_passes(graphs[key], request.passes, memo=memo)
+        except GraphcostError as exc:
+            out.append(Candidate(s, "refused", error=exc))
+            continue
+        out.append(candidate(s, report))
+        if out[-1].status == "fits":
+            fitted.add(s.mesh)
+    return out
+
+
+def candidate(s: Settings, report: Report) -> Candidate:
+    """The candidate ``report`` (the analysis of ``s``) makes."""
+    fit = report.roofline.fit if report.roofline is not None else None
+    p = report.parallel
+    samples = p.global_batch if p is not None else report.batch
+    status = "fits" if fit is not None and fit.fits else "over"
+    return Candidate(s, status, "", None, fit and fit.needs, fit and fit.offers,
+                     report.peak_bytes, report.time, samples)
+
+
+def _rank(c: Candidate) -> tuple:
+    order = ("fits", "over", "pruned", "refused").index(c.status)
+    rate = c.samples_per_second or 0.0
+    return (order, -rate if c.status == "fits" else (c.needs_bytes or 0))
+
+
+def _device_name(base: Mapping[str, Any]) -> str:
+    """The device's name in the table (``h100`` is ``h100-sxm``)."""
+    from .api_checks import device_of
+    rates = device_of(base.get("device"))
+    return rates.name if rates is not None else ""
+
+
+def _suggestion(model, plan: Plan, extra: Mapping[str, Any],
+                progress: Progress | None) -> str | None:
+    """The smallest change found that makes the least-needing setting fit: 2, 4 or 8 times
+    the GPUs (its data ranks grown), else half the sequence."""
+    over = [c for c in plan.candidates if c.status == "over"]
+    if not over:
+        return None
+    least = over[0].settings
+    spec = plan.spec
+    for factor in (2, 4, 8):
+        gpus = spec.gpus * factor
+        grown = _grown(least, factor, spec)
+        if grown is not None and _fits(model, grown, plan.base, extra, progress):
+            return f"{gpus} GPUs: {grown.words}"
+    seq = dict(plan.base.get("dims") or {}).get("seq")
+    if seq and seq >= 2:
+        base = {**plan.base, "dims": {**plan.base["dims"], "seq": seq // 2}}
+        if _fits(model, least, base, extra, progress):
+            return f"seq {seq // 2}: {least.words}"
+    return None
+
+
+def _grown(s: Settings, factor: int, spec: PlanSpec) -> Settings | None:
+    """``s`` with ``factor`` times the sharding ranks (the global batch, when fixed, split
+    over them)."""
+    shard = (s.mesh.size("dp_shard") or 1) * factor
+    dims = tuple((k, shard if k == "dp_shard" else n) for k, n in s.mesh.dims)
+    if "dp_shard" not in dict(s.mesh.dims):
+        dims = (("dp_shard", shard), *dims)
+    mesh = Mesh(dims)
+    if spec.global_batch is None:
+        return Settings(mesh, s.batch, s.checkpoint)
+    ranks = data_ranks(mesh)
+    if spec.global_batch % ranks:
+        return None
+    return Settings(mesh, spec.global_batch // ranks, s.checkpoint)
+
+
+def _fits(model, s: Settings, base: Mapping[str, Any], extra: Mapping[str, Any],
+          progress: Progress | None) -> bool:
+    if progress:
+        progress(f"trying {s.words}")
+    try:
+        from .api import run_request
+        report = run_request(model, build_request(**{**base, **s.analyze_kwargs(extra)}))
+    except GraphcostError:
+        return False
+    return candidate(s, report).status == "fits"
+
+
+def explain(best: Candidate, other: Candidate) -> str:
+    """Why ``best`` outruns ``other``: the part of the step where they differ most."""
+    a, b = best.time, other.time
+    if a is None or b is None:
+        return ""
+    parts: dict[str, Callable[[TimeEstimate], float]] = {
+        "compute": lambda t: t.arithmetic_seconds + t.memory_seconds + t.launch_seconds,
+        "recompute": lambda t: t.recompute_seconds,
+        "exposed communication": lambda t: t.communication_seconds,
+        "optimizer step": lambda t: t.optimizer_seconds,
+        "pipeline bubble": lambda t: t.bubble_seconds,
+    }
+    # per sample: the two may run different batches
+    per = {name: f(b) / max(other.samples, 1) - f(a) / max(best.samples, 1)
+           for name, f in parts.items()}
+    name = max(per, key=lambda k: per[k])
+    return name if per[name] > 0 else ""

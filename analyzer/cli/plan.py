@@ -1,0 +1,141 @@
+"""``graphcost plan MODEL --gpus N --device GPU``: the fastest training setting that fits
+(analyzer/app/plan.py), and the command that analyzes it alone."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from ...passes.errors import GraphcostError
+from ..app.plan import CHECKPOINTS, Candidate, PlanSpec, plan_training
+from .main import Parser, refuse_overwrite
+from .model_options import add_model_args, analysis_kwargs, progress
+from .output import check_writable, terminal_width
+
+# the options a plan sets per candidate or reads itself: not passed on to its command line
+OWN = {"gpus", "global_batch", "tp", "top", "format", "output", "checkpoint", "batch",
+       "precision", "optimizer", "train", "parallel", "model"}
+
+
+def build_parser():
+    p = Parser(prog="graphcost plan", description=(
+        "Search the layouts (FSDP, HSDP, DDP beside each tensor-parallel size), checkpoint "
+        "plans (none, sac, full) and batches of a training step on N GPUs; keep those whose "
+        "every rank fits --device and rank them by the time estimate's tokens/s per GPU. "
+        "Each candidate is what `graphcost MODEL --train --parallel MESH …` gives, and the "
+        "best's command line is printed last."))
+    add_model_args(p)
+    p.set_defaults(train=True, precision="bf16-master", optimizer="adamw")
+    p.add_argument("--gpus", type=int, required=True, metavar="N",
+                   help="the GPUs the step runs on (eight a node)")
+    p.add_argument("--global-batch", type=int, metavar="SEQS",
+                   help="the step's batch (sequences), split over each layout's data ranks "
+                        "(default: --batch per data rank, 1 unless given)")
+    p.add_argument("--tp", metavar="N[,N…]",
+                   help="the tensor-parallel sizes to try (default 1, 2, 4, … up to a node)")
+    p.add_argument("--top", type=int, default=5, metavar="K",
+                   help="the candidates the table shows (default 5; JSON lists all)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("-o", "--output", help="write the plan to this file instead of stdout")
+    p.epilog = ("A plan's defaults: --precision bf16-master --optimizer adamw (torchtitan's); "
+                "--checkpoint none,sac,full are searched unless one is given.")
+    return p
+
+
+def run(args) -> int:
+    refuse_overwrite(args.output, args.model)
+    check_writable(args.output, "-o")
+    if args.parallel:
+        raise GraphcostError("--parallel: a plan searches the layout (fix the "
+                             "tensor-parallel size with --tp)")
+    if args.top < 1:
+        raise GraphcostError(f"--top {args.top}: a whole number ≥ 1")
+    template = _passed_on(build_parser(), args)
+    spec = PlanSpec(args.gpus, batch=args.batch, global_batch=args.global_batch,
+                    tp=_sizes(args.tp), checkpoints=_checkpoints(args.checkpoint))
+    extra = {k: v for k, v in (("interconnect", args.interconnect),
+                               ("async_tp", args.async_tp)) if v}
+    args.checkpoint = args.interconnect = args.async_tp = None   # (the plan's, not analyze's)
+    base = {**analysis_kwargs(args), "parallel": extra or None, "what_if": False}
+    base.pop("batch")
+    with progress() as note:
+        plan = plan_training(args.model, spec, base, note)
+
+    def command(c: Candidate) -> str:
+        return _command(args, template, c)
+
+    from ..render.plan import plan_json, plan_lines
+    from .wording import cli_message
+    if args.format == "json":
+        text = plan_json(plan, command, cli_message)
+    else:
+        width = None if args.output else terminal_width()
+        text = "\n".join(_fitted(line, width)
+                         for line in plan_lines(plan, command, args.top, cli_message)) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _fitted(line: str, width: int | None) -> str:
+    """``line`` cut to the terminal's width with an ellipsis; the command to copy whole."""
+    if width is None or len(line) <= width or line.startswith("run:"):
+        return line
+    return line[:width - 1] + "…"
+
+
+def _sizes(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        sizes = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise GraphcostError(f"--tp {text}: whole numbers, e.g. 8 or 2,4") from None
+    if not sizes or any(s < 1 for s in sizes):
+        raise GraphcostError(f"--tp {text}: whole numbers ≥ 1, e.g. 8 or 2,4")
+    return sizes
+
+
+def _checkpoints(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return tuple(CHECKPOINTS)
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [n for n in names if n not in CHECKPOINTS]
+    if bad or not names:
+        raise GraphcostError(f"--checkpoint {text}: a plan tries {', '.join(CHECKPOINTS)} "
+                             "(one or several, comma-separated)")
+    return names
+
+
+def _passed_on(parser: argparse.ArgumentParser, args) -> list[str]:
+    """The options given that a candidate's own command line repeats as they were."""
+    out: list[str] = []
+    for action in parser._actions:  # noqa: SLF001 (argparse's list of what it parses)
+        value = getattr(args, action.dest, None)
+        if not action.option_strings or action.dest in OWN or value in (None, action.default):
+            continue
+        flag = action.option_strings[-1]
+        if action.nargs == 0:
+            out.append(flag)
+        elif isinstance(value, list):
+            for v in value:
+                out += [flag, str(v)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def _command(args, template: list[str], c: Candidate) -> str:
+    """The command line that analyzes candidate ``c`` alone."""
+    s = c.settings
+    words = ["graphcost", args.model, "--train"]
+    if s.mesh.dims:
+        words += ["--parallel", s.mesh.words]
+    words += ["--batch", str(s.batch)]
+    if s.checkpoint != "none":
+        words += ["--checkpoint", s.checkpoint]
+    words += ["--precision", args.precision, "--optimizer", args.optimizer, *template]
+    return shlex.join(words)

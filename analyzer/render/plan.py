@@ -1,0 +1,127 @@
+"""A plan's face (analyzer/app/plan.py): what was searched, the best candidates in a table,
+then the answer last — the best setting with its throughput, memory and why it beats the
+next, and the command that analyzes it alone. JSON: every candidate."""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from ...passes.errors import GraphcostError
+from ..app.plan import Candidate, Plan, explain
+from ..app.units import human_bytes, human_time
+
+Words = Callable[[GraphcostError], str]   # an error as the face words it
+
+PLAN_SCHEMA = 1
+HEAD = f"{'#':>2}  {'layout':<21}{'batch':>5}  {'ckpt':<5}{'memory':>10}   {'step':<14}" \
+       f"{'tok/s/GPU':>9}{'MFU':>5}"
+
+
+def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
+               word: Words = str) -> list[str]:
+    """The plan in at most 24 lines of 80 columns: ``command(c)`` is the command line that
+    analyzes candidate ``c`` alone; the refused are grouped by what ``word`` makes of their
+    error."""
+    counts = {s: sum(c.status == s for c in plan.candidates)
+              for s in ("fits", "over", "pruned", "refused")}
+    lines = [f"plan: {plan.model} on {plan.spec.gpus} × {plan.device}", _shape(plan),
+             f"{len(plan.candidates)} setting{'s' * (len(plan.candidates) != 1)}: "
+             f"{counts['fits']} fit, {counts['over']} over "
+             f"the memory, {counts['pruned']} pruned, {counts['refused']} refused", ""]
+    shown = [c for c in plan.candidates if c.status in ("fits", "over")][:top]
+    if shown:
+        lines += [HEAD, *(_row(i, c) for i, c in enumerate(shown, 1)), ""]
+    lines += _refused(plan, word)
+    lines += [f"not searched: {w}" for w in plan.not_searched]
+    lines += [""] if plan.not_searched else []
+    best = plan.best
+    if best is None:
+        return lines + _no_fit(plan)
+    return lines + _answer(plan, best, command)
+
+
+def _shape(plan: Plan) -> str:
+    base = plan.base
+    seq = dict(base.get("dims") or {}).get("seq")
+    words = [f"seq {seq:,}" if seq else "",
+             f"global batch {plan.spec.global_batch}" if plan.spec.global_batch else "",
+             str(base.get("precision", "")), str(base.get("optimizer", ""))]
+    return " · ".join(w for w in words if w)
+
+
+def _row(i: int, c: Candidate) -> str:
+    s, t = c.settings, c.time
+    step = f"{human_time(t.seconds)} ± {t.band:.0%}" if t is not None and t.band else \
+        human_time(t.seconds) if t is not None else "-"
+    rate = f"{t.tokens_per_second:,.0f}" if t is not None and t.tokens_per_second else "-"
+    mfu = f"{t.mfu:.0%}" if t is not None and t.mfu else "-"
+    memory = human_bytes(c.needs_bytes or 0) + (" " if c.status == "fits" else "!")
+    return (f"{i:>2}  {s.mesh.words or 'one GPU':<21}{s.batch:>5}  {s.checkpoint:<5}"
+            f"{memory:>11}  {step:<14}{rate:>9}{mfu:>5}")
+
+
+def _answer(plan: Plan, best: Candidate, command: Callable[[Candidate], str]) -> list[str]:
+    t = best.time
+    out = [f"best: {best.settings.words}"]
+    if t is not None:
+        rate = (f"{t.tokens_per_second:,.0f} tokens/s per GPU" if t.tokens_per_second
+                else f"{best.samples_per_second or 0:,.3g} samples/s")
+        band = f" ± {t.band:.0%}" if t.band else ""
+        mfu = f", MFU {t.mfu:.0%}" if t.mfu else ""
+        out.append(f"  {rate} (estimate{band}), step {human_time(t.seconds)}{mfu}")
+    out.append(f"  memory {human_bytes(best.needs_bytes or 0)} of "
+               f"{human_bytes(best.offers_bytes or 0)} per GPU (reserved + runtime)")
+    fitting = plan.fitting
+    if len(fitting) > 1:
+        nxt = fitting[1]
+        gain = (best.samples_per_second or 0) / (nxt.samples_per_second or 1) - 1
+        why = explain(best, nxt)
+        out.append(f"  {gain:.0%} faster than #2 ({nxt.settings.mesh.words or 'one GPU'}, "
+                   f"{nxt.settings.checkpoint})" + (f": less {why}" if why else ""))
+    return out + [f"run: {command(best)}"]
+
+
+def _refused(plan: Plan, word: Words, most: int = 2) -> list[str]:
+    """The refused settings by reason (the first ``most`` reasons), each with one mesh."""
+    reasons: dict[str, list[Candidate]] = {}
+    for c in plan.candidates:
+        if c.error is not None:
+            reasons.setdefault(word(c.error), []).append(c)
+    out = [f"refused ({len(cs)}, e.g. {cs[0].settings.mesh.words}): {why}"
+           for why, cs in list(reasons.items())[:most]]
+    return out + ([""] if out else [])
+
+
+def _no_fit(plan: Plan) -> list[str]:
+    least = next(c for c in plan.candidates if c.status == "over")   # (all refused: raised)
+    s = least.settings
+    out = [f"nothing fits {plan.spec.gpus} × {plan.device}: the least needs "
+           f"{human_bytes(least.needs_bytes or 0)} of {human_bytes(least.offers_bytes or 0)}",
+           f"  ({s.mesh.words or 'one GPU'}, batch {s.batch}, checkpoint {s.checkpoint})"]
+    if plan.suggestion:
+        return out + [f"it fits on {plan.suggestion}"]
+    return out + ["nor on 8× the GPUs or at half the sequence"]
+
+
+def plan_json(plan: Plan, command: Callable[[Candidate], str], word: Words = str) -> str:
+    """Every candidate, ranked, for tools."""
+    body = {"schema_version": PLAN_SCHEMA, "kind": "plan", "model": plan.model,
+            "device": plan.device, "gpus": plan.spec.gpus,
+            "global_batch": plan.spec.global_batch, "suggestion": plan.suggestion,
+            "candidates": [_candidate_json(c, command, word) for c in plan.candidates]}
+    return json.dumps(body, indent=1) + "\n"
+
+
+def _candidate_json(c: Candidate, command: Callable[[Candidate], str],
+                    word: Words) -> dict[str, Any]:
+    s, t = c.settings, c.time
+    time = None if t is None else {
+        "seconds": t.seconds, "band": t.band, "low_seconds": t.low_seconds,
+        "high_seconds": t.high_seconds, "tokens_per_second": t.tokens_per_second,
+        "mfu": t.mfu, "communication_seconds": t.communication_seconds,
+        "recompute_seconds": t.recompute_seconds}
+    return {"mesh": s.mesh.words, "batch": s.batch, "checkpoint": s.checkpoint,
+            "status": c.status,
+            "detail": word(c.error) if c.error is not None else c.detail, "needs_bytes": c.needs_bytes,
+            "offers_bytes": c.offers_bytes, "allocated_bytes": c.allocated_bytes,
+            "samples": c.samples, "time": time, "command": command(c)}

@@ -1,0 +1,49 @@
+"""The device meshes a plan searches for ``gpus`` GPUs (analyzer/app/plan.py): every way the
+modelled dimensions divide them, as torchtitan lays them out (tp innermost, within a node).
+
+For each tensor-parallel size (powers of two up to a node's GPUs that divide ``gpus``; or the
+sizes asked for) the data ranks left over run
+
+- FSDP2 over all of them (``dp_shard``; torchtitan's default);
+- HSDP where they span several nodes: each shard group one node's GPUs, replicated across
+  the nodes (``dp_replicate`` × ``dp_shard``, torchtitan's and Megatron's usual multi-node
+  layout: the all-gathers stay on NVLink);
+- DDP (``dp_replicate``): every weight and optimizer state whole on each rank.
+
+Pipeline stages are not searched: a pipeline beside other dimensions is not modelled yet
+(passes/parallel/mesh.py ``check_mesh``), and one of ``gpus`` stages is no layout anyone runs.
+"""
+from __future__ import annotations
+
+from .mesh import Mesh
+
+
+def tensor_sizes(gpus: int, node: int) -> tuple[int, ...]:
+    """The tensor-parallel sizes a plan tries: 1, 2, 4, … up to a node, dividing ``gpus``
+    (a tensor-parallel group crossing nodes puts its per-layer collectives on the network)."""
+    sizes, tp = [], 1
+    while tp <= min(node, gpus):
+        if gpus % tp == 0:
+            sizes.append(tp)
+        tp *= 2
+    return tuple(sizes)
+
+
+def data_layouts(gpus: int, tp: int, node: int) -> list[Mesh]:
+    """The meshes of ``gpus`` GPUs with ``tp`` tensor-parallel ranks: FSDP, HSDP (a shard group
+    a node) and DDP over the ``gpus // tp`` data ranks, in that order."""
+    data = gpus // tp
+    inner = (("tp", tp),) if tp > 1 else ()
+    if data == 1:
+        return [Mesh(inner)]   # (one GPU: no mesh at all)
+    out = [Mesh((("dp_shard", data), *inner))]
+    shard = max(node // tp, 1)
+    if 1 < shard < data and data % shard == 0:
+        out.append(Mesh((("dp_replicate", data // shard), ("dp_shard", shard), *inner)))
+    out.append(Mesh((("dp_replicate", data), *inner)))
+    return out
+
+
+def data_ranks(mesh: Mesh) -> int:
+    """The mesh's data-parallel ranks (the batch is split over them)."""
+    return (mesh.size("dp_replicate") or 1) * (mesh.size("dp_shard") or 1)

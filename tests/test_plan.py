@@ -1,0 +1,127 @@
+"""``graphcost plan``: the layouts it searches, its best candidate against the direct analysis
+of its settings, pruning that never drops a faster setting, the answer when nothing fits,
+and its face (one screen, the command to run last)."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from graphcost.analyzer.app.plan import PlanSpec, plan_training
+from graphcost.analyzer.cli.main import main
+from graphcost.passes.parallel.layouts import data_layouts, tensor_sizes
+
+from graphcost import analyze
+
+# a small Llama (zoo:llama_tiny: 4 heads, 2 KV heads) on 4 H100s in bf16 with fp32 master
+# weights: the search holds FSDP 4, FSDP 2 × TP 2 and their checkpoint plans (DDP and tp 4
+# alone keep the weights unsharded, which master weights are not modelled for)
+TINY = dict(train=True, optimizer="adamw", precision="bf16-master", dims={"seq": 512},
+            device="h100", what_if=False)
+
+
+def test_the_meshes_of_64_gpus_are_torchtitans_layouts():
+    # tp 1, 2, 4, 8: within a node of 8, and dividing 64
+    assert tensor_sizes(64, 8) == (1, 2, 4, 8)
+    assert tensor_sizes(12, 8) == (1, 2, 4)   # (8 does not divide 12)
+    # 32 data ranks beside tp 2: FSDP over all, HSDP with a node's 4 data ranks a shard group
+    # (4 × tp 2 = 8 GPUs), replicated 8 times, and DDP
+    assert [m.words for m in data_layouts(64, 2, 8)] == [
+        "dp_shard=32,tp=2", "dp_replicate=8,dp_shard=4,tp=2", "dp_replicate=32,tp=2"]
+    # tp 8 fills the node: no HSDP shard group beside it
+    assert [m.words for m in data_layouts(64, 8, 8)] == ["dp_shard=8,tp=8",
+                                                          "dp_replicate=8,tp=8"]
+    assert [m.words for m in data_layouts(8, 8, 8)] == ["tp=8"]
+    assert [m.words for m in data_layouts(1, 1, 8)] == [""]   # one GPU: no mesh
+
+
+@pytest.fixture(scope="module")
+def tiny_plan():
+    return plan_training("zoo:llama_tiny", PlanSpec(4, batch=4), TINY)
+
+
+def test_the_best_candidate_is_the_direct_analysis_of_its_settings(tiny_plan):
+    best = tiny_plan.best
+    assert best is not None and best.status == "fits"
+    direct = analyze("zoo:llama_tiny", **TINY, **best.settings.analyze_kwargs({}))
+    assert direct.roofline is not None and direct.time is not None and best.time is not None
+    assert best.needs_bytes == direct.roofline.fit.needs
+    assert best.allocated_bytes == direct.peak_bytes
+    assert best.time.seconds == direct.time.seconds
+    assert best.time.tokens_per_second == direct.time.tokens_per_second
+    # every fitting candidate fits, ranked by throughput; DDP is not searched under master
+    # weights (FSDP2's MixedPrecisionPolicy holds them)
+    fitting = tiny_plan.fitting
+    assert all(c.needs_bytes <= c.offers_bytes for c in fitting)
+    rates = [c.samples_per_second for c in fitting]
+    assert rates == sorted(rates, reverse=True) and len(fitting) == 2
+    assert {c.settings.mesh.words for c in tiny_plan.candidates} == {"dp_shard=4",
+                                                                     "dp_shard=2,tp=2"}
+    assert tiny_plan.not_searched[0] == "DDP, tp alone (bf16-master's master weights are " \
+                                        "FSDP2's)"
+
+
+def test_a_pruned_setting_is_never_faster_than_the_one_that_fits(tiny_plan):
+    """The plan does not analyze more checkpointing once a layout fits: the estimate only
+    adds recompute. Analyzed directly, the pruned ones are slower."""
+    pruned = [c for c in tiny_plan.candidates if c.status == "pruned"]
+    assert {c.settings.checkpoint for c in pruned} == {"sac", "full"}
+    for c in pruned:
+        fitted = next(f for f in tiny_plan.fitting if f.settings.mesh == c.settings.mesh)
+        direct = analyze("zoo:llama_tiny", **TINY, **c.settings.analyze_kwargs({}))
+        assert direct.time is not None and fitted.time is not None
+        assert direct.time.seconds > fitted.time.seconds
+
+
+def test_the_command_line_ends_on_the_command_that_gives_the_same_figures(capsys,
+                                                                          monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    argv = ["plan", "zoo:llama_tiny", "--gpus", "4", "--device", "h100", "--dim", "seq=512",
+            "--batch", "4"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= 24
+    assert all(len(line) <= 80 for line in lines[:-1])
+    assert lines[-5] == "best: dp_shard=4, batch 4, checkpoint none"
+    run = lines[-1]
+    assert run.startswith("run: graphcost zoo:llama_tiny --train --parallel dp_shard=4 ")
+    # the printed command, run, gives the plan's figures
+    assert main(shlex.split(run)[2:] + ["--format", "json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--format", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["candidates"]
+    assert planned[0]["command"] == run.removeprefix("run: ")
+    assert planned[0]["time"]["seconds"] == direct["time"]["seconds"]
+    assert planned[0]["allocated_bytes"] == direct["peak_bytes"]
+    assert {c["status"] for c in planned} == {"fits", "pruned"}
+
+
+def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
+    """64 sequences of 2,048 tokens on one T4 (16 GiB) need 18.7 GiB even with every block
+    checkpointed; split over 2 GPUs (32 each) they fit."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["plan", "zoo:llama_tiny", "--gpus", "1", "--device", "t4", "--dim",
+                 "seq=2048", "--global-batch", "64", "--checkpoint", "full"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-3].startswith("nothing fits 1 × t4: the least needs 18.68 GiB of 16.00 GiB")
+    assert lines[-1] == "it fits on 2 GPUs: dp_shard=2, batch 32, checkpoint full"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpus", "4"], "a plan needs the GPU it runs on: add --device"),
+    (["--gpus", "4", "--device", "h100", "--parallel", "dp_shard=4"],
+     "--parallel: a plan searches the layout"),
+    (["--gpus", "4", "--device", "h100", "--checkpoint", "sqrt"],
+     "--checkpoint sqrt: a plan tries none, sac, full"),
+    (["--gpus", "4", "--device", "h100", "--tp", "3"], "--tp 3: it must divide the 4 GPUs"),
+    # every setting refused: the analysis's own error (tp 4 cannot split 2 KV heads)
+    (["--gpus", "4", "--device", "h100", "--tp", "4", "--precision", "bf16-mixed",
+      "--checkpoint", "none"],
+     "--parallel tp=4: layers.0.self_attn.n_kv (2) does not divide into 4 ranks"),
+    (["--gpus", "4", "--device", "h100", "--global-batch", "3", "--tp", "1"],
+     "--global-batch 3: no layout of 4 GPUs splits it evenly"),
+])
+def test_bad_plans_get_one_line(argv, message, capsys):
+    assert main(["plan", "zoo:llama_tiny", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"graphcost: error: {message}") and err.count("\n") == 1
