@@ -69,7 +69,7 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     o = options
     memo = PassMemo() if memo is None else memo
     graph, costs, report = memo.get(("rank",) + _rank_key(o),
-                                    lambda: _one_rank(graph, o, serving))
+                                    lambda: _one_rank(graph, o, serving, memo))
     training, device, overhead = report.training, o.device, o.overhead
     if o.parallel is not None and training is not None:
         report = replace(report, parallel=parallel_step(
@@ -84,19 +84,38 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     return replace(report, roofline=replace(line, tensor_bytes=report.peak_bytes, fit=fit))
 
 
+def _graph_key(o: PassOptions) -> tuple:
+    """The options the graph's own passes read (``_graph_passes``): not the training step's,
+    the layout or the time (one device per memo, so its name)."""
+    return (o.include_inputs, o.inplace, o.lifetimes, o.optimizer is None, o.precision,
+            o.device and o.device.name, o.overhead, o.allocator)
+
+
 def _rank_key(o: PassOptions) -> tuple:
-    """The options the single-rank analysis reads (``_one_rank``): not the layout or the
-    time (one device per memo, so its name)."""
-    return (o.include_inputs, o.inplace, o.lifetimes, o.optimizer, o.checkpoint, o.precision,
-            o.device and o.device.name, o.overhead, o.what_if, o.optimizer_impl, o.allocator)
+    """The options the single-rank analysis reads (``_one_rank``)."""
+    return (*_graph_key(o), o.optimizer, o.checkpoint, o.what_if, o.optimizer_impl)
 
 
 def _one_rank(graph: Graph, o: PassOptions, serving: ServingTrace | None,
-              ) -> tuple[Graph, CostReport, Report]:
-    """The precision's graph, its costs, and its report on one rank: no layout, time or
-    roofline yet."""
+              memo: PassMemo) -> tuple[Graph, CostReport, Report]:
+    """The precision's graph, its costs, and its report on one rank with its training step:
+    no layout, time or roofline yet."""
+    graph, costs, report = memo.get(("graph",) + _graph_key(o),
+                                    lambda: _graph_passes(graph, o, serving))
+    if o.optimizer is None:
+        return graph, costs, report
+    training = training_step(
+        graph, o.optimizer, [nc.cost.flops for nc in costs.nodes], precision=o.precision,
+        checkpoint=o.checkpoint, what_if=o.what_if, include_inputs=o.include_inputs,
+        impl=o.optimizer_impl, allocator=o.allocator, device=o.device)
+    return graph, costs, replace(report, training=training)
+
+
+def _graph_passes(graph: Graph, o: PassOptions, serving: ServingTrace | None,
+                  ) -> tuple[Graph, CostReport, Report]:
+    """The precision's graph, its costs, and its report without a training step."""
     optimizer, precision, device, overhead = o.optimizer, o.precision, o.device, o.overhead
-    include_inputs, checkpoint = o.include_inputs, o.checkpoint
+    include_inputs = o.include_inputs
     graph = cast_floats(graph, precision)
     lifetimes = o.lifetimes or ("eager" if graph.source == "fx" and optimizer is None
                               else "dataflow")
@@ -118,14 +137,10 @@ def _one_rank(graph: Graph, o: PassOptions, serving: ServingTrace | None,
     if o.lifetimes == "dataflow":  # asked for: a step without Python's references either
         graph = replace(graph, eager_refs=MappingProxyType({}),
                         eager_inplace=MappingProxyType({}))
-    training = None if optimizer is None else training_step(
-        graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=precision,
-        checkpoint=checkpoint, what_if=o.what_if, include_inputs=include_inputs,
-        impl=o.optimizer_impl, allocator=o.allocator, device=device)
     report = Report(
         model=graph.name, source=graph.source, batch=graph.batch, dims=dict(graph.dims),
         totals=_totals(graph, costs, params), by_op_type=costs.by_op_type, coverage=costs.coverage,
-        memory=memory, warnings=_warnings(graph, memory, arena, costs), training=training,
+        memory=memory, warnings=_warnings(graph, memory, arena, costs), training=None,
         roofline=None,
         traced_layers=graph.traced_layers, attention=attention_uses(graph.attention),
         allocator=o.allocator.words, parallel=None,

@@ -9,11 +9,14 @@ trace per tensor-parallel rank program and batch, and the passes' layout-free re
 across its layouts (analyzer/app/pipeline.py ``PassMemo``). A setting whose every rank fits
 the device (reserved + the runtime's share: the report's fit) is ranked by the time
 estimate's throughput; under one layout, a checkpoint plan that recomputes more than one that
-fits is never faster (the estimate only adds its recompute), so it is not analyzed (pruned).
+fits is never faster (the estimate only adds its recompute), and when the plan that
+recomputes most (full) does not fit, neither does one that holds more: neither is analyzed
+(pruned, with why).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from typing import Any, Callable, Mapping
 
 from ...passes.choices import Strategy
@@ -197,33 +200,59 @@ def _settings(spec: PlanSpec) -> list[Settings]:
 
 def _evaluate(model, settings: list[Settings], base: Mapping[str, Any],
               extra: Mapping[str, Any], progress: Progress | None) -> list[Candidate]:
-    """Each setting's candidate: one trace per rank program, its layouts' passes shared."""
+    """Each setting's candidate, layout by layout (``_layout``)."""
+    analyses = _Analyses(model, base, extra, progress, len(settings))
     out: list[Candidate] = []
-    graphs: dict[tuple[int, int], Any] = {}
-    memo = PassMemo()
-    fitted: set[Mesh] = set()
-    for i, s in enumerate(settings, 1):
-        if s.mesh in fitted:
-            out.append(Candidate(s, "pruned", "a checkpoint plan with less recompute fits "
-                                              "this layout: it is faster"))
-            continue
-        if progress:
-            progress(f"analyzing {i} of {len(settings)}: {s.words}")
-        key = (s.tp, s.batch)
-        try:
-            request = build_request(**{**base, **s.analyze_kwargs(extra)})
-            if key not in graphs:   # (a new rank program: the last one's results go)
-                graphs.clear()
-                graphs[key], memo = load(model, request.load, progress=progress).graph, \
-                    PassMemo()
-            report = run_passes(graphs[key], request.passes, memo=memo)
-        except GraphcostError as exc:
-            out.append(Candidate(s, "refused", error=exc))
-            continue
-        out.append(candidate(s, report))
-        if out[-1].status == "fits":
-            fitted.add(s.mesh)
+    for _, group in groupby(settings, key=lambda s: (s.mesh, s.batch)):
+        out.extend(_layout(list(group), analyses))
     return out
+
+
+def _layout(settings: list[Settings], analyses: "_Analyses") -> list[Candidate]:
+    """One layout's checkpoint plans (from the least recompute): the one that recomputes
+    most first — it holds the least, so when it does not fit, no other does — then from the
+    least recompute up until one fits (each after it only adds recompute to the step)."""
+    most = analyses(settings[-1])
+    if most.status == "over":
+        why = (f"over the memory: checkpoint {most.settings.checkpoint}, which holds the "
+               "least, does not fit")
+        return [most, *(Candidate(s, "pruned", why) for s in settings[:-1])]
+    out: list[Candidate] = []
+    for s in settings[:-1]:
+        if any(c.status == "fits" for c in out):
+            out.append(Candidate(s, "pruned", "slower: a checkpoint plan with less "
+                                              "recompute fits this layout"))
+        else:
+            out.append(analyses(s))
+    return [*out, most]
+
+
+class _Analyses:
+    """The analyses of one plan's settings, each as ``analyze`` would run it: one trace per
+    rank program (tensor-parallel size and batch; the last one kept), the passes'
+    layout-free results shared by its layouts."""
+
+    def __init__(self, model, base: Mapping[str, Any], extra: Mapping[str, Any],
+                 progress: Progress | None, total: int) -> None:
+        self.model, self.base, self.extra, self.progress = model, base, extra, progress
+        self.total, self.done = total, 0
+        self.key: tuple[int, int] | None = None
+        self.graph, self.memo = None, PassMemo()
+
+    def __call__(self, s: Settings) -> Candidate:
+        self.done += 1
+        if self.progress:
+            self.progress(f"analyzing {self.done} of at most {self.total}: {s.words}")
+        try:
+            request = build_request(**{**self.base, **s.analyze_kwargs(self.extra)})
+            if (s.tp, s.batch) != self.key or self.graph is None:
+                self.graph = None   # (the last rank program's graph goes first)
+                self.graph = load(self.model, request.load, progress=self.progress).graph
+                self.key, self.memo = (s.tp, s.batch), PassMemo()
+            report = run_passes(self.graph, request.passes, memo=self.memo)
+        except GraphcostError as exc:
+            return Candidate(s, "refused", error=exc)
+        return candidate(s, report)
 
 
 def candidate(s: Settings, report: Report) -> Candidate:

@@ -13,7 +13,7 @@ from ..app.units import human_bytes, human_time
 Words = Callable[[GraphcostError], str]   # an error as the face words it
 
 PLAN_SCHEMA = 1
-HEAD = f"{'#':>2}  {'layout':<21}{'batch':>5}  {'ckpt':<5}{'memory':>10}   {'step':<14}" \
+HEAD = f"{'#':>2}  {'layout':<30}{'batch':>5}  {'ckpt':<5}{'memory':>10}  {'step':<8}" \
        f"{'tok/s/GPU':>9}{'MFU':>5}"
 
 
@@ -30,7 +30,7 @@ def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
              f"the memory, {counts['pruned']} pruned, {counts['refused']} refused", ""]
     shown = [c for c in plan.candidates if c.status in ("fits", "over")][:top]
     if shown:
-        lines += [HEAD, *(_row(i, c) for i, c in enumerate(shown, 1)), ""]
+        lines += [HEAD, *(_row(i, c) for i, c in enumerate(shown, 1)), _legend(shown), ""]
     lines += _refused(plan, word)
     lines += [f"not searched: {w}" for w in plan.not_searched]
     lines += [""] if plan.not_searched else []
@@ -51,13 +51,19 @@ def _shape(plan: Plan) -> str:
 
 def _row(i: int, c: Candidate) -> str:
     s, t = c.settings, c.time
-    step = f"{human_time(t.seconds)} ± {t.band:.0%}" if t is not None and t.band else \
-        human_time(t.seconds) if t is not None else "-"
+    step = human_time(t.seconds) if t is not None else "-"
     rate = f"{t.tokens_per_second:,.0f}" if t is not None and t.tokens_per_second else "-"
     mfu = f"{t.mfu:.0%}" if t is not None and t.mfu else "-"
-    memory = human_bytes(c.needs_bytes or 0) + (" " if c.status == "fits" else "!")
-    return (f"{i:>2}  {s.mesh.words or 'one GPU':<21}{s.batch:>5}  {s.checkpoint:<5}"
-            f"{memory:>11}  {step:<14}{rate:>9}{mfu:>5}")
+    memory = f"{(c.needs_bytes or 0) / 2**30:.1f} GiB" + (" " if c.status == "fits" else "!")
+    return (f"{i:>2}  {s.mesh.words or 'one GPU':<30}{s.batch:>5}  {s.checkpoint:<5}"
+            f"{memory:>10}  {step:<8}{rate:>9}{mfu:>5}")
+
+
+def _legend(shown: list[Candidate]) -> str:
+    bands = {c.time.band for c in shown if c.time is not None}
+    band = f" ± {bands.pop():.0%}" if len(bands) == 1 and None not in bands else ""
+    return (f"memory: reserved + runtime per GPU (! over the device); step: estimate{band}"
+            if shown else "")
 
 
 def _answer(plan: Plan, best: Candidate, command: Callable[[Candidate], str]) -> list[str]:
@@ -73,11 +79,11 @@ def _answer(plan: Plan, best: Candidate, command: Callable[[Candidate], str]) ->
                f"{human_bytes(best.offers_bytes or 0)} per GPU (reserved + runtime)")
     fitting = plan.fitting
     if len(fitting) > 1:
-        nxt = fitting[1]
+        nxt = fitting[1]   # (#2 of the table: the fitting come first)
         gain = (best.samples_per_second or 0) / (nxt.samples_per_second or 1) - 1
         why = explain(best, nxt)
-        out.append(f"  {gain:.0%} faster than #2 ({nxt.settings.mesh.words or 'one GPU'}, "
-                   f"{nxt.settings.checkpoint})" + (f": less {why}" if why else ""))
+        pct = f"{gain:.1%}" if gain < 0.1 else f"{gain:.0%}"
+        out.append(f"  {pct} faster than #2" + (f": less {why}" if why else ""))
     return out + [f"run: {command(best)}"]
 
 
