@@ -113,7 +113,9 @@ def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--gpus", "4"], "a plan needs the GPU it runs on: add --device"),
+    (["--gpus", "4"], "a plan ranks by a GPU's time estimate: add a GPU --device"),
+    (["--gpus", "4", "--device", "h100", "--world-size", "4"],
+     "--world-size goes with --parallel"),
     (["--gpus", "4", "--device", "h100", "--parallel", "dp_shard=4"],
      "--parallel: a plan searches the layout"),
     (["--gpus", "4", "--device", "h100", "--checkpoint", "sqrt"],

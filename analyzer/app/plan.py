@@ -158,8 +158,11 @@ def _replicated(mesh: Mesh) -> bool:
 def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
     if not base.get("train"):
         raise GraphcostError(f"a plan searches training layouts: add {opt('train')}")
-    if base.get("device") is None:
-        raise GraphcostError(f"a plan needs the GPU it runs on: add {opt('device')}")
+    from .api_checks import device_of
+    rates = device_of(base.get("device"))
+    if rates is None or not rates.is_gpu or base.get("device_profile") is not None:
+        raise GraphcostError(f"a plan ranks by a GPU's time estimate: add a GPU "
+                             f"{opt('device')} (without {opt('device_profile')})")
     if base.get("checkpoint") is not None:
         raise GraphcostError(f"{opt('checkpoint')}: a plan fixes it by its name (none, sac, "
                              "full)")

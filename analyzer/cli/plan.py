@@ -24,8 +24,11 @@ def build_parser():
         "plans (none, sac, full) and batches of a training step on N GPUs; keep those whose "
         "every rank fits --device and rank them by the time estimate's tokens/s per GPU. "
         "Each candidate is what `graphcost MODEL --train --parallel MESH …` gives, and the "
-        "best's command line is printed last."))
+        "best's command line is printed last."), conflict_handler="resolve")
     add_model_args(p)
+    p.add_argument("--checkpoint", metavar="none,sac,full",
+                   help="the checkpoint plans to try (default all three: none, torchtitan's "
+                        "selective op policy, every block)")
     p.set_defaults(train=True, precision="bf16-master", optimizer="adamw")
     p.add_argument("--gpus", type=int, required=True, metavar="N",
                    help="the GPUs the step runs on (eight a node)")
