@@ -78,27 +78,31 @@ def test_what_the_plan_prunes_is_what_it_assumes(tiny_plan):
         assert done["full"].needs_bytes <= direct.roofline.fit.needs <= done["none"].needs_bytes
 
 
-def test_the_command_line_ends_on_the_command_that_gives_the_same_figures(capsys,
-                                                                          monkeypatch):
-    monkeypatch.setenv("COLUMNS", "80")
-    argv = ["plan", "zoo:llama_tiny", "--gpus", "4", "--device", "h100", "--dim", "seq=512",
-            "--batch", "4"]
-    assert main(argv) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) <= 24
-    assert all(len(line) <= 80 for line in lines[:-1])
+def test_the_face_is_one_screen_ending_on_the_command(tiny_plan):
+    from graphcost.analyzer.render.plan import plan_lines
+
+    lines = plan_lines(tiny_plan, lambda c: f"graphcost … {c.settings.mesh.words}")
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
     assert lines[-5] == "best: dp_shard=4, batch 4, checkpoint none"
-    run = lines[-1]
-    assert run.startswith("run: graphcost zoo:llama_tiny --train --parallel dp_shard=4 ")
-    # the printed command, run, gives the plan's figures
-    assert main(shlex.split(run)[2:] + ["--format", "json"]) == 0
-    direct = json.loads(capsys.readouterr().out)
-    assert main([*argv, "--format", "json"]) == 0
+    assert lines[-1] == "run: graphcost … dp_shard=4"
+
+
+def test_the_command_line_prints_the_command_that_gives_the_same_figures(capsys):
+    argv = ["plan", "zoo:llama_tiny", "--gpus", "4", "--device", "h100", "--dim", "seq=512",
+            "--batch", "4", "--format", "json"]
+    assert main(argv) == 0
     planned = json.loads(capsys.readouterr().out)["candidates"]
-    assert planned[0]["command"] == run.removeprefix("run: ")
-    assert planned[0]["time"]["seconds"] == direct["time"]["seconds"]
-    assert planned[0]["allocated_bytes"] == direct["peak_bytes"]
     assert {c["status"] for c in planned} == {"fits", "pruned"}
+    best = planned[0]
+    assert best["command"] == ("graphcost zoo:llama_tiny --train --parallel dp_shard=4 "
+                               "--batch 4 --precision bf16-master --optimizer adamw "
+                               "--dim seq=512 --device h100")
+    # the printed command, run, gives the plan's figures
+    assert main(shlex.split(best["command"])[1:] + ["--format", "json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert best["time"]["seconds"] == direct["time"]["seconds"]
+    assert best["allocated_bytes"] == direct["peak_bytes"]
+    assert best["needs_bytes"] == direct["roofline"]["fit"]["needs"]
 
 
 def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
