@@ -136,3 +136,30 @@ def test_bad_plans_get_one_line(argv, message, capsys):
     assert main(["plan", "zoo:llama_tiny", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"graphcost: error: {message}") and err.count("\n") == 1
+
+
+def test_advice_is_the_changes_analyzed_directly(capsys):
+    """--advise on FSDP 4 with selective checkpointing: a change it weighs is the direct
+    analysis with that one change (checked on one of each path: the same trace, a new one, the
+    first one again after it), and a fitting step's advice leads with the fastest."""
+    from graphcost.analyzer.app.advise import advise, outcome
+
+    kwargs = {**TINY, "batch": 4, "checkpoint": {"sac": True},
+              "parallel": {"mesh": "dp_shard=4"}}
+    advice = advise("zoo:llama_tiny", kwargs)
+    words = [c.words for c in advice.tried]
+    assert words == ["no checkpointing", "--checkpoint full", "--parallel dp_shard=2,tp=2",
+                     "--allocator expandable_segments:True", "--compile", "--batch 2",
+                     "--optimizer-impl forloop"]
+    for c in advice.tried[1:4]:
+        assert c.outcome == outcome(analyze("zoo:llama_tiny", **{**kwargs, **c.kwargs}))
+    best = advice.best[0].outcome
+    assert best is not None and advice.now.fits
+    assert best.samples_per_second == max(c.outcome.samples_per_second for c in advice.tried
+                                          if c.outcome and c.outcome.fits)
+    assert main(["zoo:llama_tiny", "--train", "--parallel", "dp_shard=4", "--batch", "4",
+                 "--checkpoint", "sac", "--precision", "bf16-master", "--optimizer", "adamw",
+                 "--dim", "seq=512", "--device", "h100", "--advise"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) <= 24 and lines[0].startswith("advise: zoo:llama_tiny")
+    assert lines[4] == f"  {advice.best[0].words}"

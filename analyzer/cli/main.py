@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", action="store_true",
                    help="the largest batch whose memory (with --overhead) fits --device; prints "
                         "memory and FLOPs as affine functions of the batch")
+    p.add_argument("--advise", action="store_true",
+                   help="with --train and a GPU --device: instead of the report, the three "
+                        "single changes (checkpointing, tensor parallel, allocator, compile, "
+                        "batch, optimizer step) that most reduce the memory or raise the "
+                        "throughput, each analyzed")
     p.add_argument("--html", metavar="FILE.html",
                    help="also write a self-contained HTML report (no network access needed)")
     p.add_argument("--max-rows", type=int, default=None,
@@ -160,6 +165,8 @@ def _run(args) -> int:
     serve = serve_kwargs(args)  # (checked before --max-batch, which it excludes)
     if args.max_batch:
         return _max_batch(args)
+    if args.advise:
+        return _advise(args)
     report = run_analysis(args.model, args, **serve)
     if args.format != "json":  # JSON escapes control characters itself; text shows them
         from .text import escape_strings
@@ -216,6 +223,23 @@ def _columns(args, report) -> list[str] | None:
         raise GraphcostError(f"--columns: unknown column(s) {', '.join(bad) or '(none given)'}; "
                              f"known: {', '.join(known)}")
     return names
+
+
+def _advise(args) -> int:
+    from ..app.advise import advise
+    from ..render.advise import advice_json, advice_lines
+
+    if args.format not in ("table", "json"):
+        raise GraphcostError(f"--advise writes a table or JSON, not {args.format}")
+    with progress() as note:
+        advice = advise(args.model, analysis_kwargs(args), note)
+    text = advice_json(args.model, advice) if args.format == "json" else \
+        "\n".join(advice_lines(args.model, advice)) + "\n"
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
 
 
 def _max_batch(args) -> int:

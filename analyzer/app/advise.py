@@ -1,0 +1,160 @@
+"""``--advise``: what saves most on one training analysis — each single change of its
+settings a user can make (the checkpoint plan, the tensor-parallel size at the same GPUs, the
+caching allocator's expandable segments, torch.compile, half the batch, the optimizer's
+for-loop step) analyzed as ``analyze`` would with it, and the three that most reduce the
+memory (when the step does not fit) or raise the throughput (when it does), each with its
+effect on the other.
+
+The analyses share what they can as a plan's do (analyzer/app/plan.py): one trace per rank
+program, the layout-free passes kept (analyzer/app/pipeline.py ``PassMemo``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ...passes.errors import GraphcostError, opt
+from ...passes.parallel.mesh import parse_mesh
+from ..load.loading import load
+from ..load.resolve import Progress
+from .pipeline import PassMemo, run_passes
+from .plan import CHECKPOINTS
+from .report import Report
+from .request import build_request
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One analysis's answers to the two questions: the memory the fit needs (and offers)
+    and the throughput (sequences a second over all the GPUs; tokens/s per GPU beside)."""
+    needs: int
+    offers: int
+    samples_per_second: float
+    tokens_per_second: float | None
+
+    @property
+    def fits(self) -> bool:
+        return self.needs <= self.offers
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change of the settings (``words``: as the command line says it), its analysis."""
+    words: str
+    kwargs: Mapping[str, Any]
+    outcome: Outcome | None = None     # None: refused (``error``)
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Advice:
+    now: Outcome
+    best: tuple[Change, ...]       # at most three, the most useful first
+    tried: tuple[Change, ...]      # every change analyzed
+
+
+def advise(model, kwargs: Mapping[str, Any], progress: Progress | None = None) -> Advice:
+    """The advice for the analysis ``analyze(model, **kwargs)`` (a training step on a GPU
+    device)."""
+    if not kwargs.get("train") or kwargs.get("device") is None:
+        raise GraphcostError(f"{opt('advise')} weighs changes of a training step by its "
+                             f"memory and time: add {opt('train')} and a GPU {opt('device')}")
+    analyses = _Analyses(model, progress)
+    now = analyses(kwargs)   # (refused: its own error, as the analysis alone says it)
+    tried = []
+    for words, change in changes(kwargs):
+        try:
+            tried.append(Change(words, change, analyses({**kwargs, **change})))
+        except GraphcostError as exc:
+            tried.append(Change(words, change, None, str(exc)))
+    return Advice(now, _best(now, tried), tuple(tried))
+
+
+def changes(kwargs: Mapping[str, Any]) -> list[tuple[str, dict]]:
+    """The single changes of ``kwargs`` tried, each as (its words, analyze's arguments)."""
+    out: list[tuple[str, dict]] = []
+    current = kwargs.get("checkpoint")
+    for name, ckpt in CHECKPOINTS.items():
+        if ckpt != current:
+            out.append((f"--checkpoint {name}" if ckpt else "no checkpointing",
+                        {"checkpoint": ckpt}))
+    out += _tensor_parallel(kwargs)
+    if "expandable_segments:True" not in str(kwargs.get("allocator") or ""):
+        out.append(("--allocator expandable_segments:True",
+                    {"allocator": "expandable_segments:True"}))
+    if not kwargs.get("compile") and kwargs.get("device_profile") is None:
+        out.append(("--compile", {"compile": True}))
+    batch = kwargs.get("batch") or 1
+    if batch >= 2:
+        out.append((f"--batch {batch // 2}", {"batch": batch // 2}))
+    if kwargs.get("optimizer_impl") != "forloop":
+        out.append(("--optimizer-impl forloop", {"optimizer_impl": "forloop"}))
+    return out
+
+
+def _tensor_parallel(kwargs: Mapping[str, Any]) -> list[tuple[str, dict]]:
+    """Twice and half the tensor-parallel ranks on the same GPUs (the FSDP ranks the other
+    way), for a mesh with a dp_shard dimension."""
+    parallel = dict(kwargs.get("parallel") or {})
+    if "mesh" not in parallel:
+        return []
+    mesh = parse_mesh(parallel["mesh"])
+    tp, shard = mesh.size("tp") or 1, mesh.size("dp_shard") or 1
+    out = []
+    for new_tp, new_shard in ((tp * 2, shard // 2), (tp // 2, shard * 2)):
+        if new_tp < 1 or new_shard < 1 or new_tp * new_shard != tp * shard or new_tp > 8:
+            continue
+        dims = {**dict(mesh.dims), "dp_shard": new_shard, "tp": new_tp}
+        words = ",".join(f"{k}={n}" for k, n in dims.items() if k != "tp" or n > 1)
+        out.append((f"--parallel {words}", {"parallel": {**parallel, "mesh": words}}))
+    return out
+
+
+def _best(now: Outcome, tried: list[Change], most: int = 3) -> tuple[Change, ...]:
+    """The changes that most reduce the memory (first, when the step does not fit) or raise
+    the throughput of a fitting step."""
+    done = [(c, c.outcome) for c in tried if c.outcome is not None]
+    smaller = [c for c, o in sorted(done, key=lambda d: d[1].needs) if o.needs < now.needs]
+    faster = [c for c, o in sorted(done, key=lambda d: -d[1].samples_per_second)
+              if o.fits and o.samples_per_second > now.samples_per_second]
+    order = smaller + faster if not now.fits else faster + smaller
+    out: list[Change] = []
+    for c in order:
+        if c not in out:
+            out.append(c)
+    return tuple(out[:most])
+
+
+class _Analyses:
+    """Analyses of one model under several settings: a trace per distinct load (the first
+    one's kept, and the last), the passes' layout-free results shared by the analyses of
+    one traced graph."""
+
+    def __init__(self, model, progress: Progress | None) -> None:
+        self.model, self.progress = model, progress
+        self.traced: list[tuple[Any, Any, PassMemo]] = []   # (load options, graph, memo)
+
+    def __call__(self, kwargs: Mapping[str, Any]) -> Outcome:
+        request = build_request(**kwargs)
+        found = next((t for t in self.traced if t[0] == request.load), None)
+        if found is None:
+            if self.progress:
+                self.progress(f"tracing a changed step ({len(self.traced)})")
+            found = (request.load, load(self.model, request.load, progress=self.progress).graph,
+                     PassMemo())
+            self.traced = [*self.traced[:1], found]
+        if self.progress:
+            self.progress("analyzing")
+        return outcome(run_passes(found[1], request.passes, memo=found[2]))
+
+
+def outcome(report: Report) -> Outcome:
+    """A report's memory and throughput (a GPU device's: its fit and time estimate)."""
+    if report.roofline is None or report.time is None:
+        raise GraphcostError(f"{opt('advise')} needs the fit and the time estimate: a GPU "
+                             f"{opt('device')} and a traced PyTorch model")
+    p = report.parallel
+    samples = p.global_batch if p is not None else report.batch
+    t = report.time
+    return Outcome(report.roofline.fit.needs, report.roofline.fit.offers,
+                   samples / t.seconds if t.seconds > 0 else 0.0, t.tokens_per_second)
