@@ -35,6 +35,8 @@ SAME_ON_EVERY_TORCH = {
     # the time estimate over traced graphs (one attention share for every fused kernel: the
     # estimate does not follow the release's dispatch); its traces are checked as above
     "test_gpu_time", "test_published_runs",
+    # the plan's search and advice: analyses whose traces are checked as above
+    "test_plan",
 }
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ...passes.errors import GraphcostError
+from ..app.engine_args import torchrun_line, torchtitan_args
 from ..app.plan import CHECKPOINTS, Candidate, PlanSpec, plan_training
 from .main import Parser, refuse_overwrite
 from .model_options import add_model_args, analysis_kwargs, progress
@@ -68,14 +69,20 @@ def run(args) -> int:
     def command(c: Candidate) -> str:
         return _command(args, template, c)
 
+    def engine(c: Candidate) -> str | None:
+        s = c.settings
+        return torchrun_line(spec.gpus, torchtitan_args(
+            args.model, {k: n or 1 for k, n in s.mesh.dims}, s.batch, s.checkpoint, base))
+
     from ..render.plan import plan_json, plan_lines
     from .wording import cli_message
     if args.format == "json":
-        text = plan_json(plan, command, cli_message)
+        text = plan_json(plan, command, cli_message, engine)
     else:
         width = None if args.output else terminal_width()
         text = "\n".join(_fitted(line, width)
-                         for line in plan_lines(plan, command, args.top, cli_message)) + "\n"
+                         for line in plan_lines(plan, command, args.top, cli_message,
+                                                engine)) + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:
@@ -85,7 +92,7 @@ def run(args) -> int:
 
 def _fitted(line: str, width: int | None) -> str:
     """``line`` cut to the terminal's width with an ellipsis; the command to copy whole."""
-    if width is None or len(line) <= width or line.startswith("run:"):
+    if width is None or len(line) <= width or line.startswith(("run:", "torchtitan:")):
         return line
     return line[:width - 1] + "…"
 

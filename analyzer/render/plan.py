@@ -17,11 +17,14 @@ HEAD = f"{'#':>2}  {'layout':<30}{'batch':>5}  {'ckpt':<5}{'memory':>10}  {'step
        f"{'tok/s/GPU':>9}{'MFU':>5}"
 
 
+Engine = Callable[[Candidate], "str | None"]   # the engine's command line of a candidate
+
+
 def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
-               word: Words = str) -> list[str]:
+               word: Words = str, engine: Engine = lambda c: None) -> list[str]:
     """The plan in at most 24 lines of 80 columns: ``command(c)`` is the command line that
-    analyzes candidate ``c`` alone; the refused are grouped by what ``word`` makes of their
-    error."""
+    analyzes candidate ``c`` alone, ``engine(c)`` the one that runs it (None: no engine
+    says it); the refused are grouped by what ``word`` makes of their error."""
     counts = {s: sum(c.status == s for c in plan.candidates)
               for s in ("fits", "over", "pruned", "refused")}
     lines = [f"plan: {plan.model} on {plan.spec.gpus} × {plan.device}", _shape(plan),
@@ -37,7 +40,8 @@ def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
     best = plan.best
     if best is None:
         return lines + _no_fit(plan)
-    return lines + _answer(plan, best, command)
+    run = engine(best)
+    return lines + _answer(plan, best, command) + ([f"torchtitan: {run}"] if run else [])
 
 
 def _shape(plan: Plan) -> str:
@@ -109,12 +113,14 @@ def _no_fit(plan: Plan) -> list[str]:
     return out + ["nor on 8× the GPUs or at half the sequence"]
 
 
-def plan_json(plan: Plan, command: Callable[[Candidate], str], word: Words = str) -> str:
+def plan_json(plan: Plan, command: Callable[[Candidate], str], word: Words = str,
+              engine: Engine = lambda c: None) -> str:
     """Every candidate, ranked, for tools."""
     body = {"schema_version": PLAN_SCHEMA, "kind": "plan", "model": plan.model,
             "device": plan.device, "gpus": plan.spec.gpus,
             "global_batch": plan.spec.global_batch, "suggestion": plan.suggestion,
-            "candidates": [_candidate_json(c, command, word) for c in plan.candidates]}
+            "candidates": [{**_candidate_json(c, command, word), "torchtitan": engine(c)}
+                           for c in plan.candidates]}
     return json.dumps(body, indent=1) + "\n"
 
 

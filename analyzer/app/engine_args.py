@@ -1,0 +1,72 @@
+"""A plan's candidate as the engine users run it: torchtitan's training command line.
+
+torchtitan 0.3 configures a run with a Python config of its registry (``--module llama3
+--config llama3_8b``) overridden on the command line, which its ``ConfigManager`` parses
+(tyro): ``tests/test_engine_args.py`` parses these lines with it where torchtitan is installed
+(.ci/run's newest-torch venv). Only what graphcost analyzed is set, each to the value the
+analysis assumed:
+
+- the mesh: ``--parallelism.data-parallel-replicate-degree``, ``…-shard-degree``,
+  ``--parallelism.tensor-parallel-degree`` (sequence parallel on: torchtitan's default and
+  graphcost's tensor-parallel plan);
+- ``--training.local-batch-size`` (per data rank) and ``--training.seq-len``;
+- the checkpoint plan: ``activation-checkpoint:none|selective|full`` (selective is its op
+  policy, as graphcost's ``sac``);
+- ``--loss.num-chunks 1``: graphcost analyzes cross-entropy over the whole logits, as the
+  published runs computed it; torchtitan 0.3 defaults to 8 chunks, each backpropagated at once,
+  which holds less than graphcost's figure;
+- precision: bf16-master is its default (bf16 parameters, fp32 reduction in FSDP2's
+  MixedPrecisionPolicy); fp32 ``--training.mixed-precision-param float32``;
+- ``--compile.enable`` and ``--compile.enable-async-tensor-parallel`` as asked.
+
+A model torchtitan has no config of, or a setting it does not spell (another precision
+recipe, another optimizer than AdamW), gets no line: None.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any, Mapping
+
+from .devices import GPUS_PER_NODE
+
+# graphcost's models that are torchtitan's (the zoo's torchtitan-style Llama 3.1 decoders)
+TORCHTITAN_CONFIGS = {"zoo:llama3_8b": "llama3_8b", "zoo:llama3_70b": "llama3_70b",
+                      "zoo:llama3_405b": "llama3_405b"}
+AC_MODES = {"none": "activation-checkpoint:none", "sac": "activation-checkpoint:selective",
+            "full": "activation-checkpoint:full"}
+PRECISIONS = {"bf16-master": [], "fp32": ["--training.mixed-precision-param", "float32"]}
+
+
+def torchtitan_args(model: str, mesh: Mapping[str, int], batch: int, checkpoint: str,
+                    base: Mapping[str, Any]) -> list[str] | None:
+    """``torchtitan.train``'s arguments for a setting (``mesh``: the dimensions' sizes;
+    ``base``: the analysis's other arguments), or None where torchtitan cannot say it."""
+    config = TORCHTITAN_CONFIGS.get(model)
+    precision = str(base.get("precision", "fp32"))
+    seq = dict(base.get("dims") or {}).get("seq")
+    parallel = dict(base.get("parallel") or {})
+    if (config is None or precision not in PRECISIONS or base.get("optimizer") != "adamw"
+            or checkpoint not in AC_MODES or seq is None):
+        return None
+    args = ["--module", "llama3", "--config", config,
+            "--parallelism.data-parallel-replicate-degree", str(mesh.get("dp_replicate", 1)),
+            "--parallelism.data-parallel-shard-degree", str(mesh.get("dp_shard", 1)),
+            "--parallelism.tensor-parallel-degree", str(mesh.get("tp", 1)),
+            "--training.local-batch-size", str(batch), "--training.seq-len", str(seq),
+            "--loss.num-chunks", "1", *PRECISIONS[precision]]
+    if base.get("compile"):
+        args.append("--compile.enable")
+        if parallel.get("async_tp"):
+            args.append("--compile.enable-async-tensor-parallel")
+    return [*args, AC_MODES[checkpoint]]
+
+
+def torchrun_line(gpus: int, args: list[str] | None) -> str | None:
+    """The torchrun command that starts ``args``' run on ``gpus`` GPUs, eight a node (run on
+    each node, with its rendezvous options added); None without arguments, or for GPUs that
+    are not whole nodes."""
+    if args is None or (gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE):
+        return None
+    nodes = max(gpus // GPUS_PER_NODE, 1)
+    return shlex.join(["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={gpus // nodes}",
+                       "-m", "torchtitan.train", *args])

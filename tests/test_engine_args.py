@@ -1,0 +1,71 @@
+"""A plan's candidate as torchtitan's command line (analyzer/app/engine_args.py), parsed by
+torchtitan's own ConfigManager where torchtitan is installed (.ci/run's newest-torch venv)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from graphcost.analyzer.app.engine_args import torchrun_line, torchtitan_args
+
+# torchtitan's published 70B layout (FSDP 32 × TP 8, local batch 16, full AC, compiled with
+# async TP) as graphcost's plan names it
+BASE = dict(train=True, optimizer="adamw", precision="bf16-master", dims={"seq": 8192},
+            compile=True, parallel={"async_tp": True})
+MESH = {"dp_shard": 32, "tp": 8}
+
+
+def test_the_70b_layout_as_torchtitan_spells_it():
+    args = torchtitan_args("zoo:llama3_70b", MESH, 16, "full", BASE)
+    assert args == [
+        "--module", "llama3", "--config", "llama3_70b",
+        "--parallelism.data-parallel-replicate-degree", "1",
+        "--parallelism.data-parallel-shard-degree", "32",
+        "--parallelism.tensor-parallel-degree", "8",
+        "--training.local-batch-size", "16", "--training.seq-len", "8192",
+        "--loss.num-chunks", "1", "--compile.enable",
+        "--compile.enable-async-tensor-parallel", "activation-checkpoint:full"]
+    # 256 GPUs: 32 nodes of 8
+    line = torchrun_line(256, args)
+    assert line is not None
+    assert line.startswith("torchrun --nnodes=32 --nproc-per-node=8 -m torchtitan.train ")
+    assert torchrun_line(12, args) is None   # (not whole nodes)
+
+
+@pytest.mark.parametrize("model, base", [
+    ("zoo:llama_tiny", BASE),                               # no torchtitan config
+    ("zoo:llama3_8b", {**BASE, "precision": "bf16-true"}),  # no such recipe there
+    ("zoo:llama3_8b", {**BASE, "optimizer": "sgd"}),        # its configs run AdamW
+])
+def test_what_torchtitan_cannot_say_gets_no_line(model, base):
+    assert torchtitan_args(model, MESH, 2, "sac", base) is None
+
+
+PARSE = r"""
+import json, sys
+from torchtitan.config import ConfigManager
+c = ConfigManager().parse_args(json.loads(sys.argv[1]))
+p = c.parallelism
+print(json.dumps([p.data_parallel_replicate_degree, p.data_parallel_shard_degree,
+                  p.tensor_parallel_degree, c.training.local_batch_size, c.training.seq_len,
+                  c.loss.num_chunks, c.compile.enable, c.compile.enable_async_tensor_parallel,
+                  type(c.activation_checkpoint).__qualname__,
+                  c.training.mixed_precision_param]))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
+                    reason="torchtitan is not installed here (.ci/run installs it in the "
+                           "newest-torch venv)")
+@pytest.mark.parametrize("checkpoint, mode", [("full", "FullAC.Config"),
+                                              ("sac", "SelectiveAC.Config")])
+def test_torchtitans_config_manager_reads_the_line(checkpoint, mode, tmp_path):
+    args = torchtitan_args("zoo:llama3_70b", MESH, 16, checkpoint, BASE)
+    out = subprocess.run([sys.executable, "-c", PARSE, json.dumps(args)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    parsed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert parsed == [1, 32, 8, 16, 8192, 1, True, True, mode, "bfloat16"]
