@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from graphcost.analyzer.app.engine_args import torchrun_line, torchtitan_args
 
 # torchtitan's published 70B layout (FSDP 32 × TP 8, local batch 16, full AC, compiled with
