@@ -192,6 +192,17 @@ def test_a_70b_fsdp_by_tp_step_with_full_checkpointing_is_one_screen():
     assert r.parallel.mesh == {"dp_shard": 8, "tp": 8}
 
 
+def test_the_8b_fsdp_step_with_its_time_is_one_screen():
+    # torchtitan's 8B layout, the docs' first large-model command: the time estimate's two
+    # lines took it to 26; the brief gives the link's bytes without the volumes and the
+    # traced layers' note without its last clause
+    lines, _ = shown("zoo:llama3_8b", "--train", "--batch", "2", "--dim", "seq=8192",
+                     "--parallel", "dp_shard=8", "--checkpoint", "sac", "--precision",
+                     "bf16-master", "--optimizer", "adamw", "--device", "h100-96gb")
+    one_screen(lines)
+    assert labels(lines)[-4:] == ["time", "per rank", "on device", "fits"]
+
+
 def test_max_batch_ends_on_the_batch():
     lines = view("zoo:gpt2", "--train", "--device", "h100-sxm", "--max-batch")
     one_screen(lines)

@@ -29,7 +29,8 @@ def advice_lines(model: str, advice: Advice) -> list[str]:
 def _rate(o: Outcome) -> str:
     if o.tokens_per_second:
         return f"{o.tokens_per_second:,.0f} tokens/s per GPU"
-    return f"{o.samples_per_second:,.3g} samples/s"
+    x = o.samples_per_second
+    return f"{x:,.0f} samples/s" if x >= 100 else f"{x:.3g} samples/s"
 
 
 def _effect(now: Outcome, o: Outcome) -> str:

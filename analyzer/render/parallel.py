@@ -103,9 +103,10 @@ def _comm(r: Report, c, brief: bool) -> list[str]:
     if not vol:
         return ["none (one rank)"]
     dims = ", ".join(f"{k} {human_bytes(v)}" for k, v in c.by_dim.items())
-    if brief and len(c.by_dim) > 1:   # the link's bytes by dimension (volumes: --details)
+    if brief:   # the link's bytes (by dimension); the volumes in --details
+        by_dim = f": {dims};" if len(c.by_dim) > 1 else ","
         line = [f"{human_bytes(c.wire_bytes)} each way per rank per step over the link",
-                f"(ring): {dims}; {c.collectives} collectives"]
+                f"(ring){by_dim} {c.collectives} collectives"]
     else:
         line = vol + [f"per rank per step ({c.collectives} collectives);",
                       f"{human_bytes(c.wire_bytes)} each way over the link (ring)"]

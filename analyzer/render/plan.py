@@ -75,7 +75,7 @@ def _answer(plan: Plan, best: Candidate, command: Callable[[Candidate], str]) ->
     out = [f"best: {best.settings.words}"]
     if t is not None:
         rate = (f"{t.tokens_per_second:,.0f} tokens/s per GPU" if t.tokens_per_second
-                else f"{best.samples_per_second or 0:,.3g} samples/s")
+                else f"{_figure(best.samples_per_second or 0)} samples/s")
         band = f" ± {t.band:.0%}" if t.band else ""
         mfu = f", MFU {t.mfu:.0%}" if t.mfu else ""
         out.append(f"  {rate} (estimate{band}), step {human_time(t.seconds)}{mfu}")
@@ -100,6 +100,11 @@ def _refused(plan: Plan, word: Words, most: int = 2) -> list[str]:
     out = [f"refused ({len(cs)}, e.g. {cs[0].settings.mesh.words}): {why}"
            for why, cs in list(reasons.items())[:most]]
     return out + ([""] if out else [])
+
+
+def _figure(x: float) -> str:
+    """1234.5 → 1,234; 12.345 → 12.3 (three figures below a hundred)."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def _no_fit(plan: Plan) -> list[str]:

@@ -54,7 +54,9 @@ def _context(r: Report, brief: bool) -> list[Entry]:
             [f"{r.model} ({r.source}),", f"batch {r.batch}" + ("," if dims else "")]
             + ([f"dims {dims}"] if dims else []))]
     out += _stand_in(r.model)
-    out += [("traced", [t]) for t in traced]
+    # (brief: what the layers are is in the note's first clause; --details says it whole)
+    out += [("traced", [t.removesuffix(" (identical blocks)") if brief else t])
+            for t in traced]
     out += [("warning", [w]) for w in r.warnings]
     if s is not None and s.uncosted_decode_nodes:
         out.append(("warning", [f"{s.uncosted_decode_nodes} node(s) of the decode step have "
