@@ -42,6 +42,12 @@ _API_SPELLED = {"checkpoint.every": "checkpoint={'every': N}",
                 "zoo_exporter": "zoo_exporter='fx'", "device_spec": "device"}
 
 
+def worded(text: str, word: Callable[[Option], str]) -> str:
+    """``text`` with each option ``opt`` marked in it as ``word`` spells it (a face's words
+    for a message or any other text that names options)."""
+    return _MARKED.sub(lambda m: word(Option(m[1], m[2] or None, m[3] or None)), text)
+
+
 def api_word(o: Option) -> str:
     """An option as the Python API names it: its argument, and the key or value given."""
     if o.name in _API_SPELLED:
@@ -83,7 +89,7 @@ class GraphcostError(Exception):
         return str(self.args[0]) if self.args else ""
 
     def worded(self, word: Callable[[Option], str]) -> str:
-        return _MARKED.sub(lambda m: word(Option(m[1], m[2] or None, m[3] or None)), self.raw)
+        return worded(self.raw, word)
 
     def __str__(self) -> str:
         return self.worded(api_word)

@@ -1,4 +1,4 @@
-"""A plan's candidate as torchtitan's command line (analyzer/app/engine_args.py), parsed by
+"""A plan's candidate as torchtitan's command line (analyzer/cli/engine_args.py), parsed by
 torchtitan's own ConfigManager where torchtitan is installed (.ci/run's newest-torch venv)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from graphcost.analyzer.app.engine_args import torchrun_line, torchtitan_args
+from graphcost.analyzer.cli.engine_args import torchrun_line, torchtitan_args
 
 # torchtitan's published 70B layout (FSDP 32 × TP 8, local batch 16, full AC, compiled with
 # async TP) as graphcost's plan names it

@@ -147,7 +147,9 @@ def test_advice_is_the_changes_analyzed_directly(capsys):
     kwargs = {**TINY, "batch": 4, "checkpoint": {"sac": True},
               "parallel": {"mesh": "dp_shard=4"}}
     advice = advise("zoo:llama_tiny", kwargs)
-    words = [c.words for c in advice.tried]
+    from graphcost.analyzer.cli.wording import cli_text
+
+    words = [cli_text(c.words) for c in advice.tried]
     assert words == ["no checkpointing", "--checkpoint full", "--parallel dp_shard=2,tp=2",
                      "--allocator expandable_segments:True", "--compile", "--batch 2",
                      "--optimizer-impl forloop"]
@@ -162,4 +164,4 @@ def test_advice_is_the_changes_analyzed_directly(capsys):
                  "--dim", "seq=512", "--device", "h100", "--advise"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) <= 24 and lines[0].startswith("advise: zoo:llama_tiny")
-    assert lines[4] == f"  {advice.best[0].words}"
+    assert lines[4] == f"  {cli_text(advice.best[0].words)}"

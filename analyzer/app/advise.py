@@ -71,24 +71,25 @@ def advise(model, kwargs: Mapping[str, Any], progress: Progress | None = None) -
 
 
 def changes(kwargs: Mapping[str, Any]) -> list[tuple[str, dict]]:
-    """The single changes of ``kwargs`` tried, each as (its words, analyze's arguments)."""
+    """The single changes of ``kwargs`` tried, each as (its words, the options marked for
+    each face to spell: passes/errors.py ``opt``; analyze's arguments)."""
     out: list[tuple[str, dict]] = []
     current = kwargs.get("checkpoint")
     for name, ckpt in CHECKPOINTS.items():
         if ckpt != current:
-            out.append((f"--checkpoint {name}" if ckpt else "no checkpointing",
+            out.append((opt("checkpoint", value=name) if ckpt else "no checkpointing",
                         {"checkpoint": ckpt}))
     out += _tensor_parallel(kwargs)
     if "expandable_segments:True" not in str(kwargs.get("allocator") or ""):
-        out.append(("--allocator expandable_segments:True",
+        out.append((opt("allocator", value="expandable_segments:True"),
                     {"allocator": "expandable_segments:True"}))
     if not kwargs.get("compile") and kwargs.get("device_profile") is None:
-        out.append(("--compile", {"compile": True}))
+        out.append((opt("compile"), {"compile": True}))
     batch = kwargs.get("batch") or 1
     if batch >= 2:
-        out.append((f"--batch {batch // 2}", {"batch": batch // 2}))
+        out.append((opt("batch", value=batch // 2), {"batch": batch // 2}))
     if kwargs.get("optimizer_impl") != "forloop":
-        out.append(("--optimizer-impl forloop", {"optimizer_impl": "forloop"}))
+        out.append((opt("optimizer_impl", value="forloop"), {"optimizer_impl": "forloop"}))
     return out
 
 
@@ -106,7 +107,7 @@ def _tensor_parallel(kwargs: Mapping[str, Any]) -> list[tuple[str, dict]]:
             continue
         dims = {**dict(mesh.dims), "dp_shard": new_shard, "tp": new_tp}
         words = ",".join(f"{k}={n}" for k, n in dims.items() if k != "tp" or n > 1)
-        out.append((f"--parallel {words}", {"parallel": {**parallel, "mesh": words}}))
+        out.append((opt("parallel", value=words), {"parallel": {**parallel, "mesh": words}}))
     return out
 
 

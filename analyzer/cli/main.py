@@ -163,10 +163,8 @@ def _run(args) -> int:
     if args.html is not None and not args.html.lower().endswith((".html", ".htm")):
         raise GraphcostError(f"--html {args.html}: the HTML report is written to a .html file")
     serve = serve_kwargs(args)  # (checked before --max-batch, which it excludes)
-    if args.max_batch:
-        return _max_batch(args)
-    if args.advise:
-        return _advise(args)
+    if args.max_batch or args.advise:   # (answers of their own)
+        return _max_batch(args) if args.max_batch else _advise(args)
     report = run_analysis(args.model, args, **serve)
     if args.format != "json":  # JSON escapes control characters itself; text shows them
         from .text import escape_strings
@@ -228,13 +226,14 @@ def _columns(args, report) -> list[str] | None:
 def _advise(args) -> int:
     from ..app.advise import advise
     from ..render.advise import advice_json, advice_lines
+    from .wording import cli_text
 
     if args.format not in ("table", "json"):
         raise GraphcostError(f"--advise writes a table or JSON, not {args.format}")
     with progress() as note:
         advice = advise(args.model, analysis_kwargs(args), note)
-    text = advice_json(args.model, advice) if args.format == "json" else \
-        "\n".join(advice_lines(args.model, advice)) + "\n"
+    text = advice_json(args.model, advice, cli_text) if args.format == "json" else \
+        "\n".join(advice_lines(args.model, advice, cli_text)) + "\n"
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
     else:

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ...passes.errors import GraphcostError
-from ..app.engine_args import torchrun_line, torchtitan_args
 from ..app.plan import CHECKPOINTS, Candidate, PlanSpec, plan_training
+from .engine_args import torchrun_line, torchtitan_args
 from .main import Parser, refuse_overwrite
 from .model_options import add_model_args, analysis_kwargs, progress
 from .output import check_writable, terminal_width

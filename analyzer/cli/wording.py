@@ -2,7 +2,7 @@
 value 0 reads ``--dim seq=0`` here (passes/errors.py: the API says ``dims={'seq': 0}``)."""
 from __future__ import annotations
 
-from ...passes.errors import GraphcostError, Option
+from ...passes.errors import GraphcostError, Option, worded
 
 FLAGS = {
     "dims": "--dim", "input_shapes": "--input-shape", "input_dtypes": "--input-dtype",
@@ -34,3 +34,8 @@ def cli_word(o: Option) -> str:
 def cli_message(exc: GraphcostError) -> str:
     """``exc``'s message as the command line says it."""
     return exc.worded(cli_word)
+
+
+def cli_text(text: str) -> str:
+    """Any text naming options (``opt``) in the command line's words."""
+    return worded(text, cli_word)

@@ -4,12 +4,18 @@ tried."""
 from __future__ import annotations
 
 import json
+from typing import Callable
 
+from ...passes.errors import opt
 from ..app.advise import Advice, Change, Outcome
 from ..app.units import human_bytes
 
+Words = Callable[[str], str]   # a text naming options, as the face spells them
 
-def advice_lines(model: str, advice: Advice) -> list[str]:
+
+def advice_lines(model: str, advice: Advice, word: Words) -> list[str]:
+    """The advice, its option names as ``word`` spells them."""
+    listed = word(f"{opt('format', value='json')} lists all")
     now = advice.now
     fit = "fits" if now.fits else "does NOT fit"
     out = [f"advise: {model} — what saves most on this step",
@@ -17,12 +23,12 @@ def advice_lines(model: str, advice: Advice) -> list[str]:
            f"{_rate(now)}", ""]
     if not advice.best:
         return out + [f"none of the {len(advice.tried)} single changes tried saves memory "
-                      "or time (--format json lists them)"]
+                      f"or time ({listed})"]
     out.append(f"the {len(advice.best)} that save most of {len(advice.tried)} tried "
-               "(estimates; --format json lists all):")
+               f"(estimates; {listed}):")
     for c in advice.best:
         assert c.outcome is not None
-        out += [f"  {c.words}", f"      {_effect(now, c.outcome)}"]
+        out += [f"  {word(c.words)}", f"      {_effect(now, c.outcome)}"]
     return out
 
 
@@ -42,9 +48,9 @@ def _effect(now: Outcome, o: Outcome) -> str:
     return f"{memory}; throughput {speed:+.0%} ({_rate(o)})"
 
 
-def advice_json(model: str, advice: Advice) -> str:
+def advice_json(model: str, advice: Advice, word: Words) -> str:
     def change(c: Change) -> dict:
-        return {"change": c.words, "arguments": dict(c.kwargs), "error": c.error or None,
+        return {"change": word(c.words), "arguments": dict(c.kwargs), "error": c.error or None,
                 "outcome": None if c.outcome is None else outcome(c.outcome)}
 
     def outcome(o: Outcome) -> dict:
@@ -53,5 +59,5 @@ def advice_json(model: str, advice: Advice) -> str:
                 "tokens_per_second": o.tokens_per_second}
 
     return json.dumps({"schema_version": 1, "kind": "advice", "model": model,
-                       "now": outcome(advice.now), "best": [c.words for c in advice.best],
+                       "now": outcome(advice.now), "best": [word(c.words) for c in advice.best],
                        "tried": [change(c) for c in advice.tried]}, indent=1) + "\n"

@@ -27,7 +27,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Mapping
 
-from .devices import GPUS_PER_NODE
+from ..app.devices import GPUS_PER_NODE
 
 # graphcost's models that are torchtitan's (the zoo's torchtitan-style Llama 3.1 decoders)
 TORCHTITAN_CONFIGS = {"zoo:llama3_8b": "llama3_8b", "zoo:llama3_70b": "llama3_70b",
