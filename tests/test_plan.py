@@ -129,6 +129,8 @@ def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
     (["--gpus", "4", "--device", "h100", "--tp", "4", "--precision", "bf16-mixed",
       "--checkpoint", "none"],
      "--parallel tp=4: layers.0.self_attn.n_kv (2) does not divide into 4 ranks"),
+    (["--gpus", "4", "--device", "h100", "--tp", "4"],
+     "--precision bf16-master: its master weights are modelled as FSDP2's, and every layout"),
     (["--gpus", "4", "--device", "h100", "--global-batch", "3", "--tp", "1"],
      "--global-batch 3: no layout of 4 GPUs splits it evenly"),
 ])

@@ -79,7 +79,7 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
     if device is None:
         return report
     fit = _fit(report, device, overhead, o.allocator)
-    line = memo.get(("roofline", device.name, o.tf32), lambda: roofline(
+    line = memo.get(("roofline", *_graph_key(o), o.tf32), lambda: roofline(
         graph, costs.nodes, device, tf32=o.tf32, tensor_bytes=report.peak_bytes, fit=fit))
     return replace(report, roofline=replace(line, tensor_bytes=report.peak_bytes, fit=fit))
 

@@ -127,6 +127,11 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     left_out = [PIPELINES] if spec.gpus > 1 else []
     if master_weights(str(base.get("precision", "fp32"))):
         kept = [s for s in settings if not _replicated(s.mesh)]
+        if settings and not kept:
+            raise GraphcostError(f"{opt('precision', value=base['precision'])}: its master "
+                                 "weights are modelled as FSDP2's, and every layout searched "
+                                 "keeps the weights unsharded (DDP or tensor parallel alone): "
+                                 f"a smaller {opt('tp')}, or {opt('precision')} bf16-mixed")
         if len(kept) < len(settings):
             left_out.insert(0, MASTER_SHARDED.format(base["precision"]))
         settings = kept
