@@ -167,3 +167,13 @@ def test_advice_is_the_changes_analyzed_directly(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) <= 24 and lines[0].startswith("advise: zoo:llama_tiny")
     assert lines[4] == f"  {cli_text(advice.best[0].words)}"
+
+
+def test_an_onnx_file_has_no_time_to_rank_by(capsys):
+    from graphcost.models_zoo.export import cached_export
+
+    assert main(["plan", str(cached_export("mnist_net")), "--gpus", "2", "--device", "h100",
+                 "--checkpoint", "none"]) == 2
+    assert capsys.readouterr().err == (
+        "graphcost: error: a plan ranks settings by the time estimate, which a GPU's "
+        "datasheet gives a traced PyTorch model, not an ONNX file's estimated training step\n")

@@ -142,6 +142,10 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     errors = [c.error for c in done if c.error is not None]
     if len(errors) == len(done):
         raise errors[0]
+    if all(c.time is None for c in done if c.status in ("fits", "over")):
+        raise GraphcostError("a plan ranks settings by the time estimate, which a GPU's "
+                             "datasheet gives a traced PyTorch model, not an ONNX file's "
+                             "estimated training step")
     ranked = tuple(sorted(done, key=_rank))
     plan = Plan(str(model), _device_name(base), spec, ranked, base=base,
                 not_searched=tuple(left_out))
