@@ -131,6 +131,11 @@ def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
      "--parallel tp=4: layers.0.self_attn.n_kv (2) does not divide into 4 ranks"),
     (["--gpus", "4", "--device", "h100", "--tp", "4"],
      "--precision bf16-master: its master weights are modelled as FSDP2's, and every layout"),
+    (["--gpus", "4", "--device", "h100", "--dim", "seq=512", "--global-tokens", "3000"],
+     "--global-tokens 3000: 3,000 tokens is not a whole number of 512-token sequences "
+     "(≈ 5.9); 3,072 is 6"),
+    (["--gpus", "4", "--device", "h100", "--global-tokens", "4096"],
+     "--global-tokens counts sequences of --dim seq=N: give it"),
     (["--gpus", "4", "--device", "h100", "--global-batch", "3", "--tp", "1"],
      "--global-batch 3: no layout of 4 GPUs splits it evenly"),
 ])

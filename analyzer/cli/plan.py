@@ -9,13 +9,14 @@ from pathlib import Path
 
 from ...passes.errors import GraphcostError
 from ..app.plan import CHECKPOINTS, Candidate, PlanSpec, plan_training
+from ..app.units import parse_count
 from .engine_args import torchrun_line, torchtitan_args
 from .main import Parser, refuse_overwrite
 from .model_options import add_model_args, analysis_kwargs, progress
 from .output import check_writable, terminal_width
 
 # the options a plan sets per candidate or reads itself: not passed on to its command line
-OWN = {"gpus", "global_batch", "tp", "top", "format", "output", "checkpoint", "batch",
+OWN = {"gpus", "global_batch", "global_tokens", "tp", "top", "format", "output", "checkpoint", "batch",
        "precision", "optimizer", "train", "parallel", "model"}
 
 
@@ -36,6 +37,9 @@ def build_parser():
     p.add_argument("--global-batch", type=int, metavar="SEQS",
                    help="the step's batch (sequences), split over each layout's data ranks "
                         "(default: --batch per data rank, 1 unless given)")
+    p.add_argument("--global-tokens", metavar="COUNT",
+                   help="the step's batch in tokens (e.g. 4194304 or 4.19M): --global-batch "
+                        "in sequences of --dim seq")
     p.add_argument("--tp", metavar="N[,N…]",
                    help="the tensor-parallel sizes to try (default 1, 2, 4, … up to a node)")
     p.add_argument("--top", type=int, default=5, metavar="K",
@@ -56,13 +60,15 @@ def run(args) -> int:
     if args.top < 1:
         raise GraphcostError(f"--top {args.top}: a whole number ≥ 1")
     template = _passed_on(build_parser(), args)
-    spec = PlanSpec(args.gpus, batch=args.batch, global_batch=args.global_batch,
-                    tp=_sizes(args.tp), checkpoints=_checkpoints(args.checkpoint))
+    checkpoints = _checkpoints(args.checkpoint)
     extra = {k: v for k, v in (("interconnect", args.interconnect),
                                ("async_tp", args.async_tp)) if v}
     args.checkpoint = args.interconnect = args.async_tp = None   # (the plan's, not analyze's)
     base = {**analysis_kwargs(args), "parallel": extra or None, "what_if": False}
     base.pop("batch")
+    spec = PlanSpec(args.gpus, batch=args.batch,
+                    global_batch=_global_batch(args, base["dims"].get("seq")),
+                    tp=_sizes(args.tp), checkpoints=checkpoints)
     with progress() as note:
         plan = plan_training(args.model, spec, base, note)
 
@@ -95,6 +101,23 @@ def _fitted(line: str, width: int | None) -> str:
     if width is None or len(line) <= width or line.startswith(("run:", "torchtitan:")):
         return line
     return line[:width - 1] + "…"
+
+
+def _global_batch(args, seq: int | None) -> int | None:
+    """--global-batch, or --global-tokens in whole sequences of --dim seq."""
+    if args.global_tokens is None:
+        return args.global_batch
+    if args.global_batch is not None:
+        raise GraphcostError("use either --global-batch (sequences) or --global-tokens")
+    if not seq:
+        raise GraphcostError("--global-tokens counts sequences of --dim seq=N: give it")
+    tokens = parse_count(args.global_tokens, "--global-tokens")
+    if tokens % seq or tokens < seq:
+        near = max(round(tokens / seq), 1)
+        raise GraphcostError(f"--global-tokens {args.global_tokens}: {tokens:,.0f} tokens is "
+                             f"not a whole number of {seq:,}-token sequences (≈ "
+                             f"{tokens / seq:,.1f}); {near * seq:,} is {near}")
+    return int(tokens // seq)
 
 
 def _sizes(text: str | None) -> tuple[int, ...] | None:
