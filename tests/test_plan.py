@@ -106,13 +106,22 @@ def test_the_command_line_prints_the_command_that_gives_the_same_figures(capsys)
 
 
 def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
-    """64 sequences of 2,048 tokens on one T4 (16 GiB) need 18.7 GiB even with every block
-    checkpointed; split over 2 GPUs (32 each) they fit."""
+    """64 sequences of 2,048 tokens on one T4 (16 GiB, its datasheet's) do not fit even with
+    every block checkpointed; split over 2 GPUs (32 each) they do. Both figures are the
+    direct analyses' of those settings."""
+    from graphcost.analyzer.app.units import human_bytes
+
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["plan", "zoo:llama_tiny", "--gpus", "1", "--device", "t4", "--dim",
                  "seq=2048", "--global-batch", "64", "--checkpoint", "full"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-3].startswith("nothing fits 1 × t4: the least needs 18.68 GiB of 16.00 GiB")
+    kwargs = {**TINY, "device": "t4", "dims": {"seq": 2048}, "checkpoint": {"every": 1}}
+    alone = analyze("zoo:llama_tiny", **kwargs, batch=64).roofline.fit
+    two = analyze("zoo:llama_tiny", **kwargs, batch=32,
+                  parallel={"mesh": "dp_shard=2"}).roofline.fit
+    assert not alone.fits and alone.offers == 16 * 2**30 and two.fits
+    assert lines[-3] == (f"nothing fits 1 × t4: the least needs {human_bytes(alone.needs)} "
+                         "of 16.00 GiB")
     assert lines[-1] == "it fits on 2 GPUs: dp_shard=2, batch 32, checkpoint full"
 
 
@@ -171,7 +180,9 @@ def test_advice_is_the_changes_analyzed_directly(capsys):
                  "--dim", "seq=512", "--device", "h100", "--advise"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) <= 24 and lines[0].startswith("advise: zoo:llama_tiny")
-    assert lines[4] == f"  {cli_text(advice.best[0].words)}"
+    assert lines[5] == f"  {cli_text(advice.best[0].words)}"
+    assert all(len(line) <= 80 for line in lines)
+    assert lines[2].endswith(" tokens/s per GPU (estimate ± 15%)")
 
 
 def test_an_onnx_file_has_no_time_to_rank_by(capsys):

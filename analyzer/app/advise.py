@@ -5,8 +5,7 @@ for-loop step) analyzed as ``analyze`` would with it, and the three that most re
 memory (when the step does not fit) or raise the throughput (when it does), each with its
 effect on the other.
 
-The analyses share what they can as a plan's do (analyzer/app/plan.py): one trace per rank
-program, the layout-free passes kept (analyzer/app/pipeline.py ``PassMemo``).
+The analyses share traces and passes as a plan's do (analyzer/app/settings_analyses.py).
 """
 from __future__ import annotations
 
@@ -15,22 +14,22 @@ from typing import Any, Mapping
 
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.mesh import parse_mesh
-from ..load.loading import load
 from ..load.resolve import Progress
-from .pipeline import PassMemo, run_passes
 from .plan import CHECKPOINTS
 from .report import Report
-from .request import build_request
+from .settings_analyses import SettingsAnalyses, step_samples
 
 
 @dataclass(frozen=True)
 class Outcome:
     """One analysis's answers to the two questions: the memory the fit needs (and offers)
-    and the throughput (sequences a second over all the GPUs; tokens/s per GPU beside)."""
+    and the throughput (sequences a second over all the GPUs; tokens/s per GPU beside), an
+    estimate within ± ``band``."""
     needs: int
     offers: int
     samples_per_second: float
     tokens_per_second: float | None
+    band: float | None
 
     @property
     def fits(self) -> bool:
@@ -59,12 +58,14 @@ def advise(model, kwargs: Mapping[str, Any], progress: Progress | None = None) -
     if not kwargs.get("train") or kwargs.get("device") is None:
         raise GraphcostError(f"{opt('advise')} weighs changes of a training step by its "
                              f"memory and time: add {opt('train')} and a GPU {opt('device')}")
-    analyses = _Analyses(model, progress)
-    now = analyses(kwargs)   # (refused: its own error, as the analysis alone says it)
+    analyses = SettingsAnalyses(model, progress)
+    now = outcome(analyses(kwargs))   # (refused: its own error, as the analysis alone says)
     tried = []
     for words, change in changes(kwargs):
+        if progress:
+            progress(f"analyzing {len(tried) + 1}: {words}")
         try:
-            tried.append(Change(words, change, analyses({**kwargs, **change})))
+            tried.append(Change(words, change, outcome(analyses({**kwargs, **change}))))
         except GraphcostError as exc:
             tried.append(Change(words, change, None, str(exc)))
     return Advice(now, _best(now, tried), tuple(tried))
@@ -126,36 +127,12 @@ def _best(now: Outcome, tried: list[Change], most: int = 3) -> tuple[Change, ...
     return tuple(out[:most])
 
 
-class _Analyses:
-    """Analyses of one model under several settings: a trace per distinct load (the first
-    one's kept, and the last), the passes' layout-free results shared by the analyses of
-    one traced graph."""
-
-    def __init__(self, model, progress: Progress | None) -> None:
-        self.model, self.progress = model, progress
-        self.traced: list[tuple[Any, Any, PassMemo]] = []   # (load options, graph, memo)
-
-    def __call__(self, kwargs: Mapping[str, Any]) -> Outcome:
-        request = build_request(**kwargs)
-        found = next((t for t in self.traced if t[0] == request.load), None)
-        if found is None:
-            if self.progress:
-                self.progress(f"tracing a changed step ({len(self.traced)})")
-            found = (request.load, load(self.model, request.load, progress=self.progress).graph,
-                     PassMemo())
-            self.traced = [*self.traced[:1], found]
-        if self.progress:
-            self.progress("analyzing")
-        return outcome(run_passes(found[1], request.passes, memo=found[2]))
-
-
 def outcome(report: Report) -> Outcome:
     """A report's memory and throughput (a GPU device's: its fit and time estimate)."""
     if report.roofline is None or report.time is None:
         raise GraphcostError(f"{opt('advise')} needs the fit and the time estimate: a GPU "
                              f"{opt('device')} and a traced PyTorch model")
-    p = report.parallel
-    samples = p.global_batch if p is not None else report.batch
     t = report.time
     return Outcome(report.roofline.fit.needs, report.roofline.fit.offers,
-                   samples / t.seconds if t.seconds > 0 else 0.0, t.tokens_per_second)
+                   step_samples(report) / t.seconds if t.seconds > 0 else 0.0,
+                   t.tokens_per_second, t.band)

@@ -25,12 +25,11 @@ from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.layouts import data_layouts, data_ranks, tensor_sizes
 from ...passes.parallel.mesh import Mesh, strategy_of
 from ...passes.training.precision import master_weights
-from ..load.loading import load
 from ..load.resolve import Progress
 from .devices import GPUS_PER_NODE
-from .pipeline import PassMemo, run_passes
 from .report import Report
 from .request import build_request
+from .settings_analyses import SettingsAnalyses, step_samples
 
 # the checkpoint plans searched, from the least recompute to the most (analyze's mappings)
 CHECKPOINTS: dict[str, dict | None] = {"none": None, "sac": {"sac": True}, "full": {"every": 1}}
@@ -122,7 +121,7 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     (interconnect, async_tp)."""
     base = dict(base)
     extra = dict(base.pop("parallel", None) or {})
-    _check(spec, base, extra)
+    device = _check(spec, base, extra)
     settings = _settings(spec)
     left_out = [PIPELINES] if spec.gpus > 1 else []
     if master_weights(str(base.get("precision", "fp32"))):
@@ -147,7 +146,7 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
                              "datasheet gives a traced PyTorch model, not an ONNX file's "
                              "estimated training step")
     ranked = tuple(sorted(done, key=_rank))
-    plan = Plan(str(model), _device_name(base), spec, ranked, base=base,
+    plan = Plan(str(model), device, spec, ranked, base=base,
                 not_searched=tuple(left_out))
     if plan.best is None:
         plan = replace(plan, suggestion=_suggestion(model, plan, extra, progress))
@@ -164,7 +163,8 @@ def _replicated(mesh: Mesh) -> bool:
     return bool(mesh.dims) and strategy_of(mesh) == Strategy.DDP
 
 
-def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
+def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) -> str:
+    """``spec`` and the analysis's arguments checked; the device's name."""
     if not base.get("train"):
         raise GraphcostError(f"a plan searches training layouts: add {opt('train')}")
     from .api_checks import device_of
@@ -187,6 +187,7 @@ def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) ->
     bad = sorted(set(extra) - {"interconnect", "async_tp"})
     if bad:
         raise GraphcostError(f"{opt('parallel.' + bad[0])}: a plan searches the layout")
+    return rates.name
 
 
 def _settings(spec: PlanSpec) -> list[Settings]:
@@ -212,19 +213,31 @@ def _settings(spec: PlanSpec) -> list[Settings]:
 
 def _evaluate(model, settings: list[Settings], base: Mapping[str, Any],
               extra: Mapping[str, Any], progress: Progress | None) -> list[Candidate]:
-    """Each setting's candidate, layout by layout (``_layout``)."""
-    analyses = _Analyses(model, base, extra, progress, len(settings))
+    """Each setting's candidate, layout by layout (``_layout``), its analysis sharing traces
+    and passes with the others' (analyzer/app/settings_analyses.py)."""
+    analyses = SettingsAnalyses(model, progress)
+    done = iter(range(1, len(settings) + 1))
+
+    def analyzed(s: Settings) -> Candidate:
+        if progress:
+            progress(f"analyzing {next(done)} of at most {len(settings)}: {s.words}")
+        try:
+            return candidate(s, analyses({**base, **s.analyze_kwargs(extra)}))
+        except GraphcostError as exc:
+            return Candidate(s, "refused", error=exc)
+
     out: list[Candidate] = []
     for _, group in groupby(settings, key=lambda s: (s.mesh, s.batch)):
-        out.extend(_layout(list(group), analyses))
+        out.extend(_layout(list(group), analyzed))
     return out
 
 
-def _layout(settings: list[Settings], analyses: "_Analyses") -> list[Candidate]:
+def _layout(settings: list[Settings],
+            analyzed: Callable[[Settings], Candidate]) -> list[Candidate]:
     """One layout's checkpoint plans (from the least recompute): the one that recomputes
     most first — it holds the least, so when it does not fit, no other does — then from the
     least recompute up until one fits (each after it only adds recompute to the step)."""
-    most = analyses(settings[-1])
+    most = analyzed(settings[-1])
     if most.status == "over":
         why = (f"over the memory: checkpoint {most.settings.checkpoint}, which holds the "
                "least, does not fit")
@@ -235,59 +248,22 @@ def _layout(settings: list[Settings], analyses: "_Analyses") -> list[Candidate]:
             out.append(Candidate(s, "pruned", "slower: a checkpoint plan with less "
                                               "recompute fits this layout"))
         else:
-            out.append(analyses(s))
+            out.append(analyzed(s))
     return [*out, most]
-
-
-class _Analyses:
-    """The analyses of one plan's settings, each as ``analyze`` would run it: one trace per
-    rank program (tensor-parallel size and batch; the last one kept), the passes'
-    layout-free results shared by its layouts."""
-
-    def __init__(self, model, base: Mapping[str, Any], extra: Mapping[str, Any],
-                 progress: Progress | None, total: int) -> None:
-        self.model, self.base, self.extra, self.progress = model, base, extra, progress
-        self.total, self.done = total, 0
-        self.key: tuple[int, int] | None = None
-        self.graph, self.memo = None, PassMemo()
-
-    def __call__(self, s: Settings) -> Candidate:
-        self.done += 1
-        if self.progress:
-            self.progress(f"analyzing {self.done} of at most {self.total}: {s.words}")
-        try:
-            request = build_request(**{**self.base, **s.analyze_kwargs(self.extra)})
-            if (s.tp, s.batch) != self.key or self.graph is None:
-                self.graph = None   # (the last rank program's graph goes first)
-                self.graph = load(self.model, request.load, progress=self.progress).graph
-                self.key, self.memo = (s.tp, s.batch), PassMemo()
-            report = run_passes(self.graph, request.passes, memo=self.memo)
-        except GraphcostError as exc:
-            return Candidate(s, "refused", error=exc)
-        return candidate(s, report)
 
 
 def candidate(s: Settings, report: Report) -> Candidate:
     """The candidate ``report`` (the analysis of ``s``) makes."""
     fit = report.roofline.fit if report.roofline is not None else None
-    p = report.parallel
-    samples = p.global_batch if p is not None else report.batch
     status = "fits" if fit is not None and fit.fits else "over"
     return Candidate(s, status, "", None, fit and fit.needs, fit and fit.offers,
-                     report.peak_bytes, report.time, samples)
+                     report.peak_bytes, report.time, step_samples(report))
 
 
 def _rank(c: Candidate) -> tuple:
     order = ("fits", "over", "pruned", "refused").index(c.status)
     rate = c.samples_per_second or 0.0
     return (order, -rate if c.status == "fits" else (c.needs_bytes or 0))
-
-
-def _device_name(base: Mapping[str, Any]) -> str:
-    """The device's name in the table (``h100`` is ``h100-sxm``)."""
-    from .api_checks import device_of
-    rates = device_of(base.get("device"))
-    return rates.name if rates is not None else ""
 
 
 def _suggestion(model, plan: Plan, extra: Mapping[str, Any],

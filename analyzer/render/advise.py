@@ -18,9 +18,10 @@ def advice_lines(model: str, advice: Advice, word: Words) -> list[str]:
     listed = word(f"{opt('format', value='json')} lists all")
     now = advice.now
     fit = "fits" if now.fits else "does NOT fit"
+    band = f" ± {now.band:.0%}" if now.band is not None else ""
     out = [f"advise: {model} — what saves most on this step",
-           f"now     {human_bytes(now.needs)} of {human_bytes(now.offers)} per GPU ({fit}); "
-           f"{_rate(now)}", ""]
+           f"now     {human_bytes(now.needs)} of {human_bytes(now.offers)} per GPU ({fit});",
+           f"        {_rate(now)} (estimate{band})", ""]
     if not advice.best:
         return out + [f"none of the {len(advice.tried)} single changes tried saves memory "
                       f"or time ({listed})"]
@@ -56,7 +57,7 @@ def advice_json(model: str, advice: Advice, word: Words) -> str:
     def outcome(o: Outcome) -> dict:
         return {"needs_bytes": o.needs, "offers_bytes": o.offers, "fits": o.fits,
                 "samples_per_second": o.samples_per_second,
-                "tokens_per_second": o.tokens_per_second}
+                "tokens_per_second": o.tokens_per_second, "band": o.band}
 
     return json.dumps({"schema_version": 1, "kind": "advice", "model": model,
                        "now": outcome(advice.now), "best": [word(c.words) for c in advice.best],

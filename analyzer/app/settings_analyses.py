@@ -1,0 +1,38 @@
+"""Analyses of one model under several settings — a plan's candidates (analyzer/app/plan.py),
+the changes ``--advise`` weighs (analyzer/app/advise.py) — each what ``analyze`` with those
+settings gives: one trace per distinct load (the first kept, and the last: the settings come
+grouped by their load), and over one traced graph the passes' layout-free results shared
+(analyzer/app/pipeline.py ``PassMemo``)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..load.loading import load
+from ..load.options import LoadOptions
+from ..load.resolve import Progress
+from .pipeline import PassMemo, run_passes
+from .report import Report
+from .request import build_request
+
+
+class SettingsAnalyses:
+    """``analyses(kwargs)``: the report of ``analyze(model, **kwargs)``."""
+
+    def __init__(self, model, progress: Progress | None = None) -> None:
+        self.model, self.progress = model, progress
+        self.traced: list[tuple[LoadOptions, Any, PassMemo]] = []   # (load, graph, memo)
+
+    def __call__(self, kwargs: Mapping[str, Any]) -> Report:
+        request = build_request(**kwargs)
+        found = next((t for t in self.traced if t[0] == request.load), None)
+        if found is None:
+            graph = load(self.model, request.load, progress=self.progress).graph
+            found = (request.load, graph, PassMemo())
+            self.traced = [*self.traced[:1], found]
+        return run_passes(found[1], request.passes, memo=found[2])
+
+
+def step_samples(report: Report) -> int:
+    """The sequences (samples) a step takes over every data-parallel rank."""
+    p = report.parallel
+    return p.global_batch if p is not None else report.batch
