@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from graphcost.passes.costs.collectives import ALPHA_S, BUS_SHARE
 from graphcost.passes.device.gpu_engine import (
     ATTENTION_SHARE,
     GEMM_SHARE,
@@ -17,8 +18,6 @@ from graphcost.passes.device.gpu_engine import (
 from graphcost.passes.device.time_estimate import TimeEstimate
 from graphcost.passes.parallel.comm import CommVolume, InterconnectRates
 from graphcost.passes.parallel.step_time import (
-    ALPHA_S,
-    BUS_SHARE,
     Links,
     RankStep,
     dim_link,

@@ -256,7 +256,8 @@ def test_api_errors_in_api_words():
         analyze(model("gpt2"), serve={"prompt": 4, "generate": 2, "beams": 4})
     with pytest.raises(GraphcostError, match="leave out train=True"):
         analyze(model("gpt2"), serve={"prompt": 4, "generate": 2}, train=True)
-    with pytest.raises(GraphcostError, match="leave out parallel"):
+    with pytest.raises(GraphcostError, match="^parallel: a serving replica shards by tensor "
+                                             "parallelism alone"):
         analyze(model("gpt2"), serve={"prompt": 4, "generate": 2},
                 parallel={"strategy": "ddp", "world_size": 2})
     with pytest.raises(GraphcostError, match="serve\\['weight_dtype'\\] int3"):

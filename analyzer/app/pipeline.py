@@ -88,7 +88,7 @@ def _graph_key(o: PassOptions) -> tuple:
     """The options the graph's own passes read (``_graph_passes``): not the training step's,
     the layout or the time (one device per memo, so its name)."""
     return (o.include_inputs, o.inplace, o.lifetimes, o.optimizer is None, o.precision,
-            o.device and o.device.name, o.overhead, o.allocator)
+            o.device and o.device.name, o.overhead, o.allocator, o.serve_link)
 
 
 def _rank_key(o: PassOptions) -> tuple:
@@ -149,7 +149,8 @@ def _graph_passes(graph: Graph, o: PassOptions, serving: ServingTrace | None,
         receptive_field=() if optimizer else cnn_fields(graph),
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
-        serving=serving and serving_review(serving, device, overhead, o.allocator))
+        serving=serving and serving_review(serving, device, overhead, o.allocator,
+                                           o.serve_link and o.serve_link.bandwidth))
     return graph, costs, report
 
 

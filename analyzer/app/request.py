@@ -20,6 +20,7 @@ from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
 from ...passes.graph.attention_dispatch import AttentionTarget
 from ...passes.memory.caching_allocator import AllocatorConfig
+from ...passes.parallel.comm import InterconnectRates
 from ...passes.parallel.step import ParallelSpec
 from ...passes.training.checkpoint import CheckpointSpec
 from ...passes.training.precision import AutocastSpec
@@ -57,6 +58,8 @@ class PassOptions:
     compiled: bool = False   # the time of the kernels torch.compile launches (a GPU's estimate)
     run_tokens: int | None = None   # a training run's tokens, priced by the time estimate
     price: float | None = None      # per GPU-hour, for the run's cost
+    # a tensor-parallel serving replica: the link its collectives cross (None: one GPU)
+    serve_link: InterconnectRates | None = None
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,6 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
 
     overhead = overhead_of(overhead)
     precision = canonical(precision) if isinstance(precision, str) else precision
-    if serve is not None and parallel:
-        raise GraphcostError(f"{opt('serve')} reviews one replica serving: leave out {opt('parallel')}")
     check_arguments(choices={"attention": (attention, Attention.words())})
     if attention != Attention.AUTO and not train:
         raise GraphcostError(f"{opt('attention')} sets the kernel a training step is traced "
@@ -109,8 +110,10 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
     if serve is not None:
         r = _serve_request(serve, load, precision, include_inputs=include_inputs,
                            lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
-        return replace(r, passes=replace(r.passes, allocator=allocator_of(allocator),
-                                         profile=profile))
+        tp, link = serve_parallel(parallel, rates)
+        return replace(r, load=replace(r.load, tensor_parallel=tp),
+                       passes=replace(r.passes, allocator=allocator_of(allocator),
+                                      profile=profile, serve_link=link))
     passes = _pass_options(
         include_inputs=include_inputs, inplace=inplace, lifetimes=lifetimes, train=train,
         optimizer=optimizer, checkpoint=checkpoint, precision=precision, device=device,
@@ -197,6 +200,35 @@ def _pass_options(*, include_inputs, inplace, lifetimes, train, optimizer, check
         precision=precision, device=rates, tf32=tf32, overhead=overhead,
         what_if=what_if and spec is None, parallel=spec,
         optimizer_impl=OptimizerImpl(optimizer_impl or default_optimizer_impl(rates)))
+
+
+def serve_parallel(parallel: Mapping[str, Any] | None,
+                   device: DeviceRates | None) -> tuple[int, InterconnectRates | None]:
+    """A serving replica's tensor-parallel size and the link its collectives cross (on a
+    GPU ``device``) from ``parallel``: a mesh of ``tp`` alone ({'mesh': 'tp=4'}) and an
+    ``interconnect`` between nodes."""
+    from ...passes.parallel.mesh import parse_mesh
+    from ...passes.parallel.step_time import dim_link
+    from .devices import get_interconnect, node_links
+
+    if not parallel:
+        return 1, None
+    if not isinstance(parallel, Mapping):
+        raise GraphcostError(f"{opt('parallel')}: expected a mapping such as {{'mesh': 'tp=2'}}")
+    parallel = dict(parallel)
+    mesh = parallel.pop("mesh", None)
+    interconnect = parallel.pop("interconnect", None)
+    m = parse_mesh(mesh if isinstance(mesh, str) else
+                   ",".join(f"{k}={v}" for k, v in dict(mesh or {}).items())) if mesh else None
+    if parallel or m is None or set(dict(m.dims)) != {"tp"}:
+        raise GraphcostError(f"{opt('parallel', value=m.words if m else '')}: a serving replica "
+                             "shards by tensor parallelism alone (tp=N); its replicas each "
+                             "serve their own requests")
+    tp = m.size("tp") or 1   # (parse_mesh refuses tp=auto)
+    if device is None or not device.is_gpu:
+        return tp, None
+    links = node_links(device, get_interconnect(interconnect) if interconnect else None)
+    return tp, dim_link({"tp": tp}, "tp", links)
 
 
 def _serve_request(serve, load: LoadOptions, precision: str, *, include_inputs, lifetimes,

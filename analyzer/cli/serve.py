@@ -5,6 +5,7 @@ import argparse
 
 from ...passes.errors import GraphcostError
 from ...passes.serving.dtypes import KV_DTYPES, WEIGHT_DTYPES
+from ..load.serving import ENGINES
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -18,6 +19,12 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--generate", type=int, metavar="G", help="with --serve: tokens generated")
     p.add_argument("--kv-dtype", choices=KV_DTYPES,
                    help="with --serve: the KV cache's dtype (default: the activations')")
+    p.add_argument("--engine", choices=ENGINES,
+                   help="with --serve: how the steps' time is priced — eager PyTorch as "
+                        "transformers' generate runs it (default), or vllm: torch.compile's "
+                        "kernels, the decode step replayed from a CUDA graph. With --parallel "
+                        "tp=N the replica is N tensor-parallel GPUs (vLLM's "
+                        "--tensor-parallel-size)")
     p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES,
                    help="with --serve: the weights' dtype (int8/int4/fp8: weight-only "
                         "quantization, fp16 activations; default: as traced)")
@@ -26,7 +33,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 def serve_kwargs(args) -> dict:
     """``analyze``'s ``serve`` argument from the options ({} without --serve)."""
     given = [f"--{k.replace('_', '-')}" for k in ("prompt", "generate", "kv_dtype",
-                                                  "weight_dtype")
+                                                  "weight_dtype", "engine")
              if getattr(args, k, None) is not None]
     if not getattr(args, "serve", False):
         if given:
@@ -43,4 +50,6 @@ def serve_kwargs(args) -> dict:
         serve["kv_dtype"] = args.kv_dtype
     if args.weight_dtype:
         serve["weight_dtype"] = args.weight_dtype
+    if args.engine:
+        serve["engine"] = args.engine
     return {"serve": serve}

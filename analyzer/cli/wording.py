@@ -14,6 +14,7 @@ FLAGS = {
     "parallel.async_tp": "--async-tp",
     "zoo_exporter": "--fx", "serve.prompt": "--prompt", "serve.generate": "--generate",
     "serve.kv_dtype": "--kv-dtype", "serve.weight_dtype": "--weight-dtype",
+    "serve.engine": "--engine",
 }
 
 

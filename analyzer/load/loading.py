@@ -49,7 +49,7 @@ def load(model, options: LoadOptions = LoadOptions(),
         return Loaded(load_graph(model, options, example_inputs, progress))
     graph, trace = load_serving(model, example_inputs, batch=options.batch, serve=serve,
                                 progress=progress, all_layers=options.all_layers,
-                                dtype=options.dtype)
+                                dtype=options.dtype, tensor_parallel=options.tensor_parallel)
     return Loaded(graph, trace)
 
 

@@ -41,9 +41,10 @@ def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None) -> Resolved:
                    inputs=stage_inputs(r.module, ids, index, stages), kwargs={})
 
 
-def in_tensor_parallel(r: Resolved, group: int) -> Resolved:
+def in_tensor_parallel(r: Resolved, group: int, *, serving: bool = False) -> Resolved:
     """One of ``group`` tensor-parallel ranks (1: ``r`` itself): a PyTorch module rewritten
-    into the rank's program (frontends/torch/tensor_parallel.py; the caller's is copied)."""
+    into the rank's program (frontends/torch/tensor_parallel.py; the caller's is copied) —
+    ``serving``: under a serving engine's plan (no sequence parallelism)."""
     if group == 1:
         return r
     if r.kind != "torch":
@@ -52,4 +53,5 @@ def in_tensor_parallel(r: Resolved, group: int) -> Resolved:
                              f"{'ONNX graph' if r.kind == 'onnx' else 'exported program'} "
                              "is fixed)")
     from ..frontends.torch.tensor_parallel import tensor_parallel
-    return replace(r, module=tensor_parallel(r.module, group))
+    return replace(r, module=tensor_parallel(r.module, group,
+                                             sequence=False if serving else None))

@@ -17,25 +17,32 @@ from ...passes.errors import GraphcostError, opt
 from ...passes.serving.analysis import ServingTrace
 from ...passes.serving.dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype, deployed
 from ..frontends.binding import check_size
+from .rank_program import in_tensor_parallel
 from .resolve import Bindings, Resolved, batch_of, in_dtype, is_torch, resolve
 
-KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype")
+KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype", "engine")
+ENGINES = ("eager", "vllm")   # how the steps' time is priced (passes/serving/analysis.py)
 
 
 @dataclass(frozen=True)
 class ServeSpec:
     """The serving review asked: ``prompt`` tokens prefilled, one decode step over the cache
-    of prompt + generate − 1 tokens, at these dtypes. Checked when built."""
+    of prompt + generate − 1 tokens, at these dtypes, their time priced as ``engine`` runs
+    them. Checked when built."""
     prompt: int
     generate: int
     kv_dtype: str | None = None
     weight_dtype: str | None = None
+    engine: str = "eager"
 
     def __post_init__(self):
         for key in ("prompt", "generate"):
             check_size(getattr(self, key), opt("serve." + key))
         check_dtype(self.kv_dtype, KV_DTYPES, opt("serve.kv_dtype"))
         check_dtype(self.weight_dtype, WEIGHT_DTYPES, opt("serve.weight_dtype"))
+        if self.engine not in ENGINES:
+            raise GraphcostError(f"{opt('serve.engine', value=self.engine)}: one of "
+                                 + ", ".join(ENGINES))
 
 
 def check_serve(serve: Any) -> ServeSpec:
@@ -51,20 +58,22 @@ def check_serve(serve: Any) -> ServeSpec:
         if key not in serve:
             raise GraphcostError(f"{opt('serve')} needs {opt('serve.' + key)} N")
     return ServeSpec(serve["prompt"], serve["generate"], serve.get("kv_dtype"),
-                     serve.get("weight_dtype"))
+                     serve.get("weight_dtype"), serve.get("engine", "eager"))
 
 
 def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
-                 progress=None, all_layers: bool = False, dtype: str | None = None):
+                 progress=None, all_layers: bool = False, dtype: str | None = None,
+                 tensor_parallel: int = 1):
     """(the prefill graph at the dtypes asked: the report's, ServingTrace) for ``model`` at
-    ``batch`` sequences; ``all_layers``: trace every block of a repeated stack."""
+    ``batch`` sequences; ``all_layers``: trace every block of a repeated stack;
+    ``tensor_parallel``: one of that many ranks, under a serving engine's plan."""
     note = progress or (lambda _m: None)
     prompt, generate = serve.prompt, serve.generate
     if example_inputs is None and is_torch(model) and hasattr(model, "forward"):
         r = Resolved("torch", type(model).__name__, module=model)  # --serve makes the inputs
     else:
         r = resolve(model, example_inputs, Bindings(batch), fx=True, note=note)
-    r = in_dtype(r, dtype, train=False)
+    r = in_tensor_parallel(in_dtype(r, dtype, train=False), tensor_parallel, serving=True)
     b = batch or batch_of((*r.inputs, *r.kwargs.values()))
     if r.kind == "torch":
         from ..frontends.torch.layer_stack import REPEAT_AT
@@ -93,5 +102,6 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
         prefill_cache=steps.prefill_cache, decode_past=steps.decode_past,
         decode_cache=steps.decode_cache, appends=steps.appends,
         weight_dtype=serve.weight_dtype, kv_dtype=serve.kv_dtype,
-        traced_layers=steps.traced_layers, positions=steps.positions)
+        traced_layers=steps.traced_layers, positions=steps.positions,
+        tensor_parallel=tensor_parallel, engine=serve.engine)
 

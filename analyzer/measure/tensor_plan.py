@@ -28,8 +28,10 @@ def loss_context(model, tp: int):
     return loss_parallel()
 
 
-def apply_tensor_parallel(model, mesh) -> None:
-    """``model`` parallelized over the 1-D ``mesh`` in place, its head counts the rank's."""
+def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
+    """``model`` parallelized over the 1-D ``mesh`` in place, its head counts the rank's;
+    ``sequence`` False: the plan without sequence parallelism whatever the model (a serving
+    engine's, frontends/torch/tensor_parallel.py)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -46,7 +48,8 @@ def apply_tensor_parallel(model, mesh) -> None:
         vocab_layers,
     )
 
-    sequence = not is_transformers(model)
+    if sequence is None:
+        sequence = not is_transformers(model)
     seq = {"output_layouts": Shard(1)} if sequence else {}
     names = {id(m): n for n, m in model.named_modules()}
     plan: dict = {}

@@ -29,10 +29,12 @@ def serving_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]
     p, d = s.prefill, s.decode
     update = ("appended in place" if s.cache_update == "append"
               else "concatenated: the step copies the whole cache")
+    tp = s.collectives.tensor_parallel if s.collectives is not None else 1
     out = [
         ("serving", [f"batch {s.batch} × (prompt {s.prompt:,} + generate {s.generate:,}",
                      f"= {s.prompt + s.generate:,} tokens);", f"weights {s.weight_dtype},",
-                     f"KV cache {s.kv_dtype}"]),
+                     f"KV cache {s.kv_dtype}"
+                     + (f"; tensor parallel {tp}: each GPU's share below" if tp > 1 else "")]),
         ("KV cache", [f"{_b(s.kv_cache_bytes)} for the batch at {s.prompt + s.generate:,} "
                       "tokens;", f"{_b(s.kv_bytes_per_token)} per token per sequence"
                       + ("" if brief else ";")]
@@ -59,6 +61,8 @@ def serving_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]
              f"(weights + KV) / bandwidth = {_t(d.bandwidth_bound_seconds)}"]
             if d.seconds_per_token is not None else [])),
     ]
+    if s.collectives is not None and not brief:
+        out.append(("collectives", _collectives(s)))
     if s.time is not None:
         out.append(("time", _serving_time(s, brief)))
     if s.fit is not None:  # (whether this batch fits: the summary's one fits line)
@@ -87,9 +91,24 @@ def _serving_time(s, brief: bool) -> list[str]:
                 f" ± {t.band:.0%} (estimate);", f"{human(t.tokens_per_second)} tokens/s"]
     host = ["a decode step waits on eager PyTorch's host (CUDA graphs would cut it);"] \
         if t.host_bound else []
+    engine = ("eager PyTorch" if t.engine == "eager"
+              else "as vLLM runs it: compiled kernels, the decode step a CUDA graph")
+    comm = [f"the collectives' {human_time(t.prefill_communication_seconds)} and "
+            f"{human_time(t.decode_communication_seconds)} of them;"] \
+        if s.collectives is not None else []
     return [f"≈ TTFT {human_time(t.ttft_seconds)}, TPOT {human_time(t.tpot_seconds)}"
-            f" ± {t.band:.0%} (estimate: eager PyTorch);", *host,
+            f" ± {t.band:.0%} (estimate: {engine});", *comm, *host,
             f"{human(t.tokens_per_second)} output tokens/s for the batch"]
+
+
+def _collectives(s) -> list[str]:
+    """What a tensor-parallel rank all-reduces and gathers in each step."""
+    c = s.collectives
+    return [f"each of {c.tensor_parallel} ranks, prefill: all-reduce "
+            f"{human_bytes(c.prefill_all_reduce_bytes)}, all-gather "
+            f"{human_bytes(c.prefill_all_gather_bytes)} in {c.prefill_calls} calls;",
+            f"decode step: all-reduce {human_bytes(c.decode_all_reduce_bytes)}, all-gather "
+            f"{human_bytes(c.decode_all_gather_bytes)} in {c.decode_calls} calls"]
 
 
 def _capacity(s, brief: bool) -> list[str]:

@@ -136,7 +136,8 @@ def _serving(r: Report, brief: bool) -> tuple[list[Entry], list[Entry]]:
     counts = [] if brief else [e for e in _counts(r, brief) if e[0] != "bytes"]
     body = counts + _coverage(r, brief) + _moe(r) + [
         (label, lines[label]) for label in ("serving", "KV cache", "weights", "reserved",
-                                            "prefill", "decode", "time") if label in lines
+                                            "prefill", "decode", "collectives", "time")
+        if label in lines
         and not (brief and label in ("prefill", "decode"))  # (the phase table has them)
         and not (brief and label == "reserved" and s.fit is not None)]  # (the fit shows it)
     what_if = [e for e in serving_summary(r, brief) if e[0] == "what-if"]

@@ -2,13 +2,24 @@
 module calls (analyzer/frontends/torch/tensor_parallel.py). They do no arithmetic graphcost
 counts (an all-reduce's adds happen across the link), move their bytes through memory, and
 ``COLLECTIVES`` says which collective each is, for the parallel pass to add up the ``tp``
-dimension's communication (passes/parallel/tensor.py)."""
+dimension's communication (passes/parallel/tensor.py) and the serving pass a tensor-parallel
+replica's (passes/serving/analysis.py): ``tp_collectives`` counts a graph's, and
+``ring_seconds`` prices them on a link by the α–β model of a ring collective
+
+    seconds = wire / (BUS_SHARE × link bandwidth) + ALPHA_S × its collective calls
+
+(NCCL's tests report "bus bandwidth", which for ring all-gather, reduce-scatter and
+all-reduce is exactly wire bytes over time)."""
 from __future__ import annotations
 
 from types import MappingProxyType
 from typing import Mapping
 
+from ..ir import Graph
 from .registry import OpView, rule, zero_cost
+
+ALPHA_S = 20e-6          # a collective call's latency (launch, the ring's hops), assumed
+BUS_SHARE = 0.80         # NCCL's bus bandwidth against the link's rate, assumed
 
 FAMILY = "collectives"
 COPY = "graphcost.tp_copy.default"
@@ -49,3 +60,38 @@ def tp_cross_entropy(op: OpView) -> tuple[int, int]:
     # as a whole vocabulary's (normalization.py, training_ops.py): a log-softmax of 5 per
     # score of the rank's slice, then per target pick and negate (1) and the mean's sum (1)
     return 0, 5 * op.in_numel(0) + 2 * op.in_numel(1)
+
+
+def tp_collectives(graph: Graph, recomputed: frozenset[int] = frozenset()) -> dict[str, int]:
+    """Bytes of each collective the graph's nodes run (all_reduce, all_gather,
+    reduce_scatter: the buffer NCCL's tests size them by), and ``calls``; a node among
+    ``recomputed`` (a checkpoint's forward, run again in backward) twice."""
+    out = dict(all_reduce=0, all_gather=0, reduce_scatter=0, calls=0)
+    for node in (*graph.nodes, *(graph.nodes[i] for i in sorted(recomputed))):
+        per_row = ROW_ALL_REDUCES.get(node.op, 0)
+        if per_row:   # one value of each row of its first input, fp32, per all-reduce
+            spec = graph.values[node.inputs[0]].spec
+            last = spec.shape[-1] if spec.shape else None
+            rows = (spec.numel or 0) // last if isinstance(last, int) and last else 0
+            out["all_reduce"] += per_row * 4 * rows
+            out["calls"] += per_row
+        kind = COLLECTIVES.get(node.op)
+        if kind is None:
+            continue
+        ends = node.inputs[:1] if kind == "reduce_scatter" else node.outputs
+        out[kind] += sum(graph.values[v].spec.nbytes or 0 for v in ends)
+        out["calls"] += 1
+    return out
+
+
+def ring_wire(counts: Mapping[str, int], ranks: int) -> int:
+    """The bytes each rank sends (and receives) for ``tp_collectives``' ``counts`` over a
+    ring of ``ranks``: an all-reduce of S bytes 2·(T−1)/T·S, an all-gather whose output and a
+    reduce-scatter whose input are S bytes (T−1)/T·S each."""
+    return round((ranks - 1) / ranks * (2 * counts["all_reduce"] + counts["all_gather"]
+                                        + counts["reduce_scatter"]))
+
+
+def ring_seconds(wire: float, calls: int, bandwidth: float) -> float:
+    """A ring's collectives on a link of ``bandwidth`` bytes/s each way (the α–β model)."""
+    return wire / (BUS_SHARE * bandwidth) + ALPHA_S * calls

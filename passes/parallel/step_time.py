@@ -6,8 +6,7 @@ Per dimension (``comm.by_dim``: the wire bytes each way, passes/parallel/comm.py
 
     seconds = wire / (BUS_SHARE × link bandwidth) + ALPHA_S × its collective calls
 
-— the α–β model of a ring collective (NCCL's tests report "bus bandwidth", which for ring
-all-gather, reduce-scatter and all-reduce is exactly wire bytes over time).
+— the α–β model of a ring collective (passes/costs/collectives.py ``ring_seconds``).
 
 The link: torchtitan lays a mesh out with ``tp`` innermost (consecutive ranks), then ``cp``,
 ``dp_shard``, ``dp_replicate``, ``pp`` outermost. A dimension's group spans ``stride × size``
@@ -38,11 +37,10 @@ from math import prod
 from typing import Mapping
 
 from ..choices import Strategy
+from ..costs.collectives import ring_seconds
 from ..device.time_estimate import TimeEstimate
 from .comm import CommVolume, InterconnectRates
 
-ALPHA_S = 20e-6          # a collective call's latency (launch, the ring's hops), assumed
-BUS_SHARE = 0.80         # NCCL's bus bandwidth against the link's rate, assumed
 BACKWARD_SHARE = 2 / 3   # the backward's share of a step's forward and backward
 INNER_TO_OUTER = ("tp", "cp", "ep", "dp_shard", "dp_replicate", "pp")
 HIDDEN_BY_COMPUTE = ("dp_shard", "dp_replicate")   # data-parallel streams
@@ -65,8 +63,9 @@ def dim_link(mesh: Mapping[str, int], dim: str, links: Links) -> InterconnectRat
 
 def dim_seconds(comm: CommVolume, mesh: Mapping[str, int], links: Links) -> dict[str, float]:
     """Each mesh dimension's collectives, seconds per step."""
-    return {dim: wire / (BUS_SHARE * dim_link(mesh, dim, links).bandwidth)
-            + ALPHA_S * comm.calls_by_dim.get(dim, 0) for dim, wire in comm.by_dim.items()}
+    return {dim: ring_seconds(wire, comm.calls_by_dim.get(dim, 0),
+                              dim_link(mesh, dim, links).bandwidth)
+            for dim, wire in comm.by_dim.items()}
 
 
 @dataclass(frozen=True)

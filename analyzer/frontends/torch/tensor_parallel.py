@@ -14,7 +14,9 @@ its collectives the ops of tp_collectives.py. Two plans, each the one its engine
   reduce-scattered back (``RowwiseParallel(output_layouts=Shard(1))``), the head's input
   all-gathered (``ColwiseParallel(input_layouts=Shard(1))``);
 * **transformers'** ``base_model_tp_plan`` (``"colwise"``/``"rowwise"``, the head
-  ``"colwise_rep"``), for a transformers model: no sequence parallelism. A column-wise
+  ``"colwise_rep"``), for a transformers model, and a serving engine's (vLLM's
+  ``ColumnParallelLinear``/``RowParallelLinear``, its logits gathered) for any model
+  served: no sequence parallelism. A column-wise
   linear's replicated input is the same tensor forward, its gradient all-reduced in backward
   (Megatron's ``f``); a row-wise output and the embedding's are all-reduced (``g``).
 
@@ -123,11 +125,17 @@ def is_transformers(model: torch.nn.Module) -> bool:
     return any(type(m).__module__.startswith("transformers.") for m in model.modules())
 
 
-def tensor_parallel(module: torch.nn.Module, group: int) -> torch.nn.Module:
+def tensor_parallel(module: torch.nn.Module, group: int, *,
+                    sequence: bool | None = None) -> torch.nn.Module:
     """A copy of ``module`` as one of ``group`` tensor-parallel ranks runs it (checked: a
-    Llama-style decoder whose sharded sizes divide), under its engine's plan."""
+    Llama-style decoder whose sharded sizes divide), under its engine's plan (``sequence``
+    None) or, False, the plan without sequence parallelism whatever the model: a serving
+    engine's (vLLM's column- and row-parallel linears all-reduce, its vocabulary-parallel
+    embedding too, its logits gathered), whose one-token decode step has no sequence to
+    shard."""
     model = copy.deepcopy(module)
-    sequence = not is_transformers(model)
+    if sequence is None:
+        sequence = not is_transformers(model)
     tokens, head = vocab_layers(model)
     if tokens is not None and head is not None and head.weight is tokens.weight:
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: the LM head is tied to "

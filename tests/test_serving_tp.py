@@ -1,0 +1,120 @@
+"""A tensor-parallel serving replica (``--serve --parallel tp=N``): each rank's program under a
+serving engine's plan (no sequence parallelism), checked against PyTorch's own DTensor plan
+run on a fake process group of two ranks, and its collectives priced by hand."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from graphcost.passes.costs.collectives import ALPHA_S, BUS_SHARE
+
+from graphcost import GraphcostError, analyze
+from tests.cli_runner import run_cli
+
+BATCH, PROMPT, GENERATE = 4, 64, 16
+SERVE = {"prompt": PROMPT, "generate": GENERATE}
+
+# llama_tiny parallelized by DTensor's ColwiseParallel / RowwiseParallel (analyzer/measure/
+# tensor_plan.py without sequence parallelism: vLLM's layout) on two fake ranks; a prefill,
+# then one decode step over a cache of P + G − 1 tokens under CommDebugMode
+REAL = f"""
+import json
+import torch
+import torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.debug import CommDebugMode
+from graphcost.models_zoo.registry import build_model
+from graphcost.analyzer.measure.tensor_plan import apply_tensor_parallel
+
+batch, prompt, generate = {BATCH}, {PROMPT}, {GENERATE}
+dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+model = build_model("llama_tiny")
+apply_tensor_parallel(model, init_device_mesh("cpu", (2,)), sequence=False)
+local = lambda t: t.to_local() if hasattr(t, "to_local") else t
+size = lambda t: local(t).numel() * t.element_size()
+weights = sum(map(size, model.parameters())) + sum(map(size, model.buffers()))
+with torch.no_grad():
+    _, kv = model(torch.zeros(batch, prompt, dtype=torch.int64), use_cache=True)
+    past = [tuple(torch.zeros(batch, t.shape[1], prompt + generate - 1, t.shape[3])
+                  for t in pair) for pair in kv]
+    with CommDebugMode() as comm:
+        _, new = model(torch.zeros(batch, 1, dtype=torch.int64), past_key_values=past,
+                       use_cache=True)
+cache = sum(size(t) for pair in [*past, *new] for t in pair)
+print(json.dumps({{"weights": weights, "cache": cache,
+                  "counts": {{str(k): v for k, v in comm.get_comm_counts().items()}}}}))
+"""
+
+
+def _serving(tp: int, **kw):
+    return analyze("zoo:llama_tiny", batch=BATCH, serve={**SERVE, **kw.pop("serve", {})},
+                   parallel={"mesh": f"tp={tp}"} if tp > 1 else None, **kw).serving
+
+
+def test_a_rank_holds_what_dtensor_shards_and_calls_its_collectives():
+    proc = subprocess.run([sys.executable, "-c", REAL], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    real = json.loads(proc.stdout.splitlines()[-1])
+    s, whole = _serving(2), _serving(1)
+    assert s.weight_bytes == real["weights"]
+    assert s.kv_cache_bytes == real["cache"] == whole.kv_cache_bytes // 2
+    # the decode step: the embedding's and each of 2 blocks' o/down outputs all-reduced, the
+    # logits all-gathered
+    assert real["counts"] == {"c10d_functional.all_reduce": 5,
+                              "c10d_functional.all_gather_into_tensor": 1}
+    assert s.collectives.decode_calls == 6
+
+
+def test_the_collectives_by_hand_and_on_the_clock():
+    s = _serving(2, device="h100")
+    c = s.collectives
+    # llama_tiny: d 128, vocab 1,000, fp32. Each all-reduce holds the rank's (batch, tokens,
+    # 128) partial sums; the all-gather's output is the (batch, tokens, 1,000) logits
+    assert (c.decode_all_reduce_bytes, c.decode_all_gather_bytes) == \
+        (5 * BATCH * 128 * 4, BATCH * 1000 * 4) == (10_240, 16_000)
+    assert (c.prefill_all_reduce_bytes, c.prefill_all_gather_bytes, c.prefill_calls) == \
+        (5 * BATCH * PROMPT * 128 * 4, BATCH * PROMPT * 1000 * 4, 6)
+    # over NVLink 4 (450 GB/s each way) a ring of 2 sends all of an all-reduce's buffer and
+    # half of an all-gather's: (2·10,240 + 16,000) / 2 = 18,240 B, plus 6 calls' latency
+    decode = 18_240 / (BUS_SHARE * 450e9) + 6 * ALPHA_S
+    assert s.time.decode_communication_seconds == pytest.approx(decode)
+    prefill = (2 * 655_360 + 1_024_000) / 2 / (BUS_SHARE * 450e9) + 6 * ALPHA_S
+    assert s.time.prefill_communication_seconds == pytest.approx(prefill)
+    # both exposed: the estimate's TPOT is the kernels' (or the host's) plus them
+    kernels = s.time.tpot_seconds - decode
+    assert kernels > 0 and s.time.tokens_per_second == pytest.approx(
+        BATCH / s.time.tpot_seconds)
+
+
+def test_vllm_prices_the_decode_step_as_a_cuda_graph_replay():
+    eager = _serving(1, device="h100").time
+    vllm = _serving(1, device="h100", serve={"engine": "vllm"}).time
+    # a tiny model's eager decode step waits on the host (≈ 12 µs an op); a CUDA graph's
+    # replay launches the kernels without it
+    assert eager.host_bound and not vllm.host_bound
+    assert vllm.tpot_seconds < eager.tpot_seconds
+    assert (eager.engine, vllm.engine) == ("eager", "vllm")
+
+
+@pytest.mark.parametrize("mesh, said", [
+    ("dp_shard=2,tp=2", "tensor parallelism alone"),
+    ("tp=8", "does not divide into 8 ranks"),
+    ("tp=auto", "tp and pp are traced at their sizes"),
+])
+def test_what_a_replica_cannot_be_is_refused(mesh, said):
+    with pytest.raises(GraphcostError, match=said):
+        analyze("zoo:llama_tiny", batch=2, serve=SERVE, parallel={"mesh": mesh})
+
+
+def test_the_command_line_serves_on_tensor_parallel_ranks():
+    out = run_cli("zoo:llama_tiny", "--serve", "--prompt", "64", "--generate", "16", "--batch",
+                  "4", "--device", "h100", "--parallel", "tp=2", "--engine", "vllm",
+                  "--details")
+    assert out.returncode == 0, out.stderr
+    assert "tensor parallel 2: each GPU's share below" in out.stdout
+    assert "decode step: all-reduce 10.00 KiB, all-gather 15.62 KiB in 6 calls" in out.stdout
+    assert "as vLLM runs it" in out.stdout
