@@ -36,7 +36,7 @@ SAME_ON_EVERY_TORCH = {
     # estimate does not follow the release's dispatch); its traces are checked as above
     "test_gpu_time", "test_published_runs",
     # the plan's search and advice: analyses whose traces are checked as above
-    "test_plan",
+    "test_plan", "test_serve_plan",
 }
 
 

@@ -55,6 +55,10 @@ NEEDS = [("graphcost timm:", "timm")]
 NOT_RUN: dict[str, str] = {
     "graphcost calibrate -o cpu.json": "a minute of measurements on this machine: "
     "tests/test_time_estimate.py runs the command itself over a few small sizes",
+    "graphcost plan zoo:llama3_8b --serve --gpus 8 --device h100-sxm --prompt 2048 --generate "
+    "256 --ttft 2s --tpot 50ms": "about two minutes (eight traces of the 8B): tests/"
+    "test_serve_plan.py runs the same search on llama_tiny; its output is benchmarks/results/"
+    "serve_plan_8b.md",
 }
 
 

@@ -24,6 +24,7 @@ recipe, another optimizer than AdamW), gets no line: None.
 """
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any, Mapping
 
@@ -70,3 +71,42 @@ def torchrun_line(gpus: int, args: list[str] | None) -> str | None:
     nodes = max(gpus // GPUS_PER_NODE, 1)
     return shlex.join(["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={gpus // nodes}",
                        "-m", "torchtitan.train", *args])
+
+
+# The published checkpoints the zoo's Llama 3.1 decoders have the shapes of (vLLM serves a
+# checkpoint by its hub id); a hub id names itself
+HUB_IDS = {"zoo:llama3_8b": "meta-llama/Llama-3.1-8B", "zoo:llama3_70b": "meta-llama/Llama-3.1-70B",
+           "zoo:llama3_405b": "meta-llama/Llama-3.1-405B", "zoo:llama7b": "meta-llama/Llama-2-7b-hf"}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# graphcost's dtypes -> vLLM's --kv-cache-dtype, and the weight-only quantization vLLM runs
+# for a weight dtype (fp8: its dynamic fp8 quantization; int8/int4 need a quantized checkpoint)
+VLLM_KV = {"fp8": "fp8"}
+VLLM_QUANT = {"fp8": "fp8"}
+
+
+def vllm_args(model: str, *, tp: int, sequences: int, context: int, batched_tokens: int,
+              memory_share: float, weight_dtype: str | None,
+              kv_dtype: str | None) -> list[str] | None:
+    """``vllm serve`` arguments for a replica (vLLM's EngineArgs names): its checkpoint, the
+    tensor-parallel size, ``--max-num-seqs``, ``--max-model-len``, ``--max-num-batched-tokens``
+    (a wave's prompts prefilled in one step, as graphcost prices it), the share of the GPU's
+    memory it may hold, the KV cache's and the weights' types; None where vLLM cannot say it
+    (not a hub checkpoint, a dtype it has no flag for)."""
+    repo = HUB_IDS.get(model, model if HUB_ID.match(model) else None)
+    if repo is None or (kv_dtype and kv_dtype not in VLLM_KV) or \
+            (weight_dtype and weight_dtype not in VLLM_QUANT | {"bf16": "", "fp16": ""}):
+        return None
+    args = [repo, "--tensor-parallel-size", str(tp), "--max-num-seqs", str(sequences),
+            "--max-model-len", str(context), "--max-num-batched-tokens", str(batched_tokens),
+            "--gpu-memory-utilization", f"{memory_share:.2f}"]
+    if weight_dtype in ("bf16", "fp16"):
+        args += ["--dtype", {"bf16": "bfloat16", "fp16": "float16"}[weight_dtype]]
+    elif weight_dtype:
+        args += ["--quantization", VLLM_QUANT[weight_dtype]]
+    if kv_dtype:
+        args += ["--kv-cache-dtype", VLLM_KV[kv_dtype]]
+    return args
+
+
+def vllm_line(args: list[str] | None) -> str | None:
+    return None if args is None else shlex.join(["vllm", "serve", *args])

@@ -107,3 +107,11 @@ def strict_failure(report) -> str:
         return (f"{len(absurd)} node(s) count over 2^64 (beyond any device), first "
                 f"{absurd[0]!r}: see the warnings")
     return ""
+
+
+def fitted(line: str, width: int | None) -> str:
+    """``line`` cut to the terminal's width with an ellipsis; a command to copy stays whole."""
+    if width is None or len(line) <= width or line.startswith(("run:", "torchtitan:",
+                                                               "vllm:")):
+        return line
+    return line[:width - 1] + "…"

@@ -13,11 +13,13 @@ from ..app.units import parse_count
 from .engine_args import torchrun_line, torchtitan_args
 from .main import Parser, refuse_overwrite
 from .model_options import add_model_args, analysis_kwargs, progress
-from .output import check_writable, terminal_width
+from .output import check_writable, fitted, terminal_width
+from .serve_plan import add_serve_plan_args, run_serve
 
 # the options a plan sets per candidate or reads itself: not passed on to its command line
 OWN = {"gpus", "global_batch", "global_tokens", "tp", "top", "format", "output", "checkpoint", "batch",
-       "precision", "optimizer", "train", "parallel", "model"}
+       "precision", "optimizer", "train", "parallel", "model", "serve", "prompt", "generate",
+       "ttft", "tpot", "weight_dtype", "kv_dtype"}
 
 
 def build_parser():
@@ -46,6 +48,7 @@ def build_parser():
                    help="the candidates the table shows (default 5; JSON lists all)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("-o", "--output", help="write the plan to this file instead of stdout")
+    add_serve_plan_args(p)
     p.epilog = ("A plan's defaults: --precision bf16-master --optimizer adamw (torchtitan's); "
                 "--checkpoint none,sac,full are searched unless one is given.")
     return p
@@ -59,6 +62,11 @@ def run(args) -> int:
                              "tensor-parallel size with --tp)")
     if args.top < 1:
         raise GraphcostError(f"--top {args.top}: a whole number ≥ 1")
+    if args.serve:
+        _, text = run_serve(args, _sizes(args.tp))
+        _write(args.output, text)
+        return 0
+    _no_serve_options(args)
     template = _passed_on(build_parser(), args)
     checkpoints = _checkpoints(args.checkpoint)
     extra = {k: v for k, v in (("interconnect", args.interconnect),
@@ -86,21 +94,26 @@ def run(args) -> int:
         text = plan_json(plan, command, cli_message, engine)
     else:
         width = None if args.output else terminal_width()
-        text = "\n".join(_fitted(line, width)
+        text = "\n".join(fitted(line, width)
                          for line in plan_lines(plan, command, args.top, cli_message,
                                                 engine)) + "\n"
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    _write(args.output, text)
     return 0
 
 
-def _fitted(line: str, width: int | None) -> str:
-    """``line`` cut to the terminal's width with an ellipsis; the command to copy whole."""
-    if width is None or len(line) <= width or line.startswith(("run:", "torchtitan:")):
-        return line
-    return line[:width - 1] + "…"
+def _write(output: str | None, text: str) -> None:
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def _no_serve_options(args) -> None:
+    given = [f"--{k.replace('_', '-')}" for k in ("prompt", "generate", "ttft", "tpot",
+                                                  "weight_dtype", "kv_dtype")
+             if getattr(args, k) is not None]
+    if given:
+        raise GraphcostError(f"{given[0]} goes with --serve")
 
 
 def _global_batch(args, seq: int | None) -> int | None:

@@ -1,0 +1,116 @@
+"""``graphcost plan MODEL --serve``: the serving setting with the most output tokens/s that
+fits and meets the latency targets; each candidate the direct analysis of its settings."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from graphcost.analyzer.app.serve_plan import ServePlanSpec, plan_serving
+from graphcost.analyzer.cli.engine_args import vllm_args
+
+from tests.cli_runner import run_cli
+
+PROMPT, GENERATE = 64, 16
+# (one replica program: the fixture searches both)
+ARGS = ["zoo:llama_tiny", "--serve", "--gpus", "2", "--device", "h100", "--prompt",
+        str(PROMPT), "--generate", str(GENERATE), "--tp", "2"]
+
+
+@pytest.fixture(scope="module")
+def plan():
+    spec = ServePlanSpec(2, PROMPT, GENERATE, ttft=1e-3, tp=(1, 2))
+    return plan_serving("zoo:llama_tiny", spec, {"device": "h100"})
+
+
+def _direct(command: str) -> dict:
+    words = command.split()[1:] + ["--format", "json"]
+    out = run_cli(*words)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)["serving"]
+
+
+def test_the_best_is_the_direct_analysis_of_its_settings(plan):
+    best = plan.best
+    # the best batch is one the plan re-bound from its traces at 1 and 2, never traced
+    assert best is not None and best.settings.batch > 2
+    from argparse import Namespace
+
+    from graphcost.analyzer.cli.serve_plan import _command
+    args = Namespace(model="zoo:llama_tiny", prompt=PROMPT, generate=GENERATE, device="h100",
+                     dtype=None)
+    direct = _direct(_command(args, best))
+    s = best.serving
+    assert direct["time"]["ttft_seconds"] == pytest.approx(s.time.ttft_seconds, rel=1e-9)
+    assert direct["time"]["tpot_seconds"] == pytest.approx(s.time.tpot_seconds, rel=1e-9)
+    assert direct["fit"]["needs"] == s.fit.needs
+    assert direct["kv_cache_bytes"] == s.kv_cache_bytes
+
+
+def test_the_targets_and_the_throughput(plan):
+    fitting = [c for c in plan.candidates if c.status == "fits"]
+    slow = [c for c in plan.candidates if c.status == "slow"]
+    assert fitting and slow
+    assert all(c.serving.time.ttft_seconds <= 1e-3 for c in fitting)
+    assert all(c.serving.time.ttft_seconds > 1e-3 and "TTFT" in c.detail for c in slow)
+    # the best makes the most tokens: replicas × B sequences × G tokens over a request's
+    # prefill and its G decode steps
+    best = plan.best
+    t = best.serving.time
+    assert best.tokens_per_second == pytest.approx(
+        best.replicas * best.settings.batch * GENERATE / (t.ttft_seconds + GENERATE
+                                                          * t.tpot_seconds))
+    assert best.tokens_per_second_per_gpu == max(c.tokens_per_second_per_gpu for c in fitting)
+    # a larger batch of the best's replica waits longer for its first token
+    larger = [c for c in plan.candidates if c.settings.tp == best.settings.tp
+              and c.settings.batch > best.settings.batch]
+    assert larger and all(c.status in ("slow", "over") for c in larger)
+
+
+def test_the_command_line_ends_on_the_answer_in_one_screen():
+    out = run_cli("plan", *ARGS, "--ttft", "1ms", env={"COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) <= 24
+    assert all(len(x) <= 80 for x in lines if not x.startswith("run:"))
+    assert lines[-4].startswith("best: tp=2 × 1 replica, ")
+    assert lines[-1].startswith("run: graphcost zoo:llama_tiny --serve --prompt 64")
+    # zoo:llama_tiny is no published checkpoint: no vLLM line
+    assert not any(x.startswith("vllm:") for x in lines)
+
+
+def test_json_lists_every_candidate():
+    out = run_cli("plan", *ARGS, "--format", "json")
+    body = json.loads(out.stdout)
+    assert body["kind"] == "serve_plan"
+    statuses = {c["status"] for c in body["candidates"]}
+    assert "fits" in statuses
+    assert all(c["command"].startswith("graphcost zoo:llama_tiny --serve")
+               for c in body["candidates"])
+
+
+def test_vllm_arguments_name_its_engine_args():
+    args = vllm_args("zoo:llama3_8b", tp=2, sequences=64, context=2304, batched_tokens=131072,
+                     memory_share=0.5, weight_dtype=None, kv_dtype="fp8")
+    assert args == ["meta-llama/Llama-3.1-8B", "--tensor-parallel-size", "2",
+                    "--max-num-seqs", "64", "--max-model-len", "2304",
+                    "--max-num-batched-tokens", "131072", "--gpu-memory-utilization", "0.50",
+                    "--kv-cache-dtype", "fp8"]
+    # vLLM has no flag for an int8 KV cache, nor a checkpoint for a model that names none
+    assert vllm_args("zoo:llama3_8b", tp=1, sequences=1, context=8, batched_tokens=8,
+                     memory_share=0.5, weight_dtype=None, kv_dtype="int8") is None
+    assert vllm_args("zoo:llama_tiny", tp=1, sequences=1, context=8, batched_tokens=8,
+                     memory_share=0.5, weight_dtype=None, kv_dtype=None) is None
+
+
+def test_vllm_parses_the_arguments():
+    pytest.importorskip("vllm", reason="vLLM does not install on this CPU machine (its wheels "
+                                       "are CUDA builds pinned to one torch release)")
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils import FlexibleArgumentParser
+
+    args = vllm_args("zoo:llama3_8b", tp=2, sequences=64, context=2304, batched_tokens=131072,
+                     memory_share=0.5, weight_dtype="fp8", kv_dtype="fp8")
+    parsed = EngineArgs.add_cli_args(FlexibleArgumentParser()).parse_args(
+        ["--model", *args[:1], *args[1:]])
+    assert (parsed.tensor_parallel_size, parsed.max_num_seqs, parsed.kv_cache_dtype) == \
+        (2, 64, "fp8")
