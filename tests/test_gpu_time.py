@@ -25,7 +25,7 @@ from graphcost.passes.parallel.step_time import (
     rank_step_time,
 )
 
-from graphcost import analyze
+from graphcost import GraphcostError, analyze
 from tests.cli_runner import run_cli
 
 H100_BF16 = 989.4e12
@@ -280,3 +280,20 @@ def test_async_tp_needs_a_tp_dimension():
                 parallel={"mesh": "dp_shard=2", "async_tp": True})
     out = run_cli("zoo:llama_tiny", "--train", "--async-tp")
     assert out.returncode == 2 and "--async-tp goes with --parallel" in out.stderr
+
+
+def test_a_node_of_fewer_gpus_puts_a_dimension_on_the_network():
+    from graphcost.passes.costs.collectives import ring_seconds
+
+    # dp_shard=4 inside one node of 8 runs on NVLink 4 (450 GB/s each way); on nodes of 2
+    # GPUs its group spans two nodes, and the ring's slowest hop is the network's
+    # (InfiniBand NDR: 50 GB/s). The clock puts all of it somewhere: exposed or overlapped
+    for node, bandwidth in ((8, 450e9), (2, 50e9)):
+        r = analyze("zoo:llama_tiny", batch=2, train=True, device="h100", what_if=False,
+                    parallel={"mesh": "dp_shard=4", "gpus_per_node": node})
+        t, c = r.time, r.parallel.comm
+        assert t.communication_seconds + t.overlapped_seconds == pytest.approx(ring_seconds(
+            c.by_dim["dp_shard"], c.calls_by_dim["dp_shard"], bandwidth))
+    with pytest.raises(GraphcostError, match="gpus_per_node.*a whole number ≥ 1"):
+        analyze("zoo:llama_tiny", batch=2, train=True, device="h100",
+                parallel={"mesh": "dp_shard=4", "gpus_per_node": 0})

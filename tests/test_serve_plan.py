@@ -33,12 +33,10 @@ def test_the_best_is_the_direct_analysis_of_its_settings(plan):
     best = plan.best
     # the best batch is one the plan re-bound from its traces at 1 and 2, never traced
     assert best is not None and best.settings.batch > 2
-    from argparse import Namespace
-
-    from graphcost.analyzer.cli.serve_plan import _command
-    args = Namespace(model="zoo:llama_tiny", prompt=PROMPT, generate=GENERATE, device="h100",
-                     dtype=None)
-    direct = _direct(_command(args, best))
+    b = best.settings
+    direct = _direct(f"graphcost zoo:llama_tiny --serve --prompt {PROMPT} --generate "
+                     f"{GENERATE} --batch {b.batch} --engine vllm --device h100"
+                     + (f" --parallel tp={b.tp}" if b.tp > 1 else ""))
     s = best.serving
     assert direct["time"]["ttft_seconds"] == pytest.approx(s.time.ttft_seconds, rel=1e-9)
     assert direct["time"]["tpot_seconds"] == pytest.approx(s.time.tpot_seconds, rel=1e-9)

@@ -20,6 +20,7 @@ from ...passes.memory.caching_allocator import AllocatorConfig
 from ...passes.parallel.comm import InterconnectRates
 from ...passes.training.checkpoint import MEGATRON_CORE_ATTN, CheckpointSpec
 from ..load.checks import INT64_MAX, plain, positive, shown, word
+from .devices import GPUS_PER_NODE
 
 CHECKPOINT_KEYS = ("names", "every", "sqrt", "budget", "sac", "nth", "core_attn")
 
@@ -208,7 +209,7 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
 
 
 _PARALLEL_KEYS = ("strategy", "world_size", "mesh", "offload", "bucket_cap_mb", "units",
-                  "interconnect", "microbatches", "schedule", "async_tp")
+                  "interconnect", "microbatches", "schedule", "async_tp", "gpus_per_node")
 
 
 def _with_mesh(parallel: Mapping) -> dict:
@@ -253,6 +254,13 @@ def _async_tp(value, tp: int) -> bool:
         raise GraphcostError(f"{opt('parallel.async_tp')} overlaps tensor parallelism's "
                              "collectives: a mesh with tp")
     return value
+
+
+def node_size(n: Any) -> int:
+    """``parallel``'s ``gpus_per_node``, checked: a whole number ≥ 1."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise GraphcostError(f"{opt('parallel.gpus_per_node', value=n)}: a whole number ≥ 1")
+    return n
 
 
 def parallel_spec(parallel, train: bool):
@@ -304,7 +312,8 @@ def parallel_spec(parallel, train: bool):
         replicate=parallel.get("replicate", 1), tp=parallel.get("tp", 1),
         pp=parallel.get("pp", 1), microbatches=parallel.get("microbatches"),
         schedule=str(parallel.get("schedule", "1f1b")),
-        async_tp=_async_tp(parallel.get("async_tp", False), parallel.get("tp", 1)))
+        async_tp=_async_tp(parallel.get("async_tp", False), parallel.get("tp", 1)),
+        gpus_per_node=node_size(parallel.get("gpus_per_node", GPUS_PER_NODE)))
     if (spec.microbatches is not None or "schedule" in parallel) and spec.pp == 1:
         raise GraphcostError(f"{opt('parallel.microbatches')} and {opt('parallel.schedule')} "
                              "go with pipeline stages (a mesh with pp)")

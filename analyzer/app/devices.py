@@ -153,12 +153,14 @@ NODE_LINKS: Mapping[str, str] = MappingProxyType({
 GPUS_PER_NODE = 8
 
 
-def node_links(device: DeviceRates, interconnect: InterconnectRates | None) -> Links:
+def node_links(device: DeviceRates, interconnect: InterconnectRates | None,
+               gpus_per_node: int = GPUS_PER_NODE) -> Links:
     """The links a rank's collectives cross on ``device``: its node's (NVLink where it has
-    it) and the network's (``interconnect``, else InfiniBand NDR), eight GPUs a node."""
+    it) and the network's (``interconnect``, else InfiniBand NDR), ``gpus_per_node`` GPUs a
+    node."""
     cc = device.capability
     intra = NODE_LINKS.get(device.name, "pcie5" if cc is None or cc >= (9, 0) else "pcie4")
-    return Links(INTERCONNECTS[intra], interconnect or INTERCONNECTS["ib-ndr"], GPUS_PER_NODE)
+    return Links(INTERCONNECTS[intra], interconnect or INTERCONNECTS["ib-ndr"], gpus_per_node)
 
 
 def get_interconnect(name: str) -> InterconnectRates:

@@ -88,7 +88,8 @@ def _graph_key(o: PassOptions) -> tuple:
     """The options the graph's own passes read (``_graph_passes``): not the training step's,
     the layout or the time (one device per memo, so its name)."""
     return (o.include_inputs, o.inplace, o.lifetimes, o.optimizer is None, o.precision,
-            o.device and o.device.name, o.overhead, o.allocator, o.serve_link)
+            o.device and o.device.name, o.overhead, o.allocator, o.serve_link,
+            o.what_if)   # (the serving review's what-ifs)
 
 
 def _rank_key(o: PassOptions) -> tuple:
@@ -150,7 +151,8 @@ def _graph_passes(graph: Graph, o: PassOptions, serving: ServingTrace | None,
         modules=tuple(aggregate_modules(graph, costs, params)),
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
         serving=serving and serving_review(serving, device, overhead, o.allocator,
-                                           o.serve_link and o.serve_link.bandwidth))
+                                           o.serve_link and o.serve_link.bandwidth,
+                                           o.what_if))
     return graph, costs, report
 
 
@@ -176,7 +178,7 @@ def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,
         estimate = replace(estimate, **utilisation(estimate.seconds, _rank_step(report, o)))
     else:
         assert o.device is not None
-        links = node_links(o.device, o.parallel.interconnect)
+        links = node_links(o.device, o.parallel.interconnect, o.parallel.gpus_per_node)
         estimate = rank_step_time(estimate, _rank_step(report, o), links)
     return replace(report, time=with_run(estimate, o))
 

@@ -184,7 +184,7 @@ def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) ->
     if unknown or not spec.checkpoints:
         raise GraphcostError(f"{opt('checkpoint', value=','.join(unknown))}: a plan's "
                              f"checkpoint plans are {', '.join(CHECKPOINTS)}")
-    bad = sorted(set(extra) - {"interconnect", "async_tp"})
+    bad = sorted(set(extra) - {"interconnect", "async_tp", "gpus_per_node"})
     if bad:
         raise GraphcostError(f"{opt('parallel.' + bad[0])}: a plan searches the layout")
     return rates.name

@@ -113,7 +113,8 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
         tp, link = serve_parallel(parallel, rates)
         return replace(r, load=replace(r.load, tensor_parallel=tp),
                        passes=replace(r.passes, allocator=allocator_of(allocator),
-                                      profile=profile, serve_link=link))
+                                      profile=profile, serve_link=link,
+                                      what_if=what_if))
     passes = _pass_options(
         include_inputs=include_inputs, inplace=inplace, lifetimes=lifetimes, train=train,
         optimizer=optimizer, checkpoint=checkpoint, precision=precision, device=device,
@@ -209,7 +210,8 @@ def serve_parallel(parallel: Mapping[str, Any] | None,
     ``interconnect`` between nodes."""
     from ...passes.parallel.mesh import parse_mesh
     from ...passes.parallel.step_time import dim_link
-    from .devices import get_interconnect, node_links
+    from .api_checks import node_size
+    from .devices import GPUS_PER_NODE, get_interconnect, node_links
 
     if not parallel:
         return 1, None
@@ -218,6 +220,7 @@ def serve_parallel(parallel: Mapping[str, Any] | None,
     parallel = dict(parallel)
     mesh = parallel.pop("mesh", None)
     interconnect = parallel.pop("interconnect", None)
+    per_node = node_size(parallel.pop("gpus_per_node", GPUS_PER_NODE))
     m = parse_mesh(mesh if isinstance(mesh, str) else
                    ",".join(f"{k}={v}" for k, v in dict(mesh or {}).items())) if mesh else None
     if parallel or m is None or set(dict(m.dims)) != {"tp"}:
@@ -227,7 +230,8 @@ def serve_parallel(parallel: Mapping[str, Any] | None,
     tp = m.size("tp") or 1   # (parse_mesh refuses tp=auto)
     if device is None or not device.is_gpu:
         return tp, None
-    links = node_links(device, get_interconnect(interconnect) if interconnect else None)
+    links = node_links(device, get_interconnect(interconnect) if interconnect else None,
+                       per_node)
     return tp, dim_link({"tp": tp}, "tp", links)
 
 

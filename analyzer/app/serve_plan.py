@@ -71,7 +71,8 @@ class ServeSettings:
         serve = {"prompt": spec.prompt, "generate": spec.generate, "engine": "vllm"}
         serve.update({k: v for k, v in (("weight_dtype", self.weight_dtype),
                                         ("kv_dtype", self.kv_dtype)) if v})
-        return {"batch": self.batch, "serve": serve,
+        # (what-ifs at other dtypes: not a candidate's figures)
+        return {"batch": self.batch, "serve": serve, "what_if": False,
                 "parallel": {"mesh": f"tp={self.tp}", **parallel} if self.tp > 1 else None}
 
 
@@ -150,7 +151,7 @@ def _check(spec: ServePlanSpec, base: Mapping[str, Any],
                              f"{opt('device')} (without {opt('device_profile')})")
     if spec.gpus < 1:
         raise GraphcostError(f"{opt('gpus', value=spec.gpus)}: a whole number ≥ 1")
-    bad = sorted(set(parallel) - {"interconnect"})
+    bad = sorted(set(parallel) - {"interconnect", "gpus_per_node"})
     if bad:
         raise GraphcostError(f"{opt('parallel.' + bad[0])}: a plan searches the layout")
     for tp in spec.tp or ():

@@ -62,13 +62,14 @@ def torchtitan_args(model: str, mesh: Mapping[str, int], batch: int, checkpoint:
     return [*args, AC_MODES[checkpoint]]
 
 
-def torchrun_line(gpus: int, args: list[str] | None) -> str | None:
-    """The torchrun command that starts ``args``' run on ``gpus`` GPUs, eight a node (run on
-    each node, with its rendezvous options added); None without arguments, or for GPUs that
-    are not whole nodes."""
-    if args is None or (gpus > GPUS_PER_NODE and gpus % GPUS_PER_NODE):
+def torchrun_line(gpus: int, args: list[str] | None,
+                  node: int = GPUS_PER_NODE) -> str | None:
+    """The torchrun command that starts ``args``' run on ``gpus`` GPUs, ``node`` a node (run
+    on each node, with its rendezvous options added); None without arguments, or for GPUs
+    that are not whole nodes."""
+    if args is None or (gpus > node and gpus % node):
         return None
-    nodes = max(gpus // GPUS_PER_NODE, 1)
+    nodes = max(gpus // node, 1)
     return shlex.join(["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={gpus // nodes}",
                        "-m", "torchtitan.train", *args])
 

@@ -42,6 +42,9 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fsdp-units", metavar="NAMES",
                    help="with --parallel zero2/zero3/fsdp: the modules fully_shard wraps "
                         "(comma-separated paths; default the repeated blocks), plus the root")
+    p.add_argument("--nodes-of", type=int, default=None, metavar="G",
+                   help="with --parallel: GPUs a node (default 8): a mesh dimension whose "
+                        "group spans more crosses the network (--interconnect)")
     p.add_argument("--interconnect", metavar="NAME",
                    help="with --parallel: the link between ranks, for a lower bound on the "
                         "communication time (nvlink4, nvlink3, pcie5, pcie4, ib-ndr, ib-hdr, "
@@ -52,6 +55,7 @@ def parallel_args(args) -> dict | None:
                             ("--bucket-cap-mb", args.bucket_cap_mb),
                             ("--fsdp-units", args.fsdp_units),
                             ("--interconnect", args.interconnect),
+                            ("--nodes-of", args.nodes_of),
                             ("--microbatches", args.microbatches),
                             ("--pp-schedule", args.pp_schedule),
                             ("--async-tp", args.async_tp)) if v is not None]
@@ -77,6 +81,7 @@ def parallel_args(args) -> dict | None:
         out["world_size"] = "auto" if text == "auto" else int(text)
     for key, value in (("offload", args.offload), ("bucket_cap_mb", args.bucket_cap_mb),
                        ("interconnect", args.interconnect), ("microbatches", args.microbatches),
+                       ("gpus_per_node", args.nodes_of),
                        ("schedule", args.pp_schedule), ("async_tp", args.async_tp)):
         if value is not None:
             out[key] = value

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ...passes.errors import GraphcostError
+from ..app.devices import GPUS_PER_NODE
 from ..app.plan import CHECKPOINTS, Candidate, PlanSpec, plan_training
 from ..app.units import parse_count
 from .engine_args import torchrun_line, torchtitan_args
@@ -70,13 +71,15 @@ def run(args) -> int:
     template = _passed_on(build_parser(), args)
     checkpoints = _checkpoints(args.checkpoint)
     extra = {k: v for k, v in (("interconnect", args.interconnect),
-                               ("async_tp", args.async_tp)) if v}
-    args.checkpoint = args.interconnect = args.async_tp = None   # (the plan's, not analyze's)
+                               ("async_tp", args.async_tp), ("gpus_per_node", args.nodes_of))
+             if v}
+    args.checkpoint = args.interconnect = args.async_tp = args.nodes_of = None   # (the plan's)
     base = {**analysis_kwargs(args), "parallel": extra or None, "what_if": False}
     base.pop("batch")
     spec = PlanSpec(args.gpus, batch=args.batch,
                     global_batch=_global_batch(args, base["dims"].get("seq")),
-                    tp=_sizes(args.tp), checkpoints=checkpoints)
+                    tp=_sizes(args.tp), checkpoints=checkpoints,
+                    node=extra.get("gpus_per_node", GPUS_PER_NODE))
     with progress() as note:
         plan = plan_training(args.model, spec, base, note)
 
@@ -86,7 +89,8 @@ def run(args) -> int:
     def engine(c: Candidate) -> str | None:
         s = c.settings
         return torchrun_line(spec.gpus, torchtitan_args(
-            args.model, {k: n or 1 for k, n in s.mesh.dims}, s.batch, s.checkpoint, base))
+            args.model, {k: n or 1 for k, n in s.mesh.dims}, s.batch, s.checkpoint, base),
+            spec.node)
 
     from ..render.plan import plan_json, plan_lines
     from .wording import cli_message

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+from typing import Any, Mapping
 
 from ...passes.errors import GraphcostError
 from ...passes.serving.dtypes import KV_DTYPES, WEIGHT_DTYPES
+from ..app.devices import GPUS_PER_NODE
 from ..app.serve_plan import ServeCandidate, ServePlan, ServePlanSpec, plan_serving
 from ..app.units import parse_time
 from .engine_args import vllm_args, vllm_line
@@ -45,26 +47,28 @@ def run_serve(args, sizes: tuple[int, ...] | None) -> tuple[ServePlan, str]:
         if getattr(args, flag) is None:
             raise GraphcostError(f"--serve needs --{flag} N")
     args.train = False
-    extra = {"interconnect": args.interconnect} if args.interconnect else {}
-    args.interconnect = None
+    extra = {k: v for k, v in (("interconnect", args.interconnect),
+                               ("gpus_per_node", args.nodes_of)) if v}
+    args.interconnect = args.nodes_of = None
     base = {k: v for k, v in analysis_kwargs(args).items() if k not in TRAINING}
     base["parallel"] = extra or None
     spec = ServePlanSpec(args.gpus, args.prompt, args.generate,
                          _time(args.ttft, "--ttft"), _time(args.tpot, "--tpot"), sizes,
                          _dtypes(args.weight_dtype, WEIGHT_DTYPES, "--weight-dtype"),
-                         _dtypes(args.kv_dtype, KV_DTYPES, "--kv-dtype"))
+                         _dtypes(args.kv_dtype, KV_DTYPES, "--kv-dtype"),
+                         extra.get("gpus_per_node", GPUS_PER_NODE))
     with progress() as note:
         plan = plan_serving(args.model, spec, base, note)
-    return plan, _text(args, plan)
+    return plan, _text(args, plan, extra)
 
 
-def _text(args, plan: ServePlan) -> str:
+def _text(args, plan: ServePlan, parallel: Mapping[str, Any]) -> str:
     from ..render.serve_plan import serve_plan_json, serve_plan_lines
     from .output import fitted, terminal_width
     from .wording import cli_message
 
     def command(c: ServeCandidate) -> str:
-        return _command(args, c)
+        return _command(args, c, parallel)
 
     def engine(c: ServeCandidate) -> str | None:
         return vllm_line(_vllm(args, plan, c))
@@ -87,7 +91,7 @@ def _vllm(args, plan: ServePlan, c: ServeCandidate) -> list[str] | None:
                      weight_dtype=s.weight_dtype, kv_dtype=s.kv_dtype)
 
 
-def _command(args, c: ServeCandidate) -> str:
+def _command(args, c: ServeCandidate, parallel: Mapping[str, Any]) -> str:
     """The command line that analyzes candidate ``c`` alone."""
     s = c.settings
     words = ["graphcost", args.model, "--serve", "--prompt", str(args.prompt), "--generate",
@@ -95,6 +99,9 @@ def _command(args, c: ServeCandidate) -> str:
     if s.tp > 1:
         words += ["--parallel", f"tp={s.tp}"]
     words += ["--engine", "vllm", "--device", args.device]
+    for flag, key in (("--interconnect", "interconnect"), ("--nodes-of", "gpus_per_node")):
+        if s.tp > 1 and parallel.get(key):   # (what a replica's collectives cross)
+            words += [flag, str(parallel[key])]
     for flag, value in (("--weight-dtype", s.weight_dtype), ("--kv-dtype", s.kv_dtype),
                         ("--dtype", args.dtype)):
         if value:

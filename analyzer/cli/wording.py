@@ -11,7 +11,7 @@ FLAGS = {
     "parallel": "--parallel", "parallel.world_size": "--world-size",
     "parallel.offload": "--offload", "parallel.bucket_cap_mb": "--bucket-cap-mb",
     "parallel.units": "--fsdp-units", "parallel.interconnect": "--interconnect",
-    "parallel.async_tp": "--async-tp",
+    "parallel.async_tp": "--async-tp", "parallel.gpus_per_node": "--nodes-of",
     "zoo_exporter": "--fx", "serve.prompt": "--prompt", "serve.generate": "--generate",
     "serve.kv_dtype": "--kv-dtype", "serve.weight_dtype": "--weight-dtype",
     "serve.engine": "--engine",

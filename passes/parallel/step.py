@@ -93,6 +93,7 @@ class ParallelSpec:
     # the tensor-parallel collectives overlapped by the matmuls they feed (torchtitan's async
     # TP, Megatron's --tp-comm-overlap): their time on the clock (passes/parallel/step_time.py)
     async_tp: bool = False
+    gpus_per_node: int = 8   # a dimension whose group spans more crosses the network
 
     @property
     def mesh(self) -> Mesh:

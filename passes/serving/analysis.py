@@ -217,9 +217,10 @@ class _Phase:
 def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
                    overhead: Overhead | None = None,
                    allocator: AllocatorConfig = AllocatorConfig(),
-                   link_bandwidth: float | None = None) -> Serving:
+                   link_bandwidth: float | None = None, what_if: bool = True) -> Serving:
     """The serving review of ``trace`` on ``device``; ``link_bandwidth`` (bytes/s each way):
-    the link a tensor-parallel replica's collectives cross."""
+    the link a tensor-parallel replica's collectives cross; ``what_if``: re-price the steps
+    at other dtypes."""
     overhead = overhead or Overhead()
     prefill = trace.prefill
     b = prefill.batch
@@ -268,7 +269,7 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         reserved_by_phase=phases, fit=answer,
         max_concurrent_sequences=room.sequences(ev, b, tensors) if room else None,
         max_context=max_context, positions=trace.positions,
-        what_if=_what_ifs(prefill, trace, device, room, peaks),
+        what_if=_what_ifs(prefill, trace, device, room, peaks) if what_if else (),
         curve=_curve(weights + work, after, growth, t0, weights, device, max_context),
         traced_layers=trace.traced_layers,
         uncosted_decode_nodes=sum(1 for nc in dec.costs.nodes if nc.status != "ok"),
