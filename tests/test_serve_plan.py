@@ -7,6 +7,7 @@ import json
 import pytest
 from graphcost.analyzer.app.serve_plan import ServePlanSpec, plan_serving
 from graphcost.analyzer.cli.engine_args import vllm_args
+from graphcost.analyzer.load.resolve import Step
 
 from tests.cli_runner import run_cli
 
@@ -16,10 +17,20 @@ ARGS = ["zoo:llama_tiny", "--serve", "--gpus", "2", "--device", "h100", "--promp
         str(PROMPT), "--generate", str(GENERATE), "--tp", "2"]
 
 
+NOTES: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def plan():
     spec = ServePlanSpec(2, PROMPT, GENERATE, ttft=1e-3, tp=(1, 2))
-    return plan_serving("zoo:llama_tiny", spec, {"device": "h100"})
+    return plan_serving("zoo:llama_tiny", spec, {"device": "h100"}, NOTES.append)
+
+
+def test_the_progress_counts_the_replica_programs(plan):
+    # a progress bar's steps (analyzer/load/resolve.py Step: text to any other callback)
+    steps = [n for n in NOTES if isinstance(n, Step)]
+    assert [(s.done, s.total) for s in steps] == [(1, 2), (2, 2)]
+    assert steps[1] == "tp=2, the model's weights, its KV cache (2 of at most 2)"
 
 
 def _direct(command: str) -> dict:

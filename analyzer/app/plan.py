@@ -25,7 +25,7 @@ from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.layouts import data_layouts, data_ranks, tensor_sizes
 from ...passes.parallel.mesh import Mesh, strategy_of
 from ...passes.training.precision import master_weights
-from ..load.resolve import Progress
+from ..load.resolve import Progress, Step
 from .devices import GPUS_PER_NODE
 from .report import Report
 from .request import build_request
@@ -220,7 +220,7 @@ def _evaluate(model, settings: list[Settings], base: Mapping[str, Any],
 
     def analyzed(s: Settings) -> Candidate:
         if progress:
-            progress(f"analyzing {next(done)} of at most {len(settings)}: {s.words}")
+            progress(Step(next(done), len(settings), f"analyzing {s.words}"))
         try:
             return candidate(s, analyses({**base, **s.analyze_kwargs(extra)}))
         except GraphcostError as exc:

@@ -32,7 +32,7 @@ from ...passes.serving.analysis import Serving
 from ...passes.serving.dtypes import deployed
 from ..load.loading import load
 from ..load.rebind import batch_family
-from ..load.resolve import Progress
+from ..load.resolve import Progress, Step
 from .devices import GPUS_PER_NODE
 from .pipeline import run_passes
 from .request import build_request
@@ -130,9 +130,11 @@ def plan_serving(model, spec: ServePlanSpec, base: Mapping[str, Any],
     parallel = dict(base.pop("parallel", None) or {})
     rates = _check(spec, base, parallel)
     done: list[ServeCandidate] = []
-    for tp, weight, kv in product(_tp_sizes(spec), spec.weight_dtypes, spec.kv_dtypes):
+    programs = list(product(_tp_sizes(spec), spec.weight_dtypes, spec.kv_dtypes))
+    for i, (tp, weight, kv) in enumerate(programs, 1):
         if progress:
-            progress(f"tracing tp={tp} ({weight or 'model'} weights, {kv or 'model'} KV)")
+            progress(Step(i, len(programs), f"tp={tp}, {weight or 'the model'}'s weights, "
+                                            f"{kv or 'its'} KV cache"))
         done += _replica(model, spec, ServeSettings(tp, 1, weight, kv), base, parallel,
                          progress)
     errors = [c.error for c in done if c.error is not None]

@@ -14,6 +14,7 @@ from ...passes.training.precision import CHOICES
 from ..app.devices import get_device, parse_device_spec, parse_overhead
 from ..app.units import parse_count
 from ..load.checks import DTYPE_WORDS
+from ..load.resolve import Step
 from .parallel import add_parallel_args, parallel_args
 
 
@@ -182,15 +183,37 @@ def _checkpoint_args(args) -> dict | None:
 
 
 @contextmanager
-def progress():
-    """A rich spinner on stderr while the model is read, traced and analyzed (terminals only:
-    nothing when stderr is redirected, so pipes and CI logs stay clean)."""
+def progress(bar: bool = False):
+    """A rich spinner on stderr while the model is read, traced and analyzed — ``bar``: with
+    a bar of the counted steps (a plan's candidates) — on terminals only: nothing when
+    stderr is redirected, so pipes and CI logs stay clean."""
     if not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
-    with Console(stderr=True).status("graphcost: starting") as status:
-        yield lambda msg: status.update(f"graphcost: {msg}")
+    if not bar:
+        with Console(stderr=True).status("graphcost: starting") as status:
+            yield lambda msg: status.update(f"graphcost: {msg}")
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    columns = (SpinnerColumn(), BarColumn(bar_width=20), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, console=Console(stderr=True), transient=True) as shown:
+        task = shown.add_task("starting", total=None)
+
+        def note(msg) -> None:
+            if isinstance(msg, Step):
+                shown.update(task, completed=msg.done - 1, total=msg.total, description=msg.what)
+            else:
+                shown.update(task, description=str(msg))
+        yield note
 
 
 def analysis_kwargs(args) -> dict:

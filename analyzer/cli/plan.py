@@ -80,7 +80,7 @@ def run(args) -> int:
                     global_batch=_global_batch(args, base["dims"].get("seq")),
                     tp=_sizes(args.tp), checkpoints=checkpoints,
                     node=extra.get("gpus_per_node", GPUS_PER_NODE))
-    with progress() as note:
+    with progress(bar=True) as note:
         plan = plan_training(args.model, spec, base, note)
 
     def command(c: Candidate) -> str:

@@ -57,7 +57,7 @@ def run_serve(args, sizes: tuple[int, ...] | None) -> tuple[ServePlan, str]:
                          _dtypes(args.weight_dtype, WEIGHT_DTYPES, "--weight-dtype"),
                          _dtypes(args.kv_dtype, KV_DTYPES, "--kv-dtype"),
                          extra.get("gpus_per_node", GPUS_PER_NODE))
-    with progress() as note:
+    with progress(bar=True) as note:
         plan = plan_serving(args.model, spec, base, note)
     return plan, _text(args, plan, extra)
 
