@@ -90,6 +90,16 @@ def test_the_collectives_by_hand_and_on_the_clock():
         BATCH / s.time.tpot_seconds)
 
 
+def test_vllm_computes_the_logits_of_the_last_position_alone():
+    eager = _serving(2).collectives
+    vllm = _serving(2, serve={"engine": "vllm"}).collectives
+    # the prefill's logits all-gathered: (batch, 64 positions, 1,000) fp32 as transformers'
+    # forward computes them, (batch, 1, 1,000) as vLLM does (the token it samples)
+    assert eager.prefill_all_gather_bytes == BATCH * PROMPT * 1000 * 4
+    assert vllm.prefill_all_gather_bytes == BATCH * 1000 * 4
+    assert vllm.decode_all_gather_bytes == eager.decode_all_gather_bytes == BATCH * 1000 * 4
+
+
 def test_vllm_prices_the_decode_step_as_a_cuda_graph_replay():
     eager = _serving(1, device="h100").time
     vllm = _serving(1, device="h100", serve={"engine": "vllm"}).time

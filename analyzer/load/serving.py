@@ -79,7 +79,8 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
         from ..frontends.torch.layer_stack import REPEAT_AT
         from ..frontends.torch.serve import capture
         steps = capture(r.module, batch=b, prompt=prompt, generate=generate, name=r.name,
-                        note=note, repeat_at=0 if all_layers else REPEAT_AT)
+                        note=note, repeat_at=0 if all_layers else REPEAT_AT,
+                        last_logits=serve.engine == "vllm")
     elif r.kind == "onnx":
         from ..frontends.onnx.serve import capture_onnx
         steps = capture_onnx(r.onnx, batch=b, prompt=prompt, generate=generate, name=r.name,

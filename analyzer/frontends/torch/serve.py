@@ -151,11 +151,12 @@ def _positions(model) -> int | None:
 
 
 def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, name: str,
-            note=None, repeat_at: int = REPEAT_AT) -> Steps:
+            note=None, repeat_at: int = REPEAT_AT, last_logits: bool = False) -> Steps:
     """Trace the prefill and one decode step of ``model`` (meta or fake tensors: nothing is
     allocated). A stack of ``repeat_at`` or more identical blocks is traced as three and the
     middle one repeated in the IR (analyzer/frontends/torch/repeat_layers.py): each copy gets its
-    own weights, cache tensors and activations, as a full trace would."""
+    own weights, cache tensors and activations, as a full trace would. ``last_logits``: the
+    LM head runs on each sequence's last position alone (``LastPosition``)."""
     from .layer_stack import find_stack, layers_note, truncated
     from .repeat_layers import grow_stack
 
@@ -168,7 +169,8 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     stack = find_stack(model, repeat_at) if repeat_at else None
     step = HFStep(model) if kind == "hf" else KVStep(model)
     # a mixture of experts in transformers' eager loop is costed as plain analysis costs it
-    with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes:
+    with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes, \
+            last_position(model) if last_logits else nullcontext():
         prefill, decode = _trace_both(step, model, kind, batch, prompt, generate, name, note)
     if notes:
         prefill = replace(prefill, warnings=prefill.warnings + tuple(notes))
@@ -178,11 +180,44 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
         decode = grow_stack(decode, f"model.{stack.path}", stack)
         if prefill is None or decode is None:  # not three identical blocks after all
             return capture(model, batch=batch, prompt=prompt, generate=generate, name=name,
-                           note=note, repeat_at=0)
+                           note=note, repeat_at=0, last_logits=last_logits)
     fixed = 2 if kind == "hf" else 1  # input_ids (and attention_mask) before the cache
     note_ = None if stack is None else layers_note(stack)
     return Steps(prefill, decode, prefill.outputs[1:], decode.inputs[fixed:],
                  decode.outputs[1:], kind == "kv", note_, cap)
+
+
+class LastPosition(torch.nn.Module):
+    """The LM head on each sequence's last position alone, as vLLM computes a step's logits:
+    for the token it samples (its ``LogitsProcessor`` over the last hidden state of each
+    sequence), not for every prompt position."""
+
+    def __init__(self, head: torch.nn.Module):
+        super().__init__()
+        self.head = head
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        # (batch, hidden): one row a sequence, as vLLM gathers them (a (batch, 1, hidden)
+        # slice would run as a batched product over the weight expanded per sequence)
+        return self.head(hidden[:, -1, :]).unsqueeze(1)
+
+
+@contextmanager
+def last_position(model: torch.nn.Module):
+    """``model`` with its LM head (tensor_parallel.vocab_layers finds it) on the last position
+    alone, put back as it was afterwards; as it is when it has none."""
+    from .tensor_parallel import vocab_layers
+
+    head = vocab_layers(model)[1]
+    path = next((n for n, m in model.named_modules() if m is head), None)
+    if head is None or not path:
+        yield
+        return
+    model.set_submodule(path, LastPosition(head))
+    try:
+        yield
+    finally:
+        model.set_submodule(path, head)
 
 
 def _trace_both(step, model, kind, batch, prompt, generate, name, note):
