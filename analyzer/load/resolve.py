@@ -48,6 +48,8 @@ class Step(str):
         self = super().__new__(cls, f"{what} ({done} of at most {total})")
         self.done, self.total, self.what = done, total, what
         return self
+
+
 # Files of tensors without a graph, told apart by name alone: graphcost never opens them
 # (unpickling a .pt runs code) and there is nothing in them to cost. Read as ONNX, they used
 # to fail with a protobuf DecodeError that said nothing of what to pass instead.
