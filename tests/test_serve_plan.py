@@ -123,3 +123,13 @@ def test_vllm_parses_the_arguments():
         ["--model", *args[:1], *args[1:]])
     assert (parsed.tensor_parallel_size, parsed.max_num_seqs, parsed.kv_cache_dtype) == \
         (2, 64, "fp8")
+
+
+def test_a_concatenating_cache_is_said_to_be_above_vllms():
+    # transformers' DynamicCache copies the whole cache every decode step; vLLM's paged cache
+    # appends in place: the plan prices the model as traced and says so
+    out = run_cli("plan", "zoo:hf_llama", "--serve", "--gpus", "1", "--device", "h100",
+                  "--prompt", "32", "--generate", "8", "--top", "1", env={"COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    assert "its cache concatenates (transformers' DynamicCache): each decode step copies" \
+        in out.stdout

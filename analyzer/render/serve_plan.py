@@ -41,6 +41,9 @@ def serve_plan_lines(plan: ServePlan, command: Command, top: int = 5,
                   f"memory: reserved + runtime per GPU (! over); times: estimates ± {band:.0%}",
                   ""]
     lines += _refused(plan, word)
+    if any(c.serving is not None and c.serving.cache_update == "concat" for c in shown):
+        lines += ["its cache concatenates (transformers' DynamicCache): each decode step copies",
+                  "it, as vLLM's paged cache does not — TPOT here is above vLLM's", ""]
     best = plan.best
     if best is None:
         return lines + _none(plan)

@@ -215,8 +215,7 @@ class _Phase:
 
 
 def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
-                   overhead: Overhead | None = None,
-                   allocator: AllocatorConfig = AllocatorConfig(),
+                   overhead: Overhead | None = None, allocator: AllocatorConfig = AllocatorConfig(),
                    link_bandwidth: float | None = None, what_if: bool = True) -> Serving:
     """The serving review of ``trace`` on ``device``; ``link_bandwidth`` (bytes/s each way):
     the link a tensor-parallel replica's collectives cross; ``what_if``: re-price the steps
