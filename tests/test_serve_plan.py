@@ -127,9 +127,11 @@ def test_vllm_parses_the_arguments():
 
 def test_a_concatenating_cache_is_said_to_be_above_vllms():
     # transformers' DynamicCache copies the whole cache every decode step; vLLM's paged cache
-    # appends in place: the plan prices the model as traced and says so
+    # appends in place: the plan prices the model as traced and says so (a TPOT no batch
+    # meets ends the search at its first)
     out = run_cli("plan", "zoo:hf_llama", "--serve", "--gpus", "1", "--device", "h100",
-                  "--prompt", "32", "--generate", "8", "--top", "1", env={"COLUMNS": "80"})
+                  "--prompt", "32", "--generate", "8", "--tpot", "1us", "--top", "1",
+                  env={"COLUMNS": "80"})
     assert out.returncode == 0, out.stderr
     assert "its cache concatenates (transformers' DynamicCache): each decode step copies" \
         in out.stdout

@@ -98,8 +98,9 @@ def _none(plan: ServePlan) -> list[str]:
     slow = [c for c in plan.candidates if c.status == "slow"]
     if slow:
         c = slow[0]
-        return [f"no setting meets the targets: the fastest, tp={c.settings.tp} with "
-                f"{c.settings.batch} sequences, has {c.detail}"]
+        b = c.settings.batch
+        return ["no setting meets the targets; the first to miss them:",
+                f"  tp={c.settings.tp}, {b} sequence{'s' * (b != 1)}: {c.detail}"]
     c = over[0] if over else None
     fit = c.serving.fit if c and c.serving else None
     if c is None or fit is None:
