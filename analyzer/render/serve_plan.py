@@ -99,7 +99,7 @@ def _none(plan: ServePlan) -> list[str]:
     if slow:
         c = slow[0]
         b = c.settings.batch
-        return ["no setting meets the targets; the first to miss them:",
+        return ["no setting meets the targets; the fastest that fits misses them:",
                 f"  tp={c.settings.tp}, {b} sequence{'s' * (b != 1)}: {c.detail}"]
     c = over[0] if over else None
     fit = c.serving.fit if c and c.serving else None
