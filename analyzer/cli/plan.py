@@ -29,7 +29,10 @@ def build_parser():
         "plans (none, sac, full) and batches of a training step on N GPUs; keep those whose "
         "every rank fits --device and rank them by the time estimate's tokens/s per GPU. "
         "Each candidate is what `graphcost MODEL --train --parallel MESH …` gives, and the "
-        "best's command line is printed last."), conflict_handler="resolve")
+        "best's command line is printed last. With --serve: the serving replicas (tensor-"
+        "parallel size), the sequences each serves at once and the dtypes with the most "
+        "output tokens/s within --ttft/--tpot, ending on vLLM's arguments."),
+        conflict_handler="resolve")
     add_model_args(p)
     p.add_argument("--checkpoint", metavar="none,sac,full",
                    help="the checkpoint plans to try (default all three: none, torchtitan's "
