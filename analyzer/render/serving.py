@@ -33,8 +33,8 @@ def serving_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]
     out = [
         ("serving", [f"batch {s.batch} × (prompt {s.prompt:,} + generate {s.generate:,}",
                      f"= {s.prompt + s.generate:,} tokens);", f"weights {s.weight_dtype},",
-                     f"KV cache {s.kv_dtype}"
-                     + (f"; tensor parallel {tp}: each GPU's share below" if tp > 1 else "")]),
+                     f"KV cache {s.kv_dtype}" + (";" if tp > 1 else "")]
+         + ([f"tensor parallel {tp}:", "each GPU's share below"] if tp > 1 else [])),
         ("KV cache", [f"{_b(s.kv_cache_bytes)} for the batch at {s.prompt + s.generate:,} "
                       "tokens;", f"{_b(s.kv_bytes_per_token)} per token per sequence"
                       + ("" if brief else ";")]
