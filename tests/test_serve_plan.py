@@ -7,7 +7,7 @@ import json
 import pytest
 from graphcost.analyzer.app.serve_plan import ServePlanSpec, plan_serving
 from graphcost.analyzer.cli.engine_args import vllm_args
-from graphcost.analyzer.load.resolve import Step
+from graphcost.analyzer.load.progress import Step
 
 from tests.cli_runner import run_cli
 

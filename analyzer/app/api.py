@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from ...passes.errors import GraphcostError
 from ..load.loading import load
-from ..load.resolve import Progress
+from ..load.progress import Progress
 from .api_checks import check_unknown
 from .pipeline import run_passes
 from .report import Report

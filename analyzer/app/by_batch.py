@@ -20,8 +20,8 @@ from typing import Callable
 
 from ...passes.errors import GraphcostError, opt
 from ..load.loading import load_graph, traced_once
+from ..load.progress import Progress
 from ..load.rebind import batch_family
-from ..load.resolve import Progress
 from .api import ANALYZE_ARGS, run_request
 from .api_checks import check_unknown
 from .batch_scaling import MaxBatch, estimate_max_batch, max_batch, required_bytes

@@ -18,8 +18,8 @@ from ...passes.parallel.pipeline import (
 from ...passes.parallel.step import ParallelSpec
 from ...passes.parallel.step_time import RankStep, pipeline_step_time
 from ..load.loading import load, resolve_model
+from ..load.progress import Progress
 from ..load.rank_program import pipeline_blocks
-from ..load.resolve import Progress
 from .pipeline import NO_COMM, NO_PARALLEL_TIME, refit, run_passes, step_work, with_run
 from .report import Report
 from .request import Request

@@ -25,7 +25,7 @@ from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.layouts import data_layouts, data_ranks, tensor_sizes
 from ...passes.parallel.mesh import Mesh, strategy_of
 from ...passes.training.precision import master_weights
-from ..load.resolve import Progress, Step
+from ..load.progress import Progress, Step
 from .devices import GPUS_PER_NODE
 from .report import Report
 from .request import build_request

@@ -31,8 +31,8 @@ from ...passes.parallel.layouts import tensor_sizes
 from ...passes.serving.analysis import Serving
 from ...passes.serving.dtypes import deployed
 from ..load.loading import load
+from ..load.progress import Progress, Step
 from ..load.rebind import batch_family
-from ..load.resolve import Progress, Step
 from .devices import GPUS_PER_NODE
 from .pipeline import run_passes
 from .request import build_request
@@ -208,13 +208,13 @@ def _by_batch(model, spec: ServePlanSpec, s: ServeSettings, base: Mapping[str, A
     def request(b: int):
         return build_request(**{**base, **replace(s, batch=b).analyze_kwargs(spec, parallel)})
 
-    traced: dict[int, tuple] = {}
+    traced: dict[int, tuple] = {}   # batch -> (the report's graph, the serving trace)
 
     def traced_at(b: int) -> tuple:
         if b not in traced:
             r = request(b)
             loaded = load(model, r.load, progress=progress, serve=r.serve)
-            traced[b] = (loaded.graph, loaded.serving, r.passes)
+            traced[b] = (loaded.graph, loaded.serving)
         return traced[b]
 
     one, two = traced_at(1)[1], traced_at(2)[1]
@@ -223,7 +223,7 @@ def _by_batch(model, spec: ServePlanSpec, s: ServeSettings, base: Mapping[str, A
 
     def at(b: int) -> Serving:
         if b in (1, 2) or prefill is None or decode is None:
-            graph, trace, _ = traced_at(b)
+            graph, trace = traced_at(b)
         else:
             trace = replace(one, prefill=prefill(b), decode=decode(b))
             graph = deployed(trace.prefill, trace.prefill_cache, trace.weight_dtype,

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from ..load.loading import load
 from ..load.options import LoadOptions
-from ..load.resolve import Progress
+from ..load.progress import Progress
 from .pipeline import PassMemo, run_passes
 from .report import Report
 from .request import build_request

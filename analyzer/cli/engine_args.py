@@ -76,8 +76,10 @@ def torchrun_line(gpus: int, args: list[str] | None,
 
 # The published checkpoints the zoo's Llama 3.1 decoders have the shapes of (vLLM serves a
 # checkpoint by its hub id); a hub id names itself
-HUB_IDS = {"zoo:llama3_8b": "meta-llama/Llama-3.1-8B", "zoo:llama3_70b": "meta-llama/Llama-3.1-70B",
-           "zoo:llama3_405b": "meta-llama/Llama-3.1-405B", "zoo:llama7b": "meta-llama/Llama-2-7b-hf"}
+HUB_IDS = {"zoo:llama3_8b": "meta-llama/Llama-3.1-8B",
+           "zoo:llama3_70b": "meta-llama/Llama-3.1-70B",
+           "zoo:llama3_405b": "meta-llama/Llama-3.1-405B",
+           "zoo:llama7b": "meta-llama/Llama-2-7b-hf"}
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 # graphcost's dtypes -> vLLM's --kv-cache-dtype, and the weight-only quantization vLLM runs
 # for a weight dtype (fp8: its dynamic fp8 quantization; int8/int4 need a quantized checkpoint)

@@ -14,7 +14,7 @@ from ...passes.training.precision import CHOICES
 from ..app.devices import get_device, parse_device_spec, parse_overhead
 from ..app.units import parse_count
 from ..load.checks import DTYPE_WORDS
-from ..load.resolve import Step
+from ..load.progress import Step
 from .parallel import add_parallel_args, parallel_args
 
 

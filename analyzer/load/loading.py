@@ -19,10 +19,10 @@ from ...passes.ir import Graph
 from ...passes.serving.analysis import ServingTrace
 from .checks import check_dtype_applies
 from .options import LoadOptions
+from .progress import Progress
 from .rank_program import in_pipeline_stage, in_tensor_parallel
 from .resolve import (
     Bindings,
-    Progress,
     Resolved,
     batch_of,
     in_dtype,

@@ -23,33 +23,17 @@ import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ...passes.errors import GraphcostError, did_you_mean, opt
 from .model_names import file_class, model_text, not_a_class
+from .progress import Progress
 
 ZOO_PREFIX = "zoo:"
 TIMM_PREFIX = "timm:"
 # torch.export names the sizes the data decides u0, u1… (unbacked symbols): a --dim of that
 # name sets such a size's maximum on the torch route (analyzer/frontends/torch/bounded_trace.py)
 UNBACKED = re.compile(r"u\d+")
-Progress = Callable[[str], None]
-
-
-class Step(str):
-    """A counted step of a long search (a plan's candidates) for a progress bar: the
-    ``done``-th of at most ``total``, and ``what`` it is; text like any progress message to
-    a callback that shows text."""
-    done: int
-    total: int
-    what: str
-
-    def __new__(cls, done: int, total: int, what: str) -> "Step":
-        self = super().__new__(cls, f"{what} ({done} of at most {total})")
-        self.done, self.total, self.what = done, total, what
-        return self
-
-
 # Files of tensors without a graph, told apart by name alone: graphcost never opens them
 # (unpickling a .pt runs code) and there is nothing in them to cost. Read as ONNX, they used
 # to fail with a protobuf DecodeError that said nothing of what to pass instead.

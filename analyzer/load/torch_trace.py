@@ -18,7 +18,8 @@ from ...passes.errors import GraphcostError, opt
 from ...passes.graph.attention_dispatch import AttentionTarget
 from ...passes.ir import AttentionKernel, Graph
 from .options import LoadOptions
-from .resolve import Progress, Resolved, batch_of
+from .progress import Progress
+from .resolve import Resolved, batch_of
 
 
 def torch_graph(r: Resolved, note: Progress, load: LoadOptions, rebindable: bool = False

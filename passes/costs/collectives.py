@@ -3,7 +3,7 @@ module calls (analyzer/frontends/torch/tensor_parallel.py). They do no arithmeti
 counts (an all-reduce's adds happen across the link), move their bytes through memory, and
 ``COLLECTIVES`` says which collective each is, for the parallel pass to add up the ``tp``
 dimension's communication (passes/parallel/tensor.py) and the serving pass a tensor-parallel
-replica's (passes/serving/analysis.py): ``tp_collectives`` counts a graph's, and
+replica's (passes/serving/timing.py): ``tp_collectives`` counts a graph's, and
 ``ring_seconds`` prices them on a link by the α–β model of a ring collective
 
     seconds = wire / (BUS_SHARE × link bandwidth) + ALPHA_S × its collective calls

@@ -39,11 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..costs import CostReport, count_costs
-from ..costs.collectives import ring_seconds, ring_wire, tp_collectives
 from ..device.fits import Fit, Overhead, fit
-from ..device.gpu_engine import datasheet_band, datasheet_engine
 from ..device.roofline import roofline
-from ..device.time_estimate import estimate_time
 from ..device_rates import DeviceRates
 from ..graph.params import count_params
 from ..ir import Graph, ValueKind
@@ -54,6 +51,7 @@ from ..memory.peak import Peak
 from ..serving import dtypes as sd
 from .capacity import ServingRoom, Tensors
 from .reserved import ServingEvents, serving_events, serving_reserved
+from .timing import Collectives, ServingTime, count_collectives, serving_time
 
 WHAT_IFS = (("int8", None), ("int4", None), ("fp8", None), (None, "fp8"), (None, "int8"))
 CURVE_POINTS = 16
@@ -109,38 +107,6 @@ class Decode:
     memory_seconds: float | None
     bound: str | None
     bandwidth_bound_seconds: float | None  # (weight bytes + KV bytes) / bandwidth
-
-
-@dataclass(frozen=True)
-class ServingTime:
-    """The two steps estimated on a GPU (passes/device/gpu_engine.py: the datasheet's rates
-    at published kernel shares), as ``engine`` runs them — eager PyTorch as transformers'
-    generate does (host time per op included), or vLLM's way: torch.compile's kernels, the
-    decode step replayed from a CUDA graph (no host time per op) — time to the first token
-    (the prefill), time per output token (one decode step at the full context), with the
-    band of the published runs. A tensor-parallel replica's collectives sit between the
-    matmuls that need them: each step's are added, exposed (``*_communication_seconds``)."""
-    ttft_seconds: float
-    tpot_seconds: float
-    tokens_per_second: float         # the batch's output tokens: batch / TPOT
-    band: float
-    host_bound: bool                 # the decode step waits on eager PyTorch's host
-    engine: str = "eager"
-    prefill_communication_seconds: float = 0.0
-    decode_communication_seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class Collectives:
-    """A tensor-parallel replica's collectives in each step, per rank (passes/costs/
-    collectives.py): the all-reduced and all-gathered bytes and the calls."""
-    tensor_parallel: int
-    prefill_all_reduce_bytes: int
-    prefill_all_gather_bytes: int
-    prefill_calls: int
-    decode_all_reduce_bytes: int
-    decode_all_gather_bytes: int
-    decode_calls: int
 
 
 @dataclass(frozen=True)
@@ -217,15 +183,15 @@ class _Phase:
 def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
                    overhead: Overhead | None = None, allocator: AllocatorConfig = AllocatorConfig(),
                    link_bandwidth: float | None = None, what_if: bool = True) -> Serving:
-    """The serving review of ``trace`` on ``device``; ``link_bandwidth`` (bytes/s each way):
-    the link a tensor-parallel replica's collectives cross; ``what_if``: re-price the steps
-    at other dtypes."""
+    """The serving review of ``trace`` on ``device`` (``link_bandwidth``, bytes/s each way: a
+    tensor-parallel replica's link; ``what_if``: re-price the steps at other dtypes)."""
     overhead = overhead or Overhead()
     prefill = trace.prefill
     b = prefill.batch
     peaks: dict = {}
     pre, dec, weights, kv = _priced(prefill, trace, trace.weight_dtype, trace.kv_dtype, device,
                                     peaks)
+    collectives = count_collectives(pre.graph, dec.graph, trace.tensor_parallel)  # (re-typed)
     before, after = _cache_bytes(dec.graph, trace)
     growth = after - before                      # the batch's cache growth per token
     work = max(pre.work, dec.work)
@@ -272,48 +238,19 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         curve=_curve(weights + work, after, growth, t0, weights, device, max_context),
         traced_layers=trace.traced_layers,
         uncosted_decode_nodes=sum(1 for nc in dec.costs.nodes if nc.status != "ok"),
-        time=_serving_time(pre, dec, device, trace, link_bandwidth),
-        collectives=_collectives(pre.graph, dec.graph, trace.tensor_parallel))
+        time=_serving_time(pre, dec, device, trace, collectives, link_bandwidth),
+        collectives=collectives)
 
 
 def _serving_time(pre: _Phase, dec: _Phase, device: DeviceRates | None, trace: ServingTrace,
+                  collectives: Collectives | None,
                   link_bandwidth: float | None) -> ServingTime | None:
     """The datasheet estimate of both steps (a GPU, a traced PyTorch model)."""
     if device is None or not device.is_gpu or pre.graph.source == "onnx":
         return None
-    vllm = trace.engine == "vllm"
-    engine = datasheet_engine(device, compiled=vllm)
     assert pre.costs is not None and dec.costs is not None   # (the whole review costs both)
-    ttft, tpot = (estimate_time(graph, costs.nodes, engine, profile=device.name,
-                                engine_name="torch", basis="datasheet", compiled=vllm)
-                  for graph, costs in ((pre.graph, pre.costs), (dec.graph, dec.costs)))
-    # a CUDA graph's replay launches the decode step's kernels without the host
-    decode = tpot.arithmetic_seconds + tpot.memory_seconds + tpot.launch_seconds if vllm \
-        else tpot.seconds
-    comm = [_exposed(g, trace.tensor_parallel, link_bandwidth) for g in (pre.graph, dec.graph)]
-    b = pre.graph.batch
-    step = decode + comm[1]
-    return ServingTime(ttft.seconds + comm[0], step, b / step, datasheet_band(engine),
-                       tpot.host_bound and not vllm, trace.engine, *comm)
-
-
-def _exposed(graph: Graph, tp: int, link_bandwidth: float | None) -> float:
-    """A tensor-parallel step's collectives on its link: all exposed (each sits between
-    the matmuls that need it)."""
-    if tp <= 1:
-        return 0.0
-    if link_bandwidth is None:
-        raise ValueError("a tensor-parallel replica's time needs the link its ranks share")
-    c = tp_collectives(graph)
-    return ring_seconds(ring_wire(c, tp), c["calls"], link_bandwidth)
-
-
-def _collectives(prefill: Graph, decode: Graph, tp: int) -> Collectives | None:
-    if tp <= 1:
-        return None
-    p, d = tp_collectives(prefill), tp_collectives(decode)
-    return Collectives(tp, p["all_reduce"], p["all_gather"], p["calls"], d["all_reduce"],
-                       d["all_gather"], d["calls"])
+    return serving_time(pre.graph, pre.costs, dec.graph, dec.costs, device, trace.engine,
+                        collectives, link_bandwidth)
 
 
 def _priced(prefill: Graph, trace: ServingTrace, weight: str | None, kv: str | None,
