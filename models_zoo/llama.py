@@ -119,11 +119,15 @@ class Llama(nn.Module):
         head_dim = cfg.d_model // cfg.n_head
         inv_freq = 1.0 / (cfg.rope_base ** (torch.arange(0, head_dim, 2).float() / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # the positions the rotary embedding covers where the input is not the whole sequence:
+        # a later pipeline stage under sequence parallelism receives its sequence shard, and
+        # its attention sees the whole (torchtitan slices its rotary table to that length)
+        self.positions: int | None = None
 
     def forward(self, input_ids: torch.Tensor, past_key_values=None, use_cache: bool = False):
         """Logits; with ``use_cache`` (or a cache given), (logits, ((k, v) per layer)) where
         k, v are the new tokens' keys and values, to be appended to ``past_key_values``."""
-        s = input_ids.shape[1]
+        s = self.positions or input_ids.shape[1]
         start = past_length(past_key_values)
         pos = torch.arange(start, start + s, device=input_ids.device, dtype=torch.float32)
         freqs = torch.outer(pos, self.inv_freq.float())  # the angles in fp32 at any dtype

@@ -150,13 +150,15 @@ def test_the_rank_program_holds_its_shards_and_names_its_collectives():
     # block's o/down outputs reduce-scattered (5), the attention's, the MLP's and the head's
     # inputs all-gathered (5); backward the mirror (5 + 5). Loss parallel: no logits gathered;
     # the cross-entropy all-reduces each of its 128 rows' max, sum of exponentials and target
-    # log-probability (3 × 128 × 4 B). Ring over 2 ranks: half of a reduce-scatter or an
-    # all-gather crosses the link, all of an all-reduce.
+    # log-probability (3 × 128 × 4 B). The embedding's gradient: DTensor makes the whole
+    # table's, partial (1,000 × 128 fp32 = 512,000 B), and reduce-scatters it onto the rank's
+    # rows. Ring over 2 ranks: half of a reduce-scatter or an all-gather crosses the link,
+    # all of an all-reduce.
     c = rank.comm
     assert (c.reduce_scatter_bytes, c.all_gather_bytes, c.all_reduce_bytes) == \
-        (10 * 65_536, 10 * 65_536, 3 * 128 * 4)
-    assert c.collectives == 23
-    assert c.wire_bytes == c.by_dim["tp"] == 10 * 65_536 + 3 * 128 * 4
+        (10 * 65_536 + 512_000, 10 * 65_536, 3 * 128 * 4)
+    assert c.collectives == 24
+    assert c.wire_bytes == c.by_dim["tp"] == 10 * 65_536 + 512_000 // 2 + 3 * 128 * 4
     r = analyze("zoo:llama_tiny", batch=2, train=True, what_if=False,
                 parallel={"mesh": "tp=2"})
     assert "loss parallel: each of 2 ranks on its vocabulary slice" in r.training.loss
@@ -182,10 +184,11 @@ def test_transformers_plan_all_reduces_without_sequence_parallelism():
     # hf_llama: batch 2, seq 32, d 64, vocab 512, 2 layers, fp32: (2, 32, 64) = 16,384 B. Forward
     # the embedding's and each block's o/down outputs all-reduced (5), backward each of the
     # 11 column-wise linears' input gradients (q, k, v, gate, up per block, the head): 16;
-    # the logits' all-gather (2, 32, 512) = 131,072 B
+    # the logits' all-gather (2, 32, 512) = 131,072 B; the embedding's whole-table partial
+    # gradient (512 × 64 fp32 = 131,072 B) reduce-scattered onto the rank's rows
     assert (c.all_reduce_bytes, c.all_gather_bytes, c.reduce_scatter_bytes) == \
-        (16 * 16_384, 131_072, 0)
-    assert c.wire_bytes == 16 * 16_384 + 131_072 // 2
+        (16 * 16_384, 131_072, 131_072)
+    assert c.wire_bytes == 16 * 16_384 + 131_072 // 2 + 131_072 // 2
 
 
 @every_torch

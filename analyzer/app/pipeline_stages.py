@@ -1,28 +1,48 @@
-"""A pipeline-parallel analysis (``--parallel pp=N``): the whole model traced at the
-micro-batch for the report's counts, then each distinct stage program traced and laid out by
-the schedule (passes/parallel/pipeline.py) into the report's ``pipeline`` section."""
+"""A pipeline-parallel analysis (``--parallel pp=N``, beside ``dp_shard``/``dp_replicate``
+and ``tp``): the whole model traced at the micro-batch for the report's counts, then each
+distinct stage program traced (cut to its blocks, then rewritten into its tensor-parallel
+rank's program) and laid out by the schedule (passes/parallel/pipeline.py) into the
+report's ``pipeline`` section — under fully_shard, each stage's rank holds its shards."""
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any, Sequence
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any, Mapping, Sequence
 
+from ...passes.choices import Strategy
 from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
+from ...passes.parallel.comm import CommVolume
+from ...passes.parallel.mesh import mesh_of
 from ...passes.parallel.pipeline import (
+    Shards,
     StageStep,
     check_schedule,
     pipeline_memory,
+    stage_comm,
     stage_layers,
     stage_step,
 )
 from ...passes.parallel.step import ParallelSpec
 from ...passes.parallel.step_time import RankStep, pipeline_step_time
+from ...passes.parallel.tensor import with_tensor_parallel
+from ...passes.training.precision import master_weights
 from ..load.loading import load, resolve_model
 from ..load.progress import Progress
 from ..load.rank_program import pipeline_blocks
+from .devices import node_links
 from .pipeline import NO_COMM, NO_PARALLEL_TIME, refit, run_passes, step_work, with_run
 from .report import Report
 from .request import Request
+
+SHARDING = (Strategy.FSDP, Strategy.ZERO3, Strategy.ZERO2)   # fully_shard's
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """One distinct stage program's rank: its micro-batch step, kernels and tp collectives."""
+    step: StageStep
+    time: TimeEstimate | None
+    tp: CommVolume            # one micro-batch's tensor-parallel collectives
 
 
 def run_pipeline(model, request: Request, spec: ParallelSpec,
@@ -35,49 +55,124 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
                              f"({batch}) must divide into that many micro-batches")
     check_schedule(spec.schedule, micro, spec.pp)   # (before any trace)
+    _check_data(spec)
     at_micro = replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None)
-    whole = load(model, at_micro, example_inputs, progress).graph
-    report = run_passes(whole, passes)
+    report = run_passes(load(model, at_micro, example_inputs, progress).graph, passes)
     if request.passes.profile is not None:   # (a calibrated profile: no collectives)
         report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     report = replace(report, time=None)   # (one micro-batch's kernels are not the step)
-    stage_passes = replace(passes, what_if=False, include_inputs=False)
     n_layers = pipeline_blocks(resolve_model(model, at_micro, example_inputs))
-    traced: dict[tuple, StageStep] = {}
-    clocks: dict[tuple, TimeEstimate] = {}
-    steps = []
-    for i in range(spec.pp):
-        blocks = stage_layers(n_layers, i, spec.pp)
-        key = (i == 0, i == spec.pp - 1, len(blocks))
-        if key not in traced:   # one trace per distinct stage program
-            if progress:
-                progress(f"tracing pipeline stage {i + 1} of {spec.pp}")
-            graph = load(model, replace(at_micro, pipeline_stage=(i, spec.pp)),
-                         example_inputs, progress).graph
-            stage = run_passes(graph, stage_passes)
-            assert stage.training is not None  # (a training request)
-            traced[key] = stage_step(graph, stage.training, i == 0, i == spec.pp - 1)
-            if stage.time is not None:
-                clocks[key] = stage.time
-        steps.append((traced[key], (blocks.start, blocks.stop)))
-    report = replace(report, pipeline=pipeline_memory(steps, spec.schedule, micro,
-                                                      batch // micro))
-    if clocks and request.passes.profile is None:
+    stages = _stages(model, at_micro, request, spec, n_layers, example_inputs, progress)
+    mesh = {**{"pp": spec.pp}, **{k: n or 0 for k, n in mesh_of(
+        spec.strategy, spec.world_size, spec.replicate, spec.tp).dims}}
+    memory = pipeline_memory([(st.step, layers) for st, layers in stages], spec.schedule,
+                             micro, batch // micro)
+    worst = memory.worst_stage
+    comm = stage_comm(stages[worst][0].step, stages[worst][0].tp, mesh, micro,
+                      worst == 0, worst == spec.pp - 1)
+    report = replace(report, pipeline=replace(memory, mesh=mesh, comm=comm))
+    clocks = [st.time for st, _ in stages]
+    if all(clocks) and request.passes.profile is None:
         report = replace(report, time=with_run(_pipeline_time(
-            report, list(clocks.values()), spec, micro, request), request.passes))
+            report, stages, mesh, spec, micro, request), request.passes))
     return refit(report, request.passes)   # the worst stage decides it
 
 
-def _pipeline_time(whole: Report, stages: list[TimeEstimate], spec: ParallelSpec,
-                   micro: int, request: Request) -> TimeEstimate:
-    """The step's time from each distinct stage's for one micro-batch: ``whole`` is the
-    whole model at the micro-batch (its FLOPs, ``micro`` of them a step, over ``spec.pp``
-    GPUs)."""
-    seq = whole.dims.get("seq")
-    flops, recompute, peak = step_work(whole, request.passes.device)
-    batch = request.load.batch or 1
-    rank = RankStep(NO_COMM, {"pp": spec.pp}, spec.strategy, batch * seq if seq else None,
-                    spec.pp, flops * micro // spec.pp, recompute * micro // spec.pp, peak)
-    return pipeline_step_time(stages, micro, rank)
+def _check_data(spec: ParallelSpec) -> None:
+    """A pipeline's data dimension is fully_shard's (torchtitan's), or none."""
+    if spec.world_size is None:
+        raise GraphcostError(f"{opt('parallel.world_size', value='auto')} with pipeline "
+                             "stages: give the data dimension's size")
+    if spec.strategy not in SHARDING and spec.world_size * spec.replicate > 1:
+        raise GraphcostError(f"{opt('parallel', value=spec.strategy)} beside pipeline stages: "
+                             "modelled for fully_shard (dp_shard, HSDP), as torchtitan runs "
+                             "pipelines; ddp and zero1 are not")
 
+
+def _stages(model, at_micro, request: Request, spec: ParallelSpec, n_layers: int,
+            example_inputs, progress) -> list[tuple[_Stage, tuple[int, int]]]:
+    """Every stage's rank with its blocks; each distinct stage program traced once — a stage
+    of more than ``SHORT`` blocks as two short ones (``_per_block``)."""
+    sharded = spec.strategy in SHARDING
+    shards = Shards(spec.world_size or 1, 2 if master_weights(request.passes.precision)
+                    else 1) if sharded else None
+    stage_passes = replace(request.passes, parallel=None, profile=None, what_if=False,
+                           include_inputs=False)
+
+    short: dict[tuple, _Stage] = {}
+
+    def traced(i: int, blocks: int | None) -> _Stage:
+        key = (i == 0, i == spec.pp - 1, blocks)
+        if blocks is not None and key in short:   # (the same short program)
+            return short[key]
+        if progress:
+            progress(f"tracing pipeline stage {i + 1} of {spec.pp}"
+                     + (f" ({blocks} of its blocks)" if blocks else ""))
+        graph = load(model, replace(at_micro, pipeline_stage=(i, spec.pp),
+                                    stage_blocks=blocks), example_inputs, progress).graph
+        stage = run_passes(graph, stage_passes)
+        assert stage.training is not None  # (a training request)
+        plan = stage.training.checkpoint   # (its step, when it has one, is the step run)
+        step = plan.checkpointed if plan is not None else stage.training
+        short[key] = _Stage(stage_step(graph, step, i == 0, i == spec.pp - 1, shards),
+                            stage.time, with_tensor_parallel(
+                                NO_COMM, graph, spec.tp,
+                                plan.recomputed if plan else frozenset()))
+        return short[key]
+
+    done: dict[tuple, _Stage] = {}
+    out = []
+    for i in range(spec.pp):
+        blocks = stage_layers(n_layers, i, spec.pp)
+        key = (i == 0, i == spec.pp - 1, len(blocks))
+        if key not in done:
+            n = len(blocks)
+            done[key] = traced(i, None) if n <= SHORT else \
+                _per_block(traced(i, SHORT - 1), traced(i, SHORT), n - SHORT)
+        out.append((done[key], (blocks.start, blocks.stop)))
+    return out
+
+
+# A stage of more blocks than this is traced with SHORT − 1 and SHORT of them: every figure
+# of its step (bytes held and made, peaks, kernels' seconds, collectives) grows by the same
+# amount with each block of a repeated stack, as the repeated-layer trace's does
+# (frontends/torch/repeat_layers.py); tests/test_pipeline_parallel.py checks it against the
+# whole stage's trace.
+SHORT = 3
+
+
+def _per_block(a, b, more: int):
+    """``b`` (a dataclass of one stage's figures with one block more than ``a``) with
+    ``more`` blocks more: each number grown by its difference, ``b − a``, per block (a
+    constant stays; mappings and nested dataclasses field by field)."""
+    if is_dataclass(b) and not isinstance(b, type):
+        return replace(b, **{f.name: _per_block(getattr(a, f.name), getattr(b, f.name), more)
+                             for f in fields(b)})
+    if isinstance(b, Mapping):
+        return {k: _per_block(a.get(k, 0), v, more) for k, v in b.items()}
+    if isinstance(b, bool) or not isinstance(b, (int, float)) or \
+            not isinstance(a, (int, float)):
+        return b
+    return b + more * (b - a)
+
+
+def _pipeline_time(report: Report, stages: list, mesh: dict, spec: ParallelSpec,
+                   micro: int, request: Request) -> TimeEstimate:
+    """The step's time from each distinct stage's for one micro-batch: ``report`` is the
+    whole model (its tensor-parallel rank) at the micro-batch (its FLOPs, ``micro`` of them
+    a step, over ``spec.pp`` GPUs of a data rank's pipeline)."""
+    o = request.passes
+    assert o.device is not None
+    seq = report.dims.get("seq")
+    flops, recompute, peak = step_work(report, o.device)
+    batch = request.load.batch or 1
+    data = (spec.world_size or 1) * spec.replicate
+    world = data * spec.tp * spec.pp
+    rank = RankStep(NO_COMM, mesh, spec.strategy, batch * data * seq if seq else None, world,
+                    flops * micro // spec.pp, recompute * micro // spec.pp, peak)
+    links = node_links(o.device, spec.interconnect, spec.gpus_per_node)
+    comms = [stage_comm(st.step, st.tp, mesh, micro, i == 0, i == spec.pp - 1)
+             for i, (st, _) in enumerate(stages)]
+    return pipeline_step_time([st.time for st, _ in stages], micro, rank, comms, links,
+                              spec.async_tp, spec.world_size or 1)

@@ -65,8 +65,8 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
                 train=load.train, materialize=materialize, note=progress)
     r = in_dtype(check_dtype_applies(r, load.dtype), load.dtype, load.train)
     r = in_recipe_dtype(r, load.cast) if load.train else r
-    r = in_pipeline_stage(r, load.pipeline_stage)
-    return in_tensor_parallel(r, load.tensor_parallel)
+    r = in_pipeline_stage(r, load.pipeline_stage, load.stage_blocks)
+    return in_tensor_parallel(r, load.tensor_parallel, stage=load.pipeline_stage)
 
 
 def load_graph(model, load: LoadOptions = LoadOptions(),

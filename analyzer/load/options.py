@@ -43,6 +43,9 @@ class LoadOptions:
     tensor_parallel: int = 1
     # (stage, stages): the module cut to one pipeline stage (frontends/torch/pipeline_stages.py)
     pipeline_stage: tuple[int, int] | None = None
+    # the stage cut to its first N blocks (a long stage's per-block step is read off two
+    # short ones: analyzer/app/pipeline_stages.py)
+    stage_blocks: int | None = None
 
     def __post_init__(self):
         check_arguments(batch=self.batch, dims=self.dims, input_shapes=self.input_shapes,

@@ -17,10 +17,11 @@ def pipeline_blocks(r: Resolved) -> int:
     return block_count(r.module) if r.kind == "torch" else 0
 
 
-def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None) -> Resolved:
+def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None,
+                      blocks: int | None = None) -> Resolved:
     """One pipeline stage (``(stage, stages)``; None: ``r`` itself): a PyTorch module cut to
-    the stage, its inputs the stage's at the same micro-batch (frontends/torch/
-    pipeline_stages.py; the caller's module is copied)."""
+    the stage (``blocks``: to its first that many), its inputs the stage's at the same
+    micro-batch (frontends/torch/pipeline_stages.py; the caller's module is copied)."""
     if stage is None:
         return r
     index, stages = stage
@@ -36,15 +37,17 @@ def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None) -> Resolved:
     if ids is None or ids.dim() != 2 or ids.is_floating_point():
         raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: a pipeline's first "
                              "stage takes token ids of shape (batch, seq)")
-    module = pipeline_stage(r.module, index, stages)
+    module = pipeline_stage(r.module, index, stages, blocks)
     return replace(r, module=LastStage(module) if index == stages - 1 else module,
                    inputs=stage_inputs(r.module, ids, index, stages), kwargs={})
 
 
-def in_tensor_parallel(r: Resolved, group: int, *, serving: bool = False) -> Resolved:
+def in_tensor_parallel(r: Resolved, group: int, *, serving: bool = False,
+                       stage: tuple[int, int] | None = None) -> Resolved:
     """One of ``group`` tensor-parallel ranks (1: ``r`` itself): a PyTorch module rewritten
     into the rank's program (frontends/torch/tensor_parallel.py; the caller's is copied) —
-    ``serving``: under a serving engine's plan (no sequence parallelism)."""
+    ``serving``: under a serving engine's plan (no sequence parallelism); ``stage``: the
+    pipeline stage ``r`` was cut to (``in_pipeline_stage``)."""
     if group == 1:
         return r
     if r.kind != "torch":
@@ -52,6 +55,15 @@ def in_tensor_parallel(r: Resolved, group: int, *, serving: bool = False) -> Res
                              "rewrites a PyTorch module's linears; trace the PyTorch model (an "
                              f"{'ONNX graph' if r.kind == 'onnx' else 'exported program'} "
                              "is fixed)")
-    from ..frontends.torch.tensor_parallel import tensor_parallel
-    return replace(r, module=tensor_parallel(r.module, group,
-                                             sequence=False if serving else None))
+    from ..frontends.torch.tensor_parallel import is_transformers, tensor_parallel
+    module = tensor_parallel(r.module, group, sequence=False if serving else None)
+    if serving or not stage or not stage[0] or is_transformers(r.module):
+        return replace(r, module=module)
+    # a later pipeline stage under sequence parallelism receives the previous stage's
+    # sequence shard (its last block's row-wise linears scatter the sequence)
+    hidden, *rest = r.inputs
+    for m in module.modules():   # (the zoo's Llama: where its rotary embedding is made)
+        if hasattr(m, "positions"):
+            m.positions = hidden.shape[1]
+    return replace(r, module=module,
+                   inputs=(hidden.narrow(1, 0, hidden.shape[1] // group), *rest))

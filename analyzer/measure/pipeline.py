@@ -3,120 +3,187 @@ pipelining`` on gloo ranks, 127.0.0.1): what graphcost's per-stage predictions (
 parallel/pipeline.py) are checked against.
 
 Each rank builds the zoo model with seeded weights, cuts its stage as graphcost does
-(frontends/torch/pipeline_stages.py), wraps it in ``PipelineStage`` and runs ``ScheduleGPipe``
-or ``Schedule1F1B`` with torchtitan's loss (fp32 cross-entropy) and Adam, steps 1 to 3.
+(frontends/torch/pipeline_stages.py), and applies what torchtitan applies on its mesh
+(``pp``, ``dp_shard``, ``tp``, outer to inner): the tensor-parallel plan (analyzer/measure/
+tensor_plan.py, DTensor's own styles), then ``fully_shard`` on each block and on the stage
+with ``reshard_after_forward=False`` (torchtitan's default beside a pipeline; a master
+recipe's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``); it wraps the stage in
+``PipelineStage`` and runs ``ScheduleGPipe`` or ``Schedule1F1B`` with torchtitan's loss (fp32
+cross-entropy) and Adam, steps 1 to 3.
+
 MemTracker cannot watch a pipelined step (its module hooks meet the schedule's
-``autograd.grad`` and raise), so ``LiveBytes`` counts instead: a dispatch mode that adds
-every storage an op makes while it is active, drops it when the storage is freed, and starts
-from the parameters, buffers and optimizer state — the peak of what is alive. What the
-library allocated in an earlier step and keeps (its receive buffers) is not counted.
+``autograd.grad`` and raise), and fully_shard allocates its gathered parameters by resizing
+storages, which no dispatch mode sees; so the count is the CPU allocator's own, as the
+profiler records it (``profile_memory=True``: every allocation and free with its address):
+from the parameters, buffers and optimizer state alive at the step's start, each block the
+step allocates is added and dropped when it is freed. What the library allocated in an
+earlier step and keeps (its receive buffers) is not counted.
 """
 from __future__ import annotations
 
 import json
 import os
 import tempfile
-import weakref
+from dataclasses import asdict, dataclass
 
 from .parallel import free_port
 
 
-class LiveBytes:
-    """A dispatch mode's peak of the bytes alive (see the module docstring)."""
+@dataclass(frozen=True)
+class PipelineRun:
+    """A real pipelined step: the model, schedule and mesh."""
+    model: str
+    schedule: str               # gpipe | 1f1b
+    stages: int
+    batch: int                  # sequences a data rank's step takes
+    microbatches: int
+    dp_shard: int = 1           # fully_shard over this many ranks (1: not wrapped)
+    tp: int = 1
+    master: bool = False        # bf16 parameters over fp32 shards (MixedPrecisionPolicy)
 
-    def __init__(self, known=()):
-        import torch
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
-
-        tracker = self
-        self.seen: dict[int, int] = {}
-        self.live = 0
-        for t in known:
-            self._add(t)
-        self.peak = self.live
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                for t in tree_leaves(out):
-                    if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                        tracker._add(t)
-                tracker.peak = max(tracker.peak, tracker.live)
-                return out
-        self.mode = _Mode()
-
-    def _add(self, t) -> None:
-        st = t.untyped_storage()
-        key = st.data_ptr()
-        if key in self.seen or st.nbytes() == 0:
-            return
-        self.seen[key] = st.nbytes()
-        self.live += st.nbytes()
-        weakref.finalize(st, self._free, key)
-
-    def _free(self, key: int) -> None:
-        self.live -= self.seen.pop(key, 0)
+    @property
+    def world(self) -> int:
+        return self.stages * self.dp_shard * self.tp
 
 
-def measure_pipeline(model: str, schedule: str, stages: int, batch: int,
-                     microbatches: int) -> dict[int, list[int]]:
-    """Each stage's peak bytes in steps 1, 2 and 3: {stage: [peak, peak, peak]}."""
+def allocated_peak(prof) -> int:
+    """The most bytes a profiled region had allocated at once beyond what it started with:
+    each allocation counted until it is freed (frees of older blocks are not counted)."""
+    events = []
+
+    def walk(node) -> None:
+        fields = node.extra_fields
+        if type(fields).__name__ == "_ExtraFields_Allocation":
+            events.append((node.start_time_ns, fields.ptr, fields.alloc_size))
+        for child in node.children:
+            walk(child)
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root)
+    live = peak = 0
+    made: dict[int, int] = {}
+    for _, ptr, size in sorted(events):
+        if size > 0:
+            made[ptr] = size
+            live += size
+        elif ptr in made:
+            live -= made.pop(ptr)
+        peak = max(peak, live)
+    return peak
+
+
+def measure_pipeline(run: PipelineRun) -> dict[int, list[list[int]]]:
+    """Each stage's ranks' peak bytes in steps 1, 2 and 3: {stage: [[peak, peak, peak], …]}
+    (the stage's ranks in their order)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_worker, args=(stages, free_port(), out, model, schedule, batch,  # pyright: ignore[reportPrivateImportUsage]
-                                microbatches), nprocs=stages)
-        result = {}
+        mp.spawn(_worker, args=(json.dumps(asdict(run)), free_port(), out),  # pyright: ignore[reportPrivateImportUsage]
+                 nprocs=run.world)
+        result: dict[int, list[list[int]]] = {}
         for name in sorted(os.listdir(out)):
             with open(os.path.join(out, name)) as fh:
                 row = json.load(fh)
-            result[row["stage"]] = row["peaks"]
+            result.setdefault(row["stage"], []).append(row["peaks"])
     return result
 
 
-def _worker(rank: int, stages: int, port: int, out: str, model: str, schedule: str,
-            batch: int, micro: int) -> None:
+def _worker(rank: int, payload: str, port: int, out: str) -> None:
     import torch
     import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    run = PipelineRun(**json.loads(payload))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=run.world)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (run.stages, run.dp_shard, run.tp),
+                            mesh_dim_names=("pp", "dp_shard", "tp"))
+    try:
+        stage, module, step = _stage(run, mesh)
+        opt = torch.optim.Adam(module.parameters(), foreach=False)
+        peaks = [_step(module, opt, step) for _ in range(3)]
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out, f"rank{rank:03d}.json"), "w") as fh:
+        json.dump({"stage": stage, "peaks": peaks}, fh)
+
+
+def _stage(run: PipelineRun, mesh):
+    """(the rank's stage, its module, a callable running one schedule step)."""
+    import contextlib
+
+    import torch
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     from ... import models_zoo
     from ..frontends.torch.pipeline_stages import pipeline_stage
+    from .tensor_plan import apply_tensor_parallel, loss_context
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=stages)
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    whole = models_zoo.build_model(model, eval=False)
-    module = pipeline_stage(whole, rank, stages)
-    stage = PipelineStage(module, rank, stages, torch.device("cpu"))
-    kind = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
-    sched = kind(stage, micro, loss_fn=_loss)
-    opt = torch.optim.Adam(module.parameters(), foreach=False)
-    shapes = models_zoo.input_shapes(model, batch)
-    ids = torch.randint(0, 100, tuple(next(iter(shapes.values()))))
-    peaks = []
-    try:
-        for _ in range(3):
-            known = [*module.parameters(), *module.buffers(),
-                     *(v for st in opt.state.values() for v in st.values()
-                       if isinstance(v, torch.Tensor))]
-            live = LiveBytes(known)
-            with live.mode:
-                opt.zero_grad(set_to_none=True)
-                if rank == 0:
-                    sched.step(ids)
-                elif rank == stages - 1:
-                    sched.step(target=ids, losses=[])
-                else:
-                    sched.step()
-                opt.step()
-            peaks.append(live.peak)
-    finally:
-        dist.destroy_process_group()
-    with open(os.path.join(out, f"stage{rank:03d}.json"), "w") as fh:
-        json.dump({"stage": rank, "peaks": peaks}, fh)
+    index = mesh["pp"].get_local_rank()
+    module = pipeline_stage(models_zoo.build_model(run.model, eval=False), index, run.stages)
+    ids = torch.randint(0, 100, tuple(next(iter(models_zoo.input_shapes(
+        run.model, run.batch).values()))), generator=torch.Generator().manual_seed(1))
+    context = contextlib.nullcontext
+    if run.tp > 1:
+        apply_tensor_parallel(module, mesh["tp"])
+        if index > 0 and hasattr(module, "positions"):   # (a sequence shard comes in)
+            setattr(module, "positions", ids.shape[1])
+        if index == run.stages - 1:
+            context = lambda: loss_context(module, run.tp)  # noqa: E731
+    if run.dp_shard > 1:
+        _fully_shard(module, mesh["dp_shard"], run.master)
+    piped = PipelineStage(module, index, run.stages, torch.device("cpu"),
+                          group=mesh["pp"].get_group())
+    kind = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
+    schedule = kind(piped, run.microbatches, loss_fn=_loss)
+
+    def step() -> None:
+        with context():
+            if index == 0:
+                schedule.step(ids)
+            elif index == run.stages - 1:
+                schedule.step(target=ids, losses=[])
+            else:
+                schedule.step()
+    return index, module, step
+
+
+def _fully_shard(module, mesh, master: bool) -> None:
+    """torchtitan's fully_shard beside a pipeline: each block, then the stage, gathered
+    parameters kept through the step."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kw: dict = {"mesh": mesh, "reshard_after_forward": False}
+    if master:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                               reduce_dtype=torch.float32)
+    layers = next(m for n, m in module.named_modules() if n.rsplit(".", 1)[-1] == "layers")
+    for block in layers:
+        fully_shard(block, **kw)
+    fully_shard(module, **kw)
+
+
+def _step(module, opt, step) -> int:
+    """One profiled step's peak: what the step starts with (the parameters' local tensors,
+    buffers and optimizer state) and the most it allocated beyond."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    from torch.profiler import ProfilerActivity, profile
+
+    opt.zero_grad(set_to_none=True)
+    held = {}
+    for t in (*module.parameters(), *module.buffers(),
+              *(v for s in opt.state.values() for v in s.values()
+                if isinstance(v, torch.Tensor))):
+        storage = (t._local_tensor if isinstance(t, DTensor) else t).untyped_storage()
+        held[storage.data_ptr()] = storage.nbytes()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+        opt.step()
+    return sum(held.values()) + allocated_peak(prof)
 
 
 def _loss(pred, labels):

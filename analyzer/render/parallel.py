@@ -2,6 +2,8 @@
 terminal, Markdown and HTML views. Reads ``Report.parallel`` only; computes nothing."""
 from __future__ import annotations
 
+from math import prod
+
 from ...passes.choices import Strategy
 from ..app.report import Report
 from ..app.units import human_bytes, human_time
@@ -100,6 +102,9 @@ def _comm(r: Report, c, brief: bool) -> list[str]:
     vol = [f"{name} {human_bytes(v)}," for name, v in (
         ("all-gather", c.all_gather_bytes), ("reduce-scatter", c.reduce_scatter_bytes),
         ("all-reduce", c.all_reduce_bytes)) if v]
+    if set(c.by_dim) == {"pp"}:
+        return [f"{human_bytes(c.wire_bytes)} each way per rank per step: the stages'",
+                f"sends and receives ({c.collectives})"]
     if not vol:
         return ["none (one rank)"]
     dims = ", ".join(f"{k} {human_bytes(v)}" for k, v in c.by_dim.items())
@@ -127,12 +132,18 @@ def _pipeline_summary(r: Report) -> list[tuple[str, list[str]]]:
     head = [f"{p.stages} stages, {'GPipe' if p.schedule == 'gpipe' else '1F1B'},",
             f"{p.microbatches} micro-batches of {p.micro_batch:,}",
             f"({p.per_rank_batch:,} a step); bubble {p.bubble:.0%} of an even pipeline"]
+    gpus = prod(p.mesh.values()) if p.mesh else p.stages
+    if gpus > p.stages:
+        head[-1] += ";"
+        head += [f"{gpus:,} GPUs ({_mesh_words(p.mesh)})"]
     rows = [[f"stage {s.stage}: " + (f"blocks {s.layers[0]}–{s.layers[1] - 1}"
                                      if s.layers[1] - s.layers[0] > 1 else f"block {s.layers[0]}"),
              f"peak {human_bytes(s.peak_bytes)},", f"{s.in_flight} in flight;"]
             for s in p.per_stage]
     worst = p.per_stage[p.worst_stage]
-    return [("pipeline", head), ("stages", [w for row in rows for w in row]),
+    held = [("rank peak", _items(worst.breakdown_at_peak))] if gpus > p.stages else []
+    comm = [("comm", _comm(r, p.comm, True))] if p.comm is not None and p.comm.by_dim else []
+    return [("pipeline", head), ("stages", [w for row in rows for w in row]), *held, *comm,
             ("per rank", [f"peak {human_bytes(worst.peak_bytes)} ({worst.peak_bytes:,} B) on "
                           f"stage {worst.stage}, the largest;",
                           f"stages uneven by {p.unevenness:.0%}"])]

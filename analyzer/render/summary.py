@@ -271,7 +271,7 @@ def _training_detail(r: Report, brief: bool) -> list[Entry]:
     view left out (the rank's line names it), in the full one under "one device"."""
     t = r.training
     assert t is not None  # a training report's
-    one_device = r.parallel is not None
+    one_device = r.parallel is not None or r.pipeline is not None
     first = explain.first_step(r)
     breakdown = [f"{k.replace('_', ' ')} {human_bytes(v)},"
                  for k, v in t.breakdown_at_peak.items() if v]

@@ -27,6 +27,8 @@ ALL_REDUCE = "graphcost.tp_all_reduce.default"
 GATHER_LAST = "graphcost.tp_gather_last.default"
 GATHER_SEQ = "graphcost.tp_gather_seq.default"
 SCATTER_SEQ = "graphcost.tp_scatter_seq.default"
+PARTIAL_ROWS = "graphcost.tp_partial_rows.default"
+SCATTER_ROWS = "graphcost.tp_scatter_rows.default"
 CROSS_ENTROPY = "graphcost.tp_cross_entropy.default"
 HELD = "graphcost.tp_held.default"
 
@@ -34,7 +36,7 @@ HELD = "graphcost.tp_held.default"
 # all-reduce, an all-gather) or the input's (a reduce-scatter)
 COLLECTIVES: Mapping[str, str] = MappingProxyType({
     ALL_REDUCE: "all_reduce", GATHER_LAST: "all_gather", GATHER_SEQ: "all_gather",
-    SCATTER_SEQ: "reduce_scatter"})
+    SCATTER_SEQ: "reduce_scatter", SCATTER_ROWS: "reduce_scatter"})
 # ops that all-reduce values of each row inside them, fp32: op -> values per row (loss
 # parallelism's cross-entropy: each row's max, its sum of exponentials and its target's
 # log-probability)
@@ -53,6 +55,13 @@ zero_cost(GATHER_LAST, GATHER_SEQ, reason="a collective: the tensor-parallel ran
           "gathered across the link", family=FAMILY)
 zero_cost(SCATTER_SEQ, reason="a collective: the tensor-parallel ranks' partial sums added "
           "across the link, each rank keeping its sequence shard", family=FAMILY)
+zero_cost(SCATTER_ROWS, reason="a collective: the tensor-parallel ranks' partial sums added "
+          "across the link, each rank keeping its rows (a vocabulary-parallel embedding's "
+          "gradient)", family=FAMILY)
+zero_cost(PARTIAL_ROWS, reason="the rank's rows of a vocabulary-parallel embedding read as "
+          "the whole table (the same tensor); its gradient is the whole table's, partial, "
+          "reduce-scattered onto the rows (DTensor's embedding backward)", alias=True,
+          family=FAMILY)
 
 
 @rule(CROSS_ENTROPY, family=FAMILY)

@@ -130,9 +130,10 @@ def check_mesh(mesh: Mesh) -> None:
     if beyond:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: {beyond[0]} is not "
                              f"modelled yet (modelled: {', '.join(MODELLED)})")
-    if mesh.size("pp") != 1 and any(n != 1 for k, n in mesh.dims if k != "pp"):
+    if mesh.size("pp") != 1 and mesh.size("dp_replicate") != 1 and mesh.size("dp_shard") == 1:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: pipeline stages "
-                             "beside other dimensions are not modelled yet (pp alone is)")
+                             "beside ddp are not modelled (beside fully_shard, dp_shard, as "
+                             "torchtitan runs them, they are)")
     if mesh.size("tp") is None or mesh.size("pp") is None:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: tp and pp are traced "
                              "at their sizes; auto searches a data dimension")

@@ -25,7 +25,8 @@ library's is counted (its send and receive buffers beyond those tensors).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from math import prod
 from typing import Mapping
 
 from ..choices import Choice
@@ -34,6 +35,14 @@ from ..ir import FLOAT_DTYPES, Graph, ValueKind
 from ..memory.peak import Peak
 from ..training.checkpoint import timeline_of
 from ..training.memory import TrainingMemory, forward_set
+from ..training.optimizer import (
+    ADAPTIVE,
+    STATE_MULTIPLIER,
+    step_temporaries,
+    trainable_params,
+)
+from .comm import CommVolume, across_replicas, comm_volume, with_dimension
+from .units import fsdp_units, origins, padded_bytes, unit_names
 
 
 class Schedule(Choice):
@@ -60,11 +69,12 @@ class StageMemory:
 
 @dataclass(frozen=True)
 class StageStep:
-    """What the schedule needs of one stage's traced micro-batch step."""
-    static: int                     # parameters, buffers, optimizer state
+    """What the schedule needs of one stage's traced micro-batch step (the stage's rank:
+    under fully_shard, its shards; see ``sharded``)."""
+    static: int                     # parameters (or their shards), buffers, optimizer state
     params: int
     optimizer_state: int
-    grads: int
+    grads: int                      # held from the first backward on (accumulated)
     saved: int
     forward_peak: int               # activations and temporaries, forward
     first_backward_peak: int        # with the gradients it makes
@@ -72,36 +82,124 @@ class StageStep:
     step_temporaries: int
     input_bytes: int                # the received hidden states (0 on the first stage)
     output_bytes: int               # what it sends (or, last, the logits it keeps)
+    # fully_shard in a pipeline (``sharded``): the gathered parameters held from the first
+    # forward to the reduce after the last backward, the first forward's all-gather buffer,
+    # the reduce-scatter input, and the sharded gradients the optimizer steps on
+    gathered: int = 0
+    gather_buffer: int = 0
+    reduce_input: int = 0
+    step_grads: int | None = None   # None: ``grads``
+    # its collectives a step: the all-gathers' outputs and the reduce-scatters' inputs (both
+    # padded), and their calls
+    all_gather: int = 0
+    reduce_scatter: int = 0
+    gather_calls: int = 0
+    reduce_calls: int = 0
 
 
-def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool) -> StageStep:
-    """The stage's micro-batch step, read off its traced training step."""
+@dataclass(frozen=True)
+class Shards:
+    """A stage's rank under FSDP2's ``fully_shard`` over ``world`` ranks, as torchtitan
+    applies it with pipelining: ``master`` fp32 bytes per graph byte of what it keeps in fp32
+    (2 under a master recipe's ``MixedPrecisionPolicy``, else 1)."""
+    world: int
+    master: int = 1
+
+
+def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
+               shards: Shards | None = None) -> StageStep:
+    """The stage's micro-batch step, read off its traced training step (``shards``: its rank
+    under fully_shard, passes ``sharded``)."""
     n, fe = len(graph.nodes), len(forward_set(graph))
     grads = [st for st in t.storages if st.name in t.grad_storages]
     others = [st for st in t.storages if st.name not in t.grad_storages]
     # (node by node; a storage living into the optimizer step ends at index n)
     nongrad, grad = timeline_of(others, n + 1)[:n], timeline_of(grads, n + 1)[:n]
-    saved = sum(st.nbytes for st in others if st.birth < fe <= st.death)
     buffers = sum(v.spec.nbytes or 0 for v in graph.values.values() if v.kind == ValueKind.BUFFER)
     inputs = [v.spec.nbytes or 0 for v in graph.values.values()
               if v.kind == ValueKind.INPUT and v.spec.dtype in FLOAT_DTYPES]
-    return StageStep(
-        static=t.param_bytes + buffers + t.optimizer_state_bytes, params=t.param_bytes,
-        optimizer_state=t.optimizer_state_bytes, grads=t.grad_bytes,
-        saved=saved, forward_peak=max(nongrad[:fe], default=0),
+    master_copy = t.breakdown_at_peak.get("master_weights", 0)
+    step = StageStep(
+        static=t.param_bytes + master_copy + buffers + t.optimizer_state_bytes,
+        params=t.param_bytes + master_copy, optimizer_state=t.optimizer_state_bytes,
+        grads=t.grad_bytes, saved=sum(st.nbytes for st in others if st.birth < fe <= st.death),
+        forward_peak=max(nongrad[:fe], default=0),
         first_backward_peak=max((nongrad[k] + grad[k] for k in range(fe, n)), default=0),
         backward_peak=max(nongrad[fe:], default=0), step_temporaries=t.step_temp_bytes,
-        input_bytes=0 if first else sum(inputs),
-        output_bytes=_output_bytes(graph, fe, last))
+        input_bytes=0 if first else sum(inputs), output_bytes=_output_bytes(graph, fe, last))
+    return step if shards is None else sharded(step, graph, t, shards, nongrad)
+
+
+def sharded(s: StageStep, graph: Graph, t: TrainingMemory, shards: Shards,
+            nongrad: list[int]) -> StageStep:
+    """The stage's step on one of ``shards.world`` ranks of fully_shard as torchtitan runs it
+    in a pipeline: each block and the stage a unit, ``reshard_after_forward=False``, and
+    ``PipelineStage.backward_maybe_with_nosync``'s no-reshard, no-reduce backwards until the
+    last (torch/distributed/pipelining/stage.py). So the stage's gathered parameters stay from
+    the first forward's all-gathers to ``perform_reduce_grad`` after the last backward; each
+    backward's gradients accumulate unsharded (FSDPParam ``to_accumulated_grad_if_needed``:
+    in ``reduce_dtype``, fp32, under a master recipe — each unit's half gradients exist until
+    its post-backward adds them in: ``_backwards``); then each unit reshards and
+    reduce-scatters (a padded input in ``reduce_dtype``) into the sharded gradients the
+    optimizer steps on, with the shards (fp32 under a master recipe) and their state.
+    ``nongrad``: the traced step's bytes node by node, gradients apart."""
+    world, m = shards.world, shards.master
+    fwd = forward_set(graph)
+    trainable = set(trainable_params(graph))
+    units = [u.sized(graph, trainable, world)
+             for u in fsdp_units(graph, fwd, unit_names(graph, fwd, None))[0]]
+    values = graph.values
+    params = [v for v in values.values() if v.kind == ValueKind.PARAM]
+    shard = [m * padded_bytes(v.spec, world) // world for v in params]
+    steps_on = [b for v, b in zip(params, shard) if v.name in trainable]
+    state = STATE_MULTIPLIER[t.optimizer] * sum(steps_on) + \
+        (4 * len(steps_on) if t.optimizer in ADAPTIVE else 0)
+    buffers = s.static - s.params - s.optimizer_state
+    if m > 1:
+        first, later = _backwards(graph, t, units, nongrad, m)
+        s = replace(s, first_backward_peak=first, backward_peak=later)
+    return replace(
+        s, static=sum(shard) + buffers + state, params=sum(shard), optimizer_state=state,
+        grads=m * s.grads, gathered=sum(v.spec.nbytes or 0 for v in params),
+        step_temporaries=step_temporaries(steps_on, t.optimizer, t.optimizer_impl),
+        gather_buffer=max((u.padded_bytes for u in units), default=0),
+        reduce_input=m * max((u.grad_padded_bytes for u in units), default=0),
+        step_grads=sum(steps_on), all_gather=sum(u.padded_bytes for u in units),
+        reduce_scatter=m * sum(u.grad_padded_bytes for u in units),
+        gather_calls=len(units), reduce_calls=sum(1 for u in units if u.grad_padded_bytes))
+
+
+def _backwards(graph: Graph, t: TrainingMemory, units: list, nongrad: list[int],
+               m: int) -> tuple[int, int]:
+    """(the first backward's peak, a later one's) under a master recipe's fully_shard: a
+    unit's half gradients live from their making to the unit's post-backward (its last
+    backward node), which adds them into its fp32 accumulated gradients — made at the first
+    backward's post-backward, ``m`` times their bytes, held from then on (the later
+    backwards' are apart: ``grads``)."""
+    n, fe = len(nongrad), len(forward_set(graph))
+    _, param_of = origins(graph)
+    end = {p: u.backward[1] for u in units if u.backward for p in u.members}
+    grads = dict(graph.grads) or dict(zip(trainable_params(graph), graph.outputs[1:]))
+    owner = {g: end.get(param_of.get(p, p)) for p, g in grads.items()}
+    made = [st for st in t.storages if st.name in t.grad_storages]
+    half = [replace(st, death=min(st.death, owner.get(st.name) or st.death)) for st in made]
+    kept = [replace(st, nbytes=m * st.nbytes, birth=h.death + 1, death=n)
+            for st, h in zip(made, half) if h.death < n]
+    now, acc = timeline_of(half, n + 1)[:n], timeline_of(kept, n + 1)[:n]
+    return (max((nongrad[k] + now[k] + acc[k] for k in range(fe, n)), default=0),
+            max((nongrad[k] + now[k] for k in range(fe, n)), default=0))
 
 
 def _output_bytes(graph: Graph, fe: int, last: bool) -> int:
     """The stage's output: the hidden states it sends (the forward's last float output) or,
-    on the last stage, the logits the loss reads (the largest tensor its forward makes)."""
-    made = [graph.values[o].spec.nbytes or 0 for node in graph.nodes[:fe] for o in node.outputs
-            if o in graph.values]
+    on the last stage, the logits the loss reads: the last tensor the stage's module makes
+    (``LastStage``'s own nodes, the loss, are at the root scope), in the dtype it makes them
+    (a master recipe's half logits; the loss upcasts a copy)."""
     if last:
-        return max(made, default=0)
+        made = [node.outputs[0] for node in graph.nodes[:fe]
+                if node.scope.startswith("stage") and node.outputs and node.outputs[0]]
+        kept = graph.values.get(made[-1]) if made else None
+        return kept.spec.nbytes or 0 if kept is not None else 0
     # the loss traced for a non-last stage sums its output: that sum's input is what it sends
     loss = graph.outputs[0] if graph.outputs else ""
     summed = next((n for n in graph.nodes[:fe] if loss in n.outputs), None)
@@ -132,37 +230,43 @@ def events(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str
 
 
 def stage_peak(s: StageStep, schedule: str, stage: int, stages: int,
-               micro: int) -> tuple[int, int, int]:
-    """(the stage's peak over the step, the most micro-batches it holds at once, the
-    gradients held whole at the peak: 0 where it is the first backward, whose curve makes
-    them)."""
+               micro: int) -> tuple[dict[str, int], int]:
+    """(what the stage holds at its peak over the step, by category; the most micro-batches
+    it holds at once)."""
     last = stage == stages - 1
     kept_each = s.output_bytes if last else 0
     # a non-last stage keeps each in-flight micro-batch's output (the root of its backward,
     # PipelineStage.fwd_cache) and receives its gradient for the backward
     sent = 0 if last else s.output_bytes
     each = s.saved + s.input_bytes + sent
+    state = {"buffers": s.static - s.params - s.optimizer_state,
+             "optimizer_state": s.optimizer_state}
+    params, step_grads = s.params + s.gathered, s.grads if s.step_grads is None else s.step_grads
     held: set[int] = set()
     kept = backwards = most = 0
-    moments = []   # (bytes, gradients held whole)
+    moments = []
     for op, j in events(schedule, stage, stages, micro):
-        grads = s.grads if backwards else 0
+        grads = s.grads if backwards else 0   # (the first backward's curve makes them)
         if op == "F":
-            moments.append((s.static + kept * kept_each + len(held) * each + s.input_bytes +
-                            grads + s.forward_peak, grads))
+            acts = s.forward_peak + (s.gather_buffer if j == 0 else 0)
             held.add(j)
-            kept += 1 if last else 0
         else:
             held.discard(j)   # (its saved tensors are in its backward's curve)
-            moments.append((s.static + kept * kept_each + len(held) * each + s.input_bytes +
-                            2 * sent + grads + (s.backward_peak if backwards
-                                                else s.first_backward_peak), grads))
+            acts = 2 * sent + (s.backward_peak if backwards else s.first_backward_peak)
             backwards += 1
+        moments.append({**state, "params": params, "gradients": grads,
+                        "activations": kept * kept_each + (len(held) - (op == "F")) * each +
+                        s.input_bytes + acts})
+        kept += 1 if op == "F" and last else 0
         most = max(most, len(held))
-    moments += [(s.static + s.grads + 2 * micro * kept_each, s.grads),  # the outputs' cat
-                (s.static + s.grads + s.step_temporaries, s.grads)]     # the optimizer step
-    peak, grads = max(moments)
-    return peak, most, grads
+    if s.gathered:   # fully_shard's reduce after the last backward (its first unit)
+        moments.append({**state, "params": params, "gradients": s.grads,
+                        "activations": micro * kept_each + s.reduce_input})
+    moments += [{**state, "params": s.params, "gradients": step_grads,   # the outputs' cat
+                 "activations": 2 * micro * kept_each},
+                {**state, "params": s.params, "gradients": step_grads,   # the optimizer step
+                 "activations": s.step_temporaries}]
+    return max(moments, key=lambda d: sum(d.values())), most
 
 
 def check_schedule(schedule: str, micro: int, stages: int) -> None:
@@ -186,6 +290,10 @@ class PipelineMemory:
     per_rank_batch: int             # micro_batch × microbatches: a stage's batch per step
     per_stage: tuple[StageMemory, ...]
     bubble: float                   # (p − 1) / (m + p − 1): the idle share of an even pipeline
+    # the whole layout (passes/parallel/mesh.py) and the worst stage's rank's collectives a
+    # step, by mesh dimension (``stage_comm``)
+    mesh: Mapping[str, int] = field(default_factory=dict)
+    comm: CommVolume | None = None
     JSON_PROPERTIES = ("peak_bytes", "worst_stage", "unevenness", "peak")
 
     @property
@@ -207,7 +315,7 @@ class PipelineMemory:
         """The worst stage's peak (no allocator replay for a stage: reserved not known)."""
         s = self.per_stage[self.worst_stage]
         return Peak(allocated_bytes=s.peak_bytes, reserved_bytes=None, phase="backward",
-                    node=None, threads=2, world_size=self.stages,
+                    node=None, threads=2, world_size=prod(self.mesh.values()) or self.stages,
                     by_category=dict(s.breakdown_at_peak))
 
 
@@ -219,11 +327,32 @@ def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: st
     check_schedule(schedule, micro, p)
     stages = []
     for i, (s, layers) in enumerate(steps):
-        peak, most, grads = stage_peak(s, schedule, i, p, micro)
-        parts = {"params": s.params, "buffers": s.static - s.params - s.optimizer_state,
-                 "optimizer_state": s.optimizer_state, "gradients": grads}
-        parts["activations"] = peak - sum(parts.values())
-        stages.append(StageMemory(i, layers, peak, most, s.saved, s.params, s.optimizer_state,
-                                  s.grads, s.output_bytes if i == p - 1 else 0, parts))
+        parts, most = stage_peak(s, schedule, i, p, micro)
+        stages.append(StageMemory(i, layers, sum(parts.values()), most, s.saved, s.params,
+                                  s.optimizer_state, s.grads,
+                                  s.output_bytes if i == p - 1 else 0, parts))
     return PipelineMemory(schedule, p, micro, micro_batch, micro_batch * micro, tuple(stages),
                           round((p - 1) / (micro + p - 1), 4))
+
+
+def stage_comm(s: StageStep, tp: CommVolume, mesh: Mapping[str, int], micro: int,
+               first: bool, last: bool) -> CommVolume:
+    """One stage's rank's collectives a step: fully_shard's all-gathers and reduce-scatters
+    once (the gathered parameters stay for every micro-batch), HSDP's all-reduce of the
+    gradient shards, ``tp`` (one micro-batch's tensor-parallel collectives) ``micro`` times,
+    and the stage's sends and receives (pp): each micro-batch's hidden states forward and
+    their gradient back, to and from each neighbour stage."""
+    shard, replicas = mesh.get("dp_shard", 1), mesh.get("dp_replicate", 1)
+    c = comm_volume(shard, s.all_gather, s.reduce_scatter, 0,
+                    s.gather_calls + s.reduce_calls, None)
+    c = across_replicas(c, replicas, s.reduce_scatter // shard, s.reduce_calls)
+    if tp.by_dim.get("tp"):
+        c = with_dimension(c, "tp", micro * tp.by_dim["tp"], micro * tp.calls_by_dim["tp"],
+                           all_gather=micro * tp.all_gather_bytes,
+                           reduce_scatter=micro * tp.reduce_scatter_bytes,
+                           all_reduce=micro * tp.all_reduce_bytes)
+    sent = (0 if last else s.output_bytes) + (0 if first else s.input_bytes)
+    if sent and mesh.get("pp", 1) > 1:
+        c = with_dimension(c, "pp", micro * sent,
+                           2 * micro * ((not first) + (not last)))
+    return c

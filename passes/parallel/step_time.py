@@ -117,23 +117,41 @@ def utilisation(seconds: float, rank: RankStep) -> dict:
             if peak else None}
 
 
-def pipeline_step_time(stages: list[TimeEstimate], microbatches: int,
-                       rank: RankStep) -> TimeEstimate:
+def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: RankStep,
+                       comms: list[CommVolume], links: Links, async_tp: bool = False,
+                       shard: int = 1) -> TimeEstimate:
     """A pipeline's step from each stage's estimate for one micro-batch (its forward and
-    backward, and its optimizer step): GPipe and 1F1B both run ``microbatches`` + stages − 1
-    slots of the slowest stage, the stages − 1 beyond the micro-batches being the bubble
-    (the design notes' (p − 1)/(m + p − 1)); the optimizer steps once, the slowest stage's
-    deciding. The activations sent between stages are not priced (one micro-batch's hidden
-    states a slot, small beside its compute)."""
-    worst = max(stages, key=lambda t: t.seconds - t.optimizer_seconds)
-    slot = worst.seconds - worst.optimizer_seconds
-    bubble = (len(stages) - 1) * slot
-    optimizer = max(t.optimizer_seconds for t in stages)
-    m = microbatches
-    total = m * slot + bubble + optimizer
+    backward, and its optimizer step) and its rank's collectives a step (``comms``): GPipe
+    and 1F1B both run ``microbatches`` + stages − 1 slots of the slowest stage, the stages − 1
+    beyond the micro-batches being the bubble (the design notes' (p − 1)/(m + p − 1)). A
+    slot is the stage's kernels with its tensor-parallel collectives (exposed, unless
+    ``async_tp``) and its sends and receives (pp). fully_shard's all-gathers run in the first
+    micro-batch's forward, hidden by it but for the first; its reduce-scatters (and HSDP's
+    all-reduce) after the last backward, where nothing hides them. The optimizer steps once
+    on the stage's shards (``shard`` ranks share each), the slowest stage's deciding."""
+    slots, steps, hidden = [], [], []
+    for t, c in zip(stages, comms):
+        sec = dim_seconds(c, rank.mesh, links)
+        compute = t.seconds - t.optimizer_seconds
+        slot_comm = ((0.0 if async_tp else sec.get("tp", 0.0)) + sec.get("pp", 0.0)) / \
+            microbatches
+        data = sec.get("dp_shard", 0.0)
+        moved = c.all_gather_bytes + c.reduce_scatter_bytes
+        gather = data * c.all_gather_bytes / moved if moved else 0.0
+        calls = max(1, c.calls_by_dim.get("dp_shard", 1))
+        exposed = max(gather * min(1.0, 2 / calls), gather - compute * (1 - BACKWARD_SHARE))
+        slots.append((compute + slot_comm, slot_comm))
+        steps.append(exposed + data - gather + sec.get("dp_replicate", 0.0))
+        hidden.append(gather - exposed)
+    w = max(range(len(stages)), key=lambda i: slots[i][0])
+    worst, (slot, slot_comm) = stages[w], slots[w]
+    m, bubble = microbatches, (len(stages) - 1) * slot
+    optimizer = max(t.optimizer_seconds for t in stages) / shard
+    total = m * slot + bubble + optimizer + max(steps)
     return replace(worst, seconds=total, arithmetic_seconds=m * worst.arithmetic_seconds,
                    memory_seconds=m * worst.memory_seconds,
                    launch_seconds=m * worst.launch_seconds, host_seconds=m * worst.host_seconds,
                    recompute_seconds=m * worst.recompute_seconds, kernels=m * worst.kernels,
                    optimizer_seconds=optimizer, bubble_seconds=bubble,
-                   **utilisation(total, rank))
+                   communication_seconds=m * slot_comm + max(steps),
+                   overlapped_seconds=hidden[w], **utilisation(total, rank))

@@ -127,8 +127,11 @@ def repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:
     groups = Counter((p.count("."), kind(p)) for p in first if p in containers)
     best = max(((cnt, -depth, typ) for (depth, typ), cnt in groups.items() if typ and cnt >= 2),
                default=None)
-    if best is None:
-        return []
+    if best is None:   # one block alone: a ModuleList's (a pipeline stage's one layer)
+        listed = [p for p in first if p in containers and "." in p
+                  and p.rsplit(".", 1)[1].isdigit()
+                  and graph.module_types.get(p.rsplit(".", 1)[0]) == "ModuleList"]
+        return sorted(listed, key=first.__getitem__)
     _, neg_depth, typ = best
     blocks = [p for p in first if p in containers and p.count(".") == -neg_depth and
               kind(p) == typ]

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
 from ....passes.parallel.pipeline import stage_layers
+from .tp_collectives import tp_cross_entropy
 
 EMBEDDINGS = ("embed_tokens", "tok_embeddings")
 HEADS = ("lm_head", "output")
@@ -27,7 +28,9 @@ HEADS = ("lm_head", "output")
 
 class LastStage(torch.nn.Module):
     """The last stage with the schedule's loss: ``loss_fn(stage(x), labels)``, torchtitan's
-    ``cross_entropy_loss``. The logits are the stage's output (the schedule keeps them)."""
+    ``cross_entropy_loss`` (under tensor parallelism with sharded logits, ``loss_parallel()``'s
+    on each rank's vocabulary slice). The logits are the stage's output (the schedule keeps
+    them)."""
 
     def __init__(self, stage: torch.nn.Module):
         super().__init__()
@@ -35,6 +38,9 @@ class LastStage(torch.nn.Module):
 
     def forward(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         pred = self.stage(hidden)
+        group = max((getattr(m, "loss_parallel", 0) for m in self.stage.modules()), default=0)
+        if group:
+            return tp_cross_entropy(pred, labels, group)
         return F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
 
 
@@ -62,14 +68,16 @@ def block_count(module: torch.nn.Module) -> int:
     return 0
 
 
-def pipeline_stage(module: torch.nn.Module, stage: int, stages: int) -> torch.nn.Module:
+def pipeline_stage(module: torch.nn.Module, stage: int, stages: int,
+                   blocks: int | None = None) -> torch.nn.Module:
     """A copy of ``module`` cut to stage ``stage`` of ``stages`` (checked: a torchtitan-style
-    decoder, or a transformers causal LM, with at least one block a stage)."""
+    decoder, or a transformers causal LM, with at least one block a stage); ``blocks``: only
+    the first that many of its blocks."""
     base = getattr(module, "model", None)
     if isinstance(base, torch.nn.Module) and isinstance(getattr(base, "layers", None),
                                                         torch.nn.ModuleList) \
             and getattr(module, "lm_head", None) is not None:
-        return _transformers_stage(module, stage, stages)
+        return _transformers_stage(module, stage, stages, blocks)
     where = opt("parallel", value=f"pp={stages}")
     layers = getattr(module, "layers", None)
     embed = next((n for n in EMBEDDINGS if getattr(module, n, None) is not None), None)
@@ -84,7 +92,7 @@ def pipeline_stage(module: torch.nn.Module, stage: int, stages: int) -> torch.nn
     if len(layers) < stages:
         raise GraphcostError(f"{where}: {len(layers)} blocks cannot fill {stages} stages")
     model = _shallow(module)
-    kept = stage_layers(len(layers), stage, stages)
+    kept = stage_layers(len(layers), stage, stages)[:blocks]
     blocks = getattr(model, "layers")
     assert isinstance(blocks, torch.nn.ModuleList)  # (checked on the original above)
     setattr(model, "layers", torch.nn.ModuleList([blocks[i] for i in kept]))
@@ -96,7 +104,8 @@ def pipeline_stage(module: torch.nn.Module, stage: int, stages: int) -> torch.nn
     return model
 
 
-def _transformers_stage(module: torch.nn.Module, stage: int, stages: int) -> torch.nn.Module:
+def _transformers_stage(module: torch.nn.Module, stage: int, stages: int,
+                        blocks: int | None = None) -> torch.nn.Module:
     """A transformers causal LM's stage: its decoder layers cut, the embedding skipped after
     the first stage (the hidden states come in as ``inputs_embeds``), the final norm and the
     head identities before the last."""
@@ -108,9 +117,9 @@ def _transformers_stage(module: torch.nn.Module, stage: int, stages: int) -> tor
     assert isinstance(inner, torch.nn.Module)  # (pipeline_stage checked it)
     model, base = _shallow(module), _shallow(inner)
     setattr(model, "model", base)
-    blocks = getattr(base, "layers")
-    setattr(base, "layers", torch.nn.ModuleList([blocks[i] for i in
-                                                 stage_layers(n, stage, stages)]))
+    layers = getattr(base, "layers")
+    setattr(base, "layers", torch.nn.ModuleList([layers[i] for i in
+                                                 stage_layers(n, stage, stages)[:blocks]]))
     if stage > 0:
         setattr(base, "embed_tokens", None)
     if stage < stages - 1:

@@ -41,11 +41,13 @@ import torch
 import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
+from .pipeline_stages import HEADS
 from .tp_collectives import (
     tp_all_reduce,
     tp_copy,
     tp_gather_last,
     tp_gather_seq,
+    tp_partial_rows,
     tp_scatter_seq,
 )
 
@@ -105,7 +107,10 @@ class VocabEmbedding(torch.nn.Embedding):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Embedding's parameter name)
         outside = (input < 0) | (input >= self.num_embeddings)   # rank 0: rows [0, rows)
-        out = F.embedding(input.masked_fill(outside, 0), self.weight)
+        # (a training step: the gradient of the whole table, as DTensor makes it)
+        table = tp_partial_rows(self.weight, self.full_rows, self.group) \
+            if self.weight.requires_grad and torch.is_grad_enabled() else self.weight
+        out = F.embedding(input.masked_fill(outside, 0), table)
         return _reduced(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group,
                         self.scatter_seq)
 
@@ -239,6 +244,10 @@ def vocab_layers(model: torch.nn.Module):
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         head = linears[-1] if linears and linears[-1].out_features == tokens.num_embeddings \
             else None
+    if head is None and tokens is None:   # (a later pipeline stage: its head by name)
+        head = next((m for n, m in model.named_modules()
+                     if n.rsplit(".", 1)[-1] in HEADS and isinstance(m, torch.nn.Linear)),
+                    None)
     return (tokens if isinstance(tokens, torch.nn.Embedding) else None,
             head if isinstance(head, torch.nn.Linear) else None)
 

@@ -14,7 +14,14 @@ tp_all_reduce       all-reduce (partial -> whole)    the gradient passed through
 tp_gather_last      all-gather on the last dim       the rank's slice (a clone)
 tp_gather_seq       all-gather on dim 1 (sequence)   reduce-scatter on dim 1
 tp_scatter_seq      reduce-scatter on dim 1          all-gather on dim 1
+tp_partial_rows     the rank's rows as the whole     reduce-scatter on dim 0 (rows)
+                    table (rule: alias)
 ==================  ===============================  =====================================
+
+``tp_partial_rows`` is DTensor's vocabulary-parallel embedding's backward: its strategies for
+``embedding_dense_backward`` (torch/distributed/tensor/_ops/_embedding_ops.py) have no
+row-sharded weight gradient, so each rank makes a partial gradient of the whole table, then
+reduce-scatters it onto its rows (the parameter's ``Shard(0)``).
 """
 from __future__ import annotations
 
@@ -52,6 +59,30 @@ def tp_scatter_seq(x: torch.Tensor, group: int) -> torch.Tensor:
     return x.narrow(1, 0, x.shape[1] // group).clone()
 
 
+@torch.library.custom_op("graphcost::tp_partial_rows", mutates_args=())
+def tp_partial_rows(x: torch.Tensor, rows: int, group: int) -> torch.Tensor:
+    """The rank's rows of a table read as the whole table of ``rows`` rows (the kernel
+    copies; the rule says it is the same tensor: the rows beyond are never looked up)."""
+    return x.repeat(group, *([1] * (x.dim() - 1)))[:rows].clone()
+
+
+@torch.library.custom_op("graphcost::tp_scatter_rows", mutates_args=())
+def tp_scatter_rows(x: torch.Tensor, group: int) -> torch.Tensor:
+    """The ranks' partial sums reduced, each keeping its rows (dim 0; rank 0's, the
+    largest share)."""
+    return x.narrow(0, 0, -(-x.shape[0] // group)).clone()
+
+
+@tp_partial_rows.register_fake
+def _(x: torch.Tensor, rows: int, group: int) -> torch.Tensor:
+    return x.new_empty((rows, *x.shape[1:]))
+
+
+@tp_scatter_rows.register_fake
+def _(x: torch.Tensor, group: int) -> torch.Tensor:
+    return x.new_empty((-(-x.shape[0] // group), *x.shape[1:]))
+
+
 @tp_copy.register_fake
 def _(x: torch.Tensor, group: int) -> torch.Tensor:
     return torch.empty_like(x)
@@ -81,6 +112,14 @@ def _keep_group(ctx, inputs, output) -> None:
     ctx.group = inputs[1]
 
 
+def _keep_rows_group(ctx, inputs, output) -> None:
+    ctx.group = inputs[2]
+
+
+def _partial_rows_backward(ctx, grad):
+    return tp_scatter_rows(grad, ctx.group), None, None
+
+
 def _copy_backward(ctx, grad):
     return tp_all_reduce(grad, ctx.group), None
 
@@ -107,6 +146,7 @@ tp_all_reduce.register_autograd(_reduce_backward, setup_context=_keep_group)
 tp_gather_last.register_autograd(_gather_last_backward, setup_context=_keep_group)
 tp_gather_seq.register_autograd(_gather_seq_backward, setup_context=_keep_group)
 tp_scatter_seq.register_autograd(_scatter_seq_backward, setup_context=_keep_group)
+tp_partial_rows.register_autograd(_partial_rows_backward, setup_context=_keep_rows_group)
 
 
 # Loss parallelism (torchtitan's default with tensor parallelism: ``loss_parallel()``): the
