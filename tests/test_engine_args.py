@@ -25,7 +25,7 @@ def test_the_70b_layout_as_torchtitan_spells_it():
         "--parallelism.data-parallel-shard-degree", "32",
         "--parallelism.tensor-parallel-degree", "8",
         "--training.local-batch-size", "16", "--training.seq-len", "8192",
-        "--loss.num-chunks", "1", "--compile.enable",
+        "--loss.num-chunks", "1", "--training.disable-cuda-graphs", "--compile.enable",
         "--compile.enable-async-tensor-parallel", "activation-checkpoint:full"]
     # 256 GPUs: 32 nodes of 8
     line = torchrun_line(256, args)
@@ -68,3 +68,29 @@ def test_torchtitans_config_manager_reads_the_line(checkpoint, mode, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     parsed = json.loads(out.stdout.strip().splitlines()[-1])
     assert parsed == [1, 32, 8, 16, 8192, 1, True, True, mode, "bfloat16"]
+
+
+PARSE_PP = r"""
+import json, sys
+from torchtitan.config import ConfigManager
+p = ConfigManager().parse_args(json.loads(sys.argv[1])).parallelism
+print(json.dumps([p.pipeline_parallel_degree, p.pipeline_parallel_schedule,
+                  p.pipeline_parallel_microbatch_size, p.data_parallel_shard_degree,
+                  p.tensor_parallel_degree]))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
+                    reason="torchtitan is not installed here (.ci/run installs it in the "
+                           "newest-torch venv)")
+def test_torchtitans_config_manager_reads_a_pipeline(tmp_path):
+    """A 70B pipeline of 8 stages beside FSDP 8 × TP 8, local batch 32: 1F1B with one
+    sequence a micro-batch, as graphcost analyzes it. (torchtitan's 405B config gets no line:
+    it builds float8 linears, which graphcost does not model.)"""
+    assert torchtitan_args("zoo:llama3_405b", MESH, 32, "full", BASE) is None
+    args = torchtitan_args("zoo:llama3_70b", {"pp": 8, "dp_shard": 8, "tp": 8}, 32, "full",
+                           {**BASE, "compile": False})
+    out = subprocess.run([sys.executable, "-c", PARSE_PP, json.dumps(args)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [8, "1F1B", 1, 8, 8]

@@ -55,8 +55,12 @@ def test_the_best_candidate_is_the_direct_analysis_of_its_settings(tiny_plan):
     assert all(c.needs_bytes <= c.offers_bytes for c in fitting)
     rates = [c.samples_per_second for c in fitting]
     assert rates == sorted(rates, reverse=True) and len(fitting) == 4   # (none, full: 2 each)
-    assert {c.settings.mesh.words for c in tiny_plan.candidates} == {"dp_shard=4",
-                                                                     "dp_shard=2,tp=2"}
+    assert {c.settings.mesh.words for c in tiny_plan.candidates} == {
+        "dp_shard=4", "dp_shard=2,tp=2", "pp=2,dp_shard=2"}
+    # a pipeline is analyzed only where no layout of its tp size without one fits
+    piped = [c for c in tiny_plan.candidates if c.settings.pp > 1]
+    assert piped and all(c.status == "pruned" and "without pipeline stages fits" in c.detail
+                         for c in piped)
     assert tiny_plan.not_searched[0] == "DDP, tp alone (bf16-master's master weights are " \
                                         "FSDP2's)"
 
@@ -66,7 +70,7 @@ def test_what_the_plan_prunes_is_what_it_assumes(tiny_plan):
     does not fit, nothing does), then from none up until one fits (the next only adds
     recompute). Here full and none fit, so sac is not analyzed. Analyzed directly, it holds
     between the two and is slower than none."""
-    pruned = [c for c in tiny_plan.candidates if c.status == "pruned"]
+    pruned = [c for c in tiny_plan.candidates if c.status == "pruned" and c.settings.pp == 1]
     assert {c.settings.checkpoint for c in pruned} == {"sac"} and len(pruned) == 2
     for c in pruned:
         mesh = c.settings.mesh
@@ -76,6 +80,31 @@ def test_what_the_plan_prunes_is_what_it_assumes(tiny_plan):
         assert direct.time is not None and direct.roofline is not None
         assert direct.time.seconds > done["none"].time.seconds
         assert done["full"].needs_bytes <= direct.roofline.fit.needs <= done["none"].needs_bytes
+
+
+def test_a_pipeline_candidate_is_the_direct_analysis_of_its_settings():
+    """Pipeline sizes asked for (``--pp 2``): llama_tiny's two blocks in two stages beside
+    fully_shard over the other two GPUs, one sequence a micro-batch under 1F1B; the best is
+    what analyzing its settings alone gives, and torchtitan's line names the pipeline."""
+    from graphcost.analyzer.cli.engine_args import torchtitan_args
+
+    plan = plan_training("zoo:llama_tiny", PlanSpec(4, batch=4, pp=(2,)), TINY)
+    best = plan.best
+    assert best is not None and best.settings.mesh.words == "pp=2,dp_shard=2"
+    kwargs = best.settings.analyze_kwargs({})
+    assert kwargs["parallel"] == {"mesh": "pp=2,dp_shard=2", "microbatches": 4}
+    direct = analyze("zoo:llama_tiny", **TINY, **kwargs)
+    assert direct.pipeline is not None and direct.time is not None and best.time is not None
+    assert best.allocated_bytes == direct.peak_bytes == direct.pipeline.peak_bytes
+    assert best.needs_bytes == direct.roofline.fit.needs
+    assert best.time.seconds == direct.time.seconds
+    assert best.samples == 4 * 2   # (each of the 2 data ranks' pipelines takes 4)
+    args = torchtitan_args("zoo:llama3_8b", {"pp": 2, "dp_shard": 2}, 4, "full",
+                           {"precision": "bf16-master", "optimizer": "adamw",
+                            "dims": {"seq": 8192}})
+    assert args is not None
+    assert args[args.index("--parallelism.pipeline-parallel-degree") + 1] == "2"
+    assert args[args.index("--parallelism.pipeline-parallel-microbatch-size") + 1] == "1"
 
 
 def test_the_face_is_one_screen_ending_on_the_command(tiny_plan):

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 from ...passes.choices import Strategy
 from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
+from ...passes.ir import Graph
 from ...passes.parallel.comm import CommVolume
 from ...passes.parallel.mesh import mesh_of
 from ...passes.parallel.pipeline import (
@@ -27,14 +28,51 @@ from ...passes.parallel.step_time import RankStep, pipeline_step_time
 from ...passes.parallel.tensor import with_tensor_parallel
 from ...passes.training.precision import master_weights
 from ..load.loading import load, resolve_model
+from ..load.options import LoadOptions
 from ..load.progress import Progress
 from ..load.rank_program import pipeline_blocks
 from .devices import node_links
-from .pipeline import NO_COMM, NO_PARALLEL_TIME, refit, run_passes, step_work, with_run
+from .pipeline import (
+    NO_COMM,
+    NO_PARALLEL_TIME,
+    PassMemo,
+    refit,
+    run_passes,
+    step_work,
+    with_run,
+)
 from .report import Report
 from .request import Request
 
 SHARDING = (Strategy.FSDP, Strategy.ZERO3, Strategy.ZERO2)   # fully_shard's
+
+
+class StageTraces:
+    """The programs a pipeline's analysis traces (the whole model at the micro-batch, each
+    short stage program), kept for the next analysis of the same model — a plan's candidates
+    (analyzer/app/settings_analyses.py) — each with the passes' layout-free results."""
+
+    def __init__(self, model, example_inputs: Sequence[Any] | None = None,
+                 progress: Progress | None = None) -> None:
+        self.model, self.example_inputs, self.progress = model, example_inputs, progress
+        self.graphs: list[tuple[LoadOptions, Graph, PassMemo]] = []
+        self.blocks: int | None = None
+
+    def graph(self, options: LoadOptions) -> tuple[Graph, PassMemo]:
+        """The program ``options`` load, traced on its first ask."""
+        found = next((g for g in self.graphs if g[0] == options), None)
+        if found is None:
+            graph = load(self.model, options, self.example_inputs, self.progress).graph
+            found = (options, graph, PassMemo())
+            self.graphs.append(found)
+        return found[1], found[2]
+
+    def n_blocks(self, options: LoadOptions) -> int:
+        """The blocks a pipeline of the model divides (the model resolved once)."""
+        if self.blocks is None:
+            self.blocks = pipeline_blocks(resolve_model(self.model, options,
+                                                        self.example_inputs))
+        return self.blocks
 
 
 @dataclass(frozen=True)
@@ -47,8 +85,10 @@ class _Stage:
 
 def run_pipeline(model, request: Request, spec: ParallelSpec,
                  example_inputs: Sequence[Any] | None = None,
-                 progress: Progress | None = None) -> Report:
-    """The report of ``request`` with ``spec``'s pipeline stages."""
+                 progress: Progress | None = None,
+                 traces: StageTraces | None = None) -> Report:
+    """The report of ``request`` with ``spec``'s pipeline stages (``traces``: programs traced
+    by an earlier analysis of the model)."""
     batch = request.load.batch or 1
     micro = spec.microbatches or batch
     if batch % micro:
@@ -58,12 +98,13 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     _check_data(spec)
     at_micro = replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None)
-    report = run_passes(load(model, at_micro, example_inputs, progress).graph, passes)
+    traces = traces or StageTraces(model, example_inputs, progress)
+    whole, memo = traces.graph(at_micro)
+    report = run_passes(whole, passes, memo=memo)
     if request.passes.profile is not None:   # (a calibrated profile: no collectives)
         report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     report = replace(report, time=None)   # (one micro-batch's kernels are not the step)
-    n_layers = pipeline_blocks(resolve_model(model, at_micro, example_inputs))
-    stages = _stages(model, at_micro, request, spec, n_layers, example_inputs, progress)
+    stages = _stages(traces, at_micro, request, spec, traces.n_blocks(at_micro), progress)
     mesh = {**{"pp": spec.pp}, **{k: n or 0 for k, n in mesh_of(
         spec.strategy, spec.world_size, spec.replicate, spec.tp).dims}}
     memory = pipeline_memory([(st.step, layers) for st, layers in stages], spec.schedule,
@@ -90,8 +131,8 @@ def _check_data(spec: ParallelSpec) -> None:
                              "pipelines; ddp and zero1 are not")
 
 
-def _stages(model, at_micro, request: Request, spec: ParallelSpec, n_layers: int,
-            example_inputs, progress) -> list[tuple[_Stage, tuple[int, int]]]:
+def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
+            n_layers: int, progress) -> list[tuple[_Stage, tuple[int, int]]]:
     """Every stage's rank with its blocks; each distinct stage program traced once — a stage
     of more than ``SHORT`` blocks as two short ones (``_per_block``)."""
     sharded = spec.strategy in SHARDING
@@ -100,26 +141,25 @@ def _stages(model, at_micro, request: Request, spec: ParallelSpec, n_layers: int
     stage_passes = replace(request.passes, parallel=None, profile=None, what_if=False,
                            include_inputs=False)
 
-    short: dict[tuple, _Stage] = {}
-
     def traced(i: int, blocks: int | None) -> _Stage:
-        key = (i == 0, i == spec.pp - 1, blocks)
-        if blocks is not None and key in short:   # (the same short program)
-            return short[key]
+        first, last = i == 0, i == spec.pp - 1
+        where = (i, spec.pp)
+        if blocks is not None and n_layers >= 3 * blocks:
+            # a short program is the same whatever the pipeline it is cut from: one cut of
+            # three stages names it, for every layout a plan analyzes
+            where = (0 if first else 2 if last else 1, 3)
         if progress:
             progress(f"tracing pipeline stage {i + 1} of {spec.pp}"
                      + (f" ({blocks} of its blocks)" if blocks else ""))
-        graph = load(model, replace(at_micro, pipeline_stage=(i, spec.pp),
-                                    stage_blocks=blocks), example_inputs, progress).graph
-        stage = run_passes(graph, stage_passes)
+        graph, memo = traces.graph(replace(at_micro, pipeline_stage=where,
+                                           stage_blocks=blocks))
+        stage = run_passes(graph, stage_passes, memo=memo)
         assert stage.training is not None  # (a training request)
         plan = stage.training.checkpoint   # (its step, when it has one, is the step run)
         step = plan.checkpointed if plan is not None else stage.training
-        short[key] = _Stage(stage_step(graph, step, i == 0, i == spec.pp - 1, shards),
-                            stage.time, with_tensor_parallel(
-                                NO_COMM, graph, spec.tp,
-                                plan.recomputed if plan else frozenset()))
-        return short[key]
+        return _Stage(stage_step(graph, step, first, last, shards), stage.time,
+                      with_tensor_parallel(NO_COMM, graph, spec.tp,
+                                           plan.recomputed if plan else frozenset()))
 
     done: dict[tuple, _Stage] = {}
     out = []

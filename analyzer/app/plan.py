@@ -1,7 +1,9 @@
 """``graphcost plan``: the fastest training setting that fits N GPUs.
 
 The settings searched: every device mesh of the modelled dimensions (passes/parallel/
-layouts.py: FSDP, HSDP, DDP beside each tensor-parallel size), the checkpoint plans of
+layouts.py: FSDP, HSDP, DDP beside each tensor-parallel size, and pipelines of 2, 4, … stages
+beside FSDP and HSDP, 1F1B with one sequence a micro-batch, torchtitan's defaults), the
+checkpoint plans of
 ``CHECKPOINTS`` and the batch per data-parallel rank (fixed by ``--batch``, or by the step's
 global batch). Each is analyzed as ``analyze`` would with its settings — the same trace and
 passes, the figures equal — with the work that does not change between them done once: one
@@ -11,7 +13,9 @@ the device (reserved + the runtime's share: the report's fit) is ranked by the t
 estimate's throughput; under one layout, a checkpoint plan that recomputes more than one that
 fits is never faster (the estimate only adds its recompute), and when the plan that
 recomputes most (full) does not fit, neither does one that holds more: neither is analyzed
-(pruned, with why).
+(pruned, with why). A pipeline's layouts of a tensor-parallel size are analyzed only where
+none of that size without stages fits (a pipeline adds its bubble to the step: a heuristic,
+said in each pruned candidate).
 """
 from __future__ import annotations
 
@@ -22,7 +26,13 @@ from typing import Any, Callable, Mapping
 from ...passes.choices import Strategy
 from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
-from ...passes.parallel.layouts import data_layouts, data_ranks, tensor_sizes
+from ...passes.parallel.layouts import (
+    data_layouts,
+    data_ranks,
+    piped,
+    pipeline_sizes,
+    tensor_sizes,
+)
 from ...passes.parallel.mesh import Mesh, strategy_of
 from ...passes.training.precision import master_weights
 from ..load.progress import Progress, Step
@@ -46,6 +56,7 @@ class PlanSpec:
     tp: tuple[int, ...] | None = None
     checkpoints: tuple[str, ...] = tuple(CHECKPOINTS)
     node: int = GPUS_PER_NODE
+    pp: tuple[int, ...] | None = None   # pipeline sizes (None: 1, then 2, 4, … as needed)
 
 
 @dataclass(frozen=True)
@@ -61,13 +72,19 @@ class Settings:
         return self.mesh.size("tp") or 1
 
     @property
+    def pp(self) -> int:
+        return self.mesh.size("pp") or 1
+
+    @property
     def words(self) -> str:
         return f"{self.mesh.words or 'one GPU'}, batch {self.batch}, checkpoint {self.checkpoint}"
 
     def analyze_kwargs(self, parallel: Mapping[str, Any]) -> dict:
         """``analyze``'s arguments for this setting (``parallel``: the mesh's options)."""
+        stages = {"microbatches": self.batch} if self.pp > 1 else {}   # (one sequence each)
         return {"batch": self.batch, "checkpoint": CHECKPOINTS[self.checkpoint],
-                "parallel": {"mesh": self.mesh.words, **parallel} if self.mesh.dims else None}
+                "parallel": {"mesh": self.mesh.words, **stages, **parallel}
+                if self.mesh.dims else None}
 
 
 @dataclass(frozen=True)
@@ -122,8 +139,10 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     base = dict(base)
     extra = dict(base.pop("parallel", None) or {})
     device = _check(spec, base, extra)
-    settings = _settings(spec)
-    left_out = [PIPELINES] if spec.gpus > 1 else []
+    analyses = SettingsAnalyses(model, progress)
+    blocks = _blocks(analyses, base) if spec.gpus > 1 else 0
+    settings = _settings(spec, blocks)
+    left_out = [PIPELINES] if spec.gpus > 1 and not blocks else []
     if master_weights(str(base.get("precision", "fp32"))):
         kept = [s for s in settings if not _replicated(s.mesh)]
         if settings and not kept:
@@ -134,10 +153,14 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
         if len(kept) < len(settings):
             left_out.insert(0, MASTER_SHARDED.format(base["precision"]))
         settings = kept
+    if not settings and spec.pp:
+        raise GraphcostError(f"{opt('pp', value=','.join(map(str, spec.pp)))}: no layout of "
+                             f"{spec.gpus} GPUs has those pipeline sizes (tp × pp must divide "
+                             "them, each data rank's batch at least the stages)")
     if not settings:
         raise GraphcostError(f"{opt('global_batch', value=spec.global_batch)}: no layout of "
                              f"{spec.gpus} GPUs splits it evenly over its data ranks")
-    done = _evaluate(model, settings, base, extra, progress)
+    done = _evaluate(analyses, settings, base, extra, progress)
     errors = [c.error for c in done if c.error is not None]
     if len(errors) == len(done):
         raise errors[0]
@@ -153,7 +176,16 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     return plan
 
 
-PIPELINES = "pipelines beside other dimensions (not modelled yet)"
+PIPELINES = ("pipelines (graphcost cuts torchtitan-style decoders and transformers causal "
+             "LMs into stages; this model is neither)")
+
+
+def _blocks(analyses: SettingsAnalyses, base: Mapping[str, Any]) -> int:
+    """The blocks a pipeline of the model divides (0: none it can cut)."""
+    try:
+        return analyses.stages.n_blocks(build_request(**base).load)
+    except GraphcostError:
+        return 0
 # (master weights are modelled as FSDP2's MixedPrecisionPolicy: passes/parallel/step.py)
 MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
@@ -190,32 +222,48 @@ def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) ->
     return rates.name
 
 
-def _settings(spec: PlanSpec) -> list[Settings]:
-    """Every setting ``spec`` allows, grouped by rank program (tensor-parallel size and
-    batch), each layout's checkpoint plans from the least recompute."""
+def _settings(spec: PlanSpec, blocks: int = 0) -> list[Settings]:
+    """Every setting ``spec`` allows (pipelines of ``blocks``), grouped by rank program
+    (tensor-parallel size, pipeline size, batch), each layout's checkpoint plans from the
+    least recompute."""
     out = []
     for tp in spec.tp or tensor_sizes(spec.gpus, spec.node):
         if spec.gpus % tp:
             raise GraphcostError(f"{opt('tp', value=tp)}: it must divide the "
                                  f"{spec.gpus} GPUs")
-        for mesh in data_layouts(spec.gpus, tp, spec.node):
-            ranks = data_ranks(mesh)
-            if spec.global_batch is not None:
-                if spec.global_batch % ranks:
-                    continue
-                batch = spec.global_batch // ranks
-            else:
-                batch = spec.batch or 1
-            order = [c for c in CHECKPOINTS if c in spec.checkpoints]
-            out.extend(Settings(mesh, batch, c) for c in order)
-    return sorted(out, key=lambda s: (s.tp, s.batch))   # (stable: the layouts' order kept)
+        for pp in spec.pp or (1, *pipeline_sizes(spec.gpus // tp, blocks)):
+            if spec.gpus % (tp * pp) == 0:   # (a size asked for that no tp divides: none)
+                out.extend(_layouts(spec, tp, pp))
+    return sorted(out, key=lambda s: (s.tp, s.pp, s.batch))   # (stable: layouts' order)
 
 
-def _evaluate(model, settings: list[Settings], base: Mapping[str, Any],
+def _layouts(spec: PlanSpec, tp: int, pp: int) -> list[Settings]:
+    """The settings of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest, its batch
+    and checkpoint plans (a pipeline's batch at least its stages: 1F1B's micro-batches)."""
+    out = []
+    for flat in data_layouts(spec.gpus // pp, tp, spec.node):
+        mesh = piped(flat, pp)
+        if mesh is None:
+            continue
+        ranks = data_ranks(mesh)
+        if spec.global_batch is not None:
+            if spec.global_batch % ranks:
+                continue
+            batch = spec.global_batch // ranks
+        else:
+            batch = spec.batch or 1
+        if batch < pp:
+            continue
+        order = [c for c in CHECKPOINTS if c in spec.checkpoints]
+        out.extend(Settings(mesh, batch, c) for c in order)
+    return out
+
+
+def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mapping[str, Any],
               extra: Mapping[str, Any], progress: Progress | None) -> list[Candidate]:
     """Each setting's candidate, layout by layout (``_layout``), its analysis sharing traces
-    and passes with the others' (analyzer/app/settings_analyses.py)."""
-    analyses = SettingsAnalyses(model, progress)
+    and passes with the others' (analyzer/app/settings_analyses.py); a pipeline's only where
+    no layout of its tensor-parallel size without one fits."""
     done = iter(range(1, len(settings) + 1))
 
     def analyzed(s: Settings) -> Candidate:
@@ -228,7 +276,14 @@ def _evaluate(model, settings: list[Settings], base: Mapping[str, Any],
 
     out: list[Candidate] = []
     for _, group in groupby(settings, key=lambda s: (s.mesh, s.batch)):
-        out.extend(_layout(list(group), analyzed))
+        group = list(group)
+        if group[0].pp > 1 and any(c.status == "fits" and c.settings.pp == 1 and
+                                   c.settings.tp == group[0].tp for c in out):
+            why = (f"not analyzed: a layout of tp={group[0].tp} without pipeline stages fits "
+                   "(a pipeline adds its bubble)")
+            out.extend(Candidate(s, "pruned", why) for s in group)
+            continue
+        out.extend(_layout(group, analyzed))
     return out
 
 

@@ -2,7 +2,8 @@
 the changes ``--advise`` weighs (analyzer/app/advise.py) — each what ``analyze`` with those
 settings gives: one trace per distinct load (the first kept, and the last: the settings come
 grouped by their load), and over one traced graph the passes' layout-free results shared
-(analyzer/app/pipeline.py ``PassMemo``)."""
+(analyzer/app/pipeline.py ``PassMemo``); a pipeline's programs, every one traced, kept
+(analyzer/app/pipeline_stages.py ``StageTraces``)."""
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -11,6 +12,7 @@ from ..load.loading import load
 from ..load.options import LoadOptions
 from ..load.progress import Progress
 from .pipeline import PassMemo, run_passes
+from .pipeline_stages import StageTraces, run_pipeline
 from .report import Report
 from .request import build_request
 
@@ -21,9 +23,14 @@ class SettingsAnalyses:
     def __init__(self, model, progress: Progress | None = None) -> None:
         self.model, self.progress = model, progress
         self.traced: list[tuple[LoadOptions, Any, PassMemo]] = []   # (load, graph, memo)
+        self.stages = StageTraces(model, progress=progress)   # (pipelines' programs)
 
     def __call__(self, kwargs: Mapping[str, Any]) -> Report:
         request = build_request(**kwargs)
+        spec = request.passes.parallel
+        if spec is not None and spec.pp > 1:
+            return run_pipeline(self.model, request, spec, progress=self.progress,
+                                traces=self.stages)
         found = next((t for t in self.traced if t[0] == request.load), None)
         if found is None:
             graph = load(self.model, request.load, progress=self.progress).graph
@@ -34,5 +41,8 @@ class SettingsAnalyses:
 
 def step_samples(report: Report) -> int:
     """The sequences (samples) a step takes over every data-parallel rank."""
-    p = report.parallel
+    p, pipe = report.parallel, report.pipeline
+    if pipe is not None:   # (each data rank's pipeline takes its batch)
+        return pipe.per_rank_batch * pipe.mesh.get("dp_shard", 1) * \
+            pipe.mesh.get("dp_replicate", 1)
     return p.global_batch if p is not None else report.batch

@@ -18,14 +18,15 @@ from .output import check_writable, fitted, terminal_width
 from .serve_plan import add_serve_plan_args, run_serve
 
 # the options a plan sets per candidate or reads itself: not passed on to its command line
-OWN = {"gpus", "global_batch", "global_tokens", "tp", "top", "format", "output", "checkpoint", "batch",
+OWN = {"gpus", "global_batch", "global_tokens", "tp", "pp", "top", "format", "output", "checkpoint", "batch",
        "precision", "optimizer", "train", "parallel", "model", "serve", "prompt", "generate",
        "ttft", "tpot", "weight_dtype", "kv_dtype"}
 
 
 def build_parser():
     p = Parser(prog="graphcost plan", description=(
-        "Search the layouts (FSDP, HSDP, DDP beside each tensor-parallel size), checkpoint "
+        "Search the layouts (FSDP, HSDP, DDP beside each tensor-parallel size; pipeline "
+        "stages beside FSDP and HSDP where no layout without them fits), checkpoint "
         "plans (none, sac, full) and batches of a training step on N GPUs; keep those whose "
         "every rank fits --device and rank them by the time estimate's tokens/s per GPU. "
         "Each candidate is what `graphcost MODEL --train --parallel MESH …` gives, and the "
@@ -48,6 +49,9 @@ def build_parser():
                         "in sequences of --dim seq")
     p.add_argument("--tp", metavar="N[,N…]",
                    help="the tensor-parallel sizes to try (default 1, 2, 4, … up to a node)")
+    p.add_argument("--pp", metavar="N[,N…]",
+                   help="the pipeline sizes to try (1: none; default none, then 2, 4, … "
+                        "stages for a tensor-parallel size none of whose layouts fits)")
     p.add_argument("--top", type=int, default=5, metavar="K",
                    help="the candidates the table shows (default 5; JSON lists all)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -67,6 +71,9 @@ def run(args) -> int:
     if args.top < 1:
         raise GraphcostError(f"--top {args.top}: a whole number ≥ 1")
     if args.serve:
+        if args.pp:
+            raise GraphcostError("--pp: a serving plan's replicas are tensor-parallel "
+                                 "(pipeline stages are searched for training)")
         _, text = run_serve(args, _sizes(args.tp))
         _write(args.output, text)
         return 0
@@ -82,7 +89,8 @@ def run(args) -> int:
     spec = PlanSpec(args.gpus, batch=args.batch,
                     global_batch=_global_batch(args, base["dims"].get("seq")),
                     tp=_sizes(args.tp), checkpoints=checkpoints,
-                    node=extra.get("gpus_per_node", GPUS_PER_NODE))
+                    node=extra.get("gpus_per_node", GPUS_PER_NODE),
+                    pp=_sizes(args.pp, "--pp"))
     with progress(bar=True) as note:
         plan = plan_training(args.model, spec, base, note)
 
@@ -140,15 +148,15 @@ def _global_batch(args, seq: int | None) -> int | None:
     return int(tokens // seq)
 
 
-def _sizes(text: str | None) -> tuple[int, ...] | None:
+def _sizes(text: str | None, option: str = "--tp") -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
         sizes = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise GraphcostError(f"--tp {text}: whole numbers, e.g. 8 or 2,4") from None
+        raise GraphcostError(f"{option} {text}: whole numbers, e.g. 8 or 2,4") from None
     if not sizes or any(s < 1 for s in sizes):
-        raise GraphcostError(f"--tp {text}: whole numbers ≥ 1, e.g. 8 or 2,4")
+        raise GraphcostError(f"{option} {text}: whole numbers ≥ 1, e.g. 8 or 2,4")
     return sizes
 
 
@@ -188,6 +196,8 @@ def _command(args, template: list[str], c: Candidate) -> str:
     if s.mesh.dims:
         words += ["--parallel", s.mesh.words]
     words += ["--batch", str(s.batch)]
+    if s.pp > 1:   # (one sequence a micro-batch, as the plan analyzed it)
+        words += ["--microbatches", str(s.batch)]
     if s.checkpoint != "none":
         words += ["--checkpoint", s.checkpoint]
     words += ["--precision", args.precision, "--optimizer", args.optimizer, *template]

@@ -14,7 +14,7 @@ def checkpoint_entries(r: Report, brief: bool) -> list[tuple[str, list[str]]]:
     if ck is None:
         return []
     recompute = f"recompute {human(ck.recompute_flops)} FLOPs ({ck.recompute_pct:.1f}% of the step)"
-    if brief and r.parallel is not None:   # (the one-device peaks are --details')
+    if brief and (r.parallel is not None or r.pipeline is not None):   # (one device's: --details)
         return [("checkpoint", [f"{ck.mode}:", _segments(ck.segments, brief) + ";", recompute])]
     note = explain.checkpoint_note(r)
     return [("checkpoint", [f"{ck.mode}:", _segments(ck.segments, brief)]),

@@ -52,7 +52,7 @@ def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str
     """The strategy, one rank's peak and what it holds, the communication; ``brief``: the
     rank's line without the reserved bytes (the fit shows them: analyzer/render/summary.py)."""
     if r.pipeline is not None:
-        return _pipeline_summary(r)
+        return _pipeline_summary(r, brief)
     p = r.parallel
     if p is None:
         return []
@@ -125,21 +125,30 @@ def _comm(r: Report, c, brief: bool) -> list[str]:
     return line
 
 
-def _pipeline_summary(r: Report) -> list[tuple[str, list[str]]]:
-    """Every stage's peak, the largest last (the line that decides the fit)."""
+def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]]]:
+    """Every stage's peak, the largest last (the line that decides the fit); ``brief``: the
+    stages' peaks in one list."""
     p = r.pipeline
     assert p is not None  # (the caller's test)
-    head = [f"{p.stages} stages, {'GPipe' if p.schedule == 'gpipe' else '1F1B'},",
-            f"{p.microbatches} micro-batches of {p.micro_batch:,}",
-            f"({p.per_rank_batch:,} a step); bubble {p.bubble:.0%} of an even pipeline"]
+    head = [f"{p.stages} stages,", f"{'GPipe' if p.schedule == 'gpipe' else '1F1B'},",
+            f"{p.microbatches} micro-batches", f"of {p.micro_batch:,}",
+            f"({p.per_rank_batch:,} a step);", f"bubble {p.bubble:.0%}",
+            "of an even pipeline"]
     gpus = prod(p.mesh.values()) if p.mesh else p.stages
     if gpus > p.stages:
         head[-1] += ";"
-        head += [f"{gpus:,} GPUs ({_mesh_words(p.mesh)})"]
-    rows = [[f"stage {s.stage}: " + (f"blocks {s.layers[0]}–{s.layers[1] - 1}"
-                                     if s.layers[1] - s.layers[0] > 1 else f"block {s.layers[0]}"),
-             f"peak {human_bytes(s.peak_bytes)},", f"{s.in_flight} in flight;"]
-            for s in p.per_stage]
+        head += [f"{gpus:,} GPUs", f"({_mesh_words(p.mesh)})"]
+    if brief and p.stages > 4:   # (in the largest's unit)
+        unit, scale = ("GiB", 2**30) if p.peak_bytes >= 2**30 else ("MiB", 2**20)
+        peaks = [f"{s.peak_bytes / scale:,.2f}" for s in p.per_stage]
+        rows = [[f"peaks ({unit})"] + [f"{x}," for x in peaks[:-1]] + [f"{peaks[-1]};",
+                                                                      _blocks(p.per_stage)]]
+    else:
+        rows = [[f"stage {s.stage}: " + (f"blocks {s.layers[0]}–{s.layers[1] - 1}"
+                                         if s.layers[1] - s.layers[0] > 1
+                                         else f"block {s.layers[0]}"),
+                 f"peak {human_bytes(s.peak_bytes)},", f"{s.in_flight} in flight;"]
+                for s in p.per_stage]
     worst = p.per_stage[p.worst_stage]
     held = [("rank peak", _items(worst.breakdown_at_peak))] if gpus > p.stages else []
     comm = [("comm", _comm(r, p.comm, True))] if p.comm is not None and p.comm.by_dim else []
@@ -147,3 +156,15 @@ def _pipeline_summary(r: Report) -> list[tuple[str, list[str]]]:
             ("per rank", [f"peak {human_bytes(worst.peak_bytes)} ({worst.peak_bytes:,} B) on "
                           f"stage {worst.stage}, the largest;",
                           f"stages uneven by {p.unevenness:.0%}"])]
+
+
+def _blocks(stages) -> str:
+    """``16 blocks a stage (15 on stages 6–7)``: the stages' blocks, the most common first."""
+    sizes = [s.layers[1] - s.layers[0] for s in stages]
+    common = max(set(sizes), key=sizes.count)
+    others = [s.stage for s, n in zip(stages, sizes) if n != common]
+    text = f"{common} block{'s' if common > 1 else ''} a stage"
+    if others:
+        span = f"{others[0]}–{others[-1]}" if len(others) > 1 else f"{others[0]}"
+        text += f" ({sizes[others[0]]} on stage{'s' if len(others) > 1 else ''} {span})"
+    return text

@@ -157,7 +157,9 @@ def _counts(r: Report, brief: bool) -> list[Entry]:
     on one line."""
     t = r.totals
     # a tensor-parallel rank's program holds its shards: its counts are the rank's
-    rank = " on each tp rank" if r.parallel is not None and "tp" in r.parallel.mesh else ""
+    mesh = r.parallel.mesh if r.parallel is not None else \
+        r.pipeline.mesh if r.pipeline is not None else {}
+    rank = " on each tp rank" if mesh.get("tp", 1) > 1 else ""
     params = [f"{t.params:,} ({human_bytes(t.param_bytes)}){rank}"]
     if brief:  # (the buffers are in the breakdown at the peak)
         return [("params", [params[0] + ";", f"FLOPs {human(t.flops)}"

@@ -10,8 +10,8 @@ sizes asked for) the data ranks left over run
   layout: the all-gathers stay on NVLink);
 - DDP (``dp_replicate``): every weight and optimizer state whole on each rank.
 
-Pipeline stages are not searched: a pipeline beside other dimensions is not modelled yet
-(passes/parallel/mesh.py ``check_mesh``), and one of ``gpus`` stages is no layout anyone runs.
+With pipeline stages (``pipeline_sizes``: 2, 4, 8, … stages, outermost as torchtitan lays
+them) the data ranks left over run FSDP or HSDP: a pipeline beside DDP is not modelled.
 """
 from __future__ import annotations
 
@@ -27,6 +27,28 @@ def tensor_sizes(gpus: int, node: int) -> tuple[int, ...]:
             sizes.append(tp)
         tp *= 2
     return tuple(sizes)
+
+
+def pipeline_sizes(gpus: int, blocks: int, most: int = 16) -> tuple[int, ...]:
+    """The pipeline sizes a plan tries besides none: 2, 4, … up to ``most`` stages, dividing
+    ``gpus`` (those of one tensor-parallel size), each stage at least one of ``blocks``."""
+    sizes, pp = [], 2
+    while pp <= min(most, gpus, blocks):
+        if gpus % pp == 0:
+            sizes.append(pp)
+        pp *= 2
+    return tuple(sizes)
+
+
+def piped(mesh: Mesh, pp: int) -> Mesh | None:
+    """``mesh`` (of one pipeline stage's GPUs) in ``pp`` stages, outermost; None where its
+    data ranks replicate (DDP beside a pipeline is not modelled)."""
+    dims = dict(mesh.dims)
+    if pp == 1:
+        return mesh
+    if (dims.get("dp_replicate") or 1) > 1 and dims.get("dp_shard", 1) == 1:
+        return None
+    return Mesh((("pp", pp), *mesh.dims))
 
 
 def data_layouts(gpus: int, tp: int, node: int) -> list[Mesh]:
