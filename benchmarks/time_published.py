@@ -17,8 +17,10 @@ priced as the zoo decoder of that shape under FSDP × TP with torch.compile's fu
 in for Transformer Engine's kernels and async TP for --tp-comm-overlap (``MEGATRON``).
 
 Not expressible yet, so not rows: float8 (torchtitan's Tables 1, 3, 4, 5, 6 and the async-TP
-float8 rows), context parallelism (Tables 2 and 6), pipelines beside other dimensions (Table
-5, Megatron's 70B to 462B rows).
+float8 rows; Table 5 is torchtitan's 405B pipeline), context parallelism (Tables 2 and 6).
+Not yet rows: Megatron's 70B to 462B rows, pipelines beside TP and DP, which graphcost now
+expresses (1F1B and GPipe; not Megatron's interleaved schedule) but whose settings this
+benchmark has not transcribed.
 """
 from __future__ import annotations
 
@@ -62,8 +64,8 @@ TORCHTITAN = [
 
 # Megatron-LM's README model table (images/model_table.png, added 2024-07-15 in f2e5db402c):
 # GPT models, vocabulary 131,072, sequence 4,096, DP 48, global batch 192 sequences (4 a
-# data-parallel rank), H100 SXM; (name, hidden, heads, layers, TP, per-GPU TFLOP/s). PP > 1
-# rows (70B and larger) are not expressible beside TP yet.
+# data-parallel rank), H100 SXM; (name, hidden, heads, layers, TP, per-GPU TFLOP/s). The
+# PP > 1 rows (70B and larger) are not transcribed yet.
 MEGATRON = [("1.7B", 2048, 16, 24, 1, 408.8), ("7.1B", 4096, 32, 30, 2, 465.9),
             ("16B", 6144, 48, 32, 4, 489.1), ("32B", 7168, 56, 48, 8, 459.6)]
 VOCAB, SEQ, DP, GLOBAL = 131072, 4096, 48, 192

@@ -1,8 +1,9 @@
 """Pipeline parallelism (``--parallel pp=P``, beside ``dp_shard`` and ``tp``; ``microbatches``,
 ``schedule``) against real ``torch.distributed.pipelining`` steps on gloo ranks (127.0.0.1):
 the zoo Llama and transformers' Llama (2 blocks, one a stage) cut as graphcost cuts them, 4
-micro-batches of 2 sequences, GPipe and 1F1B, Adam, torchtitan's fp32 cross-entropy; beside
-them fully_shard over 2 ranks as torchtitan applies it with a pipeline (each block and the
+micro-batches of 2 sequences, GPipe and 1F1B, Adam, torchtitan's fp32 cross-entropy (and
+once every block checkpointed, PyTorch's ``checkpoint_wrapper`` as torchtitan's full AC);
+beside them fully_shard over 2 ranks as torchtitan applies it with a pipeline (each block and the
 stage, ``reshard_after_forward=False``; the master recipe's ``MixedPrecisionPolicy``) and
 DTensor's tensor-parallel plan over 2 (analyzer/measure/pipeline.py; the CPU allocator's own
 count, as the profiler records it). Every stage's peak, the lower of steps 2 and 3 and of the
@@ -23,6 +24,8 @@ hf_llama pp 2          1F1B     fp32         0       1,895,540    1,895,544   �
                                              1       2,417,268    2,416,520   +0.03%
 pp 2 × dp_shard 2      1F1B     fp32         0       7,640,692    7,640,680   +0.00%
                                              1       9,496,948    9,495,424   +0.02%
+the same, full AC      1F1B     fp32         0       6,409,844    6,343,272   +1.05%
+                                             1       8,266,100    8,198,016   +0.83%
 pp 2 × dp_shard 2      1F1B     bf16-master  0       5,457,998    5,458,024   −0.00%
                                              1       7,066,708    7,064,960   +0.02%
 pp 2 × dp_shard 2      GPipe    bf16-master  0       6,181,456    6,181,480   −0.00%
@@ -60,25 +63,29 @@ from graphcost import analyze
 SCHEDULES = ("gpipe", "1f1b")
 
 
-def _predict(schedule, model="llama_tiny", mesh="pp=2", precision="fp32"):
+def _predict(schedule, model="llama_tiny", mesh="pp=2", precision="fp32", checkpoint=None):
     return analyze(f"zoo:{model}", batch=8, train=True, optimizer="adam", what_if=False,
-                   precision=precision,
+                   precision=precision, checkpoint=checkpoint,
                    parallel={"mesh": mesh, "microbatches": 4, "schedule": schedule}).pipeline
 
 
-CASES = [(m, "pp=2", s, "fp32") for m in ("llama_tiny", "hf_llama") for s in SCHEDULES] + [
-    ("llama_tiny", "pp=2,dp_shard=2", "1f1b", "fp32"),
-    ("llama_tiny", "pp=2,dp_shard=2", "gpipe", "bf16-master"),
-    ("llama_tiny", "pp=2,tp=2", "1f1b", "fp32")]
+CASES = [(m, "pp=2", s, "fp32", "none") for m in ("llama_tiny", "hf_llama")
+         for s in SCHEDULES] + [
+    ("llama_tiny", "pp=2,dp_shard=2", "1f1b", "fp32", "none"),
+    ("llama_tiny", "pp=2,dp_shard=2", "1f1b", "fp32", "full"),
+    ("llama_tiny", "pp=2,dp_shard=2", "gpipe", "bf16-master", "none"),
+    ("llama_tiny", "pp=2,tp=2", "1f1b", "fp32", "none")]
 
 
 @pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
 def run(request):
-    model, mesh, schedule, precision = request.param
+    model, mesh, schedule, precision, checkpoint = request.param
     size = dict(kv.split("=") for kv in mesh.split(","))
+    full = checkpoint == "full"   # (every block: torchtitan's full AC)
     real = PipelineRun(model, schedule, 2, 8, 4, int(size.get("dp_shard", 1)),
-                       int(size.get("tp", 1)), precision == "bf16-master")
-    return mesh, _predict(schedule, model, mesh, precision), measure_pipeline(real)
+                       int(size.get("tp", 1)), precision == "bf16-master", full)
+    return mesh, _predict(schedule, model, mesh, precision, {"every": 1} if full else None), \
+        measure_pipeline(real)
 
 
 def test_every_stage_within_five_percent_of_the_real_step(run):

@@ -40,6 +40,7 @@ class PipelineRun:
     dp_shard: int = 1           # fully_shard over this many ranks (1: not wrapped)
     tp: int = 1
     master: bool = False        # bf16 parameters over fp32 shards (MixedPrecisionPolicy)
+    checkpoint: bool = False    # every block checkpointed (torchtitan's full AC)
 
     @property
     def world(self) -> int:
@@ -126,6 +127,8 @@ def _stage(run: PipelineRun, mesh):
     ids = torch.randint(0, 100, tuple(next(iter(models_zoo.input_shapes(
         run.model, run.batch).values()))), generator=torch.Generator().manual_seed(1))
     context = contextlib.nullcontext
+    if run.checkpoint:
+        _checkpointed(module)
     if run.tp > 1:
         apply_tensor_parallel(module, mesh["tp"])
         if index > 0 and hasattr(module, "positions"):   # (a sequence shard comes in)
@@ -150,6 +153,22 @@ def _stage(run: PipelineRun, mesh):
     return index, module, step
 
 
+def _blocks(module):
+    """The stage's blocks: its ``layers`` list."""
+    return next(m for n, m in module.named_modules() if n.rsplit(".", 1)[-1] == "layers")
+
+
+def _checkpointed(module) -> None:
+    """torchtitan's full activation checkpointing: each block wrapped by PyTorch's
+    ``checkpoint_wrapper`` (non-reentrant), before the other parallelisms."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        checkpoint_wrapper,
+    )
+    layers = _blocks(module)
+    for i, block in enumerate(layers):
+        layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+
+
 def _fully_shard(module, mesh, master: bool) -> None:
     """torchtitan's fully_shard beside a pipeline: each block, then the stage, gathered
     parameters kept through the step."""
@@ -160,8 +179,7 @@ def _fully_shard(module, mesh, master: bool) -> None:
     if master:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                reduce_dtype=torch.float32)
-    layers = next(m for n, m in module.named_modules() if n.rsplit(".", 1)[-1] == "layers")
-    for block in layers:
+    for block in _blocks(module):
         fully_shard(block, **kw)
     fully_shard(module, **kw)
 
