@@ -177,13 +177,40 @@ def test_a_pipeline_runs_microbatches_plus_stages_minus_one_slots_of_its_slowest
     # 4 stages, 8 micro-batches: 11 slots of the slowest stage's 0.3 s, its bubble 3 of them
     stages = [_compute(0.25, 0.05), _compute(0.35, 0.05), _compute(0.3, 0.08),
               _compute(0.2, 0.01)]
-    rank = RankStep(CommVolume(0, 0, 0, 0, 0, None, None, None), {"pp": 4}, "ddp",
-                    8 * 4096, 4, 10**15, 0, 1e15)
-    t = pipeline_step_time(stages, 8, rank)
+    none = CommVolume(0, 0, 0, 0, 0, None, None, None)
+    rank = RankStep(none, {"pp": 4}, "ddp", 8 * 4096, 4, 10**15, 0, 1e15)
+    t = pipeline_step_time(stages, 8, rank, [none] * 4, Links(NVLINK, NVLINK))
     assert t.bubble_seconds == pytest.approx(3 * 0.3)
     assert t.optimizer_seconds == pytest.approx(0.08)
     assert t.seconds == pytest.approx(11 * 0.3 + 0.08)
     assert t.bubble_seconds / (t.seconds - t.optimizer_seconds) == pytest.approx(3 / 11)
+
+
+def test_a_pipeline_beside_fully_shard_and_tp_puts_each_in_its_place():
+    """The same stages on a pp 4 × dp_shard 2 × tp 2 mesh, every stage's rank with (a step)
+    800 MB of tensor-parallel wire in 80 calls and fully_shard's 1 GB all-gather and 2 GB
+    reduce-scatter (1.5 GB each way over a ring of 2) in 4 calls, all within a node's NVLink
+    (450 GB/s at NCCL's 80%, 20 µs a call)."""
+    stages = [_compute(0.25, 0.05), _compute(0.35, 0.05), _compute(0.3, 0.08),
+              _compute(0.2, 0.01)]
+    comm = CommVolume(10**9, 2 * 10**9, 0, 0, 84, None, None, None,
+                      by_dim={"dp_shard": 15 * 10**8, "tp": 8 * 10**8},
+                      calls_by_dim={"dp_shard": 4, "tp": 80})
+    mesh = {"pp": 4, "dp_shard": 2, "tp": 2}
+    rank = RankStep(comm, mesh, "fsdp", 16 * 4096, 16, 10**15, 0, 1e15)
+    t = pipeline_step_time(stages, 8, rank, [comm] * 4, Links(NVLINK, NVLINK), shard=2)
+    link = BUS_SHARE * 450e9
+    tp = (8e8 / link + 80 * ALPHA_S) / 8              # each slot's share, exposed
+    data = 1.5e9 / link + 4 * ALPHA_S
+    gather = data / 3                                  # (the all-gather's third of the bytes)
+    # the all-gathers under the first micro-batch's forward but the first of 4 calls' half;
+    # the reduce-scatters after the last backward, all exposed
+    exposed = gather * 2 / 4 + (data - gather)
+    assert t.seconds == pytest.approx(11 * (0.3 + tp) + 0.08 / 2 + exposed)
+    assert t.bubble_seconds == pytest.approx(3 * (0.3 + tp))
+    assert t.communication_seconds == pytest.approx(8 * tp + exposed)
+    assert t.overlapped_seconds == pytest.approx(gather - gather * 2 / 4)
+    assert t.optimizer_seconds == pytest.approx(0.04)   # (on the shards: half a stage's)
 
 
 def test_the_command_line_labels_the_estimate_and_keeps_the_bound(tmp_path):

@@ -105,8 +105,8 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     report = replace(report, time=None)   # (one micro-batch's kernels are not the step)
     stages = _stages(traces, at_micro, request, spec, traces.n_blocks(at_micro), progress)
-    mesh = {**{"pp": spec.pp}, **{k: n or 0 for k, n in mesh_of(
-        spec.strategy, spec.world_size, spec.replicate, spec.tp).dims}}
+    mesh = {"pp": spec.pp, **{k: n for k, n in mesh_of(
+        spec.strategy, spec.world_size, spec.replicate, spec.tp).dims if n and n > 1}}
     memory = pipeline_memory([(st.step, layers) for st, layers in stages], spec.schedule,
                              micro, batch // micro)
     worst = memory.worst_stage

@@ -93,9 +93,7 @@ def pipeline_stage(module: torch.nn.Module, stage: int, stages: int,
         raise GraphcostError(f"{where}: {len(layers)} blocks cannot fill {stages} stages")
     model = _shallow(module)
     kept = stage_layers(len(layers), stage, stages)[:blocks]
-    blocks = getattr(model, "layers")
-    assert isinstance(blocks, torch.nn.ModuleList)  # (checked on the original above)
-    setattr(model, "layers", torch.nn.ModuleList([blocks[i] for i in kept]))
+    setattr(model, "layers", torch.nn.ModuleList([layers[i] for i in kept]))
     if stage > 0:
         setattr(model, embed, None)
     if stage < stages - 1:
