@@ -59,6 +59,10 @@ NOT_RUN: dict[str, str] = {
     "256 --ttft 2s --tpot 50ms": "about two minutes (eight traces of the 8B): tests/"
     "test_serve_plan.py runs the same search on llama_tiny; its output is benchmarks/results/"
     "serve_plan_8b.md",
+    "graphcost zoo:llama3_8b --train --batch 8 --dim seq=8192 --parallel pp=4 --microbatches 8 "
+    "--precision bf16-master --checkpoint full --optimizer adamw --device h100-sxm": "about 15 s "
+    "(seven traces of the 8B's stages): tests/test_pipeline_parallel.py runs the same path on "
+    "Llama 3 8B's stages; its figures are benchmarks/results/large_layouts.md's",
     "graphcost zoo:llama3_405b --train --batch 32 --dim seq=8192 --parallel "
     "pp=8,dp_shard=8,tp=8 --precision bf16-master --checkpoint full --optimizer adamw --device "
     "h100-sxm": "about 20 s (nine traces of the 405B's stages): tests/test_pipeline_parallel.py "

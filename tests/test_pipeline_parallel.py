@@ -60,8 +60,6 @@ from graphcost.passes.errors import GraphcostError
 
 from graphcost import analyze
 
-SCHEDULES = ("gpipe", "1f1b")
-
 
 def _predict(schedule, model="llama_tiny", mesh="pp=2", precision="fp32", checkpoint=None):
     return analyze(f"zoo:{model}", batch=8, train=True, optimizer="adam", what_if=False,
@@ -69,8 +67,11 @@ def _predict(schedule, model="llama_tiny", mesh="pp=2", precision="fp32", checkp
                    parallel={"mesh": mesh, "microbatches": 4, "schedule": schedule}).pipeline
 
 
-CASES = [(m, "pp=2", s, "fp32", "none") for m in ("llama_tiny", "hf_llama")
-         for s in SCHEDULES] + [
+# (the GPipe rows of pp 2 alone in the table above are not run again: the GPipe schedule runs
+# beside fully_shard below, transformers' stage cut under 1F1B)
+CASES = [
+    ("llama_tiny", "pp=2", "1f1b", "fp32", "none"),
+    ("hf_llama", "pp=2", "1f1b", "fp32", "none"),
     ("llama_tiny", "pp=2,dp_shard=2", "1f1b", "fp32", "none"),
     ("llama_tiny", "pp=2,dp_shard=2", "1f1b", "fp32", "full"),
     ("llama_tiny", "pp=2,dp_shard=2", "gpipe", "bf16-master", "none"),
