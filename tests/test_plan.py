@@ -83,14 +83,17 @@ def test_what_the_plan_prunes_is_what_it_assumes(tiny_plan):
 
 
 def test_a_pipeline_candidate_is_the_direct_analysis_of_its_settings():
-    """Pipeline sizes asked for (``--pp 2``): llama_tiny's two blocks in two stages beside
-    fully_shard over the other two GPUs, one sequence a micro-batch under 1F1B; the best is
-    what analyzing its settings alone gives, and torchtitan's line names the pipeline."""
+    """Pipeline sizes asked for (``--pp 1,2``): analyzed although layouts without stages fit
+    (the search alone prunes them then); llama_tiny's two blocks in two stages beside
+    fully_shard over the other two GPUs, one sequence a micro-batch under 1F1B: the fastest
+    pipeline is what analyzing its settings alone gives, and torchtitan's line names it."""
     from graphcost.analyzer.cli.engine_args import torchtitan_args
 
-    plan = plan_training("zoo:llama_tiny", PlanSpec(4, batch=4, pp=(2,)), TINY)
-    best = plan.best
-    assert best is not None and best.settings.mesh.words == "pp=2,dp_shard=2"
+    plan = plan_training("zoo:llama_tiny", PlanSpec(4, batch=4, pp=(1, 2)), TINY)
+    piped = [c for c in plan.candidates if c.settings.pp == 2]
+    assert piped and not any("without pipeline stages fits" in c.detail for c in piped)
+    best = next(c for c in plan.fitting if c.settings.pp == 2)
+    assert best.settings.mesh.words == "pp=2,dp_shard=2"
     kwargs = best.settings.analyze_kwargs({})
     assert kwargs["parallel"] == {"mesh": "pp=2,dp_shard=2", "microbatches": 4}
     direct = analyze("zoo:llama_tiny", **TINY, **kwargs)

@@ -160,7 +160,7 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     if not settings:
         raise GraphcostError(f"{opt('global_batch', value=spec.global_batch)}: no layout of "
                              f"{spec.gpus} GPUs splits it evenly over its data ranks")
-    done = _evaluate(analyses, settings, base, extra, progress)
+    done = _evaluate(analyses, settings, base, extra, progress, prune_pipelines=not spec.pp)
     errors = [c.error for c in done if c.error is not None]
     if len(errors) == len(done):
         raise errors[0]
@@ -180,14 +180,16 @@ PIPELINES = ("pipelines (graphcost cuts torchtitan-style decoders and transforme
              "LMs into stages; this model is neither)")
 
 
+# (master weights are modelled as FSDP2's MixedPrecisionPolicy: passes/parallel/step.py)
+MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
+
+
 def _blocks(analyses: SettingsAnalyses, base: Mapping[str, Any]) -> int:
     """The blocks a pipeline of the model divides (0: none it can cut)."""
     try:
         return analyses.stages.n_blocks(build_request(**base).load)
     except GraphcostError:
         return 0
-# (master weights are modelled as FSDP2's MixedPrecisionPolicy: passes/parallel/step.py)
-MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
 
 def _replicated(mesh: Mesh) -> bool:
@@ -260,10 +262,12 @@ def _layouts(spec: PlanSpec, tp: int, pp: int) -> list[Settings]:
 
 
 def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mapping[str, Any],
-              extra: Mapping[str, Any], progress: Progress | None) -> list[Candidate]:
+              extra: Mapping[str, Any], progress: Progress | None,
+              prune_pipelines: bool = True) -> list[Candidate]:
     """Each setting's candidate, layout by layout (``_layout``), its analysis sharing traces
-    and passes with the others' (analyzer/app/settings_analyses.py); a pipeline's only where
-    no layout of its tensor-parallel size without one fits."""
+    and passes with the others' (analyzer/app/settings_analyses.py); with
+    ``prune_pipelines`` (the sizes not asked for), a pipeline's only where no layout of its
+    tensor-parallel size without one fits."""
     done = iter(range(1, len(settings) + 1))
 
     def analyzed(s: Settings) -> Candidate:
@@ -277,8 +281,9 @@ def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mappin
     out: list[Candidate] = []
     for _, group in groupby(settings, key=lambda s: (s.mesh, s.batch)):
         group = list(group)
-        if group[0].pp > 1 and any(c.status == "fits" and c.settings.pp == 1 and
-                                   c.settings.tp == group[0].tp for c in out):
+        if prune_pipelines and group[0].pp > 1 and any(
+                c.status == "fits" and c.settings.pp == 1 and c.settings.tp == group[0].tp
+                for c in out):
             why = (f"not analyzed: a layout of tp={group[0].tp} without pipeline stages fits "
                    "(a pipeline adds its bubble)")
             out.extend(Candidate(s, "pruned", why) for s in group)
