@@ -21,7 +21,9 @@ over ``dp_replicate``; zero1/2/3 and fsdp shard over ``dp_shard``; both (HSDP, F
 ``fully_shard`` on a 2-D mesh) shard within each replica group and all-reduce the gradient
 shards across the groups. ``tp`` is traced: the model rewritten into one tensor-parallel
 rank's program (analyzer/frontends/torch/tensor_parallel.py) before the data dimensions shard
-it (passes/parallel/tensor.py adds its collectives). ``MODELLED`` lists these; a mesh with
+it (passes/parallel/tensor.py adds its collectives). ``pp`` cuts the model into stages, each
+its own traced program, beside fully_shard's data dimensions and ``tp`` (passes/parallel/
+pipeline.py; beside DDP it is refused). ``MODELLED`` lists these; a mesh with
 another dimension larger than 1 is refused by ``check_mesh`` with its name, never priced as
 if it were data parallel. A new dimension is
 added here and in a module of passes/parallel/ that transforms the rank's step (docs/layout.md).
