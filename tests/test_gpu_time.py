@@ -198,7 +198,8 @@ def test_a_pipeline_beside_fully_shard_and_tp_puts_each_in_its_place():
                       calls_by_dim={"dp_shard": 4, "tp": 80})
     mesh = {"pp": 4, "dp_shard": 2, "tp": 2}
     rank = RankStep(comm, mesh, "fsdp", 16 * 4096, 16, 10**15, 0, 1e15)
-    t = pipeline_step_time(stages, 8, rank, [comm] * 4, Links(NVLINK, NVLINK), shard=2)
+    t = pipeline_step_time(stages, 8, rank, [comm] * 4, Links(NVLINK, NVLINK), shard=2,
+                           gathered=[1 / 3] * 4)
     link = BUS_SHARE * 450e9
     tp = (8e8 / link + 80 * ALPHA_S) / 8              # each slot's share, exposed
     data = 1.5e9 / link + 4 * ALPHA_S

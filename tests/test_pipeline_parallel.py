@@ -114,6 +114,8 @@ def test_fully_shard_in_a_pipeline_holds_shards_and_the_gathered_stage():
     assert s.breakdown_at_peak["gradients"] == 1_238_016
     assert s.optimizer_state_bytes == 2 * 619_008 + 4 * 10
     assert s.peak_bytes < one.peak_bytes   # (the shards and their state halved)
+    for stage in two.per_stage:   # (each rank's parts sum to its peak)
+        assert sum(stage.breakdown_at_peak.values()) == stage.peak_bytes
     assert two.mesh == {"pp": 2, "dp_shard": 2}
     # fully_shard's collectives once a step (the parameters gathered for every micro-batch)
     assert two.comm is not None and two.comm.calls_by_dim["dp_shard"] == 4

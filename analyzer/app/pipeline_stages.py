@@ -214,5 +214,7 @@ def _pipeline_time(report: Report, stages: list, mesh: dict, spec: ParallelSpec,
     links = node_links(o.device, spec.interconnect, spec.gpus_per_node)
     comms = [stage_comm(st.step, st.tp, mesh, micro, i == 0, i == spec.pp - 1)
              for i, (st, _) in enumerate(stages)]
+    gathered = [st.step.all_gather / (st.step.all_gather + st.step.reduce_scatter)
+                if st.step.all_gather else 0.0 for st, _ in stages]
     return pipeline_step_time([st.time for st, _ in stages], micro, rank, comms, links,
-                              spec.async_tp, spec.world_size or 1)
+                              spec.async_tp, spec.world_size or 1, gathered)

@@ -35,12 +35,7 @@ from ..ir import FLOAT_DTYPES, Graph, ValueKind
 from ..memory.peak import Peak
 from ..training.checkpoint import timeline_of
 from ..training.memory import TrainingMemory, forward_set
-from ..training.optimizer import (
-    ADAPTIVE,
-    STATE_MULTIPLIER,
-    step_temporaries,
-    trainable_params,
-)
+from ..training.optimizer import state_tensors, step_temporaries, trainable_params
 from .comm import CommVolume, across_replicas, comm_volume, with_dimension
 from .units import fsdp_units, origins, padded_bytes, unit_names
 
@@ -152,8 +147,7 @@ def sharded(s: StageStep, graph: Graph, t: TrainingMemory, shards: Shards,
     params = [v for v in values.values() if v.kind == ValueKind.PARAM]
     shard = [m * padded_bytes(v.spec, world) // world for v in params]
     steps_on = [b for v, b in zip(params, shard) if v.name in trainable]
-    state = STATE_MULTIPLIER[t.optimizer] * sum(steps_on) + \
-        (4 * len(steps_on) if t.optimizer in ADAPTIVE else 0)
+    state = sum(state_tensors(steps_on, t.optimizer))
     buffers = s.static - s.params - s.optimizer_state
     if m > 1:
         first, later = _backwards(graph, t, units, nongrad, m)

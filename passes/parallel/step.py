@@ -41,12 +41,7 @@ from ..ir import INTERNAL, Graph, ValueKind
 from ..memory.caching_allocator import AllocatorConfig, covering
 from ..memory.peak import Peak
 from ..training.memory import TrainingMemory, forward_set
-from ..training.optimizer import (
-    ADAPTIVE,
-    STATE_MULTIPLIER,
-    step_temporaries,
-    trainable_params,
-)
+from ..training.optimizer import state_tensors, step_temporaries, trainable_params
 from .clock import Clock, price
 from .comm import CommVolume, InterconnectRates, across_replicas, comm_volume
 from .fsdp import sharded_step
@@ -317,9 +312,7 @@ class _Plan:
     # ------------------------------------------------------------------ shared pieces
 
     def _state(self, sizes: list[int]) -> int:
-        opt = self.training.optimizer
-        return STATE_MULTIPLIER[opt] * sum(sizes) + (4 * len(sizes) if opt in ADAPTIVE
-                                                     else 0)
+        return sum(state_tensors(sizes, self.training.optimizer))
 
     def _temps(self, sizes: list[int]) -> int:
         return step_temporaries(sizes, self.training.optimizer, self.training.optimizer_impl)
@@ -355,10 +348,7 @@ class _Plan:
         return {}
 
     def _state_tensors(self, sizes: list[int]) -> list[int]:
-        """The state's tensors: STATE_MULTIPLIER per parameter, Adam's 4-byte steps."""
-        opt = self.training.optimizer
-        return [b for b in sizes for _ in range(STATE_MULTIPLIER[opt])] + \
-            ([4] * len(sizes) if opt in ADAPTIVE else [])
+        return state_tensors(sizes, self.training.optimizer)
 
     # ------------------------------------------------------------------ ddp / zero1
 

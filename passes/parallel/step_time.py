@@ -119,7 +119,7 @@ def utilisation(seconds: float, rank: RankStep) -> dict:
 
 def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: RankStep,
                        comms: list[CommVolume], links: Links, async_tp: bool = False,
-                       shard: int = 1) -> TimeEstimate:
+                       shard: int = 1, gathered: list[float] | None = None) -> TimeEstimate:
     """A pipeline's step from each stage's estimate for one micro-batch (its forward and
     backward, and its optimizer step) and its rank's collectives a step (``comms``): GPipe
     and 1F1B both run ``microbatches`` + stages − 1 slots of the slowest stage, the stages − 1
@@ -127,17 +127,18 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     slot is the stage's kernels with its tensor-parallel collectives (exposed, unless
     ``async_tp``) and its sends and receives (pp). fully_shard's all-gathers run in the first
     micro-batch's forward, hidden by it but for the first; its reduce-scatters (and HSDP's
-    all-reduce) after the last backward, where nothing hides them. The optimizer steps once
-    on the stage's shards (``shard`` ranks share each), the slowest stage's deciding."""
+    all-reduce) after the last backward, where nothing hides them (``gathered``: each stage's
+    all-gathers' share of its fully_shard bytes; the comms' volumes hold tp's beside them).
+    The optimizer steps once on the stage's shards (``shard`` ranks share each), the slowest
+    stage's deciding."""
     slots, steps, hidden = [], [], []
-    for t, c in zip(stages, comms):
+    for t, c, share in zip(stages, comms, gathered or [0.0] * len(stages)):
         sec = dim_seconds(c, rank.mesh, links)
         compute = t.seconds - t.optimizer_seconds
         slot_comm = ((0.0 if async_tp else sec.get("tp", 0.0)) + sec.get("pp", 0.0)) / \
             microbatches
         data = sec.get("dp_shard", 0.0)
-        moved = c.all_gather_bytes + c.reduce_scatter_bytes
-        gather = data * c.all_gather_bytes / moved if moved else 0.0
+        gather = data * share
         calls = max(1, c.calls_by_dim.get("dp_shard", 1))
         exposed = max(gather * min(1.0, 2 / calls), gather - compute * (1 - BACKWARD_SHARE))
         slots.append((compute + slot_comm, slot_comm))

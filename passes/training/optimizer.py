@@ -23,16 +23,19 @@ def step_temporaries(sizes: list[int], optimizer: str, impl: str = "forloop") ->
     return max(prev + 2 * cur for prev, cur in zip([0, *sizes], sizes))
 
 
+def state_tensors(sizes: list[int], optimizer: str) -> list[int]:
+    """The optimizer's state for parameters of ``sizes`` bytes (as it steps them), one tensor
+    each: STATE_MULTIPLIER per parameter, plus Adam's 4-byte ``step`` counter per parameter."""
+    return [b for b in sizes for _ in range(STATE_MULTIPLIER[optimizer])] + \
+        ([4] * len(sizes) if optimizer in ADAPTIVE else [])
+
+
 def optimizer_tensors(params, optimizer: str, master_weights: bool
                       ) -> tuple[list[int], list[int]]:
     """The bytes the optimizer steps per parameter (fp32 with a master copy, else the
-    parameter's own), and its state, one tensor each: STATE_MULTIPLIER per parameter, plus
-    Adam's 4-byte ``step`` counter per parameter."""
+    parameter's own), and its state (``state_tensors``)."""
     sizes = [4 * (v.spec.numel or 0) if master_weights else v.spec.nbytes or 0 for v in params]
-    states = [b for b in sizes for _ in range(STATE_MULTIPLIER[optimizer])]
-    if optimizer in ADAPTIVE:
-        states += [4] * len(params)
-    return sizes, states
+    return sizes, state_tensors(sizes, optimizer)
 
 
 def trainable_params(graph: Graph) -> list[str]:
