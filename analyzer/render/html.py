@@ -17,11 +17,11 @@ from html import escape
 from ..app.report import Report
 from ..app.units import axes_text, human, human_bytes
 from . import explain
+from .device_lines import fit_words
 from .html_assets import CSS, JS, ONERROR
 from .html_serving import serving_section
 from .parallel import parallel_summary
 from .plot import LEFT, PLAIN, RIGHT, W, nice_axis, tick_label, timeline_svg, y_grid
-from .summary import fit_words
 
 CAP = 1000  # table rows rendered before "show all" (a 100k-row DOM is slow to build)
 H, TOP, BOTTOM = 300, 30, 40  # the inference chart's height (its width is plot.py's)

@@ -15,9 +15,10 @@ questions. The full summary (``--details``, the Markdown file) holds every line.
 from __future__ import annotations
 
 from ..app.report import Report
-from ..app.units import human, human_bytes, human_time
+from ..app.units import human, human_bytes
 from . import explain
 from .checkpoint_line import checkpoint_entries
+from .device_lines import device_entries, fit_entries
 from .parallel import parallel_summary
 from .serving import serving_summary
 from .time_line import time_entries
@@ -36,8 +37,8 @@ def summary(r: Report, brief: bool = False) -> list[Entry]:
         body, answer = _training(r, brief)
     else:
         body, answer = _inference(r, brief)
-    return _context(r, brief) + body + _device(r, brief) + time_entries(r, brief) + answer \
-        + fit_entries(r, brief)
+    return _context(r, brief) + body + device_entries(r, brief) + time_entries(r, brief) \
+        + answer + fit_entries(r, brief)
 
 
 def summary_lines(r: Report, width: int | None = None, brief: bool = False) -> list[str]:
@@ -330,64 +331,6 @@ def _attention_summary(r: Report, brief: bool = False) -> list[Entry]:
 
 def _settings(r: Report) -> str:
     return f"{r.allocator}; " if r.allocator else ""
-
-
-def fit_words(f) -> list[str]:
-    """The one fits sentence (passes/device/fits.py's Fit): the answer, needs against offers with the
-    margin, then the parts it adds up (the HTML report's; the text splits it: fit_entries)."""
-    return _verdict(f) + ["=", _parts(f)]
-
-
-def _verdict(f, per_rank: bool = False) -> list[str]:
-    margin = f"{human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}"
-    who = "each rank needs" if per_rank else "needs"
-    return [f"{'yes' if f.fits else 'NO'}: {who} {human_bytes(f.needs)} of",
-            f"{human_bytes(f.offers)} ({margin})"]
-
-
-def _parts(f) -> str:
-    return " + ".join(f"{p.what} {human_bytes(p.bytes)}" for p in f.parts)
-
-
-def fit_entries(r: Report, brief: bool = False) -> list[Entry]:
-    """With a device, the view's last two lines: what the run needs there, part by part, and
-    then the verdict on one line (a rank's under a strategy). Brief: each part without what
-    its parentheses say it holds ("NCCL buffers", not "NCCL buffers (24 channels × …)")."""
-    ro = r.roofline
-    if ro is None:
-        return []
-    parts = ro.fit.parts
-    return [("on device", [f"{_short(p.what) if brief else p.what} {human_bytes(p.bytes)}"
-                           + (" +" if i < len(parts) - 1 else "") for i, p in enumerate(parts)]),
-            ("fits", _verdict(ro.fit, per_rank=r.parallel is not None))]
-
-
-def _short(what: str) -> str:
-    """A fit part's name without its closing parentheses, unless they are its arithmetic
-    ("tensors × (1 + 10%)")."""
-    head, paren, _ = what.rpartition(" (")
-    return head if paren and what.endswith(")") and not head.endswith("×") else what
-
-
-def _device(r: Report, brief: bool) -> list[Entry]:
-    """The device, and the roofline's time (a serving review prices its phases itself)."""
-    ro = r.roofline
-    if ro is None:
-        return []
-    rate = ro.peak_flops["tf32" if ro.tf32 and ro.peak_flops.get("tf32") else "fp32"] or 0
-    out = [("device", [f"{ro.label}:", f"{rate / 1e12:.1f} TFLOP/s {'tf32' if ro.tf32 else 'fp32'}",
-                       f"{ro.bandwidth / 1e9:,.0f} GB/s", human_bytes(ro.memory_bytes)])]
-    if r.serving is None and not (brief and r.time is not None):   # (the time line has it)
-        out.append(("roofline", [f"{human_time(ro.total_seconds)} lower bound"
-                                 + (" per step" if r.training else ""),
-                                 f"(compute-bound nodes {human_time(ro.compute_seconds)},",
-                                 f"memory-bound {human_time(ro.memory_seconds)});"]
-                    + (["not a benchmark"] if brief else
-                       ["max(FLOPs/peak, bytes/bandwidth) per node — not a benchmark"])))
-    if ro.fallbacks:
-        out.append(("", [f"no fast path for {', '.join(ro.fallbacks)} on {ro.device}:",
-                         "those nodes use the fp32 rate"]))
-    return out
 
 
 _UNITS = frozenset({"B", "KiB", "MiB", "GiB", "TiB", "s", "ms", "µs", "ns", "FLOPs",
