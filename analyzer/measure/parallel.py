@@ -60,6 +60,13 @@ class Measured:
     categories: dict = field(default_factory=dict)
 
 
+# The ranks are forked from the measuring process, which has imported torch and graphcost
+# already: a spawned rank spent about 4.5 s of CPU importing them again, most of a small
+# case's time on 2 cores. Each rank sets one intra-op thread before any work (OpenMP is not
+# safe across a fork once its pool has run; one thread never enters it).
+START_METHOD = "fork"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -73,12 +80,9 @@ def measure_parallel(cases: list[Case], world: int, *, fake: bool = False,
 
     with tempfile.TemporaryDirectory() as out:
         payload = json.dumps([asdict(c) for c in cases])
-        # (spawn is documented, but torch.multiprocessing's __all__ omits it)
-        if fake:
-            mp.spawn(_worker, args=(world, payload, out, 0, True, steps), nprocs=1)  # pyright: ignore[reportPrivateImportUsage]
-        else:
-            mp.spawn(_worker, args=(world, payload, out, free_port(), False, steps),  # pyright: ignore[reportPrivateImportUsage]
-                     nprocs=world)
+        port, nprocs = (0, 1) if fake else (free_port(), world)
+        mp.start_processes(_worker, args=(world, payload, out, port, fake, steps),
+                           nprocs=nprocs, start_method=START_METHOD)
         results = []
         for name in sorted(os.listdir(out)):
             with open(os.path.join(out, name)) as fh:

@@ -26,7 +26,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 
-from .parallel import free_port
+from .parallel import START_METHOD, free_port
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ def measure_pipeline(run: PipelineRun) -> dict[int, list[list[int]]]:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as out:
-        mp.spawn(_worker, args=(json.dumps(asdict(run)), free_port(), out),  # pyright: ignore[reportPrivateImportUsage]
-                 nprocs=run.world)
+        mp.start_processes(_worker, args=(json.dumps(asdict(run)), free_port(), out),
+                           nprocs=run.world, start_method=START_METHOD)
         result: dict[int, list[list[int]]] = {}
         for name in sorted(os.listdir(out)):
             with open(os.path.join(out, name)) as fh:
