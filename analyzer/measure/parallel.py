@@ -60,11 +60,24 @@ class Measured:
     categories: dict = field(default_factory=dict)
 
 
-# The ranks are forked from the measuring process, which has imported torch and graphcost
-# already: a spawned rank spent about 4.5 s of CPU importing them again, most of a small
-# case's time on 2 cores. Each rank sets one intra-op thread before any work (OpenMP is not
-# safe across a fork once its pool has run; one thread never enters it).
-START_METHOD = "fork"
+# The ranks are forked from a fork server that imported torch and graphcost once: a spawned
+# rank spent about 4.5 s of CPU importing them again, most of a small case's time on 2 cores.
+# Not forked from the measuring process itself: once it has run a backward, a CUDA build's
+# autograd keeps device threads a forked child cannot use ("Unable to handle autograd's
+# threading in combination with fork-based multiprocessing"). Each rank sets one intra-op
+# thread before any work.
+PRELOAD = ["torch", "torch.distributed.fsdp", "torch.distributed.pipelining",
+           "torch.distributed.tensor", "graphcost.models_zoo",
+           "graphcost.analyzer.measure.parallel", "graphcost.analyzer.measure.pipeline"]
+
+
+def start_ranks(worker, args: tuple, nprocs: int) -> None:
+    """``worker(rank, *args)`` in ``nprocs`` processes from the fork server; raises what a
+    rank raised."""
+    import torch.multiprocessing as mp
+
+    mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
+    mp.start_processes(worker, args=args, nprocs=nprocs, start_method="forkserver")
 
 
 def free_port() -> int:
@@ -76,13 +89,10 @@ def free_port() -> int:
 def measure_parallel(cases: list[Case], world: int, *, fake: bool = False,
                      steps: tuple[int, ...] = (1, 2)) -> list[Measured]:
     """Run every case on ``world`` ranks; one Measured per case, rank and step."""
-    import torch.multiprocessing as mp
-
     with tempfile.TemporaryDirectory() as out:
         payload = json.dumps([asdict(c) for c in cases])
         port, nprocs = (0, 1) if fake else (free_port(), world)
-        mp.start_processes(_worker, args=(world, payload, out, port, fake, steps),
-                           nprocs=nprocs, start_method=START_METHOD)
+        start_ranks(_worker, (world, payload, out, port, fake, steps), nprocs)
         results = []
         for name in sorted(os.listdir(out)):
             with open(os.path.join(out, name)) as fh:

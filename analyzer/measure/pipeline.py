@@ -26,7 +26,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 
-from .parallel import START_METHOD, free_port
+from .parallel import free_port, start_ranks
 
 
 @dataclass(frozen=True)
@@ -76,11 +76,8 @@ def allocated_peak(prof) -> int:
 def measure_pipeline(run: PipelineRun) -> dict[int, list[list[int]]]:
     """Each stage's ranks' peak bytes in steps 1, 2 and 3: {stage: [[peak, peak, peak], …]}
     (the stage's ranks in their order)."""
-    import torch.multiprocessing as mp
-
     with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(_worker, args=(json.dumps(asdict(run)), free_port(), out),
-                           nprocs=run.world, start_method=START_METHOD)
+        start_ranks(_worker, (json.dumps(asdict(run)), free_port(), out), run.world)
         result: dict[int, list[list[int]]] = {}
         for name in sorted(os.listdir(out)):
             with open(os.path.join(out, name)) as fh:
