@@ -31,7 +31,7 @@ SAME_ON_EVERY_TORCH = {
     # passes and faces over traced graphs: the traces they read are checked in the range by the
     # frontend and measurement modules (fake re-runs, training, serving, parallel on gloo)
     "test_batch_scaling", "test_checkpoint_plan", "test_cli", "test_default_view", "test_fits",
-    "test_parallel", "test_serving_capacity",
+    "test_parallel", "test_serving_capacity", "test_verdict_view",
     # the time estimate over traced graphs (one attention share for every fused kernel: the
     # estimate does not follow the release's dispatch); its traces are checked as above
     "test_gpu_time", "test_published_runs",
@@ -49,6 +49,9 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "every_torch: a case --torch-range runs although it is "
                                        "not its test's first")
+    config.addinivalue_line("markers", "same_on_every_torch: a test --torch-range leaves out "
+                                       "although its module runs (a pass over traces that "
+                                       "other tests check on every torch)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -60,7 +63,8 @@ def pytest_collection_modifyitems(config, items):
         function = (module, getattr(item, "originalname", item.name))
         first = function not in seen
         seen.add(function)
-        if module.rpartition(".")[2] in SAME_ON_EVERY_TORCH:
+        if module.rpartition(".")[2] in SAME_ON_EVERY_TORCH or \
+                item.get_closest_marker("same_on_every_torch"):
             continue
         if first or item.get_closest_marker("every_torch"):
             keep.append(item)

@@ -166,6 +166,8 @@ def test_a_model_that_is_not_a_decoder_is_refused():
         analyze("zoo:hf_bert", batch=8, train=True, parallel={"mesh": "pp=2"})
 
 
+# (the stage programs' traces are checked on every torch by the reality cases above)
+@pytest.mark.same_on_every_torch
 def test_a_long_stage_read_off_two_short_ones_equals_its_whole_trace(monkeypatch):
     """Llama 3 8B's 32 blocks in 8 stages of 4 (tp 2, fully_shard 2, full checkpoints, the
     master recipe on an H100): each stage program traced with 2 and 3 of its blocks and
