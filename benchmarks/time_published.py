@@ -20,9 +20,10 @@ Megatron's 70B to 462B rows run pipeline stages beside TP 8 and DP 48. graphcost
 layout only as torchtitan runs it, which these rows do not: they are priced and shown, but
 counted apart from the checks (``PIPELINE_GAP``). The table gives neither the schedule nor the
 micro-batch size, so they are priced as 1F1B over micro-batches of one sequence (Megatron's
-``--micro-batch-size 1`` as its GPT examples set it); Megatron's interleaved schedule
-(``--num-layers-per-virtual-pipeline-stage``) would shrink the bubble — (p − 1)/(m + p − 1) is
-11% at PP 2 × 8 micro-batches, 19% at PP 16 × 64 — and its ``--overlap-grad-reduce``
+``--micro-batch-size 1`` as its GPT examples set it); an interleaved schedule
+(``--num-layers-per-virtual-pipeline-stage``; graphcost's ``interleaved-1f1b``, not assumed as
+the table does not say) would shrink the bubble — (p − 1)/(m + p − 1) is 11% at PP 2 × 8
+micro-batches, 19% at PP 16 × 64 — and Megatron's ``--overlap-grad-reduce``
 reduce-scatters each bucket of gradients during the last micro-batch's backward, where
 torchtitan's fully_shard beside a pipeline reduces them all after it, exposed (0.5 s of the
 70B row's 3.0 s, over InfiniBand across 48 nodes).

@@ -186,6 +186,20 @@ def test_a_pipeline_runs_microbatches_plus_stages_minus_one_slots_of_its_slowest
     assert t.bubble_seconds / (t.seconds - t.optimizer_seconds) == pytest.approx(3 / 11)
 
 
+def test_an_interleaved_rank_runs_all_its_stages_a_slot_and_a_shorter_bubble():
+    # the same 4 stages on 2 ranks of 2 (rank 0 stages 0 and 2, rank 1 stages 1 and 3): rank
+    # 1's slot 0.30 + 0.19 = 0.49 s is the slowest (rank 0's 0.20 + 0.22); 8 of them and a
+    # bubble of (p − 1) = 1 slot over v = 2; the optimizer on rank 0's 0.05 + 0.08 s
+    stages = [_compute(0.25, 0.05), _compute(0.35, 0.05), _compute(0.3, 0.08),
+              _compute(0.2, 0.01)]
+    none = CommVolume(0, 0, 0, 0, 0, None, None, None)
+    rank = RankStep(none, {"pp": 2}, "ddp", 8 * 4096, 2, 10**15, 0, 1e15)
+    t = pipeline_step_time(stages, 8, rank, [none] * 4, Links(NVLINK, NVLINK), per_rank=2)
+    assert t.bubble_seconds == pytest.approx(0.49 / 2)
+    assert t.optimizer_seconds == pytest.approx(0.13)
+    assert t.seconds == pytest.approx(8 * 0.49 + 0.49 / 2 + 0.13)
+
+
 def test_a_pipeline_beside_fully_shard_and_tp_puts_each_in_its_place():
     """The same stages on a pp 4 × dp_shard 2 × tp 2 mesh, every stage's rank with (a step)
     800 MB of tensor-parallel wire in 80 calls and fully_shard's 1 GB all-gather and 2 GB

@@ -18,6 +18,7 @@ from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
 from ...passes.memory.caching_allocator import AllocatorConfig
 from ...passes.parallel.comm import InterconnectRates
+from ...passes.parallel.pipeline import Schedule
 from ...passes.training.checkpoint import MEGATRON_CORE_ATTN, CheckpointSpec
 from ..load.checks import INT64_MAX, plain, positive, shown, word
 from .devices import GPUS_PER_NODE
@@ -208,8 +209,19 @@ def check_checkpoint(checkpoint, train: bool) -> CheckpointSpec | None:
                           nth=checkpoint.get("nth"))
 
 
+def _stages_per_rank(parallel: Mapping) -> int:
+    """The stages a pipeline rank runs: 2 by default under the interleaved schedule
+    (torchtitan's), else 1."""
+    v = parallel.get("stages_per_rank",
+                     2 if parallel.get("schedule") == Schedule.INTERLEAVED else 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise GraphcostError(f"{opt('parallel.stages_per_rank', value=v)}: a whole number ≥ 1")
+    return v
+
+
 _PARALLEL_KEYS = ("strategy", "world_size", "mesh", "offload", "bucket_cap_mb", "units",
-                  "interconnect", "microbatches", "schedule", "async_tp", "gpus_per_node")
+                  "interconnect", "microbatches", "schedule", "async_tp", "gpus_per_node",
+                  "stages_per_rank")
 
 
 def _with_mesh(parallel: Mapping) -> dict:
@@ -312,10 +324,13 @@ def parallel_spec(parallel, train: bool):
         replicate=parallel.get("replicate", 1), tp=parallel.get("tp", 1),
         pp=parallel.get("pp", 1), microbatches=parallel.get("microbatches"),
         schedule=str(parallel.get("schedule", "1f1b")),
+        stages_per_rank=_stages_per_rank(parallel),
         async_tp=_async_tp(parallel.get("async_tp", False), parallel.get("tp", 1)),
         gpus_per_node=node_size(parallel.get("gpus_per_node", GPUS_PER_NODE)))
-    if (spec.microbatches is not None or "schedule" in parallel) and spec.pp == 1:
-        raise GraphcostError(f"{opt('parallel.microbatches')} and {opt('parallel.schedule')} "
-                             "go with pipeline stages (a mesh with pp)")
+    if (spec.microbatches is not None or "schedule" in parallel
+            or "stages_per_rank" in parallel) and spec.pp == 1:
+        raise GraphcostError(f"{opt('parallel.microbatches')}, {opt('parallel.schedule')} "
+                             f"and {opt('parallel.stages_per_rank')} go with pipeline stages "
+                             "(a mesh with pp)")
     check_spec(spec)
     return spec

@@ -12,7 +12,7 @@ from ...passes.choices import Strategy
 from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
 from ...passes.ir import Graph
-from ...passes.parallel.comm import CommVolume
+from ...passes.parallel.comm import CommVolume, summed
 from ...passes.parallel.mesh import mesh_of
 from ...passes.parallel.pipeline import (
     Shards,
@@ -30,7 +30,7 @@ from ...passes.training.precision import master_weights
 from ..load.loading import load, resolve_model
 from ..load.options import LoadOptions
 from ..load.progress import Progress
-from ..load.rank_program import pipeline_blocks
+from ..load.rank_program import interleaved_orders, pipeline_blocks
 from .devices import node_links
 from .pipeline import (
     NO_COMM,
@@ -94,7 +94,8 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     if batch % micro:
         raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
                              f"({batch}) must divide into that many micro-batches")
-    check_schedule(spec.schedule, micro, spec.pp)   # (before any trace)
+    v = spec.stages_per_rank
+    check_schedule(spec.schedule, micro, spec.pp, v)   # (before any trace)
     _check_data(spec)
     at_micro = replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None)
@@ -108,15 +109,15 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     mesh = {"pp": spec.pp, **{k: n for k, n in mesh_of(
         spec.strategy, spec.world_size, spec.replicate, spec.tp).dims if n and n > 1}}
     memory = pipeline_memory([(st.step, layers) for st, layers in stages], spec.schedule,
-                             micro, batch // micro)
-    worst = memory.worst_stage
-    comm = stage_comm(stages[worst][0].step, stages[worst][0].tp, mesh, micro,
-                      worst == 0, worst == spec.pp - 1)
+                             micro, batch // micro,
+                             interleaved_orders(spec.pp, v, micro) if v > 1 else None)
+    comms = _comms(stages, mesh, micro)
+    comm = summed(comms[memory.worst_stage::spec.pp])   # (the worst rank's stages)
     report = replace(report, pipeline=replace(memory, mesh=mesh, comm=comm))
     clocks = [st.time for st, _ in stages]
     if all(clocks) and request.passes.profile is None:
         report = replace(report, time=with_run(_pipeline_time(
-            report, stages, mesh, spec, micro, request), request.passes))
+            report, stages, comms, mesh, spec, micro, request), request.passes))
     return refit(report, request.passes)   # the worst stage decides it
 
 
@@ -135,21 +136,21 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
             n_layers: int, progress) -> list[tuple[_Stage, tuple[int, int]]]:
     """Every stage's rank with its blocks; each distinct stage program traced once — a stage
     of more than ``SHORT`` blocks as two short ones (``_per_block``)."""
-    sharded = spec.strategy in SHARDING
+    sharded, p = spec.strategy in SHARDING, spec.pp * spec.stages_per_rank
     shards = Shards(spec.world_size or 1, 2 if master_weights(request.passes.precision)
                     else 1) if sharded else None
     stage_passes = replace(request.passes, parallel=None, profile=None, what_if=False,
                            include_inputs=False)
 
     def traced(i: int, blocks: int | None) -> _Stage:
-        first, last = i == 0, i == spec.pp - 1
-        where = (i, spec.pp)
+        first, last = i == 0, i == p - 1
+        where = (i, p)
         if blocks is not None and n_layers >= 3 * blocks:
             # a short program is the same whatever the pipeline it is cut from: one cut of
             # three stages names it, for every layout a plan analyzes
             where = (0 if first else 2 if last else 1, 3)
         if progress:
-            progress(f"tracing pipeline stage {i + 1} of {spec.pp}"
+            progress(f"tracing pipeline stage {i + 1} of {p}"
                      + (f" ({blocks} of its blocks)" if blocks else ""))
         graph, memo = traces.graph(replace(at_micro, pipeline_stage=where,
                                            stage_blocks=blocks))
@@ -163,9 +164,9 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
 
     done: dict[tuple, _Stage] = {}
     out = []
-    for i in range(spec.pp):
-        blocks = stage_layers(n_layers, i, spec.pp)
-        key = (i == 0, i == spec.pp - 1, len(blocks))
+    for i in range(p):
+        blocks = stage_layers(n_layers, i, p)
+        key = (i == 0, i == p - 1, len(blocks))
         if key not in done:
             n = len(blocks)
             done[key] = traced(i, None) if n <= SHORT else \
@@ -197,8 +198,14 @@ def _per_block(a, b, more: int):
     return b + more * (b - a)
 
 
-def _pipeline_time(report: Report, stages: list, mesh: dict, spec: ParallelSpec,
-                   micro: int, request: Request) -> TimeEstimate:
+def _comms(stages: list, mesh: dict, micro: int) -> list[CommVolume]:
+    """Each stage's collectives a step, in pipeline order."""
+    return [stage_comm(st.step, st.tp, mesh, micro, i == 0, i == len(stages) - 1)
+            for i, (st, _) in enumerate(stages)]
+
+
+def _pipeline_time(report: Report, stages: list, comms: list[CommVolume], mesh: dict,
+                   spec: ParallelSpec, micro: int, request: Request) -> TimeEstimate:
     """The step's time from each distinct stage's for one micro-batch: ``report`` is the
     whole model (its tensor-parallel rank) at the micro-batch (its FLOPs, ``micro`` of them
     a step, over ``spec.pp`` GPUs of a data rank's pipeline)."""
@@ -212,9 +219,8 @@ def _pipeline_time(report: Report, stages: list, mesh: dict, spec: ParallelSpec,
     rank = RankStep(NO_COMM, mesh, spec.strategy, batch * data * seq if seq else None, world,
                     flops * micro // spec.pp, recompute * micro // spec.pp, peak)
     links = node_links(o.device, spec.interconnect, spec.gpus_per_node)
-    comms = [stage_comm(st.step, st.tp, mesh, micro, i == 0, i == spec.pp - 1)
-             for i, (st, _) in enumerate(stages)]
     gathered = [st.step.all_gather / (st.step.all_gather + st.step.reduce_scatter)
                 if st.step.all_gather else 0.0 for st, _ in stages]
     return pipeline_step_time([st.time for st, _ in stages], micro, rank, comms, links,
-                              spec.async_tp, spec.world_size or 1, gathered)
+                              spec.async_tp, spec.world_size or 1, gathered,
+                              spec.stages_per_rank)

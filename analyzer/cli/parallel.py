@@ -25,8 +25,12 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbatches", type=int, metavar="N",
                    help="with --parallel pp=P: micro-batches a step (default: the batch, one "
                         "sequence each, as torchtitan)")
-    p.add_argument("--pp-schedule", choices=("1f1b", "gpipe"),
-                   help="with --parallel pp=P: the pipeline schedule (default 1f1b)")
+    p.add_argument("--pp-schedule", choices=("1f1b", "gpipe", "interleaved-1f1b"),
+                   help="with --parallel pp=P: the pipeline schedule (default 1f1b); "
+                        "interleaved-1f1b runs --pp-stages-per-rank stages on each rank")
+    p.add_argument("--pp-stages-per-rank", type=int, metavar="V",
+                   help="with --pp-schedule interleaved-1f1b: stages a rank runs (default 2, "
+                        "torchtitan's); rank r runs stages r, r + P, …")
     p.add_argument("--async-tp", action="store_true", default=None,
                    help="with a tp dimension: its collectives overlapped by the matmuls they "
                         "feed (torchtitan's async TP, Megatron's --tp-comm-overlap)")
@@ -58,6 +62,7 @@ def parallel_args(args) -> dict | None:
                             ("--nodes-of", args.nodes_of),
                             ("--microbatches", args.microbatches),
                             ("--pp-schedule", args.pp_schedule),
+                            ("--pp-stages-per-rank", args.pp_stages_per_rank),
                             ("--async-tp", args.async_tp)) if v is not None]
     if not args.parallel:
         if extra:
@@ -82,7 +87,8 @@ def parallel_args(args) -> dict | None:
     for key, value in (("offload", args.offload), ("bucket_cap_mb", args.bucket_cap_mb),
                        ("interconnect", args.interconnect), ("microbatches", args.microbatches),
                        ("gpus_per_node", args.nodes_of),
-                       ("schedule", args.pp_schedule), ("async_tp", args.async_tp)):
+                       ("schedule", args.pp_schedule), ("async_tp", args.async_tp),
+                       ("stages_per_rank", args.pp_stages_per_rank)):
         if value is not None:
             out[key] = value
     if args.fsdp_units:

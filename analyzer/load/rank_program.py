@@ -17,6 +17,13 @@ def pipeline_blocks(r: Resolved) -> int:
     return block_count(r.module) if r.kind == "torch" else 0
 
 
+def interleaved_orders(ranks: int, per_rank: int, micro: int) -> list[list[tuple]]:
+    """Each rank's forwards and backwards under the interleaved 1F1B schedule, read off
+    PyTorch's (frontends/torch/pipeline_stages.py ``interleaved_order``)."""
+    from ..frontends.torch.pipeline_stages import interleaved_order
+    return [interleaved_order(ranks, per_rank, micro, r) for r in range(ranks)]
+
+
 def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None,
                       blocks: int | None = None) -> Resolved:
     """One pipeline stage (``(stage, stages)``; None: ``r`` itself): a PyTorch module cut to

@@ -77,7 +77,8 @@ def start_ranks(worker, args: tuple, nprocs: int) -> None:
     import torch.multiprocessing as mp
 
     mp.get_context("forkserver").set_forkserver_preload(PRELOAD)
-    mp.start_processes(worker, args=args, nprocs=nprocs, start_method="forkserver")
+    # (documented, but torch.multiprocessing's __all__ omits it)
+    mp.start_processes(worker, args=args, nprocs=nprocs, start_method="forkserver")  # pyright: ignore[reportPrivateImportUsage]
 
 
 def free_port() -> int:

@@ -9,7 +9,8 @@ tensor_plan.py, DTensor's own styles), then ``fully_shard`` on each block and on
 with ``reshard_after_forward=False`` (torchtitan's default beside a pipeline; a master
 recipe's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``); it wraps the stage in
 ``PipelineStage`` and runs ``ScheduleGPipe`` or ``Schedule1F1B`` with torchtitan's loss (fp32
-cross-entropy) and Adam, steps 1 to 3.
+cross-entropy) and Adam, steps 1 to 3. Under ``ScheduleInterleaved1F1B`` a rank runs several
+stages (rank ``r`` the stages ``r``, ``r + p``, …), each wrapped so, one Adam over them all.
 
 MemTracker cannot watch a pipelined step (its module hooks meet the schedule's
 ``autograd.grad`` and raise), and fully_shard allocates its gathered parameters by resizing
@@ -33,14 +34,16 @@ from .parallel import free_port, start_ranks
 class PipelineRun:
     """A real pipelined step: the model, schedule and mesh."""
     model: str
-    schedule: str               # gpipe | 1f1b
-    stages: int
+    schedule: str               # gpipe | 1f1b | interleaved-1f1b
+    stages: int                 # the pipeline's ranks
     batch: int                  # sequences a data rank's step takes
     microbatches: int
     dp_shard: int = 1           # fully_shard over this many ranks (1: not wrapped)
     tp: int = 1
     master: bool = False        # bf16 parameters over fp32 shards (MixedPrecisionPolicy)
     checkpoint: bool = False    # every block checkpointed (torchtitan's full AC)
+    stages_per_rank: int = 1    # interleaved-1f1b's
+    layers: int = 0             # llama_tiny's blocks instead of its 2 (0: the zoo's)
 
     @property
     def world(self) -> int:
@@ -99,7 +102,8 @@ def _worker(rank: int, payload: str, port: int, out: str) -> None:
     mesh = init_device_mesh("cpu", (run.stages, run.dp_shard, run.tp),
                             mesh_dim_names=("pp", "dp_shard", "tp"))
     try:
-        stage, module, step = _stage(run, mesh)
+        stage, modules, step = _stages(run, mesh)
+        module = torch.nn.ModuleList(modules)
         opt = torch.optim.Adam(module.parameters(), foreach=False)
         peaks = [_step(module, opt, step) for _ in range(3)]
     finally:
@@ -108,46 +112,72 @@ def _worker(rank: int, payload: str, port: int, out: str) -> None:
         json.dump({"stage": stage, "peaks": peaks}, fh)
 
 
-def _stage(run: PipelineRun, mesh):
-    """(the rank's stage, its module, a callable running one schedule step)."""
+def model(run: PipelineRun):
+    """The zoo model the run trains, seeded (``layers``: llama_tiny with that many blocks)."""
+    from dataclasses import replace
+
+    import torch
+
+    from ... import models_zoo
+    from ...models_zoo import llama
+    if not run.layers:
+        return models_zoo.build_model(run.model, eval=False)
+    torch.manual_seed(0)
+    return llama.Llama(replace(llama.TINY, n_layer=run.layers))
+
+
+def _stages(run: PipelineRun, mesh):
+    """(the rank's first stage, its stages' modules, a callable running one schedule step)."""
     import contextlib
 
     import torch
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import (
+        PipelineStage,
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+    )
 
     from ... import models_zoo
     from ..frontends.torch.pipeline_stages import pipeline_stage
     from .tensor_plan import apply_tensor_parallel, loss_context
 
-    index = mesh["pp"].get_local_rank()
-    module = pipeline_stage(models_zoo.build_model(run.model, eval=False), index, run.stages)
+    rank, v = mesh["pp"].get_local_rank(), run.stages_per_rank
+    total = run.stages * v
+    whole = model(run)
     ids = torch.randint(0, 100, tuple(next(iter(models_zoo.input_shapes(
         run.model, run.batch).values()))), generator=torch.Generator().manual_seed(1))
-    context = contextlib.nullcontext
-    if run.checkpoint:
-        _checkpointed(module)
-    if run.tp > 1:
-        apply_tensor_parallel(module, mesh["tp"])
-        if index > 0 and hasattr(module, "positions"):   # (a sequence shard comes in)
-            setattr(module, "positions", ids.shape[1])
-        if index == run.stages - 1:
-            context = lambda: loss_context(module, run.tp)  # noqa: E731
-    if run.dp_shard > 1:
-        _fully_shard(module, mesh["dp_shard"], run.master)
-    piped = PipelineStage(module, index, run.stages, torch.device("cpu"),
-                          group=mesh["pp"].get_group())
-    kind = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
-    schedule = kind(piped, run.microbatches, loss_fn=_loss)
+    context, stages, modules = contextlib.nullcontext, [], []
+    for index in range(rank, total, run.stages):
+        module = pipeline_stage(whole, index, total)
+        if run.checkpoint:
+            _checkpointed(module)
+        if run.tp > 1:
+            apply_tensor_parallel(module, mesh["tp"])
+            if index > 0 and hasattr(module, "positions"):   # (a sequence shard comes in)
+                setattr(module, "positions", ids.shape[1])
+            if index == total - 1:
+                context = lambda m=module: loss_context(m, run.tp)  # noqa: E731
+        if run.dp_shard > 1:
+            _fully_shard(module, mesh["dp_shard"], run.master)
+        modules.append(module)
+        stages.append(PipelineStage(module, index, total, torch.device("cpu"),
+                                    group=mesh["pp"].get_group()))
+    if v > 1:
+        schedule = ScheduleInterleaved1F1B(stages, run.microbatches, loss_fn=_loss)
+    else:
+        kind = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
+        schedule = kind(stages[0], run.microbatches, loss_fn=_loss)
 
     def step() -> None:
         with context():
-            if index == 0:
+            if rank == 0:
                 schedule.step(ids)
-            elif index == run.stages - 1:
+            elif rank == run.stages - 1:
                 schedule.step(target=ids, losses=[])
             else:
                 schedule.step()
-    return index, module, step
+    return rank, modules, step
 
 
 def _blocks(module):

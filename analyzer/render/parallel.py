@@ -125,12 +125,17 @@ def _comm(r: Report, c, brief: bool) -> list[str]:
     return line
 
 
+SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "interleaved 1F1B"}
+
+
 def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]]]:
-    """Every stage's peak, the largest last (the line that decides the fit); ``brief``: the
-    stages' peaks in one list."""
+    """Every stage's peak (an interleaved schedule's: every rank's), the largest last (the line
+    that decides the fit); ``brief``: the peaks in one list."""
     p = r.pipeline
     assert p is not None  # (the caller's test)
-    head = [f"{p.stages} stages,", f"{'GPipe' if p.schedule == 'gpipe' else '1F1B'},",
+    v, unit = p.stages_per_rank, "stage" if p.stages_per_rank == 1 else "rank"
+    head = [f"{p.stages} stages," if v == 1 else f"{p.stages} ranks of {v} stages,",
+            f"{SCHEDULES.get(p.schedule, p.schedule)},",
             f"{p.microbatches} micro-batches", f"of {p.micro_batch:,}",
             f"({p.per_rank_batch:,} a step);", f"bubble {p.bubble:.0%}",
             "of an even pipeline"]
@@ -139,14 +144,13 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
         head[-1] += ";"
         head += [f"{gpus:,} GPUs", f"({_mesh_words(p.mesh)})"]
     if brief and p.stages > 4:   # (in the largest's unit)
-        unit, scale = ("GiB", 2**30) if p.peak_bytes >= 2**30 else ("MiB", 2**20)
+        size, scale = ("GiB", 2**30) if p.peak_bytes >= 2**30 else ("MiB", 2**20)
         peaks = [f"{s.peak_bytes / scale:,.2f}" for s in p.per_stage]
-        rows = [[f"peaks ({unit})"] + [f"{x}," for x in peaks[:-1]] + [f"{peaks[-1]};",
-                                                                      _blocks(p.per_stage)]]
+        rows = [[f"peaks ({size})"] + [f"{x}," for x in peaks[:-1]] + [f"{peaks[-1]};",
+                                                                      _blocks(p.per_stage, unit)]]
     else:
-        rows = [[f"stage {s.stage}: " + (f"blocks {s.layers[0]}–{s.layers[1] - 1}"
-                                         if s.layers[1] - s.layers[0] > 1
-                                         else f"block {s.layers[0]}"),
+        rows = [[f"stage {s.stage}: {_span(s.layers)}" if not s.chunks else
+                 f"rank {s.stage} (blocks {', '.join(map(_span_numbers, s.chunks))}):",
                  f"peak {human_bytes(s.peak_bytes)},", f"{s.in_flight} in flight;"]
                 for s in p.per_stage]
     worst = p.per_stage[p.worst_stage]
@@ -154,17 +158,27 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
     comm = [("comm", _comm(r, p.comm, True))] if p.comm is not None and p.comm.by_dim else []
     return [("pipeline", head), ("stages", [w for row in rows for w in row]), *held, *comm,
             ("per rank", [f"peak {human_bytes(worst.peak_bytes)} ({worst.peak_bytes:,} B) on "
-                          f"stage {worst.stage}, the largest;",
-                          f"stages uneven by {p.unevenness:.0%}"])]
+                          f"{unit} {worst.stage}, the largest;",
+                          f"{unit}s uneven by {p.unevenness:.0%}"])]
 
 
-def _blocks(stages) -> str:
-    """``16 blocks a stage (15 on stages 6–7)``: the stages' blocks, the most common first."""
-    sizes = [s.layers[1] - s.layers[0] for s in stages]
+def _span(layers: tuple[int, int]) -> str:
+    return ("blocks " if layers[1] - layers[0] > 1 else "block ") + _span_numbers(layers)
+
+
+def _span_numbers(layers: tuple[int, int]) -> str:
+    first, end = layers
+    return f"{first}–{end - 1}" if end - first > 1 else f"{first}"
+
+
+def _blocks(stages, unit: str = "stage") -> str:
+    """``16 blocks a stage (15 on stages 6–7)``: the stages' (or ranks') blocks, the most
+    common first."""
+    sizes = [sum(b - a for a, b in (s.chunks or (s.layers,))) for s in stages]
     common = max(set(sizes), key=sizes.count)
     others = [s.stage for s, n in zip(stages, sizes) if n != common]
-    text = f"{common} block{'s' if common > 1 else ''} a stage"
+    text = f"{common} block{'s' if common > 1 else ''} a {unit}"
     if others:
         span = f"{others[0]}–{others[-1]}" if len(others) > 1 else f"{others[0]}"
-        text += f" ({sizes[others[0]]} on stage{'s' if len(others) > 1 else ''} {span})"
+        text += f" ({sizes[others[0]]} on {unit}{'s' if len(others) > 1 else ''} {span})"
     return text

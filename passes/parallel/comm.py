@@ -75,3 +75,24 @@ def across_replicas(comm: CommVolume, replicas: int, shard_grad_bytes: int,
         return comm
     wire = round(2 * (replicas - 1) / replicas * shard_grad_bytes)
     return with_dimension(comm, "dp_replicate", wire, calls, all_reduce=shard_grad_bytes)
+
+
+def summed(comms: list[CommVolume]) -> CommVolume:
+    """One rank's collectives of several programs (an interleaved pipeline's stages), a step:
+    their volumes, wire bytes and calls added, by mesh dimension too."""
+    def total(name: str) -> int:
+        return sum(getattr(c, name) for c in comms)
+    by_dim: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    for c in comms:
+        for d, w in c.by_dim.items():
+            by_dim[d] = by_dim.get(d, 0) + w
+        for d, n in c.calls_by_dim.items():
+            calls[d] = calls.get(d, 0) + n
+    wire, first = total("wire_bytes"), comms[0]
+    return replace(first, all_gather_bytes=total("all_gather_bytes"),
+                   reduce_scatter_bytes=total("reduce_scatter_bytes"),
+                   all_reduce_bytes=total("all_reduce_bytes"), wire_bytes=wire,
+                   collectives=total("collectives"),
+                   seconds=wire / first.bandwidth if first.bandwidth else None,
+                   by_dim=by_dim, calls_by_dim=calls)

@@ -11,7 +11,11 @@ orders the micro-batches' forwards (F) and backwards (B) on the stage:
 * ``gpipe`` (``ScheduleGPipe``): every forward, then every backward — all m micro-batches'
   saved tensors in flight on every stage;
 * ``1f1b`` (``Schedule1F1B``): ``min(m, p − i)`` forwards on stage ``i`` (its warm-up), then a
-  backward and a forward in turn, then the remaining backwards — at most ``p − i`` in flight.
+  backward and a forward in turn, then the remaining backwards — at most ``p − i`` in flight;
+* ``interleaved-1f1b`` (``ScheduleInterleaved1F1B``): each of the ``p`` ranks runs ``v`` stages
+  (rank ``r`` the stages ``r``, ``r + p``, …), in the order PyTorch's schedule computes for it
+  (the caller passes it: analyzer/load reads it off torch), its warm-up longer (``(v − 1)·m/r +
+  2(p − 1 − r)`` forwards, m/r micro-batches a round) and its bubble ``v`` times shorter.
 
 At each F or B the stage holds: parameters, buffers and optimizer state; the gradients once a
 backward has made them (later backwards accumulate into them); each in-flight micro-batch's
@@ -43,6 +47,11 @@ from .units import fsdp_units, origins, padded_bytes, unit_names
 class Schedule(Choice):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved-1f1b"
+
+
+# a rank's forwards and backwards in order: (its local stage, "F" or "B", the micro-batch)
+Order = list[tuple[int, str, int]]
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,9 @@ class StageMemory:
     # the peak by category, summing to it: activations are everything the micro-batches hold
     # (saved tensors, inputs, outputs, temporaries; the first backward's new gradients)
     breakdown_at_peak: Mapping[str, int] = field(default_factory=dict)
+    # an interleaved schedule's rank (``stage`` is then the rank): the blocks of each of its
+    # stages, ``layers`` the first's (its other figures sum its stages')
+    chunks: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -223,47 +235,56 @@ def events(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str
     return out
 
 
-def stage_peak(s: StageStep, schedule: str, stage: int, stages: int,
-               micro: int) -> tuple[dict[str, int], int]:
-    """(what the stage holds at its peak over the step, by category; the most micro-batches
+def rank_peak(steps: list[StageStep], lasts: list[bool], order: Order,
+              micro: int) -> tuple[dict[str, int], int]:
+    """(what a rank running ``steps`` — its stages, ``lasts`` saying which is the pipeline's
+    last — holds at its peak over the step ``order`` runs, by category; the most micro-batches
     it holds at once)."""
-    last = stage == stages - 1
-    kept_each = s.output_bytes if last else 0
-    # a non-last stage keeps each in-flight micro-batch's output (the root of its backward,
-    # PipelineStage.fwd_cache) and receives its gradient for the backward
-    sent = 0 if last else s.output_bytes
-    each = s.saved + s.input_bytes + sent
-    state = {"buffers": s.static - s.params - s.optimizer_state,
-             "optimizer_state": s.optimizer_state}
-    params, step_grads = s.params + s.gathered, s.grads if s.step_grads is None else s.step_grads
-    held: set[int] = set()
-    kept = backwards = most = 0
+    def sent(k: int) -> int:   # a non-last stage keeps each in-flight micro-batch's output
+        return 0 if lasts[k] else steps[k].output_bytes   # (PipelineStage.fwd_cache)
+
+    def each(k: int) -> int:
+        return steps[k].saved + steps[k].input_bytes + sent(k)
+
+    kept_each = sum(st.output_bytes for st, last in zip(steps, lasts) if last)
+    state = {"buffers": sum(st.static - st.params - st.optimizer_state for st in steps),
+             "optimizer_state": sum(st.optimizer_state for st in steps)}
+    params = sum(st.params + st.gathered for st in steps)
+    held: list[set[int]] = [set() for _ in steps]
+    backwards = [0] * len(steps)
+    kept = most = 0
     moments = []
-    for op, j in events(schedule, stage, stages, micro):
-        grads = s.grads if backwards else 0   # (the first backward's curve makes them)
+    for k, op, j in order:
+        s = steps[k]
+        grads = sum(st.grads for st, b in zip(steps, backwards) if b)  # (a first B makes its)
         if op == "F":
-            acts = s.forward_peak + (s.gather_buffer if j == 0 else 0)
-            held.add(j)
+            acts = s.forward_peak + (s.gather_buffer if j == 0 else 0) - each(k)
+            held[k].add(j)
         else:
-            held.discard(j)   # (its saved tensors are in its backward's curve)
-            acts = 2 * sent + (s.backward_peak if backwards else s.first_backward_peak)
-            backwards += 1
+            held[k].discard(j)   # (its saved tensors are in its backward's curve)
+            acts = 2 * sent(k) + (s.backward_peak if backwards[k] else s.first_backward_peak)
+            backwards[k] += 1
+        flight = sum(len(h) * each(i) for i, h in enumerate(held))
         moments.append({**state, "params": params, "gradients": grads,
-                        "activations": kept * kept_each + (len(held) - (op == "F")) * each +
-                        s.input_bytes + acts})
-        kept += 1 if op == "F" and last else 0
-        most = max(most, len(held))
-    if s.gathered:   # fully_shard's reduce after the last backward (its first unit)
-        moments.append({**state, "params": params, "gradients": s.grads,
-                        "activations": micro * kept_each + s.reduce_input})
-    moments += [{**state, "params": s.params, "gradients": step_grads,   # the outputs' cat
+                        "activations": kept * kept_each + flight + s.input_bytes + acts})
+        kept += 1 if op == "F" and lasts[k] else 0
+        most = max(most, sum(map(len, held)))
+    all_grads = sum(st.grads for st in steps)
+    step_grads = sum(st.grads if st.step_grads is None else st.step_grads for st in steps)
+    shards = sum(st.params for st in steps)
+    if any(st.gathered for st in steps):   # fully_shard's reduce after the last backward
+        moments.append({**state, "params": params, "gradients": all_grads,
+                        "activations": micro * kept_each +
+                        max(st.reduce_input for st in steps)})
+    moments += [{**state, "params": shards, "gradients": step_grads,   # the outputs' cat
                  "activations": 2 * micro * kept_each},
-                {**state, "params": s.params, "gradients": step_grads,   # the optimizer step
-                 "activations": s.step_temporaries}]
+                {**state, "params": shards, "gradients": step_grads,   # the optimizer step
+                 "activations": sum(st.step_temporaries for st in steps)}]
     return max(moments, key=lambda d: sum(d.values())), most
 
 
-def check_schedule(schedule: str, micro: int, stages: int) -> None:
+def check_schedule(schedule: str, micro: int, stages: int, per_rank: int = 1) -> None:
+    """``stages``: the pipeline's ranks (each running ``per_rank`` stages)."""
     if schedule not in Schedule.words():
         raise GraphcostError(f"{opt('parallel.schedule', value=schedule)}: known: "
                              f"{', '.join(Schedule.words())}")
@@ -272,6 +293,15 @@ def check_schedule(schedule: str, micro: int, stages: int) -> None:
     if schedule == Schedule.ONE_F_ONE_B and micro < stages:
         raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: 1F1B needs at least "
                              f"as many micro-batches as stages ({stages})")
+    if (per_rank > 1) != (schedule == Schedule.INTERLEAVED) or per_rank < 1:
+        raise GraphcostError(f"{opt('parallel.stages_per_rank', value=per_rank)} with "
+                             f"{opt('parallel.schedule', value=schedule)}: an interleaved "
+                             "schedule runs 2 or more stages a rank, the others one")
+    rounds = max(1, micro // stages)   # (ScheduleInterleaved1F1B's own condition)
+    if schedule == Schedule.INTERLEAVED and micro % rounds:
+        raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the interleaved "
+                             f"schedule runs them in rounds of {stages} (the pipeline's "
+                             f"ranks); {micro} is not a whole number of its {rounds} rounds")
 
 
 @dataclass(frozen=True)
@@ -283,11 +313,13 @@ class PipelineMemory:
     micro_batch: int                # sequences in a micro-batch
     per_rank_batch: int             # micro_batch × microbatches: a stage's batch per step
     per_stage: tuple[StageMemory, ...]
-    bubble: float                   # (p − 1) / (m + p − 1): the idle share of an even pipeline
+    bubble: float                   # (p − 1) / (v·m + p − 1): the idle share of an even pipeline
     # the whole layout (passes/parallel/mesh.py) and the worst stage's rank's collectives a
     # step, by mesh dimension (``stage_comm``)
     mesh: Mapping[str, int] = field(default_factory=dict)
     comm: CommVolume | None = None
+    # an interleaved schedule's stages a rank (``stages`` counts ranks, ``per_stage`` holds them)
+    stages_per_rank: int = 1
     JSON_PROPERTIES = ("peak_bytes", "worst_stage", "unevenness", "peak")
 
     @property
@@ -314,19 +346,30 @@ class PipelineMemory:
 
 
 def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: str,
-                    micro: int, micro_batch: int) -> PipelineMemory:
+                    micro: int, micro_batch: int,
+                    orders: list[Order] | None = None) -> PipelineMemory:
     """Every stage's peak under ``schedule`` with ``micro`` micro-batches: ``steps`` gives each
-    stage's micro-batch step and its blocks."""
-    p = len(steps)
-    check_schedule(schedule, micro, p)
-    stages = []
-    for i, (s, layers) in enumerate(steps):
-        parts, most = stage_peak(s, schedule, i, p, micro)
-        stages.append(StageMemory(i, layers, sum(parts.values()), most, s.saved, s.params,
-                                  s.optimizer_state, s.grads,
-                                  s.output_bytes if i == p - 1 else 0, parts))
-    return PipelineMemory(schedule, p, micro, micro_batch, micro_batch * micro, tuple(stages),
-                          round((p - 1) / (micro + p - 1), 4))
+    stage's micro-batch step and its blocks. An interleaved schedule's ``orders`` give each
+    rank's (its stages: every ``len(orders)``-th from its rank's), and its entries are ranks."""
+    if orders is None:
+        p = len(steps)
+        check_schedule(schedule, micro, p)
+        orders = [[(0, op, j) for op, j in events(schedule, i, p, micro)] for i in range(p)]
+    p, v = len(orders), len(steps) // len(orders)
+    check_schedule(schedule, micro, p, v)
+    ranks = []
+    for r, order in enumerate(orders):
+        local = steps[r::p]
+        lasts = [r + k * p == len(steps) - 1 for k in range(v)]
+        parts, most = rank_peak([st for st, _ in local], lasts, order, micro)
+        ranks.append(StageMemory(
+            r, local[0][1], sum(parts.values()), most, sum(st.saved for st, _ in local),
+            sum(st.params for st, _ in local), sum(st.optimizer_state for st, _ in local),
+            sum(st.grads for st, _ in local),
+            sum(st.output_bytes for (st, _), last in zip(local, lasts) if last), parts,
+            tuple(layers for _, layers in local) if v > 1 else ()))
+    return PipelineMemory(schedule, p, micro, micro_batch, micro_batch * micro, tuple(ranks),
+                          round((p - 1) / (v * micro + p - 1), 4), stages_per_rank=v)
 
 
 def stage_comm(s: StageStep, tp: CommVolume, mesh: Mapping[str, int], micro: int,

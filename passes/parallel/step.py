@@ -85,6 +85,7 @@ class ParallelSpec:
     pp: int = 1
     microbatches: int | None = None     # None: one sequence each (torchtitan's default)
     schedule: str = "1f1b"
+    stages_per_rank: int = 1            # an interleaved schedule's (pp × this stages in all)
     # the tensor-parallel collectives overlapped by the matmuls they feed (torchtitan's async
     # TP, Megatron's --tp-comm-overlap): their time on the clock (passes/parallel/step_time.py)
     async_tp: bool = False

@@ -119,18 +119,21 @@ def utilisation(seconds: float, rank: RankStep) -> dict:
 
 def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: RankStep,
                        comms: list[CommVolume], links: Links, async_tp: bool = False,
-                       shard: int = 1, gathered: list[float] | None = None) -> TimeEstimate:
+                       shard: int = 1, gathered: list[float] | None = None,
+                       per_rank: int = 1) -> TimeEstimate:
     """A pipeline's step from each stage's estimate for one micro-batch (its forward and
     backward, and its optimizer step) and its rank's collectives a step (``comms``): GPipe
-    and 1F1B both run ``microbatches`` + stages − 1 slots of the slowest stage, the stages − 1
-    beyond the micro-batches being the bubble (the design notes' (p − 1)/(m + p − 1)). A
-    slot is the stage's kernels with its tensor-parallel collectives (exposed, unless
-    ``async_tp``) and its sends and receives (pp). fully_shard's all-gathers run in the first
-    micro-batch's forward, hidden by it but for the first; its reduce-scatters (and HSDP's
-    all-reduce) after the last backward, where nothing hides them (``gathered``: each stage's
-    all-gathers' share of its fully_shard bytes; the comms' volumes hold tp's beside them).
-    The optimizer steps once on the stage's shards (``shard`` ranks share each), the slowest
-    stage's deciding."""
+    and 1F1B both run ``microbatches`` + ranks − 1 slots of the slowest rank, the ranks − 1
+    beyond the micro-batches being the bubble (the design notes' (p − 1)/(m + p − 1)); an
+    interleaved schedule's rank runs ``per_rank`` stages (``stages`` in pipeline order, rank
+    ``r`` the ``r``-th, the ``r + p``-th, …), its slot all of theirs, its bubble ``per_rank``
+    times shorter ((p − 1)/(v·m + p − 1)). A stage's share of a slot is its kernels with its
+    tensor-parallel collectives (exposed, unless ``async_tp``) and its sends and receives
+    (pp). fully_shard's all-gathers run in the first micro-batch's forward, hidden by it but
+    for the first; its reduce-scatters (and HSDP's all-reduce) after the last backward, where
+    nothing hides them (``gathered``: each stage's all-gathers' share of its fully_shard
+    bytes; the comms' volumes hold tp's beside them). The optimizer steps once on the rank's
+    shards (``shard`` ranks share each), the slowest rank's deciding."""
     slots, steps, hidden = [], [], []
     for t, c, share in zip(stages, comms, gathered or [0.0] * len(stages)):
         sec = dim_seconds(c, rank.mesh, links)
@@ -144,15 +147,22 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
         slots.append((compute + slot_comm, slot_comm))
         steps.append(exposed + data - gather + sec.get("dp_replicate", 0.0))
         hidden.append(gather - exposed)
-    w = max(range(len(stages)), key=lambda i: slots[i][0])
-    worst, (slot, slot_comm) = stages[w], slots[w]
-    m, bubble = microbatches, (len(stages) - 1) * slot
-    optimizer = max(t.optimizer_seconds for t in stages) / shard
-    total = m * slot + bubble + optimizer + max(steps)
-    return replace(worst, seconds=total, arithmetic_seconds=m * worst.arithmetic_seconds,
-                   memory_seconds=m * worst.memory_seconds,
-                   launch_seconds=m * worst.launch_seconds, host_seconds=m * worst.host_seconds,
-                   recompute_seconds=m * worst.recompute_seconds, kernels=m * worst.kernels,
+    p = len(stages) // per_rank
+    ranks = [range(r, len(stages), p) for r in range(p)]
+    w = max(range(p), key=lambda r: sum(slots[i][0] for i in ranks[r]))
+    local, m = ranks[w], microbatches
+    slot, slot_comm = (sum(slots[i][k] for i in local) for k in (0, 1))
+    bubble = (p - 1) * slot / per_rank
+    optimizer = max(sum(stages[i].optimizer_seconds for i in rk) for rk in ranks) / shard
+    after = max(sum(steps[i] for i in rk) for rk in ranks)
+    total = m * slot + bubble + optimizer + after
+
+    def each(name: str) -> float:
+        return m * sum(getattr(stages[i], name) for i in local)
+    return replace(stages[local[0]], seconds=total, arithmetic_seconds=each("arithmetic_seconds"),
+                   memory_seconds=each("memory_seconds"), launch_seconds=each("launch_seconds"),
+                   host_seconds=each("host_seconds"),
+                   recompute_seconds=each("recompute_seconds"), kernels=round(each("kernels")),
                    optimizer_seconds=optimizer, bubble_seconds=bubble,
-                   communication_seconds=m * slot_comm + max(steps),
-                   overlapped_seconds=hidden[w], **utilisation(total, rank))
+                   communication_seconds=m * slot_comm + after,
+                   overlapped_seconds=sum(hidden[i] for i in local), **utilisation(total, rank))

@@ -149,3 +149,22 @@ def stage_inputs(module: torch.nn.Module, ids: torch.Tensor, stage: int,
     hidden = ids.new_empty((*ids.shape, table.embedding_dim), dtype=table.weight.dtype)
     return (hidden, torch.empty_like(ids, dtype=torch.int64)) if stage == stages - 1 \
         else (hidden,)
+
+
+def interleaved_order(ranks: int, per_rank: int, micro: int, rank: int) -> list[tuple]:
+    """Rank ``rank``'s forwards and backwards under ``ScheduleInterleaved1F1B`` over ``ranks``
+    ranks of ``per_rank`` stages each and ``micro`` micro-batches, as PyTorch computes them
+    (its ``_calculate_single_rank_operations``, given the four figures it reads): ``(the
+    rank's local stage, "F" or "B", the micro-batch)``."""
+    from types import SimpleNamespace
+
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
+
+    rounds = max(1, micro // ranks)
+    schedule = SimpleNamespace(n_local_stages=per_rank, pp_group_size=ranks,
+                               _n_microbatches=micro, microbatches_per_round=micro // rounds)
+    actions = ScheduleInterleaved1F1B._calculate_single_rank_operations(
+        schedule, rank)  # pyright: ignore[reportArgumentType]
+    kinds = {"FORWARD": "F", "FULL_BACKWARD": "B"}
+    return [(a.stage_index // ranks, kinds[a.computation_type.name], a.microbatch_index)
+            for a in actions if a is not None]
