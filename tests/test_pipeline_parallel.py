@@ -124,15 +124,15 @@ def _four_blocks(schedule: str, per_rank: int = 1):
                    batch=8, train=True, optimizer="adam", what_if=False, parallel=parallel)
 
 
-@pytest.mark.parametrize("schedule, per_rank", [("interleaved-1f1b", 2), ("1f1b", 1)])
-def test_interleaved_ranks_within_five_percent_of_the_real_step(schedule, per_rank):
-    p = _four_blocks(schedule, per_rank).pipeline
-    measured = measure_pipeline(PipelineRun("llama_tiny", schedule, 2, 8, 4,
-                                            stages_per_rank=per_rank, layers=4))
+def test_interleaved_ranks_within_five_percent_of_the_real_step():
+    # (the 4-block 1F1B row of the table was measured once: the 2-block 1F1B case above runs)
+    p = _four_blocks("interleaved-1f1b", 2).pipeline
+    measured = measure_pipeline(PipelineRun("llama_tiny", "interleaved-1f1b", 2, 8, 4,
+                                            stages_per_rank=2, layers=4))
     assert [s.stage for s in p.per_stage] == [0, 1]
     for s in p.per_stage:
         steady = min(min(peaks[1:]) for peaks in measured[s.stage])
-        assert abs(s.peak_bytes / steady - 1) <= 0.05, (schedule, s.stage, s.peak_bytes, steady)
+        assert abs(s.peak_bytes / steady - 1) <= 0.05, (s.stage, s.peak_bytes, steady)
 
 
 def test_an_interleaved_rank_runs_every_pth_stage_in_torchs_order():
