@@ -18,6 +18,7 @@ from ...passes.parallel.pipeline import (
     Shards,
     StageStep,
     check_schedule,
+    fits_stages,
     pipeline_memory,
     stage_comm,
     stage_layers,
@@ -145,10 +146,12 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
     def traced(i: int, blocks: int | None) -> _Stage:
         first, last = i == 0, i == p - 1
         where = (i, p)
-        if blocks is not None and n_layers >= 3 * blocks:
+        canonical = (0 if first else 2 if last else 1, 3)
+        if blocks is not None and fits_stages(n_layers, 3) and \
+                len(stage_layers(n_layers, *canonical)) >= blocks:
             # a short program is the same whatever the pipeline it is cut from: one cut of
             # three stages names it, for every layout a plan analyzes
-            where = (0 if first else 2 if last else 1, 3)
+            where = canonical
         if progress:
             progress(f"tracing pipeline stage {i + 1} of {p}"
                      + (f" ({blocks} of its blocks)" if blocks else ""))

@@ -150,7 +150,8 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
                                                                       _blocks(p.per_stage, unit)]]
     else:
         rows = [[f"stage {s.stage}: {_span(s.layers)}" if not s.chunks else
-                 f"rank {s.stage} (blocks {', '.join(map(_span_numbers, s.chunks))}):",
+                 f"rank {s.stage} (blocks "
+                 + ", ".join(_span_numbers(c) for c in s.chunks if c[1] > c[0]) + "):",
                  f"peak {human_bytes(s.peak_bytes)},", f"{s.in_flight} in flight;"]
                 for s in p.per_stage]
     worst = p.per_stage[p.worst_stage]
@@ -163,7 +164,10 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
 
 
 def _span(layers: tuple[int, int]) -> str:
-    return ("blocks " if layers[1] - layers[0] > 1 else "block ") + _span_numbers(layers)
+    """``blocks 0–7``, ``block 3``; ``no block`` (torchtitan's split can leave the first or
+    last stage its embedding or head alone)."""
+    n = layers[1] - layers[0]
+    return "no block" if n < 1 else ("blocks " if n > 1 else "block ") + _span_numbers(layers)
 
 
 def _span_numbers(layers: tuple[int, int]) -> str:

@@ -214,11 +214,21 @@ def _output_bytes(graph: Graph, fe: int, last: bool) -> int:
 
 
 def stage_layers(n_layers: int, stage: int, stages: int) -> range:
-    """The blocks stage ``stage`` of ``stages`` runs: an even share, the remainder to the
-    first stages."""
-    per, extra = divmod(n_layers, stages)
-    start = stage * per + min(stage, extra)
-    return range(start, start + per + (1 if stage < extra else 0))
+    """The blocks stage ``stage`` of ``stages`` runs, as torchtitan 0.3 splits a decoder
+    (distributed/pipeline_parallel.py ``_generate_llm_fqn_per_model_part`` at its defaults,
+    ``pipeline_parallel_first_stage_less_layers`` = ``…_last_stage_less_layers`` = 1): the
+    embedding and the norm and head count as a block each, the n + 2 are shared evenly, the
+    remainder to the first stages (Llama 3 8B on 4 stages: 8, 9, 8, 7 blocks; 405B's 126 on 8:
+    15, 16 × 6, 15). The first or last stage may so hold no block (``fits_stages``)."""
+    per, extra = divmod(n_layers + 2, stages)
+    sizes = [per + (i < extra) - (i == 0) - (i == stages - 1) for i in range(stages)]
+    start = sum(sizes[:stage])
+    return range(start, start + sizes[stage])
+
+
+def fits_stages(n_layers: int, stages: int) -> bool:
+    """torchtitan's split has a share for each stage: at most n + 2 of them."""
+    return 1 <= stages <= n_layers + 2
 
 
 def events(schedule: str, stage: int, stages: int, micro: int) -> list[tuple[str, int]]:

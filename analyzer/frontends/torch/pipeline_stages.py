@@ -5,8 +5,8 @@ A decoder of this shape has a token embedding, a list of repeated blocks (``laye
 final norm and an output head, and its forward skips a part that is None (torchtitan's
 Llama; graphcost's zoo Llama). A transformers causal LM (``model.layers``, ``lm_head``) is cut
 the same way, called with ``inputs_embeds`` after the first stage, its norm and head
-identities before the last (``TransformersStage``). Stage ``i`` of ``p`` keeps its share of the blocks (evenly,
-the remainder to the first stages), the embedding on the first stage, the norm and head on
+identities before the last (``TransformersStage``). Stage ``i`` of ``p`` keeps its share of the blocks (torchtitan's
+split: passes/parallel/pipeline.py ``stage_layers``), the embedding on the first stage, the norm and head on
 the last; its input is the token ids (first) or the previous stage's hidden states, its
 output the next stage's input or, on the last stage, the logits, whose loss the schedule
 computes there (torchtitan's cross-entropy, fp32 logits): ``LastStage`` adds it.
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
-from ....passes.parallel.pipeline import stage_layers
+from ....passes.parallel.pipeline import fits_stages, stage_layers
 from .tp_collectives import tp_cross_entropy
 
 EMBEDDINGS = ("embed_tokens", "tok_embeddings")
@@ -89,8 +89,9 @@ def pipeline_stage(module: torch.nn.Module, stage: int, stages: int,
                              f"'norm' and a head ({'/'.join(HEADS)}) on the model itself, its "
                              "forward skipping a part that is None) and transformers causal "
                              "LMs (model.layers, lm_head); this model is neither")
-    if len(layers) < stages:
-        raise GraphcostError(f"{where}: {len(layers)} blocks cannot fill {stages} stages")
+    if not fits_stages(len(layers), stages):
+        raise GraphcostError(f"{where}: {len(layers)} blocks cannot fill {stages} stages "
+                             "(torchtitan's split: the embedding and the head a block each)")
     model = _shallow(module)
     kept = stage_layers(len(layers), stage, stages)[:blocks]
     setattr(model, "layers", torch.nn.ModuleList([layers[i] for i in kept]))
@@ -108,9 +109,10 @@ def _transformers_stage(module: torch.nn.Module, stage: int, stages: int,
     the first stage (the hidden states come in as ``inputs_embeds``), the final norm and the
     head identities before the last."""
     n = block_count(module)
-    if n < stages:
+    if not fits_stages(n, stages):
         raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: {n} blocks cannot fill "
-                             f"{stages} stages")
+                             f"{stages} stages (torchtitan's split: the embedding and the head "
+                             "a block each)")
     inner = module.model
     assert isinstance(inner, torch.nn.Module)  # (pipeline_stage checked it)
     model, base = _shallow(module), _shallow(inner)
