@@ -14,8 +14,9 @@ orders the micro-batches' forwards (F) and backwards (B) on the stage:
   backward and a forward in turn, then the remaining backwards — at most ``p − i`` in flight;
 * ``interleaved-1f1b`` (``ScheduleInterleaved1F1B``): each of the ``p`` ranks runs ``v`` stages
   (rank ``r`` the stages ``r``, ``r + p``, …), in the order PyTorch's schedule computes for it
-  (the caller passes it: analyzer/load reads it off torch), its warm-up longer (``(v − 1)·m/r +
-  2(p − 1 − r)`` forwards, m/r micro-batches a round) and its bubble ``v`` times shorter.
+  (the caller passes it: analyzer/load reads it off torch), its warm-up longer (``v − 1``
+  rounds of micro-batches, ``p`` a round, plus ``2(p − 1 − r)`` forwards on rank ``r``) and
+  its bubble ``v`` times shorter.
 
 At each F or B the stage holds: parameters, buffers and optimizer state; the gradients once a
 backward has made them (later backwards accumulate into them); each in-flight micro-batch's
