@@ -70,7 +70,7 @@ from dataclasses import replace
 import pytest
 from graphcost.analyzer.measure.pipeline import PipelineRun, measure_pipeline
 from graphcost.passes.errors import GraphcostError
-from graphcost.passes.parallel.pipeline import fits_stages, stage_layers
+from graphcost.passes.parallel.schedules import fits_stages, stage_layers
 
 from graphcost import analyze
 

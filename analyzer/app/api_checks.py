@@ -18,7 +18,7 @@ from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
 from ...passes.memory.caching_allocator import AllocatorConfig
 from ...passes.parallel.comm import InterconnectRates
-from ...passes.parallel.pipeline import Schedule
+from ...passes.parallel.schedules import Schedule
 from ...passes.training.checkpoint import MEGATRON_CORE_ATTN, CheckpointSpec
 from ..load.checks import INT64_MAX, plain, positive, shown, word
 from .devices import GPUS_PER_NODE

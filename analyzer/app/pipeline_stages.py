@@ -17,13 +17,11 @@ from ...passes.parallel.mesh import mesh_of
 from ...passes.parallel.pipeline import (
     Shards,
     StageStep,
-    check_schedule,
-    fits_stages,
     pipeline_memory,
     stage_comm,
-    stage_layers,
     stage_step,
 )
+from ...passes.parallel.schedules import check_schedule, fits_stages, stage_layers
 from ...passes.parallel.step import ParallelSpec
 from ...passes.parallel.step_time import RankStep, pipeline_step_time
 from ...passes.parallel.tensor import with_tensor_parallel

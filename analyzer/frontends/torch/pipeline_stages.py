@@ -6,7 +6,7 @@ final norm and an output head, and its forward skips a part that is None (torcht
 Llama; graphcost's zoo Llama). A transformers causal LM (``model.layers``, ``lm_head``) is cut
 the same way, called with ``inputs_embeds`` after the first stage, its norm and head
 identities before the last (``TransformersStage``). Stage ``i`` of ``p`` keeps its share of the blocks (torchtitan's
-split: passes/parallel/pipeline.py ``stage_layers``), the embedding on the first stage, the norm and head on
+split: passes/parallel/schedules.py ``stage_layers``), the embedding on the first stage, the norm and head on
 the last; its input is the token ids (first) or the previous stage's hidden states, its
 output the next stage's input or, on the last stage, the logits, whose loss the schedule
 computes there (torchtitan's cross-entropy, fp32 logits): ``LastStage`` adds it.
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
-from ....passes.parallel.pipeline import fits_stages, stage_layers
+from ....passes.parallel.schedules import fits_stages, stage_layers
 from .tp_collectives import tp_cross_entropy
 
 EMBEDDINGS = ("embed_tokens", "tok_embeddings")
