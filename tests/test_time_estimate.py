@@ -121,6 +121,37 @@ def test_a_training_step_adds_the_optimizer_step():
     assert OPTIMIZER_KERNELS["adam"] == (8, 18)
     params = 256 * 512 + 512 + 512 * 10 + 10
     assert r.time.optimizer_seconds == pytest.approx(4 * 8 * LAUNCH + 18 * 4 * params / 1e9)
+    # a profile that timed adam's Python (5 µs a tensor) adds it for each of the 4 tensors
+    profile = flat_profile()
+    engine = replace(profile.engines["torch"], optimizer_s={"adam": 5e-6, "sgd": 1e-6})
+    t = analyze(model, (torch.randn(32, 256),), train=True, optimizer="adam", what_if=False,
+                device_profile=replace(profile, engines={"torch": engine})).time
+    assert t is not None
+    assert t.optimizer_seconds - r.time.optimizer_seconds == pytest.approx(4 * 5e-6)
+
+
+def test_each_autograd_node_of_an_eager_step_adds_the_profiles_autograd_cost():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                                torch.nn.Linear(512, 10))
+    profile = flat_profile()
+    engine = replace(profile.engines["torch"], autograd_s=2e-6)
+    with_autograd = replace(profile, engines={"torch": engine})
+    args = (model, (torch.randn(32, 256),))
+    kw = dict(train=True, optimizer="adam", what_if=False)
+    base = analyze(*args, device_profile=profile, **kw).time
+    t = analyze(*args, device_profile=with_autograd, **kw).time
+    assert base is not None and t is not None
+    # eager's autograd graph of sum(Linear(ReLU(Linear(x)))): SumBackward0, AddmmBackward0 and
+    # TBackward0 (the weight's transpose) per Linear, ReluBackward0 — 6 formulas — and an
+    # AccumulateGrad per parameter (2 weights, 2 biases): 10 nodes at 2 µs
+    assert t.launch_seconds - base.launch_seconds == pytest.approx(10 * 2e-6)
+    assert t.seconds - base.seconds == pytest.approx(10 * 2e-6)
+    inference = analyze(*args, device_profile=with_autograd).time
+    plain = analyze(*args, device_profile=profile).time
+    assert inference is not None and plain is not None
+    assert inference.seconds == plain.seconds        # a forward records no autograd node
 
 
 def test_a_data_parallel_rank_gets_no_estimate_and_says_why():
@@ -154,6 +185,8 @@ BAD = {
     "an unknown engine": ({"engines": {"tpu": {}}}, "engines: unknown key 'tpu'"),
     "a text for a number": ({"engines": {"torch": {"launch_s": "fast"}}},
                             "engines.torch.launch_s: expected a number ≥ 0"),
+    "an optimizer never timed": ({"engines": {"torch": {"optimizer_s": {"lion": 1e-6}}}},
+                                 "engines.torch.optimizer_s: unknown key 'lion'"),
 }
 
 
@@ -211,6 +244,11 @@ def test_calibrate_measures_every_curve_and_the_file_reads_back(tmp_path, monkey
             [65536, 4194304]
         # 3×3 max pooling, stride 2, of 8 channels of 16×16: 8·8·8 outputs × 9 compares
         assert engine.arithmetic["pool"]["fp32"].points[0][0] == 9 * 8 * 8 * 8
+    # eager autograd costs something per node (how much, the machine decides); ONNX Runtime
+    # has none
+    assert 0 < eager.autograd_s < 1e-3 and ort.autograd_s == 0
+    assert set(eager.optimizer_s) == {"sgd", "momentum", "adam", "adamw"}
+    assert all(0 <= s < 1e-3 for s in eager.optimizer_s.values()) and not ort.optimizer_s
     assert profile.measured["threads"].isdigit() and "not validated" in out.stdout
 
 

@@ -16,7 +16,7 @@ def build_parser():
                            "kernels and kernel launches achieve on this machine (eager "
                            "PyTorch and ONNX Runtime, at torch's thread count), check the "
                            "estimates built on them against real runs of small models, and "
-                           "write the profile: about a minute.")
+                           "write the profile: about two minutes.")
     p.add_argument("-o", "--output", required=True, metavar="FILE.json",
                    help="where to write the profile (then: graphcost MODEL "
                         "--device-profile FILE.json)")

@@ -2,17 +2,19 @@
 profile (passes/device/profile.py) that ``--device-profile FILE`` prices nodes with.
 
 For each engine (eager PyTorch on this CPU; ONNX Runtime's CPU provider), short
-microbenchmarks, each the fastest of several runs (a busy machine's slow moments left out,
-as cpu_probe.py does):
+microbenchmarks, each the fastest of several runs, in two rounds whose better figure is kept
+(a busy machine's slow moments left out, as cpu_probe.py does):
 
 - launch: an add of two 1-element tensors (a call that does no work); view: a reshape;
 - gemm: square fp32 (and bf16, eager) matmuls from 16³ to 1024³; conv: 3×3 and 1×1
   convolutions of CNN-like sizes; attention: scaled_dot_product_attention (eager);
-- memory: an elementwise add from 4 KiB to 64 MiB per operand.
+- memory: an elementwise add from 4 KiB to 64 MiB per operand;
+- eager only: the forward's Python per op, autograd's cost per node of a training step, and
+  each for-loop optimizer's Python per parameter tensor.
 
 Then the validation: a few small models from the zoo, run for real (eager forward, an eager
 training step, an ONNX Runtime session) and estimated with the new profile; their errors are
-the band every estimate from this profile carries. The whole takes about a minute.
+the band every estimate from this profile carries. The whole takes about two minutes.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import statistics
 from dataclasses import replace
 from typing import Callable
 
-from ...passes.device.profile import DeviceProfile, EngineProfile, Run
+from ...passes.device.profile import Curve, DeviceProfile, EngineProfile, Run
 from . import microbench as mb
 
 
@@ -67,7 +69,9 @@ def torch_engine() -> EngineProfile:
                   "attention": {"fp32": mb.rates(attention, launch)},
                   "pool": {"fp32": mb.rates(pool, launch)}}
     return EngineProfile(launch, view, arithmetic, mb.rates(memory, launch),
-                         python_s=eager_python(launch, view))
+                         python_s=eager_python(launch, view),
+                         autograd_s=eager_autograd(launch, view),
+                         optimizer_s=optimizer_python(launch))
 
 
 def eager_python(launch: float, view: float) -> float:
@@ -98,6 +102,61 @@ def eager_python(launch: float, view: float) -> float:
     return max(0.0, (seconds - dispatch) / max(1, len(nodes)))
 
 
+def eager_autograd(launch: float, view: float, length: int = 32) -> float:
+    """What eager autograd adds per node of a training step beyond its kernels' dispatch: a
+    chain of ``length`` multiplies of a 4-element tensor by a number, forward and backward,
+    timed, less the same forward under no_grad and the backward's kernels as the estimate
+    prices them (the loss's gradient of ones and each multiply's gradient a launch, the
+    sum's an expand: a view), over the chain's autograd nodes (the multiplies, the sum and
+    the AccumulateGrad that hands the gradient over: ``.grad`` is None before each step, as
+    ``zero_grad`` leaves it)."""
+    import torch
+
+    x = torch.ones(4, requires_grad=True)
+
+    def chain():
+        y = x
+        for _ in range(length):
+            y = y * 1.0001
+        return y.sum()
+
+    with torch.no_grad():
+        forward = mb.fastest(chain)
+
+    def step():
+        x.grad = None
+        chain().backward()
+
+    both = mb.fastest(step)
+    backward_kernels = (length + 1) * launch + view
+    return max(0.0, (both - forward - backward_kernels) / (length + 2))
+
+
+def optimizer_python(launch: float, tensors: int = 64) -> dict[str, float]:
+    """What PyTorch's for-loop optimizer step adds per parameter tensor beyond its kernels,
+    for each optimizer the estimate prices: a step over ``tensors`` tensors of 4 elements
+    (their state made by a first step) timed, less the launches the estimate counts
+    (passes/device/time_estimate.py ``OPTIMIZER_KERNELS``), over the tensors."""
+    import torch
+
+    from ...passes.device.time_estimate import OPTIMIZER_KERNELS
+
+    made = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, foreach=False),
+            "momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=False),
+            "adam": lambda ps: torch.optim.Adam(ps, foreach=False),
+            "adamw": lambda ps: torch.optim.AdamW(ps, foreach=False)}
+    out = {}
+    for name, make in made.items():
+        params = [torch.nn.Parameter(torch.ones(4)) for _ in range(tensors)]
+        for p in params:
+            p.grad = torch.ones(4)
+        optimizer = make(params)
+        optimizer.step()
+        per_tensor = mb.fastest(optimizer.step) / tensors
+        out[name] = max(0.0, per_tensor - OPTIMIZER_KERNELS[name][0] * launch)
+    return out
+
+
 def describe_machine(threads: int) -> dict[str, str]:
     import torch
 
@@ -124,12 +183,33 @@ def calibrate(validate: Callable[[DeviceProfile], dict[str, tuple[Run, ...]]] | 
     measured = {"torch": torch_engine, "onnxruntime": onnxruntime_engine}
     name = f"this CPU ({threads} thread{'s' if threads != 1 else ''})"
     profile = DeviceProfile(name, describe_machine(threads),
-                            {name: measured[name]() for name in engines})
+                            {name: steadier(measured[name](), measured[name]())
+                             for name in engines})
     if validate is None:
         return profile
     runs = validate(profile)
     return DeviceProfile(profile.name, profile.measured,
                          {name: fitted(e, runs.get(name, ())) for name, e in profile.engines.items()})
+
+
+def steadier(a: EngineProfile, b: EngineProfile) -> EngineProfile:
+    """Two rounds of an engine's microbenchmarks, each figure the better round's (the
+    shorter time, the higher rate): a shared machine slows for seconds at a time, longer
+    than the fastest-of-five of one measurement spans (launch_s measured 1.25 and 2.03 µs
+    in two calibrations on this machine ten minutes apart)."""
+    def curve(x: Curve, y: Curve) -> Curve:
+        rates = dict(x.points)
+        for size, rate in y.points:
+            rates[size] = max(rate, rates.get(size, 0.0))
+        return Curve(tuple(sorted(rates.items())))
+
+    return replace(
+        a, launch_s=min(a.launch_s, b.launch_s), view_s=min(a.view_s, b.view_s),
+        python_s=min(a.python_s, b.python_s), autograd_s=min(a.autograd_s, b.autograd_s),
+        optimizer_s={k: min(v, b.optimizer_s.get(k, v)) for k, v in a.optimizer_s.items()},
+        memory=curve(a.memory, b.memory),
+        arithmetic={kind: {dt: curve(c, b.arithmetic.get(kind, {}).get(dt, c))
+                           for dt, c in by.items()} for kind, by in a.arithmetic.items()})
 
 
 def fitted(engine: EngineProfile, runs: tuple[Run, ...]) -> EngineProfile:

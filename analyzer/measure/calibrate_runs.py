@@ -6,7 +6,8 @@ and estimated with the profile just measured; the runs' errors are the profile's
 - onnxruntime: the model exported by torch's TorchScript exporter, run in an InferenceSession
   on the CPU provider at torch's thread count.
 
-Each time is the fastest of several runs (microbench.fastest). ``benchmarks/time_cpu.py`` runs
+Each time is the fastest of several runs (microbench.fastest), in each of two rounds over the
+list, the faster kept. ``benchmarks/time_cpu.py`` runs
 the same comparison over a wider set of models.
 """
 from __future__ import annotations
@@ -84,9 +85,19 @@ def onnx_run(name: str, batch: int, profile: DeviceProfile, folder: Path) -> Run
     return Run(f"{name} b{batch} onnxruntime", measured, _estimate(str(path), None, profile))
 
 
-def validation_runs(profile: DeviceProfile,
-                    say: Callable[[str], None] = lambda _: None) -> dict[str, tuple[Run, ...]]:
-    """The runs for each engine the profile measured."""
+def validation_runs(profile: DeviceProfile, say: Callable[[str], None] = lambda _: None,
+                    rounds: int = 2) -> dict[str, tuple[Run, ...]]:
+    """The runs for each engine the profile measured, each measured in ``rounds`` rounds
+    over the list and its fastest kept (a shared machine slows for minutes at a time: the
+    profile's scale is fitted on these)."""
+    each = [_validation_round(profile, say) for _ in range(rounds)]
+    return {engine: tuple(min(same, key=lambda r: r.measured_s)
+                          for same in zip(*(r[engine] for r in each)))
+            for engine in each[0]}
+
+
+def _validation_round(profile: DeviceProfile,
+                      say: Callable[[str], None]) -> dict[str, tuple[Run, ...]]:
     runs: dict[str, tuple[Run, ...]] = {}
     if "torch" in profile.engines:
         torch_runs = []

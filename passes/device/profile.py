@@ -13,7 +13,13 @@ prices it at what the machine was measured to reach for a call of that size:
   Runtime's per-node overhead), and ``view`` for a call that moves nothing (a reshape);
 - ``python``: what eager PyTorch's forward adds per op beyond the dispatch (the model's
   Python: module calls, hooks, attribute reads), measured per traced node of a small model
-  whose kernels do almost no work; a backward runs in autograd's C++ engine without it.
+  whose kernels do almost no work; a backward runs in autograd's C++ engine without it;
+- ``autograd``: what eager autograd adds per node of a training step beyond its kernels'
+  dispatch (recording the node in the forward, running it from the backward's engine),
+  measured on a chain of tiny multiplies run forward and backward;
+- ``optimizer``: what PyTorch's for-loop optimizer step adds per parameter tensor beyond its
+  kernels (its Python: the state's lookups, the step count, the bias corrections), for each
+  optimizer, measured on steps over many tiny tensors.
 
 A profile holds one such set per engine (``torch``: eager PyTorch; ``onnxruntime``), each with
 ``validation``: the measured and the estimated wall time of the models calibrate ran. Their
@@ -39,6 +45,7 @@ ENGINES = ("torch", "onnxruntime")
 ARITHMETIC = ("gemm", "conv", "grouped_conv", "attention", "pool")
 MAX_POINTS = 64          # per curve: a profile is a handful of measurements, not a dataset
 MAX_RUNS = 256
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")   # the for-loop steps a profile times
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,11 @@ class EngineProfile:
     # runs behind the host, so a step takes the longer of the two; 0: the host runs the
     # kernels itself (a CPU: ``launch_s`` and ``python_s`` already count it)
     host_s: float = 0.0
+    # eager autograd per node of a training step: recording it in the forward and running it
+    # from the backward's C++ engine, beyond its kernels' dispatch (0: not measured)
+    autograd_s: float = 0.0
+    # optimizer -> the for-loop step's Python per parameter tensor, beyond its kernels
+    optimizer_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def band(self) -> float | None:
@@ -155,7 +167,7 @@ def _text(v: Any, where: str) -> str:
 
 def _engine(v: Any, where: str) -> EngineProfile:
     keys = ("launch_s", "view_s", "arithmetic", "memory", "validation", "python_s", "scale",
-            "host_s")
+            "host_s", "autograd_s", "optimizer_s")
     d = _mapping(v, where, keys)
     missing = [k for k in keys[:4] if k not in d]
     if missing:
@@ -180,7 +192,11 @@ def _engine(v: Any, where: str) -> EngineProfile:
         tuple(_run(r, f"{where}.validation[{i}]") for i, r in enumerate(runs)),
         _number(d.get("python_s", 0.0), f"{where}.python_s", positive=False),
         _number(d.get("scale", 1.0), f"{where}.scale"),
-        _number(d.get("host_s", 0.0), f"{where}.host_s", positive=False))
+        _number(d.get("host_s", 0.0), f"{where}.host_s", positive=False),
+        _number(d.get("autograd_s", 0.0), f"{where}.autograd_s", positive=False),
+        {name: _number(v, f"{where}.optimizer_s.{name}", positive=False)
+         for name, v in _mapping(d.get("optimizer_s", {}), f"{where}.optimizer_s",
+                                 OPTIMIZERS).items()})
 
 
 def _run(v: Any, where: str) -> Run:
@@ -213,6 +229,8 @@ def profile_to_json(profile: DeviceProfile) -> dict:
     def engine(e: EngineProfile) -> dict:
         return {"launch_s": e.launch_s, "view_s": e.view_s, "python_s": e.python_s,
                 "scale": e.scale, **({"host_s": e.host_s} if e.host_s else {}),
+                **({"autograd_s": e.autograd_s} if e.autograd_s else {}),
+                **({"optimizer_s": dict(e.optimizer_s)} if e.optimizer_s else {}),
                 "arithmetic": {k: {dt: [list(p) for p in c.points] for dt, c in by.items()}
                                for k, by in e.arithmetic.items()},
                 "memory": [list(p) for p in e.memory.points],

@@ -10,7 +10,10 @@ Per node, per call (a node's cost covers its ``repeat`` calls):
 The kind is the rule's ``kernel`` (conv, grouped_conv, attention, pool), else a GEMM when the op
 multiplies and accumulates, else memory-bound work only. An eager forward's node adds the
 profile's ``python`` (the model's Python around the op); a backward's does not (autograd's
-engine runs it from C++). A node that moves nothing (a view) costs the
+engine runs it from C++), but each autograd node of an eager step (a backward node's
+``autograd`` number: consecutive nodes of one formula), and each trainable parameter's
+AccumulateGrad, adds the profile's ``autograd`` once (recorded in the forward, run by the
+engine). A node that moves nothing (a view) costs the
 profile's ``view``; a node without a rule its ``launch`` alone, and the estimate lists its op
 as unpriced (never silently zero).
 
@@ -59,7 +62,7 @@ class TimeEstimate:
     runs: int                    # validation runs the band comes from
     arithmetic_seconds: float    # nodes whose arithmetic outlasts their bytes
     memory_seconds: float        # nodes whose bytes outlast their arithmetic
-    launch_seconds: float        # the kernel calls' own cost (and the views')
+    launch_seconds: float        # the kernel calls' own cost (the views', autograd's nodes')
     optimizer_seconds: float     # the optimizer step (training)
     recompute_seconds: float     # a checkpoint plan's recompute (scaled: see with_recompute)
     kernels: int                 # kernel calls priced (views included)
@@ -166,11 +169,13 @@ def _price_generated(sums: _Sums, kernel: FusedKernel, engine: EngineProfile) ->
 
 def optimizer_seconds(engine: EngineProfile, optimizer: str | None,
                       param_bytes: Sequence[int]) -> float:
-    """The for-loop optimizer step over parameter tensors of these sizes (bytes); on a GPU
+    """The for-loop optimizer step over parameter tensors of these sizes (bytes), its
+    Python per tensor the profile's ``optimizer`` where it timed one; on a GPU
     PyTorch's default foreach step moves the same bytes in fewer launches (counted here as
     the for-loop's: a few milliseconds at most)."""
     kernels, moved = OPTIMIZER_KERNELS.get(optimizer or "", (0, 0))
-    total = 0.0
+    python = engine.optimizer_s.get(optimizer or "", 0.0)
+    total = python * len(param_bytes)
     for size in param_bytes:
         per_kernel = moved * size / max(1, kernels)
         total += kernels * (engine.launch_s + per_kernel / engine.memory.rate(per_kernel))
@@ -189,6 +194,11 @@ def estimate_time(graph: Graph, node_costs, engine: EngineProfile, *, profile: s
     torch.compile launches instead (fusion.py: each run of pointwise and reduction nodes one
     kernel, moving what enters and leaves it)."""
     sums, unpriced = _Sums(), Counter()
+    if forward is not None and not compiled:   # (a compiled step is one autograd node)
+        formulas = {n.autograd for n in graph.nodes
+                    if n.autograd is not None and n.index not in forward}
+        # and each parameter's AccumulateGrad, which hands its gradient to .grad
+        sums.launch += engine.autograd_s * (len(formulas) + len(param_bytes))
     fused = fused_kernels(graph, node_costs) if compiled else []
     generated = {i for k in fused for i in k.nodes}
     for kernel in fused:
