@@ -83,14 +83,17 @@ print(json.dumps([p.pipeline_parallel_degree, p.pipeline_parallel_schedule,
 @pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
                     reason="torchtitan is not installed here (.ci/run installs it in the "
                            "newest-torch venv)")
-def test_torchtitans_config_manager_reads_a_pipeline(tmp_path):
-    """A 70B pipeline of 8 stages beside FSDP 8 × TP 8, local batch 32: 1F1B with one
-    sequence a micro-batch, as graphcost analyzes it. (torchtitan's 405B config gets no line:
-    it builds float8 linears, which graphcost does not model.)"""
+@pytest.mark.parametrize("schedule, named", [("1f1b", "1F1B"),
+                                             ("interleaved-1f1b", "Interleaved1F1B")])
+def test_torchtitans_config_manager_reads_a_pipeline(schedule, named, tmp_path):
+    """A 70B pipeline of 8 stages beside FSDP 8 × TP 8, local batch 32: 1F1B or interleaved
+    1F1B (torchtitan's two stages a rank, graphcost's default too) with one sequence a
+    micro-batch, as graphcost analyzes it. (torchtitan's 405B config gets no line: it builds
+    float8 linears, which graphcost does not model.)"""
     assert torchtitan_args("zoo:llama3_405b", MESH, 32, "full", BASE) is None
     args = torchtitan_args("zoo:llama3_70b", {"pp": 8, "dp_shard": 8, "tp": 8}, 32, "full",
-                           {**BASE, "compile": False})
+                           {**BASE, "compile": False}, schedule)
     out = subprocess.run([sys.executable, "-c", PARSE_PP, json.dumps(args)], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [8, "1F1B", 1, 8, 8]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [8, named, 1, 8, 8]

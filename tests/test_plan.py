@@ -7,7 +7,7 @@ import json
 import shlex
 
 import pytest
-from graphcost.analyzer.app.plan import PlanSpec, plan_training
+from graphcost.analyzer.app.plan import PlanSpec, pipeline_schedules, plan_training
 from graphcost.analyzer.cli.main import main
 from graphcost.passes.parallel.layouts import data_layouts, tensor_sizes
 
@@ -85,14 +85,15 @@ def test_what_the_plan_prunes_is_what_it_assumes(tiny_plan):
 def test_a_pipeline_candidate_is_the_direct_analysis_of_its_settings():
     """Pipeline sizes asked for (``--pp 1,2``): analyzed although layouts without stages fit
     (the search alone prunes them then); llama_tiny's two blocks in two stages beside
-    fully_shard over the other two GPUs, one sequence a micro-batch under 1F1B: the fastest
-    pipeline is what analyzing its settings alone gives, and torchtitan's line names it."""
+    fully_shard over the other two GPUs, one sequence a micro-batch, under 1F1B and under
+    interleaved 1F1B: each schedule's fastest is what analyzing its settings alone gives, and
+    torchtitan's line names it."""
     from graphcost.analyzer.cli.engine_args import torchtitan_args
 
     plan = plan_training("zoo:llama_tiny", PlanSpec(4, batch=4, pp=(1, 2)), TINY)
     piped = [c for c in plan.candidates if c.settings.pp == 2]
     assert piped and not any("without pipeline stages fits" in c.detail for c in piped)
-    best = next(c for c in plan.fitting if c.settings.pp == 2)
+    best = next(c for c in plan.fitting if c.settings.pp == 2 and not c.settings.interleaved)
     assert best.settings.mesh.words == "pp=2,dp_shard=2"
     kwargs = best.settings.analyze_kwargs({})
     assert kwargs["parallel"] == {"mesh": "pp=2,dp_shard=2", "microbatches": 4}
@@ -108,6 +109,39 @@ def test_a_pipeline_candidate_is_the_direct_analysis_of_its_settings():
     assert args is not None
     assert args[args.index("--parallelism.pipeline-parallel-degree") + 1] == "2"
     assert args[args.index("--parallelism.pipeline-parallel-microbatch-size") + 1] == "1"
+    # interleaved 1F1B too: 2 blocks (and the embedding and head, a block each) in 4 stages,
+    # two a rank; 4 micro-batches are 2 whole rounds of the 2 ranks
+    woven = next(c for c in plan.fitting if c.settings.interleaved)
+    assert woven.settings.words == "pp=2,dp_shard=2, interleaved, batch 4, checkpoint none"
+    kwargs = woven.settings.analyze_kwargs({})
+    assert kwargs["parallel"] == {"mesh": "pp=2,dp_shard=2", "microbatches": 4,
+                                  "schedule": "interleaved-1f1b"}
+    direct = analyze("zoo:llama_tiny", **TINY, **kwargs)
+    assert direct.pipeline is not None and direct.time is not None and woven.time is not None
+    assert direct.pipeline.stages_per_rank == 2
+    assert woven.allocated_bytes == direct.peak_bytes and woven.needs_bytes == \
+        direct.roofline.fit.needs
+    assert woven.time.seconds == direct.time.seconds
+    # the plan prunes an interleaved layout whose 1F1B twin does not fit: it holds more
+    assert woven.allocated_bytes >= best.allocated_bytes and woven.time.seconds < \
+        best.time.seconds   # (and it is there for its shorter bubble)
+    args = torchtitan_args("zoo:llama3_8b", {"pp": 2, "dp_shard": 2}, 4, "none",
+                           {"precision": "bf16-master", "optimizer": "adamw",
+                            "dims": {"seq": 8192}}, woven.settings.schedule)
+    assert args is not None
+    assert args[args.index("--parallelism.pipeline-parallel-schedule") + 1] == "Interleaved1F1B"
+
+
+def test_the_interleaved_schedule_is_tried_where_torch_and_torchtitan_run_it():
+    # pp, micro-batches, blocks: 2 ranks × 2 stages need 4 shares of 2 blocks + the embedding
+    # and the head (torchtitan's split; 1 block leaves one stage empty); micro-batches in whole
+    # rounds of the ranks (ScheduleInterleaved1F1B: 5 on 2 ranks are 2 rounds and a half)
+    both = ["1f1b", "interleaved-1f1b"]
+    assert pipeline_schedules(1, 4, 32) == ["1f1b"]        # (no pipeline: the one entry)
+    assert pipeline_schedules(2, 4, 2) == both
+    assert pipeline_schedules(2, 4, 1) == ["1f1b"]
+    assert pipeline_schedules(2, 5, 32) == ["1f1b"]
+    assert pipeline_schedules(8, 32, 126) == both           # (405B's 126 blocks on 16 stages)
 
 
 def test_the_face_is_one_screen_ending_on_the_command(tiny_plan):

@@ -2,7 +2,8 @@
 
 The settings searched: every device mesh of the modelled dimensions (passes/parallel/
 layouts.py: FSDP, HSDP, DDP beside each tensor-parallel size, and pipelines of 2, 4, … stages
-beside FSDP and HSDP, 1F1B with one sequence a micro-batch, torchtitan's defaults), the
+beside FSDP and HSDP, 1F1B with one sequence a micro-batch, torchtitan's defaults, and
+interleaved 1F1B of two stages a rank where the blocks and micro-batches allow), the
 checkpoint plans of
 ``CHECKPOINTS`` and the batch per data-parallel rank (fixed by ``--batch``, or by the step's
 global batch). Each is analyzed as ``analyze`` would with its settings — the same trace and
@@ -34,6 +35,12 @@ from ...passes.parallel.layouts import (
     tensor_sizes,
 )
 from ...passes.parallel.mesh import Mesh, strategy_of
+from ...passes.parallel.schedules import (
+    INTERLEAVED_STAGES,
+    Schedule,
+    check_schedule,
+    fits_stages,
+)
 from ...passes.training.precision import master_weights
 from ..load.progress import Progress, Step
 from .devices import GPUS_PER_NODE
@@ -62,10 +69,12 @@ class PlanSpec:
 @dataclass(frozen=True)
 class Settings:
     """One setting: a mesh (empty: one GPU), the batch per data-parallel rank, a checkpoint
-    plan of ``CHECKPOINTS``."""
+    plan of ``CHECKPOINTS``, and a pipeline's schedule (1F1B, or interleaved 1F1B with
+    torchtitan's two stages a rank)."""
     mesh: Mesh
     batch: int
     checkpoint: str
+    schedule: str = Schedule.ONE_F_ONE_B
 
     @property
     def tp(self) -> int:
@@ -76,12 +85,20 @@ class Settings:
         return self.mesh.size("pp") or 1
 
     @property
+    def interleaved(self) -> bool:
+        return self.schedule == Schedule.INTERLEAVED
+
+    @property
     def words(self) -> str:
-        return f"{self.mesh.words or 'one GPU'}, batch {self.batch}, checkpoint {self.checkpoint}"
+        return (f"{self.mesh.words or 'one GPU'}{', interleaved' * self.interleaved}, "
+                f"batch {self.batch}, checkpoint {self.checkpoint}")
 
     def analyze_kwargs(self, parallel: Mapping[str, Any]) -> dict:
         """``analyze``'s arguments for this setting (``parallel``: the mesh's options)."""
-        stages = {"microbatches": self.batch} if self.pp > 1 else {}   # (one sequence each)
+        # one sequence a micro-batch
+        stages: dict[str, Any] = {"microbatches": self.batch} if self.pp > 1 else {}
+        if self.interleaved:   # (the analysis's default: torchtitan's 2 stages a rank)
+            stages["schedule"] = self.schedule
         return {"batch": self.batch, "checkpoint": CHECKPOINTS[self.checkpoint],
                 "parallel": {"mesh": self.mesh.words, **stages, **parallel}
                 if self.mesh.dims else None}
@@ -235,13 +252,15 @@ def _settings(spec: PlanSpec, blocks: int = 0) -> list[Settings]:
                                  f"{spec.gpus} GPUs")
         for pp in spec.pp or (1, *pipeline_sizes(spec.gpus // tp, blocks)):
             if spec.gpus % (tp * pp) == 0:   # (a size asked for that no tp divides: none)
-                out.extend(_layouts(spec, tp, pp))
+                out.extend(_layouts(spec, tp, pp, blocks))
     return sorted(out, key=lambda s: (s.tp, s.pp, s.batch))   # (stable: layouts' order)
 
 
-def _layouts(spec: PlanSpec, tp: int, pp: int) -> list[Settings]:
+def _layouts(spec: PlanSpec, tp: int, pp: int, blocks: int = 0) -> list[Settings]:
     """The settings of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest, its batch
-    and checkpoint plans (a pipeline's batch at least its stages: 1F1B's micro-batches)."""
+    and checkpoint plans (a pipeline's batch at least its stages: 1F1B's micro-batches), a
+    pipeline's under 1F1B and, where ``blocks`` give two stages a rank and its micro-batches
+    come in whole rounds, interleaved."""
     out = []
     for flat in data_layouts(spec.gpus // pp, tp, spec.node):
         mesh = piped(flat, pp)
@@ -257,8 +276,23 @@ def _layouts(spec: PlanSpec, tp: int, pp: int) -> list[Settings]:
         if batch < pp:
             continue
         order = [c for c in CHECKPOINTS if c in spec.checkpoints]
-        out.extend(Settings(mesh, batch, c) for c in order)
+        out.extend(Settings(mesh, batch, c, schedule)
+                   for schedule in pipeline_schedules(pp, batch, blocks) for c in order)
     return out
+
+
+def pipeline_schedules(pp: int, micro: int, blocks: int) -> list[str]:
+    """A pipeline's schedules the plan tries: 1F1B, and interleaved 1F1B of torchtitan's two
+    stages a rank where the blocks split into them and ``ScheduleInterleaved1F1B`` takes the
+    micro-batches (whole rounds of ``pp``)."""
+    if pp == 1:
+        return [Schedule.ONE_F_ONE_B]
+    try:
+        check_schedule(Schedule.INTERLEAVED, micro, pp, INTERLEAVED_STAGES)
+    except GraphcostError:
+        return [Schedule.ONE_F_ONE_B]
+    ok = blocks > 0 and fits_stages(blocks, pp * INTERLEAVED_STAGES)
+    return [Schedule.ONE_F_ONE_B, *([Schedule.INTERLEAVED] if ok else [])]
 
 
 def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mapping[str, Any],
@@ -267,7 +301,8 @@ def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mappin
     """Each setting's candidate, layout by layout (``_layout``), its analysis sharing traces
     and passes with the others' (analyzer/app/settings_analyses.py); with
     ``prune_pipelines`` (the sizes not asked for), a pipeline's only where no layout of its
-    tensor-parallel size without one fits."""
+    tensor-parallel size without one fits; an interleaved pipeline's only where its 1F1B
+    twin (analyzed before it) fits."""
     done = iter(range(1, len(settings) + 1))
 
     def analyzed(s: Settings) -> Candidate:
@@ -279,13 +314,20 @@ def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mappin
             return Candidate(s, "refused", error=exc)
 
     out: list[Candidate] = []
-    for _, group in groupby(settings, key=lambda s: (s.mesh, s.batch)):
+    for _, group in groupby(settings, key=lambda s: (s.mesh, s.batch, s.schedule)):
         group = list(group)
         if prune_pipelines and group[0].pp > 1 and any(
                 c.status == "fits" and c.settings.pp == 1 and c.settings.tp == group[0].tp
                 for c in out):
             why = (f"not analyzed: a layout of tp={group[0].tp} without pipeline stages fits "
                    "(a pipeline adds its bubble)")
+            out.extend(Candidate(s, "pruned", why) for s in group)
+            continue
+        if group[0].interleaved and not any(
+                c.status == "fits" and c.settings.mesh == group[0].mesh
+                and c.settings.batch == group[0].batch for c in out):
+            why = ("over the memory: interleaved 1F1B holds more micro-batches in flight than "
+                   "1F1B, which does not fit this layout")
             out.extend(Candidate(s, "pruned", why) for s in group)
             continue
         out.extend(_layout(group, analyzed))

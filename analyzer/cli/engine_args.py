@@ -9,7 +9,8 @@ analysis assumed:
 - the mesh: ``--parallelism.data-parallel-replicate-degree``, ``…-shard-degree``,
   ``--parallelism.tensor-parallel-degree`` (sequence parallel on: torchtitan's default and
   graphcost's tensor-parallel plan), and for a pipeline ``…pipeline-parallel-degree`` with
-  its schedule (1F1B) and one sequence a micro-batch (torchtitan's defaults, as analyzed);
+  its schedule (1F1B or Interleaved1F1B, whose two stages a rank are torchtitan's default and
+  graphcost's) and one sequence a micro-batch (torchtitan's default, as analyzed);
 - ``--training.local-batch-size`` (per data rank) and ``--training.seq-len``;
 - the checkpoint plan: ``activation-checkpoint:none|selective|full`` (selective is its op
   policy, as graphcost's ``sac``);
@@ -42,10 +43,14 @@ TORCHTITAN_CONFIGS = {"zoo:llama3_8b": "llama3_8b", "zoo:llama3_70b": "llama3_70
 AC_MODES = {"none": "activation-checkpoint:none", "sac": "activation-checkpoint:selective",
             "full": "activation-checkpoint:full"}
 PRECISIONS = {"bf16-master": [], "fp32": ["--training.mixed-precision-param", "float32"]}
+# graphcost's schedules -> torchtitan's names (torch.distributed.pipelining's classes); an
+# interleaved schedule runs 2 stages a rank there unless told otherwise, as graphcost's
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
+                        "gpipe": "GPipe"}
 
 
 def torchtitan_args(model: str, mesh: Mapping[str, int], batch: int, checkpoint: str,
-                    base: Mapping[str, Any]) -> list[str] | None:
+                    base: Mapping[str, Any], schedule: str = "1f1b") -> list[str] | None:
     """``torchtitan.train``'s arguments for a setting (``mesh``: the dimensions' sizes;
     ``base``: the analysis's other arguments), or None where torchtitan cannot say it."""
     config = TORCHTITAN_CONFIGS.get(model)
@@ -64,7 +69,7 @@ def torchtitan_args(model: str, mesh: Mapping[str, int], batch: int, checkpoint:
             *PRECISIONS[precision]]
     if mesh.get("pp", 1) > 1:
         args += ["--parallelism.pipeline-parallel-degree", str(mesh["pp"]),
-                 "--parallelism.pipeline-parallel-schedule", "1F1B",
+                 "--parallelism.pipeline-parallel-schedule", TORCHTITAN_SCHEDULES[schedule],
                  "--parallelism.pipeline-parallel-microbatch-size", "1"]
     if base.get("compile"):
         args.append("--compile.enable")

@@ -100,7 +100,8 @@ def run(args) -> int:
     def engine(c: Candidate) -> str | None:
         s = c.settings
         return torchrun_line(spec.gpus, torchtitan_args(
-            args.model, {k: n or 1 for k, n in s.mesh.dims}, s.batch, s.checkpoint, base),
+            args.model, {k: n or 1 for k, n in s.mesh.dims}, s.batch, s.checkpoint, base,
+            s.schedule),
             spec.node)
 
     from ..render.plan import plan_json, plan_lines
@@ -198,6 +199,8 @@ def _command(args, template: list[str], c: Candidate) -> str:
     words += ["--batch", str(s.batch)]
     if s.pp > 1:   # (one sequence a micro-batch, as the plan analyzed it)
         words += ["--microbatches", str(s.batch)]
+    if s.interleaved:   # (its default stages a rank: torchtitan's)
+        words += ["--pp-schedule", s.schedule]
     if s.checkpoint != "none":
         words += ["--checkpoint", s.checkpoint]
     words += ["--precision", args.precision, "--optimizer", args.optimizer, *template]

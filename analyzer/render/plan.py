@@ -12,12 +12,13 @@ from ..app.units import human_bytes, human_time
 
 Words = Callable[[GraphcostError], str]   # an error as the face words it
 
-PLAN_SCHEMA = 1
+PLAN_SCHEMA = 2   # 2: a candidate's schedule
 HEAD = f"{'#':>2}  {'layout':<30}{'batch':>5}  {'ckpt':<5}{'memory':>10}  {'step':<8}" \
        f"{'tok/s/GPU':>9}{'MFU':>5}"
 
 
 Engine = Callable[[Candidate], "str | None"]   # the engine's command line of a candidate
+INTERLEAVED = "I1F1B: interleaved 1F1B, two stages a rank (torchtitan's Interleaved1F1B)"
 
 
 def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
@@ -33,7 +34,8 @@ def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
              f"the memory, {counts['pruned']} pruned, {counts['refused']} refused", ""]
     shown = [c for c in plan.candidates if c.status in ("fits", "over")][:top]
     if shown:
-        lines += [HEAD, *(_row(i, c) for i, c in enumerate(shown, 1)), _legend(shown), ""]
+        lines += [HEAD, *(_row(i, c) for i, c in enumerate(shown, 1)), _legend(shown)]
+        lines += [INTERLEAVED] * any(c.settings.interleaved for c in shown) + [""]
     lines += _refused(plan, word)
     lines += [f"not searched: {w}" for w in plan.not_searched]
     lines += [""] if plan.not_searched else []
@@ -59,7 +61,8 @@ def _row(i: int, c: Candidate) -> str:
     rate = f"{t.tokens_per_second:,.0f}" if t is not None and t.tokens_per_second else "-"
     mfu = f"{t.mfu:.0%}" if t is not None and t.mfu else "-"
     memory = f"{(c.needs_bytes or 0) / 2**30:.1f} GiB" + (" " if c.status == "fits" else "!")
-    return (f"{i:>2}  {s.mesh.words or 'one GPU':<30}{s.batch:>5}  {s.checkpoint:<5}"
+    layout = (s.mesh.words or "one GPU") + " I1F1B" * s.interleaved
+    return (f"{i:>2}  {layout:<30}{s.batch:>5}  {s.checkpoint:<5}"
             f"{memory:>10}  {step:<8}{rate:>9}{mfu:>5}")
 
 
@@ -138,6 +141,7 @@ def _candidate_json(c: Candidate, command: Callable[[Candidate], str],
         "mfu": t.mfu, "communication_seconds": t.communication_seconds,
         "recompute_seconds": t.recompute_seconds}
     return {"mesh": s.mesh.words, "batch": s.batch, "checkpoint": s.checkpoint,
+            "schedule": s.schedule if s.pp > 1 else None,
             "status": c.status,
             "detail": word(c.error) if c.error is not None else c.detail, "needs_bytes": c.needs_bytes,
             "offers_bytes": c.offers_bytes, "allocated_bytes": c.allocated_bytes,

@@ -26,6 +26,10 @@ class Schedule(Choice):
     INTERLEAVED = "interleaved-1f1b"
 
 
+# the stages a rank runs under an interleaved schedule unless told: torchtitan's default
+INTERLEAVED_STAGES = 2
+
+
 # a rank's forwards and backwards in order: (its local stage, "F" or "B", the micro-batch)
 Order = list[tuple[int, str, int]]
 
