@@ -23,7 +23,8 @@ from benchmarks.child import run
 CASE = r"""
 import json, time
 from graphcost import analyze
-from graphcost.analyzer.app.plan import PlanSpec, Settings, plan_training
+from graphcost.analyzer.app.plan import plan_training
+from graphcost.analyzer.app.plan_settings import PlanSpec, Settings
 from graphcost.passes.parallel.mesh import parse_mesh
 base = dict(train=True, optimizer="adamw", precision="bf16-master", dims={"seq": 8192},
             device="h100-96gb", what_if=False, compile=COMPILE)

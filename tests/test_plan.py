@@ -7,7 +7,8 @@ import json
 import shlex
 
 import pytest
-from graphcost.analyzer.app.plan import PlanSpec, pipeline_schedules, plan_training
+from graphcost.analyzer.app.plan import plan_training
+from graphcost.analyzer.app.plan_settings import PlanSpec, pipeline_schedules
 from graphcost.analyzer.cli.main import main
 from graphcost.passes.parallel.layouts import data_layouts, tensor_sizes
 

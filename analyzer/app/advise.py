@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.mesh import parse_mesh
 from ..load.progress import Progress
-from .plan import CHECKPOINTS
+from .plan_settings import CHECKPOINTS
 from .report import Report
 from .settings_analyses import SettingsAnalyses, step_samples
 

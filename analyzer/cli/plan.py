@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ...passes.errors import GraphcostError
 from ..app.devices import GPUS_PER_NODE
-from ..app.plan import CHECKPOINTS, Candidate, PlanSpec, plan_training
+from ..app.plan import Candidate, plan_training
+from ..app.plan_settings import CHECKPOINTS, PlanSpec
 from ..app.units import parse_count
 from .engine_args import torchrun_line, torchtitan_args
 from .main import Parser, refuse_overwrite

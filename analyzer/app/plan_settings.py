@@ -1,0 +1,133 @@
+"""What ``graphcost plan`` searches (analyzer/app/plan.py): the settings a plan's spec allows —
+every device mesh of the modelled dimensions (passes/parallel/layouts.py), each layout's batch
+per data rank and checkpoint plans, a pipeline's schedules."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ...passes.errors import GraphcostError, opt
+from ...passes.parallel.layouts import (
+    data_layouts,
+    data_ranks,
+    piped,
+    pipeline_sizes,
+    tensor_sizes,
+)
+from ...passes.parallel.mesh import Mesh
+from ...passes.parallel.schedules import (
+    INTERLEAVED_STAGES,
+    Schedule,
+    check_schedule,
+    fits_stages,
+)
+from .devices import GPUS_PER_NODE
+
+# the checkpoint plans searched, from the least recompute to the most (analyze's mappings)
+CHECKPOINTS: dict[str, dict | None] = {"none": None, "sac": {"sac": True}, "full": {"every": 1}}
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """What a plan searches: ``gpus`` GPUs of ``node`` a node; the batch per data-parallel
+    rank fixed (``batch``) or the step's (``global_batch`` sequences, split over the data
+    ranks); the tensor-parallel sizes (None: every one up to a node) and checkpoint plans."""
+    gpus: int
+    batch: int | None = None
+    global_batch: int | None = None
+    tp: tuple[int, ...] | None = None
+    checkpoints: tuple[str, ...] = tuple(CHECKPOINTS)
+    node: int = GPUS_PER_NODE
+    pp: tuple[int, ...] | None = None   # pipeline sizes (None: 1, then 2, 4, … as needed)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One setting: a mesh (empty: one GPU), the batch per data-parallel rank, a checkpoint
+    plan of ``CHECKPOINTS``, and a pipeline's schedule (1F1B, or interleaved 1F1B with
+    torchtitan's two stages a rank)."""
+    mesh: Mesh
+    batch: int
+    checkpoint: str
+    schedule: str = Schedule.ONE_F_ONE_B
+
+    @property
+    def tp(self) -> int:
+        return self.mesh.size("tp") or 1
+
+    @property
+    def pp(self) -> int:
+        return self.mesh.size("pp") or 1
+
+    @property
+    def interleaved(self) -> bool:
+        return self.schedule == Schedule.INTERLEAVED
+
+    @property
+    def words(self) -> str:
+        return (f"{self.mesh.words or 'one GPU'}{', interleaved' * self.interleaved}, "
+                f"batch {self.batch}, checkpoint {self.checkpoint}")
+
+    def analyze_kwargs(self, parallel: Mapping[str, Any]) -> dict:
+        """``analyze``'s arguments for this setting (``parallel``: the mesh's options)."""
+        # one sequence a micro-batch
+        stages: dict[str, Any] = {"microbatches": self.batch} if self.pp > 1 else {}
+        if self.interleaved:   # (the analysis's default: torchtitan's 2 stages a rank)
+            stages["schedule"] = self.schedule
+        return {"batch": self.batch, "checkpoint": CHECKPOINTS[self.checkpoint],
+                "parallel": {"mesh": self.mesh.words, **stages, **parallel}
+                if self.mesh.dims else None}
+
+
+def settings_of(spec: PlanSpec, blocks: int = 0) -> list[Settings]:
+    """Every setting ``spec`` allows (pipelines of ``blocks``), grouped by rank program
+    (tensor-parallel size, pipeline size, batch), each layout's checkpoint plans from the
+    least recompute."""
+    out = []
+    for tp in spec.tp or tensor_sizes(spec.gpus, spec.node):
+        if spec.gpus % tp:
+            raise GraphcostError(f"{opt('tp', value=tp)}: it must divide the "
+                                 f"{spec.gpus} GPUs")
+        for pp in spec.pp or (1, *pipeline_sizes(spec.gpus // tp, blocks)):
+            if spec.gpus % (tp * pp) == 0:   # (a size asked for that no tp divides: none)
+                out.extend(_layouts(spec, tp, pp, blocks))
+    return sorted(out, key=lambda s: (s.tp, s.pp, s.batch))   # (stable: layouts' order)
+
+
+def _layouts(spec: PlanSpec, tp: int, pp: int, blocks: int = 0) -> list[Settings]:
+    """The settings of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest, its batch
+    and checkpoint plans (a pipeline's batch at least its stages: 1F1B's micro-batches), a
+    pipeline's under 1F1B and, where ``blocks`` give two stages a rank and its micro-batches
+    come in whole rounds, interleaved."""
+    out = []
+    for flat in data_layouts(spec.gpus // pp, tp, spec.node):
+        mesh = piped(flat, pp)
+        if mesh is None:
+            continue
+        ranks = data_ranks(mesh)
+        if spec.global_batch is not None:
+            if spec.global_batch % ranks:
+                continue
+            batch = spec.global_batch // ranks
+        else:
+            batch = spec.batch or 1
+        if batch < pp:
+            continue
+        order = [c for c in CHECKPOINTS if c in spec.checkpoints]
+        out.extend(Settings(mesh, batch, c, schedule)
+                   for schedule in pipeline_schedules(pp, batch, blocks) for c in order)
+    return out
+
+
+def pipeline_schedules(pp: int, micro: int, blocks: int) -> list[str]:
+    """A pipeline's schedules the plan tries: 1F1B, and interleaved 1F1B of torchtitan's two
+    stages a rank where the blocks split into them and ``ScheduleInterleaved1F1B`` takes the
+    micro-batches (whole rounds of ``pp``)."""
+    if pp == 1:
+        return [Schedule.ONE_F_ONE_B]
+    try:
+        check_schedule(Schedule.INTERLEAVED, micro, pp, INTERLEAVED_STAGES)
+    except GraphcostError:
+        return [Schedule.ONE_F_ONE_B]
+    ok = blocks > 0 and fits_stages(blocks, pp * INTERLEAVED_STAGES)
+    return [Schedule.ONE_F_ONE_B, *([Schedule.INTERLEAVED] if ok else [])]
