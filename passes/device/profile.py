@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..choices import Optimizer
 from ..errors import GraphcostError
 
 FORMAT = "graphcost-device-profile"
@@ -45,7 +46,8 @@ ENGINES = ("torch", "onnxruntime")
 ARITHMETIC = ("gemm", "conv", "grouped_conv", "attention", "pool")
 MAX_POINTS = 64          # per curve: a profile is a handful of measurements, not a dataset
 MAX_RUNS = 256
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")   # the for-loop steps a profile times
+# the for-loop steps a profile times: every optimizer graphcost prices
+OPTIMIZERS = tuple(o.value for o in Optimizer if o is not Optimizer.NONE)
 
 
 @dataclass(frozen=True)
