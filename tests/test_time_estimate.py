@@ -154,6 +154,51 @@ def test_each_autograd_node_of_an_eager_step_adds_the_profiles_autograd_cost():
     assert inference.seconds == plain.seconds        # a forward records no autograd node
 
 
+def test_dropout_is_priced_at_the_rate_its_draws_were_measured_at():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.1))
+    args, kw = (model, (torch.randn(16, 64),)), dict(train=True, optimizer="sgd", what_if=False)
+    base = analyze(*args, device_profile=flat_profile(), **kw).time
+    profile = flat_profile()
+    slow = Curve(((1.0, 1e6), (1e15, 1e6)))   # 1 MFLOP/s of draws: far below the bytes' pace
+    engine = replace(profile.engines["torch"],
+                     arithmetic={**profile.engines["torch"].arithmetic, "random": {"fp32": slow}})
+    t = analyze(*args, device_profile=replace(profile, engines={"torch": engine}), **kw).time
+    assert base is not None and t is not None
+    # native_dropout of 16·64 = 1,024 elements: 2,048 FLOPs (draw and scale) at 1 MFLOP/s =
+    # 2,048 µs of arithmetic, where it was memory-bound before: it reads 4,096 B and writes
+    # 4,096 B of values and its noise, which a CPU run keeps in fp32 (another 4,096 B):
+    # 12,288 B at 1 GB/s = 12.288 µs (the profile without ``random`` prices its 2,048 FLOPs
+    # as a GEMM's, 2.048 µs, under its bytes)
+    assert t.arithmetic_seconds - base.arithmetic_seconds == pytest.approx(2048e-6)
+    assert base.memory_seconds - t.memory_seconds == pytest.approx(12.288e-6)
+
+
+def test_a_training_batch_norm_is_priced_at_its_class_an_inference_one_at_its_bytes():
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))
+    x = (torch.randn(2, 3, 10, 10),)
+    profile = flat_profile()
+    slow = Curve(((1.0, 1e6), (1e15, 1e6)))   # 1 MFLOP/s: far below the bytes' pace
+    engine = replace(profile.engines["torch"], arithmetic={
+        **profile.engines["torch"].arithmetic, "batch_norm": {"fp32": slow}})
+    slow_norm = replace(profile, engines={"torch": engine})
+    kw = dict(train=True, optimizer="sgd", what_if=False)
+    base = analyze(model, x, device_profile=profile, **kw).time
+    t = analyze(model, x, device_profile=slow_norm, **kw).time
+    assert base is not None and t is not None
+    # the batch norm's 2·8·8·8 = 1,024 elements: 5 FLOPs each forward, 9 each backward (its
+    # input's gradient, the conv's output's, is asked for) and 6 a channel; at 1 MFLOP/s,
+    # (5 + 9)·1,024 + 6·8 = 14,384 FLOPs take 14.384 ms, where the flat profile's GEMM rate
+    # (1 GFLOP/s) left them under their bytes
+    assert t.arithmetic_seconds - base.arithmetic_seconds == pytest.approx(14.384e-3)
+    model.eval()
+    assert analyze(model, x, device_profile=slow_norm).time == \
+        analyze(model, x, device_profile=profile).time   # inference's folds to its bytes
+
+
 def test_a_data_parallel_rank_gets_no_estimate_and_says_why():
     import torch
 
@@ -224,7 +269,9 @@ def test_calibrate_measures_every_curve_and_the_file_reads_back(tmp_path, monkey
     # a few small sizes keep this quick; the command measures the full ranges
     small = {"GEMM_SIZES": (32, 128), "CONV_SHAPES": ((1, 8, 8, 16, 3), (1, 16, 16, 16, 3)),
              "GROUPED_SHAPES": ((1, 8, 16), (1, 16, 16)), "POOL_SHAPES": ((1, 8, 16),),
-             "MEMORY_ELEMENTS": (2 ** 12, 2 ** 16), "COLD_BYTES": 1 << 16}
+             "MEMORY_ELEMENTS": (2 ** 12, 2 ** 16), "RANDOM_ELEMENTS": (2 ** 12,),
+             "NORM_SHAPES": ((1, 8, 16),),
+             "COLD_BYTES": 1 << 16}
     for name, value in small.items():
         monkeypatch.setattr(microbench, name, value)
     monkeypatch.setattr(microbench, "fastest", lambda fn, budget=0.0: _timed(fn))
@@ -233,7 +280,13 @@ def test_calibrate_measures_every_curve_and_the_file_reads_back(tmp_path, monkey
     assert out.returncode == 0, out.stderr
     profile = profile_from_json(json.loads((tmp_path / "p.json").read_text()))
     eager, ort = profile.engines["torch"], profile.engines["onnxruntime"]
-    assert set(eager.arithmetic) == {"gemm", "conv", "grouped_conv", "attention", "pool"}
+    assert set(eager.arithmetic) == {"gemm", "conv", "grouped_conv", "attention", "pool",
+                                     "random", "batch_norm"}
+    # dropout of 4,096 elements: a draw and a scale each, as the rule counts them
+    assert eager.arithmetic["random"]["fp32"].points[0][0] == 2 * 4096
+    # batch norm of 8 channels of 16×16 forward (5 an element) and backward (9 an element, 6
+    # a channel): 14·2,048 + 48
+    assert eager.arithmetic["batch_norm"]["fp32"].points[0][0] == 14 * 2048 + 48
     assert set(ort.arithmetic) == {"gemm", "conv", "grouped_conv", "pool"}
     assert set(eager.arithmetic["gemm"]) == {"fp32", "bf16"}
     for engine in (eager, ort):

@@ -8,7 +8,9 @@ microbenchmarks, each the fastest of several runs, in two rounds whose better fi
 - launch: an add of two 1-element tensors (a call that does no work); view: a reshape;
 - gemm: square fp32 (and bf16, eager) matmuls from 16³ to 1024³; conv: 3×3 and 1×1
   convolutions of CNN-like sizes; attention: scaled_dot_product_attention (eager);
-- memory: an elementwise add from 4 KiB to 64 MiB per operand;
+- memory: an elementwise add from 4 KiB to 64 MiB per operand; random: dropout's draws
+  (native_dropout, as a training step runs it) from 4 KiB to 16 MiB; batch_norm: a training
+  step's batch norm, forward and backward, over CNN-like activations;
 - eager only: the forward's Python per op, autograd's cost per node of a training step, and
   each for-loop optimizer's Python per parameter tensor.
 
@@ -64,14 +66,40 @@ def torch_engine() -> EngineProfile:
                      for bh, s, d in mb.ATTENTION_SHAPES]
         memory = [(12 * n, mb.cold(lambda n=n: (rand(n), rand(n)), torch.add))
                   for n in mb.MEMORY_ELEMENTS]
+        # a training step's dropout: a draw and a scale per element, as
+        # passes/costs/backward.py counts them
+        random = [(2 * n, mb.cold(lambda n=n: (rand(n),),
+                                  lambda x: torch.native_dropout(x, 0.1, True)))
+                  for n in mb.RANDOM_ELEMENTS]
+        norm = [(14 * b * c * hw * hw + 6 * c,
+                 mb.cold(lambda b=b, c=c, hw=hw: (rand(b, c, hw, hw), rand(b, c, hw, hw)),
+                         _batch_norm_step))
+                for b, c, hw in mb.NORM_SHAPES]
     arithmetic = {"gemm": gemm, "conv": {"fp32": mb.rates(conv, launch)},
                   "grouped_conv": {"fp32": mb.rates(grouped, launch)},
                   "attention": {"fp32": mb.rates(attention, launch)},
-                  "pool": {"fp32": mb.rates(pool, launch)}}
+                  "pool": {"fp32": mb.rates(pool, launch)},
+                  "random": {"fp32": mb.rates(random, launch)},
+                  "batch_norm": {"fp32": mb.rates(norm, launch)}}
     return EngineProfile(launch, view, arithmetic, mb.rates(memory, launch),
                          python_s=eager_python(launch, view),
                          autograd_s=eager_autograd(launch, view),
                          optimizer_s=optimizer_python(launch))
+
+
+def _batch_norm_step(x, grad):
+    """A training step's batch norm: the forward with its batch statistics, then the
+    backward of input, weight and bias — 5 and 9 FLOPs an element and 6 a channel, as
+    passes/costs/backward.py counts them."""
+    import torch
+
+    c = x.shape[1]
+    weight, bias, mean, var = torch.ones(c), torch.zeros(c), torch.zeros(c), torch.ones(c)
+    _, saved_mean, saved_invstd = torch.native_batch_norm(x, weight, bias, mean, var, True,
+                                                          0.1, 1e-5)
+    return torch.ops.aten.native_batch_norm_backward(grad, x, weight, mean, var, saved_mean,
+                                                     saved_invstd, True, 1e-5,
+                                                     [True, True, True])
 
 
 def eager_python(launch: float, view: float) -> float:

@@ -20,6 +20,10 @@ POOL_SHAPES = ((1, 16, 28), (1, 64, 112), (4, 64, 112), (8, 128, 56))
 # (batch·heads, sequence, head dim)
 ATTENTION_SHAPES = ((4, 64, 32), (8, 128, 64), (16, 256, 64), (16, 512, 64))
 MEMORY_ELEMENTS = tuple(2 ** k for k in range(10, 25, 2))   # 4 KiB … 64 MiB of fp32
+# (batch, channels, height = width): a training step's batch norm, forward and backward
+NORM_SHAPES = ((1, 16, 28), (1, 32, 112), (4, 96, 56), (8, 192, 28), (8, 960, 7))
+# dropout's elements (its draws take ~7 ns each on one core: 4 Mi elements, 30 ms a call)
+RANDOM_ELEMENTS = tuple(2 ** k for k in range(10, 23, 4))   # 4 KiB … 16 MiB of fp32
 
 
 def fastest(fn: Callable[[], object], budget: float = 0.05) -> float:

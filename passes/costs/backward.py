@@ -166,7 +166,10 @@ def group_norm_backward(op: OpView) -> tuple[int, int]:
     return 0, per * op.in_numel(1) + op.in_numel(2)
 
 
-@rule("aten.native_batch_norm_backward.default", buffer_inputs=(3, 4))
+# (kernel="batch_norm": a training step's batch norm, forward with its statistics and backward,
+# runs far from the memory rate of its bytes on a CPU — about five times an elementwise
+# copy's time for MobileNet's: passes/device/profile.py measures the pair)
+@rule("aten.native_batch_norm_backward.default", buffer_inputs=(3, 4), kernel="batch_norm")
 def batch_norm_backward(op: OpView) -> tuple[int, int]:
     # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
     # output_mask): one kernel in PyTorch; FLOPs its reference decomposition's (torch/_decomp):
@@ -204,17 +207,19 @@ def grid_sampler_backward(op: OpView) -> tuple[int, int]:
 
 
 @rule("aten._native_batch_norm_legit_functional.default", "aten._native_batch_norm_legit.no_stats",
-      buffer_inputs=(3, 4))
+      buffer_inputs=(3, 4), kernel="batch_norm")
 def batch_norm_train(op: OpView) -> tuple[int, int]:
     return 0, 5 * op.in_numel(0)  # statistics + normalize (design notes: ≈5 per element)
 
 
-@rule("aten.native_dropout.default", cpu_noise=1)
+# (kernel="random": drawing the numbers is the work — PyTorch's CPU bernoulli_ draws one
+# element at a time, about 20 times an elementwise copy's time per element: docs/time.md)
+@rule("aten.native_dropout.default", cpu_noise=1, kernel="random")
 def dropout_train(op: OpView) -> tuple[int, int]:
     return 0, 2 * op.in_numel(0)  # draw + compare for the mask, scale the kept values
 
 
-@rule("aten.bernoulli.p")
+@rule("aten.bernoulli.p", kernel="random")
 def one_per_element(op: OpView) -> tuple[int, int]:
     return 0, op.in_numel(0)  # one draw per element
 

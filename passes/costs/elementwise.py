@@ -176,7 +176,7 @@ def swiglu(op: OpView) -> tuple[int, int]:
     return 0, 6 * op.out_numel()  # Swish(A) (5) · B (1)
 
 
-@rule("Bernoulli", saves="nothing", same_shape=True)
+@rule("Bernoulli", saves="nothing", same_shape=True, kernel="random")
 def bernoulli(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel()  # one draw per element (aten.bernoulli counts the same)
 

@@ -41,15 +41,26 @@ def _mvn(shape: tuple[int, ...], attrs: Mapping[str, Any]) -> tuple[int, int]:
     return 2, math.prod(d for i, d in enumerate(shape) if i not in axes)
 
 
+def _trains(op: OpView) -> bool:
+    return bool(op.attr("training_mode", 0) or op.attr("training", False))
+
+
+def _batch_norm_kernel(op: OpView) -> str | None:
+    """Training's batch norm (its statistics computed) runs at its own pace (backward.py says
+    why); inference's, folded to a multiply-add, at its bytes'."""
+    return "batch_norm" if _trains(op) else None
+
+
 @rule("BatchNormalization", "aten._native_batch_norm_legit_no_training.default",
       "aten._native_batch_norm_legit.default", "aten.native_batch_norm.default",
       "aten.batch_norm.default", buffer_inputs=(3, 4), saves="stat", stat=_channels,
-      train_attrs={"training_mode": 1}, same_shape=True, rf="pointwise")
+      train_attrs={"training_mode": 1}, same_shape=True, rf="pointwise",
+      kernel=_batch_norm_kernel)
 def batch_norm(op: OpView) -> tuple[int, int]:
     # Inference folds (x − mean)/√(var+ε)·γ + β into x·s + t: 2 FLOPs per element (fvcore's
     # count). training_mode=1 computes the batch statistics too: ≈5 per element (design notes).
     # Inputs 3 and 4 (running mean/var) are buffers, not trainable parameters.
-    per = 5 if op.attr("training_mode", 0) or op.attr("training", False) else 2
+    per = 5 if _trains(op) else 2
     return 0, per * op.in_numel(0)
 
 

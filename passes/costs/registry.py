@@ -224,7 +224,8 @@ _NO_ATTRS: Mapping[Any, Any] = MappingProxyType({})
 RF_ROLES = frozenset({"conv", "conv_transpose", "pool", "adaptive_pool", "pointwise", "reshape",
                       "softmax", "concat", "constant_pad"})
 WINDOWS = frozenset({"conv", "conv_transpose", "pool", "adaptive_pool"})
-KERNEL_CLASSES = frozenset({None, "conv", "grouped_conv", "attention", "pool"})   # Rule.kernel
+KERNEL_CLASSES = frozenset({None, "conv", "grouped_conv", "attention", "pool",  # Rule.kernel
+                            "random", "batch_norm"})
 # The attribute spellings of windowed ops and of axis arguments in ONNX and in aten.
 WINDOW_ATTRS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "kernel": ("kernel_shape", "kernel_size"), "strides": ("strides", "stride"),
@@ -274,7 +275,8 @@ class Rule:
     # op writes a byte mask: passes/graph/cpu_dropout.py)
     cpu_noise: int | None = None
     # the kernel class the time estimate prices the op's arithmetic by (passes/device/
-    # time_estimate.py): "conv", "grouped_conv", "attention" or "pool", each measured by
+    # time_estimate.py): "conv", "grouped_conv", "attention", "pool", "random" or
+    # "batch_norm" (a training step's, with its statistics), each measured by
     # ``graphcost calibrate``, or ``fn(op) -> class`` where the node's attributes decide;
     # None: a GEMM when the op multiplies-accumulates, else memory-bound
     kernel: "str | Callable[[OpView], str] | None" = None

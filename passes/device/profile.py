@@ -5,9 +5,11 @@ on the models it was checked against there.
 The roofline (passes/device/roofline.py) prices a node at the datasheet's peak; a profile
 prices it at what the machine was measured to reach for a call of that size:
 
-- ``gemm``, ``conv``, ``grouped_conv``, ``attention``, ``pool``: achieved FLOP/s against FLOPs
-  per call (a pooling window's compares or adds counted as the rule counts them),
-  for each dtype measured (a curve: small calls reach a small share of the peak);
+- ``gemm``, ``conv``, ``grouped_conv``, ``attention``, ``pool``, ``random``, ``batch_norm``:
+  achieved FLOP/s against FLOPs per call (a pooling window's compares or adds, dropout's draw
+  and scale, a training batch norm's forward and backward together, counted as the rules
+  count them), for each dtype measured (a curve: small calls reach a small share of the
+  peak); a kind a profile did not measure is priced as its GEMM;
 - ``memory``: achieved bytes/s against bytes moved per call (small calls stay in cache);
 - ``launch``: seconds one kernel call costs beyond its work (eager PyTorch's dispatch, ONNX
   Runtime's per-node overhead), and ``view`` for a call that moves nothing (a reshape);
@@ -43,7 +45,7 @@ from ..errors import GraphcostError
 FORMAT = "graphcost-device-profile"
 VERSION = 1
 ENGINES = ("torch", "onnxruntime")
-ARITHMETIC = ("gemm", "conv", "grouped_conv", "attention", "pool")
+ARITHMETIC = ("gemm", "conv", "grouped_conv", "attention", "pool", "random", "batch_norm")
 MAX_POINTS = 64          # per curve: a profile is a handful of measurements, not a dataset
 MAX_RUNS = 256
 # the for-loop steps a profile times: every optimizer graphcost prices

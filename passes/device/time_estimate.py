@@ -7,8 +7,10 @@ Per node, per call (a node's cost covers its ``repeat`` calls):
     time = launch + max(FLOPs / achieved FLOP/s (its kind, its dtype, at its FLOPs),
                         bytes moved / achieved bytes/s (at its bytes))
 
-The kind is the rule's ``kernel`` (conv, grouped_conv, attention, pool), else a GEMM when the op
-multiplies and accumulates, else memory-bound work only. An eager forward's node adds the
+The kind is the rule's ``kernel`` (conv, grouped_conv, attention, pool, random: dropout's
+draws, batch_norm: a training step's), else a GEMM when the op multiplies and accumulates,
+else memory-bound work only. An
+eager forward's node adds the
 profile's ``python`` (the model's Python around the op); a backward's does not (autograd's
 engine runs it from C++), but each autograd node of an eager step (a backward node's
 ``autograd`` number: consecutive nodes of one formula), and each trainable parameter's
