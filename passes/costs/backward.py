@@ -167,8 +167,8 @@ def group_norm_backward(op: OpView) -> tuple[int, int]:
 
 
 # (kernel="batch_norm": a training step's batch norm, forward with its statistics and backward,
-# runs far from the memory rate of its bytes on a CPU — about five times an elementwise
-# copy's time for MobileNet's: passes/device/profile.py measures the pair)
+# runs far from the memory rate of its bytes on a CPU — about 3.5 times their time for
+# MobileNetV2's: graphcost calibrate times the pair)
 @rule("aten.native_batch_norm_backward.default", buffer_inputs=(3, 4), kernel="batch_norm")
 def batch_norm_backward(op: OpView) -> tuple[int, int]:
     # (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps,

@@ -9,15 +9,13 @@ Per node, per call (a node's cost covers its ``repeat`` calls):
 
 The kind is the rule's ``kernel`` (conv, grouped_conv, attention, pool, random: dropout's
 draws, batch_norm: a training step's), else a GEMM when the op multiplies and accumulates,
-else memory-bound work only. An
-eager forward's node adds the
-profile's ``python`` (the model's Python around the op); a backward's does not (autograd's
-engine runs it from C++), but each autograd node of an eager step (a backward node's
-``autograd`` number: consecutive nodes of one formula), and each trainable parameter's
-AccumulateGrad, adds the profile's ``autograd`` once (recorded in the forward, run by the
-engine). A node that moves nothing (a view) costs the
-profile's ``view``; a node without a rule its ``launch`` alone, and the estimate lists its op
-as unpriced (never silently zero).
+else memory-bound work only. An eager forward's node adds the profile's ``python`` (the
+model's Python around the op); a backward's does not (autograd's engine runs it from C++),
+but each autograd node of an eager step (a backward node's ``autograd`` number: consecutive
+nodes of one formula), and each trainable parameter's AccumulateGrad, adds the profile's
+``autograd`` once (recorded in the forward, run by the engine). A node that moves nothing (a
+view) costs the profile's ``view``; a node without a rule its ``launch`` alone, and the
+estimate lists its op as unpriced (never silently zero).
 
 Every part is multiplied by the profile's ``scale`` (fitted on its validation runs).
 
