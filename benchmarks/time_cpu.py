@@ -33,6 +33,7 @@ STEPS = [
     ("small_cnn", 8, {}, "sgd"), ("resnet18", 4, {}, "sgd"), ("mobilenet_v2", 4, {}, "adam"),
     ("gpt2", 4, {}, "adamw"), ("bert", 4, {}, "adamw"), ("llama_tiny", 2, {}, "adamw"),
     ("mlp", 64, {}, "adam"), ("hf_llama", 2, {}, "adamw"), ("hf_gpt2", 2, {}, "adamw"),
+    ("hf_bert", 2, {}, "adamw"), ("hf_vit", 1, {}, "adamw"), ("resnet18", 8, {}, "momentum"),
 ]
 # (zoo name, batch): ONNX Runtime sessions
 ONNX = [("small_cnn", 8), ("resnet18", 1), ("resnet18", 8), ("resnet50", 1),
