@@ -40,12 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..choices import Optimizer
+from ..costs.registry import KERNEL_CLASSES
 from ..errors import GraphcostError
 
 FORMAT = "graphcost-device-profile"
 VERSION = 1
 ENGINES = ("torch", "onnxruntime")
-ARITHMETIC = ("gemm", "conv", "grouped_conv", "attention", "pool", "random", "batch_norm")
+# the kinds a curve may be measured for: the GEMM and every kernel class a rule may name
+ARITHMETIC = ("gemm", *sorted(k for k in KERNEL_CLASSES if k))
 MAX_POINTS = 64          # per curve: a profile is a handful of measurements, not a dataset
 MAX_RUNS = 256
 # the for-loop steps a profile times: every optimizer graphcost prices
