@@ -253,7 +253,11 @@ def _with_mesh(parallel: Mapping) -> dict:
                              "HSDP shards within each replica group (zero2, zero3, fsdp)")
     out["world_size"] = "auto" if size is None else size
     out["replicate"] = replicate
-    out["tp"], out["pp"] = m.size("tp"), m.size("pp")
+    out["tp"], out["pp"], out["ep"] = m.size("tp"), m.size("pp"), m.size("ep")
+    if (out["ep"] or 1) > 1 and strategy not in (Strategy.FSDP, Strategy.ZERO3, Strategy.ZERO2):
+        raise GraphcostError(f"{opt('parallel', value=strategy)} with the mesh {m.words}: "
+                             "expert parallelism is modelled beside fully_shard (fsdp, zero3, "
+                             "zero2), as torchtitan runs it")
     return out
 
 
@@ -322,7 +326,8 @@ def parallel_spec(parallel, train: bool):
         float(cap if cap is not None else 25.0), tuple(units) if units else None,
         get_interconnect(link) if isinstance(link, str) else link,
         replicate=parallel.get("replicate", 1), tp=parallel.get("tp", 1),
-        pp=parallel.get("pp", 1), microbatches=parallel.get("microbatches"),
+        pp=parallel.get("pp", 1), ep=parallel.get("ep", 1),
+        microbatches=parallel.get("microbatches"),
         schedule=str(parallel.get("schedule", "1f1b")),
         stages_per_rank=_stages_per_rank(parallel),
         async_tp=_async_tp(parallel.get("async_tp", False), parallel.get("tp", 1)),

@@ -122,8 +122,9 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
         optimizer_impl=optimizer_impl)
     passes = replace(passes, compiled=_compiled(compile, rates, profile),
                      **run_budget(tokens, price, rates, profile))
-    if passes.parallel is not None and passes.parallel.tp > 1:  # traced as one rank's program
-        load = replace(load, tensor_parallel=passes.parallel.tp)
+    if passes.parallel is not None:  # traced as one rank's program
+        load = replace(load, tensor_parallel=passes.parallel.tp,
+                       expert_parallel=passes.parallel.ep)
     return Request(load, replace(passes, allocator=allocator_of(allocator), profile=profile))
 
 

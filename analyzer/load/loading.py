@@ -20,7 +20,7 @@ from ...passes.serving.analysis import ServingTrace
 from .checks import check_dtype_applies
 from .options import LoadOptions
 from .progress import Progress
-from .rank_program import in_pipeline_stage, in_tensor_parallel
+from .rank_program import in_expert_parallel, in_pipeline_stage, in_tensor_parallel
 from .resolve import (
     Bindings,
     Resolved,
@@ -66,6 +66,7 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
     r = in_dtype(check_dtype_applies(r, load.dtype), load.dtype, load.train)
     r = in_recipe_dtype(r, load.cast) if load.train else r
     r = in_pipeline_stage(r, load.pipeline_stage, load.stage_blocks)
+    r = in_expert_parallel(r, load.expert_parallel)
     return in_tensor_parallel(r, load.tensor_parallel, stage=load.pipeline_stage)
 
 

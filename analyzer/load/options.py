@@ -41,6 +41,9 @@ class LoadOptions:
     # one of this many tensor-parallel ranks: the module rewritten into the rank's program
     # (frontends/torch/tensor_parallel.py) before it is traced
     tensor_parallel: int = 1
+    # one of this many expert-parallel ranks: each layer's experts rewritten into the rank's
+    # slice and torchtitan's token dispatch (frontends/torch/expert_parallel.py)
+    expert_parallel: int = 1
     # (stage, stages): the module cut to one pipeline stage (frontends/torch/pipeline_stages.py)
     pipeline_stage: tuple[int, int] | None = None
     # the stage cut to its first N blocks (a long stage's per-block step is read off two

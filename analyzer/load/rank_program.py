@@ -1,6 +1,7 @@
 """One rank's program of a parallel layout, made from a resolved PyTorch model before it is
-traced: a pipeline stage cut from it (frontends/torch/pipeline_stages.py), then the tensor-
-parallel rank's rewrite (frontends/torch/tensor_parallel.py). The caller's module is never
+traced: a pipeline stage cut from it (frontends/torch/pipeline_stages.py), the expert-
+parallel rank's experts (frontends/torch/expert_parallel.py), then the tensor-parallel
+rank's rewrite (frontends/torch/tensor_parallel.py). The caller's module is never
 changed."""
 from __future__ import annotations
 
@@ -47,6 +48,19 @@ def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None,
     module = pipeline_stage(r.module, index, stages, blocks)
     return replace(r, module=LastStage(module) if index == stages - 1 else module,
                    inputs=stage_inputs(r.module, ids, index, stages), kwargs={})
+
+
+def in_expert_parallel(r: Resolved, group: int) -> Resolved:
+    """One of ``group`` expert-parallel ranks (1: ``r`` itself): a PyTorch module whose
+    experts are rewritten into the rank's slice and its token dispatch
+    (frontends/torch/expert_parallel.py; the caller's module is copied)."""
+    if group == 1:
+        return r
+    if r.kind != "torch":
+        raise GraphcostError(f"{opt('parallel', value=f'ep={group}')}: expert parallelism "
+                             "rewrites a PyTorch module's experts; trace the PyTorch model")
+    from ..frontends.torch.expert_parallel import expert_parallel
+    return replace(r, module=expert_parallel(r.module, group))
 
 
 def in_tensor_parallel(r: Resolved, group: int, *, serving: bool = False,

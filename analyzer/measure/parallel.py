@@ -48,6 +48,11 @@ class Case:
     # tensor parallel over this many ranks (innermost): DTensor's plan for a Llama-style
     # decoder (tensor_plan.py); the data strategy over the rest (ddp over 1: none)
     tp: int = 1
+    # expert parallel over this many of the dp_shard ranks (expert_plan.py: torchtitan's
+    # all-to-all dispatch); each experts module fully_shard over the rest (efsdp)
+    ep: int = 1
+    # ((name, value), …) for the zoo model's builder (a transformers config's fields)
+    overrides: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,7 @@ def measure_parallel(cases: list[Case], world: int, *, fake: bool = False,
                     c = row.pop("case")
                     c["input_shapes"] = tuple((k, tuple(v)) for k, v in c["input_shapes"])
                     c["units"] = tuple(c["units"])
+                    c["overrides"] = tuple(tuple(kv) for kv in c["overrides"])
                     results.append(Measured(Case(**c), **row))
     return results
 
@@ -126,7 +132,8 @@ def _worker(rank: int, world: int, payload: str, out: str, port: int, fake: bool
         for c in json.loads(payload):
             case = Case(**{**c, "input_shapes": tuple((k, tuple(v))
                                                       for k, v in c["input_shapes"]),
-                           "units": tuple(c["units"])})
+                           "units": tuple(c["units"]),
+                           "overrides": tuple(tuple(kv) for kv in c["overrides"])})
             for step, peak, cats in _run_case(case, rank, steps):
                 rows.append(dict(case=asdict(case), world=world, rank=rank, step=step,
                                  peak=peak, categories=cats))
@@ -163,20 +170,10 @@ def _run_case(case: Case, rank: int, steps):
 
     import torch
 
-    from ... import models_zoo
-    from ..frontends.torch.capture import real_inputs
     from .reference import held_loss_of
     from .tensor_plan import loss_context
 
-    model = models_zoo.build_model(case.model, eval=False)
-    spec = models_zoo.get(case.model)
-    shapes = dict(case.input_shapes) or models_zoo.input_shapes(case.model, case.batch)
-    gen_ranges = {k: (int(v[0]), int(v[1])) for k, v in spec.int_ranges.items()}
-    torch.manual_seed(rank)
-    args = tuple(real_inputs(shapes, spec.input_dtypes, gen_ranges).values())
-    if case.precision == "bf16-true":
-        model = model.to(torch.bfloat16)
-        args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
+    model, args = _model_and_inputs(case, rank)
     model, opt, tracker_for, buckets = _wrap(model, case, _mesh(case))
     autocast = case.precision == "bf16-mixed"
     out = []
@@ -220,14 +217,41 @@ def _run_case(case: Case, rank: int, steps):
     return out
 
 
+def _model_and_inputs(case: Case, rank: int):
+    """The zoo model (seeded; built with the case's overrides) and the rank's inputs (seeded
+    by rank), cast for bf16-true."""
+    import torch
+
+    from ... import models_zoo
+    from ..frontends.torch.capture import real_inputs
+
+    spec = models_zoo.get(case.model)
+    if case.overrides:
+        torch.manual_seed(0)
+        model = spec.build(**dict(case.overrides)).train()
+    else:
+        model = models_zoo.build_model(case.model, eval=False)
+    shapes = dict(case.input_shapes) or models_zoo.input_shapes(case.model, case.batch)
+    gen_ranges = {k: (int(v[0]), int(v[1])) for k, v in spec.int_ranges.items()}
+    torch.manual_seed(rank)
+    args = tuple(real_inputs(shapes, spec.input_dtypes, gen_ranges).values())
+    if case.precision == "bf16-true":
+        model = model.to(torch.bfloat16)
+        args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
+    return model, args
+
+
 def _mesh(case: Case):
     """The device mesh of HSDP and/or tensor parallelism, torchtitan's dimensions outer to
     inner (dp_replicate, dp_shard, tp), else None: fully_shard's default, a 1-D mesh over
     every rank."""
-    if case.replicate == 1 and case.tp == 1:
-        return None
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
+    if case.ep > 1:        # torchtitan's sparse mesh: ep carved out of dp_shard
+        return init_device_mesh("cpu", (dist.get_world_size() // case.ep, case.ep),
+                                mesh_dim_names=("efsdp", "ep"))
+    if case.replicate == 1 and case.tp == 1:
+        return None
     shard = dist.get_world_size() // (case.replicate * case.tp)
     return init_device_mesh("cpu", (case.replicate, shard, case.tp),
                             mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
@@ -252,7 +276,8 @@ def _wrap(model, case: Case, mesh=None):
     if mesh is not None and case.tp > 1:
         from .tensor_plan import apply_tensor_parallel
         apply_tensor_parallel(model, mesh["tp"])
-    mesh = _data_mesh(mesh) if mesh is not None else None
+    experts, experts_mesh = _expert_ranks(model, case, mesh)
+    mesh = _data_mesh(mesh) if mesh is not None and case.ep == 1 else None
     if case.tp > 1:
         if mesh is None and case.strategy == Strategy.DDP:   # tp alone: no wrapper
             from torch.distributed._tools.mem_tracker import MemTracker
@@ -268,16 +293,7 @@ def _wrap(model, case: Case, mesh=None):
     foreach = case.optimizer_impl == OptimizerImpl.FOREACH
     if Strategy(case.strategy).shards_gradients:
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-        from torch.distributed.fsdp import fully_shard
-        reshard = case.strategy != "zero2"
-        kw = {} if mesh is None else {"mesh": mesh}
-        if case.precision == "bf16-master":
-            from torch.distributed.fsdp import MixedPrecisionPolicy
-            kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                                   reduce_dtype=torch.float32)
-        for name in case.units:
-            fully_shard(model.get_submodule(name), reshard_after_forward=reshard, **kw)
-        fully_shard(model, reshard_after_forward=reshard, **kw)
+        _fully_shard(model, case, mesh, experts, experts_mesh)
         opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad],
                                foreach=foreach)
         return model, opt, lambda: FSDPMemTracker(model, opt), None
@@ -300,6 +316,33 @@ def _wrap(model, case: Case, mesh=None):
         t.track_external(ddp, holder)
         return t
     return ddp, opt, tracker, buckets
+
+
+def _fully_shard(model, case: Case, mesh, experts: list, experts_mesh) -> None:
+    """fully_shard on each expert-parallel experts module (over efsdp, torchtitan's order),
+    each unit, then the root; bf16-master under FSDP2's MixedPrecisionPolicy."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    reshard = case.strategy != "zero2"
+    kw = {} if mesh is None else {"mesh": mesh}
+    if case.precision == "bf16-master":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                               reduce_dtype=torch.float32)
+    for module in experts:
+        fully_shard(module, reshard_after_forward=reshard, **{**kw, "mesh": experts_mesh})
+    for name in case.units:
+        fully_shard(model.get_submodule(name), reshard_after_forward=reshard, **kw)
+    fully_shard(model, reshard_after_forward=reshard, **kw)
+
+
+def _expert_ranks(model, case: Case, mesh):
+    """Expert parallelism applied (expert_plan.py): the new experts modules and the efsdp
+    mesh they are sharded on (none without ep)."""
+    if case.ep == 1:
+        return [], None
+    from .expert_plan import apply_expert_parallel
+    return apply_expert_parallel(model, mesh["ep"].get_group()), mesh["efsdp"]
 
 
 def _recording_allreduce(state: list, bucket):

@@ -44,8 +44,10 @@ def _layout(p) -> str:
 
 
 def _mesh_words(mesh) -> str:
-    """``dp_replicate 2 × dp_shard 4``: the mesh's dimensions, outer to inner."""
-    return " × ".join(f"{k} {n:,}" for k, n in mesh.items())
+    """``dp_replicate 2 × dp_shard 4``: the mesh's dimensions, outer to inner; the ep group
+    carved out of dp_shard (``dp_shard 8 in ep groups of 4``), no factor of the world."""
+    words = " × ".join(f"{k} {n:,}" for k, n in mesh.items() if k != "ep")
+    return f"{words} in ep groups of {mesh['ep']:,}" if mesh.get("ep", 1) > 1 else words
 
 
 def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]]]:

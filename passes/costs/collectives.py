@@ -30,6 +30,7 @@ SCATTER_SEQ = "graphcost.tp_scatter_seq.default"
 PARTIAL_ROWS = "graphcost.tp_partial_rows.default"
 SCATTER_ROWS = "graphcost.tp_scatter_rows.default"
 CROSS_ENTROPY = "graphcost.tp_cross_entropy.default"
+ALL_TO_ALL = "graphcost.ep_all_to_all.default"
 HELD = "graphcost.tp_held.default"
 
 # op -> the collective it runs: the bytes of the collective's buffer are the output's (an
@@ -58,6 +59,10 @@ zero_cost(SCATTER_SEQ, reason="a collective: the tensor-parallel ranks' partial 
 zero_cost(SCATTER_ROWS, reason="a collective: the tensor-parallel ranks' partial sums added "
           "across the link, each rank keeping its rows (a vocabulary-parallel embedding's "
           "gradient)", family=FAMILY)
+zero_cost(ALL_TO_ALL, reason="a collective: an expert-parallel rank's routed rows sent to the "
+          "ranks holding their experts, as many received into a new tensor (balanced "
+          "routing: analyzer/frontends/torch/expert_parallel.py)", same_shape=True,
+          family=FAMILY)
 zero_cost(PARTIAL_ROWS, reason="the rank's rows of a vocabulary-parallel embedding read as "
           "the whole table (the same tensor); its gradient is the whole table's, partial, "
           "reduce-scattered onto the rows (DTensor's embedding backward)", alias=True,
@@ -91,6 +96,14 @@ def tp_collectives(graph: Graph, recomputed: frozenset[int] = frozenset()) -> di
         out[kind] += sum(graph.values[v].spec.nbytes or 0 for v in ends)
         out["calls"] += 1
     return out
+
+
+def all_to_all_bytes(graph: Graph, recomputed: frozenset[int] = frozenset()) -> tuple[int, int]:
+    """(the bytes of the graph's expert-parallel all-to-alls — each one's buffer, what a rank
+    sends — and their calls), a ``recomputed`` node twice."""
+    nodes = [*graph.nodes, *(graph.nodes[i] for i in sorted(recomputed))]
+    mine = [n for n in nodes if n.op == ALL_TO_ALL]
+    return sum(graph.values[n.outputs[0]].spec.nbytes or 0 for n in mine), len(mine)
 
 
 def ring_wire(counts: Mapping[str, int], ranks: int) -> int:

@@ -36,6 +36,7 @@ class CommVolume:
     # wire bytes by mesh dimension (passes/parallel/mesh.py): which group's link carries them
     by_dim: Mapping[str, int] = field(default_factory=dict)
     calls_by_dim: Mapping[str, int] = field(default_factory=dict)   # collective calls, the same
+    all_to_all_bytes: int = 0     # tokens exchanged (expert parallelism: what a rank sends)
 
 
 def comm_volume(world: int, all_gather: int, reduce_scatter: int, all_reduce: int,
@@ -52,14 +53,15 @@ def comm_volume(world: int, all_gather: int, reduce_scatter: int, all_reduce: in
 
 
 def with_dimension(comm: CommVolume, dim: str, wire: int, calls: int, *, all_gather: int = 0,
-                   reduce_scatter: int = 0, all_reduce: int = 0) -> CommVolume:
+                   reduce_scatter: int = 0, all_reduce: int = 0,
+                   all_to_all: int = 0) -> CommVolume:
     """``comm`` with another mesh dimension's collectives: their volumes, ``wire`` bytes
     over the rank's link (the bound on the same link) and ``calls``."""
     total = comm.wire_bytes + wire
     return replace(comm, all_gather_bytes=comm.all_gather_bytes + all_gather,
                    reduce_scatter_bytes=comm.reduce_scatter_bytes + reduce_scatter,
                    all_reduce_bytes=comm.all_reduce_bytes + all_reduce,
-                   wire_bytes=total, collectives=comm.collectives + calls,
+                   all_to_all_bytes=comm.all_to_all_bytes + all_to_all, wire_bytes=total, collectives=comm.collectives + calls,
                    seconds=total / comm.bandwidth if comm.bandwidth else None,
                    by_dim={**comm.by_dim, dim: wire},
                    calls_by_dim={**comm.calls_by_dim, dim: calls})
@@ -92,7 +94,8 @@ def summed(comms: list[CommVolume]) -> CommVolume:
     wire, first = total("wire_bytes"), comms[0]
     return replace(first, all_gather_bytes=total("all_gather_bytes"),
                    reduce_scatter_bytes=total("reduce_scatter_bytes"),
-                   all_reduce_bytes=total("all_reduce_bytes"), wire_bytes=wire,
+                   all_reduce_bytes=total("all_reduce_bytes"),
+                   all_to_all_bytes=total("all_to_all_bytes"), wire_bytes=wire,
                    collectives=total("collectives"),
                    seconds=wire / first.bandwidth if first.bandwidth else None,
                    by_dim=by_dim, calls_by_dim=calls)

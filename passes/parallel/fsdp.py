@@ -36,7 +36,7 @@ from typing import Any
 
 from ..choices import Offload, Strategy
 from .clock import Clock
-from .comm import comm_volume
+from .comm import comm_volume, with_dimension
 from .units import ROOT, Unit, padded_bytes
 
 # The CUDA streams FSDP2 allocates on (FSDPCommContext): all-gather outputs on the copy-in
@@ -81,7 +81,7 @@ class _Fsdp:
     @classmethod
     def of(cls, plan, world: int) -> _Fsdp:
         trainable = set(plan.trainable)
-        units = [u.sized(plan.graph, trainable, world) for u in plan.units]
+        units = [u.sized(plan.graph, trainable, u.group(world)) for u in plan.units]
         blocks = [u for u in units if u.name != ROOT]
         gathered = [u for u in blocks if u.backward is not None]
         during = sorted((u for u in gathered if not u.post_backward_deferred),
@@ -97,6 +97,11 @@ class _Fsdp:
     @property
     def blocks(self) -> list:
         return [u for u in self.units if u.name != ROOT]
+
+    def shard_of(self, u: Unit):
+        """A parameter's padded shard in the unit, by its spec (``master`` not applied)."""
+        n = u.group(self.world)
+        return lambda s: padded_bytes(s, n) // n
 
     def each(self, u: Unit, size, only_trainable: bool = False) -> list[int]:
         """Per parameter of a unit: its tensor's bytes, ``size`` of its spec."""
@@ -140,22 +145,22 @@ def _place_params(fsdp: _Fsdp, clock: Clock, pos: dict[tuple[str, str], int]) ->
     plan, world, m, end = fsdp.plan, fsdp.world, fsdp.plan.master, clock.size
     if not fsdp.offload:       # FSDPParam: one padded shard per parameter
         clock.add(0, end, m * sum(u.shard_bytes for u in fsdp.units), "sharded_params",
-                  [b for u in fsdp.units
-                   for b in fsdp.each(u, lambda s: m * padded_bytes(s, world) // world)])
+                  [m * b for u in fsdp.units for b in fsdp.each(u, fsdp.shard_of(u))])
     clock.add(0, end, plan.buffer_bytes, "buffers", plan.buffer_sizes)
     # the root's post-forward frees the last all-gather: after its own last forward op
     fwd_end = plan.forward_end
     last_fwd = max((i for i in range(fwd_end) if plan.graph.nodes[i].scope),
                    default=fwd_end - 1)
-    flat = world > 1  # with one rank nothing is all-gathered
     seq = [fsdp.root, *fsdp.blocks]
     for k, u in enumerate(seq):
+        group = u.group(world)
+        flat = group > 1  # with one rank nothing is all-gathered
         a, o = pos[u.name, "ag"], pos[u.name, "out"]
         # freed by the next unit's wait_for_unshard, which still holds it through its copy-out
         held = pos[seq[k + 1].name, "out"] + 1 if k + 1 < len(seq) else \
             clock.node(last_fwd) + 1
         # the copy-out's unsharded parameters: one all-gather output per parameter
-        unsharded = fsdp.each(u, lambda s: padded_bytes(s, world))
+        unsharded = fsdp.each(u, lambda s: padded_bytes(s, group))
         if flat:
             clock.add(a, held, u.padded_bytes, "all_gather_buffers", stream=ALL_GATHER_STREAM)
         if fsdp.offload:        # the host shard copied to the device for the all-gather
@@ -189,8 +194,9 @@ def _place_reduce_scatters(fsdp: _Fsdp, clock: Clock, pos: dict[tuple[str, str],
             casts = fsdp.each(u, lambda s: m * (s.nbytes or 0), only_trainable=True)
             clock.add(r0, r0 + 1, sum(casts), "reduce_dtype_casts", casts)
         # the reduce-scatter's output: the unit's sharded gradients are views into it
-        clock.add(r1, r1 + 1 if fsdp.offload else clock.size, m * u.grad_padded_bytes // world,
-                  "sharded_grads", stream=REDUCE_SCATTER_STREAM)
+        clock.add(r1, r1 + 1 if fsdp.offload else clock.size,
+                  m * u.grad_padded_bytes // u.group(world), "sharded_grads",
+                  stream=REDUCE_SCATTER_STREAM)
 
 
 def _place_grads_and_optimizer(fsdp: _Fsdp, clock: Clock,
@@ -200,21 +206,31 @@ def _place_grads_and_optimizer(fsdp: _Fsdp, clock: Clock,
     plan, m, world = fsdp.plan, fsdp.plan.master, fsdp.world
     rs1 = {p: pos[u.name, "rs1"] for u in fsdp.units for p in u.members}
     plan.place_storages(clock, lambda ps: max(rs1[p] for p in ps), "unsharded_grads")
-    sizes = [m * padded_bytes(plan.graph.values[p].spec, world) // world
-             for p in plan.trainable]
+    shard = {p: fsdp.shard_of(u) for u in fsdp.units for p in u.members}
+    sizes = [m * shard[p](plan.graph.values[p].spec) for p in plan.trainable]
     host = plan.place_optimizer(clock, sizes)
     if fsdp.offload:
         host.update(params=m * sum(u.shard_bytes for u in fsdp.units),
-                    grads=m * sum(u.grad_padded_bytes for u in fsdp.units) // world)
+                    grads=m * sum(u.grad_padded_bytes // u.group(world) for u in fsdp.units))
     return host
 
 
 def _comm(fsdp: _Fsdp):
-    """The step's all-gather and reduce-scatter volume (the regather: zero3's backward)."""
-    units, m = fsdp.units, fsdp.plan.master
-    regather = sum(u.padded_bytes for u in fsdp.gathered) if fsdp.reshard else 0
-    calls = len(units) + (len(fsdp.gathered) if fsdp.reshard else 0) + \
-        sum(1 for u in units if u.grad_padded_bytes)
-    return comm_volume(fsdp.world, sum(u.padded_bytes for u in units) + regather,
+    """The step's all-gather and reduce-scatter volume (the regather: zero3's backward):
+    the dense units' over dp_shard, an expert-parallel rank's experts' over efsdp."""
+    experts = [u for u in fsdp.units if u.ep > 1]
+    comm = _group_comm(fsdp, [u for u in fsdp.units if u.ep == 1], fsdp.world, "dp_shard")
+    if not experts:
+        return comm
+    c = _group_comm(fsdp, experts, experts[0].group(fsdp.world), "efsdp")
+    return with_dimension(comm, "efsdp", c.wire_bytes, c.collectives,
+                          all_gather=c.all_gather_bytes, reduce_scatter=c.reduce_scatter_bytes)
+
+
+def _group_comm(fsdp: _Fsdp, units: list, world: int, dim: str):
+    gathered = [u for u in fsdp.gathered if u in units] if fsdp.reshard else []
+    m = fsdp.plan.master
+    calls = len(units) + len(gathered) + sum(1 for u in units if u.grad_padded_bytes)
+    return comm_volume(world, sum(u.padded_bytes for u in units + gathered),
                        m * sum(u.grad_padded_bytes for u in units), 0, calls,
-                       fsdp.plan.spec.interconnect)
+                       fsdp.plan.spec.interconnect, dim)

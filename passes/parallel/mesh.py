@@ -16,6 +16,11 @@ pp             the layers (pipeline stages)                 pipeline-model-paral
 ep             the experts of an MoE layer                  expert-model-parallel-size
 =============  ==========================================  ================================
 
+``ep`` is not a dimension of its own ranks: as in torchtitan's ``ParallelDims`` (its sparse mesh
+``efsdp × ep``) and Megatron-LM, the expert-parallel group is carved out of the data-sharding
+ranks, so ``dp_shard=8,ep=4`` is 8 ranks, each holding a quarter of every layer's experts,
+sharded by fully_shard over the 2 ranks that hold the same quarter (efsdp = dp_shard / ep).
+
 Today's strategies are meshes of the data-parallel dimensions (``mesh_of``): ddp replicates
 over ``dp_replicate``; zero1/2/3 and fsdp shard over ``dp_shard``; both (HSDP, FSDP2's
 ``fully_shard`` on a 2-D mesh) shard within each replica group and all-reduce the gradient
@@ -23,7 +28,9 @@ shards across the groups. ``tp`` is traced: the model rewritten into one tensor-
 rank's program (analyzer/frontends/torch/tensor_parallel.py) before the data dimensions shard
 it (passes/parallel/tensor.py adds its collectives). ``pp`` cuts the model into stages, each
 its own traced program, beside fully_shard's data dimensions and ``tp`` (passes/parallel/
-pipeline.py; beside DDP it is refused). ``MODELLED`` lists these; a mesh with
+pipeline.py; beside DDP it is refused). ``ep`` is traced too, the experts rewritten into the
+rank's slice and torchtitan's token exchange (analyzer/frontends/torch/expert_parallel.py),
+beside fully_shard alone. ``MODELLED`` lists these; a mesh with
 another dimension larger than 1 is refused by ``check_mesh`` with its name, never priced as
 if it were data parallel. A new dimension is
 added here and in a module of passes/parallel/ that transforms the rank's step (docs/layout.md).
@@ -37,7 +44,8 @@ from ..choices import Strategy
 from ..errors import GraphcostError, opt
 
 MESH_DIMS = ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")
-MODELLED = ("dp_replicate", "dp_shard", "tp", "pp")
+MODELLED = ("dp_replicate", "dp_shard", "tp", "pp", "ep")
+CARVED = ("ep",)     # dimensions made of other dimensions' ranks: no factor of the world
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,7 @@ class Mesh:
 
     @property
     def world_size(self) -> int | None:
-        sizes = [n for _, n in self.dims]
+        sizes = [n for k, n in self.dims if k not in CARVED]
         return None if any(n is None for n in sizes) else prod(n for n in sizes if n)
 
     @property
@@ -61,11 +69,14 @@ class Mesh:
         return ",".join(f"{k}={'auto' if n is None else n}" for k, n in self.dims)
 
 
-def mesh_of(strategy: str, world_size: int | None, replicate: int = 1, tp: int = 1) -> Mesh:
+def mesh_of(strategy: str, world_size: int | None, replicate: int = 1, tp: int = 1,
+            ep: int = 1) -> Mesh:
     """The mesh a data-parallel strategy runs on: DDP replicates, the others shard over
     ``world_size`` ranks — within each of ``replicate`` groups (HSDP) where that is above 1;
-    ``tp`` tensor-parallel ranks innermost (torchtitan's order)."""
+    ``tp`` tensor-parallel ranks innermost (torchtitan's order), ``ep`` carved out of the
+    sharding ranks."""
     inner = (("tp", tp),) if tp > 1 else ()
+    inner += (("ep", ep),) if ep > 1 else ()
     if strategy == Strategy.DDP:
         if tp > 1 and world_size == 1:
             return Mesh(inner)
@@ -136,9 +147,27 @@ def check_mesh(mesh: Mesh) -> None:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: pipeline stages "
                              "beside ddp are not modelled (beside fully_shard, dp_shard, as "
                              "torchtitan runs them, they are)")
-    if mesh.size("tp") is None or mesh.size("pp") is None:
-        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: tp and pp are traced "
-                             "at their sizes; auto searches a data dimension")
+    if mesh.size("tp") is None or mesh.size("pp") is None or mesh.size("ep") is None:
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: tp, pp and ep are "
+                             "traced at their sizes; auto searches a data dimension")
+    _check_experts(mesh)
     if mesh.size("dp_replicate") is None and mesh.size("dp_shard") != 1:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: with HSDP, auto "
                              "searches dp_shard (the group that shards); give dp_replicate")
+
+
+def _check_experts(mesh: Mesh) -> None:
+    """ep carved out of dp_shard (torchtitan's sparse mesh), beside fully_shard alone."""
+    ep, shard = mesh.size("ep") or 1, mesh.size("dp_shard")
+    if ep == 1:
+        return
+    words = opt("parallel", value=mesh.words[:80])
+    if any(mesh.size(k) != 1 for k in ("tp", "pp", "cp", "dp_replicate")):
+        raise GraphcostError(f"{words}: expert parallelism is modelled beside dp_shard alone "
+                             "(beside tp, pp, cp or dp_replicate not yet)")
+    if shard is None:
+        raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard ranks; "
+                             "give dp_shard's size (auto is not searched beside ep)")
+    if shard < ep or shard % ep:
+        raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard ranks "
+                             f"(torchtitan's efsdp × ep): ep={ep} must divide dp_shard")

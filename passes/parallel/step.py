@@ -44,6 +44,7 @@ from ..training.memory import TrainingMemory, forward_set
 from ..training.optimizer import state_tensors, step_temporaries, trainable_params
 from .clock import Clock, price
 from .comm import CommVolume, InterconnectRates, across_replicas, comm_volume
+from .experts import expert_modules, with_expert_parallel
 from .fsdp import sharded_step
 from .mesh import Mesh, mesh_of
 from .reserved import rank_reserved_peak
@@ -89,11 +90,15 @@ class ParallelSpec:
     # the tensor-parallel collectives overlapped by the matmuls they feed (torchtitan's async
     # TP, Megatron's --tp-comm-overlap): their time on the clock (passes/parallel/step_time.py)
     async_tp: bool = False
+    # expert parallel: the graph is one of ``ep`` ranks' programs (LoadOptions'
+    # expert_parallel), carved out of the ``world_size`` sharding ranks; each layer's experts
+    # an FSDP unit of its own over world_size / ep of them (torchtitan's efsdp)
+    ep: int = 1
     gpus_per_node: int = 8   # a dimension whose group spans more crosses the network
 
     @property
     def mesh(self) -> Mesh:
-        return mesh_of(self.strategy, self.world_size, self.replicate, self.tp)
+        return mesh_of(self.strategy, self.world_size, self.replicate, self.tp, self.ep)
 
     @property
     def unwrapped(self) -> bool:
@@ -268,7 +273,9 @@ class _Plan:
         self.units: list[Unit] = []
         if self.sharded:
             names = unit_names(graph, fwd, list(spec.units) if spec.units else None)
-            self.units, _ = fsdp_units(graph, fwd, names)
+            experts = expert_modules(graph) if spec.ep > 1 else []
+            units, _ = fsdp_units(graph, fwd, [*experts, *names])
+            self.units = [replace(u, ep=spec.ep) if u.name in experts else u for u in units]
 
     def at(self, world: int) -> ParallelMemory:
         clock = Clock(len(self.graph.nodes))
@@ -288,8 +295,9 @@ class _Plan:
                             max(p.peak_bytes, p.first_step_peak_bytes),
                             f"a rank of {world * self.spec.replicate * self.spec.tp}")
         plan = self.training.checkpoint
-        comm = with_tensor_parallel(comm, self.graph, self.spec.tp,
-                                    plan.recomputed if plan else frozenset())
+        recomputed = plan.recomputed if plan else frozenset()
+        comm = with_tensor_parallel(comm, self.graph, self.spec.tp, recomputed)
+        comm = with_expert_parallel(comm, self.graph, self.spec.ep, recomputed)
         data = world * self.spec.replicate   # the tensor-parallel ranks share a batch
         return ParallelMemory(
             strategy=self.spec.strategy, world_size=data * self.spec.tp,
@@ -307,7 +315,8 @@ class _Plan:
             first_step_detail=p.first_step_detail, host_bytes=sum(host.values()),
             host_breakdown=host, timeline=p.timeline, units=units, ddp_buckets=buckets, comm=comm,
             mesh={name: n or 0 for name, n in
-                  mesh_of(self.spec.strategy, world, self.spec.replicate, self.spec.tp).dims},
+                  mesh_of(self.spec.strategy, world, self.spec.replicate, self.spec.tp,
+                          self.spec.ep).dims},
             spec=self.spec)
 
     # ------------------------------------------------------------------ shared pieces

@@ -22,6 +22,9 @@ What overlaps (torch/distributed/fsdp/_fully_shard, torch/nn/parallel/distribute
   last reduce, which nothing can hide (one call each at its dimension's mean call time);
 - DDP (and ZeRO-1/2, whose gradients are reduced the same way) all-reduces buckets as the
   backward fills them: the backward (``BACKWARD_SHARE`` of the compute) is its window;
+- an FSDP unit of an expert-parallel rank's experts gathers and reduces over efsdp the same
+  way; the experts' all-to-alls (``ep``) wait on the router and feed the experts: exposed
+  (torchtitan's default dispatcher, no overlap);
 - tensor parallelism's collectives sit between the matmuls that need them: all exposed,
   unless asynchronous (``async_tp``: torchtitan's async TP and Megatron's --tp-comm-overlap
   cut each matmul into chunks whose collectives run beside the next chunk's compute), which
@@ -40,10 +43,11 @@ from ..choices import Strategy
 from ..costs.collectives import ring_seconds
 from ..device.time_estimate import TimeEstimate
 from .comm import CommVolume, InterconnectRates
+from .mesh import CARVED
 
 BACKWARD_SHARE = 2 / 3   # the backward's share of a step's forward and backward
 INNER_TO_OUTER = ("tp", "cp", "ep", "dp_shard", "dp_replicate", "pp")
-HIDDEN_BY_COMPUTE = ("dp_shard", "dp_replicate")   # data-parallel streams
+HIDDEN_BY_COMPUTE = ("dp_shard", "efsdp", "dp_replicate")   # data-parallel streams
 
 
 @dataclass(frozen=True)
@@ -55,9 +59,12 @@ class Links:
 
 
 def dim_link(mesh: Mapping[str, int], dim: str, links: Links) -> InterconnectRates:
-    """The link the group of mesh dimension ``dim`` crosses."""
+    """The link the group of mesh dimension ``dim`` crosses. The ep group is consecutive
+    ranks carved out of dp_shard (torchtitan's efsdp × ep), no factor of the others' spans;
+    efsdp's group, strided by ep, spans what dp_shard's does."""
+    dim = "dp_shard" if dim == "efsdp" else dim
     inner = INNER_TO_OUTER[:INNER_TO_OUTER.index(dim)] if dim in INNER_TO_OUTER else ()
-    span = prod(mesh.get(d, 1) for d in inner) * mesh.get(dim, 1)
+    span = prod(mesh.get(d, 1) for d in inner if d not in CARVED) * mesh.get(dim, 1)
     return links.intra if span <= links.gpus_per_node else links.inter
 
 

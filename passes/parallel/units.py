@@ -42,6 +42,13 @@ class Unit:
     backward: tuple[int, int] | None  # first and last backward node touching its tensors
     post_backward_deferred: bool  # no forward input needs a gradient: reduce-scatter at the end
     members: tuple[str, ...] = field(default=(), metadata=INTERNAL)  # its parameter values
+    # an expert-parallel rank's experts (1: not): one of ``ep`` slices, sharded over the
+    # ranks that hold the same slice — torchtitan's efsdp, dp_shard / ep
+    ep: int = 1
+
+    def group(self, world: int) -> int:
+        """The ranks the unit shards over when the data dimension has ``world``."""
+        return max(world // self.ep, 1)
 
     def sized(self, graph: Graph, trainable: set[str], world: int) -> "Unit":
         """The unit with its sizes at ``world`` ranks."""

@@ -1,0 +1,101 @@
+"""One expert-parallel rank's program: each mixture-of-experts layer's experts rewritten into
+what the rank runs under torchtitan's expert parallelism (``--parallel dp_shard=D,ep=E``),
+then traced like any module.
+
+torchtitan (``AllToAllTokenDispatcher``, torchtitan/models/common/token_dispatcher.py,
+0.3.0) keeps 1/E of each layer's experts on a rank (``Shard(0)`` of the stacked expert
+weights) and moves the tokens to them: the token–expert pairs sorted by expert and their
+rows gathered; the rows sent to the ranks that hold their experts (an all-to-all, splits
+from the counts); the rows received reordered rank-major to expert-major (an index copy);
+the local experts' grouped matmuls; the result put back rank-major (``index_put`` into a new
+tensor), returned by the reverse all-to-all, scaled by the routing scores in fp32 and
+scatter-added onto the tokens.
+
+How many rows a rank receives depends on the router: the program is traced at **balanced
+routing**, each rank receiving as many rows as it sends (tokens · top-k) and each local
+expert an equal share — an estimate (passes/graph/moe.py gives the bound: every token routed
+to one rank's experts). What this covers: transformers' stacked experts (3-D
+``gate_up_proj`` and ``down_proj``, gated, as Mixtral, Qwen-MoE and DeepSeek hold them);
+another expert layout is refused by name. Not modelled: shared experts' tensor parallelism,
+capacity factors and token dropping, DeepEP/HybridEP kernels.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ....passes.errors import GraphcostError, opt
+from .ep_collectives import ep_all_to_all
+
+
+class ExpertParallelRank(torch.nn.Module):
+    """One rank's slice of a stacked-experts module (the first ``num_experts / group``) and
+    torchtitan's dispatch around it."""
+
+    def __init__(self, experts: torch.nn.Module, group: int) -> None:
+        super().__init__()
+        local: int = getattr(experts, "num_experts") // group
+        gate_up: torch.Tensor = getattr(experts, "gate_up_proj")
+        down: torch.Tensor = getattr(experts, "down_proj")
+        self.gate_up_proj = torch.nn.Parameter(gate_up.detach()[:local].clone(),
+                                               gate_up.requires_grad)
+        self.down_proj = torch.nn.Parameter(down.detach()[:local].clone(), down.requires_grad)
+        self.act_fn = getattr(experts, "act_fn")
+        self.group, self.local = group, local
+
+    def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        top_k = top_k_index.shape[-1]
+        order = torch.argsort(top_k_index.reshape(-1), stable=True)
+        scores = top_k_weights.reshape(-1)[order]
+        token_of_row = order // top_k
+        received = ep_all_to_all(hidden_states[token_of_row], self.group)
+        rows = received.shape[0]
+        # rank-major to expert-major: a permutation of the rows (the identity at balance)
+        where = torch.arange(rows, device=received.device)
+        offsets = (torch.arange(1, self.local + 1, device=received.device) * rows
+                   // self.local).to(torch.int32)
+        out = self._experts(received[where], offsets)
+        back = out.new_empty(received.shape)
+        back[where] = out
+        returned = ep_all_to_all(back, self.group)
+        returned = (returned.float() * scores.reshape(-1, 1)).to(returned.dtype)
+        index = token_of_row.reshape(-1, 1).expand(-1, hidden_states.shape[-1])
+        return torch.zeros_like(hidden_states).scatter_add(0, index, returned)
+
+    def _experts(self, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        """The local experts' gated MLP as grouped matmuls (transformers' own: PyTorch's
+        ``_grouped_mm`` where it takes the dtype, else its fallback op)."""
+        from transformers.integrations.moe import _grouped_linear
+        gate, up = _grouped_linear(rows, self.gate_up_proj, offsets).chunk(2, dim=-1)
+        return _grouped_linear(self.act_fn(gate) * up, self.down_proj, offsets)
+
+
+def stacked_experts(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The modules holding a layer's experts stacked (3-D ``gate_up_proj``/``down_proj``)."""
+    return [(name, m) for name, m in model.named_modules()
+            if isinstance(getattr(m, "gate_up_proj", None), torch.Tensor)
+            and isinstance(getattr(m, "down_proj", None), torch.Tensor)
+            and getattr(m, "gate_up_proj").dim() == 3
+            and isinstance(getattr(m, "num_experts", None), int)]
+
+
+def expert_parallel(module: torch.nn.Module, group: int) -> torch.nn.Module:
+    """A copy of ``module`` as one of ``group`` expert-parallel ranks runs it (checked: it
+    has stacked experts whose count divides into the ranks)."""
+    what = opt("parallel", value=f"ep={group}")
+    model = copy.deepcopy(module)
+    found = stacked_experts(model)
+    if not found:
+        raise GraphcostError(f"{what}: expert parallelism splits a mixture of experts' "
+                             "stacked expert weights (gate_up_proj, down_proj of shape "
+                             "(experts, ·, ·), as transformers holds them); this model has "
+                             "none")
+    for name, experts in found:
+        count: int = getattr(experts, "num_experts")
+        if count % group:
+            raise GraphcostError(f"{what}: {name} has {count} experts, which do not divide "
+                                 f"into {group} ranks")
+        model.set_submodule(name, ExpertParallelRank(experts, group))
+    return model

@@ -1,0 +1,102 @@
+"""Expert parallelism as a real measurement runs it (analyzer/measure/parallel.py, Case.ep):
+torchtitan's ``AllToAllTokenDispatcher`` (torchtitan/models/common/token_dispatcher.py,
+0.3.0) around a transformers MoE layer's experts, with gloo's all-to-all.
+
+Each of the ``ep`` ranks keeps its slice of the experts (dim 0 of ``gate_up_proj`` and
+``down_proj``, ``Shard(0)`` as torchtitan places them) and its own tokens. A layer's forward:
+sort the token–expert pairs by expert and gather their rows (``_local_reorder``); exchange the
+counts per expert (all-to-all, no gradient); send each rank the rows for its experts
+(all-to-all with the counts as splits, autograd's: its backward is the reverse all-to-all);
+reorder the received rows rank-major to expert-major (``_permute``); the local experts' grouped
+matmuls; back to rank-major (``_unpermute``), the reverse all-to-all, scaled by the routing
+scores in fp32 and scatter-added onto the tokens (``combine``).
+
+What graphcost traces for such a rank is its own rewrite (analyzer/frontends/torch/
+expert_parallel.py, balanced counts): this module is what it is measured against.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class DispatchedExperts(torch.nn.Module):
+    """A transformers experts module's rank under expert parallelism over ``group``."""
+
+    def __init__(self, experts: torch.nn.Module, group) -> None:
+        super().__init__()
+        import torch.distributed as dist
+        ep, rank = dist.get_world_size(group), dist.get_rank(group)
+        self.num_experts: int = getattr(experts, "num_experts")
+        local = self.num_experts // ep
+        part = slice(rank * local, (rank + 1) * local)
+        self.gate_up_proj = torch.nn.Parameter(getattr(experts, "gate_up_proj").detach()[part]
+                                               .clone())
+        self.down_proj = torch.nn.Parameter(getattr(experts, "down_proj").detach()[part].clone())
+        self.act_fn = getattr(experts, "act_fn")
+        self.group, self.ep = group, ep
+
+    def forward(self, x: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor) -> torch.Tensor:
+        k = top_k_index.shape[-1]
+        order = torch.argsort(top_k_index.reshape(-1), stable=True)
+        scores = top_k_weights.reshape(-1)[order]
+        tokens = order // k
+        routed = x[tokens]
+        counts = torch.bincount(top_k_index.reshape(-1), minlength=self.num_experts)
+        got, send, recv = self._exchange_counts(counts)
+        received = self._all_to_all(routed, recv, send)
+        permuted, where, per_expert = _permute(received, got, self.ep)
+        out = self._experts(permuted, torch.cumsum(per_expert, 0, dtype=torch.int32))
+        back = out.new_empty(received.shape)
+        back[where] = out
+        returned = self._all_to_all(back, send, recv)
+        returned = (returned.to(torch.float32) * scores.reshape(-1, 1)).to(returned.dtype)
+        index = tokens.reshape(-1, 1).expand(-1, x.shape[-1])
+        return torch.zeros_like(x).scatter_add(0, index, returned)
+
+    def _exchange_counts(self, counts: torch.Tensor):
+        """(rows each rank sends for each local expert as (ep, local), rows sent to each
+        rank, rows received from each)."""
+        import torch.distributed as dist
+        got = torch.empty_like(counts)
+        with torch.no_grad():
+            dist.all_to_all_single(got, counts, group=self.group)
+        got = got.view(self.ep, -1)
+        send = counts.view(self.ep, -1).sum(1).tolist()
+        return got, send, got.sum(1).tolist()
+
+    def _all_to_all(self, rows: torch.Tensor, out_splits: list, in_splits: list):
+        from torch.distributed._functional_collectives import all_to_all_single_autograd
+        out = all_to_all_single_autograd(rows, out_splits, in_splits, self.group)
+        return torch.ops._c10d_functional.wait_tensor(out)
+
+    def _experts(self, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+        from transformers.integrations.moe import _grouped_linear
+        gate, up = _grouped_linear(rows, self.gate_up_proj, offsets).chunk(2, dim=-1)
+        return _grouped_linear(self.act_fn(gate) * up, self.down_proj, offsets)
+
+
+def _permute(received: torch.Tensor, got: torch.Tensor, ep: int):
+    """Rows rank-major ((e0,r0), (e1,r0), …) reordered expert-major ((e0,r0), (e0,r1), …):
+    (the rows, the input row of each, the rows per local expert) — torchtitan's ``_permute``."""
+    starts = (got.reshape(-1).cumsum(0) - got.reshape(-1)).view(ep, -1).t().reshape(-1)
+    lengths = got.t().reshape(-1)
+    segment = torch.arange(lengths.shape[0]).repeat_interleave(lengths)
+    out_starts = lengths.cumsum(0) - lengths
+    where = starts[segment] + torch.arange(segment.shape[0]) - out_starts[segment]
+    return received[where], where, got.sum(0)
+
+
+def apply_expert_parallel(model: torch.nn.Module, group) -> list[torch.nn.Module]:
+    """Every transformers experts module of ``model`` (3-D ``gate_up_proj``/``down_proj``)
+    replaced by its rank over ``group``; the new modules."""
+    found = [(name, m) for name, m in model.named_modules()
+             if getattr(m, "gate_up_proj", None) is not None
+             and getattr(m, "down_proj", None) is not None
+             and getattr(m, "gate_up_proj").dim() == 3]
+    ranks = []
+    for name, m in found:
+        parent, _, leaf = name.rpartition(".")
+        ranks.append(DispatchedExperts(m, group))
+        setattr(model.get_submodule(parent), leaf, ranks[-1])
+    return ranks

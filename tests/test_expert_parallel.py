@@ -1,0 +1,123 @@
+"""Expert parallelism (``--parallel dp_shard=D,ep=E``): a transformers Mixtral's rank traced with
+its experts rewritten into the rank's slice and torchtitan's all-to-all token exchange
+(analyzer/frontends/torch/expert_parallel.py), against real steps on two gloo ranks running
+torchtitan's dispatcher around the same model (analyzer/measure/expert_plan.py), measured by
+FSDPMemTracker, and against hand arithmetic.
+
+The model: zoo hf_mixtral grown to 8 experts of 256 (d 64, 2 layers, top-2, vocab 512), batch
+2 × 128 tokens a rank, trained with its own cross-entropy and Adam. A rank's tokens route to
+the experts as its router says, so the two ranks differ (here graphcost's figure is −4.3% and
++3.8% of theirs in step 1, −2.6% and +3.2% in step 2: rank 0 receives more rows); graphcost
+traces balanced routing, the estimate between them.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from graphcost.analyzer.measure.parallel import Case, measure_parallel
+from graphcost.models_zoo import hf
+from graphcost.passes.errors import GraphcostError
+from graphcost.passes.parallel.mesh import parse_mesh
+
+from graphcost import analyze
+
+GROWN = (("num_local_experts", 8), ("intermediate_size", 256))
+BATCH, SEQ, D = 2, 128, 64
+RECIPES = ("fp32", "bf16-master")
+
+
+def _model():
+    torch.manual_seed(0)
+    return hf.mixtral(**dict(GROWN))
+
+
+def _predict(mesh: str, precision: str = "fp32"):
+    ids = torch.randint(0, 512, (BATCH, SEQ))
+    return analyze(_model(), example_inputs=(ids,), train=True, optimizer="adam",
+                   include_inputs=False, precision=precision,
+                   parallel={"mesh": mesh}).parallel
+
+
+@pytest.fixture(scope="module")
+def predicted():
+    return {r: _predict("dp_shard=2,ep=2", r) for r in RECIPES}
+
+
+@pytest.fixture(scope="module")
+def measured():
+    units = ("model.layers.0", "model.layers.1")
+    cases = [Case("hf_mixtral", "fsdp", BATCH, (("input_ids", (BATCH, SEQ)),), units,
+                  precision=r, ep=2, overrides=GROWN) for r in RECIPES]
+    return measure_parallel(cases, 2)
+
+
+@pytest.mark.parametrize("precision", RECIPES)
+def test_each_rank_within_5_percent_of_a_real_expert_parallel_step(predicted, measured,
+                                                                   precision):
+    p = predicted[precision]
+    rows = [m for m in measured if m.case.precision == precision]
+    assert len(rows) == 4                                   # 2 ranks × steps 1 and 2
+    for m in rows:
+        want = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
+        # step 2 (Adam's state exists) is the acceptance's; step 1 sits at −4.3% on rank 0,
+        # where gloo's thread freeing a buffer late could lift a real peak by a unit's
+        # gradient shard (test_parallel_reality.py): 1 point more room there
+        assert abs(want / m.peak - 1) <= (0.05 if m.step == 2 else 0.06), \
+            (precision, m.rank, m.step, want, m.peak)
+
+
+def test_the_experts_are_units_of_their_own_and_the_exchange_is_counted(predicted):
+    p = predicted["fp32"]
+    experts = [u for u in p.units if u.ep == 2]
+    assert [u.name for u in experts] == ["model.layers.0.mlp.experts",
+                                         "model.layers.1.mlp.experts"]
+    # a rank's 4 of 8 experts, whole (efsdp = dp_shard / ep = 1): gate_up (512 × 64) and down
+    # (64 × 256) each, fp32
+    assert all(u.shard_bytes == 4 * (512 * 64 + 64 * 256) * 4 == 786_432 for u in experts)
+    # each layer exchanges tokens · top-k = 2 · 128 · 2 = 512 rows of 64 fp32 twice forward
+    # and twice backward: 8 all-to-alls of 131,072 B; half of each stays on the rank
+    assert p.comm.all_to_all_bytes == 8 * 512 * D * 4 == 1_048_576
+    assert p.comm.by_dim["ep"] == 524_288 and p.comm.calls_by_dim["ep"] == 8
+    assert "efsdp" not in p.comm.by_dim or p.comm.by_dim["efsdp"] == 0   # one rank: no wire
+    assert p.world_size == 2 and p.global_batch == 2 * BATCH
+
+
+def test_experts_shard_over_the_ranks_that_hold_the_same_slice():
+    # dp_shard 4, ep 2: efsdp 2 — a rank's 4 experts of a layer sharded over 2 ranks
+    p = _predict("dp_shard=4,ep=2")
+    experts = [u for u in p.units if u.ep == 2]
+    assert all(u.shard_bytes == 786_432 // 2 for u in experts)
+    dense = next(u for u in p.units if u.name == "model.layers.0")
+    assert dense.shard_bytes == dense.padded_bytes // 4
+    # FSDP's all-gathers and reduce-scatters of the experts run over efsdp: (2 − 1)/2 of the
+    # gathered (twice: forward and backward's regather) and reduced bytes
+    assert p.comm.by_dim["efsdp"] == (2 * 2 * 786_432 + 2 * 786_432) // 2 == 2_359_296
+    assert p.world_size == 4
+
+
+@pytest.mark.parametrize("text, said", [
+    ("dp_shard=8,ep=4", None),
+    ("ep=2", "must divide dp_shard"),
+    ("dp_shard=6,ep=4", "must divide dp_shard"),
+    ("dp_shard=4,tp=2,ep=2", "beside dp_shard alone"),
+    ("dp_shard=auto,ep=2", "auto is not searched beside ep"),
+])
+def test_the_ep_group_is_carved_out_of_dp_shard(text, said):
+    if said is None:
+        assert parse_mesh(text).world_size == 8        # not 32: ep is no factor of the world
+        return
+    with pytest.raises(GraphcostError, match=said):
+        parse_mesh(text)
+
+
+def test_a_model_without_stacked_experts_or_with_too_few_is_refused_by_name():
+    ids = torch.randint(0, 512, (BATCH, 16))
+    with pytest.raises(GraphcostError, match="this model has none"):
+        analyze(hf.llama(), example_inputs=(ids,), train=True,
+                parallel={"mesh": "dp_shard=2,ep=2"})
+    with pytest.raises(GraphcostError, match="8 experts, which do not divide into 16 ranks"):
+        analyze(_model(), example_inputs=(ids,), train=True,
+                parallel={"mesh": "dp_shard=16,ep=16"})
+    with pytest.raises(GraphcostError, match="beside fully_shard"):
+        analyze(_model(), example_inputs=(ids,), train=True,
+                parallel={"mesh": "dp_shard=2,ep=2", "strategy": "zero1"})
