@@ -15,8 +15,18 @@ from __future__ import annotations
 
 from ..costs.collectives import all_to_all_bytes
 from ..costs.registry import lookup
+from ..errors import GraphcostError, opt
 from ..ir import Graph
 from .comm import CommVolume, with_dimension
+
+
+def check_ep(ep, sharded: bool, world: int | None) -> None:
+    """``ep``: a whole number ≥ 1; above 1 carved out of a sharding strategy's ``world``
+    ranks (None: searched), dividing it."""
+    if not isinstance(ep, int) or ep < 1 or (ep > 1 and (not sharded or (world or ep) % ep)):
+        raise GraphcostError(f"{opt('parallel', value=f'ep={ep}')}: the ep group is carved "
+                             "out of a sharding strategy's ranks (zero2, zero3, fsdp): a "
+                             "whole number dividing the world size")
 
 
 def expert_modules(graph: Graph) -> list[str]:

@@ -44,7 +44,7 @@ from ..training.memory import TrainingMemory, forward_set
 from ..training.optimizer import state_tensors, step_temporaries, trainable_params
 from .clock import Clock, price
 from .comm import CommVolume, InterconnectRates, across_replicas, comm_volume
-from .experts import expert_modules, with_expert_parallel
+from .experts import check_ep, expert_modules, with_expert_parallel
 from .fsdp import sharded_step
 from .mesh import Mesh, mesh_of
 from .reserved import rank_reserved_peak
@@ -176,11 +176,7 @@ def check_spec(spec: ParallelSpec) -> None:
     if not isinstance(spec.tp, int) or not 1 <= spec.tp <= MAX_WORLD:
         raise GraphcostError(f"{opt('parallel', value=f'tp={spec.tp}')}: must be a whole "
                              f"number from 1 to {MAX_WORLD:,}")
-    if not isinstance(spec.ep, int) or spec.ep < 1 or (spec.ep > 1 and (
-            spec.strategy not in SHARDED or (spec.world_size or spec.ep) % spec.ep)):
-        raise GraphcostError(f"{opt('parallel', value=f'ep={spec.ep}')}: the ep group is "
-                             "carved out of a sharding strategy's ranks (zero2, zero3, fsdp): "
-                             "a whole number dividing the world size")
+    check_ep(spec.ep, spec.strategy in SHARDED, spec.world_size)
     if not isinstance(spec.replicate, int) or not 1 <= spec.replicate <= MAX_WORLD:
         raise GraphcostError(f"{opt('parallel', value=f'dp_replicate={spec.replicate}')}: "
                              f"must be a whole number from 1 to {MAX_WORLD:,}")
