@@ -112,9 +112,9 @@ def every_layer_runs(model: torch.nn.Module):
 @contextmanager
 def eager_paths():
     """transformers takes, while traced, the branches its eager forward takes: the attention
-    masks (``_eager_masks``) and the triangular solves of the chunked gated delta rule
-    (``_eager_solves``)."""
-    with _eager_masks(), _eager_solves():
+    masks (``_eager_masks``), the triangular solves of the chunked gated delta rule
+    (``_eager_solves``) and the grouped matmul's kernel (``_eager_grouped_mm``)."""
+    with _eager_masks(), _eager_solves(), _eager_grouped_mm():
         yield
 
 
@@ -148,6 +148,24 @@ def _eager_masks():
     if masking is None or not all(hasattr(masking, n) for n in names):
         return nullcontext()
     return _patched([masking], names, (lambda: False, lambda position_ids: None))
+
+
+def _eager_grouped_mm():
+    """transformers' experts pick PyTorch's grouped matmul or their own fallback op by
+    ``_can_use_grouped_mm``, which on CPU with torch <= 2.10 reads the weights' and rows'
+    data pointers (the kernel wants 16-byte alignment, which memory-mapped safetensors may
+    lack). A traced tensor has no data pointer, so the check would fail the trace (torch 2.8
+    to 2.10, weights in bf16). A tensor PyTorch allocates is aligned, so eager passes the
+    alignment clause: while traced, that clause's version test answers "not this torch"
+    (5.24: it is the only use of "2.10.0" there); the other tests stand."""
+    moe = sys.modules.get("transformers.integrations.moe")
+    older = getattr(moe, "is_torch_less_or_equal", None)
+    if moe is None or older is None:
+        return nullcontext()
+
+    def aligned(library_version: str, accept_dev: bool = False) -> bool:
+        return library_version != "2.10.0" and older(library_version, accept_dev)
+    return _patched([moe], ("is_torch_less_or_equal",), (aligned,))
 
 
 def _eager_solves():
