@@ -10,7 +10,7 @@ import pytest
 from graphcost.analyzer.app.plan import plan_training
 from graphcost.analyzer.app.plan_settings import PlanSpec, pipeline_schedules
 from graphcost.analyzer.cli.main import main
-from graphcost.passes.parallel.layouts import data_layouts, tensor_sizes
+from graphcost.passes.parallel.layouts import data_layouts, expert_sizes, tensor_sizes
 
 from graphcost import analyze
 
@@ -192,6 +192,38 @@ def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
     assert lines[-1] == "it fits on 2 GPUs: dp_shard=2, batch 32, checkpoint full"
 
 
+def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
+    """zoo:hf_mixtral (2 layers of 4 experts, top-2) on 4 GPUs without tensor parallelism:
+    FSDP alone and with ep 2 and 4 carved out of its ranks (each dividing the 4 experts and
+    the 4 ranks), each its own traced rank program (and a pipeline of its 2 blocks, pruned:
+    FSDP fits); the fastest expert-parallel candidate
+    is what analyzing its settings alone gives."""
+    moe = dict(TINY, dims={"seq": 128})
+    plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1,), checkpoints=("none",)),
+                         moe)
+    assert {c.settings.mesh.words for c in plan.candidates} == {
+        "dp_shard=4", "dp_shard=4,ep=2", "dp_shard=4,ep=4", "pp=2,dp_shard=2"}
+    assert "expert parallelism beside tp or pp" in plan.not_searched
+    best = next(c for c in plan.fitting if c.settings.ep > 1)
+    direct = analyze("zoo:hf_mixtral", **moe, **best.settings.analyze_kwargs({}))
+    assert direct.parallel is not None and direct.parallel.mesh.get("ep") == best.settings.ep
+    assert direct.roofline is not None and direct.time is not None and best.time is not None
+    assert best.needs_bytes == direct.roofline.fit.needs
+    assert best.allocated_bytes == direct.peak_bytes
+    assert best.time.seconds == direct.time.seconds
+    assert best.samples == 2 * 4   # (ep is carved out of the 4 data ranks: 4 batches of 2)
+
+
+def test_the_expert_parallel_sizes_divide_the_ranks_and_the_experts():
+    # 2, 4, … up to a node of 8, dividing the sharding ranks and a layer's experts
+    assert expert_sizes(64, 8, 8) == (2, 4, 8)
+    assert expert_sizes(8, 4, 8) == (2, 4)       # (4 experts: 8 would leave ranks none)
+    assert expert_sizes(12, 8, 8) == (2, 4)      # (8 does not divide 12 ranks)
+    assert expert_sizes(8, 6, 8) == (2,)         # (4 does not divide 6 experts)
+    assert expert_sizes(8, 0, 8) == ()           # (a dense model)
+    assert expert_sizes(64, 64, 8) == (2, 4, 8)  # (within a node)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--gpus", "4"], "a plan ranks by a GPU's time estimate: add a GPU --device"),
     (["--gpus", "4", "--device", "h100", "--world-size", "4"],
@@ -214,6 +246,9 @@ def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
      "--global-tokens counts sequences of --dim seq=N: give it"),
     (["--gpus", "4", "--device", "h100", "--global-batch", "3", "--tp", "1"],
      "--global-batch 3: no layout of 4 GPUs splits it evenly"),
+    (["--gpus", "4", "--device", "h100", "--ep", "2", "--checkpoint", "none"],
+     "--parallel ep=2: expert parallelism splits a mixture of experts' stacked expert"),
+    (["--gpus", "4", "--device", "h100", "--ep", "x"], "--ep x: whole numbers"),
 ])
 def test_bad_plans_get_one_line(argv, message, capsys):
     assert main(["plan", "zoo:llama_tiny", *argv]) == 2

@@ -29,7 +29,7 @@ from ...passes.training.precision import master_weights
 from ..load.loading import load, resolve_model
 from ..load.options import LoadOptions
 from ..load.progress import Progress
-from ..load.rank_program import interleaved_orders, pipeline_blocks
+from ..load.rank_program import expert_count, interleaved_orders, pipeline_blocks
 from .devices import node_links
 from .pipeline import (
     NO_COMM,
@@ -55,7 +55,7 @@ class StageTraces:
                  progress: Progress | None = None) -> None:
         self.model, self.example_inputs, self.progress = model, example_inputs, progress
         self.graphs: list[tuple[LoadOptions, Graph, PassMemo]] = []
-        self.blocks: int | None = None
+        self.shape: tuple[int, int] | None = None   # (blocks, experts a layer)
 
     def graph(self, options: LoadOptions) -> tuple[Graph, PassMemo]:
         """The program ``options`` load, traced on its first ask."""
@@ -68,10 +68,18 @@ class StageTraces:
 
     def n_blocks(self, options: LoadOptions) -> int:
         """The blocks a pipeline of the model divides (the model resolved once)."""
-        if self.blocks is None:
-            self.blocks = pipeline_blocks(resolve_model(self.model, options,
-                                                        self.example_inputs))
-        return self.blocks
+        return self._shape(options)[0]
+
+    def n_experts(self, options: LoadOptions) -> int:
+        """The experts each MoE layer holds stacked, as expert parallelism splits them (0:
+        none; the model resolved once)."""
+        return self._shape(options)[1]
+
+    def _shape(self, options: LoadOptions) -> tuple[int, int]:
+        if self.shape is None:
+            r = resolve_model(self.model, options, self.example_inputs)
+            self.shape = (pipeline_blocks(r), expert_count(r))
+        return self.shape
 
 
 @dataclass(frozen=True)

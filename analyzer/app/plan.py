@@ -1,10 +1,11 @@
 """``graphcost plan``: the fastest training setting that fits N GPUs.
 
 The settings searched (analyzer/app/plan_settings.py): every device mesh of the modelled
-dimensions (passes/parallel/layouts.py: FSDP, HSDP, DDP beside each tensor-parallel size, and
+dimensions (passes/parallel/layouts.py: FSDP, HSDP, DDP beside each tensor-parallel size,
 pipelines of 2, 4, … stages beside FSDP and HSDP, 1F1B with one sequence a micro-batch,
 torchtitan's defaults, and interleaved 1F1B of two stages a rank where the blocks and
-micro-batches allow), the checkpoint plans of ``CHECKPOINTS`` and the batch per data-parallel
+micro-batches allow; for a mixture of experts, FSDP with each expert-parallel size that
+divides its experts), the checkpoint plans of ``CHECKPOINTS`` and the batch per data-parallel
 rank (fixed by ``--batch``, or by the step's
 global batch). Each is analyzed as ``analyze`` would with its settings — the same trace and
 passes, the figures equal — with the work that does not change between them done once: one
@@ -90,9 +91,11 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     extra = dict(base.pop("parallel", None) or {})
     device = _check(spec, base, extra)
     analyses = SettingsAnalyses(model, progress)
-    blocks = _blocks(analyses, base) if spec.gpus > 1 else 0
-    settings = settings_of(spec, blocks)
+    blocks, experts = _shape(analyses, base) if spec.gpus > 1 else (0, 0)
+    settings = settings_of(spec, blocks, experts)
     left_out = [PIPELINES] if spec.gpus > 1 and not blocks else []
+    if experts:
+        left_out.append(EXPERTS_BESIDE)
     if master_weights(str(base.get("precision", "fp32"))):
         kept = [s for s in settings if not _replicated(s.mesh)]
         if settings and not kept:
@@ -134,12 +137,18 @@ PIPELINES = ("pipelines (graphcost cuts torchtitan-style decoders and transforme
 MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
 
-def _blocks(analyses: SettingsAnalyses, base: Mapping[str, Any]) -> int:
-    """The blocks a pipeline of the model divides (0: none it can cut)."""
+# (passes/parallel/mesh.py refuses it: not modelled yet)
+EXPERTS_BESIDE = "expert parallelism beside tp or pp"
+
+
+def _shape(analyses: SettingsAnalyses, base: Mapping[str, Any]) -> tuple[int, int]:
+    """The blocks a pipeline of the model divides (0: none it can cut) and the experts a
+    layer holds for expert parallelism to split (0: none)."""
+    load = build_request(**base).load
     try:
-        return analyses.stages.n_blocks(build_request(**base).load)
+        return analyses.stages.n_blocks(load), analyses.stages.n_experts(load)
     except GraphcostError:
-        return 0
+        return 0, 0
 
 
 def _replicated(mesh: Mesh) -> bool:

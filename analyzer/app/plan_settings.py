@@ -10,6 +10,8 @@ from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.layouts import (
     data_layouts,
     data_ranks,
+    expert_layouts,
+    expert_sizes,
     piped,
     pipeline_sizes,
     tensor_sizes,
@@ -39,6 +41,7 @@ class PlanSpec:
     checkpoints: tuple[str, ...] = tuple(CHECKPOINTS)
     node: int = GPUS_PER_NODE
     pp: tuple[int, ...] | None = None   # pipeline sizes (None: 1, then 2, 4, … as needed)
+    ep: tuple[int, ...] | None = None   # expert-parallel sizes (None: 1, and each that fits)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,10 @@ class Settings:
         return self.mesh.size("pp") or 1
 
     @property
+    def ep(self) -> int:
+        return self.mesh.size("ep") or 1
+
+    @property
     def interleaved(self) -> bool:
         return self.schedule == Schedule.INTERLEAVED
 
@@ -79,10 +86,10 @@ class Settings:
                 if self.mesh.dims else None}
 
 
-def settings_of(spec: PlanSpec, blocks: int = 0) -> list[Settings]:
-    """Every setting ``spec`` allows (pipelines of ``blocks``), grouped by rank program
-    (tensor-parallel size, pipeline size, batch), each layout's checkpoint plans from the
-    least recompute."""
+def settings_of(spec: PlanSpec, blocks: int = 0, experts: int = 0) -> list[Settings]:
+    """Every setting ``spec`` allows (pipelines of ``blocks``; expert parallelism of a layer's
+    ``experts``), grouped by rank program (tensor-parallel, pipeline and expert-parallel
+    size, batch), each layout's checkpoint plans from the least recompute."""
     out = []
     for tp in spec.tp or tensor_sizes(spec.gpus, spec.node):
         if spec.gpus % tp:
@@ -90,20 +97,36 @@ def settings_of(spec: PlanSpec, blocks: int = 0) -> list[Settings]:
                                  f"{spec.gpus} GPUs")
         for pp in spec.pp or (1, *pipeline_sizes(spec.gpus // tp, blocks)):
             if spec.gpus % (tp * pp) == 0:   # (a size asked for that no tp divides: none)
-                out.extend(_layouts(spec, tp, pp, blocks))
-    return sorted(out, key=lambda s: (s.tp, s.pp, s.batch))   # (stable: layouts' order)
+                out.extend(_layouts(spec, tp, pp, blocks, experts))
+    # (stable: layouts' order)
+    return sorted(out, key=lambda s: (s.tp, s.pp, s.ep, s.batch))
 
 
-def _layouts(spec: PlanSpec, tp: int, pp: int, blocks: int = 0) -> list[Settings]:
-    """The settings of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest, its batch
-    and checkpoint plans (a pipeline's batch at least its stages: 1F1B's micro-batches), a
+def _meshes(spec: PlanSpec, tp: int, pp: int, experts: int) -> list[Mesh]:
+    """The meshes of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest (where
+    ``spec`` allows no expert parallelism) and, without tp or pp, FSDP with each expert-
+    parallel size ``spec`` allows (``experts``: a layer's)."""
+    out = []
+    if spec.ep is None or 1 in spec.ep:
+        out = [m for m in (piped(flat, pp) for flat in data_layouts(spec.gpus // pp, tp,
+                                                                     spec.node))
+               if m is not None]
+    if tp == pp == 1 and spec.gpus > 1:
+        sizes = expert_sizes(spec.gpus, experts, spec.node)
+        if spec.ep is not None:   # (those asked for, as the analysis would check them)
+            sizes = tuple(e for e in spec.ep if e > 1)
+        out += expert_layouts(spec.gpus, sizes)
+    return out
+
+
+def _layouts(spec: PlanSpec, tp: int, pp: int, blocks: int = 0,
+             experts: int = 0) -> list[Settings]:
+    """The settings of ``tp`` × ``pp`` GPUs' layouts (``_meshes``): each its batch and
+    checkpoint plans (a pipeline's batch at least its stages: 1F1B's micro-batches), a
     pipeline's under 1F1B and, where ``blocks`` give two stages a rank and its micro-batches
     come in whole rounds, interleaved."""
     out = []
-    for flat in data_layouts(spec.gpus // pp, tp, spec.node):
-        mesh = piped(flat, pp)
-        if mesh is None:
-            continue
+    for mesh in _meshes(spec, tp, pp, experts):
         ranks = data_ranks(mesh)
         if spec.global_batch is not None:
             if spec.global_batch % ranks:

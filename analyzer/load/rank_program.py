@@ -18,6 +18,17 @@ def pipeline_blocks(r: Resolved) -> int:
     return block_count(r.module) if r.kind == "torch" else 0
 
 
+def expert_count(r: Resolved) -> int:
+    """The experts each mixture-of-experts layer of ``r`` holds stacked, as expert
+    parallelism splits them (their greatest common divisor where layers differ; 0: none)."""
+    from math import gcd
+
+    from ..frontends.torch.expert_parallel import stacked_experts
+    if r.kind != "torch":
+        return 0
+    return gcd(*(getattr(m, "num_experts") for _, m in stacked_experts(r.module)))
+
+
 def interleaved_orders(ranks: int, per_rank: int, micro: int) -> list[list[tuple]]:
     """Each rank's forwards and backwards under the interleaved 1F1B schedule, read off
     PyTorch's (frontends/torch/pipeline_stages.py ``interleaved_order``)."""

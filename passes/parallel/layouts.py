@@ -12,6 +12,11 @@ sizes asked for) the data ranks left over run
 
 With pipeline stages (``pipeline_sizes``: 2, 4, 8, … stages, outermost as torchtitan lays
 them) the data ranks left over run FSDP or HSDP: a pipeline beside DDP is not modelled.
+
+A mixture of experts' GPUs also run FSDP with expert parallelism (``expert_layouts``): ``ep``
+ranks carved out of ``dp_shard`` (2, 4, … up to a node: the all-to-alls on NVLink, as
+torchtitan's and Megatron's MoE recipes keep them), each size dividing the data ranks and
+every layer's experts — beside FSDP alone, as graphcost models expert parallelism.
 """
 from __future__ import annotations
 
@@ -69,3 +74,20 @@ def data_layouts(gpus: int, tp: int, node: int) -> list[Mesh]:
 def data_ranks(mesh: Mesh) -> int:
     """The mesh's data-parallel ranks (the batch is split over them)."""
     return (mesh.size("dp_replicate") or 1) * (mesh.size("dp_shard") or 1)
+
+
+def expert_sizes(data: int, experts: int, node: int) -> tuple[int, ...]:
+    """The expert-parallel sizes a plan tries over ``data`` sharding ranks: 2, 4, … up to a
+    node, each dividing the ranks and ``experts`` (a layer's; 0: the model has none)."""
+    sizes, ep = [], 2
+    while ep <= min(node, data, experts):
+        if data % ep == 0 and experts % ep == 0:
+            sizes.append(ep)
+        ep *= 2
+    return tuple(sizes)
+
+
+def expert_layouts(gpus: int, sizes: tuple[int, ...]) -> list[Mesh]:
+    """FSDP over ``gpus`` ranks with each expert-parallel size of ``sizes`` carved out of
+    them (``dp_shard=gpus,ep=E``: torchtitan's efsdp × ep)."""
+    return [Mesh((("dp_shard", gpus), ("ep", ep))) for ep in sizes]
