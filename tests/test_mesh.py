@@ -41,7 +41,10 @@ def test_the_mesh_parses_as_torchtitan_names_it():
 
 
 @pytest.mark.parametrize("text, said", [
-    ("dp_shard=8,cp=2", "cp is not modelled yet"),
+    ("dp_shard=8,cp=2,tp=2", "context parallelism is modelled beside dp_shard and "
+                             "dp_replicate"),
+    ("dp_shard=auto,cp=2", "auto is not searched beside cp"),
+    ("dp_shard=8,cp=auto", "tp, pp, ep and cp are traced at their sizes"),
     ("dp_replicate=auto,dp_shard=4", "auto searches dp_shard"),
     ("dp=8", "the dimensions are"),
     ("dp_shard=8,dp_shard=2", "each at most once"),
@@ -68,8 +71,9 @@ def test_the_command_line_takes_a_mesh():
         run("--parallel", "fsdp", "--world-size", "8")
     assert mesh.returncode == 0, mesh.stderr[-2000:]
     assert mesh.stdout == strategy.stdout
-    refused = run("--parallel", "dp_shard=8,cp=2")
+    refused = run("--parallel", "dp_shard=8,cp=2")   # (an MLP has no sequence to shard)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
-    assert "--parallel dp_shard=8,cp=2: cp is not modelled yet" in refused.stderr
+    assert "--parallel cp=2: context parallelism shards the sequence of token ids" in \
+        refused.stderr
     both = run("--parallel", "dp_shard=8", "--world-size", "8")
     assert both.returncode == 2 and "--world-size" in both.stderr

@@ -254,10 +254,13 @@ def _with_mesh(parallel: Mapping) -> dict:
     out["world_size"] = "auto" if size is None else size
     out["replicate"] = replicate
     out["tp"], out["pp"], out["ep"] = m.size("tp"), m.size("pp"), m.size("ep")
-    if (out["ep"] or 1) > 1 and strategy not in (Strategy.FSDP, Strategy.ZERO3, Strategy.ZERO2):
-        raise GraphcostError(f"{opt('parallel', value=strategy)} with the mesh {m.words}: "
-                             "expert parallelism is modelled beside fully_shard (fsdp, zero3, "
-                             "zero2), as torchtitan runs it")
+    out["cp"] = m.size("cp")
+    for dim, what in (("ep", "expert"), ("cp", "context")):
+        if (out[dim] or 1) > 1 and strategy not in (Strategy.FSDP, Strategy.ZERO3,
+                                                    Strategy.ZERO2):
+            raise GraphcostError(f"{opt('parallel', value=strategy)} with the mesh {m.words}: "
+                                 f"{what} parallelism is modelled beside fully_shard (fsdp, "
+                                 "zero3, zero2), as torchtitan runs it")
     return out
 
 
@@ -326,7 +329,7 @@ def parallel_spec(parallel, train: bool):
         float(cap if cap is not None else 25.0), tuple(units) if units else None,
         get_interconnect(link) if isinstance(link, str) else link,
         replicate=parallel.get("replicate", 1), tp=parallel.get("tp", 1),
-        pp=parallel.get("pp", 1), ep=parallel.get("ep", 1),
+        pp=parallel.get("pp", 1), ep=parallel.get("ep", 1), cp=parallel.get("cp", 1),
         microbatches=parallel.get("microbatches"),
         schedule=str(parallel.get("schedule", "1f1b")),
         stages_per_rank=_stages_per_rank(parallel),

@@ -124,7 +124,8 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                      **run_budget(tokens, price, rates, profile))
     if passes.parallel is not None:  # traced as one rank's program
         load = replace(load, tensor_parallel=passes.parallel.tp,
-                       expert_parallel=passes.parallel.ep)
+                       expert_parallel=passes.parallel.ep,
+                       context_parallel=passes.parallel.cp)
     return Request(load, replace(passes, allocator=allocator_of(allocator), profile=profile))
 
 

@@ -20,7 +20,12 @@ from ...passes.serving.analysis import ServingTrace
 from .checks import check_dtype_applies
 from .options import LoadOptions
 from .progress import Progress
-from .rank_program import in_expert_parallel, in_pipeline_stage, in_tensor_parallel
+from .rank_program import (
+    in_context_parallel,
+    in_expert_parallel,
+    in_pipeline_stage,
+    in_tensor_parallel,
+)
 from .resolve import (
     Bindings,
     Resolved,
@@ -67,6 +72,7 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
     r = in_recipe_dtype(r, load.cast) if load.train else r
     r = in_pipeline_stage(r, load.pipeline_stage, load.stage_blocks)
     r = in_expert_parallel(r, load.expert_parallel)
+    r = in_context_parallel(r, load.context_parallel)
     return in_tensor_parallel(r, load.tensor_parallel, stage=load.pipeline_stage)
 
 

@@ -74,6 +74,39 @@ def in_expert_parallel(r: Resolved, group: int) -> Resolved:
     return replace(r, module=expert_parallel(r.module, group))
 
 
+def in_context_parallel(r: Resolved, group: int) -> Resolved:
+    """One of ``group`` context-parallel ranks (1: ``r`` itself): its shard of each sequence,
+    S/``group`` tokens of every input laid out (batch, sequence) — the token ids and what
+    runs beside them (masks, positions, labels) — as torchtitan's ``cp_shard`` gives a rank
+    (head and tail chunks under load balancing: the same sizes). Its attention is the ring
+    (frontends/torch/context_parallel.py), set on the trace's attention target."""
+    if group == 1:
+        return r
+    import torch
+
+    words = opt("parallel", value=f"cp={group}")
+    if r.kind != "torch":
+        raise GraphcostError(f"{words}: context parallelism shards a PyTorch model's "
+                             "sequence; trace the PyTorch model")
+    flat = [*r.inputs, *r.kwargs.values()]
+    ids = next((t for t in flat if isinstance(t, torch.Tensor) and t.dim() == 2
+                and not t.is_floating_point()), None)
+    if ids is None:
+        raise GraphcostError(f"{words}: context parallelism shards the sequence of token ids "
+                             "of shape (batch, seq); this model takes none")
+    seq = ids.shape[1]
+    if seq % (2 * group):
+        raise GraphcostError(f"{words}: the sequence ({seq} tokens) splits into 2 × {group} "
+                             "chunks, a head and a tail a rank (torchtitan's load balancing)")
+
+    def shard(t):
+        if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[1] == seq:
+            return t[:, :seq // group]
+        return t
+    return replace(r, inputs=tuple(shard(t) for t in r.inputs),
+                   kwargs={k: shard(t) for k, t in r.kwargs.items()})
+
+
 def in_tensor_parallel(r: Resolved, group: int, *, serving: bool = False,
                        stage: tuple[int, int] | None = None) -> Resolved:
     """One of ``group`` tensor-parallel ranks (1: ``r`` itself): a PyTorch module rewritten

@@ -31,6 +31,8 @@ def torch_graph(r: Resolved, note: Progress, load: LoadOptions, rebindable: bool
         import torch
         release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
         load = replace(load, attention=replace(load.attention, torch=release))
+    if load.context_parallel > 1:   # (each attention call a ring over the cp ranks)
+        load = replace(load, attention=replace(load.attention, ring=load.context_parallel))
     try:
         graph, at = _Trace(r, r.kwargs, note, load).run(rebindable)
     except GraphcostError as failure:
@@ -159,6 +161,12 @@ class _Trace:
         jt = export_joint(model, self.args, self.kwargs, name=name, sizes=self.sizes,
                           attention=load.attention, autocast=load.autocast,
                           loss=plan_loss(model, self.args, self.kwargs, load.loss))
+        if load.context_parallel > 1 and not jt.kernels:
+            raise GraphcostError(
+                f"{opt('parallel', value=f'cp={load.context_parallel}')}: PyTorch's context "
+                f"parallelism rings scaled_dot_product_attention calls, and {name} makes none "
+                "(an attention written out in matmuls, as transformers' 'eager' one: load it "
+                "with attn_implementation='sdpa')")
         calls = tuple(AttentionKernel(path, kernel, why, load.attention.words)
                       for path, kernel, why in jt.kernels)
         capped, maxima = self.sizes.capped, self.maxima

@@ -53,6 +53,10 @@ class Case:
     ep: int = 1
     # ((name, value), …) for the zoo model's builder (a transformers config's fields)
     overrides: tuple = ()
+    # context parallel over this many ranks (context_plan.py: PyTorch's ring attention), each
+    # holding its head-tail shard of the same sequences; fully_shard over every rank
+    # (torchtitan's dp_shard × cp)
+    cp: int = 1
 
 
 @dataclass(frozen=True)
@@ -233,8 +237,11 @@ def _model_and_inputs(case: Case, rank: int):
         model = models_zoo.build_model(case.model, eval=False)
     shapes = dict(case.input_shapes) or models_zoo.input_shapes(case.model, case.batch)
     gen_ranges = {k: (int(v[0]), int(v[1])) for k, v in spec.int_ranges.items()}
-    torch.manual_seed(rank)
+    torch.manual_seed(rank // case.cp)   # (a context-parallel group shares its sequences)
     args = tuple(real_inputs(shapes, spec.input_dtypes, gen_ranges).values())
+    if case.cp > 1:
+        from .context_plan import sequence_shard
+        args = tuple(sequence_shard(a, rank % case.cp, case.cp) for a in args)
     if case.precision == "bf16-true":
         model = model.to(torch.bfloat16)
         args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
@@ -277,6 +284,13 @@ def _wrap(model, case: Case, mesh=None):
         from .tensor_plan import apply_tensor_parallel
         apply_tensor_parallel(model, mesh["tp"])
     experts, experts_mesh = _expert_ranks(model, case, mesh)
+    if case.cp > 1:   # (one ring over every rank: the cases' cp is the world)
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from .context_plan import apply_context_parallel
+        apply_context_parallel(model, init_device_mesh("cpu", (dist.get_world_size(),),
+                                                       mesh_dim_names=("cp",)))
     mesh = _data_mesh(mesh) if mesh is not None and case.ep == 1 else None
     if case.tp > 1:
         if mesh is None and case.strategy == Strategy.DDP:   # tp alone: no wrapper

@@ -32,7 +32,7 @@ def _per_rank(p, brief: bool) -> list[str]:
             + ([] if brief else [f"reserved {human_bytes(p.reserved_peak_bytes)} (caching "
                                  "allocator,", "two steps);"])
             + ([f"its program alone {human_bytes(p.single_device_peak_bytes)}"]
-               if "tp" in p.mesh else
+               if "tp" in p.mesh or "cp" in p.mesh else
                [f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"]))
 
 
@@ -61,7 +61,9 @@ def parallel_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str
     out = [
         ("parallel", [f"{_layout(p)} over {p.world_size:,} ranks"
                       + (f" ({_mesh_words(p.mesh)}):" if len(p.mesh) > 1 else ":"),
-                      f"batch {p.per_rank_batch:,} per rank, {p.global_batch:,} global;",
+                      f"batch {p.per_rank_batch:,} per rank, {p.global_batch:,} global"
+                      + (f", each sequence split over cp's {p.mesh['cp']:,} ranks (ring "
+                         "attention);" if p.mesh.get("cp", 1) > 1 else ";"),
                       f"optimizer {r.training.optimizer if r.training else ''} "
                       f"({p.optimizer_impl} step)"
                       + (f"; {p.offload} offloaded to the host" if p.offload else "")]),

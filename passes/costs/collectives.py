@@ -31,6 +31,8 @@ PARTIAL_ROWS = "graphcost.tp_partial_rows.default"
 SCATTER_ROWS = "graphcost.tp_scatter_rows.default"
 CROSS_ENTROPY = "graphcost.tp_cross_entropy.default"
 ALL_TO_ALL = "graphcost.ep_all_to_all.default"
+CP_GATHER = "graphcost.cp_all_gather.default"
+CP_PASS = "graphcost.cp_ring_pass.default"
 HELD = "graphcost.tp_held.default"
 
 # op -> the collective it runs: the bytes of the collective's buffer are the output's (an
@@ -63,6 +65,12 @@ zero_cost(ALL_TO_ALL, reason="a collective: an expert-parallel rank's routed row
           "ranks holding their experts, as many received into a new tensor (balanced "
           "routing: analyzer/frontends/torch/expert_parallel.py)", same_shape=True,
           family=FAMILY)
+zero_cost(CP_GATHER, reason="a collective: a context-parallel rank's keys and values, "
+          "flattened, gathered from every rank of the ring into a new buffer (PyTorch's "
+          "all-gather rotater: analyzer/frontends/torch/context_parallel.py)", family=FAMILY)
+zero_cost(CP_PASS, reason="a collective: a ring step's key and value gradients passed to the "
+          "next context-parallel rank, as many received into a new tensor (PyTorch's "
+          "all-to-all rotater)", same_shape=True, family=FAMILY)
 zero_cost(PARTIAL_ROWS, reason="the rank's rows of a vocabulary-parallel embedding read as "
           "the whole table (the same tensor); its gradient is the whole table's, partial, "
           "reduce-scattered onto the rows (DTensor's embedding backward)", alias=True,
@@ -104,6 +112,17 @@ def all_to_all_bytes(graph: Graph, recomputed: frozenset[int] = frozenset()) -> 
     nodes = [*graph.nodes, *(graph.nodes[i] for i in sorted(recomputed))]
     mine = [n for n in nodes if n.op == ALL_TO_ALL]
     return sum(graph.values[n.outputs[0]].spec.nbytes or 0 for n in mine), len(mine)
+
+
+def ring_bytes(graph: Graph,
+               recomputed: frozenset[int] = frozenset()) -> tuple[int, int, int]:
+    """(the bytes of the graph's context-parallel all-gathers — each one's output — and of
+    its ring passes, and their calls), a ``recomputed`` node twice."""
+    nodes = [*graph.nodes, *(graph.nodes[i] for i in sorted(recomputed))]
+    sizes = {op: [graph.values[n.outputs[0]].spec.nbytes or 0 for n in nodes if n.op == op]
+             for op in (CP_GATHER, CP_PASS)}
+    return sum(sizes[CP_GATHER]), sum(sizes[CP_PASS]), len(sizes[CP_GATHER]) + \
+        len(sizes[CP_PASS])
 
 
 def ring_wire(counts: Mapping[str, int], ranks: int) -> int:

@@ -60,11 +60,16 @@ class AttentionTarget:
     # the PyTorch release the step runs on, whose rules apply (None: the newest known; the
     # torch frontend sets the installed one)
     torch: tuple[int, int] | None = None
+    # context parallelism: the ranks whose sequence shards each call's keys and values are
+    # gathered from, PyTorch's ring attention (1: none; frontends/torch/context_parallel.py)
+    ring: int = 1
 
     @property
     def words(self) -> str:
-        """The target as the report names it: "h100-sxm (sm90), bfloat16"."""
-        return self.device + (f", {self.dtype}" if self.dtype else "")
+        """The target as the report names it: "h100-sxm (sm90), bfloat16" (", context-
+        parallel ring of 2" where each call is one)."""
+        return self.device + (f", {self.dtype}" if self.dtype else "") + \
+            (f", context-parallel ring of {self.ring}" if self.ring > 1 else "")
 
 
 @dataclass(frozen=True)

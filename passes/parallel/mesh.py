@@ -16,6 +16,11 @@ pp             the layers (pipeline stages)                 pipeline-model-paral
 ep             the experts of an MoE layer                  expert-model-parallel-size
 =============  ==========================================  ================================
 
+``cp`` splits each sequence: a rank holds S/cp tokens of it (torchtitan's head-tail shard)
+and its attention is PyTorch's ring over the cp ranks (analyzer/frontends/torch/
+context_parallel.py); as in torchtitan, the cp ranks also shard the weights with dp_shard's
+(fully_shard over dp_shard × cp), and the batch is split over dp_shard alone.
+
 ``ep`` is not a dimension of its own ranks: as in torchtitan's ``ParallelDims`` (its sparse mesh
 ``efsdp × ep``) and Megatron-LM, the expert-parallel group is carved out of the data-sharding
 ranks, so ``dp_shard=8,ep=4`` is 8 ranks, each holding a quarter of every layer's experts,
@@ -44,7 +49,7 @@ from ..choices import Strategy
 from ..errors import GraphcostError, opt
 
 MESH_DIMS = ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")
-MODELLED = ("dp_replicate", "dp_shard", "tp", "pp", "ep")
+MODELLED = ("dp_replicate", "dp_shard", "cp", "tp", "pp", "ep")
 CARVED = ("ep",)     # dimensions made of other dimensions' ranks: no factor of the world
 
 
@@ -70,20 +75,22 @@ class Mesh:
 
 
 def mesh_of(strategy: str, world_size: int | None, replicate: int = 1, tp: int = 1,
-            ep: int = 1) -> Mesh:
+            ep: int = 1, cp: int = 1) -> Mesh:
     """The mesh a data-parallel strategy runs on: DDP replicates, the others shard over
-    ``world_size`` ranks — within each of ``replicate`` groups (HSDP) where that is above 1;
-    ``tp`` tensor-parallel ranks innermost (torchtitan's order), ``ep`` carved out of the
-    sharding ranks."""
-    inner = (("tp", tp),) if tp > 1 else ()
+    ``world_size`` ranks — within each of ``replicate`` groups (HSDP) where that is above 1,
+    ``cp`` of them context-parallel (dp_shard × cp, torchtitan's order); ``tp``
+    tensor-parallel ranks innermost, ``ep`` carved out of the sharding ranks."""
+    inner = (("cp", cp),) if cp > 1 else ()
+    inner += (("tp", tp),) if tp > 1 else ()
     inner += (("ep", ep),) if ep > 1 else ()
     if strategy == Strategy.DDP:
         if tp > 1 and world_size == 1:
             return Mesh(inner)
         return Mesh((("dp_replicate", world_size), *inner))
+    shard = None if world_size is None else world_size // cp
     if replicate > 1:
-        return Mesh((("dp_replicate", replicate), ("dp_shard", world_size), *inner))
-    return Mesh((("dp_shard", world_size), *inner))
+        return Mesh((("dp_replicate", replicate), ("dp_shard", shard), *inner))
+    return Mesh((("dp_shard", shard), *inner))
 
 
 def strategy_of(mesh: Mesh) -> str:
@@ -93,7 +100,7 @@ def strategy_of(mesh: Mesh) -> str:
     all 1 is ddp over one rank: no data-parallel wrapper (passes/parallel/step.py)."""
     dims = dict(mesh.dims)
     shard, replicate = mesh.size("dp_shard"), mesh.size("dp_replicate")
-    if shard is None or shard > 1:
+    if shard is None or shard > 1 or mesh.size("cp") != 1:   # (cp ranks shard with dp_shard)
         return Strategy.FSDP
     if replicate is None or replicate > 1 or mesh.size("tp") != 1 or mesh.size("pp") != 1:
         return Strategy.DDP
@@ -102,10 +109,13 @@ def strategy_of(mesh: Mesh) -> str:
 
 def data_sizes(mesh: Mesh) -> tuple[int | None, int]:
     """(the size the strategy runs over, the replica groups beside it): for a sharding mesh
-    the dp_shard size and dp_replicate (HSDP where above 1); for ddp dp_replicate and 1."""
+    the dp_shard size (times cp's: torchtitan's fully_shard mesh dp_shard × cp) and
+    dp_replicate (HSDP where above 1); for ddp dp_replicate and 1."""
     if strategy_of(mesh) == Strategy.DDP:
         return mesh.size("dp_replicate"), 1
-    return mesh.size("dp_shard"), mesh.size("dp_replicate") or 1
+    shard = mesh.size("dp_shard")
+    return (None if shard is None else shard * (mesh.size("cp") or 1),
+            mesh.size("dp_replicate") or 1)
 
 
 def parse_mesh(text: str) -> Mesh:
@@ -147,13 +157,27 @@ def check_mesh(mesh: Mesh) -> None:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: pipeline stages "
                              "beside ddp are not modelled (beside fully_shard, dp_shard, as "
                              "torchtitan runs them, they are)")
-    if mesh.size("tp") is None or mesh.size("pp") is None or mesh.size("ep") is None:
-        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: tp, pp and ep are "
-                             "traced at their sizes; auto searches a data dimension")
+    if any(mesh.size(k) is None for k in ("tp", "pp", "ep", "cp")):
+        raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: tp, pp, ep and cp "
+                             "are traced at their sizes; auto searches a data dimension")
     _check_experts(mesh)
+    _check_context(mesh)
     if mesh.size("dp_replicate") is None and mesh.size("dp_shard") != 1:
         raise GraphcostError(f"{opt('parallel', value=mesh.words[:80])}: with HSDP, auto "
                              "searches dp_shard (the group that shards); give dp_replicate")
+
+
+def _check_context(mesh: Mesh) -> None:
+    """cp sharding with dp_shard (torchtitan's dp_shard × cp), beside the data dimensions."""
+    if (mesh.size("cp") or 1) == 1:
+        return
+    words = opt("parallel", value=mesh.words[:80])
+    if any(mesh.size(k) != 1 for k in ("tp", "pp", "ep")):
+        raise GraphcostError(f"{words}: context parallelism is modelled beside dp_shard and "
+                             "dp_replicate (beside tp, pp or ep not yet)")
+    if mesh.size("dp_shard") is None:
+        raise GraphcostError(f"{words}: the cp ranks shard the weights with dp_shard's; give "
+                             "dp_shard's size (auto is not searched beside cp)")
 
 
 def _check_experts(mesh: Mesh) -> None:

@@ -44,6 +44,7 @@ from ..training.memory import TrainingMemory, forward_set
 from ..training.optimizer import state_tensors, step_temporaries, trainable_params
 from .clock import Clock, price
 from .comm import CommVolume, InterconnectRates, across_replicas, comm_volume
+from .context import check_cp, with_context_parallel
 from .experts import check_ep, expert_modules, with_expert_parallel
 from .fsdp import sharded_step
 from .mesh import Mesh, mesh_of
@@ -94,11 +95,16 @@ class ParallelSpec:
     # expert_parallel), carved out of the ``world_size`` sharding ranks; each layer's experts
     # an FSDP unit of its own over world_size / ep of them (torchtitan's efsdp)
     ep: int = 1
+    # context parallel: the graph is one of ``cp`` ranks' programs (LoadOptions'
+    # context_parallel: a shard of each sequence, attention a ring), ``cp`` of the
+    # ``world_size`` sharding ranks sharing each sequence (torchtitan's dp_shard × cp)
+    cp: int = 1
     gpus_per_node: int = 8   # a dimension whose group spans more crosses the network
 
     @property
     def mesh(self) -> Mesh:
-        return mesh_of(self.strategy, self.world_size, self.replicate, self.tp, self.ep)
+        return mesh_of(self.strategy, self.world_size, self.replicate, self.tp, self.ep,
+                       self.cp)
 
     @property
     def unwrapped(self) -> bool:
@@ -177,6 +183,7 @@ def check_spec(spec: ParallelSpec) -> None:
         raise GraphcostError(f"{opt('parallel', value=f'tp={spec.tp}')}: must be a whole "
                              f"number from 1 to {MAX_WORLD:,}")
     check_ep(spec.ep, spec.strategy in SHARDED, spec.world_size)
+    check_cp(spec.cp, spec.strategy in SHARDED, spec.world_size)
     if not isinstance(spec.replicate, int) or not 1 <= spec.replicate <= MAX_WORLD:
         raise GraphcostError(f"{opt('parallel', value=f'dp_replicate={spec.replicate}')}: "
                              f"must be a whole number from 1 to {MAX_WORLD:,}")
@@ -299,11 +306,13 @@ class _Plan:
         recomputed = plan.recomputed if plan else frozenset()
         comm = with_tensor_parallel(comm, self.graph, self.spec.tp, recomputed)
         comm = with_expert_parallel(comm, self.graph, self.spec.ep, recomputed)
-        data = world * self.spec.replicate   # the tensor-parallel ranks share a batch
+        comm = with_context_parallel(comm, self.graph, self.spec.cp, recomputed)
+        # (the tensor-parallel ranks share a batch; the context-parallel ones each sequence)
+        data = world * self.spec.replicate
         return ParallelMemory(
             strategy=self.spec.strategy, world_size=data * self.spec.tp,
             per_rank_batch=self.graph.batch,
-            global_batch=self.graph.batch * data, optimizer_impl=t.optimizer_impl,
+            global_batch=self.graph.batch * data // self.spec.cp, optimizer_impl=t.optimizer_impl,
             offload=self.spec.offload, per_rank_peak_bytes=p.peak_bytes,
             reserved_peak_bytes=reserved,
             first_step_peak_bytes=p.first_step_peak_bytes,
@@ -317,7 +326,7 @@ class _Plan:
             host_breakdown=host, timeline=p.timeline, units=units, ddp_buckets=buckets, comm=comm,
             mesh={name: n or 0 for name, n in
                   mesh_of(self.spec.strategy, world, self.spec.replicate, self.spec.tp,
-                          self.spec.ep).dims},
+                          self.spec.ep, self.spec.cp).dims},
             spec=self.spec)
 
     # ------------------------------------------------------------------ shared pieces

@@ -36,6 +36,9 @@ def call_kernel(target: AttentionTarget, args: tuple,
                          gqa and k.shape[-3] != q.shape[-3],
                          mask is not None and mask.requires_grad,
                          None if mask is None else tuple(mask.shape))
+    if target.ring > 1:
+        from .context_parallel import ring_attention
+        return ring_attention(target, call, q, k, v, scale)
     kernel, why = choose(target, call)
     if call.mask_grad and kernel in (Attention.FLASH, Attention.CUDNN):
         raise GraphcostError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -202,3 +203,18 @@ def functional_kernels_kept(ops: frozenset) -> Iterator[None]:
 
 def _not_decomposed(*_args, **_kwargs):
     return NotImplemented
+
+
+def ring_attention_parts() -> Any:
+    """PyTorch's context-parallel ring attention pieces that need no process group: the
+    merger of the ring's partial outputs (``_SDPAMerger``), each step's causal behaviour
+    (``_is_causal_behavior``), the load-balanced partial update (``_partial_update``) and the
+    options (``_cp_options``) — in ``torch.distributed.tensor.experimental._attention`` up to
+    torch 2.8, in its ``_context_parallel._attention`` from 2.9."""
+    try:
+        from torch.distributed.tensor.experimental._context_parallel import (
+            _attention as parts,
+        )
+    except ImportError:   # torch 2.8
+        from torch.distributed.tensor.experimental import _attention as parts
+    return parts

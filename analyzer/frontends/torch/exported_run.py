@@ -230,6 +230,9 @@ class _ScopedInterpreter(torch.fx.Interpreter):
                  kernels: list | None = None, caster: Autocaster | None = None,
                  dead: frozenset[str] | set[str] = frozenset()):
         super().__init__(gm)
+        # (fx appends "While executing …" to an error's message: a GraphcostError's is the
+        # user's one line, and any other's is reduced to one by capture.py)
+        self.extra_traceback = False
         self._dead, self.dead_values = dead, []  # the dead ends' names, their results
         self._checks = checks_only(gm.graph)
         self.tensors: dict = {}  # node -> the tracer node of the tensor its run returned
