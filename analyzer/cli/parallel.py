@@ -21,7 +21,8 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                         "torchtitan's names, e.g. dp_shard=8 (FSDP2), dp_replicate=8 "
                         "(DDP), dp_replicate=2,dp_shard=4 (HSDP), dp_shard=8,tp=8 (tensor "
                         "parallel), pp=4 (pipeline stages), dp_shard=8,ep=4 (expert parallel, "
-                        "carved out of dp_shard). --batch is each rank's batch. With "
+                        "carved out of dp_shard), dp_shard=4,cp=2 (context parallel: each "
+                        "sequence split, attention a ring). --batch is each rank's batch. With "
                         "--serve: tp=N, one replica on N tensor-parallel GPUs")
     p.add_argument("--microbatches", type=int, metavar="N",
                    help="with --parallel pp=P: micro-batches a step (default: the batch, one "
