@@ -10,7 +10,12 @@ import pytest
 from graphcost.analyzer.app.plan import plan_training
 from graphcost.analyzer.app.plan_settings import PlanSpec, pipeline_schedules
 from graphcost.analyzer.cli.main import main
-from graphcost.passes.parallel.layouts import data_layouts, expert_sizes, tensor_sizes
+from graphcost.passes.parallel.layouts import (
+    context_sizes,
+    data_layouts,
+    expert_sizes,
+    tensor_sizes,
+)
 
 from graphcost import analyze
 
@@ -57,11 +62,16 @@ def test_the_best_candidate_is_the_direct_analysis_of_its_settings(tiny_plan):
     rates = [c.samples_per_second for c in fitting]
     assert rates == sorted(rates, reverse=True) and len(fitting) == 4   # (none, full: 2 each)
     assert {c.settings.mesh.words for c in tiny_plan.candidates} == {
-        "dp_shard=4", "dp_shard=2,tp=2", "pp=2,dp_shard=2"}
-    # a pipeline is analyzed only where no layout of its tp size without one fits
+        "dp_shard=4", "dp_shard=2,tp=2", "pp=2,dp_shard=2", "dp_shard=2,cp=2",
+        "dp_shard=1,cp=4"}
+    # a pipeline is analyzed only where no layout of its tp size without one fits, context
+    # parallelism only where no layout without it fits
     piped = [c for c in tiny_plan.candidates if c.settings.pp > 1]
     assert piped and all(c.status == "pruned" and "without pipeline stages fits" in c.detail
                          for c in piped)
+    ringed = [c for c in tiny_plan.candidates if c.settings.cp > 1]
+    assert ringed and all(c.status == "pruned" and "without context parallelism fits" in
+                          c.detail for c in ringed)
     assert tiny_plan.not_searched[0] == "DDP, tp alone (bf16-master's master weights are " \
                                         "FSDP2's)"
 
@@ -71,7 +81,8 @@ def test_what_the_plan_prunes_is_what_it_assumes(tiny_plan):
     does not fit, nothing does), then from none up until one fits (the next only adds
     recompute). Here full and none fit, so sac is not analyzed. Analyzed directly, it holds
     between the two and is slower than none."""
-    pruned = [c for c in tiny_plan.candidates if c.status == "pruned" and c.settings.pp == 1]
+    pruned = [c for c in tiny_plan.candidates if c.status == "pruned" and c.settings.pp == 1
+              and c.settings.cp == 1]
     assert {c.settings.checkpoint for c in pruned} == {"sac"} and len(pruned) == 2
     for c in pruned:
         mesh = c.settings.mesh
@@ -196,11 +207,11 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     """zoo:hf_mixtral (2 layers of 4 experts, top-2) on 4 GPUs without tensor parallelism:
     FSDP alone and with ep 2 and 4 carved out of its ranks (each dividing the 4 experts and
     the 4 ranks), each its own traced rank program (and a pipeline of its 2 blocks, pruned:
-    FSDP fits); the fastest expert-parallel candidate
+    FSDP fits; no context parallelism: ``--cp 1``); the fastest expert-parallel candidate
     is what analyzing its settings alone gives."""
     moe = dict(TINY, dims={"seq": 128})
-    plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1,), checkpoints=("none",)),
-                         moe)
+    plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1,), cp=(1,),
+                                                    checkpoints=("none",)), moe)
     assert {c.settings.mesh.words for c in plan.candidates} == {
         "dp_shard=4", "dp_shard=4,ep=2", "dp_shard=4,ep=4", "pp=2,dp_shard=2"}
     assert "expert parallelism beside tp or pp" in plan.not_searched
@@ -212,6 +223,35 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     assert best.allocated_bytes == direct.peak_bytes
     assert best.time.seconds == direct.time.seconds
     assert best.samples == 2 * 4   # (ep is carved out of the 4 data ranks: 4 batches of 2)
+
+
+def test_context_parallel_sizes_asked_for_are_analyzed_and_are_their_direct_analysis():
+    """``--cp 1,2`` on 4 GPUs: FSDP over all 4 with whole sequences, and over 2 × cp 2 with
+    each sequence split in two (analyzed although FSDP fits: asked for); its candidate is
+    what analyzing its settings alone gives, and torchtitan's line names the degree."""
+    from graphcost.analyzer.cli.engine_args import torchtitan_args
+
+    plan = plan_training("zoo:llama_tiny", PlanSpec(4, batch=2, tp=(1,), cp=(1, 2),
+                                                    checkpoints=("none",)), TINY)
+    ring = next(c for c in plan.candidates if c.settings.cp == 2)
+    assert ring.status == "fits" and ring.settings.mesh.words == "dp_shard=2,cp=2"
+    direct = analyze("zoo:llama_tiny", **TINY, **ring.settings.analyze_kwargs({}))
+    assert direct.roofline is not None and direct.time is not None and ring.time is not None
+    assert ring.needs_bytes == direct.roofline.fit.needs
+    assert ring.allocated_bytes == direct.peak_bytes
+    assert ring.time.seconds == direct.time.seconds
+    assert ring.samples == 2 * 2   # (2 data ranks of batch 2: the cp ranks share theirs)
+    args = torchtitan_args("zoo:llama3_8b", {"dp_shard": 2, "cp": 2}, 2, "none",
+                           {"precision": "bf16-master", "optimizer": "adamw",
+                            "dims": {"seq": 8192}})
+    assert args is not None
+    assert args[args.index("--parallelism.context-parallel-degree") + 1] == "2"
+    assert args[args.index("--parallelism.data-parallel-shard-degree") + 1] == "2"
+    # the sizes it tries by itself: 2, 4, … up to a node, dividing the GPUs and 2·cp the
+    # sequence
+    assert context_sizes(64, 8192, 8) == (2, 4, 8)
+    assert context_sizes(8, 12, 8) == (2,)        # (12 tokens: 4 chunks, not 8)
+    assert context_sizes(8, 0, 8) == ()           # (no sequence)
 
 
 def test_the_expert_parallel_sizes_divide_the_ranks_and_the_experts():
@@ -249,6 +289,7 @@ def test_the_expert_parallel_sizes_divide_the_ranks_and_the_experts():
     (["--gpus", "4", "--device", "h100", "--ep", "2", "--checkpoint", "none"],
      "--parallel ep=2: expert parallelism splits a mixture of experts' stacked expert"),
     (["--gpus", "4", "--device", "h100", "--ep", "x"], "--ep x: whole numbers"),
+    (["--gpus", "4", "--device", "h100", "--cp", "3"], "--cp 3: it must divide the 4 GPUs"),
 ])
 def test_bad_plans_get_one_line(argv, message, capsys):
     assert main(["plan", "zoo:llama_tiny", *argv]) == 2

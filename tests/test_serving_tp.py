@@ -113,7 +113,7 @@ def test_vllm_prices_the_decode_step_as_a_cuda_graph_replay():
 @pytest.mark.parametrize("mesh, said", [
     ("dp_shard=2,tp=2", "tensor parallelism alone"),
     ("tp=8", "does not divide into 8 ranks"),
-    ("tp=auto", "tp, pp and ep are traced at their sizes"),
+    ("tp=auto", "tp, pp, ep and cp are traced at their sizes"),
 ])
 def test_what_a_replica_cannot_be_is_refused(mesh, said):
     with pytest.raises(GraphcostError, match=said):

@@ -198,7 +198,7 @@ def test_transformers_plan_all_reduces_without_sequence_parallelism():
     # a mixture of experts: its experts and router would stay whole on every rank
     ("zoo:hf_mixtral", "tp=2", "mlp.experts, .* would stay whole on every rank"),
     ("zoo:llama_tiny", "tp=8", "does not divide into 8 ranks"),
-    ("zoo:llama_tiny", "tp=auto", "tp, pp and ep are traced at their sizes"),
+    ("zoo:llama_tiny", "tp=auto", "tp, pp, ep and cp are traced at their sizes"),
 ])
 def test_what_tensor_parallelism_cannot_shard_is_refused_by_name(model, mesh, said):
     with pytest.raises(GraphcostError, match=said):

@@ -92,7 +92,8 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     device = _check(spec, base, extra)
     analyses = SettingsAnalyses(model, progress)
     blocks, experts = _shape(analyses, base) if spec.gpus > 1 else (0, 0)
-    settings = settings_of(spec, blocks, experts)
+    settings = settings_of(spec, blocks, experts, int(dict(base.get("dims") or {})
+                                                      .get("seq", 0)))
     left_out = [PIPELINES] if spec.gpus > 1 and not blocks else []
     if experts:
         left_out.append(EXPERTS_BESIDE)
@@ -113,7 +114,8 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     if not settings:
         raise GraphcostError(f"{opt('global_batch', value=spec.global_batch)}: no layout of "
                              f"{spec.gpus} GPUs splits it evenly over its data ranks")
-    done = _evaluate(analyses, settings, base, extra, progress, prune_pipelines=not spec.pp)
+    done = _evaluate(analyses, settings, base, extra, progress,
+                     prune=(not spec.pp, not spec.cp))
     errors = [c.error for c in done if c.error is not None]
     if len(errors) == len(done):
         raise errors[0]
@@ -185,12 +187,13 @@ def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) ->
 
 def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mapping[str, Any],
               extra: Mapping[str, Any], progress: Progress | None,
-              prune_pipelines: bool = True) -> list[Candidate]:
+              prune: tuple[bool, bool] = (True, True)) -> list[Candidate]:
     """Each setting's candidate, layout by layout (``_layout``), its analysis sharing traces
-    and passes with the others' (analyzer/app/settings_analyses.py); with
-    ``prune_pipelines`` (the sizes not asked for), a pipeline's only where no layout of its
-    tensor-parallel size without one fits; an interleaved pipeline's only where its 1F1B
-    twin (analyzed before it) fits."""
+    and passes with the others' (analyzer/app/settings_analyses.py); with ``prune`` (for
+    pipeline and context-parallel sizes not asked for), a pipeline's only where no layout of
+    its tensor-parallel size without one fits, a context-parallel one's only where no layout
+    without tensor or context parallelism fits; an interleaved pipeline's only where its
+    1F1B twin (analyzed before it) fits."""
     done = iter(range(1, len(settings) + 1))
 
     def analyzed(s: Settings) -> Candidate:
@@ -204,11 +207,8 @@ def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mappin
     out: list[Candidate] = []
     for _, group in groupby(settings, key=lambda s: (s.mesh, s.batch, s.schedule)):
         group = list(group)
-        if prune_pipelines and group[0].pp > 1 and any(
-                c.status == "fits" and c.settings.pp == 1 and c.settings.tp == group[0].tp
-                for c in out):
-            why = (f"not analyzed: a layout of tp={group[0].tp} without pipeline stages fits "
-                   "(a pipeline adds its bubble)")
+        why = _pruned(group[0], out, prune)
+        if why:
             out.extend(Candidate(s, "pruned", why) for s in group)
             continue
         if group[0].interleaved and not any(
@@ -220,6 +220,20 @@ def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mappin
             continue
         out.extend(_layout(group, analyzed))
     return out
+
+
+def _pruned(first: Settings, done: list[Candidate], prune: tuple[bool, bool]) -> str:
+    """Why a layout (``first``: its first setting) is not analyzed after ``done`` ("": it
+    is): a pipeline where a layout of its tensor-parallel size without one fits, a context-
+    parallel layout where one without it fits (each adds to the step; a heuristic)."""
+    fits = [c.settings for c in done if c.status == "fits"]
+    if prune[0] and first.pp > 1 and any(s.pp == 1 and s.tp == first.tp for s in fits):
+        return (f"not analyzed: a layout of tp={first.tp} without pipeline stages fits (a "
+                "pipeline adds its bubble)")
+    if prune[1] and first.cp > 1 and any(s.cp == 1 and s.tp == 1 for s in fits):
+        return ("not analyzed: a layout without context parallelism fits (its ring adds "
+                "the key/value exchange)")
+    return ""
 
 
 def _layout(settings: list[Settings],

@@ -8,6 +8,8 @@ from typing import Any, Mapping
 
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.layouts import (
+    context_layouts,
+    context_sizes,
     data_layouts,
     data_ranks,
     expert_layouts,
@@ -42,6 +44,7 @@ class PlanSpec:
     node: int = GPUS_PER_NODE
     pp: tuple[int, ...] | None = None   # pipeline sizes (None: 1, then 2, 4, … as needed)
     ep: tuple[int, ...] | None = None   # expert-parallel sizes (None: 1, and each that fits)
+    cp: tuple[int, ...] | None = None   # context-parallel sizes (None: 1, then each as needed)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,10 @@ class Settings:
         return self.mesh.size("ep") or 1
 
     @property
+    def cp(self) -> int:
+        return self.mesh.size("cp") or 1
+
+    @property
     def interleaved(self) -> bool:
         return self.schedule == Schedule.INTERLEAVED
 
@@ -86,47 +93,58 @@ class Settings:
                 if self.mesh.dims else None}
 
 
-def settings_of(spec: PlanSpec, blocks: int = 0, experts: int = 0) -> list[Settings]:
+def settings_of(spec: PlanSpec, blocks: int = 0, experts: int = 0,
+                seq: int = 0) -> list[Settings]:
     """Every setting ``spec`` allows (pipelines of ``blocks``; expert parallelism of a layer's
-    ``experts``), grouped by rank program (tensor-parallel, pipeline and expert-parallel
-    size, batch), each layout's checkpoint plans from the least recompute."""
+    ``experts``; context parallelism of sequences of ``seq``), grouped by rank program
+    (tensor-parallel, pipeline, expert- and context-parallel size, batch), each layout's
+    checkpoint plans from the least recompute."""
     out = []
+    for cp in spec.cp or ():
+        if spec.gpus % cp:
+            raise GraphcostError(f"{opt('cp', value=cp)}: it must divide the {spec.gpus} GPUs")
     for tp in spec.tp or tensor_sizes(spec.gpus, spec.node):
         if spec.gpus % tp:
             raise GraphcostError(f"{opt('tp', value=tp)}: it must divide the "
                                  f"{spec.gpus} GPUs")
         for pp in spec.pp or (1, *pipeline_sizes(spec.gpus // tp, blocks)):
             if spec.gpus % (tp * pp) == 0:   # (a size asked for that no tp divides: none)
-                out.extend(_layouts(spec, tp, pp, blocks, experts))
+                out.extend(_layouts(spec, tp, pp, blocks, (experts, seq)))
     # (stable: layouts' order)
-    return sorted(out, key=lambda s: (s.tp, s.pp, s.ep, s.batch))
+    return sorted(out, key=lambda s: (s.tp, s.pp, s.ep, s.cp, s.batch))
 
 
-def _meshes(spec: PlanSpec, tp: int, pp: int, experts: int) -> list[Mesh]:
+def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Mesh]:
     """The meshes of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest (where
-    ``spec`` allows no expert parallelism) and, without tp or pp, FSDP with each expert-
-    parallel size ``spec`` allows (``experts``: a layer's)."""
+    ``spec`` allows no expert or context parallelism) and, without tp or pp, FSDP with each
+    expert- and each context-parallel size ``spec`` allows (``shape``: a layer's experts, the
+    sequence)."""
+    without = {d: sizes is None or 1 in sizes for d, sizes in (("ep", spec.ep),
+                                                                ("cp", spec.cp))}
     out = []
-    if spec.ep is None or 1 in spec.ep:
+    if all(without.values()):
         out = [m for m in (piped(flat, pp) for flat in data_layouts(spec.gpus // pp, tp,
                                                                      spec.node))
                if m is not None]
     if tp == pp == 1 and spec.gpus > 1:
-        sizes = expert_sizes(spec.gpus, experts, spec.node)
-        if spec.ep is not None:   # (those asked for, as the analysis would check them)
-            sizes = tuple(e for e in spec.ep if e > 1)
-        out += expert_layouts(spec.gpus, sizes)
+        # (sizes asked for are tried as asked, as the analysis would check them)
+        ep = expert_sizes(spec.gpus, shape[0], spec.node) if spec.ep is None else \
+            tuple(e for e in spec.ep if e > 1)
+        cp = context_sizes(spec.gpus, shape[1], spec.node) if spec.cp is None else \
+            tuple(c for c in spec.cp if c > 1)
+        out += expert_layouts(spec.gpus, ep) if without["cp"] else []
+        out += context_layouts(spec.gpus, cp) if without["ep"] else []
     return out
 
 
 def _layouts(spec: PlanSpec, tp: int, pp: int, blocks: int = 0,
-             experts: int = 0) -> list[Settings]:
+             shape: tuple[int, int] = (0, 0)) -> list[Settings]:
     """The settings of ``tp`` × ``pp`` GPUs' layouts (``_meshes``): each its batch and
     checkpoint plans (a pipeline's batch at least its stages: 1F1B's micro-batches), a
     pipeline's under 1F1B and, where ``blocks`` give two stages a rank and its micro-batches
     come in whole rounds, interleaved."""
     out = []
-    for mesh in _meshes(spec, tp, pp, experts):
+    for mesh in _meshes(spec, tp, pp, shape):
         ranks = data_ranks(mesh)
         if spec.global_batch is not None:
             if spec.global_batch % ranks:

@@ -8,7 +8,9 @@ analysis assumed:
 
 - the mesh: ``--parallelism.data-parallel-replicate-degree``, ``…-shard-degree``,
   ``--parallelism.tensor-parallel-degree`` (sequence parallel on: torchtitan's default and
-  graphcost's tensor-parallel plan), and for a pipeline ``…pipeline-parallel-degree`` with
+  graphcost's tensor-parallel plan), ``…context-parallel-degree`` (head-tail load balancing,
+  torchtitan's default, and PyTorch's all-gather ring, as graphcost traces them), and for a
+  pipeline ``…pipeline-parallel-degree`` with
   its schedule (1F1B or Interleaved1F1B, whose two stages a rank are torchtitan's default and
   graphcost's) and one sequence a micro-batch (torchtitan's default, as analyzed);
 - ``--training.local-batch-size`` (per data rank) and ``--training.seq-len``;
@@ -67,6 +69,9 @@ def torchtitan_args(model: str, mesh: Mapping[str, int], batch: int, checkpoint:
             "--training.local-batch-size", str(batch), "--training.seq-len", str(seq),
             "--loss.num-chunks", "1", "--training.disable-cuda-graphs",
             *PRECISIONS[precision]]
+    if mesh.get("cp", 1) > 1:   # (its defaults: head-tail load balancing, PyTorch's
+        #                              all-gather rotater, as graphcost's ring)
+        args += ["--parallelism.context-parallel-degree", str(mesh["cp"])]
     if mesh.get("pp", 1) > 1:
         args += ["--parallelism.pipeline-parallel-degree", str(mesh["pp"]),
                  "--parallelism.pipeline-parallel-schedule", TORCHTITAN_SCHEDULES[schedule],

@@ -19,7 +19,7 @@ from .output import check_writable, fitted, terminal_width
 from .serve_plan import add_serve_plan_args, run_serve
 
 # the options a plan sets per candidate or reads itself: not passed on to its command line
-OWN = {"gpus", "global_batch", "global_tokens", "tp", "pp", "ep", "top", "format", "output", "checkpoint", "batch",
+OWN = {"gpus", "global_batch", "global_tokens", "tp", "pp", "ep", "cp", "top", "format", "output", "checkpoint", "batch",
        "precision", "optimizer", "train", "parallel", "model", "serve", "prompt", "generate",
        "ttft", "tpot", "weight_dtype", "kv_dtype"}
 
@@ -28,7 +28,8 @@ def build_parser():
     p = Parser(prog="graphcost plan", description=(
         "Search the layouts (FSDP, HSDP, DDP beside each tensor-parallel size; pipeline "
         "stages beside FSDP and HSDP where no layout without them fits; expert parallelism "
-        "beside FSDP for a mixture of experts), checkpoint "
+        "beside FSDP for a mixture of experts; context parallelism beside FSDP where no "
+        "layout without it fits), checkpoint "
         "plans (none, sac, full) and batches of a training step on N GPUs; keep those whose "
         "every rank fits --device and rank them by the time estimate's tokens/s per GPU. "
         "Each candidate is what `graphcost MODEL --train --parallel MESH …` gives, and the "
@@ -58,6 +59,10 @@ def build_parser():
                    help="the expert-parallel sizes to try for a mixture of experts (1: none; "
                         "default none, and 2, 4, … up to a node that divide its experts), "
                         "carved out of FSDP's ranks")
+    p.add_argument("--cp", metavar="N[,N…]",
+                   help="the context-parallel sizes to try (1: none; default none, then 2, "
+                        "4, … up to a node, each sequence in 2·cp chunks, where no layout "
+                        "without it fits), sharding the weights with FSDP's ranks")
     p.add_argument("--top", type=int, default=5, metavar="K",
                    help="the candidates the table shows (default 5; JSON lists all)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -77,11 +82,11 @@ def run(args) -> int:
     if args.top < 1:
         raise GraphcostError(f"--top {args.top}: a whole number ≥ 1")
     if args.serve:
-        for given in ("pp", "ep"):
+        for given in ("pp", "ep", "cp"):
             if getattr(args, given):
                 raise GraphcostError(f"--{given}: a serving plan's replicas are "
-                                     "tensor-parallel (pipeline stages and experts are "
-                                     "searched for training)")
+                                     "tensor-parallel (pipeline stages, experts and "
+                                     "sequence shards are searched for training)")
         _, text = run_serve(args, _sizes(args.tp))
         _write(args.output, text)
         return 0
@@ -98,7 +103,8 @@ def run(args) -> int:
                     global_batch=_global_batch(args, base["dims"].get("seq")),
                     tp=_sizes(args.tp), checkpoints=checkpoints,
                     node=extra.get("gpus_per_node", GPUS_PER_NODE),
-                    pp=_sizes(args.pp, "--pp"), ep=_sizes(args.ep, "--ep"))
+                    pp=_sizes(args.pp, "--pp"), ep=_sizes(args.ep, "--ep"),
+                    cp=_sizes(args.cp, "--cp"))
     with progress(bar=True) as note:
         plan = plan_training(args.model, spec, base, note)
 

@@ -13,6 +13,11 @@ sizes asked for) the data ranks left over run
 With pipeline stages (``pipeline_sizes``: 2, 4, 8, … stages, outermost as torchtitan lays
 them) the data ranks left over run FSDP or HSDP: a pipeline beside DDP is not modelled.
 
+A model trained on long sequences also runs FSDP with context parallelism
+(``context_layouts``): each sequence split over ``cp`` of the ranks (2, 4, … up to a node,
+dividing the GPUs and the sequence into a head and a tail chunk a rank), which shard the
+weights with dp_shard's (torchtitan's dp_shard × cp), beside FSDP alone.
+
 A mixture of experts' GPUs also run FSDP with expert parallelism (``expert_layouts``): ``ep``
 ranks carved out of ``dp_shard`` (2, 4, … up to a node: the all-to-alls on NVLink, as
 torchtitan's and Megatron's MoE recipes keep them), each size dividing the data ranks and
@@ -91,3 +96,20 @@ def expert_layouts(gpus: int, sizes: tuple[int, ...]) -> list[Mesh]:
     """FSDP over ``gpus`` ranks with each expert-parallel size of ``sizes`` carved out of
     them (``dp_shard=gpus,ep=E``: torchtitan's efsdp × ep)."""
     return [Mesh((("dp_shard", gpus), ("ep", ep))) for ep in sizes]
+
+
+def context_sizes(gpus: int, seq: int, node: int) -> tuple[int, ...]:
+    """The context-parallel sizes a plan tries over ``gpus`` sharding ranks: 2, 4, … up to a
+    node, each dividing the ranks and ``seq`` into 2·cp chunks (0: no sequence)."""
+    sizes, cp = [], 2
+    while cp <= min(node, gpus):
+        if gpus % cp == 0 and seq and seq % (2 * cp) == 0:
+            sizes.append(cp)
+        cp *= 2
+    return tuple(sizes)
+
+
+def context_layouts(gpus: int, sizes: tuple[int, ...]) -> list[Mesh]:
+    """FSDP over ``gpus`` ranks, each size of ``sizes`` of them splitting every sequence
+    (``dp_shard=gpus/cp,cp=cp``)."""
+    return [Mesh((("dp_shard", gpus // cp), ("cp", cp))) for cp in sizes]
