@@ -8,7 +8,11 @@ import shlex
 
 import pytest
 from graphcost.analyzer.app.plan import plan_training
-from graphcost.analyzer.app.plan_settings import PlanSpec, pipeline_schedules
+from graphcost.analyzer.app.plan_settings import (
+    PlanSpec,
+    pipeline_schedules,
+    settings_of,
+)
 from graphcost.analyzer.cli.main import main
 from graphcost.passes.parallel.layouts import (
     context_sizes,
@@ -210,10 +214,15 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     FSDP fits; no context parallelism: ``--cp 1``); the fastest expert-parallel candidate
     is what analyzing its settings alone gives."""
     moe = dict(TINY, dims={"seq": 128})
-    plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1,), cp=(1,),
+    searched = settings_of(PlanSpec(4, batch=2, tp=(1,), cp=(1,)), 2, 4)
+    assert {s.mesh.words for s in searched} == {   # (DDP: left out under master weights)
+        "dp_shard=4", "dp_replicate=4", "dp_shard=4,ep=2", "dp_shard=4,ep=4",
+        "pp=2,dp_shard=2"}
+    # analyzed with the sizes fixed (--ep 1,2: ep 4 left out, one trace fewer)
+    plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1,), cp=(1,), ep=(1, 2),
                                                     checkpoints=("none",)), moe)
     assert {c.settings.mesh.words for c in plan.candidates} == {
-        "dp_shard=4", "dp_shard=4,ep=2", "dp_shard=4,ep=4", "pp=2,dp_shard=2"}
+        "dp_shard=4", "dp_shard=4,ep=2", "pp=2,dp_shard=2"}
     assert "expert parallelism beside tp or pp" in plan.not_searched
     best = next(c for c in plan.fitting if c.settings.ep > 1)
     direct = analyze("zoo:hf_mixtral", **moe, **best.settings.analyze_kwargs({}))
