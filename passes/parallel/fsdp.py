@@ -12,7 +12,8 @@ What torch/distributed/fsdp/_fully_shard does, per unit, in the order it does it
   its post-backward (zero2).
 * backward, pre-backward (as the gradient reaches the unit's output): copy out the all-gather
   prefetched by the unit that ran before in backward (the root prefetches the last block),
-  freeing its flat buffer at once, then prefetch the next one.
+  freeing its flat buffer at once, then prefetch the next one in reverse post-forward order
+  (a nested unit, which ends its forward first, after the unit around it).
 * post-backward (as the gradient of the unit's input is ready; at the end of backward for the
   root and units whose inputs need no gradient, root first): reshard, release the previous
   reduce-scatter input, copy the unsharded gradients into a padded reduce-scatter input (then
@@ -123,7 +124,11 @@ def _events(fsdp: _Fsdp, clock: Clock) -> tuple[dict[tuple[str, str], tuple], tu
         ev[u.name, "out"] = clock.before(u.forward[0], 1, f"{u.name}: copy-out")
     if fsdp.reshard:
         prev = None
-        for u in reversed(fsdp.gathered):
+        # in reverse post-forward order (FSDP2's ``post_forward_order``): a unit nested in
+        # another (an expert-parallel layer's experts in its block) ends its forward first,
+        # so the block's pre-backward prefetches the experts, whose pre-backward prefetches
+        # the block before
+        for u in sorted(fsdp.gathered, key=lambda u: -u.forward[1]):
             at, order = (min(fwd_end, n), 1) if prev is None else (prev.backward[0], 3)
             ev[u.name, "bag"] = clock.before(at, order, f"{u.name}: prefetch all-gather")
             ev[u.name, "bout"] = clock.before(u.backward[0], 2, f"{u.name}: backward copy-out")
