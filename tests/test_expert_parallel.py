@@ -27,7 +27,7 @@ from graphcost import analyze
 GROWN = (("num_local_experts", 8), ("intermediate_size", 256))
 BATCH, SEQ, D = 2, 128, 64
 RECIPES = ("fp32", "bf16-master")
-RANKS = Path(__file__).parents[1] / "benchmarks" / "results" / "expert_parallel_ranks.json"
+RANKS = Path(__file__).parents[1] / "benchmarks" / "results" / "parallel_ranks.json"
 
 
 def _model():
@@ -98,15 +98,15 @@ def test_experts_shard_over_the_ranks_that_hold_the_same_slice():
     assert p.comm.by_dim["efsdp"] == (2 * 2 * 786_432 + 2 * 786_432) // 2 == 2_359_296
     assert p.world_size == 4
     # each rank within 5% of the same step on 4 gloo ranks (FSDPMemTracker, recorded by
-    # benchmarks/accuracy_expert_parallel.py: rank 0 and 2 route more rows to themselves):
+    # benchmarks/accuracy_ranks.py: ranks 0 and 2 route more rows to themselves):
     # step 1 −4.2% / +4.6%, step 2 −2.7% / +4.3%. Before FSDP2's backward prefetch order was
     # read as its post-forward order (an experts unit nested in its block ends its forward
     # first: fsdp.py), graphcost held the experts' gathered buffer through the block's
     # backward too, +6.7% over ranks 1 and 3
-    recorded = json.loads(RANKS.read_text(encoding="utf-8"))
-    run = next(r for r in recorded["runs"] if r["mesh"] == "dp_shard=4,ep=2")
+    run = json.loads(RANKS.read_text(encoding="utf-8"))["cases"]["ep"]
+    assert run["mesh"] == "dp_shard=4,ep=2"
     for step, want in ((1, p.first_step_peak_bytes), (2, p.per_rank_peak_bytes)):
-        for rank, peak in enumerate(run["steps"][str(step)]):
+        for rank, peak in enumerate(run["peaks"]["fp32"][str(step)]):
             assert abs(want / peak - 1) <= 0.05, (step, rank, want, peak)
 
 

@@ -67,7 +67,7 @@ def test_the_best_candidate_is_the_direct_analysis_of_its_settings(tiny_plan):
     assert rates == sorted(rates, reverse=True) and len(fitting) == 4   # (none, full: 2 each)
     assert {c.settings.mesh.words for c in tiny_plan.candidates} == {
         "dp_shard=4", "dp_shard=2,tp=2", "pp=2,dp_shard=2", "dp_shard=2,cp=2",
-        "dp_shard=1,cp=4"}
+        "dp_shard=1,cp=4", "dp_shard=1,cp=2,tp=2"}
     # a pipeline is analyzed only where no layout of its tp size without one fits, context
     # parallelism only where no layout without it fits
     piped = [c for c in tiny_plan.candidates if c.settings.pp > 1]

@@ -190,9 +190,8 @@ def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mappin
               prune: tuple[bool, bool] = (True, True)) -> list[Candidate]:
     """Each setting's candidate, layout by layout (``_layout``), its analysis sharing traces
     and passes with the others' (analyzer/app/settings_analyses.py); with ``prune`` (for
-    pipeline and context-parallel sizes not asked for), a pipeline's only where no layout of
-    its tensor-parallel size without one fits, a context-parallel one's only where no layout
-    without tensor or context parallelism fits; an interleaved pipeline's only where its
+    pipeline and context-parallel sizes not asked for), a pipeline's or a context-parallel
+    one's only where no layout of its tensor-parallel size without one fits; an interleaved pipeline's only where its
     1F1B twin (analyzed before it) fits."""
     done = iter(range(1, len(settings) + 1))
 
@@ -224,15 +223,15 @@ def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mappin
 
 def _pruned(first: Settings, done: list[Candidate], prune: tuple[bool, bool]) -> str:
     """Why a layout (``first``: its first setting) is not analyzed after ``done`` ("": it
-    is): a pipeline where a layout of its tensor-parallel size without one fits, a context-
-    parallel layout where one without it fits (each adds to the step; a heuristic)."""
+    is): a pipeline or a context-parallel layout where one of its tensor-parallel size
+    without it fits (each adds to the step; a heuristic)."""
     fits = [c.settings for c in done if c.status == "fits"]
     if prune[0] and first.pp > 1 and any(s.pp == 1 and s.tp == first.tp for s in fits):
         return (f"not analyzed: a layout of tp={first.tp} without pipeline stages fits (a "
                 "pipeline adds its bubble)")
-    if prune[1] and first.cp > 1 and any(s.cp == 1 and s.tp == 1 for s in fits):
-        return ("not analyzed: a layout without context parallelism fits (its ring adds "
-                "the key/value exchange)")
+    if prune[1] and first.cp > 1 and any(s.cp == 1 and s.tp == first.tp for s in fits):
+        return (f"not analyzed: a layout of tp={first.tp} without context parallelism fits "
+                "(its ring adds the key/value exchange)")
     return ""
 
 

@@ -237,11 +237,12 @@ def _model_and_inputs(case: Case, rank: int):
         model = models_zoo.build_model(case.model, eval=False)
     shapes = dict(case.input_shapes) or models_zoo.input_shapes(case.model, case.batch)
     gen_ranges = {k: (int(v[0]), int(v[1])) for k, v in spec.int_ranges.items()}
-    torch.manual_seed(rank // case.cp)   # (a context-parallel group shares its sequences)
+    # (a context-parallel group's ranks, and their tensor-parallel ones, share sequences)
+    torch.manual_seed(rank // (case.cp * case.tp) if case.cp > 1 else rank)
     args = tuple(real_inputs(shapes, spec.input_dtypes, gen_ranges).values())
     if case.cp > 1:
         from .context_plan import sequence_shard
-        args = tuple(sequence_shard(a, rank % case.cp, case.cp) for a in args)
+        args = tuple(sequence_shard(a, rank // case.tp % case.cp, case.cp) for a in args)
     if case.precision == "bf16-true":
         model = model.to(torch.bfloat16)
         args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
@@ -257,6 +258,10 @@ def _mesh(case: Case):
     if case.ep > 1:        # torchtitan's sparse mesh: ep carved out of dp_shard
         return init_device_mesh("cpu", (dist.get_world_size() // case.ep, case.ep),
                                 mesh_dim_names=("efsdp", "ep"))
+    if case.cp > 1:        # (dp_shard, cp, tp): fully_shard over dp_shard × cp
+        shard = dist.get_world_size() // (case.cp * case.tp)
+        return init_device_mesh("cpu", (shard, case.cp, case.tp),
+                                mesh_dim_names=("dp_shard", "cp", "tp"))
     if case.replicate == 1 and case.tp == 1:
         return None
     shard = dist.get_world_size() // (case.replicate * case.tp)
@@ -266,7 +271,12 @@ def _mesh(case: Case):
 
 def _data_mesh(mesh):
     """The data dimensions of a 3-D mesh as fully_shard takes them: (replicate, shard) for
-    HSDP, the shard dimension alone, or None where the data dimensions are 1."""
+    HSDP, the shard dimension alone (with cp, dp_shard × cp flattened: torchtitan's
+    dp_shard_cp), or None where the data dimensions are 1."""
+    if "cp" in (mesh.mesh_dim_names or ()):
+        if mesh["dp_shard"].size() == 1:
+            return mesh["cp"]
+        return mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
     replicate, shard = mesh["dp_replicate"].size(), mesh["dp_shard"].size()
     if replicate > 1:
         return mesh["dp_replicate", "dp_shard"]
@@ -284,13 +294,10 @@ def _wrap(model, case: Case, mesh=None):
         from .tensor_plan import apply_tensor_parallel
         apply_tensor_parallel(model, mesh["tp"])
     experts, experts_mesh = _expert_ranks(model, case, mesh)
-    if case.cp > 1:   # (one ring over every rank: the cases' cp is the world)
-        import torch.distributed as dist
-        from torch.distributed.device_mesh import init_device_mesh
-
+    if case.cp > 1:
         from .context_plan import apply_context_parallel
-        apply_context_parallel(model, init_device_mesh("cpu", (dist.get_world_size(),),
-                                                       mesh_dim_names=("cp",)))
+        assert mesh is not None   # (_mesh makes one with cp)
+        apply_context_parallel(model, mesh["cp"])
     mesh = _data_mesh(mesh) if mesh is not None and case.ep == 1 else None
     if case.tp > 1:
         if mesh is None and case.strategy == Strategy.DDP:   # tp alone: no wrapper

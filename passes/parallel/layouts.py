@@ -14,9 +14,9 @@ With pipeline stages (``pipeline_sizes``: 2, 4, 8, … stages, outermost as torc
 them) the data ranks left over run FSDP or HSDP: a pipeline beside DDP is not modelled.
 
 A model trained on long sequences also runs FSDP with context parallelism
-(``context_layouts``): each sequence split over ``cp`` of the ranks (2, 4, … up to a node,
-dividing the GPUs and the sequence into a head and a tail chunk a rank), which shard the
-weights with dp_shard's (torchtitan's dp_shard × cp), beside FSDP alone.
+(``context_layouts``): each sequence split over ``cp`` of the data ranks (2, 4, … up to a
+node, dividing them and the sequence into a head and a tail chunk a rank), which shard the
+weights with dp_shard's (torchtitan's dp_shard × cp), beside each tensor-parallel size.
 
 A mixture of experts' GPUs also run FSDP with expert parallelism (``expert_layouts``): ``ep``
 ranks carved out of ``dp_shard`` (2, 4, … up to a node: the all-to-alls on NVLink, as
@@ -109,7 +109,9 @@ def context_sizes(gpus: int, seq: int, node: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def context_layouts(gpus: int, sizes: tuple[int, ...]) -> list[Mesh]:
-    """FSDP over ``gpus`` ranks, each size of ``sizes`` of them splitting every sequence
-    (``dp_shard=gpus/cp,cp=cp``)."""
-    return [Mesh((("dp_shard", gpus // cp), ("cp", cp))) for cp in sizes]
+def context_layouts(gpus: int, sizes: tuple[int, ...], tp: int = 1) -> list[Mesh]:
+    """FSDP over ``gpus`` ranks (``tp`` of them tensor-parallel, innermost), each size of
+    ``sizes`` of the rest splitting every sequence (``dp_shard=gpus/tp/cp,cp=cp[,tp=tp]``)."""
+    inner = (("tp", tp),) if tp > 1 else ()
+    return [Mesh((("dp_shard", gpus // tp // cp), ("cp", cp), *inner)) for cp in sizes
+            if (gpus // tp) % cp == 0]

@@ -172,9 +172,9 @@ def _check_context(mesh: Mesh) -> None:
     if (mesh.size("cp") or 1) == 1:
         return
     words = opt("parallel", value=mesh.words[:80])
-    if any(mesh.size(k) != 1 for k in ("tp", "pp", "ep")):
-        raise GraphcostError(f"{words}: context parallelism is modelled beside dp_shard and "
-                             "dp_replicate (beside tp, pp or ep not yet)")
+    if any(mesh.size(k) != 1 for k in ("pp", "ep")):
+        raise GraphcostError(f"{words}: context parallelism is modelled beside dp_shard, "
+                             "dp_replicate and tp (beside pp or ep not yet)")
     if mesh.size("dp_shard") is None:
         raise GraphcostError(f"{words}: the cp ranks shard the weights with dp_shard's; give "
                              "dp_shard's size (auto is not searched beside cp)")

@@ -1,0 +1,71 @@
+"""Per-rank peaks on more gloo ranks than the suite starts: layouts whose rank programs
+graphcost traces (expert parallelism, context parallelism beside tensor parallelism), measured
+by FSDPMemTracker on real CPU steps (analyzer/measure/parallel.py), the figures written to
+benchmarks/results/parallel_ranks.json, which the suite checks graphcost against without
+starting the ranks again (tests/test_expert_parallel.py, tests/test_context_parallel.py).
+
+    python -m benchmarks.accuracy_ranks [--case NAME …]
+
+Each case is its test module's model and step, on 4 ranks:
+
+- ``ep``: zoo hf_mixtral grown to 8 experts of 256, ``dp_shard=4,ep=2`` (torchtitan's
+  dispatcher, analyzer/measure/expert_plan.py), batch 2 × 128 a rank, fp32;
+- ``cp_tp``: zoo hf_llama with SDPA and 4 key/value heads, ``dp_shard=1,cp=2,tp=2`` (PyTorch's
+  ring attention, analyzer/measure/context_plan.py, inside DTensor's tensor-parallel plan,
+  analyzer/measure/tensor_plan.py), batch 2 × 512, fp32 and bf16-master.
+
+Every case: its own cross-entropy, Adam, steps 1 and 2, each block a fully_shard unit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results" / "parallel_ranks.json"
+UNITS = ("model.layers.0", "model.layers.1")
+CASES = {
+    "ep": dict(model="hf_mixtral", mesh="dp_shard=4,ep=2", batch=(2, 128),
+               overrides=(("num_local_experts", 8), ("intermediate_size", 256)),
+               precisions=("fp32",)),
+    "cp_tp": dict(model="hf_llama", mesh="dp_shard=1,cp=2,tp=2", batch=(2, 512),
+                  overrides=(("attn", "sdpa"), ("num_key_value_heads", 4)),
+                  precisions=("fp32", "bf16-master")),
+}
+
+
+def measure(name: str) -> dict:
+    """Each rank's step 1 and step 2 peaks for case ``name``, by precision recipe."""
+    from graphcost.analyzer.measure.parallel import Case, measure_parallel
+    from graphcost.passes.parallel.mesh import parse_mesh
+
+    c = CASES[name]
+    m = parse_mesh(str(c["mesh"]))
+    size = {k: m.size(k) or 1 for k in ("dp_shard", "cp", "tp", "ep")}
+    world = size["dp_shard"] * size["cp"] * size["tp"]
+    cases = [Case(str(c["model"]), "fsdp", c["batch"][0], (("input_ids", c["batch"]),), UNITS,
+                  precision=p, tp=size["tp"], ep=size["ep"], cp=size["cp"],
+                  overrides=c["overrides"]) for p in c["precisions"]]
+    rows = sorted(measure_parallel(cases, world), key=lambda r: r.rank)
+    return {p: {str(s): [r.peak for r in rows if r.step == s and r.case.precision == p]
+                for s in (1, 2)} for p in c["precisions"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--case", nargs="+", choices=sorted(CASES), default=sorted(CASES))
+    args = p.parse_args()
+    import torch
+    old = json.loads(RESULTS.read_text(encoding="utf-8")) if RESULTS.exists() else {}
+    cases = dict(old.get("cases", {}))
+    for name in args.case:
+        c = CASES[name]
+        cases[name] = {"model": c["model"], "mesh": c["mesh"], "batch": list(c["batch"]),
+                       "overrides": dict(c["overrides"]), "peaks": measure(name)}
+    out = {"torch": torch.__version__.split("+")[0], "optimizer": "adam", "cases": cases}
+    RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
