@@ -4,6 +4,8 @@ graphcost against."""
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 from graphcost.analyzer.app.api_checks import check_checkpoint
 from graphcost.analyzer.app.pipeline import run_passes
@@ -70,3 +72,26 @@ def step_flops(model, args: tuple) -> int:
         training_loss_of(model, args, None).backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops()
+
+
+# the per-rank peaks benchmarks/accuracy_ranks.py measured on more gloo ranks than the suite
+# starts
+RANKS = Path(__file__).parents[1] / "benchmarks" / "results" / "parallel_ranks.json"
+
+
+def recorded_peaks(case: str, mesh: str, precision: str = "fp32") -> list[tuple[int, int, int]]:
+    """(step, rank, measured peak) of ``case`` in RANKS, checked to be at ``mesh``."""
+    run = json.loads(RANKS.read_text(encoding="utf-8"))["cases"][case]
+    assert run["mesh"] == mesh, run["mesh"]
+    return [(int(step), rank, peak) for step, peaks in run["peaks"][precision].items()
+            for rank, peak in enumerate(peaks)]
+
+
+def assert_ranks_within(p, peaks, step1: float = 0.05, step2: float = 0.05) -> None:
+    """Each (step, rank, measured peak) of ``peaks`` within the tolerance of a parallel
+    report's (``p``) figure for that step: step 1 before the optimizer state exists, step 2
+    after."""
+    for step, rank, peak in peaks:
+        mine = p.first_step_peak_bytes if step == 1 else p.per_rank_peak_bytes
+        assert abs(mine / peak - 1) <= (step1 if step == 1 else step2), \
+            (step, rank, mine, peak)

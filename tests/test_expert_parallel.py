@@ -12,9 +12,6 @@ traces balanced routing, the estimate between them.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
 from graphcost.analyzer.measure.parallel import Case, measure_parallel
@@ -23,11 +20,11 @@ from graphcost.passes.errors import GraphcostError
 from graphcost.passes.parallel.mesh import parse_mesh
 
 from graphcost import analyze
+from tests.shared import assert_ranks_within, recorded_peaks
 
 GROWN = (("num_local_experts", 8), ("intermediate_size", 256))
 BATCH, SEQ, D = 2, 128, 64
 RECIPES = ("fp32", "bf16-master")
-RANKS = Path(__file__).parents[1] / "benchmarks" / "results" / "parallel_ranks.json"
 
 
 def _model():
@@ -61,13 +58,10 @@ def test_each_rank_within_5_percent_of_a_real_expert_parallel_step(predicted, me
     p = predicted[precision]
     rows = [m for m in measured if m.case.precision == precision]
     assert len(rows) == 4                                   # 2 ranks × steps 1 and 2
-    for m in rows:
-        want = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
-        # step 2 (Adam's state exists) is the acceptance's; step 1 sits at −3.9% on rank 0,
-        # where gloo's thread freeing a buffer late could lift a real peak by a unit's
-        # gradient shard (test_parallel_reality.py): 1 point more room there
-        assert abs(want / m.peak - 1) <= (0.05 if m.step == 2 else 0.06), \
-            (precision, m.rank, m.step, want, m.peak)
+    # step 2 (Adam's state exists) is the acceptance's; step 1 sits at −3.9% on rank 0,
+    # where gloo's thread freeing a buffer late could lift a real peak by a unit's gradient
+    # shard (test_parallel_reality.py): 1 point more room there
+    assert_ranks_within(p, [(m.step, m.rank, m.peak) for m in rows], step1=0.06)
 
 
 def test_the_experts_are_units_of_their_own_and_the_exchange_is_counted(predicted):
@@ -103,11 +97,7 @@ def test_experts_shard_over_the_ranks_that_hold_the_same_slice():
     # read as its post-forward order (an experts unit nested in its block ends its forward
     # first: fsdp.py), graphcost held the experts' gathered buffer through the block's
     # backward too, +6.7% over ranks 1 and 3
-    run = json.loads(RANKS.read_text(encoding="utf-8"))["cases"]["ep"]
-    assert run["mesh"] == "dp_shard=4,ep=2"
-    for step, want in ((1, p.first_step_peak_bytes), (2, p.per_rank_peak_bytes)):
-        for rank, peak in enumerate(run["peaks"]["fp32"][str(step)]):
-            assert abs(want / peak - 1) <= 0.05, (step, rank, want, peak)
+    assert_ranks_within(p, recorded_peaks("ep", "dp_shard=4,ep=2"))
 
 
 @pytest.mark.parametrize("text, said", [

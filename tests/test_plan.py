@@ -30,6 +30,14 @@ TINY = dict(train=True, optimizer="adamw", precision="bf16-master", dims={"seq":
             device="h100", what_if=False)
 
 
+def assert_is_direct(c, direct) -> None:
+    """Candidate ``c``'s figures are ``direct``'s, the analysis of its settings alone."""
+    assert direct.roofline is not None and direct.time is not None and c.time is not None
+    assert c.needs_bytes == direct.roofline.fit.needs
+    assert c.allocated_bytes == direct.peak_bytes
+    assert c.time.seconds == direct.time.seconds
+
+
 def test_the_meshes_of_64_gpus_are_torchtitans_layouts():
     # tp 1, 2, 4, 8: within a node of 8, and dividing 64
     assert tensor_sizes(64, 8) == (1, 2, 4, 8)
@@ -54,10 +62,8 @@ def test_the_best_candidate_is_the_direct_analysis_of_its_settings(tiny_plan):
     best = tiny_plan.best
     assert best is not None and best.status == "fits"
     direct = analyze("zoo:llama_tiny", **TINY, **best.settings.analyze_kwargs({}))
-    assert direct.roofline is not None and direct.time is not None and best.time is not None
-    assert best.needs_bytes == direct.roofline.fit.needs
-    assert best.allocated_bytes == direct.peak_bytes
-    assert best.time.seconds == direct.time.seconds
+    assert_is_direct(best, direct)
+    assert direct.time is not None and best.time is not None
     assert best.time.tokens_per_second == direct.time.tokens_per_second
     # every fitting candidate fits, ranked by throughput; DDP is not searched under master
     # weights (FSDP2's MixedPrecisionPolicy holds them)
@@ -227,10 +233,7 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     best = next(c for c in plan.fitting if c.settings.ep > 1)
     direct = analyze("zoo:hf_mixtral", **moe, **best.settings.analyze_kwargs({}))
     assert direct.parallel is not None and direct.parallel.mesh.get("ep") == best.settings.ep
-    assert direct.roofline is not None and direct.time is not None and best.time is not None
-    assert best.needs_bytes == direct.roofline.fit.needs
-    assert best.allocated_bytes == direct.peak_bytes
-    assert best.time.seconds == direct.time.seconds
+    assert_is_direct(best, direct)
     assert best.samples == 2 * 4   # (ep is carved out of the 4 data ranks: 4 batches of 2)
 
 
@@ -244,11 +247,8 @@ def test_context_parallel_sizes_asked_for_are_analyzed_and_are_their_direct_anal
                                                     checkpoints=("none",)), TINY)
     ring = next(c for c in plan.candidates if c.settings.cp == 2)
     assert ring.status == "fits" and ring.settings.mesh.words == "dp_shard=2,cp=2"
-    direct = analyze("zoo:llama_tiny", **TINY, **ring.settings.analyze_kwargs({}))
-    assert direct.roofline is not None and direct.time is not None and ring.time is not None
-    assert ring.needs_bytes == direct.roofline.fit.needs
-    assert ring.allocated_bytes == direct.peak_bytes
-    assert ring.time.seconds == direct.time.seconds
+    assert_is_direct(ring, analyze("zoo:llama_tiny", **TINY,
+                                   **ring.settings.analyze_kwargs({})))
     assert ring.samples == 2 * 2   # (2 data ranks of batch 2: the cp ranks share theirs)
     args = torchtitan_args("zoo:llama3_8b", {"dp_shard": 2, "cp": 2}, 2, "none",
                            {"precision": "bf16-master", "optimizer": "adamw",
