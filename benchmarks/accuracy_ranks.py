@@ -12,7 +12,9 @@ Each case is its test module's model and step, on 4 ranks:
   dispatcher, analyzer/measure/expert_plan.py), batch 2 × 128 a rank, fp32;
 - ``cp_tp``: zoo hf_llama with SDPA and 4 key/value heads, ``dp_shard=1,cp=2,tp=2`` (PyTorch's
   ring attention, analyzer/measure/context_plan.py, inside DTensor's tensor-parallel plan,
-  analyzer/measure/tensor_plan.py), batch 2 × 512, fp32 and bf16-master.
+  analyzer/measure/tensor_plan.py), batch 2 × 512, fp32 and bf16-master;
+- ``cp_dp``: the same model, ``dp_shard=2,cp=2`` (fully_shard over dp_shard × cp flattened,
+  torchtitan's dp_shard_cp; two batches, each sequence over a ring of 2), fp32.
 
 Every case: its own cross-entropy, Adam, steps 1 and 2, each block a fully_shard unit.
 """
@@ -31,6 +33,9 @@ CASES = {
     "cp_tp": dict(model="hf_llama", mesh="dp_shard=1,cp=2,tp=2", batch=(2, 512),
                   overrides=(("attn", "sdpa"), ("num_key_value_heads", 4)),
                   precisions=("fp32", "bf16-master")),
+    "cp_dp": dict(model="hf_llama", mesh="dp_shard=2,cp=2", batch=(2, 512),
+                  overrides=(("attn", "sdpa"), ("num_key_value_heads", 4)),
+                  precisions=("fp32",)),
 }
 
 
