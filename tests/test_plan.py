@@ -38,6 +38,14 @@ def assert_is_direct(c, direct) -> None:
     assert c.time.seconds == direct.time.seconds
 
 
+def llama3_8b_args(mesh: dict, batch: int, checkpoint: str, schedule: str = "1f1b"):
+    """torchtitan's arguments for Llama 3.1 8B at 8,192 tokens, bf16-master and AdamW."""
+    from graphcost.analyzer.cli.engine_args import torchtitan_args
+    return torchtitan_args("zoo:llama3_8b", mesh, batch, checkpoint,
+                           {"precision": "bf16-master", "optimizer": "adamw",
+                            "dims": {"seq": 8192}}, schedule)
+
+
 def test_the_meshes_of_64_gpus_are_torchtitans_layouts():
     # tp 1, 2, 4, 8: within a node of 8, and dividing 64
     assert tensor_sizes(64, 8) == (1, 2, 4, 8)
@@ -110,8 +118,6 @@ def test_a_pipeline_candidate_is_the_direct_analysis_of_its_settings():
     fully_shard over the other two GPUs, one sequence a micro-batch, under 1F1B and under
     interleaved 1F1B: each schedule's fastest is what analyzing its settings alone gives, and
     torchtitan's line names it."""
-    from graphcost.analyzer.cli.engine_args import torchtitan_args
-
     plan = plan_training("zoo:llama_tiny", PlanSpec(4, batch=4, pp=(1, 2)), TINY)
     piped = [c for c in plan.candidates if c.settings.pp == 2]
     assert piped and not any("without pipeline stages fits" in c.detail for c in piped)
@@ -125,9 +131,7 @@ def test_a_pipeline_candidate_is_the_direct_analysis_of_its_settings():
     assert best.needs_bytes == direct.roofline.fit.needs
     assert best.time.seconds == direct.time.seconds
     assert best.samples == 4 * 2   # (each of the 2 data ranks' pipelines takes 4)
-    args = torchtitan_args("zoo:llama3_8b", {"pp": 2, "dp_shard": 2}, 4, "full",
-                           {"precision": "bf16-master", "optimizer": "adamw",
-                            "dims": {"seq": 8192}})
+    args = llama3_8b_args({"pp": 2, "dp_shard": 2}, 4, "full")
     assert args is not None
     assert args[args.index("--parallelism.pipeline-parallel-degree") + 1] == "2"
     assert args[args.index("--parallelism.pipeline-parallel-microbatch-size") + 1] == "1"
@@ -147,9 +151,7 @@ def test_a_pipeline_candidate_is_the_direct_analysis_of_its_settings():
     # the plan prunes an interleaved layout whose 1F1B twin does not fit: it holds more
     assert woven.allocated_bytes >= best.allocated_bytes and woven.time.seconds < \
         best.time.seconds   # (and it is there for its shorter bubble)
-    args = torchtitan_args("zoo:llama3_8b", {"pp": 2, "dp_shard": 2}, 4, "none",
-                           {"precision": "bf16-master", "optimizer": "adamw",
-                            "dims": {"seq": 8192}}, woven.settings.schedule)
+    args = llama3_8b_args({"pp": 2, "dp_shard": 2}, 4, "none", woven.settings.schedule)
     assert args is not None
     assert args[args.index("--parallelism.pipeline-parallel-schedule") + 1] == "Interleaved1F1B"
 
@@ -241,8 +243,6 @@ def test_context_parallel_sizes_asked_for_are_analyzed_and_are_their_direct_anal
     """``--cp 1,2`` on 4 GPUs: FSDP over all 4 with whole sequences, and over 2 × cp 2 with
     each sequence split in two (analyzed although FSDP fits: asked for); its candidate is
     what analyzing its settings alone gives, and torchtitan's line names the degree."""
-    from graphcost.analyzer.cli.engine_args import torchtitan_args
-
     plan = plan_training("zoo:llama_tiny", PlanSpec(4, batch=2, tp=(1,), cp=(1, 2),
                                                     checkpoints=("none",)), TINY)
     ring = next(c for c in plan.candidates if c.settings.cp == 2)
@@ -250,9 +250,7 @@ def test_context_parallel_sizes_asked_for_are_analyzed_and_are_their_direct_anal
     assert_is_direct(ring, analyze("zoo:llama_tiny", **TINY,
                                    **ring.settings.analyze_kwargs({})))
     assert ring.samples == 2 * 2   # (2 data ranks of batch 2: the cp ranks share theirs)
-    args = torchtitan_args("zoo:llama3_8b", {"dp_shard": 2, "cp": 2}, 2, "none",
-                           {"precision": "bf16-master", "optimizer": "adamw",
-                            "dims": {"seq": 8192}})
+    args = llama3_8b_args({"dp_shard": 2, "cp": 2}, 2, "none")
     assert args is not None
     assert args[args.index("--parallelism.context-parallel-degree") + 1] == "2"
     assert args[args.index("--parallelism.data-parallel-shard-degree") + 1] == "2"

@@ -184,8 +184,11 @@ def _run_case(case: Case, rank: int, steps):
     # Under fully_shard, steps 2 and 3 are the same steady state (Adam's state exists): step 2
     # is reported as the lower of the two, because on a loaded machine gloo's thread may free
     # a collective's buffer late in one of them and lift that step's peak by a buffer it does
-    # not hold. (Not DDP: from step 3 its gradients are views into the buckets.)
-    sharded = Strategy(case.strategy).shards_gradients
+    # not hold. (Not DDP: from step 3 its gradients are views into the buckets. Tensor
+    # parallelism alone has no DDP wrapper: its steps 2 and 3 are alike too.)
+    import torch.distributed as dist
+    alone = case.tp > 1 and case.strategy == Strategy.DDP and dist.get_world_size() == case.tp
+    sharded = Strategy(case.strategy).shards_gradients or alone
     last = max(steps) + (STEADY_REPEATS - 1 if sharded and max(steps) == 2 else 0)
     for step in range(1, last + 1):
         tracker = tracker_for()
