@@ -97,3 +97,28 @@ def test_torchtitans_config_manager_reads_a_pipeline(schedule, named, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [8, named, 1, 8, 8]
+
+
+PARSE_CP = r"""
+import json, sys
+from torchtitan.config import ConfigManager
+c = ConfigManager().parse_args(json.loads(sys.argv[1]))
+p = c.parallelism
+print(json.dumps([p.context_parallel_degree, p.context_parallel_load_balancer,
+                  p.data_parallel_shard_degree, c.training.seq_len]))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
+                    reason="torchtitan is not installed here (.ci/run installs it in the "
+                           "newest-torch venv)")
+def test_torchtitans_config_manager_reads_context_parallelism(tmp_path):
+    """A 64k-token Llama 3.1 8B over FSDP 2 × cp 4 (docs/plan.md's long-sequence plan): the
+    degree as graphcost analyzed it, with torchtitan's head-tail load balancing (its
+    default, and the shard graphcost traces)."""
+    args = torchtitan_args("zoo:llama3_8b", {"dp_shard": 2, "cp": 4}, 1, "full",
+                           {**BASE, "dims": {"seq": 65536}})
+    out = subprocess.run([sys.executable, "-c", PARSE_CP, json.dumps(args)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [4, "headtail", 2, 65536]
