@@ -40,13 +40,14 @@ def joint(model: str):
 
 def predict(model: str, strategy: str, world: int):
     from graphcost.analyzer.app.pipeline import run_passes
-    from graphcost.passes.parallel.step import ParallelSpec
+    from graphcost.passes.parallel.spec import ParallelSpec
 
     return run_passes(joint(model), PassOptions(optimizer="adam", include_inputs=False, what_if=False, parallel=ParallelSpec(strategy, world))).parallel
 
 
 def rows(models, strategies, world: int, fake: bool) -> list[dict]:
-    from graphcost.analyzer.measure.parallel import Case, items, measure_parallel
+    from graphcost.analyzer.measure.parallel import Case, measure_parallel
+    from graphcost.analyzer.measure.tracker_items import items
 
     preds = {(m, s): predict(m, s, world) for m in models for s in strategies}
     cases = [Case(m, s, 2, SHAPES.get(m, ()), tuple(u.name for u in p.units

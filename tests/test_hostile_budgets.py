@@ -224,7 +224,7 @@ def test_api_raises_only_graphcost_error_naming_the_argument(kwargs, named):
 def test_api_and_cli_share_the_world_size_bound(capsys):
     # 2^16 = 65,536 ranks, the bound --world-size auto searches to: the same on both sides
     from graphcost.analyzer.cli.main import main
-    from graphcost.passes.parallel.step import MAX_WORLD
+    from graphcost.passes.parallel.spec import MAX_WORLD
     assert MAX_WORLD == 65_536
     assert main(["zoo:mlp", "--train", "--parallel", "ddp", "--world-size", "65537"]) == 2
     assert "from 1 to 65,536" in capsys.readouterr().err

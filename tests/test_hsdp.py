@@ -15,7 +15,7 @@ from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions
 from graphcost.analyzer.measure.parallel import Case, measure_parallel
 from graphcost.passes.errors import GraphcostError
-from graphcost.passes.parallel.step import ParallelSpec
+from graphcost.passes.parallel.spec import ParallelSpec
 
 from graphcost import analyze
 from tests.shared import joint_graph

@@ -14,7 +14,7 @@ from graphcost.analyzer.cli.main import main
 from graphcost.passes.device.fits import Overhead
 from graphcost.passes.device_rates import DeviceRates
 from graphcost.passes.parallel.comm import InterconnectRates
-from graphcost.passes.parallel.step import ParallelSpec
+from graphcost.passes.parallel.spec import ParallelSpec
 from torch import nn
 
 from graphcost import GraphcostError, analyze

@@ -16,8 +16,9 @@ import pytest
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions, build_request
 from graphcost.analyzer.load.loading import load_graph
-from graphcost.analyzer.measure.parallel import Case, items, measure_parallel
-from graphcost.passes.parallel.step import ParallelSpec
+from graphcost.analyzer.measure.parallel import Case, measure_parallel
+from graphcost.analyzer.measure.tracker_items import items
+from graphcost.passes.parallel.spec import ParallelSpec
 
 from tests.shared import joint_graph
 

@@ -1,6 +1,6 @@
 """analyze()'s pass arguments checked as the command line checks its options.
 
-The world size is within the bound the passes search (passes.parallel.step.MAX_WORLD), a
+The world size is within the bound the passes search (passes.parallel.spec.MAX_WORLD), a
 device is a name or a DeviceRates with positive rates, an overhead a
 passes.device.fits.Overhead (or its command-line text), a checkpoint plan one of the four
 forms the CLI builds. Each reads the caller's values made plain first, with the helpers of
@@ -287,7 +287,7 @@ def parallel_spec(parallel, train: bool):
     parallel = plain(parallel, "parallel")
     if not parallel:
         return None
-    from ...passes.parallel.step import ParallelSpec, check_spec
+    from ...passes.parallel.spec import ParallelSpec, check_spec
     from .devices import get_interconnect
 
     if not isinstance(parallel, Mapping):

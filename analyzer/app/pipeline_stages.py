@@ -22,7 +22,7 @@ from ...passes.parallel.pipeline import (
     stage_step,
 )
 from ...passes.parallel.schedules import check_schedule, fits_stages, stage_layers
-from ...passes.parallel.step import ParallelSpec
+from ...passes.parallel.spec import ParallelSpec
 from ...passes.parallel.step_time import RankStep, pipeline_step_time
 from ...passes.parallel.tensor import with_tensor_parallel
 from ...passes.training.precision import master_weights

@@ -21,7 +21,7 @@ from ...passes.errors import GraphcostError, opt
 from ...passes.graph.attention_dispatch import AttentionTarget
 from ...passes.memory.caching_allocator import AllocatorConfig
 from ...passes.parallel.comm import InterconnectRates
-from ...passes.parallel.step import ParallelSpec
+from ...passes.parallel.spec import ParallelSpec
 from ...passes.training.checkpoint import CheckpointSpec
 from ...passes.training.precision import AutocastSpec
 from ..load.checks import check_arguments, plain_arguments

@@ -106,23 +106,31 @@ def tp_collectives(graph: Graph, recomputed: frozenset[int] = frozenset()) -> di
     return out
 
 
+def output_bytes(graph: Graph, ops: tuple[str, ...],
+                 recomputed: frozenset[int] = frozenset()) -> dict[str, tuple[int, int]]:
+    """Per op of ``ops``: (the bytes of its nodes' outputs, its calls), a ``recomputed`` node
+    twice."""
+    out = dict.fromkeys(ops, (0, 0))
+    for node in (*graph.nodes, *(graph.nodes[i] for i in sorted(recomputed))):
+        if node.op in out:
+            size, calls = out[node.op]
+            out[node.op] = (size + (graph.values[node.outputs[0]].spec.nbytes or 0), calls + 1)
+    return out
+
+
 def all_to_all_bytes(graph: Graph, recomputed: frozenset[int] = frozenset()) -> tuple[int, int]:
     """(the bytes of the graph's expert-parallel all-to-alls — each one's buffer, what a rank
     sends — and their calls), a ``recomputed`` node twice."""
-    nodes = [*graph.nodes, *(graph.nodes[i] for i in sorted(recomputed))]
-    mine = [n for n in nodes if n.op == ALL_TO_ALL]
-    return sum(graph.values[n.outputs[0]].spec.nbytes or 0 for n in mine), len(mine)
+    return output_bytes(graph, (ALL_TO_ALL,), recomputed)[ALL_TO_ALL]
 
 
 def ring_bytes(graph: Graph,
                recomputed: frozenset[int] = frozenset()) -> tuple[int, int, int]:
     """(the bytes of the graph's context-parallel all-gathers — each one's output — and of
     its ring passes, and their calls), a ``recomputed`` node twice."""
-    nodes = [*graph.nodes, *(graph.nodes[i] for i in sorted(recomputed))]
-    sizes = {op: [graph.values[n.outputs[0]].spec.nbytes or 0 for n in nodes if n.op == op]
-             for op in (CP_GATHER, CP_PASS)}
-    return sum(sizes[CP_GATHER]), sum(sizes[CP_PASS]), len(sizes[CP_GATHER]) + \
-        len(sizes[CP_PASS])
+    found = output_bytes(graph, (CP_GATHER, CP_PASS), recomputed)
+    (gathered, gathers), (passed, passes) = found[CP_GATHER], found[CP_PASS]
+    return gathered, passed, gathers + passes
 
 
 def ring_wire(counts: Mapping[str, int], ranks: int) -> int:
