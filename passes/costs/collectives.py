@@ -110,7 +110,7 @@ def output_bytes(graph: Graph, ops: tuple[str, ...],
                  recomputed: frozenset[int] = frozenset()) -> dict[str, tuple[int, int]]:
     """Per op of ``ops``: (the bytes of its nodes' outputs, its calls), a ``recomputed`` node
     twice."""
-    out = dict.fromkeys(ops, (0, 0))
+    out: dict[str, tuple[int, int]] = dict.fromkeys(ops, (0, 0))
     for node in (*graph.nodes, *(graph.nodes[i] for i in sorted(recomputed))):
         if node.op in out:
             size, calls = out[node.op]
