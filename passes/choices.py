@@ -92,3 +92,11 @@ class Loss(Choice):
     CE = "ce"                   # cross-entropy over the vocabulary, fp32 logits (torchtitan)
     CHUNKED_CE = "chunked-ce"   # torchtune's CEWithChunkedOutputLoss
     SUM = "sum"                 # the sum of the floating outputs
+
+
+class Float8(Choice):
+    """torchao's float8 training recipes (``Float8LinearConfig.from_recipe_name``): the
+    linears a training step runs in float8 (analyzer/frontends/torch/float8_linears.py)."""
+    TENSORWISE = "tensorwise"                   # one scale a tensor
+    ROWWISE = "rowwise"                         # a scale a row (torchtitan 0.3's default)
+    ROWWISE_WITH_GW_HP = "rowwise_with_gw_hp"   # rowwise, the weight gradient's product in bf16

@@ -34,7 +34,9 @@ class DeviceRates:
         return self.capability is not None or self.rocm
 
     def peak(self, dtype: str) -> float:
-        """The rate for ``dtype``, falling back to fp32 where the device has no fast path."""
-        rate = self.peak_flops.get(dtype) or self.peak_flops["fp32"]
+        """The rate for ``dtype`` (fp8 and fp4: ``narrow_flops``'), falling back to fp32 where
+        the device has no fast path."""
+        rate = self.peak_flops.get(dtype) or self.narrow_flops.get(dtype) or \
+            self.peak_flops["fp32"]
         assert rate is not None  # every device has an fp32 rate (a --device spec must give one)
         return rate

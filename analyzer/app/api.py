@@ -38,7 +38,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             all_layers: bool = False, attention: str = "auto", allocator: str | None = None,
             dtype: str | None = None, loss: str = "auto", device_profile: Any = None,
             compile: bool = False, tokens: int | None = None,  # noqa: A002 (torch's name)
-            price: float | None = None, **unknown) -> Report:
+            price: float | None = None, float8: str | None = None, **unknown) -> Report:
     """Analyze ``model`` at the given bindings; see the module docstring for what it accepts.
 
     ONNX: ``batch`` binds axis 0 of the graph inputs (default 1), ``dims`` any other symbolic
@@ -84,6 +84,10 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     chunked-ce, sum; analyzer/frontends/torch/lm_loss.py): the loss the step backpropagates;
     auto is the model's own (a transformers causal LM given labels), else cross-entropy
     over the vocabulary for a language-model head, else the sum of the outputs.
+    ``float8`` (training: tensorwise, rowwise, rowwise_with_gw_hp; torchao's recipes): the
+    step's linears swapped for torchao's Float8Linear as torchtitan's converter swaps them
+    (analyzer/frontends/torch/float8_linears.py); a module already converted is traced as
+    it is.
     ``device_profile`` (the path of a profile ``graphcost calibrate`` wrote, or a
     passes.device.profile.DeviceProfile) adds the time estimate with its error band (the
     report's ``time``; passes/device/time_estimate.py). Raises
@@ -100,7 +104,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
             parallel=parallel, optimizer_impl=optimizer_impl, serve=serve,
             all_layers=all_layers, attention=attention, allocator=allocator, dtype=dtype,
             loss=loss, device_profile=device_profile, compile=compile, tokens=tokens,
-            price=price)
+            price=price, float8=float8)
         return run_request(model, request, example_inputs, progress)
     except GraphcostError:  # (its message names this face's arguments)
         raise

@@ -199,8 +199,9 @@ NO_COMM = CommVolume(0, 0, 0, 0, 0, None, None, None)
 
 def step_work(report: Report, device) -> tuple[int, int, float | None]:
     """A report's step for the clock: its FLOPs, its checkpoint plan's recompute FLOPs, and
-    ``device``'s dense rate of the dtype most of its FLOPs run in (None: no device)."""
-    by_dtype = report.totals.flops_by_dtype
+    ``device``'s dense rate of the dtype most of its FLOPs run in (None: no device) — not
+    fp8's: float8 linears' MFU is against the bf16 rate, as torchtitan reports it."""
+    by_dtype = {k: v for k, v in report.totals.flops_by_dtype.items() if k != "fp8"}
     dtype = max(by_dtype, key=lambda k: by_dtype[k]) if by_dtype else "fp32"
     plan = report.training.checkpoint if report.training is not None else None
     return (report.totals.flops, plan.recompute_flops if plan is not None else 0,

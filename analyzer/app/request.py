@@ -89,7 +89,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                   allocator: str | None = None, dtype: str | None = None,
                   loss: str = "auto", device_profile: Any = None,
                   compile: bool = False, tokens: int | None = None,  # noqa: A002
-                  price: float | None = None) -> Request:
+                  price: float | None = None, float8: str | None = None) -> Request:
     """The request ``analyze``'s keyword arguments ask for, every one checked (a
     GraphcostError naming it, in the command line's words: analyze rewords them)."""
     from ...passes.training.precision import canonical
@@ -106,7 +106,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                        zoo_exporter, train, all_layers,
                        attention_target(rates, precision, attention),
                        autocast_spec(rates, precision) if train else None, dtype,
-                       cast_dtype(precision) if train else None, loss)
+                       cast_dtype(precision) if train else None, loss, float8=float8)
     if serve is not None:
         r = _serve_request(serve, load, precision, include_inputs=include_inputs,
                            lifetimes=lifetimes, device=device, tf32=tf32, overhead=overhead)
@@ -123,6 +123,10 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
     passes = replace(passes, compiled=_compiled(compile, rates, profile),
                      **run_budget(tokens, price, rates, profile))
     if passes.parallel is not None:  # traced as one rank's program
+        if float8 is not None and passes.parallel.tp > 1:
+            raise GraphcostError(f"{opt('float8')} beside tensor parallelism: not modelled "
+                                 "(torchao's float8 tensor-parallel styles); use FSDP, "
+                                 "or bf16 with tp")
         load = replace(load, tensor_parallel=passes.parallel.tp,
                        expert_parallel=passes.parallel.ep,
                        context_parallel=passes.parallel.cp)

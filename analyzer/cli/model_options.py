@@ -8,7 +8,7 @@ import re
 import sys
 from contextlib import contextmanager
 
-from ...passes.choices import Attention, Lifetimes, Loss, Optimizer
+from ...passes.choices import Attention, Float8, Lifetimes, Loss, Optimizer
 from ...passes.errors import GraphcostError
 from ...passes.training.precision import CHOICES
 from ..app.devices import get_device, parse_device_spec, parse_overhead
@@ -90,6 +90,10 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
                         "cross-entropy over the vocabulary for a language-model head; else "
                         "the sum of the outputs); ce: fp32 cross-entropy as torchtitan; "
                         "chunked-ce: torchtune's CEWithChunkedOutputLoss (8 chunks)")
+    p.add_argument("--float8", choices=Float8.words(), default=None, metavar="RECIPE",
+                   help="with --train: the linears run torchao's float8 recipe (tensorwise, "
+                        "rowwise, rowwise_with_gw_hp), swapped as torchtitan's float8 "
+                        "converter swaps them (the output projection kept); needs torchao")
     add_parallel_args(p)
     add_checkpoint_args(p)
     p.add_argument("--device", metavar="NAME",
@@ -242,6 +246,7 @@ def analysis_kwargs(args) -> dict:
                 parallel=parallel_args(args), optimizer_impl=args.optimizer_impl,
                 all_layers=args.all_layers, attention=args.attention,
                 allocator=args.allocator, dtype=args.dtype, loss=args.loss,
+                float8=args.float8,
                 device_profile=args.device_profile, compile=args.compile,
                 tokens=int(parse_count(args.tokens, "--tokens")) if args.tokens else None,
                 price=args.price)

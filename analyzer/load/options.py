@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from ...passes.choices import Exporter, Loss
+from ...passes.choices import Exporter, Float8, Loss
 from ...passes.errors import GraphcostError, opt
 from ...passes.graph.attention_dispatch import AttentionTarget
 from ...passes.training.precision import AutocastSpec
@@ -52,13 +52,19 @@ class LoadOptions:
     # the stage cut to its first N blocks (a long stage's per-block step is read off two
     # short ones: analyzer/app/pipeline_stages.py)
     stage_blocks: int | None = None
+    # torchao's float8 recipe the step's linears run (frontends/torch/float8_linears.py)
+    float8: str | None = None
 
     def __post_init__(self):
         check_arguments(batch=self.batch, dims=self.dims, input_shapes=self.input_shapes,
                         input_dtypes=self.input_dtypes, zoo_exporter=self.exporter,
                         flags={"train": self.train, "all_layers": self.all_layers},
-                        choices={"loss": (self.loss, Loss.words())})
+                        choices={"loss": (self.loss, Loss.words()),
+                                 "float8": (self.float8, (None, *Float8.words()))})
         check_dtype(self.dtype, self.train)
+        if self.float8 is not None and not self.train:
+            raise GraphcostError(f"{opt('float8')} is a training recipe (torchao's float8 "
+                                 f"linears): add {opt('train')}")
         if self.loss != Loss.AUTO and not self.train:
             raise GraphcostError(f"{opt('loss', value=self.loss)} is a training step's loss: "
                                  f"add {opt('train')}")

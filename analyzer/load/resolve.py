@@ -284,6 +284,24 @@ def in_recipe_dtype(r: Resolved, dtype: str | None) -> Resolved:
     return r if r.kind != "torch" or dtype is None else _cast(r, dtype, copy_module=True)
 
 
+def in_float8(r: Resolved, recipe: str | None) -> Resolved:
+    """A training step whose linears run torchao's float8 ``recipe`` (None: ``r`` itself):
+    the module's linears swapped as torchtitan's float8 converter swaps them
+    (frontends/torch/float8_linears.py; the caller's module is copied), the report's name
+    saying how many."""
+    if recipe is None:
+        return r
+    if r.kind != "torch":
+        raise GraphcostError(f"{opt('float8', value=recipe)}: float8 linears are swapped into "
+                             "a PyTorch module; trace the PyTorch model")
+    from ..frontends.torch.float8_linears import convert
+
+    module = copy.deepcopy(r.module)
+    swapped, linears = convert(module, recipe)
+    return replace(r, module=module, name=f"{r.name} (torchao float8 {recipe}: {swapped} of "
+                                         f"{linears} linears)")
+
+
 def _cast(r: Resolved, name: str, copy_module: bool) -> Resolved:
     import torch
     to = getattr(torch, name)

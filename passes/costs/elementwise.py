@@ -48,6 +48,7 @@ UNARY_FLOPS.update({
     "aten.rsqrt.default": 2,      # sqrt + reciprocal
     "aten.log1p.default": 2, "aten.expm1.default": 2,
     "aten.log2.default": 2,       # ln(x) · (1 / ln 2), as the ONNX exporters write it
+    "aten.exp2.default": 1,       # 2^x (torchao's float8 scales rounded to a power of 2)
 })
 
 # Binary ops by what their backward keeps: add/sub pass the gradient through (nothing), a
@@ -71,7 +72,7 @@ def _per_output(k: int):
 # (ReLU: y > 0; sigmoid: y(1 − y); tanh: 1 − y²; exp: y; sqrt: 1/(2y)), nothing where it is
 # constant or zero (neg, floor, comparisons), else the input (GELU, erf, log, sin …).
 SAVES_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal", "Elu",
-                          "aten.rsqrt.default"})
+                          "aten.rsqrt.default", "aten.exp2.default"})
 SAVES_NOTHING = frozenset({"Neg", "Sign", "Floor", "Ceil", "Round", "Not", "IsNaN", "IsInf",
                            "BitwiseNot"})
 

@@ -108,6 +108,15 @@ def matmul(op: OpView) -> tuple[int, int]:
     return macs, 2 * macs
 
 
+@rule("aten._scaled_mm.default", saves="operands", cublas=True)
+def scaled_mm(op: OpView) -> tuple[int, int]:
+    # A float8 product (torchao's float8 linears: (a, b, scale_a, scale_b, ...)): an mm whose
+    # scales multiply each output once in the epilogue, which FlopCounterMode does not count
+    # (its _scaled_mm formula is mm's), nor does this.
+    macs = op.out_numel() * op.in_shape(0)[-1]
+    return macs, 2 * macs
+
+
 def _einsum_labels(term: str, rank: int) -> list[str]:
     """Labels of one operand; '...' becomes positional labels counted from the right."""
     if "..." not in term:

@@ -78,8 +78,8 @@ def datasheet_band(engine: EngineProfile) -> float:
 def datasheet_engine(device: DeviceRates, *, compiled: bool = False) -> EngineProfile:
     """PyTorch on ``device`` at the shares above, eager or (``compiled``) torch.compile's
     kernels."""
-    gemm = {dt: Curve(((1.0, GEMM_SHARE * rate),)) for dt, rate in device.peak_flops.items()
-            if rate}
+    gemm = {dt: Curve(((1.0, GEMM_SHARE * rate),))
+            for dt, rate in (*device.peak_flops.items(), *device.narrow_flops.items()) if rate}
     attn = {dt: Curve(((1.0, ATTENTION_SHARE * rate),))
             for dt, rate in device.peak_flops.items() if rate}
     memory = Curve(((1.0, MEMORY_SHARE * device.bandwidth),))   # (one rate at every size)

@@ -7,7 +7,8 @@ reaches the datasheet peak, every byte the cost pass counts crosses DRAM once (n
 across nodes, no fusion), and no launch overhead: real runs are slower.
 
 The dtype of a node is that of its first typed input: half types use the device's fp16/bf16
-(tensor-core) rate, 8-bit integer inputs its int8 rate, everything else fp32 — or tf32 for
+(tensor-core) rate, 8-bit integer inputs its int8 rate, float8 inputs its fp8 rate (where the
+part has one: ``DeviceRates.narrow_flops``), everything else fp32 — or tf32 for
 multiply-accumulate ops when ``tf32`` is set (PyTorch's ``allow_tf32``). A dtype the device has
 no fast path for falls back to its fp32 rate.
 
@@ -35,7 +36,7 @@ class NodeTime:
     seconds: float
     intensity: float | None  # FLOPs per byte moved (None: FLOPs but nothing moved)
     bound: str               # "compute" | "memory" | "" (neither FLOPs nor bytes)
-    dtype: str               # the rate used: fp32 | tf32 | fp16 | bf16 | int8
+    dtype: str               # the rate used: fp32 | tf32 | fp16 | bf16 | int8 | fp8
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ def node_dtype(graph: Graph, node, macs: int, tf32: bool) -> str:
             return _HALF[dt]
         if dt in QUANT_DTYPES:
             return "int8"
+        if dt.startswith("float8"):  # (torchao's float8 linears' _scaled_mm)
+            return "fp8"
         break
     return "tf32" if tf32 and macs else "fp32"
 
@@ -92,7 +95,7 @@ def roofline(graph: Graph, node_costs, device: DeviceRates, *, tensor_bytes: int
     for node, nc in zip(graph.nodes, node_costs):
         c = nc.cost
         dtype = node_dtype(graph, node, c.macs, tf32)
-        if device.peak_flops.get(dtype) is None:
+        if device.peak_flops.get(dtype) is None and dtype not in device.narrow_flops:
             fallbacks.add(dtype)
         t_flops = _seconds(c.flops, device.peak(dtype))
         moved = c.bytes_read + c.bytes_written

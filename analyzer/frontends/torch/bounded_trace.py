@@ -40,6 +40,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 
 from ....passes.errors import opt
 from .compat import fake_safe, unbacked_vals_attr
+from .dtype_names import dtype_name
 from .finite_checks import FiniteChecks
 from .input_values import InputValues
 from .int_values import IntValues, op_name, overload
@@ -345,7 +346,7 @@ class _FakeView:
         return i < len(self._t)
 
     def dtype(self, i: int) -> str | None:
-        return str(self._t[i].dtype).removeprefix("torch.") if self.has_input(i) else None
+        return dtype_name(self._t[i].dtype) if self.has_input(i) else None
 
     def shape(self, i: int):
         return tuple(self._t[i].shape) if self.has_input(i) else None

@@ -288,6 +288,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     sum of its outputs). Returns a :class:`JointTrace`; the model is put back in its mode."""
     from .bounded_trace import BoundedSizes, explain
     from .exported_run import ExportedRun
+    from .float8_linears import float8_exported
     from .frontend import kept_whole
 
     was_training = model.training
@@ -298,7 +299,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     try:
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
-            with no_stack_traces(), eager_paths(), kept_whole(), eager_view_strides():
+            with no_stack_traces(), eager_paths(), kept_whole(), eager_view_strides(), \
+                    float8_exported():
                 refs: dict[str, str] = {}  # how long the model's Python holds each tensor
                 with PythonReferences(refs), saved_as_run(autocast), \
                         sizes.inputs.of(model, tuple(args), kwargs or {}):

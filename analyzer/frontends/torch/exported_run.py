@@ -18,6 +18,7 @@ from .autocast_casts import Autocaster
 from .dead_ends import dead_end
 from .eager_backward import as_eager_backward
 from .exported_checks import checks_only, uncast_outputs
+from .float8_linears import is_float8_matmul, run_float8_matmul
 from .fx_references import is_view, storage_root, writes_in_place
 from .loss_kernels import as_kernels, is_loss
 
@@ -262,6 +263,8 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             out = as_kernels(target, args, kwargs)
             if out is not None:
                 return out
+        if is_float8_matmul(target):  # (torchao's own function: float8_linears.py)
+            return run_float8_matmul(args, kwargs)
         if self._attention is not None and is_sdpa(target):
             out, kernel, why = call_kernel(self._attention, args, kwargs)
             self._kernels.append((self._path, kernel, why))

@@ -18,13 +18,14 @@ from typing import Any, Mapping
 import torch
 
 from ....passes.ir import Graph, Node, TensorSpec, Value, ValueKind
+from .dtype_names import dtype_name
 from .size_bounds import SizeBinder
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def _dtype(dt: torch.dtype) -> str:
-    return str(dt).removeprefix("torch.")
+    return dtype_name(dt)
 
 
 def _spec(val: Any, cache: dict, sizes: SizeBinder | None = None, value: str = "",

@@ -24,21 +24,57 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from ....passes.costs.registry import lookup
 from ....passes.ir import AttentionKernel, Graph, Node, Value
 from .layer_stack import TRACED
-from .repeat_layers import copied, grown_names, layer_of, rescope
+from .repeat_layers import copied, grown_names, layer_of, moved, rescope
 
 
 # long: one walk over both phases renumbers nodes and values together
 def repeat_joint(graph: Graph, prefix: str, total: int) -> Graph | None:
     """``graph`` (a joint graph traced with the three layers ``prefix``.0–2) grown to
     ``total`` layers, or None when its layers do not line up."""
-    lay = _Layout.of(graph, prefix)
-    if lay is None or total <= TRACED:
-        return graph if lay is not None and total == TRACED else None
-    if not lay.check():
-        return None
-    return lay.grow(total)
+    if total <= TRACED:
+        return graph if total == TRACED and _Layout.of(graph, prefix) is not None else None
+    # as traced, else with the views AOTAutograd left at the end moved into their layers
+    # (the grown graph is then the full trace's up to where those views stand)
+    for g in (graph, _views_after_producers(graph)):
+        lay = _Layout.of(g, prefix)
+        if lay is not None and lay.check():
+            return lay.grow(total)
+    return None
+
+
+def _views_after_producers(graph: Graph) -> Graph:
+    """``graph`` with each view AOTAutograd writes at its end, unscoped, moved to just after
+    the backward node it views, in that node's scope: a gradient an autograd function returns as a
+    view (torchao's float8 linears return the weight's transposed) is made there, where the
+    layer whose backward made it is long done; moved, each layer's backward holds its own. A
+    view allocates nothing, and its storage is the viewed node's, so no lifetime changes."""
+    nodes = graph.nodes
+    loss = graph.values[graph.outputs[0]].producer if graph.outputs else None
+    last = max((i for i, n in enumerate(nodes) if n.scope), default=len(nodes))
+    after: dict[int, list[int]] = {}
+    for i in range(last + 1, len(nodes)):
+        node, rule = nodes[i], lookup(nodes[i].op)
+        sources = [graph.values[x].producer for x in node.inputs if x]
+        if node.scope or rule is None or not rule.alias or len(sources) != 1 or \
+                sources[0] is None or loss is None or sources[0] <= loss:
+            continue  # (a backward node's view alone)
+        after.setdefault(sources[0], []).append(i)
+    if not after:
+        return graph
+    moving = {i for views in after.values() for i in views}
+    order: list[int] = []
+
+    def emit(i: int) -> None:  # (a view of a view follows the view it reads)
+        order.append(i)
+        for view in after.get(i, ()):
+            emit(view)
+    for i in range(len(nodes)):
+        if i not in moving:
+            emit(i)
+    return moved(graph, order, {i: nodes[p].scope for p, views in after.items() for i in views})
 
 
 class _Layout:

@@ -126,7 +126,7 @@ def _into_layers(graph: Graph, prefix: str, preludes: dict[int, int]) -> Graph:
     for k, head in sorted(heads.items(), key=lambda kv: -kv[1]):
         at = order.index(head)
         order[at:at] = [i for i, pk in preludes.items() if pk == k]
-    return _moved(graph, order, scope)
+    return moved(graph, order, scope)
 
 
 def _out_of_layers(graph: Graph, preludes: dict[int, int], traced: tuple[Node, ...]) -> Graph:
@@ -136,15 +136,15 @@ def _out_of_layers(graph: Graph, preludes: dict[int, int], traced: tuple[Node, .
     if not preludes:
         return graph
     scope_of = {traced[i].name: traced[i].scope for i in preludes}
-    moved = [i for i, n in enumerate(graph.nodes) if n.name.split("~")[0] in scope_of]
-    rest = [i for i in range(len(graph.nodes)) if i not in set(moved)]
+    back = [i for i, n in enumerate(graph.nodes) if n.name.split("~")[0] in scope_of]
+    rest = [i for i in range(len(graph.nodes)) if i not in set(back)]
     at = min(preludes)
-    order = rest[:at] + moved + rest[at:]
-    return _moved(graph, order, {i: scope_of[graph.nodes[i].name.split("~")[0]]
-                                 for i in moved})
+    order = rest[:at] + back + rest[at:]
+    return moved(graph, order, {i: scope_of[graph.nodes[i].name.split("~")[0]]
+                                for i in back})
 
 
-def _moved(graph: Graph, order: list[int], scopes: dict[int, str]) -> Graph:
+def moved(graph: Graph, order: list[int], scopes: dict[int, str]) -> Graph:
     """``graph``'s nodes in ``order`` (old indices), renumbered, ``scopes`` (old index ->
     scope) changed; producers and eager references follow their nodes."""
     new = {old: k for k, old in enumerate(order)}

@@ -26,6 +26,7 @@ from ....passes.errors import GraphcostError, opt
 from ....passes.ir import SizeBound, TensorSpec
 from .bounded_trace import finite as _finite
 from .bounded_trace import is_unbacked, upper_of
+from .dtype_names import dtype_name
 
 _MAX_EXPRS = 3  # symbolic dims named in one node's bound sentence
 
@@ -122,7 +123,7 @@ class SizeBinder:
                     self._uses[str(s)] = self._uses.get(str(s), 0) + 1
             if isinstance(hi, int) and f"{text} ≤ {hi}" not in exprs and text != str(hi):
                 exprs.append(f"{text} ≤ {hi}")
-        dtype = str(val.dtype).removeprefix("torch.")
+        dtype = dtype_name(val.dtype)
         if exprs:
             self.lower[value] = TensorSpec(tuple(lower), dtype)
             self._exprs[value] = tuple(exprs)

@@ -1,0 +1,135 @@
+"""torchao's float8 training linears (``torchao.float8.Float8Linear``), traced as torchao runs
+them.
+
+A Float8Linear multiplies through ``matmul_with_hp_or_float8_args``, an autograd function
+whose forward casts the input and weight to float8 (scales from their amax), multiplies them
+with ``torch._scaled_mm`` and saves the two high-precision tensors; its backward casts again
+(the gradient to e5m2) for the two gradient products. Its float8 tensors are a tensor
+subclass, which ``torch.export`` cannot trace (non-strict export stops at its reshape:
+"Unable to cast NotImplemented to Tensor", torch 2.13 with torchao 0.18). AOTAutograd's joint
+trace can: it runs the subclass's dispatch down to plain aten ops. So while the forward is
+exported, each call is one opaque op (``graphcost::float8_matmul``, the config by a key);
+when the joint graph is traced (exported_run.py), that op runs torchao's own function with
+the module's own config — its casts, ``_scaled_mm`` calls and saved tensors as torchao's code
+makes them.
+
+``convert`` swaps a module's linears as torchtitan's float8 converter does (torchao's
+``convert_to_float8_training`` with torchao's recipe; the output projection and any linear
+with a dimension not divisible by 16 kept). FSDP2's float8 all-gather
+(``enable_fsdp_float8_all_gather``) is not modelled: the weights are gathered in the
+recipe's dtype.
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from ....passes.errors import GraphcostError, opt
+
+RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao's Float8LinearRecipeName
+# the output projection torchtitan keeps in high precision (its filter_fqns), by the names
+# transformers (``lm_head``) and torchtitan (``output``) give it
+HEADS = ("lm_head", "output")
+_CONFIGS: dict[int, tuple] = {}  # key -> (linear_mm_config, config), kept while traced
+
+
+@torch.library.custom_op("graphcost::float8_matmul", mutates_args=())
+def float8_matmul(input: torch.Tensor, weight_t: torch.Tensor, key: int) -> torch.Tensor:
+    """A Float8Linear's product (``input @ weight_t``) while the forward is exported; its
+    float8 casts are traced later, by torchao's own function (``run_float8_matmul``)."""
+    return input @ weight_t
+
+
+@float8_matmul.register_fake
+def _(input: torch.Tensor, weight_t: torch.Tensor, key: int) -> torch.Tensor:
+    return input.new_empty((*input.shape[:-1], weight_t.shape[-1]))
+
+
+def torchao_float8():
+    """torchao's float8 package, imported quietly (its import logs, at warning level, each
+    CUDA extension this machine cannot load); GraphcostError where torchao is absent."""
+    try:
+        level = logging.getLogger("torchao").level
+        logging.getLogger("torchao").setLevel(logging.ERROR)
+        try:
+            import torchao.float8 as float8  # pyright: ignore[reportMissingImports]
+        finally:
+            logging.getLogger("torchao").setLevel(level)
+    except ImportError:
+        raise GraphcostError(f"{opt('float8')}: float8 training linears are torchao's: pip "
+                             "install 'graphcost[float8]' (torchao)") from None
+    return float8
+
+
+def convert(module: torch.nn.Module, recipe: str) -> tuple[int, int]:
+    """Swap ``module``'s linears for torchao's Float8Linear in place, as torchtitan's float8
+    converter does: (how many were swapped, of how many linears); GraphcostError: none."""
+    float8 = torchao_float8()
+    linears = sum(isinstance(m, torch.nn.Linear) for m in module.modules())
+
+    def eligible(mod: torch.nn.Module, fqn: str) -> bool:
+        if not isinstance(mod, torch.nn.Linear):
+            return True  # (a container: torchao walks into it)
+        return fqn.rpartition(".")[2] not in HEADS and \
+            mod.in_features % 16 == 0 and mod.out_features % 16 == 0
+    config = float8.Float8LinearConfig.from_recipe_name(recipe)
+    float8.convert_to_float8_training(module, config=config, module_filter_fn=eligible)
+    swapped = float8_linears(module)
+    if not swapped:
+        raise GraphcostError(f"{opt('float8', value=recipe)}: no linear of this model takes "
+                             "float8 (torchtitan's rule: both dimensions divisible by 16, the "
+                             "output projection kept)")
+    return swapped, linears
+
+
+def float8_linears(module: torch.nn.Module) -> int:
+    """How many of ``module``'s linears are torchao's Float8Linear (0 without torchao)."""
+    import sys
+    if "torchao.float8.float8_linear" not in sys.modules:
+        return 0
+    kind = sys.modules["torchao.float8.float8_linear"].Float8Linear
+    return sum(isinstance(m, kind) for m in module.modules())
+
+
+@contextmanager
+def float8_exported() -> Iterator[None]:
+    """While ``torch.export`` traces: each Float8Linear's product one ``float8_matmul`` node
+    (nothing changes where torchao is not imported)."""
+    import sys
+    linear = sys.modules.get("torchao.float8.float8_linear")
+    if linear is None:
+        yield
+        return
+    own = linear.matmul_with_hp_or_float8_args
+
+    class Opaque:
+        @staticmethod
+        def apply(input, weight_t, linear_mm_config, config):
+            key = id(config)
+            _CONFIGS[key] = (own, linear_mm_config, config)
+            return float8_matmul(input, weight_t, key)
+    setattr(linear, "matmul_with_hp_or_float8_args", Opaque)  # (read as a global there)
+    try:
+        yield
+    finally:
+        setattr(linear, "matmul_with_hp_or_float8_args", own)
+
+
+def is_float8_matmul(target) -> bool:
+    return target is torch.ops.graphcost.float8_matmul.default
+
+
+def run_float8_matmul(args, kwargs) -> torch.Tensor:
+    """The exported ``float8_matmul`` node run as torchao runs the product (its autograd
+    function, with the module's config)."""
+    input, weight_t, key = (*args, *kwargs.values())
+    own, linear_mm_config, config = _CONFIGS[key]
+    rows = input.numel() // max(1, input.shape[-1])
+    if rows % 16:  # (torch._scaled_mm's rule for the weight gradient's inner dimension)
+        raise GraphcostError(f"{opt('float8')}: a float8 linear multiplies {rows} rows (the "
+                             "batch's tokens or samples); its weight-gradient product needs "
+                             "a multiple of 16 (torch._scaled_mm's rule)")
+    return own.apply(input, weight_t, linear_mm_config, config)

@@ -1,0 +1,107 @@
+"""Float8 training (``--float8``; analyzer/frontends/torch/float8_linears.py): torchao's
+Float8Linear traced as torchao runs it, against PyTorch's MemTracker on real CPU steps of
+torchao's own Float8Linear (torch._scaled_mm runs on this CPU: slowly, so the model is small).
+
+The measured model is converted here, by torchao's ``convert_to_float8_training`` with
+torchtitan's rule written out (``_torchtitan_filter``), not by graphcost's converter."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from graphcost.analyzer.measure.reference import measure_training
+
+from graphcost import analyze
+from tests.cli_runner import run_cli
+
+transformers = pytest.importorskip("transformers")
+float8 = pytest.importorskip("torchao.float8")
+
+LAYERS, HIDDEN, FFN, VOCAB, BATCH, SEQ = 8, 64, 192, 128, 2, 64
+
+
+def _llama():
+    # 8 layers: the stack is traced as three and grown (repeat_joint.py), as a real model's
+    cfg = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+        num_attention_heads=4, num_key_value_heads=2, use_cache=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def _tokens():
+    return {"input_ids": torch.randint(0, VOCAB, (BATCH, SEQ),
+                                       generator=torch.Generator().manual_seed(1))}
+
+
+def _torchtitan_filter(module: torch.nn.Module, fqn: str) -> bool:
+    # torchtitan's Float8LinearConverter (components/quantization/utils.py module_filter_fn,
+    # filter_fqns=["lm_head"]): both dimensions divisible by 16, the output projection kept
+    if not isinstance(module, torch.nn.Linear):
+        return True
+    return "lm_head" not in fqn and module.in_features % 16 == 0 and \
+        module.out_features % 16 == 0
+
+
+@functools.cache
+def _step(recipe: str, all_layers: bool = False):
+    return analyze(_llama(), _tokens(), train=True, optimizer="adamw", precision="bf16-true",
+                   float8=recipe, include_inputs=False, what_if=False, all_layers=all_layers)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_a_float8_step_against_memtracker(recipe):
+    r = _step(recipe)
+    model = _llama().to(torch.bfloat16)
+    config = float8.Float8LinearConfig.from_recipe_name(recipe)
+    float8.convert_to_float8_training(model, config=config, module_filter_fn=_torchtitan_filter)
+    measured, _ = measure_training(model, (), "adamw", _tokens())
+    assert abs(r.training.peak_bytes / measured - 1) <= 0.05, (r.training.peak_bytes, measured)
+    # the seven linears of each layer swapped, the head kept
+    assert "torchao float8 " + recipe + ": 56 of 57 linears" in r.model
+    assert r.coverage.unsupported == {}
+    # each float8 linear's three products (forward, input gradient, weight gradient) one
+    # _scaled_mm each: 56 × 3. MACs over 128 tokens a layer: q and o 128·64·64 = 524,288
+    # each, k and v (2 of 4 heads) 262,144 each, gate, up and down 128·64·192 = 1,572,864
+    # each: 6,291,456 a layer, × 8 layers × 3 products = 150,994,944
+    products = r.by_op_type["aten._scaled_mm.default"]
+    assert (products.count, products.macs) == (168, 150_994_944)
+
+
+def test_the_grown_float8_stack_is_the_full_trace():
+    # torchao's backward returns the weight gradient transposed: AOTAutograd writes that view
+    # at the graph's end, outside its layer; grown with it moved into the layer
+    # (repeat_joint.py), the step is the full trace's
+    grown, full = _step("rowwise"), _step("rowwise", all_layers=True)
+    assert grown.traced_layers.startswith("3 of 8 layers traced") and not full.traced_layers
+    assert (grown.training.peak_bytes, grown.training.reserved_peak_bytes, grown.totals.flops,
+            len(grown.nodes)) == (full.training.peak_bytes, full.training.reserved_peak_bytes,
+                                  full.totals.flops, len(full.nodes))
+
+
+def test_float8_products_run_at_the_parts_fp8_rate():
+    # the roofline prices a _scaled_mm at the part's fp8 rate (DeviceRates.narrow_flops); a
+    # part without one (A100) falls back to fp32's and says so
+    for device, fp8 in (("h100-sxm", True), ("a100-80gb", False)):
+        r = analyze("zoo:mlp", batch=16, train=True, float8="tensorwise", device=device,
+                    what_if=False)
+        assert r.roofline is not None
+        rates = {t.dtype for t, n in zip(r.roofline.nodes, r.nodes)
+                 if n.op == "aten._scaled_mm.default"}
+        assert rates == {"fp8"}
+        assert ("fp8" in r.roofline.fallbacks) is not fp8
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["zoo:mlp", "--float8", "rowwise"], "--float8 is a training recipe"),
+    (["zoo:mlp", "--train", "--float8", "rowwise", "--batch", "4"],
+     "multiplies 4 rows (the batch's tokens or samples); its weight-gradient product needs a "
+     "multiple of 16"),
+    (["zoo:mlp", "--train", "--float8", "rowwise", "--parallel", "tp=2"],
+     "--float8 beside tensor parallelism: not modelled")])
+def test_float8_refusals_are_one_line(argv, words):
+    r = run_cli(*argv)
+    assert r.returncode == 2 and not r.stdout and words in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
