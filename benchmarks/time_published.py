@@ -6,7 +6,9 @@ check.
     python -m benchmarks.time_published [--markdown benchmarks/results/time_published.md]
 
 torchtitan (pytorch/torchtitan, benchmarks/): llama3_h100_202412_torchtitan.md (Tables 1 and
-3: Llama 3.1 8B, FSDP 8 and 128, local batch 2, selective op AC, eager and torch.compile) and
+3: Llama 3.1 8B, FSDP 8 and 128, local batch 2, selective op AC, eager, torch.compile and
+torch.compile with float8; Table 2: FSDP × CP with float8, full AC, local batch 1, sequences
+of 32k to 256k) and
 asyncTP_llama3_h100_2025-06_torchtitan.md (bfloat16, torch.compile, vanilla and async TP: 70B
 FSDP 32 × TP 8, full AC, local batch 16; 8B FSDP 8 × TP 8, op SAC, local batch 12). All on
 H100 SXM5 96 GB HBM2e at 500 W (device ``h100-96gb``), sequence 8,192 (torchtitan's llama3
@@ -28,8 +30,11 @@ reduce-scatters each bucket of gradients during the last micro-batch's backward,
 torchtitan's fully_shard beside a pipeline reduces them all after it, exposed (0.5 s of the
 70B row's 3.0 s, over InfiniBand across 48 nodes).
 
-Not expressible yet, so not rows: float8 (torchtitan's Tables 1, 3, 4, 5, 6 and the async-TP
-float8 rows; Table 5 is torchtitan's 405B pipeline), context parallelism (Tables 2 and 6).
+Float8 rows (``--float8 tensorwise``: torchao's dynamic tensorwise scaling, its default when
+those runs were made, without FSDP's float8 all-gather, which the table does not say was on):
+Tables 1, 2 (with context parallelism) and 3. Not expressible yet, so not rows: float8 beside
+tensor parallelism (Tables 4, 5 and 6 and the async-TP document's float8 rows; Table 5 is
+torchtitan's 405B pipeline).
 """
 from __future__ import annotations
 
@@ -44,31 +49,42 @@ from graphcost import analyze
 SHAPE
 r = analyze(MODEL, batch=BATCH, dims={"seq": SEQ}, train=True, optimizer="adamw",
             precision="bf16-master", checkpoint=CHECKPOINT, device=DEVICE,
-            what_if=False, parallel=PARALLEL, compile=COMPILE)
+            what_if=False, parallel=PARALLEL, compile=COMPILE, float8=FLOAT8)
 t = r.time
 print(json.dumps(dict(seconds=t.seconds, tps=t.tokens_per_second, mfu=t.mfu,
-                      exposed=t.communication_seconds, band=t.band)))
+                      exposed=t.communication_seconds, band=t.band,
+                      reserved=r.parallel.reserved_peak_bytes / 2 ** 30)))
 """
 
-# torchtitan: (name, model, local batch, checkpoint, parallel, compile, published tokens/s
-# per GPU, tokens per GPU a step, fitted)
+# torchtitan: (name, model, local batch, sequence, checkpoint, parallel, compile, float8
+# recipe, published tokens/s per GPU, published memory in GiB (max reserved; None: not
+# published), fitted)
 TORCHTITAN = [
-    ("8B FSDP 8, eager (Table 1)", "zoo:llama3_8b", 2, {"sac": True},
-     {"mesh": "dp_shard=8"}, False, 5762, 16384, True),
-    ("8B FSDP 8, compile (Table 1)", "zoo:llama3_8b", 2, {"sac": True},
-     {"mesh": "dp_shard=8"}, True, 6667, 16384, True),
-    ("8B FSDP 128, eager (Table 3)", "zoo:llama3_8b", 2, {"sac": True},
-     {"mesh": "dp_shard=128"}, False, 5605, 16384, False),
-    ("8B FSDP 128, compile (Table 3)", "zoo:llama3_8b", 2, {"sac": True},
-     {"mesh": "dp_shard=128"}, True, 6514, 16384, False),
-    ("8B FSDP 8 × TP 8, compile, batch 12 (async-TP doc)", "zoo:llama3_8b", 12,
-     {"sac": True}, {"mesh": "dp_shard=8,tp=8"}, True, 4378, 12288, False),
-    ("the same with async TP", "zoo:llama3_8b", 12, {"sac": True},
-     {"mesh": "dp_shard=8,tp=8", "async_tp": True}, True, 4809.4, 12288, False),
+    ("8B FSDP 8, eager (Table 1)", "zoo:llama3_8b", 2, 8192, {"sac": True},
+     {"mesh": "dp_shard=8"}, False, None, 5762, 82.4, True),
+    ("8B FSDP 8, compile (Table 1)", "zoo:llama3_8b", 2, 8192, {"sac": True},
+     {"mesh": "dp_shard=8"}, True, None, 6667, 77.0, True),
+    ("8B FSDP 8, compile, float8 (Table 1)", "zoo:llama3_8b", 2, 8192, {"sac": True},
+     {"mesh": "dp_shard=8"}, True, "tensorwise", 8532, 76.8, False),
+    ("8B FSDP 128, eager (Table 3)", "zoo:llama3_8b", 2, 8192, {"sac": True},
+     {"mesh": "dp_shard=128"}, False, None, 5605, 67.0, False),
+    ("8B FSDP 128, compile (Table 3)", "zoo:llama3_8b", 2, 8192, {"sac": True},
+     {"mesh": "dp_shard=128"}, True, None, 6514, 62.0, False),
+    ("8B FSDP 128, compile, float8 (Table 3)", "zoo:llama3_8b", 2, 8192, {"sac": True},
+     {"mesh": "dp_shard=128"}, True, "tensorwise", 8380, 61.8, False),
+    *((f"8B FSDP {8 // cp}, CP {cp}, seq {seq:,}, compile, float8, full AC (Table 2)",
+       "zoo:llama3_8b", 1, seq, {"every": 1}, {"mesh": f"dp_shard={8 // cp}" + (f",cp={cp}" if cp > 1 else "")}, True,
+       "tensorwise", tps, gib, False)
+      for cp, seq, tps, gib in ((1, 32768, 3890, 83.9), (2, 65536, 2540, 84.2),
+                                (4, 131072, 1071, 84.0), (8, 262144, 548, 84.5))),
+    ("8B FSDP 8 × TP 8, compile, batch 12 (async-TP doc)", "zoo:llama3_8b", 12, 8192,
+     {"sac": True}, {"mesh": "dp_shard=8,tp=8"}, True, None, 4378, None, False),
+    ("the same with async TP", "zoo:llama3_8b", 12, 8192, {"sac": True},
+     {"mesh": "dp_shard=8,tp=8", "async_tp": True}, True, None, 4809.4, None, False),
     ("70B FSDP 32 × TP 8, compile, full AC, batch 16 (async-TP doc)", "zoo:llama3_70b", 16,
-     {"every": 1}, {"mesh": "dp_shard=32,tp=8"}, True, 597.3, 16384, False),
-    ("the same with async TP", "zoo:llama3_70b", 16, {"every": 1},
-     {"mesh": "dp_shard=32,tp=8", "async_tp": True}, True, 652.4, 16384, False),
+     8192, {"every": 1}, {"mesh": "dp_shard=32,tp=8"}, True, None, 597.3, None, False),
+    ("the same with async TP", "zoo:llama3_70b", 16, 8192, {"every": 1},
+     {"mesh": "dp_shard=32,tp=8", "async_tp": True}, True, None, 652.4, None, False),
 ]
 
 # Megatron-LM's README model table (images/model_table.png, added 2024-07-15 in f2e5db402c):
@@ -103,25 +119,32 @@ def megatron_shape(h: int, heads: int, layers: int) -> str:
             f"max_seq={SEQ}, rope_base=10000.0)")
 
 
-def _code(model, batch, seq, ckpt, parallel, compile_, device, shape="") -> str:
+def _code(model, batch, seq, ckpt, parallel, compile_, device, shape="",
+          float8=None) -> str:
     return CASE.replace("SHAPE", shape).replace("MODEL", repr(model)) \
         .replace("BATCH", str(batch)).replace("SEQ", str(seq)) \
         .replace("CHECKPOINT", repr(ckpt)).replace("PARALLEL", repr(parallel)) \
-        .replace("COMPILE", repr(compile_)).replace("DEVICE", repr(device))
+        .replace("COMPILE", repr(compile_)).replace("DEVICE", repr(device)) \
+        .replace("FLOAT8", repr(float8))
 
 
 def torchtitan_rows(errors: list) -> list[str]:
     rows = ["| run (torchtitan, H100 96 GB, 500 W) | published tokens/s/GPU | graphcost | "
-            "error (time) | collectives exposed |", "|---|---:|---:|---:|---:|"]
-    for name, model, batch, ckpt, parallel, compile_, published, _, fitted in TORCHTITAN:
-        r = run(_code(model, batch, 8192, ckpt, parallel, compile_, "h100-96gb"))
+            "error (time) | collectives exposed | reserved: published | graphcost |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for (name, model, batch, seq, ckpt, parallel, compile_, float8, published, gib,
+         fitted) in TORCHTITAN:
+        r = run(_code(model, batch, seq, ckpt, parallel, compile_, "h100-96gb",
+                      float8=float8))
         if "error" in r:
-            rows.append(f"| {name} | {published:,} | {r['error'][:60]} | | |")
+            rows.append(f"| {name} | {published:,} | {r['error'][:60]} | | | | |")
             continue
         error = published / r["tps"] - 1   # the step's time: estimated over published
         errors.append((error, fitted))
+        memory = f"{gib} GiB | {r['reserved']:.1f} GiB" if gib else " | "
         rows.append(f"| {name} | {published:,} | {r['tps']:,.0f} | {error:+.1%}"
-                    f"{' (fitted)' if fitted else ''} | {r['exposed'] * 1e3:,.0f} ms |")
+                    f"{' (fitted)' if fitted else ''} | {r['exposed'] * 1e3:,.0f} ms | "
+                    f"{memory} |")
         print(rows[-1], flush=True)
     return rows
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import sys
 from pathlib import Path
 
@@ -101,16 +100,8 @@ def console() -> int:
     return rc
 
 
-# Dependencies' import-time chatter, not about the user's model: torchao (which transformers
-# imports wherever it is installed) logs each CUDA extension a CPU cannot load, and torch logs
-# torchao's registering of its enums as deprecated
-QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
     if not argv:  # a first run: what to type, not argparse's "required: model"
         sys.stderr.write(bare_usage(SUBCOMMANDS))
         return EXIT_BAD_INPUT

@@ -21,7 +21,6 @@ recipe's dtype.
 """
 from __future__ import annotations
 
-import logging
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -49,15 +48,9 @@ def _(input: torch.Tensor, weight_t: torch.Tensor, key: int) -> torch.Tensor:
 
 
 def torchao_float8():
-    """torchao's float8 package, imported quietly (its import logs, at warning level, each
-    CUDA extension this machine cannot load); GraphcostError where torchao is absent."""
-    try:
-        level = logging.getLogger("torchao").level
-        logging.getLogger("torchao").setLevel(logging.ERROR)
-        try:
-            import torchao.float8 as float8  # pyright: ignore[reportMissingImports]
-        finally:
-            logging.getLogger("torchao").setLevel(level)
+    """torchao's float8 package; GraphcostError where torchao is absent."""
+    try:  # (quietly: this package's __init__.py)
+        import torchao.float8 as float8  # pyright: ignore[reportMissingImports]
     except ImportError:
         raise GraphcostError(f"{opt('float8')}: float8 training linears are torchao's: pip "
                              "install 'graphcost[float8]' (torchao)") from None
