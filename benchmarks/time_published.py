@@ -53,12 +53,12 @@ r = analyze(MODEL, batch=BATCH, dims={"seq": SEQ}, train=True, optimizer="adamw"
 t = r.time
 print(json.dumps(dict(seconds=t.seconds, tps=t.tokens_per_second, mfu=t.mfu,
                       exposed=t.communication_seconds, band=t.band,
-                      reserved=r.parallel.reserved_peak_bytes / 2 ** 30)))
+                      reserved=r.parallel and r.parallel.reserved_peak_bytes / 2 ** 30)))
 """
 
 # torchtitan: (name, model, local batch, sequence, checkpoint, parallel, compile, float8
 # recipe, published tokens/s per GPU, published memory in GiB (max reserved; None: not
-# published), fitted)
+# published), fitted (True), a row apart ("cp": its own band) or a check (False))
 TORCHTITAN = [
     ("8B FSDP 8, eager (Table 1)", "zoo:llama3_8b", 2, 8192, {"sac": True},
      {"mesh": "dp_shard=8"}, False, None, 5762, 82.4, True),
@@ -74,7 +74,7 @@ TORCHTITAN = [
      {"mesh": "dp_shard=128"}, True, "tensorwise", 8380, 61.8, False),
     *((f"8B FSDP {8 // cp}, CP {cp}, seq {seq:,}, compile, float8, full AC (Table 2)",
        "zoo:llama3_8b", 1, seq, {"every": 1}, {"mesh": f"dp_shard={8 // cp}" + (f",cp={cp}" if cp > 1 else "")}, True,
-       "tensorwise", tps, gib, False)
+       "tensorwise", tps, gib, "cp" if cp > 1 else False)
       for cp, seq, tps, gib in ((1, 32768, 3890, 83.9), (2, 65536, 2540, 84.2),
                                 (4, 131072, 1071, 84.0), (8, 262144, 548, 84.5))),
     ("8B FSDP 8 × TP 8, compile, batch 12 (async-TP doc)", "zoo:llama3_8b", 12, 8192,
@@ -140,10 +140,11 @@ def torchtitan_rows(errors: list) -> list[str]:
             rows.append(f"| {name} | {published:,} | {r['error'][:60]} | | | | |")
             continue
         error = published / r["tps"] - 1   # the step's time: estimated over published
+        # (the same tokens a GPU a step on both sides: a context-parallel rank's is its shard)
         errors.append((error, fitted))
         memory = f"{gib} GiB | {r['reserved']:.1f} GiB" if gib else " | "
         rows.append(f"| {name} | {published:,} | {r['tps']:,.0f} | {error:+.1%}"
-                    f"{' (fitted)' if fitted else ''} | {r['exposed'] * 1e3:,.0f} ms | "
+                    f"{' (fitted)' if fitted is True else ''} | {r['exposed'] * 1e3:,.0f} ms | "
                     f"{memory} |")
         print(rows[-1], flush=True)
     return rows
@@ -180,6 +181,10 @@ def main() -> None:
     rows = torchtitan_rows(errors) + [""] + megatron_rows(errors)
     checks = sorted(abs(e) for e, fitted in errors if fitted is False)
     apart = [e for e, fitted in errors if fitted == "apart"]
+    ring = [e for e, fitted in errors if fitted == "cp"]
+    if ring:
+        rows += ["", f"Context-parallel rows: a band of their own (passes/device/gpu_engine.py "
+                 f"CONTEXT_PARALLEL_RUNS; errors {min(ring):+.1%} to {max(ring):+.1%})."]
     if apart:
         rows += ["", f"† Not counted: {PIPELINE_GAP} (errors {min(apart):+.1%} to "
                  f"{max(apart):+.1%}; benchmarks/time_published.py says how)."]

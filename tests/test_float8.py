@@ -75,14 +75,20 @@ def test_a_float8_step_against_memtracker(recipe):
 def test_float8_products_run_at_the_parts_fp8_rate():
     # the roofline prices a _scaled_mm at the part's fp8 rate (DeviceRates.narrow_flops); a
     # part without one (A100) falls back to fp32's and says so
-    for device, fp8 in (("h100-sxm", True), ("a100-80gb", False)):
+    written = {}
+    for device, precision, fp8 in (("h100-sxm", "fp32", True), ("a100-80gb", "fp32", False),
+                                   ("h100-sxm", "bf16-mixed", True)):
         r = analyze("zoo:mlp", batch=16, train=True, float8="tensorwise", device=device,
-                    what_if=False)
+                    what_if=False, precision=precision)
         assert r.roofline is not None
         rates = {t.dtype for t, n in zip(r.roofline.nodes, r.nodes)
                  if n.op == "aten._scaled_mm.default"}
         assert rates == {"fp8"}
         assert ("fp8" in r.roofline.fallbacks) is not fp8
+        written[device, precision] = r.by_op_type["aten._scaled_mm.default"].bytes_written
+    # under CUDA autocast torchao casts a float8 linear's input to bf16, so every product
+    # (forward and both gradients) is written in bf16: half the fp32 step's bytes
+    assert written["h100-sxm", "bf16-mixed"] * 2 == written["h100-sxm", "fp32"]
 
 
 @pytest.mark.parametrize("argv, words", [

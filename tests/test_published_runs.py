@@ -15,8 +15,8 @@ torch.compile: steps of 2 × 8,192 tokens in 2.843 s, 2.923 s, 2.457 s and 2.515
 96 GB of HBM2e at 2.4 TB/s and a 500 W limit (device ``h100-96gb``). graphcost's datasheet
 estimate (passes/device/gpu_engine.py: its two fitted constants were set on the two 8-GPU
 runs) must hold them within ±15%, and the band it states must cover what they miss by.
-benchmarks/time_published.py adds the compiled 128-GPU run, the tensor-parallel runs
-torchtitan publishes and Megatron-LM's model table.
+benchmarks/time_published.py adds the compiled 128-GPU run, the float8, context-parallel and
+tensor-parallel runs torchtitan publishes and Megatron-LM's model table.
 """
 from __future__ import annotations
 

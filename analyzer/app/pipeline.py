@@ -7,7 +7,11 @@ from types import MappingProxyType
 from ...passes.choices import Strategy
 from ...passes.costs import CostReport, count_costs
 from ...passes.device.fits import Fit
-from ...passes.device.gpu_engine import datasheet_band, datasheet_engine
+from ...passes.device.gpu_engine import (
+    context_parallel_band,
+    datasheet_band,
+    datasheet_engine,
+)
 from ...passes.device.gpu_workspaces import gpu_workspaces
 from ...passes.device.profile import EngineProfile
 from ...passes.device.roofline import flops_by_dtype, roofline
@@ -258,7 +262,10 @@ def _time(graph: Graph, costs: CostReport, o: PassOptions, training,
                              forward=forward_set(graph) if o.optimizer else None,
                              basis="profile" if o.profile else "datasheet",
                              compiled=o.compiled)
-    if o.profile is None:
+    if o.profile is None and o.parallel is not None and o.parallel.cp > 1:
+        band, runs = context_parallel_band(engine)
+        estimate = replace(estimate, band=band, runs=runs)
+    elif o.profile is None:
         estimate = replace(estimate, band=datasheet_band(engine))
     plan = training.checkpoint if training is not None else None
     if plan is None or not plan.recompute_flops:

@@ -27,6 +27,8 @@ The shares, and where each comes from (docs/time.md has the table):
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..device_rates import DeviceRates
 from .profile import Curve, EngineProfile, Run
 
@@ -41,7 +43,7 @@ COMPILED_HOST_S = 4e-6   # torch.compile's wrapper: a launch per kernel, no per-
 # tests/test_published_runs.py recomputes the 8B ones): the published step (seconds: tokens per
 # GPU a step over the published tokens/s per GPU) and graphcost's estimate when the constants
 # above were last set. Their errors give the band, never below ``MIN_BAND`` (a floor chosen:
-# twelve runs of two model families cannot bound every model's error; docs/time.md).
+# fifteen runs of two model families cannot bound every model's error; docs/time.md).
 PUBLISHED_RUNS: tuple[Run, ...] = (
     # torchtitan, Llama 3.1 8B, local batch 2 × 8,192 tokens, op SAC, bf16 + fp32 reduce,
     # AdamW: 5,762 and 5,605 tokens/s per GPU eager, 6,667 and 6,514 with torch.compile
@@ -58,6 +60,11 @@ PUBLISHED_RUNS: tuple[Run, ...] = (
     # the same two with async TP: 4,809.4 and 652.4 tokens/s
     Run("torchtitan 8B FSDP 8 x TP 8 compile async TP", 12288 / 4809.4, 2.2253),
     Run("torchtitan 70B FSDP 32 x TP 8 compile async TP", 16384 / 652.4, 26.05),
+    # with float8 linears (--float8 tensorwise), torch.compile, op SAC: 8,532 and 8,380
+    # tokens/s (Tables 1 and 3); full AC, local batch 1 of 32,768 tokens: 3,890 (Table 2)
+    Run("torchtitan 8B FSDP 8 compile float8", 16384 / 8532, 16384 / 7631),
+    Run("torchtitan 8B FSDP 128 compile float8", 16384 / 8380, 16384 / 7714),
+    Run("torchtitan 8B FSDP 8 seq 32k compile float8 full AC", 32768 / 3890, 32768 / 3949),
     # Megatron-LM's README model table (H100 SXM, DP 48, 4 sequences of 4,096 a data-
     # parallel rank): the step its per-GPU TFLOP/s give by its own FLOPs formula, against
     # the zoo decoder of that shape (benchmarks/time_published.py, MEGATRON)
@@ -67,12 +74,29 @@ PUBLISHED_RUNS: tuple[Run, ...] = (
     Run("Megatron-LM 32B TP 8", 0.892, 1.012),
 )
 MIN_BAND = 0.15
+# Context parallelism's published runs (Table 2: FSDP × CP over 8 GPUs, float8, full AC, local
+# batch 1, 32,768 tokens a GPU a step): a layout of its own band, since its ring attention at
+# 131k and 262k tokens runs twice as long as estimated, the furthest any layout misses by
+CONTEXT_PARALLEL_RUNS: tuple[Run, ...] = (
+    Run("torchtitan 8B FSDP 4 x CP 2 seq 65k compile float8 full AC", 32768 / 2540,
+        32768 / 2820),
+    Run("torchtitan 8B FSDP 2 x CP 4 seq 131k compile float8 full AC", 32768 / 1071,
+        32768 / 1849),
+    Run("torchtitan 8B CP 8 seq 262k compile float8 full AC", 32768 / 548, 32768 / 1096),
+)
 
 
 def datasheet_band(engine: EngineProfile) -> float:
     """The band a datasheet estimate carries: its published runs' (``EngineProfile.band``),
     at least ``MIN_BAND``."""
     return max(engine.band or 0.0, MIN_BAND)
+
+
+def context_parallel_band(engine: EngineProfile) -> tuple[float, int]:
+    """(the band a context-parallel step's datasheet estimate carries, the runs it comes
+    from): its own published runs', at least the datasheet band."""
+    runs = replace(engine, validation=CONTEXT_PARALLEL_RUNS)
+    return max(runs.band or 0.0, datasheet_band(engine)), len(CONTEXT_PARALLEL_RUNS)
 
 
 def datasheet_engine(device: DeviceRates, *, compiled: bool = False) -> EngineProfile:

@@ -87,6 +87,7 @@ class Autocaster:
 
     def __init__(self, spec: AutocastSpec):
         self.half = getattr(torch, spec.dtype)
+        self.device_type = spec.device_type
         self.lower, self.fp32, self.fp32_dtype, self.promote = _LISTS[spec.device_type]
         self.weights: set[int] = set()
         self._cache: dict[int, torch.Tensor] = {}
@@ -103,6 +104,12 @@ class Autocaster:
             wide = _widest([*args, *kwargs.values()])
             return self._all(args, kwargs, lambda t: _to(t, wide)) if wide else (args, kwargs)
         return args, kwargs
+
+    def float8_args(self, args: tuple) -> tuple:
+        """A float8 linear's product (float8_linears.py): torchao's Float8Linear casts its
+        input to CUDA autocast's dtype where that is on (``torch.is_autocast_enabled()``
+        reads CUDA's state), so under CPU autocast its input stays as it is."""
+        return (_to(args[0], self.half), *args[1:]) if self.device_type == "cuda" else args
 
     def cached(self) -> list[torch.Tensor]:
         """The half copies in the cache: autocast holds them until its region exits."""

@@ -264,6 +264,8 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             if out is not None:
                 return out
         if is_float8_matmul(target):  # (torchao's own function: float8_linears.py)
+            if self._caster is not None:
+                args = self._caster.float8_args(args)
             return run_float8_matmul(args, kwargs)
         if self._attention is not None and is_sdpa(target):
             out, kernel, why = call_kernel(self._attention, args, kwargs)
