@@ -83,9 +83,9 @@ def main() -> None:
 
     import torch  # noqa: F401  the imports every child would otherwise repeat
     if importlib.util.find_spec("transformers"):
+        # (and its quantizers' registry, read on the way to any model, which imports
+        # torchao where installed: 0.3 s a command)
         import transformers  # noqa: F401
-        # (its quantizers' registry, read on the way to any model, imports torchao where
-        # installed: 0.3 s a command)
         import transformers.quantizers.auto  # noqa: F401
 
     import graphcost.analyzer.cli.main  # noqa: F401
