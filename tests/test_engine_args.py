@@ -38,6 +38,7 @@ def test_the_70b_layout_as_torchtitan_spells_it():
     ("zoo:llama_tiny", BASE),                               # no torchtitan config
     ("zoo:llama3_8b", {**BASE, "precision": "bf16-true"}),  # no such recipe there
     ("zoo:llama3_8b", {**BASE, "optimizer": "sgd"}),        # its configs run AdamW
+    ("zoo:llama3_8b", {**BASE, "float8": "rowwise"}),       # converters: its Python config
 ])
 def test_what_torchtitan_cannot_say_gets_no_line(model, base):
     assert torchtitan_args(model, MESH, 2, "sac", base) is None
