@@ -51,7 +51,9 @@ def _shape(plan: Plan) -> str:
     seq = dict(base.get("dims") or {}).get("seq")
     words = [f"seq {seq:,}" if seq else "",
              f"global batch {plan.spec.global_batch}" if plan.spec.global_batch else "",
-             str(base.get("precision", "")), str(base.get("optimizer", ""))]
+             str(base.get("precision", "")),
+             f"float8 {base['float8']}" if base.get("float8") else "",
+             str(base.get("optimizer", ""))]
     return " · ".join(w for w in words if w)
 
 
