@@ -3,6 +3,7 @@ of its settings, pruning that never drops a faster setting, the answer when noth
 and its face (one screen, the command to run last)."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import shlex
 
@@ -193,6 +194,23 @@ def test_the_command_line_prints_the_command_that_gives_the_same_figures(capsys)
     assert best["time"]["seconds"] == direct["time"]["seconds"]
     assert best["allocated_bytes"] == direct["peak_bytes"]
     assert best["needs_bytes"] == direct["roofline"]["fit"]["needs"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
+                    reason="float8 linears are torchao's (the float8 extra)")
+def test_float8_is_fixed_for_every_candidate_and_tensor_parallelism_left_out(capsys):
+    # --float8 fixes the recipe: the header says it, the best's command carries it (torchtitan
+    # sets float8 in its Python config: no torchtitan line), and layouts with tp are left out
+    # before any is analyzed (float8 beside tensor parallelism is not modelled)
+    argv = ["plan", "zoo:llama_tiny", "--gpus", "2", "--device", "h100-sxm", "--batch", "2",
+            "--dim", "seq=64", "--float8", "rowwise", "--checkpoint", "none"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "· bf16-master · float8 rowwise · adamw" in out and "torchtitan:" not in out
+    assert out.rstrip().splitlines()[-1].endswith("--float8 rowwise --device h100-sxm")
+    assert main([*argv, "--precision", "bf16-mixed", "--tp", "2"]) == 2
+    assert "float8 linears beside tensor parallelism are not modelled" in \
+        capsys.readouterr().err
 
 
 def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):

@@ -97,16 +97,7 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     left_out = [PIPELINES] if spec.gpus > 1 and not blocks else []
     if experts:
         left_out.append(EXPERTS_BESIDE)
-    if master_weights(str(base.get("precision", "fp32"))):
-        kept = [s for s in settings if not _replicated(s.mesh)]
-        if settings and not kept:
-            raise GraphcostError(f"{opt('precision', value=base['precision'])}: its master "
-                                 "weights are modelled as FSDP2's, and every layout searched "
-                                 "keeps the weights unsharded (DDP or tensor parallel alone): "
-                                 f"a smaller {opt('tp')}, or {opt('precision')} bf16-mixed")
-        if len(kept) < len(settings):
-            left_out.insert(0, MASTER_SHARDED.format(base["precision"]))
-        settings = kept
+    settings = _searchable(settings, base, left_out)
     if not settings and spec.pp:
         raise GraphcostError(f"{opt('pp', value=','.join(map(str, spec.pp)))}: no layout of "
                              f"{spec.gpus} GPUs has those pipeline sizes (tp × pp must divide "
@@ -133,6 +124,34 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
 
 PIPELINES = ("pipelines (graphcost cuts torchtitan-style decoders and transformers causal "
              "LMs into stages; this model is neither)")
+FLOAT8_TP = "tp (float8 linears beside it are not modelled)"
+
+
+def _searchable(settings: list[Settings], base: Mapping[str, Any],
+                left_out: list[str]) -> list[Settings]:
+    """The settings graphcost can analyze under ``base``'s recipe, what it leaves out said in
+    ``left_out``: master weights (bf16-master) only where FSDP shards them, float8 linears
+    only without tensor parallelism."""
+    if master_weights(str(base.get("precision", "fp32"))):
+        kept = [s for s in settings if not _replicated(s.mesh)]
+        if settings and not kept:
+            raise GraphcostError(f"{opt('precision', value=base['precision'])}: its master "
+                                 "weights are modelled as FSDP2's, and every layout searched "
+                                 "keeps the weights unsharded (DDP or tensor parallel alone): "
+                                 f"a smaller {opt('tp')}, or {opt('precision')} bf16-mixed")
+        if len(kept) < len(settings):
+            left_out.insert(0, MASTER_SHARDED.format(base["precision"]))
+        settings = kept
+    if base.get("float8"):
+        kept = [s for s in settings if s.tp == 1]
+        if settings and not kept:
+            raise GraphcostError(f"{opt('float8', value=base['float8'])}: float8 linears "
+                                 "beside tensor parallelism are not modelled, and every layout "
+                                 f"searched has it: {opt('tp')} 1")
+        if len(kept) < len(settings):
+            left_out.insert(0, FLOAT8_TP)
+        settings = kept
+    return settings
 
 
 # (master weights are modelled as FSDP2's MixedPrecisionPolicy: passes/parallel/step.py)
