@@ -10,7 +10,7 @@ import pytest
 import torch
 from graphcost.analyzer.measure.reference import measure_training
 
-from graphcost import analyze
+from graphcost import GraphcostError, analyze
 from tests.cli_runner import run_cli
 
 transformers = pytest.importorskip("transformers")
@@ -75,6 +75,15 @@ def test_a_float8_step_against_memtracker(recipe, layers):
         # rowwise step equalled an all-layers trace of it in peak, reserved peak, FLOPs and
         # node count)
         assert r.traced_layers.startswith("3 of 8 layers traced")
+
+
+def test_a_model_converted_already_is_traced_as_it_is():
+    model = _llama(2)
+    float8.convert_to_float8_training(model, module_filter_fn=_torchtitan_filter)
+    r = analyze(model, _tokens(), train=True, what_if=False)
+    assert r.by_op_type["aten._scaled_mm.default"].count == 42 and "torchao" not in r.model
+    with pytest.raises(GraphcostError, match="torchao's float8 ones already"):
+        analyze(model, _tokens(), train=True, float8="rowwise")
 
 
 def test_float8_products_run_at_the_parts_fp8_rate():

@@ -61,6 +61,10 @@ def convert(module: torch.nn.Module, recipe: str) -> tuple[int, int]:
     """Swap ``module``'s linears for torchao's Float8Linear in place, as torchtitan's float8
     converter does: (how many were swapped, of how many linears); GraphcostError: none."""
     float8 = torchao_float8()
+    if float8_linears(module):
+        raise GraphcostError(f"{opt('float8', value=recipe)}: the model's linears are "
+                             "torchao's float8 ones already; leave it out to trace them as "
+                             "they are")
     linears = sum(isinstance(m, torch.nn.Linear) for m in module.modules())
 
     def eligible(mod: torch.nn.Module, fqn: str) -> bool:
