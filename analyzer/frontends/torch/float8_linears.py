@@ -28,11 +28,11 @@ import torch
 
 from ....passes.errors import GraphcostError, opt
 
-RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao's Float8LinearRecipeName
 # the output projection torchtitan keeps in high precision (its filter_fqns), by the names
 # transformers (``lm_head``) and torchtitan (``output``) give it
 HEADS = ("lm_head", "output")
-_CONFIGS: dict[int, tuple] = {}  # key -> (linear_mm_config, config), kept while traced
+# key -> (torchao's function, the module's linear_mm_config, its Float8LinearConfig)
+_CONFIGS: dict[int, tuple] = {}
 
 
 @torch.library.custom_op("graphcost::float8_matmul", mutates_args=())
