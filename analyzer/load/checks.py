@@ -204,7 +204,7 @@ DTYPE_WORDS = ("fp32", "fp16", "bf16")
 
 def check_dtype(dtype, train: bool) -> None:
     """--dtype / dtype=: one of DTYPE_WORDS (or torch's names), for inference and serving."""
-    from .resolve import DTYPES
+    from .recipes import DTYPES
 
     if dtype is None:
         return

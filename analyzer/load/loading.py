@@ -26,13 +26,11 @@ from .rank_program import (
     in_pipeline_stage,
     in_tensor_parallel,
 )
+from .recipes import in_dtype, in_float8, in_recipe_dtype
 from .resolve import (
     Bindings,
     Resolved,
     batch_of,
-    in_dtype,
-    in_float8,
-    in_recipe_dtype,
     resolve,
 )
 from .serving import ServeSpec, load_serving

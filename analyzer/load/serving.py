@@ -18,7 +18,8 @@ from ...passes.serving.analysis import ServingTrace
 from ...passes.serving.dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype, deployed
 from ..frontends.binding import check_size
 from .rank_program import in_tensor_parallel
-from .resolve import Bindings, Resolved, batch_of, in_dtype, is_torch, resolve
+from .recipes import in_dtype
+from .resolve import Bindings, Resolved, batch_of, is_torch, resolve
 
 KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype", "engine")
 ENGINES = ("eager", "vllm")   # how the steps' time is priced (passes/serving/analysis.py)
