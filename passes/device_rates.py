@@ -33,10 +33,14 @@ class DeviceRates:
         """An NVIDIA or AMD GPU of the table (a --device-spec is not known to be one)."""
         return self.capability is not None or self.rocm
 
+    def own_rate(self, dtype: str) -> float | None:
+        """The device's rate for ``dtype`` itself (fp8 and fp4: ``narrow_flops``'); None where
+        it has no fast path for it."""
+        return self.peak_flops.get(dtype) or self.narrow_flops.get(dtype)
+
     def peak(self, dtype: str) -> float:
-        """The rate for ``dtype`` (fp8 and fp4: ``narrow_flops``'), falling back to fp32 where
-        the device has no fast path."""
-        rate = self.peak_flops.get(dtype) or self.narrow_flops.get(dtype) or \
-            self.peak_flops["fp32"]
+        """The rate for ``dtype`` (``own_rate``), falling back to fp32 where the device has no
+        fast path."""
+        rate = self.own_rate(dtype) or self.peak_flops["fp32"]
         assert rate is not None  # every device has an fp32 rate (a --device spec must give one)
         return rate

@@ -95,7 +95,7 @@ def roofline(graph: Graph, node_costs, device: DeviceRates, *, tensor_bytes: int
     for node, nc in zip(graph.nodes, node_costs):
         c = nc.cost
         dtype = node_dtype(graph, node, c.macs, tf32)
-        if device.peak_flops.get(dtype) is None and dtype not in device.narrow_flops:
+        if device.own_rate(dtype) is None:
             fallbacks.add(dtype)
         t_flops = _seconds(c.flops, device.peak(dtype))
         moved = c.bytes_read + c.bytes_written
