@@ -156,7 +156,7 @@ def _graph_passes(graph: Graph, o: PassOptions, serving: ServingTrace | None,
         nodes=_node_rows(graph, costs, params), shape_issues=tuple(check_shapes(graph)),
         serving=serving and serving_review(serving, device, overhead, o.allocator,
                                            o.serve_link and o.serve_link.bandwidth,
-                                           o.what_if))
+                                           o.what_if, _calibrated(o)))
     return graph, costs, report
 
 
@@ -236,6 +236,13 @@ def _engine(graph: Graph, o: PassOptions, report: Report) -> tuple[str, str, Eng
         raise GraphcostError(f"{opt('device_profile')} {o.profile.name!r} holds no {name} "
                              f"measurements, which a {graph.source} graph is priced with")
     return o.profile.name, name, engine
+
+
+def _calibrated(o: PassOptions) -> tuple[str, EngineProfile] | None:
+    """The request's profile (its name, its eager PyTorch engine) where it holds one: a
+    serving review's eager steps are priced with it."""
+    engine = o.profile.engines.get("torch") if o.profile is not None else None
+    return None if engine is None or o.profile is None else (o.profile.name, engine)
 
 
 def _optimizer_bytes(graph: Graph, o: PassOptions, report: Report) -> list[int]:

@@ -102,14 +102,11 @@ def _batch_norm_step(x, grad):
                                                      [True, True, True])
 
 
-def eager_python(launch: float, view: float) -> float:
-    """What eager PyTorch's forward adds per traced node beyond the dispatch: a stack of
-    eight pre-norm MLP blocks at width 8 on 2 tokens (kernels that do almost no work) timed,
-    less a launch per node (a view's for a node that moves nothing), over its nodes."""
+def tiny_blocks():
+    """(a stack of eight pre-norm MLP blocks at width 8, its input of 2 tokens): kernels that
+    do almost no work, so that timing it times what runs around them."""
     import torch
     from torch import nn
-
-    from ..app.api import analyze
 
     class Block(nn.Module):
         def __init__(self, d: int = 8):
@@ -120,8 +117,18 @@ def eager_python(launch: float, view: float) -> float:
         def forward(self, x):
             return x + self.down(self.act(self.up(self.norm(x))))
 
-    model = nn.Sequential(*(Block() for _ in range(8))).eval()
-    x = torch.randn(2, 8)
+    return nn.Sequential(*(Block() for _ in range(8))).eval(), torch.randn(2, 8)
+
+
+def eager_python(launch: float, view: float) -> float:
+    """What eager PyTorch's forward adds per traced node beyond the dispatch: the tiny
+    blocks timed, less a launch per node (a view's for a node that moves nothing), over its
+    nodes."""
+    import torch
+
+    from ..app.api import analyze
+
+    model, x = tiny_blocks()
     with torch.no_grad():
         seconds = mb.fastest(lambda: model(x))
     nodes = analyze(model, (x,)).nodes

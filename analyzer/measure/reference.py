@@ -138,10 +138,10 @@ def skip_frozen(tracker, module) -> None:
 
 
 def eager_training_step(module, args, optimizer: str, kwargs=None, autocast=None,
-                   loss: str = "auto"):
+                   loss: str = "auto", device_type: str = "cpu"):
     """(one training step as a function, the optimizer or None): gradients freed first by
     ``zero_grad(set_to_none=True)``, the loss graphcost's (``loss_inputs``: its labels made
-    once, beside the inputs, as a loop's batch is)."""
+    once, beside the inputs, as a loop's batch is); ``autocast`` on ``device_type``."""
     import contextlib
 
     import torch
@@ -160,7 +160,8 @@ def eager_training_step(module, args, optimizer: str, kwargs=None, autocast=None
 
     def step():
         module.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", autocast) if autocast else contextlib.nullcontext():
+        with torch.autocast(device_type, autocast) if autocast else \
+                contextlib.nullcontext():
             value, held, _ = step_loss(call, plan, call_args, call_kwargs)
         value.backward()
         del held   # (held through the backward, as graphcost holds it)

@@ -93,6 +93,7 @@ def _serving_time(s, brief: bool) -> list[str]:
         if t.host_bound else []
     engine = ("eager PyTorch" if t.engine == "eager"
               else "as vLLM runs it: compiled kernels, the decode step a CUDA graph")
+    engine += f", on {t.profile}" if t.profile else ""
     comm = [f"the collectives' {human_time(t.prefill_communication_seconds)} and "
             f"{human_time(t.decode_communication_seconds)} of them;"] \
         if s.collectives is not None else []

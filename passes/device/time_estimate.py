@@ -17,11 +17,13 @@ nodes of one formula), and each trainable parameter's AccumulateGrad, adds the p
 view) costs the profile's ``view``; a node without a rule its ``launch`` alone, and the
 estimate lists its op as unpriced (never silently zero).
 
-Every part is multiplied by the profile's ``scale`` (fitted on its validation runs).
+Every kernel part is multiplied by the profile's ``scale`` (fitted on its validation runs);
+a GPU's host time is not (calibrate_cuda.py measures it on models, not on kernels).
 
-On a GPU (a profile with ``host_s``: gpu_engine.py's datasheet engine) the host runs ahead of
-the kernels, so the forward and backward take the longer of the kernels' time and the host's
-(``host_s`` per op). ``compiled`` prices torch.compile's kernels instead (fusion.py): each
+On a GPU (a profile with ``host_s``: gpu_engine.py's datasheet engine, or a GPU that
+analyzer/measure/calibrate_cuda.py measured) the host runs ahead of the kernels, so the forward
+and backward take the longer of the kernels' time and the host's (``host_s`` per op, and a
+training step's ``autograd`` per autograd node: the engine's work runs on the host). ``compiled`` prices torch.compile's kernels instead (fusion.py): each
 run of pointwise and reduction nodes between library kernels one launch moving what enters
 and leaves it.
 
@@ -197,8 +199,13 @@ def estimate_time(graph: Graph, node_costs, engine: EngineProfile, *, profile: s
     if forward is not None and not compiled:   # (a compiled step is one autograd node)
         formulas = {n.autograd for n in graph.nodes
                     if n.autograd is not None and n.index not in forward}
-        # and each parameter's AccumulateGrad, which hands its gradient to .grad
-        sums.launch += engine.autograd_s * (len(formulas) + len(param_bytes))
+        # and each parameter's AccumulateGrad, which hands its gradient to .grad; on a GPU
+        # (host_s) the host does this work while the kernels run
+        autograd = engine.autograd_s * (len(formulas) + len(param_bytes))
+        if engine.host_s:
+            sums.host += autograd
+        else:
+            sums.launch += autograd
     fused = fused_kernels(graph, node_costs) if compiled else []
     generated = {i for k in fused for i in k.nodes}
     for kernel in fused:
@@ -214,12 +221,14 @@ def estimate_time(graph: Graph, node_costs, engine: EngineProfile, *, profile: s
             sums.launch += max(1, node.repeat) * (engine.launch_s + python)
             continue
         _price(sums, graph, node, nc.cost, engine, python)
-    k = engine.scale   # every part, so that the parts still sum to the whole
+    # every kernel part, so that the parts still sum to the whole; not a GPU's host time,
+    # which calibrate measures on models (their Python and dispatch) rather than on kernels
+    k = engine.scale
     opt = k * optimizer_seconds(engine, optimizer, param_bytes)
     parts = (k * sums.arithmetic, k * sums.memory, k * sums.launch)
-    return TimeEstimate(profile, engine_name, max(sum(parts), k * sums.host) + opt,
+    return TimeEstimate(profile, engine_name, max(sum(parts), sums.host) + opt,
                         engine.band, len(engine.validation), *parts, opt, 0.0, sums.kernels,
-                        dict(sorted(unpriced.items())), host_seconds=k * sums.host,
+                        dict(sorted(unpriced.items())), host_seconds=sums.host,
                         basis=basis)
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from ..costs import CostReport, count_costs
 from ..device.fits import Fit, Overhead, fit
+from ..device.profile import EngineProfile
 from ..device.roofline import roofline
 from ..device_rates import DeviceRates
 from ..graph.params import count_params
@@ -182,9 +183,11 @@ class _Phase:
 
 def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
                    overhead: Overhead | None = None, allocator: AllocatorConfig = AllocatorConfig(),
-                   link_bandwidth: float | None = None, what_if: bool = True) -> Serving:
+                   link_bandwidth: float | None = None, what_if: bool = True,
+                   calibrated: tuple[str, EngineProfile] | None = None) -> Serving:
     """The serving review of ``trace`` on ``device`` (``link_bandwidth``, bytes/s each way: a
-    tensor-parallel replica's link; ``what_if``: re-price the steps at other dtypes)."""
+    tensor-parallel replica's link; ``what_if``: re-price the steps at other dtypes;
+    ``calibrated``: a profile's name and engine measured on that GPU, timing.py)."""
     overhead = overhead or Overhead()
     prefill = trace.prefill
     b = prefill.batch
@@ -238,19 +241,19 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         curve=_curve(weights + work, after, growth, t0, weights, device, max_context),
         traced_layers=trace.traced_layers,
         uncosted_decode_nodes=sum(1 for nc in dec.costs.nodes if nc.status != "ok"),
-        time=_serving_time(pre, dec, device, trace, collectives, link_bandwidth),
+        time=_serving_time(pre, dec, device, trace, collectives, link_bandwidth, calibrated),
         collectives=collectives)
 
 
 def _serving_time(pre: _Phase, dec: _Phase, device: DeviceRates | None, trace: ServingTrace,
-                  collectives: Collectives | None,
-                  link_bandwidth: float | None) -> ServingTime | None:
-    """The datasheet estimate of both steps (a GPU, a traced PyTorch model)."""
+                  collectives: Collectives | None, link_bandwidth: float | None,
+                  calibrated: tuple[str, EngineProfile] | None) -> ServingTime | None:
+    """The estimate of both steps (a GPU, a traced PyTorch model)."""
     if device is None or not device.is_gpu or pre.graph.source == "onnx":
         return None
     assert pre.costs is not None and dec.costs is not None   # (the whole review costs both)
     return serving_time(pre.graph, pre.costs, dec.graph, dec.costs, device, trace.engine,
-                        collectives, link_bandwidth)
+                        collectives, link_bandwidth, calibrated)
 
 
 def _priced(prefill: Graph, trace: ServingTrace, weight: str | None, kv: str | None,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..costs import CostReport
 from ..costs.collectives import ring_seconds, ring_wire, tp_collectives
 from ..device.gpu_engine import datasheet_band, datasheet_engine
+from ..device.profile import EngineProfile
 from ..device.time_estimate import estimate_time
 from ..device_rates import DeviceRates
 from ..ir import Graph
@@ -32,6 +33,9 @@ class ServingTime:
     engine: str = "eager"
     prefill_communication_seconds: float = 0.0
     decode_communication_seconds: float = 0.0
+    # the calibrated profile the eager steps were priced with (graphcost calibrate --device:
+    # its measured kernels and its validation's band); None: the datasheet's rates
+    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,13 +74,18 @@ def count_collectives(prefill: Graph, decode: Graph, tp: int) -> Collectives | N
 def serving_time(prefill: Graph, prefill_costs: CostReport, decode: Graph,
                  decode_costs: CostReport, device: DeviceRates, engine: str,
                  collectives: Collectives | None,
-                 link_bandwidth: float | None) -> ServingTime:
+                 link_bandwidth: float | None,
+                 calibrated: tuple[str, EngineProfile] | None = None) -> ServingTime:
     """Both steps' estimate on the GPU ``device`` as ``engine`` (eager | vllm) runs them, a
-    tensor-parallel replica's collectives exposed on its link."""
+    tensor-parallel replica's collectives exposed on its link; ``calibrated``: (a profile's
+    name, its eager PyTorch engine) measured on that GPU, which prices the eager steps (vLLM's
+    compiled kernels keep the datasheet's: the profile timed eager ones)."""
     vllm = engine == "vllm"
-    rates = datasheet_engine(device, compiled=vllm)
-    ttft, tpot = (estimate_time(graph, costs.nodes, rates, profile=device.name,
-                                engine_name="torch", basis="datasheet", compiled=vllm)
+    sheet = datasheet_engine(device, compiled=vllm)
+    profile, rates = calibrated if calibrated is not None and not vllm else (None, sheet)
+    ttft, tpot = (estimate_time(graph, costs.nodes, rates, profile=profile or device.name,
+                                engine_name="torch",
+                                basis="profile" if profile else "datasheet", compiled=vllm)
                   for graph, costs in ((prefill, prefill_costs), (decode, decode_costs)))
     # a CUDA graph's replay launches the decode step's kernels without the host
     kernels = tpot.arithmetic_seconds + tpot.memory_seconds + tpot.launch_seconds if vllm \
@@ -87,5 +96,6 @@ def serving_time(prefill: Graph, prefill_costs: CostReport, decode: Graph,
             raise ValueError("a tensor-parallel replica's time needs the link its ranks share")
         comm = collectives.seconds(link_bandwidth)
     step = kernels + comm[1]
-    return ServingTime(ttft.seconds + comm[0], step, prefill.batch / step,
-                       datasheet_band(rates), tpot.host_bound and not vllm, engine, *comm)
+    band = rates.band if profile and rates.band is not None else datasheet_band(sheet)
+    return ServingTime(ttft.seconds + comm[0], step, prefill.batch / step, band,
+                       tpot.host_bound and not vllm, engine, *comm, profile=profile)

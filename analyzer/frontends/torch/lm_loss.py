@@ -115,7 +115,8 @@ def with_labels(plan: LossPlan, args: tuple, kwargs: Mapping[str, Any]) -> dict[
         labels = torch.empty_like(tokens, dtype=torch.int64)
     else:  # a real step: labels drawn in the vocabulary, seeded (a measurement's)
         gen = torch.Generator().manual_seed(0)
-        labels = torch.randint(0, plan.vocab, tuple(tokens.shape), generator=gen)
+        labels = torch.randint(0, plan.vocab, tuple(tokens.shape), generator=gen).to(
+            tokens.device)   # (drawn on the CPU, the same labels on any device)
     return {**kwargs, ("labels" if plan.hf_labels else LABELS): labels}
 
 
