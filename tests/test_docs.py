@@ -55,6 +55,9 @@ NEEDS = [("graphcost timm:", "timm")]
 NOT_RUN: dict[str, str] = {
     "graphcost calibrate -o cpu.json": "a minute of measurements on this machine: "
     "tests/test_time_estimate.py runs the command itself over a few small sizes",
+    "graphcost calibrate --device h200 -o h200.json": "needs a CUDA GPU: tests/"
+    "test_gpu_calibration.py runs its code on this CPU at tiny sizes; the profile it wrote on "
+    "an H200 is benchmarks/results/cuda_h200_profile.json, h200.json in the docs' workspace",
     "graphcost plan zoo:llama3_8b --serve --gpus 8 --device h100-sxm --prompt 2048 --generate "
     "256 --ttft 2s --tpot 50ms": "about two minutes (eight traces of the 8B): tests/"
     "test_serve_plan.py runs the same search on llama_tiny; its output is benchmarks/results/"
@@ -265,6 +268,8 @@ def workspace(tmp_path_factory) -> Path:
 
     from tests.test_time_estimate import flat_profile
     (ws / "cpu.json").write_text(json.dumps(profile_to_json(flat_profile())))
+    # h200.json: the profile graphcost calibrate --device h200 wrote on an H200
+    shutil.copy(ROOT / "benchmarks" / "results" / "cuda_h200_profile.json", ws / "h200.json")
     (ws / "my-model").mkdir()
     (ws / "my-model" / "config.json").write_text(json.dumps(
         {**LLAMA_31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
