@@ -13,6 +13,8 @@ import torch
 from graphcost.analyzer.frontends.torch.optional_imports import (
     _satisfies,
     check_torchvision,
+    check_transformers_companions,
+    torchao_problem,
 )
 
 from graphcost import GraphcostError
@@ -82,3 +84,26 @@ def test_the_torch_requirement_is_read_as_pip_reads_it():
     assert not _satisfies("2.13.0", "==2.13.1")
     assert not _satisfies("2.15.0", ">=2.14,<2.15")
     assert _satisfies("2.13.0", "~=2.13.0")          # not read: the import's error is said
+
+
+def test_a_torchao_built_for_another_torch_is_one_line(tmp_path, monkeypatch):
+    # torchao 0.18 beside torch 2.8 raised this in its own import, which transformers runs
+    # whenever torchao is installed (stop 62's CI: every transformers test failed); a stand-in
+    # raising the same, with a wheel's metadata, first on the path
+    pkg = tmp_path / "torchao"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise ImportError(\"cannot import name 'ScalingType' "
+                                     "from 'torch.nn.functional'\")\n")
+    info = tmp_path / "torchao-0.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torchao\nVersion: 0.0.1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "torchao" or m.startswith("torchao.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert torchao_problem() == (
+        f"torchao 0.0.1 does not import beside torch {torch.__version__} (ImportError: cannot "
+        "import name 'ScalingType' from 'torch.nn.functional'): pip install the torchao "
+        f"release built for torch {PUBLIC}")
+    with pytest.raises(GraphcostError, match=r"^config\.json: torchao 0\.0\.1 does not import "
+                       r".*; or pip uninstall torchao: transformers runs without it$"):
+        check_transformers_companions("config.json")

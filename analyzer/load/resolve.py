@@ -243,8 +243,8 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
             inputs = make_fakes(module, shapes, spec.input_dtypes)
     except ImportError as exc:  # a transformers model without transformers
         if spec.hf:  # (or one whose torchvision import failed: optional_imports)
-            from ..frontends.torch.optional_imports import check_torchvision
-            check_torchvision(f"zoo:{name}", without="transformers")
+            from ..frontends.torch.optional_imports import check_transformers_companions
+            check_transformers_companions(f"zoo:{name}")
         raise GraphcostError(f"zoo:{name} needs transformers (pip install 'graphcost[hf]'): "
                              f"{exc}") from None
     if spec.hf:  # transformers models take their inputs by name

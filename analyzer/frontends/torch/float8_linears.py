@@ -48,7 +48,13 @@ def _(input: torch.Tensor, weight_t: torch.Tensor, key: int) -> torch.Tensor:
 
 
 def torchao_float8():
-    """torchao's float8 package; GraphcostError where torchao is absent."""
+    """torchao's float8 package; GraphcostError where torchao is absent or does not import
+    beside this torch."""
+    from .optional_imports import torchao_problem
+
+    problem = torchao_problem()
+    if problem:
+        raise GraphcostError(f"{opt('float8')}: {problem}")
     try:  # (quietly: this package's __init__.py)
         import torchao.float8 as float8  # pyright: ignore[reportMissingImports]
     except ImportError:

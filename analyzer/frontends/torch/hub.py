@@ -27,7 +27,7 @@ from typing import Any
 
 from ....passes.errors import GraphcostError
 from .config_json import ONLY_MODELS, config_dtype, read_config
-from .optional_imports import check_torchvision
+from .optional_imports import check_transformers_companions
 
 # ORG/NAME[@REV]: the shape of a hub id, which sends a name here; config_file then checks the
 # id and the revision as the hub does
@@ -189,7 +189,7 @@ def _model_class(transformers, data: dict[str, Any], text: str, about: str) -> t
     try:
         cls = getattr(transformers, name, None)
     except Exception as exc:  # noqa: BLE001 - its module failed to import, one line
-        check_torchvision(text, without="transformers")  # (the usual cause: optional_imports)
+        check_transformers_companions(text)  # (the usual cause: optional_imports)
         raise GraphcostError(f"{text}: transformers cannot import {name} "
                              f"({type(exc).__name__}: {_first_line(exc)})") from None
     if "auto_map" in data and (cls is None or data.get("model_type")

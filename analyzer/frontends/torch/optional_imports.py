@@ -1,5 +1,6 @@
-"""torchvision beside torch. timm imports it, and so does transformers (its image utilities, on
-the way to any model class) whenever it is installed. A torchvision built for another torch,
+"""torchvision (and torchao) beside torch. timm imports torchvision, and so does transformers
+(its image utilities, on the way to any model class) whenever it is installed, as it imports
+torchao (its quantizers). A torchvision built for another torch,
 or PyPI's CUDA build beside a CPU-only torch, fails inside its own import ("operator
 torchvision::nms does not exist"), which would reach the user as an internal error: here it is
 one line naming both versions and the pip command that pairs them.
@@ -44,6 +45,45 @@ def check_torchvision(about: str, *, without: str = "") -> None:
     if problem:
         other = f"; or pip uninstall torchvision: {without} runs without it" if without else ""
         raise GraphcostError(f"{about}: {problem}{other}")
+
+
+def torchao_problem() -> str | None:
+    """None where torchao is absent or imports beside this torch; else one line. Each torchao
+    release is built for one torch, and transformers imports it whenever it is installed: a
+    newer one beside torch 2.8 fails inside its own import ("cannot import name
+    'ScalingType' from 'torch.nn.functional'"), and every transformers model with it."""
+    import importlib
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    if "torchao" in sys.modules or importlib.util.find_spec("torchao") is None:
+        return None
+    try:
+        importlib.import_module("torchao")
+    except Exception as exc:  # noqa: BLE001 - whatever its import raises, said in one line
+        try:
+            have = version("torchao")
+        except PackageNotFoundError:
+            have = "(version unknown)"
+        first = (str(exc).splitlines() or [""])[0][:200]
+        public = torch.__version__.partition("+")[0]
+        return (f"torchao {have} does not import beside torch {torch.__version__} "
+                f"({type(exc).__name__}: {first}): pip install the torchao release built for "
+                f"torch {public}")
+    return None
+
+
+def check_transformers_companions(about: str) -> None:
+    """GraphcostError, one line about ``about``, where a package transformers imports
+    whenever it is installed (torchvision, torchao) is installed but does not import beside
+    this torch; uninstalling it is the other fix."""
+    check_torchvision(about, without="transformers")
+    problem = torchao_problem()
+    if problem:
+        raise GraphcostError(f"{about}: {problem}; or pip uninstall torchao: transformers "
+                             "runs without it")
 
 
 def torchvision_install(more: str = "") -> str:
