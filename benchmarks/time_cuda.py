@@ -30,6 +30,7 @@ of the script before device time is spent).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -144,10 +145,8 @@ def estimate(name: str, device: str, profile) -> float:
     from graphcost import analyze
     if name in SERVING:
         phase, batch = SERVING[name]
-        r = analyze("zoo:llama7b", batch=batch, device=device, device_profile=profile,
-                    serve={"prompt": PROMPT, "generate": GENERATE}, what_if=False)
-        assert r.serving is not None and r.serving.time is not None
-        return r.serving.time.ttft_seconds if phase == "prefill" else r.serving.time.tpot_seconds
+        t = _serving_time(batch, device, profile)
+        return t.ttft_seconds if phase == "prefill" else t.tpot_seconds
     from benchmarks import accuracy_cuda as ac
     build, make_inputs, train, optimizer, precision, attention = ac.CASES[name]
     args = tuple(torch.empty_like(a, device="meta") for a in make_inputs("cpu"))
@@ -156,6 +155,17 @@ def estimate(name: str, device: str, profile) -> float:
     r = analyze(build(True).train(train), args, device=device, device_profile=profile, **kw)
     assert r.time is not None
     return r.time.seconds
+
+
+@functools.lru_cache(maxsize=8)
+def _serving_time(batch: int, device: str, profile):
+    """The serving review's time at ``batch`` (one analysis gives a batch's prefill and
+    decode step)."""
+    from graphcost import analyze
+    r = analyze("zoo:llama7b", batch=batch, device=device, device_profile=profile,
+                serve={"prompt": PROMPT, "generate": GENERATE}, what_if=False)
+    assert r.serving is not None and r.serving.time is not None
+    return r.serving.time
 
 
 def predict(device: str, measured: str, profile: str | None) -> list[dict]:

@@ -38,8 +38,8 @@ def test_the_h200_profile_prices_real_steps_it_never_ran_better_than_the_datashe
     bf16-mixed and a forward, a 7B bf16 forward, the zoo's 7B decoder serving: its prefill
     and decode steps at batch 1, 16 and 64). With the profile, median |error| 14.9% and at
     most 32% when recorded (benchmarks/results/time_cuda_h200.md); on the datasheet's shares
-    32% and 120% (the decode steps wait on the host, which an H200's 700 W and 16 cores run
-    faster than the H100s the shares were fitted on)."""
+    32% and 120% (the decode steps wait on the host, whose time per op the datasheet
+    estimate assumes, 12 µs, and the profile measured, 7.2 µs)."""
     from benchmarks import time_cuda as tc
 
     rows = {r["case"]: r["measured_s"] for r in MEASURED}
@@ -48,10 +48,10 @@ def test_the_h200_profile_prices_real_steps_it_never_ran_better_than_the_datashe
               for name, real in rows.items()}
     assert statistics.median(abs(e) for e in errors.values()) <= 0.16, errors
     assert max(abs(e) for e in errors.values()) <= 0.33, errors
-    # the two steps the datasheet misses most: a host-bound decode, a GPT-2 forward
-    for name in ("serve-llama7b-decode-b1", "gpt2-124M-infer-b8-s1024"):
-        sheet = tc.estimate(name, "h200", None) / rows[name] - 1
-        assert abs(errors[name]) < abs(sheet) - 0.2, (name, errors[name], sheet)
+    # the step the datasheet misses most: a decode step waiting on the host (+120% there)
+    name = "serve-llama7b-decode-b1"
+    sheet = tc.estimate(name, "h200", None) / rows[name] - 1
+    assert abs(errors[name]) < abs(sheet) - 0.5, (name, errors[name], sheet)
 
 
 def test_the_profile_reads_back_and_says_where_it_was_measured():

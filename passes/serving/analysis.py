@@ -185,13 +185,11 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
                    overhead: Overhead | None = None, allocator: AllocatorConfig = AllocatorConfig(),
                    link_bandwidth: float | None = None, what_if: bool = True,
                    calibrated: tuple[str, EngineProfile] | None = None) -> Serving:
-    """The serving review of ``trace`` on ``device`` (``link_bandwidth``, bytes/s each way: a
-    tensor-parallel replica's link; ``what_if``: re-price the steps at other dtypes;
-    ``calibrated``: a profile's name and engine measured on that GPU, timing.py)."""
+    """The serving review of ``trace`` on ``device``: ``link_bandwidth`` (bytes/s each way) a
+    tensor-parallel replica's link, ``what_if`` other dtypes, ``calibrated`` (timing.py)."""
     overhead = overhead or Overhead()
-    prefill = trace.prefill
+    prefill, peaks = trace.prefill, {}
     b = prefill.batch
-    peaks: dict = {}
     pre, dec, weights, kv = _priced(prefill, trace, trace.weight_dtype, trace.kv_dtype, device,
                                     peaks)
     collectives = count_collectives(pre.graph, dec.graph, trace.tensor_parallel)  # (re-typed)
