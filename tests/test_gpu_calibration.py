@@ -171,3 +171,13 @@ def test_a_serving_review_prices_its_eager_steps_with_the_calibrated_profile():
                           "h200", "--device-profile", str(PROFILE), "--details"],
                          capture_output=True, text=True, check=True).stdout
     assert "eager PyTorch, on h200 (calibrated: NVIDIA" in " ".join(out.split())
+
+
+def test_a_gpu_profile_without_a_gpu_device_is_refused_in_one_line():
+    # traced without a GPU device, the step would get this CPU's attention kernel and no
+    # CUDA autocast, priced at the H200's rates
+    from graphcost import GraphcostError
+
+    with pytest.raises(GraphcostError, match=r"'h200 \(calibrated: NVIDIA H200\)' was measured "
+                       r"on a GPU \(NVIDIA H200\): add device with that GPU's row"):
+        analyze("zoo:gpt2", device_profile=str(PROFILE))

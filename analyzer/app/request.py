@@ -102,6 +102,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                              f"with: add {opt('train')} (an inference graph keeps attention "
                              "whole, costed as a fused kernel)")
     rates, profile = device_of(device), profile_of(device_profile)
+    _gpu_profile_on_a_gpu(rates, profile)
     load = LoadOptions(batch, _raw(dims), _raw(input_shapes), _raw(input_dtypes),
                        zoo_exporter, train, all_layers,
                        attention_target(rates, precision, attention),
@@ -165,6 +166,17 @@ def cast_dtype(precision: str) -> str | None:
     from ...passes.training.precision import PRECISIONS
 
     return PRECISIONS.get(precision) if isinstance(precision, str) else None
+
+
+def _gpu_profile_on_a_gpu(rates, profile) -> None:
+    """A profile ``graphcost calibrate --device`` measured on a GPU prices that GPU's steps:
+    it needs a GPU device, whose row sets the attention kernel and the autocast a step is
+    traced with (without one the step is traced as this CPU runs it)."""
+    gpu = profile.measured.get("gpu") if profile is not None else None
+    if gpu and (rates is None or not rates.is_gpu):
+        raise GraphcostError(f"{opt('device_profile')} {profile.name!r} was measured on a "
+                             f"GPU ({gpu}): add {opt('device')} with that GPU's row "
+                             "(graphcost devices)")
 
 
 def _compiled(compile: bool, rates, profile) -> bool:  # noqa: A002

@@ -26,9 +26,9 @@ def build_parser():
                    help="measure with N intra-op threads (default: torch's, the cores it "
                         "sees); estimates from the profile are for runs with as many")
     p.add_argument("--device", metavar="GPU",
-                   help="measure eager PyTorch on this machine's CUDA GPU instead, which "
-                        "is the row GPU of graphcost devices (h100-sxm, h200, ...): its "
-                        "profile prices a step with --device GPU --device-profile FILE")
+                   help="measure eager PyTorch on this machine's CUDA GPU instead, GPU "
+                        "being its row of graphcost devices (h100-sxm, h200, ...); the "
+                        "profile then prices a step with --device GPU --device-profile FILE")
     p.add_argument("--no-validation", action="store_true",
                    help="skip the validation runs: the profile's estimates then carry no "
                         "error band")

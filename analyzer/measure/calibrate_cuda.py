@@ -14,7 +14,8 @@ cannot be captured), operands cycled past the 50 MB L2 cache of an H100/H200:
   on any small model (``EngineProfile.host_s``); and a training step's host time per autograd
   node beyond it (``autograd_s``: recording the node, running it from the backward's engine);
 - gemm: square matmuls from 256³ to 8192³ in fp32 (no TF32, PyTorch's default), bf16 and fp16;
-  conv: ResNet-like convolutions in fp32 and bf16; attention: causal
+  conv and grouped_conv: 3×3 convolutions of CNN-like widths and depthwise ones, fp32 (cuDNN's
+  TF32, PyTorch's default for convolutions) and bf16; attention: causal
   scaled_dot_product_attention in bf16 and fp16 at head dim 64 and 128 (the kernel PyTorch
   dispatches: cuDNN's or FlashAttention on sm90), priced by the FLOPs graphcost counts
   (4·b·h·s²·d for the forward, causal or not, as FlopCounterMode counts them);
