@@ -166,11 +166,10 @@ def test_a_serving_review_prices_its_eager_steps_with_the_calibrated_profile():
     # a tiny decoder's decode step waits on the host: its nodes at the profile's 7.2 µs, not
     # the datasheet's assumed 12 µs
     assert t.tpot_seconds < 0.8 * sheet.serving.time.tpot_seconds
-    out = subprocess.run([sys.executable, "-m", "graphcost", "zoo:llama_tiny", "--serve",
-                          "--prompt", "60", "--generate", "4", "--batch", "2", "--device",
-                          "h200", "--device-profile", str(PROFILE), "--details"],
-                         capture_output=True, text=True, check=True).stdout
-    assert "eager PyTorch, on h200 (calibrated: NVIDIA" in " ".join(out.split())
+    from graphcost.analyzer.render.serving import serving_summary
+
+    lines = dict(serving_summary(calibrated))["time"]   # (--details' time line)
+    assert "(estimate: eager PyTorch, on h200 (calibrated: NVIDIA H200));" in lines[0]
 
 
 def test_a_gpu_profile_without_a_gpu_device_is_refused_in_one_line():

@@ -61,15 +61,15 @@ COLD_BYTES = 64 << 20   # operands cycled through per microbenchmark: beyond the
 
 
 def cold(make: Callable[[], tuple], run: Callable[..., object], *,
-         timer: Callable[[Callable[[], object]], float] = fastest,
+         timer: Callable[[Callable[[], object]], float] | None = None,
          cold_bytes: int = COLD_BYTES) -> float:
     """Seconds per ``run(*operands)`` with operands that are not in the caches, as a model's
     layers meet theirs (each reads what the one before wrote, and weights read once per
     call): enough sets of ``make()``'s operands cycled through to pass ``cold_bytes`` (a hot
     loop over one set runs large convolutions twice as fast as they run in a model), timed
-    by ``timer`` (a GPU's: calibrate_cuda.py)."""
+    by ``timer`` (a GPU's: calibrate_cuda.py; else ``fastest``, looked up when called)."""
     first = make()
     size = sum(t.numel() * t.element_size() for t in first if hasattr(t, "numel"))
     sets = [first] + [make() for _ in range(min(63, cold_bytes // max(1, size)))]
     turn = itertools.cycle(sets)
-    return timer(lambda: run(*next(turn)))
+    return (timer or fastest)(lambda: run(*next(turn)))
