@@ -180,3 +180,25 @@ def test_a_gpu_profile_without_a_gpu_device_is_refused_in_one_line():
     with pytest.raises(GraphcostError, match=r"'h200 \(calibrated: NVIDIA H200\)' was measured "
                        r"on a GPU \(NVIDIA H200\): add device with that GPU's row"):
         analyze("zoo:gpt2", device_profile=str(PROFILE))
+
+
+def test_a_gpu_profiles_parallel_rank_prices_its_kernels_and_the_links_collectives():
+    """fully_shard over 8 H200s: the rank's kernels from the H200's profile, its collectives
+    on the same links the datasheet estimate uses; a CPU profile's rank gets none."""
+    kw = dict(batch=2, dims={"seq": 256}, train=True, optimizer="adamw", what_if=False,
+              precision="bf16-master", device="h200", parallel={"mesh": "dp_shard=8"})
+    sheet = analyze("zoo:llama_tiny", **kw)
+    calibrated = analyze("zoo:llama_tiny", device_profile=str(PROFILE), **kw)
+    assert sheet.time is not None and calibrated.time is not None
+    t, s = calibrated.time, sheet.time
+    assert t.basis == "profile" and t.gpus == 8 and t.tokens_per_second
+    # the same collectives on the same links: exposed plus hidden is the same wire time
+    assert t.communication_seconds + t.overlapped_seconds == pytest.approx(
+        s.communication_seconds + s.overlapped_seconds)
+    # the kernels and the host: the profile's (its 0.9 µs launch against the datasheet's
+    # assumed 3 µs, its host figures against the assumed 12 µs an op)
+    assert t.profile == "h200 (calibrated: NVIDIA H200)"
+    assert t.launch_seconds < 0.5 * s.launch_seconds and t.host_seconds != s.host_seconds
+    # the band: the profile's 28%, at least the published runs' 15%
+    assert t.band == pytest.approx(max(0.15, profile_from_json(
+        json.loads(PROFILE.read_text())).engines["torch"].band or 0))

@@ -162,20 +162,27 @@ def _graph_passes(graph: Graph, o: PassOptions, serving: ServingTrace | None,
 
 NO_PARALLEL_TIME = ("no time estimate for this parallel rank: a calibrated profile prices "
                     "one process's kernels, not the collectives between GPUs (a GPU's "
-                    "datasheet estimate does: a GPU device without a profile)")
+                    "datasheet estimate does: a GPU device without a profile; a GPU's own "
+                    "profile does beside fully_shard, DDP, tp, cp and ep ranks)")
+
+
+def gpu_profile(o: PassOptions) -> bool:
+    """The request's profile was measured on a GPU (graphcost calibrate --device): a
+    parallel rank's kernels are priced with it and its collectives on the GPU's links."""
+    return o.profile is not None and bool(o.profile.measured.get("gpu"))
 
 
 def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,
                training) -> Report:
     """The report with its time estimate: a device profile's, else a GPU device's datasheet
     estimate (passes/device/gpu_engine.py), a parallel rank's with its collectives on the
-    clock (none for a calibrated profile's parallel rank: a warning says why)."""
+    clock (none for a CPU profile's parallel rank: a warning says why)."""
     if o.profile is None and not (o.device is not None and o.device.is_gpu
                                   and graph.source != "onnx"):
         return report   # (a datasheet estimate is eager PyTorch's: not ONNX Runtime's)
     if report.serving is not None:   # (its two steps are priced in its own section)
         return report
-    if o.parallel is not None and o.profile is not None:
+    if o.parallel is not None and o.profile is not None and not gpu_profile(o):
         return replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     estimate = _time(graph, costs, o, training, report)
     if o.parallel is None or report.parallel is None:   # (its throughput beside)
@@ -269,10 +276,12 @@ def _time(graph: Graph, costs: CostReport, o: PassOptions, training,
                              forward=forward_set(graph) if o.optimizer else None,
                              basis="profile" if o.profile else "datasheet",
                              compiled=o.compiled)
-    if o.profile is None and o.parallel is not None and o.parallel.cp > 1:
+    if o.parallel is not None and o.parallel.cp > 1:
         band, runs = context_parallel_band(engine)
         estimate = replace(estimate, band=band, runs=runs)
-    elif o.profile is None:
+    elif o.profile is None or o.parallel is not None:
+        # (a GPU profile's parallel rank: its collectives are the datasheet's links', which
+        # published runs checked; the band is at least theirs)
         estimate = replace(estimate, band=datasheet_band(engine))
     plan = training.checkpoint if training is not None else None
     if plan is None or not plan.recompute_flops:

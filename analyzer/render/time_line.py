@@ -48,7 +48,7 @@ def _source(t) -> list[str]:
 
 
 def _throughput(t, brief: bool) -> list[str]:
-    where = " per GPU" if t.basis == "datasheet" else ""
+    where = " per GPU" if t.basis == "datasheet" or t.gpus > 1 else ""
     parts = [f"{t.tokens_per_second:,.0f} tokens/s{where}"] if t.tokens_per_second else []
     if t.mfu and t.hfu:
         parts.append(f"MFU {t.mfu:.0%}" if brief else
