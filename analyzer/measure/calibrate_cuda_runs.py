@@ -1,6 +1,7 @@
 """The validation of ``graphcost calibrate --device GPU``: zoo models run for real on the GPU
 (eager forwards and training steps, fp32 and bf16) and estimated with the profile just
-measured, on the GPU's device row; their errors are the profile's band (calibrate.fitted).
+measured, on the GPU's device row; their errors are the profile's band (calibrate_cuda.
+fitted_gpu).
 
 Each measured time is the wall clock of whole steps (the host's launches included, as a
 training loop sees them), the GPU synchronized after each, the fastest of several rounds.
@@ -17,7 +18,7 @@ from ...passes.device.profile import DeviceProfile, Run
 from ...passes.device_rates import DeviceRates
 
 # (zoo name, batch, dims, dtype) forwards; (zoo name, batch, dims, optimizer, precision) steps;
-# "decoder": the zoo's Llama code at a width whose matmuls keep a GPU busy (``MID``)
+# "decoder": the zoo's Llama code at a width whose matmuls keep a GPU busy (``_build``)
 FORWARD = (("resnet50", 64, {}, "fp32"), ("resnet50", 64, {}, "bf16"),
            ("vgg16", 32, {}, "bf16"), ("mobilenet_v2", 64, {}, "fp32"),
            ("gpt2", 8, {}, "fp32"), ("llama_tiny", 16, {"seq": 256}, "bf16"),
