@@ -207,21 +207,17 @@ def _header(measured: str, profile: str | None) -> str:
             f"{m.get('cuda')}), {m.get('date')}: the wall clock of whole steps.")
     if not profile:
         return line
+    from graphcost.passes.device.profile import profile_from_json
     with open(profile, encoding="utf-8") as f:
-        e = json.load(f)["engines"]["torch"]
-    gemm = max(rate for _, rate in e["arithmetic"]["gemm"]["bf16"])
-    memory = max(rate for _, rate in e["memory"])
+        e = profile_from_json(json.load(f)).engines["torch"]
+    gemm = max(rate for _, rate in e.arithmetic["gemm"]["bf16"].points)
+    memory = max(rate for _, rate in e.memory.points)
     return (f"{line}\nThe profile (graphcost calibrate --device, same run): bf16 GEMMs up to "
             f"{gemm / 1e12:,.0f} TFLOP/s, memory-bound kernels up to {memory / 1e9:,.0f} GB/s, "
-            f"a kernel's launch {e['launch_s'] * 1e6:.1f} µs, eager host "
-            f"{e['host_s'] * 1e6:.1f} µs per op and {e['autograd_s'] * 1e6:.1f} µs per "
-            f"autograd node, kernels' scale {e['scale']:.2f}, validation band "
-            f"±{_band(e['validation']):.0%} over {len(e['validation'])} zoo runs.")
-
-
-def _band(runs: list[dict]) -> float:
-    errors = sorted(abs(r["estimated_s"] / r["measured_s"] - 1) for r in runs)
-    return errors[min(len(errors) - 1, -(-9 * len(errors) // 10) - 1)]
+            f"a kernel's launch {e.launch_s * 1e6:.1f} µs, eager host "
+            f"{e.host_s * 1e6:.1f} µs per op and {e.autograd_s * 1e6:.1f} µs per "
+            f"autograd node, kernels' scale {e.scale:.2f}, validation band "
+            f"±{e.band or 0:.0%} over {len(e.validation)} zoo runs.")
 
 
 def main() -> None:

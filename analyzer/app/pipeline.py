@@ -169,7 +169,7 @@ NO_PARALLEL_TIME = ("no time estimate for this parallel rank: a calibrated profi
 def gpu_profile(o: PassOptions) -> bool:
     """The request's profile was measured on a GPU (graphcost calibrate --device): a
     parallel rank's kernels are priced with it and its collectives on the GPU's links."""
-    return o.profile is not None and bool(o.profile.measured.get("gpu"))
+    return o.profile is not None and o.profile.gpu is not None
 
 
 def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,

@@ -172,10 +172,9 @@ def _gpu_profile_on_a_gpu(rates, profile) -> None:
     """A profile ``graphcost calibrate --device`` measured on a GPU prices that GPU's steps:
     it needs a GPU device, whose row sets the attention kernel and the autocast a step is
     traced with (without one the step is traced as this CPU runs it)."""
-    gpu = profile.measured.get("gpu") if profile is not None else None
-    if profile is not None and gpu and (rates is None or not rates.is_gpu):
+    if profile is not None and profile.gpu and (rates is None or not rates.is_gpu):
         raise GraphcostError(f"{opt('device_profile')} {profile.name!r} was measured on a "
-                             f"GPU ({gpu}): add {opt('device')} with that GPU's row "
+                             f"GPU ({profile.gpu}): add {opt('device')} with that GPU's row "
                              "(graphcost devices)")
 
 

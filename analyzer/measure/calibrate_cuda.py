@@ -33,14 +33,13 @@ from __future__ import annotations
 
 import datetime
 import statistics
-import time
 from dataclasses import replace
 from typing import Callable
 
 from ...passes.device.profile import Curve, DeviceProfile, EngineProfile, Run
 from ...passes.device_rates import DeviceRates
 from . import microbench as mb
-from .calibrate_cuda_runs import GpuRun
+from .calibrate_cuda_runs import GpuRun, wall_seconds
 
 GEMM_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 # (batch, channels in, channels out, height = width, kernel): 3×3 convolutions of CNN-like
@@ -193,7 +192,7 @@ def _small_models(train: bool = False) -> list[tuple]:
 
 def host_per_op(device, rates: DeviceRates) -> float:
     """Eager PyTorch's host seconds per traced node of a forward: the median over the small
-    models of a forward's wall time over its nodes."""
+    models of a forward's wall time (rounds of 50 calls) over its nodes."""
     import torch
 
     from ..app.api import analyze
@@ -203,7 +202,7 @@ def host_per_op(device, rates: DeviceRates) -> float:
         nodes = len(analyze(model, args, device=rates).nodes)
         model, args = model.to(device), tuple(a.to(device) for a in args)
         with torch.no_grad():
-            per_node.append(_wall(lambda: model(*args), device) / nodes)
+            per_node.append(wall_seconds(lambda: model(*args), device, calls=50) / nodes)
     return statistics.median(per_node)
 
 
@@ -221,7 +220,7 @@ def autograd_per_node(device, rates: DeviceRates, host: float) -> float:
         nodes = (probe - plain) / 1e-6
         step, _ = eager_training_step(model.to(device), tuple(a.to(device) for a in args),
                                       "none", device_type=device.type)
-        per_node.append(max(0.0, (_wall(step, device) - plain) / max(nodes, 1.0)))
+        per_node.append(max(0.0, (wall_seconds(step, device, calls=50) - plain) / max(nodes, 1.0)))
     return statistics.median(per_node)
 
 
@@ -236,23 +235,6 @@ def _host_estimate(model, args, rates: DeviceRates, host: float, autograd: float
                 device_profile=DeviceProfile("host probe", {}, {"torch": probe})).time
     assert t is not None
     return t.host_seconds
-
-
-def _wall(fn: Callable[[], object], device, calls: int = 50) -> float:
-    """Seconds per call of ``fn`` on the wall clock, the device synchronized after each
-    round of ``calls``: the fastest of five rounds."""
-    import torch
-
-    def rounds() -> float:
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        return (time.perf_counter() - start) / calls
-
-    rounds()
-    return min(rounds() for _ in range(5))
 
 
 def describe_gpu(device) -> dict[str, str]:

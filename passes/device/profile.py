@@ -129,6 +129,11 @@ class DeviceProfile:
     measured: Mapping[str, str]     # date, torch, threads, cpu / gpu: where and when
     engines: Mapping[str, EngineProfile] = field(default_factory=dict)
 
+    @property
+    def gpu(self) -> str | None:
+        """The GPU the profile was measured on (graphcost calibrate --device); None: a CPU's."""
+        return self.measured.get("gpu") or None
+
 
 def _fail(where: str, what: str) -> GraphcostError:
     return GraphcostError(f"device profile: {where}: {what}")
