@@ -211,6 +211,20 @@ def test_float8_is_fixed_for_every_candidate_and_tensor_parallelism_left_out(cap
     assert main([*argv, "--precision", "bf16-mixed", "--tp", "2"]) == 2
     assert "float8 linears beside tensor parallelism are not modelled" in \
         capsys.readouterr().err
+    # FSDP2's float8 all-gather (tensorwise) is fixed for every candidate too: the best's
+    # command carries it, and its figures are that command's
+    gathered = [*argv[:-3], "tensorwise", "--checkpoint", "none", "--float8-all-gather"]
+    assert main([*gathered, "--format", "json"]) == 0
+    best = json.loads(capsys.readouterr().out)["candidates"][0]
+    assert best["status"] == "fits" and best["command"].endswith(
+        "--float8 tensorwise --float8-all-gather --device h100-sxm")
+    direct = analyze("zoo:llama_tiny", train=True, batch=2, dims={"seq": 64},
+                     precision="bf16-master", optimizer="adamw", float8="tensorwise",
+                     device="h100-sxm", what_if=False,
+                     parallel={"mesh": "dp_shard=2", "float8_all_gather": True})
+    assert direct.roofline is not None and direct.roofline.fit is not None
+    assert "gathered in float8" in direct.model
+    assert best["needs_bytes"] == direct.roofline.fit.needs
 
 
 def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):

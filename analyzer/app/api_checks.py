@@ -221,7 +221,7 @@ def _stages_per_rank(parallel: Mapping) -> int:
 
 _PARALLEL_KEYS = ("strategy", "world_size", "mesh", "offload", "bucket_cap_mb", "units",
                   "interconnect", "microbatches", "schedule", "async_tp", "gpus_per_node",
-                  "stages_per_rank")
+                  "stages_per_rank", "float8_all_gather")
 
 
 def _with_mesh(parallel: Mapping) -> dict:
@@ -264,12 +264,16 @@ def _with_mesh(parallel: Mapping) -> dict:
     return out
 
 
+def _flag(value, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise GraphcostError(f"{opt('parallel.' + key, value=value)}: expected True or False")
+    return value
+
+
 def _async_tp(value, tp: int) -> bool:
     """Tensor parallelism with its collectives overlapped by the matmuls they feed
     (torchtitan's async TP, Megatron's --tp-comm-overlap): a flag that needs a tp dimension."""
-    if not isinstance(value, bool):
-        raise GraphcostError(f"{opt('parallel.async_tp', value=value)}: expected True or False")
-    if value and tp <= 1:
+    if _flag(value, "async_tp") and tp <= 1:
         raise GraphcostError(f"{opt('parallel.async_tp')} overlaps tensor parallelism's "
                              "collectives: a mesh with tp")
     return value
@@ -334,11 +338,18 @@ def parallel_spec(parallel, train: bool):
         schedule=str(parallel.get("schedule", "1f1b")),
         stages_per_rank=_stages_per_rank(parallel),
         async_tp=_async_tp(parallel.get("async_tp", False), parallel.get("tp", 1)),
-        gpus_per_node=node_size(parallel.get("gpus_per_node", GPUS_PER_NODE)))
+        gpus_per_node=node_size(parallel.get("gpus_per_node", GPUS_PER_NODE)),
+        float8_all_gather=_flag(parallel.get("float8_all_gather", False),
+                                "float8_all_gather"))
+    _pipeline_options(spec, parallel)
+    check_spec(spec)
+    return spec
+
+
+def _pipeline_options(spec, parallel: Mapping) -> None:
+    """A pipeline's options need pipeline stages."""
     if (spec.microbatches is not None or "schedule" in parallel
             or "stages_per_rank" in parallel) and spec.pp == 1:
         raise GraphcostError(f"{opt('parallel.microbatches')}, {opt('parallel.schedule')} "
                              f"and {opt('parallel.stages_per_rank')} go with pipeline stages "
                              "(a mesh with pp)")
-    check_spec(spec)
-    return spec

@@ -98,6 +98,8 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     if experts:
         left_out.append(EXPERTS_BESIDE)
     settings = _searchable(settings, base, left_out)
+    if extra.get("float8_all_gather"):
+        settings = _gathering(settings, left_out)
     if not settings and spec.pp:
         raise GraphcostError(f"{opt('pp', value=','.join(map(str, spec.pp)))}: no layout of "
                              f"{spec.gpus} GPUs has those pipeline sizes (tp × pp must divide "
@@ -154,6 +156,20 @@ def _searchable(settings: list[Settings], base: Mapping[str, Any],
     return settings
 
 
+def _gathering(settings: list[Settings], left_out: list[str]) -> list[Settings]:
+    """The settings FSDP2's float8 all-gather applies to: a mesh that shards the weights
+    (dp_shard), without pipeline stages (not modelled beside them)."""
+    kept = [s for s in settings if s.mesh.dims and not _replicated(s.mesh) and s.pp == 1]
+    if not kept:
+        raise GraphcostError(f"{opt('parallel.float8_all_gather')}: FSDP2 gathers weights in "
+                             "float8, and no layout searched shards them without pipeline "
+                             "stages (more than one GPU, a dp_shard dimension)")
+    if len(kept) < len(settings):
+        left_out.insert(0, "DDP, tp alone and pipelines (the float8 all-gather is "
+                           "FSDP2's, beside pipeline stages not modelled)")
+    return kept
+
+
 # (master weights are modelled as FSDP2's MixedPrecisionPolicy: passes/parallel/step.py)
 MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
@@ -198,7 +214,8 @@ def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) ->
     if unknown or not spec.checkpoints:
         raise GraphcostError(f"{opt('checkpoint', value=','.join(unknown))}: a plan's "
                              f"checkpoint plans are {', '.join(CHECKPOINTS)}")
-    bad = sorted(set(extra) - {"interconnect", "async_tp", "gpus_per_node"})
+    bad = sorted(set(extra) - {"interconnect", "async_tp", "gpus_per_node",
+                               "float8_all_gather"})
     if bad:
         raise GraphcostError(f"{opt('parallel.' + bad[0])}: a plan searches the layout")
     return rates.name

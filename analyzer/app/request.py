@@ -130,8 +130,22 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
                                  "or bf16 with tp")
         load = replace(load, tensor_parallel=passes.parallel.tp,
                        expert_parallel=passes.parallel.ep,
-                       context_parallel=passes.parallel.cp)
+                       context_parallel=passes.parallel.cp,
+                       float8_all_gather=_float8_all_gather(passes.parallel, float8))
     return Request(load, replace(passes, allocator=allocator_of(allocator), profile=profile))
+
+
+def _float8_all_gather(spec, float8: str | None) -> bool:
+    """FSDP2's float8 all-gather, asked for beside torchao's tensorwise recipe (torchao
+    gathers weights in float8 for that recipe alone)."""
+    if spec.float8_all_gather and float8 != "tensorwise":
+        raise GraphcostError(f"{opt('parallel.float8_all_gather')} gathers float8 linears' "
+                             f"weights: add {opt('float8', value='tensorwise')} (torchao "
+                             "gathers in float8 for the tensorwise recipe only)")
+    if spec.float8_all_gather and spec.pp > 1:
+        raise GraphcostError(f"{opt('parallel.float8_all_gather')} beside pipeline stages: not "
+                             "modelled yet (beside fsdp, zero2, zero3 and HSDP it is)")
+    return spec.float8_all_gather
 
 
 def attention_target(device: DeviceRates | None, precision: str,

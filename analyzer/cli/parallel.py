@@ -36,6 +36,10 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--async-tp", action="store_true", default=None,
                    help="with a tp dimension: its collectives overlapped by the matmuls they "
                         "feed (torchtitan's async TP, Megatron's --tp-comm-overlap)")
+    p.add_argument("--float8-all-gather", action="store_true", default=None,
+                   help="with --float8 tensorwise and a dp_shard dimension: FSDP2 gathers "
+                        "the float8 linears' weights in float8 (torchao's "
+                        "enable_fsdp_float8_all_gather)")
     p.add_argument("--world-size", metavar="N|auto",
                    help="with --parallel: the number of ranks, or auto: the smallest that fits "
                         "--device")
@@ -65,7 +69,8 @@ def parallel_args(args) -> dict | None:
                             ("--microbatches", args.microbatches),
                             ("--pp-schedule", args.pp_schedule),
                             ("--pp-stages-per-rank", args.pp_stages_per_rank),
-                            ("--async-tp", args.async_tp)) if v is not None]
+                            ("--async-tp", args.async_tp),
+                            ("--float8-all-gather", args.float8_all_gather)) if v is not None]
     if not args.parallel:
         if extra:
             raise GraphcostError(f"{extra[0]} goes with --parallel STRATEGY")
@@ -90,7 +95,8 @@ def parallel_args(args) -> dict | None:
                        ("interconnect", args.interconnect), ("microbatches", args.microbatches),
                        ("gpus_per_node", args.nodes_of),
                        ("schedule", args.pp_schedule), ("async_tp", args.async_tp),
-                       ("stages_per_rank", args.pp_stages_per_rank)):
+                       ("stages_per_rank", args.pp_stages_per_rank),
+                       ("float8_all_gather", args.float8_all_gather)):
         if value is not None:
             out[key] = value
     if args.fsdp_units:

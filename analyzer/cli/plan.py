@@ -94,9 +94,11 @@ def run(args) -> int:
     template = _passed_on(build_parser(), args)
     checkpoints = _checkpoints(args.checkpoint)
     extra = {k: v for k, v in (("interconnect", args.interconnect),
-                               ("async_tp", args.async_tp), ("gpus_per_node", args.nodes_of))
+                               ("async_tp", args.async_tp), ("gpus_per_node", args.nodes_of),
+                               ("float8_all_gather", args.float8_all_gather))
              if v}
     args.checkpoint = args.interconnect = args.async_tp = args.nodes_of = None   # (the plan's)
+    args.float8_all_gather = None
     base = {**analysis_kwargs(args), "parallel": extra or None, "what_if": False}
     base.pop("batch")
     spec = PlanSpec(args.gpus, batch=args.batch,

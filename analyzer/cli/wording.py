@@ -12,6 +12,7 @@ FLAGS = {
     "parallel.offload": "--offload", "parallel.bucket_cap_mb": "--bucket-cap-mb",
     "parallel.units": "--fsdp-units", "parallel.interconnect": "--interconnect",
     "parallel.async_tp": "--async-tp", "parallel.gpus_per_node": "--nodes-of",
+    "parallel.float8_all_gather": "--float8-all-gather",
     "parallel.microbatches": "--microbatches", "parallel.schedule": "--pp-schedule",
     "parallel.stages_per_rank": "--pp-stages-per-rank",
     "zoo_exporter": "--fx", "serve.prompt": "--prompt", "serve.generate": "--generate",

@@ -54,6 +54,9 @@ class LoadOptions:
     stage_blocks: int | None = None
     # torchao's float8 recipe the step's linears run (frontends/torch/float8_linears.py)
     float8: str | None = None
+    # FSDP2 gathers the float8 linears' weights in float8 (torchao's
+    # enable_fsdp_float8_all_gather): they reach the product cast already
+    float8_all_gather: bool = False
 
     def __post_init__(self):
         check_arguments(batch=self.batch, dims=self.dims, input_shapes=self.input_shapes,

@@ -38,11 +38,11 @@ def in_recipe_dtype(r: Resolved, dtype: str | None) -> Resolved:
     return r if r.kind != "torch" or dtype is None else _cast(r, dtype, copy_module=True)
 
 
-def in_float8(r: Resolved, recipe: str | None) -> Resolved:
+def in_float8(r: Resolved, recipe: str | None, all_gather: bool = False) -> Resolved:
     """A training step whose linears run torchao's float8 ``recipe`` (None: ``r`` itself):
     the module's linears swapped as torchtitan's float8 converter swaps them
     (frontends/torch/float8_linears.py; the caller's module is copied), the report's name
-    saying how many."""
+    saying how many; ``all_gather``: their weights gathered in float8 by FSDP2."""
     if recipe is None:
         return r
     if r.kind != "torch":
@@ -51,9 +51,10 @@ def in_float8(r: Resolved, recipe: str | None) -> Resolved:
     from ..frontends.torch.float8_linears import convert
 
     module = copy.deepcopy(r.module)
-    swapped, linears = convert(module, recipe)
+    swapped, linears = convert(module, recipe, all_gather)
+    gathered = ", gathered in float8" if all_gather else ""
     return replace(r, module=module, name=f"{r.name} (torchao float8 {recipe}: {swapped} of "
-                                         f"{linears} linears)")
+                                         f"{linears} linears{gathered})")
 
 
 def _cast(r: Resolved, name: str, copy_module: bool) -> Resolved:

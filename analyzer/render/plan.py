@@ -53,6 +53,8 @@ def _shape(plan: Plan) -> str:
              f"global batch {plan.spec.global_batch}" if plan.spec.global_batch else "",
              str(base.get("precision", "")),
              f"float8 {base['float8']}" if base.get("float8") else "",
+             "gathered in float8" if (base.get("parallel") or {}).get("float8_all_gather")
+             else "",
              str(base.get("optimizer", ""))]
     return " · ".join(w for w in words if w)
 

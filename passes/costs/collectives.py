@@ -34,6 +34,7 @@ ALL_TO_ALL = "graphcost.ep_all_to_all.default"
 CP_GATHER = "graphcost.cp_all_gather.default"
 CP_PASS = "graphcost.cp_ring_pass.default"
 HELD = "graphcost.tp_held.default"
+FLOAT8_GATHERED = "graphcost.fsdp_float8_weight.default"
 
 # op -> the collective it runs: the bytes of the collective's buffer are the output's (an
 # all-reduce, an all-gather) or the input's (a reduce-scatter)
@@ -48,6 +49,10 @@ ROW_ALL_REDUCES: Mapping[str, int] = MappingProxyType({CROSS_ENTROPY: 3})
 zero_cost(COPY, reason="a replicated input handed to tensor-parallel work: the same tensor "
           "(no copy); its gradient is all-reduced in backward", alias=True,
           same_shape=True, family=FAMILY)
+zero_cost(FLOAT8_GATHERED, reason="a weight as FSDP2's float8 all-gather hands it over "
+          "(torchao's enable_fsdp_float8_all_gather): the parameter itself, gathered and cast "
+          "outside the step's graph; the FSDP pass sizes it at one byte an element",
+          alias=True, same_shape=True, family=FAMILY)
 zero_cost(HELD, reason="its first input itself; its second held by the autograd engine to "
           "here (loss parallelism's log-probabilities until the log-softmax's node runs)",
           alias=True, same_shape=True, family=FAMILY)

@@ -38,7 +38,7 @@ from typing import Any
 from ..choices import Offload, Strategy
 from .clock import Clock
 from .comm import comm_volume, with_dimension
-from .units import ROOT, Unit, padded_bytes
+from .units import ROOT, Unit, gathered_bytes, gathered_in_float8, padded_bytes
 
 # The CUDA streams FSDP2 allocates on (FSDPCommContext): all-gather outputs on the copy-in
 # stream (``_get_all_gather_streams``: implicit prefetching in forward and pre-backward), the
@@ -78,18 +78,20 @@ class _Fsdp:
     gathered: list              # the blocks gathered again for their backward
     during: list                # reduce-scattered during backward, in its order
     final: list                 # reduce-scattered at the end of backward, root first
+    float8: frozenset[str] = frozenset()   # weights gathered in float8 (units.py)
 
     @classmethod
     def of(cls, plan, world: int) -> _Fsdp:
         trainable = set(plan.trainable)
-        units = [u.sized(plan.graph, trainable, u.group(world)) for u in plan.units]
+        float8 = gathered_in_float8(plan.graph)
+        units = [u.sized(plan.graph, trainable, u.group(world), float8) for u in plan.units]
         blocks = [u for u in units if u.name != ROOT]
         gathered = [u for u in blocks if u.backward is not None]
         during = sorted((u for u in gathered if not u.post_backward_deferred),
                         key=lambda u: -u.backward[1])
         return cls(plan, world, units, trainable, plan.spec.strategy != Strategy.ZERO2,
                    plan.spec.offload == Offload.PARAMS, gathered, during,
-                   [units[-1]] + [u for u in blocks if u not in during])
+                   [units[-1]] + [u for u in blocks if u not in during], float8)
 
     @property
     def root(self) -> Unit:
@@ -164,23 +166,26 @@ def _place_params(fsdp: _Fsdp, clock: Clock, pos: dict[tuple[str, str], int]) ->
         # freed by the next unit's wait_for_unshard, which still holds it through its copy-out
         held = pos[seq[k + 1].name, "out"] + 1 if k + 1 < len(seq) else \
             clock.node(last_fwd) + 1
-        # the copy-out's unsharded parameters: one all-gather output per parameter
-        unsharded = fsdp.each(u, lambda s: padded_bytes(s, group))
+        # the copy-out's unsharded parameters: one all-gather output per parameter (one
+        # byte an element for a weight gathered in float8)
+        unsharded = [gathered_bytes(plan.graph.values[p].spec, group, p in fsdp.float8)
+                     for p in u.members]
         if flat:
-            clock.add(a, held, u.padded_bytes, "all_gather_buffers", stream=ALL_GATHER_STREAM)
+            clock.add(a, held, u.gathered_bytes, "all_gather_buffers",
+                      stream=ALL_GATHER_STREAM)
         if fsdp.offload:        # the host shard copied to the device for the all-gather
             clock.add(a, o + 1, m * u.shard_bytes, "offload_staging")
         off = pos[u.name, "rs0"] if u is fsdp.root or not fsdp.reshard else \
             clock.node(u.forward[1]) + 1
-        clock.add(o, off, u.padded_bytes, "unsharded_params", unsharded)
+        clock.add(o, off, u.gathered_bytes, "unsharded_params", unsharded)
         if (u.name, "bag") in pos:
             b0, b1 = pos[u.name, "bag"], pos[u.name, "bout"]
             if flat:
-                clock.add(b0, b1 + 1, u.padded_bytes, "all_gather_buffers",
+                clock.add(b0, b1 + 1, u.gathered_bytes, "all_gather_buffers",
                           stream=ALL_GATHER_STREAM)
             if fsdp.offload:
                 clock.add(b0, b1 + 1, m * u.shard_bytes, "offload_staging")
-            clock.add(b1, pos[u.name, "rs0"], u.padded_bytes, "unsharded_params", unsharded)
+            clock.add(b1, pos[u.name, "rs0"], u.gathered_bytes, "unsharded_params", unsharded)
 
 
 def _place_reduce_scatters(fsdp: _Fsdp, clock: Clock, pos: dict[tuple[str, str], int],
@@ -236,6 +241,6 @@ def _group_comm(fsdp: _Fsdp, units: list, world: int, dim: str):
     gathered = [u for u in fsdp.gathered if u in units] if fsdp.reshard else []
     m = fsdp.plan.master
     calls = len(units) + len(gathered) + sum(1 for u in units if u.grad_padded_bytes)
-    return comm_volume(world, sum(u.padded_bytes for u in units + gathered),
+    return comm_volume(world, sum(u.gathered_bytes for u in units + gathered),
                        m * sum(u.grad_padded_bytes for u in units), 0, calls,
                        fsdp.plan.spec.interconnect, dim)

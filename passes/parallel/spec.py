@@ -53,6 +53,10 @@ class ParallelSpec:
     # ``world_size`` sharding ranks sharing each sequence (torchtitan's dp_shard × cp)
     cp: int = 1
     gpus_per_node: int = 8   # a dimension whose group spans more crosses the network
+    # FSDP2 gathers float8 linears' weights in float8 (torchao's enable_fsdp_float8_all_gather;
+    # traced so: LoadOptions' float8_all_gather): their gathers and unsharded copies one byte
+    # an element (passes/parallel/units.py)
+    float8_all_gather: bool = False
 
     @property
     def mesh(self) -> Mesh:
@@ -94,6 +98,10 @@ def check_spec(spec: ParallelSpec) -> None:
     if not isinstance(spec.replicate, int) or not 1 <= spec.replicate <= MAX_WORLD:
         raise GraphcostError(f"{opt('parallel', value=f'dp_replicate={spec.replicate}')}: "
                              f"must be a whole number from 1 to {MAX_WORLD:,}")
+    if spec.float8_all_gather and spec.strategy not in SHARDED:
+        raise GraphcostError(f"{opt('parallel.float8_all_gather')} is FSDP2's all-gather of "
+                             f"float8 weights: {spec.strategy} gathers none (zero2, zero3, "
+                             "fsdp: a mesh with dp_shard)")
     if spec.replicate > 1 and spec.strategy not in SHARDED:
         raise GraphcostError(f"{opt('parallel', value=spec.strategy)} with dp_replicate="
                              f"{spec.replicate}: HSDP shards within each replica group "

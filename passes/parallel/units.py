@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field, replace
 
+from ..costs.collectives import FLOAT8_GATHERED
 from ..costs.registry import lookup
 from ..errors import GraphcostError, opt
 from ..ir import FLOAT_DTYPES, INTERNAL, Graph, TensorSpec, ValueKind
@@ -45,18 +46,25 @@ class Unit:
     # an expert-parallel rank's experts (1: not): one of ``ep`` slices, sharded over the
     # ranks that hold the same slice — torchtitan's efsdp, dp_shard / ep
     ep: int = 1
+    # what its all-gather moves and its unsharded parameters hold: ``padded_bytes`` but for
+    # weights FSDP2 gathers in float8 (torchao's float8 all-gather), one byte an element
+    gathered_bytes: int = 0
 
     def group(self, world: int) -> int:
         """The ranks the unit shards over when the data dimension has ``world``."""
         return max(world // self.ep, 1)
 
-    def sized(self, graph: Graph, trainable: set[str], world: int) -> "Unit":
-        """The unit with its sizes at ``world`` ranks."""
+    def sized(self, graph: Graph, trainable: set[str], world: int,
+              float8: frozenset[str] = frozenset()) -> "Unit":
+        """The unit with its sizes at ``world`` ranks; ``float8``: the parameters gathered in
+        float8 (``gathered_in_float8``)."""
         values = graph.values
         pad = sum(padded_bytes(values[p].spec, world) for p in self.members)
         return replace(self, padded_bytes=pad, shard_bytes=pad // world,
                        grad_padded_bytes=sum(padded_bytes(values[p].spec, world)
-                                             for p in self.members if p in trainable))
+                                             for p in self.members if p in trainable),
+                       gathered_bytes=sum(gathered_bytes(values[p].spec, world, p in float8)
+                                          for p in self.members))
 
 
 def shard_rows(dim0: int, world: int) -> int:
@@ -70,6 +78,25 @@ def padded_bytes(spec: TensorSpec, world: int) -> int:
     dim0 = int(shape[0]) if shape else 1
     row = (spec.nbytes or 0) // dim0 if dim0 else 0
     return shard_rows(dim0, world) * world * row
+
+
+def gathered_bytes(spec: TensorSpec, world: int, float8: bool) -> int:
+    """A parameter's padded bytes as its all-gather moves them: one a element in float8."""
+    padded = padded_bytes(spec, world)
+    if not float8 or not spec.numel:
+        return padded
+    return padded // max(1, (spec.nbytes or 0) // spec.numel)
+
+
+def gathered_in_float8(graph: Graph) -> frozenset[str]:
+    """The parameters FSDP2 gathers in float8 (torchao's enable_fsdp_float8_all_gather):
+    those whose views reach the node that stands for the gathered float8 weight
+    (frontends/torch/float8_linears.py; its rule a view: passes/costs/collectives.py)."""
+    if not any(n.op == FLOAT8_GATHERED for n in graph.nodes):
+        return frozenset()
+    _, param_of = origins(graph)
+    return frozenset(param_of[n.inputs[0]] for n in graph.nodes
+                     if n.op == FLOAT8_GATHERED and n.inputs and n.inputs[0] in param_of)
 
 
 def origins(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:

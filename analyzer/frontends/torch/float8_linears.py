@@ -15,9 +15,17 @@ makes them.
 
 ``convert`` swaps a module's linears as torchtitan's float8 converter does (torchao's
 ``convert_to_float8_training`` with torchao's recipe; the output projection and any linear
-with a dimension not divisible by 16 kept). FSDP2's float8 all-gather
-(``enable_fsdp_float8_all_gather``) is not modelled: the weights are gathered in the
-recipe's dtype.
+with a dimension not divisible by 16 kept).
+
+FSDP2's float8 all-gather (``all_gather=True``: torchao's ``enable_fsdp_float8_all_gather``,
+tensorwise only): torchao's sharded weight casts its shard to float8 before FSDP2 gathers it
+(``fsdp_pre_all_gather``, the scale precomputed after the optimizer's step) and wraps the
+gathered bytes as a float8 tensor (``fsdp_post_all_gather``), so the product receives its
+weight cast already and casts it neither in forward nor in backward. The joint trace does
+the same: the weight reaches torchao's function through ``fsdp_float8_weight``, one node
+that stands for the gathered float8 weight (its rule: a view of the parameter, which the
+FSDP pass sizes at one byte an element: passes/parallel/units.py) with its scale, its
+gradient passed through to the parameter as torchao's backward returns it.
 """
 from __future__ import annotations
 
@@ -63,9 +71,13 @@ def torchao_float8():
     return float8
 
 
-def convert(module: torch.nn.Module, recipe: str) -> tuple[int, int]:
+def convert(module: torch.nn.Module, recipe: str,
+            all_gather: bool = False) -> tuple[int, int]:
     """Swap ``module``'s linears for torchao's Float8Linear in place, as torchtitan's float8
-    converter does: (how many were swapped, of how many linears); GraphcostError: none."""
+    converter does: (how many were swapped, of how many linears); GraphcostError: none.
+    ``all_gather``: their weights reach the product gathered in float8 (FSDP2's float8
+    all-gather), set on each linear's config after the swap (torchao's own converter would
+    make the weights a tensor subclass, which the trace cannot take as a parameter)."""
     float8 = torchao_float8()
     if float8_linears(module):
         raise GraphcostError(f"{opt('float8', value=recipe)}: the model's linears are "
@@ -81,11 +93,28 @@ def convert(module: torch.nn.Module, recipe: str) -> tuple[int, int]:
     config = float8.Float8LinearConfig.from_recipe_name(recipe)
     float8.convert_to_float8_training(module, config=config, module_filter_fn=eligible)
     swapped = float8_linears(module)
+    if swapped and all_gather:
+        _gather_in_float8(module)
     if not swapped:
         raise GraphcostError(f"{opt('float8', value=recipe)}: no linear of this model takes "
                              "float8 (torchtitan's rule: both dimensions divisible by 16, the "
                              "output projection kept)")
     return swapped, linears
+
+
+def _gather_in_float8(module: torch.nn.Module) -> None:
+    """Each Float8Linear's config with ``enable_fsdp_float8_all_gather`` (torchao's check
+    refuses a recipe other than tensorwise: one line naming it)."""
+    from dataclasses import replace
+
+    from torchao.float8.float8_linear import Float8Linear  # pyright: ignore[reportMissingImports]
+    for m in module.modules():
+        if isinstance(m, Float8Linear):
+            try:
+                m.config = replace(m.config, enable_fsdp_float8_all_gather=True)
+            except AssertionError as exc:
+                raise GraphcostError(f"{opt('parallel.float8_all_gather')}: torchao says: "
+                                     f"{str(exc).splitlines()[0][:160]}") from None
 
 
 def float8_linears(module: torch.nn.Module) -> int:
@@ -135,4 +164,39 @@ def run_float8_matmul(args, kwargs) -> torch.Tensor:
         raise GraphcostError(f"{opt('float8')}: a float8 linear multiplies {rows} rows (the "
                              "batch's tokens or samples); its weight-gradient product needs "
                              "a multiple of 16 (torch._scaled_mm's rule)")
+    if config.enable_fsdp_float8_all_gather:
+        weight_t = _Gathered.apply(weight_t, linear_mm_config)
     return own.apply(input, weight_t, linear_mm_config, config)
+
+
+@torch.library.custom_op("graphcost::fsdp_float8_weight", mutates_args=())
+def fsdp_float8_weight(weight: torch.Tensor) -> torch.Tensor:
+    """The weight as FSDP2's float8 all-gather hands it to the product: float8 bytes of the
+    same shape and layout (the kernel casts; the rule says it is the parameter itself,
+    gathered outside the graph)."""
+    return weight.to(torch.float8_e4m3fn)
+
+
+@fsdp_float8_weight.register_fake
+def _(weight: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(weight, dtype=torch.float8_e4m3fn)
+
+
+class _Gathered(torch.autograd.Function):
+    """torchao's ``fsdp_post_all_gather``: the gathered float8 bytes wrapped with their
+    (precomputed) scale as a float8 weight; the gradient reaches the parameter unchanged."""
+
+    @staticmethod
+    def forward(ctx, weight_t: torch.Tensor, linear_mm_config):  # pyright: ignore[reportIncompatibleMethodOverride]
+        from torchao.float8.float8_training_tensor import (  # pyright: ignore[reportMissingImports]
+            Float8TrainingTensor,
+            GemmInputRole,
+        )
+        data = torch.ops.graphcost.fsdp_float8_weight(weight_t)
+        scale = torch.ones((), dtype=torch.float32, device=weight_t.device)
+        return Float8TrainingTensor(data, scale, weight_t.dtype, linear_mm_config,
+                                    GemmInputRole.WEIGHT)
+
+    @staticmethod
+    def backward(ctx, grad):  # pyright: ignore[reportIncompatibleMethodOverride]
+        return grad, None
