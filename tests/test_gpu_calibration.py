@@ -202,3 +202,26 @@ def test_a_gpu_profiles_parallel_rank_prices_its_kernels_and_the_links_collectiv
     # the band: the profile's 28%, at least the published runs' 15%
     assert t.band == pytest.approx(max(0.15, profile_from_json(
         json.loads(PROFILE.read_text())).engines["torch"].band or 0))
+
+
+def test_a_gpu_profiles_pipeline_prices_each_stage_with_the_profile():
+    """Two pipeline stages beside fully_shard over 8 H200s (1F1B, 4 micro-batches): each
+    stage's kernels from the H200's profile, the bubble and the collectives on the clock as
+    the datasheet estimate puts them."""
+    kw = dict(batch=4, dims={"seq": 256}, train=True, optimizer="adamw", what_if=False,
+              precision="bf16-master", device="h200",
+              parallel={"mesh": "pp=2,dp_shard=4", "microbatches": 4})
+    sheet = analyze("zoo:llama_tiny", **kw)
+    calibrated = analyze("zoo:llama_tiny", device_profile=str(PROFILE), **kw)
+    assert sheet.time is not None and calibrated.time is not None
+    t, s = calibrated.time, sheet.time
+    assert t.gpus == 8 and t.tokens_per_second and t.bubble_seconds > 0
+    assert (t.basis, t.profile) == ("profile", "h200 (calibrated: NVIDIA H200)")
+    assert not any("no time estimate" in w for w in calibrated.warnings)
+    # the stages' kernels are the profile's: the step moves, and the bubble with it (a
+    # pipeline's bubble is its stages' time while others wait)
+    assert t.seconds != s.seconds and t.bubble_seconds != s.bubble_seconds
+    assert t.band == pytest.approx(max(0.15, profile_from_json(
+        json.loads(PROFILE.read_text())).engines["torch"].band or 0))
+    # the memory is the layout's, whatever prices its time
+    assert calibrated.pipeline == sheet.pipeline

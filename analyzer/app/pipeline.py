@@ -163,7 +163,7 @@ def _graph_passes(graph: Graph, o: PassOptions, serving: ServingTrace | None,
 NO_PARALLEL_TIME = ("no time estimate for this parallel rank: a calibrated profile prices "
                     "one process's kernels, not the collectives between GPUs (a GPU's "
                     "datasheet estimate does: a GPU device without a profile; a GPU's own "
-                    "profile does beside fully_shard, DDP, tp, cp and ep ranks)")
+                    "profile does beside fully_shard, DDP, tp, cp, ep and pipeline ranks)")
 
 
 def gpu_profile(o: PassOptions) -> bool:

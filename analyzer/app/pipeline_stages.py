@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from ...passes.choices import Strategy
+from ...passes.device.gpu_engine import MIN_BAND
 from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
 from ...passes.ir import Graph
@@ -35,6 +36,7 @@ from .pipeline import (
     NO_COMM,
     NO_PARALLEL_TIME,
     PassMemo,
+    gpu_profile,
     refit,
     run_passes,
     step_work,
@@ -109,7 +111,8 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     traces = traces or StageTraces(model, example_inputs, progress)
     whole, memo = traces.graph(at_micro)
     report = run_passes(whole, passes, memo=memo)
-    if request.passes.profile is not None:   # (a calibrated profile: no collectives)
+    priced = request.passes.profile is None or gpu_profile(request.passes)
+    if not priced:   # (a CPU profile: no collectives, no GPU's links)
         report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     report = replace(report, time=None)   # (one micro-batch's kernels are not the step)
     stages = _stages(traces, at_micro, request, spec, traces.n_blocks(at_micro), progress)
@@ -122,7 +125,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     comm = summed(comms[memory.worst_stage::spec.pp])   # (the worst rank's stages)
     report = replace(report, pipeline=replace(memory, mesh=mesh, comm=comm))
     clocks = [st.time for st, _ in stages]
-    if all(clocks) and request.passes.profile is None:
+    if all(clocks) and priced:
         report = replace(report, time=with_run(_pipeline_time(
             report, stages, comms, mesh, spec, micro, request), request.passes))
     return refit(report, request.passes)   # the worst stage decides it
@@ -146,7 +149,10 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
     sharded, p = spec.strategy in SHARDING, spec.pp * spec.stages_per_rank
     shards = Shards(spec.world_size or 1, 2 if master_weights(request.passes.precision)
                     else 1) if sharded else None
-    stage_passes = replace(request.passes, parallel=None, profile=None, what_if=False,
+    # (a GPU's profile prices each stage's kernels; its sends and the data dimension's
+    # collectives go on the datasheet's links, as a parallel rank's do: pipeline.py)
+    profile = request.passes.profile if gpu_profile(request.passes) else None
+    stage_passes = replace(request.passes, parallel=None, profile=profile, what_if=False,
                            include_inputs=False)
 
     def traced(i: int, blocks: int | None) -> _Stage:
@@ -230,6 +236,8 @@ def _pipeline_time(report: Report, stages: list, comms: list[CommVolume], mesh: 
     links = node_links(o.device, spec.interconnect, spec.gpus_per_node)
     gathered = [st.step.all_gather / (st.step.all_gather + st.step.reduce_scatter)
                 if st.step.all_gather else 0.0 for st, _ in stages]
-    return pipeline_step_time([st.time for st, _ in stages], micro, rank, comms, links,
-                              spec.async_tp, spec.world_size or 1, gathered,
-                              spec.stages_per_rank)
+    t = pipeline_step_time([st.time for st, _ in stages], micro, rank, comms, links,
+                           spec.async_tp, spec.world_size or 1, gathered, spec.stages_per_rank)
+    # (a GPU profile's band is its own runs'; with collectives on the clock at least the
+    # published runs' that checked them, as a parallel rank's: pipeline.py _time)
+    return replace(t, band=max(t.band or 0.0, MIN_BAND))
