@@ -31,10 +31,13 @@ torchtitan's fully_shard beside a pipeline reduces them all after it, exposed (0
 70B row's 3.0 s, over InfiniBand across 48 nodes).
 
 Float8 rows (``--float8 tensorwise``: torchao's dynamic tensorwise scaling, its default when
-those runs were made, without FSDP's float8 all-gather, which the table does not say was on):
-Tables 1, 2 (with context parallelism) and 3. Not expressible yet, so not rows: float8 beside
-tensor parallelism (Tables 4, 5 and 6 and the async-TP document's float8 rows; Table 5 is
-torchtitan's 405B pipeline).
+those runs were made, without FSDP's float8 all-gather, which the tables do not say was on
+and torchtitan's config left off by default): Tables 1, 2 (with context parallelism) and 3,
+and beside tensor parallelism (torchao's float8 styles: ``PrepareFloat8ModuleInput`` gathers
+each attention and MLP input in float8) Table 4 (70B FSDP 32 × TP 8, 2D and 2D + async TP)
+and the async-TP document's tensorwise rows (8B and 70B); its rowwise rows are not
+expressible (torchao's float8 styles are tensorwise's). Not rows yet: Tables 5 and 6
+(torchtitan's 405B FSDP × TP × PP, and × CP, with float8 and async TP: not yet compared).
 """
 from __future__ import annotations
 
@@ -85,6 +88,20 @@ TORCHTITAN = [
      8192, {"every": 1}, {"mesh": "dp_shard=32,tp=8"}, True, None, 597.3, None, False),
     ("the same with async TP", "zoo:llama3_70b", 16, 8192, {"every": 1},
      {"mesh": "dp_shard=32,tp=8", "async_tp": True}, True, None, 652.4, None, False),
+    # float8 beside tensor parallelism (torchao's float8 styles, tensorwise)
+    ("70B FSDP 32 × TP 8, compile, float8, full AC (Table 4)", "zoo:llama3_70b", 16, 8192,
+     {"every": 1}, {"mesh": "dp_shard=32,tp=8"}, True, "tensorwise", 829, 71.9, False),
+    ("the same with async TP (Table 4)", "zoo:llama3_70b", 16, 8192, {"every": 1},
+     {"mesh": "dp_shard=32,tp=8", "async_tp": True}, True, "tensorwise", 876, 67.6, False),
+    ("8B FSDP 8 × TP 8, compile, float8, batch 12 (async-TP doc)", "zoo:llama3_8b", 12, 8192,
+     {"sac": True}, {"mesh": "dp_shard=8,tp=8"}, True, "tensorwise", 5078.1, None, False),
+    ("the same with async TP", "zoo:llama3_8b", 12, 8192, {"sac": True},
+     {"mesh": "dp_shard=8,tp=8", "async_tp": True}, True, "tensorwise", 5570.1, None, False),
+    ("70B FSDP 32 × TP 8, compile, float8, full AC, batch 16 (async-TP doc)",
+     "zoo:llama3_70b", 16, 8192, {"every": 1}, {"mesh": "dp_shard=32,tp=8"}, True,
+     "tensorwise", 809.8, None, False),
+    ("the same with async TP", "zoo:llama3_70b", 16, 8192, {"every": 1},
+     {"mesh": "dp_shard=32,tp=8", "async_tp": True}, True, "tensorwise", 942.4, None, False),
 ]
 
 # Megatron-LM's README model table (images/model_table.png, added 2024-07-15 in f2e5db402c):

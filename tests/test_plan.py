@@ -201,7 +201,7 @@ def test_the_command_line_prints_the_command_that_gives_the_same_figures(capsys)
 def test_float8_is_fixed_for_every_candidate_and_tensor_parallelism_left_out(capsys):
     # --float8 fixes the recipe: the header says it, the best's command carries it (torchtitan
     # sets float8 in its Python config: no torchtitan line), and layouts with tp are left out
-    # before any is analyzed (float8 beside tensor parallelism is not modelled)
+    # before any is analyzed (torchao's float8 tensor-parallel styles are tensorwise's)
     argv = ["plan", "zoo:llama_tiny", "--gpus", "2", "--device", "h100-sxm", "--batch", "2",
             "--dim", "seq=64", "--float8", "rowwise", "--checkpoint", "none"]
     assert main(argv) == 0
@@ -209,7 +209,7 @@ def test_float8_is_fixed_for_every_candidate_and_tensor_parallelism_left_out(cap
     assert "· bf16-master · float8 rowwise · adamw" in out and "torchtitan:" not in out
     assert out.rstrip().splitlines()[-1].endswith("--float8 rowwise --device h100-sxm")
     assert main([*argv, "--precision", "bf16-mixed", "--tp", "2"]) == 2
-    assert "float8 linears beside tensor parallelism are not modelled" in \
+    assert "torchao's float8 tensor-parallel styles are the tensorwise recipe's" in \
         capsys.readouterr().err
     # FSDP2's float8 all-gather (tensorwise) is fixed for every candidate too: the best's
     # command carries it, and its figures are that command's

@@ -126,7 +126,7 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
 
 PIPELINES = ("pipelines (graphcost cuts torchtitan-style decoders and transformers causal "
              "LMs into stages; this model is neither)")
-FLOAT8_TP = "tp (float8 linears beside it are not modelled)"
+FLOAT8_TP = "tp (torchao's float8 tensor-parallel styles are the tensorwise recipe's)"
 
 
 def _searchable(settings: list[Settings], base: Mapping[str, Any],
@@ -144,12 +144,12 @@ def _searchable(settings: list[Settings], base: Mapping[str, Any],
         if len(kept) < len(settings):
             left_out.insert(0, MASTER_SHARDED.format(base["precision"]))
         settings = kept
-    if base.get("float8"):
+    if base.get("float8") not in (None, "tensorwise"):
         kept = [s for s in settings if s.tp == 1]
         if settings and not kept:
-            raise GraphcostError(f"{opt('float8', value=base['float8'])}: float8 linears "
-                                 "beside tensor parallelism are not modelled, and every layout "
-                                 f"searched has it: {opt('tp')} 1")
+            raise GraphcostError(f"{opt('float8', value=base['float8'])}: torchao's float8 "
+                                 "tensor-parallel styles are the tensorwise recipe's, and "
+                                 f"every layout searched has tp: {opt('tp')} 1")
         if len(kept) < len(settings):
             left_out.insert(0, FLOAT8_TP)
         settings = kept

@@ -124,10 +124,10 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
     passes = replace(passes, compiled=_compiled(compile, rates, profile),
                      **run_budget(tokens, price, rates, profile))
     if passes.parallel is not None:  # traced as one rank's program
-        if float8 is not None and passes.parallel.tp > 1:
-            raise GraphcostError(f"{opt('float8')} beside tensor parallelism: not modelled "
-                                 "(torchao's float8 tensor-parallel styles); use FSDP, "
-                                 "or bf16 with tp")
+        if float8 not in (None, "tensorwise") and passes.parallel.tp > 1:
+            raise GraphcostError(f"{opt('float8', value=float8)} beside tensor parallelism: "
+                                 "torchao's float8 tensor-parallel styles are the tensorwise "
+                                 f"recipe's: {opt('float8', value='tensorwise')}")
         load = replace(load, tensor_parallel=passes.parallel.tp,
                        expert_parallel=passes.parallel.ep,
                        context_parallel=passes.parallel.cp,

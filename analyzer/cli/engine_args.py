@@ -39,8 +39,8 @@ from ..app.devices import GPUS_PER_NODE
 
 # graphcost's models that are torchtitan's (the zoo's torchtitan-style Llama 3.1 decoders).
 # Not 405B: torchtitan 0.3's llama3_405b config builds its model with float8 linears (its
-# converters, fixed when the config loads, not settable on the command line), which graphcost
-# does not model: its line would not run the step analyzed.
+# converters, fixed when the config loads, not settable on the command line): its line would
+# not run a step analyzed without them, and one analyzed with them gets no line (above).
 TORCHTITAN_CONFIGS = {"zoo:llama3_8b": "llama3_8b", "zoo:llama3_70b": "llama3_70b"}
 AC_MODES = {"none": "activation-checkpoint:none", "sac": "activation-checkpoint:selective",
             "full": "activation-checkpoint:full"}

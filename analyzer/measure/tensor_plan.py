@@ -54,13 +54,17 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
     names = {id(m): n for n, m in model.named_modules()}
     plan: dict = {}
     parents = []
+    float8: set[str] = set()   # modules whose input is gathered in float8
     for name, module in model.named_modules():
         leaf = name.rsplit(".", 1)[-1]
+        colwise, rowwise = _styles(module)
         if leaf in COLWISE:
-            plan[name] = ColwiseParallel()
+            plan[name] = colwise()
             parents += [name.rsplit(".", 1)[0]]
+            if colwise is not ColwiseParallel:
+                float8.add(parents[-1])
         elif leaf in ROWWISE:
-            plan[name] = RowwiseParallel(**seq)
+            plan[name] = rowwise(**seq)
         elif sequence and type(module).__name__.endswith("Norm"):
             plan[name] = SequenceParallel()
     tokens, head = vocab_layers(model)
@@ -72,17 +76,48 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
             if sequence else ColwiseParallel(output_layouts=Replicate())
     parallelize_module(model, mesh, plan)
     for parent in dict.fromkeys(parents) if sequence else ():
-        model.get_submodule(parent).register_forward_pre_hook(_replicated_input(mesh))
+        model.get_submodule(parent).register_forward_pre_hook(
+            _replicated_input(mesh, parent in float8))
     local_head_counts(model, mesh.size())
 
 
-def _replicated_input(mesh):
+def _styles(module):
+    """(column-wise style, row-wise style) for a q/k/v/o or MLP linear: torchao's float8
+    styles for a float8 linear (torchtitan's float8 tensor-parallel plan, tensorwise), else
+    PyTorch's."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from ..frontends.torch.float8_linears import float8_spec
+    if float8_spec(module) is None:
+        return ColwiseParallel, RowwiseParallel
+    from torchao.float8.float8_tensor_parallel import (  # pyright: ignore[reportMissingImports]
+        Float8ColwiseParallel,
+        Float8RowwiseParallel,
+    )
+    return Float8ColwiseParallel, Float8RowwiseParallel
+
+
+def _replicated_input(mesh, float8: bool = False):
     """``PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate())`` on
-    the first input, the others left as they are."""
+    the first input, the others left as they are; ``float8``: torchao's
+    ``PrepareFloat8ModuleInput``, the shard cast to float8 (tensorwise) before the gather."""
     def hook(_module, args):
         from torch.distributed.tensor import DTensor, Replicate, Shard
         x = args[0]
         if not isinstance(x, DTensor):
             x = DTensor.from_local(x, mesh, [Shard(1)], run_check=False)
+        if float8:
+            import torch
+            from torchao.float8.float8_scaling_utils import (  # pyright: ignore[reportMissingImports]
+                hp_tensor_to_float8_dynamic,
+            )
+            from torchao.float8.float8_training_tensor import (  # pyright: ignore[reportMissingImports]
+                GemmInputRole,
+                LinearMMConfig,
+            )
+            # (a DTensor of float8 shards, as torchao's PrepareFloat8ModuleInput makes it)
+            x = hp_tensor_to_float8_dynamic(x, torch.float8_e4m3fn, LinearMMConfig(),
+                                            gemm_input_role=GemmInputRole.INPUT)
+        assert isinstance(x, DTensor)
         return (x.redistribute(mesh, [Replicate()]), *args[1:])
     return hook

@@ -18,7 +18,12 @@ from .autocast_casts import Autocaster
 from .dead_ends import dead_end
 from .eager_backward import as_eager_backward
 from .exported_checks import checks_only, uncast_outputs
-from .float8_linears import is_float8_matmul, run_float8_matmul
+from .float8_linears import (
+    is_float8_gather,
+    is_float8_matmul,
+    run_float8_gather,
+    run_float8_matmul,
+)
 from .fx_references import is_view, storage_root, writes_in_place
 from .loss_kernels import as_kernels, is_loss
 
@@ -267,6 +272,8 @@ class _ScopedInterpreter(torch.fx.Interpreter):
             if self._caster is not None:
                 args = self._caster.float8_args(args)
             return run_float8_matmul(args, kwargs)
+        if is_float8_gather(target):   # (torchao's float8 tensor-parallel input: the same)
+            return run_float8_gather(args, kwargs)
         if self._attention is not None and is_sdpa(target):
             out, kernel, why = call_kernel(self._attention, args, kwargs)
             self._kernels.append((self._path, kernel, why))

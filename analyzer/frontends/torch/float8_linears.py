@@ -169,6 +169,85 @@ def run_float8_matmul(args, kwargs) -> torch.Tensor:
     return own.apply(input, weight_t, linear_mm_config, config)
 
 
+def float8_spec(module: torch.nn.Module) -> tuple | None:
+    """A Float8Linear's (linear_mm_config, config), which a tensor-parallel rank's linear
+    built from it multiplies with (tensor_parallel.py); None for any other module."""
+    import sys
+    linear = sys.modules.get("torchao.float8.float8_linear")
+    if linear is None or not isinstance(module, linear.Float8Linear):
+        return None
+    return module.linear_mm_config, module.config
+
+
+def float8_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  spec: tuple) -> torch.Tensor:
+    """``Float8Linear.forward`` on a rank's weight shard: torchao's product (its autocast
+    rule, its function: one opaque node while exported) and the bias added after."""
+    import sys
+    if torch.is_autocast_enabled():   # (torchao reads CUDA autocast's dtype)
+        input = input.to(torch.get_autocast_gpu_dtype())
+    linear = sys.modules["torchao.float8.float8_linear"]
+    out = linear.matmul_with_hp_or_float8_args.apply(input, weight.t(), *spec)
+    return out if bias is None else out + bias.to(out.dtype)
+
+
+@torch.library.custom_op("graphcost::float8_gather_seq", mutates_args=())
+def float8_gather_seq(x: torch.Tensor, group: int, key: int) -> torch.Tensor:
+    """While torch.export traces: torchao's ``PrepareFloat8ModuleInput`` — a sequence
+    shard cast to float8, then gathered (dim 1) from the ``group`` ranks — one node; its cast
+    and gather are traced later (``run_float8_gather``)."""
+    return x.repeat(1, group, *([1] * (x.dim() - 2)))
+
+
+@float8_gather_seq.register_fake
+def _(x: torch.Tensor, group: int, key: int) -> torch.Tensor:
+    return x.new_empty((x.shape[0], x.shape[1] * group, *x.shape[2:]))
+
+
+def gather_seq_in_float8(x: torch.Tensor, group: int, spec: tuple) -> torch.Tensor:
+    """The module input's all-gather in float8 (``float8_gather_seq``, keyed by the
+    config its products run)."""
+    key = id(spec[1])
+    _CONFIGS.setdefault(key, (None, *spec))
+    return torch.ops.graphcost.float8_gather_seq(x, group, key)
+
+
+def is_float8_gather(target) -> bool:
+    return target is torch.ops.graphcost.float8_gather_seq.default
+
+
+def run_float8_gather(args, kwargs) -> torch.Tensor:
+    """The exported ``float8_gather_seq`` node as torchao runs it: the shard cast to float8
+    (torchao's tensorwise cast), its float8 bytes gathered, the products' input a float8
+    tensor they need not cast; the gradient reduce-scattered back onto the shard."""
+    x, group, key = (*args, *kwargs.values())
+    return _Float8Gather.apply(x, group, _CONFIGS[key][1])
+
+
+class _Float8Gather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: int, linear_mm_config):  # pyright: ignore[reportIncompatibleMethodOverride]
+        from torchao.float8.float8_scaling_utils import (  # pyright: ignore[reportMissingImports]
+            hp_tensor_to_float8_dynamic,
+        )
+        from torchao.float8.float8_training_tensor import (  # pyright: ignore[reportMissingImports]
+            Float8TrainingTensor,
+            GemmInputRole,
+        )
+
+        from .tp_collectives import tp_gather_seq
+        ctx.group = group
+        shard = hp_tensor_to_float8_dynamic(x, torch.float8_e4m3fn, linear_mm_config,
+                                            gemm_input_role=GemmInputRole.INPUT)
+        return Float8TrainingTensor(tp_gather_seq(shard._data, group), shard._scale, x.dtype,
+                                    linear_mm_config, GemmInputRole.INPUT)
+
+    @staticmethod
+    def backward(ctx, grad):  # pyright: ignore[reportIncompatibleMethodOverride]
+        from .tp_collectives import tp_scatter_seq
+        return tp_scatter_seq(grad, ctx.group), None, None
+
+
 @torch.library.custom_op("graphcost::fsdp_float8_weight", mutates_args=())
 def fsdp_float8_weight(weight: torch.Tensor) -> torch.Tensor:
     """The weight as FSDP2's float8 all-gather hands it to the product: float8 bytes of the

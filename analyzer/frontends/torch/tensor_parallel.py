@@ -31,6 +31,13 @@ local q/k/v views hold the rank's heads. Refused by name: tied embeddings, fused
 (GPT-2's ``c_attn``) and any matrix the plan leaves whole (a mixture of experts'). Not
 modelled: async TP, the norm weights' gradient all-reduce under sequence parallelism (a few
 KiB).
+
+torchao's float8 linears (``--float8 tensorwise``) under torchtitan's plan are its float8
+styles: each sharded linear multiplies its shard with torchao's product
+(``Float8ColwiseParallel``, ``Float8RowwiseParallel``), and an attention or MLP module's
+input is cast to float8 before it is gathered (``PrepareFloat8ModuleInput``: the gather moves
+float8, the products find their input cast already and save it so). Not modelled: the
+amax all-reduce each cast of a sharded tensor makes for its tensorwise scale (one scalar).
 """
 from __future__ import annotations
 
@@ -41,6 +48,7 @@ import torch
 import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
+from .float8_linears import float8_linear, float8_spec, gather_seq_in_float8
 from .pipeline_stages import HEADS
 from .tp_collectives import (
     tp_all_reduce,
@@ -68,6 +76,7 @@ class ColwiseLinear(torch.nn.Linear):
                          device=base.weight.device, dtype=base.weight.dtype)
         self.group, self.full_out = group, base.out_features
         self.copy, self.gather_seq, self.gather_out = copy, gather_seq, gather_out
+        self.float8 = float8_spec(base)   # (torchao's Float8ColwiseParallel: its product)
         # the head whose logits stay sharded on the vocabulary: the loss runs on each rank's
         # slice (loss parallelism; lm_loss.py reads this)
         self.loss_parallel = 0
@@ -76,7 +85,8 @@ class ColwiseLinear(torch.nn.Linear):
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
         x = tp_gather_seq(input, self.group) if self.gather_seq else \
             tp_copy(input, self.group) if self.copy else input
-        y = F.linear(x, self.weight, self.bias)
+        y = float8_linear(x, self.weight, self.bias, self.float8) if self.float8 else \
+            F.linear(x, self.weight, self.bias)
         return tp_gather_last(y, self.group) if self.gather_out else y
 
 
@@ -89,10 +99,13 @@ class RowwiseLinear(torch.nn.Linear):
                          bias=base.bias is not None, device=base.weight.device,
                          dtype=base.weight.dtype)
         self.group, self.scatter_seq = group, scatter_seq
+        self.float8 = float8_spec(base)   # (torchao's Float8RowwiseParallel: its product)
         _same_grad(self, base)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
-        y = _reduced(F.linear(input, self.weight), self.group, self.scatter_seq)
+        y = float8_linear(input, self.weight, None, self.float8) if self.float8 else \
+            F.linear(input, self.weight)
+        y = _reduced(y, self.group, self.scatter_seq)
         return y if self.bias is None else y + self.bias
 
 
@@ -146,13 +159,21 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: the LM head is tied to "
                              "the token embedding; tensor parallelism of tied embeddings is "
                              "not modelled")
+    if not sequence and any(float8_spec(m) for m in model.modules()):
+        raise GraphcostError(f"{opt('float8')} beside {opt('parallel', value=f'tp={group}')}: "
+                             "modelled for torchtitan's sequence-parallel plan (its float8 "
+                             "styles), not transformers' plan or a serving engine's")
     parents = _shard_blocks(model, group, sequence)
     if not parents:
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: graphcost shards "
                              f"Llama-style blocks ({', '.join(COLWISE + ROWWISE)} linears, as "
                              "torchtitan's plan names them); this model has none")
     for parent in parents if sequence else ():
-        parent.register_forward_pre_hook(_gathering(group), with_kwargs=True)
+        # torchtitan's float8 plan gathers a float8 module's input in float8
+        # (PrepareFloat8ModuleInput); its colwise linears' product config keys it
+        spec = next((c.float8 for c in parent.children()
+                     if isinstance(c, ColwiseLinear) and c.float8), None)
+        parent.register_forward_pre_hook(_gathering(group, spec), with_kwargs=True)
     names = {id(m): n for n, m in model.named_modules()}
     if tokens is not None:
         model.set_submodule(names[id(tokens)],
@@ -206,15 +227,18 @@ def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool) -> list:
     return parents
 
 
-def _gathering(group: int):
+def _gathering(group: int, float8: tuple | None = None):
     """A pre-hook gathering a module's first input (or ``hidden_states``) from its sequence
-    shards: ``PrepareModuleInput(Shard(1) -> Replicate())``."""
+    shards: ``PrepareModuleInput(Shard(1) -> Replicate())``; ``float8`` (a float8 linear's
+    config): cast to float8 first, torchao's ``PrepareFloat8ModuleInput``."""
+    def gather(x: torch.Tensor) -> torch.Tensor:
+        return gather_seq_in_float8(x, group, float8) if float8 else tp_gather_seq(x, group)
+
     def hook(_module, args, kwargs):
         if args and isinstance(args[0], torch.Tensor):
-            return (tp_gather_seq(args[0], group), *args[1:]), kwargs
+            return (gather(args[0]), *args[1:]), kwargs
         if isinstance(kwargs.get("hidden_states"), torch.Tensor):
-            return args, {**kwargs, "hidden_states": tp_gather_seq(kwargs["hidden_states"],
-                                                                   group)}
+            return args, {**kwargs, "hidden_states": gather(kwargs["hidden_states"])}
         return None
     return hook
 
