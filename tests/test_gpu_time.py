@@ -13,6 +13,7 @@ from graphcost.passes.device.gpu_engine import (
     KERNEL_S,
     MEMORY_SHARE,
     MIN_BAND,
+    PUBLISHED_RUNS,
     datasheet_engine,
 )
 from graphcost.passes.device.time_estimate import TimeEstimate
@@ -27,6 +28,16 @@ from graphcost.passes.parallel.step_time import (
 
 from graphcost import GraphcostError, analyze
 from tests.cli_runner import run_cli
+
+
+def published_band() -> float:
+    """The datasheet band by hand: the 90th percentile (nearest rank) of the published runs'
+    |estimated / published − 1|, at least the floor. Of the 21 runs the 19th: torchtitan's 70B
+    FSDP 32 × TP 8 float8 run in the async-TP document, 23.47 s estimated against 16,384 /
+    809.8 = 20.23 s published (+16.0%; above it the 8B and 70B float8 vanilla-TP runs)."""
+    errors = sorted(abs(r.estimated_s / r.measured_s - 1) for r in PUBLISHED_RUNS)
+    assert len(errors) == 21
+    return max(MIN_BAND, errors[-(-9 * len(errors) // 10) - 1])
 
 H100_BF16 = 989.4e12
 NVLINK = InterconnectRates("nvl", "NVLink", 450e9)
@@ -49,7 +60,7 @@ def test_a_large_bf16_matmul_at_the_gemm_share_of_the_peak():
     assert KERNEL_S <= t.launch_seconds <= t.kernels * KERNEL_S   # (a view launches nothing)
     assert t.host_seconds == pytest.approx(t.kernels * HOST_S)
     assert t.host_seconds < t.seconds
-    assert t.band == MIN_BAND                      # (the published runs miss by less: the floor)
+    assert t.band == published_band()
     assert t.mfu == pytest.approx(flops / (t.seconds * H100_BF16))
 
 
@@ -233,7 +244,7 @@ def test_the_command_line_labels_the_estimate_and_keeps_the_bound(tmp_path):
     assert out.returncode == 0, out.stderr
     import json
     doc = json.loads(out.stdout)
-    assert doc["time"]["basis"] == "datasheet" and doc["time"]["band"] == MIN_BAND
+    assert doc["time"]["basis"] == "datasheet" and doc["time"]["band"] == published_band()
     assert doc["roofline"]["total_seconds"] < doc["time"]["seconds"]
     text = run_cli("zoo:mlp", "--fx", "--device", "h100", "--details").stdout
     assert "datasheet rates × published kernel shares" in text
@@ -279,7 +290,7 @@ def test_check_gates_on_the_estimated_step_time_and_tokens_per_s():
     args = ("check", "zoo:gpt2", "--fx", "--batch", "8", "--train", "--device", "h100")
     out = run_cli(*args, "--max-step-time", "1s", "--min-tokens-per-s", "1000")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "time (estimate)" in out.stdout and "estimate ± 15%" in out.stdout
+    assert "time (estimate)" in out.stdout and "estimate ± 16%" in out.stdout
     out = run_cli(*args, "--max-step-time", "1us")
     assert out.returncode == 1 and "FAIL  time (estimate)" in out.stdout
     out = run_cli("check", "zoo:gpt2", "--max-step-time", "1s")

@@ -43,7 +43,7 @@ COMPILED_HOST_S = 4e-6   # torch.compile's wrapper: a launch per kernel, no per-
 # tests/test_published_runs.py recomputes the 8B ones): the published step (seconds: tokens per
 # GPU a step over the published tokens/s per GPU) and graphcost's estimate when the constants
 # above were last set. Their errors give the band, never below ``MIN_BAND`` (a floor chosen:
-# fifteen runs of two model families cannot bound every model's error; docs/time.md).
+# runs of two model families cannot bound every model's error; docs/time.md).
 PUBLISHED_RUNS: tuple[Run, ...] = (
     # torchtitan, Llama 3.1 8B, local batch 2 × 8,192 tokens, op SAC, bf16 + fp32 reduce,
     # AdamW: 5,762 and 5,605 tokens/s per GPU eager, 6,667 and 6,514 with torch.compile
@@ -65,6 +65,17 @@ PUBLISHED_RUNS: tuple[Run, ...] = (
     Run("torchtitan 8B FSDP 8 compile float8", 16384 / 8532, 16384 / 7631),
     Run("torchtitan 8B FSDP 128 compile float8", 16384 / 8380, 16384 / 7714),
     Run("torchtitan 8B FSDP 8 seq 32k compile float8 full AC", 32768 / 3890, 32768 / 3949),
+    # float8 tensorwise beside tensor parallelism (torchao's float8 styles), torch.compile:
+    # 70B FSDP 32 × TP 8, full AC, local batch 16: 829 and 876 tokens/s with async TP (Table
+    # 4), 809.8 and 942.4 (the async-TP document); 8B FSDP 8 × TP 8, op SAC, local batch 12:
+    # 5,078.1 and 5,570.1 (the async-TP document)
+    Run("torchtitan 70B FSDP 32 x TP 8 compile float8", 16384 / 829, 23.472),
+    Run("torchtitan 70B FSDP 32 x TP 8 compile float8 async TP", 16384 / 876, 19.251),
+    Run("torchtitan 70B FSDP 32 x TP 8 compile float8 (async-TP doc)", 16384 / 809.8, 23.472),
+    Run("torchtitan 70B FSDP 32 x TP 8 compile float8 async TP (async-TP doc)", 16384 / 942.4,
+        19.251),
+    Run("torchtitan 8B FSDP 8 x TP 8 compile float8", 12288 / 5078.1, 2.8343),
+    Run("torchtitan 8B FSDP 8 x TP 8 compile float8 async TP", 12288 / 5570.1, 2.1897),
     # Megatron-LM's README model table (H100 SXM, DP 48, 4 sequences of 4,096 a data-
     # parallel rank): the step its per-GPU TFLOP/s give by its own FLOPs formula, against
     # the zoo decoder of that shape (benchmarks/time_published.py, MEGATRON)
