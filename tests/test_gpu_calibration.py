@@ -205,12 +205,12 @@ def test_a_gpu_profiles_parallel_rank_prices_its_kernels_and_the_links_collectiv
 
 
 def test_a_gpu_profiles_pipeline_prices_each_stage_with_the_profile():
-    """Two pipeline stages beside fully_shard over 8 H200s (1F1B, 4 micro-batches): each
+    """Two pipeline stages beside fully_shard over 8 H200s (1F1B, 2 micro-batches): each
     stage's kernels from the H200's profile, the bubble and the collectives on the clock as
     the datasheet estimate puts them."""
-    kw = dict(batch=4, dims={"seq": 256}, train=True, optimizer="adamw", what_if=False,
+    kw = dict(batch=2, dims={"seq": 64}, train=True, optimizer="adamw", what_if=False,
               precision="bf16-master", device="h200",
-              parallel={"mesh": "pp=2,dp_shard=4", "microbatches": 4})
+              parallel={"mesh": "pp=2,dp_shard=4", "microbatches": 2})
     sheet = analyze("zoo:llama_tiny", **kw)
     calibrated = analyze("zoo:llama_tiny", device_profile=str(PROFILE), **kw)
     assert sheet.time is not None and calibrated.time is not None
