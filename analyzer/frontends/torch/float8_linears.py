@@ -26,6 +26,13 @@ the same: the weight reaches torchao's function through ``fsdp_float8_weight``, 
 that stands for the gathered float8 weight (its rule: a view of the parameter, which the
 FSDP pass sizes at one byte an element: passes/parallel/units.py) with its scale, its
 gradient passed through to the parameter as torchao's backward returns it.
+
+Beside tensor parallelism (tensor_parallel.py, torchtitan's float8 plan: torchao's styles,
+tensorwise): a rank's sharded linear multiplies its shard through the same product
+(``float8_linear``), and an attention or MLP module's sequence-sharded input is cast to
+float8 before it is gathered (``PrepareFloat8ModuleInput``): while exported one node
+(``float8_gather_seq``), when the joint graph is traced torchao's cast and the gather of its
+float8 bytes (``run_float8_gather``), the products then finding their input cast already.
 """
 from __future__ import annotations
 
@@ -225,6 +232,10 @@ def run_float8_gather(args, kwargs) -> torch.Tensor:
 
 
 class _Float8Gather(torch.autograd.Function):
+    """torchao's ``PrepareFloat8ModuleInput`` on one rank: the shard cast to float8
+    (tensorwise), its bytes gathered on dim 1; the gradient (high precision, the products'
+    inputs' gradients summed) reduce-scattered back onto the shard."""
+
     @staticmethod
     def forward(ctx, x: torch.Tensor, group: int, linear_mm_config):  # pyright: ignore[reportIncompatibleMethodOverride]
         from torchao.float8.float8_scaling_utils import (  # pyright: ignore[reportMissingImports]
