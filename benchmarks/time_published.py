@@ -36,8 +36,9 @@ and torchtitan's config left off by default): Tables 1, 2 (with context parallel
 and beside tensor parallelism (torchao's float8 styles: ``PrepareFloat8ModuleInput`` gathers
 each attention and MLP input in float8) Table 4 (70B FSDP 32 × TP 8, 2D and 2D + async TP)
 and the async-TP document's tensorwise rows (8B and 70B); its rowwise rows are not
-expressible (torchao's float8 styles are tensorwise's). Not rows yet: Tables 5 and 6
-(torchtitan's 405B FSDP × TP × PP, and × CP, with float8 and async TP: not yet compared).
+expressible (torchao's float8 styles are tensorwise's). Table 5 (torchtitan's 405B FSDP 8 ×
+TP 8 × PP 8 with float8 and async TP, 1F1B and interleaved 1F1B, local batch 32 in 32
+micro-batches) is a pipeline band of its own; Table 6 (× CP) is not a row yet.
 """
 from __future__ import annotations
 
@@ -54,14 +55,16 @@ r = analyze(MODEL, batch=BATCH, dims={"seq": SEQ}, train=True, optimizer="adamw"
             precision="bf16-master", checkpoint=CHECKPOINT, device=DEVICE,
             what_if=False, parallel=PARALLEL, compile=COMPILE, float8=FLOAT8)
 t = r.time
+fit = r.roofline.fit
 print(json.dumps(dict(seconds=t.seconds, tps=t.tokens_per_second, mfu=t.mfu,
                       exposed=t.communication_seconds, band=t.band,
-                      reserved=r.parallel and r.parallel.reserved_peak_bytes / 2 ** 30)))
+                      reserved=r.parallel and r.parallel.reserved_peak_bytes / 2 ** 30,
+                      needs=fit.needs / 2 ** 30)))
 """
 
 # torchtitan: (name, model, local batch, sequence, checkpoint, parallel, compile, float8
 # recipe, published tokens/s per GPU, published memory in GiB (max reserved; None: not
-# published), fitted (True), a row apart ("cp": its own band) or a check (False))
+# published), fitted (True), a row apart ("cp", "pp": a band of its own) or a check (False))
 TORCHTITAN = [
     ("8B FSDP 8, eager (Table 1)", "zoo:llama3_8b", 2, 8192, {"sac": True},
      {"mesh": "dp_shard=8"}, False, None, 5762, 82.4, True),
@@ -102,6 +105,13 @@ TORCHTITAN = [
      "tensorwise", 809.8, None, False),
     ("the same with async TP", "zoo:llama3_70b", 16, 8192, {"every": 1},
      {"mesh": "dp_shard=32,tp=8", "async_tp": True}, True, "tensorwise", 942.4, None, False),
+    # pipelines: a band of their own (passes/device/gpu_engine.py PIPELINE_RUNS)
+    *((f"405B FSDP 8 × TP 8 × PP 8, {name}, compile, float8, async TP, full AC (Table 5)",
+       "zoo:llama3_405b", 32, 8192, {"every": 1},
+       {"mesh": "pp=8,dp_shard=8,tp=8", "microbatches": 32, "schedule": schedule,
+        "async_tp": True}, True, "tensorwise", tps, gib, "pp")
+      for name, schedule, tps, gib in (("1F1B", "1f1b", 100, 82.5),
+                                       ("interleaved 1F1B", "interleaved-1f1b", 128, 72.7))),
 ]
 
 # Megatron-LM's README model table (images/model_table.png, added 2024-07-15 in f2e5db402c):
@@ -159,7 +169,10 @@ def torchtitan_rows(errors: list) -> list[str]:
         error = published / r["tps"] - 1   # the step's time: estimated over published
         # (the same tokens a GPU a step on both sides: a context-parallel rank's is its shard)
         errors.append((error, fitted))
-        memory = f"{gib} GiB | {r['reserved']:.1f} GiB" if gib else " | "
+        # (a pipeline's allocator is not replayed: its fit's need, reserved + the runtime's
+        # share, the largest stage's)
+        ours = f"{r['reserved']:.1f} GiB" if r["reserved"] else f"{r['needs']:.1f} GiB needed"
+        memory = f"{gib} GiB | {ours}" if gib else " | "
         rows.append(f"| {name} | {published:,} | {r['tps']:,.0f} | {error:+.1%}"
                     f"{' (fitted)' if fitted is True else ''} | {r['exposed'] * 1e3:,.0f} ms | "
                     f"{memory} |")
@@ -198,10 +211,12 @@ def main() -> None:
     rows = torchtitan_rows(errors) + [""] + megatron_rows(errors)
     checks = sorted(abs(e) for e, fitted in errors if fitted is False)
     apart = [e for e, fitted in errors if fitted == "apart"]
-    ring = [e for e, fitted in errors if fitted == "cp"]
-    if ring:
-        rows += ["", f"Context-parallel rows: a band of their own (passes/device/gpu_engine.py "
-                 f"CONTEXT_PARALLEL_RUNS; errors {min(ring):+.1%} to {max(ring):+.1%})."]
+    for kind, what, runs in (("cp", "Context-parallel", "CONTEXT_PARALLEL_RUNS"),
+                             ("pp", "Pipeline", "PIPELINE_RUNS")):
+        own = [e for e, fitted in errors if fitted == kind]
+        if own:
+            rows += ["", f"{what} rows: a band of their own (passes/device/gpu_engine.py "
+                     f"{runs}; errors {min(own):+.1%} to {max(own):+.1%})."]
     if apart:
         rows += ["", f"† Not counted: {PIPELINE_GAP} (errors {min(apart):+.1%} to "
                  f"{max(apart):+.1%}; benchmarks/time_published.py says how)."]

@@ -221,7 +221,9 @@ def test_a_gpu_profiles_pipeline_prices_each_stage_with_the_profile():
     # the stages' kernels are the profile's: the step moves, and the bubble with it (a
     # pipeline's bubble is its stages' time while others wait)
     assert t.seconds != s.seconds and t.bubble_seconds != s.bubble_seconds
-    assert t.band == pytest.approx(max(0.15, profile_from_json(
-        json.loads(PROFILE.read_text())).engines["torch"].band or 0))
+    # the band: the published pipelines' (torchtitan's 405B, 4,096 tokens a GPU: 100 tokens/s
+    # published, 27.997 s estimated: −31.6%; the interleaved run −20.0%), above the profile's
+    assert t.band == pytest.approx(max(1 - 27.997 / (4096 / 100), profile_from_json(
+        json.loads(PROFILE.read_text())).engines["torch"].band or 0)) and t.runs == 2
     # the memory is the layout's, whatever prices its time
     assert calibrated.pipeline == sheet.pipeline

@@ -350,3 +350,17 @@ def test_a_node_of_fewer_gpus_puts_a_dimension_on_the_network():
     with pytest.raises(GraphcostError, match="gpus_per_node.*a whole number ≥ 1"):
         analyze("zoo:llama_tiny", batch=2, train=True, device="h100",
                 parallel={"mesh": "dp_shard=4", "gpus_per_node": 0})
+
+
+def test_a_pipeline_carries_the_published_pipelines_band():
+    """torchtitan's 405B pipelines (Table 5, 4,096 tokens a GPU a step) made 100 tokens/s per
+    GPU under 1F1B and 128 interleaved; graphcost estimated 27.997 s and 25.602 s, 32% and
+    20% faster. A pipeline's estimate says so: ± 32% from those 2 runs, not the datasheet's
+    16% from 21."""
+    r = analyze("zoo:llama_tiny", batch=2, dims={"seq": 64}, train=True, what_if=False,
+                precision="bf16-master", device="h100-sxm",
+                parallel={"mesh": "pp=2,dp_shard=2", "microbatches": 2})
+    t = r.time
+    assert t is not None and t.runs == 2
+    worst = max(abs(27.997 / (4096 / 100) - 1), abs(25.602 / (4096 / 128) - 1))
+    assert t.band == pytest.approx(max(worst, published_band())) and t.band > 0.3

@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from ...passes.choices import Strategy
-from ...passes.device.gpu_engine import MIN_BAND
+from ...passes.device.gpu_engine import datasheet_engine, pipeline_band
 from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
 from ...passes.ir import Graph
@@ -238,6 +238,9 @@ def _pipeline_time(report: Report, stages: list, comms: list[CommVolume], mesh: 
                 if st.step.all_gather else 0.0 for st, _ in stages]
     t = pipeline_step_time([st.time for st, _ in stages], micro, rank, comms, links,
                            spec.async_tp, spec.world_size or 1, gathered, spec.stages_per_rank)
-    # (a GPU profile's band is its own runs'; with collectives on the clock at least the
-    # published runs' that checked them, as a parallel rank's: pipeline.py _time)
-    return replace(t, band=max(t.band or 0.0, MIN_BAND))
+    # a pipeline's band: the published pipelines', at least its kernels' (a GPU profile's
+    # or the datasheet's)
+    engine = o.profile.engines["torch"] if o.profile is not None else \
+        datasheet_engine(o.device, compiled=o.compiled)
+    band, runs = pipeline_band(engine)
+    return replace(t, band=max(t.band or 0.0, band), runs=runs)
