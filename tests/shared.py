@@ -87,11 +87,13 @@ def recorded_peaks(case: str, mesh: str, precision: str = "fp32") -> list[tuple[
             for rank, peak in enumerate(peaks)]
 
 
-def assert_ranks_within(p, peaks, step1: float = 0.05, step2: float = 0.05) -> None:
+def assert_ranks_within(p, peaks, step1: float = 0.05, step2: float = 0.05,
+                        late: int = 0) -> None:
     """Each (step, rank, measured peak) of ``peaks`` within the tolerance of a parallel
     report's (``p``) figure for that step: step 1 before the optimizer state exists, step 2
-    after."""
+    after. ``late``: bytes a measured peak may hold beyond that (a buffer gloo's thread frees
+    late on a loaded machine: test_parallel_reality.py)."""
     for step, rank, peak in peaks:
         mine = p.first_step_peak_bytes if step == 1 else p.per_rank_peak_bytes
-        assert abs(mine / peak - 1) <= (step1 if step == 1 else step2), \
-            (step, rank, mine, peak)
+        tol = step1 if step == 1 else step2
+        assert (1 - tol) * (peak - late) <= mine <= (1 + tol) * peak, (step, rank, mine, peak)

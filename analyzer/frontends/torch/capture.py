@@ -153,18 +153,16 @@ def _one_line(exc: Exception) -> str:
 def quiet_torch_logs():
     """torch.export logs warnings and whole graph dumps to stderr when a trace fails; the
     failure is reported as one line instead, so torch's loggers are silenced and its stderr
-    writes captured meanwhile (a library call prints nothing)."""
-    names = ["torch", *(n for n in logging.root.manager.loggerDict if n.startswith("torch."))]
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL + 1)
+    writes captured meanwhile (a library call prints nothing). Every logger is disabled for
+    the trace's duration at once: setting the level of each of torch's few hundred loggers
+    cleared every logger's cache each time (2% of a plan's time, quadratic in the loggers)."""
+    before = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
     try:
         with redirect_stderr(io.StringIO()):
             yield
     finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+        logging.disable(before)
 
 
 def load_class(spec: str) -> tuple[type, str]:
