@@ -173,6 +173,16 @@ class Graph:
     # a joint graph: the loss its step backpropagates, in words (the report's training.loss;
     # analyzer/frontends/torch/lm_loss.py), "" for an inference graph
     loss: str = ""
+    # facts derived from this graph alone (``derived``), computed once: a plan's layouts ask
+    # them of one graph many times. Not a field ``replace`` copies: a changed graph starts empty
+    _derived: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def derived(self, key: tuple, make):
+        """``make()``, a function of this graph alone, computed on the first call with ``key``;
+        what it returns must not be changed by the caller."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def spec(self, name: str) -> TensorSpec | None:
         v = self.values.get(name)

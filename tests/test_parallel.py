@@ -233,3 +233,29 @@ def test_check_max_peak_is_per_rank(capsys):
                 "--world-size", "4", "--max-peak", "1GiB"])
     out = capsys.readouterr().out
     assert code == 0 and "peak memory per rank (fsdp×4)" in out
+
+
+def test_what_a_plan_asks_of_one_graph_is_derived_once_and_not_by_a_changed_graph():
+    # origins, the repeated blocks and the FSDP units are computed once per graph (a plan
+    # prices many layouts of one trace): the second call returns the first's result, and a
+    # graph made from it by dataclasses.replace (another batch, other values) starts afresh
+    from dataclasses import replace
+
+    from graphcost.passes.parallel.units import fsdp_units, origins
+    from graphcost.passes.training.checkpoint import _repeated_blocks, repeated_blocks
+    from graphcost.passes.training.memory import forward_set
+
+    graph = joint_graph("llama_tiny")
+    fwd = forward_set(graph)
+    assert origins(graph) is origins(graph)
+    blocks = repeated_blocks(graph, fwd)
+    assert blocks == _repeated_blocks(graph, fwd) == repeated_blocks(graph, fwd)
+    assert blocks == ["layers.0", "layers.1"]               # (the small llama_tiny's two)
+    units, unit_of = fsdp_units(graph, fwd, blocks)
+    again, _ = fsdp_units(graph, fwd, blocks)
+    assert units == again and units is not again and len(units) == 3   # 2 blocks + root
+    unit_of.clear()                                      # (a caller's copy: the kept one stays)
+    assert fsdp_units(graph, fwd, blocks)[1]
+    changed = replace(graph, batch=graph.batch + 1)
+    assert changed._derived == {} and origins(changed) is not origins(graph)
+    assert origins(changed) == origins(graph)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Mapping
 
 from ..costs.collectives import FLOAT8_GATHERED
 from ..costs.registry import lookup
@@ -99,9 +101,13 @@ def gathered_in_float8(graph: Graph) -> frozenset[str]:
                      if n.op == FLOAT8_GATHERED and n.inputs and n.inputs[0] in param_of)
 
 
-def origins(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
+def origins(graph: Graph) -> tuple[Mapping[str, str], Mapping[str, str]]:
     """Each value's allocating value (a view shares its input's storage, as in
     passes/memory/liveness.py) and, for views of parameters, the parameter they look at."""
+    return graph.derived(("origins",), lambda: _origins(graph))
+
+
+def _origins(graph: Graph) -> tuple[Mapping[str, str], Mapping[str, str]]:
     origin: dict[str, str] = {}
     param_of: dict[str, str] = {}
     for name, v in graph.values.items():
@@ -120,7 +126,7 @@ def origins(graph: Graph) -> tuple[dict[str, str], dict[str, str]]:
                 origin[out] = origin[src]
             else:
                 origin[out] = out
-    return origin, param_of
+    return MappingProxyType(origin), MappingProxyType(param_of)
 
 
 def _param_paths(graph: Graph, forward: set[int]) -> dict[str, str]:
@@ -204,6 +210,15 @@ def _owner(path: str, names: list[str]) -> str:
 def fsdp_units(graph: Graph, forward: set[int],
                names: list[str]) -> tuple[list[Unit], dict[str, str]]:
     """The units (blocks in forward order, then the root) and each parameter's unit."""
+    if not forward or len(forward) != max(forward) + 1:   # (not the forward set: not kept)
+        return _fsdp_units(graph, forward, names)
+    units, unit_of = graph.derived(("fsdp_units", len(forward), tuple(names)),
+                                   lambda: _fsdp_units(graph, forward, names))
+    return list(units), dict(unit_of)
+
+
+def _fsdp_units(graph: Graph, forward: set[int],
+                names: list[str]) -> tuple[list[Unit], dict[str, str]]:
     values = graph.values
     origin, param_of = origins(graph)
     # every origin is a node's output, so each has a producer

@@ -26,6 +26,8 @@ import difflib
 import math
 from collections import Counter
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
 
 from ..costs.sac_policy import MM, TORCHTITAN_SAC
 from ..errors import GraphcostError, opt
@@ -88,11 +90,12 @@ def _names_op(name: str, op: str) -> bool:
 
 def segments_by_name(graph: Graph, forward: set[int], names: list[str]) -> list[Segment]:
     out = []
-    paths = sorted({n.scope for n in graph.nodes if n.index in forward and n.scope})
+    by_scope = _forward_scopes(graph, forward)   # (a joint graph's nodes are many, scopes few)
+    paths = sorted(by_scope)
     modules = sorted(set(paths) | {p.rsplit(".", 1)[0] for p in paths if "." in p})
     for name in names:
-        nodes = frozenset(n.index for n in graph.nodes if n.index in forward and
-                          (n.scope == name or n.scope.startswith(name + ".")))
+        nodes = frozenset(i for scope, nodes in by_scope.items()
+                          if scope == name or scope.startswith(name + ".") for i in nodes)
         if not nodes:
             close = difflib.get_close_matches(name, modules, n=5, cutoff=0.5)
             raise GraphcostError(f"{opt('checkpoint')} {name}: no module of that name runs in the "
@@ -103,6 +106,25 @@ def segments_by_name(graph: Graph, forward: set[int], names: list[str]) -> list[
     return out
 
 
+def _forward_scopes(graph: Graph, forward: set[int]) -> Mapping[str, tuple[int, ...]]:
+    """Each module scope of the forward with its nodes."""
+    def make() -> Mapping[str, tuple[int, ...]]:
+        by_scope: dict[str, list[int]] = {}
+        for n in graph.nodes:
+            if n.index in forward and n.scope:
+                by_scope.setdefault(n.scope, []).append(n.index)
+        return MappingProxyType({k: tuple(v) for k, v in by_scope.items()})
+
+    return graph.derived(("forward_scopes", len(forward)), make) if _contiguous(forward) \
+        else make()
+
+
+def _contiguous(forward: set[int]) -> bool:
+    """``forward`` is a graph's forward set (forward_set: its nodes 0 … n − 1), which its
+    size names."""
+    return bool(forward) and len(forward) == max(forward) + 1
+
+
 def repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:
     """The model's repeated blocks (what users checkpoint): among the modules with submodules
     that run in the forward, the largest group of one kind at one depth (ResNet's
@@ -110,6 +132,13 @@ def repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:
     where the frontend knows it (FX); an ONNX graph records only module paths, so there the
     kind is the set of op types the module runs (a ResNet block with a downsample branch and
     one without both run Conv, BatchNormalization, Relu and Add)."""
+    if _contiguous(forward):
+        return list(graph.derived(("repeated_blocks", len(forward)),
+                                  lambda: tuple(_repeated_blocks(graph, forward))))
+    return _repeated_blocks(graph, forward)
+
+
+def _repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:
     first: dict[str, int] = {}
     ops: dict[str, set[str]] = {}
     for n in graph.nodes:
