@@ -59,10 +59,11 @@ def resnet18():
 def test_memory_model_never_promises_less_than_the_pass_gives(resnet18):
     _, _, _, plans = resnet18
     assert len(plans) > 1000   # 8 BasicBlocks: every segmentation of them
-    # modelled ≥ real (a conservative model), and within 2.5% of it (2% until BatchNorm's
-    # backward became one node, 2026-11-25: at most 2.49% over since; every plan the search
-    # picks is evaluated by the real pass anyway)
-    assert all(0 <= model - real <= 0.025 * real for _, real, model in plans)
+    # modelled ≥ real (a conservative model), and within 2% of it (2.5% from BatchNorm's
+    # backward becoming one node, 2026-11-25, until views stopped counting as a tensor's
+    # readers, 2026-12-04: at most 1.86% over since; every plan the search picks is
+    # evaluated by the real pass anyway)
+    assert all(0 <= model - real <= 0.02 * real for _, real, model in plans)
 
 
 @pytest.mark.parametrize("fraction", [0.99, 0.97, 0.95])

@@ -228,23 +228,23 @@ def test_float8_is_fixed_for_every_candidate_and_tensor_parallelism_left_out(cap
 
 
 def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
-    """64 sequences of 2,048 tokens on one T4 (16 GiB, its datasheet's) do not fit even with
-    every block checkpointed; split over 2 GPUs (32 each) they do. Both figures are the
+    """96 sequences of 2,048 tokens on one T4 (16 GiB, its datasheet's) do not fit even with
+    every block checkpointed; split over 2 GPUs (48 each) they do. Both figures are the
     direct analyses' of those settings."""
     from graphcost.analyzer.app.units import human_bytes
 
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["plan", "zoo:llama_tiny", "--gpus", "1", "--device", "t4", "--dim",
-                 "seq=2048", "--global-batch", "64", "--checkpoint", "full"]) == 0
+                 "seq=2048", "--global-batch", "96", "--checkpoint", "full"]) == 0
     lines = capsys.readouterr().out.splitlines()
     kwargs = {**TINY, "device": "t4", "dims": {"seq": 2048}, "checkpoint": {"every": 1}}
-    alone = analyze("zoo:llama_tiny", **kwargs, batch=64).roofline.fit
-    two = analyze("zoo:llama_tiny", **kwargs, batch=32,
+    alone = analyze("zoo:llama_tiny", **kwargs, batch=96).roofline.fit
+    two = analyze("zoo:llama_tiny", **kwargs, batch=48,
                   parallel={"mesh": "dp_shard=2"}).roofline.fit
     assert not alone.fits and alone.offers == 16 * 2**30 and two.fits
     assert lines[-3] == (f"nothing fits 1 × t4: the least needs {human_bytes(alone.needs)} "
                          "of 16.00 GiB")
-    assert lines[-1] == "it fits on 2 GPUs: dp_shard=2, batch 32, checkpoint full"
+    assert lines[-1] == "it fits on 2 GPUs: dp_shard=2, batch 48, checkpoint full"
 
 
 def test_a_mixture_of_experts_is_searched_with_expert_parallelism():

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
+from ..costs.registry import lookup
 from ..costs.sac_policy import MM, TORCHTITAN_SAC
 from ..errors import GraphcostError, opt
 from ..ir import Graph
@@ -184,6 +185,14 @@ def merge(name: str, segments: list[Segment]) -> Segment:
     return Segment(name, frozenset().union(*(s.nodes for s in segments)))
 
 
+def view_nodes(graph: Graph) -> frozenset[int]:
+    """The nodes whose output views their input's storage (their rules say ``alias``): not
+    readers of a tensor for checkpointing, their readers are (torch 2.13 traces the detach of
+    a saved tensor outside every module, 2.14 an alias inside its module)."""
+    return graph.derived(("views",), lambda: frozenset(
+        n.index for n in graph.nodes if (r := lookup(n.op)) is not None and r.alias))
+
+
 def checkpointed_storages(graph: Graph, live: Liveness, forward: set[int],
                           segments: list[Segment]) -> list[Storage]:
     """The storages' lifetimes under checkpointing: a tensor internal to a segment and saved
@@ -196,6 +205,7 @@ def checkpointed_storages(graph: Graph, live: Liveness, forward: set[int],
             if s is not None:
                 uses[s].append(node.index)
     outputs = {of[o] for o in graph.outputs if o in of}
+    views = view_nodes(graph)
     seg_of: dict[int, int] = {}
     for k, seg in enumerate(segments):
         for i in seg.nodes:
@@ -209,7 +219,8 @@ def checkpointed_storages(graph: Graph, live: Liveness, forward: set[int],
         if st.birth in segments[k].saved:
             saved[s] = k
             continue
-        fwd_uses = [u for u in uses[s] if u in forward]
+        # (a view's readers read the same storage and are its uses too: view_nodes)
+        fwd_uses = [u for u in uses[s] if u in forward and u not in views]
         if all(seg_of.get(u) == k for u in fwd_uses) and any(u not in forward for u in uses[s]):
             internal[s] = k
     recompute_at: dict[int, int] = {}

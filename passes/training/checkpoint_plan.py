@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from ..ir import Graph
 from ..memory.liveness import Liveness
-from .checkpoint import Segment, merge, segments_by_name
+from .checkpoint import Segment, merge, segments_by_name, view_nodes
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,15 @@ def block_table(graph: Graph, live: Liveness, forward: set[int], names: list[str
     of = live.value_storage
     fwd_uses: dict[int, list[int]] = {}
     first_bwd: dict[int, int] = {}
+    views = view_nodes(graph)
     for node in graph.nodes:
         for name in node.inputs:
             s = of.get(name) if name else None
             if s is None:
                 continue
             if node.index in forward:
-                fwd_uses.setdefault(s, []).append(node.index)
+                if node.index not in views:   # (as checkpointed_storages reads them)
+                    fwd_uses.setdefault(s, []).append(node.index)
             else:
                 first_bwd.setdefault(s, node.index)
     outputs = {of[o] for o in graph.outputs if o in of}

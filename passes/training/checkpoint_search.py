@@ -97,7 +97,9 @@ def _auto(graph, fwd, plain, budget, step, node_flops) -> CheckpointPlan:
         table = block_table(graph, analyze_liveness(graph, include_inputs=plain.include_inputs,
                                                     python_refs=True),
                             fwd, blocks, node_flops, plain.timeline)
-        target = budget
+        # the model overstates a plan's peak by up to 2% (tests/test_checkpoint_plan.py), so
+        # the cheapest plan that fits may be modelled over the budget by as much: start there
+        target = budget + budget // 50
         for _ in range(6):   # lower the target by each shortfall of the model
             ranges = cheapest_plan(table, target)
             if ranges is None:
