@@ -206,7 +206,6 @@ def _owner(path: str, names: list[str]) -> str:
     return best
 
 
-# long: matches names, orders blocks and assigns parameters in one pass over the forward
 def fsdp_units(graph: Graph, forward: set[int],
                names: list[str]) -> tuple[list[Unit], dict[str, str]]:
     """The units (blocks in forward order, then the root) and each parameter's unit."""
@@ -217,6 +216,7 @@ def fsdp_units(graph: Graph, forward: set[int],
     return list(units), dict(unit_of)
 
 
+# long: matches names, orders blocks and assigns parameters in one pass over the forward
 def _fsdp_units(graph: Graph, forward: set[int],
                 names: list[str]) -> tuple[list[Unit], dict[str, str]]:
     values = graph.values
