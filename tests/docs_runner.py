@@ -78,20 +78,6 @@ def run_all(jobs: list[list[str]], parallel: int, timeout: float) -> list[list]:
     return results
 
 
-def _warm_up() -> None:
-    """One small training trace before any fork: a process's first torch.export pays
-    torch's lazy set-up (its operator tables, dynamo's and the fake tensors' caches: 1.6 s of
-    zoo:llama_tiny's 2.8 s), which every child would otherwise repeat. torch's thread pool is
-    made here, one thread, before the forks: a child inherits it (two commands run at a time
-    on a 2-core machine beside the suite's other worker)."""
-    import torch
-
-    from graphcost import analyze
-
-    torch.set_num_threads(1)
-    analyze("zoo:llama_tiny", train=True)
-
-
 def main() -> None:
     import importlib.util
 
@@ -105,7 +91,6 @@ def main() -> None:
     import graphcost.analyzer.cli.main  # noqa: F401
     import graphcost.analyzer.frontends.torch.capture  # noqa: F401  (torch._dynamo)
 
-    _warm_up()
     parallel, timeout = int(sys.argv[1]), float(sys.argv[2])
     json.dump(run_all(json.load(sys.stdin), parallel, timeout), sys.stdout)
 
