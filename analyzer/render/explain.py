@@ -63,10 +63,13 @@ def training_includes(r: Report) -> str:
 
 
 def first_step(r: Report) -> str | None:
-    """The first step's peak beside the steady state's, for stateful optimizers."""
+    """The first step's peak beside the steady state's, for stateful optimizers: the
+    checkpointed step's under a checkpoint plan (the step that runs)."""
     t = r.training
     if t is None or not t.optimizer_state_bytes:
         return None
+    if t.checkpoint is not None:
+        t = t.checkpoint.checkpointed
     if t.first_step_peak_bytes == t.peak_bytes:
         return (f"first step the same ({t.optimizer} state is created inside its step(), "
                 "where the peak is)")
