@@ -149,3 +149,22 @@ def test_the_first_step_said_under_a_plan_is_the_checkpointed_steps():
     said = first_step(r)
     assert said is not None and said.startswith(
         f"first step {human_bytes(plan.first_step_peak_bytes)} ")
+
+
+def test_a_report_under_every_block_checkpointed_shows_that_step_once(capsys, monkeypatch):
+    # with --checkpoint full the face holds what the checkpointed step holds at its peak, and
+    # no what-if of checkpointing every block (it repeated the plan asked, line for line)
+    from graphcost.analyzer.app.units import human_bytes
+    from graphcost.analyzer.cli.main import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["zoo:llama_tiny", "--train", "--checkpoint", "full", "--batch", "2",
+                 "--dim", "seq=256"]) == 0
+    out = capsys.readouterr().out
+    r = analyze("zoo:llama_tiny", train=True, batch=2, dims={"seq": 256},
+                checkpoint={"every": 1})
+    assert "checkpoint_every_block" not in r.training.what_if
+    assert "inplace_activations" in r.training.what_if       # (the other savers stay)
+    held = r.training.checkpoint.checkpointed.breakdown_at_peak["activations"]
+    assert held < r.training.breakdown_at_peak["activations"]
+    assert f"activations {human_bytes(held)}" in out and "checkpoint every" not in out

@@ -276,8 +276,9 @@ def _training_detail(r: Report, brief: bool) -> list[Entry]:
     assert t is not None  # a training report's
     one_device = r.parallel is not None or r.pipeline is not None
     first = explain.first_step(r)
+    run = t.checkpoint.checkpointed if t.checkpoint is not None else t   # (the step that runs)
     breakdown = [f"{k.replace('_', ' ')} {human_bytes(v)},"
-                 for k, v in t.breakdown_at_peak.items() if v]
+                 for k, v in run.breakdown_at_peak.items() if v]
     out: list[Entry] = []
     if not (brief and one_device):
         out.append(("training", [f"optimizer {t.optimizer}" + _impl(r) + (";" if first else "")]
@@ -287,8 +288,8 @@ def _training_detail(r: Report, brief: bool) -> list[Entry]:
     if not one_device:
         out.append(("at peak", breakdown))
     elif not brief:
-        out.append(("one device", [f"step peak {human_bytes(t.peak_bytes)} "
-                                   f"({t.peak_bytes:,} B) in {_where(t)} (steady state):"]
+        out.append(("one device", [f"step peak {human_bytes(run.peak_bytes)} "
+                                   f"({run.peak_bytes:,} B) in {_where(run)} (steady state):"]
                     + breakdown))
     if t.frozen_param_bytes:  # (as eager: no .grad, so no optimizer state either)
         out.append(("no grad", [f"{human_bytes(t.frozen_param_bytes)} of the parameters",

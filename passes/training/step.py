@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 
 
 def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str,
-             include_inputs: bool = True, impl: str = "forloop") -> dict[str, WhatIf]:
+             include_inputs: bool = True, impl: str = "forloop",
+             every_block: bool = True) -> dict[str, WhatIf]:
     """The step's peak under the usual memory savers, each by re-running the passes on the
     same joint graph: in-place activations, the bf16 master-weights recipe (re-typing the
-    graph; autocast would need another trace), and checkpointing every repeated block."""
+    graph; autocast would need another trace), and (``every_block``: not the plan asked
+    for already) checkpointing every repeated block."""
     mixed = master_weights(precision)
 
     def of(t: TrainingMemory, recompute: int | None = None) -> WhatIf:
@@ -40,7 +42,7 @@ def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str
         out["bf16_master"] = of(training_memory(cast_floats(graph, "bf16-master"), optimizer,
                                                master_weights=True, impl=impl,
                                                include_inputs=include_inputs))
-    if repeated_blocks(graph, forward_set(graph)):
+    if every_block and repeated_blocks(graph, forward_set(graph)):
         plan = plan_checkpoints(graph, optimizer, node_flops, every=1, master_weights=mixed,
                                 include_inputs=include_inputs, impl=impl)
         out["checkpoint_every_block"] = of(plan.checkpointed, plan.recompute_flops)
@@ -66,8 +68,9 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                             every=checkpoint.every, sqrt=checkpoint.sqrt,
                             budget=checkpoint.budget, sac=checkpoint.sac,
                             nth=checkpoint.nth) if checkpoint else None
-    savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl) \
-        if what_if else {}
+    # (the what-if of checkpointing every block would repeat that plan when it is the one asked)
+    savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl,
+                      every_block=checkpoint != CheckpointSpec(every=1)) if what_if else {}
     ws = gpu_workspaces(graph, device, t.forward_nodes) if device is not None else None
     reserved, phases = (None, ()) if plan else \
         training_reserved(graph, t, mixed, allocator, ws)
