@@ -168,3 +168,19 @@ def test_a_report_under_every_block_checkpointed_shows_that_step_once(capsys, mo
     held = r.training.checkpoint.checkpointed.breakdown_at_peak["activations"]
     assert held < r.training.breakdown_at_peak["activations"]
     assert f"activations {human_bytes(held)}" in out and "checkpoint every" not in out
+
+
+def test_the_html_report_shows_the_checkpointed_step_as_the_text_does():
+    # the HTML page's "step peak" and "At the peak" are the step that runs under a plan, as
+    # the text report's (its first-step note already was: the two figures side by side
+    # must be of one step)
+    from graphcost.analyzer.render.html import html_report
+
+    r = analyze("zoo:llama_tiny", train=True, optimizer="adam", what_if=False, batch=2,
+                dims={"seq": 256}, checkpoint={"every": 1})
+    plan, plain = r.training.checkpoint.checkpointed, r.training
+    assert plan.peak_bytes < plain.peak_bytes
+    page = html_report(r)
+    assert f"({plan.peak_bytes:,} B) in " in page and f"({plain.peak_bytes:,} B) in " not in page
+    held = plan.breakdown_at_peak["activations"]
+    assert f"({held:,} B)" in page

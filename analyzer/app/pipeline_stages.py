@@ -171,9 +171,8 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
                                            stage_blocks=blocks))
         stage = run_passes(graph, stage_passes, memo=memo)
         assert stage.training is not None  # (a training request)
-        plan = stage.training.checkpoint   # (its step, when it has one, is the step run)
-        step = plan.checkpointed if plan is not None else stage.training
-        return _Stage(stage_step(graph, step, first, last, shards), stage.time,
+        plan = stage.training.checkpoint
+        return _Stage(stage_step(graph, stage.training.run, first, last, shards), stage.time,
                       with_tensor_parallel(NO_COMM, graph, spec.tp,
                                            plan.recomputed if plan else frozenset()))
 

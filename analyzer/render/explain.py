@@ -68,8 +68,7 @@ def first_step(r: Report) -> str | None:
     t = r.training
     if t is None or not t.optimizer_state_bytes:
         return None
-    if t.checkpoint is not None:
-        t = t.checkpoint.checkpointed
+    t = t.run
     if t.first_step_peak_bytes == t.peak_bytes:
         return (f"first step the same ({t.optimizer} state is created inside its step(), "
                 "where the peak is)")

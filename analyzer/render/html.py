@@ -163,9 +163,10 @@ def _training(r: Report) -> str:
     t = r.training
     if t is None:
         return ""
-    where = t.peak_phase + (f" at {t.peak_node}" if t.peak_node else " step")
+    run = t.run   # (under a checkpoint plan: the checkpointed step, as the text report)
+    where = run.peak_phase + (f" at {run.peak_node}" if run.peak_node else " step")
     first = explain.first_step(r)
-    rows = [("step peak", f"<b>{human_bytes(t.peak_bytes)}</b> ({t.peak_bytes:,} B) in "
+    rows = [("step peak", f"<b>{human_bytes(run.peak_bytes)}</b> ({run.peak_bytes:,} B) in "
                           f"{_e(where)}, steady state" + (f"; {_e(first)}" if first else "")),
             ("includes", _e(explain.training_includes(r))),
             ("optimizer", _e(t.optimizer)),
@@ -177,7 +178,7 @@ def _training(r: Report) -> str:
     parts = ["<section id='training'><h2>Training step</h2>", _kv(rows),
              "<h3>At the peak</h3>",
              _kv((k.replace("_", " "), f"{human_bytes(v)} ({v:,} B)")
-                 for k, v in t.breakdown_at_peak.items())]
+                 for k, v in run.breakdown_at_peak.items())]
     if t.what_if:
         parts.append("<h3>What-ifs</h3><ul>")
         for name in t.what_if:

@@ -276,7 +276,7 @@ def _training_detail(r: Report, brief: bool) -> list[Entry]:
     assert t is not None  # a training report's
     one_device = r.parallel is not None or r.pipeline is not None
     first = explain.first_step(r)
-    run = t.checkpoint.checkpointed if t.checkpoint is not None else t   # (the step that runs)
+    run = t.run
     breakdown = [f"{k.replace('_', ' ')} {human_bytes(v)},"
                  for k, v in run.breakdown_at_peak.items() if v]
     out: list[Entry] = []

@@ -173,7 +173,7 @@ class _Plan:
         self.graph, self.spec, self.training = graph, spec, training
         self.allocator = allocator
         self.master = master  # fp32 bytes per graph (half) byte of what FSDP2 keeps in fp32
-        self.step = training.checkpoint.checkpointed if training.checkpoint else training
+        self.step = training.run
         self.sharded = spec.strategy in SHARDED
         fwd = forward_set(graph)
         self.forward_end = len(fwd)

@@ -26,7 +26,7 @@ from ..costs.collectives import FLOAT8_GATHERED
 from ..costs.registry import lookup
 from ..errors import GraphcostError, opt
 from ..ir import FLOAT_DTYPES, INTERNAL, Graph, TensorSpec, ValueKind
-from ..training.checkpoint import repeated_blocks
+from ..training.checkpoint import derived_per_forward, repeated_blocks
 
 ROOT = "(root)"
 DDP_FIRST_BUCKET_BYTES = 1 << 20   # DDP's first bucket is capped at 1 MiB
@@ -209,11 +209,9 @@ def _owner(path: str, names: list[str]) -> str:
 def fsdp_units(graph: Graph, forward: set[int],
                names: list[str]) -> tuple[list[Unit], dict[str, str]]:
     """The units (blocks in forward order, then the root) and each parameter's unit."""
-    if not forward or len(forward) != max(forward) + 1:   # (not the forward set: not kept)
-        return _fsdp_units(graph, forward, names)
-    units, unit_of = graph.derived(("fsdp_units", len(forward), tuple(names)),
-                                   lambda: _fsdp_units(graph, forward, names))
-    return list(units), dict(unit_of)
+    units, unit_of = derived_per_forward(graph, f"fsdp_units {names}", forward,
+                                         lambda: _fsdp_units(graph, forward, names))
+    return list(units), dict(unit_of)   # (copies: the kept ones stay as made)
 
 
 # long: matches names, orders blocks and assigns parameters in one pass over the forward

@@ -116,14 +116,16 @@ def _forward_scopes(graph: Graph, forward: set[int]) -> Mapping[str, tuple[int, 
                 by_scope.setdefault(n.scope, []).append(n.index)
         return MappingProxyType({k: tuple(v) for k, v in by_scope.items()})
 
-    return graph.derived(("forward_scopes", len(forward)), make) if _contiguous(forward) \
-        else make()
+    return derived_per_forward(graph, "forward_scopes", forward, make)
 
 
-def _contiguous(forward: set[int]) -> bool:
-    """``forward`` is a graph's forward set (forward_set: its nodes 0 … n − 1), which its
-    size names."""
-    return bool(forward) and len(forward) == max(forward) + 1
+def derived_per_forward(graph: Graph, key: str, forward: set[int], make):
+    """``make()`` (a function of ``graph`` and ``forward``), kept on the graph
+    (``Graph.derived``) when ``forward`` is its forward set (forward_set: its nodes 0 … n − 1,
+    which its size names), else computed."""
+    if forward and len(forward) == max(forward) + 1:
+        return graph.derived((key, len(forward)), make)
+    return make()
 
 
 def repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:
@@ -133,10 +135,8 @@ def repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:
     where the frontend knows it (FX); an ONNX graph records only module paths, so there the
     kind is the set of op types the module runs (a ResNet block with a downsample branch and
     one without both run Conv, BatchNormalization, Relu and Add)."""
-    if _contiguous(forward):
-        return list(graph.derived(("repeated_blocks", len(forward)),
-                                  lambda: tuple(_repeated_blocks(graph, forward))))
-    return _repeated_blocks(graph, forward)
+    return list(derived_per_forward(graph, "repeated_blocks", forward,
+                                    lambda: tuple(_repeated_blocks(graph, forward))))
 
 
 def _repeated_blocks(graph: Graph, forward: set[int]) -> list[str]:

@@ -111,12 +111,17 @@ class TrainingMemory:
     JSON_PROPERTIES = ("peak",)
 
     @property
+    def run(self) -> "TrainingMemory":
+        """The step that runs: the checkpointed one under a checkpoint plan, else this one."""
+        return self.checkpoint.checkpointed if self.checkpoint is not None else self
+
+    @property
     def peak(self) -> Peak:
         """The step's peak (passes/memory/peak.py): the checkpointed step's under a checkpoint
         plan (not replayed: its fit is an estimate), else the steady-state step's against its
         two-step reserved replay."""
         if self.checkpoint is not None:
-            return self.checkpoint.checkpointed.peak
+            return self.run.peak
         return Peak(allocated_bytes=self.peak_bytes, reserved_bytes=self.reserved_peak_bytes,
                     phase=self.peak_phase, node=self.peak_node,
                     by_category=dict(self.breakdown_at_peak), threads=2)
