@@ -139,6 +139,27 @@ def test_interleaved_ranks_within_five_percent_of_the_real_step():
         assert abs(s.peak_bytes / steady - 1) <= 0.05, (s.stage, s.peak_bytes, steady)
 
 
+
+def test_a_module_with_example_inputs_is_split_as_pipelining_splits_them():
+    """The Python API's module with example inputs of 8 sequences: the pipeline's batch is
+    theirs, each trace gets its first micro-batch of 2 (torch.distributed.pipelining splits
+    every tensor input along dimension 0). Before, every such call failed ("the batch (1) must
+    divide"). llama_tiny's 1F1B row of the module docstring measured 8,259,688 and
+    10,114,688 B; keyword inputs the same."""
+    import torch
+    from graphcost.models_zoo import llama
+    model, ids = llama.llama_tiny(), torch.zeros(8, 64, dtype=torch.int64)
+    parallel = {"mesh": "pp=2", "microbatches": 4}
+    p = analyze(model, (ids,), train=True, optimizer="adam", what_if=False,
+                parallel=parallel).pipeline
+    assert p.microbatches == 4
+    for s, measured in zip(p.per_stage, (8_259_688, 10_114_688), strict=True):
+        assert abs(s.peak_bytes / measured - 1) <= 0.001, (s.stage, s.peak_bytes, measured)
+    assert analyze(model, {"input_ids": ids}, train=True, optimizer="adam", what_if=False,
+                   parallel=parallel).pipeline == p
+    with pytest.raises(GraphcostError, match=r"example inputs' batch \(8\) must divide"):
+        analyze(model, (ids,), train=True, parallel={"mesh": "pp=2", "microbatches": 3})
+
 def test_an_interleaved_rank_runs_every_pth_stage_in_torchs_order():
     """Rank r of 2 runs stages r and r + 2 (torchtitan's split of 4 blocks over 4 stages:
     1, 2, 1, 0 — the embedding and the head count as a block each); PyTorch's order for 4

@@ -30,7 +30,12 @@ from ...passes.training.precision import master_weights
 from ..load.loading import load, resolve_model
 from ..load.options import LoadOptions
 from ..load.progress import Progress
-from ..load.rank_program import expert_count, interleaved_orders, pipeline_blocks
+from ..load.rank_program import (
+    expert_count,
+    first_microbatch,
+    interleaved_orders,
+    pipeline_blocks,
+)
 from .devices import node_links
 from .pipeline import (
     NO_COMM,
@@ -98,15 +103,19 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
                  traces: StageTraces | None = None) -> Report:
     """The report of ``request`` with ``spec``'s pipeline stages (``traces``: programs traced
     by an earlier analysis of the model)."""
-    batch = request.load.batch or 1
-    micro = spec.microbatches or batch
+    if example_inputs is not None:   # (the batch is theirs: each trace gets the first chunk)
+        batch, micro, example_inputs = first_microbatch(example_inputs, spec.microbatches)
+    else:
+        batch = request.load.batch or 1
+        micro = spec.microbatches or batch
     if batch % micro:
         raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
                              f"({batch}) must divide into that many micro-batches")
     v = spec.stages_per_rank
     check_schedule(spec.schedule, micro, spec.pp, v)   # (before any trace)
     _check_data(spec)
-    at_micro = replace(request.load, batch=batch // micro)
+    at_micro = request.load if example_inputs is not None \
+        else replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None)
     traces = traces or StageTraces(model, example_inputs, progress)
     whole, memo = traces.graph(at_micro)

@@ -36,6 +36,13 @@ def interleaved_orders(ranks: int, per_rank: int, micro: int) -> list[list[tuple
     return [interleaved_order(ranks, per_rank, micro, r) for r in range(ranks)]
 
 
+def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, object]:
+    """The batch of a pipeline's example inputs, its micro-batches and the first of them, as
+    torch.distributed.pipelining splits them (frontends/torch/pipeline_stages.py)."""
+    from ..frontends.torch.pipeline_stages import first_microbatch as split
+    return split(example_inputs, micro)
+
+
 def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None,
                       blocks: int | None = None) -> Resolved:
     """One pipeline stage (``(stage, stages)``; None: ``r`` itself): a PyTorch module cut to

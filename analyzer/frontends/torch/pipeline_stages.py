@@ -14,6 +14,7 @@ computes there (torchtitan's cross-entropy, fp32 logits): ``LastStage`` adds it.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -170,3 +171,31 @@ def interleaved_order(ranks: int, per_rank: int, micro: int, rank: int) -> list[
     kinds = {"FORWARD": "F", "FULL_BACKWARD": "B"}
     return [(a.stage_index // ranks, kinds[a.computation_type.name], a.microbatch_index)
             for a in actions if a is not None]
+
+
+
+def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, object]:
+    """The batch of ``example_inputs`` (their tensors' first dimension), the micro-batches
+    (``micro``, else one sample each, as torchtitan) and the first of them, split as
+    ``torch.distributed.pipelining`` splits a step's inputs by default (each tensor along
+    dimension 0, anything else given to every micro-batch: its
+    ``split_args_kwargs_into_chunks``). Keyword inputs stay keyword inputs."""
+    from torch.distributed.pipelining.microbatch import split_args_kwargs_into_chunks
+
+    keywords = isinstance(example_inputs, Mapping)
+    args = () if keywords else tuple(example_inputs) \
+        if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    kwargs = dict(example_inputs) if keywords else {}
+    sizes = {t.shape[0] for t in (*args, *kwargs.values())
+             if isinstance(t, torch.Tensor) and t.dim() > 0}
+    if len(sizes) != 1:
+        raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: a pipeline splits "
+                             "the example inputs' tensors into micro-batches along their first "
+                             f"dimension, which they must share (theirs: {sorted(sizes)})")
+    batch = sizes.pop()
+    micro = micro or batch
+    if batch % micro:
+        raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the example "
+                             f"inputs' batch ({batch}) must divide into that many micro-batches")
+    chunks_args, chunks_kwargs = split_args_kwargs_into_chunks(args, kwargs, micro)
+    return batch, micro, chunks_kwargs[0] if keywords else chunks_args[0]
