@@ -6,6 +6,7 @@ changed."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from ...passes.errors import GraphcostError, opt
 from .resolve import Resolved
@@ -36,7 +37,7 @@ def interleaved_orders(ranks: int, per_rank: int, micro: int) -> list[list[tuple
     return [interleaved_order(ranks, per_rank, micro, r) for r in range(ranks)]
 
 
-def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, object]:
+def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, Any]:
     """The batch of a pipeline's example inputs, its micro-batches and the first of them, as
     torch.distributed.pipelining splits them (frontends/torch/pipeline_stages.py)."""
     from ..frontends.torch.pipeline_stages import first_microbatch as split

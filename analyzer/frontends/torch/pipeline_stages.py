@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -174,7 +175,7 @@ def interleaved_order(ranks: int, per_rank: int, micro: int, rank: int) -> list[
 
 
 
-def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, object]:
+def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, Any]:
     """The batch of ``example_inputs`` (their tensors' first dimension), the micro-batches
     (``micro``, else one sample each, as torchtitan) and the first of them, split as
     ``torch.distributed.pipelining`` splits a step's inputs by default (each tensor along
