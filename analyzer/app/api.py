@@ -48,8 +48,10 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     stage messages (the CLI shows them; nothing is printed otherwise). ``train`` analyzes one
     training step of a PyTorch model (its joint forward+backward graph) with ``optimizer``
     (none, sgd, momentum, adam, adamw); ``checkpoint`` adds a checkpoint plan:
-    ``{"names": [...]}``, ``{"every": N}``, ``{"sqrt": True}`` or ``{"budget": BYTES}`` (the
-    plan with the least recompute that fits); ``precision`` (training; Lightning's names):
+    ``{"names": [...]}``, ``{"every": N}``, ``{"sqrt": True}``, ``{"budget": BYTES}`` (the
+    plan with the least recompute that fits), ``{"sac": True}`` (torchtitan's op policy) or
+    ``{"sac": [op, ...]}``, ``{"nth": N}``, ``{"core_attn": True}`` (Megatron-LM's selective
+    recompute); ``precision`` (training; Lightning's names):
     bf16-mixed / 16-mixed trace the forward under torch.autocast, bf16-master / 16-master
     re-type weights, activations and gradients to half with fp32 master weights and optimizer
     state, bf16-true / 16-true re-type everything to half. ``device`` (a name such as "a100-40gb" or a passes.device_rates.DeviceRates)
@@ -61,8 +63,10 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     ``parallel`` (with ``train``) divides the step across data-parallel ranks:
     ``{"strategy": "ddp"|"zero1"|"zero2"|"zero3"|"fsdp", "world_size": N or "auto"}`` (auto:
     the smallest N that fits ``device``) or ``{"mesh": "dp_replicate=2,dp_shard=4"}`` (a
-    device mesh of dp_replicate, dp_shard, tp, pp: passes/parallel/mesh.py; with pp,
-    ``"microbatches"`` and ``"schedule"``: "1f1b"|"gpipe"), optionally
+    device mesh of dp_replicate, dp_shard, tp, cp, ep, pp: passes/parallel/mesh.py; with pp,
+    ``"microbatches"`` and ``"schedule"``: "1f1b"|"gpipe"|"interleaved-1f1b" — with
+    ``example_inputs``, the batch is theirs, split into micro-batches along dimension 0 as
+    torch.distributed.pipelining splits them), optionally
     ``"offload": "optimizer"|"params"``,
     ``"bucket_cap_mb"`` (DDP, default 25), ``"units"`` (module paths to shard as FSDP units;
     default the repeated blocks), ``"interconnect"`` (a name from analyzer.app.devices
