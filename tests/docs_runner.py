@@ -6,8 +6,8 @@ and transformers (4.5 s of the 6 s that ``graphcost path/to/net.py:Net`` takes o
 2-core machine, 13-22 s under the suite's load, the CUDA builds of the torch range slower).
 Forked after those imports, each command still runs as the installed script runs it: its own
 process, ``console()`` (the ``graphcost`` entry point) with its argv, stdout and stderr on
-files, its exit status the process's. Nothing runs in this process before a fork but imports,
-so no torch thread pool is copied into a child.
+files, its exit status the process's. Nothing runs in this process before a fork but imports
+and, on a CPU build of torch, one warm-up trace (``_warm_up``).
 
 Protocol: ``python tests/docs_runner.py PARALLEL TIMEOUT`` in the working directory and the
 environment the commands need; stdin: a JSON list of argv lists; stdout, once all have ended:
@@ -78,6 +78,25 @@ def run_all(jobs: list[list[str]], parallel: int, timeout: float) -> list[list]:
     return results
 
 
+def _warm_up() -> None:
+    """One small training trace before any fork, on a CPU build of torch only: a process's
+    first torch.export pays torch's lazy set-up (its operator tables, dynamo's and the fake
+    tensors' caches), which every child would otherwise repeat (docs commands 148 -> 130 s of
+    command time, 2026-12-04). A CUDA build's autograd starts its device threads on that
+    first backward, and a forked child that runs one then fails ("Unable to handle autograd's
+    threading in combination with fork-based multiprocessing": five docs commands on torch
+    2.14.1), so there the children pay it. torch's thread pool is made here, one thread,
+    before the forks: a child inherits it (two commands run at a time on a 2-core machine
+    beside the suite's other worker)."""
+    import torch
+
+    from graphcost import analyze
+
+    if torch.version.cuda is None and torch.version.hip is None:
+        torch.set_num_threads(1)
+        analyze("zoo:llama_tiny", train=True)
+
+
 def main() -> None:
     import importlib.util
 
@@ -91,6 +110,7 @@ def main() -> None:
     import graphcost.analyzer.cli.main  # noqa: F401
     import graphcost.analyzer.frontends.torch.capture  # noqa: F401  (torch._dynamo)
 
+    _warm_up()
     parallel, timeout = int(sys.argv[1]), float(sys.argv[2])
     json.dump(run_all(json.load(sys.stdin), parallel, timeout), sys.stdout)
 

@@ -33,6 +33,9 @@ PROFILE = RESULTS / "cuda_h200_profile.json"
 MEASURED = json.loads((RESULTS / "time_cuda_h200.json").read_text())["rows"]
 
 
+# (the time estimate over traced graphs: the traces are checked on every torch elsewhere, as
+# conftest.py's test_gpu_time is)
+@pytest.mark.same_on_every_torch
 def test_the_h200_profile_prices_real_steps_it_never_ran_better_than_the_datasheet():
     """Nine real steps on the H200 (transformers' GPT-2 and a 160M Llama training in fp32 and
     bf16-mixed and a forward, a 7B bf16 forward, the zoo's 7B decoder serving: its prefill
@@ -153,6 +156,8 @@ def test_calibrate_on_a_gpu_says_in_one_line_what_it_cannot_do(tmp_path, args, w
     assert len(lines) == 1 and words in lines[0], done.stderr
 
 
+# (the time estimate over traced graphs, as above)
+@pytest.mark.same_on_every_torch
 def test_a_serving_review_prices_its_eager_steps_with_the_calibrated_profile():
     serve = {"prompt": 60, "generate": 4}
     sheet = analyze("zoo:llama_tiny", batch=2, serve=serve, device="h200", what_if=False)
@@ -182,6 +187,8 @@ def test_a_gpu_profile_without_a_gpu_device_is_refused_in_one_line():
         analyze("zoo:gpt2", device_profile=str(PROFILE))
 
 
+# (the time estimate over traced graphs, as above)
+@pytest.mark.same_on_every_torch
 def test_a_gpu_profiles_parallel_rank_prices_its_kernels_and_the_links_collectives():
     """fully_shard over 8 H200s: the rank's kernels from the H200's profile, its collectives
     on the same links the datasheet estimate uses; a CPU profile's rank gets none."""
@@ -204,6 +211,8 @@ def test_a_gpu_profiles_parallel_rank_prices_its_kernels_and_the_links_collectiv
         json.loads(PROFILE.read_text())).engines["torch"].band or 0))
 
 
+# (the time estimate over traced graphs, as above)
+@pytest.mark.same_on_every_torch
 def test_a_gpu_profiles_pipeline_prices_each_stage_with_the_profile():
     """Two pipeline stages beside fully_shard over 8 H200s (1F1B, 2 micro-batches): each
     stage's kernels from the H200's profile, the bubble and the collectives on the clock as
