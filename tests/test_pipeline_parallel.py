@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
+from itertools import takewhile
 
 import pytest
 from graphcost.analyzer.measure.pipeline import PipelineRun, measure_pipeline
@@ -207,6 +208,10 @@ def test_the_command_line_runs_the_interleaved_schedule_on_one_screen(tmp_path):
                for line in lines), done.stdout
     assert any("2 ranks of 2 stages, interleaved 1F1B" in line for line in lines)
     assert any("bubble 11%" in line for line in lines)
+    # the stages' field ends on its last stage, without the ';' that parted the others
+    first = next(i for i, line in enumerate(lines) if line.startswith("stages"))
+    field = [lines[first], *takewhile(lambda line: line.startswith(" "), lines[first + 1:])]
+    assert field[-1].endswith("in flight") and "in flight;" in " ".join(field), done.stdout
 
 
 def test_stages_share_the_blocks_as_torchtitan_splits_them():

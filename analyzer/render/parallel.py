@@ -158,6 +158,7 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
                  + ", ".join(_span_numbers(c) for c in s.chunks if c[1] > c[0]) + "):",
                  f"peak {human_bytes(s.peak_bytes)},", f"{s.in_flight} in flight;"]
                 for s in p.per_stage]
+        rows[-1][-1] = rows[-1][-1].removesuffix(";")   # (the last stage ends the line)
     worst = p.per_stage[p.worst_stage]
     held = [("rank peak", _items(worst.breakdown_at_peak))] if gpus > p.stages else []
     comm = [("comm", _comm(r, p.comm, True))] if p.comm is not None and p.comm.by_dim else []
