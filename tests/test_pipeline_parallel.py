@@ -161,6 +161,20 @@ def test_a_module_with_example_inputs_is_split_as_pipelining_splits_them():
     with pytest.raises(GraphcostError, match=r"example inputs' batch \(8\) must divide"):
         analyze(model, (ids,), train=True, parallel={"mesh": "pp=2", "microbatches": 3})
 
+
+def test_a_pipelines_loss_is_the_schedules_cross_entropy():
+    """--loss ce is what a pipeline's last stage computes (torchtitan's cross-entropy, the
+    default's: the measured 1F1B rows); it failed before ("needs a language-model head": each
+    stage program was given it). The other losses are refused by name, not priced as it."""
+    p = analyze("zoo:llama_tiny", batch=8, train=True, optimizer="adam", what_if=False,
+                loss="ce", parallel={"mesh": "pp=2", "microbatches": 4}).pipeline
+    for s, measured in zip(p.per_stage, (8_259_688, 10_114_688), strict=True):
+        assert abs(s.peak_bytes / measured - 1) <= 0.001, (s.stage, s.peak_bytes, measured)
+    for loss in ("sum", "chunked-ce"):
+        with pytest.raises(GraphcostError, match=f"loss {loss} beside pipeline stages"):
+            analyze("zoo:llama_tiny", batch=8, train=True, loss=loss,
+                    parallel={"mesh": "pp=2", "microbatches": 4})
+
 def test_an_interleaved_rank_runs_every_pth_stage_in_torchs_order():
     """Rank r of 2 runs stages r and r + 2 (torchtitan's split of 4 blocks over 4 stages:
     1, 2, 1, 0 — the embedding and the head count as a block each); PyTorch's order for 4

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from ...passes.choices import Strategy
+from ...passes.choices import Loss, Strategy
 from ...passes.device.gpu_engine import datasheet_engine, pipeline_band
 from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
@@ -114,6 +114,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     v = spec.stages_per_rank
     check_schedule(spec.schedule, micro, spec.pp, v)   # (before any trace)
     _check_data(spec)
+    _check_loss(request.load.loss)
     at_micro = request.load if example_inputs is not None \
         else replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None)
@@ -138,6 +139,16 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         report = replace(report, time=with_run(_pipeline_time(
             report, stages, comms, mesh, spec, micro, request), request.passes))
     return refit(report, request.passes)   # the worst stage decides it
+
+
+def _check_loss(asked: str) -> None:
+    """A pipeline's loss is its schedule's, on the last stage: torchtitan's cross-entropy of
+    fp32 logits (``ce``, what ``auto`` gives a decoder); the other stages backpropagate the
+    gradient they receive."""
+    if asked not in (Loss.AUTO, Loss.CE):
+        raise GraphcostError(f"{opt('loss', value=asked)} beside pipeline stages: the last "
+                             "stage computes the schedule's loss, torchtitan's cross-entropy of "
+                             f"fp32 logits ({opt('loss', value=Loss.CE)}); modelled only so")
 
 
 def _check_data(spec: ParallelSpec) -> None:
@@ -176,8 +187,10 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
         if progress:
             progress(f"tracing pipeline stage {i + 1} of {p}"
                      + (f" ({blocks} of its blocks)" if blocks else ""))
+        # (each stage program's own loss: the last stage's is the schedule's cross-entropy,
+        # another's output stands for the gradient it receives: _check_loss)
         graph, memo = traces.graph(replace(at_micro, pipeline_stage=where,
-                                           stage_blocks=blocks))
+                                           stage_blocks=blocks, loss=Loss.AUTO))
         stage = run_passes(graph, stage_passes, memo=memo)
         assert stage.training is not None  # (a training request)
         plan = stage.training.checkpoint
