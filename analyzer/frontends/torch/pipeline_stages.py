@@ -174,7 +174,6 @@ def interleaved_order(ranks: int, per_rank: int, micro: int, rank: int) -> list[
             for a in actions if a is not None]
 
 
-
 def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, Any]:
     """The batch of ``example_inputs`` (their tensors' first dimension), the micro-batches
     (``micro``, else one sample each, as torchtitan) and the first of them, split as
