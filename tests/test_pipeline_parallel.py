@@ -162,7 +162,7 @@ def test_a_module_with_example_inputs_is_split_as_pipelining_splits_them():
         analyze(model, (ids,), train=True, parallel={"mesh": "pp=2", "microbatches": 3})
 
 
-def test_a_pipelines_loss_is_the_schedules_cross_entropy():
+def test_a_pipelines_loss_is_the_schedules_cross_entropy(capsys):
     """--loss ce is what a pipeline's last stage computes (torchtitan's cross-entropy, the
     default's: the measured 1F1B rows); it failed before ("needs a language-model head": each
     stage program was given it). The other losses are refused by name, not priced as it."""
@@ -170,6 +170,15 @@ def test_a_pipelines_loss_is_the_schedules_cross_entropy():
                 loss="ce", parallel={"mesh": "pp=2", "microbatches": 4}).pipeline
     for s, measured in zip(p.per_stage, (8_259_688, 10_114_688), strict=True):
         assert abs(s.peak_bytes / measured - 1) <= 0.001, (s.stage, s.peak_bytes, measured)
+    # graphcost check names the batch asked (the report's other sections are one micro-batch's:
+    # it said "batch 2"), and checks the largest stage's peak
+    from graphcost.analyzer.cli.main import main
+    assert main(["check", "zoo:llama_tiny", "--train", "--optimizer", "adam", "--loss", "ce",
+                 "--batch", "8", "--parallel", "pp=2", "--microbatches", "4",
+                 "--max-peak", "9MiB"]) == 1   # (stage 1's 10,116,212 B is over 9 MiB)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "graphcost check zoo:llama_tiny (batch 8 in 4 micro-batches)", out
+    assert out[1].split()[:5] == ["FAIL", "peak", "memory", "9.65", "MiB"], out
     for loss in ("sum", "chunked-ce"):
         with pytest.raises(GraphcostError, match=f"loss {loss} beside pipeline stages"):
             analyze("zoo:llama_tiny", batch=8, train=True, loss=loss,
@@ -222,6 +231,10 @@ def test_the_command_line_runs_the_interleaved_schedule_on_one_screen(tmp_path):
                for line in lines), done.stdout
     assert any("2 ranks of 2 stages, interleaved 1F1B" in line for line in lines)
     assert any("bubble 11%" in line for line in lines)
+    # the counts are the whole model's at one micro-batch, and say so (they said "batch 2"
+    # and "FLOPs … per step" beside the step's 8 sequences)
+    assert lines[1].startswith("model") and lines[1].endswith(" micro-batch 2"), done.stdout
+    assert lines[2].startswith("params") and lines[2].endswith(" per micro-batch"), done.stdout
     # the stages' field ends on its last stage, without the ';' that parted the others
     first = next(i for i, line in enumerate(lines) if line.startswith("stages"))
     field = [lines[first], *takewhile(lambda line: line.startswith(" "), lines[first + 1:])]

@@ -196,6 +196,12 @@ def _check_lines(checks, width: int | None) -> list[str]:
     return out
 
 
+def _batch(report) -> int:
+    """The batch checked: a pipeline stage's per step (the report's other sections are one
+    micro-batch's), else the report's."""
+    return report.pipeline.per_rank_batch if report.pipeline else report.batch
+
+
 def run(args) -> int:
     refuse_overwrite(args.output, args.model)
     check_writable(args.output, "-o")
@@ -205,12 +211,14 @@ def run(args) -> int:
     passed = all(c.passed for c in checks)
     if args.format == "json":
         text = json.dumps({"schema_version": 1, "kind": "check", "model": report.model,
-                           "batch": report.batch, "passed": passed,
+                           "batch": _batch(report), "passed": passed,
                            "checks": [c.to_dict() for c in checks]},
                           ensure_ascii=False, indent=1) + "\n"
     else:
         from .output import terminal_width
-        lines = [f"graphcost check {report.model} (batch {report.batch})"]
+        p = report.pipeline
+        lines = [f"graphcost check {report.model} (batch {_batch(report)}"
+                 + (f" in {p.microbatches} micro-batches)" if p else ")")]
         lines += _check_lines(checks, None if args.output else terminal_width())
         failed = sum(not c.passed for c in checks)
         lines.append("all checks passed" if passed else f"{failed} check(s) over budget")

@@ -53,8 +53,8 @@ def device_entries(r: Report, brief: bool) -> list[tuple[str, list[str]]]:
     out = [("device", [f"{ro.label}:", f"{rate / 1e12:.1f} TFLOP/s {'tf32' if ro.tf32 else 'fp32'}",
                        f"{ro.bandwidth / 1e9:,.0f} GB/s", human_bytes(ro.memory_bytes)])]
     if r.serving is None and not (brief and r.time is not None):   # (the time line has it)
-        out.append(("roofline", [f"{human_time(ro.total_seconds)} lower bound"
-                                 + (" per step" if r.training else ""),
+        per = " per micro-batch" if r.pipeline else " per step" if r.training else ""
+        out.append(("roofline", [f"{human_time(ro.total_seconds)} lower bound{per}",
                                  f"(compute-bound nodes {human_time(ro.compute_seconds)},",
                                  f"memory-bound {human_time(ro.memory_seconds)});"]
                     + (["not a benchmark"] if brief else

@@ -52,7 +52,8 @@ def _context(r: Report, brief: bool) -> list[Entry]:
     s = r.serving
     traced = dict.fromkeys(t for t in (r.traced_layers, s.traced_layers if s else "") if t)
     out = [("model", [f"{r.model} ({r.source})"] if brief and s is not None else
-            [f"{r.model} ({r.source}),", f"batch {r.batch}" + ("," if dims else "")]
+            [f"{r.model} ({r.source}),", ("micro-batch" if r.pipeline else "batch")
+             + f" {r.batch}" + ("," if dims else "")]
             + ([f"dims {dims}"] if dims else []))]
     out += _stand_in(r.model)
     # (brief: what the layers are is in the note's first clause; --details says it whole)
@@ -163,8 +164,9 @@ def _counts(r: Report, brief: bool) -> list[Entry]:
     rank = " on each tp rank" if mesh.get("tp", 1) > 1 else ""
     params = [f"{t.params:,} ({human_bytes(t.param_bytes)}){rank}"]
     if brief:  # (the buffers are in the breakdown at the peak)
-        return [("params", [params[0] + ";", f"FLOPs {human(t.flops)}"
-                            + (" per step" if r.training else "")])]
+        # (a pipeline's counts are the whole model's at one micro-batch)
+        per = " per micro-batch" if r.pipeline else " per step" if r.training else ""
+        return [("params", [params[0] + ";", f"FLOPs {human(t.flops)}{per}"])]
     params += [f"+ buffers {t.buffers:,} ({human_bytes(t.buffer_bytes)})"] if t.buffers else []
     return [("params", params), ("MACs", [f"{t.macs:,} ({human(t.macs)})"]),
             ("FLOPs", [f"{t.flops:,} ({human(t.flops)})", "[2·MACs + other arithmetic]"]),
