@@ -184,6 +184,15 @@ def test_a_pipelines_loss_is_the_schedules_cross_entropy(capsys):
             analyze("zoo:llama_tiny", batch=8, train=True, loss=loss,
                     parallel={"mesh": "pp=2", "microbatches": 4})
 
+
+def test_a_checkpoint_budget_beside_stages_is_refused_by_name():
+    """A budget's search ran on the whole model at one micro-batch: 'none needed' under 12 MiB
+    where stage 1 alone peaks at 7.5 MB, and 'no plan can fit' 5 MiB counting both stages'
+    parameters. Refused, before any trace, until it searches each stage's program."""
+    with pytest.raises(GraphcostError, match="beside pipeline stages: its search runs on one"):
+        analyze("zoo:llama_tiny", batch=4, train=True, checkpoint={"budget": 12 << 20},
+                parallel={"mesh": "pp=2"})
+
 def test_an_interleaved_rank_runs_every_pth_stage_in_torchs_order():
     """Rank r of 2 runs stages r and r + 2 (torchtitan's split of 4 blocks over 4 stages:
     1, 2, 1, 0 — the embedding and the head count as a block each); PyTorch's order for 4

@@ -115,6 +115,11 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     check_schedule(spec.schedule, micro, spec.pp, v)   # (before any trace)
     _check_data(spec)
     _check_loss(request.load.loss)
+    if request.passes.checkpoint is not None and request.passes.checkpoint.budget is not None:
+        # (its search runs on one program, the whole model's: a stage's rank is another)
+        raise GraphcostError(f"{opt('checkpoint.budget')} beside pipeline stages: its search "
+                             "runs on one program, the whole model's, not each stage's: give "
+                             f"the plan itself ({opt('checkpoint.every')}, or a selective one)")
     at_micro = request.load if example_inputs is not None \
         else replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None)
