@@ -335,6 +335,9 @@ def test_the_worst_stage_decides_the_fit():
      "an interleaved schedule runs 2 or more"),
     ({"mesh": "pp=2", "schedule": "interleaved-1f1b", "stages_per_rank": 3},
      "2 blocks cannot fill 6 stages"),
+    # (offload and FSDP units were ignored beside stages: the same peak, no host line)
+    ({"mesh": "pp=2,dp_shard=2", "offload": "optimizer"}, "offload.*beside pipeline stages"),
+    ({"mesh": "pp=2,dp_shard=2", "units": ["layers.0"]}, "units.*beside pipeline stages"),
     # (torch's ScheduleInterleaved1F1B: micro-batches in rounds of p, a whole number of them)
     ({"mesh": "pp=2", "microbatches": 5, "schedule": "interleaved-1f1b"},
      "5 is not a whole number of its 2 rounds"),

@@ -165,6 +165,13 @@ def _check_data(spec: ParallelSpec) -> None:
         raise GraphcostError(f"{opt('parallel', value=spec.strategy)} beside pipeline stages: "
                              "modelled for fully_shard (dp_shard, HSDP), as torchtitan runs "
                              "pipelines; ddp and zero1 are not")
+    # (a stage's fully_shard keeps everything on the device, each block and the stage a unit)
+    for name, value in (("parallel.offload", spec.offload),
+                        ("parallel.units", ",".join(spec.units or ()))):
+        if value:
+            raise GraphcostError(f"{opt(name, value=value)} beside pipeline stages: not "
+                                 "modelled (a stage shards each block and itself, on the "
+                                 "device, as torchtitan does)")
 
 
 def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
