@@ -69,8 +69,9 @@ def api_word(o: Option) -> str:
         return f"{at}={o.value!r}" if quoted else f"{at}={o.value}"
     if o.value is None:
         return head
-    if head == "parallel":
-        return f"parallel={{'strategy': {o.value!r}}}"
+    if head == "parallel":   # (a mesh's words, "dp_shard=2,ep=2", else a strategy's)
+        key = "mesh" if "=" in o.value else "strategy"
+        return f"parallel={{{key!r}: {o.value!r}}}"
     return f"{head}={o.value}" if head == "batch" else f"{head} {o.value}"
 
 

@@ -225,6 +225,9 @@ def test_api_says_it_in_the_api_words():
         analyze("zoo:mlp", parallel={"strategy": "fsdp", "world_size": 2})
     with pytest.raises(GraphcostError, match="unknown key"):
         analyze("zoo:mlp", train=True, parallel={"strategy": "fsdp", "ranks": 2})
+    # a mesh is named as it was given (it was "parallel={'strategy': 'ep=2'}")
+    with pytest.raises(GraphcostError, match=r"^parallel=\{'mesh': 'ep=2'\}: expert paral"):
+        analyze("zoo:llama_tiny", train=True, parallel={"mesh": "dp_shard=2,ep=2"})
 
 
 def test_check_max_peak_is_per_rank(capsys):
