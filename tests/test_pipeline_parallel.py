@@ -69,6 +69,7 @@ from dataclasses import replace
 from itertools import takewhile
 
 import pytest
+from graphcost.analyzer.app.units import human_bytes
 from graphcost.analyzer.measure.pipeline import PipelineRun, measure_pipeline
 from graphcost.passes.errors import GraphcostError
 from graphcost.passes.parallel.schedules import fits_stages, stage_layers
@@ -249,6 +250,20 @@ def test_the_command_line_runs_the_interleaved_schedule_on_one_screen(tmp_path):
     field = [lines[first], *takewhile(lambda line: line.startswith(" "), lines[first + 1:])]
     assert field[-1].endswith("in flight") and "in flight;" in " ".join(field), done.stdout
 
+
+
+def test_the_html_page_shows_every_stage():
+    """The page had no pipeline section: the whole model at one micro-batch, named "batch",
+    and no stage (llama_tiny, pp 2, 4 sequences in 4 micro-batches: stage 1 peaks at
+    7,543,412 B, as the face's 'per rank' line says)."""
+    from graphcost.analyzer.render.html import html_report
+    r = analyze("zoo:llama_tiny", batch=4, train=True, what_if=False,
+                parallel={"mesh": "pp=2"})
+    page = html_report(r)
+    assert "<h2>Pipeline: every stage</h2>" in page and "<th>micro-batch</th><td>1" in page
+    assert r.pipeline is not None and r.pipeline.per_stage[1].peak_bytes == r.peak_bytes
+    assert f"stage 1: block 1 peak {human_bytes(r.peak_bytes)}" in page
+    assert f"({r.peak_bytes:,} B) on stage 1, the largest" in page
 
 def test_stages_share_the_blocks_as_torchtitan_splits_them():
     # torchtitan 0.3 counts the embedding and the head as a block each: Llama 3 8B's 32

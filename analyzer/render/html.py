@@ -106,7 +106,8 @@ def _summary(r: Report) -> str:
     dims = ", ".join(f"{k}={v}" for k, v in r.dims.items())
     rows = [
         ("model", f"{_e(r.model)} <span class='dim'>({_e(r.source)})</span>"),
-        ("batch", f"{r.batch}" + (f" (dims: {_e(dims)})" if dims else "")),
+        ("micro-batch" if r.pipeline else "batch",
+         f"{r.batch}" + (f" (dims: {_e(dims)})" if dims else "")),
         ("params", f"{t.params:,} ({human_bytes(t.param_bytes)})"
          + (f" + buffers {t.buffers:,} ({human_bytes(t.buffer_bytes)})" if t.buffers else "")),
         ("MACs", f"{t.macs:,} ({human(t.macs)})"),
@@ -202,12 +203,13 @@ def _training(r: Report) -> str:
 
 def _parallel(r: Report) -> str:
     """One rank's step under the data-parallel strategy (its curve is in the training
-    chart, beside the single-device one)."""
-    if r.parallel is None:
+    chart, beside the single-device one), or a pipeline's stages (the page's other sections
+    are the whole model at one micro-batch)."""
+    if r.parallel is None and r.pipeline is None:
         return ""
+    title = "Pipeline: every stage" if r.pipeline else "Data parallel: one rank"
     rows = [(label or "", _e(" ".join(items))) for label, items in parallel_summary(r)]
-    return ("<section id='parallel'><h2>Data parallel: one rank</h2>" + _kv(rows)
-            + "</section>")
+    return f"<section id='parallel'><h2>{title}</h2>" + _kv(rows) + "</section>"
 
 
 def _num(v):
