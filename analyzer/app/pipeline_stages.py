@@ -105,21 +105,16 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     by an earlier analysis of the model)."""
     if example_inputs is not None:   # (the batch is theirs: each trace gets the first chunk)
         batch, micro, example_inputs = first_microbatch(example_inputs, spec.microbatches)
-    else:
+    else:   # (first_microbatch checks its own)
         batch = request.load.batch or 1
         micro = spec.microbatches or batch
-    if batch % micro:
-        raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
-                             f"({batch}) must divide into that many micro-batches")
+        if batch % micro:
+            raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
+                                 f"({batch}) must divide into that many micro-batches")
     v = spec.stages_per_rank
     check_schedule(spec.schedule, micro, spec.pp, v)   # (before any trace)
     _check_data(spec)
-    _check_loss(request.load.loss)
-    if request.passes.checkpoint is not None and request.passes.checkpoint.budget is not None:
-        # (its search runs on one program, the whole model's: a stage's rank is another)
-        raise GraphcostError(f"{opt('checkpoint.budget')} beside pipeline stages: its search "
-                             "runs on one program, the whole model's, not each stage's: give "
-                             f"the plan itself ({opt('checkpoint.every')}, or a selective one)")
+    _check_step(request)
     at_micro = request.load if example_inputs is not None \
         else replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None)
@@ -146,10 +141,17 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     return refit(report, request.passes)   # the worst stage decides it
 
 
-def _check_loss(asked: str) -> None:
+def _check_step(request: Request) -> None:
     """A pipeline's loss is its schedule's, on the last stage: torchtitan's cross-entropy of
     fp32 logits (``ce``, what ``auto`` gives a decoder); the other stages backpropagate the
-    gradient they receive."""
+    gradient they receive. A checkpoint budget's search runs on one program, the whole
+    model's, where a stage's rank runs another."""
+    plan = request.passes.checkpoint
+    if plan is not None and plan.budget is not None:
+        raise GraphcostError(f"{opt('checkpoint.budget')} beside pipeline stages: its search "
+                             "runs on one program, the whole model's, not each stage's: give "
+                             f"the plan itself ({opt('checkpoint.every')}, or a selective one)")
+    asked = request.load.loss
     if asked not in (Loss.AUTO, Loss.CE):
         raise GraphcostError(f"{opt('loss', value=asked)} beside pipeline stages: the last "
                              "stage computes the schedule's loss, torchtitan's cross-entropy of "
@@ -200,7 +202,7 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
             progress(f"tracing pipeline stage {i + 1} of {p}"
                      + (f" ({blocks} of its blocks)" if blocks else ""))
         # (each stage program's own loss: the last stage's is the schedule's cross-entropy,
-        # another's output stands for the gradient it receives: _check_loss)
+        # another's output stands for the gradient it receives: _check_step)
         graph, memo = traces.graph(replace(at_micro, pipeline_stage=where,
                                            stage_blocks=blocks, loss=Loss.AUTO))
         stage = run_passes(graph, stage_passes, memo=memo)

@@ -44,6 +44,12 @@ def _short(what: str) -> str:
     return head if paren and what.endswith(")") and not head.endswith("×") else what
 
 
+def counted_per(r: Report) -> str:
+    """What the report's counts are of: a training step, a pipeline's micro-batch (its counts
+    are the whole model's at one), or nothing said (an inference run)."""
+    return " per micro-batch" if r.pipeline else " per step" if r.training else ""
+
+
 def device_entries(r: Report, brief: bool) -> list[tuple[str, list[str]]]:
     """The device, and the roofline's time (a serving review prices its phases itself)."""
     ro = r.roofline
@@ -53,8 +59,7 @@ def device_entries(r: Report, brief: bool) -> list[tuple[str, list[str]]]:
     out = [("device", [f"{ro.label}:", f"{rate / 1e12:.1f} TFLOP/s {'tf32' if ro.tf32 else 'fp32'}",
                        f"{ro.bandwidth / 1e9:,.0f} GB/s", human_bytes(ro.memory_bytes)])]
     if r.serving is None and not (brief and r.time is not None):   # (the time line has it)
-        per = " per micro-batch" if r.pipeline else " per step" if r.training else ""
-        out.append(("roofline", [f"{human_time(ro.total_seconds)} lower bound{per}",
+        out.append(("roofline", [f"{human_time(ro.total_seconds)} lower bound{counted_per(r)}",
                                  f"(compute-bound nodes {human_time(ro.compute_seconds)},",
                                  f"memory-bound {human_time(ro.memory_seconds)});"]
                     + (["not a benchmark"] if brief else

@@ -18,7 +18,7 @@ from ..app.report import Report
 from ..app.units import human, human_bytes
 from . import explain
 from .checkpoint_line import checkpoint_entries
-from .device_lines import device_entries, fit_entries
+from .device_lines import counted_per, device_entries, fit_entries
 from .parallel import parallel_summary
 from .serving import serving_summary
 from .time_line import time_entries
@@ -164,9 +164,7 @@ def _counts(r: Report, brief: bool) -> list[Entry]:
     rank = " on each tp rank" if mesh.get("tp", 1) > 1 else ""
     params = [f"{t.params:,} ({human_bytes(t.param_bytes)}){rank}"]
     if brief:  # (the buffers are in the breakdown at the peak)
-        # (a pipeline's counts are the whole model's at one micro-batch)
-        per = " per micro-batch" if r.pipeline else " per step" if r.training else ""
-        return [("params", [params[0] + ";", f"FLOPs {human(t.flops)}{per}"])]
+        return [("params", [params[0] + ";", f"FLOPs {human(t.flops)}{counted_per(r)}"])]
     params += [f"+ buffers {t.buffers:,} ({human_bytes(t.buffer_bytes)})"] if t.buffers else []
     return [("params", params), ("MACs", [f"{t.macs:,} ({human(t.macs)})"]),
             ("FLOPs", [f"{t.flops:,} ({human(t.flops)})", "[2·MACs + other arithmetic]"]),
