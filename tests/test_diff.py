@@ -141,9 +141,16 @@ def test_cli_json_keys_and_determinism(pair):
     out = run(*pair, "--format", "json", rc=0).stdout
     assert out == run(*pair, "--format", "json", rc=0).stdout
     r = json.loads(out)
-    assert r["schema_version"] == 1 and r["kind"] == "diff"
+    assert r["schema_version"] == 2 and r["kind"] == "diff"
     assert set(r) == {"schema_version", "kind", "old", "new", "matching", "totals",
-                      "node_counts", "peak", "op_types", "modules", "nodes", "notes"}
+                      "node_counts", "peak", "op_types", "modules", "nodes", "notes", "fit",
+                      "time"}
+    # no device asked: no fit, no time; the peak budgets check is the inference run's,
+    # parameters beside the activations: 2,768 · 4 + 8,192 = 19,264 B; 5,520 · 4 + 16,384
+    # = 38,464 B
+    assert r["fit"] is None and r["time"] is None
+    assert (r["totals"]["peak_bytes"]["old"], r["totals"]["peak_bytes"]["new"]) == \
+        (19_264, 38_464)
     assert r["matching"] == {"method": "name", "by_name": 3, "otherwise": 0}
     assert r["totals"]["params"] == {"name": "params", "old": 2_768, "new": 5_520,
                                      "delta": 2_752, "pct": round(100 * 2_752 / 2_768, 3)}
@@ -156,11 +163,21 @@ def test_cli_json_keys_and_determinism(pair):
 
 @needs_cli
 def test_cli_table_and_markdown(pair, tmp_path):
-    p = run(*pair, rc=0)
+    p = run(*pair, "--details", rc=0)
     for text in ("2,768", "5,520", "+2,752", "+99.4%", "added nodes (1 of 1)", "Sigmoid",
                  "only in new: s 8.00 KiB", "c1 4.00 KiB → 8.00 KiB", "at relu (#1) → sig (#1)"):
         assert text in p.stdout, text
     assert p.stderr == ""
+    # the lists above, the totals and why the peak moved last
+    out = p.stdout
+    assert out.index("added nodes") < out.index("totals") < out.index("activation peak 8")
+    assert out.rstrip().splitlines()[-1].endswith("c1 4.00 KiB → 8.00 KiB")
+    # by default the answer alone: the totals that changed, where the peak is, no list
+    brief = run(*pair, rc=0).stdout
+    assert "added nodes" not in brief and "only in new" not in brief
+    assert "the modules, nodes and op types that changed: --details" in brief
+    assert "unchanged: buffers" in brief
+    assert brief.rstrip().splitlines()[-1].startswith("activation peak 8.00 KiB → 16.00 KiB")
     out = tmp_path / "diff.md"
     assert run(*pair, "--format", "markdown", "-o", out, rc=0).stdout == ""
     md = out.read_text()
@@ -194,3 +211,30 @@ def test_cli_bad_input(pair, tmp_path):
     p = run(*pair, "-o", pair[1], rc=2)  # -o naming an input model is refused
     assert "never writes its input" in p.stderr
     assert pair[1].read_bytes() == before
+
+
+def test_a_training_diff_ends_on_the_time_and_the_fit_of_each_analysis():
+    # two decoders' training steps for one GPU: the diff's fit and time are each analysis's
+    # own (the same needs, offers and seconds), and its face, one screen at 80 columns,
+    # ends on them: the answer to "does my change still fit, and how much slower is it"
+    import io
+
+    from graphcost.analyzer.cli.output import console_for
+    from graphcost.analyzer.render.diff import render_table
+
+    asked = dict(train=True, batch=2, device="h100-sxm", precision="bf16-mixed")
+    a, b = analyze("zoo:llama_tiny", **asked), analyze("zoo:gpt2", **asked)
+    d = diff_reports(a, b)
+    assert d.fit is not None and d.time is not None
+    assert (d.fit.needs.old, d.fit.needs.new) == (a.roofline.fit.needs, b.roofline.fit.needs)
+    assert d.fit.offers == a.roofline.fit.offers == b.roofline.fit.offers
+    assert (d.time.old_seconds, d.time.new_seconds) == (a.time.seconds, b.time.seconds)
+    assert d.total("peak_bytes").new == b.peak_bytes
+    assert d.total("reserved_peak_bytes").old == a.peak.reserved_bytes
+    out = io.StringIO()
+    render_table(d, console_for(out, 80), None, 80, "--details")
+    lines = out.getvalue().rstrip().splitlines()
+    assert len(lines) <= 23 and max(map(len, lines)) <= 80, lines
+    assert lines[-2].startswith("time ≈ ") and "per step" in lines[-2], lines
+    assert "estimates ± " in lines[-2]
+    assert lines[-1].startswith("fits on h100-sxm: yes → yes, needs "), lines

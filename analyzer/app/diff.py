@@ -17,7 +17,8 @@ from typing import Any
 from ...passes.graph.modules import ModuleCost
 from .report import NodeRow, Report
 
-DIFF_SCHEMA_VERSION = 1
+# 2: totals peak_bytes and reserved_peak_bytes; the sections fit and time (2026-12-04)
+DIFF_SCHEMA_VERSION = 2
 SEQUENCE_LIMIT = 5000  # unmatched nodes per side; SequenceMatcher takes ~1 s at 5,000
 
 
@@ -142,6 +143,44 @@ class PeakDiff:
 
 
 @dataclass(frozen=True)
+class FitDiff:
+    """Both runs' fit on the one device both were analyzed for (needs against offers)."""
+    device: str
+    needs: Change
+    offers: int
+    per_rank: bool                  # a data-parallel rank's needs
+
+    @property
+    def fits(self) -> tuple[bool, bool]:
+        return self.needs.old <= self.offers, self.needs.new <= self.offers
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "needs_bytes": self.needs.to_dict(),
+                "offers_bytes": self.offers, "per_rank": self.per_rank,
+                "old_fits": self.fits[0], "new_fits": self.fits[1]}
+
+
+@dataclass(frozen=True)
+class TimeDiff:
+    """Both runs' time estimates (each with its own band: estimates, not measurements)."""
+    old_seconds: float
+    new_seconds: float
+    old_band: float | None
+    new_band: float | None
+    per: str                        # step | forward
+
+    @property
+    def pct(self) -> float | None:
+        return 100.0 * (self.new_seconds / self.old_seconds - 1) if self.old_seconds else None
+
+    def to_dict(self) -> dict[str, Any]:
+        pct = self.pct
+        return {"per": self.per, "old_seconds": self.old_seconds,
+                "new_seconds": self.new_seconds, "old_band": self.old_band,
+                "new_band": self.new_band, "pct": None if pct is None else round(pct, 3)}
+
+
+@dataclass(frozen=True)
 class ReportDiff:
     old_model: str
     new_model: str
@@ -157,6 +196,8 @@ class ReportDiff:
     unchanged_nodes: int
     peak: PeakDiff
     notes: tuple[str, ...] = ()
+    fit: FitDiff | None = None      # both analyzed for the same device
+    time: TimeDiff | None = None    # both with a time estimate
 
     def by_status(self, status: str) -> tuple[NodeDiff, ...]:
         return tuple(n for n in self.nodes if n.status == status)
@@ -183,6 +224,8 @@ class ReportDiff:
                 "op_types": [o.to_dict() for o in self.op_types],
                 "modules": [m.to_dict() for m in self.modules],
                 "nodes": [n.to_dict() for n in self.nodes],
+                "fit": None if self.fit is None else self.fit.to_dict(),
+                "time": None if self.time is None else self.time.to_dict(),
                 "notes": list(self.notes)}
 
 
@@ -197,7 +240,30 @@ def _totals(a: Report, b: Report) -> tuple[Change, ...]:
         rows.append(Change("arena_bytes", a.memory.arena_bytes, b.memory.arena_bytes))
     if a.training is not None and b.training is not None:
         rows.append(Change("training_peak_bytes", a.training.peak_bytes, b.training.peak_bytes))
+    # what budgets check (one rank's under a layout, the worst stage's under a pipeline), and
+    # the allocator's reserved bytes for it where both runs were replayed
+    rows.append(Change("peak_bytes", a.peak_bytes, b.peak_bytes))
+    ra, rb = a.peak.reserved_bytes, b.peak.reserved_bytes
+    if ra is not None and rb is not None:
+        rows.append(Change("reserved_peak_bytes", ra, rb))
     return tuple(rows)
+
+
+def _fit(a: Report, b: Report) -> FitDiff | None:
+    """Both fits, where both runs were analyzed for the same device."""
+    fa, fb = (r.roofline for r in (a, b))
+    if fa is None or fb is None or fa.device != fb.device or fa.fit.offers != fb.fit.offers:
+        return None
+    return FitDiff(fa.device, Change("needs_bytes", fa.fit.needs, fb.fit.needs),
+                   fa.fit.offers, per_rank=a.parallel is not None and b.parallel is not None)
+
+
+def _time(a: Report, b: Report) -> TimeDiff | None:
+    ta, tb = a.time, b.time
+    if ta is None or tb is None:
+        return None
+    per = "step" if a.training is not None and b.training is not None else "forward"
+    return TimeDiff(ta.seconds, tb.seconds, ta.band, tb.band, per)
 
 
 def _keyed(rows) -> dict[tuple[str, int], NodeRow]:
@@ -325,4 +391,4 @@ def diff_reports(a: Report, b: Report) -> ReportDiff:
         matched_otherwise=sum(1 for *_, how in pairs if how != "name"),
         totals=_totals(a, b), op_types=_op_types(a, b), modules=_modules(a, b),
         nodes=tuple(rows), unchanged_nodes=len(pairs) - sum(r.status == "changed" for r in rows),
-        peak=_peak(a, b), notes=tuple(notes))
+        peak=_peak(a, b), notes=tuple(notes), fit=_fit(a, b), time=_time(a, b))

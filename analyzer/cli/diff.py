@@ -12,9 +12,11 @@ from pathlib import Path
 
 from ..app.diff import diff_reports
 from ..render.diff import render_markdown, render_table
-from .main import EXIT_OK, Parser, refuse_overwrite
+from .main import DETAILS, EXIT_OK, Parser, refuse_overwrite
 from .model_options import add_model_args, run_analysis
 from .output import check_writable
+
+LIST_ROWS = 20   # rows per list of the markdown format, and of the table's under --details
 
 
 def build_parser() -> Parser:
@@ -28,9 +30,14 @@ def build_parser() -> Parser:
     add_model_args(p, model=False)
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     p.add_argument("-o", "--output", help="write the diff to this file instead of stdout")
-    p.add_argument("--top", type=int, default=20,
-                   help="rows per list (modules, changed/added/removed nodes) in the table "
-                        "and markdown formats (default 20, 0 = all; JSON has every row)")
+    p.add_argument("--top", type=int, default=None,
+                   help="rows per list (modules, changed/added/removed nodes, op types) in "
+                        "the table and markdown formats (default 20, 0 = all; JSON has every "
+                        "row); the table shows the lists with it or --details")
+    p.add_argument(DETAILS, action="store_true",
+                   help="table format: the modules, nodes and op types that changed above "
+                        "the totals (by default the table is the totals, why the peak moved, "
+                        "the time and the fit alone)")
     return p
 
 
@@ -47,15 +54,16 @@ def run(args) -> int:
     if args.format == "json":
         text = json.dumps(d.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
     elif args.format == "markdown":
-        text = render_markdown(d, args.top)
+        text = render_markdown(d, LIST_ROWS if args.top is None else args.top)
     else:
         from .output import console_for, terminal_width
+        top = LIST_ROWS if args.details and args.top is None else args.top
         if args.output:
             with open(args.output, "w", encoding="utf-8") as fh:
-                render_table(d, console_for(fh, None), args.top)
+                render_table(d, console_for(fh, None), top, details_option=DETAILS)
         else:
             width = terminal_width()
-            render_table(d, console_for(sys.stdout, width), args.top, width)
+            render_table(d, console_for(sys.stdout, width), top, width, DETAILS)
         return EXIT_OK
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")

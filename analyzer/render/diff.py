@@ -3,7 +3,7 @@ view, fitted to the width (analyzer/render/table.py), and Markdown."""
 from __future__ import annotations
 
 from ..app.diff import Change, ReportDiff
-from ..app.units import human, human_bytes
+from ..app.units import human, human_bytes, human_time
 from .cells import markdown_text, one_line
 from .table import Col, print_prose, print_table, short_op
 
@@ -105,20 +105,87 @@ def _top_modules(d: ReportDiff, top: int):
     return _cap(mods, top), len(mods)
 
 
-def render_table(d: ReportDiff, console, top: int = 20, width: int | None = None) -> None:
-    """The terminal view, fitted to ``width`` (None: natural widths)."""
+def render_table(d: ReportDiff, console, top: int | None = None, width: int | None = None,
+                 details_option: str = "") -> None:
+    """The terminal view, fitted to ``width`` (None: natural widths), ending on the answer:
+    the totals, why the activation peak moved, the time and the fit. The modules, nodes and
+    op types that changed come above them when asked for (``top``: rows per list, 0 all; None:
+    not asked, and the first lines name ``details_option``, the face's word for asking)."""
     def say(line):
         print_prose(console, line, width)
 
     for line in _header(d):
         say(line)
+    if top is None and details_option and not d.identical:
+        say(f"the modules, nodes and op types that changed: {details_option}")
+    for note in d.notes:
+        say(f"note: {note}")
+    if top is not None:
+        _render_lists(d, console, top, width)
+    rows = _total_rows(d, brief=top is None)
     print_table(console, "totals", [Col("", min_width=8, priority=1),
                                     Col("old", numeric=True), Col("new", numeric=True),
                                     Col("Δ", numeric=True), Col("Δ%", numeric=True)],
-                [[c.name.replace("_", " "), _num(c.name, c.old), _num(c.name, c.new),
-                  _signed(c.name, c.delta), _pct(c)] for c in d.totals], width=width)
-    for line in _peak_lines(d):
+                [[_label(c.name), _num(c.name, c.old), _num(c.name, c.new),
+                  _signed(c.name, c.delta), _pct(c)] for c in rows], width=width)
+    same = [_label(c.name) for c in d.totals if c not in rows and not c.delta]
+    if same:
+        say("unchanged: " + ", ".join(same))
+    peak = _peak_lines(d)
+    for line in (peak[:1] if top is None else peak) + answer_lines(d):
         say(line)
+    if d.identical:
+        say("no differences")
+
+
+# the peaks' rows named without "bytes": their cells say it (and 80 columns keep the name)
+_LABELS = {"activation_peak_bytes": "activation peak", "training_peak_bytes": "training peak",
+           "peak_bytes": "peak", "reserved_peak_bytes": "reserved peak", "arena_bytes": "arena"}
+
+
+def _label(name: str) -> str:
+    return _LABELS.get(name, name.replace("_", " "))
+
+
+# the totals the brief table always shows, changed or not
+_ALWAYS = ("params", "flops", "peak_bytes")
+
+
+def _total_rows(d: ReportDiff, brief: bool) -> list[Change]:
+    """The totals the table shows: every one, or (``brief``) those that changed and
+    ``_ALWAYS``'s, without the training peak where it is the peak budgets check."""
+    peak, training = (next((c for c in d.totals if c.name == n), None)
+                      for n in ("peak_bytes", "training_peak_bytes"))
+    twice = training is not None and peak is not None and \
+        (training.old, training.new) == (peak.old, peak.new)
+    return [c for c in d.totals if not brief or
+            ((c.delta or c.name in _ALWAYS) and not (twice and c is training))]
+
+
+def answer_lines(d: ReportDiff) -> list[str]:
+    """The time estimates and the fit on the device, both runs' side by side."""
+    out = []
+    t = d.time
+    if t is not None:
+        bands = {b for b in (t.old_band, t.new_band)}
+        band = (f"; estimates ± {t.old_band:.0%} each" if len(bands) == 1 and None not in bands
+                else "; estimates" + ("" if None in bands else
+                                      f" ± {t.old_band:.0%} and ± {t.new_band:.0%}"))
+        pct = f" ({t.pct:+.1f}%)" if t.pct is not None and t.old_seconds != t.new_seconds \
+            else ""
+        out.append(f"time ≈ {human_time(t.old_seconds)} → {human_time(t.new_seconds)} per "
+                   f"{t.per}{pct}{band}")
+    f = d.fit
+    if f is not None:
+        who = "each rank needs" if f.per_rank else "needs"
+        verdict = " → ".join("yes" if ok else "NO" for ok in f.fits)
+        out.append(f"fits on {f.device}: {verdict}, {who} {human_bytes(f.needs.old)} → "
+                   f"{human_bytes(f.needs.new)} of {human_bytes(f.offers)}")
+    return out
+
+
+def _render_lists(d: ReportDiff, console, top: int, width: int | None) -> None:
+    """The modules, nodes and op types that changed, ``top`` rows each (0: all)."""
     mods, total = _top_modules(d, top)
     if mods:
         rows = []
@@ -148,10 +215,6 @@ def render_table(d: ReportDiff, console, top: int = 20, width: int | None = None
                     [[o.op, f"{o.count.old} → {o.count.new}", _short(o.macs), _short(o.flops)]
                      for o in sorted(d.op_types, key=lambda o: (-abs(o.flops.delta), o.op))],
                     width=width)
-    if d.identical:
-        say("no differences")
-    for note in d.notes:
-        say(f"note: {note}")
 
 
 def render_markdown(d: ReportDiff, top: int = 20) -> str:
@@ -162,7 +225,7 @@ def render_markdown(d: ReportDiff, top: int = 20) -> str:
 
     out = [f"# {esc(_header(d)[0])}", "", esc(_header(d)[1]), "", "## Totals", "",
            "| | old | new | Δ | Δ% |", "|---|---:|---:|---:|---:|"]
-    out += [f"| {c.name.replace('_', ' ')} | {c.old:,} | {c.new:,} | {sd(c.delta)} | {_pct(c)} |"
+    out += [f"| {_label(c.name)} | {c.old:,} | {c.new:,} | {sd(c.delta)} | {_pct(c)} |"
             for c in d.totals]
     out += ["", "## Activation peak", ""] + [f"    {one_line(line)}" for line in _peak_lines(d)]
     mods, total = _top_modules(d, top)
@@ -184,6 +247,9 @@ def render_markdown(d: ReportDiff, top: int = 20) -> str:
                 "|---|---:|---:|---:|"]
         out += [f"| {esc(o.op)} | {o.count.old} → {o.count.new} | {sd(o.macs.delta)} | "
                 f"{sd(o.flops.delta)} |" for o in sorted(d.op_types, key=lambda o: o.op)]
+    answer = answer_lines(d)
+    if answer:
+        out += ["", "## Time and fit", ""] + [f"* {esc(line)}" for line in answer]
     if d.notes:
         out += ["", "## Notes", ""] + [f"* {esc(n)}" for n in d.notes]
     return "\n".join(out) + "\n"
