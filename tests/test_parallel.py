@@ -236,6 +236,11 @@ def test_check_max_peak_is_per_rank(capsys):
                 "--world-size", "4", "--max-peak", "1GiB"])
     out = capsys.readouterr().out
     assert code == 0 and "peak memory per rank (fsdp×4)" in out
+    # a mesh named as it was asked: it said "fsdp×4" for dp_shard=2 × tp=2
+    code = cli(["check", "zoo:llama_tiny", "--train", "--parallel", "dp_shard=2,tp=2",
+                "--max-peak", "1GiB"])
+    out = capsys.readouterr().out
+    assert code == 0 and "peak memory per rank (dp_shard=2,tp=2)" in out, out
 
 
 def test_what_a_plan_asks_of_one_graph_is_derived_once_and_not_by_a_changed_graph():

@@ -179,7 +179,10 @@ def test_a_pipelines_loss_is_the_schedules_cross_entropy(capsys):
                  "--max-peak", "9MiB"]) == 1   # (stage 1's 10,116,212 B is over 9 MiB)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "graphcost check zoo:llama_tiny (batch 8 in 4 micro-batches)", out
-    assert out[1].split()[:5] == ["FAIL", "peak", "memory", "9.65", "MiB"], out
+    # one rank's peak, the largest stage's, named (it said "peak memory", the run's word)
+    assert out[1].split()[:8] == ["FAIL", "peak", "memory", "per", "rank", "(pp=2:", "stage",
+                                  "1)"], out
+    assert out[1].split()[8:10] == ["9.65", "MiB"], out
     for loss in ("sum", "chunked-ce"):
         with pytest.raises(GraphcostError, match=f"loss {loss} beside pipeline stages"):
             analyze("zoo:llama_tiny", batch=8, train=True, loss=loss,

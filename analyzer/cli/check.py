@@ -148,15 +148,14 @@ def evaluate(report, limits) -> list[Check]:
               "latency (roofline)": report.roofline.total_seconds if report.roofline else None,
               **_time_values(report)}
     checks = []
-    per_rank = report.parallel is not None
     for name, limit, unit in limits:
         value = values[name]
         if value is None:   # (a time budget on a report that carries no estimate)
             raise GraphcostError(f"check {name}: {report.model} has no time estimate here "
                                  "(an ONNX model on a GPU keeps the roofline's bound; a model "
                                  "without a seq dimension has no tokens/s)")
-        if name == "peak memory" and per_rank:
-            name = f"peak memory per rank ({report.parallel.strategy}×{report.parallel.world_size})"
+        if name == "peak memory":
+            name = _peak_name(report)
         ok = value >= limit if unit in ("percent", "rate") else value <= limit
         band = report.time.band if name in _time_values(report) else None
         detail = f"estimate ± {band:.0%}" if band is not None else ""
@@ -172,6 +171,23 @@ def evaluate(report, limits) -> list[Check]:
         checks.append(Check(f"fits {ro.device}", f.needs, f.offers, "bytes", f.fits,
                             " + ".join(p.what for p in f.parts)))
     return checks
+
+
+def _peak_name(report) -> str:
+    """The peak checked: the run's, or one rank's under a layout, named as it was asked (a
+    data-parallel strategy as itself, a mesh as the command line spells it; a pipeline's
+    largest stage's)."""
+    from ...passes.parallel.mesh import Mesh
+
+    p, pp = report.parallel, report.pipeline
+    if pp is not None:
+        return f"peak memory per rank ({Mesh(tuple(pp.mesh.items())).words}: stage " \
+               f"{pp.worst_stage})"
+    if p is None:
+        return "peak memory"
+    if set(p.mesh) <= {"dp_shard", "dp_replicate"} and len(p.mesh) <= 1:
+        return f"peak memory per rank ({p.strategy}×{p.world_size})"
+    return f"peak memory per rank ({Mesh(tuple(p.mesh.items())).words})"
 
 
 def _fmt(value: float, unit: str) -> str:
