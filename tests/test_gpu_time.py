@@ -3,6 +3,8 @@ clock (passes/parallel/step_time.py), checked by hand arithmetic; how close they
 published runs is tests/test_published_runs.py's question."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from graphcost.passes.costs.collectives import ALPHA_S, BUS_SHARE
@@ -295,6 +297,35 @@ def test_check_gates_on_the_estimated_step_time_and_tokens_per_s():
     assert out.returncode == 1 and "FAIL  time (estimate)" in out.stdout
     out = run_cli("check", "zoo:gpt2", "--max-step-time", "1s")
     assert out.returncode == 2 and "need a time estimate" in out.stderr
+
+
+def test_check_gates_a_serving_batch_on_ttft_tpot_and_its_memory():
+    # the serving review's own figures, checked: TTFT and TPOT with their band, the output
+    # tokens/s per GPU, and the batch's memory (weights + the cache after P + G tokens + the
+    # larger step's working peak: what its fit judges, not the prefill graph's peak_bytes)
+    serve = ("--serve", "--prompt", "64", "--generate", "16", "--batch", "4")
+    s = analyze("zoo:llama_tiny", serve={"prompt": 64, "generate": 16}, batch=4,
+                device="h100").serving
+    t = s.time
+    peak = s.weight_bytes + s.kv_cache_bytes + max(s.prefill.peak_bytes, s.decode.peak_bytes)
+    args = ("check", "zoo:llama_tiny", *serve, "--device", "h100", "--format", "json")
+    out = run_cli(*args, "--max-ttft", f"{t.ttft_seconds * 1.01}s", "--max-tpot",
+                  f"{t.tpot_seconds * 0.99}s", "--min-tokens-per-s", "1",
+                  "--max-peak", str(peak))
+    assert out.returncode == 1, out.stdout + out.stderr
+    got = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+    assert got["TTFT (estimate)"]["passed"] and not got["TPOT (estimate)"]["passed"]
+    assert got["TTFT (estimate)"]["value"] == t.ttft_seconds
+    assert got["TPOT (estimate)"]["detail"] == f"estimate ± {t.band:.0%}"
+    assert got["tokens/s per GPU"]["value"] == pytest.approx(4 / t.tpot_seconds)
+    assert got["peak memory (serving batch)"]["value"] == peak
+    assert got["peak memory (serving batch)"]["passed"]
+    # a serving budget without --serve, and a step time beside it, are refused by name
+    out = run_cli("check", "zoo:llama_tiny", "--device", "h100", "--max-ttft", "1s")
+    assert out.returncode == 2 and "--max-ttft goes with --serve" in out.stderr
+    out = run_cli("check", "zoo:llama_tiny", *serve, "--device", "h100",
+                  "--max-step-time", "1s")
+    assert out.returncode == 2 and "--max-ttft (the prefill) and --max-tpot" in out.stderr
 
 
 def test_serving_estimates_ttft_and_tpot_on_a_gpu():

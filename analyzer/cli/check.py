@@ -22,6 +22,7 @@ from ..app.units import (
 from .main import Parser, refuse_overwrite
 from .model_options import add_model_args, run_analysis
 from .output import check_writable
+from .serve import add_serve_args, serve_kwargs
 
 EXIT_PASS, EXIT_OVER = 0, 1
 
@@ -61,13 +62,20 @@ def build_parser():
                         "training step or a forward, e.g. 3s; its band is shown beside")
     p.add_argument("--min-tokens-per-s", metavar="N",
                    help="tokens/s per GPU the time estimate gives (a GPU --device), "
-                        "e.g. 5000")
+                        "e.g. 5000; with --serve the batch's output tokens")
+    p.add_argument("--max-ttft", metavar="TIME",
+                   help="with --serve: time to the first token (the prefill) the estimate "
+                        "gives on a GPU --device, e.g. 500ms")
+    p.add_argument("--max-tpot", metavar="TIME",
+                   help="with --serve: time per output token (a decode step at the full "
+                        "context), e.g. 50ms")
     # (no default here: a --min-coverage given alone is a threshold; _limits uses 100)
     p.add_argument("--min-coverage", metavar="PCT",
                    help="percent of nodes that must have a cost rule and known shapes "
                         "(default 100: a budget on uncounted ops would pass by mistake)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("-o", "--output", help="write the result to this file instead of stdout")
+    add_serve_args(p)
     return p
 
 
@@ -123,6 +131,17 @@ def _limits(args) -> list[tuple[str, float, str]]:
 def _time_limits(args) -> list[tuple[str, float, str]]:
     """The budgets on the time estimate, which a GPU device or a device profile gives."""
     out = []
+    if args.serve:
+        for given in ("--max-step-time", "--max-latency"):
+            if getattr(args, given[2:].replace("-", "_")):
+                raise GraphcostError(f"{given}: a serving review's times are --max-ttft "
+                                     "(the prefill) and --max-tpot (a decode step)")
+    for given, name in (("--max-ttft", TTFT), ("--max-tpot", TPOT)):
+        value = getattr(args, given[2:].replace("-", "_"))
+        if value and not args.serve:
+            raise GraphcostError(f"{given} goes with --serve")
+        if value:
+            out.append((name, parse_time(value, given), "seconds"))
     if args.max_step_time:
         out.append(("time (estimate)", parse_time(args.max_step_time, "--max-step-time"),
                     "seconds"))
@@ -130,20 +149,37 @@ def _time_limits(args) -> list[tuple[str, float, str]]:
         out.append(("tokens/s per GPU", parse_count(args.min_tokens_per_s,
                                                     "--min-tokens-per-s"), "rate"))
     if out and not (args.device or args.device_profile):
-        raise GraphcostError("--max-step-time and --min-tokens-per-s need a time estimate: a "
-                             "GPU --device NAME, or --device-profile FILE")
+        raise GraphcostError("--max-step-time, --max-ttft, --max-tpot and --min-tokens-per-s "
+                             "need a time estimate: a GPU --device NAME, or --device-profile "
+                             "FILE")
     return out
 
 
+TTFT, TPOT = "TTFT (estimate)", "TPOT (estimate)"
+
+
 def _time_values(report) -> dict:
+    """The time estimate's figures a budget can check (None: the report has no estimate)."""
+    s = report.serving
+    if s is not None:   # (the batch's output tokens a GPU: a replica is tp GPUs)
+        t, gpus = s.time, s.collectives.tensor_parallel if s.collectives else 1
+        return {TTFT: t.ttft_seconds if t else None, TPOT: t.tpot_seconds if t else None,
+                "tokens/s per GPU": t.tokens_per_second / gpus if t else None}
     t = report.time
     return {"time (estimate)": t.seconds if t else None,
             "tokens/s per GPU": t.tokens_per_second if t else None}
 
 
+def _band(report) -> float | None:
+    t = report.serving.time if report.serving is not None else report.time
+    return t.band if t is not None else None
+
+
 def evaluate(report, limits) -> list[Check]:
     t, m = report.totals, report.memory
-    values = {"peak memory": report.peak_bytes, "activation peak": m.peak_bytes, "params": t.params,
+    # (serving: the batch's weights, cache and working peak, which the fit judges)
+    peak = report.peak.allocated_bytes if report.serving else report.peak_bytes
+    values = {"peak memory": peak, "activation peak": m.peak_bytes, "params": t.params,
               "MACs": t.macs, "FLOPs": t.flops, "coverage": report.coverage.percent,
               "latency (roofline)": report.roofline.total_seconds if report.roofline else None,
               **_time_values(report)}
@@ -153,12 +189,15 @@ def evaluate(report, limits) -> list[Check]:
         if value is None:   # (a time budget on a report that carries no estimate)
             raise GraphcostError(f"check {name}: {report.model} has no time estimate here "
                                  "(an ONNX model on a GPU keeps the roofline's bound; a model "
-                                 "without a seq dimension has no tokens/s)")
+                                 "without a seq dimension has no tokens/s; a serving review "
+                                 "is timed on a GPU --device)")
         if name == "peak memory":
             name = _peak_name(report)
         ok = value >= limit if unit in ("percent", "rate") else value <= limit
-        band = report.time.band if name in _time_values(report) else None
+        band = _band(report) if name in _time_values(report) else None
         detail = f"estimate ± {band:.0%}" if band is not None else ""
+        if name.startswith("peak memory (serving"):
+            detail = "weights + KV cache + the larger step's working peak"
         if name == "coverage" and not ok:
             c = report.coverage
             detail = "not costed: " + ", ".join(f"{k}×{v}" for k, v in
@@ -183,6 +222,8 @@ def _peak_name(report) -> str:
     if pp is not None:
         return f"peak memory per rank ({Mesh(tuple(pp.mesh.items())).words}: stage " \
                f"{pp.worst_stage})"
+    if report.serving is not None:
+        return "peak memory (serving batch)"
     if p is None:
         return "peak memory"
     if set(p.mesh) <= {"dp_shard", "dp_replicate"} and len(p.mesh) <= 1:
@@ -222,7 +263,7 @@ def run(args) -> int:
     refuse_overwrite(args.output, args.model)
     check_writable(args.output, "-o")
     limits = _limits(args)
-    report = run_analysis(args.model, args)
+    report = run_analysis(args.model, args, **serve_kwargs(args))
     checks = evaluate(report, limits)
     passed = all(c.passed for c in checks)
     if args.format == "json":
@@ -233,9 +274,13 @@ def run(args) -> int:
     else:
         from .output import terminal_width
         p = report.pipeline
-        lines = [f"graphcost check {report.model} (batch {_batch(report)}"
-                 + (f" in {p.microbatches} micro-batches)" if p else ")")]
-        lines += _check_lines(checks, None if args.output else terminal_width())
+        from ..render.table import wrap_prose
+        s, width = report.serving, None if args.output else terminal_width()
+        head = (f"graphcost check {report.model} (batch {_batch(report)}"
+                + (f" in {p.microbatches} micro-batches)" if p else
+                   f" × {s.prompt} + {s.generate} tokens)" if s else ")"))
+        lines = wrap_prose(head, width, "", "  ") if width else [head]
+        lines += _check_lines(checks, width)
         failed = sum(not c.passed for c in checks)
         lines.append("all checks passed" if passed else f"{failed} check(s) over budget")
         from .text import escape

@@ -39,7 +39,7 @@ def serve_kwargs(args) -> dict:
         if given:
             raise GraphcostError(f"{given[0]} goes with --serve")
         return {}
-    if args.max_batch:
+    if getattr(args, "max_batch", False):   # (graphcost check has none)
         raise GraphcostError("--serve reports the largest number of concurrent sequences "
                              "itself: leave out --max-batch")
     for flag in ("prompt", "generate"):
