@@ -196,6 +196,12 @@ def test_a_checkpoint_budget_beside_stages_is_refused_by_name():
     with pytest.raises(GraphcostError, match="beside pipeline stages: its search runs on one"):
         analyze("zoo:llama_tiny", batch=4, train=True, checkpoint={"budget": 12 << 20},
                 parallel={"mesh": "pp=2"})
+    # --max-batch's search ran on the whole model too: "ddp over 1 ranks", and a batch of
+    # 10,880 on an RTX 4090 where that pipeline needs 6.69 of 23.99 GiB
+    from graphcost.analyzer.app.by_batch import find_max_batch
+    with pytest.raises(GraphcostError, match="max_batch beside pipeline stages: not modelled"):
+        find_max_batch("zoo:llama_tiny", train=True, device="rtx-4090",
+                       parallel={"mesh": "pp=2"})
 
 def test_an_interleaved_rank_runs_every_pth_stage_in_torchs_order():
     """Rank r of 2 runs stages r and r + 2 (torchtitan's split of 4 blocks over 4 stages:

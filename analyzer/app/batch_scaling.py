@@ -113,7 +113,7 @@ def _labels(r: Report) -> dict:
     p = getattr(r, "parallel", None)
     plan = _plan(r)
     return {"train": r.training is not None,
-            "parallel": f"{p.strategy} over {p.world_size:,} ranks" if p else "",
+            "parallel": f"{p.layout} over {p.world_size:,} ranks" if p else "",
             "checkpoint": plan.mode if plan is not None else ""}
 
 

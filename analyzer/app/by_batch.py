@@ -103,6 +103,13 @@ def max_batch_search(model, request: Request, progress: Progress | None = None) 
         raise GraphcostError(f"{opt('max_batch')} with {opt('checkpoint', value='auto')} {opt('checkpoint.budget')}: a budget is a memory "
                              "target of its own; search the batch under a fixed plan "
                              f"({opt('checkpoint', value='sqrt')}, NAMES or {opt('checkpoint.every', value='N')})")
+    if passes.parallel is not None and passes.parallel.pp > 1:
+        # (its search would run on the whole model: it answered for "ddp over 1 ranks", and
+        # 10,880 for zoo:llama_tiny on an RTX 4090, where that pipeline at 10,880 needs 6.69
+        # of 23.99 GiB)
+        raise GraphcostError(f"{opt('max_batch')} beside pipeline stages: not modelled (a "
+                             "stage's batch is its micro-batches'); analyze the batches you "
+                             f"consider with {opt('batch')} and {opt('parallel.microbatches')}")
     if passes.parallel is not None and passes.parallel.world_size is None:
         raise GraphcostError(f"{opt('max_batch')} with {opt('parallel.world_size', value='auto')}: fix the world size to search "
                              "the batch (or the batch to search the world size)")

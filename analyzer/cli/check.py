@@ -226,9 +226,8 @@ def _peak_name(report) -> str:
         return "peak memory (serving batch)"
     if p is None:
         return "peak memory"
-    if set(p.mesh) <= {"dp_shard", "dp_replicate"} and len(p.mesh) <= 1:
-        return f"peak memory per rank ({p.strategy}×{p.world_size})"
-    return f"peak memory per rank ({Mesh(tuple(p.mesh.items())).words})"
+    return f"peak memory per rank ({p.layout}" + \
+        (f"×{p.world_size})" if p.layout == p.strategy else ")")
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -277,7 +276,7 @@ def run(args) -> int:
         from ..render.table import wrap_prose
         s, width = report.serving, None if args.output else terminal_width()
         head = (f"graphcost check {report.model} (batch {_batch(report)}"
-                + (f" in {p.microbatches} micro-batches)" if p else
+                + (f" in {p.microbatches:,} micro-batches)" if p else
                    f" × {s.prompt} + {s.generate} tokens)" if s else ")"))
         lines = wrap_prose(head, width, "", "  ") if width else [head]
         lines += _check_lines(checks, width)

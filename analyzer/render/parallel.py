@@ -140,7 +140,7 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
     v, unit = p.stages_per_rank, "stage" if p.stages_per_rank == 1 else "rank"
     head = [f"{p.stages} stages," if v == 1 else f"{p.stages} ranks of {v} stages,",
             f"{SCHEDULES.get(p.schedule, p.schedule)},",
-            f"{p.microbatches} micro-batches", f"of {p.micro_batch:,}",
+            f"{p.microbatches:,} micro-batches", f"of {p.micro_batch:,}",
             f"({p.per_rank_batch:,} a step);", f"bubble {p.bubble:.0%}",
             "of an even pipeline"]
     gpus = prod(p.mesh.values()) if p.mesh else p.stages
@@ -165,7 +165,7 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
     return [("pipeline", head), ("stages", [w for row in rows for w in row]), *held, *comm,
             ("per rank", [f"peak {human_bytes(worst.peak_bytes)} ({worst.peak_bytes:,} B) on "
                           f"{unit} {worst.stage}, the largest;",
-                          f"{unit}s uneven by {p.unevenness:.0%}"])]
+                          f"{unit}s uneven by {p.unevenness:,.0%}"])]
 
 
 def _span(layers: tuple[int, int]) -> str:

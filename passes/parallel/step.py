@@ -97,6 +97,15 @@ class ParallelMemory:
     JSON_PROPERTIES = ("peak",)
 
     @property
+    def layout(self) -> str:
+        """The layout in the words it was asked in: a data-parallel strategy by its name
+        (``fsdp``), a mesh of another dimension or of more than one as the command line spells
+        it (``dp_shard=2,tp=2``: not "fsdp over 4 ranks")."""
+        if len(self.mesh) <= 1 and set(self.mesh) <= {"dp_shard", "dp_replicate"}:
+            return self.strategy
+        return ",".join(f"{k}={n}" for k, n in self.mesh.items())
+
+    @property
     def peak(self) -> Peak:
         """The rank's peak (passes/memory/peak.py), against its two-step reserved replay; its
         categories in the peak's words (``grads``: gradients)."""
