@@ -45,7 +45,7 @@ def peak_includes(r: Report) -> str:
     """What Report.peak_bytes adds up."""
     p = r.parallel
     if p is not None:
-        return (f"one rank's peak under {p.strategy} over {p.world_size:,} ranks (per-rank "
+        return (f"one rank's peak under {p.layout} over {p.world_size:,} ranks (per-rank "
                 f"batch {p.per_rank_batch:,}): its parameters, gradients and optimizer state "
                 "(as the strategy shards them), activations, communication buffers and "
                 "temporaries" + (", host-offloaded bytes excluded" if p.host_bytes else ""))

@@ -31,7 +31,8 @@ def training_curves(report: Report) -> list[tuple[str, tuple[int, ...], str]]:
         curves.append(("checkpointed", plan.timeline, CHECKPOINTED))
     p = report.parallel
     if p is not None:
-        curves.append((f"per rank ({p.strategy} x{p.world_size:,})", p.timeline, PER_RANK))
+        who = f"{p.layout} x{p.world_size:,}" if p.layout == p.strategy else p.layout
+        curves.append((f"per rank ({who})", p.timeline, PER_RANK))
     return curves
 
 
