@@ -280,3 +280,37 @@ def test_no_network_reads_the_cache_at_once(hub, monkeypatch):
     assert_one_line_error(p, "not in the local Hugging Face cache and the hub cannot be reached")
     # a cached config is read as offline reads it
     assert analyze("Qwen/Qwen2.5-7B", dims={"seq": 64}).totals.params == 7_615_616_512
+
+
+T5_SMALL = {  # google-t5/t5-small config.json (the fields transformers reads)
+    "architectures": ["T5ForConditionalGeneration"], "d_ff": 2048, "d_kv": 64,
+    "d_model": 512, "decoder_start_token_id": 0, "dropout_rate": 0.1, "eos_token_id": 1,
+    "feed_forward_proj": "relu", "initializer_factor": 1.0, "is_encoder_decoder": True,
+    "layer_norm_epsilon": 1e-06, "model_type": "t5", "n_positions": 512, "num_heads": 8,
+    "num_layers": 6, "output_past": True, "pad_token_id": 0,
+    "relative_attention_num_buckets": 32, "vocab_size": 32128}
+
+
+def test_an_encoder_decoder_config_gets_decoder_ids_too(tmp_path):
+    # a T5 config failed for every request ("You must specify exactly one of input_ids or
+    # inputs_embeds": only input_ids were made); its decoder's ids are made too, their length
+    # --dim decoder_seq (by default the encoder's seq)
+    import torch
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    (tmp_path / "t5.json").write_text(json.dumps(T5_SMALL))
+    r = analyze(str(tmp_path / "t5.json"), dims={"seq": 64, "decoder_seq": 16})
+    assert r.totals.params == 60_506_624   # t5-small's published count (the hub's 60.5M)
+    assert dict(r.dims) == {"seq": 64, "decoder_seq": 16}
+    # the same model run for real: FlopCounterMode's FLOPs are 2 × graphcost's MACs. (Its
+    # attention run eagerly, as matmuls: FlopCounterMode has no formula for the CPU flash
+    # kernel SDPA dispatches here, and counts it 0 — 33,030,144 MACs short)
+    config = transformers.T5Config(**{k: v for k, v in T5_SMALL.items()
+                                      if k != "architectures"}, attn_implementation="eager")
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    ids = torch.zeros(1, 64, dtype=torch.long), torch.zeros(1, 16, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(input_ids=ids[0], decoder_input_ids=ids[1])
+    assert r.totals.macs * 2 == counter.get_total_flops()
+    assert analyze(str(tmp_path / "t5.json"), dims={"seq": 32}).dims["decoder_seq"] == 32

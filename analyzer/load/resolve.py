@@ -284,9 +284,12 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
     from ..frontends.torch.capture import make_fakes
 
     shapes = dict(b.input_shapes) or hub.input_shapes(config, b.batch or 1, dict(b.dims))
-    dtypes = {n: "int64" if n == "input_ids" else dtype for n in shapes}
-    dims = {"seq": shapes["input_ids"][1]} if "input_ids" in shapes and not b.input_shapes \
-        else {}
+    # (token ids: input_ids, an encoder-decoder's decoder_input_ids)
+    dtypes = {n: "int64" if n.endswith("input_ids") else dtype for n in shapes}
+    dims = {} if b.input_shapes else \
+        {dim: shapes[name][1] for dim, name in (("seq", "input_ids"),
+                                                ("decoder_seq", "decoder_input_ids"))
+         if name in shapes}
     return Resolved("torch", f"{text} ({str(dtype).removeprefix('torch.')} from {source})",
                     module=module,
                     kwargs=make_fakes(module, shapes, {**dtypes, **b.input_dtypes}), dims=dims)

@@ -232,7 +232,8 @@ def _first_line(exc: BaseException) -> str:
 def input_shapes(config, batch: int, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
     """The inputs a model of this config takes by default: pixel values at the config's image
     size for vision models, else token ids of ``seq`` (a decoder 2048, others 512, at most
-    the model's context length)."""
+    the model's context length); an encoder-decoder's decoder ids of ``decoder_seq`` too (by
+    default as many as the encoder's)."""
     image = getattr(config, "image_size", None)
     if isinstance(image, int):
         channels = getattr(config, "num_channels", 3)
@@ -241,6 +242,9 @@ def input_shapes(config, batch: int, dims: dict[str, int]) -> dict[str, tuple[in
     default = DECODER_SEQ if getattr(config, "is_decoder", False) or _causal(config) \
         else ENCODER_SEQ
     seq = dims.get("seq", min(default, limit))
+    if getattr(config, "is_encoder_decoder", False):  # (T5, BART: the decoder's ids too)
+        return {"input_ids": (batch, seq), "decoder_input_ids": (batch,
+                                                                 dims.get("decoder_seq", seq))}
     return {"input_ids": (batch, seq)}
 
 

@@ -216,8 +216,9 @@ def _vocab(model: torch.nn.Module) -> int | None:
 
 
 def _tokens(args: tuple, kwargs: Mapping[str, Any]) -> torch.Tensor | None:
-    """The token ids: the first integer (batch, seq) input (``input_ids`` by name first)."""
-    named = kwargs.get("input_ids")
+    """The token ids the logits are over: the first integer (batch, seq) input (by name an
+    encoder-decoder's ``decoder_input_ids`` first, then ``input_ids``)."""
+    named = kwargs.get("decoder_input_ids", kwargs.get("input_ids"))
     for t in (named, *args, *kwargs.values()):
         if isinstance(t, torch.Tensor) and t.dim() == 2 and not t.is_floating_point() \
                 and t.dtype != torch.bool:
