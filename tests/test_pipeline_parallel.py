@@ -202,6 +202,11 @@ def test_a_checkpoint_budget_beside_stages_is_refused_by_name():
     with pytest.raises(GraphcostError, match="max_batch beside pipeline stages: not modelled"):
         find_max_batch("zoo:llama_tiny", train=True, device="rtx-4090",
                        parallel={"mesh": "pp=2"})
+    # the default batch of 1 is one micro-batch, fewer than 1F1B's stages: the batch is named
+    # (it said "--microbatches 1: 1F1B needs at least …", which nobody had given)
+    with pytest.raises(GraphcostError, match=r"^batch=1: a pipeline runs one sequence a "
+                                             r"micro-batch .* a batch of 2 or more"):
+        analyze("zoo:llama_tiny", train=True, parallel={"mesh": "pp=2"})
 
 def test_an_interleaved_rank_runs_every_pth_stage_in_torchs_order():
     """Rank r of 2 runs stages r and r + 2 (torchtitan's split of 4 blocks over 4 stages:

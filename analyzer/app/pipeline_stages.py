@@ -22,7 +22,12 @@ from ...passes.parallel.pipeline import (
     stage_comm,
     stage_step,
 )
-from ...passes.parallel.schedules import check_schedule, fits_stages, stage_layers
+from ...passes.parallel.schedules import (
+    Schedule,
+    check_schedule,
+    fits_stages,
+    stage_layers,
+)
 from ...passes.parallel.spec import ParallelSpec
 from ...passes.parallel.step_time import RankStep, pipeline_step_time
 from ...passes.parallel.tensor import with_tensor_parallel
@@ -111,6 +116,12 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         if batch % micro:
             raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
                                  f"({batch}) must divide into that many micro-batches")
+        if spec.microbatches is None and spec.schedule == Schedule.ONE_F_ONE_B and \
+                batch < spec.pp:   # (it said "--microbatches 1", which nobody had given)
+            raise GraphcostError(f"{opt('batch', value=batch)}: a pipeline runs one sequence "
+                                 f"a micro-batch unless {opt('parallel.microbatches')} says "
+                                 "otherwise, and 1F1B needs at least as many micro-batches "
+                                 f"as stages ({spec.pp}): a batch of {spec.pp} or more")
     v = spec.stages_per_rank
     check_schedule(spec.schedule, micro, spec.pp, v)   # (before any trace)
     _check_data(spec)
