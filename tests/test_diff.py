@@ -222,19 +222,24 @@ def test_a_training_diff_ends_on_the_time_and_the_fit_of_each_analysis():
     from graphcost.analyzer.cli.output import console_for
     from graphcost.analyzer.render.diff import render_table
 
-    asked = dict(train=True, batch=2, device="h100-sxm", precision="bf16-mixed")
+    asked = dict(train=True, batch=2, device="h100-sxm", precision="bf16-mixed",
+                 tokens=10**9, price=2.0)
     a, b = analyze("zoo:llama_tiny", **asked), analyze("zoo:gpt2", **asked)
     d = diff_reports(a, b)
     assert d.fit is not None and d.time is not None
     assert (d.fit.needs.old, d.fit.needs.new) == (a.roofline.fit.needs, b.roofline.fit.needs)
     assert d.fit.offers == a.roofline.fit.offers == b.roofline.fit.offers
     assert (d.time.old_seconds, d.time.new_seconds) == (a.time.seconds, b.time.seconds)
+    # a run of --tokens at each pace, and its cost at --price (it was accepted, then unsaid)
+    assert d.time.gpu_hours == (a.time.gpu_hours, b.time.gpu_hours)
+    assert d.time.cost == (a.time.cost, b.time.cost)
     assert d.total("peak_bytes").new == b.peak_bytes
     assert d.total("reserved_peak_bytes").old == a.peak.reserved_bytes
     out = io.StringIO()
     render_table(d, console_for(out, 80), None, 80, "--details")
     lines = out.getvalue().rstrip().splitlines()
     assert len(lines) <= 23 and max(map(len, lines)) <= 80, lines
-    assert lines[-2].startswith("time ≈ ") and "per step" in lines[-2], lines
-    assert "estimates ± " in lines[-2]
+    assert lines[-3].startswith("time ≈ ") and "per step" in lines[-3], lines
+    assert "estimates ± " in lines[-3]
+    assert lines[-2].startswith("run of 1.00G tokens: ") and "GPU-hours; $" in lines[-2]
     assert lines[-1].startswith("fits on h100-sxm: yes → yes, needs "), lines

@@ -17,8 +17,7 @@ from typing import Any
 from ...passes.graph.modules import ModuleCost
 from .report import NodeRow, Report
 
-# 2: totals peak_bytes and reserved_peak_bytes; the sections fit and time (2026-12-04)
-DIFF_SCHEMA_VERSION = 2
+DIFF_SCHEMA_VERSION = 2  # 2 (2026-12-04): peak_bytes, reserved_peak_bytes, fit, time
 SEQUENCE_LIMIT = 5000  # unmatched nodes per side; SequenceMatcher takes ~1 s at 5,000
 
 
@@ -155,9 +154,9 @@ class FitDiff:
         return self.needs.old <= self.offers, self.needs.new <= self.offers
 
     def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "needs_bytes": self.needs.to_dict(),
-                "offers_bytes": self.offers, "per_rank": self.per_rank,
-                "old_fits": self.fits[0], "new_fits": self.fits[1]}
+        return {"device": self.device, "needs_bytes": self.needs.to_dict(), "offers_bytes":
+                self.offers, "per_rank": self.per_rank, "old_fits": self.fits[0],
+                "new_fits": self.fits[1]}
 
 
 @dataclass(frozen=True)
@@ -168,16 +167,21 @@ class TimeDiff:
     old_band: float | None
     new_band: float | None
     per: str                        # step | forward
+    run_tokens: int | None = None   # a run's (--tokens): its GPU-hours and (--price) cost
+    gpu_hours: tuple[float, float] | None = None
+    cost: tuple[float, float] | None = None
 
     @property
     def pct(self) -> float | None:
         return 100.0 * (self.new_seconds / self.old_seconds - 1) if self.old_seconds else None
 
     def to_dict(self) -> dict[str, Any]:
-        pct = self.pct
+        pct, pairs = self.pct, {"gpu_hours": self.gpu_hours, "cost": self.cost}
         return {"per": self.per, "old_seconds": self.old_seconds,
                 "new_seconds": self.new_seconds, "old_band": self.old_band,
-                "new_band": self.new_band, "pct": None if pct is None else round(pct, 3)}
+                "new_band": self.new_band, "pct": None if pct is None else round(pct, 3),
+                "run_tokens": self.run_tokens,
+                **{k: None if v is None else list(v) for k, v in pairs.items()}}
 
 
 @dataclass(frozen=True)
@@ -263,7 +267,10 @@ def _time(a: Report, b: Report) -> TimeDiff | None:
     if ta is None or tb is None:
         return None
     per = "step" if a.training is not None and b.training is not None else "forward"
-    return TimeDiff(ta.seconds, tb.seconds, ta.band, tb.band, per)
+    ha, hb, ca, cb = ta.gpu_hours, tb.gpu_hours, ta.cost, tb.cost  # (--tokens, --price)
+    return TimeDiff(ta.seconds, tb.seconds, ta.band, tb.band, per, run_tokens=ta.run_tokens,
+                    gpu_hours=(ha, hb) if ha is not None and hb is not None else None,
+                    cost=(ca, cb) if ca is not None and cb is not None else None)
 
 
 def _keyed(rows) -> dict[tuple[str, int], NodeRow]:

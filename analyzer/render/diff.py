@@ -175,6 +175,11 @@ def answer_lines(d: ReportDiff) -> list[str]:
             else ""
         out.append(f"time ≈ {human_time(t.old_seconds)} → {human_time(t.new_seconds)} per "
                    f"{t.per}{pct}{band}")
+        if t.gpu_hours is not None and t.run_tokens is not None:
+            cost = "" if t.cost is None else \
+                f"; ${t.cost[0]:,.0f} → ${t.cost[1]:,.0f}"
+            out.append(f"run of {human(t.run_tokens)} tokens: {t.gpu_hours[0]:,.0f} → "
+                       f"{t.gpu_hours[1]:,.0f} GPU-hours{cost} (estimates)")
     f = d.fit
     if f is not None:
         who = "each rank needs" if f.per_rank else "needs"
