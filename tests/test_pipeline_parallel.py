@@ -405,3 +405,16 @@ def test_a_long_stage_read_off_two_short_ones_equals_its_whole_trace(monkeypatch
     assert short.time is not None and whole.time is not None
     assert short.time.seconds == pytest.approx(whole.time.seconds, rel=1e-6)
     assert short.time.kernels == whole.time.kernels
+
+
+@pytest.mark.same_on_every_torch   # (how graphcost binds the batch, not a torch path)
+def test_input_shapes_give_a_pipeline_its_batch():
+    # without batch=, input shapes bind the batch (their first dimension) as they do without
+    # stages: the pipeline took batch 1 ("1F1B needs at least as many micro-batches as
+    # stages"); 4 sequences of 32 tokens are the same step as batch=4 at seq 32
+    asked = dict(train=True, parallel={"mesh": "pp=2"})
+    shaped = analyze("zoo:llama_tiny", input_shapes={"input_ids": (4, 32)},
+                     input_dtypes={"input_ids": "int64"}, **asked).pipeline
+    bound = analyze("zoo:llama_tiny", batch=4, dims={"seq": 32}, **asked).pipeline
+    assert (shaped.microbatches, shaped.micro_batch) == (4, 1)
+    assert [s.peak_bytes for s in shaped.per_stage] == [s.peak_bytes for s in bound.per_stage]

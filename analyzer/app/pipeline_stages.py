@@ -102,6 +102,13 @@ class _Stage:
     tp: CommVolume            # one micro-batch's tensor-parallel collectives
 
 
+def _shapes_batch(load: LoadOptions) -> int | None:
+    """The batch input shapes give without a batch of their own: their first dimension (as
+    ``input_shapes`` binds it: analyzer/load/resolve.py)."""
+    first = next((s for s in load.input_shapes.values() if len(s)), None)
+    return int(first[0]) if first is not None else None
+
+
 def run_pipeline(model, request: Request, spec: ParallelSpec,
                  example_inputs: Sequence[Any] | None = None,
                  progress: Progress | None = None,
@@ -111,7 +118,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     if example_inputs is not None:   # (the batch is theirs: each trace gets the first chunk)
         batch, micro, example_inputs = first_microbatch(example_inputs, spec.microbatches)
     else:   # (first_microbatch checks its own)
-        batch = request.load.batch or 1
+        batch = request.load.batch or _shapes_batch(request.load) or 1
         micro = spec.microbatches or batch
         if batch % micro:
             raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the batch "
