@@ -118,16 +118,18 @@ def test_every_stage_within_five_percent_of_the_real_step(run):
 
 
 @functools.cache
-def _four_blocks(schedule: str, per_rank: int = 1):
+def _four_blocks(schedule: str, per_rank: int = 1, mesh: str = "pp=2",
+                 every: int | None = None):
     """llama_tiny grown to 4 blocks on a pp 2 pipeline (an interleaved rank runs 2 of its 4
     stages), 4 micro-batches of 2."""
     import torch
     from graphcost.models_zoo import llama
-    parallel = {"mesh": "pp=2", "microbatches": 4, "schedule": schedule}
+    parallel = {"mesh": mesh, "microbatches": 4, "schedule": schedule}
     parallel |= {"stages_per_rank": per_rank} if per_rank > 1 else {}
     return analyze(llama.Llama(replace(llama.TINY, n_layer=4)),
                    input_shapes={"input_ids": (8, 64)}, input_dtypes={"input_ids": torch.int64},
-                   batch=8, train=True, optimizer="adam", what_if=False, parallel=parallel)
+                   batch=8, train=True, optimizer="adam", what_if=False, parallel=parallel,
+                   checkpoint={"every": every} if every else None)
 
 
 def test_interleaved_ranks_within_five_percent_of_the_real_step():
@@ -418,3 +420,18 @@ def test_input_shapes_give_a_pipeline_its_batch():
     bound = analyze("zoo:llama_tiny", batch=4, dims={"seq": 32}, **asked).pipeline
     assert (shaped.microbatches, shaped.micro_batch) == (4, 1)
     assert [s.peak_bytes for s in shaped.per_stage] == [s.peak_bytes for s in bound.per_stage]
+
+
+@pytest.mark.same_on_every_torch   # (which stages get a plan: graphcost's, not a torch path)
+def test_a_stage_of_no_block_is_checkpointed_and_sharded_as_torchtitan_does():
+    """An interleaved split of 4 blocks over 4 stages gives the last none (1, 2, 1, 0: its
+    norm and head). Full AC wraps each block a stage holds, so that stage is as it was;
+    tensor parallelism shards its head. Both were refused ("no repeated blocks found to
+    checkpoint"; "graphcost shards Llama-style blocks … this model has none"), and a plan
+    refused its interleaved candidates so."""
+    plain = _four_blocks("interleaved-1f1b", 2).pipeline
+    full = _four_blocks("interleaved-1f1b", 2, every=1).pipeline   # (every block: full AC)
+    by_rank = {(s.stage, s.chunks): s.peak_bytes for s in plain.per_stage}
+    assert all(s.peak_bytes < by_rank[(s.stage, s.chunks)] for s in full.per_stage)
+    sharded = _four_blocks("interleaved-1f1b", 2, mesh="pp=2,tp=2").pipeline
+    assert all(s.peak_bytes < by_rank[(s.stage, s.chunks)] for s in sharded.per_stage)

@@ -223,7 +223,11 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
         # another's output stands for the gradient it receives: _check_step)
         graph, memo = traces.graph(replace(at_micro, pipeline_stage=where,
                                            stage_blocks=blocks, loss=Loss.AUTO))
-        stage = run_passes(graph, stage_passes, memo=memo)
+        # (a stage of no block — an interleaved split's last, the norm and the head — has
+        # nothing to checkpoint: torchtitan wraps each block it holds)
+        own = stage_passes if stage_layers(n_layers, i, p) else \
+            replace(stage_passes, checkpoint=None)
+        stage = run_passes(graph, own, memo=memo)
         assert stage.training is not None  # (a training request)
         plan = stage.training.checkpoint
         return _Stage(stage_step(graph, stage.training.run, first, last, shards), stage.time,

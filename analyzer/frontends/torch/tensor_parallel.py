@@ -164,7 +164,9 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
                              "modelled for torchtitan's sequence-parallel plan (its float8 "
                              "styles), not transformers' plan or a serving engine's")
     parents = _shard_blocks(model, group, sequence)
-    if not parents:
+    # (a pipeline stage of no block, the norm and the head alone, shards its head)
+    if not parents and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
+                           for p in m.parameters(recurse=False)):
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: graphcost shards "
                              f"Llama-style blocks ({', '.join(COLWISE + ROWWISE)} linears, as "
                              "torchtitan's plan names them); this model has none")
