@@ -259,7 +259,8 @@ def _fit(a: Report, b: Report) -> FitDiff | None:
     if fa is None or fb is None or fa.device != fb.device or fa.fit.offers != fb.fit.offers:
         return None
     return FitDiff(fa.device, Change("needs_bytes", fa.fit.needs, fb.fit.needs),
-                   fa.fit.offers, per_rank=a.parallel is not None and b.parallel is not None)
+                   fa.fit.offers, per_rank=all(r.parallel is not None or r.pipeline is not None
+                                               for r in (a, b)))
 
 
 def _time(a: Report, b: Report) -> TimeDiff | None:
