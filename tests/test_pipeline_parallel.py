@@ -169,8 +169,14 @@ def test_a_pipelines_loss_is_the_schedules_cross_entropy(capsys):
     """--loss ce is what a pipeline's last stage computes (torchtitan's cross-entropy, the
     default's: the measured 1F1B rows); it failed before ("needs a language-model head": each
     stage program was given it). The other losses are refused by name, not priced as it."""
-    p = analyze("zoo:llama_tiny", batch=8, train=True, optimizer="adam", what_if=False,
-                loss="ce", parallel={"mesh": "pp=2", "microbatches": 4}).pipeline
+    r = analyze("zoo:llama_tiny", batch=8, train=True, optimizer="adam", what_if=False,
+                loss="ce", parallel={"mesh": "pp=2", "microbatches": 4})
+    p = r.pipeline
+    # graphcost diff says what its totals are of under stages (its rows were unlabelled)
+    from graphcost.analyzer.app.diff import diff_reports
+    assert any(n.startswith("pipeline stages: FLOPs, bytes and the activation and training "
+                            "peaks are the whole model's at one micro-batch")
+               for n in diff_reports(r, r).notes)
     for s, measured in zip(p.per_stage, (8_259_688, 10_114_688), strict=True):
         assert abs(s.peak_bytes / measured - 1) <= 0.001, (s.stage, s.peak_bytes, measured)
     # graphcost check names the batch asked (the report's other sections are one micro-batch's:

@@ -15,31 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...passes.graph.modules import ModuleCost
+from .diff_answer import Change, FitDiff, TimeDiff, fits_of, times_of
 from .report import NodeRow, Report
 
 DIFF_SCHEMA_VERSION = 2  # 2 (2026-12-04): peak_bytes, reserved_peak_bytes, fit, time
 SEQUENCE_LIMIT = 5000  # unmatched nodes per side; SequenceMatcher takes ~1 s at 5,000
-
-
-@dataclass(frozen=True)
-class Change:
-    """One number in both models; ``pct`` is None when the old value is 0."""
-    name: str
-    old: int
-    new: int
-
-    @property
-    def delta(self) -> int:
-        return self.new - self.old
-
-    @property
-    def pct(self) -> float | None:
-        return 100.0 * self.delta / self.old if self.old else None
-
-    def to_dict(self) -> dict[str, Any]:
-        pct = self.pct
-        return {"name": self.name, "old": self.old, "new": self.new, "delta": self.delta,
-                "pct": None if pct is None else round(pct, 3)}
 
 
 _NODE_NUMBERS = ("params", "macs", "flops", "bytes_read", "bytes_written")
@@ -142,49 +122,6 @@ class PeakDiff:
 
 
 @dataclass(frozen=True)
-class FitDiff:
-    """Both runs' fit on the one device both were analyzed for (needs against offers)."""
-    device: str
-    needs: Change
-    offers: int
-    per_rank: bool                  # a data-parallel rank's needs
-
-    @property
-    def fits(self) -> tuple[bool, bool]:
-        return self.needs.old <= self.offers, self.needs.new <= self.offers
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"device": self.device, "needs_bytes": self.needs.to_dict(), "offers_bytes":
-                self.offers, "per_rank": self.per_rank, "old_fits": self.fits[0],
-                "new_fits": self.fits[1]}
-
-
-@dataclass(frozen=True)
-class TimeDiff:
-    """Both runs' time estimates (each with its own band: estimates, not measurements)."""
-    old_seconds: float
-    new_seconds: float
-    old_band: float | None
-    new_band: float | None
-    per: str                        # step | forward
-    run_tokens: int | None = None   # a run's (--tokens): its GPU-hours and (--price) cost
-    gpu_hours: tuple[float, float] | None = None
-    cost: tuple[float, float] | None = None
-
-    @property
-    def pct(self) -> float | None:
-        return 100.0 * (self.new_seconds / self.old_seconds - 1) if self.old_seconds else None
-
-    def to_dict(self) -> dict[str, Any]:
-        pct, pairs = self.pct, {"gpu_hours": self.gpu_hours, "cost": self.cost}
-        return {"per": self.per, "old_seconds": self.old_seconds,
-                "new_seconds": self.new_seconds, "old_band": self.old_band,
-                "new_band": self.new_band, "pct": None if pct is None else round(pct, 3),
-                "run_tokens": self.run_tokens,
-                **{k: None if v is None else list(v) for k, v in pairs.items()}}
-
-
-@dataclass(frozen=True)
 class ReportDiff:
     old_model: str
     new_model: str
@@ -251,27 +188,6 @@ def _totals(a: Report, b: Report) -> tuple[Change, ...]:
     if ra is not None and rb is not None:
         rows.append(Change("reserved_peak_bytes", ra, rb))
     return tuple(rows)
-
-
-def _fit(a: Report, b: Report) -> FitDiff | None:
-    """Both fits, where both runs were analyzed for the same device."""
-    fa, fb = (r.roofline for r in (a, b))
-    if fa is None or fb is None or fa.device != fb.device or fa.fit.offers != fb.fit.offers:
-        return None
-    return FitDiff(fa.device, Change("needs_bytes", fa.fit.needs, fb.fit.needs),
-                   fa.fit.offers, per_rank=all(r.parallel is not None or r.pipeline is not None
-                                               for r in (a, b)))
-
-
-def _time(a: Report, b: Report) -> TimeDiff | None:
-    ta, tb = a.time, b.time
-    if ta is None or tb is None:
-        return None
-    per = "step" if a.training is not None and b.training is not None else "forward"
-    ha, hb, ca, cb = ta.gpu_hours, tb.gpu_hours, ta.cost, tb.cost  # (--tokens, --price)
-    return TimeDiff(ta.seconds, tb.seconds, ta.band, tb.band, per, run_tokens=ta.run_tokens,
-                    gpu_hours=(ha, hb) if ha is not None and hb is not None else None,
-                    cost=(ca, cb) if ca is not None and cb is not None else None)
 
 
 def _keyed(rows) -> dict[tuple[str, int], NodeRow]:
@@ -388,6 +304,10 @@ def diff_reports(a: Report, b: Report) -> ReportDiff:
         notes.append(f"bindings differ: batch {a.batch} {a.dims} vs batch {b.batch} {b.dims}")
     if (a.training is None) != (b.training is None):
         notes.append("only one model has a training analysis: training peak not compared")
+    if a.pipeline is not None or b.pipeline is not None:   # (as the main face says it)
+        notes.append("pipeline stages: FLOPs, bytes and the activation and training peaks are "
+                     "the whole model's at one micro-batch; the peak and the fit the largest "
+                     "stage's rank's")
     for tag, r in (("old", a), ("new", b)):
         c = r.coverage
         if c.unsupported or c.unknown_shape:
@@ -399,4 +319,4 @@ def diff_reports(a: Report, b: Report) -> ReportDiff:
         matched_otherwise=sum(1 for *_, how in pairs if how != "name"),
         totals=_totals(a, b), op_types=_op_types(a, b), modules=_modules(a, b),
         nodes=tuple(rows), unchanged_nodes=len(pairs) - sum(r.status == "changed" for r in rows),
-        peak=_peak(a, b), notes=tuple(notes), fit=_fit(a, b), time=_time(a, b))
+        peak=_peak(a, b), notes=tuple(notes), fit=fits_of(a, b), time=times_of(a, b))
