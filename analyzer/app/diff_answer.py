@@ -36,7 +36,7 @@ class FitDiff:
     device: str
     needs: Change
     offers: int
-    per_rank: bool                  # a data-parallel rank's needs
+    per_rank: bool                  # one rank's needs (a parallel layout's or a pipeline's)
 
     @property
     def fits(self) -> tuple[bool, bool]:

@@ -47,7 +47,7 @@ from .comm import CommVolume, across_replicas, comm_volume
 from .context import with_context_parallel
 from .experts import expert_modules, with_expert_parallel
 from .fsdp import sharded_step
-from .mesh import mesh_of
+from .mesh import Mesh, mesh_of
 from .reserved import rank_reserved_peak
 from .spec import MAX_WORLD, SHARDED, ParallelSpec, check_spec
 from .tensor import with_tensor_parallel
@@ -103,7 +103,7 @@ class ParallelMemory:
         it (``dp_shard=2,tp=2``: not "fsdp over 4 ranks")."""
         if len(self.mesh) <= 1 and set(self.mesh) <= {"dp_shard", "dp_replicate"}:
             return self.strategy
-        return ",".join(f"{k}={n}" for k, n in self.mesh.items())
+        return Mesh(tuple(self.mesh.items())).words
 
     @property
     def peak(self) -> Peak:
