@@ -193,7 +193,8 @@ def test_transformers_plan_all_reduces_without_sequence_parallelism():
 
 @every_torch
 @pytest.mark.parametrize("model, mesh, said", [
-    ("zoo:hf_gpt2", "tp=2", "tied to the token embedding"),
+    # GPT-2's fused c_attn and MLP are Conv1D, not the plan's named linears
+    ("zoo:hf_gpt2", "tp=2", "Llama-style blocks"),
     ("zoo:mlp", "tp=2", "Llama-style blocks"),
     # a mixture of experts: its experts and router would stay whole on every rank
     ("zoo:hf_mixtral", "tp=2", "mlp.experts, .* would stay whole on every rank"),
@@ -203,3 +204,54 @@ def test_transformers_plan_all_reduces_without_sequence_parallelism():
 def test_what_tensor_parallelism_cannot_shard_is_refused_by_name(model, mesh, said):
     with pytest.raises(GraphcostError, match=said):
         analyze(model, batch=2, train=True, parallel={"mesh": mesh})
+
+
+TIED = (("tie_word_embeddings", True),)
+
+
+@pytest.fixture(scope="module")
+def tied():
+    if OLD_TORCH:
+        pytest.skip(NO_DTENSOR_SP)
+    from graphcost.models_zoo import hf
+    torch.manual_seed(0)
+    ids = torch.randint(0, 512, (2, 32))
+    preds = {r: analyze(hf.llama(**dict(TIED)), example_inputs=(ids,), train=True,
+                        optimizer="adam", what_if=False, include_inputs=False, precision=r,
+                        parallel={"mesh": "tp=2"}).parallel for r in RECIPES}
+    cases = [Case("hf_llama", "ddp", 2, (("input_ids", (2, 32)),), (), tp=2, precision=r,
+                  overrides=TIED) for r in RECIPES]
+    return preds, measure_parallel(cases, 2)
+
+
+@pytest.mark.parametrize("precision", RECIPES)
+def test_a_head_tied_to_the_embedding_shares_its_shard(tied, precision):
+    """Llama 3.2 1B/3B, Qwen 3's small models and Gemma tie their head to the token embedding;
+    both shard the [vocab, dim] table on its rows, so a rank holds one shard (torchtitan re-ties
+    them after parallelizing). Measured when this landed (torch 2.13, step 2): fp32 1,649,368 B
+    predicted, 1,648,280 measured (+0.07%); bf16-true 1,096,504 / 1,095,416 (+0.10%)."""
+    preds, runs = tied
+    p = preds[precision]
+    # hf_llama tied: 2 layers of d 64 (q 64×64, k and v 32×64, o 64×64, gate and up 128×64,
+    # down 64×128, two norms of 64), the norm 64, the table 512 × 64 once: 106,816 parameters;
+    # a rank holds half of every matrix and the five norms (320) whole: (106,816 − 320) / 2
+    # + 320 = 53,568 parameters × 4 B = 214,272 B in fp32 (untied: 16,384 more)
+    assert p.breakdown_at_peak["params"] == 214_272 // (2 if precision == "bf16-true" else 1)
+    rows = [m for m in runs if m.case.precision == precision]
+    assert len(rows) == 4                                   # 2 ranks × steps 1 and 2
+    for m in rows:
+        _holds(p, m)
+        assert m.categories["Parameter"] == p.breakdown_at_peak["params"]
+
+
+@every_torch
+def test_a_norm_over_a_whole_sharded_projection_is_refused_by_name():
+    """OLMo 2 normalizes all heads' queries at once (q_norm over n_heads × head_dim), which
+    each rank would need whole; Qwen 3's per-head q_norm runs on the rank's heads."""
+    import transformers
+    config = transformers.Olmo2Config(hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      vocab_size=512)
+    with pytest.raises(GraphcostError, match="self_attn.q_norm normalizes a whole projection"):
+        analyze(transformers.Olmo2ForCausalLM(config), batch=2, train=True,
+                input_shapes={"input_ids": (2, 16)}, parallel={"mesh": "tp=2"})

@@ -68,6 +68,7 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
         elif sequence and type(module).__name__.endswith("Norm"):
             plan[name] = SequenceParallel()
     tokens, head = vocab_layers(model)
+    tied = tokens is not None and head is not None and head.weight is tokens.weight
     if tokens is not None:
         plan[names[id(tokens)]] = RowwiseParallel(input_layouts=Replicate(), **seq)
     if head is not None:   # torchtitan's logits stay sharded for loss_parallel()
@@ -75,6 +76,9 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
             input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False) \
             if sequence else ColwiseParallel(output_layouts=Replicate())
     parallelize_module(model, mesh, plan)
+    if tied:   # (each style made its own shard of the table: re-tied, as torchtitan does)
+        assert tokens is not None and head is not None
+        tokens.weight = head.weight
     for parent in dict.fromkeys(parents) if sequence else ():
         model.get_submodule(parent).register_forward_pre_hook(
             _replicated_input(mesh, parent in float8))

@@ -27,7 +27,9 @@ zeroed: DTensor's ``MaskPartial``); the LM head column-wise — torchtitan's log
 sharded on the vocabulary for a loss-parallel cross-entropy (``loss_parallel()``,
 tp_collectives.tp_cross_entropy), transformers' are all-gathered on the last dim for the
 loss; attention's head counts (``n_head``/``n_kv``-style attributes) divided by T, so the
-local q/k/v views hold the rank's heads. Refused by name: tied embeddings, fused q/k/v
+local q/k/v views hold the rank's heads. A head tied to the token embedding shares its
+shard (both split the table's rows; torchtitan re-ties them after parallelizing). Refused by
+name: a norm over a whole sharded projection (OLMo 2's q_norm), fused q/k/v
 (GPT-2's ``c_attn``) and any matrix the plan leaves whole (a mixture of experts'). Not
 modelled: async TP, the norm weights' gradient all-reduce under sequence parallelism (a few
 KiB).
@@ -155,15 +157,13 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
     if sequence is None:
         sequence = not is_transformers(model)
     tokens, head = vocab_layers(model)
-    if tokens is not None and head is not None and head.weight is tokens.weight:
-        raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: the LM head is tied to "
-                             "the token embedding; tensor parallelism of tied embeddings is "
-                             "not modelled")
+    tied = tokens is not None and head is not None and head.weight is tokens.weight
     if not sequence and any(float8_spec(m) for m in model.modules()):
         raise GraphcostError(f"{opt('float8')} beside {opt('parallel', value=f'tp={group}')}: "
                              "modelled for torchtitan's sequence-parallel plan (its float8 "
                              "styles), not transformers' plan or a serving engine's")
     parents = _shard_blocks(model, group, sequence)
+    _whole_norms(model, parents, group)
     # (a pipeline stage of no block, the norm and the head alone, shards its head)
     if not parents and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
                            for p in m.parameters(recurse=False)):
@@ -177,20 +177,40 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
                      if isinstance(c, ColwiseLinear) and c.float8), None)
         parent.register_forward_pre_hook(_gathering(group, spec), with_kwargs=True)
     names = {id(m): n for n, m in model.named_modules()}
+    table = None
     if tokens is not None:
-        model.set_submodule(names[id(tokens)],
-                            VocabEmbedding(tokens, group, scatter_seq=sequence))
+        table = VocabEmbedding(tokens, group, scatter_seq=sequence)
+        model.set_submodule(names[id(tokens)], table)
     if head is not None:   # torchtitan: loss parallel; transformers: the logits gathered
         sharded = ColwiseLinear(head, group, copy=not sequence, gather_seq=sequence,
                                 gather_out=not sequence)
         sharded.loss_parallel = group if sequence else 0
         model.set_submodule(names[id(head)], sharded)
+        if tied and table is not None:   # both shard the table's rows: one shard, re-tied
+            sharded.weight = table.weight   # (as torchtitan re-ties them after parallelizing)
     local_head_counts(model, group)
     _all_sharded(model, group)
     return model
 
 
 SHARDED = (ColwiseLinear, RowwiseLinear, VocabEmbedding)
+
+
+def _whole_norms(model: torch.nn.Module, parents: list, group: int) -> None:
+    """Refuse a norm over a whole column-wise projection (OLMo 2's ``q_norm``: the
+    normalization of all heads' queries at once), which each rank would need whole: torchtitan
+    shards per-head norms (Qwen 3's ``q_norm`` of ``head_dim``), which run on the rank's heads."""
+    names = {id(m): n for n, m in model.named_modules()}
+    for parent in parents:
+        widths = {c.full_out for c in parent.children() if isinstance(c, ColwiseLinear)}
+        for child in parent.children():
+            weight = getattr(child, "weight", None)
+            if isinstance(weight, torch.Tensor) and weight.dim() == 1 and \
+                    weight.numel() in widths and not isinstance(child, SHARDED):
+                raise GraphcostError(
+                    f"{opt('parallel', value=f'tp={group}')}: {names[id(child)]} normalizes a "
+                    f"whole projection ({weight.numel():,} features), which the plan shards "
+                    f"over {group} ranks; a norm across the shards is not modelled")
 
 
 def _all_sharded(model: torch.nn.Module, group: int) -> None:
