@@ -106,8 +106,9 @@ def test_a_serving_batch_reserved_peak_against_the_gpu():
     from benchmarks.accuracy_cuda import _hf_llama
     model = _hf_llama(True)
     model.config.use_cache = True
-    s = analyze(model, serve={"prompt": 512, "generate": 64}, batch=4, dtype="bf16",
-                device="h200").serving
+    # (the recording's prefill is a plain forward: every prompt position's logits)
+    s = analyze(model, serve={"prompt": 512, "generate": 64, "logits": "all"}, batch=4,
+                dtype="bf16", device="h200").serving
     assert s.cache_update == "concat"
     measured = CASES["serve-llama-dynamic"]["reserved_process"]
     assert s.reserved_peak_bytes == measured == 614_465_536

@@ -57,12 +57,13 @@ def served(name: str, batch: int, prompt: int, device=None, **dtypes):
 
 
 @cache
-def real_steps(name: str, batch: int, prompt: int):
+def real_steps(name: str, batch: int, prompt: int, keep: bool = True):
     """transformers on CPU (analyzer/measure/serving.py): the prefill's cache and FLOPs, the
-    last decode step's FLOPs and the cache before and after it."""
+    last decode step's FLOPs and the cache before and after it; ``keep``: the prefill's
+    logits the last position's, as generate asks (else every position's)."""
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(3, hf.VOCAB, (batch, prompt + GENERATE), generator=gen)
-    r = measure_steps(model(name), ids, prompt)
+    r = measure_steps(model(name), ids, prompt, keep)
     return r.prefill_cache_bytes, r.prefill_flops, r.before_bytes, r.after_bytes, r.decode_flops
 
 
@@ -135,7 +136,8 @@ def test_onnx_decoder_with_past(onnx_decoder, capsys):
                  "--batch", "3", "--format", "json"]) == 0
     s = analyze(str(onnx_decoder), batch=3, serve={"prompt": 20, "generate": GENERATE}).serving
     assert json.loads(capsys.readouterr().out)["serving"]["kv_cache_bytes"] == s.kv_cache_bytes
-    _, prefill_flops, _, after, decode_flops = real_steps("gpt2", 3, 20)
+    # (the export computes every position's logits: a plain forward's)
+    _, prefill_flops, _, after, decode_flops = real_steps("gpt2", 3, 20, keep=False)
     assert s.kv_cache_bytes == after and s.cache_update == "concat"
     assert 2 * s.decode.macs_per_token * 3 == decode_flops
     assert 2 * s.prefill.macs == prefill_flops
@@ -336,3 +338,24 @@ def test_eager_experts_are_served_as_analysis_costs_them():
     assert r.serving.kv_cache_bytes == 10_240
     assert any("grouped_mm" in w and "ESTIMATE" in w for w in r.warnings)
     assert model.get_experts_implementation() == {"": "eager"}    # put back after the trace
+
+
+def test_the_prefill_computes_the_logits_a_generation_loop_samples():
+    """transformers' generate passes logits_to_keep=1 (GenerationMixin: "avoid computing the
+    whole logits"): the prefill's logits are (batch, 1, vocab). hf_llama, 3 × 20 tokens,
+    d 64, vocab 512: the head's FLOPs 2 × 3 × 64 × 512 = 196,608 for the last positions,
+    20 times that for every one; FlopCounterMode on transformers' own forward says the
+    same difference."""
+    last, every = (analyze("zoo:hf_llama", batch=3,
+                           serve={"prompt": 20, "generate": GENERATE, **extra})
+                   for extra in ({}, {"logits": "all"}))
+    assert every.serving.prefill.flops - last.serving.prefill.flops == 19 * 196_608
+    _, real_last, *_ = real_steps("llama", 3, 20)
+    _, real_every, *_ = real_steps("llama", 3, 20, keep=False)
+    assert real_every - real_last == 19 * 196_608
+
+
+def test_an_onnx_export_computes_the_logits_of_its_graph(onnx_decoder):
+    with pytest.raises(GraphcostError, match="computes the logits its export computes"):
+        analyze(str(onnx_decoder), batch=3, serve={"prompt": 20, "generate": GENERATE,
+                                                    "logits": "last"})

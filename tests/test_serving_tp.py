@@ -73,16 +73,17 @@ def test_the_collectives_by_hand_and_on_the_clock():
     s = _serving(2, device="h100")
     c = s.collectives
     # llama_tiny: d 128, vocab 1,000, fp32. Each all-reduce holds the rank's (batch, tokens,
-    # 128) partial sums; the all-gather's output is the (batch, tokens, 1,000) logits
+    # 128) partial sums; the all-gather's output is the (batch, 1, 1,000) logits of each
+    # sequence's last position (what generate samples from), in the prefill too
     assert (c.decode_all_reduce_bytes, c.decode_all_gather_bytes) == \
         (5 * BATCH * 128 * 4, BATCH * 1000 * 4) == (10_240, 16_000)
     assert (c.prefill_all_reduce_bytes, c.prefill_all_gather_bytes, c.prefill_calls) == \
-        (5 * BATCH * PROMPT * 128 * 4, BATCH * PROMPT * 1000 * 4, 6)
+        (5 * BATCH * PROMPT * 128 * 4, BATCH * 1000 * 4, 6)
     # over NVLink 4 (450 GB/s each way) a ring of 2 sends all of an all-reduce's buffer and
     # half of an all-gather's: (2·10,240 + 16,000) / 2 = 18,240 B, plus 6 calls' latency
     decode = 18_240 / (BUS_SHARE * 450e9) + 6 * ALPHA_S
     assert s.time.decode_communication_seconds == pytest.approx(decode)
-    prefill = (2 * 655_360 + 1_024_000) / 2 / (BUS_SHARE * 450e9) + 6 * ALPHA_S
+    prefill = (2 * 655_360 + 16_000) / 2 / (BUS_SHARE * 450e9) + 6 * ALPHA_S
     assert s.time.prefill_communication_seconds == pytest.approx(prefill)
     # both exposed: the estimate's TPOT is the kernels' (or the host's) plus them
     kernels = s.time.tpot_seconds - decode
@@ -90,13 +91,13 @@ def test_the_collectives_by_hand_and_on_the_clock():
         BATCH / s.time.tpot_seconds)
 
 
-def test_vllm_computes_the_logits_of_the_last_position_alone():
-    eager = _serving(2).collectives
-    vllm = _serving(2, serve={"engine": "vllm"}).collectives
-    # the prefill's logits all-gathered: (batch, 64 positions, 1,000) fp32 as transformers'
-    # forward computes them, (batch, 1, 1,000) as vLLM does (the token it samples)
-    assert eager.prefill_all_gather_bytes == BATCH * PROMPT * 1000 * 4
-    assert vllm.prefill_all_gather_bytes == BATCH * 1000 * 4
+def test_the_prefill_computes_the_logits_of_the_last_position_alone():
+    every = _serving(2, serve={"logits": "all"}).collectives
+    eager, vllm = _serving(2).collectives, _serving(2, serve={"engine": "vllm"}).collectives
+    # the prefill's logits all-gathered: (batch, 64 positions, 1,000) fp32 as a plain forward
+    # computes them, (batch, 1, 1,000) as generate and vLLM do (the token they sample)
+    assert every.prefill_all_gather_bytes == BATCH * PROMPT * 1000 * 4
+    assert vllm.prefill_all_gather_bytes == eager.prefill_all_gather_bytes == BATCH * 1000 * 4
     assert vllm.decode_all_gather_bytes == eager.decode_all_gather_bytes == BATCH * 1000 * 4
 
 

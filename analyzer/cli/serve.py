@@ -5,7 +5,7 @@ import argparse
 
 from ...passes.errors import GraphcostError
 from ...passes.serving.dtypes import KV_DTYPES, WEIGHT_DTYPES
-from ..load.serving import ENGINES
+from ..load.serving import ENGINES, LOGITS
 
 
 def add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -25,6 +25,10 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                         "kernels, the decode step replayed from a CUDA graph. With --parallel "
                         "tp=N the replica is N tensor-parallel GPUs (vLLM's "
                         "--tensor-parallel-size)")
+    p.add_argument("--logits", choices=LOGITS,
+                   help="with --serve: the prefill's logits — of each sequence's last "
+                        "position, what generate and serving engines sample from (default), "
+                        "or of every prompt position (a plain forward: prompt log-probabilities)")
     p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES,
                    help="with --serve: the weights' dtype (int8/int4/fp8: weight-only "
                         "quantization, fp16 activations; default: as traced)")
@@ -33,7 +37,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
 def serve_kwargs(args) -> dict:
     """``analyze``'s ``serve`` argument from the options ({} without --serve)."""
     given = [f"--{k.replace('_', '-')}" for k in ("prompt", "generate", "kv_dtype",
-                                                  "weight_dtype", "engine")
+                                                  "weight_dtype", "engine", "logits")
              if getattr(args, k, None) is not None]
     if not getattr(args, "serve", False):
         if given:
@@ -52,4 +56,6 @@ def serve_kwargs(args) -> dict:
         serve["weight_dtype"] = args.weight_dtype
     if args.engine:
         serve["engine"] = args.engine
+    if getattr(args, "logits", None):
+        serve["logits"] = args.logits
     return {"serve": serve}

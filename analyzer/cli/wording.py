@@ -18,6 +18,7 @@ FLAGS = {
     "zoo_exporter": "--fx", "serve.prompt": "--prompt", "serve.generate": "--generate",
     "serve.kv_dtype": "--kv-dtype", "serve.weight_dtype": "--weight-dtype",
     "serve.engine": "--engine",
+    "serve.logits": "--logits",
 }
 
 

@@ -21,8 +21,12 @@ from .rank_program import in_tensor_parallel
 from .recipes import in_dtype
 from .resolve import Bindings, Resolved, batch_of, is_torch, resolve
 
-KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype", "engine")
+KEYS = ("prompt", "generate", "kv_dtype", "weight_dtype", "engine", "logits")
 ENGINES = ("eager", "vllm")   # how the steps' time is priced (passes/serving/analysis.py)
+# the prefill's logits: each sequence's last position (what a generation loop samples from:
+# transformers' generate passes logits_to_keep=1, vLLM's LogitsProcessor takes the last hidden
+# state) or every prompt position (a plain forward: prompt log-probabilities)
+LOGITS = ("last", "all")
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class ServeSpec:
     kv_dtype: str | None = None
     weight_dtype: str | None = None
     engine: str = "eager"
+    logits: str | None = None   # LOGITS; None: "last" (an ONNX export's: its graph's)
 
     def __post_init__(self):
         for key in ("prompt", "generate"):
@@ -44,6 +49,9 @@ class ServeSpec:
         if self.engine not in ENGINES:
             raise GraphcostError(f"{opt('serve.engine', value=self.engine)}: one of "
                                  + ", ".join(ENGINES))
+        if self.logits is not None and self.logits not in LOGITS:
+            raise GraphcostError(f"{opt('serve.logits', value=self.logits)}: one of "
+                                 + ", ".join(LOGITS))
 
 
 def check_serve(serve: Any) -> ServeSpec:
@@ -59,7 +67,8 @@ def check_serve(serve: Any) -> ServeSpec:
         if key not in serve:
             raise GraphcostError(f"{opt('serve')} needs {opt('serve.' + key)} N")
     return ServeSpec(serve["prompt"], serve["generate"], serve.get("kv_dtype"),
-                     serve.get("weight_dtype"), serve.get("engine", "eager"))
+                     serve.get("weight_dtype"), serve.get("engine", "eager"),
+                     serve.get("logits"))
 
 
 def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
@@ -81,8 +90,11 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
         from ..frontends.torch.serve import capture
         steps = capture(r.module, batch=b, prompt=prompt, generate=generate, name=r.name,
                         note=note, repeat_at=0 if all_layers else REPEAT_AT,
-                        last_logits=serve.engine == "vllm")
+                        last_logits=serve.logits != "all", engine=serve.engine)
     elif r.kind == "onnx":
+        if serve.logits is not None:
+            raise GraphcostError(f"{opt('serve.logits', value=serve.logits)}: {r.name} computes "
+                                 "the logits its export computes")
         from ..frontends.onnx.serve import capture_onnx
         steps = capture_onnx(r.onnx, batch=b, prompt=prompt, generate=generate, name=r.name,
                              note=note)

@@ -21,19 +21,24 @@ def cache_bytes(past) -> int:
                for t in (layer.keys, layer.values))
 
 
-def measure_steps(model, ids, prompt: int) -> RealSteps:
+def measure_steps(model, ids, prompt: int, keep: bool = True) -> RealSteps:
     """The prefill of ``ids[:, :prompt]`` and the last decode step of ``ids`` (its cache built
-    from every token but the last), under no_grad."""
+    from every token but the last), under no_grad; with ``keep`` the prefill's logits those of
+    the last position where the model takes ``logits_to_keep``, as ``generate`` asks."""
+    import inspect
+
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from ..frontends.torch.serve import hf_cache_kwarg, hf_cache_out
 
     batch, total = ids.shape
+    last = {"logits_to_keep": 1} if keep and "logits_to_keep" in \
+        inspect.signature(model.forward).parameters else {}
     with torch.no_grad():
         counter = FlopCounterMode(display=False)
         with counter:
-            pre = hf_cache_out(model(input_ids=ids[:, :prompt], use_cache=True))
+            pre = hf_cache_out(model(input_ids=ids[:, :prompt], use_cache=True, **last))
         prefill_flops = counter.get_total_flops()
         past = hf_cache_out(model(input_ids=ids[:, :-1], use_cache=True))
         before = cache_bytes(past)
