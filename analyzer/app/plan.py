@@ -97,6 +97,9 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     left_out = [PIPELINES] if spec.gpus > 1 and not blocks else []
     if experts:
         left_out.append(EXPERTS_BESIDE)
+        if spec.tp is None:   # (sizes asked for are analyzed, and refused by name)
+            settings = [s for s in settings if s.tp == 1]
+            left_out.append(EXPERTS_TP)
     settings = _searchable(settings, base, left_out)
     if extra.get("float8_all_gather"):
         settings = _gathering(settings, left_out)
@@ -176,6 +179,8 @@ MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
 # (passes/parallel/mesh.py refuses it: not modelled yet)
 EXPERTS_BESIDE = "expert parallelism beside tp or pp"
+# (frontends/torch/tensor_parallel.py refuses the experts it would leave whole on every rank)
+EXPERTS_TP = "tp (a mixture of experts' tensor-parallel plan is not modelled)"
 
 
 def _shape(analyses: SettingsAnalyses, base: Mapping[str, Any]) -> tuple[int, int]:
