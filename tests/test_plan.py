@@ -15,6 +15,7 @@ from graphcost.analyzer.app.plan_settings import (
     settings_of,
 )
 from graphcost.analyzer.cli.main import main
+from graphcost.passes.errors import GraphcostError
 from graphcost.passes.parallel.layouts import (
     context_sizes,
     data_layouts,
@@ -382,3 +383,19 @@ def test_an_onnx_file_has_no_time_to_rank_by(capsys):
     assert capsys.readouterr().err == (
         "graphcost: error: a plan ranks settings by the time estimate, which a GPU's "
         "datasheet gives a traced PyTorch model, not an ONNX file's estimated training step\n")
+
+
+def test_a_search_collects_less_and_puts_the_collector_back():
+    import gc
+
+    from graphcost.analyzer.app.settings_analyses import collecting_less
+    before = gc.get_threshold()
+
+    @collecting_less
+    def search():
+        assert gc.get_threshold()[0] > before[0]   # (fewer collections while it runs)
+        raise GraphcostError("refused")
+
+    with pytest.raises(GraphcostError):
+        search()
+    assert gc.get_threshold() == before

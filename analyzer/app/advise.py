@@ -17,7 +17,7 @@ from ...passes.parallel.mesh import parse_mesh
 from ..load.progress import Progress
 from .plan_settings import CHECKPOINTS
 from .report import Report
-from .settings_analyses import SettingsAnalyses, step_samples
+from .settings_analyses import SettingsAnalyses, collecting_less, step_samples
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class Advice:
     tried: tuple[Change, ...]      # every change analyzed
 
 
+@collecting_less
 def advise(model, kwargs: Mapping[str, Any], progress: Progress | None = None) -> Advice:
     """The advice for the analysis ``analyze(model, **kwargs)`` (a training step on a GPU
     device)."""

