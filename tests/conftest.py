@@ -1,5 +1,11 @@
+import gc
 import os
 from pathlib import Path
+
+# A worker keeps many traced graphs alive in its module fixtures and caches, and every full
+# collection of Python's cyclic collector walks them all again: called less often (as a plan's
+# search does, analyzer/app/settings_analyses.py collecting_less), cycles still collected.
+gc.set_threshold(20_000, 20, 20)
 
 # Under pytest-xdist (the README's command runs one worker per core): one intra-op thread per
 # worker, so that two workers' torch kernels do not fight over the same two cores. Set before
