@@ -61,6 +61,8 @@ class Case:
     # torchao's float8 linears of this recipe (+ FSDP2's float8 all-gather): float8_plan.py
     float8: str = ""
     float8_all_gather: bool = False
+    # torchtitan's selective activation checkpointing of each block (sac_plan.py)
+    sac: bool = False
 
 
 @dataclass(frozen=True)
@@ -309,6 +311,9 @@ def _wrap(model, case: Case, mesh=None):
         from .context_plan import apply_context_parallel
         assert mesh is not None   # (_mesh makes one with cp)
         apply_context_parallel(model, mesh["cp"])
+    if case.sac:   # (torchtitan: after tp and cp, before fully_shard)
+        from .sac_plan import apply_sac
+        apply_sac(model)
     mesh = _data_mesh(mesh) if mesh is not None and case.ep == 1 else None
     if case.tp > 1:
         if mesh is None and case.strategy == Strategy.DDP:   # tp alone: no wrapper
