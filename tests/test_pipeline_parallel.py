@@ -441,3 +441,22 @@ def test_a_stage_of_no_block_is_checkpointed_and_sharded_as_torchtitan_does():
     assert all(s.peak_bytes < by_rank[(s.stage, s.chunks)] for s in full.per_stage)
     sharded = _four_blocks("interleaved-1f1b", 2, mesh="pp=2,tp=2").pipeline
     assert all(s.peak_bytes < by_rank[(s.stage, s.chunks)] for s in sharded.per_stage)
+
+
+def test_a_head_tied_to_the_embedding_is_held_by_both_end_stages_and_said():
+    """transformers' Llama with its head tied, 2 stages: stage 0 holds the token embedding,
+    stage 1 the head, each the one 512 × 64 fp32 table (131,072 B) beside its blocks' weights
+    (a layer: q 64×64, k and v 32×64, o 64×64, gate, up and down 128×64, two norms of 64:
+    36,992 parameters, 147,968 B), the last stage the final norm too (256 B), as
+    Megatron-LM shares the embedding; the gradients' all-reduce between them is not counted,
+    and the report says so."""
+    import torch
+    from graphcost.models_zoo import hf
+    torch.manual_seed(0)
+    ids = torch.randint(0, 512, (2, 32))
+    r = analyze(hf.llama(tie_word_embeddings=True), example_inputs=(ids,), train=True,
+                optimizer="adam", parallel={"mesh": "pp=2", "microbatches": 2})
+    assert r.pipeline is not None
+    first, last = (s.param_bytes for s in r.pipeline.per_stage)
+    assert (first, last) == (131_072 + 147_968, 131_072 + 147_968 + 256)
+    assert any("tied to the token embedding" in w for w in r.warnings)

@@ -40,6 +40,7 @@ from ..load.rank_program import (
     first_microbatch,
     interleaved_orders,
     pipeline_blocks,
+    tied_head,
 )
 from .devices import node_links
 from .pipeline import (
@@ -58,6 +59,12 @@ from .request import Request
 SHARDING = (Strategy.FSDP, Strategy.ZERO3, Strategy.ZERO2)   # fully_shard's
 
 
+TIED_STAGES = ("the LM head is tied to the token embedding: the first and the last stage "
+               "each hold a copy and its gradient, as Megatron-LM shares them; the all-reduce "
+               "of the two gradients each step is not counted (torchtitan refuses tying "
+               "beside pipeline parallelism)")
+
+
 class StageTraces:
     """The programs a pipeline's analysis traces (the whole model at the micro-batch, each
     short stage program), kept for the next analysis of the same model — a plan's candidates
@@ -67,7 +74,8 @@ class StageTraces:
                  progress: Progress | None = None) -> None:
         self.model, self.example_inputs, self.progress = model, example_inputs, progress
         self.graphs: list[tuple[LoadOptions, Graph, PassMemo]] = []
-        self.shape: tuple[int, int] | None = None   # (blocks, experts a layer)
+        # (blocks, experts a layer, whether the head is tied to the token embedding)
+        self.shape: tuple[int, int, bool] | None = None
 
     def graph(self, options: LoadOptions) -> tuple[Graph, PassMemo]:
         """The program ``options`` load, traced on its first ask."""
@@ -87,10 +95,14 @@ class StageTraces:
         none; the model resolved once)."""
         return self._shape(options)[1]
 
-    def _shape(self, options: LoadOptions) -> tuple[int, int]:
+    def tied(self, options: LoadOptions) -> bool:
+        """Whether the model's head is tied to its token embedding (resolved once)."""
+        return self._shape(options)[2]
+
+    def _shape(self, options: LoadOptions) -> tuple[int, int, bool]:
         if self.shape is None:
             r = resolve_model(self.model, options, self.example_inputs)
-            self.shape = (pipeline_blocks(r), expert_count(r))
+            self.shape = (pipeline_blocks(r), expert_count(r), tied_head(r))
         return self.shape
 
 
@@ -143,6 +155,8 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     if not priced:   # (a CPU profile: no collectives, no GPU's links)
         report = replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     report = replace(report, time=None)   # (one micro-batch's kernels are not the step)
+    if traces.tied(at_micro):
+        report = replace(report, warnings=(*report.warnings, TIED_STAGES))
     stages = _stages(traces, at_micro, request, spec, traces.n_blocks(at_micro), progress)
     mesh = {"pp": spec.pp, **{k: n for k, n in mesh_of(
         spec.strategy, spec.world_size, spec.replicate, spec.tp).dims if n and n > 1}}

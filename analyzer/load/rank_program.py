@@ -19,6 +19,15 @@ def pipeline_blocks(r: Resolved) -> int:
     return block_count(r.module) if r.kind == "torch" else 0
 
 
+def tied_head(r: Resolved) -> bool:
+    """Whether ``r``'s LM head is tied to its token embedding (one weight)."""
+    from ..frontends.torch.tensor_parallel import vocab_layers
+    if r.kind != "torch":
+        return False
+    tokens, head = vocab_layers(r.module)
+    return tokens is not None and head is not None and head.weight is tokens.weight
+
+
 def expert_count(r: Resolved) -> int:
     """The experts each mixture-of-experts layer of ``r`` holds stacked, as expert
     parallelism splits them (their greatest common divisor where layers differ; 0: none)."""
