@@ -359,3 +359,16 @@ def test_an_onnx_export_computes_the_logits_of_its_graph(onnx_decoder):
     with pytest.raises(GraphcostError, match="computes the logits its export computes"):
         analyze(str(onnx_decoder), batch=3, serve={"prompt": 20, "generate": GENERATE,
                                                     "logits": "last"})
+
+
+def test_the_last_positions_logits_are_one_product_not_a_weight_copy_per_sequence():
+    """transformers' own logits_to_keep=1 slice, traced, is a batched product over the head's
+    weight expanded per sequence, whose copy the GPU replay then allocates (Llama 3.2 1B at
+    batch 8: 4.2 GB, so 139 sequences fit an H100 at batch 8 and 1,377 at batch 1); eager
+    linear folds it into one product under no_grad, as the traced head on the last hidden
+    state (LastPosition) runs it: (8, 64) @ (64, 512) here."""
+    graph = load_serving("zoo:hf_llama", None, batch=8, serve=ServeSpec(20, GENERATE))[1].prefill
+    assert graph.spec(graph.outputs[0]).shape == (8, 1, 512)
+    expanded = [n for n in graph.nodes if any(graph.spec(i).shape == (8, 64, 512)
+                                              for i in n.inputs)]
+    assert not expanded, [(n.op, n.name) for n in expanded]

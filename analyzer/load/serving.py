@@ -90,7 +90,7 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
         from ..frontends.torch.serve import capture
         steps = capture(r.module, batch=b, prompt=prompt, generate=generate, name=r.name,
                         note=note, repeat_at=0 if all_layers else REPEAT_AT,
-                        last_logits=serve.logits != "all", engine=serve.engine)
+                        last_logits=serve.logits != "all")
     elif r.kind == "onnx":
         if serve.logits is not None:
             raise GraphcostError(f"{opt('serve.logits', value=serve.logits)}: {r.name} computes "

@@ -116,20 +116,17 @@ def _hf_cache(config, flat, past: int):
 
 
 class HFStep(torch.nn.Module):
-    """(input_ids, attention_mask, *cache) -> (logits, *cache after the step); ``keep``: the
-    logits of the last position alone, as ``generate`` asks (``logits_to_keep=1``)."""
+    """(input_ids, attention_mask, *cache) -> (logits, *cache after the step)."""
 
-    def __init__(self, model, keep: bool = False):
+    def __init__(self, model):
         super().__init__()
-        self.model, self.keep = model, keep
+        self.model = model
 
     def forward(self, input_ids, attention_mask, *kv):
         past = attention_mask.shape[1] - input_ids.shape[1]
-        kwargs: dict = {hf_cache_kwarg(self.model): _hf_cache(self.model.config, kv, past)}
-        if self.keep:
-            kwargs["logits_to_keep"] = 1
+        cache = {hf_cache_kwarg(self.model): _hf_cache(self.model.config, kv, past)}
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
-                         **kwargs)
+                         **cache)
         return (out.logits, *[t for layer in hf_cache_out(out).layers
                               for t in (layer.keys, layer.values)])
 
@@ -154,15 +151,13 @@ def _positions(model) -> int | None:
 
 
 def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, name: str,
-            note=None, repeat_at: int = REPEAT_AT, last_logits: bool = False,
-            engine: str = "eager") -> Steps:
+            note=None, repeat_at: int = REPEAT_AT, last_logits: bool = False) -> Steps:
     """Trace the prefill and one decode step of ``model`` (meta or fake tensors: nothing is
     allocated). A stack of ``repeat_at`` or more identical blocks is traced as three and the
     middle one repeated in the IR (analyzer/frontends/torch/repeat_layers.py): each copy gets its
     own weights, cache tensors and activations, as a full trace would. ``last_logits``: the
-    LM head runs on each sequence's last position alone — as transformers' ``generate`` asks
-    a model that takes ``logits_to_keep`` (``engine`` eager), else as vLLM computes them
-    (``LastPosition``)."""
+    LM head runs on each sequence's last position alone (``LastPosition``), as transformers'
+    ``generate`` (``logits_to_keep=1``) and vLLM compute them."""
     from .layer_stack import find_stack, layers_note, truncated
     from .repeat_layers import grow_stack
 
@@ -173,12 +168,10 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
         raise GraphcostError(f"{opt('serve')}: {name} has {cap} learned positions; {opt('serve.prompt')} + "
                              f"{opt('serve.generate')} = {prompt + generate} exceeds them")
     stack = find_stack(model, repeat_at) if repeat_at else None
-    keep = last_logits and engine == "eager" and kind == "hf" and \
-        "logits_to_keep" in inspect.signature(model.forward).parameters
-    step = HFStep(model, keep) if kind == "hf" else KVStep(model)
+    step = HFStep(model) if kind == "hf" else KVStep(model)
     # a mixture of experts in transformers' eager loop is costed as plain analysis costs it
     with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes, \
-            last_position(model) if last_logits and not keep else nullcontext():
+            last_position(model) if last_logits else nullcontext():
         prefill, decode = _trace_both(step, model, kind, batch, prompt, generate, name, note)
     if notes:
         prefill = replace(prefill, warnings=prefill.warnings + tuple(notes))
@@ -188,7 +181,7 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
         decode = grow_stack(decode, f"model.{stack.path}", stack)
         if prefill is None or decode is None:  # not three identical blocks after all
             return capture(model, batch=batch, prompt=prompt, generate=generate, name=name,
-                           note=note, repeat_at=0, last_logits=last_logits, engine=engine)
+                           note=note, repeat_at=0, last_logits=last_logits)
     fixed = 2 if kind == "hf" else 1  # input_ids (and attention_mask) before the cache
     note_ = None if stack is None else layers_note(stack)
     return Steps(prefill, decode, prefill.outputs[1:], decode.inputs[fixed:],
@@ -196,9 +189,13 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
 
 
 class LastPosition(torch.nn.Module):
-    """The LM head on each sequence's last position alone, as vLLM computes a step's logits:
-    for the token it samples (its ``LogitsProcessor`` over the last hidden state of each
-    sequence), not for every prompt position."""
+    """The LM head on each sequence's last position alone, as a generation loop computes a
+    step's logits: for the token it samples (vLLM's ``LogitsProcessor`` over the last hidden
+    state of each sequence; transformers' ``generate`` passes ``logits_to_keep=1``, whose
+    (batch, 1, hidden) slice eager ``linear`` folds into this same product under no_grad —
+    traced, it would be a batched product over the weight expanded per sequence, a copy of
+    the head's weight for each: 4.2 GB for Llama 3.2 1B at batch 8), not for every prompt
+    position."""
 
     def __init__(self, head: torch.nn.Module):
         super().__init__()
