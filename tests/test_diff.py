@@ -141,10 +141,10 @@ def test_cli_json_keys_and_determinism(pair):
     out = run(*pair, "--format", "json", rc=0).stdout
     assert out == run(*pair, "--format", "json", rc=0).stdout
     r = json.loads(out)
-    assert r["schema_version"] == 2 and r["kind"] == "diff"
+    assert r["schema_version"] == 3 and r["kind"] == "diff"
     assert set(r) == {"schema_version", "kind", "old", "new", "matching", "totals",
                       "node_counts", "peak", "op_types", "modules", "nodes", "notes", "fit",
-                      "time"}
+                      "time", "serving"}
     # no device asked: no fit, no time; the peak budgets check is the inference run's,
     # parameters beside the activations: 2,768 · 4 + 8,192 = 19,264 B; 5,520 · 4 + 16,384
     # = 38,464 B
@@ -243,3 +243,41 @@ def test_a_training_diff_ends_on_the_time_and_the_fit_of_each_analysis():
     assert "estimates ± " in lines[-3]
     assert lines[-2].startswith("run of 1.00G tokens: ") and "GPU-hours; $" in lines[-2]
     assert lines[-1].startswith("fits on h100-sxm: yes → yes, needs "), lines
+
+
+def test_a_serving_diff_ends_on_each_reviews_cache_capacity_time_and_fit():
+    # two transformers decoders served on an H100: the diff's serving figures are each
+    # direct --serve analysis's own, and its face ends on them (one screen at 80 columns)
+    import io
+
+    from graphcost.analyzer.cli.output import console_for
+    from graphcost.analyzer.render.diff import render_table
+
+    asked = dict(batch=4, device="h100-sxm", serve={"prompt": 64, "generate": 16})
+    a, b = analyze("zoo:hf_llama", **asked), analyze("zoo:hf_qwen2", **asked)
+    d = diff_reports(a, b)
+    s, sa, sb = d.serving, a.serving, b.serving
+    assert s is not None and sa is not None and sb is not None
+    assert sa.time is not None and sb.time is not None
+    assert s.tokens == 80
+    assert (s.kv_bytes_per_token.old, s.kv_bytes_per_token.new) == \
+        (sa.kv_bytes_per_token, sb.kv_bytes_per_token)
+    assert (s.weight_bytes.old, s.weight_bytes.new) == (sa.weight_bytes, sb.weight_bytes)
+    assert s.max_concurrent_sequences is not None
+    assert (s.max_concurrent_sequences.old, s.max_concurrent_sequences.new) == \
+        (sa.max_concurrent_sequences, sb.max_concurrent_sequences)
+    assert s.ttft == (sa.time.ttft_seconds, sb.time.ttft_seconds)
+    assert s.tpot == (sa.time.tpot_seconds, sb.time.tpot_seconds)
+    assert d.fit is not None and sa.fit is not None and d.fit.needs.old == sa.fit.needs
+    out = io.StringIO()
+    render_table(d, console_for(out, 80), None, 80, "--details")
+    lines = out.getvalue().rstrip().splitlines()
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80, lines
+    assert lines[-4].startswith("KV cache ") and "per token a sequence; weights " in lines[-4]
+    assert lines[-3].startswith("h100-sxm holds ≈ ") and "sequences of 80 tokens" in lines[-3]
+    assert lines[-2].startswith("TTFT ≈ ") and "TPOT ≈ " in lines[-2], lines
+    assert lines[-1].startswith("fits on h100-sxm: yes → yes, needs "), lines
+    # and the command line takes the serving options
+    p = run("zoo:hf_llama", "zoo:hf_qwen2", "--serve", "--prompt", "64", "--generate", "16",
+            "--batch", "4", "--format", "json", rc=0)
+    assert json.loads(p.stdout)["serving"]["kv_bytes_per_token"]["old"] == sa.kv_bytes_per_token

@@ -15,10 +15,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...passes.graph.modules import ModuleCost
-from .diff_answer import Change, FitDiff, TimeDiff, fits_of, times_of
+from .diff_answer import (
+    Change,
+    FitDiff,
+    ServingDiff,
+    TimeDiff,
+    fits_of,
+    serving_of,
+    times_of,
+)
 from .report import NodeRow, Report
 
-DIFF_SCHEMA_VERSION = 2  # 2 (2026-12-04): peak_bytes, reserved_peak_bytes, fit, time
+# 2 (2026-12-04): peak_bytes, reserved_peak_bytes, fit, time; 3 (2026-12-05): serving
+DIFF_SCHEMA_VERSION = 3
 SEQUENCE_LIMIT = 5000  # unmatched nodes per side; SequenceMatcher takes ~1 s at 5,000
 
 
@@ -139,6 +148,7 @@ class ReportDiff:
     notes: tuple[str, ...] = ()
     fit: FitDiff | None = None      # both analyzed for the same device
     time: TimeDiff | None = None    # both with a time estimate
+    serving: ServingDiff | None = None   # both served (--serve)
 
     def by_status(self, status: str) -> tuple[NodeDiff, ...]:
         return tuple(n for n in self.nodes if n.status == status)
@@ -167,6 +177,7 @@ class ReportDiff:
                 "nodes": [n.to_dict() for n in self.nodes],
                 "fit": None if self.fit is None else self.fit.to_dict(),
                 "time": None if self.time is None else self.time.to_dict(),
+                "serving": None if self.serving is None else self.serving.to_dict(),
                 "notes": list(self.notes)}
 
 
@@ -319,4 +330,5 @@ def diff_reports(a: Report, b: Report) -> ReportDiff:
         matched_otherwise=sum(1 for *_, how in pairs if how != "name"),
         totals=_totals(a, b), op_types=_op_types(a, b), modules=_modules(a, b),
         nodes=tuple(rows), unchanged_nodes=len(pairs) - sum(r.status == "changed" for r in rows),
-        peak=_peak(a, b), notes=tuple(notes), fit=fits_of(a, b), time=times_of(a, b))
+        peak=_peak(a, b), notes=tuple(notes), fit=fits_of(a, b), time=times_of(a, b),
+        serving=serving_of(a, b))

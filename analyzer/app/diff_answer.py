@@ -92,3 +92,49 @@ def times_of(a: Report, b: Report) -> TimeDiff | None:
     return TimeDiff(ta.seconds, tb.seconds, ta.band, tb.band, per, run_tokens=ta.run_tokens,
                     gpu_hours=(ha, hb) if ha is not None and hb is not None else None,
                     cost=(ca, cb) if ca is not None and cb is not None else None)
+
+
+@dataclass(frozen=True)
+class ServingDiff:
+    """Both runs' serving review (``--serve``, the same request shape and batch): the
+    weights, the KV cache, how many sequences and how long a context the device holds, and
+    each step's time estimate (TTFT, TPOT; None without a GPU device); ``tokens``: each
+    sequence's prompt + generated tokens."""
+    tokens: int
+    weight_bytes: Change
+    kv_bytes_per_token: Change
+    kv_cache_bytes: Change
+    max_concurrent_sequences: Change | None   # with a device
+    max_context: Change | None
+    ttft: tuple[float, float] | None
+    tpot: tuple[float, float] | None
+    bands: tuple[float, float] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        pairs = {"ttft_seconds": self.ttft, "tpot_seconds": self.tpot, "bands": self.bands}
+        return {"tokens": self.tokens, **{c.name: c.to_dict() for c in (
+            self.weight_bytes, self.kv_bytes_per_token, self.kv_cache_bytes,
+            self.max_concurrent_sequences, self.max_context) if c is not None},
+                **{k: None if v is None else list(v) for k, v in pairs.items()}}
+
+
+def serving_of(a: Report, b: Report) -> ServingDiff | None:
+    """Both serving reviews side by side (None unless both runs served)."""
+    sa, sb = a.serving, b.serving
+    if sa is None or sb is None:
+        return None
+
+    def both(name: str) -> Change | None:
+        x, y = getattr(sa, name), getattr(sb, name)
+        return None if x is None or y is None else Change(name, x, y)
+
+    ta, tb = sa.time, sb.time
+    times = None if ta is None or tb is None else (
+        (ta.ttft_seconds, tb.ttft_seconds), (ta.tpot_seconds, tb.tpot_seconds),
+        (ta.band, tb.band))
+    return ServingDiff(
+        sa.prompt + sa.generate, Change("weight_bytes", sa.weight_bytes, sb.weight_bytes),
+        Change("kv_bytes_per_token", sa.kv_bytes_per_token, sb.kv_bytes_per_token),
+        Change("kv_cache_bytes", sa.kv_cache_bytes, sb.kv_cache_bytes),
+        both("max_concurrent_sequences"), both("max_context"),
+        *(times or (None, None, None)))

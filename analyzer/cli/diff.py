@@ -15,6 +15,7 @@ from ..render.diff import render_markdown, render_table
 from .main import DETAILS, EXIT_OK, Parser, refuse_overwrite
 from .model_options import add_model_args, run_analysis
 from .output import check_writable
+from .serve import add_serve_args, serve_kwargs
 
 LIST_ROWS = 20   # rows per list of the markdown format, and of the table's under --details
 
@@ -28,6 +29,7 @@ def build_parser() -> Parser:
     p.add_argument("old", help="the baseline model")
     p.add_argument("new", help="the changed model")
     add_model_args(p, model=False)
+    add_serve_args(p)
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     p.add_argument("-o", "--output", help="write the diff to this file instead of stdout")
     p.add_argument("--top", type=int, default=None,
@@ -45,8 +47,9 @@ def run(args) -> int:
     for model in (args.old, args.new):
         refuse_overwrite(args.output, model)
     check_writable(args.output, "-o")
-    old = run_analysis(args.old, args)
-    new = run_analysis(args.new, args)
+    serve = serve_kwargs(args)
+    old = run_analysis(args.old, args, **serve)
+    new = run_analysis(args.new, args, **serve)
     d = diff_reports(old, new)
     if args.format != "json":  # names from the models never reach the terminal as controls
         from .text import escape_strings

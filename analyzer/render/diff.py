@@ -3,6 +3,7 @@ view, fitted to the width (analyzer/render/table.py), and Markdown."""
 from __future__ import annotations
 
 from ..app.diff import Change, ReportDiff
+from ..app.diff_answer import ServingDiff
 from ..app.units import human, human_bytes, human_time
 from .cells import markdown_text, one_line
 from .table import Col, print_prose, print_table, short_op
@@ -180,12 +181,31 @@ def answer_lines(d: ReportDiff) -> list[str]:
                 f"; ${t.cost[0]:,.0f} → ${t.cost[1]:,.0f}"
             out.append(f"run of {human(t.run_tokens)} tokens: {t.gpu_hours[0]:,.0f} → "
                        f"{t.gpu_hours[1]:,.0f} GPU-hours{cost} (estimates)")
+    if d.serving is not None:
+        out += _serving_lines(d.serving, d.fit.device if d.fit is not None else None)
     f = d.fit
     if f is not None:
         who = "each rank needs" if f.per_rank else "needs"
         verdict = " → ".join("yes" if ok else "NO" for ok in f.fits)
         out.append(f"fits on {f.device}: {verdict}, {who} {human_bytes(f.needs.old)} → "
                    f"{human_bytes(f.needs.new)} of {human_bytes(f.offers)}")
+    return out
+
+
+def _serving_lines(s: ServingDiff, device: str | None) -> list[str]:
+    """Both serving reviews: the cache and weights, what the device holds, each step's
+    time."""
+    kv, w = s.kv_bytes_per_token, s.weight_bytes
+    out = [f"KV cache {human_bytes(kv.old)} → {human_bytes(kv.new)} per token a sequence; "
+           f"weights {human_bytes(w.old)} → {human_bytes(w.new)}"]
+    n = s.max_concurrent_sequences
+    if n is not None and device is not None:
+        out.append(f"{device} holds ≈ {n.old:,} → {n.new:,} sequences of {s.tokens:,} "
+                   "tokens at once")
+    if s.ttft is not None and s.tpot is not None and s.bands is not None:
+        band = f" ± {s.bands[0]:.0%} each" if s.bands[0] == s.bands[1] else ""
+        out.append(f"TTFT ≈ {human_time(s.ttft[0])} → {human_time(s.ttft[1])}, TPOT ≈ "
+                   f"{human_time(s.tpot[0])} → {human_time(s.tpot[1])}; estimates{band}")
     return out
 
 
