@@ -1,18 +1,19 @@
 """Selective activation checkpointing (``--checkpoint sac``; passes/training/checkpoint.py),
 against real SAC steps on this CPU: each decoder layer of a transformers Llama wrapped in
 ``torch.utils.checkpoint`` with ``create_selective_checkpoint_contexts(policy)``, the policy
-torchtitan's op policy as it writes it (or a user's op list), measured with MemTracker over
+torchtitan's op policy as it writes it (analyzer/measure/sac_plan.py, its op list
+graphcost's own) or a user's op list, measured with MemTracker over
 the second AdamW step."""
 from __future__ import annotations
 
 import copy
 import functools
 import subprocess
-from collections import defaultdict
 
 import pytest
 import torch
 from graphcost.analyzer.measure.reference import measure_training
+from graphcost.analyzer.measure.sac_plan import titan_context
 from torch.utils.checkpoint import (
     CheckpointPolicy,
     checkpoint,
@@ -27,34 +28,12 @@ VOCAB, BATCH, SEQ = 1000, 4, 256
 MiB = 2 ** 20
 
 
-def titan_policy(save: set):
-    """torchtitan's _get_custom_policy (torchtitan/distributed/activation_checkpoint.py):
-    save the listed ops' outputs, but recompute every second mm of each block."""
-    def context():
-        meta = defaultdict(int)
-
-        def policy(ctx, func, *args, **kwargs):
-            mode = "recompute" if ctx.is_recompute else "forward"
-            if func == torch.ops.aten.mm.default:
-                meta[f"{mode}_mm_count"] += 1
-            to_save = func in save and not (func == torch.ops.aten.mm.default
-                                            and meta[f"{mode}_mm_count"] % 2 == 0)
-            return CheckpointPolicy.MUST_SAVE if to_save else CheckpointPolicy.PREFER_RECOMPUTE
-        return create_selective_checkpoint_contexts(policy)
-    return context
-
-
 def save_all(save: set):
     def context():
         return create_selective_checkpoint_contexts(
             lambda ctx, func, *a, **k: CheckpointPolicy.MUST_SAVE if func in save
             else CheckpointPolicy.PREFER_RECOMPUTE)
     return context
-
-
-TITAN = {torch.ops.aten.mm.default,
-         torch.ops.aten._scaled_dot_product_efficient_attention.default,
-         torch.ops.aten._scaled_dot_product_flash_attention.default}
 
 
 @functools.cache
@@ -97,7 +76,7 @@ def _plan(sac):
     return r.training.checkpoint
 
 
-@pytest.mark.parametrize("sac, context", [(True, titan_policy(TITAN)),
+@pytest.mark.parametrize("sac, context", [(True, titan_context),
                                           (["mm", "sdpa"], save_all(
                                               {torch.ops.aten.mm.default,
                                                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}))])

@@ -21,11 +21,8 @@ def pipeline_blocks(r: Resolved) -> int:
 
 def tied_head(r: Resolved) -> bool:
     """Whether ``r``'s LM head is tied to its token embedding (one weight)."""
-    from ..frontends.torch.tensor_parallel import vocab_layers
-    if r.kind != "torch":
-        return False
-    tokens, head = vocab_layers(r.module)
-    return tokens is not None and head is not None and head.weight is tokens.weight
+    from ..frontends.torch.tensor_parallel import is_tied, vocab_layers
+    return r.kind == "torch" and is_tied(*vocab_layers(r.module))
 
 
 def expert_count(r: Resolved) -> int:

@@ -43,6 +43,7 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
     from ..frontends.torch.tensor_parallel import (
         COLWISE,
         ROWWISE,
+        is_tied,
         is_transformers,
         local_head_counts,
         vocab_layers,
@@ -68,7 +69,7 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
         elif sequence and type(module).__name__.endswith("Norm"):
             plan[name] = SequenceParallel()
     tokens, head = vocab_layers(model)
-    tied = tokens is not None and head is not None and head.weight is tokens.weight
+    tied = is_tied(tokens, head)
     if tokens is not None:
         plan[names[id(tokens)]] = RowwiseParallel(input_layouts=Replicate(), **seq)
     if head is not None:   # torchtitan's logits stay sharded for loss_parallel()

@@ -157,7 +157,7 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
     if sequence is None:
         sequence = not is_transformers(model)
     tokens, head = vocab_layers(model)
-    tied = tokens is not None and head is not None and head.weight is tokens.weight
+    tied = is_tied(tokens, head)
     if not sequence and any(float8_spec(m) for m in model.modules()):
         raise GraphcostError(f"{opt('float8')} beside {opt('parallel', value=f'tp={group}')}: "
                              "modelled for torchtitan's sequence-parallel plan (its float8 "
@@ -275,6 +275,11 @@ def local_head_counts(model: torch.nn.Module, group: int) -> None:
             if isinstance(count, int) and not isinstance(count, bool) and count > 1:
                 _divides(f"{name}.{attr}", count, group)
                 setattr(child, attr, count // group)
+
+
+def is_tied(tokens, head) -> bool:
+    """Whether the LM head ``head`` reads the token embedding's table (``vocab_layers``)."""
+    return tokens is not None and head is not None and head.weight is tokens.weight
 
 
 def vocab_layers(model: torch.nn.Module):
