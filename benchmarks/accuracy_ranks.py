@@ -14,7 +14,13 @@ Each case is its test module's model and step, on 4 ranks:
   ring attention, analyzer/measure/context_plan.py, inside DTensor's tensor-parallel plan,
   analyzer/measure/tensor_plan.py), batch 2 × 512, fp32 and bf16-master;
 - ``cp_dp``: the same model, ``dp_shard=2,cp=2`` (fully_shard over dp_shard × cp flattened,
-  torchtitan's dp_shard_cp; two batches, each sequence over a ring of 2), fp32.
+  torchtitan's dp_shard_cp; two batches, each sequence over a ring of 2), fp32;
+- ``ep_hsdp``: the ``ep`` model, ``dp_replicate=2,dp_shard=2,ep=2`` (HSDP: the dense units on
+  the 2 × 2 mesh, the experts on torchtitan's sparse mesh dp_replicate × efsdp), fp32 and
+  bf16-master;
+- ``cp_ep``: the ``ep`` model with SDPA, 4 key/value heads and top-4 routing,
+  ``dp_shard=2,cp=2,ep=2`` (each ring's 2 ranks an ep group, carved out of dp_shard × cp;
+  the experts sharded over efsdp 2), batch 2 × 256, fp32.
 
 Every case: its own cross-entropy, Adam, steps 1 and 2, each block a fully_shard unit.
 """
@@ -36,6 +42,14 @@ CASES = {
     "cp_dp": dict(model="hf_llama", mesh="dp_shard=2,cp=2", batch=(2, 512),
                   overrides=(("attn", "sdpa"), ("num_key_value_heads", 4)),
                   precisions=("fp32",)),
+    "ep_hsdp": dict(model="hf_mixtral", mesh="dp_replicate=2,dp_shard=2,ep=2", batch=(2, 128),
+                    overrides=(("num_local_experts", 8), ("intermediate_size", 256)),
+                    precisions=("fp32", "bf16-master")),
+    "cp_ep": dict(model="hf_mixtral", mesh="dp_shard=2,cp=2,ep=2", batch=(2, 256),
+                  overrides=(("attn", "sdpa"), ("num_key_value_heads", 4),
+                             ("num_local_experts", 8), ("intermediate_size", 256),
+                             ("num_experts_per_tok", 4)),
+                  precisions=("fp32",)),
 }
 
 
@@ -46,11 +60,12 @@ def measure(name: str) -> dict:
 
     c = CASES[name]
     m = parse_mesh(str(c["mesh"]))
-    size = {k: m.size(k) or 1 for k in ("dp_shard", "cp", "tp", "ep")}
-    world = size["dp_shard"] * size["cp"] * size["tp"]
+    size = {k: m.size(k) or 1 for k in ("dp_replicate", "dp_shard", "cp", "tp", "ep")}
+    world = size["dp_replicate"] * size["dp_shard"] * size["cp"] * size["tp"]
     cases = [Case(str(c["model"]), "fsdp", c["batch"][0], (("input_ids", c["batch"]),), UNITS,
                   precision=p, tp=size["tp"], ep=size["ep"], cp=size["cp"],
-                  overrides=c["overrides"]) for p in c["precisions"]]
+                  replicate=size["dp_replicate"], overrides=c["overrides"])
+             for p in c["precisions"]]
     rows = sorted(measure_parallel(cases, world), key=lambda r: r.rank)
     return {p: {str(s): [r.peak for r in rows if r.step == s and r.case.precision == p]
                 for s in (1, 2)} for p in c["precisions"]}

@@ -128,6 +128,11 @@ def test_a_cpu_device_or_onnx_runtime_keeps_the_bound_alone(tmp_path):
     ({"dp_shard": 32, "tp": 8}, "dp_shard", IB),      # torchtitan's 70B: FSDP across nodes
     ({"dp_replicate": 2, "dp_shard": 4}, "dp_replicate", NVLINK),   # HSDP in one node
     ({"dp_replicate": 4, "dp_shard": 4}, "dp_replicate", IB),
+    # ep: the innermost ep ranks of dp_shard × cp (torchtitan's sparse mesh), consecutive;
+    # efsdp strided by ep over dp_shard × cp
+    ({"dp_shard": 8, "cp": 4, "ep": 4}, "ep", NVLINK),
+    ({"dp_shard": 8, "cp": 4, "ep": 4}, "efsdp", IB),
+    ({"dp_shard": 16, "ep": 16}, "ep", IB),
 ])
 def test_a_dimension_runs_on_the_link_its_group_spans(mesh, dim, link):
     assert dim_link(mesh, dim, LINKS) is link

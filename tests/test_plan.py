@@ -259,12 +259,18 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     assert {s.mesh.words for s in searched} == {   # (DDP: left out under master weights)
         "dp_shard=4", "dp_replicate=4", "dp_shard=4,ep=2", "dp_shard=4,ep=4",
         "pp=2,dp_shard=2"}
+    # nodes of 2 GPUs: HSDP too (a shard group a node), with ep within a node beside it
+    # (the experts replicated across the nodes: torchtitan's sparse mesh dp_replicate × efsdp)
+    nodes = settings_of(PlanSpec(4, batch=2, tp=(1,), cp=(1,), node=2), 2, 4)
+    assert {s.mesh.words for s in nodes} >= {"dp_replicate=2,dp_shard=2",
+                                             "dp_replicate=2,dp_shard=2,ep=2"}
+    assert "dp_replicate=2,dp_shard=2,ep=4" not in {s.mesh.words for s in nodes}
     # analyzed with the sizes fixed (--ep 1,2: ep 4 left out, one trace fewer)
     plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1,), cp=(1,), ep=(1, 2),
                                                     checkpoints=("none",)), moe)
     assert {c.settings.mesh.words for c in plan.candidates} == {
         "dp_shard=4", "dp_shard=4,ep=2", "pp=2,dp_shard=2"}
-    assert "expert parallelism beside tp or pp" in plan.not_searched
+    assert "expert parallelism beside tp, pp or cp" in plan.not_searched
     best = next(c for c in plan.fitting if c.settings.ep > 1)
     direct = analyze("zoo:hf_mixtral", **moe, **best.settings.analyze_kwargs({}))
     assert direct.parallel is not None and direct.parallel.mesh.get("ep") == best.settings.ep

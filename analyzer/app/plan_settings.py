@@ -130,7 +130,7 @@ def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Me
     if tp == pp == 1 and spec.gpus > 1 and without["cp"]:
         ep = expert_sizes(spec.gpus, shape[0], spec.node) if spec.ep is None else \
             tuple(e for e in spec.ep if e > 1)
-        out += expert_layouts(spec.gpus, ep)
+        out += expert_layouts(spec.gpus, ep, spec.node)
     if pp == 1 and spec.gpus > tp and without["ep"]:
         cp = context_sizes(spec.gpus // tp, shape[1], spec.node) if spec.cp is None else \
             tuple(c for c in spec.cp if c > 1)

@@ -29,6 +29,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from ...passes.choices import OptimizerImpl, Strategy
+from .case_meshes import case_mesh, data_mesh, expert_ranks, fully_shard_case
 from .float8_plan import after_step, to_float8
 
 
@@ -49,8 +50,9 @@ class Case:
     # tensor parallel over this many ranks (innermost): DTensor's plan for a Llama-style
     # decoder (tensor_plan.py); the data strategy over the rest (ddp over 1: none)
     tp: int = 1
-    # expert parallel over this many of the dp_shard ranks (expert_plan.py: torchtitan's
-    # all-to-all dispatch); each experts module fully_shard over the rest (efsdp)
+    # expert parallel over this many of the dp_shard × cp ranks (expert_plan.py: torchtitan's
+    # all-to-all dispatch); each experts module fully_shard over the rest (efsdp), HSDP
+    # beside ``replicate``
     ep: int = 1
     # ((name, value), …) for the zoo model's builder (a transformers config's fields)
     overrides: tuple = ()
@@ -184,7 +186,7 @@ def _run_case(case: Case, rank: int, steps):
     from .tensor_plan import loss_context
 
     model, args = _model_and_inputs(case, rank)
-    model, opt, tracker_for, buckets = _wrap(model, case, _mesh(case))
+    model, opt, tracker_for, buckets = _wrap(model, case, case_mesh(case))
     autocast = case.precision == "bf16-mixed"
     out = []
     # Under fully_shard, steps 2 and 3 are the same steady state (Adam's state exists): step 2
@@ -262,40 +264,6 @@ def _model_and_inputs(case: Case, rank: int):
     return model, args
 
 
-def _mesh(case: Case):
-    """The device mesh of HSDP and/or tensor parallelism, torchtitan's dimensions outer to
-    inner (dp_replicate, dp_shard, tp), else None: fully_shard's default, a 1-D mesh over
-    every rank."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    if case.ep > 1:        # torchtitan's sparse mesh: ep carved out of dp_shard
-        return init_device_mesh("cpu", (dist.get_world_size() // case.ep, case.ep),
-                                mesh_dim_names=("efsdp", "ep"))
-    if case.cp > 1:        # (dp_shard, cp, tp): fully_shard over dp_shard × cp
-        shard = dist.get_world_size() // (case.cp * case.tp)
-        return init_device_mesh("cpu", (shard, case.cp, case.tp),
-                                mesh_dim_names=("dp_shard", "cp", "tp"))
-    if case.replicate == 1 and case.tp == 1:
-        return None
-    shard = dist.get_world_size() // (case.replicate * case.tp)
-    return init_device_mesh("cpu", (case.replicate, shard, case.tp),
-                            mesh_dim_names=("dp_replicate", "dp_shard", "tp"))
-
-
-def _data_mesh(mesh):
-    """The data dimensions of a 3-D mesh as fully_shard takes them: (replicate, shard) for
-    HSDP, the shard dimension alone (with cp, dp_shard × cp flattened: torchtitan's
-    dp_shard_cp), or None where the data dimensions are 1."""
-    if "cp" in (mesh.mesh_dim_names or ()):
-        if mesh["dp_shard"].size() == 1:
-            return mesh["cp"]
-        return mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
-    replicate, shard = mesh["dp_replicate"].size(), mesh["dp_shard"].size()
-    if replicate > 1:
-        return mesh["dp_replicate", "dp_shard"]
-    return mesh["dp_shard"] if shard > 1 else None
-
-
 def _wrap(model, case: Case, mesh=None):
     """The model and optimizer as the strategy wraps them, a tracker factory, and (DDP) the
     list its comm hook fills with the gradient buckets."""
@@ -306,7 +274,7 @@ def _wrap(model, case: Case, mesh=None):
     if mesh is not None and case.tp > 1:
         from .tensor_plan import apply_tensor_parallel
         apply_tensor_parallel(model, mesh["tp"])
-    experts, experts_mesh = _expert_ranks(model, case, mesh)
+    experts, experts_mesh = expert_ranks(model, case)
     if case.cp > 1:
         from .context_plan import apply_context_parallel
         assert mesh is not None   # (_mesh makes one with cp)
@@ -314,7 +282,7 @@ def _wrap(model, case: Case, mesh=None):
     if case.sac:   # (torchtitan: after tp and cp, before fully_shard)
         from .sac_plan import apply_sac
         apply_sac(model)
-    mesh = _data_mesh(mesh) if mesh is not None and case.ep == 1 else None
+    mesh = data_mesh(mesh) if mesh is not None else None
     if case.tp > 1:
         if mesh is None and case.strategy == Strategy.DDP:   # tp alone: no wrapper
             from torch.distributed._tools.mem_tracker import MemTracker
@@ -330,7 +298,7 @@ def _wrap(model, case: Case, mesh=None):
     foreach = case.optimizer_impl == OptimizerImpl.FOREACH
     if Strategy(case.strategy).shards_gradients:
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-        _fully_shard(model, case, mesh, experts, experts_mesh)
+        fully_shard_case(model, case, mesh, experts, experts_mesh)
         opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad],
                                foreach=foreach)
         return model, opt, lambda: FSDPMemTracker(model, opt), None
@@ -353,33 +321,6 @@ def _wrap(model, case: Case, mesh=None):
         t.track_external(ddp, holder)
         return t
     return ddp, opt, tracker, buckets
-
-
-def _fully_shard(model, case: Case, mesh, experts: list, experts_mesh) -> None:
-    """fully_shard on each expert-parallel experts module (over efsdp, torchtitan's order),
-    each unit, then the root; bf16-master under FSDP2's MixedPrecisionPolicy."""
-    import torch
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    reshard = case.strategy != "zero2"
-    kw = {} if mesh is None else {"mesh": mesh}
-    if case.precision == "bf16-master":
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
-                                               reduce_dtype=torch.float32)
-    for module in experts:
-        fully_shard(module, reshard_after_forward=reshard, **{**kw, "mesh": experts_mesh})
-    for name in case.units:
-        fully_shard(model.get_submodule(name), reshard_after_forward=reshard, **kw)
-    fully_shard(model, reshard_after_forward=reshard, **kw)
-
-
-def _expert_ranks(model, case: Case, mesh):
-    """Expert parallelism applied (expert_plan.py): the new experts modules and the efsdp
-    mesh they are sharded on (none without ep)."""
-    if case.ep == 1:
-        return [], None
-    from .expert_plan import apply_expert_parallel
-    return apply_expert_parallel(model, mesh["ep"].get_group()), mesh["efsdp"]
 
 
 def _recording_allreduce(state: list, bucket):

@@ -21,7 +21,8 @@ weights with dp_shard's (torchtitan's dp_shard × cp), beside each tensor-parall
 A mixture of experts' GPUs also run FSDP with expert parallelism (``expert_layouts``): ``ep``
 ranks carved out of ``dp_shard`` (2, 4, … up to a node: the all-to-alls on NVLink, as
 torchtitan's and Megatron's MoE recipes keep them), each size dividing the data ranks and
-every layer's experts — beside FSDP alone, as graphcost models expert parallelism.
+every layer's experts — beside FSDP, and beside HSDP where the GPUs span several nodes (a
+shard group a node); not beside tp, pp or cp (cp beside ep is analyzed, not searched).
 """
 from __future__ import annotations
 
@@ -92,10 +93,15 @@ def expert_sizes(data: int, experts: int, node: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def expert_layouts(gpus: int, sizes: tuple[int, ...]) -> list[Mesh]:
+def expert_layouts(gpus: int, sizes: tuple[int, ...], node: int) -> list[Mesh]:
     """FSDP over ``gpus`` ranks with each expert-parallel size of ``sizes`` carved out of
-    them (``dp_shard=gpus,ep=E``: torchtitan's efsdp × ep)."""
-    return [Mesh((("dp_shard", gpus), ("ep", ep))) for ep in sizes]
+    them (``dp_shard=gpus,ep=E``: torchtitan's efsdp × ep); over several nodes HSDP too, a
+    shard group a node and ep within it (the experts replicated across the nodes)."""
+    out = [Mesh((("dp_shard", gpus), ("ep", ep))) for ep in sizes]
+    if 1 < node < gpus and gpus % node == 0:
+        out += [Mesh((("dp_replicate", gpus // node), ("dp_shard", node), ("ep", ep)))
+                for ep in sizes if node % ep == 0]
+    return out
 
 
 def context_sizes(gpus: int, seq: int, node: int) -> tuple[int, ...]:

@@ -22,9 +22,10 @@ context_parallel.py); as in torchtitan, the cp ranks also shard the weights with
 (fully_shard over dp_shard × cp), and the batch is split over dp_shard alone.
 
 ``ep`` is not a dimension of its own ranks: as in torchtitan's ``ParallelDims`` (its sparse mesh
-``efsdp × ep``) and Megatron-LM, the expert-parallel group is carved out of the data-sharding
-ranks, so ``dp_shard=8,ep=4`` is 8 ranks, each holding a quarter of every layer's experts,
-sharded by fully_shard over the 2 ranks that hold the same quarter (efsdp = dp_shard / ep).
+``dp_replicate × efsdp × ep``) and Megatron-LM, the expert-parallel group is carved out of the
+data-sharding ranks (dp_shard × cp), so ``dp_shard=8,ep=4`` is 8 ranks, each holding a quarter
+of every layer's experts, sharded by fully_shard over the 2 ranks that hold the same quarter
+(efsdp = dp_shard · cp / ep) and replicated over dp_replicate.
 
 Today's strategies are meshes of the data-parallel dimensions (``mesh_of``): ddp replicates
 over ``dp_replicate``; zero1/2/3 and fsdp shard over ``dp_shard``; both (HSDP, FSDP2's
@@ -35,7 +36,7 @@ it (passes/parallel/tensor.py adds its collectives). ``pp`` cuts the model into 
 its own traced program, beside fully_shard's data dimensions and ``tp`` (passes/parallel/
 pipeline.py; beside DDP it is refused). ``ep`` is traced too, the experts rewritten into the
 rank's slice and torchtitan's token exchange (analyzer/frontends/torch/expert_parallel.py),
-beside fully_shard alone. ``MODELLED`` lists these; a mesh with
+beside fully_shard, HSDP and cp. ``MODELLED`` lists these; a mesh with
 another dimension larger than 1 is refused by ``check_mesh`` with its name, never priced as
 if it were data parallel. A new dimension is
 added here and in a module of passes/parallel/ that transforms the rank's step (docs/layout.md).
@@ -172,26 +173,29 @@ def _check_context(mesh: Mesh) -> None:
     if (mesh.size("cp") or 1) == 1:
         return
     words = opt("parallel", value=mesh.words[:80])
-    if any(mesh.size(k) != 1 for k in ("pp", "ep")):
+    if mesh.size("pp") != 1:
         raise GraphcostError(f"{words}: context parallelism is modelled beside dp_shard, "
-                             "dp_replicate and tp (beside pp or ep not yet)")
+                             "dp_replicate, tp and ep (beside pp not yet)")
     if mesh.size("dp_shard") is None:
         raise GraphcostError(f"{words}: the cp ranks shard the weights with dp_shard's; give "
                              "dp_shard's size (auto is not searched beside cp)")
 
 
 def _check_experts(mesh: Mesh) -> None:
-    """ep carved out of dp_shard (torchtitan's sparse mesh), beside fully_shard alone."""
+    """ep carved out of dp_shard × cp (torchtitan's sparse mesh), beside fully_shard (HSDP
+    too: the experts replicated over dp_replicate) and cp; not beside tp or pp."""
     ep, shard = mesh.size("ep") or 1, mesh.size("dp_shard")
     if ep == 1:
         return
     words = opt("parallel", value=mesh.words[:80])
-    if any(mesh.size(k) != 1 for k in ("tp", "pp", "cp", "dp_replicate")):
-        raise GraphcostError(f"{words}: expert parallelism is modelled beside dp_shard alone "
-                             "(beside tp, pp, cp or dp_replicate not yet)")
+    if any(mesh.size(k) != 1 for k in ("tp", "pp")):
+        raise GraphcostError(f"{words}: expert parallelism is modelled beside dp_shard, "
+                             "dp_replicate and cp (beside tp or pp not yet)")
     if shard is None:
         raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard ranks; "
                              "give dp_shard's size (auto is not searched beside ep)")
-    if shard < ep or shard % ep:
-        raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard ranks "
-                             f"(torchtitan's efsdp × ep): ep={ep} must divide dp_shard")
+    region = shard * (mesh.size("cp") or 1)
+    if region % ep:
+        raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard × cp "
+                             f"ranks (torchtitan's efsdp × ep): ep={ep} must divide "
+                             f"dp_shard × cp ({region})")

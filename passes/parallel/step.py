@@ -212,8 +212,10 @@ class _Plan:
         clock = Clock(len(self.graph.nodes))
         if self.sharded:
             units, host, comm = sharded_step(self, clock, world)
+            # (each unit's gradient shard: an expert-parallel rank's experts' over efsdp)
             comm = across_replicas(comm, self.spec.replicate,
-                                   sum(u.grad_padded_bytes for u in units) * self.master // world,
+                                   self.master * sum(u.grad_padded_bytes // u.group(world)
+                                                     for u in units),
                                    sum(1 for u in units if u.grad_padded_bytes))
             rank, buckets = 0, 0
         else:

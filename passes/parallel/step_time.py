@@ -60,8 +60,10 @@ class Links:
 
 def dim_link(mesh: Mapping[str, int], dim: str, links: Links) -> InterconnectRates:
     """The link the group of mesh dimension ``dim`` crosses. The ep group is consecutive
-    ranks carved out of dp_shard (torchtitan's efsdp × ep), no factor of the others' spans;
+    ranks carved out of dp_shard × cp (torchtitan's efsdp × ep), no factor of the others' spans;
     efsdp's group, strided by ep, spans what dp_shard's does."""
+    if dim == "ep":   # (its ranks the innermost of dp_shard × cp × tp: consecutive)
+        return links.intra if mesh.get("ep", 1) <= links.gpus_per_node else links.inter
     dim = "dp_shard" if dim == "efsdp" else dim
     inner = INNER_TO_OUTER[:INNER_TO_OUTER.index(dim)] if dim in INNER_TO_OUTER else ()
     span = prod(mesh.get(d, 1) for d in inner if d not in CARVED) * mesh.get(dim, 1)
