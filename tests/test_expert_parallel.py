@@ -187,7 +187,8 @@ def test_beside_hsdp_each_rank_within_5_percent(precision):
     ("dp_shard=3,cp=2,ep=4", r"must divide dp_shard × cp \(6\)"),
     ("dp_shard=1,cp=2,ep=2", 2),                     # (the ep group a ring's ranks)
     ("dp_replicate=2,dp_shard=4,ep=4", 8),
-    ("dp_shard=4,tp=2,ep=2", "beside tp or pp not yet"),
+    ("dp_shard=4,tp=2,ep=2", "beside tp not yet"),
+    ("pp=2,dp_shard=4,ep=2", 8),                     # (each stage's data ranks)
     ("dp_shard=auto,ep=2", "auto is not searched beside ep"),
 ])
 def test_the_ep_group_is_carved_out_of_dp_shard_and_cp(text, said):

@@ -143,6 +143,51 @@ def test_interleaved_ranks_within_five_percent_of_the_real_step():
         assert abs(s.peak_bytes / steady - 1) <= 0.05, (s.stage, s.peak_bytes, steady)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16-master"])
+def test_expert_parallel_stages_within_five_percent_of_the_real_step(precision):
+    """``pp=2,dp_shard=2,ep=2`` (torchtitan's DeepSeek-V3 and Qwen 3 MoE recipes' kind of
+    layout): zoo hf_mixtral (2 layers of 4 experts, top-2) cut into 2 stages, each stage's 2
+    data ranks an ep group running torchtitan's dispatcher (analyzer/measure/expert_plan.py),
+    each keeping 2 experts whole (efsdp 1), fully_shard on them, each block and the stage;
+    1F1B, 4 micro-batches of 2 × 32. Measured (2026-12-05, torch 2.13), the lower of steps 2
+    and 3 on each stage's two ranks, against graphcost's balanced routing: fp32 stage 0
+    2,983,272 / 2,915,480 B (graphcost 2,880,124: −3.5%, −1.2%), stage 1 3,153,072 /
+    3,289,968 (3,123,196: −0.9%, −5.1%); bf16-master −2.3% / −0.7% and −1.2% / −1.3%.
+    Routing sends a stage's ranks different rows (stage 1's rank 1 holds 136,896 B more than
+    its rank 0); the same stages without ep are −2.9% (stage 0, a gap of this MoE's first
+    stage not yet explained) and +0.02%. So the ranks' mean is held to 5%, each rank to 6%."""
+    p = analyze("zoo:hf_mixtral", batch=8, train=True, optimizer="adam", what_if=False,
+                precision=precision, parallel={"mesh": "pp=2,dp_shard=2,ep=2",
+                                               "microbatches": 4, "schedule": "1f1b"})
+    assert p.pipeline is not None and p.pipeline.gpus == 4     # (ep: no factor of the world)
+    measured = measure_pipeline(PipelineRun("hf_mixtral", "1f1b", 2, 8, 4, 2,
+                                            master=precision == "bf16-master", ep=2))
+    for s in p.pipeline.per_stage:
+        steady = [min(peaks[1:]) for peaks in measured[s.stage]]
+        assert len(steady) == 2
+        assert abs(s.peak_bytes / (sum(steady) / 2) - 1) <= 0.05, (s.stage, s.peak_bytes, steady)
+        assert all(abs(s.peak_bytes / m - 1) <= 0.06 for m in steady), (s.stage, steady)
+    # each stage's all-to-alls, 4 micro-batches of 2 × 32 tokens · top-2 = 128 rows of 64 (4
+    # bytes; bf16-master's compute 2): 4 a block (there and back, forward and backward), half
+    # crossing; its experts' FSDP collectives over efsdp = 1: nothing on the wire
+    size = 4 if precision == "fp32" else 2
+    assert p.pipeline.comm.by_dim["ep"] == 4 * 4 * 128 * 64 * size // 2
+    assert p.pipeline.comm.by_dim.get("efsdp", 0) == 0
+
+
+def test_an_interleaved_stage_without_experts_runs_as_cut_beside_ep():
+    """Interleaved 1F1B of hf_mixtral's 2 blocks over 2 ranks: torchtitan's split gives the
+    last of the 4 stages no block (the norm and the head), so no experts; it runs as cut (it
+    was refused: "this model has none"), and a rank's all-to-alls are its blocks' only."""
+    p = analyze("zoo:hf_mixtral", batch=8, train=True, optimizer="adam", what_if=False,
+                parallel={"mesh": "pp=2,dp_shard=2,ep=2", "microbatches": 4,
+                          "schedule": "interleaved-1f1b", "stages_per_rank": 2}).pipeline
+    assert p is not None and [s.stage for s in p.per_stage] == [0, 1]
+    assert p.comm.by_dim["ep"] > 0
+    with pytest.raises(GraphcostError, match="this model has none"):
+        analyze("zoo:llama_tiny", batch=8, train=True,
+                parallel={"mesh": "pp=2,dp_shard=2,ep=2", "microbatches": 4})
+
 
 def test_a_module_with_example_inputs_is_split_as_pipelining_splits_them():
     """The Python API's module with example inputs of 8 sequences: the pipeline's batch is

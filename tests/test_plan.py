@@ -251,14 +251,15 @@ def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
 def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     """zoo:hf_mixtral (2 layers of 4 experts, top-2) on 4 GPUs without tensor parallelism:
     FSDP alone and with ep 2 and 4 carved out of its ranks (each dividing the 4 experts and
-    the 4 ranks), each its own traced rank program (and a pipeline of its 2 blocks, pruned:
-    FSDP fits; no context parallelism: ``--cp 1``); the fastest expert-parallel candidate
-    is what analyzing its settings alone gives."""
+    the 4 ranks), each its own traced rank program (and a pipeline of its 2 blocks, alone and
+    with ep 2 over each stage's 2 data ranks, pruned: FSDP fits; no context parallelism:
+    ``--cp 1``); the fastest expert-parallel candidate is what analyzing its settings alone
+    gives."""
     moe = dict(TINY, dims={"seq": 128})
     searched = settings_of(PlanSpec(4, batch=2, tp=(1,), cp=(1,)), 2, 4)
     assert {s.mesh.words for s in searched} == {   # (DDP: left out under master weights)
         "dp_shard=4", "dp_replicate=4", "dp_shard=4,ep=2", "dp_shard=4,ep=4",
-        "pp=2,dp_shard=2"}
+        "pp=2,dp_shard=2", "pp=2,dp_shard=2,ep=2"}
     # nodes of 2 GPUs: HSDP too (a shard group a node), with ep within a node beside it
     # (the experts replicated across the nodes: torchtitan's sparse mesh dp_replicate × efsdp)
     nodes = settings_of(PlanSpec(4, batch=2, tp=(1,), cp=(1,), node=2), 2, 4)
@@ -269,8 +270,8 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1,), cp=(1,), ep=(1, 2),
                                                     checkpoints=("none",)), moe)
     assert {c.settings.mesh.words for c in plan.candidates} == {
-        "dp_shard=4", "dp_shard=4,ep=2", "pp=2,dp_shard=2"}
-    assert "expert parallelism beside tp, pp or cp" in plan.not_searched
+        "dp_shard=4", "dp_shard=4,ep=2", "pp=2,dp_shard=2", "pp=2,dp_shard=2,ep=2"}
+    assert "expert parallelism beside tp or cp" in plan.not_searched
     best = next(c for c in plan.fitting if c.settings.ep > 1)
     direct = analyze("zoo:hf_mixtral", **moe, **best.settings.analyze_kwargs({}))
     assert direct.parallel is not None and direct.parallel.mesh.get("ep") == best.settings.ep

@@ -14,6 +14,7 @@ from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
 from ...passes.ir import Graph
 from ...passes.parallel.comm import CommVolume, summed
+from ...passes.parallel.experts import with_expert_parallel
 from ...passes.parallel.mesh import mesh_of
 from ...passes.parallel.pipeline import (
     Shards,
@@ -108,10 +109,11 @@ class StageTraces:
 
 @dataclass(frozen=True)
 class _Stage:
-    """One distinct stage program's rank: its micro-batch step, kernels and tp collectives."""
+    """One distinct stage program's rank: its micro-batch step, kernels and the collectives
+    each micro-batch runs."""
     step: StageStep
     time: TimeEstimate | None
-    tp: CommVolume            # one micro-batch's tensor-parallel collectives
+    per_micro: CommVolume     # one micro-batch's tensor-parallel and expert-parallel ones
 
 
 def _shapes_batch(load: LoadOptions) -> int | None:
@@ -159,7 +161,8 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         report = replace(report, warnings=(*report.warnings, TIED_STAGES))
     stages = _stages(traces, at_micro, request, spec, traces.n_blocks(at_micro), progress)
     mesh = {"pp": spec.pp, **{k: n for k, n in mesh_of(
-        spec.strategy, spec.world_size, spec.replicate, spec.tp).dims if n and n > 1}}
+        spec.strategy, spec.world_size, spec.replicate, spec.tp, spec.ep).dims
+        if n and n > 1}}
     memory = pipeline_memory([(st.step, layers) for st, layers in stages], spec.schedule,
                              micro, batch // micro,
                              interleaved_orders(spec.pp, v, micro) if v > 1 else None)
@@ -214,7 +217,7 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
     of more than ``SHORT`` blocks as two short ones (``_per_block``)."""
     sharded, p = spec.strategy in SHARDING, spec.pp * spec.stages_per_rank
     shards = Shards(spec.world_size or 1, 2 if master_weights(request.passes.precision)
-                    else 1) if sharded else None
+                    else 1, spec.ep) if sharded else None
     # (a GPU's profile prices each stage's kernels; its sends and the data dimension's
     # collectives go on the datasheet's links, as a parallel rank's do: pipeline.py)
     profile = request.passes.profile if gpu_profile(request.passes) else None
@@ -244,9 +247,12 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
         stage = run_passes(graph, own, memo=memo)
         assert stage.training is not None  # (a training request)
         plan = stage.training.checkpoint
+        recomputed = plan.recomputed if plan else frozenset()
+        per_micro = with_expert_parallel(with_tensor_parallel(NO_COMM, graph, spec.tp,
+                                                              recomputed),
+                                         graph, spec.ep, recomputed)
         return _Stage(stage_step(graph, stage.training.run, first, last, shards), stage.time,
-                      with_tensor_parallel(NO_COMM, graph, spec.tp,
-                                           plan.recomputed if plan else frozenset()))
+                      per_micro)
 
     done: dict[tuple, _Stage] = {}
     out = []
@@ -286,7 +292,7 @@ def _per_block(a, b, more: int):
 
 def _comms(stages: list, mesh: dict, micro: int) -> list[CommVolume]:
     """Each stage's collectives a step, in pipeline order."""
-    return [stage_comm(st.step, st.tp, mesh, micro, i == 0, i == len(stages) - 1)
+    return [stage_comm(st.step, st.per_micro, mesh, micro, i == 0, i == len(stages) - 1)
             for i, (st, _) in enumerate(stages)]
 
 

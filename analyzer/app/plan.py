@@ -179,7 +179,7 @@ MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
 
 # (passes/parallel/mesh.py refuses it: not modelled yet)
-EXPERTS_BESIDE = "expert parallelism beside tp, pp or cp"
+EXPERTS_BESIDE = "expert parallelism beside tp or cp"
 # (frontends/torch/tensor_parallel.py refuses the experts it would leave whole on every rank)
 EXPERTS_TP = "tp (a mixture of experts' tensor-parallel plan is not modelled)"
 

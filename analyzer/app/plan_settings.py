@@ -117,8 +117,8 @@ def settings_of(spec: PlanSpec, blocks: int = 0, experts: int = 0,
 def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Mesh]:
     """The meshes of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest (where
     ``spec`` allows no expert or context parallelism), FSDP with each expert-parallel size
-    ``spec`` allows (without tp or pp) and with each context-parallel size (without pp)
-    (``shape``: a layer's experts, the sequence)."""
+    ``spec`` allows (without tp; a pipeline's stages each) and with each context-parallel
+    size (without pp) (``shape``: a layer's experts, the sequence)."""
     without = {d: sizes is None or 1 in sizes for d, sizes in (("ep", spec.ep),
                                                                 ("cp", spec.cp))}
     out = []
@@ -127,10 +127,12 @@ def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Me
                                                                      spec.node))
                if m is not None]
     # (sizes asked for are tried as asked, as the analysis would check them)
-    if tp == pp == 1 and spec.gpus > 1 and without["cp"]:
-        ep = expert_sizes(spec.gpus, shape[0], spec.node) if spec.ep is None else \
+    data = spec.gpus // pp
+    if tp == 1 and data > 1 and without["cp"]:   # (each pipeline stage's data ranks)
+        ep = expert_sizes(data, shape[0], spec.node) if spec.ep is None else \
             tuple(e for e in spec.ep if e > 1)
-        out += expert_layouts(spec.gpus, ep, spec.node)
+        out += [m for m in (piped(flat, pp) for flat in expert_layouts(data, ep, spec.node))
+                if m is not None]
     if pp == 1 and spec.gpus > tp and without["ep"]:
         cp = context_sizes(spec.gpus // tp, shape[1], spec.node) if spec.cp is None else \
             tuple(c for c in spec.cp if c > 1)

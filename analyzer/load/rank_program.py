@@ -75,16 +75,22 @@ def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None,
                    inputs=stage_inputs(r.module, ids, index, stages), kwargs={})
 
 
-def in_expert_parallel(r: Resolved, group: int) -> Resolved:
+def in_expert_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = None,
+                       whole: Resolved | None = None) -> Resolved:
     """One of ``group`` expert-parallel ranks (1: ``r`` itself): a PyTorch module whose
     experts are rewritten into the rank's slice and its token dispatch
-    (frontends/torch/expert_parallel.py; the caller's module is copied)."""
+    (frontends/torch/expert_parallel.py; the caller's module is copied). A pipeline
+    ``stage`` cut from ``whole`` may hold no mixture-of-experts layer (an interleaved split's
+    head): it runs as cut, where ``whole`` has experts."""
     if group == 1:
         return r
     if r.kind != "torch":
         raise GraphcostError(f"{opt('parallel', value=f'ep={group}')}: expert parallelism "
                              "rewrites a PyTorch module's experts; trace the PyTorch model")
-    from ..frontends.torch.expert_parallel import expert_parallel
+    from ..frontends.torch.expert_parallel import expert_parallel, stacked_experts
+    if stage is not None and whole is not None and not stacked_experts(r.module) \
+            and stacked_experts(whole.module):
+        return r
     return replace(r, module=expert_parallel(r.module, group))
 
 

@@ -44,6 +44,9 @@ class PipelineRun:
     checkpoint: bool = False    # every block checkpointed (torchtitan's full AC)
     stages_per_rank: int = 1    # interleaved-1f1b's
     layers: int = 0             # llama_tiny's blocks instead of its 2 (0: the zoo's)
+    # expert parallel over this many of each stage's dp_shard ranks (expert_plan.py:
+    # torchtitan's dispatcher), each experts module fully_shard over the rest (efsdp)
+    ep: int = 1
 
     @property
     def world(self) -> int:
@@ -158,8 +161,9 @@ def _stages(run: PipelineRun, mesh):
                 setattr(module, "positions", ids.shape[1])
             if index == total - 1:
                 context = lambda m=module: loss_context(m, run.tp)  # noqa: E731
+        experts = _expert_ranks(module, run)
         if run.dp_shard > 1:
-            _fully_shard(module, mesh["dp_shard"], run.master)
+            _fully_shard(module, mesh["dp_shard"], run.master, experts)
         modules.append(module)
         stages.append(PipelineStage(module, index, total, torch.device("cpu"),
                                     group=mesh["pp"].get_group()))
@@ -196,9 +200,23 @@ def _checkpointed(module) -> None:
         layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)
 
 
-def _fully_shard(module, mesh, master: bool) -> None:
-    """torchtitan's fully_shard beside a pipeline: each block, then the stage, gathered
-    parameters kept through the step."""
+def _expert_ranks(module, run: PipelineRun) -> tuple[list, object]:
+    """Expert parallelism on a stage (expert_plan.py): its new experts modules and the efsdp
+    mesh they shard on — torchtitan's sparse mesh (pp, efsdp, ep), ep the innermost ranks of
+    each stage's dp_shard ones (none without ep)."""
+    if run.ep == 1:
+        return [], None
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from .expert_plan import apply_expert_parallel
+    sparse = init_device_mesh("cpu", (run.stages, run.dp_shard // run.ep, run.ep),
+                              mesh_dim_names=("pp", "efsdp", "ep"))
+    return apply_expert_parallel(module, sparse["ep"].get_group()), sparse["efsdp"]
+
+
+def _fully_shard(module, mesh, master: bool, experts: tuple[list, object]) -> None:
+    """torchtitan's fully_shard beside a pipeline: each experts module (over efsdp), each
+    block, then the stage, gathered parameters kept through the step."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -206,6 +224,9 @@ def _fully_shard(module, mesh, master: bool) -> None:
     if master:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                reduce_dtype=torch.float32)
+    modules, efsdp = experts
+    for m in modules:
+        fully_shard(m, **{**kw, "mesh": efsdp})
     for block in _blocks(module):
         fully_shard(block, **kw)
     fully_shard(module, **kw)

@@ -2,8 +2,6 @@
 terminal, Markdown and HTML views. Reads ``Report.parallel`` only; computes nothing."""
 from __future__ import annotations
 
-from math import prod
-
 from ...passes.choices import Strategy
 from ..app.report import Report
 from ..app.units import human_bytes, human_time
@@ -143,7 +141,7 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
             f"{p.microbatches:,} micro-batches", f"of {p.micro_batch:,}",
             f"({p.per_rank_batch:,} a step);", f"bubble {p.bubble:.0%}",
             "of an even pipeline"]
-    gpus = prod(p.mesh.values()) if p.mesh else p.stages
+    gpus = p.gpus
     if gpus > p.stages:
         head[-1] += ";"
         head += [f"{gpus:,} GPUs", f"({_mesh_words(p.mesh)})"]

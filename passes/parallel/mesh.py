@@ -188,9 +188,9 @@ def _check_experts(mesh: Mesh) -> None:
     if ep == 1:
         return
     words = opt("parallel", value=mesh.words[:80])
-    if any(mesh.size(k) != 1 for k in ("tp", "pp")):
+    if mesh.size("tp") != 1:
         raise GraphcostError(f"{words}: expert parallelism is modelled beside dp_shard, "
-                             "dp_replicate and cp (beside tp or pp not yet)")
+                             "dp_replicate, cp and pp (beside tp not yet)")
     if shard is None:
         raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard ranks; "
                              "give dp_shard's size (auto is not searched beside ep)")

@@ -31,6 +31,8 @@ from ..training.checkpoint import timeline_of
 from ..training.memory import TrainingMemory, forward_set
 from ..training.optimizer import state_tensors, step_temporaries, trainable_params
 from .comm import CommVolume, across_replicas, comm_volume, with_dimension
+from .experts import expert_modules
+from .mesh import CARVED
 from .schedules import Order, check_schedule, events
 from .units import fsdp_units, origins, padded_bytes, unit_names
 
@@ -83,6 +85,10 @@ class StageStep:
     reduce_scatter: int = 0
     gather_calls: int = 0
     reduce_calls: int = 0
+    # of those, the experts' units' (over efsdp: world / ep ranks), and their calls
+    expert_gather: int = 0
+    expert_reduce: int = 0
+    expert_calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,9 @@ class Shards:
     (2 under a master recipe's ``MixedPrecisionPolicy``, else 1)."""
     world: int
     master: int = 1
+    # expert parallelism: each layer's experts a unit of their own over world / ep ranks
+    # (torchtitan's efsdp; the experts the rank program holds are already its slice)
+    ep: int = 1
 
 
 def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
@@ -134,11 +143,13 @@ def sharded(s: StageStep, graph: Graph, t: TrainingMemory, shards: Shards,
     world, m = shards.world, shards.master
     fwd = forward_set(graph)
     trainable = set(trainable_params(graph))
-    units = [u.sized(graph, trainable, world)
-             for u in fsdp_units(graph, fwd, unit_names(graph, fwd, None))[0]]
+    units = _units(graph, fwd, trainable, shards)
+    group = {p: u.group(world) for u in units for p in u.members}
     values = graph.values
     params = [v for v in values.values() if v.kind == ValueKind.PARAM]
-    shard = [m * padded_bytes(v.spec, world) // world for v in params]
+    shard = [m * padded_bytes(v.spec, n) // n for v in params
+             for n in (group.get(v.name, world),)]
+    experts = [u for u in units if u.ep > 1]
     steps_on = [b for v, b in zip(params, shard) if v.name in trainable]
     state = sum(state_tensors(steps_on, t.optimizer))
     buffers = s.static - s.params - s.optimizer_state
@@ -153,7 +164,20 @@ def sharded(s: StageStep, graph: Graph, t: TrainingMemory, shards: Shards,
         reduce_input=m * max((u.grad_padded_bytes for u in units), default=0),
         step_grads=sum(steps_on), all_gather=sum(u.padded_bytes for u in units),
         reduce_scatter=m * sum(u.grad_padded_bytes for u in units),
-        gather_calls=len(units), reduce_calls=sum(1 for u in units if u.grad_padded_bytes))
+        gather_calls=len(units), reduce_calls=sum(1 for u in units if u.grad_padded_bytes),
+        expert_gather=sum(u.padded_bytes for u in experts),
+        expert_reduce=m * sum(u.grad_padded_bytes for u in experts),
+        expert_calls=len(experts) + sum(1 for u in experts if u.grad_padded_bytes))
+
+
+def _units(graph: Graph, fwd: set[int], trainable: set[str], shards: Shards) -> list:
+    """The stage's fully_shard units, each sized over the ranks it shards on: each block and
+    the stage; beside expert parallelism each layer's experts first (torchtitan's order),
+    over efsdp."""
+    experts = expert_modules(graph) if shards.ep > 1 else []
+    units = fsdp_units(graph, fwd, [*experts, *unit_names(graph, fwd, None)])[0]
+    units = [replace(u, ep=shards.ep) if u.name in experts else u for u in units]
+    return [u.sized(graph, trainable, u.group(shards.world)) for u in units]
 
 
 def _backwards(graph: Graph, t: TrainingMemory, units: list, nongrad: list[int],
@@ -275,11 +299,16 @@ class PipelineMemory:
         return self.peak_bytes / low - 1 if low else 0.0
 
     @property
+    def gpus(self) -> int:
+        """The GPUs the pipeline runs on (ep carved out of the data ranks: no factor)."""
+        return prod(n for k, n in self.mesh.items() if k not in CARVED) or self.stages
+
+    @property
     def peak(self) -> Peak:
         """The worst stage's peak (no allocator replay for a stage: reserved not known)."""
         s = self.per_stage[self.worst_stage]
         return Peak(allocated_bytes=s.peak_bytes, reserved_bytes=None, phase="backward",
-                    node=None, threads=2, world_size=prod(self.mesh.values()) or self.stages,
+                    node=None, threads=2, world_size=self.gpus,
                     by_category=dict(s.breakdown_at_peak))
 
 
@@ -309,24 +338,41 @@ def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: st
                           round((p - 1) / (v * micro + p - 1), 4), stages_per_rank=v)
 
 
-def stage_comm(s: StageStep, tp: CommVolume, mesh: Mapping[str, int], micro: int,
+def stage_comm(s: StageStep, per_micro: CommVolume, mesh: Mapping[str, int], micro: int,
                first: bool, last: bool) -> CommVolume:
     """One stage's rank's collectives a step: fully_shard's all-gathers and reduce-scatters
     once (the gathered parameters stay for every micro-batch), HSDP's all-reduce of the
-    gradient shards, ``tp`` (one micro-batch's tensor-parallel collectives) ``micro`` times,
+    gradient shards (an experts unit's over efsdp), ``per_micro`` (one micro-batch's
+    tensor-parallel collectives and expert-parallel all-to-alls) ``micro`` times,
     and the stage's sends and receives (pp): each micro-batch's hidden states forward and
     their gradient back, to and from each neighbour stage."""
     shard, replicas = mesh.get("dp_shard", 1), mesh.get("dp_replicate", 1)
-    c = comm_volume(shard, s.all_gather, s.reduce_scatter, 0,
-                    s.gather_calls + s.reduce_calls, None)
-    c = across_replicas(c, replicas, s.reduce_scatter // shard, s.reduce_calls)
-    if tp.by_dim.get("tp"):
-        c = with_dimension(c, "tp", micro * tp.by_dim["tp"], micro * tp.calls_by_dim["tp"],
-                           all_gather=micro * tp.all_gather_bytes,
-                           reduce_scatter=micro * tp.reduce_scatter_bytes,
-                           all_reduce=micro * tp.all_reduce_bytes)
+    efsdp = max(shard // mesh.get("ep", 1), 1)
+    c = comm_volume(shard, s.all_gather - s.expert_gather, s.reduce_scatter - s.expert_reduce,
+                    0, s.gather_calls + s.reduce_calls - s.expert_calls, None)
+    if s.expert_calls:
+        e = comm_volume(efsdp, s.expert_gather, s.expert_reduce, 0, s.expert_calls, None)
+        c = with_dimension(c, "efsdp", e.wire_bytes, e.collectives,
+                           all_gather=s.expert_gather, reduce_scatter=s.expert_reduce)
+    c = across_replicas(c, replicas, (s.reduce_scatter - s.expert_reduce) // shard
+                        + s.expert_reduce // efsdp, s.reduce_calls)
+    for dim in ("tp", "ep"):   # (one micro-batch's, ``micro`` times)
+        if per_micro.by_dim.get(dim):
+            c = with_dimension(c, dim, micro * per_micro.by_dim[dim],
+                               micro * per_micro.calls_by_dim[dim],
+                               **_volumes(per_micro, dim, micro))
     sent = (0 if last else s.output_bytes) + (0 if first else s.input_bytes)
     if sent and mesh.get("pp", 1) > 1:
         c = with_dimension(c, "pp", micro * sent,
                            2 * micro * ((not first) + (not last)))
     return c
+
+
+def _volumes(per_micro: CommVolume, dim: str, micro: int) -> dict[str, int]:
+    """``micro`` times one micro-batch's volumes of dimension ``dim`` (tp's gathers, scatters
+    and reduces; ep's all-to-alls)."""
+    if dim == "ep":
+        return {"all_to_all": micro * per_micro.all_to_all_bytes}
+    return {"all_gather": micro * per_micro.all_gather_bytes,
+            "reduce_scatter": micro * per_micro.reduce_scatter_bytes,
+            "all_reduce": micro * per_micro.all_reduce_bytes}

@@ -137,8 +137,9 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     interleaved schedule's rank runs ``per_rank`` stages (``stages`` in pipeline order, rank
     ``r`` the ``r``-th, the ``r + p``-th, …), its slot all of theirs, its bubble ``per_rank``
     times shorter ((p − 1)/(v·m + p − 1)). A stage's share of a slot is its kernels with its
-    tensor-parallel collectives (exposed, unless ``async_tp``) and its sends and receives
-    (pp). fully_shard's all-gathers run in the first micro-batch's forward, hidden by it but
+    tensor-parallel collectives (exposed, unless ``async_tp``), its expert-parallel
+    all-to-alls (exposed) and its sends and receives (pp). fully_shard's all-gathers (an
+    experts unit's over efsdp too) run in the first micro-batch's forward, hidden by it but
     for the first; its reduce-scatters (and HSDP's all-reduce) after the last backward, where
     nothing hides them (``gathered``: each stage's all-gathers' share of its fully_shard
     bytes; the comms' volumes hold tp's beside them). The optimizer steps once on the rank's
@@ -147,9 +148,9 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     for t, c, share in zip(stages, comms, gathered or [0.0] * len(stages)):
         sec = dim_seconds(c, rank.mesh, links)
         compute = t.seconds - t.optimizer_seconds
-        slot_comm = ((0.0 if async_tp else sec.get("tp", 0.0)) + sec.get("pp", 0.0)) / \
-            microbatches
-        data = sec.get("dp_shard", 0.0)
+        slot_comm = ((0.0 if async_tp else sec.get("tp", 0.0)) + sec.get("pp", 0.0)
+                     + sec.get("ep", 0.0)) / microbatches
+        data = sec.get("dp_shard", 0.0) + sec.get("efsdp", 0.0)
         gather = data * share
         calls = max(1, c.calls_by_dim.get("dp_shard", 1))
         exposed = max(gather * min(1.0, 2 / calls), gather - compute * (1 - BACKWARD_SHARE))
