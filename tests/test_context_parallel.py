@@ -134,7 +134,7 @@ def test_on_a_gpu_the_ring_runs_the_dispatchers_kernel_and_its_exchange_is_on_th
 @pytest.mark.parametrize("mesh, model, said", [
     ("cp=2", "zoo:mlp", "shards the sequence of token ids"),
     ("cp=2", "zoo:hf_llama", "makes none"),           # (transformers' eager attention)
-    ("dp_shard=2,cp=2,pp=2", "zoo:llama_tiny", "beside pp not yet"),
+    ("pp=2,dp_shard=1,cp=3", "zoo:llama_tiny", "splits into 2 × 3 chunks"),   # (stages too)
     ("cp=3", "zoo:llama_tiny", "splits into 2 × 3 chunks"),
 ])
 def test_what_context_parallelism_cannot_run_is_refused_by_name(mesh, model, said):

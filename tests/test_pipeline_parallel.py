@@ -175,6 +175,54 @@ def test_expert_parallel_stages_within_five_percent_of_the_real_step(precision):
     assert p.pipeline.comm.by_dim.get("efsdp", 0) == 0
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16-master"])
+def test_context_parallel_stages_against_the_real_step(precision):
+    """``pp=2,dp_shard=1,cp=2``: each stage's 2 ranks a ring (PyTorch's
+    ``_templated_ring_attention``, analyzer/measure/context_plan.py) over their head-tail
+    shards of 8 sequences of 128 (zoo hf_llama with SDPA and 4 key/value heads), fully_shard
+    over the ring (torchtitan's dp_shard × cp); a later stage receives its shard of the hidden
+    states. 1F1B, 4 micro-batches. Measured (2026-12-05, torch 2.13), the lower of steps 2 and
+    3: the last stage within 1% of both ranks (fp32 3,602,688 / 3,569,920 B against
+    3,604,212; bf16-master −1.2%, −0.6%); the first stage's ranks hold more than graphcost's
+    figure (fp32 2,760,040 / 2,792,808 against 2,531,188: −8.3%, −9.4%; bf16-master −11.0%,
+    −9.5%; at 8 × 256 −12.8%, at 8 × 32 −5.0%): at its peak the real step holds two
+    all-gathered key/value buffers of the ring (2 · 131,072 B at 8 × 256) and two flattened
+    key/value inputs of it, which graphcost frees after each ring's forward — as the same ring
+    without stages is measured to (test_context_parallel.py, +0.08%) — and which gloo's
+    thread may free late (the profiler's count sees them; FSDPMemTracker's does not). Not yet
+    explained: that stage is held to a band a fix would leave."""
+    import torch
+    from graphcost.models_zoo import hf
+    overrides = (("attn", "sdpa"), ("num_key_value_heads", 4))
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (8, 128))
+    p = analyze(hf.llama(**dict(overrides)), example_inputs=(ids,), train=True,
+                optimizer="adam", what_if=False, include_inputs=False, precision=precision,
+                parallel={"mesh": "pp=2,dp_shard=1,cp=2", "microbatches": 4}).pipeline
+    assert p is not None and p.gpus == 4 and p.comm.by_dim["cp"] > 0
+    measured = measure_pipeline(PipelineRun("hf_llama", "1f1b", 2, 8, 4, 1,
+                                            master=precision == "bf16-master", cp=2,
+                                            overrides=overrides, seq=128))
+    for s in p.per_stage:
+        for peaks in measured[s.stage]:
+            error = s.peak_bytes / min(peaks[1:]) - 1
+            low = -0.13 if s.stage == 0 else -0.05
+            assert low <= error <= 0.05, (s.stage, s.peak_bytes, peaks)
+
+
+def test_a_context_parallel_pipelines_step_counts_each_sequence_once():
+    """pp 2 × dp_shard 2 × cp 2 on 8 H100s: 2 data ranks of 8 sequences of 128, each
+    sequence split over a ring of 2 — 2 · 8 · 128 = 2,048 tokens a step, not 4,096 (a ring
+    rank's shard is not a sequence of its own); the fully_shard
+    collectives run over dp_shard × cp (4 ranks), the ring's each micro-batch."""
+    r = analyze("zoo:llama_tiny", batch=8, dims={"seq": 128}, train=True, optimizer="adamw",
+                precision="bf16-master", device="h100-sxm",
+                parallel={"mesh": "pp=2,dp_shard=2,cp=2", "microbatches": 4})
+    assert r.pipeline is not None and r.time is not None and r.pipeline.gpus == 8
+    assert r.time.tokens_per_second * r.time.seconds * 8 == pytest.approx(2 * 8 * 128)
+    assert r.pipeline.comm.calls_by_dim["cp"] % 4 == 0 and r.pipeline.comm.by_dim["cp"] > 0
+
+
 def test_an_interleaved_stage_without_experts_runs_as_cut_beside_ep():
     """Interleaved 1F1B of hf_mixtral's 2 blocks over 2 ranks: torchtitan's split gives the
     last of the 4 stages no block (the norm and the head), so no experts; it runs as cut (it

@@ -14,6 +14,7 @@ from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
 from ...passes.ir import Graph
 from ...passes.parallel.comm import CommVolume, summed
+from ...passes.parallel.context import with_context_parallel
 from ...passes.parallel.experts import with_expert_parallel
 from ...passes.parallel.mesh import mesh_of
 from ...passes.parallel.pipeline import (
@@ -113,7 +114,8 @@ class _Stage:
     each micro-batch runs."""
     step: StageStep
     time: TimeEstimate | None
-    per_micro: CommVolume     # one micro-batch's tensor-parallel and expert-parallel ones
+    # one micro-batch's of each mesh dimension, apart: tensor, expert and context parallel
+    per_micro: tuple[CommVolume, ...]
 
 
 def _shapes_batch(load: LoadOptions) -> int | None:
@@ -161,7 +163,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         report = replace(report, warnings=(*report.warnings, TIED_STAGES))
     stages = _stages(traces, at_micro, request, spec, traces.n_blocks(at_micro), progress)
     mesh = {"pp": spec.pp, **{k: n for k, n in mesh_of(
-        spec.strategy, spec.world_size, spec.replicate, spec.tp, spec.ep).dims
+        spec.strategy, spec.world_size, spec.replicate, spec.tp, spec.ep, spec.cp).dims
         if n and n > 1}}
     memory = pipeline_memory([(st.step, layers) for st, layers in stages], spec.schedule,
                              micro, batch // micro,
@@ -248,9 +250,10 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
         assert stage.training is not None  # (a training request)
         plan = stage.training.checkpoint
         recomputed = plan.recomputed if plan else frozenset()
-        per_micro = with_expert_parallel(with_tensor_parallel(NO_COMM, graph, spec.tp,
-                                                              recomputed),
-                                         graph, spec.ep, recomputed)
+        per_micro = tuple(c for c in (
+            with_tensor_parallel(NO_COMM, graph, spec.tp, recomputed),
+            with_expert_parallel(NO_COMM, graph, spec.ep, recomputed),
+            with_context_parallel(NO_COMM, graph, spec.cp, recomputed)) if c.by_dim)
         return _Stage(stage_step(graph, stage.training.run, first, last, shards), stage.time,
                       per_micro)
 
@@ -278,12 +281,14 @@ SHORT = 3
 def _per_block(a, b, more: int):
     """``b`` (a dataclass of one stage's figures with one block more than ``a``) with
     ``more`` blocks more: each number grown by its difference, ``b − a``, per block (a
-    constant stays; mappings and nested dataclasses field by field)."""
+    constant stays; mappings, tuples and nested dataclasses item by item)."""
     if is_dataclass(b) and not isinstance(b, type):
         return replace(b, **{f.name: _per_block(getattr(a, f.name), getattr(b, f.name), more)
                              for f in fields(b)})
     if isinstance(b, Mapping):
         return {k: _per_block(a.get(k, 0), v, more) for k, v in b.items()}
+    if isinstance(b, tuple) and isinstance(a, tuple) and len(a) == len(b):
+        return tuple(_per_block(x, y, more) for x, y in zip(a, b))
     if isinstance(b, bool) or not isinstance(b, (int, float)) or \
             not isinstance(a, (int, float)):
         return b
@@ -308,7 +313,9 @@ def _pipeline_time(report: Report, stages: list, comms: list[CommVolume], mesh: 
     batch = request.load.batch or 1
     data = (spec.world_size or 1) * spec.replicate
     world = data * spec.tp * spec.pp
-    rank = RankStep(NO_COMM, mesh, spec.strategy, batch * data * seq if seq else None, world,
+    # (a context-parallel group shares its sequences)
+    rank = RankStep(NO_COMM, mesh, spec.strategy,
+                    batch * data // spec.cp * seq if seq else None, world,
                     flops * micro // spec.pp, recompute * micro // spec.pp, peak)
     links = node_links(o.device, spec.interconnect, spec.gpus_per_node)
     gathered = [st.step.all_gather / (st.step.all_gather + st.step.reduce_scatter)

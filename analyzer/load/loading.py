@@ -73,7 +73,7 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
     whole = r
     r = in_pipeline_stage(r, load.pipeline_stage, load.stage_blocks)
     r = in_expert_parallel(r, load.expert_parallel, load.pipeline_stage, whole)
-    r = in_context_parallel(r, load.context_parallel)
+    r = in_context_parallel(r, load.context_parallel, load.pipeline_stage)
     return in_tensor_parallel(r, load.tensor_parallel, stage=load.pipeline_stage)
 
 

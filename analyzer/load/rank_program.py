@@ -94,12 +94,14 @@ def in_expert_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = 
     return replace(r, module=expert_parallel(r.module, group))
 
 
-def in_context_parallel(r: Resolved, group: int) -> Resolved:
+def in_context_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = None
+                        ) -> Resolved:
     """One of ``group`` context-parallel ranks (1: ``r`` itself): its shard of each sequence,
     S/``group`` tokens of every input laid out (batch, sequence) — the token ids and what
-    runs beside them (masks, positions, labels) — as torchtitan's ``cp_shard`` gives a rank
-    (head and tail chunks under load balancing: the same sizes). Its attention is the ring
-    (frontends/torch/context_parallel.py), set on the trace's attention target."""
+    runs beside them (masks, positions, labels; a later pipeline ``stage``'s hidden states
+    and labels) — as torchtitan's ``cp_shard`` gives a rank (head and tail chunks under load
+    balancing: the same sizes). Its attention is the ring (frontends/torch/
+    context_parallel.py), set on the trace's attention target."""
     if group == 1:
         return r
     import torch
@@ -111,6 +113,8 @@ def in_context_parallel(r: Resolved, group: int) -> Resolved:
     flat = [*r.inputs, *r.kwargs.values()]
     ids = next((t for t in flat if isinstance(t, torch.Tensor) and t.dim() == 2
                 and not t.is_floating_point()), None)
+    if stage is not None and stage[0] > 0 and r.inputs:   # (the hidden states come in)
+        ids = r.inputs[0]
     if ids is None:
         raise GraphcostError(f"{words}: context parallelism shards the sequence of token ids "
                              "of shape (batch, seq); this model takes none")

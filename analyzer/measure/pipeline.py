@@ -47,10 +47,16 @@ class PipelineRun:
     # expert parallel over this many of each stage's dp_shard ranks (expert_plan.py:
     # torchtitan's dispatcher), each experts module fully_shard over the rest (efsdp)
     ep: int = 1
+    # context parallel over this many ranks of each stage (context_plan.py: PyTorch's ring
+    # attention in a transformers model), each its head-tail shard of every sequence; fully_shard
+    # over dp_shard × cp
+    cp: int = 1
+    overrides: tuple = ()       # ((name, value), …) for the zoo model's builder
+    seq: int = 0                # the sequence (0: the zoo's)
 
     @property
     def world(self) -> int:
-        return self.stages * self.dp_shard * self.tp
+        return self.stages * self.dp_shard * self.cp * self.tp
 
 
 def allocated_peak(prof) -> int:
@@ -102,8 +108,8 @@ def _worker(rank: int, payload: str, port: int, out: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=run.world)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    mesh = init_device_mesh("cpu", (run.stages, run.dp_shard, run.tp),
-                            mesh_dim_names=("pp", "dp_shard", "tp"))
+    mesh = init_device_mesh("cpu", (run.stages, run.dp_shard, run.cp, run.tp),
+                            mesh_dim_names=("pp", "dp_shard", "cp", "tp"))
     try:
         stage, modules, step = _stages(run, mesh)
         module = torch.nn.ModuleList(modules)
@@ -123,6 +129,9 @@ def model(run: PipelineRun):
 
     from ... import models_zoo
     from ...models_zoo import llama
+    if run.overrides:
+        torch.manual_seed(0)
+        return models_zoo.get(run.model).build(**dict(run.overrides)).train()
     if not run.layers:
         return models_zoo.build_model(run.model, eval=False)
     torch.manual_seed(0)
@@ -148,8 +157,14 @@ def _stages(run: PipelineRun, mesh):
     rank, v = mesh["pp"].get_local_rank(), run.stages_per_rank
     total = run.stages * v
     whole = model(run)
-    ids = torch.randint(0, 100, tuple(next(iter(models_zoo.input_shapes(
-        run.model, run.batch).values()))), generator=torch.Generator().manual_seed(1))
+    shape = tuple(next(iter(models_zoo.input_shapes(run.model, run.batch).values())))
+    shape = (shape[0], run.seq) if run.seq else shape
+    ids = torch.randint(0, 100, shape, generator=torch.Generator().manual_seed(1))
+    if run.cp > 1:   # (the ring in place of SDPA; each rank its shard of the sequences)
+        from .context_plan import apply_context_parallel, sequence_shard
+        apply_context_parallel(whole, mesh["cp"])
+        ids = sequence_shard(ids, mesh["cp"].get_local_rank(), run.cp)
+    data = _data_mesh(mesh, run) if run.dp_shard * run.cp > 1 else None
     context, stages, modules = contextlib.nullcontext, [], []
     for index in range(rank, total, run.stages):
         module = pipeline_stage(whole, index, total)
@@ -162,8 +177,8 @@ def _stages(run: PipelineRun, mesh):
             if index == total - 1:
                 context = lambda m=module: loss_context(m, run.tp)  # noqa: E731
         experts = _expert_ranks(module, run)
-        if run.dp_shard > 1:
-            _fully_shard(module, mesh["dp_shard"], run.master, experts)
+        if data is not None:
+            _fully_shard(module, data, run.master, experts)
         modules.append(module)
         stages.append(PipelineStage(module, index, total, torch.device("cpu"),
                                     group=mesh["pp"].get_group()))
@@ -198,6 +213,14 @@ def _checkpointed(module) -> None:
     layers = _blocks(module)
     for i, block in enumerate(layers):
         layers[i] = checkpoint_wrapper(block, preserve_rng_state=False)
+
+
+def _data_mesh(mesh, run: PipelineRun):
+    """The mesh fully_shard shards a stage over: dp_shard, or with cp dp_shard × cp
+    (torchtitan's)."""
+    if run.cp == 1:
+        return mesh["dp_shard"]
+    return mesh["cp"] if run.dp_shard == 1 else mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
 
 
 def _expert_ranks(module, run: PipelineRun) -> tuple[list, object]:

@@ -173,9 +173,6 @@ def _check_context(mesh: Mesh) -> None:
     if (mesh.size("cp") or 1) == 1:
         return
     words = opt("parallel", value=mesh.words[:80])
-    if mesh.size("pp") != 1:
-        raise GraphcostError(f"{words}: context parallelism is modelled beside dp_shard, "
-                             "dp_replicate, tp and ep (beside pp not yet)")
     if mesh.size("dp_shard") is None:
         raise GraphcostError(f"{words}: the cp ranks shard the weights with dp_shard's; give "
                              "dp_shard's size (auto is not searched beside cp)")

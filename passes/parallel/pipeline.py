@@ -338,15 +338,17 @@ def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: st
                           round((p - 1) / (v * micro + p - 1), 4), stages_per_rank=v)
 
 
-def stage_comm(s: StageStep, per_micro: CommVolume, mesh: Mapping[str, int], micro: int,
-               first: bool, last: bool) -> CommVolume:
+def stage_comm(s: StageStep, per_micro: tuple[CommVolume, ...], mesh: Mapping[str, int],
+               micro: int, first: bool, last: bool) -> CommVolume:
     """One stage's rank's collectives a step: fully_shard's all-gathers and reduce-scatters
     once (the gathered parameters stay for every micro-batch), HSDP's all-reduce of the
     gradient shards (an experts unit's over efsdp), ``per_micro`` (one micro-batch's
-    tensor-parallel collectives and expert-parallel all-to-alls) ``micro`` times,
+    collectives of one mesh dimension each: tp's, ep's all-to-alls, cp's ring) ``micro``
+    times,
     and the stage's sends and receives (pp): each micro-batch's hidden states forward and
     their gradient back, to and from each neighbour stage."""
-    shard, replicas = mesh.get("dp_shard", 1), mesh.get("dp_replicate", 1)
+    # (fully_shard over dp_shard × cp, torchtitan's; ep carved out of them)
+    shard, replicas = mesh.get("dp_shard", 1) * mesh.get("cp", 1), mesh.get("dp_replicate", 1)
     efsdp = max(shard // mesh.get("ep", 1), 1)
     c = comm_volume(shard, s.all_gather - s.expert_gather, s.reduce_scatter - s.expert_reduce,
                     0, s.gather_calls + s.reduce_calls - s.expert_calls, None)
@@ -356,23 +358,16 @@ def stage_comm(s: StageStep, per_micro: CommVolume, mesh: Mapping[str, int], mic
                            all_gather=s.expert_gather, reduce_scatter=s.expert_reduce)
     c = across_replicas(c, replicas, (s.reduce_scatter - s.expert_reduce) // shard
                         + s.expert_reduce // efsdp, s.reduce_calls)
-    for dim in ("tp", "ep"):   # (one micro-batch's, ``micro`` times)
-        if per_micro.by_dim.get(dim):
-            c = with_dimension(c, dim, micro * per_micro.by_dim[dim],
-                               micro * per_micro.calls_by_dim[dim],
-                               **_volumes(per_micro, dim, micro))
+    for one in per_micro:      # (each one dimension's alone: its totals are the dimension's)
+        for dim, wire in one.by_dim.items():
+            c = with_dimension(c, dim, micro * wire, micro * one.calls_by_dim[dim],
+                               all_gather=micro * one.all_gather_bytes,
+                               reduce_scatter=micro * one.reduce_scatter_bytes,
+                               all_reduce=micro * one.all_reduce_bytes,
+                               all_to_all=micro * one.all_to_all_bytes)
     sent = (0 if last else s.output_bytes) + (0 if first else s.input_bytes)
     if sent and mesh.get("pp", 1) > 1:
         c = with_dimension(c, "pp", micro * sent,
                            2 * micro * ((not first) + (not last)))
     return c
 
-
-def _volumes(per_micro: CommVolume, dim: str, micro: int) -> dict[str, int]:
-    """``micro`` times one micro-batch's volumes of dimension ``dim`` (tp's gathers, scatters
-    and reduces; ep's all-to-alls)."""
-    if dim == "ep":
-        return {"all_to_all": micro * per_micro.all_to_all_bytes}
-    return {"all_gather": micro * per_micro.all_gather_bytes,
-            "reduce_scatter": micro * per_micro.reduce_scatter_bytes,
-            "all_reduce": micro * per_micro.all_reduce_bytes}

@@ -138,7 +138,7 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     ``r`` the ``r``-th, the ``r + p``-th, …), its slot all of theirs, its bubble ``per_rank``
     times shorter ((p − 1)/(v·m + p − 1)). A stage's share of a slot is its kernels with its
     tensor-parallel collectives (exposed, unless ``async_tp``), its expert-parallel
-    all-to-alls (exposed) and its sends and receives (pp). fully_shard's all-gathers (an
+    all-to-alls and context-parallel ring (exposed) and its sends and receives (pp). fully_shard's all-gathers (an
     experts unit's over efsdp too) run in the first micro-batch's forward, hidden by it but
     for the first; its reduce-scatters (and HSDP's all-reduce) after the last backward, where
     nothing hides them (``gathered``: each stage's all-gathers' share of its fully_shard
@@ -149,7 +149,7 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
         sec = dim_seconds(c, rank.mesh, links)
         compute = t.seconds - t.optimizer_seconds
         slot_comm = ((0.0 if async_tp else sec.get("tp", 0.0)) + sec.get("pp", 0.0)
-                     + sec.get("ep", 0.0)) / microbatches
+                     + sec.get("ep", 0.0) + sec.get("cp", 0.0)) / microbatches
         data = sec.get("dp_shard", 0.0) + sec.get("efsdp", 0.0)
         gather = data * share
         calls = max(1, c.calls_by_dim.get("dp_shard", 1))
