@@ -185,12 +185,13 @@ def test_context_parallel_stages_against_the_real_step(precision):
     3: the last stage within 1% of both ranks (fp32 3,602,688 / 3,569,920 B against
     3,604,212; bf16-master −1.2%, −0.6%); the first stage's ranks hold more than graphcost's
     figure (fp32 2,760,040 / 2,792,808 against 2,531,188: −8.3%, −9.4%; bf16-master −11.0%,
-    −9.5%; at 8 × 256 −12.8%, at 8 × 32 −5.0%): at its peak the real step holds two
-    all-gathered key/value buffers of the ring (2 · 131,072 B at 8 × 256) and two flattened
-    key/value inputs of it, which graphcost frees after each ring's forward — as the same ring
-    without stages is measured to (test_context_parallel.py, +0.08%) — and which gloo's
-    thread may free late (the profiler's count sees them; FSDPMemTracker's does not). Not yet
-    explained: that stage is held to a band a fix would leave."""
+    −9.5%; at 8 × 256 −12.8%, at 8 × 32 −5.0%). Its peak is in the ring's backward, where
+    the profiler's count (this harness's: analyzer/measure/pipeline.py) sees gloo's own
+    all-gather buffer beside the collective's output — allocated inside ``gloo:all_gather``
+    on its thread, which FSDPMemTracker (the same ring without stages, +0.08%:
+    test_context_parallel.py) does not see, and NCCL does not make: 131,072 B of the fp32 gap
+    of 228,852 here, 262,144 of 588,788 at 8 × 256. The rest is not yet explained: that stage
+    is held to a band a fix would leave."""
     import torch
     from graphcost.models_zoo import hf
     overrides = (("attn", "sdpa"), ("num_key_value_heads", 4))
