@@ -554,3 +554,21 @@ def test_a_head_tied_to_the_embedding_is_held_by_both_end_stages_and_said():
     first, last = (s.param_bytes for s in r.pipeline.per_stage)
     assert (first, last) == (131_072 + 147_968, 131_072 + 147_968 + 256)
     assert any("tied to the token embedding" in w for w in r.warnings)
+
+
+def test_the_brief_view_names_the_stages_whose_blocks_differ():
+    """DeepSeek-V3's 61 blocks over 8 stages (torchtitan's split counts the embedding and the
+    head a block each: 7, six of 8, 6) read "8 blocks a stage (7 on stage 0; 6 on stage 7)";
+    it said "(7 on stages 0–7)", every stage and one count."""
+    from types import SimpleNamespace
+
+    from graphcost.analyzer.render.parallel import _blocks
+
+    def stages(sizes):
+        return [SimpleNamespace(stage=i, chunks=(), layers=(0, n)) for i, n in enumerate(sizes)]
+    assert _blocks(stages([len(stage_layers(61, i, 8)) for i in range(8)])) == \
+        "8 blocks a stage (7 on stage 0; 6 on stage 7)"
+    assert _blocks(stages([7, 8, 8, 8, 8, 8, 8, 7])) == "8 blocks a stage (7 on stages 0 and 7)"
+    assert _blocks(stages([8, 8, 8, 8, 8, 8, 7, 7])) == "8 blocks a stage (7 on stages 6–7)"
+    assert _blocks(stages([6, 8, 8, 7, 8, 8, 8, 7])) == \
+        "8 blocks a stage (6 on stage 0; 7 on stages 3 and 7)"

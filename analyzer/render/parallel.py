@@ -183,9 +183,23 @@ def _blocks(stages, unit: str = "stage") -> str:
     common first."""
     sizes = [sum(b - a for a, b in (s.chunks or (s.layers,))) for s in stages]
     common = max(set(sizes), key=sizes.count)
-    others = [s.stage for s, n in zip(stages, sizes) if n != common]
+    rest: dict[int, list[int]] = {}
+    for s, n in zip(stages, sizes):
+        if n != common:
+            rest.setdefault(n, []).append(s.stage)
+    parts = [f"{n} on {unit}{'s' if len(at) > 1 else ''} {_runs(at)}" for n, at in rest.items()]
     text = f"{common} block{'s' if common > 1 else ''} a {unit}"
-    if others:
-        span = f"{others[0]}–{others[-1]}" if len(others) > 1 else f"{others[0]}"
-        text += f" ({sizes[others[0]]} on {unit}{'s' if len(others) > 1 else ''} {span})"
-    return text
+    return text + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def _runs(numbers: list[int]) -> str:
+    """``6–7``, ``0 and 7``, ``0–2, 5 and 7``: ascending numbers as their consecutive runs
+    (a stage split's first and last can hold fewer blocks than the middle, apart)."""
+    runs: list[list[int]] = []
+    for k in numbers:
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    words = [f"{r[0]}–{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
