@@ -28,8 +28,8 @@ def build_parser():
     p = Parser(prog="graphcost plan", description=(
         "Search the layouts (FSDP, HSDP, DDP beside each tensor-parallel size; pipeline "
         "stages beside FSDP and HSDP where no layout without them fits; expert parallelism "
-        "beside FSDP, HSDP and pipeline stages for a mixture of experts; context parallelism beside FSDP where no "
-        "layout without it fits), checkpoint "
+        "beside FSDP, HSDP and pipeline stages for a mixture of experts; context "
+        "parallelism beside FSDP where no layout without it fits), checkpoint "
         "plans (none, sac, full) and batches of a training step on N GPUs; keep those whose "
         "every rank fits --device and rank them by the time estimate's tokens/s per GPU. "
         "Each candidate is what `graphcost MODEL --train --parallel MESH …` gives, and the "

@@ -277,7 +277,7 @@ def _wrap(model, case: Case, mesh=None):
     experts, experts_mesh = expert_ranks(model, case)
     if case.cp > 1:
         from .context_plan import apply_context_parallel
-        assert mesh is not None   # (_mesh makes one with cp)
+        assert mesh is not None   # (case_mesh makes one with cp)
         apply_context_parallel(model, mesh["cp"])
     if case.sac:   # (torchtitan: after tp and cp, before fully_shard)
         from .sac_plan import apply_sac

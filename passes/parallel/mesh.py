@@ -33,10 +33,10 @@ over ``dp_replicate``; zero1/2/3 and fsdp shard over ``dp_shard``; both (HSDP, F
 shards across the groups. ``tp`` is traced: the model rewritten into one tensor-parallel
 rank's program (analyzer/frontends/torch/tensor_parallel.py) before the data dimensions shard
 it (passes/parallel/tensor.py adds its collectives). ``pp`` cuts the model into stages, each
-its own traced program, beside fully_shard's data dimensions and ``tp`` (passes/parallel/
-pipeline.py; beside DDP it is refused). ``ep`` is traced too, the experts rewritten into the
+its own traced program, beside fully_shard's data dimensions, ``tp``, ``ep`` and ``cp``
+(passes/parallel/pipeline.py; beside DDP it is refused). ``ep`` is traced too, the experts rewritten into the
 rank's slice and torchtitan's token exchange (analyzer/frontends/torch/expert_parallel.py),
-beside fully_shard, HSDP and cp. ``MODELLED`` lists these; a mesh with
+beside fully_shard, HSDP, cp and pp. ``MODELLED`` lists these; a mesh with
 another dimension larger than 1 is refused by ``check_mesh`` with its name, never priced as
 if it were data parallel. A new dimension is
 added here and in a module of passes/parallel/ that transforms the rank's step (docs/layout.md).
@@ -180,7 +180,7 @@ def _check_context(mesh: Mesh) -> None:
 
 def _check_experts(mesh: Mesh) -> None:
     """ep carved out of dp_shard × cp (torchtitan's sparse mesh), beside fully_shard (HSDP
-    too: the experts replicated over dp_replicate) and cp; not beside tp or pp."""
+    too: the experts replicated over dp_replicate), cp and pp; not beside tp."""
     ep, shard = mesh.size("ep") or 1, mesh.size("dp_shard")
     if ep == 1:
         return
