@@ -61,15 +61,21 @@ class PipelineRun:
 
 def allocated_peak(prof) -> int:
     """The most bytes a profiled region had allocated at once beyond what it started with:
-    each allocation counted until it is freed (frees of older blocks are not counted)."""
+    each allocation counted until it is freed (frees of older blocks are not counted). Not
+    counted: what gloo allocates inside its own collectives (under a ``gloo:`` event, on
+    its thread — its all-gather's flat buffer beside the output, which NCCL does not make
+    and FSDPMemTracker does not see)."""
     events = []
 
-    def walk(node) -> None:
+    def walk(node, inside_gloo: bool = False) -> None:
         fields = node.extra_fields
         if type(fields).__name__ == "_ExtraFields_Allocation":
-            events.append((node.start_time_ns, fields.ptr, fields.alloc_size))
+            if not inside_gloo:
+                events.append((node.start_time_ns, fields.ptr, fields.alloc_size))
+            return
+        inside_gloo = inside_gloo or node.name.startswith("gloo:")
         for child in node.children:
-            walk(child)
+            walk(child, inside_gloo)
 
     for root in prof.profiler.kineto_results.experimental_event_tree():
         walk(root)

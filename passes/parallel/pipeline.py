@@ -68,7 +68,7 @@ class StageStep:
     saved: int
     forward_peak: int               # activations and temporaries, forward
     first_backward_peak: int        # with the gradients it makes
-    backward_peak: int              # without them (a later backward accumulates)
+    backward_peak: int              # a later one's: each new gradient until it is added in
     step_temporaries: int
     input_bytes: int                # the received hidden states (0 on the first stage)
     output_bytes: int               # what it sends (or, last, the logits it keeps)
@@ -112,6 +112,9 @@ def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
     others = [st for st in t.storages if st.name not in t.grad_storages]
     # (node by node; a storage living into the optimizer step ends at index n)
     nongrad, grad = timeline_of(others, n + 1)[:n], timeline_of(grads, n + 1)[:n]
+    # a later backward's new gradients: each added into the one held (AccumulateGrad, run as
+    # soon as it is made), alive at its own node only
+    made = timeline_of([replace(st, death=st.birth) for st in grads], n + 1)[:n]
     buffers = sum(v.spec.nbytes or 0 for v in graph.values.values() if v.kind == ValueKind.BUFFER)
     inputs = [v.spec.nbytes or 0 for v in graph.values.values()
               if v.kind == ValueKind.INPUT and v.spec.dtype in FLOAT_DTYPES]
@@ -122,7 +125,8 @@ def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
         grads=t.grad_bytes, saved=sum(st.nbytes for st in others if st.birth < fe <= st.death),
         forward_peak=max(nongrad[:fe], default=0),
         first_backward_peak=max((nongrad[k] + grad[k] for k in range(fe, n)), default=0),
-        backward_peak=max(nongrad[fe:], default=0), step_temporaries=t.step_temp_bytes,
+        backward_peak=max((nongrad[k] + made[k] for k in range(fe, n)), default=0),
+        step_temporaries=t.step_temp_bytes,
         input_bytes=0 if first else sum(inputs), output_bytes=_output_bytes(graph, fe, last))
     return step if shards is None else sharded(step, graph, t, shards, nongrad)
 
