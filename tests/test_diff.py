@@ -281,3 +281,19 @@ def test_a_serving_diff_ends_on_each_reviews_cache_capacity_time_and_fit():
     p = run("zoo:hf_llama", "zoo:hf_qwen2", "--serve", "--prompt", "64", "--generate", "16",
             "--batch", "4", "--format", "json", rc=0)
     assert json.loads(p.stdout)["serving"]["kv_bytes_per_token"]["old"] == sa.kv_bytes_per_token
+
+
+def test_serving_times_carry_both_bands_where_they_differ():
+    """A serving diff's TTFT/TPOT are estimates with their bands: one band said once where
+    both reviews have it, both where they differ (the line said no band at all there)."""
+    from graphcost.analyzer.app.diff import Change
+    from graphcost.analyzer.app.diff_answer import ServingDiff
+    from graphcost.analyzer.render.diff import _serving_lines
+
+    def served(bands):
+        return ServingDiff(2048, Change("weight_bytes", 1 << 30, 1 << 30),
+                           Change("kv_bytes_per_token", 1 << 17, 1 << 16),
+                           Change("kv_cache_bytes", 1 << 30, 1 << 29), None, None,
+                           (0.05, 0.04), (0.01, 0.008), bands)
+    assert _serving_lines(served((0.16, 0.16)), None)[-1].endswith("estimates ± 16% each")
+    assert _serving_lines(served((0.16, 0.32)), None)[-1].endswith("estimates ± 16% → ± 32%")

@@ -174,6 +174,8 @@ def test_beside_hsdp_each_rank_within_5_percent(precision):
     # whole (efsdp 1), a dense unit's half — 2 · (2 − 1)/2 of it on the wire; reduced in
     # fp32 in both recipes (bf16-master's units hold bf16 parameters: twice their bytes)
     master = 2 if precision == "bf16-master" else 1
+    # (the experts' part: 2 layers' 4 experts, 786,432 B of fp32 gradients each, whole)
+    assert master * sum(u.grad_padded_bytes for u in p.units if u.ep == 2) == 2 * 786_432
     shards = master * sum(u.grad_padded_bytes // (1 if u.ep == 2 else 2) for u in p.units)
     assert p.comm.by_dim["dp_replicate"] == shards
     assert p.comm.all_reduce_bytes == shards

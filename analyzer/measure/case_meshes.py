@@ -32,13 +32,19 @@ def data_mesh(mesh):
     HSDP, the shard dimension alone (with cp, dp_shard × cp flattened: torchtitan's
     dp_shard_cp), or None where the data dimensions are 1."""
     if "cp" in (mesh.mesh_dim_names or ()):
-        if mesh["dp_shard"].size() == 1:
-            return mesh["cp"]
-        return mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+        return shard_with_cp(mesh)
     replicate, shard = mesh["dp_replicate"].size(), mesh["dp_shard"].size()
     if replicate > 1:
         return mesh["dp_replicate", "dp_shard"]
     return mesh["dp_shard"] if shard > 1 else None
+
+
+def shard_with_cp(mesh):
+    """The ranks fully_shard shards over beside context parallelism: dp_shard × cp flattened
+    (torchtitan's dp_shard_cp), or cp alone where dp_shard is 1."""
+    if mesh["dp_shard"].size() == 1:
+        return mesh["cp"]
+    return mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
 
 
 def expert_ranks(model, case: Case):

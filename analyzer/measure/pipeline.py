@@ -27,6 +27,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 
+from .case_meshes import shard_with_cp
 from .parallel import free_port, start_ranks
 
 
@@ -224,9 +225,7 @@ def _checkpointed(module) -> None:
 def _data_mesh(mesh, run: PipelineRun):
     """The mesh fully_shard shards a stage over: dp_shard, or with cp dp_shard × cp
     (torchtitan's)."""
-    if run.cp == 1:
-        return mesh["dp_shard"]
-    return mesh["cp"] if run.dp_shard == 1 else mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+    return mesh["dp_shard"] if run.cp == 1 else shard_with_cp(mesh)
 
 
 def _expert_ranks(module, run: PipelineRun) -> tuple[list, object]:

@@ -203,7 +203,8 @@ def _serving_lines(s: ServingDiff, device: str | None) -> list[str]:
         out.append(f"{device} holds ≈ {n.old:,} → {n.new:,} sequences of {s.tokens:,} "
                    "tokens at once")
     if s.ttft is not None and s.tpot is not None and s.bands is not None:
-        band = f" ± {s.bands[0]:.0%} each" if s.bands[0] == s.bands[1] else ""
+        a, b = s.bands
+        band = f" ± {a:.0%} each" if a == b else f" ± {a:.0%} → ± {b:.0%}"
         out.append(f"TTFT ≈ {human_time(s.ttft[0])} → {human_time(s.ttft[1])}, TPOT ≈ "
                    f"{human_time(s.tpot[0])} → {human_time(s.tpot[1])}; estimates{band}")
     return out
