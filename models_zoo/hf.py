@@ -1,7 +1,8 @@
 """Small Hugging Face ``transformers`` models built from configs: no download, no hub file,
 random weights (the optional extra ``hf``).
 
-One of each family a deployment review meets: GPT-2 (MHA, tied head), Llama (GQA), Qwen2
+One of each family a deployment review meets: GPT-2 (MHA, tied head), Llama (GQA), Phi
+(parallel attention and MLP), Qwen2
 (one full and one sliding-window layer), BERT, T5 (encoder-decoder), ViT, the Whisper encoder
 and Mixtral (a sparse MoE, top-2 of 4 experts). Sizes are tiny (d 64, 2 layers, vocab 512) so
 a real CPU step measures in milliseconds. Attention is ``eager`` (matmul, softmax, matmul):
@@ -53,6 +54,16 @@ def llama(attn: str = "eager", **overrides) -> torch.nn.Module:
                   dict(_TEXT, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2,
                        max_position_embeddings=128), overrides)
+
+
+def phi(attn: str = "eager", **overrides) -> torch.nn.Module:
+    """PhiForCausalLM (Phi-1/2): attention and a GELU MLP (fc1, fc2) in parallel on one
+    LayerNorm's output, biases throughout (the head's too), rotary on half of each head,
+    4 heads of 16."""
+    return _build("PhiForCausalLM", "PhiConfig", attn,
+                  dict(_TEXT, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, max_position_embeddings=128,
+                       partial_rotary_factor=0.5), overrides)
 
 
 def qwen2(attn: str = "eager", **overrides) -> torch.nn.Module:
@@ -135,6 +146,9 @@ HF_MODELS: dict[str, ZooModel] = {m.name: m for m in [
           "layers, vocab 512, tied lm_head, eager attention"),
     _text("hf_llama", llama, "transformers LlamaForCausalLM from a config: d 64, GQA 4 heads / "
           "2 KV heads, SwiGLU 128, 2 layers, vocab 512, eager attention"),
+    _text("hf_phi", phi, "transformers PhiForCausalLM from a config: d 64, 4 heads, attention "
+          "and a GELU MLP of 128 in parallel, biases, partial rotary, 2 layers, vocab 512, "
+          "eager attention"),
     _text("hf_qwen2", qwen2, "transformers Qwen2ForCausalLM from a config: GQA, layer 0 full "
           "attention, layer 1 sliding window 16, eager attention"),
     _text("hf_bert", bert, "transformers BertModel from a config: d 64, 4 heads, MLP 128, 2 "

@@ -2,9 +2,10 @@
 parallel.py, Case.tp): the plan graphcost's rank program is rewritten by (frontends/torch/
 tensor_parallel.py), in PyTorch's own ``parallelize_module`` styles, on the same module names.
 
-* a transformers model: its ``base_model_tp_plan`` — q/k/v, gate/up ``ColwiseParallel()``,
-  o, down ``RowwiseParallel()``, the token embedding ``RowwiseParallel(input_layouts=
-  Replicate())``, the head ``ColwiseParallel(output_layouts=Replicate())``;
+* a transformers model: its own plan (``tensor_parallel.linear_style``) — the linears it
+  names "colwise" ``ColwiseParallel()``, "rowwise" ``RowwiseParallel()``, the token embedding
+  ``RowwiseParallel(input_layouts=Replicate())``, the head ``ColwiseParallel(output_layouts=
+  Replicate())``;
 * any other (torchtitan's ``parallelize_llama``): sequence parallel — the embedding's output
   ``Shard(1)``, the norms ``SequenceParallel()``, each attention/MLP module's first input
   redistributed ``Shard(1) -> Replicate()`` (``PrepareModuleInput``, here a pre-hook: the
@@ -32,6 +33,7 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
     """``model`` parallelized over the 1-D ``mesh`` in place, its head counts the rank's;
     ``sequence`` False: the plan without sequence parallelism whatever the model (a serving
     engine's, frontends/torch/tensor_parallel.py)."""
+    import torch
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -41,10 +43,9 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
     )
 
     from ..frontends.torch.tensor_parallel import (
-        COLWISE,
-        ROWWISE,
         is_tied,
         is_transformers,
+        linear_style,
         local_head_counts,
         vocab_layers,
     )
@@ -56,15 +57,16 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
     plan: dict = {}
     parents = []
     float8: set[str] = set()   # modules whose input is gathered in float8
+    style = linear_style(model)
     for name, module in model.named_modules():
-        leaf = name.rsplit(".", 1)[-1]
         colwise, rowwise = _styles(module)
-        if leaf in COLWISE:
+        linear = isinstance(module, torch.nn.Linear)
+        if linear and style(name) == "colwise":
             plan[name] = colwise()
             parents += [name.rsplit(".", 1)[0]]
             if colwise is not ColwiseParallel:
                 float8.add(parents[-1])
-        elif leaf in ROWWISE:
+        elif linear and style(name) == "rowwise":
             plan[name] = rowwise(**seq)
         elif sequence and type(module).__name__.endswith("Norm"):
             plan[name] = SequenceParallel()

@@ -13,15 +13,19 @@ its collectives the ops of tp_collectives.py. Two plans, each the one its engine
   (``PrepareModuleInput``: its gradient reduce-scattered in backward), its row-wise output
   reduce-scattered back (``RowwiseParallel(output_layouts=Shard(1))``), the head's input
   all-gathered (``ColwiseParallel(input_layouts=Shard(1))``);
-* **transformers'** ``base_model_tp_plan`` (``"colwise"``/``"rowwise"``, the head
-  ``"colwise_rep"``), for a transformers model, and a serving engine's (vLLM's
+* **transformers'** own plan (``PreTrainedModel.tp_plan``: the config's
+  ``base_model_tp_plan`` under the base model's prefix, the embedding ``"embedding_rowwise"``,
+  the head ``"colwise_gather_output"``), for a transformers model — the linears it names
+  ``"colwise"`` or ``"rowwise"`` sharded so (Llama's q/k/v and gate/up, o and down; Phi's
+  fc1, fc2 and dense; GPT-J's fc_in, fc_out and out_proj) — and a serving engine's (vLLM's
   ``ColumnParallelLinear``/``RowParallelLinear``, its logits gathered) for any model
   served: no sequence parallelism. A column-wise
   linear's replicated input is the same tensor forward, its gradient all-reduced in backward
   (Megatron's ``f``); a row-wise output and the embedding's are all-reduced (``g``).
 
-In both, q/k/v and gate/up are column-wise (the weight's rows and bias sharded), o and down
-row-wise (the weight's columns; a bias added after the reduction); the token embedding
+In torchtitan's, q/k/v and gate/up are column-wise (the weight's rows and bias sharded), o
+and down row-wise (the weight's columns; a bias added after the reduction); in both, the
+token embedding
 row-wise over its vocabulary (ids outside the rank's rows masked to 0, looked up, those rows
 zeroed: DTensor's ``MaskPartial``); the LM head column-wise — torchtitan's logits stay
 sharded on the vocabulary for a loss-parallel cross-entropy (``loss_parallel()``,
@@ -30,7 +34,8 @@ loss; attention's head counts (``n_head``/``n_kv``-style attributes) divided by 
 local q/k/v views hold the rank's heads. A head tied to the token embedding shares its
 shard (both split the table's rows; torchtitan re-ties them after parallelizing). Refused by
 name: a norm over a whole sharded projection (OLMo 2's q_norm), fused q/k/v
-(GPT-2's ``c_attn``) and any matrix the plan leaves whole (a mixture of experts'). Not
+(GPT-2's ``c_attn``) and any matrix the plan leaves whole or shards in a style not modelled
+(a mixture of experts': transformers' ``"moe_tp_experts"``, ``"packed_colwise"``). Not
 modelled: async TP, the norm weights' gradient all-reduce under sequence parallelism (a few
 KiB).
 
@@ -45,6 +50,8 @@ from __future__ import annotations
 
 import copy
 import math
+import re
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -167,9 +174,11 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
     # (a pipeline stage of no block, the norm and the head alone, shards its head)
     if not parents and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
                            for p in m.parameters(recurse=False)):
+        named = "the linears transformers' plan for it shards colwise or rowwise" \
+            if planned(model) else f"Llama-style blocks ({', '.join(COLWISE + ROWWISE)} " \
+            "linears, as torchtitan's plan names them)"
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: graphcost shards "
-                             f"Llama-style blocks ({', '.join(COLWISE + ROWWISE)} linears, as "
-                             "torchtitan's plan names them); this model has none")
+                             f"{named}; this model has none")
     for parent in parents if sequence else ():
         # torchtitan's float8 plan gathers a float8 module's input in float8
         # (PrepareFloat8ModuleInput); its colwise linears' product config keys it
@@ -222,7 +231,9 @@ def _all_sharded(model: torch.nn.Module, group: int) -> None:
                         model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model,
                         SHARDED)})
     if whole:
-        shown = ", ".join(whole[:3]) + (f" and {len(whole) - 3} more" if len(whole) > 3 else "")
+        style = planned_style(model)
+        said = [f"{w} ({style(w)!r} in transformers' plan)" if style(w) else w for w in whole]
+        shown = ", ".join(said[:3]) + (f" and {len(said) - 3} more" if len(said) > 3 else "")
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: the plan shards "
                              "attention and MLP linears, the embedding and the head; "
                              f"{shown} would stay whole on every rank (tensor parallelism "
@@ -230,16 +241,17 @@ def _all_sharded(model: torch.nn.Module, group: int) -> None:
 
 
 def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool) -> list:
-    """Each q/k/v/o and gate/up/down linear replaced by its shard; returns the modules that
-    hold column-wise ones (the attention and MLP modules, whose input sequence parallelism
-    gathers)."""
+    """Each linear the plan names (``linear_style``) replaced by its shard; returns the
+    modules that hold column-wise ones (the attention and MLP modules, whose input sequence
+    parallelism gathers)."""
     parents = []
+    style = linear_style(model)
     for name, child in list(model.named_modules()):
         for leaf, linear in list(child.named_children()):
-            if not isinstance(linear, torch.nn.Linear) or leaf not in COLWISE + ROWWISE:
-                continue
             path = f"{name}.{leaf}" if name else leaf
-            if leaf in COLWISE:
+            if not isinstance(linear, torch.nn.Linear) or style(path) is None:
+                continue
+            if style(path) == "colwise":
                 _divides(path, linear.out_features, group)
                 child.set_submodule(leaf, ColwiseLinear(linear, group, copy=not sequence))
                 parents += [child] if child not in parents else []
@@ -307,3 +319,39 @@ def _divides(what: str, size: int, group: int) -> None:
     if size % group:
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: {what} ({size:,}) does "
                              f"not divide into {group} ranks")
+
+
+def linear_style(model: torch.nn.Module) -> Callable[[str], str | None]:
+    """The plan's style for a linear of ``model`` by its name: "colwise", "rowwise" or None
+    (not sharded here; the token embedding and the head are ``vocab_layers``'). A
+    transformers model with a plan: the linears it names so; any other model: torchtitan's
+    names (``COLWISE``, ``ROWWISE``)."""
+    style = planned_style(model)
+    if planned(model) is None:
+        return lambda name: "colwise" if name.rsplit(".", 1)[-1] in COLWISE else \
+            "rowwise" if name.rsplit(".", 1)[-1] in ROWWISE else None
+    return lambda name: s if (s := style(name)) in ("colwise", "rowwise") else None
+
+
+def planned_style(model: torch.nn.Module) -> Callable[[str], str | None]:
+    """transformers' plan of ``model`` as a lookup: a module's name (in ``model``, which may
+    wrap the transformers model or be a pipeline stage cut from it) to the style its plan
+    gives it, or None."""
+    plan = planned(model) or {}
+    patterns = [(re.compile(r"(?:.*\.)?" + re.escape(k).replace(r"\*", r"\d+")), v)
+                for k, v in plan.items()]
+    return lambda name: next((v for pattern, v in patterns if pattern.fullmatch(name)), None)
+
+
+def planned(model: torch.nn.Module) -> dict[str, str] | None:
+    """The tensor-parallel plan transformers gives ``model`` (``PreTrainedModel.tp_plan``:
+    module name patterns, ``*`` for a layer's index, to styles; else its config's
+    ``base_model_tp_plan``), or None: not a transformers model, or no plan."""
+    for m in model.modules():
+        if not type(m).__module__.startswith("transformers."):
+            continue
+        plan = getattr(m, "tp_plan", None)
+        if not isinstance(plan, dict) or not plan:
+            plan = getattr(getattr(m, "config", None), "base_model_tp_plan", None)
+        return dict(plan) if isinstance(plan, dict) and plan else None
+    return None
