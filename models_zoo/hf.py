@@ -2,7 +2,7 @@
 random weights (the optional extra ``hf``).
 
 One of each family a deployment review meets: GPT-2 (MHA, tied head), Llama (GQA), Phi
-(parallel attention and MLP), Qwen2
+(parallel attention and MLP), Phi-3 (fused projections), Qwen2
 (one full and one sliding-window layer), BERT, T5 (encoder-decoder), ViT, the Whisper encoder
 and Mixtral (a sparse MoE, top-2 of 4 experts). Sizes are tiny (d 64, 2 layers, vocab 512) so
 a real CPU step measures in milliseconds. Attention is ``eager`` (matmul, softmax, matmul):
@@ -64,6 +64,15 @@ def phi(attn: str = "eager", **overrides) -> torch.nn.Module:
                   dict(_TEXT, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                        num_attention_heads=4, max_position_embeddings=128,
                        partial_rotary_factor=0.5), overrides)
+
+
+def phi3(attn: str = "eager", **overrides) -> torch.nn.Module:
+    """Phi3ForCausalLM (Phi-3, Phi-4-mini): Llama's block with q/k/v fused into one
+    ``qkv_proj`` and gate/up into one ``gate_up_proj``; GQA (4 query heads, 2 KV heads)."""
+    return _build("Phi3ForCausalLM", "Phi3Config", attn,
+                  dict(_TEXT, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=128), overrides)
 
 
 def qwen2(attn: str = "eager", **overrides) -> torch.nn.Module:
@@ -149,6 +158,9 @@ HF_MODELS: dict[str, ZooModel] = {m.name: m for m in [
     _text("hf_phi", phi, "transformers PhiForCausalLM from a config: d 64, 4 heads, attention "
           "and a GELU MLP of 128 in parallel, biases, partial rotary, 2 layers, vocab 512, "
           "eager attention"),
+    _text("hf_phi3", phi3, "transformers Phi3ForCausalLM from a config: d 64, GQA 4 heads / 2 "
+          "KV heads, fused qkv_proj and gate_up_proj (SwiGLU 128), 2 layers, vocab 512, eager "
+          "attention"),
     _text("hf_qwen2", qwen2, "transformers Qwen2ForCausalLM from a config: GQA, layer 0 full "
           "attention, layer 1 sliding window 16, eager attention"),
     _text("hf_bert", bert, "transformers BertModel from a config: d 64, 4 heads, MLP 128, 2 "

@@ -33,13 +33,13 @@ BATCH = 2
 NAMES = list(hf.HF_MODELS)
 
 
-# One layer where it runs every op the model has: GPT-2's, Llama's, Phi's, BERT's, ViT's and the
-# Whisper encoder's layers are alike, T5's first encoder and decoder layers hold the relative
+# One layer where it runs every op the model has: GPT-2's, Llama's, Phi's, Phi-3's, BERT's,
+# ViT's and the Whisper encoder's layers are alike, T5's first encoder and decoder layers hold the relative
 # position bias (later ones read it) and Mixtral's layer is its MoE. Qwen2 keeps the zoo's two,
 # one full and one sliding layer: zoo:hf_qwen2 is compared with it, and it is checkpointed
 # block by block.
 LAYERS = {"hf_gpt2": {"n_layer": 1}, "hf_llama": {"num_hidden_layers": 1},
-          "hf_phi": {"num_hidden_layers": 1},
+          "hf_phi": {"num_hidden_layers": 1}, "hf_phi3": {"num_hidden_layers": 1},
           "hf_bert": {"num_hidden_layers": 1}, "hf_vit": {"num_hidden_layers": 1},
           "hf_t5": {"num_layers": 1, "num_decoder_layers": 1},
           "hf_whisper_encoder": {"encoder_layers": 1}, "hf_mixtral": {"num_hidden_layers": 1}}
@@ -106,7 +106,8 @@ def test_bert_mask_eager_skips():
 # where graphcost models the fused native_dropout's 1-byte mask (T5, 16 dropouts, is 12.7%
 # under; benchmarks/accuracy_hf.py prints all of them).
 @pytest.mark.parametrize("optimizer", ["none", "adam"])
-@pytest.mark.parametrize("name", ["hf_llama", "hf_phi", "hf_whisper_encoder", "hf_mixtral"])
+@pytest.mark.parametrize("name", ["hf_llama", "hf_phi", "hf_phi3", "hf_whisper_encoder",
+                                  "hf_mixtral"])
 def test_training_peak_vs_memtracker(name, optimizer):
     model, inputs, joint = traced(name, True)
     predicted = run_passes(joint, PassOptions(optimizer=optimizer, what_if=False, include_inputs=False)).training.peak_bytes  # as MemTracker

@@ -77,7 +77,9 @@ def tp_alone():
     # torchtitan's SAC (recipe "sac")
     preds = {(m, r): _predict(m, "tp=2", r) for m in MODELS for r in RECIPES}
     preds.update({(m, "sac"): _predict(m, "tp=2", sac=True) for m in MODELS})
-    preds["hf_phi", "fp32"] = _predict("hf_phi", "tp=2")   # (transformers' own plan)
+    # transformers' own plans: Phi's fc1/fc2/dense, Phi-3's gathered fused projections
+    preds["hf_phi", "fp32"] = _predict("hf_phi", "tp=2")
+    preds.update({("hf_phi3", r): _predict("hf_phi3", "tp=2", r) for r in RECIPES})
     return preds, measure_parallel([_case(m, p, "ddp", "fp32" if r == "sac" else r, r == "sac")
                                     for (m, r), p in preds.items()], 2)
 
@@ -152,6 +154,31 @@ def test_transformers_own_plan_shards_what_it_names(tp_alone):
         predicted = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
         low = 0.94 if m.step == 1 else 0.99
         assert low * m.peak <= predicted <= 1.01 * m.peak, (m.rank, m.step, predicted, m.peak)
+
+
+@pytest.mark.parametrize("precision", RECIPES)
+def test_gathered_projections_run_every_head_on_every_rank(tp_alone, precision):
+    """Phi-3's plan shards its fused qkv_proj and gate_up_proj column-wise and all-gathers
+    their outputs ("colwise_gather_output": DTensor's ``ColwiseParallel(output_layouts=
+    Replicate())``), so each rank runs attention on every head; o_proj and down_proj take
+    their slice of the replicated input ("rowwise_split_input": ``RowwiseParallel(
+    input_layouts=Replicate())``; its gradient all-gathered). Measured (2026-12-05, torch
+    2.13, both ranks): fp32 step 2 2,025,092 B against graphcost's 2,026,180 (+0.05%), step 1
+    +0.07%; bf16-true +0.08%, +0.10%."""
+    preds, runs = tp_alone
+    p = preds["hf_phi3", precision]
+    # the shards (floats): the embedding 256 × 64 = 16,384; a layer's qkv_proj 64 of its
+    # (64 + 2 × 32) rows × 64 = 4,096, o_proj 64 × 32 = 2,048, gate_up_proj 128 of 256 rows
+    # × 64 = 8,192, down_proj 64 × 64 = 4,096, two norms 128: 18,560 a layer; the final
+    # norm 64; the head 256 × 64 = 16,384. 16,384 + 2 × 18,560 + 64 + 16,384 = 69,952
+    size = 4 if precision == "fp32" else 2
+    assert p.breakdown_at_peak["params"] == 69_952 * size
+    rows = [m for m in runs if (m.case.model, m.case.precision) == ("hf_phi3", precision)]
+    assert len(rows) == 4
+    for m in rows:
+        assert m.categories["Parameter"] == 69_952 * size
+        predicted = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
+        assert 0.995 * m.peak <= predicted <= 1.005 * m.peak, (m.rank, m.step, predicted, m.peak)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -296,19 +323,24 @@ def test_a_head_tied_to_the_embedding_shares_its_shard(tied, precision):
 @every_torch
 def test_a_norm_over_a_whole_sharded_projection_is_refused_by_name():
     """OLMo 2 normalizes all heads' queries at once (q_norm over n_heads × head_dim), which
-    each rank would need whole; Qwen 3's per-head q_norm runs on the rank's heads. Under
-    torchtitan's plan (a module not transformers', below) the norm is refused; transformers'
-    own plan for OLMo 2 gathers q/k/v's outputs and splits o_proj's input instead
-    ("colwise_gather_output", "rowwise_split_input"), styles graphcost does not model: refused
-    naming them."""
+    each rank would need whole; Qwen 3's per-head q_norm runs on the rank's heads. transformers'
+    own plan for OLMo 2 gathers q/k/v's outputs (and splits o_proj's input), so the norm runs
+    whole on every rank: analyzed so for training; a serving engine's plan (vLLM's) gathers
+    no projection: refused naming the styles. Under torchtitan's plan (a module not
+    transformers', below) the norm is refused."""
     import transformers
     config = transformers.Olmo2Config(hidden_size=64, intermediate_size=128,
                                       num_hidden_layers=1, num_attention_heads=4,
-                                      vocab_size=512)
+                                      vocab_size=512, eos_token_id=2)
+    model = transformers.Olmo2ForCausalLM(config)
+    r = analyze(model, batch=2, train=True, input_shapes={"input_ids": (2, 16)},
+                input_dtypes={"input_ids": "int64"}, parallel={"mesh": "tp=2"},
+                what_if=False)
+    assert r.parallel is not None and r.parallel.comm is not None
     with pytest.raises(GraphcostError, match="q_proj .'colwise_gather_output' in "
                                              "transformers' plan.* would stay whole"):
-        analyze(transformers.Olmo2ForCausalLM(config), batch=2, train=True,
-                input_shapes={"input_ids": (2, 16)}, parallel={"mesh": "tp=2"})
+        analyze(model, serve={"prompt": 16, "generate": 4}, batch=2,
+                parallel={"mesh": "tp=2"})
 
     class Attention(torch.nn.Module):   # OLMo 2's norm in a module torchtitan's plan shards
         def __init__(self):

@@ -50,27 +50,35 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
         vocab_layers,
     )
 
+    gathers = sequence is not False   # (a serving engine's plan gathers no projection)
     if sequence is None:
         sequence = not is_transformers(model)
     seq = {"output_layouts": Shard(1)} if sequence else {}
     names = {id(m): n for n, m in model.named_modules()}
+    tokens, head = vocab_layers(model)
     plan: dict = {}
     parents = []
+    gathered: set[str] = set()   # modules whose column-wise outputs are gathered whole
     float8: set[str] = set()   # modules whose input is gathered in float8
-    style = linear_style(model)
+    style = linear_style(model, gathers)
     for name, module in model.named_modules():
         colwise, rowwise = _styles(module)
-        linear = isinstance(module, torch.nn.Linear)
-        if linear and style(name) == "colwise":
+        kind = style(name) if isinstance(module, torch.nn.Linear) and \
+            module not in (tokens, head) else None
+        if kind == "colwise":
             plan[name] = colwise()
             parents += [name.rsplit(".", 1)[0]]
             if colwise is not ColwiseParallel:
                 float8.add(parents[-1])
-        elif linear and style(name) == "rowwise":
+        elif kind == "colwise_gather_output":
+            plan[name] = colwise(output_layouts=Replicate())
+            gathered.add(name.rsplit(".", 1)[0])
+        elif kind == "rowwise_split_input":
+            plan[name] = rowwise(input_layouts=Replicate())
+        elif kind == "rowwise":
             plan[name] = rowwise(**seq)
         elif sequence and type(module).__name__.endswith("Norm"):
             plan[name] = SequenceParallel()
-    tokens, head = vocab_layers(model)
     tied = is_tied(tokens, head)
     if tokens is not None:
         plan[names[id(tokens)]] = RowwiseParallel(input_layouts=Replicate(), **seq)
@@ -85,7 +93,7 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
     for parent in dict.fromkeys(parents) if sequence else ():
         model.get_submodule(parent).register_forward_pre_hook(
             _replicated_input(mesh, parent in float8))
-    local_head_counts(model, mesh.size())
+    local_head_counts(model, mesh.size(), gathered - set(parents))
 
 
 def _styles(module):

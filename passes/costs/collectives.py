@@ -25,6 +25,7 @@ FAMILY = "collectives"
 COPY = "graphcost.tp_copy.default"
 ALL_REDUCE = "graphcost.tp_all_reduce.default"
 GATHER_LAST = "graphcost.tp_gather_last.default"
+SPLIT_LAST = "graphcost.tp_split_last.default"
 GATHER_SEQ = "graphcost.tp_gather_seq.default"
 SCATTER_SEQ = "graphcost.tp_scatter_seq.default"
 PARTIAL_ROWS = "graphcost.tp_partial_rows.default"
@@ -61,6 +62,9 @@ zero_cost(ALL_REDUCE, reason="a collective: the tensor-parallel ranks' partial s
           family=FAMILY)
 zero_cost(GATHER_LAST, GATHER_SEQ, reason="a collective: the tensor-parallel ranks' slices "
           "gathered across the link", family=FAMILY)
+zero_cost(SPLIT_LAST, reason="the tensor-parallel rank's slice of a replicated input's last "
+          "dim, a copy (nothing crosses the link); its gradient is all-gathered in backward",
+          family=FAMILY)
 zero_cost(SCATTER_SEQ, reason="a collective: the tensor-parallel ranks' partial sums added "
           "across the link, each rank keeping its sequence shard", family=FAMILY)
 zero_cost(SCATTER_ROWS, reason="a collective: the tensor-parallel ranks' partial sums added "

@@ -17,8 +17,11 @@ its collectives the ops of tp_collectives.py. Two plans, each the one its engine
   ``base_model_tp_plan`` under the base model's prefix, the embedding ``"embedding_rowwise"``,
   the head ``"colwise_gather_output"``), for a transformers model — the linears it names
   ``"colwise"`` or ``"rowwise"`` sharded so (Llama's q/k/v and gate/up, o and down; Phi's
-  fc1, fc2 and dense; GPT-J's fc_in, fc_out and out_proj) — and a serving engine's (vLLM's
-  ``ColumnParallelLinear``/``RowParallelLinear``, its logits gathered) for any model
+  fc1, fc2 and dense; GPT-J's fc_in, fc_out and out_proj), or ``"colwise_gather_output"``
+  (the output all-gathered: Phi-3's fused qkv_proj and gate_up_proj, every head then run on
+  every rank) and ``"rowwise_split_input"`` (the replicated input's slice taken:
+  ``tp_split_last``) — and a serving engine's (vLLM's ``ColumnParallelLinear``/
+  ``RowParallelLinear``, its logits gathered; no gathered projection) for any model
   served: no sequence parallelism. A column-wise
   linear's replicated input is the same tensor forward, its gradient all-reduced in backward
   (Megatron's ``f``); a row-wise output and the embedding's are all-reduced (``g``).
@@ -66,6 +69,7 @@ from .tp_collectives import (
     tp_gather_seq,
     tp_partial_rows,
     tp_scatter_seq,
+    tp_split_last,
 )
 
 COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
@@ -103,17 +107,21 @@ class RowwiseLinear(torch.nn.Linear):
     """A row-wise sharded linear: this rank's ``in_features``; the partial output all-reduced
     (or reduce-scattered onto the sequence shard: ``scatter_seq``)."""
 
-    def __init__(self, base: torch.nn.Linear, group: int, *, scatter_seq: bool = False):
+    def __init__(self, base: torch.nn.Linear, group: int, *, scatter_seq: bool = False,
+                 split_input: bool = False):
         super().__init__(math.ceil(base.in_features / group), base.out_features,
                          bias=base.bias is not None, device=base.weight.device,
                          dtype=base.weight.dtype)
-        self.group, self.scatter_seq = group, scatter_seq
+        # split_input: its input replicated, the rank's slice taken (transformers'
+        # rowwise_split_input, after a colwise_gather_output)
+        self.group, self.scatter_seq, self.split_input = group, scatter_seq, split_input
         self.float8 = float8_spec(base)   # (torchao's Float8RowwiseParallel: its product)
         _same_grad(self, base)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
-        y = float8_linear(input, self.weight, None, self.float8) if self.float8 else \
-            F.linear(input, self.weight)
+        x = tp_split_last(input, self.group) if self.split_input else input
+        y = float8_linear(x, self.weight, None, self.float8) if self.float8 else \
+            F.linear(x, self.weight)
         y = _reduced(y, self.group, self.scatter_seq)
         return y if self.bias is None else y + self.bias
 
@@ -161,6 +169,7 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
     embedding too, its logits gathered), whose one-token decode step has no sequence to
     shard."""
     model = copy.deepcopy(module)
+    serving = sequence is False   # (a serving engine's plan: no gathered projections)
     if sequence is None:
         sequence = not is_transformers(model)
     tokens, head = vocab_layers(model)
@@ -169,10 +178,11 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         raise GraphcostError(f"{opt('float8')} beside {opt('parallel', value=f'tp={group}')}: "
                              "modelled for torchtitan's sequence-parallel plan (its float8 "
                              "styles), not transformers' plan or a serving engine's")
-    parents = _shard_blocks(model, group, sequence)
+    parents, whole_heads = _shard_blocks(model, group, sequence, not serving, (tokens, head))
     _whole_norms(model, parents, group)
     # (a pipeline stage of no block, the norm and the head alone, shards its head)
-    if not parents and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
+    blocks = any(isinstance(m, (ColwiseLinear, RowwiseLinear)) for m in model.modules())
+    if not blocks and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
                            for p in m.parameters(recurse=False)):
         named = "the linears transformers' plan for it shards colwise or rowwise" \
             if planned(model) else f"Llama-style blocks ({', '.join(COLWISE + ROWWISE)} " \
@@ -197,7 +207,7 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         model.set_submodule(names[id(head)], sharded)
         if tied and table is not None:   # both shard the table's rows: one shard, re-tied
             sharded.weight = table.weight   # (as torchtitan re-ties them after parallelizing)
-    local_head_counts(model, group)
+    local_head_counts(model, group, whole_heads)
     _all_sharded(model, group)
     return model
 
@@ -211,7 +221,8 @@ def _whole_norms(model: torch.nn.Module, parents: list, group: int) -> None:
     shards per-head norms (Qwen 3's ``q_norm`` of ``head_dim``), which run on the rank's heads."""
     names = {id(m): n for n, m in model.named_modules()}
     for parent in parents:
-        widths = {c.full_out for c in parent.children() if isinstance(c, ColwiseLinear)}
+        widths = {c.full_out for c in parent.children()
+                  if isinstance(c, ColwiseLinear) and not c.gather_out}
         for child in parent.children():
             weight = getattr(child, "weight", None)
             if isinstance(weight, torch.Tensor) and weight.dim() == 1 and \
@@ -240,25 +251,37 @@ def _all_sharded(model: torch.nn.Module, group: int) -> None:
                              "of them is not modelled)")
 
 
-def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool) -> list:
-    """Each linear the plan names (``linear_style``) replaced by its shard; returns the
-    modules that hold column-wise ones (the attention and MLP modules, whose input sequence
-    parallelism gathers)."""
-    parents = []
-    style = linear_style(model)
+def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: bool,
+                  vocab: tuple) -> tuple[list, set[str]]:
+    """Each linear the plan names (``linear_style``; ``gathers``: its gathered styles too)
+    but the embedding's and the head's (``vocab``) replaced by its shard; returns (the
+    modules that hold column-wise ones — the attention and MLP modules, whose input sequence
+    parallelism gathers —, the names of those whose column-wise outputs are gathered whole:
+    their heads stay whole)."""
+    parents, gathered = [], set()
+    style = linear_style(model, gathers)
     for name, child in list(model.named_modules()):
         for leaf, linear in list(child.named_children()):
             path = f"{name}.{leaf}" if name else leaf
-            if not isinstance(linear, torch.nn.Linear) or style(path) is None:
+            if not isinstance(linear, torch.nn.Linear) or linear in vocab:
                 continue
-            if style(path) == "colwise":
+            kind = style(path)
+            if kind is None:
+                continue
+            if kind.startswith("colwise"):
                 _divides(path, linear.out_features, group)
-                child.set_submodule(leaf, ColwiseLinear(linear, group, copy=not sequence))
-                parents += [child] if child not in parents else []
+                gather = kind == "colwise_gather_output"
+                child.set_submodule(leaf, ColwiseLinear(linear, group, copy=not sequence,
+                                                        gather_out=gather))
+                (gathered.add(name) if gather else
+                 parents.append(child) if child not in parents else None)
             else:
                 _divides(path, linear.in_features, group)
-                child.set_submodule(leaf, RowwiseLinear(linear, group, scatter_seq=sequence))
-    return parents
+                child.set_submodule(leaf, RowwiseLinear(
+                    linear, group, scatter_seq=sequence,
+                    split_input=kind == "rowwise_split_input"))
+    sharded = {n for n, m in model.named_modules() if m in parents}
+    return parents, gathered - sharded
 
 
 def _gathering(group: int, float8: tuple | None = None):
@@ -277,11 +300,14 @@ def _gathering(group: int, float8: tuple | None = None):
     return hook
 
 
-def local_head_counts(model: torch.nn.Module, group: int) -> None:
+def local_head_counts(model: torch.nn.Module, group: int, whole: set[str] = set()) -> None:
     """Attention modules that say their head counts (``n_head``, ``num_key_value_heads``, …)
     told the rank's share, as torchtitan once did (``attn.n_heads //= tp``): their q/k/v
-    views then shape the local heads."""
+    views then shape the local heads; but those ``whole`` names (their q/k/v outputs
+    gathered: every rank runs every head)."""
     for name, child in model.named_modules():
+        if name in whole:
+            continue
         for attr in HEAD_COUNTS:
             count = getattr(child, attr, None)
             if isinstance(count, int) and not isinstance(count, bool) and count > 1:
@@ -321,16 +347,21 @@ def _divides(what: str, size: int, group: int) -> None:
                              f"not divide into {group} ranks")
 
 
-def linear_style(model: torch.nn.Module) -> Callable[[str], str | None]:
-    """The plan's style for a linear of ``model`` by its name: "colwise", "rowwise" or None
-    (not sharded here; the token embedding and the head are ``vocab_layers``'). A
-    transformers model with a plan: the linears it names so; any other model: torchtitan's
-    names (``COLWISE``, ``ROWWISE``)."""
+GATHERED = ("colwise_gather_output", "rowwise_split_input")
+
+
+def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str], str | None]:
+    """The plan's style for a linear of ``model`` by its name: "colwise", "rowwise", with
+    ``gathers`` "colwise_gather_output" and "rowwise_split_input" (transformers': the output
+    all-gathered, the replicated input's slice taken), or None (not sharded here; the token
+    embedding and the head are ``vocab_layers``'). A transformers model with a plan: the
+    linears it names so; any other model: torchtitan's names (``COLWISE``, ``ROWWISE``)."""
     style = planned_style(model)
     if planned(model) is None:
         return lambda name: "colwise" if name.rsplit(".", 1)[-1] in COLWISE else \
             "rowwise" if name.rsplit(".", 1)[-1] in ROWWISE else None
-    return lambda name: s if (s := style(name)) in ("colwise", "rowwise") else None
+    kept = ("colwise", "rowwise", *(GATHERED if gathers else ()))
+    return lambda name: s if (s := style(name)) in kept else None
 
 
 def planned_style(model: torch.nn.Module) -> Callable[[str], str | None]:

@@ -12,6 +12,8 @@ op                  forward                          backward
 tp_copy             the same tensor (rule: alias)    all-reduce (a partial gradient)
 tp_all_reduce       all-reduce (partial -> whole)    the gradient passed through
 tp_gather_last      all-gather on the last dim       the rank's slice (a clone)
+tp_split_last       the rank's slice of the last     all-gather on the last dim
+                    dim (a clone)
 tp_gather_seq       all-gather on dim 1 (sequence)   reduce-scatter on dim 1
 tp_scatter_seq      reduce-scatter on dim 1          all-gather on dim 1
 tp_partial_rows     the rank's rows as the whole     reduce-scatter on dim 0 (rows)
@@ -71,6 +73,18 @@ def tp_scatter_rows(x: torch.Tensor, group: int) -> torch.Tensor:
     """The ranks' partial sums reduced, each keeping its rows (dim 0; rank 0's, the
     largest share)."""
     return x.narrow(0, 0, -(-x.shape[0] // group)).clone()
+
+
+@torch.library.custom_op("graphcost::tp_split_last", mutates_args=())
+def tp_split_last(x: torch.Tensor, group: int) -> torch.Tensor:
+    """The rank's slice of a replicated tensor's last dim (rank 0's), a contiguous copy:
+    DTensor's ``Replicate() -> Shard(-1)``, transformers' ``rowwise_split_input``."""
+    return x.narrow(-1, 0, x.shape[-1] // group).clone(memory_format=torch.contiguous_format)
+
+
+@tp_split_last.register_fake
+def _(x: torch.Tensor, group: int) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // group))
 
 
 @tp_partial_rows.register_fake
@@ -133,6 +147,10 @@ def _gather_last_backward(ctx, grad):
         memory_format=torch.contiguous_format), None
 
 
+def _split_last_backward(ctx, grad):
+    return tp_gather_last(grad, ctx.group), None
+
+
 def _gather_seq_backward(ctx, grad):
     return tp_scatter_seq(grad, ctx.group), None
 
@@ -144,6 +162,7 @@ def _scatter_seq_backward(ctx, grad):
 tp_copy.register_autograd(_copy_backward, setup_context=_keep_group)
 tp_all_reduce.register_autograd(_reduce_backward, setup_context=_keep_group)
 tp_gather_last.register_autograd(_gather_last_backward, setup_context=_keep_group)
+tp_split_last.register_autograd(_split_last_backward, setup_context=_keep_group)
 tp_gather_seq.register_autograd(_gather_seq_backward, setup_context=_keep_group)
 tp_scatter_seq.register_autograd(_scatter_seq_backward, setup_context=_keep_group)
 tp_partial_rows.register_autograd(_partial_rows_backward, setup_context=_keep_rows_group)
