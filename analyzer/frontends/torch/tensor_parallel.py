@@ -54,7 +54,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from typing import Callable
+from typing import Callable, Collection
 
 import torch
 import torch.nn.functional as F
@@ -300,7 +300,8 @@ def _gathering(group: int, float8: tuple | None = None):
     return hook
 
 
-def local_head_counts(model: torch.nn.Module, group: int, whole: set[str] = set()) -> None:
+def local_head_counts(model: torch.nn.Module, group: int,
+                      whole: Collection[str] = ()) -> None:
     """Attention modules that say their head counts (``n_head``, ``num_key_value_heads``, …)
     told the rank's share, as torchtitan once did (``attn.n_heads //= tp``): their q/k/v
     views then shape the local heads; but those ``whole`` names (their q/k/v outputs
