@@ -33,12 +33,10 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
     """``model`` parallelized over the 1-D ``mesh`` in place, its head counts the rank's;
     ``sequence`` False: the plan without sequence parallelism whatever the model (a serving
     engine's, frontends/torch/tensor_parallel.py)."""
-    import torch
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
         RowwiseParallel,
-        SequenceParallel,
         parallelize_module,
     )
 
@@ -56,29 +54,8 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
     seq = {"output_layouts": Shard(1)} if sequence else {}
     names = {id(m): n for n, m in model.named_modules()}
     tokens, head = vocab_layers(model)
-    plan: dict = {}
-    parents = []
-    gathered: set[str] = set()   # modules whose column-wise outputs are gathered whole
-    float8: set[str] = set()   # modules whose input is gathered in float8
-    style = linear_style(model, gathers)
-    for name, module in model.named_modules():
-        colwise, rowwise = _styles(module)
-        kind = style(name) if isinstance(module, torch.nn.Linear) and \
-            module not in (tokens, head) else None
-        if kind == "colwise":
-            plan[name] = colwise()
-            parents += [name.rsplit(".", 1)[0]]
-            if colwise is not ColwiseParallel:
-                float8.add(parents[-1])
-        elif kind == "colwise_gather_output":
-            plan[name] = colwise(output_layouts=Replicate())
-            gathered.add(name.rsplit(".", 1)[0])
-        elif kind == "rowwise_split_input":
-            plan[name] = rowwise(input_layouts=Replicate())
-        elif kind == "rowwise":
-            plan[name] = rowwise(**seq)
-        elif sequence and type(module).__name__.endswith("Norm"):
-            plan[name] = SequenceParallel()
+    plan, parents, gathered, float8 = _block_plan(model, linear_style(model, gathers),
+                                                  sequence, (tokens, head))
     tied = is_tied(tokens, head)
     if tokens is not None:
         plan[names[id(tokens)]] = RowwiseParallel(input_layouts=Replicate(), **seq)
@@ -94,6 +71,41 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
         model.get_submodule(parent).register_forward_pre_hook(
             _replicated_input(mesh, parent in float8))
     local_head_counts(model, mesh.size(), gathered - set(parents))
+
+
+def _block_plan(model, style, sequence: bool, vocab: tuple):
+    """(DTensor's plan of the blocks' linears and norms, the modules holding column-wise
+    linears, those whose column-wise outputs are gathered whole, those whose input is
+    gathered in float8); ``style``: tensor_parallel.linear_style's lookup; the embedding and
+    head (``vocab``) are the caller's."""
+    import torch
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel
+
+    seq = {"output_layouts": Shard(1)} if sequence else {}
+    plan: dict = {}
+    parents: list[str] = []
+    gathered: set[str] = set()
+    float8: set[str] = set()
+    for name, module in model.named_modules():
+        colwise, rowwise = _styles(module)
+        kind = style(name) if isinstance(module, torch.nn.Linear) and \
+            module not in vocab else None
+        if kind == "colwise":
+            plan[name] = colwise()
+            parents += [name.rsplit(".", 1)[0]]
+            if colwise is not ColwiseParallel:
+                float8.add(parents[-1])
+        elif kind == "colwise_gather_output":
+            plan[name] = colwise(output_layouts=Replicate())
+            gathered.add(name.rsplit(".", 1)[0])
+        elif kind == "rowwise_split_input":
+            plan[name] = rowwise(input_layouts=Replicate())
+        elif kind == "rowwise":
+            plan[name] = rowwise(**seq)
+        elif sequence and type(module).__name__.endswith("Norm"):
+            plan[name] = SequenceParallel()
+    return plan, parents, gathered, float8
 
 
 def _styles(module):
