@@ -338,8 +338,14 @@ def test_a_norm_over_a_whole_sharded_projection_is_refused_by_name():
                 what_if=False)
     assert r.parallel is not None and r.parallel.comm is not None
     with pytest.raises(GraphcostError, match="q_proj .'colwise_gather_output' in "
-                                             "transformers' plan.* would stay whole"):
+                                             "transformers' plan.*: a serving engine .vLLM. "
+                                             "shards these its own way"):
         analyze(model, serve={"prompt": 16, "generate": 4}, batch=2,
+                parallel={"mesh": "tp=2"})
+    # (Phi-3's plan gathers every projection: nothing else left to shard)
+    with pytest.raises(GraphcostError, match="gate_up_proj .'colwise_gather_output'.*a "
+                                             "serving engine"):
+        analyze("zoo:hf_phi3", serve={"prompt": 16, "generate": 4}, batch=2,
                 parallel={"mesh": "tp=2"})
 
     class Attention(torch.nn.Module):   # OLMo 2's norm in a module torchtitan's plan shards

@@ -182,6 +182,8 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
     _whole_norms(model, parents, group)
     # (a pipeline stage of no block, the norm and the head alone, shards its head)
     blocks = any(isinstance(m, (ColwiseLinear, RowwiseLinear)) for m in model.modules())
+    if not blocks and serving:   # (a plan of gathered projections alone: Phi-3's)
+        _all_sharded(model, group, serving, (tokens, head))
     if not blocks and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
                            for p in m.parameters(recurse=False)):
         named = "the linears transformers' plan for it shards colwise or rowwise" \
@@ -208,7 +210,7 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         if tied and table is not None:   # both shard the table's rows: one shard, re-tied
             sharded.weight = table.weight   # (as torchtitan re-ties them after parallelizing)
     local_head_counts(model, group, whole_heads)
-    _all_sharded(model, group)
+    _all_sharded(model, group, serving)
     return model
 
 
@@ -233,22 +235,30 @@ def _whole_norms(model: torch.nn.Module, parents: list, group: int) -> None:
                     f"over {group} ranks; a norm across the shards is not modelled")
 
 
-def _all_sharded(model: torch.nn.Module, group: int) -> None:
+def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
+                 vocab: tuple = ()) -> None:
     """Refuse a model with matrices the plan does not shard (a mixture of experts' expert
     weights and router, a fused projection): each rank would hold them whole, and the
-    engines that shard them do it by a plan graphcost does not model."""
+    engines that shard them do it by a plan graphcost does not model. ``serving``: a serving
+    engine's plan, which shards transformers' gathered projections its own way; ``vocab``:
+    the embedding and the head, left out (not sharded yet)."""
     whole = sorted({name.rsplit(".", 1)[0] for name, p in model.named_parameters()
                     if p.dim() >= 2 and not isinstance(
-                        model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model,
-                        SHARDED)})
-    if whole:
-        style = planned_style(model)
-        said = [f"{w} ({style(w)!r} in transformers' plan)" if style(w) else w for w in whole]
-        shown = ", ".join(said[:3]) + (f" and {len(said) - 3} more" if len(said) > 3 else "")
-        raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: the plan shards "
-                             "attention and MLP linears, the embedding and the head; "
-                             f"{shown} would stay whole on every rank (tensor parallelism "
-                             "of them is not modelled)")
+                        m := model.get_submodule(name.rsplit(".", 1)[0]) if "." in name
+                        else model, SHARDED) and m not in vocab})
+    if not whole:
+        return
+    style = planned_style(model)
+    said = [f"{w} ({style(w)!r} in transformers' plan)" if style(w) else w for w in whole]
+    shown = ", ".join(said[:3]) + (f" and {len(said) - 3} more" if len(said) > 3 else "")
+    what = opt("parallel", value=f"tp={group}")
+    if serving and any(style(w) in GATHERED for w in whole):
+        raise GraphcostError(f"{what}: {shown}: a serving engine (vLLM) shards these its own "
+                             "way, not as transformers' plan gathers them for training; not "
+                             "modelled for serving")
+    raise GraphcostError(f"{what}: the plan shards attention and MLP linears, the embedding "
+                         f"and the head; {shown} would stay whole on every rank (tensor "
+                         "parallelism of them is not modelled)")
 
 
 def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: bool,
