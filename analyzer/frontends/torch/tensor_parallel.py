@@ -180,10 +180,10 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
                              "styles), not transformers' plan or a serving engine's")
     parents, whole_heads = _shard_blocks(model, group, sequence, not serving, (tokens, head))
     _whole_norms(model, parents, group)
-    # (a pipeline stage of no block, the norm and the head alone, shards its head)
     blocks = any(isinstance(m, (ColwiseLinear, RowwiseLinear)) for m in model.modules())
     if not blocks and serving:   # (a plan of gathered projections alone: Phi-3's)
         _all_sharded(model, group, serving, (tokens, head))
+    # (a pipeline stage of no block, the norm and the head alone, shards its head)
     if not blocks and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
                            for p in m.parameters(recurse=False)):
         named = "the linears transformers' plan for it shards colwise or rowwise" \
@@ -268,7 +268,7 @@ def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: b
     modules that hold column-wise ones — the attention and MLP modules, whose input sequence
     parallelism gathers —, the names of those whose column-wise outputs are gathered whole:
     their heads stay whole)."""
-    parents, gathered = [], set()
+    parents, sharded, gathered = [], set(), set()
     style = linear_style(model, gathers)
     for name, child in list(model.named_modules()):
         for leaf, linear in list(child.named_children()):
@@ -283,14 +283,13 @@ def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: b
                 gather = kind == "colwise_gather_output"
                 child.set_submodule(leaf, ColwiseLinear(linear, group, copy=not sequence,
                                                         gather_out=gather))
-                (gathered.add(name) if gather else
-                 parents.append(child) if child not in parents else None)
+                (gathered if gather else sharded).add(name)
+                parents += [] if gather or child in parents else [child]
             else:
                 _divides(path, linear.in_features, group)
                 child.set_submodule(leaf, RowwiseLinear(
                     linear, group, scatter_seq=sequence,
                     split_input=kind == "rowwise_split_input"))
-    sharded = {n for n, m in model.named_modules() if m in parents}
     return parents, gathered - sharded
 
 
@@ -367,19 +366,21 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
     all-gathered, the replicated input's slice taken), or None (not sharded here; the token
     embedding and the head are ``vocab_layers``'). A transformers model with a plan: the
     linears it names so; any other model: torchtitan's names (``COLWISE``, ``ROWWISE``)."""
-    style = planned_style(model)
-    if planned(model) is None:
+    plan = planned(model)
+    if plan is None:
         return lambda name: "colwise" if name.rsplit(".", 1)[-1] in COLWISE else \
             "rowwise" if name.rsplit(".", 1)[-1] in ROWWISE else None
+    style = planned_style(model, plan)
     kept = ("colwise", "rowwise", *(GATHERED if gathers else ()))
     return lambda name: s if (s := style(name)) in kept else None
 
 
-def planned_style(model: torch.nn.Module) -> Callable[[str], str | None]:
-    """transformers' plan of ``model`` as a lookup: a module's name (in ``model``, which may
-    wrap the transformers model or be a pipeline stage cut from it) to the style its plan
-    gives it, or None."""
-    plan = planned(model) or {}
+def planned_style(model: torch.nn.Module,
+                  plan: dict[str, str] | None = None) -> Callable[[str], str | None]:
+    """transformers' plan of ``model`` (``plan``, if the caller has it) as a lookup: a
+    module's name (in ``model``, which may wrap the transformers model or be a pipeline stage
+    cut from it) to the style its plan gives it, or None."""
+    plan = plan if plan is not None else planned(model) or {}
     patterns = [(re.compile(r"(?:.*\.)?" + re.escape(k).replace(r"\*", r"\d+")), v)
                 for k, v in plan.items()]
     return lambda name: next((v for pattern, v in patterns if pattern.fullmatch(name)), None)
