@@ -58,7 +58,7 @@ t = r.time
 fit = r.roofline.fit
 print(json.dumps(dict(seconds=t.seconds, tps=t.tokens_per_second, mfu=t.mfu,
                       exposed=t.communication_seconds, band=t.band,
-                      reserved=r.parallel and r.parallel.reserved_peak_bytes / 2 ** 30,
+                      reserved=r.peak.reserved_bytes and r.peak.reserved_bytes / 2 ** 30,
                       needs=fit.needs / 2 ** 30)))
 """
 

@@ -43,6 +43,8 @@ SAME_ON_EVERY_TORCH = {
     "test_gpu_time", "test_published_runs",
     # the plan's search and advice: analyses whose traces are checked as above
     "test_plan", "test_serve_plan",
+    # a pipeline rank's allocator replay over stage traces (test_pipeline_parallel checks them)
+    "test_pipeline_reserved",
 }
 
 

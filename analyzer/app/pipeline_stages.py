@@ -167,7 +167,8 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         if n and n > 1}}
     memory = pipeline_memory([(st.step, layers) for st, layers in stages], spec.schedule,
                              micro, batch // micro,
-                             interleaved_orders(spec.pp, v, micro) if v > 1 else None)
+                             interleaved_orders(spec.pp, v, micro) if v > 1 else None,
+                             request.passes.allocator)
     comms = _comms(stages, mesh, micro)
     comm = summed(comms[memory.worst_stage::spec.pp])   # (the worst rank's stages)
     report = replace(report, pipeline=replace(memory, mesh=mesh, comm=comm))
@@ -254,8 +255,8 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
             with_tensor_parallel(NO_COMM, graph, spec.tp, recomputed),
             with_expert_parallel(NO_COMM, graph, spec.ep, recomputed),
             with_context_parallel(NO_COMM, graph, spec.cp, recomputed)) if c.by_dim)
-        return _Stage(stage_step(graph, stage.training.run, first, last, shards), stage.time,
-                      per_micro)
+        return _Stage(stage_step(graph, stage.training.run, first, last, shards,
+                                 request.passes.device), stage.time, per_micro)
 
     done: dict[tuple, _Stage] = {}
     out = []
@@ -265,7 +266,7 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
         if key not in done:
             n = len(blocks)
             done[key] = traced(i, None) if n <= SHORT else \
-                _per_block(traced(i, SHORT - 1), traced(i, SHORT), n - SHORT)
+                _long(traced(i, SHORT - 1), traced(i, SHORT), n - SHORT)
         out.append((done[key], (blocks.start, blocks.stop)))
     return out
 
@@ -276,6 +277,14 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
 # (frontends/torch/repeat_layers.py); tests/test_pipeline_parallel.py checks it against the
 # whole stage's trace.
 SHORT = 3
+
+
+def _long(a: _Stage, b: _Stage, more: int) -> _Stage:
+    """The stage of ``more`` blocks more than ``b`` (one more than ``a``): its figures grown
+    per block; the allocator's replay reads ``b``'s trace (passes/parallel/
+    pipeline_reserved.py: its reserved-to-allocated ratio applied to the grown peak)."""
+    grown = _per_block(a, b, more)
+    return replace(grown, step=replace(grown.step, trace=b.step.trace, more=more))
 
 
 def _per_block(a, b, more: int):

@@ -7,7 +7,8 @@ tensors hold, and the process holds more than the allocator's segments. ``needs`
   (passes/memory/caching_allocator.py): an inference run over its liveness timeline, a training step
   over two steps, one data-parallel rank over two steps of its strategy's tensors and streams
   (passes/parallel/reserved.py), a serving batch over its prefill and last decode step
-  (passes/serving/reserved.py); a checkpoint plan's peak, not replayed, × (1 + 10%), labelled
+  (passes/serving/reserved.py), a pipeline stage's rank over its schedule
+  (passes/parallel/pipeline_reserved.py); a checkpoint plan's peak, not replayed, × (1 + 10%), labelled
   an estimate. ``--overhead allocator=P`` replaces either with tensors × (1 + P).
 - **cuBLAS workspaces**, allocated through the caching allocator and kept: one per thread
   that runs matrix products (CublasHandlePool.cpp keys them by handle and stream, and a

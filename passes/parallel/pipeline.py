@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from math import prod
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..ir import FLOAT_DTYPES, Graph, ValueKind
+from ..memory.caching_allocator import AllocatorConfig
 from ..memory.peak import Peak
 from ..training.checkpoint import timeline_of
 from ..training.memory import TrainingMemory, forward_set
@@ -33,8 +34,18 @@ from ..training.optimizer import state_tensors, step_temporaries, trainable_para
 from .comm import CommVolume, across_replicas, comm_volume, with_dimension
 from .experts import expert_modules
 from .mesh import CARVED
+from .pipeline_reserved import (
+    StageTrace,
+    half_ends,
+    sharded_trace,
+    stage_trace,
+    stages_reserved,
+)
 from .schedules import Order, check_schedule, events
-from .units import fsdp_units, origins, padded_bytes, unit_names
+from .units import fsdp_units, padded_bytes, unit_names
+
+if TYPE_CHECKING:
+    from ..device_rates import DeviceRates
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,11 @@ class StageMemory:
     # an interleaved schedule's rank (``stage`` is then the rank): the blocks of each of its
     # stages, ``layers`` the first's (its other figures sum its stages')
     chunks: tuple[tuple[int, int], ...] = ()
+    # what PyTorch's CUDA caching allocator reserves over two steps of the rank
+    # (passes/parallel/pipeline_reserved.py); extrapolated: a stage of the rank is longer
+    # than its trace, its replay's reserved-to-allocated ratio applied to the peak
+    reserved_bytes: int | None = None
+    reserved_extrapolated: bool = False
 
 
 @dataclass(frozen=True)
@@ -89,6 +105,11 @@ class StageStep:
     expert_gather: int = 0
     expert_reduce: int = 0
     expert_calls: int = 0
+    # what the allocator's replay reads of the traced step (passes/parallel/
+    # pipeline_reserved.py): its trace, or a long stage's longer short one and the blocks it
+    # has more than that
+    trace: StageTrace | None = None
+    more: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,9 +125,10 @@ class Shards:
 
 
 def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
-               shards: Shards | None = None) -> StageStep:
+               shards: Shards | None = None, device: "DeviceRates | None" = None) -> StageStep:
     """The stage's micro-batch step, read off its traced training step (``shards``: its rank
-    under fully_shard, passes ``sharded``)."""
+    under fully_shard, passes ``sharded``; ``device``: a CUDA device, whose kernels'
+    workspaces its allocator replay holds)."""
     n, fe = len(graph.nodes), len(forward_set(graph))
     grads = [st for st in t.storages if st.name in t.grad_storages]
     others = [st for st in t.storages if st.name not in t.grad_storages]
@@ -119,6 +141,9 @@ def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
     inputs = [v.spec.nbytes or 0 for v in graph.values.values()
               if v.kind == ValueKind.INPUT and v.spec.dtype in FLOAT_DTYPES]
     master_copy = t.breakdown_at_peak.get("master_weights", 0)
+    output = _output_value(graph, fe, last)
+    out_bytes = (graph.values[output].spec.nbytes or 0) if output in graph.values else 0
+    input_bytes = 0 if first else sum(inputs)
     step = StageStep(
         static=t.param_bytes + master_copy + buffers + t.optimizer_state_bytes,
         params=t.param_bytes + master_copy, optimizer_state=t.optimizer_state_bytes,
@@ -127,7 +152,8 @@ def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
         first_backward_peak=max((nongrad[k] + grad[k] for k in range(fe, n)), default=0),
         backward_peak=max((nongrad[k] + made[k] for k in range(fe, n)), default=0),
         step_temporaries=t.step_temp_bytes,
-        input_bytes=0 if first else sum(inputs), output_bytes=_output_bytes(graph, fe, last))
+        input_bytes=input_bytes, output_bytes=out_bytes,
+        trace=stage_trace(graph, t, input_bytes, output, out_bytes, device))
     return step if shards is None else sharded(step, graph, t, shards, nongrad)
 
 
@@ -161,7 +187,8 @@ def sharded(s: StageStep, graph: Graph, t: TrainingMemory, shards: Shards,
         first, later = _backwards(graph, t, units, nongrad, m)
         s = replace(s, first_backward_peak=first, backward_peak=later)
     return replace(
-        s, static=sum(shard) + buffers + state, params=sum(shard), optimizer_state=state,
+        s, trace=sharded_trace(s.trace, graph, t, units, shard, m),
+        static=sum(shard) + buffers + state, params=sum(shard), optimizer_state=state,
         grads=m * s.grads, gathered=sum(v.spec.nbytes or 0 for v in params),
         step_temporaries=step_temporaries(steps_on, t.optimizer, t.optimizer_impl),
         gather_buffer=max((u.padded_bytes for u in units), default=0),
@@ -192,12 +219,9 @@ def _backwards(graph: Graph, t: TrainingMemory, units: list, nongrad: list[int],
     backward's post-backward, ``m`` times their bytes, held from then on (the later
     backwards' are apart: ``grads``)."""
     n, fe = len(nongrad), len(forward_set(graph))
-    _, param_of = origins(graph)
-    end = {p: u.backward[1] for u in units if u.backward for p in u.members}
-    grads = dict(graph.grads) or dict(zip(trainable_params(graph), graph.outputs[1:]))
-    owner = {g: end.get(param_of.get(p, p)) for p, g in grads.items()}
+    ends = half_ends(graph, t, units)
     made = [st for st in t.storages if st.name in t.grad_storages]
-    half = [replace(st, death=min(st.death, owner.get(st.name) or st.death)) for st in made]
+    half = [replace(st, death=ends[st.name]) for st in made]
     kept = [replace(st, nbytes=m * st.nbytes, birth=h.death + 1, death=n)
             for st, h in zip(made, half) if h.death < n]
     now, acc = timeline_of(half, n + 1)[:n], timeline_of(kept, n + 1)[:n]
@@ -205,7 +229,7 @@ def _backwards(graph: Graph, t: TrainingMemory, units: list, nongrad: list[int],
             max((nongrad[k] + now[k] for k in range(fe, n)), default=0))
 
 
-def _output_bytes(graph: Graph, fe: int, last: bool) -> int:
+def _output_value(graph: Graph, fe: int, last: bool) -> str:
     """The stage's output: the hidden states it sends (the forward's last float output) or,
     on the last stage, the logits the loss reads: the last tensor the stage's module makes
     (``LastStage``'s own nodes, the loss, are at the root scope), in the dtype it makes them
@@ -213,13 +237,11 @@ def _output_bytes(graph: Graph, fe: int, last: bool) -> int:
     if last:
         made = [node.outputs[0] for node in graph.nodes[:fe]
                 if node.scope.startswith("stage") and node.outputs and node.outputs[0]]
-        kept = graph.values.get(made[-1]) if made else None
-        return kept.spec.nbytes or 0 if kept is not None else 0
+        return made[-1] if made else ""
     # the loss traced for a non-last stage sums its output: that sum's input is what it sends
     loss = graph.outputs[0] if graph.outputs else ""
     summed = next((n for n in graph.nodes[:fe] if loss in n.outputs), None)
-    source = summed.inputs[0] if summed is not None and summed.inputs else ""
-    return (graph.values[source].spec.nbytes or 0) if source in graph.values else 0
+    return summed.inputs[0] if summed is not None and summed.inputs else ""
 
 
 def rank_peak(steps: list[StageStep], lasts: list[bool], order: Order,
@@ -286,7 +308,7 @@ class PipelineMemory:
     comm: CommVolume | None = None
     # an interleaved schedule's stages a rank (``stages`` counts ranks, ``per_stage`` holds them)
     stages_per_rank: int = 1
-    JSON_PROPERTIES = ("peak_bytes", "worst_stage", "unevenness", "peak")
+    JSON_PROPERTIES = ("peak_bytes", "reserved_bytes", "worst_stage", "unevenness", "peak")
 
     @property
     def worst_stage(self) -> int:
@@ -308,20 +330,29 @@ class PipelineMemory:
         return prod(n for k, n in self.mesh.items() if k not in CARVED) or self.stages
 
     @property
+    def reserved_bytes(self) -> int | None:
+        """The most a stage's rank reserves (None: not replayed)."""
+        found = [s.reserved_bytes for s in self.per_stage]
+        return None if None in found else max(r for r in found if r is not None)
+
+    @property
     def peak(self) -> Peak:
-        """The worst stage's peak (no allocator replay for a stage: reserved not known)."""
+        """The worst stage's peak, with the most a rank reserves (the fit's: the ranks'
+        orders of allocated and reserved bytes can differ)."""
         s = self.per_stage[self.worst_stage]
-        return Peak(allocated_bytes=s.peak_bytes, reserved_bytes=None, phase="backward",
+        return Peak(allocated_bytes=s.peak_bytes, reserved_bytes=self.reserved_bytes,
+                    phase="backward",
                     node=None, threads=2, world_size=self.gpus,
                     by_category=dict(s.breakdown_at_peak))
 
 
 def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: str,
-                    micro: int, micro_batch: int,
-                    orders: list[Order] | None = None) -> PipelineMemory:
+                    micro: int, micro_batch: int, orders: list[Order] | None = None,
+                    allocator: AllocatorConfig = AllocatorConfig()) -> PipelineMemory:
     """Every stage's peak under ``schedule`` with ``micro`` micro-batches: ``steps`` gives each
     stage's micro-batch step and its blocks. An interleaved schedule's ``orders`` give each
-    rank's (its stages: every ``len(orders)``-th from its rank's), and its entries are ranks."""
+    rank's (its stages: every ``len(orders)``-th from its rank's), and its entries are ranks.
+    Each rank's reserved bytes are its replay on ``allocator``."""
     p = len(orders) if orders else len(steps)
     v = len(steps) // p
     check_schedule(schedule, micro, p, v)
@@ -332,12 +363,16 @@ def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: st
         local = steps[r::p]
         lasts = [r + k * p == len(steps) - 1 for k in range(v)]
         parts, most = rank_peak([st for st, _ in local], lasts, order, micro)
+        reserved = stages_reserved([st.trace for st, _ in local], lasts, order, micro,
+                                   sum(parts.values()), any(st.more for st, _ in local),
+                                   allocator)
+        grown = any(st.more for st, _ in local)
         ranks.append(StageMemory(
             r, local[0][1], sum(parts.values()), most, sum(st.saved for st, _ in local),
             sum(st.params for st, _ in local), sum(st.optimizer_state for st, _ in local),
             sum(st.grads for st, _ in local),
             sum(st.output_bytes for (st, _), last in zip(local, lasts) if last), parts,
-            tuple(layers for _, layers in local) if v > 1 else ()))
+            tuple(layers for _, layers in local) if v > 1 else (), reserved, grown))
     return PipelineMemory(schedule, p, micro, micro_batch, micro_batch * micro, tuple(ranks),
                           round((p - 1) / (v * micro + p - 1), 4), stages_per_rank=v)
 
