@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.child import run
+from benchmarks.child import run, write_rows
 
 CASE = r"""
 import json, time
@@ -69,9 +69,7 @@ def main() -> None:
         rows.append(f"| {name} | {batch} × {seq:,} | {r['allocated'] / 2**30:.2f} | "
                     f"{reserved} | {published if published else '—'} | {r['wall']:.1f} s |")
         print(rows[-1], flush=True)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write("\n".join(rows) + "\n")
+    write_rows(rows, args.markdown)
 
 
 if __name__ == "__main__":

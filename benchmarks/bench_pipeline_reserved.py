@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.child import run
+from benchmarks.child import add_row, run, write_rows
 
 CASE = r"""
 import json
@@ -45,12 +45,9 @@ def main() -> None:
         if "error" in grown or "error" in whole:
             raise SystemExit(f"{name}: {grown}, {whole}")
         for k, ((peak, r), (_, w)) in enumerate(zip(grown, whole)):
-            rows.append(f"| {name} | {k} | {peak / 2**30:.2f} | {r / 2**30:.2f} | "
-                        f"{w / 2**30:.2f} | {r / w - 1:+.1%} |")
-            print(rows[-1], flush=True)
-    if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write("\n".join(rows) + "\n")
+            add_row(rows, f"| {name} | {k} | {peak / 2**30:.2f} | {r / 2**30:.2f} | "
+                          f"{w / 2**30:.2f} | {r / w - 1:+.1%} |")
+    write_rows(rows, args.markdown)
 
 
 if __name__ == "__main__":

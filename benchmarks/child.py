@@ -14,3 +14,16 @@ def run(code: str) -> dict:
         lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
         return {"error": lines[-1] if lines else f"exit {p.returncode}"}
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def write_rows(rows: list[str], path: str | None) -> None:
+    """A table's rows to ``path`` (``--markdown``), if one is given."""
+    if path:
+        with open(path, "w") as fh:
+            fh.write("\n".join(rows) + "\n")
+
+
+def add_row(rows: list[str], line: str) -> None:
+    """``line`` added to a table's rows and printed as it is measured."""
+    rows.append(line)
+    print(line, flush=True)

@@ -341,8 +341,7 @@ class PipelineMemory:
         orders of allocated and reserved bytes can differ)."""
         s = self.per_stage[self.worst_stage]
         return Peak(allocated_bytes=s.peak_bytes, reserved_bytes=self.reserved_bytes,
-                    phase="backward",
-                    node=None, threads=2, world_size=self.gpus,
+                    phase="backward", node=None, threads=2, world_size=self.gpus,
                     by_category=dict(s.breakdown_at_peak))
 
 
@@ -363,10 +362,9 @@ def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: st
         local = steps[r::p]
         lasts = [r + k * p == len(steps) - 1 for k in range(v)]
         parts, most = rank_peak([st for st, _ in local], lasts, order, micro)
+        grown = any(st.more for st, _ in local)   # (a stage longer than its trace)
         reserved = stages_reserved([st.trace for st, _ in local], lasts, order, micro,
-                                   sum(parts.values()), any(st.more for st, _ in local),
-                                   allocator)
-        grown = any(st.more for st, _ in local)
+                                   sum(parts.values()), grown, allocator)
         ranks.append(StageMemory(
             r, local[0][1], sum(parts.values()), most, sum(st.saved for st, _ in local),
             sum(st.params for st, _ in local), sum(st.optimizer_state for st, _ in local),
