@@ -204,10 +204,10 @@ def test_max_batch_under_a_checkpoint_plan_fits_the_plan(capsys):
     b = doc["max_batch"]
     a10 = get_device("a10")
 
-    def planned(batch):  # the plan's peak by the estimate (a plan is not replayed) + runtime
+    def planned(batch):  # the plan's step replayed through the allocator + runtime
         r = analyze("zoo:gpt2", batch=batch, train=True, device=a10,
                     checkpoint={"every": 1}, what_if=False)
-        return r, fit(a10, r.training.checkpoint.peak_bytes, threads=2)
+        return r, r.roofline.fit
     at_b, plan_b = planned(b)
     assert plan_b.needs == doc["required_bytes"] <= plan_b.offers < planned(b + 1)[1].needs
     # the plan buys batch: at b the plain step beside it does not fit, even on its tensors'

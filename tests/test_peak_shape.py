@@ -71,22 +71,38 @@ def test_training_peak_is_the_steps():
     assert top == section
 
 
-def test_a_checkpoint_plans_peak_is_the_checkpointed_step_by_the_estimate():
+def test_a_checkpoint_plans_peak_is_the_checkpointed_step_replayed(monkeypatch):
     # batch 2,048: the activations, not the optimizer step, make the peak, so the plan moves it
+    from graphcost.passes.memory import allocator_events
+    seen = []
+
+    def recorded(events, **kw):
+        seen.append(r := replay(events, **kw))
+        return r
+    replay = allocator_events.replay
+    monkeypatch.setattr(allocator_events, "replay", recorded)
     r = analyze("zoo:mlp", batch=2048, train=True, checkpoint={"every": 1},
                 device="a100-80gb")
     c = r.training.checkpoint
     assert c is not None and c.peak_bytes < c.peak_without_bytes
     p = r.peak
     assert p == r.training.peak
-    assert (p.allocated_bytes, p.reserved_bytes, p.phase) == (c.peak_bytes, None, c.peak_phase)
-    # the plain step stays the report's peak_bytes; the fit judges the plan
+    assert (p.allocated_bytes, p.reserved_bytes, p.phase) == \
+        (c.peak_bytes, c.reserved_peak_bytes, c.peak_phase)
+    # the step that runs is replayed (the plain step beside it is not), with two cuBLAS
+    # workspaces on an A100 (sm80: 4,096·2 + 16·8 KiB = 8,519,680 B each) and its kernels'
+    # temporaries; without a GPU's, its tensors are the plan's peak to the byte
+    assert len(seen) == 1 and seen[0].requested_peak >= c.peak_bytes + 2 * 8_519_680
+    assert c.reserved_peak_bytes >= seen[0].requested_peak
+    assert r.training.reserved_peak_bytes is None
+    analyze("zoo:mlp", batch=2048, train=True, checkpoint={"every": 1})
+    assert seen[1].requested_peak == c.peak_bytes
+    # the plain step stays the report's peak_bytes; the fit judges the plan, on its replay
     assert r.peak_bytes == r.training.peak_bytes != p.allocated_bytes
     f = r.roofline.fit
-    assert f == fit(get_device("a100-80gb"), c.peak_bytes, threads=2)
-    # not replayed: tensors × 1.1, and two cuBLAS workspaces beside them on an A100 (sm80:
-    # 4,096·2 + 16·8 KiB = 8,519,680 B each)
-    assert [q.bytes for q in f.parts[:2]] == [int(c.peak_bytes * (1 + 0.10)), 2 * 8_519_680]
+    assert f == fit(get_device("a100-80gb"), c.peak_bytes, reserved_bytes=c.reserved_peak_bytes,
+                    threads=2, workspaces_replayed=True)
+    assert f.parts[0].bytes == c.reserved_peak_bytes
 
 
 def test_an_fsdp_ranks_peak_is_the_ranks():

@@ -73,3 +73,27 @@ def test_reserved_covers_the_peak_over_the_zoo(name, precision):
             p = r.parallel
             assert p.reserved_peak_bytes >= max(p.per_rank_peak_bytes,
                                                 p.first_step_peak_bytes)
+
+
+@pytest.mark.parametrize(("name", "batch", "checkpoint"), [("gpt2", 16, {"every": 1}),
+                                                           ("llama_tiny", 16, {"sac": True}),
+                                                           ("resnet18", 16, {"every": 1})])
+def test_a_checkpoint_plans_step_is_replayed_as_it_runs(monkeypatch, name, batch, checkpoint):
+    """Under a checkpoint plan the step that runs is replayed (passes/training/step.py): the
+    tensors it allocates are the plan's peak to the byte (fp32: no master copies), the
+    recomputed ones where the plan puts them, and it reserves at least that."""
+    from graphcost.passes.memory import allocator_events
+    seen = []
+    replay = allocator_events.replay
+
+    def recorded(events, **kw):
+        seen.append(r := replay(events, **kw))
+        return r
+    monkeypatch.setattr(allocator_events, "replay", recorded)
+    # (batches at which the activations, not the optimizer step, make the peak)
+    r = analyze(f"zoo:{name}", batch=batch, train=True, checkpoint=checkpoint, what_if=False)
+    c = r.training.checkpoint
+    assert c is not None and len(seen) == 1
+    assert seen[0].requested_peak == c.peak_bytes < c.peak_without_bytes
+    assert c.reserved_peak_bytes == seen[0].reserved_peak >= c.peak_bytes
+    assert r.peak.reserved_bytes == c.reserved_peak_bytes

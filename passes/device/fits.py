@@ -8,8 +8,8 @@ tensors hold, and the process holds more than the allocator's segments. ``needs`
   over two steps, one data-parallel rank over two steps of its strategy's tensors and streams
   (passes/parallel/reserved.py), a serving batch over its prefill and last decode step
   (passes/serving/reserved.py), a pipeline stage's rank over its schedule
-  (passes/parallel/pipeline_reserved.py); a checkpoint plan's peak, not replayed, × (1 + 10%), labelled
-  an estimate. ``--overhead allocator=P`` replaces either with tensors × (1 + P).
+  (passes/parallel/pipeline_reserved.py), a checkpoint plan's step as it runs; where nothing
+  is replayed, the tensors × (1 + 10%), labelled an estimate. ``--overhead allocator=P`` replaces either with tensors × (1 + P).
 - **cuBLAS workspaces**, allocated through the caching allocator and kept: one per thread
   that runs matrix products (CublasHandlePool.cpp keys them by handle and stream, and a
   handle by thread) — one for inference, two for training (the autograd engine runs the

@@ -71,6 +71,9 @@ class CheckpointPlan:
     checkpointed: "TrainingMemory" = field(metadata=INTERNAL)
     # the forward nodes run again in backward (a collective among them runs again too)
     recomputed: frozenset[int] = field(default=frozenset(), metadata=INTERNAL)
+    # the checkpointed step's two steps replayed through the caching allocator
+    # (passes/training/reserved.py)
+    reserved_peak_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,8 @@ class TrainingMemory:
 
     @property
     def peak(self) -> Peak:
-        """The step's peak (passes/memory/peak.py): the checkpointed step's under a checkpoint
-        plan (not replayed: its fit is an estimate), else the steady-state step's against its
-        two-step reserved replay."""
+        """The step's peak (passes/memory/peak.py): the step that runs (the checkpointed one
+        under a checkpoint plan) against its two-step reserved replay."""
         if self.checkpoint is not None:
             return self.run.peak
         return Peak(allocated_bytes=self.peak_bytes, reserved_bytes=self.reserved_peak_bytes,

@@ -72,7 +72,13 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl,
                       every_block=checkpoint != CheckpointSpec(every=1)) if what_if else {}
     ws = gpu_workspaces(graph, device, t.forward_nodes) if device is not None else None
-    reserved, phases = (None, ()) if plan else \
-        training_reserved(graph, t, mixed, allocator, ws)
+    # (under a plan the step that runs is replayed, its recomputed tensors where the plan
+    # puts them: the plan's figure; the plain step beside it is not run)
+    reserved, phases = training_reserved(graph, plan.checkpointed if plan else t, mixed,
+                                         allocator, ws)
+    if plan is not None:
+        plan = replace(plan, reserved_peak_bytes=reserved, checkpointed=replace(
+            plan.checkpointed, reserved_peak_bytes=reserved, reserved_by_phase=phases))
+        reserved, phases = None, ()
     return replace(t, checkpoint=plan, what_if=savers, reserved_peak_bytes=reserved,
                    reserved_by_phase=phases, loss=graph.loss)
