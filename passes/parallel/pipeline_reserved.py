@@ -258,7 +258,9 @@ def _backward(t: StageTrace, run, last: bool, first_of: tuple[int, int] | None
     born, dying, tag, threads = run
     out: list[Event] = [] if last else [Alloc((tag, "grad in"), t.output_bytes)]
     halves = _halves(t)
-    for i in range(t.forward, t.nodes):
+    # (to node ``nodes``: what lives into the optimizer step in the traced step — the loss —
+    # ends with the backward, as does a half gradient no unit's post-backward took)
+    for i in range(t.forward, t.nodes + 1):
         for k in born[i]:
             if t.storages[k].name not in t.grads:
                 out.append(Alloc((tag, k), t.storages[k].nbytes, i))
@@ -275,8 +277,6 @@ def _backward(t: StageTrace, run, last: bool, first_of: tuple[int, int] | None
         for k in dying[i]:
             if k != t.output:
                 out.append(Free((tag, k), i))
-    # what lives into the optimizer step in the traced step (the loss) ends with the backward
-    out += [Free((tag, k)) for k in dying[t.nodes] if k != t.output]
     if t.output is not None and not last:
         out.append(Free((tag, t.output)))
     out += [] if last else [Free((tag, "grad in"))]
@@ -292,7 +292,7 @@ def _halves(t: StageTrace) -> dict[int, list[int]]:
     under -1, every one)."""
     out: dict[int, list[int]] = {}
     for k, end in t.shard.half_ends if t.shard is not None else ():
-        out.setdefault(end, []).append(k)
+        out.setdefault(min(end, t.nodes), []).append(k)   # (one living on: at the end)
         out.setdefault(-1, []).append(k)
     return out
 
