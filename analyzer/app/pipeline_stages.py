@@ -21,9 +21,9 @@ from ...passes.parallel.pipeline import (
     Shards,
     StageStep,
     pipeline_memory,
-    stage_comm,
     stage_step,
 )
+from ...passes.parallel.pipeline_comm import stage_comm
 from ...passes.parallel.schedules import (
     Schedule,
     check_schedule,

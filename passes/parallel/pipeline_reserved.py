@@ -146,11 +146,11 @@ def stage_trace(graph: Graph, t: TrainingMemory, input_bytes: int, output: str,
 def _storage_of(graph: Graph, storages: tuple[Storage, ...], value: str) -> int | None:
     """The index of the storage ``value`` lives in: its own, or (a view) its input's."""
     index = {s.name: k for k, s in enumerate(storages)}
-    made_by = {o: n for n in graph.nodes for o in n.outputs if o}
     seen = set()
     while value and value not in index and value not in seen:
         seen.add(value)
-        node = made_by.get(value)
+        v = graph.values.get(value)
+        node = graph.nodes[v.producer] if v is not None and v.producer is not None else None
         value = node.inputs[0] if node is not None and node.inputs else ""
     return index.get(value)
 
@@ -345,19 +345,16 @@ def _zero_grad(t: StageTrace, k: int, step: int) -> list[Event]:
 
 def sharded_trace(trace: StageTrace | None, graph: Graph, t: TrainingMemory, units: list,
                   shard: list[int], m: int) -> StageTrace | None:
-    """The allocator replay's view of the stage's rank under fully_shard (passes/parallel/pipeline.py's
-    ``sharded``; ``shard``: each parameter's bytes): its
-    shards and buffers resident, the shards' state and step, what the gathers and reduces
-    allocate; under a master recipe each half gradient until its unit's post-backward."""
+    """The allocator replay's view of the stage's rank under fully_shard (passes/parallel/
+    pipeline.py's ``sharded``; ``shard``: each parameter's bytes): its shards and buffers
+    resident, the shards' state and step, what the gathers and reduces allocate; under a
+    master recipe each half gradient until its unit's post-backward."""
     values = graph.values
     params = [v for v in values.values() if v.kind == ValueKind.PARAM]
     buffers = [v.spec.nbytes or 0 for v in values.values() if v.kind == ValueKind.BUFFER]
     ends = half_ends(graph, t, units) if m > 1 else {}
     index = {st.name: k for k, st in enumerate(t.storages)}
-    # (a parameter's gradient storage: its gradient value's, as _half_ends finds it)
-    _, param_of = origins(graph)
-    grads = dict(graph.grads) or dict(zip(trainable_params(graph), graph.outputs[1:]))
-    storage_of = {param_of.get(p, p): index[g] for p, g in grads.items() if g in index}
+    storage_of = {p: index[g] for p, g in _grad_of(graph).items() if g in index}
     trainable = set(trainable_params(graph))
     shard_of = {v.name: b for v, b in zip(params, shard) if v.name in trainable}
     steps_on = tuple(shard_of.values())
@@ -375,10 +372,16 @@ def sharded_trace(trace: StageTrace | None, graph: Graph, t: TrainingMemory, uni
 
 def half_ends(graph: Graph, t: TrainingMemory, units: list) -> dict[str, int]:
     """Each gradient storage's last node as a half gradient: its unit's post-backward (its
-    last backward node) adds it into the fp32 accumulated gradient (passes/parallel/pipeline.py's ``_backwards``)."""
-    _, param_of = origins(graph)
+    last backward node) adds it into the fp32 accumulated gradient (passes/parallel/
+    pipeline.py's ``_backwards``)."""
     end = {p: u.backward[1] for u in units if u.backward for p in u.members}
-    grads = dict(graph.grads) or dict(zip(trainable_params(graph), graph.outputs[1:]))
-    owner = {g: end.get(param_of.get(p, p)) for p, g in grads.items()}
+    owner = {g: end.get(p) for p, g in _grad_of(graph).items()}
     return {st.name: min(st.death, owner.get(st.name) or st.death)
             for st in t.storages if st.name in t.grad_storages}
+
+
+def _grad_of(graph: Graph) -> dict[str, str]:
+    """Each parameter, as ``origins`` names it (a unit's members), -> its gradient value."""
+    _, param_of = origins(graph)
+    grads = dict(graph.grads) or dict(zip(trainable_params(graph), graph.outputs[1:]))
+    return {param_of.get(p, p): g for p, g in grads.items()}
