@@ -2,6 +2,8 @@ import gc
 import os
 from pathlib import Path
 
+import pytest
+
 # A worker keeps many traced graphs alive in its module fixtures and caches, and every full
 # collection of Python's cyclic collector walks them all again: called less often (as a plan's
 # search does, analyzer/app/settings_analyses.py collecting_less), cycles still collected.
@@ -45,6 +47,8 @@ SAME_ON_EVERY_TORCH = {
     "test_plan", "test_serve_plan",
     # a pipeline rank's allocator replay over stage traces (test_pipeline_parallel checks them)
     "test_pipeline_reserved",
+    # which loads are traced again (the traces themselves are the frontends' tests')
+    "test_trace_cache",
 }
 
 
@@ -79,3 +83,17 @@ def pytest_collection_modifyitems(config, items):
     kept = set(map(id, keep))
     config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept])
     items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _fresh_traces_when_patched(request):
+    """A test that patches (monkeypatch) may change how a model traces: the graphs kept from
+    earlier loads (analyzer/load/trace_cache.py) are dropped before it and after it, so that it
+    traces what it patched and leaves no patched graph behind."""
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
+    from graphcost.analyzer.load.trace_cache import forget
+    forget()
+    yield
+    forget()

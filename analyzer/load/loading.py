@@ -35,6 +35,7 @@ from .resolve import (
 )
 from .serving import ServeSpec, load_serving
 from .torch_trace import program_graph, torch_graph
+from .trace_cache import cached_graph
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,14 @@ def load_graph(model, load: LoadOptions = LoadOptions(),
                example_inputs: Sequence[Any] | None = None,
                progress: Progress | None = None) -> Graph:
     """Lower any accepted model into the IR (with ``load.train``: its joint
-    forward+backward)."""
+    forward+backward); a zoo or timm model loaded the same way before, its graph kept
+    (analyzer/load/trace_cache.py)."""
+    return cached_graph(model, load, example_inputs,
+                        lambda: _lowered(model, load, example_inputs, progress))
+
+
+def _lowered(model, load: LoadOptions, example_inputs: Sequence[Any] | None,
+             progress: Progress | None) -> Graph:
     r = resolve_model(model, load, example_inputs, progress)
     note = progress or (lambda _msg: None)
     if r.kind == "onnx":
