@@ -98,7 +98,14 @@ def _graph_key(o: PassOptions) -> tuple:
 
 def _rank_key(o: PassOptions) -> tuple:
     """The options the single-rank analysis reads (``_one_rank``)."""
-    return (*_graph_key(o), o.optimizer, o.checkpoint, o.what_if, o.optimizer_impl)
+    return (*_graph_key(o), o.optimizer, o.checkpoint, o.what_if, o.optimizer_impl,
+            _one_device_replay(o))
+
+
+def _one_device_replay(o: PassOptions) -> bool:
+    """The training step replayed as one device runs it: not where a layout's ranks are
+    replayed instead (their reserved peak decides the fit)."""
+    return o.one_device_replay and o.parallel is None
 
 
 def _one_rank(graph: Graph, o: PassOptions, serving: ServingTrace | None,
@@ -112,7 +119,8 @@ def _one_rank(graph: Graph, o: PassOptions, serving: ServingTrace | None,
     training = training_step(
         graph, o.optimizer, [nc.cost.flops for nc in costs.nodes], precision=o.precision,
         checkpoint=o.checkpoint, what_if=o.what_if, include_inputs=o.include_inputs,
-        impl=o.optimizer_impl, allocator=o.allocator, device=o.device)
+        impl=o.optimizer_impl, allocator=o.allocator, device=o.device,
+        replay=_one_device_replay(o))
     return graph, costs, replace(report, training=training)
 
 

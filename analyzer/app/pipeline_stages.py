@@ -151,7 +151,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     _check_step(request)
     at_micro = request.load if example_inputs is not None \
         else replace(request.load, batch=batch // micro)
-    passes = replace(request.passes, parallel=None, profile=None)
+    passes = replace(request.passes, parallel=None, profile=None, one_device_replay=False)
     traces = traces or StageTraces(model, example_inputs, progress)
     whole, memo = traces.graph(at_micro)
     report = run_passes(whole, passes, memo=memo)
@@ -225,7 +225,7 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
     # collectives go on the datasheet's links, as a parallel rank's do: pipeline.py)
     profile = request.passes.profile if gpu_profile(request.passes) else None
     stage_passes = replace(request.passes, parallel=None, profile=profile, what_if=False,
-                           include_inputs=False)
+                           include_inputs=False, one_device_replay=False)
 
     def traced(i: int, blocks: int | None) -> _Stage:
         first, last = i == 0, i == p - 1

@@ -35,7 +35,7 @@ from ...passes.parallel.step import ParallelMemory
 from ...passes.serving.analysis import Serving
 from ...passes.training.memory import TrainingMemory
 
-SCHEMA_VERSION = 18  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+SCHEMA_VERSION = 19  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
 # 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
 # allocator_fraction); 5: "allocator"; 6: parallel.reserved_peak_bytes and
 # serving.reserved_peak_bytes (the caching allocator replayed per rank and per serving batch);
@@ -53,7 +53,9 @@ SCHEMA_VERSION = 18  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed
 # 15: pipeline.stages_per_rank and per_stage[].chunks (the interleaved schedule's ranks);
 # 16: parallel.units[].ep and parallel.comm.all_to_all_bytes (expert parallelism); 17:
 # serving.time.profile (a calibrated GPU profile priced the eager steps); 18:
-# parallel.units[].gathered_bytes (what a unit's all-gather moves: float8 weights one byte)
+# parallel.units[].gathered_bytes (what a unit's all-gather moves: float8 weights one byte);
+# 19: training.reserved_peak_bytes null (reserved_by_phase empty) beside a parallel layout or
+# a pipeline, whose ranks are replayed instead (parallel.reserved_peak_bytes, pipeline's)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "

@@ -60,6 +60,11 @@ class PassOptions:
     price: float | None = None      # per GPU-hour, for the run's cost
     # a tensor-parallel serving replica: the link its collectives cross (None: one GPU)
     serve_link: InterconnectRates | None = None
+    # a training step's one-device allocator replay (training.reserved_peak_bytes): left out
+    # where a layout's ranks are replayed instead — with ``parallel``, and a pipeline's whole
+    # model and stage programs (analyzer/app/pipeline_stages.py), whose ranks are replayed
+    # by passes/parallel/pipeline_reserved.py
+    one_device_replay: bool = True
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,12 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                   what_if: bool = True, include_inputs: bool = True,
                   impl: str = "forloop",
                   allocator: AllocatorConfig | None = None,
-                  device: "DeviceRates | None" = None) -> TrainingMemory:
+                  device: "DeviceRates | None" = None, replay: bool = True) -> TrainingMemory:
     """The training section of a report: the step's memory, with the checkpoint plan asked
     for and the what-ifs (``graph`` already re-typed by passes.training.precision for mixed precision,
     whose fp32 master side is added here); on a GPU ``device`` the reserved replay holds the
-    cuBLAS workspaces and the kernels' temporaries (passes.device.gpu_workspaces)."""
+    cuBLAS workspaces and the kernels' temporaries (passes.device.gpu_workspaces). Without
+    ``replay`` (a layout's ranks are replayed instead) no reserved figure."""
     mixed = master_weights(precision)
     t = training_memory(graph, optimizer, master_weights=mixed, include_inputs=include_inputs,
                         impl=impl)
@@ -71,6 +72,8 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     # (the what-if of checkpointing every block would repeat that plan when it is the one asked)
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl,
                       every_block=checkpoint != CheckpointSpec(every=1)) if what_if else {}
+    if not replay:
+        return replace(t, checkpoint=plan, what_if=savers, loss=graph.loss)
     ws = gpu_workspaces(graph, device, t.forward_nodes) if device is not None else None
     # (under a plan the step that runs is replayed, its recomputed tensors where the plan
     # puts them: the plan's figure; the plain step beside it is not run)
