@@ -5,13 +5,12 @@ data-parallel strategies are meshes of the data dimensions, spelled as torchtita
 """
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 from graphcost.passes.errors import GraphcostError
 from graphcost.passes.parallel.mesh import Mesh, mesh_of, parse_mesh
 
 from graphcost import analyze
+from tests.cli_runner import run_cli
 
 
 def _rank(parallel: dict):
@@ -63,10 +62,10 @@ def test_the_api_refuses_a_mesh_beside_a_world_size_or_the_wrong_strategy():
         _rank({"mesh": "dp_shard=8", "strategy": "ddp"})
 
 
+@pytest.mark.same_on_every_torch   # (the command line's arguments: no torch path of its own)
 def test_the_command_line_takes_a_mesh():
-    def run(*args):
-        return subprocess.run(["graphcost", "zoo:mlp", "--batch", "4", "--train",
-                               "--format", "json", *args], capture_output=True, text=True)
+    def run(*args):   # (in this process: the arguments, not the installed script, the test)
+        return run_cli("zoo:mlp", "--batch", "4", "--train", "--format", "json", *args)
     mesh, strategy = run("--parallel", "dp_shard=8"), \
         run("--parallel", "fsdp", "--world-size", "8")
     assert mesh.returncode == 0, mesh.stderr[-2000:]

@@ -356,6 +356,7 @@ class FourBlocks(Llama):
 """
 
 
+@pytest.mark.same_on_every_torch   # (the face and the fit over stage traces checked above)
 def test_the_command_line_runs_the_interleaved_schedule_on_one_screen(tmp_path):
     from tests.cli_runner import run_cli
     (tmp_path / "four.py").write_text(FOUR_BLOCKS)
@@ -384,6 +385,7 @@ def test_the_command_line_runs_the_interleaved_schedule_on_one_screen(tmp_path):
 
 
 
+@pytest.mark.same_on_every_torch   # (the face and the fit over stage traces checked above)
 def test_the_html_page_shows_every_stage():
     """The page had no pipeline section: the whole model at one micro-batch, named "batch",
     and no stage (llama_tiny, pp 2, 4 sequences in 4 micro-batches: stage 1 peaks at
@@ -459,6 +461,7 @@ def test_the_schedules_hold_what_their_orders_keep_in_flight():
     assert (one.micro_batch, one.per_rank_batch) == (2, 8)
 
 
+@pytest.mark.same_on_every_torch   # (the face and the fit over stage traces checked above)
 def test_the_worst_stage_decides_the_fit():
     r = analyze("zoo:llama_tiny", batch=8, train=True, optimizer="adam", what_if=False,
                 device="h100-sxm", parallel={"mesh": "pp=2", "microbatches": 4})
