@@ -246,6 +246,26 @@ def test_a_pipeline_beside_fully_shard_and_tp_puts_each_in_its_place():
     assert t.optimizer_seconds == pytest.approx(0.04)   # (on the shards: half a stage's)
 
 
+def test_a_tied_tables_all_reduce_runs_after_the_last_backward_on_the_end_stages():
+    """The first and the last of 4 stages each all-reduce a tied table's 256 MB gradient with
+    the other (a ring of two: 256 MB each way, one call) after the last backward, exposed;
+    the ends span the pipeline's 4 ranks, one node's NVLink here. It is not in a slot (the
+    slowest, stage 1's, decides those) but in what follows the last backward, the most of any
+    rank's: 256 MB at NCCL's 80% of 450 GB/s, plus one call's 20 µs."""
+    stages = [_compute(0.25, 0.05), _compute(0.35, 0.05), _compute(0.3, 0.08),
+              _compute(0.2, 0.01)]
+    none = CommVolume(0, 0, 0, 0, 0, None, None, None)
+    tied = CommVolume(0, 0, 256 * 10**6, 0, 1, None, None, None,
+                      by_dim={"tied": 256 * 10**6}, calls_by_dim={"tied": 1})
+    rank = RankStep(none, {"pp": 4}, "ddp", 8 * 4096, 4, 10**15, 0, 1e15)
+    plain = pipeline_step_time(stages, 8, rank, [none] * 4, Links(NVLINK, NVLINK))
+    t = pipeline_step_time(stages, 8, rank, [tied, none, none, tied], Links(NVLINK, NVLINK))
+    all_reduce = 256e6 / (BUS_SHARE * 450e9) + ALPHA_S
+    assert t.seconds - plain.seconds == pytest.approx(all_reduce)
+    assert t.communication_seconds == pytest.approx(all_reduce)
+    assert t.bubble_seconds == plain.bubble_seconds   # (not in a slot)
+
+
 def test_the_command_line_labels_the_estimate_and_keeps_the_bound(tmp_path):
     out = run_cli("zoo:mlp", "--fx", "--device", "h100", "--format", "json")
     assert out.returncode == 0, out.stderr

@@ -570,18 +570,44 @@ def test_a_head_tied_to_the_embedding_is_held_by_both_end_stages_and_said():
     stage 1 the head, each the one 512 × 64 fp32 table (131,072 B) beside its blocks' weights
     (a layer: q 64×64, k and v 32×64, o 64×64, gate, up and down 128×64, two norms of 64:
     36,992 parameters, 147,968 B), the last stage the final norm too (256 B), as
-    Megatron-LM shares the embedding; the gradients' all-reduce between them is not counted,
-    and the report says so."""
+    Megatron-LM shares the embedding, and the report says so. After the last backward the two
+    end ranks all-reduce the table's gradient (Megatron's embedding group): a ring of two,
+    each sends its 131,072 B once; beside fully_shard over 2 each its shard, 65,536 B."""
     import torch
     from graphcost.models_zoo import hf
     torch.manual_seed(0)
-    ids = torch.randint(0, 512, (2, 32))
-    r = analyze(hf.llama(tie_word_embeddings=True), example_inputs=(ids,), train=True,
-                optimizer="adam", parallel={"mesh": "pp=2", "microbatches": 2})
+    ids = torch.randint(0, 512, (4, 32))
+    model = hf.llama(tie_word_embeddings=True)
+
+    def run(mesh="pp=2"):
+        return analyze(model, example_inputs=(ids,), train=True, optimizer="adam",
+                       what_if=False, parallel={"mesh": mesh, "microbatches": 2})
+    r = run()
     assert r.pipeline is not None
     first, last = (s.param_bytes for s in r.pipeline.per_stage)
     assert (first, last) == (131_072 + 147_968, 131_072 + 147_968 + 256)
     assert any("tied to the token embedding" in w for w in r.warnings)
+    c = r.pipeline.comm   # (the worst stage's rank: the last, an end either way)
+    assert c is not None and c.by_dim["tied"] == 131_072 and c.all_reduce_bytes == 131_072
+    # (its place on the clock: tests/test_gpu_time.py)
+
+
+@pytest.mark.parametrize("mesh, precision, sent", [
+    ("pp=2", "fp32", 131_072),                 # 512 × 64 × 4 B, whole
+    ("pp=2,dp_shard=2", "fp32", 65_536),       # fully_shard's shard: half
+    ("pp=2,dp_shard=2", "bf16-master", 65_536),   # (reduced in fp32: the master's dtype)
+    ("pp=2,dp_shard=2", "bf16-true", 32_768),  # bf16 shards
+    ("pp=2,dp_shard=2,tp=2", "fp32", 32_768),  # and the vocabulary-parallel half of that
+    ("dp_shard=2", "fp32", 0)])                # no pipeline: no ends to tie
+def test_the_tied_tables_gradient_the_end_ranks_all_reduce(mesh, precision, sent):
+    from graphcost.analyzer.app.pipeline_stages import _tied_grad_bytes
+    from graphcost.analyzer.app.request import build_request
+    request = build_request(batch=4, train=True, precision=precision, parallel={
+        "mesh": mesh, **({"microbatches": 2} if "pp" in mesh else {})})
+    spec = request.passes.parallel
+    sizes = dict(kv.split("=") for kv in mesh.split(","))
+    assert _tied_grad_bytes(512 * 64, {k: int(v) for k, v in sizes.items()}, spec,
+                            request) == sent
 
 
 def test_the_brief_view_names_the_stages_whose_blocks_differ():

@@ -42,7 +42,7 @@ from ..load.rank_program import (
     first_microbatch,
     interleaved_orders,
     pipeline_blocks,
-    tied_head,
+    tied_table,
 )
 from .devices import node_links
 from .pipeline import (
@@ -62,9 +62,9 @@ SHARDING = (Strategy.FSDP, Strategy.ZERO3, Strategy.ZERO2)   # fully_shard's
 
 
 TIED_STAGES = ("the LM head is tied to the token embedding: the first and the last stage "
-               "each hold a copy and its gradient, as Megatron-LM shares them; the all-reduce "
-               "of the two gradients each step is not counted (torchtitan refuses tying "
-               "beside pipeline parallelism)")
+               "each hold a copy and its gradient, and all-reduce the two gradients after the "
+               "last backward, as Megatron-LM shares them (counted: comm 'tied'; torchtitan "
+               "refuses tying beside pipeline parallelism)")
 
 
 class StageTraces:
@@ -76,8 +76,9 @@ class StageTraces:
                  progress: Progress | None = None) -> None:
         self.model, self.example_inputs, self.progress = model, example_inputs, progress
         self.graphs: list[tuple[LoadOptions, Graph, PassMemo]] = []
-        # (blocks, experts a layer, whether the head is tied to the token embedding)
-        self.shape: tuple[int, int, bool] | None = None
+        # (blocks, experts a layer, the elements of the table the head shares with the
+        # token embedding: 0, not tied)
+        self.shape: tuple[int, int, int] | None = None
 
     def graph(self, options: LoadOptions) -> tuple[Graph, PassMemo]:
         """The program ``options`` load, traced on its first ask."""
@@ -97,14 +98,15 @@ class StageTraces:
         none; the model resolved once)."""
         return self._shape(options)[1]
 
-    def tied(self, options: LoadOptions) -> bool:
-        """Whether the model's head is tied to its token embedding (resolved once)."""
+    def tied(self, options: LoadOptions) -> int:
+        """The elements of the table the model's head shares with its token embedding (0:
+        not tied; resolved once)."""
         return self._shape(options)[2]
 
-    def _shape(self, options: LoadOptions) -> tuple[int, int, bool]:
+    def _shape(self, options: LoadOptions) -> tuple[int, int, int]:
         if self.shape is None:
             r = resolve_model(self.model, options, self.example_inputs)
-            self.shape = (pipeline_blocks(r), expert_count(r), tied_head(r))
+            self.shape = (pipeline_blocks(r), expert_count(r), tied_table(r))
         return self.shape
 
 
@@ -169,7 +171,8 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
                              micro, batch // micro,
                              interleaved_orders(spec.pp, v, micro) if v > 1 else None,
                              request.passes.allocator)
-    comms = _comms(stages, mesh, micro)
+    comms = _comms(stages, mesh, micro, _tied_grad_bytes(traces.tied(at_micro), mesh, spec,
+                                                         request))
     comm = summed(comms[memory.worst_stage::spec.pp])   # (the worst rank's stages)
     report = replace(report, pipeline=replace(memory, mesh=mesh, comm=comm))
     clocks = [st.time for st, _ in stages]
@@ -304,10 +307,24 @@ def _per_block(a, b, more: int):
     return b + more * (b - a)
 
 
-def _comms(stages: list, mesh: dict, micro: int) -> list[CommVolume]:
-    """Each stage's collectives a step, in pipeline order."""
-    return [stage_comm(st.step, st.per_micro, mesh, micro, i == 0, i == len(stages) - 1)
-            for i, (st, _) in enumerate(stages)]
+def _comms(stages: list, mesh: dict, micro: int, tied: int) -> list[CommVolume]:
+    """Each stage's collectives a step, in pipeline order; ``tied``: the bytes of the tied
+    table's gradient the end stages' ranks all-reduce (0: none)."""
+    return [stage_comm(st.step, st.per_micro, mesh, micro, i == 0, i == len(stages) - 1,
+                       tied) for i, (st, _) in enumerate(stages)]
+
+
+def _tied_grad_bytes(elements: int, mesh: Mapping[str, int], spec: ParallelSpec,
+                     request: Request) -> int:
+    """The bytes of the tied table's gradient a rank of the first and the last stage
+    all-reduce with its twin (Megatron-LM's embedding group): its vocabulary-parallel slice
+    under tp, the shard fully_shard reduced to (fp32 under a master recipe's reduce dtype,
+    else the parameters' dtype: bf16 when the recipe casts the module)."""
+    if not elements or spec.pp < 2:
+        return 0
+    shards = mesh.get("dp_shard", 1) * mesh.get("cp", 1) if spec.strategy in SHARDING else 1
+    size = 4 if master_weights(request.passes.precision) or request.load.cast is None else 2
+    return -(-elements // (spec.tp * shards)) * size
 
 
 def _pipeline_time(report: Report, stages: list, comms: list[CommVolume], mesh: dict,

@@ -19,10 +19,14 @@ def pipeline_blocks(r: Resolved) -> int:
     return block_count(r.module) if r.kind == "torch" else 0
 
 
-def tied_head(r: Resolved) -> bool:
-    """Whether ``r``'s LM head is tied to its token embedding (one weight)."""
+def tied_table(r: Resolved) -> int:
+    """The elements of the table ``r``'s LM head shares with its token embedding (one
+    weight; 0: not tied)."""
     from ..frontends.torch.tensor_parallel import is_tied, vocab_layers
-    return r.kind == "torch" and is_tied(*vocab_layers(r.module))
+    if r.kind != "torch":
+        return 0
+    tokens, head = vocab_layers(r.module)
+    return tokens.weight.numel() if tokens is not None and is_tied(tokens, head) else 0
 
 
 def expert_count(r: Resolved) -> int:

@@ -9,14 +9,16 @@ from .pipeline import StageStep
 
 
 def stage_comm(s: StageStep, per_micro: tuple[CommVolume, ...], mesh: Mapping[str, int],
-               micro: int, first: bool, last: bool) -> CommVolume:
+               micro: int, first: bool, last: bool, tied: int = 0) -> CommVolume:
     """One stage's rank's collectives a step: fully_shard's all-gathers and reduce-scatters
     once (the gathered parameters stay for every micro-batch), HSDP's all-reduce of the
     gradient shards (an experts unit's over efsdp), ``per_micro`` (one micro-batch's
     collectives of one mesh dimension each: tp's, ep's all-to-alls, cp's ring) ``micro``
     times,
     and the stage's sends and receives (pp): each micro-batch's hidden states forward and
-    their gradient back, to and from each neighbour stage."""
+    their gradient back, to and from each neighbour stage; on the first and the last stage
+    the all-reduce of a tied table's gradient (``tied`` bytes, after the last backward) with
+    the other end's rank — a ring of two: each sends its bytes once (dimension ``tied``)."""
     # (fully_shard over dp_shard × cp, torchtitan's; ep carved out of them)
     shard, replicas = mesh.get("dp_shard", 1) * mesh.get("cp", 1), mesh.get("dp_replicate", 1)
     efsdp = max(shard // mesh.get("ep", 1), 1)
@@ -39,5 +41,7 @@ def stage_comm(s: StageStep, per_micro: tuple[CommVolume, ...], mesh: Mapping[st
     if sent and mesh.get("pp", 1) > 1:
         c = with_dimension(c, "pp", micro * sent,
                            2 * micro * ((not first) + (not last)))
+    if tied and (first or last):
+        c = with_dimension(c, "tied", tied, 1, all_reduce=tied)
     return c
 

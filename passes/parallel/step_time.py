@@ -64,7 +64,7 @@ def dim_link(mesh: Mapping[str, int], dim: str, links: Links) -> InterconnectRat
     efsdp's group, strided by ep, spans what dp_shard's does."""
     if dim == "ep":   # (its ranks the innermost of dp_shard × cp × tp: consecutive)
         return links.intra if mesh.get("ep", 1) <= links.gpus_per_node else links.inter
-    dim = "dp_shard" if dim == "efsdp" else dim
+    dim = "dp_shard" if dim == "efsdp" else "pp" if dim == "tied" else dim   # (ends: pp's span)
     inner = INNER_TO_OUTER[:INNER_TO_OUTER.index(dim)] if dim in INNER_TO_OUTER else ()
     span = prod(mesh.get(d, 1) for d in inner if d not in CARVED) * mesh.get(dim, 1)
     return links.intra if span <= links.gpus_per_node else links.inter
@@ -141,7 +141,8 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     all-to-alls and context-parallel ring (exposed) and its sends and receives (pp). fully_shard's all-gathers (an
     experts unit's over efsdp too) run in the first micro-batch's forward, hidden by it but
     for the first; its reduce-scatters (and HSDP's all-reduce) after the last backward, where
-    nothing hides them (``gathered``: each stage's all-gathers' share of its fully_shard
+    nothing hides them, and so the end stages' all-reduce of a tied table's gradient
+    (``gathered``: each stage's all-gathers' share of its fully_shard
     bytes; the comms' volumes hold tp's beside them). The optimizer steps once on the rank's
     shards (``shard`` ranks share each), the slowest rank's deciding."""
     slots, steps, hidden = [], [], []
@@ -155,7 +156,8 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
         calls = max(1, c.calls_by_dim.get("dp_shard", 1))
         exposed = max(gather * min(1.0, 2 / calls), gather - compute * (1 - BACKWARD_SHARE))
         slots.append((compute + slot_comm, slot_comm))
-        steps.append(exposed + data - gather + sec.get("dp_replicate", 0.0))
+        steps.append(exposed + data - gather + sec.get("dp_replicate", 0.0)
+                     + sec.get("tied", 0.0))
         hidden.append(gather - exposed)
     p = len(stages) // per_rank
     ranks = [range(r, len(stages), p) for r in range(p)]
