@@ -33,6 +33,24 @@ def test_a_zoo_model_loaded_the_same_way_is_traced_once(traces):
     assert traces == ["zoo:mlp", "zoo:mlp"]
 
 
+def test_a_serving_review_of_a_zoo_model_is_traced_once(monkeypatch):
+    seen = []
+    real = loading.load_serving
+
+    def counted(model, *args, **kwargs):
+        seen.append((model, kwargs["batch"]))
+        return real(model, *args, **kwargs)
+    monkeypatch.setattr(loading, "load_serving", counted)
+    serve = {"prompt": 32, "generate": 8}
+    a = analyze("zoo:llama_tiny", batch=2, serve=serve, device="h100-sxm")
+    # (another device's attention kernels are another trace: the same device, no what-ifs)
+    b = analyze("zoo:llama_tiny", batch=2, serve=serve, device="h100-sxm", what_if=False)
+    assert seen == [("zoo:llama_tiny", 2)]
+    assert a.serving.kv_cache_bytes == b.serving.kv_cache_bytes    # (the same traces)
+    analyze("zoo:llama_tiny", batch=2, serve={**serve, "generate": 16}, device="h100-sxm")
+    assert len(seen) == 2                                            # another cache length
+
+
 def test_a_module_object_is_traced_every_time(traces):
     net = torch.nn.Sequential(torch.nn.Linear(8, 8))
     for _ in range(2):

@@ -35,7 +35,7 @@ from .resolve import (
 )
 from .serving import ServeSpec, load_serving
 from .torch_trace import program_graph, torch_graph
-from .trace_cache import cached_graph
+from .trace_cache import cached_load
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,16 @@ class Loaded:
 def load(model, options: LoadOptions = LoadOptions(),
          example_inputs: Sequence[Any] | None = None, progress: Progress | None = None, *,
          serve: ServeSpec | None = None) -> Loaded:
-    """``model`` loaded as ``options`` say (with ``serve``: traced for the serving review)."""
+    """``model`` loaded as ``options`` say (with ``serve``: traced for the serving review); a
+    zoo or timm model loaded the same way before, its load kept (analyzer/load/
+    trace_cache.py)."""
     if serve is None:
         return Loaded(load_graph(model, options, example_inputs, progress))
-    graph, trace = load_serving(model, example_inputs, batch=options.batch, serve=serve,
-                                progress=progress, all_layers=options.all_layers,
-                                dtype=options.dtype, tensor_parallel=options.tensor_parallel)
+    def traced():
+        return load_serving(model, example_inputs, batch=options.batch, serve=serve,
+                            progress=progress, all_layers=options.all_layers,
+                            dtype=options.dtype, tensor_parallel=options.tensor_parallel)
+    graph, trace = cached_load(model, repr((options, serve)), example_inputs, traced)
     return Loaded(graph, trace)
 
 
@@ -84,8 +88,8 @@ def load_graph(model, load: LoadOptions = LoadOptions(),
     """Lower any accepted model into the IR (with ``load.train``: its joint
     forward+backward); a zoo or timm model loaded the same way before, its graph kept
     (analyzer/load/trace_cache.py)."""
-    return cached_graph(model, load, example_inputs,
-                        lambda: _lowered(model, load, example_inputs, progress))
+    return cached_load(model, repr(load), example_inputs,
+                       lambda: _lowered(model, load, example_inputs, progress))
 
 
 def _lowered(model, load: LoadOptions, example_inputs: Sequence[Any] | None,
