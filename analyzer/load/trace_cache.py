@@ -34,12 +34,12 @@ def cached_load(model, how: str, example_inputs: Sequence[Any] | None,
             not model.startswith((ZOO_PREFIX, TIMM_PREFIX)):
         return make()
     key = (model, how)
-    if key not in _kept:
-        _kept[key] = make()
-        while len(_kept) > KEPT:
-            _kept.popitem(last=False)
-    _kept.move_to_end(key)
-    return _kept[key]
+    kept = _kept.pop(key, None)   # (put back last: the newest; two threads at most trace twice)
+    kept = make() if kept is None else kept
+    _kept[key] = kept
+    while len(_kept) > KEPT:
+        _kept.popitem(last=False)
+    return kept
 
 
 def forget() -> None:
