@@ -48,6 +48,9 @@ from .mesh import CARVED
 BACKWARD_SHARE = 2 / 3   # the backward's share of a step's forward and backward
 INNER_TO_OUTER = ("tp", "cp", "ep", "dp_shard", "dp_replicate", "pp")
 HIDDEN_BY_COMPUTE = ("dp_shard", "efsdp", "dp_replicate")   # data-parallel streams
+# collectives named apart from the mesh dimension whose ranks they span: efsdp's group
+# (strided by ep) spans what dp_shard's does, a tied table's two end stages what pp's does
+SPANS_OF = {"efsdp": "dp_shard", "tied": "pp"}
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,10 @@ class Links:
 def dim_link(mesh: Mapping[str, int], dim: str, links: Links) -> InterconnectRates:
     """The link the group of mesh dimension ``dim`` crosses. The ep group is consecutive
     ranks carved out of dp_shard × cp (torchtitan's efsdp × ep), no factor of the others' spans;
-    efsdp's group, strided by ep, spans what dp_shard's does."""
+    the groups of ``SPANS_OF`` span their dimension's."""
     if dim == "ep":   # (its ranks the innermost of dp_shard × cp × tp: consecutive)
         return links.intra if mesh.get("ep", 1) <= links.gpus_per_node else links.inter
-    dim = "dp_shard" if dim == "efsdp" else "pp" if dim == "tied" else dim   # (ends: pp's span)
+    dim = SPANS_OF.get(dim, dim)
     inner = INNER_TO_OUTER[:INNER_TO_OUTER.index(dim)] if dim in INNER_TO_OUTER else ()
     span = prod(mesh.get(d, 1) for d in inner if d not in CARVED) * mesh.get(dim, 1)
     return links.intra if span <= links.gpus_per_node else links.inter
@@ -141,10 +144,10 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     all-to-alls and context-parallel ring (exposed) and its sends and receives (pp). fully_shard's all-gathers (an
     experts unit's over efsdp too) run in the first micro-batch's forward, hidden by it but
     for the first; its reduce-scatters (and HSDP's all-reduce) after the last backward, where
-    nothing hides them, and so the end stages' all-reduce of a tied table's gradient
-    (``gathered``: each stage's all-gathers' share of its fully_shard
-    bytes; the comms' volumes hold tp's beside them). The optimizer steps once on the rank's
-    shards (``shard`` ranks share each), the slowest rank's deciding."""
+    nothing hides them (``gathered``: each stage's all-gathers' share of its fully_shard
+    bytes; the comms' volumes hold tp's beside them), as nothing hides the end stages'
+    all-reduce of a tied table's gradient (``tied``) there. The optimizer steps once on the
+    rank's shards (``shard`` ranks share each), the slowest rank's deciding."""
     slots, steps, hidden = [], [], []
     for t, c, share in zip(stages, comms, gathered or [0.0] * len(stages)):
         sec = dim_seconds(c, rank.mesh, links)
