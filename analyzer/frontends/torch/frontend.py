@@ -135,13 +135,20 @@ def decompose_program(ep: "torch.export.ExportedProgram",
                              f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
 
 
-def training_decompositions():
-    """Core-ATen decompositions for the joint graph (attention kept whole, as at inference)."""
+def training_decompositions() -> dict:
+    """Core-ATen decompositions for the joint graph (attention kept whole, as at inference):
+    a fresh copy (torch's passes delete from the table they are given) of one table built per
+    set of registered operators — torch builds its default table anew on every call (0.1 s,
+    a tenth of a small model's trace, which a repeated stack's short traces each paid)."""
+    return dict(_decompositions(len(torch._C._dispatch_get_all_op_names())))
+
+
+@functools.cache
+def _decompositions(registered: int) -> dict:
+    """(``registered``: how many operators torch has, so that a library's ops registered
+    later, torchao's, are in the table they would be in.)"""
     table = torch.export.default_decompositions()
-    for op in list(table):
-        if any(k in str(op) for k in _KEEP):
-            del table[op]
-    return table
+    return {op: table[op] for op in list(table) if not any(k in str(op) for k in _KEEP)}
 
 
 def lower_joint(trace: "JointTrace", model: "torch.nn.Module", *, name: str, batch: int,
