@@ -18,9 +18,11 @@ What counts as a shown command, in any fenced block:
 
 Each command runs in that working directory with COLUMNS=100 and a local Hugging Face cache
 (HF_HOME, HF_HUB_OFFLINE=1): one with shell syntax (pipes, redirections) through bash with the
-installed ``graphcost`` on PATH, the others in a process of their own forked from one that
-imported torch, transformers and graphcost once (tests/docs_runner.py: the imports were most of
-a command's time). A trailing ``# comment`` is not part of the command; ``# exit N`` states the
+installed ``graphcost`` on PATH, the others in processes forked from one that imported torch,
+transformers and graphcost once (tests/docs_runner.py: the imports were most of a command's
+time), the commands of one zoo or timm model one after another in one process, as a notebook
+analyzes one model again (the later ones read the traces the first kept, and must still print
+what the page shows). A trailing ``# comment`` is not part of the command; ``# exit N`` states the
 exit status, otherwise it is 0. ``timm:`` commands are skipped when timm is not installed.
 
 The commands run two at a time in one module-scoped fixture (the zoo:llama7b ones take 5–15 s
@@ -302,8 +304,8 @@ SHELL_SYNTAX = re.compile(r"[|<>;&$`*?~'\"\\]")
 
 
 def run_forked(cmds: list[str], cwd: Path, env: dict) -> list[Result]:
-    """Commands without shell syntax, each in a process forked from one that imported torch,
-    transformers and graphcost once (tests/docs_runner.py says why)."""
+    """Commands without shell syntax, in processes forked from one that imported torch,
+    transformers and graphcost once (tests/docs_runner.py says why and which share one)."""
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), str(PARALLEL),
                            str(TIMEOUT)], input=json.dumps([c.split()[1:] for c in cmds]),
                           cwd=cwd, env=env, capture_output=True, text=True,
