@@ -44,82 +44,81 @@ def test_what_torchtitan_cannot_say_gets_no_line(model, base):
     assert torchtitan_args(model, MESH, 2, "sac", base) is None
 
 
+# Every line below parsed in one process (torchtitan's import is most of the time: 13-16 s a
+# process on the newest-torch venv): {name: the ConfigManager's fields graphcost wrote}
 PARSE = r"""
 import json, sys
 from torchtitan.config import ConfigManager
-c = ConfigManager().parse_args(json.loads(sys.argv[1]))
-p = c.parallelism
-print(json.dumps([p.data_parallel_replicate_degree, p.data_parallel_shard_degree,
-                  p.tensor_parallel_degree, c.training.local_batch_size, c.training.seq_len,
-                  c.loss.num_chunks, c.compile.enable, c.compile.enable_async_tensor_parallel,
-                  type(c.activation_checkpoint).__qualname__,
-                  c.training.mixed_precision_param]))
+out = {}
+for name, args in json.loads(sys.stdin.read()).items():
+    c = ConfigManager().parse_args(args)
+    p, t = c.parallelism, c.training
+    out[name] = dict(
+        replicate=p.data_parallel_replicate_degree, shard=p.data_parallel_shard_degree,
+        tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+        schedule=p.pipeline_parallel_schedule, microbatch=p.pipeline_parallel_microbatch_size,
+        cp=p.context_parallel_degree, balancer=p.context_parallel_load_balancer,
+        batch=t.local_batch_size, seq=t.seq_len, chunks=c.loss.num_chunks,
+        compile=c.compile.enable, async_tp=c.compile.enable_async_tensor_parallel,
+        checkpoint=type(c.activation_checkpoint).__qualname__,
+        param_dtype=t.mixed_precision_param)
+print(json.dumps(out))
 """
+PIPELINE = {"pp": 8, "dp_shard": 8, "tp": 8}
+LINES = {   # (the 70B layout's, its pipelines' (local batch 32), the 8B's at 64k tokens)
+    "full": ("zoo:llama3_70b", MESH, 16, "full", BASE),
+    "sac": ("zoo:llama3_70b", MESH, 16, "sac", BASE),
+    "1f1b": ("zoo:llama3_70b", PIPELINE, 32, "full", {**BASE, "compile": False}, "1f1b"),
+    "interleaved-1f1b": ("zoo:llama3_70b", PIPELINE, 32, "full", {**BASE, "compile": False},
+                         "interleaved-1f1b"),
+    "cp": ("zoo:llama3_8b", {"dp_shard": 2, "cp": 4}, 1, "full",
+           {**BASE, "dims": {"seq": 65536}}),
+}
+needs_torchtitan = pytest.mark.skipif(
+    importlib.util.find_spec("torchtitan") is None,
+    reason="torchtitan is not installed here (.ci/run installs it in the newest-torch venv)")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
-                    reason="torchtitan is not installed here (.ci/run installs it in the "
-                           "newest-torch venv)")
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory) -> dict:
+    """torchtitan's ConfigManager's reading of each of ``LINES``."""
+    lines = {name: torchtitan_args(*spec) for name, spec in LINES.items()}
+    assert all(lines.values()), lines
+    out = subprocess.run([sys.executable, "-c", PARSE], input=json.dumps(lines),
+                         cwd=tmp_path_factory.mktemp("torchtitan"), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@needs_torchtitan
 @pytest.mark.parametrize("checkpoint, mode", [("full", "FullAC.Config"),
                                               ("sac", "SelectiveAC.Config")])
-def test_torchtitans_config_manager_reads_the_line(checkpoint, mode, tmp_path):
-    args = torchtitan_args("zoo:llama3_70b", MESH, 16, checkpoint, BASE)
-    out = subprocess.run([sys.executable, "-c", PARSE, json.dumps(args)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    parsed = json.loads(out.stdout.strip().splitlines()[-1])
-    assert parsed == [1, 32, 8, 16, 8192, 1, True, True, mode, "bfloat16"]
+def test_torchtitans_config_manager_reads_the_line(checkpoint, mode, parsed):
+    c = parsed[checkpoint]
+    assert [c[k] for k in ("replicate", "shard", "tp", "batch", "seq", "chunks", "compile",
+                           "async_tp", "checkpoint", "param_dtype")] == \
+        [1, 32, 8, 16, 8192, 1, True, True, mode, "bfloat16"]
 
 
-PARSE_PP = r"""
-import json, sys
-from torchtitan.config import ConfigManager
-p = ConfigManager().parse_args(json.loads(sys.argv[1])).parallelism
-print(json.dumps([p.pipeline_parallel_degree, p.pipeline_parallel_schedule,
-                  p.pipeline_parallel_microbatch_size, p.data_parallel_shard_degree,
-                  p.tensor_parallel_degree]))
-"""
-
-
-@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
-                    reason="torchtitan is not installed here (.ci/run installs it in the "
-                           "newest-torch venv)")
+@needs_torchtitan
 @pytest.mark.parametrize("schedule, named", [("1f1b", "1F1B"),
                                              ("interleaved-1f1b", "Interleaved1F1B")])
-def test_torchtitans_config_manager_reads_a_pipeline(schedule, named, tmp_path):
+def test_torchtitans_config_manager_reads_a_pipeline(schedule, named, parsed):
     """A 70B pipeline of 8 stages beside FSDP 8 × TP 8, local batch 32: 1F1B or interleaved
     1F1B (torchtitan's two stages a rank, graphcost's default too) with one sequence a
     micro-batch, as graphcost analyzes it. (torchtitan's 405B config gets no line: it builds
     float8 linears, which graphcost does not model.)"""
     assert torchtitan_args("zoo:llama3_405b", MESH, 32, "full", BASE) is None
-    args = torchtitan_args("zoo:llama3_70b", {"pp": 8, "dp_shard": 8, "tp": 8}, 32, "full",
-                           {**BASE, "compile": False}, schedule)
-    out = subprocess.run([sys.executable, "-c", PARSE_PP, json.dumps(args)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [8, named, 1, 8, 8]
+    c = parsed[schedule]
+    assert [c[k] for k in ("pp", "schedule", "microbatch", "shard", "tp")] == \
+        [8, named, 1, 8, 8]
 
 
-PARSE_CP = r"""
-import json, sys
-from torchtitan.config import ConfigManager
-c = ConfigManager().parse_args(json.loads(sys.argv[1]))
-p = c.parallelism
-print(json.dumps([p.context_parallel_degree, p.context_parallel_load_balancer,
-                  p.data_parallel_shard_degree, c.training.seq_len]))
-"""
-
-
-@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is None,
-                    reason="torchtitan is not installed here (.ci/run installs it in the "
-                           "newest-torch venv)")
-def test_torchtitans_config_manager_reads_context_parallelism(tmp_path):
+@needs_torchtitan
+def test_torchtitans_config_manager_reads_context_parallelism(parsed):
     """A 64k-token Llama 3.1 8B over FSDP 2 × cp 4 (docs/plan.md's long-sequence plan): the
     degree as graphcost analyzed it, with torchtitan's head-tail load balancing (its
     default, and the shard graphcost traces)."""
-    args = torchtitan_args("zoo:llama3_8b", {"dp_shard": 2, "cp": 4}, 1, "full",
-                           {**BASE, "dims": {"seq": 65536}})
-    out = subprocess.run([sys.executable, "-c", PARSE_CP, json.dumps(args)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [4, "headtail", 2, 65536]
+    c = parsed["cp"]
+    assert [c[k] for k in ("cp", "balancer", "shard", "seq")] == [4, "headtail", 2, 65536]
