@@ -8,7 +8,7 @@ import json
 import shlex
 
 import pytest
-from graphcost.analyzer.app.plan import plan_training
+from graphcost.analyzer.app.plan import EXPERTS_TP, plan_training
 from graphcost.analyzer.app.plan_settings import (
     PlanSpec,
     pipeline_schedules,
@@ -277,13 +277,13 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     assert direct.parallel is not None and direct.parallel.mesh.get("ep") == best.settings.ep
     assert_is_direct(best, direct)
     assert best.samples == 2 * 4   # (ep is carved out of the 4 data ranks: 4 batches of 2)
-    # tp sizes not asked for are left out, said so (each would be refused: the experts stay
-    # whole on every rank), rather than analyzed and refused one by one
+    # tp sizes not asked for are left out, said so (each leaves the experts whole on every
+    # rank, or is refused for them), rather than analyzed one by one
     plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, cp=(1,), ep=(1,),
                                                     checkpoints=("none",)), moe)
     assert {c.settings.tp for c in plan.candidates} == {1}
     assert not any(c.status == "refused" for c in plan.candidates)
-    assert "tp (a mixture of experts' tensor-parallel plan is not modelled)" in plan.not_searched
+    assert EXPERTS_TP in plan.not_searched
 
 
 def test_context_parallel_sizes_asked_for_are_analyzed_and_are_their_direct_analysis():

@@ -180,8 +180,10 @@ MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
 # (passes/parallel/mesh.py refuses it: not modelled yet)
 EXPERTS_BESIDE = "expert parallelism beside tp or cp"
-# (frontends/torch/tensor_parallel.py refuses the experts it would leave whole on every rank)
-EXPERTS_TP = "tp (a mixture of experts' tensor-parallel plan is not modelled)"
+# (transformers' plan leaves a mixture of experts whole on every tp rank, or shards it in a
+# style graphcost refuses: frontends/torch/transformers_tp_plan.py; expert parallelism shards it)
+EXPERTS_TP = ("tp (tensor parallelism leaves a mixture of experts whole on every rank, or "
+              "is refused for it: ep shards the experts)")
 
 
 def _shape(analyses: SettingsAnalyses, base: Mapping[str, Any]) -> tuple[int, int]:

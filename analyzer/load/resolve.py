@@ -69,6 +69,7 @@ class Resolved:
     int_ranges: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # random ids
     maxima: Mapping[str, int] = field(default_factory=dict)  # kind torch: data-dependent sizes
     own_dtype: str | None = None        # kind torch: the published weights' dtype (zoo)
+    notes: tuple[str, ...] = ()         # what the rank program's rewriting says (the report's)
 
 
 def batch_of(tensors) -> int:

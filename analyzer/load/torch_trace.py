@@ -113,6 +113,7 @@ class _Trace:
 
         self.model, self.args, self.name, self.note, self.load = \
             r.module, r.inputs, r.name, note, load
+        self.resolved_notes = r.notes
         self.maxima: Mapping[str, int] = r.maxima or MappingProxyType({})
         self.batch = batch_of((*r.inputs, *kwargs.values()))
         self.kwargs = call_defaults(r.module, dict(kwargs))
@@ -142,7 +143,7 @@ class _Trace:
             else:
                 graph = trace_repeated(self.model, self.forward, at_least=at_least,
                                        grown=self.grown)
-        self.notes = [*notes, *self.sizes.notes]
+        self.notes = [*self.resolved_notes, *notes, *self.sizes.notes]
         if rebindable and not graph.size_bounds and reruns(self.lowers[-1][0]):
             return self.finish(graph), self.rebound
         return self.finish(graph), None

@@ -35,9 +35,10 @@ def _per_rank(p, brief: bool) -> list[str]:
 
 
 def _layout(p) -> str:
-    """The strategy's name; tensor parallel alone (no data-parallel wrapper) as itself."""
+    """The strategy's name; tensor parallel alone (no data-parallel wrapper) as itself (its
+    plan, torchtitan's or transformers' own, is the model's: docs/parallel.md)."""
     if set(p.mesh) == {"tp"}:
-        return "tensor parallel (torchtitan's Llama plan, no data-parallel wrapper)"
+        return "tensor parallel alone (no data-parallel wrapper)"
     return _STRATEGY[p.strategy]
 
 

@@ -38,7 +38,8 @@ local q/k/v views hold the rank's heads. A head tied to the token embedding shar
 shard (both split the table's rows; torchtitan re-ties them after parallelizing). Refused by
 name: a norm over a whole sharded projection (OLMo 2's q_norm), fused q/k/v
 (GPT-2's ``c_attn``) and any matrix the plan leaves whole or shards in a style not modelled
-(a mixture of experts': transformers' ``"moe_tp_experts"``, ``"packed_colwise"``). Not
+(transformers 5.24's ``"moe_tp_experts"``, ``"packed_colwise"``) — but a mixture of experts
+transformers' plan leaves out, whole on every rank as it runs (transformers_tp_plan.py). Not
 modelled: async TP, the norm weights' gradient all-reduce under sequence parallelism (a few
 KiB).
 
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from typing import Callable, Collection
 
 import torch
@@ -71,6 +71,7 @@ from .tp_collectives import (
     tp_scatter_seq,
     tp_split_last,
 )
+from .transformers_tp_plan import planned, planned_style, replicated_experts
 
 COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROWWISE = ("o_proj", "down_proj")
@@ -237,18 +238,19 @@ def _whole_norms(model: torch.nn.Module, parents: list, group: int) -> None:
 
 def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
                  vocab: tuple = ()) -> None:
-    """Refuse a model with matrices the plan does not shard (a mixture of experts' expert
-    weights and router, a fused projection): each rank would hold them whole, and the
-    engines that shard them do it by a plan graphcost does not model. ``serving``: a serving
-    engine's plan, which shards transformers' gathered projections its own way; ``vocab``:
-    the embedding and the head, left out (not sharded yet)."""
-    whole = sorted({name.rsplit(".", 1)[0] for name, p in model.named_parameters()
-                    if p.dim() >= 2 and not isinstance(
-                        m := model.get_submodule(name.rsplit(".", 1)[0]) if "." in name
-                        else model, SHARDED) and m not in vocab})
+    """Refuse a model with matrices the plan does not shard (a fused projection, experts in
+    a style not modelled): the engines that shard them do it by a plan graphcost does not
+    model. A mixture of experts transformers' training plan leaves out stays whole, as it
+    runs (transformers_tp_plan.py). ``serving``: a serving engine's plan, which shards transformers'
+    gathered projections its own way (and a mixture of experts: refused); ``vocab``: the
+    embedding and the head, left out (not sharded yet)."""
+    style = planned_style(model)
+    whole = unsharded(model, vocab)
+    if not serving and planned(model):   # (transformers' plan, as it runs: transformers_tp_plan.py)
+        kept = set(replicated_experts(model, whole, style))
+        whole = [w for w in whole if w not in kept]
     if not whole:
         return
-    style = planned_style(model)
     said = [f"{w} ({style(w)!r} in transformers' plan)" if style(w) else w for w in whole]
     shown = ", ".join(said[:3]) + (f" and {len(said) - 3} more" if len(said) > 3 else "")
     what = opt("parallel", value=f"tp={group}")
@@ -259,6 +261,14 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
     raise GraphcostError(f"{what}: the plan shards attention and MLP linears, the embedding "
                          f"and the head; {shown} would stay whole on every rank (tensor "
                          "parallelism of them is not modelled)")
+
+
+def unsharded(model: torch.nn.Module, vocab: tuple = ()) -> list[str]:
+    """The modules whose matrices the plan left whole (``vocab``'s aside)."""
+    return sorted({name.rsplit(".", 1)[0] for name, p in model.named_parameters()
+                   if p.dim() >= 2 and not isinstance(
+                       m := model.get_submodule(name.rsplit(".", 1)[0]) if "." in name
+                       else model, SHARDED) and m not in vocab})
 
 
 def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: bool,
@@ -373,28 +383,3 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
     style = planned_style(model, plan)
     kept = ("colwise", "rowwise", *(GATHERED if gathers else ()))
     return lambda name: s if (s := style(name)) in kept else None
-
-
-def planned_style(model: torch.nn.Module,
-                  plan: dict[str, str] | None = None) -> Callable[[str], str | None]:
-    """transformers' plan of ``model`` (``plan``, if the caller has it) as a lookup: a
-    module's name (in ``model``, which may wrap the transformers model or be a pipeline stage
-    cut from it) to the style its plan gives it, or None."""
-    plan = plan if plan is not None else planned(model) or {}
-    patterns = [(re.compile(r"(?:.*\.)?" + re.escape(k).replace(r"\*", r"\d+")), v)
-                for k, v in plan.items()]
-    return lambda name: next((v for pattern, v in patterns if pattern.fullmatch(name)), None)
-
-
-def planned(model: torch.nn.Module) -> dict[str, str] | None:
-    """The tensor-parallel plan transformers gives ``model`` (``PreTrainedModel.tp_plan``:
-    module name patterns, ``*`` for a layer's index, to styles; else its config's
-    ``base_model_tp_plan``), or None: not a transformers model, or no plan."""
-    for m in model.modules():
-        if not type(m).__module__.startswith("transformers."):
-            continue
-        plan = getattr(m, "tp_plan", None)
-        if not isinstance(plan, dict) or not plan:
-            plan = getattr(getattr(m, "config", None), "base_model_tp_plan", None)
-        return dict(plan) if isinstance(plan, dict) and plan else None
-    return None
