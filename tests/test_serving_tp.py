@@ -91,6 +91,32 @@ def test_the_collectives_by_hand_and_on_the_clock():
         BATCH / s.time.tpot_seconds)
 
 
+def test_a_mixture_of_experts_rank_holds_vllms_slice_of_every_expert():
+    """vLLM's FusedMoE without expert parallelism (frontends/torch/serving_experts.py): each
+    rank keeps every expert, its intermediate dimension split (w13 (experts, 2·I/T, H), w2
+    (experts, H, I/T)), the router whole, and the layer's output all-reduced."""
+    one = analyze("zoo:hf_mixtral", serve={"prompt": 16, "generate": 4, "engine": "vllm"})
+    two = analyze("zoo:hf_mixtral", serve={"prompt": 16, "generate": 4, "engine": "vllm"},
+                  parallel={"mesh": "tp=2"})
+    assert one.serving is not None and two.serving is not None
+    # d 64, 4 heads of 16 (2 key/value heads), 2 layers of 4 experts of I = 128, vocab 512,
+    # fp32; 16 floats of buffers on both. One GPU: 512 × 64 × 2 (embedding, head) + 2 ×
+    # (attention 12,288 + router 256 + experts 4 × (256 × 64 + 64 × 128) = 98,304 + norms
+    # 128) + 64 = 287,552. A rank of 2: the vocabulary's rows 2 × 256 × 64 = 32,768 + 2 ×
+    # (attention 6,144 + router 256 + experts 4 × (128 × 64 + 64 × 64) = 49,152 + 128) + 64
+    # = 144,192
+    assert one.serving.weight_bytes == (287_552 + 16) * 4
+    assert two.serving.weight_bytes == (144_192 + 16) * 4
+    c = two.serving.collectives
+    assert c is not None
+    # each layer all-reduces the attention's output and the experts' (16 tokens × 64 fp32 =
+    # 4,096 B each), the embedding its lookup: 5 × 4,096; the last position's logits
+    # gathered (512 × 4 B); 6 calls, one token's worth (256 B each) in a decode step
+    assert (c.prefill_all_reduce_bytes, c.prefill_all_gather_bytes, c.prefill_calls) == \
+        (5 * 4_096, 2_048, 6)
+    assert (c.decode_all_reduce_bytes, c.decode_calls) == (5 * 256, 6)
+
+
 def test_the_prefill_computes_the_logits_of_the_last_position_alone():
     every = _serving(2, serve={"logits": "all"}).collectives
     eager, vllm = _serving(2).collectives, _serving(2, serve={"engine": "vllm"}).collectives

@@ -62,6 +62,7 @@ import torch.nn.functional as F
 from ....passes.errors import GraphcostError, opt
 from .float8_linears import float8_linear, float8_spec, gather_seq_in_float8
 from .pipeline_stages import HEADS
+from .serving_experts import is_router, shard_experts
 from .tp_collectives import (
     tp_all_reduce,
     tp_copy,
@@ -179,6 +180,8 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         raise GraphcostError(f"{opt('float8')} beside {opt('parallel', value=f'tp={group}')}: "
                              "modelled for torchtitan's sequence-parallel plan (its float8 "
                              "styles), not transformers' plan or a serving engine's")
+    if serving:   # (vLLM's FusedMoE: each expert's intermediate split, the output summed)
+        shard_experts(model, group)
     parents, whole_heads = _shard_blocks(model, group, sequence, not serving, (tokens, head))
     _whole_norms(model, parents, group)
     blocks = any(isinstance(m, (ColwiseLinear, RowwiseLinear)) for m in model.modules())
@@ -249,6 +252,8 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
     if not serving and planned(model):   # (transformers' plan, as it runs: transformers_tp_plan.py)
         kept = set(replicated_experts(model, whole, style))
         whole = [w for w in whole if w not in kept]
+    if serving:   # (a router vLLM keeps whole beside its experts' slices)
+        whole = [w for w in whole if not is_router(model, w)]
     if not whole:
         return
     said = [f"{w} ({style(w)!r} in transformers' plan)" if style(w) else w for w in whole]
@@ -268,7 +273,8 @@ def unsharded(model: torch.nn.Module, vocab: tuple = ()) -> list[str]:
     return sorted({name.rsplit(".", 1)[0] for name, p in model.named_parameters()
                    if p.dim() >= 2 and not isinstance(
                        m := model.get_submodule(name.rsplit(".", 1)[0]) if "." in name
-                       else model, SHARDED) and m not in vocab})
+                       else model, SHARDED) and m not in vocab
+                   and not getattr(m, "tp_sharded", False)})
 
 
 def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: bool,
