@@ -150,7 +150,8 @@ def in_tensor_parallel(r: Resolved, group: int, *, serving: bool = False,
                              "is fixed)")
     from ..frontends.torch.tensor_parallel import is_transformers, tensor_parallel
     module = tensor_parallel(r.module, group, sequence=False if serving else None)
-    r = replace(r, notes=r.notes + _replicated(module, group))
+    if not serving:   # (a serving engine's plan shards the experts: serving_experts.py)
+        r = replace(r, notes=r.notes + _replicated(module, group))
     if serving or not stage or not stage[0] or is_transformers(r.module):
         return replace(r, module=module)
     # a later pipeline stage under sequence parallelism receives the previous stage's

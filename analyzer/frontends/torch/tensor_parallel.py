@@ -244,12 +244,13 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
     """Refuse a model with matrices the plan does not shard (a fused projection, experts in
     a style not modelled): the engines that shard them do it by a plan graphcost does not
     model. A mixture of experts transformers' training plan leaves out stays whole, as it
-    runs (transformers_tp_plan.py). ``serving``: a serving engine's plan, which shards transformers'
-    gathered projections its own way (and a mixture of experts: refused); ``vocab``: the
-    embedding and the head, left out (not sharded yet)."""
+    runs (transformers_tp_plan.py). ``serving``: a serving engine's plan, which shards
+    transformers' gathered projections its own way (refused) and the experts as vLLM does,
+    the router whole (serving_experts.py); ``vocab``: the embedding and the head, left out
+    (not sharded yet)."""
     style = planned_style(model)
     whole = unsharded(model, vocab)
-    if not serving and planned(model):   # (transformers' plan, as it runs: transformers_tp_plan.py)
+    if not serving and planned(model):   # (transformers' plan as it runs them)
         kept = set(replicated_experts(model, whole, style))
         whole = [w for w in whole if w not in kept]
     if serving:   # (a router vLLM keeps whole beside its experts' slices)
