@@ -108,6 +108,16 @@ def _holds(p, m, over=0.05):
         (m.case.model, m.rank, m.step, predicted, m.peak)
 
 
+def _ranks_holding(runs, model: str, precision: str, params: int) -> list:
+    """``model``'s measured rows under ``precision`` (2 ranks × steps 1 and 2), each rank
+    holding ``params`` bytes of parameters."""
+    rows = [m for m in runs if (m.case.model, m.case.precision) == (model, precision)]
+    assert len(rows) == 4
+    for m in rows:
+        assert m.categories["Parameter"] == params, (m.rank, m.step)
+    return rows
+
+
 @pytest.mark.parametrize("precision", RECIPES)
 @pytest.mark.parametrize("model", MODELS)
 def test_tensor_parallel_alone_on_two_gloo_ranks(tp_alone, model, precision):
@@ -182,10 +192,7 @@ def test_gathered_projections_run_every_head_on_every_rank(tp_alone, precision):
     # norm 64; the head 256 × 64 = 16,384. 16,384 + 2 × 18,560 + 64 + 16,384 = 69,952
     size = 4 if precision == "fp32" else 2
     assert p.breakdown_at_peak["params"] == 69_952 * size
-    rows = [m for m in runs if (m.case.model, m.case.precision) == ("hf_phi3", precision)]
-    assert len(rows) == 4
-    for m in rows:
-        assert m.categories["Parameter"] == 69_952 * size
+    for m in _ranks_holding(runs, "hf_phi3", precision, 69_952 * size):
         predicted = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
         assert 0.995 * m.peak <= predicted <= 1.005 * m.peak, (m.rank, m.step, predicted, m.peak)
 
@@ -208,10 +215,7 @@ def test_a_mixture_of_experts_the_plan_leaves_out_runs_whole_on_every_rank(tp_al
     # head's rows 256 × 64. 16,384 + 2 × 104,832 + 64 + 16,384 = 242,496
     size = 4 if precision == "fp32" else 2
     assert p.breakdown_at_peak["params"] == 242_496 * size
-    rows = [m for m in runs if (m.case.model, m.case.precision) == ("hf_mixtral", precision)]
-    assert len(rows) == 4
-    for m in rows:
-        assert m.categories["Parameter"] == 242_496 * size
+    for m in _ranks_holding(runs, "hf_mixtral", precision, 242_496 * size):
         _holds(p, m)
     said = analyze("zoo:hf_mixtral", batch=2, train=True, parallel={"mesh": "tp=2"}).warnings
     assert any("leaves the mixture of experts whole on every rank" in w for w in said), said
