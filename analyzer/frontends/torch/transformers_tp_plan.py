@@ -1,10 +1,11 @@
-"""transformers' tensor-parallel plan of a model: its lookup (``planned``, ``planned_style``),
-and what it leaves whole on every rank, as it runs: a mixture of experts' experts and router when its plan names none of them (transformers 5.25's Mixtral
-plan shards attention alone; 5.24's named the experts ``"moe_tp_experts"``, a style graphcost
-does not model, still refused). Each rank then holds and runs them whole on the replicated
-hidden states (after the attention's row-wise all-reduce): the same products on every rank,
-their gradients the same there too, so nothing is reduced for them. torchtitan's plan is
-another (expert parallelism for the experts; refused here for a model not transformers')."""
+"""transformers' tensor-parallel plan of a model: its lookup (``planned``, ``planned_style``)
+and what it leaves whole on every rank as it runs — a mixture of experts' experts and router
+when the plan names none of them (transformers 5.25's Mixtral plan shards attention alone;
+5.24's named the experts ``"moe_tp_experts"``, a style graphcost does not model, still
+refused). Each rank then holds and runs them whole on the replicated hidden states (after
+the attention's row-wise all-reduce): the same products on every rank, their gradients the
+same there too, so nothing is reduced for them. torchtitan's plan is another (expert
+parallelism for the experts; refused here for a model not transformers')."""
 from __future__ import annotations
 
 import re
