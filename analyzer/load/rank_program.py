@@ -149,9 +149,8 @@ def in_tensor_parallel(r: Resolved, group: int, *, serving: bool = False,
                              f"{'ONNX graph' if r.kind == 'onnx' else 'exported program'} "
                              "is fixed)")
     from ..frontends.torch.tensor_parallel import is_transformers, tensor_parallel
-    module = tensor_parallel(r.module, group, sequence=False if serving else None)
-    if not serving:   # (a serving engine's plan shards the experts: serving_experts.py)
-        r = replace(r, notes=r.notes + _replicated(module, group))
+    module, notes = tensor_parallel(r.module, group, sequence=False if serving else None)
+    r = replace(r, notes=r.notes + notes)
     if serving or not stage or not stage[0] or is_transformers(r.module):
         return replace(r, module=module)
     # a later pipeline stage under sequence parallelism receives the previous stage's
@@ -163,19 +162,3 @@ def in_tensor_parallel(r: Resolved, group: int, *, serving: bool = False,
     return replace(r, module=module,
                    inputs=(hidden.narrow(1, 0, hidden.shape[1] // group), *rest))
 
-
-def _replicated(module, group: int) -> tuple[str, ...]:
-    """The report's note on a mixture of experts a tensor-parallel rank holds whole
-    (frontends/torch/transformers_tp_plan.py), if any."""
-    from ..frontends.torch.tensor_parallel import unsharded
-    from ..frontends.torch.transformers_tp_plan import (
-        planned,
-        planned_style,
-        replicated_experts,
-        replicated_note,
-    )
-
-    if not planned(module):
-        return ()
-    names = replicated_experts(module, unsharded(module), planned_style(module))
-    return (replicated_note(names, group),) if names else ()

@@ -39,7 +39,7 @@ def shard_experts(model: torch.nn.Module, group: int) -> None:
                                                          down.requires_grad))
         if isinstance(getattr(experts, "intermediate_dim", None), int):
             setattr(experts, "intermediate_dim", part)
-        setattr(experts, "tp_sharded", True)   # (tensor_parallel.unsharded: not left whole)
+        setattr(experts, "tp_sharded", True)   # (tensor_parallel's check: not left whole)
         experts.register_forward_hook(lambda m, args, out: tp_all_reduce(out, group))
 
 

@@ -72,7 +72,12 @@ from .tp_collectives import (
     tp_scatter_seq,
     tp_split_last,
 )
-from .transformers_tp_plan import planned, planned_style, replicated_experts
+from .transformers_tp_plan import (
+    planned,
+    planned_style,
+    replicated_experts,
+    replicated_note,
+)
 
 COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROWWISE = ("o_proj", "down_proj")
@@ -163,9 +168,10 @@ def is_transformers(model: torch.nn.Module) -> bool:
 
 
 def tensor_parallel(module: torch.nn.Module, group: int, *,
-                    sequence: bool | None = None) -> torch.nn.Module:
-    """A copy of ``module`` as one of ``group`` tensor-parallel ranks runs it (checked: a
-    Llama-style decoder whose sharded sizes divide), under its engine's plan (``sequence``
+                    sequence: bool | None = None) -> tuple[torch.nn.Module, tuple[str, ...]]:
+    """(a copy of ``module`` as one of ``group`` tensor-parallel ranks runs it — checked: a
+    Llama-style decoder whose sharded sizes divide —, the report's notes: a mixture of
+    experts transformers' plan leaves whole), under its engine's plan (``sequence``
     None) or, False, the plan without sequence parallelism whatever the model: a serving
     engine's (vLLM's column- and row-parallel linears all-reduce, its vocabulary-parallel
     embedding too, its logits gathered), whose one-token decode step has no sequence to
@@ -214,8 +220,8 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         if tied and table is not None:   # both shard the table's rows: one shard, re-tied
             sharded.weight = table.weight   # (as torchtitan re-ties them after parallelizing)
     local_head_counts(model, group, whole_heads)
-    _all_sharded(model, group, serving)
-    return model
+    kept = _all_sharded(model, group, serving)
+    return model, (replicated_note(kept, group),) if kept else ()
 
 
 SHARDED = (ColwiseLinear, RowwiseLinear, VocabEmbedding)
@@ -240,23 +246,22 @@ def _whole_norms(model: torch.nn.Module, parents: list, group: int) -> None:
 
 
 def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
-                 vocab: tuple = ()) -> None:
+                 vocab: tuple = ()) -> list[str]:
     """Refuse a model with matrices the plan does not shard (a fused projection, experts in
     a style not modelled): the engines that shard them do it by a plan graphcost does not
     model. A mixture of experts transformers' training plan leaves out stays whole, as it
     runs (transformers_tp_plan.py). ``serving``: a serving engine's plan, which shards
     transformers' gathered projections its own way (refused) and the experts as vLLM does,
     the router whole (serving_experts.py); ``vocab``: the embedding and the head, left out
-    (not sharded yet)."""
+    (not sharded yet). Returns the mixture of experts kept whole for training."""
     style = planned_style(model)
-    whole = unsharded(model, vocab)
-    if not serving and planned(model):   # (transformers' plan as it runs them)
-        kept = set(replicated_experts(model, whole, style))
-        whole = [w for w in whole if w not in kept]
+    whole = _unsharded(model, vocab)
+    kept = replicated_experts(model, whole, style) if not serving and planned(model) else []
     if serving:   # (a router vLLM keeps whole beside its experts' slices)
-        whole = [w for w in whole if not is_router(model, w)]
+        kept = [w for w in whole if is_router(model, w)]
+    whole = [w for w in whole if w not in kept]
     if not whole:
-        return
+        return [] if serving else kept
     said = [f"{w} ({style(w)!r} in transformers' plan)" if style(w) else w for w in whole]
     shown = ", ".join(said[:3]) + (f" and {len(said) - 3} more" if len(said) > 3 else "")
     what = opt("parallel", value=f"tp={group}")
@@ -269,7 +274,7 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
                          "parallelism of them is not modelled)")
 
 
-def unsharded(model: torch.nn.Module, vocab: tuple = ()) -> list[str]:
+def _unsharded(model: torch.nn.Module, vocab: tuple = ()) -> list[str]:
     """The modules whose matrices the plan left whole (``vocab``'s aside)."""
     return sorted({name.rsplit(".", 1)[0] for name, p in model.named_parameters()
                    if p.dim() >= 2 and not isinstance(
