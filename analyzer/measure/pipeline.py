@@ -9,7 +9,7 @@ tensor_plan.py, DTensor's own styles), then ``fully_shard`` on each block and on
 with ``reshard_after_forward=False`` (torchtitan's default beside a pipeline; a master
 recipe's ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``); it wraps the stage in
 ``PipelineStage`` and runs ``ScheduleGPipe`` or ``Schedule1F1B`` with torchtitan's loss (fp32
-cross-entropy) and Adam, steps 1 to 3. Under ``ScheduleInterleaved1F1B`` a rank runs several
+cross-entropy) and Adam, steps 1 to 4. Under ``ScheduleInterleaved1F1B`` a rank runs several
 stages (rank ``r`` the stages ``r``, ``r + p``, …), each wrapped so, one Adam over them all.
 
 MemTracker cannot watch a pipelined step (its module hooks meet the schedule's
@@ -19,6 +19,12 @@ profiler records it (``profile_memory=True``: every allocation and free with its
 from the parameters, buffers and optimizer state alive at the step's start, each block the
 step allocates is added and dropped when it is freed. What the library allocated in an
 earlier step and keeps (its receive buffers) is not counted.
+
+The profiler records the frees of the threads it profiles only: a block whose last reference
+a gloo work object drops, on gloo's thread, after the program let it go (the ring's buffers,
+when that thread runs late on a busy machine), has no free; it is counted freed when its
+address is given out again, so such a step's peak can be a collective's buffer or two higher
+than a step where gloo let go first — hence the lower of steps 2 to 4.
 """
 from __future__ import annotations
 
@@ -60,6 +66,9 @@ class PipelineRun:
         return self.stages * self.dp_shard * self.cp * self.tp
 
 
+STEPS = 4
+
+
 def allocated_peak(prof) -> int:
     """The most bytes a profiled region had allocated at once beyond what it started with:
     each allocation counted until it is freed (frees of older blocks are not counted). Not
@@ -84,8 +93,8 @@ def allocated_peak(prof) -> int:
     made: dict[int, int] = {}
     for _, ptr, size in sorted(events):
         if size > 0:
+            live += size - made.get(ptr, 0)   # (a block at a live address: freed unseen)
             made[ptr] = size
-            live += size
         elif ptr in made:
             live -= made.pop(ptr)
         peak = max(peak, live)
@@ -93,8 +102,8 @@ def allocated_peak(prof) -> int:
 
 
 def measure_pipeline(run: PipelineRun) -> dict[int, list[list[int]]]:
-    """Each stage's ranks' peak bytes in steps 1, 2 and 3: {stage: [[peak, peak, peak], …]}
-    (the stage's ranks in their order)."""
+    """Each stage's ranks' peak bytes in steps 1 to ``STEPS``: {stage: [[peak, …], …]} (the
+    stage's ranks in their order)."""
     with tempfile.TemporaryDirectory() as out:
         start_ranks(_worker, (json.dumps(asdict(run)), free_port(), out), run.world)
         result: dict[int, list[list[int]]] = {}
@@ -121,7 +130,7 @@ def _worker(rank: int, payload: str, port: int, out: str) -> None:
         stage, modules, step = _stages(run, mesh)
         module = torch.nn.ModuleList(modules)
         opt = torch.optim.Adam(module.parameters(), foreach=False)
-        peaks = [_step(module, opt, step) for _ in range(3)]
+        peaks = [_step(module, opt, step) for _ in range(STEPS)]
     finally:
         dist.destroy_process_group()
     with open(os.path.join(out, f"rank{rank:03d}.json"), "w") as fh:

@@ -34,7 +34,7 @@ CROSS_ENTROPY = "graphcost.tp_cross_entropy.default"
 ALL_TO_ALL = "graphcost.ep_all_to_all.default"
 CP_GATHER = "graphcost.cp_all_gather.default"
 CP_PASS = "graphcost.cp_ring_pass.default"
-HELD = "graphcost.tp_held.default"
+HELD = "graphcost.held.default"
 FLOAT8_GATHERED = "graphcost.fsdp_float8_weight.default"
 
 # op -> the collective it runs: the bytes of the collective's buffer are the output's (an
@@ -54,8 +54,9 @@ zero_cost(FLOAT8_GATHERED, reason="a weight as FSDP2's float8 all-gather hands i
           "(torchao's enable_fsdp_float8_all_gather): the parameter itself, gathered and cast "
           "outside the step's graph; the FSDP pass sizes it at one byte an element",
           alias=True, same_shape=True, family=FAMILY)
-zero_cost(HELD, reason="its first input itself; its second held by the autograd engine to "
-          "here (loss parallelism's log-probabilities until the log-softmax's node runs)",
+zero_cost(HELD, reason="its first input itself; the others held by the program to here (loss "
+          "parallelism's log-probabilities until the log-softmax's node runs; a ring "
+          "attention's buffers until PyTorch's loop lets them go)",
           alias=True, same_shape=True, family=FAMILY)
 zero_cost(ALL_REDUCE, reason="a collective: the tensor-parallel ranks' partial sums added "
           "across the link into a new tensor (the adds are not counted)", same_shape=True,

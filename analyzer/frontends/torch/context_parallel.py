@@ -33,6 +33,7 @@ from ....passes.errors import GraphcostError, opt
 from ....passes.graph.attention_dispatch import AttentionCall, AttentionTarget, choose
 from .compat import ring_attention_parts
 from .cp_collectives import cp_all_gather, cp_ring_pass
+from .held import hold
 
 aten = torch.ops.aten
 SEQ = 2           # (batch, heads, sequence, head dim): PyTorch's ring's seq_dim
@@ -106,11 +107,13 @@ def _kv_chunk(gathered: torch.Tensor | None, i: int, group: int, k: torch.Tensor
 
 def ring_forward(kernel: Kernel, q, k, v, group: int, scale):
     """``_templated_ring_attention`` on rank 0 of ``group`` (causal, load-balanced):
-    (output, log-sum-exp, the last step's kernel extras)."""
+    (output, log-sum-exp, the last step's kernel extras). Its locals hold each step's kernel
+    output and log-sum-exp until the next step's are made, and the gathered buffer to its
+    return."""
     parts = ring_attention_parts()
     k, v = k.contiguous(), v.contiguous()
     merger = parts._SDPAMerger(True, seq_dim=SEQ)
-    gathered, key, value, rest = None, k, v, ()
+    gathered, key, value, rest, made = None, k, v, (), ()
     for i in range(group):
         if i > 0:
             key, value = _kv_chunk(gathered, i, group, k, v)
@@ -126,9 +129,10 @@ def ring_forward(kernel: Kernel, q, k, v, group: int, scale):
         elif i > 0:
             qi, partial = q.chunk(HALVES, dim=SEQ)[1], True
         out, lse, rest = kernel[0](qi, ki, vi, behaviour.value, scale)
+        out, made = hold(out, *made), (out, lse)
         merger.step(out, lse, partial)
     out, lse = merger.results()
-    return out, lse, rest
+    return hold(out, *made, gathered), lse, rest
 
 
 def _accumulate(total, part, i: int, add_to: int):
@@ -141,17 +145,21 @@ def _accumulate(total, part, i: int, add_to: int):
 
 
 def ring_backward(kernel: Kernel, saved, dout, group: int, scale, rest):
-    """``_templated_ring_attention_backward`` on rank 0 of ``group``: (dq, dk, dv)."""
+    """``_templated_ring_attention_backward`` on rank 0 of ``group``: (dq, dk, dv). Its
+    locals hold what the traced ring reads at ``hold``: the key/value buffer it sent until the
+    next step's replaces it; each step's kernel gradients, and the key/value gradients it
+    added them into and passed on, until the next step's kernel has run; all of them to its
+    return."""
     parts = ring_attention_parts()
     q, k, v, out, lse = saved
     dq, dk, dv = (torch.zeros_like(t, dtype=torch.float32) for t in (q, k, v))
     k, v = k.contiguous(), v.contiguous()
-    gathered, key, value, passed = None, k, v, None
+    gathered, key, value, passed, flat, sent, grads = None, k, v, None, None, None, ()
     for i in range(group):
         if i > 0:
             key, value = _kv_chunk(gathered, i, group, k, v)
         if i != group - 1:
-            flat = torch.cat([key.flatten(), value.flatten()])
+            flat = hold(torch.cat([key.flatten(), value.flatten()]), flat)
             gathered = cp_all_gather(flat, group) if gathered is None else gathered
         behaviour = parts._is_causal_behavior(RANK, group, i, True)
         later = i > RANK   # (load balancing: half the queries attend to a later chunk)
@@ -164,16 +172,19 @@ def ring_backward(kernel: Kernel, saved, dout, group: int, scale, rest):
         dqi, dki, dvi = kernel[1](di, qi, ki, vi, oi, li, behaviour.value, scale, rest)[:3]
         if i > 0:
             assert passed is not None
+            passed = hold(passed, sent, *grads, dk, dv)
             dk = passed[:dk.numel()].reshape(dk.shape)
             dv = passed[dk.numel():].reshape(dv.shape)
+        grads = (dqi, dki, dvi)
         dk = _accumulate(dk, dki, i, -1 if later else 0)
         dv = _accumulate(dv, dvi, i, -1 if later else 0)
-        passed = cp_ring_pass(torch.cat([dk.flatten(), dv.flatten()]), group)
+        sent = torch.cat([dk.flatten(), dv.flatten()])
+        passed = cp_ring_pass(sent, group)
         dq = _accumulate(dq, dqi, i, 1 if later else -1)
     assert passed is not None
-    passed = passed.to(k.dtype)
-    return (dq.to(q.dtype), passed[:dk.numel()].reshape(dk.shape),
-            passed[dk.numel():].reshape(dv.shape))
+    dq = dq.to(q.dtype)
+    passed = hold(passed.to(k.dtype), sent, *grads, dk, dv, flat, gathered)
+    return dq, passed[:dk.numel()].reshape(dk.shape), passed[dk.numel():].reshape(dv.shape)
 
 
 class RingAttention(torch.autograd.Function):

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import torch
 
+from .held import hold
+
 
 @torch.library.custom_op("graphcost::tp_copy", mutates_args=())
 def tp_copy(x: torch.Tensor, group: int) -> torch.Tensor:
@@ -188,18 +190,6 @@ def tp_cross_entropy_op(logits: torch.Tensor, target: torch.Tensor,
     return -(picked * inside).sum() / max(target.numel(), 1), logp
 
 
-@torch.library.custom_op("graphcost::tp_held", mutates_args=())
-def tp_held(x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    """``x`` itself (its rule: an alias), with ``kept`` read here: a tensor the autograd
-    engine still holds at this point of a backward (a saved output whose node runs next)."""
-    return x.clone()
-
-
-@tp_held.register_fake
-def _(x: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
-
-
 @tp_cross_entropy_op.register_fake
 def _(logits: torch.Tensor, target: torch.Tensor, group: int):
     return logits.new_empty((), dtype=torch.float32), \
@@ -219,7 +209,7 @@ def _cross_entropy_backward(ctx, grad, _grad_logp):
                                              -inside.unsqueeze(-1))
     grad_logits = (one_hot + torch.exp(logp)) * (grad / max(target.numel(), 1))
     # the log-softmax's autograd node holds logp until it passes the gradient on
-    return tp_held(grad_logits, logp).to(ctx.dtype), None, None
+    return hold(grad_logits, logp).to(ctx.dtype), None, None
 
 
 tp_cross_entropy_op.register_autograd(_cross_entropy_backward, setup_context=_keep_logp)
