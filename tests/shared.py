@@ -87,6 +87,16 @@ def recorded_peaks(case: str, mesh: str, precision: str = "fp32") -> list[tuple[
             for rank, peak in enumerate(peaks)]
 
 
+def recorded_stages(run) -> dict[int, list[list[int]]]:
+    """Each stage's ranks' peaks in steps 1 to 4 of ``run`` (a PipelineRun) as
+    benchmarks/accuracy_pipelines.py measured them on real pipelined steps."""
+    from benchmarks.accuracy_pipelines import RESULTS, key
+
+    runs = json.loads(RESULTS.read_text(encoding="utf-8"))["runs"]
+    assert key(run) in runs, f"not recorded: python -m benchmarks.accuracy_pipelines ({run})"
+    return {int(stage): peaks for stage, peaks in runs[key(run)].items()}
+
+
 def assert_ranks_within(p, peaks, step1: float = 0.05, step2: float = 0.05,
                         late: int = 0) -> None:
     """Each (step, rank, measured peak) of ``peaks`` within the tolerance of a parallel
