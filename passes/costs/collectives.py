@@ -29,7 +29,7 @@ SPLIT_LAST = "graphcost.tp_split_last.default"
 GATHER_SEQ = "graphcost.tp_gather_seq.default"
 SCATTER_SEQ = "graphcost.tp_scatter_seq.default"
 PARTIAL_ROWS = "graphcost.tp_partial_rows.default"
-SCATTER_ROWS = "graphcost.tp_scatter_rows.default"
+ROWS_OF = "graphcost.tp_rows_of.default"
 CROSS_ENTROPY = "graphcost.tp_cross_entropy.default"
 ALL_TO_ALL = "graphcost.ep_all_to_all.default"
 CP_GATHER = "graphcost.cp_all_gather.default"
@@ -41,7 +41,7 @@ FLOAT8_GATHERED = "graphcost.fsdp_float8_weight.default"
 # all-reduce, an all-gather) or the input's (a reduce-scatter)
 COLLECTIVES: Mapping[str, str] = MappingProxyType({
     ALL_REDUCE: "all_reduce", GATHER_LAST: "all_gather", GATHER_SEQ: "all_gather",
-    SCATTER_SEQ: "reduce_scatter", SCATTER_ROWS: "reduce_scatter"})
+    SCATTER_SEQ: "reduce_scatter"})
 # ops that all-reduce values of each row inside them, fp32: op -> values per row (loss
 # parallelism's cross-entropy: each row's max, its sum of exponentials and its target's
 # log-probability)
@@ -68,9 +68,10 @@ zero_cost(SPLIT_LAST, reason="the tensor-parallel rank's slice of a replicated i
           family=FAMILY)
 zero_cost(SCATTER_SEQ, reason="a collective: the tensor-parallel ranks' partial sums added "
           "across the link, each rank keeping its sequence shard", family=FAMILY)
-zero_cost(SCATTER_ROWS, reason="a collective: the tensor-parallel ranks' partial sums added "
-          "across the link, each rank keeping its rows (a vocabulary-parallel embedding's "
-          "gradient)", family=FAMILY)
+zero_cost(ROWS_OF, reason="the rank's rows of a vocabulary-parallel embedding's gradient, "
+          "which DTensor makes whole and alike on every rank (the replicated output "
+          "gradient's embedding backward: nothing crosses the link) and keeps whole as the "
+          "parameter's gradient: a view of it", alias=True, family=FAMILY)
 zero_cost(ALL_TO_ALL, reason="a collective: an expert-parallel rank's routed rows sent to the "
           "ranks holding their experts, as many received into a new tensor (balanced "
           "routing: analyzer/frontends/torch/expert_parallel.py)", same_shape=True,
@@ -82,8 +83,8 @@ zero_cost(CP_PASS, reason="a collective: a ring step's key and value gradients p
           "next context-parallel rank, as many received into a new tensor (PyTorch's "
           "all-to-all rotater)", same_shape=True, family=FAMILY)
 zero_cost(PARTIAL_ROWS, reason="the rank's rows of a vocabulary-parallel embedding read as "
-          "the whole table (the same tensor); its gradient is the whole table's, partial, "
-          "reduce-scattered onto the rows (DTensor's embedding backward)", alias=True,
+          "the whole table (the same tensor); its gradient is the whole table's, which the "
+          "rank keeps whole (DTensor's embedding backward)", alias=True,
           family=FAMILY)
 
 

@@ -138,6 +138,20 @@ def forward_set(graph: Graph) -> set[int]:
     return set(range(last + 1))
 
 
+def _grad_bytes(grads, values, live) -> int:
+    """The bytes the gradients hold: each one's own, or the whole storage it is a view of,
+    once (a vocabulary-parallel embedding's gradient: the rank's rows of a whole table the
+    rank keeps)."""
+    of, own, shared = live.value_storage, 0, {}
+    for g in grads:
+        if g in of:
+            st = live.storages[of[g]]
+            shared[st.name] = st.nbytes
+        else:
+            own += values[g].spec.nbytes or 0
+    return own + sum(shared.values())
+
+
 # long: one schedule of the step's tensors (params, grads, state, temporaries)
 def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
                     segments: list[Segment] | None = None,
@@ -160,7 +174,6 @@ def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
     buffer_bytes = sum(v.spec.nbytes or 0 for v in values.values()
                        if v.kind == ValueKind.BUFFER)
     grads = set(graph.outputs[1:])
-    grad_bytes = sum(values[g].spec.nbytes or 0 for g in grads)
     numel = sum(v.spec.numel or 0 for v in params)
     # the optimizer's own copy of the weights, and the bytes per element it works in
     master = 4 * numel if master_weights else 0
@@ -177,6 +190,7 @@ def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
         storages = checkpointed_storages(graph, live, fwd, segments)
     of = live.value_storage
     grad_storages = frozenset(live.storages[of[g]].name if g in of else g for g in grads)
+    grad_bytes = _grad_bytes(grads, values, live)
     n = len(graph.nodes)
     timeline = [persistent + b for b in timeline_of(storages, n)]
     phases = ["forward" if i in fwd else "backward" for i in range(n)]

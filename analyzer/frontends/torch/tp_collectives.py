@@ -16,14 +16,17 @@ tp_split_last       the rank's slice of the last     all-gather on the last dim
                     dim (a clone)
 tp_gather_seq       all-gather on dim 1 (sequence)   reduce-scatter on dim 1
 tp_scatter_seq      reduce-scatter on dim 1          all-gather on dim 1
-tp_partial_rows     the rank's rows as the whole     reduce-scatter on dim 0 (rows)
-                    table (rule: alias)
+tp_partial_rows     the rank's rows as the whole     the whole table's gradient kept,
+                    table (rule: alias)              the rank's rows a view of it
+                                                     (tp_rows_of, rule: alias)
 ==================  ===============================  =====================================
 
-``tp_partial_rows`` is DTensor's vocabulary-parallel embedding's backward: its strategies for
-``embedding_dense_backward`` (torch/distributed/tensor/_ops/_embedding_ops.py) have no
-row-sharded weight gradient, so each rank makes a partial gradient of the whole table, then
-reduce-scatters it onto its rows (the parameter's ``Shard(0)``).
+``tp_partial_rows`` is DTensor's vocabulary-parallel embedding: its output gradient is
+replicated (the backward of the output's all-reduce or reduce-scatter), so
+``embedding_dense_backward`` makes the whole table's gradient on every rank, alike
+(``Replicate``: nothing crosses the link), and autograd keeps it whole as the gradient of the
+``Shard(0)`` parameter — on torch 2.8 and 2.13, a 1,000-row table's gradient on each of 2
+ranks is (1,000, 128), not (500, 128); the optimizer reads the rank's rows of it.
 """
 from __future__ import annotations
 
@@ -70,10 +73,10 @@ def tp_partial_rows(x: torch.Tensor, rows: int, group: int) -> torch.Tensor:
     return x.repeat(group, *([1] * (x.dim() - 1)))[:rows].clone()
 
 
-@torch.library.custom_op("graphcost::tp_scatter_rows", mutates_args=())
-def tp_scatter_rows(x: torch.Tensor, group: int) -> torch.Tensor:
-    """The ranks' partial sums reduced, each keeping its rows (dim 0; rank 0's, the
-    largest share)."""
+@torch.library.custom_op("graphcost::tp_rows_of", mutates_args=())
+def tp_rows_of(x: torch.Tensor, group: int) -> torch.Tensor:
+    """The rank's rows (dim 0; rank 0's, the largest share) of a table every rank holds
+    whole: a view of it (its rule: an alias; the kernel copies)."""
     return x.narrow(0, 0, -(-x.shape[0] // group)).clone()
 
 
@@ -94,7 +97,7 @@ def _(x: torch.Tensor, rows: int, group: int) -> torch.Tensor:
     return x.new_empty((rows, *x.shape[1:]))
 
 
-@tp_scatter_rows.register_fake
+@tp_rows_of.register_fake
 def _(x: torch.Tensor, group: int) -> torch.Tensor:
     return x.new_empty((-(-x.shape[0] // group), *x.shape[1:]))
 
@@ -133,7 +136,7 @@ def _keep_rows_group(ctx, inputs, output) -> None:
 
 
 def _partial_rows_backward(ctx, grad):
-    return tp_scatter_rows(grad, ctx.group), None, None
+    return tp_rows_of(grad, ctx.group), None, None
 
 
 def _copy_backward(ctx, grad):
