@@ -1,5 +1,5 @@
 """Per-stage peaks of real pipelined steps (analyzer/measure/pipeline.py: torch.distributed.
-pipelining on 4 gloo ranks, fully_shard, DTensor's tensor-parallel plan, torchtitan's expert
+pipelining on 4 or 8 gloo ranks, fully_shard, DTensor's tensor-parallel plan, torchtitan's expert
 dispatcher, PyTorch's ring attention, as each run asks), written to benchmarks/results/
 pipeline_stages.json, which tests/test_pipeline_parallel.py checks graphcost's per-stage
 figures against without starting the ranks again. The suite still runs two of them live on
@@ -28,6 +28,7 @@ RUNS = (
     PipelineRun("llama_tiny", "1f1b", 2, 8, 4, dp_shard=2, checkpoint=True),
     PipelineRun("llama_tiny", "gpipe", 2, 8, 4, dp_shard=2, master=True),
     PipelineRun("llama_tiny", "1f1b", 2, 8, 4, tp=2),
+    PipelineRun("llama_tiny", "1f1b", 2, 8, 4, dp_shard=2, tp=2, master=True),
     PipelineRun("llama_tiny", "interleaved-1f1b", 2, 8, 4, stages_per_rank=2, layers=4),
     PipelineRun("hf_mixtral", "1f1b", 2, 8, 4, dp_shard=2, ep=2),
     PipelineRun("hf_mixtral", "1f1b", 2, 8, 4, dp_shard=2, master=True, ep=2),

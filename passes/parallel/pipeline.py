@@ -122,6 +122,9 @@ class Shards:
     # expert parallelism: each layer's experts a unit of their own over world / ep ranks
     # (torchtitan's efsdp; the experts the rank program holds are already its slice)
     ep: int = 1
+    # tensor parallelism beside: the unsharded parameters are DTensors, whose in-place add of
+    # a later backward's half gradient into the fp32 one makes an fp32 copy of it first
+    dtensor: bool = False
 
 
 def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
@@ -184,10 +187,10 @@ def sharded(s: StageStep, graph: Graph, t: TrainingMemory, shards: Shards,
     state = sum(state_tensors(steps_on, t.optimizer))
     buffers = s.static - s.params - s.optimizer_state
     if m > 1:
-        first, later = _backwards(graph, t, units, nongrad, m)
+        first, later = _backwards(graph, t, units, nongrad, m, shards.dtensor)
         s = replace(s, first_backward_peak=first, backward_peak=later)
     return replace(
-        s, trace=sharded_trace(s.trace, graph, t, units, shard, m),
+        s, trace=sharded_trace(s.trace, graph, t, units, shard, m, shards.dtensor),
         static=sum(shard) + buffers + state, params=sum(shard), optimizer_state=state,
         grads=m * s.grads, gathered=sum(v.spec.nbytes or 0 for v in params),
         step_temporaries=step_temporaries(steps_on, t.optimizer, t.optimizer_impl),
@@ -212,21 +215,29 @@ def _units(graph: Graph, fwd: set[int], trainable: set[str], shards: Shards) -> 
 
 
 def _backwards(graph: Graph, t: TrainingMemory, units: list, nongrad: list[int],
-               m: int) -> tuple[int, int]:
+               m: int, dtensor: bool = False) -> tuple[int, int]:
     """(the first backward's peak, a later one's) under a master recipe's fully_shard: a
     unit's half gradients live from their making to the unit's post-backward (its last
     backward node), which adds them into its fp32 accumulated gradients — made at the first
     backward's post-backward, ``m`` times their bytes, held from then on (the later
-    backwards' are apart: ``grads``)."""
+    backwards' are apart: ``grads``). ``dtensor``: a later post-backward's add makes an fp32
+    copy of the half gradients first (measured beside tensor parallelism: DTensor's
+    ``add_`` runs ``to`` on its argument; a plain tensor's casts as it adds)."""
     n, fe = len(nongrad), len(forward_set(graph))
     ends = half_ends(graph, t, units)
     made = [st for st in t.storages if st.name in t.grad_storages]
     half = [replace(st, death=ends[st.name]) for st in made]
     kept = [replace(st, nbytes=m * st.nbytes, birth=h.death + 1, death=n)
             for st, h in zip(made, half) if h.death < n]
+    largest: dict = {}   # post-backward index -> its largest gradient (added one at a time)
+    for h in half:
+        if dtensor and h.death < n and h.nbytes > getattr(largest.get(h.death), "nbytes", -1):
+            largest[h.death] = h
+    copies = [replace(h, nbytes=m * h.nbytes, birth=h.death) for h in largest.values()]
     now, acc = timeline_of(half, n + 1)[:n], timeline_of(kept, n + 1)[:n]
+    later = timeline_of(half + copies, n + 1)[:n]
     return (max((nongrad[k] + now[k] + acc[k] for k in range(fe, n)), default=0),
-            max((nongrad[k] + now[k] for k in range(fe, n)), default=0))
+            max((nongrad[k] + later[k] for k in range(fe, n)), default=0))
 
 
 def _output_value(graph: Graph, fe: int, last: bool) -> str:

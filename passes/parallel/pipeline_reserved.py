@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..choices import OptimizerImpl
+from ..costs.registry import lookup
 from ..device.gpu_workspaces import gpu_workspaces
 from ..ir import Graph, ValueKind
 from ..memory.allocator_events import (
@@ -80,6 +81,9 @@ class ShardTrace:
     # under a master recipe, (a gradient storage, the node of its unit's post-backward):
     # the half gradient lives to it, which then adds it into the fp32 accumulated one
     half_ends: tuple[tuple[int, int], ...] = ()
+    # beside tensor parallelism a later backward's post-backward adds each half gradient in
+    # through an fp32 copy of it (DTensor's add_: passes/parallel/pipeline.py ``_backwards``)
+    upcast: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,6 +274,7 @@ def _backward(t: StageTrace, run, last: bool, first_of: tuple[int, int] | None
                 out.append(Alloc((first_of, "grad", k), t.storages[k].nbytes, i))
             else:   # (added into the gradient held, then gone)
                 out += [Alloc((tag, k), t.storages[k].nbytes, i), Free((tag, k), i)]
+        out += _upcast(t, halves.get(i, ()), tag, i) if first_of is None else []
         for k in halves.get(i, ()):   # (added into the fp32 one: the first makes it; the
             out.append(Free((tag, k), i))   # real step's peak holds no two of one, MemTracker)
             out += [Alloc((first_of, "grad", k), _grad_bytes(t, k), i)] if first_of else []
@@ -281,6 +286,15 @@ def _backward(t: StageTrace, run, last: bool, first_of: tuple[int, int] | None
         out.append(Free((tag, t.output)))
     out += [] if last else [Free((tag, "grad in"))]
     return out + ([Free((tag, "in"))] if t.input_bytes else [])
+
+
+def _upcast(t: StageTrace, ending, tag, i: int) -> list[Event]:
+    """A later backward's fp32 copy of the largest half gradient its post-backward at node
+    ``i`` adds in (one at a time), beside tensor parallelism."""
+    if not ending or t.shard is None or not t.shard.upcast:
+        return []
+    big = max(ending, key=lambda k: t.storages[k].nbytes)
+    return [Alloc((tag, "upcast", i), _grad_bytes(t, big), i), Free((tag, "upcast", i), i)]
 
 
 def _grad_bytes(t: StageTrace, k: int) -> int:
@@ -344,7 +358,7 @@ def _zero_grad(t: StageTrace, k: int, step: int) -> list[Event]:
 
 
 def sharded_trace(trace: StageTrace | None, graph: Graph, t: TrainingMemory, units: list,
-                  shard: list[int], m: int) -> StageTrace | None:
+                  shard: list[int], m: int, dtensor: bool = False) -> StageTrace | None:
     """The allocator replay's view of the stage's rank under fully_shard (passes/parallel/
     pipeline.py's ``sharded``; ``shard``: each parameter's bytes): its shards and buffers
     resident, the shards' state and step, what the gathers and reduces allocate; under a
@@ -367,7 +381,8 @@ def sharded_trace(trace: StageTrace | None, graph: Graph, t: TrainingMemory, uni
         step_sizes=steps_on if trace.step_sizes else (),
         shard=ShardTrace(tuple(v.spec.nbytes or 0 for v in params),
                          max((u.padded_bytes for u in units), default=0), reduces, m,
-                         tuple((index[name], end) for name, end in ends.items())))
+                         tuple((index[name], end) for name, end in ends.items()),
+                         upcast=dtensor and m > 1))
 
 
 def half_ends(graph: Graph, t: TrainingMemory, units: list) -> dict[str, int]:
@@ -375,9 +390,26 @@ def half_ends(graph: Graph, t: TrainingMemory, units: list) -> dict[str, int]:
     last backward node) adds it into the fp32 accumulated gradient (passes/parallel/
     pipeline.py's ``_backwards``)."""
     end = {p: u.backward[1] for u in units if u.backward for p in u.members}
-    owner = {g: end.get(p) for p, g in _grad_of(graph).items()}
+    owner: dict[str, int] = {}   # storage -> its unit's post-backward (the last, if shared)
+    for p, g in _grad_of(graph).items():
+        if end.get(p) is not None:
+            name = _allocated_by(graph, g)
+            owner[name] = max(owner.get(name, 0), end[p])
     return {st.name: min(st.death, owner.get(st.name) or st.death)
             for st in t.storages if st.name in t.grad_storages}
+
+
+def _allocated_by(graph: Graph, value: str) -> str:
+    """The value whose storage ``value`` lives in, as liveness names storages: back through
+    view ops (rules declared ``alias``: a transposed mm output, a vocabulary-parallel
+    embedding's rows of its whole gradient) to the op that allocated it."""
+    while True:
+        v = graph.values.get(value)
+        node = graph.nodes[v.producer] if v is not None and v.producer is not None else None
+        r = lookup(node.op) if node is not None else None
+        if node is None or r is None or not r.alias or not node.inputs:
+            return value
+        value = node.inputs[0]
 
 
 def _grad_of(graph: Graph) -> dict[str, str]:
