@@ -36,13 +36,12 @@ from .experts import expert_modules
 from .mesh import CARVED
 from .pipeline_reserved import (
     StageTrace,
-    half_ends,
     sharded_trace,
     stage_trace,
     stages_reserved,
 )
 from .schedules import Order, check_schedule, events
-from .units import fsdp_units, padded_bytes, unit_names
+from .units import fsdp_units, half_ends, padded_bytes, unit_names
 
 if TYPE_CHECKING:
     from ..device_rates import DeviceRates
@@ -229,10 +228,9 @@ def _backwards(graph: Graph, t: TrainingMemory, units: list, nongrad: list[int],
     half = [replace(st, death=ends[st.name]) for st in made]
     kept = [replace(st, nbytes=m * st.nbytes, birth=h.death + 1, death=n)
             for st, h in zip(made, half) if h.death < n]
-    largest: dict = {}   # post-backward index -> its largest gradient (added one at a time)
-    for h in half:
-        if dtensor and h.death < n and h.nbytes > getattr(largest.get(h.death), "nbytes", -1):
-            largest[h.death] = h
+    # each post-backward's largest gradient (it adds them in one at a time)
+    largest = {h.death: h for h in sorted(half, key=lambda h: h.nbytes)
+               if dtensor and h.death < n}
     copies = [replace(h, nbytes=m * h.nbytes, birth=h.death) for h in largest.values()]
     now, acc = timeline_of(half, n + 1)[:n], timeline_of(kept, n + 1)[:n]
     later = timeline_of(half + copies, n + 1)[:n]

@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..choices import OptimizerImpl
-from ..costs.registry import lookup
 from ..device.gpu_workspaces import gpu_workspaces
 from ..ir import Graph, ValueKind
 from ..memory.allocator_events import (
@@ -63,7 +62,7 @@ from ..training.optimizer import (
     trainable_params,
 )
 from .schedules import Order
-from .units import origins
+from .units import grad_of, half_ends
 
 if TYPE_CHECKING:
     from ..device_rates import DeviceRates
@@ -368,7 +367,7 @@ def sharded_trace(trace: StageTrace | None, graph: Graph, t: TrainingMemory, uni
     buffers = [v.spec.nbytes or 0 for v in values.values() if v.kind == ValueKind.BUFFER]
     ends = half_ends(graph, t, units) if m > 1 else {}
     index = {st.name: k for k, st in enumerate(t.storages)}
-    storage_of = {p: index[g] for p, g in _grad_of(graph).items() if g in index}
+    storage_of = {p: index[g] for p, g in grad_of(graph).items() if g in index}
     trainable = set(trainable_params(graph))
     shard_of = {v.name: b for v, b in zip(params, shard) if v.name in trainable}
     steps_on = tuple(shard_of.values())
@@ -383,37 +382,3 @@ def sharded_trace(trace: StageTrace | None, graph: Graph, t: TrainingMemory, uni
                          max((u.padded_bytes for u in units), default=0), reduces, m,
                          tuple((index[name], end) for name, end in ends.items()),
                          upcast=dtensor and m > 1))
-
-
-def half_ends(graph: Graph, t: TrainingMemory, units: list) -> dict[str, int]:
-    """Each gradient storage's last node as a half gradient: its unit's post-backward (its
-    last backward node) adds it into the fp32 accumulated gradient (passes/parallel/
-    pipeline.py's ``_backwards``)."""
-    end = {p: u.backward[1] for u in units if u.backward for p in u.members}
-    owner: dict[str, int] = {}   # storage -> its unit's post-backward (the last, if shared)
-    for p, g in _grad_of(graph).items():
-        if end.get(p) is not None:
-            name = _allocated_by(graph, g)
-            owner[name] = max(owner.get(name, 0), end[p])
-    return {st.name: min(st.death, owner.get(st.name) or st.death)
-            for st in t.storages if st.name in t.grad_storages}
-
-
-def _allocated_by(graph: Graph, value: str) -> str:
-    """The value whose storage ``value`` lives in, as liveness names storages: back through
-    view ops (rules declared ``alias``: a transposed mm output, a vocabulary-parallel
-    embedding's rows of its whole gradient) to the op that allocated it."""
-    while True:
-        v = graph.values.get(value)
-        node = graph.nodes[v.producer] if v is not None and v.producer is not None else None
-        r = lookup(node.op) if node is not None else None
-        if node is None or r is None or not r.alias or not node.inputs:
-            return value
-        value = node.inputs[0]
-
-
-def _grad_of(graph: Graph) -> dict[str, str]:
-    """Each parameter, as ``origins`` names it (a unit's members), -> its gradient value."""
-    _, param_of = origins(graph)
-    grads = dict(graph.grads) or dict(zip(trainable_params(graph), graph.outputs[1:]))
-    return {param_of.get(p, p): g for p, g in grads.items()}

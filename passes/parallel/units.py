@@ -13,20 +13,25 @@ read a tensor the unit made for its own use (not the output it hands on), read o
 parameters, or produce one of its gradients. FSDP's pre-backward hook fires just before the
 first of them, its post-backward (the reduce-scatter) just after the last — unless no input of
 the unit's forward needs a gradient (the root's token ids, an MLP's data), in which case the
-post-backward waits for the end of backward (FSDP's final callback).
+post-backward waits for the end of backward (FSDP's final callback). Under a master recipe
+each gradient's half-precision storage lives to its unit's post-backward (``half_ends``).
 """
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..costs.collectives import FLOAT8_GATHERED
 from ..costs.registry import lookup
 from ..errors import GraphcostError, opt
 from ..ir import FLOAT_DTYPES, INTERNAL, Graph, TensorSpec, ValueKind
 from ..training.checkpoint import derived_per_forward, repeated_blocks
+from ..training.optimizer import trainable_params
+
+if TYPE_CHECKING:
+    from ..training.memory import TrainingMemory
 
 ROOT = "(root)"
 DDP_FIRST_BUCKET_BYTES = 1 << 20   # DDP's first bucket is capped at 1 MiB
@@ -333,3 +338,24 @@ def zero1_partition(numels: list[int], world: int) -> list[list[int]]:
         ranks[r].append(i)
         heapq.heappush(heap, (size + numels[i], r))
     return ranks
+
+
+def half_ends(graph: Graph, t: "TrainingMemory", units: list) -> dict[str, int]:
+    """Each gradient storage's last node as a half gradient: its unit's post-backward (its
+    last backward node) adds it into the fp32 accumulated gradient (passes/parallel/
+    pipeline.py's ``_backwards``)."""
+    end = {p: u.backward[1] for u in units if u.backward for p in u.members}
+    owner: dict[str, int] = {}   # storage -> its unit's post-backward (the last, if shared)
+    for p, g in grad_of(graph).items():
+        if end.get(p) is not None:
+            name = t.grad_storage_of.get(g, g)
+            owner[name] = max(owner.get(name, 0), end[p])
+    return {st.name: min(st.death, owner.get(st.name) or st.death)
+            for st in t.storages if st.name in t.grad_storages}
+
+
+def grad_of(graph: Graph) -> dict[str, str]:
+    """Each parameter, as ``origins`` names it (a unit's members), -> its gradient value."""
+    _, param_of = origins(graph)
+    grads = dict(graph.grads) or dict(zip(trainable_params(graph), graph.outputs[1:]))
+    return {param_of.get(p, p): g for p, g in grads.items()}

@@ -106,12 +106,18 @@ class TrainingMemory:
     reserved_by_phase: "tuple[PhaseReserve, ...]" = ()
     forward_nodes: int = field(default=0, metadata=INTERNAL)
     storages: tuple = field(default=(), metadata=INTERNAL)  # the step's lifetimes (liveness)
-    # the storages the gradients live in, by name: a gradient is often a view (a transposed
-    # mm output), whose storage liveness names after the value that allocated it
-    grad_storages: frozenset[str] = field(default=frozenset(), metadata=INTERNAL)
+    # each gradient -> the storage it lives in, by name: a gradient is often a view (a
+    # transposed mm output, a vocabulary-parallel embedding's rows of its whole gradient),
+    # whose storage liveness names after the value that allocated it
+    grad_storage_of: Mapping[str, str] = field(default_factory=dict, metadata=INTERNAL)
     # the loss the step backpropagates, in words (the joint graph's: Graph.loss)
     loss: str = ""
     JSON_PROPERTIES = ("peak",)
+
+    @property
+    def grad_storages(self) -> frozenset[str]:
+        """The storages the gradients live in, by name."""
+        return frozenset(self.grad_storage_of.values())
 
     @property
     def run(self) -> "TrainingMemory":
@@ -138,18 +144,12 @@ def forward_set(graph: Graph) -> set[int]:
     return set(range(last + 1))
 
 
-def _grad_bytes(grads, values, live) -> int:
-    """The bytes the gradients hold: each one's own, or the whole storage it is a view of,
-    once (a vocabulary-parallel embedding's gradient: the rank's rows of a whole table the
-    rank keeps)."""
-    of, own, shared = live.value_storage, 0, {}
-    for g in grads:
-        if g in of:
-            st = live.storages[of[g]]
-            shared[st.name] = st.nbytes
-        else:
-            own += values[g].spec.nbytes or 0
-    return own + sum(shared.values())
+def _grad_bytes(storage_of: Mapping[str, str], values, live) -> int:
+    """The bytes the gradients hold: each storage they live in once (a vocabulary-parallel
+    embedding's gradient: the rank's rows of a whole table the rank keeps)."""
+    size = {st.name: st.nbytes for st in live.storages}
+    held = {name: size.get(name, values[g].spec.nbytes or 0) for g, name in storage_of.items()}
+    return sum(held.values())
 
 
 # long: one schedule of the step's tensors (params, grads, state, temporaries)
@@ -189,8 +189,9 @@ def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
     if segments:
         storages = checkpointed_storages(graph, live, fwd, segments)
     of = live.value_storage
-    grad_storages = frozenset(live.storages[of[g]].name if g in of else g for g in grads)
-    grad_bytes = _grad_bytes(grads, values, live)
+    storage_of = {g: live.storages[of[g]].name if g in of else g for g in grads}
+    grad_storages = frozenset(storage_of.values())
+    grad_bytes = _grad_bytes(storage_of, values, live)
     n = len(graph.nodes)
     timeline = [persistent + b for b in timeline_of(storages, n)]
     phases = ["forward" if i in fwd else "backward" for i in range(n)]
@@ -223,4 +224,4 @@ def training_memory(graph: Graph, optimizer: str = Optimizer.ADAM,
         peak_node=node, breakdown_at_peak=breakdown, include_inputs=include_inputs,
         timeline=tuple(timeline), phases=tuple(phases), optimizer_impl=impl,
         frozen_param_bytes=frozen, forward_nodes=len(fwd), storages=tuple(storages),
-        grad_storages=grad_storages)
+        grad_storage_of=storage_of)
