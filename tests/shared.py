@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 
 from graphcost.analyzer.app.api_checks import check_checkpoint
@@ -107,3 +108,41 @@ def assert_ranks_within(p, peaks, step1: float = 0.05, step2: float = 0.05,
         mine = p.first_step_peak_bytes if step == 1 else p.per_rank_peak_bytes
         tol = step1 if step == 1 else step2
         assert (1 - tol) * (peak - late) <= mine <= (1 + tol) * peak, (step, rank, mine, peak)
+
+
+# Real steps on gloo ranks (or a fake process group), recorded: each call's cases, measured
+# by analyzer/measure/parallel.py on torch 2.13, in a file of their own named for what was
+# asked. A suite on that torch reads them instead of starting the ranks again (each spawn cost
+# 10-45 s of a worker); another torch, or a call not recorded, measures live. Re-measure with
+#     GRAPHCOST_RECORD_STEPS=1 python -m pytest tests/test_tensor_parallel.py … -p no:xdist
+STEPS = Path(__file__).parents[1] / "benchmarks" / "results" / "parallel_steps"
+RECORDED_TORCH = "2.13"
+
+
+def measured_steps(cases: list, world: int, **kw) -> list:
+    """``measure_parallel(cases, world, **kw)``'s rows, from the record where it has them."""
+    import dataclasses
+    import hashlib
+
+    import torch
+    from graphcost.analyzer.measure.parallel import Case, Measured, measure_parallel
+
+    asked = json.dumps({"cases": [dataclasses.asdict(c) for c in cases], "world": world,
+                        **kw}, sort_keys=True)
+    path = STEPS / f"{hashlib.sha1(asked.encode()).hexdigest()[:16]}.json"
+    on_record_torch = torch.__version__.startswith(RECORDED_TORCH + ".")
+    if os.environ.get("GRAPHCOST_RECORD_STEPS") != "1" and on_record_torch and path.exists():
+        record = json.loads(path.read_text(encoding="utf-8"))
+        assert record["asked"] == asked, path
+        by_case = {json.dumps(dataclasses.asdict(c), sort_keys=True): c for c in cases}
+        return [Measured(**{**row, "case": by_case[row["case"]]}) for row in record["rows"]]
+    rows = measure_parallel(cases, world, **kw)
+    if os.environ.get("GRAPHCOST_RECORD_STEPS") == "1" and on_record_torch:
+        STEPS.mkdir(exist_ok=True)
+        path.write_text(json.dumps({
+            "torch": torch.__version__, "asked": asked,
+            "rows": [{**dataclasses.asdict(m), "case": json.dumps(dataclasses.asdict(m.case),
+                                                                  sort_keys=True)}
+                     for m in rows]}, indent=1) + "\n", encoding="utf-8")
+    assert all(isinstance(m.case, Case) for m in rows)
+    return rows

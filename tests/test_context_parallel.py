@@ -18,12 +18,12 @@ from __future__ import annotations
 import pytest
 import torch
 from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
-from graphcost.analyzer.measure.parallel import Case, measure_parallel
+from graphcost.analyzer.measure.parallel import Case
 from graphcost.models_zoo import hf
 from graphcost.passes.errors import GraphcostError
 
 from graphcost import analyze
-from tests.shared import assert_ranks_within, recorded_peaks
+from tests.shared import assert_ranks_within, measured_steps, recorded_peaks
 
 OVERRIDES = (("attn", "sdpa"), ("num_key_value_heads", 4))
 BATCH, SEQ = 2, 1024
@@ -51,7 +51,7 @@ def measured():
                   precision=r, cp=2, overrides=OVERRIDES) for r in RECIPES]
     cases.append(Case("hf_llama", "fsdp", BATCH, (("input_ids", (BATCH, SEQ)),), UNITS,
                       cp=2, overrides=OVERRIDES, sac=True))
-    return measure_parallel(cases, 2)
+    return measured_steps(cases, 2)
 
 
 def test_selective_checkpointing_on_a_context_parallel_rank(measured):

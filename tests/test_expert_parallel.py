@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from graphcost.analyzer.measure.parallel import Case, measure_parallel
+from graphcost.analyzer.measure.parallel import Case
 from graphcost.models_zoo import hf
 from graphcost.passes.errors import GraphcostError
 from graphcost.passes.parallel.mesh import parse_mesh
 
 from graphcost import analyze
-from tests.shared import assert_ranks_within, recorded_peaks
+from tests.shared import assert_ranks_within, measured_steps, recorded_peaks
 
 GROWN = (("num_local_experts", 8), ("intermediate_size", 256))
 BATCH, SEQ, D = 2, 128, 64
@@ -58,7 +58,7 @@ def measured():
                   precision=r, ep=2, overrides=GROWN) for r in RECIPES]
     cases += [Case("hf_mixtral", "fsdp", BATCH, (("input_ids", (BATCH, RING_SEQ)),), units,
                    precision=r, ep=2, cp=2, overrides=RING) for r in RECIPES]
-    return measure_parallel(cases, 2)
+    return measured_steps(cases, 2)
 
 
 def _ring_predict(mesh: str, precision: str = "fp32"):

@@ -146,7 +146,9 @@ def fsdp_float8():
     # one spawn of two gloo ranks (analyzer/measure/parallel.py) measures both: torchao's
     # converter with torchtitan's filter, fully_shard on each layer and the root under
     # MixedPrecisionPolicy(bf16, fp32), the scales precomputed after each step
-    from graphcost.analyzer.measure.parallel import Case, measure_parallel
+    from graphcost.analyzer.measure.parallel import Case
+
+    from tests.shared import measured_steps
     preds = {}
     for gather in (False, True):
         r = analyze("zoo:hf_llama", batch=2, train=True, optimizer="adam",
@@ -158,7 +160,7 @@ def fsdp_float8():
     units = tuple(u.name for u in preds[False].parallel.units if u.name != "(root)")
     cases = [Case("hf_llama", "fsdp", 2, (), units, precision="bf16-master",
                   float8="tensorwise", float8_all_gather=gather) for gather in (False, True)]
-    return preds, measure_parallel(cases, 2)
+    return preds, measured_steps(cases, 2)
 
 
 def test_fsdp_float8_all_gather_against_fsdp_memtracker(fsdp_float8):
@@ -204,14 +206,16 @@ def tp_float8():
     # one process on PyTorch's fake process group (gloo has no float8 collectives): the same
     # model under torchtitan's plan with torchao's float8 styles (Float8ColwiseParallel,
     # Float8RowwiseParallel, PrepareFloat8ModuleInput), and without float8
-    from graphcost.analyzer.measure.parallel import Case, measure_parallel
+    from graphcost.analyzer.measure.parallel import Case
+
+    from tests.shared import measured_steps
     preds = {f8: analyze("zoo:llama_tiny", batch=2, dims={"seq": 256}, train=True,
                          optimizer="adam", precision="bf16-true", float8=f8 or None,
                          include_inputs=False, what_if=False, parallel={"mesh": "tp=2"})
              for f8 in ("", "tensorwise")}
     cases = [Case("llama_tiny", "ddp", 2, (("input_ids", (2, 256)),), (), precision="bf16-true",
                   tp=2, float8=f8) for f8 in preds]
-    return preds, measure_parallel(cases, 2, fake=True)
+    return preds, measured_steps(cases, 2, fake=True)
 
 
 def test_float8_beside_tensor_parallelism_against_memtracker(tp_float8):

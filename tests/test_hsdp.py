@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 from graphcost.analyzer.app.pipeline import run_passes
 from graphcost.analyzer.app.request import PassOptions
-from graphcost.analyzer.measure.parallel import Case, measure_parallel
+from graphcost.analyzer.measure.parallel import Case
 from graphcost.passes.errors import GraphcostError
 from graphcost.passes.parallel.spec import ParallelSpec
 
 from graphcost import analyze
-from tests.shared import joint_graph
+from tests.shared import joint_graph, measured_steps
 
 pytestmark = pytest.mark.every_torch
 
@@ -37,13 +37,13 @@ def _case(model, p, replicate):
 @pytest.fixture(scope="module")
 def gloo_2x2():
     preds = {m: _predict(m, 2, 2) for m in ("mlp", "gpt2")}
-    return preds, measure_parallel([_case(m, p, 2) for m, p in preds.items()], 4)
+    return preds, measured_steps([_case(m, p, 2) for m, p in preds.items()], 4)
 
 
 @pytest.fixture(scope="module")
 def fake_2x4():
     p = _predict("mlp", 4, 2)
-    return p, measure_parallel([_case("mlp", p, 2)], 8, fake=True)
+    return p, measured_steps([_case("mlp", p, 2)], 8, fake=True)
 
 
 def _holds(p, m, bound):

@@ -43,10 +43,11 @@ import importlib.util
 
 import pytest
 import torch
-from graphcost.analyzer.measure.parallel import Case, measure_parallel
+from graphcost.analyzer.measure.parallel import Case
 from graphcost.passes.errors import GraphcostError
 
 from graphcost import analyze
+from tests.shared import measured_steps
 
 # The predictions run on every torch of the range; the real DTensor steps on this one and the
 # newest: on torch 2.8 DTensor's vocabulary-parallel embedding cannot reduce-scatter its
@@ -91,7 +92,7 @@ def tp_alone():
     preds.update({("hf_phi3", r): _predict("hf_phi3", "tp=2", r) for r in RECIPES})
     if EXPERTS_WHOLE:
         preds.update({("hf_mixtral", r): _predict("hf_mixtral", "tp=2", r) for r in RECIPES})
-    return preds, measure_parallel([_case(m, p, "ddp", "fp32" if r == "sac" else r, r == "sac")
+    return preds, measured_steps([_case(m, p, "ddp", "fp32" if r == "sac" else r, r == "sac")
                                     for (m, r), p in preds.items()], 2)
 
 
@@ -100,7 +101,7 @@ def fsdp_by_tp():
     if OLD_TORCH:
         pytest.skip(NO_DTENSOR_SP)
     preds = {m: _predict(m, "dp_shard=2,tp=2") for m in MODELS}
-    return preds, measure_parallel([_case(m, p, "fsdp") for m, p in preds.items()], 4,
+    return preds, measured_steps([_case(m, p, "fsdp") for m, p in preds.items()], 4,
                                    fake=True)
 
 
@@ -245,7 +246,7 @@ def test_hsdp_over_tensor_parallel_ranks_on_a_three_dimensional_mesh(fsdp_by_tp)
     assert set(p.comm.by_dim) == {"dp_replicate", "dp_shard", "tp"}
     case = Case("hf_llama", "fsdp", 2, (), tuple(u.name for u in p.units
                                                  if u.name != "(root)"), tp=2, replicate=2)
-    for m in measure_parallel([case], 8, fake=True):
+    for m in measured_steps([case], 8, fake=True):
         _holds(p, m)
 
 
@@ -344,7 +345,7 @@ def tied():
                         parallel={"mesh": "tp=2"}).parallel for r in RECIPES}
     cases = [Case("hf_llama", "ddp", 2, (("input_ids", (2, 32)),), (), tp=2, precision=r,
                   overrides=TIED) for r in RECIPES]
-    return preds, measure_parallel(cases, 2)
+    return preds, measured_steps(cases, 2)
 
 
 @pytest.mark.parametrize("precision", RECIPES)
