@@ -34,6 +34,12 @@ RUNS = (
     PipelineRun("hf_mixtral", "1f1b", 2, 8, 4, dp_shard=2, master=True, ep=2),
     PipelineRun("hf_llama", "1f1b", 2, 8, 4, master=True, cp=2, overrides=_LLAMA_SDPA,
                 seq=128),
+    # transformers' GPT-2, split by PyTorch's tracer (pipeline()): 4 blocks a stage (traced
+    # short and grown), GPipe, and beside fully_shard (fp32: under the master recipe the
+    # tracer's stage fails, its dtype asserts against MixedPrecisionPolicy's bf16)
+    PipelineRun("hf_gpt2", "1f1b", 2, 8, 4, overrides=(("n_layer", 8),)),
+    PipelineRun("hf_gpt2", "gpipe", 2, 8, 4, overrides=(("n_layer", 4),)),
+    PipelineRun("hf_gpt2", "1f1b", 2, 8, 4, dp_shard=2, overrides=(("n_layer", 4),)),
 )
 
 

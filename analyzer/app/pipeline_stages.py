@@ -42,6 +42,7 @@ from ..load.rank_program import (
     first_microbatch,
     interleaved_orders,
     pipeline_blocks,
+    split_by_tracer,
     tied_table,
 )
 from .devices import node_links
@@ -67,6 +68,13 @@ TIED_STAGES = ("the LM head is tied to the token embedding: the first and the la
                "refuses tying beside pipeline parallelism)")
 
 
+# (measured: analyzer/measure/pipeline.py's GPT-2 beside fully_shard, torch 2.13)
+MASTER_SPLIT = ("PyTorch's pipeline tracer asserts each parameter's dtype "
+                "in the stage it exports (fp32), and fully_shard's MixedPrecisionPolicy hands "
+                "it bf16: the real step fails ('Tensor dtype mismatch'). Stages the tracer "
+                "splits train in fp32 or bf16-true beside fully_shard")
+
+
 class StageTraces:
     """The programs a pipeline's analysis traces (the whole model at the micro-batch, each
     short stage program), kept for the next analysis of the same model — a plan's candidates
@@ -78,7 +86,7 @@ class StageTraces:
         self.graphs: list[tuple[LoadOptions, Graph, PassMemo]] = []
         # (blocks, experts a layer, the elements of the table the head shares with the
         # token embedding: 0, not tied)
-        self.shape: tuple[int, int, int] | None = None
+        self.shape: tuple[int, int, int, bool] | None = None
 
     def graph(self, options: LoadOptions) -> tuple[Graph, PassMemo]:
         """The program ``options`` load, traced on its first ask."""
@@ -103,10 +111,16 @@ class StageTraces:
         not tied; resolved once)."""
         return self._shape(options)[2]
 
-    def _shape(self, options: LoadOptions) -> tuple[int, int, int]:
+    def split_by_tracer(self, options: LoadOptions) -> bool:
+        """Whether PyTorch's pipeline tracer splits the model (frontends/torch/
+        pipeline_split.py), not graphcost's cut by name (resolved once)."""
+        return self._shape(options)[3]
+
+    def _shape(self, options: LoadOptions) -> tuple[int, int, int, bool]:
         if self.shape is None:
             r = resolve_model(self.model, options, self.example_inputs)
-            self.shape = (pipeline_blocks(r), expert_count(r), tied_table(r))
+            self.shape = (pipeline_blocks(r), expert_count(r), tied_table(r),
+                          split_by_tracer(r))
         return self.shape
 
 
@@ -155,6 +169,10 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         else replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None, one_device_replay=False)
     traces = traces or StageTraces(model, example_inputs, progress)
+    if traces.split_by_tracer(at_micro) and spec.strategy in SHARDING and \
+            master_weights(request.passes.precision):
+        raise GraphcostError(f"{opt('precision', value=request.passes.precision)}: "
+                             + MASTER_SPLIT)
     whole, memo = traces.graph(at_micro)
     report = run_passes(whole, passes, memo=memo)
     priced = request.passes.profile is None or gpu_profile(request.passes)

@@ -128,8 +128,8 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     return plan
 
 
-PIPELINES = ("pipelines (graphcost cuts torchtitan-style decoders and transformers causal "
-             "LMs into stages; this model is neither)")
+PIPELINES = ("pipelines (a pipeline splits a model at its list of blocks; this one has "
+             "none)")
 FLOAT8_TP = "tp (torchao's float8 tensor-parallel styles are the tensorwise recipe's)"
 
 

@@ -19,6 +19,13 @@ def pipeline_blocks(r: Resolved) -> int:
     return block_count(r.module) if r.kind == "torch" else 0
 
 
+def split_by_tracer(r: Resolved) -> bool:
+    """Whether a pipeline of ``r`` is split by PyTorch's tracer (frontends/torch/
+    pipeline_split.py): a model graphcost does not cut by name, with a list of blocks."""
+    from ..frontends.torch.pipeline_stages import named_blocks
+    return r.kind == "torch" and not named_blocks(r.module) and pipeline_blocks(r) > 0
+
+
 def tied_table(r: Resolved) -> int:
     """The elements of the table ``r``'s LM head shares with its token embedding (one
     weight; 0: not tied)."""
@@ -55,18 +62,24 @@ def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, Any]:
 
 
 def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None,
-                      blocks: int | None = None) -> Resolved:
+                      blocks: int | None = None, beside: bool = False) -> Resolved:
     """One pipeline stage (``(stage, stages)``; None: ``r`` itself): a PyTorch module cut to
     the stage (``blocks``: to its first that many), its inputs the stage's at the same
-    micro-batch (frontends/torch/pipeline_stages.py; the caller's module is copied)."""
+    micro-batch (frontends/torch/pipeline_stages.py; the caller's module is copied).
+    ``beside``: tensor, context or expert parallelism rewrites the stage after, which a stage
+    PyTorch's tracer split (a graph module) cannot take."""
     if stage is None:
         return r
     index, stages = stage
     if r.kind != "torch":
         raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: pipeline stages are "
                              "cut from a PyTorch module; trace the PyTorch model")
+    import torch
+
+    from ..frontends.torch.pipeline_split import traced_stage
     from ..frontends.torch.pipeline_stages import (
         LastStage,
+        named_blocks,
         pipeline_stage,
         stage_inputs,
     )
@@ -74,9 +87,21 @@ def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None,
     if ids is None or ids.dim() != 2 or ids.is_floating_point():
         raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: a pipeline's first "
                              "stage takes token ids of shape (batch, seq)")
-    module = pipeline_stage(r.module, index, stages, blocks)
+    if named_blocks(r.module):
+        module = pipeline_stage(r.module, index, stages, blocks)
+        inputs = stage_inputs(r.module, ids, index, stages)
+    elif beside:
+        raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: graphcost splits this "
+                             "model as PyTorch's pipeline tracer does (its blocks are not a "
+                             "'layers' list), and tensor, context and expert parallelism "
+                             "rewrite a stage graphcost cuts by name (torchtitan-style "
+                             "decoders, transformers' model.layers): pipeline stages beside "
+                             "data parallelism only")
+    else:   # (PyTorch's tracer splits it: GPT-2 and the like)
+        module, inputs = traced_stage(r.module, ids, index, stages, blocks)
+        inputs += (torch.empty_like(ids, dtype=torch.int64),) if index == stages - 1 else ()
     return replace(r, module=LastStage(module) if index == stages - 1 else module,
-                   inputs=stage_inputs(r.module, ids, index, stages), kwargs={})
+                   inputs=inputs, kwargs={})
 
 
 def in_expert_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = None,

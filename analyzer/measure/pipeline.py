@@ -3,7 +3,8 @@ pipelining`` on gloo ranks, 127.0.0.1): what graphcost's per-stage predictions (
 parallel/pipeline.py) are checked against.
 
 Each rank builds the zoo model with seeded weights, cuts its stage as graphcost does
-(frontends/torch/pipeline_stages.py), and applies what torchtitan applies on its mesh
+(frontends/torch/pipeline_stages.py; a model not cut by name, GPT-2, split by PyTorch's tracer
+and built as its users build it, ``pipe.build_stage``: pipeline_split.py), and applies what torchtitan applies on its mesh
 (``pp``, ``dp_shard``, ``tp``, outer to inner): the tensor-parallel plan (analyzer/measure/
 tensor_plan.py, DTensor's own styles), then ``fully_shard`` on each block and on the stage
 with ``reshard_after_forward=False`` (torchtitan's default beside a pipeline; a master
@@ -167,7 +168,8 @@ def _stages(run: PipelineRun, mesh):
     )
 
     from ... import models_zoo
-    from ..frontends.torch.pipeline_stages import pipeline_stage
+    from ..frontends.torch.pipeline_split import block_list, stage_pipe
+    from ..frontends.torch.pipeline_stages import named_blocks, pipeline_stage
     from .tensor_plan import apply_tensor_parallel, loss_context
 
     rank, v = mesh["pp"].get_local_rank(), run.stages_per_rank
@@ -182,6 +184,16 @@ def _stages(run: PipelineRun, mesh):
         ids = sequence_shard(ids, mesh["cp"].get_local_rank(), run.cp)
     data = _data_mesh(mesh, run) if run.dp_shard * run.cp > 1 else None
     context, stages, modules = contextlib.nullcontext, [], []
+    if not named_blocks(whole):   # (PyTorch's tracer splits it: pipeline_split.py)
+        assert (run.tp, run.cp, run.ep, v) == (1, 1, 1, 1), run
+        pipe = stage_pipe(whole, ids[:run.batch // run.microbatches], run.stages)
+        if data is not None:   # (what is left of the model's list of blocks in the stage)
+            gm = pipe.get_stage_module(rank)
+            _fully_shard(gm, data, run.master, ([], None),
+                         list(gm.get_submodule("model." + block_list(whole)[0]).children()))
+        stages.append(pipe.build_stage(rank, torch.device("cpu"), mesh["pp"].get_group()))
+        modules.append(stages[0].submod)
+        total = 0
     for index in range(rank, total, run.stages):
         module = pipeline_stage(whole, index, total)
         if run.checkpoint:
@@ -251,7 +263,8 @@ def _expert_ranks(module, run: PipelineRun) -> tuple[list, object]:
     return apply_expert_parallel(module, sparse["ep"].get_group()), sparse["efsdp"]
 
 
-def _fully_shard(module, mesh, master: bool, experts: tuple[list, object]) -> None:
+def _fully_shard(module, mesh, master: bool, experts: tuple[list, object],
+                 blocks=None) -> None:
     """torchtitan's fully_shard beside a pipeline: each experts module (over efsdp), each
     block, then the stage, gathered parameters kept through the step."""
     import torch
@@ -264,7 +277,7 @@ def _fully_shard(module, mesh, master: bool, experts: tuple[list, object]) -> No
     modules, efsdp = experts
     for m in modules:
         fully_shard(m, **{**kw, "mesh": efsdp})
-    for block in _blocks(module):
+    for block in _blocks(module) if blocks is None else blocks:
         fully_shard(block, **kw)
     fully_shard(module, **kw)
 

@@ -10,10 +10,11 @@ split: passes/parallel/schedules.py ``stage_layers``), the embedding on the firs
 the last; its input is the token ids (first) or the previous stage's hidden states, its
 output the next stage's input or, on the last stage, the logits, whose loss the schedule
 computes there (torchtitan's cross-entropy, fp32 logits): ``LastStage`` adds it.
+
+Any other model with a list of blocks is split by PyTorch's own tracer (pipeline_split.py).
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
 from ....passes.parallel.schedules import fits_stages, stage_layers
+from .pipeline_split import block_list, shallow
 from .tp_collectives import tp_cross_entropy
 
 EMBEDDINGS = ("embed_tokens", "tok_embeddings")
@@ -38,8 +40,11 @@ class LastStage(torch.nn.Module):
         super().__init__()
         self.stage = stage
 
-    def forward(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        pred = self.stage(hidden)
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        # (the stage's inputs, then the labels: a stage the tracer split may take more than
+        # the hidden states, GPT-2's attention mask)
+        *received, labels = inputs
+        pred = self.stage(*received)
         group = max((getattr(m, "loss_parallel", 0) for m in self.stage.modules()), default=0)
         if group:
             return tp_cross_entropy(pred, labels, group)
@@ -62,7 +67,13 @@ class TransformersStage(torch.nn.Module):
 
 def block_count(module: torch.nn.Module) -> int:
     """The blocks a pipeline divides: the ``layers`` list of a torchtitan-style decoder or of
-    a transformers causal LM's ``model`` (0: neither)."""
+    a transformers causal LM's ``model``, else the list PyTorch's tracer would split
+    (pipeline_split.py; 0: none)."""
+    return named_blocks(module) or block_list(module)[1]
+
+
+def named_blocks(module: torch.nn.Module) -> int:
+    """The blocks of a model graphcost cuts by name (0: not such a model)."""
     for owner in (module, getattr(module, "model", None)):
         layers = getattr(owner, "layers", None)
         if isinstance(layers, torch.nn.ModuleList):
@@ -94,7 +105,7 @@ def pipeline_stage(module: torch.nn.Module, stage: int, stages: int,
     if not fits_stages(len(layers), stages):
         raise GraphcostError(f"{where}: {len(layers)} blocks cannot fill {stages} stages "
                              "(torchtitan's split: the embedding and the head a block each)")
-    model = _shallow(module)
+    model = shallow(module)
     kept = stage_layers(len(layers), stage, stages)[:blocks]
     setattr(model, "layers", torch.nn.ModuleList([layers[i] for i in kept]))
     if stage > 0:
@@ -117,7 +128,7 @@ def _transformers_stage(module: torch.nn.Module, stage: int, stages: int,
                              "a block each)")
     inner = module.model
     assert isinstance(inner, torch.nn.Module)  # (pipeline_stage checked it)
-    model, base = _shallow(module), _shallow(inner)
+    model, base = shallow(module), shallow(inner)
     setattr(model, "model", base)
     layers = getattr(base, "layers")
     setattr(base, "layers", torch.nn.ModuleList([layers[i] for i in
@@ -128,15 +139,6 @@ def _transformers_stage(module: torch.nn.Module, stage: int, stages: int,
         setattr(base, "norm", torch.nn.Identity())
         setattr(model, "lm_head", torch.nn.Identity())
     return TransformersStage(model, stage == 0)
-
-
-def _shallow(module: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``module`` sharing its submodules and parameters, with a children table of
-    its own: a stage replaces children without touching the caller's model, and a 405B model
-    is not copied whole for each stage (a deep copy took 3.5 s a stage)."""
-    out = copy.copy(module)
-    out._modules = dict(module._modules)  # pyright: ignore[reportAttributeAccessIssue]
-    return out
 
 
 def stage_inputs(module: torch.nn.Module, ids: torch.Tensor, stage: int,
