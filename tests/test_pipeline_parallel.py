@@ -79,6 +79,7 @@ from itertools import takewhile
 
 import pytest
 from graphcost.analyzer.app.units import human_bytes
+from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
 from graphcost.analyzer.measure.pipeline import PipelineRun, measure_pipeline
 from graphcost.passes.errors import GraphcostError
 from graphcost.passes.parallel.schedules import fits_stages, stage_layers
@@ -235,7 +236,6 @@ def test_a_later_backward_holds_each_new_gradient_until_it_is_added_in():
     exists until AccumulateGrad adds it into the held one; counting none of them there made
     3,230,100 (−2.9%). (Measured on torch 2.13, where graphcost's figure is within 0.01%; on
     2.8 transformers' experts run another grouped-matmul path and the trace is +0.49%.)"""
-    from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
     p = analyze("zoo:hf_mixtral", batch=8, train=True, optimizer="adam", what_if=False,
                 parallel={"mesh": "pp=2,dp_shard=2", "microbatches": 4}).pipeline
     assert p is not None
@@ -696,6 +696,8 @@ def test_a_tracer_split_stage_beside_a_master_recipe_or_tensor_parallelism_is_re
 
 
 @pytest.mark.same_on_every_torch   # (the split is the tracer's: checked live above)
+@pytest.mark.skipif(TORCH_VERSION < (2, 9), reason="torch 2.8's tracer (dynamo) cannot trace "
+                    "transformers 5's OPT (its per-layer config view): refused in one line")
 def test_the_tracer_splits_a_nested_list_of_blocks():
     """OPT's blocks are model.decoder.layers (not model.layers): 4 of them over 2 stages, 2
     each, the second stage receiving the hidden states and the attention mask."""

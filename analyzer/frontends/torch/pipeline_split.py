@@ -81,7 +81,7 @@ def traced_stage(module: torch.nn.Module, ids: torch.Tensor, stage: int, stages:
     index, points = split_points(path, n, stage, stages, blocks)
     whole = module if blocks is None or stage < stages - 1 else \
         _first_blocks(module, path, stage_layers(n, stage, stages).start + blocks)
-    pipe = split_pipe(whole, ids, points)
+    pipe = split_pipe(whole, ids, points, stages)
     stage_module = pipe.get_stage_module(index)
     assert isinstance(stage_module, torch.fx.GraphModule)  # (the tracer's stages are)
     inputs = tuple(torch.zeros(v.shape, dtype=v.dtype, device=ids.device)
@@ -95,11 +95,12 @@ def stage_pipe(module: torch.nn.Module, ids: torch.Tensor, stages: int):
     as a pipeline of them runs it (``pipe.build_stage`` each rank's)."""
     path, n = block_list(module)
     return split_pipe(module, ids, [f"model.{path}.{stage_layers(n, i, stages).start}"
-                                    for i in range(1, stages)])
+                                    for i in range(1, stages)], stages)
 
 
-def split_pipe(module: torch.nn.Module, ids: torch.Tensor, points: list[str]):
-    """PyTorch's ``Pipe`` of ``module`` (token ids in, logits out) split at ``points``."""
+def split_pipe(module: torch.nn.Module, ids: torch.Tensor, points: list[str], stages: int):
+    """PyTorch's ``Pipe`` of ``module`` (token ids in, logits out) split at ``points`` (for a
+    pipeline of ``stages``: the words of its errors)."""
     import warnings
 
     from torch.distributed.pipelining import SplitPoint, pipeline
@@ -115,8 +116,10 @@ def split_pipe(module: torch.nn.Module, ids: torch.Tensor, points: list[str]):
             return pipeline(_Logits(module), mb_args=(ids,),
                             split_spec={p: SplitPoint.BEGINNING for p in points})
     except Exception as exc:   # (the tracer's own errors: export's, its split's)
-        raise GraphcostError(f"{opt('parallel', value='pp')}: PyTorch's pipeline tracer "
-                             f"could not split the model: {str(exc).splitlines()[0][:200]}") \
+        cause = exc.__cause__ or exc   # (export's own words, under the tracer's generic ones)
+        raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: PyTorch's pipeline "
+                             "tracer could not split the model: "
+                             f"{(str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]}") \
             from exc
     finally:
         module.train(was_training)
