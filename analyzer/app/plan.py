@@ -128,8 +128,8 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     return plan
 
 
-PIPELINES = ("pipelines (a pipeline splits a model at its list of blocks; this one has "
-             "none)")
+PIPELINES = ("pipelines (a pipeline splits a model at its list of blocks and takes the "
+             "cross-entropy of its logits; this one has no blocks or no LM head)")
 FLOAT8_TP = "tp (torchao's float8 tensor-parallel styles are the tensorwise recipe's)"
 
 

@@ -160,41 +160,22 @@ def _stages(run: PipelineRun, mesh):
     import contextlib
 
     import torch
-    from torch.distributed.pipelining import (
-        PipelineStage,
-        Schedule1F1B,
-        ScheduleGPipe,
-        ScheduleInterleaved1F1B,
-    )
+    from torch.distributed.pipelining import PipelineStage
 
-    from ... import models_zoo
-    from ..frontends.torch.pipeline_split import block_list, stage_pipe
     from ..frontends.torch.pipeline_stages import named_blocks, pipeline_stage
     from .tensor_plan import apply_tensor_parallel, loss_context
 
     rank, v = mesh["pp"].get_local_rank(), run.stages_per_rank
     total = run.stages * v
     whole = model(run)
-    shape = tuple(next(iter(models_zoo.input_shapes(run.model, run.batch).values())))
-    shape = (shape[0], run.seq) if run.seq else shape
-    ids = torch.randint(0, 100, shape, generator=torch.Generator().manual_seed(1))
-    if run.cp > 1:   # (the ring in place of SDPA; each rank its shard of the sequences)
-        from .context_plan import apply_context_parallel, sequence_shard
-        apply_context_parallel(whole, mesh["cp"])
-        ids = sequence_shard(ids, mesh["cp"].get_local_rank(), run.cp)
+    ids = _ids(run, whole, mesh)
     data = _data_mesh(mesh, run) if run.dp_shard * run.cp > 1 else None
     context, stages, modules = contextlib.nullcontext, [], []
-    if not named_blocks(whole):   # (PyTorch's tracer splits it: pipeline_split.py)
-        assert (run.tp, run.cp, run.ep, v) == (1, 1, 1, 1), run
-        pipe = stage_pipe(whole, ids[:run.batch // run.microbatches], run.stages)
-        if data is not None:   # (what is left of the model's list of blocks in the stage)
-            gm = pipe.get_stage_module(rank)
-            _fully_shard(gm, data, run.master, ([], None),
-                         list(gm.get_submodule("model." + block_list(whole)[0]).children()))
-        stages.append(pipe.build_stage(rank, torch.device("cpu"), mesh["pp"].get_group()))
+    split = not named_blocks(whole)   # (PyTorch's tracer splits it: pipeline_split.py)
+    if split:
+        stages.append(_split_stage(run, whole, ids, mesh, data))
         modules.append(stages[0].submod)
-        total = 0
-    for index in range(rank, total, run.stages):
+    for index in range(rank, 0 if split else total, run.stages):
         module = pipeline_stage(whole, index, total)
         if run.checkpoint:
             _checkpointed(module)
@@ -210,11 +191,7 @@ def _stages(run: PipelineRun, mesh):
         modules.append(module)
         stages.append(PipelineStage(module, index, total, torch.device("cpu"),
                                     group=mesh["pp"].get_group()))
-    if v > 1:
-        schedule = ScheduleInterleaved1F1B(stages, run.microbatches, loss_fn=_loss)
-    else:
-        kind = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
-        schedule = kind(stages[0], run.microbatches, loss_fn=_loss)
+    schedule = _schedule(run, stages)
 
     def step() -> None:
         with context():
@@ -225,6 +202,50 @@ def _stages(run: PipelineRun, mesh):
             else:
                 schedule.step()
     return rank, modules, step
+
+
+def _ids(run: PipelineRun, whole, mesh):
+    """The step's token ids (seeded); under cp, the rank's shard of each sequence, the ring
+    put in place of SDPA first."""
+    import torch
+
+    from ... import models_zoo
+    shape = tuple(next(iter(models_zoo.input_shapes(run.model, run.batch).values())))
+    shape = (shape[0], run.seq) if run.seq else shape
+    ids = torch.randint(0, 100, shape, generator=torch.Generator().manual_seed(1))
+    if run.cp == 1:
+        return ids
+    from .context_plan import apply_context_parallel, sequence_shard
+    apply_context_parallel(whole, mesh["cp"])
+    return sequence_shard(ids, mesh["cp"].get_local_rank(), run.cp)
+
+
+def _split_stage(run: PipelineRun, whole, ids, mesh, data):
+    """The rank's stage of a model PyTorch's tracer splits, built as its users build it
+    (``pipe.build_stage``), fully_shard on what is left of the model's blocks in it."""
+    import torch
+
+    from ..frontends.torch.pipeline_split import block_list, stage_pipe
+    assert (run.tp, run.cp, run.ep, run.stages_per_rank) == (1, 1, 1, 1), run
+    rank = mesh["pp"].get_local_rank()
+    pipe = stage_pipe(whole, ids[:run.batch // run.microbatches], run.stages)
+    if data is not None:
+        gm = pipe.get_stage_module(rank)
+        _fully_shard(gm, data, run.master, ([], None),
+                     list(gm.get_submodule("model." + block_list(whole)[0]).children()))
+    return pipe.build_stage(rank, torch.device("cpu"), mesh["pp"].get_group())
+
+
+def _schedule(run: PipelineRun, stages: list):
+    from torch.distributed.pipelining import (
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+    )
+    if run.stages_per_rank > 1:
+        return ScheduleInterleaved1F1B(stages, run.microbatches, loss_fn=_loss)
+    kind = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B
+    return kind(stages[0], run.microbatches, loss_fn=_loss)
 
 
 def _blocks(module):

@@ -37,6 +37,13 @@ def _is_transformers(module: torch.nn.Module) -> bool:
     return hasattr(module, "config") and hasattr(module, "get_input_embeddings")
 
 
+def has_logits(module: torch.nn.Module) -> bool:
+    """Whether the model ends in logits for the schedule's loss: a transformers model with an
+    LM head (another module's output is taken for them)."""
+    return not _is_transformers(module) or \
+        getattr(module, "get_output_embeddings")() is not None
+
+
 def block_list(module: torch.nn.Module) -> tuple[str, int]:
     """The model's repeated blocks: the path of its largest list of modules of one class (by
     parameters), and their number (``("", 0)``: none of two or more)."""
@@ -74,7 +81,7 @@ def traced_stage(module: torch.nn.Module, ids: torch.Tensor, stage: int, stages:
     if not n:
         raise GraphcostError(f"{where}: a pipeline splits a model at its blocks, and this one "
                              "has no list of two or more like modules")
-    if _is_transformers(module) and getattr(module, "get_output_embeddings")() is None:
+    if not has_logits(module):
         raise GraphcostError(f"{where}: a pipeline's last stage computes the cross-entropy of "
                              f"the model's logits, and {type(module).__name__} has no LM head "
                              "(a causal or masked LM class of it has)")

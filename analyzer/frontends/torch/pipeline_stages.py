@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
 from ....passes.parallel.schedules import fits_stages, stage_layers
-from .pipeline_split import block_list, shallow
+from .pipeline_split import block_list, has_logits, shallow
 from .tp_collectives import tp_cross_entropy
 
 EMBEDDINGS = ("embed_tokens", "tok_embeddings")
@@ -68,8 +68,8 @@ class TransformersStage(torch.nn.Module):
 def block_count(module: torch.nn.Module) -> int:
     """The blocks a pipeline divides: the ``layers`` list of a torchtitan-style decoder or of
     a transformers causal LM's ``model``, else the list PyTorch's tracer would split
-    (pipeline_split.py; 0: none)."""
-    return named_blocks(module) or block_list(module)[1]
+    (pipeline_split.py; 0: none, or no logits for the schedule's loss)."""
+    return named_blocks(module) or (block_list(module)[1] if has_logits(module) else 0)
 
 
 def named_blocks(module: torch.nn.Module) -> int:
