@@ -114,7 +114,7 @@ def assert_ranks_within(p, peaks, step1: float = 0.05, step2: float = 0.05,
 # by analyzer/measure/parallel.py on torch 2.13, in a file of their own named for what was
 # asked. A suite on that torch reads them instead of starting the ranks again (each spawn cost
 # 10-45 s of a worker); another torch, or a call not recorded, measures live. Re-measure with
-#     GRAPHCOST_RECORD_STEPS=1 python -m pytest tests/test_tensor_parallel.py … -p no:xdist
+#     GRAPHCOST_RECORD_STEPS=1 python -m pytest tests/test_tensor_parallel.py …  (benchmarks/README.md)
 STEPS = Path(__file__).parents[1] / "benchmarks" / "results" / "parallel_steps"
 RECORDED_TORCH = "2.13"
 
