@@ -38,6 +38,7 @@ from ..load.loading import load, resolve_model
 from ..load.options import LoadOptions
 from ..load.progress import Progress
 from ..load.rank_program import (
+    check_tracer_split,
     expert_count,
     first_microbatch,
     interleaved_orders,
@@ -116,6 +117,11 @@ class StageTraces:
         pipeline_split.py), not graphcost's cut by name (resolved once)."""
         return self._shape(options)[3]
 
+    def check_split(self, options: LoadOptions, stages: int) -> None:
+        """Refused (GraphcostError): a pipeline of ``stages`` PyTorch's tracer splits with a
+        skip connection over a stage, which its pipelining cannot run backward through."""
+        check_tracer_split(resolve_model(self.model, options, self.example_inputs), stages)
+
     def _shape(self, options: LoadOptions) -> tuple[int, int, int, bool]:
         if self.shape is None:
             r = resolve_model(self.model, options, self.example_inputs)
@@ -169,10 +175,11 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         else replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None, one_device_replay=False)
     traces = traces or StageTraces(model, example_inputs, progress)
-    if traces.split_by_tracer(at_micro) and spec.strategy in SHARDING and \
-            master_weights(request.passes.precision):
-        raise GraphcostError(f"{opt('precision', value=request.passes.precision)}: "
-                             + MASTER_SPLIT)
+    if traces.split_by_tracer(at_micro):   # (where the real step of such a split fails)
+        if spec.strategy in SHARDING and master_weights(request.passes.precision):
+            raise GraphcostError(f"{opt('precision', value=request.passes.precision)}: "
+                                 + MASTER_SPLIT)
+        traces.check_split(at_micro, spec.pp * v)
     whole, memo = traces.graph(at_micro)
     report = run_passes(whole, passes, memo=memo)
     priced = request.passes.profile is None or gpu_profile(request.passes)

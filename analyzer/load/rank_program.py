@@ -26,6 +26,16 @@ def split_by_tracer(r: Resolved) -> bool:
     return r.kind == "torch" and not named_blocks(r.module) and pipeline_blocks(r) > 0
 
 
+def check_tracer_split(r: Resolved, stages: int) -> None:
+    """Refused (GraphcostError): a pipeline of ``stages`` that PyTorch's tracer splits with a
+    stage taking a tensor from one not just before it, which PyTorch's pipelining cannot
+    run backward through (frontends/torch/pipeline_split.py)."""
+    from ..frontends.torch.pipeline_split import check_adjacent, stage_pipe
+    ids = r.kwargs.get("input_ids", r.inputs[0] if r.inputs else None)
+    if stages > 2 and ids is not None:
+        check_adjacent(stage_pipe(r.module, ids, stages), stages)
+
+
 def tied_table(r: Resolved) -> int:
     """The elements of the table ``r``'s LM head shares with its token embedding (one
     weight; 0: not tied)."""

@@ -173,8 +173,8 @@ def _stages(run: PipelineRun, mesh):
     context, stages, modules = contextlib.nullcontext, [], []
     split = not named_blocks(whole)   # (PyTorch's tracer splits it: pipeline_split.py)
     if split:
-        stages.append(_split_stage(run, whole, ids, mesh, data))
-        modules.append(stages[0].submod)
+        stages = _split_stages(run, whole, ids, mesh, data)
+        modules = [stage.submod for stage in stages]
     for index in range(rank, 0 if split else total, run.stages):
         module = pipeline_stage(whole, index, total)
         if run.checkpoint:
@@ -220,20 +220,24 @@ def _ids(run: PipelineRun, whole, mesh):
     return sequence_shard(ids, mesh["cp"].get_local_rank(), run.cp)
 
 
-def _split_stage(run: PipelineRun, whole, ids, mesh, data):
-    """The rank's stage of a model PyTorch's tracer splits, built as its users build it
-    (``pipe.build_stage``), fully_shard on what is left of the model's blocks in it."""
+def _split_stages(run: PipelineRun, whole, ids, mesh, data) -> list:
+    """The rank's stages of a model PyTorch's tracer splits (rank ``r`` the stages ``r``,
+    ``r + p``, …), built as its users build them (``pipe.build_stage``), fully_shard on what
+    is left of the model's blocks in each."""
     import torch
 
     from ..frontends.torch.pipeline_split import block_list, stage_pipe
-    assert (run.tp, run.cp, run.ep, run.stages_per_rank) == (1, 1, 1, 1), run
-    rank = mesh["pp"].get_local_rank()
-    pipe = stage_pipe(whole, ids[:run.batch // run.microbatches], run.stages)
-    if data is not None:
-        gm = pipe.get_stage_module(rank)
-        _fully_shard(gm, data, run.master, ([], None),
-                     list(gm.get_submodule("model." + block_list(whole)[0]).children()))
-    return pipe.build_stage(rank, torch.device("cpu"), mesh["pp"].get_group())
+    assert (run.tp, run.cp, run.ep) == (1, 1, 1), run
+    rank, total = mesh["pp"].get_local_rank(), run.stages * run.stages_per_rank
+    pipe = stage_pipe(whole, ids[:run.batch // run.microbatches], total)
+    out = []
+    for index in range(rank, total, run.stages):
+        if data is not None:
+            gm = pipe.get_stage_module(index)
+            _fully_shard(gm, data, run.master, ([], None),
+                         list(gm.get_submodule("model." + block_list(whole)[0]).children()))
+        out.append(pipe.build_stage(index, torch.device("cpu"), mesh["pp"].get_group()))
+    return out
 
 
 def _schedule(run: PipelineRun, stages: list):

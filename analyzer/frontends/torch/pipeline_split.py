@@ -63,7 +63,7 @@ def split_points(path: str, n: int, stage: int, stages: int,
     block and, before the last stage, after its own (its first ``blocks`` of them)."""
     kept = stage_layers(n, stage, stages)
     end = kept.start + min(len(kept), blocks if blocks is not None else len(kept))
-    if stage == stages - 1 and kept.start >= n:
+    if stage_layers(n, stages - 1, stages).start >= n:
         raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: the last stage would "
                              f"hold no block of the {n} (the tracer's split cuts at blocks): "
                              "fewer stages")
@@ -103,6 +103,34 @@ def stage_pipe(module: torch.nn.Module, ids: torch.Tensor, stages: int):
     path, n = block_list(module)
     return split_pipe(module, ids, [f"model.{path}.{stage_layers(n, i, stages).start}"
                                     for i in range(1, stages)], stages)
+
+
+def check_adjacent(pipe, stages: int) -> None:
+    """Refused: a stage that takes a tensor made before the stage ahead of it (GPT-2's
+    attention mask, made on the first stage, read by every block). PyTorch's pipelining runs
+    no backward through such a skip connection (``PipeliningMetadataError``: measured on 4
+    gloo ranks, GPT-2 under interleaved 1F1B)."""
+    made = {}
+    for node in pipe.split_gm.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("submod_"):
+            made[node] = int(node.target.rsplit("_", 1)[1])
+    for node, k in made.items():
+        takes = [p for p in pipe.split_gm.get_submodule(node.target).graph.nodes
+                 if p.op == "placeholder"]
+        for arg, own in zip(node.args, takes):
+            src = arg.args[0] if arg.op == "call_function" and arg.args else arg
+            j = made.get(src, -1)
+            if k > 0 and j != k - 1:
+                val = own.meta.get("val")
+                what = f"a {str(val.dtype).removeprefix('torch.')} " \
+                    f"{'×'.join(map(str, val.shape))} tensor" \
+                    if isinstance(val, torch.Tensor) else f"'{arg.name}'"
+                raise GraphcostError(
+                    f"{opt('parallel')}: in a pipeline of {stages} stages, stage {k} takes "
+                    f"{what} made {'by stage ' + str(j) if j >= 0 else 'from the input'}, "
+                    "not by the stage before it — a skip connection, which PyTorch's "
+                    "pipelining runs no backward through (its tracer splits this model): "
+                    "2 stages at most")
 
 
 def split_pipe(module: torch.nn.Module, ids: torch.Tensor, points: list[str], stages: int):
