@@ -108,8 +108,8 @@ def stage_pipe(module: torch.nn.Module, ids: torch.Tensor, stages: int):
 def check_adjacent(pipe, stages: int) -> None:
     """Refused: a stage that takes a tensor made before the stage ahead of it (GPT-2's
     attention mask, made on the first stage, read by every block). PyTorch's pipelining runs
-    no backward through such a skip connection (``PipeliningMetadataError``: measured on 4
-    gloo ranks, GPT-2 under interleaved 1F1B)."""
+    no backward through such a skip connection (``PipeliningMetadataError``: measured on 2
+    gloo ranks, GPT-2 under interleaved 1F1B, 4 stages)."""
     made = {}
     for node in pipe.split_gm.graph.nodes:
         if node.op == "call_module" and node.target.startswith("submod_"):
