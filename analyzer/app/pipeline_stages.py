@@ -46,6 +46,7 @@ from ..load.rank_program import (
     split_by_tracer,
     tied_table,
 )
+from ..load.resolve import Resolved
 from .devices import node_links
 from .pipeline import (
     NO_COMM,
@@ -88,6 +89,7 @@ class StageTraces:
         # (blocks, experts a layer, the elements of the table the head shares with the
         # token embedding: 0, not tied)
         self.shape: tuple[int, int, int, bool] | None = None
+        self.resolved: Resolved | None = None   # (the model the shape was read off)
 
     def graph(self, options: LoadOptions) -> tuple[Graph, PassMemo]:
         """The program ``options`` load, traced on its first ask."""
@@ -120,11 +122,13 @@ class StageTraces:
     def check_split(self, options: LoadOptions, stages: int) -> None:
         """Refused (GraphcostError): a pipeline of ``stages`` PyTorch's tracer splits with a
         skip connection over a stage, which its pipelining cannot run backward through."""
-        check_tracer_split(resolve_model(self.model, options, self.example_inputs), stages)
+        self._shape(options)
+        assert self.resolved is not None   # (_shape resolved it)
+        check_tracer_split(self.resolved, stages)
 
     def _shape(self, options: LoadOptions) -> tuple[int, int, int, bool]:
         if self.shape is None:
-            r = resolve_model(self.model, options, self.example_inputs)
+            r = self.resolved = resolve_model(self.model, options, self.example_inputs)
             self.shape = (pipeline_blocks(r), expert_count(r), tied_table(r),
                           split_by_tracer(r))
         return self.shape

@@ -162,3 +162,10 @@ def _satisfies(version: str, spec: str) -> bool:
             if not ops[m[1]](have + (0,) * (n - len(have)), want + (0,) * (n - len(want))):
                 return False
     return True
+
+
+def transformers_model(model) -> bool:
+    """Whether ``model`` is a transformers model (transformers imported already: a model of
+    it cannot exist otherwise)."""
+    transformers = sys.modules.get("transformers")
+    return transformers is not None and isinstance(model, transformers.PreTrainedModel)

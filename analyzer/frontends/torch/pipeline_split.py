@@ -18,6 +18,7 @@ import torch
 
 from ....passes.errors import GraphcostError, opt
 from ....passes.parallel.schedules import stage_layers
+from .optional_imports import transformers_model
 
 
 class _Logits(torch.nn.Module):
@@ -29,18 +30,14 @@ class _Logits(torch.nn.Module):
         self.model = model
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=ids) if _is_transformers(self.model) else self.model(ids)
+        out = self.model(input_ids=ids) if transformers_model(self.model) else self.model(ids)
         return getattr(out, "logits", out)
-
-
-def _is_transformers(module: torch.nn.Module) -> bool:
-    return hasattr(module, "config") and hasattr(module, "get_input_embeddings")
 
 
 def has_logits(module: torch.nn.Module) -> bool:
     """Whether the model ends in logits for the schedule's loss: a transformers model with an
     LM head (another module's output is taken for them)."""
-    return not _is_transformers(module) or \
+    return not transformers_model(module) or \
         getattr(module, "get_output_embeddings")() is not None
 
 

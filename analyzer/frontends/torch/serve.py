@@ -25,7 +25,6 @@ Anything else is refused in one line: no cache, or no causal LM head.
 from __future__ import annotations
 
 import inspect
-import sys
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
@@ -36,19 +35,15 @@ from ....passes.errors import GraphcostError, opt
 from ....passes.ir import Graph, TensorSpec
 from ..serving_steps import Steps
 from .layer_stack import REPEAT_AT
+from .optional_imports import transformers_model
 from .transformers_tracing import traceable_experts
-
-
-def _transformers_model(model) -> bool:
-    transformers = sys.modules.get("transformers")
-    return transformers is not None and isinstance(model, transformers.PreTrainedModel)
 
 
 def check_servable(model: torch.nn.Module, name: str) -> str:
     """How the model keeps its cache — "hf" (transformers) or "kv" (past_key_values in,
     the new keys and values out; see the module docstring) — or a one-line GraphcostError."""
     params = inspect.signature(model.forward).parameters
-    if _transformers_model(model):
+    if transformers_model(model):
         cfg = model.config
         if getattr(cfg, "is_encoder_decoder", False):
             raise GraphcostError(f"{opt('serve')}: {name} is an encoder-decoder "
