@@ -115,6 +115,14 @@ def assert_ranks_within(p, peaks, step1: float = 0.05, step2: float = 0.05,
 # asked. A suite on that torch reads them instead of starting the ranks again (each spawn cost
 # 10-45 s of a worker); another torch, or a call not recorded, measures live. Re-measure with
 #     GRAPHCOST_RECORD_STEPS=1 python -m pytest tests/test_tensor_parallel.py …  (benchmarks/README.md)
+def read_in_range(request, values: tuple) -> tuple:
+    """``values`` as a module fixture measures or predicts them: all in the main suite; under
+    --torch-range (tests/conftest.py: each test's first case) the first alone, the one its
+    tests read there. Live gloo steps of cases no test of the range reads cost the range's
+    suites a minute."""
+    return values[:1] if request.config.getoption("--torch-range") else values
+
+
 STEPS = Path(__file__).parents[1] / "benchmarks" / "results" / "parallel_steps"
 RECORDED_TORCH = "2.13"
 

@@ -23,7 +23,12 @@ from graphcost.models_zoo import hf
 from graphcost.passes.errors import GraphcostError
 
 from graphcost import analyze
-from tests.shared import assert_ranks_within, measured_steps, recorded_peaks
+from tests.shared import (
+    assert_ranks_within,
+    measured_steps,
+    read_in_range,
+    recorded_peaks,
+)
 
 OVERRIDES = (("attn", "sdpa"), ("num_key_value_heads", 4))
 BATCH, SEQ = 2, 1024
@@ -45,10 +50,10 @@ def predicted():
 
 
 @pytest.fixture(scope="module")
-def measured():
+def measured(request):
     # (one spawn: each recipe, and fp32 under torchtitan's SAC, below)
     cases = [Case("hf_llama", "fsdp", BATCH, (("input_ids", (BATCH, SEQ)),), UNITS,
-                  precision=r, cp=2, overrides=OVERRIDES) for r in RECIPES]
+                  precision=r, cp=2, overrides=OVERRIDES) for r in read_in_range(request, RECIPES)]
     cases.append(Case("hf_llama", "fsdp", BATCH, (("input_ids", (BATCH, SEQ)),), UNITS,
                       cp=2, overrides=OVERRIDES, sac=True))
     return measured_steps(cases, 2)

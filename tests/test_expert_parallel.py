@@ -20,7 +20,12 @@ from graphcost.passes.errors import GraphcostError
 from graphcost.passes.parallel.mesh import parse_mesh
 
 from graphcost import analyze
-from tests.shared import assert_ranks_within, measured_steps, recorded_peaks
+from tests.shared import (
+    assert_ranks_within,
+    measured_steps,
+    read_in_range,
+    recorded_peaks,
+)
 
 GROWN = (("num_local_experts", 8), ("intermediate_size", 256))
 BATCH, SEQ, D = 2, 128, 64
@@ -51,13 +56,13 @@ RING_SEQ = 256
 
 
 @pytest.fixture(scope="module")
-def measured():
+def measured(request):
     # (one spawn: the ep cases and, the same 2 ranks as a ring, cp beside ep)
     units = ("model.layers.0", "model.layers.1")
     cases = [Case("hf_mixtral", "fsdp", BATCH, (("input_ids", (BATCH, SEQ)),), units,
-                  precision=r, ep=2, overrides=GROWN) for r in RECIPES]
+                  precision=r, ep=2, overrides=GROWN) for r in read_in_range(request, RECIPES)]
     cases += [Case("hf_mixtral", "fsdp", BATCH, (("input_ids", (BATCH, RING_SEQ)),), units,
-                   precision=r, ep=2, cp=2, overrides=RING) for r in RECIPES]
+                   precision=r, ep=2, cp=2, overrides=RING) for r in read_in_range(request, RECIPES)]
     return measured_steps(cases, 2)
 
 

@@ -47,7 +47,7 @@ from graphcost.analyzer.measure.parallel import Case
 from graphcost.passes.errors import GraphcostError
 
 from graphcost import analyze
-from tests.shared import measured_steps
+from tests.shared import measured_steps, read_in_range
 
 # The predictions run on every torch of the range; the real DTensor steps on this one and the
 # newest: on torch 2.8 DTensor's vocabulary-parallel embedding cannot reduce-scatter its
@@ -80,18 +80,19 @@ EXPERTS_WHOLE = importlib.util.find_spec("transformers") is not None and not any
 
 
 @pytest.fixture(scope="module")
-def tp_alone():
+def tp_alone(request):
     if OLD_TORCH:
         pytest.skip(NO_DTENSOR_SP)
     # one spawn of two gloo ranks: both models in fp32 and in bf16-true, and in fp32 under
-    # torchtitan's SAC (recipe "sac")
-    preds = {(m, r): _predict(m, "tp=2", r) for m in MODELS for r in RECIPES}
-    preds.update({(m, "sac"): _predict(m, "tp=2", sac=True) for m in MODELS})
+    # torchtitan's SAC (recipe "sac"); the torch range's first cases alone there
+    models, recipes = read_in_range(request, MODELS), read_in_range(request, RECIPES)
+    preds = {(m, r): _predict(m, "tp=2", r) for m in models for r in recipes}
+    preds.update({(m, "sac"): _predict(m, "tp=2", sac=True) for m in models})
     # transformers' own plans: Phi's fc1/fc2/dense, Phi-3's gathered fused projections
     preds["hf_phi", "fp32"] = _predict("hf_phi", "tp=2")
-    preds.update({("hf_phi3", r): _predict("hf_phi3", "tp=2", r) for r in RECIPES})
+    preds.update({("hf_phi3", r): _predict("hf_phi3", "tp=2", r) for r in recipes})
     if EXPERTS_WHOLE:
-        preds.update({("hf_mixtral", r): _predict("hf_mixtral", "tp=2", r) for r in RECIPES})
+        preds.update({("hf_mixtral", r): _predict("hf_mixtral", "tp=2", r) for r in recipes})
     return preds, measured_steps([_case(m, p, "ddp", "fp32" if r == "sac" else r, r == "sac")
                                     for (m, r), p in preds.items()], 2)
 
