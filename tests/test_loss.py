@@ -153,6 +153,29 @@ def test_a_language_model_head_gets_torchtitans_cross_entropy():
     _within(r.training.peak_bytes, measure_training(model, (tokens,), "adamw")[0])
 
 
+def test_t5_from_its_config_trains_against_memtracker(tmp_path):
+    # A config.json builds its model on the meta device. T5's decoder hands SDPA
+    # where(causal mask, its relative-position bias, dtype min): AOTAutograd gave that bias
+    # no gradient on meta tensors, and the step was refused ("Found a parameter that did
+    # not receive a gradient"; analyzer/frontends/torch/scalar_where.py). Measured
+    # (2026-12-06, torch 2.13): 141,521,092 B predicted, 141,519,044 B MemTracker (+0.001%)
+    cfg = transformers.T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
+                                vocab_size=32_128, decoder_start_token_id=0, pad_token_id=0,
+                                eos_token_id=1)
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": ["T5ForConditionalGeneration"]}))
+    r = analyze(str(tmp_path), batch=BATCH, dims={"seq": SEQ}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    assert "torchtitan" in r.training.loss and "32,128" in r.training.loss
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    tokens = {name: torch.randint(0, 32_128, (BATCH, SEQ), generator=g)
+              for name in ("input_ids", "decoder_input_ids")}
+    measured = measure_training(transformers.T5ForConditionalGeneration(cfg), (), "adamw",
+                                tokens)[0]
+    _within(r.training.peak_bytes, measured, 1.0)
+
+
 def test_an_encoder_over_token_ids_keeps_the_sum():
     # zoo:bert's last linear layer, its pooler, is 128 wide, as its position table has 128
     # rows: no head onto the 1,000-token table, so no labels and no cross-entropy
