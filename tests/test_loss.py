@@ -157,7 +157,7 @@ def test_t5_from_its_config_trains_against_memtracker(tmp_path):
     # A config.json builds its model on the meta device. T5's decoder hands SDPA
     # where(causal mask, its relative-position bias, dtype min): AOTAutograd gave that bias
     # no gradient on meta tensors, and the step was refused ("Found a parameter that did
-    # not receive a gradient"; analyzer/frontends/torch/scalar_where.py). Measured
+    # not receive a gradient"; analyzer/frontends/torch/meta_gradients.py). Measured
     # (2026-12-06, torch 2.13): 141,521,092 B predicted, 141,519,044 B MemTracker (+0.001%)
     cfg = transformers.T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
                                 vocab_size=32_128, decoder_start_token_id=0, pad_token_id=0,

@@ -20,8 +20,9 @@ from ....passes.errors import GraphcostError
 MAX_CONFIG_BYTES, MAX_DEPTH, MAX_DIGITS = 4 << 20, 64, 64
 # the dtypes a config may name for the model ("auto" or none: float32, as transformers does)
 DTYPES = ("float32", "float16", "bfloat16", "float64")
-# architectures[0] as transformers spells its classes (NemotronH_Omni_Reasoning_V3)
-CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9_]{0,127}")
+# architectures[0] as transformers spells its classes (NemotronH_Omni_Reasoning_V3, and
+# xLSTMForCausalLM: lower case before the first capital); not a function's or a module's name
+CLASS_NAME = re.compile(r"(?=[a-z]*[A-Z])[A-Za-z][A-Za-z0-9_]{0,127}")
 ONLY_MODELS = ("graphcost builds only transformers' model classes (a PreTrainedModel "
                "subclass, such as LlamaForCausalLM)")
 

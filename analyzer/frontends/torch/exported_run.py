@@ -26,7 +26,7 @@ from .float8_linears import (
 )
 from .fx_references import is_view, storage_root, writes_in_place
 from .loss_kernels import as_kernels, is_loss
-from .scalar_where import as_tensor_where
+from .meta_gradients import as_cpu_gradient
 
 
 class ExportedRun(torch.nn.Module):
@@ -263,8 +263,8 @@ class _ScopedInterpreter(torch.fx.Interpreter):
                 return None  # (a dtype the fp32 export saw: autocast's run has its own)
             args, kwargs = self._caster.cast(target, args, kwargs)
         out = as_eager_backward(target, args, kwargs)  # (SiLU's: eager_backward.py)
-        if out is None:   # (a meta model's where with a scalar: scalar_where.py)
-            out = as_tensor_where(target, args, kwargs)
+        if out is None:   # (a meta model's where, var, std: meta_gradients.py)
+            out = as_cpu_gradient(target, args, kwargs)
         if out is not None:
             return out
         if is_loss(target):  # (as eager's kernels: loss_kernels.py)

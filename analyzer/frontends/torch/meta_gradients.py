@@ -1,0 +1,108 @@
+"""Ops whose gradient AOTAutograd's joint trace drops when their tensors are on the meta
+device, traced here so that a model built on meta (every config.json, a hub id) gets the
+backward a CPU-built one gets.
+
+Measured (aot_export_module, a meta parameter through the op into a loss; torch 2.8, 2.13 and
+2.14 alike; on the CPU the same modules trace in full): ``aten.where.ScalarOther`` /
+``ScalarSelf`` (a where with a Python scalar) gives its tensor no gradient, so that a
+parameter behind it is refused ("Found a parameter that did not receive a gradient"): T5's
+decoder hands SDPA where(causal mask, its relative-position bias, dtype min).
+``aten.var.correction`` and ``aten.std.correction`` silently leave their backward out (the
+joint graph of a meta LayerNorm written with ``x.var`` has 12 nodes where the CPU's has 19):
+xLSTM's multi-head norm, Gemma-3n's activation sparsity.
+
+Each runs here as it would on the CPU: the where with its scalar as the 0-dim tensor eager
+wraps it in (``scalar_tensor``, as the CPU's joint graph has it), var and std as autograd Functions whose forward is the
+op itself and whose backward is eager's formula (tools/autograd/FunctionsManual.cpp
+``var_backward``, ``std_backward``), op for op as the CPU's joint graph has it."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+_SCALAR = {aten.where.ScalarOther: 2, aten.where.ScalarSelf: 1}   # op -> the scalar's place
+
+
+def as_cpu_gradient(target, args: tuple, kwargs: dict):
+    """``target`` run so that its meta gradient is the CPU's (None: run it as it is)."""
+    if target in _SCALAR:
+        return _tensor_where(target, args, kwargs)
+    fn = _REDUCTIONS.get(target.overloadpacket) if hasattr(target, "overloadpacket") else None
+    x = args[0] if args else None
+    if fn is None or not isinstance(x, torch.Tensor) or not x.is_meta or not x.requires_grad:
+        return None
+    return fn.apply(x, lambda t: target(t, *args[1:], **kwargs),
+                    _reduction(target, args[1:], kwargs))
+
+
+def _reduction(target, rest: tuple, kwargs: dict) -> tuple:
+    """(dim, correction, keepdim) of a var or std call: its ``.correction`` overload
+    (dim, *, correction, keepdim), ``.dim`` (dim, unbiased, keepdim) or ``.default``
+    (unbiased)."""
+    name = target._overloadname
+    if name == "correction":
+        a = {"dim": rest[0] if rest else None, **kwargs}
+        return a.get("dim"), a.get("correction"), bool(a.get("keepdim", False))
+    names = ("dim", "unbiased", "keepdim") if name == "dim" else ("unbiased",)
+    a = {"dim": None, "unbiased": True, "keepdim": False, **dict(zip(names, rest)), **kwargs}
+    return a["dim"], 1 if a["unbiased"] else 0, bool(a["keepdim"])
+
+
+def _tensor_where(target, args: tuple, kwargs: dict):
+    at = _SCALAR[target]
+    if kwargs or len(args) != 3:
+        return None
+    tensor = args[3 - at]
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_meta or not tensor.requires_grad:
+        return None
+    scalar = aten.scalar_tensor.default(args[at], dtype=tensor.dtype, device=tensor.device)
+    return aten.where.self(*[scalar if i == at else a for i, a in enumerate(args)])
+
+
+def _var_backward(grad, x, dim, correction, keepdim: bool):
+    """Eager's ``var_backward``: (2 / (N − correction)) · grad · (x − mean(x))."""
+    c = 1.0 if correction is None else float(correction)
+    if x.dim() == 0 or dim is None:
+        return aten.mul.Scalar(grad, 2.0 / (x.numel() - c)) * (x - x.mean())
+    dims = [d % x.dim() for d in (dim if isinstance(dim, (list, tuple)) else [dim])]
+    if not keepdim and x.dim() > 1:
+        for d in sorted(dims):
+            grad = grad.unsqueeze(d)
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return aten.mul.Scalar(grad, 2.0 / (n - c)) * (x - x.mean(dims, keepdim=True))
+
+
+class _Var(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x, op, reduction):
+        ctx.save_for_backward(x)
+        ctx.reduction = reduction
+        return op(x)
+
+    @staticmethod
+    def backward(ctx: Any, *grads):
+        (x,) = ctx.saved_tensors
+        return _var_backward(grads[0], x, *ctx.reduction), None, None
+
+
+class _Std(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x, op, reduction):
+        out = op(x)
+        ctx.save_for_backward(x, out)
+        ctx.reduction = reduction
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, *grads):
+        # eager's std_backward: var_backward((grad / (2 · result)), 0 where result is 0)
+        x, out = ctx.saved_tensors
+        grad = (grads[0] / aten.mul.Scalar(out, 2)).masked_fill(out == 0, 0)
+        return _var_backward(grad, x, *ctx.reduction), None, None
+
+
+_REDUCTIONS = {aten.var: _Var, aten.std: _Std}
