@@ -110,19 +110,19 @@ def assert_ranks_within(p, peaks, step1: float = 0.05, step2: float = 0.05,
         assert (1 - tol) * (peak - late) <= mine <= (1 + tol) * peak, (step, rank, mine, peak)
 
 
+def read_in_range(request, values: tuple) -> tuple:
+    """``values`` as a module fixture measures or predicts them: all in the main suite; under
+    --torch-range (tests/conftest.py: each test's first case) the first alone, the one its
+    tests read there (live gloo steps of cases no range test reads cost each range suite
+    about 40 worker-seconds)."""
+    return values[:1] if request.config.getoption("--torch-range") else values
+
+
 # Real steps on gloo ranks (or a fake process group), recorded: each call's cases, measured
 # by analyzer/measure/parallel.py on torch 2.13, in a file of their own named for what was
 # asked. A suite on that torch reads them instead of starting the ranks again (each spawn cost
 # 10-45 s of a worker); another torch, or a call not recorded, measures live. Re-measure with
 #     GRAPHCOST_RECORD_STEPS=1 python -m pytest tests/test_tensor_parallel.py …  (benchmarks/README.md)
-def read_in_range(request, values: tuple) -> tuple:
-    """``values`` as a module fixture measures or predicts them: all in the main suite; under
-    --torch-range (tests/conftest.py: each test's first case) the first alone, the one its
-    tests read there. Live gloo steps of cases no test of the range reads cost the range's
-    suites a minute."""
-    return values[:1] if request.config.getoption("--torch-range") else values
-
-
 STEPS = Path(__file__).parents[1] / "benchmarks" / "results" / "parallel_steps"
 RECORDED_TORCH = "2.13"
 

@@ -6,15 +6,15 @@ Measured (aot_export_module, a meta parameter through the op into a loss; torch 
 2.14 alike; on the CPU the same modules trace in full): ``aten.where.ScalarOther`` /
 ``ScalarSelf`` (a where with a Python scalar) gives its tensor no gradient, so that a
 parameter behind it is refused ("Found a parameter that did not receive a gradient"): T5's
-decoder hands SDPA where(causal mask, its relative-position bias, dtype min).
-``aten.var.correction`` and ``aten.std.correction`` silently leave their backward out (the
-joint graph of a meta LayerNorm written with ``x.var`` has 12 nodes where the CPU's has 19):
-xLSTM's multi-head norm, Gemma-3n's activation sparsity.
+decoder hands SDPA where(causal mask, its relative-position bias, dtype min). ``var`` and
+``std`` (each overload) silently leave their backward out (the joint graph of a meta
+LayerNorm written with ``x.var`` has 12 nodes where the CPU's has 19): xLSTM's multi-head
+norm, Gemma-3n's activation sparsity.
 
-Each runs here as it would on the CPU: the where with its scalar as the 0-dim tensor eager
-wraps it in (``scalar_tensor``, as the CPU's joint graph has it), var and std as autograd Functions whose forward is the
-op itself and whose backward is eager's formula (tools/autograd/FunctionsManual.cpp
-``var_backward``, ``std_backward``), op for op as the CPU's joint graph has it."""
+Each runs here as it would on the CPU, op for op as the CPU's joint graph has it: the where
+with its scalar as the 0-dim tensor eager wraps it in (``scalar_tensor``); var and std as
+autograd Functions whose forward is the op itself and whose backward is eager's formula
+(tools/autograd/FunctionsManual.cpp ``var_backward``, ``std_backward``)."""
 from __future__ import annotations
 
 from typing import Any
