@@ -6,10 +6,15 @@ import subprocess
 import sys
 
 
-def run(code: str) -> dict:
+def run(code: str, timeout: float | None = None) -> dict:
     """Run ``code``; its last stdout line is a JSON object. A failure comes back as
-    ``{"error": <its last stderr line>}``, so a table can say which case failed and why."""
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    ``{"error": <its last stderr line>}`` (or the timeout), so a table can say which case
+    failed and why."""
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
     if p.returncode != 0:
         lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
         return {"error": lines[-1] if lines else f"exit {p.returncode}"}
