@@ -114,7 +114,7 @@ def hf_names() -> list[str]:
     return sorted(CONFIG_MAPPING_NAMES)
 
 
-def _hf_class(model_type: str):
+def hf_class(model_type: str):
     import transformers
     from transformers.models.auto import modeling_auto as ma
 
@@ -210,7 +210,7 @@ def prepare_hf(model_type: str, stage: Callable[[str], None], rec: dict) -> tupl
 
     stage("config")
     try:  # (a class whose optional dependency is missing fails here)
-        cls = _hf_class(model_type)
+        cls = hf_class(model_type)
         if cls is None:
             raise Skip("model: no AutoModel or AutoModelForCausalLM class")
         rec["model"] = cls.__name__

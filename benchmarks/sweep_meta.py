@@ -26,9 +26,9 @@ from benchmarks.child import add_row, run, write_rows
 
 CASE = r"""
 import json, os, tempfile, torch, transformers
-from benchmarks.sweep_hf import shrink, _hf_class
+from benchmarks.sweep_hf import hf_class, shrink
 from graphcost import analyze
-cls = _hf_class(TYPE)
+cls = hf_class(TYPE)
 folder = tempfile.mkdtemp()
 data = json.loads(shrink(transformers.AutoConfig.for_model(TYPE), width=True).to_json_string())
 with open(os.path.join(folder, "config.json"), "w") as fh:

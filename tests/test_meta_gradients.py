@@ -15,6 +15,7 @@ from collections import Counter
 
 import pytest
 import torch
+from graphcost.analyzer.measure.reference import measure_training
 
 from graphcost import analyze
 
@@ -47,7 +48,7 @@ def _step(op, device: str):
     with torch.device(device):
         net = _Net(op)
     r = analyze(net, example_inputs=(torch.zeros(4, 16, device=device),), train=True,
-                what_if=False)
+                optimizer="adamw", include_inputs=False, what_if=False)
     # (aliases and detaches aside: they cost nothing, and on torch 2.8 the CPU's graph saves
     # var's input for the backward through one alias more)
     ops = Counter(n.op for n in r.nodes if n.op not in FREE)
@@ -58,6 +59,13 @@ def _step(op, device: str):
 def test_a_meta_module_traces_as_the_cpu_does(name):
     cpu, meta = _step(OPS[name], "cpu"), _step(OPS[name], "meta")
     assert meta == cpu, (cpu[0] - meta[0], meta[0] - cpu[0], cpu[1:], meta[1:])
+    # and the step's bytes are a real one's: MemTracker on the CPU module, AdamW step 2,
+    # 6,412 B for each (the weight 16 × 16 and bias 16 in fp32, 1,088 B, four times over:
+    # parameters, gradients, two moments: 4,352 B; the rest activations and the step's
+    # temporaries) — graphcost 4 B under it
+    torch.manual_seed(0)
+    measured = measure_training(_Net(OPS[name]), (torch.randn(4, 16),), "adamw")[0]
+    assert abs(meta[1] - measured) <= 8, (meta[1], measured)
 
 
 def test_xlstm_from_its_config_against_memtracker(tmp_path):
@@ -67,7 +75,6 @@ def test_xlstm_from_its_config_against_memtracker(tmp_path):
     # Measured (2026-12-06, torch 2.13, one block, 2 × 16 tokens): 1,679,532 B predicted,
     # 1,679,536 MemTracker (1,663,148, −0.98%, without the var backward)
     transformers = pytest.importorskip("transformers")
-    from graphcost.analyzer.measure.reference import measure_training
     cfg = transformers.xLSTMConfig(hidden_size=64, embedding_dim=64, num_heads=4, num_blocks=1,
                                    num_hidden_layers=1, vocab_size=256, use_cache=False)
     (tmp_path / "config.json").write_text(json.dumps(

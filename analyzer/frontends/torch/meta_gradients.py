@@ -29,7 +29,9 @@ def as_cpu_gradient(target, args: tuple, kwargs: dict):
     """``target`` run so that its meta gradient is the CPU's (None: run it as it is)."""
     if target in _SCALAR:
         return _tensor_where(target, args, kwargs)
-    fn = _REDUCTIONS.get(target.overloadpacket) if hasattr(target, "overloadpacket") else None
+    if getattr(target, "_overloadname", None) not in ("correction", "dim", "default"):
+        return None   # (not an op overload, or var's named-dimension and out= ones)
+    fn = _REDUCTIONS.get(target.overloadpacket)
     x = args[0] if args else None
     if fn is None or not isinstance(x, torch.Tensor) or not x.is_meta or not x.requires_grad:
         return None
