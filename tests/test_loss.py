@@ -176,6 +176,31 @@ def test_t5_from_its_config_trains_against_memtracker(tmp_path):
     _within(r.training.peak_bytes, measured, 1.0)
 
 
+def test_gemma3n_from_its_config_trains_against_memtracker(tmp_path):
+    # Gemma-3n's AltUp clamps its coefficients in place through .data in train mode: export
+    # lifted weight.data as a fake constant and refused the step ("We found a fake tensor in
+    # the exported program constant's list"), meta and CPU builds alike
+    # (analyzer/frontends/torch/lifted_constants.py). Measured (2026-12-06, torch 2.13):
+    # 15,748,176 B predicted, 15,858,768 B MemTracker (-0.70%; the same -110,592 B without
+    # its activation sparsity, not traced down), profiler's unperturbed step 15,858,800 B
+    cfg = transformers.Gemma3nTextConfig(
+        vocab_size=1024, vocab_size_per_layer_input=1024, hidden_size=64,
+        hidden_size_per_layer_input=16, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, laurel_rank=8,
+        activation_sparsity_pattern=[0.95, 0.0], num_kv_shared_layers=0, sliding_window=64,
+        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=256)
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": ["Gemma3nForCausalLM"]}))
+    r = analyze(str(tmp_path), batch=BATCH, dims={"seq": SEQ}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    assert "ForCausalLMLoss" in r.training.loss
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 1024, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    measured = measure_training(transformers.Gemma3nForCausalLM(cfg), (), "adamw",
+                                {"input_ids": tokens})[0]
+    _within(r.training.peak_bytes, measured, 1.0)
+
+
 def test_an_encoder_over_token_ids_keeps_the_sum():
     # zoo:bert's last linear layer, its pooler, is 128 wide, as its position table has 128
     # rows: no head onto the 1,000-token table, so no labels and no cross-entropy

@@ -288,6 +288,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     from .exported_run import ExportedRun
     from .float8_linears import float8_exported
     from .frontend import kept_whole
+    from .lifted_constants import lifted_fakes_kept
 
     was_training = model.training
     model.train()
@@ -298,7 +299,7 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
         with warnings.catch_warnings(), quiet_torch_logs(), sizes:
             warnings.simplefilter("ignore", FutureWarning)
             with no_stack_traces(), eager_paths(), kept_whole(), eager_view_strides(), \
-                    float8_exported():
+                    float8_exported(), lifted_fakes_kept():
                 refs: dict[str, str] = {}  # how long the model's Python holds each tensor
                 with PythonReferences(refs), saved_as_run(autocast), \
                         sizes.inputs.of(model, tuple(args), kwargs or {}):

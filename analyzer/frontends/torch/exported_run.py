@@ -25,6 +25,7 @@ from .float8_linears import (
     run_float8_matmul,
 )
 from .fx_references import is_view, storage_root, writes_in_place
+from .lifted_constants import real_constants
 from .loss_kernels import as_kernels, is_loss
 from .meta_gradients import as_cpu_gradient
 
@@ -58,6 +59,7 @@ class ExportedRun(torch.nn.Module):
         self.autocast = autocast    # None: no autocast region
         self.kernels: list[tuple[str, str, str]] = []  # (module path, kernel, why), in order
         gm = program.module()
+        real_constants(gm)
         self._dead = {n.name for n in gm.graph.nodes if dead_end(n)}
         # what the program returns beside the loss (loss_kernels.split_loss): the training
         # loop holds it through the backward

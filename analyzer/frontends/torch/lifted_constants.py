@@ -1,0 +1,73 @@
+"""Tensors a training forward makes that ``torch.export`` lifts as constants it could not
+trace: kept, as tensors of their shape, so that the joint trace goes on.
+
+Gemma-3n's AltUp clamps its coefficients in place through ``.data`` in train mode
+(``self.prediction_coefs.weight.data.clamp_(-c, c)``): non-strict export, training or meta
+build alike, lifts ``weight.data`` as a constant that is still a fake tensor, and from torch
+2.9 refuses the program ("We found a fake tensor in the exported program constant's list";
+torch 2.8 keeps it), then AOTAutograd refuses the fake attribute ("Unexpected fake buffer").
+Eager clamps the weight's own storage: nothing is allocated, the step's bytes are the same
+but for the constant's (a few coefficients). So the export is asked to warn, not refuse
+(``torch._export.config.error_on_lifted_constant_tensors``), and each fake constant of the
+program's module becomes a tensor of zeros of its shape, dtype and device (meta stays meta):
+its values were never traced, and nothing graphcost reads depends on them. An op the graph
+runs in place on such a constant (the clamp_, whose storage is the weight's in eager) runs
+out of place: AOTAutograd traces functional graphs only; the op's arithmetic is counted, its
+result (a few coefficients) freed at once."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+
+@contextmanager
+def lifted_fakes_kept() -> Iterator[None]:
+    """Meanwhile, ``torch.export`` keeps a fake lifted constant (a warning, not an error)."""
+    config = getattr(getattr(torch, "_export", None), "config", None)
+    if config is None or not hasattr(config, "error_on_lifted_constant_tensors"):
+        yield   # (torch 2.8: no such check)
+        return
+    before = config.error_on_lifted_constant_tensors
+    config.error_on_lifted_constant_tensors = False
+    try:
+        yield
+    finally:
+        config.error_on_lifted_constant_tensors = before
+
+
+def real_constants(gm: torch.fx.GraphModule) -> None:
+    """Each fake tensor ``gm``'s graph reads as an attribute, replaced by zeros of its
+    shape, dtype and device."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    replaced = set()
+    for target in {n.target for n in gm.graph.nodes if n.op == "get_attr"}:
+        owner, _, name = str(target).rpartition(".")
+        module = gm.get_submodule(owner) if owner else gm
+        value = getattr(module, name, None)
+        if not isinstance(value, FakeTensor):
+            continue
+        zeros = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
+        if name in module._buffers:
+            module._buffers[name] = zeros
+        else:
+            setattr(module, name, zeros)
+        replaced.add(target)
+    for node in gm.graph.nodes:
+        arg = node.args[0] if node.op == "call_function" and node.args else None
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and arg.target in replaced:
+            node.target = _out_of_place(node.target)
+    gm.recompile()
+
+
+def _out_of_place(op):
+    """An in-place aten overload's functional twin (``clamp_.default`` → ``clamp.default``);
+    any other op itself."""
+    packet = getattr(op, "overloadpacket", None)
+    name = getattr(packet, "__name__", "")
+    if not name.endswith("_") or name.startswith("_"):
+        return op
+    twin = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(twin, op._overloadname, op) if twin is not None else op
