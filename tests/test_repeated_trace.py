@@ -9,6 +9,7 @@ FlopCounterMode on a real forward."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -230,6 +231,37 @@ def test_a_stack_the_model_indexes_by_its_own_count_is_traced_whole(train):
     assert r.totals.params == 8 * 272
     assert r.totals.macs == 8 * 1_024 * (2 if train else 1)
     assert r.traced_layers == ""  # (traced whole: no layers repeated in the IR)
+
+
+class _PerLayerInputs(nn.Module):
+    """Gemma 4's per-layer inputs: one projection as wide as every layer's input, viewed by
+    the config's layer count; cut to three layers with a config saying three, the view of
+    the eight layers' width fails ("shape '[4, 3, 4]' is invalid for input of size 128")."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = SimpleNamespace(num_hidden_layers=LAYERS)
+        self.per_layer = nn.Linear(16, LAYERS * 4)
+        self.layers = nn.ModuleList(nn.Linear(20, 16) for _ in range(LAYERS))
+
+    def forward(self, x):
+        inputs = self.per_layer(x).view(x.shape[0], self.config.num_hidden_layers, 4)
+        for i, layer in enumerate(self.layers):
+            x = layer(torch.cat([x, inputs[:, i]], dim=-1))
+        return x
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_a_stack_whose_inputs_the_config_counts_is_traced_whole(train):
+    # Gemma 4 from its config was refused for a view of its per-layer inputs (tensors made
+    # for every layer, viewed by the cut config's count). 16·32 + 32 + 8 · (20·16 + 16) =
+    # 3,232 parameters; x (4, 16): 4·16·32 + 8 · 4·20·16 = 12,288 MACs forward (training
+    # adds each weight's gradient, 12,288, and each layer's input's, 8 · 4·20·16: every
+    # layer reads the projection, which needs one; x needs none)
+    r = analyze(_PerLayerInputs(), input_shapes={"x": (4, 16)}, train=train)
+    assert r.totals.params == 3_232
+    assert r.totals.macs == (12_288 * 2 + 8 * 4 * 20 * 16 if train else 12_288)
+    assert r.traced_layers == ""
 
 
 _RUNS: list[int] = []
