@@ -181,8 +181,8 @@ def test_gemma3n_from_its_config_trains_against_memtracker(tmp_path):
     # lifted weight.data as a fake constant and refused the step ("We found a fake tensor in
     # the exported program constant's list"), meta and CPU builds alike
     # (analyzer/frontends/torch/lifted_constants.py). Measured (2026-12-06, torch 2.13):
-    # 15,748,176 B predicted, 15,858,768 B MemTracker (-0.70%; the same -110,592 B without
-    # its activation sparsity, not traced down), profiler's unperturbed step 15,858,800 B
+    # 15,862,864 B predicted, 15,858,768 B MemTracker (+0.03%; -0.70% before each sliding
+    # layer's SDPA kept its own float copy of the mask: test_attention_kernels.py)
     cfg = transformers.Gemma3nTextConfig(
         vocab_size=1024, vocab_size_per_layer_input=1024, hidden_size=64,
         hidden_size_per_layer_input=16, intermediate_size=128, num_hidden_layers=2,
@@ -198,7 +198,7 @@ def test_gemma3n_from_its_config_trains_against_memtracker(tmp_path):
     tokens = torch.randint(0, 1024, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
     measured = measure_training(transformers.Gemma3nForCausalLM(cfg), (), "adamw",
                                 {"input_ids": tokens})[0]
-    _within(r.training.peak_bytes, measured, 1.0)
+    _within(r.training.peak_bytes, measured, 0.5)
 
 
 def test_an_encoder_over_token_ids_keeps_the_sum():

@@ -56,8 +56,11 @@ def call_kernel(target: AttentionTarget, args: tuple,
         return aten._scaled_dot_product_attention_math(
             q, k, v, mask, dropout, causal, scale=scale)[0], kernel, why
     if target.backend == "cpu" and kernel == Attention.FLASH:
+        # (a boolean mask as the kernel gets it: each call converts it, the kernel's
+        # backward keeps that float copy — a sliding-window layer's, Gemma's, per layer)
         return aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, dropout, causal, attn_mask=mask, scale=scale)[0], kernel, why
+            q, k, v, dropout, causal, attn_mask=_float_mask(mask, q),
+            scale=scale)[0], kernel, why
     grad = call.grad
     if kernel == Attention.FLASH:
         out = aten._scaled_dot_product_flash_attention(q, k, v, dropout, causal, False,
@@ -80,11 +83,19 @@ def _efficient_mask(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tor
     back where its rows are not aligned to 8, then expanded to b×h×Sq×Sk (preprocess_mask).
     The kernel's backward makes the mask's gradient at that expanded shape, which autograd
     then sums down to the mask's own."""
-    if mask.dtype == torch.bool:
-        inf = torch.full((), float("-inf"), dtype=q.dtype, device=q.device)
-        mask = torch.where(mask, torch.zeros((), dtype=q.dtype, device=q.device), inf)
+    mask = _float_mask(mask, q)
     aligned = mask.stride(-1) == 1 and all(s % 8 == 0 for s in mask.stride()[:-1])
     if not aligned:
         last = mask.shape[-1]
         mask = torch.ops.aten.constant_pad_nd(mask, [0, 8 - last % 8])[..., :last]
     return mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+
+
+def _float_mask(mask: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
+    """A boolean mask as SDPA converts it before the CPU's flash and the efficient kernels
+    (attention.cpp convert_boolean_attn_mask): 0 where it attends, −inf elsewhere, in q's
+    dtype, made anew by each call (eager's dispatch hands the CPU kernel that copy)."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    inf = torch.full((), float("-inf"), dtype=q.dtype, device=q.device)
+    return torch.where(mask, torch.zeros((), dtype=q.dtype, device=q.device), inf)
