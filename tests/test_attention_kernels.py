@@ -30,6 +30,7 @@ H100 = AttentionTarget("cuda", (9, 0), device="h100-sxm")  # PyTorch 2.14's rule
 # what the installed torch's rules give an analysis with --device h100-sxm (bf16, no mask)
 TORCH = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 H100_BF16 = "cudnn" if TORCH >= (2, 11) else "flash"
+H100_MASKED = "cudnn" if TORCH >= (2, 11) else "efficient"   # (flash takes no mask)
 A100 = AttentionTarget("cuda", (8, 0), device="a100-80gb")
 BHSD = (2, 32, 1024, 128)  # batch, heads, sequence, head dim
 GROUPED = (2, 8, 1024, 128)  # 8 key/value heads under 32 query heads
@@ -160,6 +161,17 @@ def test_a_boolean_mask_is_converted_by_each_call_and_kept_by_its_backward():
                 include_inputs=False)
     measured = measure_training(_MaskedLayers(), (x,), "adamw")[0]
     assert abs(r.training.peak_bytes / measured - 1) <= 0.005, (r.training.peak_bytes, measured)
+
+
+def test_a_gpu_kernel_gets_its_own_copy_of_the_mask_each_call():
+    # on an H100 in bf16 the mask goes to cuDNN (from torch 2.11) or the efficient kernel,
+    # each converting it per call (convert_boolean_attn_mask_cudnn, convert_boolean_attn_mask):
+    # four 0/-inf copies of the 128×128 mask in bf16, one a layer, for four layers
+    r = analyze(_MaskedLayers(), input_shapes={"x": (2, 128, 64)}, train=True,
+                optimizer="adamw", precision="bf16-mixed", device="h100-sxm", what_if=False)
+    assert r.attention and r.attention[0].kernel == H100_MASKED
+    copies = [n for n in r.nodes if n.op == "aten.where.self" and n.output_shapes == ("128×128",)]
+    assert len(copies) == 4 and all(n.output_bytes == 128 * 128 * 2 for n in copies)
 
 
 SEVEN_B = LlamaConfig(n_layer=1)  # Llama-2-7B's dims (d 4096, 32 heads of 128), one block

@@ -72,8 +72,9 @@ def call_kernel(target: AttentionTarget, args: tuple,
             q, k, v, None if mask is None else _efficient_mask(mask, q, k),
             grad or call.mask_grad, dropout, causal, scale=scale)
     else:
-        out = aten._scaled_dot_product_cudnn_attention(q, k, v, mask, grad, dropout, causal,
-                                                       False, scale=scale)
+        # (a boolean mask converted by each call too: convert_boolean_attn_mask_cudnn)
+        out = aten._scaled_dot_product_cudnn_attention(q, k, v, _float_mask(mask, q), grad,
+                                                       dropout, causal, False, scale=scale)
     return out[0], kernel, why
 
 
@@ -92,9 +93,10 @@ def _efficient_mask(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tor
 
 
 def _float_mask(mask: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
-    """A boolean mask as SDPA converts it before the CPU's flash and the efficient kernels
-    (attention.cpp convert_boolean_attn_mask): 0 where it attends, −inf elsewhere, in q's
-    dtype, made anew by each call (eager's dispatch hands the CPU kernel that copy)."""
+    """A boolean mask as SDPA converts it before the CPU's flash, the efficient and the cuDNN
+    kernels (attention.cpp convert_boolean_attn_mask, and _cudnn's, which writes −65504 for
+    −inf): 0 where it attends, −inf elsewhere, in q's dtype, made anew by each call (eager's
+    dispatch hands the CPU kernel that copy)."""
     if mask is None or mask.dtype != torch.bool:
         return mask
     inf = torch.full((), float("-inf"), dtype=q.dtype, device=q.device)
