@@ -34,6 +34,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 from ....passes.errors import GraphcostError, opt
 from .accumulate_grad import copied_in_place, obey_layout_contract, summed_in_place
 from .compat import eager_view_strides, marked_autograd_nodes, no_stack_traces
+from .lifted_constants import lifted_fakes_kept
 from .lm_loss import OWN_OR_SUM, LossPlan, step_loss, with_labels
 from .python_references import PythonReferences, saved_as_run
 from .transformers_tracing import eager_paths
@@ -288,7 +289,6 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     from .exported_run import ExportedRun
     from .float8_linears import float8_exported
     from .frontend import kept_whole
-    from .lifted_constants import lifted_fakes_kept
 
     was_training = model.training
     model.train()
