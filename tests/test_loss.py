@@ -201,6 +201,26 @@ def test_gemma3n_from_its_config_trains_against_memtracker(tmp_path):
     _within(r.training.peak_bytes, measured, 0.5)
 
 
+def test_diffllama_from_its_config_trains_against_memtracker(tmp_path):
+    # DiffLlama's init makes its lambda parameters with torch.normal(0, std, size=…), which
+    # ignores the meta device it is built under: CPU parameters among meta ones, and the
+    # training trace failed copying their gradient out of meta ("Cannot copy out of meta
+    # tensor"; XLNet's torch.FloatTensor parameter the same). hub.py moves them to meta.
+    # Measured (2026-12-06, torch 2.13): 9,849,300 B predicted, 9,845,204 B MemTracker (+0.04%)
+    cfg = transformers.DiffLlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=128,
+                                       num_hidden_layers=2, num_attention_heads=4,
+                                       num_key_value_heads=2, max_position_embeddings=256)
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": ["DiffLlamaForCausalLM"]}))
+    r = analyze(str(tmp_path), batch=BATCH, dims={"seq": SEQ}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 1024, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    measured = measure_training(transformers.DiffLlamaForCausalLM(cfg), (), "adamw",
+                                {"input_ids": tokens})[0]
+    _within(r.training.peak_bytes, measured, 0.5)
+
+
 def test_an_encoder_over_token_ids_keeps_the_sum():
     # zoo:bert's last linear layer, its pooler, is 128 wide, as its position table has 128
     # rows: no head onto the 1,000-token table, so no labels and no cross-entropy

@@ -161,11 +161,29 @@ def build(text: str) -> tuple[Any, Any, Any, str]:
             source += f"; transformers' own {cls.__name__}, not the repository's code"
         try:
             with torch.device("meta"):
-                model = cls(config).to(dtype).eval()
+                model = _parameters_on_meta(cls(config).to(dtype).eval())
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built from its config
             raise GraphcostError(f"{text}: building {cls.__name__} from its config failed "
                                  f"({type(exc).__name__}: {_first_line(exc)})") from None
     return model, config, dtype, source
+
+
+def _parameters_on_meta(model):
+    """``model`` with every parameter on the meta device: a model's own init may make one on
+    the CPU whatever the device context says (DiffLlama's ``nn.Parameter(torch.normal(0, std,
+    size=…))``: torch.normal of two floats ignores it), and a training trace then failed
+    copying its gradient out of meta ("Cannot copy out of meta tensor"). A parameter held
+    under two names stays one."""
+    import torch
+
+    moved: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None and not p.is_meta:
+                if id(p) not in moved:
+                    moved[id(p)] = torch.nn.Parameter(p.to("meta"), p.requires_grad)
+                module._parameters[name] = moved[id(p)]
+    return model
 
 
 def _refuse_other_exports(transformers, name: str, about: str) -> None:
