@@ -57,7 +57,7 @@ def call_kernel(target: AttentionTarget, args: tuple,
             q, k, v, mask, dropout, causal, scale=scale)[0], kernel, why
     if target.backend == "cpu" and kernel == Attention.FLASH:
         # (a boolean mask as the kernel gets it: each call converts it, the kernel's
-        # backward keeps that float copy — a sliding-window layer's, Gemma's, per layer)
+        # backward keeps that float copy — a sliding window's, a padded batch's, per layer)
         return aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, dropout, causal, attn_mask=_float_mask(mask, q),
             scale=scale)[0], kernel, why
