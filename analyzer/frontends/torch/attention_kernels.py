@@ -59,7 +59,7 @@ def call_kernel(target: AttentionTarget, args: tuple,
         # (a boolean mask as the kernel gets it: each call converts it, the kernel's
         # backward keeps that float copy — a sliding window's, a padded batch's, per layer)
         return aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, dropout, causal, attn_mask=_float_mask(mask, q),
+            q, k, v, dropout, causal, attn_mask=mask if mask is None else _float_mask(mask, q),
             scale=scale)[0], kernel, why
     grad = call.grad
     if kernel == Attention.FLASH:
@@ -73,8 +73,9 @@ def call_kernel(target: AttentionTarget, args: tuple,
             grad or call.mask_grad, dropout, causal, scale=scale)
     else:
         # (a boolean mask converted by each call too: convert_boolean_attn_mask_cudnn)
-        out = aten._scaled_dot_product_cudnn_attention(q, k, v, _float_mask(mask, q), grad,
-                                                       dropout, causal, False, scale=scale)
+        mask = mask if mask is None else _float_mask(mask, q)
+        out = aten._scaled_dot_product_cudnn_attention(q, k, v, mask, grad, dropout, causal,
+                                                       False, scale=scale)
     return out[0], kernel, why
 
 
@@ -92,12 +93,12 @@ def _efficient_mask(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tor
     return mask.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
 
 
-def _float_mask(mask: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
+def _float_mask(mask: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """A boolean mask as SDPA converts it before the CPU's flash, the efficient and the cuDNN
     kernels (attention.cpp convert_boolean_attn_mask, and _cudnn's, which writes −65504 for
     −inf): 0 where it attends, −inf elsewhere, in q's dtype, made anew by each call (eager's
     dispatch hands the CPU kernel that copy)."""
-    if mask is None or mask.dtype != torch.bool:
+    if mask.dtype != torch.bool:
         return mask
     inf = torch.full((), float("-inf"), dtype=q.dtype, device=q.device)
     return torch.where(mask, torch.zeros((), dtype=q.dtype, device=q.device), inf)
