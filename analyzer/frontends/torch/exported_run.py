@@ -25,9 +25,9 @@ from .float8_linears import (
     run_float8_matmul,
 )
 from .fx_references import is_view, storage_root, writes_in_place
-from .lifted_constants import real_constants
 from .loss_kernels import as_kernels, is_loss
 from .meta_gradients import as_cpu_gradient
+from .program_weights import traceable_module
 
 
 class ExportedRun(torch.nn.Module):
@@ -37,9 +37,8 @@ class ExportedRun(torch.nn.Module):
     creates is given that node's module path (from the export's ``nn_module_stack``: the
     tracer of the joint graph records no module of its own, the graph calls none).
 
-    A weight tied under two names (GPT-2's ``lm_head`` and token embedding) is one graph
-    input read by one of them; the other name is dropped so AOTAutograd, which lists
-    parameters with duplicates, does not find one that receives no gradient.
+    Its weights are the program's module's as program_weights.py prepares them (a tied one
+    under one name, no fake constant).
 
     The forward returns the loss, then each dead end's result detached (dead_ends.py):
     AOTAutograd eliminates dead code, and eager computes them; detached, they take no part
@@ -58,8 +57,7 @@ class ExportedRun(torch.nn.Module):
         self.attention = attention  # None: SDPA dispatches by itself
         self.autocast = autocast    # None: no autocast region
         self.kernels: list[tuple[str, str, str]] = []  # (module path, kernel, why), in order
-        gm = program.module()
-        real_constants(gm)
+        gm = traceable_module(program)
         self._dead = {n.name for n in gm.graph.nodes if dead_end(n)}
         # what the program returns beside the loss (loss_kernels.split_loss): the training
         # loop holds it through the backward
@@ -68,16 +66,6 @@ class ExportedRun(torch.nn.Module):
         self._held_to_end = [casts.get(n, n).name for n in
                              torch.utils._pytree.tree_leaves(output.args)[1:]
                              if isinstance(n, torch.fx.Node)]
-        for node in [n for n in gm.graph.nodes if n.op == "get_attr" and not n.users]:
-            gm.graph.erase_node(node)  # unread weights (the tied duplicates)
-        read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
-        for fqn, tensor in list(gm.named_parameters(remove_duplicate=False)):
-            if fqn not in read and any(t is tensor for other, t in
-                                       gm.named_parameters(remove_duplicate=False)
-                                       if other in read):
-                owner, _, attr = fqn.rpartition(".")
-                delattr(gm.get_submodule(owner), attr)
-        gm.recompile()
         self.gm = gm
         self._paths: dict = {}    # tracer node -> module path, of the latest trace
         self._graph = None        # that trace's graph

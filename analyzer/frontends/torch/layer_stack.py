@@ -130,3 +130,19 @@ def truncated(model: torch.nn.Module, stack: Stack):
         setattr(parent, attr, full)
         for k, v in saved.items():
             setattr(config, k, v)
+
+
+# What a model's code raises when its layer list is shorter than it counts on: an index past
+# the list's end, a key of a layer that is gone, a check of the list's length
+CUT_LIST_FAILURES = (IndexError, KeyError, AssertionError)
+# ... or a tensor made for every layer viewed by the config's count, cut with the list:
+# Gemma 4's per-layer input embedding (num_hidden_layers × 256 wide) reshaped by
+# num_hidden_layers ("shape '[1, 64, 18, 256]' is invalid for input of size 491520")
+CUT_COUNT_FAILURE = "is invalid for input of size"
+
+
+def cut_list_failure(raised: type, said: str) -> bool:
+    """Whether a trace of the model with its stack ``truncated`` failed as a shorter list
+    makes a model fail (``raised``: the exception's type, ``said``: its message)."""
+    return issubclass(raised, CUT_LIST_FAILURES) or (
+        issubclass(raised, RuntimeError) and CUT_COUNT_FAILURE in said)

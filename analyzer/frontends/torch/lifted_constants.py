@@ -22,6 +22,8 @@ from typing import Iterator
 
 import torch
 
+from .fx_references import writes_in_place
+
 
 @contextmanager
 def lifted_fakes_kept() -> Iterator[None]:
@@ -59,18 +61,14 @@ def real_constants(gm: torch.fx.GraphModule) -> None:
             setattr(module, name, zeros)
         replaced.add(target)
     for node in gm.graph.nodes:
-        arg = node.args[0] if node.op == "call_function" and node.args else None
-        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and arg.target in replaced:
-            node.target = _out_of_place(node.target)
+        if writes_in_place(node) and node.args[0].op == "get_attr" \
+                and node.args[0].target in replaced:
+            node.target = _functional(node.target)
     gm.recompile()
 
 
-def _out_of_place(op):
+def _functional(op):
     """An in-place aten overload's functional twin (``clamp_.default`` → ``clamp.default``);
-    any other op itself."""
-    packet = getattr(op, "overloadpacket", None)
-    name = getattr(packet, "__name__", "")
-    if not name.endswith("_") or name.startswith("_"):
-        return op
-    twin = getattr(torch.ops.aten, name[:-1], None)
+    the op itself where aten has none."""
+    twin = getattr(torch.ops.aten, op.overloadpacket.__name__.removesuffix("_"), None)
     return getattr(twin, op._overloadname, op) if twin is not None else op

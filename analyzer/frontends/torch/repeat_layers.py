@@ -34,20 +34,15 @@ import torch
 
 from ....passes.ir import Graph, Node, Value
 from .capture import TraceFailure
-from .layer_stack import REPEAT_AT, TRACED, Stack, find_stack, layers_note, truncated
-
-# What a model's code raises when its layer list is shorter than it counts on: an index past
-# the list's end, a key of a layer that is gone, a check of the list's length
-CUT_LIST_FAILURES = (IndexError, KeyError, AssertionError)
-# ... or a tensor made for every layer viewed by the config's count, cut with the list:
-# Gemma 4's per-layer input embedding (num_hidden_layers × 256 wide) reshaped by
-# num_hidden_layers ("shape '[1, 64, 18, 256]' is invalid for input of size 491520")
-CUT_COUNT_FAILURE = "is invalid for input of size"
-
-
-def _cut_list_failure(failure: TraceFailure) -> bool:
-    return issubclass(failure.raised, CUT_LIST_FAILURES) or (
-        issubclass(failure.raised, RuntimeError) and CUT_COUNT_FAILURE in failure.said)
+from .layer_stack import (
+    REPEAT_AT,
+    TRACED,
+    Stack,
+    cut_list_failure,
+    find_stack,
+    layers_note,
+    truncated,
+)
 
 
 def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
@@ -67,7 +62,7 @@ def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
         with truncated(model, stack):
             graph = trace()
     except TraceFailure as failure:
-        if not _cut_list_failure(failure):
+        if not cut_list_failure(failure.raised, failure.said):
             raise  # the model's own failure: traced whole it would fail the same way
         # the model needs the whole list (RF-DETR indexes its 13 query groups' heads by a
         # count of its own): traced whole, where a failure is the whole model's

@@ -1,0 +1,30 @@
+"""The exported program's module as AOTAutograd traces it (exported_run.ExportedRun): each
+weight its graph reads under one name, none it does not read, and no fake constant.
+
+A weight tied under two names (GPT-2's ``lm_head`` and token embedding) is one graph input
+read by one of them; the other name is dropped so AOTAutograd, which lists parameters with
+duplicates, does not find one that receives no gradient. A constant the export could not
+trace is made a tensor of its shape (lifted_constants.py)."""
+from __future__ import annotations
+
+import torch
+
+from .lifted_constants import real_constants
+
+
+def traceable_module(program: "torch.export.ExportedProgram") -> torch.fx.GraphModule:
+    """``program.module()`` with its unread weights and their duplicate names gone and its
+    fake constants made real."""
+    gm = program.module()
+    real_constants(gm)
+    for node in [n for n in gm.graph.nodes if n.op == "get_attr" and not n.users]:
+        gm.graph.erase_node(node)  # unread weights (the tied duplicates)
+    read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    for fqn, tensor in list(gm.named_parameters(remove_duplicate=False)):
+        if fqn not in read and any(t is tensor for other, t in
+                                   gm.named_parameters(remove_duplicate=False)
+                                   if other in read):
+            owner, _, attr = fqn.rpartition(".")
+            delattr(gm.get_submodule(owner), attr)
+    gm.recompile()
+    return gm
