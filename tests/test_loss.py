@@ -221,6 +221,56 @@ def test_diffllama_from_its_config_trains_against_memtracker(tmp_path):
     _within(r.training.peak_bytes, measured, 0.5)
 
 
+def test_longt5_transient_global_from_its_config_trains_against_memtracker(tmp_path):
+    # Two failures of the exported step, neither eager's: under torch.export LongT5's stack
+    # makes no attention mask, and its transient-global attention then concatenates a batch-1
+    # position bias beside the batch's side bias (the CPU build: "Sizes of tensors must match")
+    # or makes the batch's mask on the CPU (the meta build: "found at least two devices");
+    # a failed trace of a model given no mask is traced again with eager's all-ones mask
+    # (load/torch_trace.py). And its compute_bias asks for the CPU when its weights are on
+    # meta: the program's own tensors are made on meta (program_weights.py). Measured
+    # (2026-12-06, torch 2.13): 10,428,264 B predicted, 10,427,240 B MemTracker (+0.01%)
+    cfg = transformers.LongT5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
+                                    vocab_size=1024, decoder_start_token_id=0, pad_token_id=0,
+                                    eos_token_id=1, local_radius=8, global_block_size=4,
+                                    encoder_attention_type="transient-global")
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": ["LongT5ForConditionalGeneration"]}))
+    r = analyze(str(tmp_path), batch=BATCH, dims={"seq": 64}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    assert any("all-ones attention_mask" in w for w in r.warnings), r.warnings
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    tokens = {name: torch.randint(0, 1024, (BATCH, 64), generator=g)
+              for name in ("input_ids", "decoder_input_ids")}
+    measured = measure_training(transformers.LongT5ForConditionalGeneration(cfg), (), "adamw",
+                                tokens)[0]
+    _within(r.training.peak_bytes, measured, 0.5)
+
+
+def test_a_causal_lm_with_a_vision_tower_trains_on_its_logits(tmp_path):
+    # GIT's own loss drops its image's positions from the logits whether an image is given
+    # or not: over tokens alone it fails in eager too ("Expected input batch_size (28) to
+    # match target batch_size (62)"). Its step over tokens takes torchtitan's cross-entropy
+    # over the same logits (lm_loss.py). Measured (2026-12-06, torch 2.13): 11,069,000 B
+    # predicted, 11,066,952 B MemTracker (+0.02%)
+    cfg = transformers.GitConfig(
+        vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=256,
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "image_size": 32, "patch_size": 16})
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": ["GitForCausalLM"]}))
+    r = analyze(str(tmp_path), batch=BATCH, dims={"seq": SEQ}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    assert "torchtitan" in r.training.loss and "1,024" in r.training.loss
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 1024, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    measured = measure_training(transformers.GitForCausalLM(cfg), (), "adamw",
+                                {"input_ids": tokens})[0]
+    _within(r.training.peak_bytes, measured, 0.5)
+
+
 def test_an_encoder_over_token_ids_keeps_the_sum():
     # zoo:bert's last linear layer, its pooler, is 128 wide, as its position table has 128
     # rows: no head onto the 1,000-token table, so no labels and no cross-entropy

@@ -44,18 +44,21 @@ def torch_graph(r: Resolved, note: Progress, load: LoadOptions, rebindable: bool
 
 def _with_eager_mask(r: Resolved, failure: GraphcostError, note: Progress, load: LoadOptions,
                      rebindable: bool):
-    """A transformers model whose trace failed reading None without an attention mask, traced
-    with the all-ones mask its eager forward makes (transformers_tracing.eager_default_mask),
-    said in a warning; where that does not apply or fails too, ``failure`` (the first) is
-    raised."""
+    """A transformers model given no attention mask whose trace failed as a missing mask
+    makes it fail, traced with the all-ones mask its eager forward makes
+    (transformers_tracing.eager_default_mask), said in a warning; where that does not apply or fails too, ``failure`` (the first) is raised."""
     from ..frontends.torch.capture import TraceFailure
     from ..frontends.torch.transformers_tracing import eager_default_mask
 
-    # (a missing mask fails as reading None does: any other failure is raised at once,
-    # not after a second trace that would fail the same way)
-    none_read = isinstance(failure, TraceFailure) and "'NoneType'" in failure.said \
-        and issubclass(failure.raised, (AttributeError, TypeError))
-    kwargs = eager_default_mask(r.module, r.inputs, r.kwargs) if none_read else None
+    # (a failure a missing mask causes; any other is raised at once, not after a second trace
+    # that would fail the same way: the export runs a path eager never runs — LongT5's stack
+    # reads the None, its transient-global attention concatenates a batch-1 bias beside the
+    # batch's, or makes the batch's mask on the CPU beside meta weights)
+    retried = isinstance(failure, TraceFailure) and (
+        ("'NoneType'" in failure.said and issubclass(failure.raised, (AttributeError, TypeError)))
+        or (issubclass(failure.raised, RuntimeError)
+            and any(w in failure.said for w in ("must match", "same device"))))
+    kwargs = eager_default_mask(r.module, r.inputs, r.kwargs) if retried else None
     if kwargs is None:
         raise failure
     note("tracing again with the all-ones attention_mask eager makes")

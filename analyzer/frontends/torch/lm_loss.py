@@ -227,9 +227,14 @@ def _tokens(args: tuple, kwargs: Mapping[str, Any]) -> torch.Tensor | None:
 
 
 def _hf_causal_lm(model: torch.nn.Module) -> bool:
-    """A transformers model that computes its causal-LM loss given ``labels``."""
+    """A transformers model that computes its causal-LM loss given ``labels`` and tokens
+    alone: not one with a vision tower (GIT's loss drops its image's positions from the
+    logits, given an image or not: with tokens alone it fails in eager too), whose step over
+    tokens takes torchtitan's cross-entropy over the same logits."""
     name = type(model).__name__
     if not (name.endswith("ForCausalLM") or name.endswith("LMHeadModel")):
+        return False
+    if getattr(getattr(model, "config", None), "vision_config", None) is not None:
         return False
     try:
         return "labels" in inspect.signature(model.forward).parameters

@@ -4,7 +4,10 @@ weight its graph reads under one name, none it does not read, and no fake consta
 A weight tied under two names (GPT-2's ``lm_head`` and token embedding) is one graph input
 read by one of them; the other name is dropped so AOTAutograd, which lists parameters with
 duplicates, does not find one that receives no gradient. A constant the export could not
-trace is made a tensor of its shape (lifted_constants.py)."""
+trace is made a tensor of its shape (lifted_constants.py). A model built on the meta device
+(a config's) makes its own tensors there too: LongT5 asks for the CPU where its weights are on
+meta (``compute_bias``: "target_device … if … != 'meta' else None"), and its embedding's
+backward then meets a meta gradient beside CPU indices; on a GPU both sit on the GPU."""
 from __future__ import annotations
 
 import torch
@@ -17,6 +20,7 @@ def traceable_module(program: "torch.export.ExportedProgram") -> torch.fx.GraphM
     fake constants made real."""
     gm = program.module()
     real_constants(gm)
+    _made_on_meta(gm)
     for node in [n for n in gm.graph.nodes if n.op == "get_attr" and not n.users]:
         gm.graph.erase_node(node)  # unread weights (the tied duplicates)
     read = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
@@ -28,3 +32,15 @@ def traceable_module(program: "torch.export.ExportedProgram") -> torch.fx.GraphM
             delattr(gm.get_submodule(owner), attr)
     gm.recompile()
     return gm
+
+
+def _made_on_meta(gm: torch.fx.GraphModule) -> None:
+    """Where every weight of ``gm`` is on the meta device, each tensor its graph makes on the
+    CPU (a ``device`` argument) is made on meta."""
+    weights = list(gm.parameters())
+    if not weights or not all(w.is_meta for w in weights):
+        return
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.kwargs.get("device") == cpu:
+            node.kwargs = {**node.kwargs, "device": meta}
