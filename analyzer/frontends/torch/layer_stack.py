@@ -65,7 +65,8 @@ def find_stack(model: torch.nn.Module, at_least: int) -> Stack | None:
     stack = model.get_submodule(best[0])
     assert isinstance(stack, torch.nn.ModuleList)  # (found as one above)
     config = _config_of(model, best[0])
-    if config is not None and getattr(config, "num_hidden_layers", best[1]) != best[1]:
+    if config is not None and (getattr(config, "num_hidden_layers", best[1]) != best[1]
+                               or not _count_settable(config)):
         return None
     types = list(getattr(config, "layer_types", None) or [None] * best[1])
     if len(types) != best[1]:
@@ -87,6 +88,19 @@ def _config_of(model: torch.nn.Module, path: str):
         if config is not None:
             return config
     return None
+
+
+def _count_settable(config) -> bool:
+    """Whether ``config`` takes a new layer count, as ``truncated`` tells it the cut's:
+    ProphetNet's ``num_hidden_layers`` is a property that refuses one (NotImplementedError:
+    "Please set `num_encoder_layers` and `num_decoder_layers`"); its stack is traced whole."""
+    if getattr(config, "num_hidden_layers", None) is None:
+        return True
+    try:
+        config.num_hidden_layers = config.num_hidden_layers
+    except (NotImplementedError, AttributeError):
+        return False
+    return True
 
 
 def _repeating(keys: list[int]) -> tuple[int, int, int] | None:
