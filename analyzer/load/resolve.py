@@ -291,9 +291,10 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
         {dim: shapes[name][1] for dim, name in (("seq", "input_ids"),
                                                 ("decoder_seq", "decoder_input_ids"))
          if name in shapes}
+    kwargs = make_fakes(module, shapes, {**dtypes, **b.input_dtypes})
+    hub.ordinary_tokens(config, kwargs)
     return Resolved("torch", f"{text} ({str(dtype).removeprefix('torch.')} from {source})",
-                    module=module,
-                    kwargs=make_fakes(module, shapes, {**dtypes, **b.input_dtypes}), dims=dims)
+                    module=module, kwargs=kwargs, dims=dims)
 
 
 def _file_class(spec: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:

@@ -165,7 +165,9 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
             f"its Python, at {', '.join(asked)}): costed as a step whose values are finite, "
             "the other branch not taken"] if asked else []) + ([
             f"the model branches on values of its inputs (at {', '.join(read)}): decided by "
-            "the example inputs' values, as an eager run of them decides"] if read else [])
+            + ("token ids with no padding or other special token (graphcost's for a "
+               "config's model)" if self.inputs.stood_in else "the example inputs' values")
+            + ", as an eager run of them decides"] if read else [])
 
     def _install(self) -> None:
         from torch._guards import detect_fake_mode

@@ -268,3 +268,22 @@ def input_shapes(config, batch: int, dims: dict[str, int]) -> dict[str, tuple[in
 
 def _causal(config) -> bool:
     return any(a.endswith("ForCausalLM") for a in getattr(config, "architectures", None) or ())
+
+
+def ordinary_tokens(config, inputs: dict[str, Any]) -> None:
+    """The meta token ids graphcost made for ``config``'s model stand, where the model's
+    Python reads their values (FSMT's ``if not padding_mask.any()``, LED's global attention),
+    for ids of one ordinary token: the first of the vocabulary no ``*_token_id`` of the config
+    names — no padding, as the all-ones attention mask eager makes has none
+    (input_values.py)."""
+    import torch
+
+    from .input_values import stand_in
+
+    special = {i for c in (config, getattr(config, "get_text_config", lambda: None)())
+               if c is not None for k, v in vars(c).items() if k.endswith("token_id")
+               for i in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(i, int)}
+    token = next(i for i in range(len(special) + 1) if i not in special)
+    for name, t in inputs.items():
+        if name.endswith("input_ids") and t.dtype == torch.int64 and t.device.type == "meta":
+            stand_in(t, torch.full(tuple(t.shape), token, dtype=torch.int64))

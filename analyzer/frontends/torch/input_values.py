@@ -8,8 +8,11 @@ the model's buffers and constants it makes with ``torch.ones`` or ``arange``), i
 would be in an eager run of those inputs: graphcost computes it beside the trace, on the
 real tensors, and the model's Python reads the real value — the branch the user's inputs
 take. A value a weight reaches is never known (its tensor has no real twin); nor is one past
-``MAX_ELEMENTS`` (a 2048² attention mask is not worth its copy), or on the meta device. The
-report says which lines of the model read such a value.
+``MAX_ELEMENTS`` (a 2048² attention mask is not worth its copy), or on the meta device —
+but for the token ids graphcost makes for a config's model (built on meta): those stand for
+ids of one ordinary token, no padding nor any other special token (``stand_in``, registered
+by the loader), and what the model makes from them alone is computed on the CPU. The report
+says which lines of the model read such a value, and whose values decided it.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .finite_checks import asking_line
 from .int_values import written_by
@@ -33,14 +37,24 @@ _READS = (torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.__int__,
           torch.Tensor.__index__)
 
 
+# meta example input -> the CPU values it stands for (``stand_in``)
+_STAND_INS = WeakIdKeyDictionary()
+
+
+def stand_in(meta: torch.Tensor, values: torch.Tensor) -> None:
+    """Branches on the meta tensor ``meta`` (an example input graphcost made) are decided by
+    ``values`` (CPU, its shape and dtype)."""
+    _STAND_INS[meta] = values
+
+
 class InputValues:
     """Fake tensor -> its real twin, for the tensors made from the example inputs alone."""
 
     def __init__(self):
-        from torch.utils.weak import WeakIdKeyDictionary
         self._real = WeakIdKeyDictionary()
         self._on = False  # within ``of``: torch.export's run of the model, not what follows
         self.asked: list[str] = []  # "modeling_fsmt.py:266", one per line that read one
+        self.stood_in = False   # a stand-in's values were paired (graphcost's, not the user's)
 
     @contextmanager
     def of(self, model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> Iterator:
@@ -73,6 +87,11 @@ class InputValues:
         if len(reals) != len(fakes):
             return
         for r, f in zip(reals, fakes):
+            if type(r) is torch.Tensor and r.device.type == "meta":
+                stood = _STAND_INS.get(r)
+                if stood is None:
+                    continue
+                r, self.stood_in = stood, True
             if type(r) is torch.Tensor and r.device.type != "meta" and _small(r) \
                     and isinstance(f, torch.Tensor) and f is not r \
                     and r.shape == f.shape and r.dtype == f.dtype:  # (not fake: real values)
@@ -103,9 +122,9 @@ class InputValues:
                if isinstance(a, torch.Tensor)]
         outs = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         if all(a in self._real for a in ins) and (ins or outs) \
-                and all(_small(t) and t.device.type != "meta" for t in outs):
-            twin = lambda a: self._real[a] if isinstance(a, torch.Tensor) else a  # noqa: E731
-            real_args, real_kwargs = torch.utils._pytree.tree_map(twin, (args, kwargs))
+                and all(_small(t) and (t.device.type != "meta" or self.stood_in)
+                        for t in outs):
+            real_args, real_kwargs = torch.utils._pytree.tree_map(self._twin, (args, kwargs))
             try:
                 real = _eager(func, real_args, real_kwargs)
             except Exception:  # noqa: BLE001 - what eager refuses stays unknown
@@ -117,6 +136,16 @@ class InputValues:
                     self._real[fake] = r
             return
         self._forget(written_by(func, args, kwargs, out))
+
+    def _twin(self, a):
+        """An argument as the twin computation takes it: a tensor's twin, the meta device
+        the CPU (a stand-in's twins are computed there)."""
+        if isinstance(a, torch.Tensor):
+            return self._real[a]
+        if self.stood_in and (a == "meta" or (isinstance(a, torch.device)
+                                              and a.type == "meta")):
+            return torch.device("cpu")
+        return a
 
     def _forget(self, written: list) -> None:
         """The twins of every tensor written without its twin being written too (views
