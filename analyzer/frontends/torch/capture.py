@@ -34,6 +34,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 from ....passes.errors import GraphcostError, opt
 from .accumulate_grad import copied_in_place, obey_layout_contract, summed_in_place
 from .compat import eager_view_strides, marked_autograd_nodes, no_stack_traces
+from .eager_saved import held_by_backward
 from .lifted_constants import lifted_fakes_kept
 from .lm_loss import OWN_OR_SUM, LossPlan, step_loss, with_labels
 from .python_references import PythonReferences, saved_as_run
@@ -324,8 +325,8 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
     assert isinstance(gm, torch.fx.GraphModule)  # (a joint trace is one)
     obey_layout_contract(gm, sig)  # AccumulateGrad's copies (accumulate_grad.py)
     held, written = runner.python_facts(gm.graph)
-    written.update(summed_in_place(gm.graph))  # the autograd engine's (accumulate_grad.py)
-    written.update(copied_in_place(gm.graph))  # its formulas' (the same)
+    written.update(summed_in_place(gm.graph) | copied_in_place(gm.graph))  # accumulate_grad
+    held.update(held_by_backward(gm.graph))  # (a point in the backward: after Python's)
     return JointTrace(gm, sig, "gm.model.", runner.scopes(gm.graph), tuple(runner.kernels),
                       held, written, wrapped.said.words)
 

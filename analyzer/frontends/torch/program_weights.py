@@ -36,7 +36,9 @@ def traceable_module(program: "torch.export.ExportedProgram") -> torch.fx.GraphM
 
 def _made_on_meta(gm: torch.fx.GraphModule) -> None:
     """Where every weight of ``gm`` is on the meta device, each tensor its graph makes on the
-    CPU (a ``device`` argument) is made on meta."""
+    CPU (a ``device`` argument) is made on meta, and each CPU constant it reads (DeBERTa's
+    ``torch.tensor(head_dim, dtype=torch.float)`` scale, lifted by the export) is moved there:
+    the fake step refused a CPU constant beside meta ones ("Tensor device mismatch")."""
     weights = list(gm.parameters())
     if not weights or not all(w.is_meta for w in weights):
         return
@@ -44,3 +46,14 @@ def _made_on_meta(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.kwargs.get("device") == cpu:
             node.kwargs = {**node.kwargs, "device": meta}
+        if node.op == "get_attr":
+            owner, _, name = str(node.target).rpartition(".")
+            module = gm.get_submodule(owner) if owner else gm
+            value = getattr(module, name, None)
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) \
+                    and value.device == cpu:
+                on_meta = value.to(meta)
+                if name in module._buffers:
+                    module._buffers[name] = on_meta
+                else:
+                    setattr(module, name, on_meta)
