@@ -284,13 +284,20 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
     # (imported after the config's checks: it imports torch, seconds that a refusal skips)
     from ..frontends.torch.capture import make_fakes
 
-    shapes = dict(b.input_shapes) or hub.input_shapes(config, b.batch or 1, dict(b.dims))
+    shapes = dict(b.input_shapes) or hub.input_shapes(config, b.batch or 1, dict(b.dims),
+                                                      module)
     # (token ids: input_ids, an encoder-decoder's decoder_input_ids)
     dtypes = {n: "int64" if n.endswith("input_ids") else dtype for n in shapes}
     dims = {} if b.input_shapes else \
-        {dim: shapes[name][1] for dim, name in (("seq", "input_ids"),
-                                                ("decoder_seq", "decoder_input_ids"))
+        {dim: shapes[name][i] for dim, name, i in (("seq", "input_ids", 1),
+                                                   ("decoder_seq", "decoder_input_ids", 1),
+                                                   ("image", "pixel_values", -1))
          if name in shapes}
+    typo = next((k for k in b.dims if k not in dims and k != "batch"
+                 and not re.fullmatch(r"u\d+", k)), None)   # (u3: a data-dependent bound)
+    if typo is not None and not b.input_shapes:
+        raise GraphcostError(f"{opt('dims', typo)}: {text} has no dim {typo!r}"
+                             f"{did_you_mean(typo, list(dims))}; its dims: {', '.join(dims)}")
     kwargs = make_fakes(module, shapes, {**dtypes, **b.input_dtypes})
     hub.ordinary_tokens(config, kwargs)
     return Resolved("torch", f"{text} ({str(dtype).removeprefix('torch.')} from {source})",

@@ -247,15 +247,27 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else ""
 
 
-def input_shapes(config, batch: int, dims: dict[str, int]) -> dict[str, tuple[int, ...]]:
-    """The inputs a model of this config takes by default: pixel values at the config's image
-    size for vision models, else token ids of ``seq`` (a decoder 2048, others 512, at most
-    the model's context length); an encoder-decoder's decoder ids of ``decoder_seq`` too (by
-    default as many as the encoder's)."""
-    image = getattr(config, "image_size", None)
-    if isinstance(image, int):
-        channels = getattr(config, "num_channels", 3)
-        return {"pixel_values": (batch, channels, image, image)}
+# a vision model's image side where its config names none (ResNet, RegNet, BiT, SegFormer):
+# ImageNet's crop, which their image processors' checkpoints were trained at
+IMAGE_SIDE = 224
+
+
+def input_shapes(config, batch: int, dims: dict[str, int],
+                 model=None) -> dict[str, tuple[int, ...]]:
+    """The inputs a model of this config takes by default: pixel values for a vision model (a
+    config with an ``image_size``, its own or its vision tower's, or a ``model`` whose forward
+    takes ``pixel_values`` first) of ``--dim image`` on a side, else that size, else
+    ``IMAGE_SIDE``; else token ids of ``seq`` (a decoder 2048, others 512, at most the model's
+    context length); an encoder-decoder's decoder ids of ``decoder_seq`` too (by default as
+    many as the encoder's)."""
+    vision = next((c for c in (config, getattr(config, "vision_config", None))
+                   if c is not None and _side(getattr(c, "image_size", None))), None)
+    if vision is not None or _takes_pixels(model):
+        c = vision or config
+        side = dims.get("image") or _side(getattr(c, "image_size", None)) or IMAGE_SIDE
+        channels = getattr(c, "num_channels", 3)
+        return {"pixel_values": (batch, channels if isinstance(channels, int) else 3,
+                                 side, side)}
     limit = getattr(config, "max_position_embeddings", None) or DECODER_SEQ
     default = DECODER_SEQ if getattr(config, "is_decoder", False) or _causal(config) \
         else ENCODER_SEQ
@@ -264,6 +276,25 @@ def input_shapes(config, batch: int, dims: dict[str, int]) -> dict[str, tuple[in
         return {"input_ids": (batch, seq), "decoder_input_ids": (batch,
                                                                  dims.get("decoder_seq", seq))}
     return {"input_ids": (batch, seq)}
+
+
+def _side(size) -> int | None:
+    """An image size's side: an int, or the first of a square (h, w)."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        return size
+    if isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1] \
+            and isinstance(size[0], int):
+        return size[0]
+    return None
+
+
+def _takes_pixels(model) -> bool:
+    """Whether ``model``'s forward takes ``pixel_values`` as its first argument."""
+    try:
+        first = next(iter(inspect.signature(model.forward).parameters), None)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return first == "pixel_values"
 
 
 def _causal(config) -> bool:
