@@ -69,3 +69,17 @@ def test_a_resnets_step_from_its_config_against_the_real_step(tmp_path):
     real = measure_training_unperturbed(transformers.ResNetForImageClassification(cfg), (),
                                         "adamw", {"pixel_values": pixels})
     assert abs(r.training.peak_bytes - real) <= 0.005 * real, (r.training.peak_bytes, real)
+
+
+def test_a_text_model_beside_a_vision_tower_takes_token_ids(tmp_path):
+    # Gemma 3's sequence classifier has a vision_config (image_size 32 here) but its forward
+    # takes input_ids first: it is a model of tokens, as before the vision tower's size was read
+    cfg = transformers.Gemma3Config(
+        text_config={"vocab_size": 256, "hidden_size": 32, "intermediate_size": 64,
+                     "num_hidden_layers": 1, "num_attention_heads": 2,
+                     "num_key_value_heads": 1, "head_dim": 16},
+        vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                       "num_attention_heads": 2, "image_size": 32, "patch_size": 16})
+    r = analyze(_folder(tmp_path, cfg, "Gemma3ForSequenceClassification"),
+                dims={"seq": 16})
+    assert r.dims == {"seq": 16}

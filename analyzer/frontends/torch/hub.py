@@ -254,16 +254,14 @@ IMAGE_SIDE = 224
 
 def input_shapes(config, batch: int, dims: dict[str, int],
                  model=None) -> dict[str, tuple[int, ...]]:
-    """The inputs a model of this config takes by default: pixel values for a vision model (a
-    config with an ``image_size``, its own or its vision tower's, or a ``model`` whose forward
-    takes ``pixel_values`` first) of ``--dim image`` on a side, else that size, else
+    """The inputs a model of this config takes by default: pixel values for a vision model
+    (``_image_config``) of ``--dim image`` on a side, else its config's size, else
     ``IMAGE_SIDE``; else token ids of ``seq`` (a decoder 2048, others 512, at most the model's
     context length); an encoder-decoder's decoder ids of ``decoder_seq`` too (by default as
     many as the encoder's)."""
-    vision = next((c for c in (config, getattr(config, "vision_config", None))
-                   if c is not None and _side(getattr(c, "image_size", None))), None)
-    if vision is not None or _takes_pixels(model):
-        c = vision or config
+    vision = _image_config(config, model)
+    if vision is not None:
+        c = vision
         side = dims.get("image") or _side(getattr(c, "image_size", None)) or IMAGE_SIDE
         channels = getattr(c, "num_channels", 3)
         return {"pixel_values": (batch, channels if isinstance(channels, int) else 3,
@@ -276,6 +274,20 @@ def input_shapes(config, batch: int, dims: dict[str, int],
         return {"input_ids": (batch, seq), "decoder_input_ids": (batch,
                                                                  dims.get("decoder_seq", seq))}
     return {"input_ids": (batch, seq)}
+
+
+def _image_config(config, model):
+    """The config that sizes a vision model's images: its own where it names an image size;
+    for a model whose forward takes ``pixel_values`` first, its vision tower's where that
+    names one (CLIP's image classifier; not Gemma 3's text classifier, which takes token ids
+    first beside a vision tower), else its own; None for a model of tokens."""
+    if _side(getattr(config, "image_size", None)) is not None:
+        return config
+    if not _takes_pixels(model):
+        return None
+    tower = getattr(config, "vision_config", None)
+    return tower if tower is not None and _side(getattr(tower, "image_size", None)) \
+        else config
 
 
 def _side(size) -> int | None:
