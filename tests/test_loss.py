@@ -19,6 +19,7 @@ import json
 
 import pytest
 import torch
+from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
 from graphcost.analyzer.measure.reference import measure_training
 from graphcost.passes.errors import GraphcostError
 
@@ -221,6 +222,9 @@ def test_diffllama_from_its_config_trains_against_memtracker(tmp_path):
     _within(r.training.peak_bytes, measured, 0.5)
 
 
+@pytest.mark.skipif(TORCH_VERSION < (2, 9), reason="torch 2.8's export refuses LongT5's "
+                    "CPU position indices beside its meta embedding (compute_bias asks for no "
+                    "device on meta): the analysis says so in one line")
 def test_longt5_transient_global_from_its_config_trains_against_memtracker(tmp_path):
     # Two failures of the exported step, neither eager's: under torch.export LongT5's stack
     # makes no attention mask, and its transient-global attention then concatenates a batch-1
