@@ -6,6 +6,7 @@ size in their vision_config) were given token ids and refused ("'NoneType' objec
 attribute 'shape'")."""
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -83,3 +84,14 @@ def test_a_text_model_beside_a_vision_tower_takes_token_ids(tmp_path):
     r = analyze(_folder(tmp_path, cfg, "Gemma3ForSequenceClassification"),
                 dims={"seq": 16})
     assert r.dims == {"seq": 16}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("timm") is not None,
+                    reason="timm is installed here: DETR's timm backbone builds")
+def test_a_missing_backbone_library_is_named(tmp_path):
+    # DETR's config asks for a timm backbone; transformers' ImportError starts with a newline,
+    # and the one-line error showed nothing after "ImportError:"
+    cfg = transformers.DetrConfig()
+    with pytest.raises(GraphcostError, match="ImportError: TimmBackbone requires the timm "
+                                             "library"):
+        analyze(_folder(tmp_path, cfg, "DetrForObjectDetection"))

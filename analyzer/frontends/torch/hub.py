@@ -244,7 +244,9 @@ def _quiet(transformers) -> Iterator[None]:
 
 
 def _first_line(exc: BaseException) -> str:
-    return str(exc).splitlines()[0] if str(exc) else ""
+    """The message's first non-empty line (transformers' ImportErrors start with a newline:
+    "TimmBackbone requires the timm library but it was not found …" was shown as nothing)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
 
 
 # a vision model's image side where its config names none (ResNet, RegNet, BiT, SegFormer):
