@@ -258,9 +258,16 @@ def input_shapes(config, batch: int, dims: dict[str, int],
                  model=None) -> dict[str, tuple[int, ...]]:
     """The inputs a model of this config takes by default: pixel values for a vision model
     (``_image_config``) of ``--dim image`` on a side, else its config's size, else
-    ``IMAGE_SIDE``; else token ids of ``seq`` (a decoder 2048, others 512, at most the model's
-    context length); an encoder-decoder's decoder ids of ``decoder_seq`` too (by default as
-    many as the encoder's)."""
+    ``IMAGE_SIDE``; for a speech encoder-decoder of log-mel frames (``_mel_window``), its
+    window's frames and decoder ids of ``decoder_seq`` (512, at most its decoder's context);
+    else token ids of ``seq`` (a decoder 2048, others 512, at most the model's context
+    length); an encoder-decoder's decoder ids of ``decoder_seq`` too (by default as many as
+    the encoder's)."""
+    audio = _mel_window(config, model)
+    if audio is not None:   # (Whisper: 30 s of log-mel frames, its decoder's token ids)
+        limit = getattr(config, "max_target_positions", None) or ENCODER_SEQ
+        return {"input_features": (batch, *audio),
+                "decoder_input_ids": (batch, dims.get("decoder_seq", min(ENCODER_SEQ, limit)))}
     vision = _image_config(config, model)
     if vision is not None:
         c = vision
@@ -292,6 +299,20 @@ def _image_config(config, model):
         else config
 
 
+def _mel_window(config, model) -> tuple[int, int] | None:
+    """(mel bins, frames) of the window a speech encoder-decoder whose forward takes
+    ``input_features`` first hears: Whisper's 30 s, ``2 · max_source_positions`` frames of
+    ``num_mel_bins`` (its encoder's stride-2 convolution makes its positions; its feature
+    extractor pads every clip to the window, and its encoder refuses another length)."""
+    mel, positions = (getattr(config, k, None) for k in ("num_mel_bins",
+                                                         "max_source_positions"))
+    if not (isinstance(mel, int) and isinstance(positions, int)) \
+            or _first_parameter(model) != "input_features" \
+            or not getattr(config, "is_encoder_decoder", False):
+        return None
+    return mel, 2 * positions
+
+
 def _side(size) -> int | None:
     """An image size's side: an int, or the first of a square (h, w)."""
     if isinstance(size, int) and not isinstance(size, bool):
@@ -304,11 +325,14 @@ def _side(size) -> int | None:
 
 def _takes_pixels(model) -> bool:
     """Whether ``model``'s forward takes ``pixel_values`` as its first argument."""
+    return _first_parameter(model) == "pixel_values"
+
+
+def _first_parameter(model) -> str | None:
     try:
-        first = next(iter(inspect.signature(model.forward).parameters), None)
+        return next(iter(inspect.signature(model.forward).parameters), None)
     except (TypeError, ValueError, AttributeError):
-        return False
-    return first == "pixel_values"
+        return None
 
 
 def _causal(config) -> bool:
