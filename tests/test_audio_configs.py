@@ -1,6 +1,8 @@
-"""Speech encoder-decoders named by a config.json take their window of log-mel frames and
-their decoder's token ids (analyzer/frontends/torch/hub.py ``input_shapes``): Whisper from its
-config was given token ids and refused ("'NoneType' object has no attribute 'shape'")."""
+"""Speech models named by a config.json take audio (analyzer/frontends/torch/hub.py
+``input_shapes``): an encoder-decoder of log-mel frames its window and its decoder's token ids,
+a model of a waveform its samples. Whisper, wav2vec 2.0, HuBERT and WavLM from their configs
+were given token ids and refused ("'NoneType' object has no attribute 'shape'", "missing 1
+required positional argument: 'input_values'")."""
 from __future__ import annotations
 
 import json
@@ -40,3 +42,28 @@ def test_whisper_from_its_config_trains_against_memtracker(tmp_path):
         (r.training.peak_bytes, measured)
     with pytest.raises(GraphcostError, match="has no dim 'seq'; its dims: decoder_seq"):
         analyze(str(tmp_path), dims={"seq": 16})
+
+
+def test_wav2vec2_from_its_config_takes_a_waveform(tmp_path):
+    # wav2vec 2.0's CTC model takes input_values, a waveform: --dim samples of it (by default
+    # 160,000, 10 s at the 16 kHz its feature extractor takes). Its conv feature encoder
+    # strides 5·2·2·2·2·2·2 = 320 here: 16,000 samples make 49 frames. LayerDrop and
+    # SpecAugment's random masks off (layerdrop 0, mask_time_prob 0), so the two steps run
+    # the same ops; the loss is the sum (a waveform in: no token ids, no LM head by the
+    # definition). Measured (2026-12-06, torch 2.13): 6,988,772 B predicted, 6,988,776 B
+    # MemTracker (4 B under)
+    cfg = transformers.Wav2Vec2Config(
+        vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, conv_dim=(32,) * 7, num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4, layerdrop=0.0, mask_time_prob=0.0)
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": ["Wav2Vec2ForCTC"]}))
+    assert analyze(str(tmp_path)).dims == {"samples": 160_000}
+    r = analyze(str(tmp_path), batch=2, dims={"samples": 16_000}, train=True,
+                optimizer="adamw", include_inputs=False, what_if=False)
+    torch.manual_seed(0)
+    wave = torch.randn(2, 16_000, generator=torch.Generator().manual_seed(1))
+    measured = measure_training(transformers.Wav2Vec2ForCTC(cfg), (), "adamw",
+                                {"input_values": wave})[0]
+    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
+        (r.training.peak_bytes, measured)

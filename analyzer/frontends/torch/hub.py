@@ -249,6 +249,9 @@ def _first_line(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
 
 
+# a speech model's waveform where none is asked (--dim samples): 10 s at 16 kHz, the rate
+# wav2vec 2.0's, HuBERT's and WavLM's feature extractors take
+WAVEFORM_SAMPLES = 160_000
 # a vision model's image side where its config names none (ResNet, RegNet, BiT, SegFormer):
 # ImageNet's crop, which their image processors' checkpoints were trained at
 IMAGE_SIDE = 224
@@ -258,11 +261,14 @@ def input_shapes(config, batch: int, dims: dict[str, int],
                  model=None) -> dict[str, tuple[int, ...]]:
     """The inputs a model of this config takes by default: pixel values for a vision model
     (``_image_config``) of ``--dim image`` on a side, else its config's size, else
-    ``IMAGE_SIDE``; for a speech encoder-decoder of log-mel frames (``_mel_window``), its
+    ``IMAGE_SIDE``; a waveform of ``--dim samples`` (``WAVEFORM_SAMPLES``) for a speech model
+    whose forward takes ``input_values`` first; for a speech encoder-decoder of log-mel frames (``_mel_window``), its
     window's frames and decoder ids of ``decoder_seq`` (512, at most its decoder's context);
     else token ids of ``seq`` (a decoder 2048, others 512, at most the model's context
     length); an encoder-decoder's decoder ids of ``decoder_seq`` too (by default as many as
     the encoder's)."""
+    if _first_parameter(model) == "input_values":   # (wav2vec 2.0, HuBERT: a waveform)
+        return {"input_values": (batch, dims.get("samples", WAVEFORM_SAMPLES))}
     audio = _mel_window(config, model)
     if audio is not None:   # (Whisper: 30 s of log-mel frames, its decoder's token ids)
         limit = getattr(config, "max_target_positions", None) or ENCODER_SEQ
