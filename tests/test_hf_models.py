@@ -238,3 +238,23 @@ def test_a_failure_a_mask_cannot_mend_is_reported_after_one_trace():
     with pytest.raises(GraphcostError, match="the model's own failure"):
         analyze(model, {"input_ids": torch.randint(4, 200, (1, 16))})
     assert _RUNS == ["ln_f"]
+
+
+class _FloatConfig(torch.nn.Module):
+    """A module whose ``config`` attribute is a number (Idefics' gated cross-attention keeps
+    ``self.config = config.alpha_initializer``-like scalars so)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.config = torch.nn.Linear(8, 8), 0.5
+
+    def forward(self, x):
+        return self.fc(x) * self.config
+
+
+def test_a_config_attribute_that_is_not_a_config_is_left_alone():
+    # the LayerDrop check read every module's ``config`` as an object with attributes:
+    # Idefics' training step was an internal error ("vars() argument must have __dict__
+    # attribute", exit 70). Linear(8, 8): 8·8 + 8 = 72 parameters
+    r = analyze(_FloatConfig(), (torch.randn(4, 8),), train=True, what_if=False)
+    assert r.totals.params == 72 and r.training is not None

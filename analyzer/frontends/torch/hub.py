@@ -356,7 +356,8 @@ def ordinary_tokens(config, inputs: dict[str, Any]) -> None:
     from .input_values import stand_in
 
     special = {i for c in (config, getattr(config, "get_text_config", lambda: None)())
-               if c is not None for k, v in vars(c).items() if k.endswith("token_id")
+               if c is not None for k, v in getattr(c, "__dict__", {}).items()
+               if k.endswith("token_id")
                for i in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(i, int)}
     token = next(i for i in range(len(special) + 1) if i not in special)
     for name, t in inputs.items():

@@ -92,7 +92,9 @@ def every_layer_runs(model: torch.nn.Module):
     report (one line, or none)."""
     owners = {id(o): o for m in model.modules() for o in (m, getattr(m, "config", None))
               if o is not None}  # the modules and the configs they read p from
-    drops = [(o, name, v) for o in owners.values() for name, v in vars(o).items()
+    # (a "config" may be any object: Idefics' perceiver holds a dict-less one)
+    drops = [(o, name, v) for o in owners.values()
+             for name, v in getattr(o, "__dict__", {}).items()
              if name.endswith("layerdrop") and isinstance(v, float) and v > 0]
     notes: list[str] = []
     if drops:
