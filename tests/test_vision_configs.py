@@ -95,3 +95,32 @@ def test_a_missing_backbone_library_is_named(tmp_path):
     with pytest.raises(GraphcostError, match="ImportError: TimmBackbone requires the timm "
                                              "library"):
         analyze(_folder(tmp_path, cfg, "DetrForObjectDetection"))
+
+
+def test_an_image_to_text_encoder_decoder_takes_decoder_ids_too(tmp_path):
+    # VisionEncoderDecoder (TrOCR's, Donut's class): pixel_values at its image encoder's size
+    # (32 here) and decoder ids of decoder_seq (512, at most the decoder's 64 positions); the
+    # loss cross-entropy over the decoder's 1,024 tokens. Before, it was given 224-pixel images
+    # and no decoder ids and refused. Measured (2026-12-06, torch 2.13): 3,463,680 B
+    # predicted, 3,462,656 B MemTracker (+0.03%)
+    from graphcost.analyzer.measure.reference import measure_training
+
+    vit = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64, image_size=32, patch_size=16)
+    gpt2 = transformers.GPT2Config(vocab_size=1024, n_embd=32, n_layer=1, n_head=2,
+                                   n_positions=64, add_cross_attention=True, is_decoder=True,
+                                   bos_token_id=1, eos_token_id=2)
+    cfg = transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(vit, gpt2)
+    cfg.decoder_start_token_id, cfg.pad_token_id = 0, 0
+    r = analyze(_folder(tmp_path, cfg, "VisionEncoderDecoderModel"), batch=2, train=True,
+                optimizer="adamw", include_inputs=False, what_if=False)
+    assert r.dims == {"decoder_seq": 64, "image": 32}
+    assert "1,024" in r.training.loss
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    inputs = {"pixel_values": torch.randn(2, 3, 32, 32, generator=g),
+              "decoder_input_ids": torch.randint(4, 1024, (2, 64), generator=g)}
+    measured = measure_training(transformers.VisionEncoderDecoderModel(cfg), (), "adamw",
+                                inputs)[0]
+    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
+        (r.training.peak_bytes, measured)

@@ -261,7 +261,7 @@ def input_shapes(config, batch: int, dims: dict[str, int],
                  model=None) -> dict[str, tuple[int, ...]]:
     """The inputs a model of this config takes by default: pixel values for a vision model
     (``_image_config``) of ``--dim image`` on a side, else its config's size, else
-    ``IMAGE_SIDE``; a waveform of ``--dim samples`` (``WAVEFORM_SAMPLES``) for a speech model
+    ``IMAGE_SIDE`` (an image-to-text encoder-decoder's decoder ids beside them); a waveform of ``--dim samples`` (``WAVEFORM_SAMPLES``) for a speech model
     whose forward takes ``input_values`` first; for a speech encoder-decoder of log-mel frames (``_mel_window``), its
     window's frames and decoder ids of ``decoder_seq`` (512, at most its decoder's context);
     else token ids of ``seq`` (a decoder 2048, others 512, at most the model's context
@@ -279,8 +279,9 @@ def input_shapes(config, batch: int, dims: dict[str, int],
         c = vision
         side = dims.get("image") or _side(getattr(c, "image_size", None)) or IMAGE_SIDE
         channels = getattr(c, "num_channels", 3)
-        return {"pixel_values": (batch, channels if isinstance(channels, int) else 3,
-                                 side, side)}
+        pixels = {"pixel_values": (batch, channels if isinstance(channels, int) else 3,
+                                   side, side)}
+        return {**pixels, **_decoder_ids(config, model, batch, dims)}
     limit = getattr(config, "max_position_embeddings", None) or DECODER_SEQ
     default = DECODER_SEQ if getattr(config, "is_decoder", False) or _causal(config) \
         else ENCODER_SEQ
@@ -293,16 +294,28 @@ def input_shapes(config, batch: int, dims: dict[str, int],
 
 def _image_config(config, model):
     """The config that sizes a vision model's images: its own where it names an image size;
-    for a model whose forward takes ``pixel_values`` first, its vision tower's where that
-    names one (CLIP's image classifier; not Gemma 3's text classifier, which takes token ids
-    first beside a vision tower), else its own; None for a model of tokens."""
+    for a model whose forward takes ``pixel_values`` first, its vision tower's or image
+    encoder's where that names one (CLIP's image classifier, VisionEncoderDecoder; not Gemma
+    3's text classifier, which takes token ids first beside a vision tower), else its own;
+    None for a model of tokens."""
     if _side(getattr(config, "image_size", None)) is not None:
         return config
     if not _takes_pixels(model):
         return None
-    tower = getattr(config, "vision_config", None)
-    return tower if tower is not None and _side(getattr(tower, "image_size", None)) \
-        else config
+    towers = (getattr(config, "vision_config", None), getattr(config, "encoder", None))
+    return next((t for t in towers if t is not None
+                 and _side(getattr(t, "image_size", None)) is not None), config)
+
+
+def _decoder_ids(config, model, batch: int, dims: dict[str, int]) -> dict:
+    """An image-to-text encoder-decoder's decoder ids (VisionEncoderDecoder: TrOCR, Donut),
+    of ``decoder_seq`` (512, at most its decoder's context); none for another model."""
+    if not getattr(config, "is_encoder_decoder", False) or model is None \
+            or "decoder_input_ids" not in _parameters(model):
+        return {}
+    decoder = getattr(config, "decoder", None) or config
+    limit = getattr(decoder, "max_position_embeddings", None) or ENCODER_SEQ
+    return {"decoder_input_ids": (batch, dims.get("decoder_seq", min(ENCODER_SEQ, limit)))}
 
 
 def _mel_window(config, model) -> tuple[int, int] | None:
@@ -335,10 +348,14 @@ def _takes_pixels(model) -> bool:
 
 
 def _first_parameter(model) -> str | None:
+    return next(iter(_parameters(model)), None)
+
+
+def _parameters(model) -> list[str]:
     try:
-        return next(iter(inspect.signature(model.forward).parameters), None)
+        return list(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError, AttributeError):
-        return None
+        return []
 
 
 def _causal(config) -> bool:
