@@ -1,4 +1,4 @@
-"""Speech models named by a config.json take audio (analyzer/frontends/torch/hub.py
+"""Speech models named by a config.json take audio (analyzer/frontends/torch/config_inputs.py
 ``input_shapes``): an encoder-decoder of log-mel frames its window and its decoder's token ids,
 a model of a waveform its samples. Whisper, wav2vec 2.0, HuBERT and WavLM from their configs
 were given token ids and refused ("'NoneType' object has no attribute 'shape'", "missing 1

@@ -315,6 +315,6 @@ def test_an_encoder_decoder_config_gets_decoder_ids_too(tmp_path):
         model(input_ids=ids[0], decoder_input_ids=ids[1])
     assert r.totals.macs * 2 == counter.get_total_flops()
     # without --dim decoder_seq, as many decoder ids as the encoder's
-    from graphcost.analyzer.frontends.torch.hub import input_shapes
+    from graphcost.analyzer.frontends.torch.config_inputs import input_shapes
     assert input_shapes(config, 2, {"seq": 16}) == {"input_ids": (2, 16),
                                                     "decoder_input_ids": (2, 16)}

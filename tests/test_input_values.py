@@ -164,7 +164,7 @@ def test_a_configs_model_branches_as_ids_without_padding_do(kind, tmp_path):
     # it: FSMT's `if not padding_mask.any()` and LED's global attention (`.any().item()` of
     # its mask) stopped the trace ("a value read from a tensor, not a size"). The ids now
     # stand for ids of one token that no *_token_id of the config names (no padding, as the
-    # all-ones attention mask eager makes has none: hub.ordinary_tokens), and the report says
+    # all-ones attention mask eager makes has none: config_inputs.ordinary_tokens), and the report says
     # the values were graphcost's. Measured (2026-12-06, torch 2.13; ids drawn in 4..1023,
     # none FSMT's pad 1 or LED's pad 1): FSMT 9,432,428 B predicted, 9,431,404 B MemTracker
     # (+0.01%); LED 8,439,028 B both

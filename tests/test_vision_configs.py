@@ -1,6 +1,6 @@
 """Vision models named by a config.json (a hub id's, or a folder's): they take pixel values at
 the config's image size, its vision tower's, or ImageNet's 224 where the config names none
-(analyzer/frontends/torch/hub.py ``input_shapes``; ``--dim image=S`` sets the side). Before,
+(analyzer/frontends/torch/config_inputs.py ``input_shapes``; ``--dim image=S`` sets the side). Before,
 ResNet, RegNet, BiT, SegFormer (no image_size) and CLIP's and SigLIP's image classifiers (the
 size in their vision_config) were given token ids and refused ("'NoneType' object has no
 attribute 'shape'")."""

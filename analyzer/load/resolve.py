@@ -282,10 +282,11 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
     note(f"reading {text}'s config.json and building it on the meta device")
     module, config, dtype, source = hub.build(text)
     # (imported after the config's checks: it imports torch, seconds that a refusal skips)
+    from ..frontends.torch import config_inputs
     from ..frontends.torch.capture import make_fakes
 
-    shapes = dict(b.input_shapes) or hub.input_shapes(config, b.batch or 1, dict(b.dims),
-                                                      module)
+    shapes = dict(b.input_shapes) or config_inputs.input_shapes(config, b.batch or 1,
+                                                                dict(b.dims), module)
     # (token ids: input_ids, an encoder-decoder's decoder_input_ids)
     dtypes = {n: "int64" if n.endswith("input_ids") else dtype for n in shapes}
     dims = {} if b.input_shapes else \
@@ -300,7 +301,7 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
         raise GraphcostError(f"{opt('dims', typo)}: {text} has no dim {typo!r}"
                              f"{did_you_mean(typo, list(dims))}; its dims: {', '.join(dims)}")
     kwargs = make_fakes(module, shapes, {**dtypes, **b.input_dtypes})
-    hub.ordinary_tokens(config, kwargs)
+    config_inputs.ordinary_tokens(config, kwargs)
     return Resolved("torch", f"{text} ({str(dtype).removeprefix('torch.')} from {source})",
                     module=module, kwargs=kwargs, dims=dims)
 

@@ -1,0 +1,147 @@
+"""The inputs a model built from a config.json takes by default (analyzer/load/resolve.py
+hands them to the trace): token ids for a language model, pixel values for a vision model,
+log-mel frames or a waveform for a speech model — by what the config names and by the first
+argument of the model's forward — and the values graphcost's own token ids stand for where the
+model's Python reads them (``ordinary_tokens``)."""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+DECODER_SEQ, ENCODER_SEQ = 2048, 512
+
+# a speech model's waveform where none is asked (--dim samples): 10 s at 16 kHz, the rate
+# wav2vec 2.0's, HuBERT's and WavLM's feature extractors take
+WAVEFORM_SAMPLES = 160_000
+# a vision model's image side where its config names none (ResNet, RegNet, BiT, SegFormer):
+# ImageNet's crop, which their image processors' checkpoints were trained at
+IMAGE_SIDE = 224
+
+
+def input_shapes(config, batch: int, dims: dict[str, int],
+                 model=None) -> dict[str, tuple[int, ...]]:
+    """The inputs a model of this config takes by default:
+
+    * a waveform of ``--dim samples`` (``WAVEFORM_SAMPLES``) for a speech model whose forward
+      takes ``input_values`` first;
+    * a speech encoder-decoder's window of log-mel frames (``_mel_window``) and decoder ids of
+      ``decoder_seq`` (512, at most its decoder's context);
+    * pixel values for a vision model (``_image_config``) of ``--dim image`` on a side, else
+      its config's size, else ``IMAGE_SIDE``, and an image-to-text encoder-decoder's decoder
+      ids beside them;
+    * else token ids of ``seq`` (a decoder 2048, others 512, at most the model's context
+      length), and an encoder-decoder's decoder ids of ``decoder_seq`` (by default as many as
+      the encoder's)."""
+    if _first_parameter(model) == "input_values":   # (wav2vec 2.0, HuBERT: a waveform)
+        return {"input_values": (batch, dims.get("samples", WAVEFORM_SAMPLES))}
+    audio = _mel_window(config, model)
+    if audio is not None:   # (Whisper: 30 s of log-mel frames, its decoder's token ids)
+        limit = getattr(config, "max_target_positions", None) or ENCODER_SEQ
+        return {"input_features": (batch, *audio),
+                "decoder_input_ids": (batch, dims.get("decoder_seq", min(ENCODER_SEQ, limit)))}
+    vision = _image_config(config, model)
+    if vision is not None:
+        c = vision
+        side = dims.get("image") or _side(getattr(c, "image_size", None)) or IMAGE_SIDE
+        channels = getattr(c, "num_channels", 3)
+        pixels = {"pixel_values": (batch, channels if isinstance(channels, int) else 3,
+                                   side, side)}
+        return {**pixels, **_decoder_ids(config, model, batch, dims)}
+    limit = getattr(config, "max_position_embeddings", None) or DECODER_SEQ
+    default = DECODER_SEQ if getattr(config, "is_decoder", False) or _causal(config) \
+        else ENCODER_SEQ
+    seq = dims.get("seq", min(default, limit))
+    if getattr(config, "is_encoder_decoder", False):  # (T5, BART: the decoder's ids too)
+        return {"input_ids": (batch, seq), "decoder_input_ids": (batch,
+                                                                 dims.get("decoder_seq", seq))}
+    return {"input_ids": (batch, seq)}
+
+
+def _image_config(config, model):
+    """The config that sizes a vision model's images: its own where it names an image size;
+    for a model whose forward takes ``pixel_values`` first, its vision tower's or image
+    encoder's where that names one (CLIP's image classifier, VisionEncoderDecoder; not Gemma
+    3's text classifier, which takes token ids first beside a vision tower), else its own;
+    None for a model of tokens."""
+    if _side(getattr(config, "image_size", None)) is not None:
+        return config
+    if not _takes_pixels(model):
+        return None
+    towers = (getattr(config, "vision_config", None), getattr(config, "encoder", None))
+    return next((t for t in towers if t is not None
+                 and _side(getattr(t, "image_size", None)) is not None), config)
+
+
+def _decoder_ids(config, model, batch: int, dims: dict[str, int]) -> dict:
+    """An image-to-text encoder-decoder's decoder ids (VisionEncoderDecoder: TrOCR, Donut),
+    of ``decoder_seq`` (512, at most its decoder's context); none for another model."""
+    if not getattr(config, "is_encoder_decoder", False) or model is None \
+            or "decoder_input_ids" not in _parameters(model):
+        return {}
+    decoder = getattr(config, "decoder", None) or config
+    limit = getattr(decoder, "max_position_embeddings", None) or ENCODER_SEQ
+    return {"decoder_input_ids": (batch, dims.get("decoder_seq", min(ENCODER_SEQ, limit)))}
+
+
+def _mel_window(config, model) -> tuple[int, int] | None:
+    """(mel bins, frames) of the window a speech encoder-decoder whose forward takes
+    ``input_features`` first hears: Whisper's 30 s, ``2 · max_source_positions`` frames of
+    ``num_mel_bins`` (its encoder's stride-2 convolution makes its positions; its feature
+    extractor pads every clip to the window, and its encoder refuses another length)."""
+    mel, positions = (getattr(config, k, None) for k in ("num_mel_bins",
+                                                         "max_source_positions"))
+    if not (isinstance(mel, int) and isinstance(positions, int)) \
+            or _first_parameter(model) != "input_features" \
+            or not getattr(config, "is_encoder_decoder", False):
+        return None
+    return mel, 2 * positions
+
+
+def _side(size) -> int | None:
+    """An image size's side: an int, or the first of a square (h, w)."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        return size
+    if isinstance(size, (list, tuple)) and len(size) == 2 and size[0] == size[1] \
+            and isinstance(size[0], int):
+        return size[0]
+    return None
+
+
+def _takes_pixels(model) -> bool:
+    """Whether ``model``'s forward takes ``pixel_values`` as its first argument."""
+    return _first_parameter(model) == "pixel_values"
+
+
+def _first_parameter(model) -> str | None:
+    return next(iter(_parameters(model)), None)
+
+
+def _parameters(model) -> list[str]:
+    try:
+        return list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError, AttributeError):
+        return []
+
+
+def _causal(config) -> bool:
+    return any(a.endswith("ForCausalLM") for a in getattr(config, "architectures", None) or ())
+
+
+def ordinary_tokens(config, inputs: dict[str, Any]) -> None:
+    """The meta token ids graphcost made for ``config``'s model stand, where the model's
+    Python reads their values (FSMT's ``if not padding_mask.any()``, LED's global attention),
+    for ids of one ordinary token: the first of the vocabulary no ``*_token_id`` of the config
+    names — no padding, as the all-ones attention mask eager makes has none
+    (input_values.py)."""
+    import torch
+
+    from .input_values import stand_in
+
+    special = {i for c in (config, getattr(config, "get_text_config", lambda: None)())
+               if c is not None for k, v in getattr(c, "__dict__", {}).items()
+               if k.endswith("token_id")
+               for i in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(i, int)}
+    token = next(i for i in range(len(special) + 1) if i not in special)
+    for name, t in inputs.items():
+        if name.endswith("input_ids") and t.dtype == torch.int64 and t.device.type == "meta":
+            stand_in(t, torch.full(tuple(t.shape), token, dtype=torch.int64))
