@@ -154,6 +154,20 @@ def test_a_language_model_head_gets_torchtitans_cross_entropy():
     _within(r.training.peak_bytes, measure_training(model, (tokens,), "adamw")[0])
 
 
+def _seq2seq_step(tmp_path, cfg, cls: str, seq: int = SEQ):
+    """(graphcost's report of ``cfg``'s training step from its config.json, MemTracker's
+    peak of the same step on the CPU build), 2 sequences of ``seq`` ids for the encoder and
+    the decoder, inputs left out on both sides."""
+    (tmp_path / "config.json").write_text(json.dumps({**cfg.to_dict(), "architectures": [cls]}))
+    r = analyze(str(tmp_path), batch=BATCH, dims={"seq": seq}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    tokens = {name: torch.randint(0, cfg.vocab_size, (BATCH, seq), generator=g)
+              for name in ("input_ids", "decoder_input_ids")}
+    return r, measure_training(getattr(transformers, cls)(cfg), (), "adamw", tokens)[0]
+
+
 def test_t5_from_its_config_trains_against_memtracker(tmp_path):
     # A config.json builds its model on the meta device. T5's decoder hands SDPA
     # where(causal mask, its relative-position bias, dtype min): AOTAutograd gave that bias
@@ -163,17 +177,8 @@ def test_t5_from_its_config_trains_against_memtracker(tmp_path):
     cfg = transformers.T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=4, d_kv=16,
                                 vocab_size=32_128, decoder_start_token_id=0, pad_token_id=0,
                                 eos_token_id=1)
-    (tmp_path / "config.json").write_text(json.dumps(
-        {**cfg.to_dict(), "architectures": ["T5ForConditionalGeneration"]}))
-    r = analyze(str(tmp_path), batch=BATCH, dims={"seq": SEQ}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
+    r, measured = _seq2seq_step(tmp_path, cfg, "T5ForConditionalGeneration")
     assert "torchtitan" in r.training.loss and "32,128" in r.training.loss
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(1)
-    tokens = {name: torch.randint(0, 32_128, (BATCH, SEQ), generator=g)
-              for name in ("input_ids", "decoder_input_ids")}
-    measured = measure_training(transformers.T5ForConditionalGeneration(cfg), (), "adamw",
-                                tokens)[0]
     _within(r.training.peak_bytes, measured, 1.0)
 
 
@@ -238,17 +243,8 @@ def test_longt5_transient_global_from_its_config_trains_against_memtracker(tmp_p
                                     vocab_size=1024, decoder_start_token_id=0, pad_token_id=0,
                                     eos_token_id=1, local_radius=8, global_block_size=4,
                                     encoder_attention_type="transient-global")
-    (tmp_path / "config.json").write_text(json.dumps(
-        {**cfg.to_dict(), "architectures": ["LongT5ForConditionalGeneration"]}))
-    r = analyze(str(tmp_path), batch=BATCH, dims={"seq": 64}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
+    r, measured = _seq2seq_step(tmp_path, cfg, "LongT5ForConditionalGeneration", seq=64)
     assert any("all-ones attention_mask" in w for w in r.warnings), r.warnings
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(1)
-    tokens = {name: torch.randint(0, 1024, (BATCH, 64), generator=g)
-              for name in ("input_ids", "decoder_input_ids")}
-    measured = measure_training(transformers.LongT5ForConditionalGeneration(cfg), (), "adamw",
-                                tokens)[0]
     _within(r.training.peak_bytes, measured, 0.5)
 
 
@@ -264,16 +260,7 @@ def test_prophetnet_whose_config_refuses_a_layer_count_is_traced_whole(tmp_path)
         vocab_size=1024, hidden_size=64, encoder_ffn_dim=128, decoder_ffn_dim=128,
         num_encoder_layers=6, num_decoder_layers=2, num_encoder_attention_heads=4,
         num_decoder_attention_heads=4, max_position_embeddings=256, ngram=2)
-    (tmp_path / "config.json").write_text(json.dumps(
-        {**cfg.to_dict(), "architectures": ["ProphetNetForConditionalGeneration"]}))
-    r = analyze(str(tmp_path), batch=BATCH, dims={"seq": 64}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(1)
-    tokens = {name: torch.randint(0, 1024, (BATCH, 64), generator=g)
-              for name in ("input_ids", "decoder_input_ids")}
-    measured = measure_training(transformers.ProphetNetForConditionalGeneration(cfg), (),
-                                "adamw", tokens)[0]
+    r, measured = _seq2seq_step(tmp_path, cfg, "ProphetNetForConditionalGeneration", seq=64)
     _within(r.training.peak_bytes, measured, 1.5)
 
 
