@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
 from graphcost.analyzer.measure.reference import measure_training
 
 from graphcost import GraphcostError, analyze
@@ -44,6 +45,9 @@ def test_whisper_from_its_config_trains_against_memtracker(tmp_path):
         analyze(str(tmp_path), dims={"seq": 16})
 
 
+@pytest.mark.skipif(TORCH_VERSION < (2, 9), reason="torch 2.8 has no meta kernel for weight "
+                    "norm's backward (wav2vec 2.0's positional convolution): the analysis "
+                    "says so in one line")
 def test_wav2vec2_from_its_config_takes_a_waveform(tmp_path):
     # wav2vec 2.0's CTC model takes input_values, a waveform: --dim samples of it (by default
     # 160,000, 10 s at the 16 kHz its feature extractor takes). Its conv feature encoder
