@@ -248,6 +248,7 @@ def test_longt5_transient_global_from_its_config_trains_against_memtracker(tmp_p
     _within(r.training.peak_bytes, measured, 0.5)
 
 
+@pytest.mark.same_on_every_torch   # (a config's and a loss's choice, not torch's)
 def test_prophetnet_whose_config_refuses_a_layer_count_is_traced_whole(tmp_path):
     # graphcost traces a long stack cut to three blocks and tells the config so; ProphetNet's
     # num_hidden_layers refuses a new value ("does not support the setting of
@@ -264,6 +265,7 @@ def test_prophetnet_whose_config_refuses_a_layer_count_is_traced_whole(tmp_path)
     _within(r.training.peak_bytes, measured, 1.5)
 
 
+@pytest.mark.same_on_every_torch   # (a config's and a loss's choice, not torch's)
 def test_a_causal_lm_with_a_vision_tower_trains_on_its_logits(tmp_path):
     # GIT's own loss drops its image's positions from the logits whether an image is given
     # or not: over tokens alone it fails in eager too ("Expected input batch_size (28) to
