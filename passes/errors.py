@@ -96,6 +96,14 @@ class GraphcostError(Exception):
         return self.worded(api_word)
 
 
+def first_line(exc: BaseException, limit: int | None = None) -> str:
+    """An exception's message in one line: its first non-empty one (a library's message may
+    start with a newline: transformers' ImportErrors do), cut at ``limit`` characters; ""
+    for an empty message."""
+    line = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return line[:limit] if limit is not None else line
+
+
 def did_you_mean(word: str, known: Iterable[str], template: str = "{}") -> str:
     """`` (did you mean X?)`` naming the known names closest to ``word`` (difflib), or "" when
     none is close. Case is ignored (``ResNet50`` finds ``resnet50``): a name typed from a paper

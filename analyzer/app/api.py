@@ -13,7 +13,7 @@ import gc
 import inspect
 from typing import Any, Mapping, Sequence
 
-from ...passes.errors import GraphcostError
+from ...passes.errors import GraphcostError, first_line
 from ..load.loading import load
 from ..load.progress import Progress
 from .api_checks import check_unknown
@@ -115,7 +115,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     except Exception as exc:
         # the API promises one exception type; the cause stays chained for the bug report
         raise GraphcostError(f"internal error ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:300] if str(exc) else ''}); please "
+                             f"{first_line(exc, 300)}); please "
                              "report it with the model and graphcost's version") from exc
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ...passes.errors import GraphcostError, opt
+from ...passes.errors import GraphcostError, first_line, opt
 from ..app.request import PassOptions
 from .reference import CpuSpec, cpu_device, measure_cpu
 
@@ -233,7 +233,7 @@ def _load_with_weights(resolved):
     except GraphcostError:
         raise
     except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else ""
+        first = first_line(exc)
         raise GraphcostError(f"{path}: cannot load it with its weights "
                              f"({type(exc).__name__}: {first})") from None
     _refuse_external(proto, None)
@@ -303,7 +303,7 @@ def _session(proto, *, optimize: bool):
                                     providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise GraphcostError("onnxruntime cannot run the model: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                             f"{first_line(exc) or type(exc).__name__}"
                              ) from None
 
 

@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import onnx
 from onnx import TensorProto, helper
 
-from ....passes.errors import GraphcostError, opt
+from ....passes.errors import GraphcostError, first_line, opt
 from ....passes.ir import Graph, TensorSpec
 from ..binding import RawDim, bind_inputs
 from . import shapes as onnx_shapes
@@ -53,7 +53,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         model = onnx.load(str(p), load_external_data=False)
     except Exception as exc:  # protobuf DecodeError and friends: not ONNX, or truncated
         raise GraphcostError(f"{p}: not a readable ONNX model ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else 'parse failed'})") from None
+                             f"{first_line(exc) or 'parse failed'})") from None
     if not model.HasField("graph") or (model.ir_version == 0 and not model.opset_import):
         raise GraphcostError(f"{p}: not an ONNX model (no graph / IR version in the file)")
     return model

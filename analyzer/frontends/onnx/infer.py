@@ -6,7 +6,7 @@ import re
 
 import onnx
 
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, first_line
 
 
 def infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProto:
@@ -24,7 +24,7 @@ def infer(model: onnx.ModelProto, name: str, data_prop: bool) -> onnx.ModelProto
                                                     strict_mode=strict, data_prop=data_prop)
             break
         except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            first = first_line(exc) or type(exc).__name__
             if "existing shape differ" in first and declared is None:
                 declared, model = model.graph.output, _without_output_shapes(model)
             elif strict and ("from external tensors" in first or _in_function_body(first)):

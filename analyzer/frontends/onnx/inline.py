@@ -35,7 +35,7 @@ import onnx
 import onnx.inliner
 from onnx import AttributeProto
 
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, first_line
 
 INLINE_FACTOR = 32
 INLINE_FLOOR = 30_000
@@ -363,5 +363,5 @@ def inline_functions(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
         return onnx.inliner.inline_local_functions(model)
     except Exception as exc:
         raise GraphcostError(f"{name}: cannot inline the model's local functions: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                             f"{first_line(exc) or type(exc).__name__}"
                              ) from None

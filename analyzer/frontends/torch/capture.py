@@ -31,7 +31,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import torch
 import torch.utils._pytree  # (torch.utils does not import it for the type checker)
 
-from ....passes.errors import GraphcostError, opt
+from ....passes.errors import GraphcostError, first_line, opt
 from .accumulate_grad import copied_in_place, obey_layout_contract, summed_in_place
 from .compat import eager_view_strides, marked_autograd_nodes, no_stack_traces
 from .eager_saved import held_by_backward
@@ -147,8 +147,7 @@ class TraceFailure(GraphcostError):
 
 def _one_line(exc: Exception) -> str:
     """An exception as 'Type: first non-empty line' (torch's messages run to pages)."""
-    first = next((line for line in str(exc).splitlines() if line.strip()), "")
-    return f"{type(exc).__name__}: {first[:300]}"
+    return f"{type(exc).__name__}: {first_line(exc, 300)}"
 
 
 @contextmanager

@@ -41,7 +41,7 @@ from typing import Iterator
 
 import torch
 
-from ....passes.errors import GraphcostError, opt
+from ....passes.errors import GraphcostError, first_line, opt
 
 # the output projection torchtitan keeps in high precision (its filter_fqns), by the names
 # transformers (``lm_head``) and torchtitan (``output``) give it
@@ -121,7 +121,7 @@ def _gather_in_float8(module: torch.nn.Module) -> None:
                 m.config = replace(m.config, enable_fsdp_float8_all_gather=True)
             except AssertionError as exc:
                 raise GraphcostError(f"{opt('parallel.float8_all_gather')}: torchao says: "
-                                     f"{str(exc).splitlines()[0][:160]}") from None
+                                     f"{first_line(exc, 160)}") from None
 
 
 def float8_linears(module: torch.nn.Module) -> int:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import torch
 
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, first_line
 from ....passes.ir import Graph, ValueKind
 from .fx_lowering import lower_fx_graph, module_types
 
@@ -132,7 +132,7 @@ def decompose_program(ep: "torch.export.ExportedProgram",
         return decompose(ep)
     except Exception as exc:
         raise GraphcostError(f"{name}: decomposing the exported program failed: "
-                             f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+                             f"{type(exc).__name__}: {first_line(exc)}") from None
 
 
 def training_decompositions() -> dict:

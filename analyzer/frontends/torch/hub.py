@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, first_line
 from .config_json import ONLY_MODELS, config_dtype, read_config
 from .optional_imports import check_transformers_companions
 
@@ -90,7 +90,7 @@ def config_file(text: str) -> Path:
             from None
     except Exception as exc:  # noqa: BLE001 - the hub client's network errors, one line
         raise GraphcostError(f"{text}: could not fetch config.json ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+                             f"{first_line(exc)})") from None
     finally:
         hub_logging.set_verbosity(verbosity)
 
@@ -152,7 +152,7 @@ def build(text: str) -> tuple[Any, Any, Any, str]:
             config = transformers.AutoConfig.from_pretrained(str(path), **unset)
         except Exception as exc:  # noqa: BLE001 - transformers' config errors, one line
             raise GraphcostError(f"{text}: transformers cannot read its config "
-                                 f"({type(exc).__name__}: {_first_line(exc)})") from None
+                                 f"({type(exc).__name__}: {first_line(exc)})") from None
         config.use_cache = False  # a training or prefill trace returns no cache
         dtype = getattr(torch, dtype_name) if dtype_name else torch.float32
         source = "config.json" if dtype_name else "default"
@@ -163,7 +163,7 @@ def build(text: str) -> tuple[Any, Any, Any, str]:
                 model = _parameters_on_meta(cls(config).to(dtype).eval())
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built from its config
             raise GraphcostError(f"{text}: building {cls.__name__} from its config failed "
-                                 f"({type(exc).__name__}: {_first_line(exc)})") from None
+                                 f"({type(exc).__name__}: {first_line(exc)})") from None
     return model, config, dtype, source
 
 
@@ -208,7 +208,7 @@ def _model_class(transformers, data: dict[str, Any], text: str, about: str) -> t
     except Exception as exc:  # noqa: BLE001 - its module failed to import, one line
         check_transformers_companions(text)  # (the usual cause: optional_imports)
         raise GraphcostError(f"{text}: transformers cannot import {name} "
-                             f"({type(exc).__name__}: {_first_line(exc)})") from None
+                             f"({type(exc).__name__}: {first_line(exc)})") from None
     if "auto_map" in data and (cls is None or data.get("model_type")
                                not in transformers.CONFIG_MAPPING):
         raise GraphcostError(f"{text}: the model needs its repository's own Python code "
@@ -240,9 +240,3 @@ def _quiet(transformers) -> Iterator[None]:
             yield
     finally:
         hf_logging.set_verbosity(verbosity)
-
-
-def _first_line(exc: BaseException) -> str:
-    """The message's first non-empty line (transformers' ImportErrors start with a newline:
-    "TimmBackbone requires the timm library but it was not found …" was shown as nothing)."""
-    return next((line.strip() for line in str(exc).splitlines() if line.strip()), "")

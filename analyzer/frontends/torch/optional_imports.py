@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import sys
 
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, first_line
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
@@ -67,7 +67,7 @@ def torchao_problem() -> str | None:
             have = version("torchao")
         except PackageNotFoundError:
             have = "(version unknown)"
-        first = (str(exc).splitlines() or [""])[0][:200]
+        first = first_line(exc, 200)
         public = torch.__version__.partition("+")[0]
         return (f"torchao {have} does not import beside torch {torch.__version__} "
                 f"({type(exc).__name__}: {first}): pip install the torchao release built for "
@@ -112,7 +112,7 @@ def _mismatch(exc: Exception) -> str:
         why = (f"is a CUDA build, which does not load beside torch {torch.__version__} "
                "(built without CUDA)")
     else:
-        first = (str(exc).splitlines() or [""])[0]
+        first = first_line(exc)
         why = f"does not import beside torch {torch.__version__} ({type(exc).__name__}: {first})"
     return f"torchvision {have} {why}: {torchvision_install()}"
 

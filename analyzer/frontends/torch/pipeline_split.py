@@ -16,7 +16,7 @@ import copy
 
 import torch
 
-from ....passes.errors import GraphcostError, opt
+from ....passes.errors import GraphcostError, first_line, opt
 from ....passes.parallel.schedules import stage_layers
 from .optional_imports import transformers_model
 
@@ -151,7 +151,7 @@ def split_pipe(module: torch.nn.Module, ids: torch.Tensor, points: list[str], st
         cause = exc.__cause__ or exc   # (export's own words, under the tracer's generic ones)
         raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: PyTorch's pipeline "
                              "tracer could not split the model: "
-                             f"{(str(cause).strip().splitlines() or [type(cause).__name__])[0][:200]}") \
+                             f"{first_line(cause, 200) or type(cause).__name__}") \
             from exc
     finally:
         module.train(was_training)

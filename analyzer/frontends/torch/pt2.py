@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ....passes.errors import GraphcostError
+from ....passes.errors import GraphcostError, first_line
 from .pt2_checks import (
     MAX_NODES,
     MAX_PROGRAM,
@@ -113,7 +113,7 @@ def _parsed(path: Path) -> tuple[dict, Walked]:
         raise
     except Exception as exc:  # a damaged zip: BadZipFile, a CRC error, a bad method
         raise GraphcostError(f"{path}: unreadable .pt2 archive ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+                             f"{first_line(exc)})") from None
     try:
         doc = json.loads(raw)
     except ValueError as exc:  # not JSON, or an integer of over 4,300 digits
@@ -225,7 +225,7 @@ def _load(path: Path) -> "torch.export.ExportedProgram":
         program = serialized(doc)
     except Exception as exc:
         raise GraphcostError(f"{path}: unreadable .pt2 archive ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+                             f"{first_line(exc)})") from None
     _retrace_bound(path, walked, program.plain)
     rebuilt = _rebuilt(path, program)
     _READ[rebuilt] = devices
@@ -272,4 +272,4 @@ def _rebuilt(path: Path, program) -> "torch.export.ExportedProgram":
         raise
     except Exception as exc:
         raise GraphcostError(f"{path}: cannot rebuild the exported program "
-                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+                             f"({type(exc).__name__}: {first_line(exc, 200)})") from None

@@ -41,6 +41,7 @@ from torch._export.serde.serialize import _SERIALIZE_TO_TORCH_DTYPE, deserialize
 from torch._export.serde.union import _Union, _UnionTag
 from torch._subclasses.fake_tensor import FakeTensor
 
+from ....passes.errors import first_line
 from .compat import TORCH_VERSION
 
 # The fast paths below reach into torch's deserializer, as torch 2.13 and 2.14 write it (checked
@@ -364,7 +365,7 @@ def _recomputed(graph: "torch.fx.Graph") -> str | None:
                     return f"node {n.name!r} records {recorded}, {n.target} makes {computed}"
                 sig[n] = computed
     except Exception as exc:  # a symbolic size, an operator that fails on its arguments
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        return f"{type(exc).__name__}: {first_line(exc, 200)}"
     return None
 
 
