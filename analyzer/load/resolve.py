@@ -226,9 +226,7 @@ def _zoo(name: str, b: Bindings, torch_module: bool, materialize: bool,
         typo = next((k for k in dims if k != "batch" and k not in takes), None)
         if typo is None:
             raise GraphcostError(f"zoo:{name}: {exc}") from None
-        raise GraphcostError(f"{opt('dims', typo)}: zoo:{name} has no dim {typo!r}"
-                             f"{did_you_mean(typo, takes)}; its dims: "
-                             f"{', '.join(takes) or 'batch only'}") from None
+        raise _no_such_dim(f"zoo:{name}", typo, takes) from None
     if b.input_shapes and b.batch is not None:
         shapes = {k: (b.batch, *v[1:]) for k, v in shapes.items()}
     from ..frontends.torch.capture import make_fakes, real_inputs
@@ -272,6 +270,13 @@ def _timm(name: str, b: Bindings, materialize: bool, note: Progress) -> Resolved
                     kwargs=fake_inputs(module, shapes, b.input_dtypes))
 
 
+def _no_such_dim(model: str, typo: str, takes) -> GraphcostError:
+    """The error for a ``--dim`` the model does not take, naming those it takes."""
+    return GraphcostError(f"{opt('dims', typo)}: {model} has no dim {typo!r}"
+                          f"{did_you_mean(typo, takes)}; its dims: "
+                          f"{', '.join(takes) or 'batch only'}")
+
+
 def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
     """A hub id or a local config (analyzer/frontends/torch/hub.py), built on meta in the config's dtype."""
     from ..frontends.torch import hub
@@ -298,8 +303,7 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
     typo = next((k for k in b.dims if k not in dims and k != "batch"
                  and not re.fullmatch(r"u\d+", k)), None)   # (u3: a data-dependent bound)
     if typo is not None and not b.input_shapes:
-        raise GraphcostError(f"{opt('dims', typo)}: {text} has no dim {typo!r}"
-                             f"{did_you_mean(typo, list(dims))}; its dims: {', '.join(dims)}")
+        raise _no_such_dim(text, typo, list(dims))
     kwargs = make_fakes(module, shapes, {**dtypes, **b.input_dtypes})
     config_inputs.ordinary_tokens(config, kwargs)
     return Resolved("torch", f"{text} ({str(dtype).removeprefix('torch.')} from {source})",
