@@ -49,22 +49,33 @@ def real_constants(gm: torch.fx.GraphModule) -> None:
 
     replaced = set()
     for target in {n.target for n in gm.graph.nodes if n.op == "get_attr"}:
-        owner, _, name = str(target).rpartition(".")
-        module = gm.get_submodule(owner) if owner else gm
-        value = getattr(module, name, None)
-        if not isinstance(value, FakeTensor):
-            continue
-        zeros = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
-        if name in module._buffers:
-            module._buffers[name] = zeros
-        else:
-            setattr(module, name, zeros)
-        replaced.add(target)
+        value = attribute(gm, str(target))
+        if isinstance(value, FakeTensor):
+            replace_attribute(gm, str(target),
+                              torch.zeros(value.shape, dtype=value.dtype, device=value.device))
+            replaced.add(target)
     for node in gm.graph.nodes:
         if writes_in_place(node) and node.args[0].op == "get_attr" \
                 and node.args[0].target in replaced:
             node.target = _functional(node.target)
     gm.recompile()
+
+
+def attribute(gm: torch.fx.GraphModule, target: str):
+    """What a ``get_attr`` node of ``gm`` reads (None where nothing is there)."""
+    owner, _, name = target.rpartition(".")
+    return getattr(gm.get_submodule(owner) if owner else gm, name, None)
+
+
+def replace_attribute(gm: torch.fx.GraphModule, target: str, value: torch.Tensor) -> None:
+    """The tensor a ``get_attr`` node of ``gm`` reads replaced by ``value`` (a buffer stays
+    a buffer)."""
+    owner, _, name = target.rpartition(".")
+    module = gm.get_submodule(owner) if owner else gm
+    if name in module._buffers:
+        module._buffers[name] = value
+    else:
+        setattr(module, name, value)
 
 
 def _functional(op):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .lifted_constants import real_constants
+from .lifted_constants import attribute, real_constants, replace_attribute
 
 
 def traceable_module(program: "torch.export.ExportedProgram") -> torch.fx.GraphModule:
@@ -46,14 +46,7 @@ def _made_on_meta(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.kwargs.get("device") == cpu:
             node.kwargs = {**node.kwargs, "device": meta}
-        if node.op == "get_attr":
-            owner, _, name = str(node.target).rpartition(".")
-            module = gm.get_submodule(owner) if owner else gm
-            value = getattr(module, name, None)
-            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) \
-                    and value.device == cpu:
-                on_meta = value.to(meta)
-                if name in module._buffers:
-                    module._buffers[name] = on_meta
-                else:
-                    setattr(module, name, on_meta)
+        value = attribute(gm, str(node.target)) if node.op == "get_attr" else None
+        if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) \
+                and value.device == cpu:
+            replace_attribute(gm, str(node.target), value.to(meta))
