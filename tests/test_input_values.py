@@ -200,3 +200,32 @@ def test_a_configs_model_branches_as_ids_without_padding_do(kind, tmp_path):
     measured = measure_training(cls(cfg), (), "adamw", tokens)[0]
     assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
         (r.training.peak_bytes, measured)
+
+
+def test_a_sequence_classifier_without_a_padding_token_trains_at_a_batch(tmp_path):
+    # GPT-2's config names no pad_token_id, and transformers' sequence classifiers refuse a
+    # batch above 1 without one (they pool each sequence at its last token before the
+    # padding): `graphcost gpt2-classifier --batch 2` was refused so. The eos token (50256)
+    # is set, as fine-tuning sets the tokenizer's pad token, and said; the ids hold none.
+    # Measured (2026-12-06, torch 2.13), the real model given that pad token and ids without
+    # it: 3,485,304 B predicted, 3,485,308 B MemTracker (−4 B)
+    import json
+
+    import transformers
+    from graphcost.analyzer.measure.reference import measure_training
+
+    cfg = transformers.GPT2Config(vocab_size=1024, n_embd=64, n_layer=2, n_head=4,
+                                  n_positions=128, num_labels=3)
+    assert cfg.pad_token_id is None and cfg.eos_token_id == 50256
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": ["GPT2ForSequenceClassification"]}))
+    r = analyze(str(tmp_path), batch=2, dims={"seq": 32}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    assert any("no pad_token_id" in w and "set to 50256" in w for w in r.warnings), r.warnings
+    torch.manual_seed(0)
+    cfg.pad_token_id = 50256
+    ids = torch.randint(0, 1024, (2, 32), generator=torch.Generator().manual_seed(1))
+    measured = measure_training(transformers.GPT2ForSequenceClassification(cfg), (), "adamw",
+                                {"input_ids": ids})[0]
+    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
+        (r.training.peak_bytes, measured)

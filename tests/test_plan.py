@@ -112,6 +112,9 @@ def test_what_the_plan_prunes_is_what_it_assumes(tiny_plan):
         assert direct.time is not None and direct.roofline is not None
         assert direct.time.seconds > done["none"].time.seconds
         assert done["full"].needs_bytes <= direct.roofline.fit.needs <= done["none"].needs_bytes
+        # the bounds the pruned candidate carries (the JSON's …_at_least) are these
+        assert c.seconds_at_least == done["none"].time.seconds
+        assert c.needs_at_least == done["full"].needs_bytes
 
 
 def test_a_pipeline_candidate_is_the_direct_analysis_of_its_settings():
@@ -246,6 +249,21 @@ def test_nothing_fits_names_the_gpus_that_would(capsys, monkeypatch):
     assert lines[-3] == (f"nothing fits 1 × t4: the least needs {human_bytes(alone.needs)} "
                          "of 16.00 GiB")
     assert lines[-1] == "it fits on 2 GPUs: dp_shard=2, batch 48, checkpoint full"
+
+
+def test_a_pruned_candidate_carries_the_bound_that_pruned_it(capsys):
+    """Every candidate in the JSON has figures or bounds: 96 sequences of 2,048 on one T4 do
+    not fit with every block checkpointed, so no plan that holds more is analyzed; each says
+    it needs at least full's bytes, and analyzed directly it does."""
+    assert main(["plan", "zoo:llama_tiny", "--gpus", "1", "--device", "t4", "--dim",
+                 "seq=2048", "--global-batch", "96", "--format", "json"]) == 0
+    planned = {c["checkpoint"]: c for c in json.loads(capsys.readouterr().out)["candidates"]}
+    full = planned.pop("full")
+    assert full["status"] == "over" and full["needs_at_least_bytes"] is None
+    assert {c["status"] for c in planned.values()} == {"pruned"}
+    none = analyze("zoo:llama_tiny", **{**TINY, "device": "t4", "dims": {"seq": 2048}}, batch=96)
+    assert none.roofline.fit.needs >= planned["none"]["needs_at_least_bytes"] == \
+        full["needs_bytes"] > full["offers_bytes"]
 
 
 def test_a_mixture_of_experts_is_searched_with_expert_parallelism():

@@ -52,6 +52,10 @@ class Candidate:
     allocated_bytes: int | None = None  # the tensors at the peak (the report's peak_bytes)
     time: TimeEstimate | None = None
     samples: int = 0                    # sequences (samples) a step, over every data rank
+    # a pruned one's bounds, where what pruned it proves one: the memory it needs at least (a
+    # plan that holds less needs that), the step's seconds at least (one with less recompute)
+    needs_at_least: int | None = None
+    seconds_at_least: float | None = None
 
     @property
     def samples_per_second(self) -> float | None:
@@ -259,7 +263,11 @@ def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mappin
                 and c.settings.batch == group[0].batch for c in out):
             why = ("over the memory: interleaved 1F1B holds more micro-batches in flight than "
                    "1F1B, which does not fit this layout")
-            out.extend(Candidate(s, "pruned", why) for s in group)
+            twins = {c.settings.checkpoint: c.needs_bytes for c in out
+                     if c.settings.mesh == group[0].mesh and c.settings.batch == group[0].batch
+                     and not c.settings.interleaved}
+            out.extend(Candidate(s, "pruned", why, needs_at_least=twins.get(s.checkpoint))
+                       for s in group)
             continue
         out.extend(_layout(group, analyzed))
     return out
@@ -288,12 +296,16 @@ def _layout(settings: list[Settings],
     if most.status == "over":
         why = (f"over the memory: checkpoint {most.settings.checkpoint}, which holds the "
                "least, does not fit")
-        return [most, *(Candidate(s, "pruned", why) for s in settings[:-1])]
+        return [most, *(Candidate(s, "pruned", why, needs_at_least=most.needs_bytes)
+                        for s in settings[:-1])]
     out: list[Candidate] = []
     for s in settings[:-1]:
-        if any(c.status == "fits" for c in out):
+        fitting = next((c for c in out if c.status == "fits"), None)
+        if fitting is not None:
             out.append(Candidate(s, "pruned", "slower: a checkpoint plan with less "
-                                              "recompute fits this layout"))
+                                              "recompute fits this layout",
+                                 needs_at_least=most.needs_bytes,
+                                 seconds_at_least=fitting.time and fitting.time.seconds))
         else:
             out.append(analyzed(s))
     return [*out, most]

@@ -12,7 +12,7 @@ from ..app.units import human_bytes, human_time
 
 Words = Callable[[GraphcostError], str]   # an error as the face words it
 
-PLAN_SCHEMA = 2   # 2: a candidate's schedule
+PLAN_SCHEMA = 3   # 2: a candidate's schedule; 3: a pruned one's bounds (…_at_least)
 HEAD = f"{'#':>2}  {'layout':<30}{'batch':>5}  {'ckpt':<5}{'memory':>10}  {'step':<8}" \
        f"{'tok/s/GPU':>9}{'MFU':>5}"
 
@@ -149,4 +149,7 @@ def _candidate_json(c: Candidate, command: Callable[[Candidate], str],
             "status": c.status,
             "detail": word(c.error) if c.error is not None else c.detail, "needs_bytes": c.needs_bytes,
             "offers_bytes": c.offers_bytes, "allocated_bytes": c.allocated_bytes,
-            "samples": c.samples, "time": time, "command": command(c)}
+            "samples": c.samples, "time": time, "command": command(c),
+            # (a pruned candidate's bounds: what pruned it proves of it, None where nothing)
+            "needs_at_least_bytes": c.needs_at_least,
+            "time_at_least_seconds": c.seconds_at_least}

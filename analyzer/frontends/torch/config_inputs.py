@@ -127,6 +127,28 @@ def _causal(config) -> bool:
     return any(a.endswith("ForCausalLM") for a in getattr(config, "architectures", None) or ())
 
 
+def pooling_pad(config, model) -> str | None:
+    """A sequence classifier whose config names no padding token: transformers pools each
+    sequence at its last token before the padding, and refuses a batch of more than one
+    without a ``pad_token_id`` to find it by ("Cannot handle batch sizes > 1 if no padding
+    token is defined"). Fine-tuning sets one (``tokenizer.pad_token = tokenizer.eos_token``):
+    graphcost sets the config's eos token (else its bos, else 0) and says so. Set before
+    ``ordinary_tokens``, which then picks another id, so the ids hold no padding and each
+    sequence is pooled at its last position, as transformers' pooling of unpadded ids is."""
+    # (transformers' pooling reads the text config's: a multimodal config's text_config)
+    text = getattr(config, "get_text_config", lambda: config)() or config
+    if not type(model).__name__.endswith("ForSequenceClassification") or \
+            getattr(text, "pad_token_id", 0) is not None:
+        return None
+    ids = [getattr(c, k, None) for c in (text, config) for k in ("eos_token_id", "bos_token_id")]
+    ids = [i[0] if isinstance(i, (list, tuple)) and i else i for i in ids]
+    pad = next((i for i in ids if isinstance(i, int)), 0)
+    text.pad_token_id = pad
+    return (f"its config names no pad_token_id, which a sequence classifier's pooling needs at "
+            f"a batch above 1: set to {pad} (its eos token, as fine-tuning sets the tokenizer's "
+            "pad token); the ids hold none, so each sequence is pooled at its last token")
+
+
 def ordinary_tokens(config, inputs: dict[str, Any]) -> None:
     """The meta token ids graphcost made for ``config``'s model stand, where the model's
     Python reads their values (FSMT's ``if not padding_mask.any()``, LED's global attention),
