@@ -306,7 +306,7 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
         raise _no_such_dim(text, typo, list(dims))
     kwargs = make_fakes(module, shapes, {**dtypes, **b.input_dtypes})
     pad = config_inputs.pooling_pad(config, module)
-    config_inputs.ordinary_tokens(config, kwargs)
+    config_inputs.ordinary_tokens(config, kwargs, module)
     return Resolved("torch", f"{text} ({str(dtype).removeprefix('torch.')} from {source})",
                     module=module, kwargs=kwargs, dims=dims, notes=(pad,) if pad else ())
 

@@ -144,8 +144,11 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
             if rows is None or func is not torch.Tensor.unbind or n.node.expr.is_Symbol:
                 rows = None
         known = len(env.var_to_range)  # a new symbol adds a range: look at outputs only then
+        sized = self.inputs.sized(func, args, kwargs) if rows is None else None
         if rows is not None:
             out = _select_each(args[0], _loop_dim(func, args, kwargs), rows)
+        elif sized is not None:
+            out = sized
         else:
             out = func(*args, **kwargs)
         if len(env.var_to_range) != known:
@@ -165,8 +168,8 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
             f"its Python, at {', '.join(asked)}): costed as a step whose values are finite, "
             "the other branch not taken"] if asked else []) + ([
             f"the model branches on values of its inputs (at {', '.join(read)}): decided by "
-            + ("token ids with no padding or other special token (graphcost's for a "
-               "config's model)" if self.inputs.stood_in else "the example inputs' values")
+            + (f"token ids {self.inputs.stood_in} (graphcost's for a config's model)"
+               if self.inputs.stood_in else "the example inputs' values")
             + ", as an eager run of them decides"] if read else [])
 
     def _install(self) -> None:

@@ -149,7 +149,7 @@ def pooling_pad(config, model) -> str | None:
             "pad token); the ids hold none, so each sequence is pooled at its last token")
 
 
-def ordinary_tokens(config, inputs: dict[str, Any]) -> None:
+def ordinary_tokens(config, inputs: dict[str, Any], model=None) -> None:
     """The meta token ids graphcost made for ``config``'s model stand, where the model's
     Python reads their values (FSMT's ``if not padding_mask.any()``, LED's global attention),
     for ids of one ordinary token: the first of the vocabulary no ``*_token_id`` of the config
@@ -164,6 +164,24 @@ def ordinary_tokens(config, inputs: dict[str, Any]) -> None:
                if k.endswith("token_id")
                for i in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(i, int)}
     token = next(i for i in range(len(special) + 1) if i not in special)
+    eos = _eos_pooled(config, model)
     for name, t in inputs.items():
         if name.endswith("input_ids") and t.dtype == torch.int64 and t.device.type == "meta":
-            stand_in(t, torch.full(tuple(t.shape), token, dtype=torch.int64))
+            values = torch.full(tuple(t.shape), token, dtype=torch.int64)
+            if eos is not None and name == "input_ids" and values.dim() == 2:
+                values[:, -1] = eos
+                stand_in(t, values, "of one ordinary token, each sequence ending with its eos "
+                                    "token")
+            else:
+                stand_in(t, values)
+
+
+def _eos_pooled(config, model) -> int | None:
+    """The eos token an encoder-decoder's sequence classifier (BART's, T5's families) pools
+    each sequence at, which their tokenizers end every sequence with: the stand-in ids end
+    with it too (eager refuses ids without one). None for any other model."""
+    eos = getattr(config, "eos_token_id", None)
+    if model is None or not getattr(config, "is_encoder_decoder", False) or \
+            not type(model).__name__.endswith("ForSequenceClassification"):
+        return None
+    return eos if isinstance(eos, int) else None

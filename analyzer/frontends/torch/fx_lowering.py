@@ -92,6 +92,11 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                                                    f"{fx.name} (input)"), kind)
             if kind == ValueKind.INPUT:
                 inputs.append(fx.name)
+        elif fx.op == "get_attr":   # a constant the trace made (an index from known values)
+            val = _attribute_value(graph, fx)
+            if isinstance(val, torch.Tensor):
+                values[fx.name] = Value(fx.name, _spec(val, cache, sizes, fx.name,
+                                                       f"{fx.name} (constant)"), ValueKind.CONST)
         elif fx.op == "call_function":
             if fx.target is operator.getitem:
                 src, idx = fx.args
@@ -252,3 +257,12 @@ def module_types(graph: "torch.fx.Graph") -> dict[str, str]:
             out.setdefault(path, cls.rsplit(".", 1)[-1] if isinstance(cls, str)
                            else getattr(cls, "__name__", str(cls)))
     return out
+
+
+def _attribute_value(graph: torch.fx.Graph, fx: torch.fx.Node):
+    """The tensor a ``get_attr`` node reads: its traced value, else its module's attribute."""
+    val = fx.meta.get("val")
+    if val is None and graph.owning_module is not None:
+        from .lifted_constants import attribute
+        val = attribute(graph.owning_module, str(fx.target))
+    return val

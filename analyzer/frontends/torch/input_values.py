@@ -11,8 +11,12 @@ take. A value a weight reaches is never known (its tensor has no real twin); nor
 ``MAX_ELEMENTS`` (a 2048² attention mask is not worth its copy), or on the meta device —
 but for the token ids graphcost makes for a config's model (built on meta): those stand for
 ids of one ordinary token, no padding nor any other special token (``stand_in``, registered
-by the loader), and what the model makes from them alone is computed on the CPU. The report
-says which lines of the model read such a value, and whose values decided it.
+by the loader), and what the model makes from them alone is computed on the CPU. For those
+stand-ins alone, a size their values decide (a boolean mask's selection) is traced at the size
+they give (``InputValues.sized``): a training trace cannot follow a data-dependent size, and
+the ids are graphcost's choice, said; a user's inputs' sizes stay data-dependent, traced at
+their bound (bounded_trace.py). The report says which lines of the model read such a value,
+and whose values decided it.
 """
 from __future__ import annotations
 
@@ -37,14 +41,15 @@ _READS = (torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.__int__,
           torch.Tensor.__index__)
 
 
-# meta example input -> the CPU values it stands for (``stand_in``)
+# meta example input -> (the CPU values it stands for, what they are: ``stand_in``)
 _STAND_INS = WeakIdKeyDictionary()
+ORDINARY = "with no padding or other special token"
 
 
-def stand_in(meta: torch.Tensor, values: torch.Tensor) -> None:
+def stand_in(meta: torch.Tensor, values: torch.Tensor, words: str = ORDINARY) -> None:
     """Branches on the meta tensor ``meta`` (an example input graphcost made) are decided by
-    ``values`` (CPU, its shape and dtype)."""
-    _STAND_INS[meta] = values
+    ``values`` (CPU, its shape and dtype): token ids ``words`` (the report's)."""
+    _STAND_INS[meta] = (values, words)
 
 
 class InputValues:
@@ -54,7 +59,7 @@ class InputValues:
         self._real = WeakIdKeyDictionary()
         self._on = False  # within ``of``: torch.export's run of the model, not what follows
         self.asked: list[str] = []  # "modeling_fsmt.py:266", one per line that read one
-        self.stood_in = False   # a stand-in's values were paired (graphcost's, not the user's)
+        self.stood_in = ""   # what the stand-ins paired are (graphcost's ids, not the user's)
 
     @contextmanager
     def of(self, model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]) -> Iterator:
@@ -91,7 +96,9 @@ class InputValues:
                 stood = _STAND_INS.get(r)
                 if stood is None:
                     continue
-                r, self.stood_in = stood, True
+                r, words = stood
+                if not self.stood_in or words != ORDINARY:   # (the ids ending in eos, said)
+                    self.stood_in = words
             if type(r) is torch.Tensor and r.device.type != "meta" and _small(r) \
                     and isinstance(f, torch.Tensor) and f is not r \
                     and r.shape == f.shape and r.dtype == f.dtype:  # (not fake: real values)
@@ -107,10 +114,65 @@ class InputValues:
             value = _eager(func, (self._real[args[0]], *args[1:]), kwargs)
         except Exception:  # noqa: BLE001 - as unknown as before
             return None
+        self._asking()
+        return value
+
+    def _asking(self) -> None:
+        """The model's line that reads a value: the report names it."""
         where = asking_line()
         if where not in self.asked:
             self.asked.append(where)
-        return value
+
+    def sized(self, func, args: tuple, kwargs: Mapping[str, Any]) -> Any:
+        """For graphcost's stand-in ids only (``stood_in``): a call whose output's size the
+        data decides, made of the stand-ins' values, traced at the size they give — which
+        AOTAutograd's backward trace can follow, as it cannot a data-dependent size. BART's
+        and T5's sequence classifiers pool each sequence at its eos token: their
+        ``unique_consecutive(eos_mask.sum(1))`` (a check) is its values' shape, an empty
+        tensor with them as its twin (the values are nowhere else read), and
+        ``hidden[eos_mask, :]`` indexes ``hidden`` by the mask's positions, constant index
+        tensors, as eager's boolean indexing gathers them. None otherwise (traced as before:
+        a data-dependent size at its bound)."""
+        if not self._on or not self.stood_in or not args:
+            return None
+        name = getattr(func, "__name__", "")
+        x = args[0]
+        if "unique" in name and isinstance(x, torch.Tensor) and x in self._real:
+            try:
+                real = _eager(func, (self._real[x], *args[1:]), kwargs)
+            except Exception:  # noqa: BLE001 - as unknown as before
+                return None
+            if not isinstance(real, torch.Tensor):
+                return None
+            out = torch.empty(real.shape, dtype=real.dtype, device=x.device)
+            self._real[out] = real
+            self._asking()
+            return out
+        if name == "__getitem__" and len(args) == 2:   # (TensorBase's slot)
+            index = self._positions(args[1], x)
+            if index is not None:
+                self._asking()
+                return func(x, index)
+        return None
+
+    def _positions(self, index, x) -> tuple | None:
+        """``index`` with each boolean tensor in it (a known mask) as the integer index
+        tensors of its positions (``nonzero``); None when it holds none or an unknown one."""
+        parts = index if isinstance(index, tuple) else (index,)
+        masks = [p for p in parts if isinstance(p, torch.Tensor) and p.dtype == torch.bool]
+        if not masks or not all(m in self._real for m in masks):
+            return None
+        out: list = []
+        for p in parts:
+            if isinstance(p, torch.Tensor) and p.dtype == torch.bool:
+                # (the positions read off the twin outside the trace's modes; the index
+                # tensors made in them, the trace's constants)
+                at = _eager(lambda m: [i.tolist() for i in m.nonzero(as_tuple=True)],
+                            (self._real[p],), {})
+                out += [torch.tensor(i, dtype=torch.int64, device=x.device) for i in at]
+            else:
+                out.append(p)
+        return tuple(out)
 
     def record(self, func, args: tuple, kwargs: Mapping[str, Any], out) -> None:
         """``out``'s twins, computed from the twins of ``func``'s inputs when every tensor it
