@@ -22,7 +22,10 @@ def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str
     transformers' default, a training step keeps more: GPT-2's attention saves the cache's
     concatenated key and value copies for the backward (4 · S · d · 4 B per layer pair at
     fp32), left out here. A head whose forward passes ``**kwargs`` on to its model
-    (GraniteMoe's) takes it there."""
+    (GraniteMoe's) takes it there, where its config has the cache on: one whose config has it
+    off already (a config.json's model: hub.py) is left to it, as a head may pass
+    ``use_cache=False`` itself beside ``**kwargs`` (T5Gemma's sequence classifier: "got
+    multiple values for keyword argument 'use_cache'")."""
     kwargs = dict(kwargs)
     transformers = sys.modules.get("transformers")
     pretrained = getattr(transformers, "PreTrainedModel", None) if transformers else None
@@ -30,7 +33,7 @@ def call_defaults(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> dict[str
         return kwargs
     params = inspect.signature(model.forward).parameters
     passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()) \
-        and getattr(getattr(model, "config", None), "use_cache", None) is not None
+        and bool(getattr(getattr(model, "config", None), "use_cache", None))
     if "use_cache" in params or passes_on:
         kwargs["use_cache"] = False
     return kwargs
