@@ -202,6 +202,7 @@ def test_a_configs_model_branches_as_ids_without_padding_do(kind, tmp_path):
         (r.training.peak_bytes, measured)
 
 
+@pytest.mark.same_on_every_torch   # (a config's pad token set: the same on every torch)
 def test_a_sequence_classifier_without_a_padding_token_trains_at_a_batch(tmp_path):
     # GPT-2's config names no pad_token_id, and transformers' sequence classifiers refuse a
     # batch above 1 without one (they pool each sequence at its last token before the
@@ -277,6 +278,7 @@ def test_an_encoder_decoder_classifier_pools_at_the_eos_its_ids_end_with(kind, w
         (r.training.peak_bytes, measured)
 
 
+@pytest.mark.same_on_every_torch   # (the keywords a head is called with: alike on every torch)
 def test_a_head_that_turns_the_cache_off_itself_trains_from_its_config(tmp_path):
     # T5Gemma's sequence classifier calls its model with use_cache=False beside **kwargs:
     # graphcost passed use_cache=False through those kwargs too ("got multiple values for
