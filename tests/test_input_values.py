@@ -307,3 +307,33 @@ def test_a_head_that_turns_the_cache_off_itself_trains_from_its_config(tmp_path)
     measured = measure_training(cls(cfg), (), "adamw", tokens)[0]
     assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
         (r.training.peak_bytes, measured)
+
+
+def test_longformers_classifier_trains_with_global_attention_on_its_first_token(tmp_path):
+    # Longformer's sequence classifier puts global attention on each sequence's first token
+    # and sizes the global attention by the mask: `nonzero` of it, `max()` of its row sums
+    # as a size (new_zeros, view, narrow). With graphcost's ids (no padding) those sizes are
+    # what the ids give, traced so (InputValues.sized); before, --train was refused ("the
+    # forward branches on the data-dependent Eq(u5, 1)"). Measured (2026-12-06, torch 2.13;
+    # ids drawn in 4..1023): 4,188,408 B predicted, 4,188,536 B MemTracker (−128 B)
+    import json
+
+    import transformers
+    from graphcost.analyzer.measure.reference import measure_training
+
+    cfg = transformers.LongformerConfig(
+        vocab_size=1024, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, attention_window=[16, 16], max_position_embeddings=160,
+        num_labels=3)
+    cls = transformers.LongformerForSequenceClassification
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": [cls.__name__]}))
+    r = analyze(str(tmp_path), batch=2, dims={"seq": 64}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    said = [w for w in r.warnings if "values of its inputs" in w]
+    assert len(said) == 1 and "modeling_longformer.py" in said[0], r.warnings
+    torch.manual_seed(0)
+    ids = torch.randint(4, 1024, (2, 64), generator=torch.Generator().manual_seed(1))
+    measured = measure_training(cls(cfg), (), "adamw", {"input_ids": ids})[0]
+    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
+        (r.training.peak_bytes, measured)

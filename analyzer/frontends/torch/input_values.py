@@ -41,6 +41,12 @@ _READS = (torch.Tensor.__bool__, torch.Tensor.item, torch.Tensor.__int__,
           torch.Tensor.__index__)
 
 
+# the calls whose output's size their inputs' values decide (``InputValues.sized``)
+_SIZED_BY_VALUES = frozenset({"nonzero", "argwhere", "unique", "unique_consecutive",
+                              "masked_select", "repeat_interleave", "arange"})
+# the methods that take sizes after the tensor, which a known 0-d tensor may give
+_TAKING_SIZES = frozenset({"new_zeros", "new_ones", "new_empty", "new_full", "view", "reshape",
+                           "expand", "repeat", "narrow"})
 # meta example input -> (the CPU values it stands for, what they are: ``stand_in``)
 _STAND_INS = WeakIdKeyDictionary()
 ORDINARY = "with no padding or other special token"
@@ -126,34 +132,66 @@ class InputValues:
     def sized(self, func, args: tuple, kwargs: Mapping[str, Any]) -> Any:
         """For graphcost's stand-in ids only (``stood_in``): a call whose output's size the
         data decides, made of the stand-ins' values, traced at the size they give — which
-        AOTAutograd's backward trace can follow, as it cannot a data-dependent size. BART's
-        and T5's sequence classifiers pool each sequence at its eos token: their
-        ``unique_consecutive(eos_mask.sum(1))`` (a check) is its values' shape, an empty
-        tensor with them as its twin (the values are nowhere else read), and
-        ``hidden[eos_mask, :]`` indexes ``hidden`` by the mask's positions, constant index
-        tensors, as eager's boolean indexing gathers them. None otherwise (traced as before:
-        a data-dependent size at its bound)."""
+        AOTAutograd's backward trace can follow, as it cannot a data-dependent size. Such a
+        call (``_SIZED_BY_VALUES``) of known tensors alone is its result, constants of the
+        trace: BART's and T5's sequence classifiers check ``unique_consecutive(eos_mask
+        .sum(1))``, Longformer's global attention takes ``nonzero`` of its mask.
+        ``hidden[eos_mask, :]`` (BART's pooling at each sequence's eos token) indexes
+        ``hidden`` by the known mask's positions, constant index tensors, as eager's boolean
+        indexing gathers them. None otherwise (traced as before: a data-dependent size at
+        its bound)."""
         if not self._on or not self.stood_in or not args:
             return None
         name = getattr(func, "__name__", "")
-        x = args[0]
-        if "unique" in name and isinstance(x, torch.Tensor) and x in self._real:
-            try:
-                real = _eager(func, (self._real[x], *args[1:]), kwargs)
-            except Exception:  # noqa: BLE001 - as unknown as before
-                return None
-            if not isinstance(real, torch.Tensor):
-                return None
-            out = torch.empty(real.shape, dtype=real.dtype, device=x.device)
-            self._real[out] = real
-            self._asking()
-            return out
+        if name in _SIZED_BY_VALUES:
+            return self._constants(func, args, kwargs)
+        if name in _TAKING_SIZES:   # (Longformer's new_zeros(max_num_global_attn_indices, …))
+            sizes = [self._number(a) for a in args[1:]]
+            if any(n is not None for n in sizes):
+                self._asking()
+                return func(args[0], *(a if n is None else n for a, n in zip(args[1:], sizes)),
+                            **kwargs)
         if name == "__getitem__" and len(args) == 2:   # (TensorBase's slot)
-            index = self._positions(args[1], x)
+            index = self._positions(args[1], args[0])
             if index is not None:
                 self._asking()
-                return func(x, index)
+                return func(args[0], index)
         return None
+
+    def _number(self, a) -> int | None:
+        """A size given as a known one-element integer tensor: its value (an eager call reads
+        it so); None for anything else."""
+        if isinstance(a, torch.Tensor) and a in self._real and a.numel() == 1 \
+                and not a.dtype.is_floating_point and a.dtype != torch.bool:
+            return int(_eager(torch.Tensor.item, (self._real[a],), {}))
+        return None
+
+    def _constants(self, func, args: tuple, kwargs: Mapping[str, Any]) -> Any:
+        """``func``'s result on the twins as constants of the trace, each with its twin;
+        None where a tensor it reads has none."""
+        tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs))
+                   if isinstance(a, torch.Tensor)]
+        if not tensors or not all(t in self._real for t in tensors):
+            return None
+        try:
+            real = _eager(func, *torch.utils._pytree.tree_map(self._twin, (args, kwargs)))
+        except Exception:  # noqa: BLE001 - what eager refuses stays unknown
+            return None
+        device = tensors[0].device
+        self._asking()
+        return torch.utils._pytree.tree_map(
+            lambda r: self._constant(r, device) if isinstance(r, torch.Tensor) else r, real)
+
+    def _constant(self, real: torch.Tensor, device) -> torch.Tensor:
+        """A constant of the trace holding ``real``'s values (read outside the trace's
+        modes), on ``device``; ``real`` its twin."""
+        if real.numel() == 0:
+            out = torch.empty(real.shape, dtype=real.dtype, device=device)
+        else:
+            out = torch.tensor(_eager(torch.Tensor.tolist, (real,), {}), dtype=real.dtype,
+                               device=device)
+        self._real[out] = real
+        return out
 
     def _positions(self, index, x) -> tuple | None:
         """``index`` with each boolean tensor in it (a known mask) as the integer index
