@@ -282,8 +282,8 @@ def test_an_encoder_decoder_classifier_pools_at_the_eos_its_ids_end_with(kind, w
 def test_a_head_that_turns_the_cache_off_itself_trains_from_its_config(tmp_path):
     # T5Gemma's sequence classifier calls its model with use_cache=False beside **kwargs:
     # graphcost passed use_cache=False through those kwargs too ("got multiple values for
-    # keyword argument 'use_cache'"); a config.json's model has its cache off already
-    # (transformers_tracing.call_defaults leaves it be then). Its ids hold no special token
+    # keyword argument 'use_cache'"); a config.json's model has its cache off already, in
+    # each config it holds (hub._no_cache), and is passed none. Its ids hold no special token
     # (0, 1, 2: pad, eos, bos). Measured (2026-12-06, torch 2.13): 4,758,708 B predicted,
     # 4,774,584 B MemTracker (−0.33%)
     import json

@@ -153,7 +153,7 @@ def build(text: str) -> tuple[Any, Any, Any, str]:
         except Exception as exc:  # noqa: BLE001 - transformers' config errors, one line
             raise GraphcostError(f"{text}: transformers cannot read its config "
                                  f"({type(exc).__name__}: {first_line(exc)})") from None
-        config.use_cache = False  # a training or prefill trace returns no cache
+        _no_cache(transformers, config)
         dtype = getattr(torch, dtype_name) if dtype_name else torch.float32
         source = "config.json" if dtype_name else "default"
         if "auto_map" in data:   # (the model line names the class and where the dtype came from)
@@ -165,6 +165,17 @@ def build(text: str) -> tuple[Any, Any, Any, str]:
             raise GraphcostError(f"{text}: building {cls.__name__} from its config failed "
                                  f"({type(exc).__name__}: {first_line(exc)})") from None
     return model, config, dtype, source
+
+
+def _no_cache(transformers, config) -> None:
+    """A training or prefill trace returns no cache: ``use_cache`` off in the config and in
+    each config it holds (Gemma 3's text_config, T5Gemma's encoder and decoder), which its
+    inner models read (transformers_tracing.call_defaults passes no ``use_cache`` to a
+    model whose config has it off)."""
+    config.use_cache = False
+    for sub in vars(config).values():
+        if isinstance(sub, transformers.PretrainedConfig) and hasattr(sub, "use_cache"):
+            sub.use_cache = False
 
 
 def _parameters_on_meta(model):

@@ -161,7 +161,7 @@ class InputValues:
     def _number(self, a) -> int | None:
         """A size given as a known one-element integer tensor: its value (an eager call reads
         it so); None for anything else."""
-        if isinstance(a, torch.Tensor) and a in self._real and a.numel() == 1 \
+        if isinstance(a, torch.Tensor) and a in self._real and a.dim() == 0 \
                 and not a.dtype.is_floating_point and a.dtype != torch.bool:
             return int(_eager(torch.Tensor.item, (self._real[a],), {}))
         return None
@@ -203,11 +203,8 @@ class InputValues:
         out: list = []
         for p in parts:
             if isinstance(p, torch.Tensor) and p.dtype == torch.bool:
-                # (the positions read off the twin outside the trace's modes; the index
-                # tensors made in them, the trace's constants)
-                at = _eager(lambda m: [i.tolist() for i in m.nonzero(as_tuple=True)],
-                            (self._real[p],), {})
-                out += [torch.tensor(i, dtype=torch.int64, device=x.device) for i in at]
+                at = _eager(torch.Tensor.nonzero, (self._real[p],), {"as_tuple": True})
+                out += [self._constant(i, x.device) for i in at]
             else:
                 out.append(p)
         return tuple(out)
