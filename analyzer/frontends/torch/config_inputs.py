@@ -140,13 +140,14 @@ def pooling_pad(config, model) -> str | None:
     if not type(model).__name__.endswith("ForSequenceClassification") or \
             getattr(text, "pad_token_id", 0) is not None:
         return None
-    ids = [getattr(c, k, None) for c in (text, config) for k in ("eos_token_id", "bos_token_id")]
-    ids = [i[0] if isinstance(i, (list, tuple)) and i else i for i in ids]
-    pad = next((i for i in ids if isinstance(i, int)), 0)
+    named = [(getattr(c, f"{k}_token_id", None), k) for c in (text, config) for k in ("eos", "bos")]
+    named = [(i[0] if isinstance(i, (list, tuple)) and i else i, k) for i, k in named]
+    pad, which = next(((i, f"its {k} token") for i, k in named if isinstance(i, int)),
+                      (0, "token 0: it names no eos token"))
     text.pad_token_id = pad
     return (f"its config names no pad_token_id, which a sequence classifier's pooling needs at "
-            f"a batch above 1: set to {pad} (its eos token, as fine-tuning sets the tokenizer's "
-            "pad token); the ids hold none, so each sequence is pooled at its last token")
+            f"a batch above 1: set to {pad} ({which}, as fine-tuning sets the tokenizer's pad "
+            "token to its eos); the ids hold none, so each sequence is pooled at its last token")
 
 
 def ordinary_tokens(config, inputs: dict[str, Any], model=None) -> None:

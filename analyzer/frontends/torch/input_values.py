@@ -159,8 +159,8 @@ class InputValues:
         return None
 
     def _number(self, a) -> int | None:
-        """A size given as a known one-element integer tensor: its value (an eager call reads
-        it so); None for anything else."""
+        """A size given as a known 0-d integer tensor: its value (an eager call reads it
+        so); None for anything else."""
         if isinstance(a, torch.Tensor) and a in self._real and a.dim() == 0 \
                 and not a.dtype.is_floating_point and a.dtype != torch.bool:
             return int(_eager(torch.Tensor.item, (self._real[a],), {}))
