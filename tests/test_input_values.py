@@ -5,6 +5,8 @@ and the report says where; a value a weight reaches, a number read from the inpu
 given by shape only are not (before, every such branch stopped the trace)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from graphcost.passes.errors import GraphcostError
@@ -158,6 +160,24 @@ def test_a_twin_lives_until_a_weight_writes_its_tensor(written):
     assert "value read from a tensor" in str(err.value)
 
 
+def _from_config(tmp_path, cfg, cls, seq: int):
+    """The training step (AdamW, batch 2, inputs left out) graphcost gives ``cls`` named by
+    ``cfg`` in a config.json, as a user's hub id or folder is analyzed."""
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": [cls.__name__]}))
+    return analyze(str(tmp_path), batch=2, dims={"seq": seq}, train=True, optimizer="adamw",
+                   include_inputs=False, what_if=False)
+
+
+def _against_memtracker(r, model, tokens: dict, within: float = 0.005) -> None:
+    """``r``'s step peak within ``within`` of MemTracker's on the real step of ``model``."""
+    from graphcost.analyzer.measure.reference import measure_training
+
+    measured = measure_training(model, (), "adamw", tokens)[0]
+    assert abs(r.training.peak_bytes - measured) <= within * measured, \
+        (r.training.peak_bytes, measured)
+
+
 @pytest.mark.parametrize("kind", ["fsmt", "led"])
 def test_a_configs_model_branches_as_ids_without_padding_do(kind, tmp_path):
     # A config.json's model is built on meta, and so are the token ids graphcost makes for
@@ -168,10 +188,7 @@ def test_a_configs_model_branches_as_ids_without_padding_do(kind, tmp_path):
     # the values were graphcost's. Measured (2026-12-06, torch 2.13; ids drawn in 4..1023,
     # none FSMT's pad 1 or LED's pad 1): FSMT 9,432,428 B predicted, 9,431,404 B MemTracker
     # (+0.01%); LED 8,439,028 B both
-    import json
-
     import transformers
-    from graphcost.analyzer.measure.reference import measure_training
 
     if kind == "fsmt":
         cfg = transformers.FSMTConfig(
@@ -187,19 +204,14 @@ def test_a_configs_model_branches_as_ids_without_padding_do(kind, tmp_path):
             decoder_ffn_dim=128, max_encoder_position_embeddings=256,
             max_decoder_position_embeddings=256, attention_window=[16, 16])
         cls = transformers.LEDForConditionalGeneration
-    (tmp_path / "config.json").write_text(json.dumps(
-        {**cfg.to_dict(), "architectures": [cls.__name__]}))
-    r = analyze(str(tmp_path), batch=2, dims={"seq": 64}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
+    r = _from_config(tmp_path, cfg, cls, seq=64)
     said = [w for w in r.warnings if "values of its inputs" in w]
     assert len(said) == 1 and "graphcost's for a config's model" in said[0], r.warnings
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     tokens = {name: torch.randint(4, 1024, (2, 64), generator=g)
               for name in ("input_ids", "decoder_input_ids")}
-    measured = measure_training(cls(cfg), (), "adamw", tokens)[0]
-    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
-        (r.training.peak_bytes, measured)
+    _against_memtracker(r, cls(cfg), tokens)
 
 
 @pytest.mark.same_on_every_torch   # (a config's pad token set: the same on every torch)
@@ -210,26 +222,17 @@ def test_a_sequence_classifier_without_a_padding_token_trains_at_a_batch(tmp_pat
     # is set, as fine-tuning sets the tokenizer's pad token, and said; the ids hold none.
     # Measured (2026-12-06, torch 2.13), the real model given that pad token and ids without
     # it: 3,485,304 B predicted, 3,485,308 B MemTracker (−4 B)
-    import json
-
     import transformers
-    from graphcost.analyzer.measure.reference import measure_training
 
     cfg = transformers.GPT2Config(vocab_size=1024, n_embd=64, n_layer=2, n_head=4,
                                   n_positions=128, num_labels=3)
     assert cfg.pad_token_id is None and cfg.eos_token_id == 50256
-    (tmp_path / "config.json").write_text(json.dumps(
-        {**cfg.to_dict(), "architectures": ["GPT2ForSequenceClassification"]}))
-    r = analyze(str(tmp_path), batch=2, dims={"seq": 32}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
+    r = _from_config(tmp_path, cfg, transformers.GPT2ForSequenceClassification, seq=32)
     assert any("no pad_token_id" in w and "set to 50256" in w for w in r.warnings), r.warnings
     torch.manual_seed(0)
     cfg.pad_token_id = 50256
     ids = torch.randint(0, 1024, (2, 32), generator=torch.Generator().manual_seed(1))
-    measured = measure_training(transformers.GPT2ForSequenceClassification(cfg), (), "adamw",
-                                {"input_ids": ids})[0]
-    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
-        (r.training.peak_bytes, measured)
+    _against_memtracker(r, transformers.GPT2ForSequenceClassification(cfg), {"input_ids": ids})
 
 
 @pytest.mark.parametrize("kind, within", [("bart", 0.005), ("t5", 0.015)])
@@ -247,10 +250,7 @@ def test_an_encoder_decoder_classifier_pools_at_the_eos_its_ids_end_with(kind, w
     # MemTracker (−8 B); T5 5,099,760 B against 5,165,296 B (−1.27%, 64 KiB: the size of one
     # (2, 4, 32, 32) fp32 score tensor; T5's generation model is exact, the classifier's gap
     # not traced further)
-    import json
-
     import transformers
-    from graphcost.analyzer.measure.reference import measure_training
 
     if kind == "bart":
         cfg = transformers.BartConfig(
@@ -262,10 +262,7 @@ def test_an_encoder_decoder_classifier_pools_at_the_eos_its_ids_end_with(kind, w
         cfg = transformers.T5Config(vocab_size=1024, d_model=64, d_kv=16, d_ff=128,
                                     num_layers=2, num_heads=4, num_labels=3)
         cls = transformers.T5ForSequenceClassification
-    (tmp_path / "config.json").write_text(json.dumps(
-        {**cfg.to_dict(), "architectures": [cls.__name__]}))
-    r = analyze(str(tmp_path), batch=2, dims={"seq": 32}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
+    r = _from_config(tmp_path, cfg, cls, seq=32)
     said = [w for w in r.warnings if "values of its inputs" in w]
     assert len(said) == 1 and "each sequence ending with its eos token" in said[0], r.warnings
     torch.manual_seed(0)
@@ -273,9 +270,7 @@ def test_an_encoder_decoder_classifier_pools_at_the_eos_its_ids_end_with(kind, w
     ids = torch.randint(4, 1024, (2, 32), generator=g)
     ids[:, -1] = cfg.eos_token_id
     tokens = {"input_ids": ids, "decoder_input_ids": torch.randint(4, 1024, (2, 32), generator=g)}
-    measured = measure_training(cls(cfg), (), "adamw", tokens)[0]
-    assert abs(r.training.peak_bytes - measured) <= within * measured, \
-        (r.training.peak_bytes, measured)
+    _against_memtracker(r, cls(cfg), tokens, within=within)
 
 
 @pytest.mark.same_on_every_torch   # (the keywords a head is called with: alike on every torch)
@@ -286,27 +281,19 @@ def test_a_head_that_turns_the_cache_off_itself_trains_from_its_config(tmp_path)
     # each config it holds (hub._no_cache), and is passed none. Its ids hold no special token
     # (0, 1, 2: pad, eos, bos). Measured (2026-12-06, torch 2.13): 4,758,708 B predicted,
     # 4,774,584 B MemTracker (−0.33%)
-    import json
-
     import transformers
-    from graphcost.analyzer.measure.reference import measure_training
 
     side = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
             "head_dim": 16}
     cfg = transformers.T5GemmaConfig(encoder=side, decoder=side, vocab_size=256, num_labels=3)
     cls = transformers.T5GemmaForSequenceClassification
-    (tmp_path / "config.json").write_text(json.dumps(
-        {**cfg.to_dict(), "architectures": [cls.__name__]}))
-    r = analyze(str(tmp_path), batch=2, dims={"seq": 32}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
+    r = _from_config(tmp_path, cfg, cls, seq=32)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     tokens = {name: torch.randint(4, 256, (2, 32), generator=g)
               for name in ("input_ids", "decoder_input_ids")}
-    measured = measure_training(cls(cfg), (), "adamw", tokens)[0]
-    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
-        (r.training.peak_bytes, measured)
+    _against_memtracker(r, cls(cfg), tokens)
 
 
 def test_longformers_classifier_trains_with_global_attention_on_its_first_token(tmp_path):
@@ -316,24 +303,16 @@ def test_longformers_classifier_trains_with_global_attention_on_its_first_token(
     # what the ids give, traced so (InputValues.sized); before, --train was refused ("the
     # forward branches on the data-dependent Eq(u5, 1)"). Measured (2026-12-06, torch 2.13;
     # ids drawn in 4..1023): 4,188,408 B predicted, 4,188,536 B MemTracker (−128 B)
-    import json
-
     import transformers
-    from graphcost.analyzer.measure.reference import measure_training
 
     cfg = transformers.LongformerConfig(
         vocab_size=1024, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=128, attention_window=[16, 16], max_position_embeddings=160,
         num_labels=3)
     cls = transformers.LongformerForSequenceClassification
-    (tmp_path / "config.json").write_text(json.dumps(
-        {**cfg.to_dict(), "architectures": [cls.__name__]}))
-    r = analyze(str(tmp_path), batch=2, dims={"seq": 64}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
+    r = _from_config(tmp_path, cfg, cls, seq=64)
     said = [w for w in r.warnings if "values of its inputs" in w]
     assert len(said) == 1 and "modeling_longformer.py" in said[0], r.warnings
     torch.manual_seed(0)
     ids = torch.randint(4, 1024, (2, 64), generator=torch.Generator().manual_seed(1))
-    measured = measure_training(cls(cfg), (), "adamw", {"input_ids": ids})[0]
-    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
-        (r.training.peak_bytes, measured)
+    _against_memtracker(r, cls(cfg), {"input_ids": ids})
