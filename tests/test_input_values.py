@@ -169,6 +169,13 @@ def _from_config(tmp_path, cfg, cls, seq: int):
                    include_inputs=False, what_if=False)
 
 
+def _values_said(r) -> str:
+    """The report's one warning that the model branched on its inputs' values."""
+    said = [w for w in r.warnings if "values of its inputs" in w]
+    assert len(said) == 1, r.warnings
+    return said[0]
+
+
 def _against_memtracker(r, model, tokens: dict, within: float = 0.005) -> None:
     """``r``'s step peak within ``within`` of MemTracker's on the real step of ``model``."""
     from graphcost.analyzer.measure.reference import measure_training
@@ -205,8 +212,7 @@ def test_a_configs_model_branches_as_ids_without_padding_do(kind, tmp_path):
             max_decoder_position_embeddings=256, attention_window=[16, 16])
         cls = transformers.LEDForConditionalGeneration
     r = _from_config(tmp_path, cfg, cls, seq=64)
-    said = [w for w in r.warnings if "values of its inputs" in w]
-    assert len(said) == 1 and "graphcost's for a config's model" in said[0], r.warnings
+    assert "graphcost's for a config's model" in _values_said(r)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     tokens = {name: torch.randint(4, 1024, (2, 64), generator=g)
@@ -263,8 +269,7 @@ def test_an_encoder_decoder_classifier_pools_at_the_eos_its_ids_end_with(kind, w
                                     num_layers=2, num_heads=4, num_labels=3)
         cls = transformers.T5ForSequenceClassification
     r = _from_config(tmp_path, cfg, cls, seq=32)
-    said = [w for w in r.warnings if "values of its inputs" in w]
-    assert len(said) == 1 and "each sequence ending with its eos token" in said[0], r.warnings
+    assert "each sequence ending with its eos token" in _values_said(r)
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(4, 1024, (2, 32), generator=g)
@@ -311,8 +316,7 @@ def test_longformers_classifier_trains_with_global_attention_on_its_first_token(
         num_labels=3)
     cls = transformers.LongformerForSequenceClassification
     r = _from_config(tmp_path, cfg, cls, seq=64)
-    said = [w for w in r.warnings if "values of its inputs" in w]
-    assert len(said) == 1 and "modeling_longformer.py" in said[0], r.warnings
+    assert "modeling_longformer.py" in _values_said(r)
     torch.manual_seed(0)
     ids = torch.randint(4, 1024, (2, 64), generator=torch.Generator().manual_seed(1))
     _against_memtracker(r, cls(cfg), {"input_ids": ids})
