@@ -170,7 +170,10 @@ class BoundedSizes(torch.overrides.TorchFunctionMode):
             f"the model branches on values of its inputs (at {', '.join(read)}): decided by "
             + (f"token ids {self.inputs.stood_in} (graphcost's for a config's model)"
                if self.inputs.stood_in else "the example inputs' values")
-            + ", as an eager run of them decides"] if read else [])
+            + ", as an eager run of them decides" + (
+                "; the sizes they decide are traced at their values, the few integer ops "
+                "that compute them as constants (not costed)" if self.inputs.sized_any
+                else "")] if read else [])
 
     def _install(self) -> None:
         from torch._guards import detect_fake_mode

@@ -65,6 +65,7 @@ class InputValues:
         self._real = WeakIdKeyDictionary()
         self._on = False  # within ``of``: torch.export's run of the model, not what follows
         self.asked: list[str] = []  # "modeling_fsmt.py:266", one per line that read one
+        self.sized_any = False   # a size the stand-ins decide was traced as constants
         self.stood_in = ""   # what the stand-ins paired are (graphcost's ids, not the user's)
 
     @contextmanager
@@ -123,8 +124,10 @@ class InputValues:
         self._asking()
         return value
 
-    def _asking(self) -> None:
-        """The model's line that reads a value: the report names it."""
+    def _asking(self, sized: bool = False) -> None:
+        """The model's line that reads a value (``sized``: a size its values decide, made
+        constants of the trace): the report names it."""
+        self.sized_any = self.sized_any or sized
         where = asking_line()
         if where not in self.asked:
             self.asked.append(where)
@@ -148,13 +151,13 @@ class InputValues:
         if name in _TAKING_SIZES:   # (Longformer's new_zeros(max_num_global_attn_indices, …))
             sizes = [self._number(a) for a in args[1:]]
             if any(n is not None for n in sizes):
-                self._asking()
+                self._asking(sized=True)
                 return func(args[0], *(a if n is None else n for a, n in zip(args[1:], sizes)),
                             **kwargs)
         if name == "__getitem__" and len(args) == 2:   # (TensorBase's slot)
             index = self._positions(args[1], args[0])
             if index is not None:
-                self._asking()
+                self._asking(sized=True)
                 return func(args[0], index)
         return None
 
@@ -178,7 +181,7 @@ class InputValues:
         except Exception:  # noqa: BLE001 - what eager refuses stays unknown
             return None
         device = tensors[0].device
-        self._asking()
+        self._asking(sized=True)
         return torch.utils._pytree.tree_map(
             lambda r: self._constant(r, device) if isinstance(r, torch.Tensor) else r, real)
 
