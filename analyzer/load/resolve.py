@@ -305,8 +305,7 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
     if typo is not None and not b.input_shapes:
         raise _no_such_dim(text, typo, list(dims))
     kwargs = make_fakes(module, shapes, {**dtypes, **b.input_dtypes})
-    pad = config_inputs.pooling_pad(config, module)
-    config_inputs.ordinary_tokens(config, kwargs, module)
+    pad = config_inputs.ordinary_tokens(config, kwargs, module)
     return Resolved("torch", f"{text} ({str(dtype).removeprefix('torch.')} from {source})",
                     module=module, kwargs=kwargs, dims=dims, notes=(pad,) if pad else ())
 

@@ -127,18 +127,17 @@ def _causal(config) -> bool:
     return any(a.endswith("ForCausalLM") for a in getattr(config, "architectures", None) or ())
 
 
-def pooling_pad(config, model) -> str | None:
+def _pooling_pad(config, model) -> str | None:
     """A sequence classifier whose config names no padding token: transformers pools each
     sequence at its last token before the padding, and refuses a batch of more than one
     without a ``pad_token_id`` to find it by ("Cannot handle batch sizes > 1 if no padding
     token is defined"). Fine-tuning sets one (``tokenizer.pad_token = tokenizer.eos_token``):
-    graphcost sets the config's eos token (else its bos, else 0) and says so. Set before
+    graphcost sets the config's eos token (else its bos, else 0) and says so. Set first by
     ``ordinary_tokens``, which then picks another id, so the ids hold no padding and each
     sequence is pooled at its last position, as transformers' pooling of unpadded ids is."""
     # (transformers' pooling reads the text config's: a multimodal config's text_config)
     text = getattr(config, "get_text_config", lambda: config)() or config
-    if not type(model).__name__.endswith("ForSequenceClassification") or \
-            getattr(text, "pad_token_id", 0) is not None:
+    if not _classifier(model) or getattr(text, "pad_token_id", 0) is not None:
         return None
     named = [(getattr(c, f"{k}_token_id", None), k) for c in (text, config) for k in ("eos", "bos")]
     named = [(i[0] if isinstance(i, (list, tuple)) and i else i, k) for i, k in named]
@@ -150,16 +149,24 @@ def pooling_pad(config, model) -> str | None:
             "token to its eos); the ids hold none, so each sequence is pooled at its last token")
 
 
-def ordinary_tokens(config, inputs: dict[str, Any], model=None) -> None:
+def _classifier(model) -> bool:
+    """A transformers sequence classifier (its pooling reads the ids' values)."""
+    return type(model).__name__.endswith("ForSequenceClassification")
+
+
+def ordinary_tokens(config, inputs: dict[str, Any], model=None) -> str | None:
     """The meta token ids graphcost made for ``config``'s model stand, where the model's
     Python reads their values (FSMT's ``if not padding_mask.any()``, LED's global attention),
     for ids of one ordinary token: the first of the vocabulary no ``*_token_id`` of the config
     names — no padding, as the all-ones attention mask eager makes has none
-    (input_values.py)."""
+    (input_values.py); an encoder-decoder classifier's ending with its eos token. A
+    classifier with no pad token is given one first (``_pooling_pad``, so that the ids hold
+    none): its note, the report's, is returned."""
     import torch
 
     from .input_values import stand_in
 
+    pad = _pooling_pad(config, model) if model is not None else None
     special = {i for c in (config, getattr(config, "get_text_config", lambda: None)())
                if c is not None for k, v in getattr(c, "__dict__", {}).items()
                if k.endswith("token_id")
@@ -175,6 +182,7 @@ def ordinary_tokens(config, inputs: dict[str, Any], model=None) -> None:
                                     "token")
             else:
                 stand_in(t, values)
+    return pad
 
 
 def _eos_pooled(config, model) -> int | None:
@@ -183,6 +191,6 @@ def _eos_pooled(config, model) -> int | None:
     with it too (eager refuses ids without one). None for any other model."""
     eos = getattr(config, "eos_token_id", None)
     if model is None or not getattr(config, "is_encoder_decoder", False) or \
-            not type(model).__name__.endswith("ForSequenceClassification"):
+            not _classifier(model):
         return None
     return eos if isinstance(eos, int) else None
