@@ -106,6 +106,26 @@ def test_the_experts_are_units_of_their_own_and_the_exchange_is_counted(predicte
     assert p.world_size == 2 and p.global_batch == 2 * BATCH
 
 
+@pytest.mark.same_on_every_torch
+def test_the_report_counts_the_ranks_slice_of_the_experts_as_the_ranks():
+    """The rank's program holds its slice of the experts: its parameters are said to be an ep
+    rank's (a 30B mixture at ep 8 was shown as a 5B model), and its program alone beside the
+    peak is not one device's whole model."""
+    from graphcost.analyzer.render.summary import summary_lines
+
+    ids = torch.randint(0, 512, (BATCH, SEQ))
+    r = analyze(_model(), example_inputs=(ids,), train=True, optimizer="adam",
+                include_inputs=False, parallel={"mesh": "dp_shard=2,ep=2"}, what_if=False)
+    text = "\n".join(summary_lines(r, width=200))
+    # hf.mixtral grown (test_the_experts_are_units_…): a layer's 8 experts hold 8 · (512 · 64
+    # + 64 · 256) = 393,216 parameters, of which a rank holds 4: 196,608 fewer a layer, 2
+    # layers
+    whole = sum(p.numel() for p in _model().parameters())
+    assert r.totals.params == whole - 2 * 196_608
+    assert f"{r.totals.params:,} (" in text and " on each ep rank" in text, text
+    assert "its program alone" in text and "one device at this batch" not in text, text
+
+
 def test_experts_shard_over_the_ranks_that_hold_the_same_slice():
     # dp_shard 4, ep 2: efsdp 2 — a rank's 4 experts of a layer sharded over 2 ranks
     p = _predict("dp_shard=4,ep=2")

@@ -30,7 +30,7 @@ def _per_rank(p, brief: bool) -> list[str]:
             + ([] if brief else [f"reserved {human_bytes(p.reserved_peak_bytes)} (caching "
                                  "allocator,", "two steps);"])
             + ([f"its program alone {human_bytes(p.single_device_peak_bytes)}"]
-               if "tp" in p.mesh or "cp" in p.mesh else
+               if {"tp", "cp", "ep"} & set(p.mesh) else
                [f"one device at this batch {human_bytes(p.single_device_peak_bytes)}"]))
 
 

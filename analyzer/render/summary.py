@@ -158,10 +158,12 @@ def _counts(r: Report, brief: bool) -> list[Entry]:
     """Parameters (and buffers), MACs, FLOPs and bytes moved; brief: parameters and FLOPs
     on one line."""
     t = r.totals
-    # a tensor-parallel rank's program holds its shards: its counts are the rank's
+    # a tensor- or expert-parallel rank's program holds its shards of the weights (its slice
+    # of the experts): its counts are the rank's
     mesh = r.parallel.mesh if r.parallel is not None else \
         r.pipeline.mesh if r.pipeline is not None else {}
-    rank = " on each tp rank" if mesh.get("tp", 1) > 1 else ""
+    sharded = " × ".join(d for d in ("tp", "ep") if mesh.get(d, 1) > 1)
+    rank = f" on each {sharded} rank" if sharded else ""
     params = [f"{t.params:,} ({human_bytes(t.param_bytes)}){rank}"]
     if brief:  # (the buffers are in the breakdown at the peak)
         return [("params", [params[0] + ";", f"FLOPs {human(t.flops)}{counted_per(r)}"])]
