@@ -16,7 +16,9 @@ def fit_words(f) -> list[str]:
 def _verdict(f, per_rank: bool = False) -> list[str]:
     margin = f"{human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}"
     who = "each rank needs" if per_rank else "needs"
-    return [f"{'yes' if f.fits else 'NO'}: {who} {human_bytes(f.needs)} of",
+    # (a fit that needs the allocator to empty its cache says so where the answer is)
+    yes = "yes, flushing the allocator's cache" if f.flushes else "yes"
+    return [f"{yes if f.fits else 'NO'}: {who} {human_bytes(f.needs)} of",
             f"{human_bytes(f.offers)} ({margin})"]
 
 

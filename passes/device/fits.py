@@ -89,6 +89,7 @@ class Fit:
     offers_source: str
     parts: tuple[FitPart, ...]
     tensor_room: int
+    flushes: int = 0    # the allocator's cache flushes that keep the run on the device
     JSON_PROPERTIES = ("margin", "fits")
 
     @property
@@ -131,20 +132,49 @@ def nccl_part(device: "DeviceRates", world: int) -> FitPart | None:
                    "here), outside PyTorch's allocator")
 
 
+@dataclass(frozen=True)
+class Flushing:
+    """A replay held to what the device leaves the allocator (``allocator_capacity``): past it
+    PyTorch's allocator frees its cached segments and retries the cudaMalloc
+    (``release_cached_blocks``; torch.cuda.memory_stats' num_alloc_retries), and the run goes
+    on, slower, where the unlimited replay's reserved peak would not fit."""
+    reserved_bytes: int     # the reserved peak of the replay held to the capacity
+    retries: int            # the cache flushes in the steps replayed
+
+
+def allocator_capacity(device: "DeviceRates", *, threads: int = 1,
+                       overhead: Overhead | None = None, world: int = 1) -> int | None:
+    """The bytes PyTorch's caching allocator can reserve on ``device``: what the device offers
+    less what the process holds outside it (NCCL's buffers, the CUDA context and kernels, or
+    the context given); None where the allocator is not replayed (``--overhead allocator=``)."""
+    if overhead is not None and overhead.allocator_fraction is not None:
+        return None
+    outside = fit(device, 0, reserved_bytes=0, threads=threads, overhead=overhead, world=world,
+                  workspaces_replayed=True)
+    return outside.offers - outside.needs
+
+
 def fit(device: "DeviceRates", tensor_bytes: int, *, reserved_bytes: int | None = None,
         threads: int = 1, overhead: Overhead | None = None, allocator: str = "",
-        world: int = 1, workspaces_replayed: bool = False) -> Fit:
+        world: int = 1, workspaces_replayed: bool = False,
+        flushing: Flushing | None = None) -> Fit:
     """What a run whose tensors peak at ``tensor_bytes`` (``reserved_bytes``: the caching
     allocator's replayed reserved peak, None where not modelled; ``allocator``: its settings
     as PYTORCH_CUDA_ALLOC_CONF spells them, "" for the default) needs on ``device`` with
     ``threads`` threads running matrix products (inference 1, training 2), as one of
     ``world`` data-parallel ranks. ``workspaces_replayed``: the replay holds the cuBLAS
     workspaces and the kernels' temporaries where the run allocates them
-    (passes.device.gpu_workspaces), so no cuBLAS part is added beside it."""
+    (passes.device.gpu_workspaces), so no cuBLAS part is added beside it. ``flushing``: the
+    replay held to the device (Flushing), which decides where the unlimited one does not
+    fit."""
     overhead = overhead or Overhead()
     inside = workspaces_replayed and reserved_bytes is not None and \
         overhead.allocator_fraction is None
     parts = [_allocator_part(tensor_bytes, reserved_bytes, overhead, allocator, inside)]
+    flushes = 0
+    if flushing is not None and inside and reserved_bytes is not None and \
+            flushing.reserved_bytes < reserved_bytes:
+        parts, flushes = [_flushing_part(flushing, allocator)], flushing.retries
     if overhead.context_bytes is None:
         ws = cublas_workspace_bytes(device)
         parts += [] if inside else [
@@ -164,7 +194,17 @@ def fit(device: "DeviceRates", tensor_bytes: int, *, reserved_bytes: int | None 
         if replayed and reserved_bytes and tensor_bytes and reserved_bytes > fixed \
         else 1 + _fraction(overhead)
     return Fit(others + parts[0].bytes, have, source, tuple(parts),
-               max(0, int((have - others - fixed) / ratio)))
+               max(0, int((have - others - fixed) / ratio)), flushes)
+
+
+def _flushing_part(flushing: Flushing, allocator: str) -> FitPart:
+    n = flushing.retries
+    times = {1: "once", 2: "twice"}.get(n, f"{n} times")
+    return FitPart(f"reserved by PyTorch's caching allocator, held to the device by emptying "
+                   f"its cache {times} in two steps (cudaMalloc retries, each slowing its step)",
+                   flushing.reserved_bytes,
+                   "the run's allocations replayed through the allocator's rules, held to "
+                   "the device's memory" + (f" ({allocator})" if allocator else ""))
 
 
 def _fraction(overhead: Overhead) -> float:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
-from ..device.fits import Fit, Overhead, fit
+from ..device.fits import Fit, Flushing, Overhead, fit
 
 if TYPE_CHECKING:
     from ..device_rates import DeviceRates
@@ -35,6 +35,9 @@ class Peak:
     # 2 in a training step (the autograd engine runs the backward on its own device thread)
     threads: int = 1
     world_size: int = 1             # data-parallel ranks, each this peak (NCCL's buffers beside)
+    # the replay held to the device's memory, where the unlimited one reserves more than it
+    # (passes/device/fits.py Flushing): the allocator empties its cache and goes on
+    flushing: Flushing | None = None
 
     def fit(self, device: "DeviceRates", *, overhead: Overhead | None = None,
             allocator: str = "") -> Fit:
@@ -42,4 +45,5 @@ class Peak:
         PYTORCH_CUDA_ALLOC_CONF spells them)."""
         return fit(device, self.allocated_bytes, reserved_bytes=self.reserved_bytes,
                    threads=self.threads, overhead=overhead, allocator=allocator,
-                   world=self.world_size, workspaces_replayed=self.reserved_bytes is not None)
+                   world=self.world_size, workspaces_replayed=self.reserved_bytes is not None,
+                   flushing=self.flushing)

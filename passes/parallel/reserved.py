@@ -16,7 +16,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..memory.allocator_events import step_temporary_events
-from ..memory.caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
+from ..memory.caching_allocator import (
+    Alloc,
+    AllocatorConfig,
+    AllocatorResult,
+    Event,
+    Free,
+    replay,
+)
 from .clock import Clock
 
 if TYPE_CHECKING:
@@ -33,8 +40,17 @@ def rank_reserved_peak(clock: Clock, foreach: bool,
     placed); ``foreach``: the optimizer's implementation (its temporaries); ``workspaces``
     (a CUDA device's, passes.device.gpu_workspaces): the kernels' temporaries at their nodes and
     each matmul thread's cuBLAS workspace from step 1's first GEMM on."""
+    return rank_replay(clock, foreach, config, workspaces).reserved_peak
+
+
+def rank_replay(clock: Clock, foreach: bool, config: AllocatorConfig = AllocatorConfig(),
+                workspaces: "GpuWorkspaces | None" = None,
+                capacity: int | None = None) -> AllocatorResult:
+    """``rank_reserved_peak``'s replay whole; ``capacity``: the bytes the allocator may
+    reserve, past which it empties its cache and retries as PyTorch does (``oom_event`` set
+    where even that fails)."""
     return replay(rank_events(clock, foreach, workspaces), expandable=config.expandable,
-                  max_split_size=config.max_split_size).reserved_peak
+                  max_split_size=config.max_split_size, capacity=capacity)
 
 
 def rank_events(clock: Clock, foreach: bool,

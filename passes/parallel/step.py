@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from ..choices import Offload, OptimizerImpl, Strategy
-from ..device.fits import Overhead
+from ..device.fits import Flushing, Overhead, allocator_capacity
 from ..device.gpu_workspaces import gpu_workspaces
 from ..device_rates import DeviceRates
 from ..errors import GraphcostError, opt
@@ -48,7 +48,7 @@ from .context import with_context_parallel
 from .experts import expert_modules, with_expert_parallel
 from .fsdp import sharded_step
 from .mesh import Mesh, mesh_of
-from .reserved import rank_reserved_peak
+from .reserved import rank_replay, rank_reserved_peak
 from .spec import MAX_WORLD, SHARDED, ParallelSpec, check_spec
 from .tensor import with_tensor_parallel
 from .units import (
@@ -94,6 +94,10 @@ class ParallelMemory:
     # the layout as a device mesh: dimension -> size (passes/parallel/mesh.py)
     mesh: Mapping[str, int] = field(default_factory=dict)
     spec: ParallelSpec | None = field(default=None, metadata=INTERNAL)
+    # with a device, where the two steps reserve more than it leaves the allocator: the same
+    # replay held to it, the allocator emptying its cache (None: no device, no need, or out of
+    # memory even so)
+    flushing: Flushing | None = None
     JSON_PROPERTIES = ("peak",)
 
     @property
@@ -112,6 +116,7 @@ class ParallelMemory:
         return Peak(allocated_bytes=self.per_rank_peak_bytes,
                     reserved_bytes=self.reserved_peak_bytes, phase=self.peak_phase,
                     node=self.peak_node, threads=2, world_size=self.world_size,
+                    flushing=self.flushing,
                     by_category={"gradients" if k == "grads" else k: v
                                  for k, v in self.breakdown_at_peak.items()})
 
@@ -132,7 +137,8 @@ def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
                              f"{opt('parallel', value=spec.strategy)}: modelled for fully_shard's "
                              "MixedPrecisionPolicy (zero2, zero3, fsdp); with ddp or zero1 use "
                              "an autocast or a true recipe (bf16-mixed, bf16-true)")
-    plan = _Plan(graph, training, spec, 2 if master_weights else 1, allocator, device)
+    plan = _Plan(graph, training, spec, 2 if master_weights else 1, allocator, device,
+                 overhead)
     if spec.world_size is not None:
         return plan.at(spec.world_size)
     if device is None:
@@ -178,9 +184,9 @@ class _Plan:
 
     def __init__(self, graph: Graph, training: TrainingMemory, spec: ParallelSpec,
                  master: int = 1, allocator: AllocatorConfig = AllocatorConfig(),
-                 device: DeviceRates | None = None):
+                 device: DeviceRates | None = None, overhead: Overhead | None = None):
         self.graph, self.spec, self.training = graph, spec, training
-        self.allocator = allocator
+        self.allocator, self.device, self.overhead = allocator, device, overhead
         self.master = master  # fp32 bytes per graph (half) byte of what FSDP2 keeps in fp32
         self.step = training.run
         self.sharded = spec.strategy in SHARDED
@@ -223,8 +229,8 @@ class _Plan:
             units = ()
         p = price(clock)
         t, n = self.training, clock.n
-        reserved = covering(rank_reserved_peak(clock, t.optimizer_impl == OptimizerImpl.FOREACH,
-                                               self.allocator, self.workspaces),
+        foreach = t.optimizer_impl == OptimizerImpl.FOREACH
+        reserved = covering(rank_reserved_peak(clock, foreach, self.allocator, self.workspaces),
                             max(p.peak_bytes, p.first_step_peak_bytes),
                             f"a rank of {world * self.spec.replicate * self.spec.tp}")
         plan = self.training.checkpoint
@@ -252,7 +258,22 @@ class _Plan:
             mesh={name: n or 0 for name, n in
                   mesh_of(self.spec.strategy, world, self.spec.replicate, self.spec.tp,
                           self.spec.ep, self.spec.cp).dims},
-            spec=self.spec)
+            spec=self.spec, flushing=self._flushing(clock, foreach, reserved, data))
+
+    def _flushing(self, clock: Clock, foreach: bool, reserved: int, ranks: int
+                  ) -> Flushing | None:
+        """Where the two steps reserve more than the device leaves the allocator: the replay
+        held to that, as PyTorch's allocator empties its cache and retries (None: no device,
+        it fits unlimited, or the held replay runs out of memory too)."""
+        if self.device is None or self.workspaces is None:
+            return None
+        capacity = allocator_capacity(self.device, threads=2, overhead=self.overhead,
+                                      world=ranks * self.spec.tp)
+        if capacity is None or reserved <= capacity:
+            return None
+        held = rank_replay(clock, foreach, self.allocator, self.workspaces, capacity)
+        return None if held.oom_event is not None else \
+            Flushing(held.reserved_peak, held.alloc_retries)
 
     # ------------------------------------------------------------------ shared pieces
 
