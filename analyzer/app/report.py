@@ -35,7 +35,7 @@ from ...passes.parallel.step import ParallelMemory
 from ...passes.serving.analysis import Serving
 from ...passes.training.memory import TrainingMemory
 
-SCHEMA_VERSION = 19  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
+SCHEMA_VERSION = 20  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed");
 # 4: roofline.fit and serving.fit (was required_bytes, fits, context_bytes,
 # allocator_fraction); 5: "allocator"; 6: parallel.reserved_peak_bytes and
 # serving.reserved_peak_bytes (the caching allocator replayed per rank and per serving batch);
@@ -55,7 +55,9 @@ SCHEMA_VERSION = 19  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed
 # serving.time.profile (a calibrated GPU profile priced the eager steps); 18:
 # parallel.units[].gathered_bytes (what a unit's all-gather moves: float8 weights one byte);
 # 19: training.reserved_peak_bytes null (reserved_by_phase empty) beside a parallel layout or
-# a pipeline, whose ranks are replayed instead (parallel.reserved_peak_bytes, pipeline's)
+# a pipeline, whose ranks are replayed instead (parallel.reserved_peak_bytes, pipeline's);
+# 20: parallel.flushing and roofline.fit.flushes (a rank held to the device by flushing the
+# allocator's cache)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 from ..device.fits import Fit, Flushing, Overhead, fit
+from ..ir import INTERNAL
 
 if TYPE_CHECKING:
     from ..device_rates import DeviceRates
@@ -37,7 +38,7 @@ class Peak:
     world_size: int = 1             # data-parallel ranks, each this peak (NCCL's buffers beside)
     # the replay held to the device's memory, where the unlimited one reserves more than it
     # (passes/device/fits.py Flushing): the allocator empties its cache and goes on
-    flushing: Flushing | None = None
+    flushing: Flushing | None = field(default=None, metadata=INTERNAL)   # (the section's own)
 
     def fit(self, device: "DeviceRates", *, overhead: Overhead | None = None,
             allocator: str = "") -> Fit:
