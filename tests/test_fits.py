@@ -172,3 +172,21 @@ def test_a_rank_over_the_device_by_its_cache_alone_fits_flushing_it():
     # emptied either: out of memory, judged by the unlimited replay
     short = analyze("zoo:llama_tiny", overhead=f"context={have - capacity + 16 * MiB}", **kw)
     assert short.parallel.flushing is None and not short.roofline.fit.fits
+
+
+def test_a_training_step_over_the_device_by_its_cache_alone_fits_flushing_it():
+    """The same on one device: ResNet-18's step at batch 32 on an H100 reserves 1.17 GiB over
+    two steps (832 MiB of tensors at its peak); with 90% of that left to the allocator, the
+    replay held to it empties the cache and runs on."""
+    h100 = get_device("h100-sxm")
+    have = h100.usable_memory or h100.memory_bytes
+    kw = dict(batch=32, train=True, optimizer="adam", device="h100-sxm", what_if=False)
+    t = analyze("zoo:resnet18", **kw).training
+    assert t.flushing is None
+    capacity = int(0.9 * t.reserved_peak_bytes)
+    r = analyze("zoo:resnet18", overhead=f"context={have - capacity}", **kw)
+    flushing, f = r.training.flushing, r.roofline.fit
+    assert flushing is not None and flushing.retries >= 1
+    assert t.peak_bytes + 2 * 32 * MiB <= flushing.reserved_bytes <= capacity
+    assert f.fits and f.flushes == flushing.retries
+    assert f.needs == flushing.reserved_bytes + (have - capacity)

@@ -182,6 +182,26 @@ def test_the_face_is_one_screen_ending_on_the_command(tiny_plan):
     assert lines[-1] == "run: graphcost … dp_shard=4"
 
 
+def test_a_candidate_that_fits_flushing_the_cache_is_marked_so(tiny_plan):
+    """A candidate whose ranks fit only with the allocator emptying its cache (tests/
+    test_fits.py: the replay held to the device) fits, and the face says on what."""
+    from dataclasses import replace
+
+    from graphcost.analyzer.render.plan import plan_json, plan_lines
+
+    best, *rest = tiny_plan.candidates
+    flushing = replace(tiny_plan, candidates=(replace(best, flushes=2), *rest))
+    lines = plan_lines(flushing, lambda c: "graphcost …")
+    assert lines[-5] == "best: dp_shard=4, batch 4, checkpoint none"
+    row = next(line for line in lines if line.startswith(" 1  "))
+    assert " GiB~ " in row and \
+        "~: fits with PyTorch's allocator emptying its cache (cudaMalloc retries)" in lines
+    assert lines[-3].endswith("per GPU (reserved + runtime, 2 cache flushes)")
+    assert all(len(line) <= 80 for line in lines)
+    assert json.loads(plan_json(flushing, lambda c: ""))["candidates"][0]["flushes"] == 2
+    assert "~" not in "\n".join(plan_lines(tiny_plan, lambda c: "graphcost …"))
+
+
 def test_the_command_line_prints_the_command_that_gives_the_same_figures(capsys):
     argv = ["plan", "zoo:llama_tiny", "--gpus", "4", "--device", "h100", "--dim", "seq=512",
             "--batch", "4", "--format", "json"]

@@ -120,7 +120,7 @@ def _one_rank(graph: Graph, o: PassOptions, serving: ServingTrace | None,
         graph, o.optimizer, [nc.cost.flops for nc in costs.nodes], precision=o.precision,
         checkpoint=o.checkpoint, what_if=o.what_if, include_inputs=o.include_inputs,
         impl=o.optimizer_impl, allocator=o.allocator, device=o.device,
-        replay=_one_device_replay(o))
+        replay=_one_device_replay(o), overhead=o.overhead)
     return graph, costs, replace(report, training=training)
 
 

@@ -56,6 +56,8 @@ class Candidate:
     # plan that holds less needs that), the step's seconds at least (one with less recompute)
     needs_at_least: int | None = None
     seconds_at_least: float | None = None
+    # the allocator's cache flushes its fit counts on (passes/device/fits.py Flushing)
+    flushes: int = 0
 
     @property
     def samples_per_second(self) -> float | None:
@@ -316,7 +318,8 @@ def candidate(s: Settings, report: Report) -> Candidate:
     fit = report.roofline.fit if report.roofline is not None else None
     status = "fits" if fit is not None and fit.fits else "over"
     return Candidate(s, status, "", None, fit and fit.needs, fit and fit.offers,
-                     report.peak_bytes, report.time, step_samples(report))
+                     report.peak_bytes, report.time, step_samples(report),
+                     flushes=fit.flushes if fit is not None else 0)
 
 
 def _rank(c: Candidate) -> tuple:

@@ -56,8 +56,8 @@ SCHEMA_VERSION = 20  # 2: "attention"; 3: what_if "bf16_master" (was "bf16_mixed
 # parallel.units[].gathered_bytes (what a unit's all-gather moves: float8 weights one byte);
 # 19: training.reserved_peak_bytes null (reserved_by_phase empty) beside a parallel layout or
 # a pipeline, whose ranks are replayed instead (parallel.reserved_peak_bytes, pipeline's);
-# 20: parallel.flushing and roofline.fit.flushes (a rank held to the device by flushing the
-# allocator's cache)
+# 20: training.flushing, parallel.flushing and roofline.fit.flushes (a step or a rank held to
+# the device by flushing the allocator's cache)
 
 CONVENTION: Mapping[str, str] = MappingProxyType({
     "macs": "multiply-accumulates of Conv, ConvTranspose, Gemm, MatMul, Einsum and attention: "

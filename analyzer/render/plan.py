@@ -12,13 +12,15 @@ from ..app.units import human_bytes, human_time
 
 Words = Callable[[GraphcostError], str]   # an error as the face words it
 
-PLAN_SCHEMA = 3   # 2: a candidate's schedule; 3: a pruned one's bounds (…_at_least)
+PLAN_SCHEMA = 4   # 2: a candidate's schedule; 3: a pruned one's bounds (…_at_least);
+# 4: "flushes" (the allocator's cache flushes a candidate's fit counts on)
 HEAD = f"{'#':>2}  {'layout':<30}{'batch':>5}  {'ckpt':<5}{'memory':>10}  {'step':<8}" \
        f"{'tok/s/GPU':>9}{'MFU':>5}"
 
 
 Engine = Callable[[Candidate], "str | None"]   # the engine's command line of a candidate
 INTERLEAVED = "I1F1B: interleaved 1F1B, two stages a rank (torchtitan's Interleaved1F1B)"
+FLUSHING = "~: fits with PyTorch's allocator emptying its cache (cudaMalloc retries)"
 
 
 def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
@@ -35,7 +37,8 @@ def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
     shown = [c for c in plan.candidates if c.status in ("fits", "over")][:top]
     if shown:
         lines += [HEAD, *(_row(i, c) for i, c in enumerate(shown, 1)), _legend(shown)]
-        lines += [INTERLEAVED] * any(c.settings.interleaved for c in shown) + [""]
+        lines += [INTERLEAVED] * any(c.settings.interleaved for c in shown)
+        lines += [FLUSHING] * any(c.flushes for c in shown) + [""]
     lines += _refused(plan, word)
     lines += [f"not searched: {w}" for w in plan.not_searched]
     lines += [""] if plan.not_searched else []
@@ -64,7 +67,8 @@ def _row(i: int, c: Candidate) -> str:
     step = human_time(t.seconds) if t is not None else "-"
     rate = f"{t.tokens_per_second:,.0f}" if t is not None and t.tokens_per_second else "-"
     mfu = f"{t.mfu:.0%}" if t is not None and t.mfu else "-"
-    memory = f"{(c.needs_bytes or 0) / 2**30:.1f} GiB" + (" " if c.status == "fits" else "!")
+    mark = "!" if c.status != "fits" else "~" if c.flushes else " "
+    memory = f"{(c.needs_bytes or 0) / 2**30:.1f} GiB{mark}"
     layout = (s.mesh.words or "one GPU") + " I1F1B" * s.interleaved
     return (f"{i:>2}  {layout:<30}{s.batch:>5}  {s.checkpoint:<5}"
             f"{memory:>10}  {step:<8}{rate:>9}{mfu:>5}")
@@ -86,8 +90,10 @@ def _answer(plan: Plan, best: Candidate, command: Callable[[Candidate], str]) ->
         band = f" ± {t.band:.0%}" if t.band else ""
         mfu = f", MFU {t.mfu:.0%}" if t.mfu else ""
         out.append(f"  {rate} (estimate{band}), step {human_time(t.seconds)}{mfu}")
+    # (in two steps; 80 columns: the legend says whose)
+    flushing = f", {best.flushes} cache flush{'es' * (best.flushes != 1)}" if best.flushes else ""
     out.append(f"  memory {human_bytes(best.needs_bytes or 0)} of "
-               f"{human_bytes(best.offers_bytes or 0)} per GPU (reserved + runtime)")
+               f"{human_bytes(best.offers_bytes or 0)} per GPU (reserved + runtime{flushing})")
     fitting = plan.fitting
     if len(fitting) > 1:
         nxt = fitting[1]   # (#2 of the table: the fitting come first)
@@ -152,4 +158,4 @@ def _candidate_json(c: Candidate, command: Callable[[Candidate], str],
             "samples": c.samples, "time": time, "command": command(c),
             # (a pruned candidate's bounds: what pruned it proves of it, None where nothing)
             "needs_at_least_bytes": c.needs_at_least,
-            "time_at_least_seconds": c.seconds_at_least}
+            "time_at_least_seconds": c.seconds_at_least, "flushes": c.flushes}

@@ -43,6 +43,7 @@ from .optimizer import (
 )
 
 if TYPE_CHECKING:
+    from ..device.fits import Flushing
     from ..memory.allocator_events import PhaseReserve
 
 
@@ -104,6 +105,10 @@ class TrainingMemory:
     # what it had reserved by the end of each phase: the parameters, then each step's forward,
     # backward and optimizer step (passes/training/reserved.py)
     reserved_by_phase: "tuple[PhaseReserve, ...]" = ()
+    # with a device, where the two steps reserve more than it leaves the allocator: the replay
+    # held to it, the allocator emptying its cache (passes/device/fits.py Flushing; None: no
+    # need, or out of memory even so)
+    flushing: "Flushing | None" = None
     forward_nodes: int = field(default=0, metadata=INTERNAL)
     storages: tuple = field(default=(), metadata=INTERNAL)  # the step's lifetimes (liveness)
     # each gradient -> the storage it lives in, by name: a gradient is often a view (a
@@ -131,7 +136,7 @@ class TrainingMemory:
         if self.checkpoint is not None:
             return self.run.peak
         return Peak(allocated_bytes=self.peak_bytes, reserved_bytes=self.reserved_peak_bytes,
-                    phase=self.peak_phase, node=self.peak_node,
+                    phase=self.peak_phase, node=self.peak_node, flushing=self.flushing,
                     by_category=dict(self.breakdown_at_peak), threads=2)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..choices import OptimizerImpl
+from ..device.fits import Flushing
 from ..ir import Graph
 from ..memory.allocator_events import (
     PhaseReserve,
@@ -16,7 +17,7 @@ from ..memory.allocator_events import (
     training_events,
     transient_storages,
 )
-from ..memory.caching_allocator import Alloc, AllocatorConfig, covering
+from ..memory.caching_allocator import Alloc, AllocatorConfig, covering, replay
 from .memory import TrainingMemory
 from .optimizer import ADAPTIVE, optimizer_tensors, trainable_params
 
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 
 def training_reserved(graph: Graph, t: TrainingMemory, master_weights: bool,
                       config: AllocatorConfig | None = None,
-                      workspaces: "GpuWorkspaces | None" = None
-                      ) -> tuple[int, tuple[PhaseReserve, ...]]:
+                      workspaces: "GpuWorkspaces | None" = None, capacity: int | None = None
+                      ) -> tuple[int, tuple[PhaseReserve, ...], Flushing | None]:
     """The reserved peak of ``t``'s step on PyTorch's CUDA caching allocator, over two steps
     (passes.memory.allocator_events.training_events): each parameter, buffer and (mixed precision)
     fp32 master copy its own tensor; the optimizer state one tensor per parameter per state
@@ -35,7 +36,9 @@ def training_reserved(graph: Graph, t: TrainingMemory, master_weights: bool,
     master weights, the fp32 copies of the gradients the step runs on; ``workspaces``' kernel
     temporaries at their nodes in both steps, its cuBLAS workspaces from step 1's first GEMMs
     on. With its phases: the parameters, then each step's forward, backward and optimizer
-    step."""
+    step; and where ``capacity`` (what the device leaves the allocator: passes/device/fits.py
+    ``allocator_capacity``) is under the reserved peak, the replay held to it (Flushing; None
+    where it runs out of memory even so)."""
     params = [graph.values[p] for p in trainable_params(graph)]
     sizes, states = optimizer_tensors(params, t.optimizer, master_weights)
     resident = resident_tensors(graph)
@@ -58,6 +61,12 @@ def training_reserved(graph: Graph, t: TrainingMemory, master_weights: bool,
             return f"step {tag} " + ("forward" if ev.step < forward else "backward")
         step = ev.id[1] if isinstance(ev.id, tuple) and tag != "state" else 1
         return f"step {step} optimizer"   # the state, the step's temporaries, fp32 grads
-    reserved, phases = replay_by_phase(events, phase, config or AllocatorConfig())
-    return covering(reserved, max(t.peak_bytes, t.first_step_peak_bytes), "the training step"), \
-        phases
+    config = config or AllocatorConfig()
+    reserved, phases = replay_by_phase(events, phase, config)
+    reserved = covering(reserved, max(t.peak_bytes, t.first_step_peak_bytes), "the training step")
+    if capacity is None or reserved <= capacity:
+        return reserved, phases, None
+    held = replay(events, expandable=config.expandable, max_split_size=config.max_split_size,
+                  capacity=capacity)
+    return reserved, phases, \
+        None if held.oom_event is not None else Flushing(held.reserved_peak, held.alloc_retries)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from ..device.fits import Overhead, allocator_capacity
 from ..device.gpu_workspaces import gpu_workspaces
 from ..ir import Graph
 from ..memory.caching_allocator import AllocatorConfig
@@ -54,7 +55,8 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                   what_if: bool = True, include_inputs: bool = True,
                   impl: str = "forloop",
                   allocator: AllocatorConfig | None = None,
-                  device: "DeviceRates | None" = None, replay: bool = True) -> TrainingMemory:
+                  device: "DeviceRates | None" = None, replay: bool = True,
+                  overhead: Overhead | None = None) -> TrainingMemory:
     """The training section of a report: the step's memory, with the checkpoint plan asked
     for and the what-ifs (``graph`` already re-typed by passes.training.precision for mixed precision,
     whose fp32 master side is added here); on a GPU ``device`` the reserved replay holds the
@@ -77,11 +79,15 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
     ws = gpu_workspaces(graph, device, t.forward_nodes) if device is not None else None
     # (under a plan the step that runs is replayed, its recomputed tensors where the plan
     # puts them: the plan's figure; the plain step beside it is not run)
-    reserved, phases = training_reserved(graph, plan.checkpointed if plan else t, mixed,
-                                         allocator, ws)
+    # (``overhead``: what the device leaves the allocator, where a replay held to it decides)
+    capacity = allocator_capacity(device, threads=2, overhead=overhead) \
+        if device is not None and ws is not None else None
+    reserved, phases, flushing = training_reserved(
+        graph, plan.checkpointed if plan else t, mixed, allocator, ws, capacity)
     if plan is not None:
         plan = replace(plan, reserved_peak_bytes=reserved, checkpointed=replace(
-            plan.checkpointed, reserved_peak_bytes=reserved, reserved_by_phase=phases))
-        reserved, phases = None, ()
+            plan.checkpointed, reserved_peak_bytes=reserved, reserved_by_phase=phases,
+            flushing=flushing))
+        reserved, phases, flushing = None, (), None
     return replace(t, checkpoint=plan, what_if=savers, reserved_peak_bytes=reserved,
-                   reserved_by_phase=phases, loss=graph.loss)
+                   reserved_by_phase=phases, loss=graph.loss, flushing=flushing)
