@@ -156,14 +156,7 @@ def test_a_rank_over_the_device_by_its_cache_alone_fits_flushing_it():
     # context given as the rest, so that no NCCL part is added beside it)
     capacity = p.reserved_peak_bytes - 2 * MiB
     held = analyze("zoo:llama_tiny", overhead=f"context={have - capacity}", **kw)
-    f, flushing = held.roofline.fit, held.parallel.flushing
-    assert flushing is not None and flushing.retries >= 1
-    # at most the capacity; at least the tensors' peak and the two matmul threads' cuBLAS
-    # workspaces the replay keeps (32 MiB each on sm90)
-    assert p.per_rank_peak_bytes + 2 * 32 * MiB <= flushing.reserved_bytes <= capacity
-    assert f.fits and f.flushes == flushing.retries
-    assert f.needs == flushing.reserved_bytes + (have - capacity)
-    assert "emptying its cache" in f.parts[0].what
+    _fits_held(held.roofline.fit, held.parallel.flushing, p.per_rank_peak_bytes, capacity)
     out = run_cli("zoo:llama_tiny", "--batch", "8", "--train", "--optimizer", "adam",
                   "--device", "h100-sxm", "--parallel", "dp_shard=2", "--overhead",
                   f"context={have - capacity}")
@@ -185,8 +178,16 @@ def test_a_training_step_over_the_device_by_its_cache_alone_fits_flushing_it():
     assert t.flushing is None
     capacity = int(0.9 * t.reserved_peak_bytes)
     r = analyze("zoo:resnet18", overhead=f"context={have - capacity}", **kw)
-    flushing, f = r.training.flushing, r.roofline.fit
+    _fits_held(r.roofline.fit, r.training.flushing, t.peak_bytes, capacity)
+
+
+def _fits_held(f, flushing, tensors: int, capacity: int) -> None:
+    """``f`` fits on the replay held to ``capacity`` (``flushing``), the rest of the device
+    given as the context."""
     assert flushing is not None and flushing.retries >= 1
-    assert t.peak_bytes + 2 * 32 * MiB <= flushing.reserved_bytes <= capacity
+    # at most the capacity; at least the tensors' peak and the two matmul threads' cuBLAS
+    # workspaces the replay keeps (32 MiB each on sm90)
+    assert tensors + 2 * 32 * MiB <= flushing.reserved_bytes <= capacity
     assert f.fits and f.flushes == flushing.retries
-    assert f.needs == flushing.reserved_bytes + (have - capacity)
+    assert f.needs == flushing.reserved_bytes + (f.offers - capacity)
+    assert "emptying its cache" in f.parts[0].what
