@@ -188,3 +188,12 @@ def test_checkpoint_full_is_every_block_as_torchtitan_names_it():
     every = run("zoo:gpt2", "--train", "--checkpoint-every", "1", "--format", "json",
                 check_rc=0)
     assert json.loads(full.stdout)["training"] == json.loads(every.stdout)["training"]
+
+
+@pytest.mark.same_on_every_torch  # (the option's parsing: the trace is every test's)
+def test_checkpoint_none_is_no_plan_as_torchtitan_and_the_plans_table_name_it():
+    # mode = "none" in torchtitan, "none" in a plan's ckpt column: a user types it back
+    none = run("zoo:gpt2", "--train", "--checkpoint", "none", "--format", "json", check_rc=0)
+    plain = run("zoo:gpt2", "--train", "--format", "json", check_rc=0)
+    training = json.loads(none.stdout)["training"]
+    assert training["checkpoint"] is None and training == json.loads(plain.stdout)["training"]

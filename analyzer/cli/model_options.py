@@ -132,8 +132,9 @@ def add_model_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
 
 def add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     """--checkpoint and the options that go with it."""
-    p.add_argument("--checkpoint", metavar="NAMES|full|sqrt|auto|sac|core_attn",
-                   help="with --train: checkpoint these modules (comma-separated paths), "
+    p.add_argument("--checkpoint", metavar="NAMES|none|full|sqrt|auto|sac|core_attn",
+                   help="with --train: nothing recomputed (none, the default), or "
+                        "checkpoint these modules (comma-separated paths), "
                         "every repeated block (full: torchtitan's mode = \"full\"), √N "
                         "segments of the repeated blocks (sqrt), the cheapest plan that fits "
                         "--budget (auto), or selective checkpointing of each repeated block "
@@ -168,7 +169,7 @@ def _checkpoint_args(args) -> dict | None:
         if args.checkpoint:
             raise GraphcostError("use either --checkpoint or --checkpoint-every")
         return {"every": args.checkpoint_every}
-    if not args.checkpoint:
+    if not args.checkpoint or args.checkpoint == "none":  # (torchtitan's mode = "none")
         return None
     if args.checkpoint == "sqrt":
         return {"sqrt": True}
