@@ -226,6 +226,26 @@ def test_serving_without_a_device_ends_on_what_it_reserves():
     assert last_entry(lines)[0] == "reserved"
 
 
+def test_serving_says_nothing_of_the_arena_it_leaves_out():
+    # a mixture's prefill (Qwen3-30B-A3B's shape, batch 8 × 2,048) stacks its arena: the
+    # serving view, which prices the prefill in its own lines and shows no arena, printed the
+    # arena's warning in three of its 24 lines
+    from dataclasses import replace
+
+    from graphcost.analyzer.app.pipeline import ARENA_WARNING
+    from graphcost.analyzer.render.summary import summary_lines
+
+    serve = {"prompt": 64, "generate": 16}
+    r = analyze("zoo:llama_tiny", serve=serve, device="a100-80gb", what_if=False)
+    warned = replace(r, warnings=(f"{ARENA_WARNING}stacked", "the other warning"))
+    text = "\n".join(summary_lines(warned, width=80))
+    assert "the other warning" in text and "arena" not in text
+    inference = analyze("zoo:llama_tiny", what_if=False)
+    text = "\n".join(summary_lines(replace(inference, warnings=(f"{ARENA_WARNING}stacked",)),
+                                  width=80))
+    assert "arena: stacked" in text and "arena " in text     # (its line is shown, and said of)
+
+
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
     """meta-llama/Llama-3.1-8B's published config.json in a local hub cache, offline (as

@@ -323,13 +323,17 @@ def _totals(graph: Graph, costs: CostReport, params: ParamReport) -> Totals:
                   flops_by_dtype=flops_by_dtype(graph, costs.nodes))
 
 
+# a warning's opening words, for the views that leave the arena out (a serving review's)
+ARENA_WARNING = "arena: "
+
+
 def _warnings(graph: Graph, memory, arena, costs: CostReport) -> tuple[str, ...]:
     out = list(graph.warnings)
     out.extend(magnitude_warnings(graph, costs.nodes))  # counts over 2^64: labelled
     if arena is not None and arena.stacked:
-        out.append(f"arena: {arena.stacked} of the tensors live at once in such numbers that "
-                   "greedy-by-size planning would be quadratic; they are stacked, so the arena "
-                   "is an upper bound of the greedy plan")
+        out.append(f"{ARENA_WARNING}{arena.stacked} of the tensors live at once in such "
+                   "numbers that greedy-by-size planning would be quadratic; they are stacked, "
+                   "so the arena is an upper bound of the greedy plan")
     if memory.unknown:
         out.append(f"{len(memory.unknown)} activation(s) of unknown size count as 0 bytes in "
                    f"memory (first: {memory.unknown[0]!r})")

@@ -14,6 +14,7 @@ questions. The full summary (``--details``, the Markdown file) holds every line.
 """
 from __future__ import annotations
 
+from ..app.pipeline import ARENA_WARNING
 from ..app.report import Report
 from ..app.units import human, human_bytes
 from . import explain
@@ -59,7 +60,9 @@ def _context(r: Report, brief: bool) -> list[Entry]:
     # (brief: what the layers are is in the note's first clause; --details says it whole)
     out += [("traced", [t.removesuffix(" (identical blocks)") if brief else t])
             for t in traced]
-    out += [("warning", [w]) for w in r.warnings]
+    # (a serving review leaves the prefill's arena out: and what is said of it)
+    out += [("warning", [w]) for w in r.warnings
+            if s is None or not w.startswith(ARENA_WARNING)]
     if s is not None and s.uncosted_decode_nodes:
         out.append(("warning", [f"{s.uncosted_decode_nodes} node(s) of the decode step have "
                                 "no cost rule or shape (counted as 0)"]))
