@@ -226,6 +226,17 @@ def test_serving_without_a_device_ends_on_what_it_reserves():
     assert last_entry(lines)[0] == "reserved"
 
 
+def test_serving_a_mixture_is_one_screen():
+    # the experts' line gives the parameters a token runs; their FLOPs are the phase table's
+    # and the rows an expert takes --details' (a 30B mixture's screen was 26 lines)
+    lines, r = shown("zoo:hf_mixtral", "--serve", "--prompt", "64", "--generate", "16",
+                     "--batch", "2", "--device", "h200")
+    one_screen(lines)
+    assert r.moe is not None and f"params {r.moe.active_params:,} active per token of " \
+        f"{r.moe.total_params:,}" in [line.strip() for line in lines]
+    assert labels(lines)[-3:] == ["capacity", "on device", "fits"]
+
+
 def test_serving_says_nothing_of_the_arena_it_leaves_out():
     # a mixture's prefill (Qwen3-30B-A3B's shape, batch 8 × 2,048) stacks its arena: the
     # serving view, which prices the prefill in its own lines and shows no arena, printed the

@@ -139,7 +139,7 @@ def _serving(r: Report, brief: bool) -> tuple[list[Entry], list[Entry]]:
     assert s is not None  # a serving report's
     lines = dict(serving_summary(r, brief))
     counts = [] if brief else [e for e in _counts(r, brief) if e[0] != "bytes"]
-    body = counts + _coverage(r, brief) + _moe(r) + [
+    body = counts + _coverage(r, brief) + _moe(r, serving=True) + [
         (label, lines[label]) for label in ("serving", "KV cache", "weights", "reserved",
                                             "prefill", "decode", "collectives", "time")
         if label in lines
@@ -229,13 +229,18 @@ def _memory(r: Report, brief: bool) -> list[Entry]:
     return out
 
 
-def _moe(r: Report) -> list[Entry]:
+def _moe(r: Report, serving: bool = False) -> list[Entry]:
+    """The mixture's layers and what a token runs of them; ``serving``: the parameters alone
+    (the phase table has the FLOPs; --details the rows an expert takes)."""
     if r.moe is None:
         return []
     e, first = r.moe, r.moe.layers[0]
-    return [("experts", [f"{len(e.layers)} MoE layer(s), top-{first.top_k} of "
-                         f"{first.experts}:", f"params {e.active_params:,} active per token "
-                         f"of {e.total_params:,};", f"FLOPs per token {human(e.flops_per_token)}",
+    params = [f"{len(e.layers)} MoE layer(s), top-{first.top_k} of {first.experts}:",
+              f"params {e.active_params:,} active per token of {e.total_params:,}"]
+    if serving:
+        return [("experts", params)]
+    return [("experts", [*params[:-1], params[-1] + ";",
+                         f"FLOPs per token {human(e.flops_per_token)}",
                          f"(all experts: {human(e.dense_flops_per_token)});",
                          f"rows per expert ≈ {first.rows_per_expert_estimate:g} balanced "
                          "(ESTIMATE),", f"≤ {first.rows_per_expert_bound:,} (BOUND)"])]
