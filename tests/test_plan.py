@@ -202,6 +202,21 @@ def test_a_candidate_that_fits_flushing_the_cache_is_marked_so(tiny_plan):
     assert "~" not in "\n".join(plan_lines(tiny_plan, lambda c: "graphcost …"))
 
 
+def test_as_fast_the_one_that_flushes_less_then_needs_less_goes_first(tiny_plan):
+    # the 70B on 64 H100s at tp 2: SAC and full checkpointing both 7.05 s a step (the
+    # exposed collectives hide either's recompute); SAC needs 77.7 GiB flushing the cache,
+    # full 36.8 GiB: full first
+    from dataclasses import replace
+
+    from graphcost.analyzer.app.plan import rank_of
+
+    best = tiny_plan.candidates[0]
+    assert best.needs_bytes is not None
+    more = replace(best, needs_bytes=best.needs_bytes + 1)
+    flushing = replace(best, needs_bytes=best.needs_bytes - 1, flushes=1)
+    assert sorted([flushing, more, best], key=rank_of) == [best, more, flushing]
+
+
 def test_the_command_line_prints_the_command_that_gives_the_same_figures(capsys):
     argv = ["plan", "zoo:llama_tiny", "--gpus", "4", "--device", "h100", "--dim", "seq=512",
             "--batch", "4", "--format", "json"]

@@ -126,7 +126,7 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
         raise GraphcostError("a plan ranks settings by the time estimate, which a GPU's "
                              "datasheet gives a traced PyTorch model, not an ONNX file's "
                              "estimated training step")
-    ranked = tuple(sorted(done, key=_rank))
+    ranked = tuple(sorted(done, key=rank_of))
     plan = Plan(str(model), device, spec, ranked, base=base,
                 not_searched=tuple(left_out))
     if plan.best is None:
@@ -322,10 +322,16 @@ def candidate(s: Settings, report: Report) -> Candidate:
                      flushes=fit.flushes if fit is not None else 0)
 
 
-def _rank(c: Candidate) -> tuple:
+def rank_of(c: Candidate) -> tuple:
+    """A plan's order: the fitting by throughput, then those over the device by what they
+    need, then the pruned and the refused."""
     order = ("fits", "over", "pruned", "refused").index(c.status)
     rate = c.samples_per_second or 0.0
-    return (order, -rate if c.status == "fits" else (c.needs_bytes or 0))
+    # (as fast: the one that needs no cache flush, then the one that needs less memory — a
+    # step bound by its exposed collectives hides full checkpointing's recompute as well as
+    # SAC's, on less memory)
+    return (order, -rate if c.status == "fits" else (c.needs_bytes or 0), c.flushes,
+            c.needs_bytes or 0)
 
 
 def _suggestion(model, plan: Plan, extra: Mapping[str, Any],
