@@ -157,10 +157,14 @@ def test_a_rank_over_the_device_by_its_cache_alone_fits_flushing_it():
     capacity = p.reserved_peak_bytes - 2 * MiB
     held = analyze("zoo:llama_tiny", overhead=f"context={have - capacity}", **kw)
     _fits_held(held.roofline.fit, held.parallel.flushing, p.per_rank_peak_bytes, capacity)
+    from graphcost.analyzer.render.html import html_report
+    assert "fits, flushing the allocator's cache, on" in html_report(held)
+    assert "(the cache held under it)" in html_report(held)
     out = run_cli("zoo:llama_tiny", "--batch", "8", "--train", "--optimizer", "adam",
                   "--device", "h100-sxm", "--parallel", "dp_shard=2", "--overhead",
                   f"context={have - capacity}")
     assert "yes, flushing the allocator's cache" in out.stdout, out.stdout
+    assert "(the cache held under it)" in out.stdout and "to spare" not in out.stdout
     # 16 MiB under it the ranks' tensors and workspaces no longer fit once the cache is
     # emptied either: out of memory, judged by the unlimited replay
     short = analyze("zoo:llama_tiny", overhead=f"context={have - capacity + 16 * MiB}", **kw)

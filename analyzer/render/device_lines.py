@@ -16,9 +16,13 @@ def fit_words(f) -> list[str]:
 def _verdict(f, per_rank: bool = False) -> list[str]:
     margin = f"{human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}"
     who = "each rank needs" if per_rank else "needs"
-    # (a fit that needs the allocator to empty its cache says so where the answer is)
-    yes = "yes, flushing the allocator's cache" if f.flushes else "yes"
-    return [f"{yes if f.fits else 'NO'}: {who} {human_bytes(f.needs)} of",
+    if f.fits and f.flushes:
+        # (a fit that needs the allocator to empty its cache says so where the answer is; the
+        # cache grows to what the device leaves it before each flush, so what is left over
+        # is no room to spare)
+        return [f"yes, flushing the allocator's cache: {who} {human_bytes(f.needs)} of",
+                f"{human_bytes(f.offers)} (the cache held under it)"]
+    return [f"{'yes' if f.fits else 'NO'}: {who} {human_bytes(f.needs)} of",
             f"{human_bytes(f.offers)} ({margin})"]
 
 

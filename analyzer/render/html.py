@@ -359,10 +359,12 @@ def _headline(r: Report) -> str:
     f = getattr(ro, "fit", None)   # (the roofline section reads it the same way)
     if ro is None or f is None:
         return f"<p class='headline' id='headline'>{peak}</p>"
-    answer = "fits" if f.fits else "does NOT fit"
+    answer = "fits, flushing the allocator's cache," if f.fits and f.flushes else \
+        "fits" if f.fits else "does NOT fit"
+    margin = "the cache held under it" if f.fits and f.flushes else \
+        f"{human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}"
     return (f"<p class='headline' id='headline'><b>{answer} on {_e(ro.label)}</b>: needs "
-            f"<b>{human_bytes(f.needs)}</b> of {human_bytes(f.offers)} "
-            f"({human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}); "
+            f"<b>{human_bytes(f.needs)}</b> of {human_bytes(f.offers)} ({margin}); "
             f"{peak}</p>")
 
 
