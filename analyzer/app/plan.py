@@ -323,13 +323,10 @@ def candidate(s: Settings, report: Report) -> Candidate:
 
 
 def rank_of(c: Candidate) -> tuple:
-    """A plan's order: the fitting by throughput, then those over the device by what they
-    need, then the pruned and the refused."""
+    """A plan's order: the fitting by throughput (as fast: fewer cache flushes, then less
+    memory), then those over the device by what they need, then the pruned and refused."""
     order = ("fits", "over", "pruned", "refused").index(c.status)
     rate = c.samples_per_second or 0.0
-    # (as fast: the one that needs no cache flush, then the one that needs less memory — a
-    # step bound by its exposed collectives hides full checkpointing's recompute as well as
-    # SAC's, on less memory)
     return (order, -rate if c.status == "fits" else (c.needs_bytes or 0), c.flushes,
             c.needs_bytes or 0)
 

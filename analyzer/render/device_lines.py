@@ -13,17 +13,20 @@ def fit_words(f) -> list[str]:
     return _verdict(f) + ["=", _parts(f)]
 
 
-def _verdict(f, per_rank: bool = False) -> list[str]:
-    margin = f"{human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}"
-    who = "each rank needs" if per_rank else "needs"
+def verdict_words(f) -> tuple[str, str]:
+    """The answer ("yes", "NO", or a fit that needs the allocator to empty its cache said so
+    where the answer is) and what is left: the margin, but for a flushing fit, whose cache
+    grows to what the device leaves it before each flush (no room to spare)."""
     if f.fits and f.flushes:
-        # (a fit that needs the allocator to empty its cache says so where the answer is; the
-        # cache grows to what the device leaves it before each flush, so what is left over
-        # is no room to spare)
-        return [f"yes, flushing the allocator's cache: {who} {human_bytes(f.needs)} of",
-                f"{human_bytes(f.offers)} (the cache held under it)"]
-    return [f"{'yes' if f.fits else 'NO'}: {who} {human_bytes(f.needs)} of",
-            f"{human_bytes(f.offers)} ({margin})"]
+        return "yes, flushing the allocator's cache", "the cache held under it"
+    return "yes" if f.fits else "NO", \
+        f"{human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}"
+
+
+def _verdict(f, per_rank: bool = False) -> list[str]:
+    answer, margin = verdict_words(f)
+    who = "each rank needs" if per_rank else "needs"
+    return [f"{answer}: {who} {human_bytes(f.needs)} of", f"{human_bytes(f.offers)} ({margin})"]
 
 
 def _parts(f) -> str:

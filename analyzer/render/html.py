@@ -17,7 +17,7 @@ from html import escape
 from ..app.report import Report
 from ..app.units import axes_text, human, human_bytes
 from . import explain
-from .device_lines import fit_words
+from .device_lines import fit_words, verdict_words
 from .html_assets import CSS, JS, ONERROR
 from .html_serving import serving_section
 from .parallel import parallel_summary
@@ -359,10 +359,9 @@ def _headline(r: Report) -> str:
     f = getattr(ro, "fit", None)   # (the roofline section reads it the same way)
     if ro is None or f is None:
         return f"<p class='headline' id='headline'>{peak}</p>"
-    answer = "fits, flushing the allocator's cache," if f.fits and f.flushes else \
-        "fits" if f.fits else "does NOT fit"
-    margin = "the cache held under it" if f.fits and f.flushes else \
-        f"{human_bytes(abs(f.margin))} {'to spare' if f.fits else 'short'}"
+    _, margin = verdict_words(f)
+    answer = "does NOT fit" if not f.fits else \
+        "fits, flushing the allocator's cache," if f.flushes else "fits"
     return (f"<p class='headline' id='headline'><b>{answer} on {_e(ro.label)}</b>: needs "
             f"<b>{human_bytes(f.needs)}</b> of {human_bytes(f.offers)} ({margin}); "
             f"{peak}</p>")

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..device.fits import Flushing
 from ..ir import Graph, ValueKind
 from .caching_allocator import Alloc, AllocatorConfig, Event, Free, covering, replay
 from .liveness import Storage
@@ -80,6 +81,20 @@ def replay_by_phase(events: Sequence[Event], phase_of: Callable[[Alloc], str | N
     r = replay(events, expandable=config.expandable, max_split_size=config.max_split_size,
                window_ends=ends)
     return r.reserved_peak, tuple(PhaseReserve(n, *w) for n, w in zip(names, r.windows))
+
+
+def held_replay(events: Sequence[Event], config: AllocatorConfig, reserved: int,
+                capacity: int | None) -> Flushing | None:
+    """Where ``events``' unlimited replay reserved more (``reserved``) than ``capacity`` (what
+    the device leaves the allocator: passes/device/fits.py ``allocator_capacity``), the replay
+    held to it, PyTorch's allocator emptying its cache and retrying past it (Flushing); None
+    where no capacity is known, the unlimited one fits, or the held one runs out of memory."""
+    if capacity is None or reserved <= capacity:
+        return None
+    held = replay(events, expandable=config.expandable, max_split_size=config.max_split_size,
+                  capacity=capacity)
+    return None if held.oom_event is not None else \
+        Flushing(held.reserved_peak, held.alloc_retries)
 
 
 def resident_tensors(graph: Graph) -> list[tuple[str, int]]:

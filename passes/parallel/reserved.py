@@ -15,15 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..memory.allocator_events import step_temporary_events
-from ..memory.caching_allocator import (
-    Alloc,
-    AllocatorConfig,
-    AllocatorResult,
-    Event,
-    Free,
-    replay,
-)
+from ..device.fits import Flushing
+from ..memory.allocator_events import held_replay, step_temporary_events
+from ..memory.caching_allocator import Alloc, AllocatorConfig, Event, Free, replay
 from .clock import Clock
 
 if TYPE_CHECKING:
@@ -40,17 +34,18 @@ def rank_reserved_peak(clock: Clock, foreach: bool,
     placed); ``foreach``: the optimizer's implementation (its temporaries); ``workspaces``
     (a CUDA device's, passes.device.gpu_workspaces): the kernels' temporaries at their nodes and
     each matmul thread's cuBLAS workspace from step 1's first GEMM on."""
-    return rank_replay(clock, foreach, config, workspaces).reserved_peak
-
-
-def rank_replay(clock: Clock, foreach: bool, config: AllocatorConfig = AllocatorConfig(),
-                workspaces: "GpuWorkspaces | None" = None,
-                capacity: int | None = None) -> AllocatorResult:
-    """``rank_reserved_peak``'s replay whole; ``capacity``: the bytes the allocator may
-    reserve, past which it empties its cache and retries as PyTorch does (``oom_event`` set
-    where even that fails)."""
     return replay(rank_events(clock, foreach, workspaces), expandable=config.expandable,
-                  max_split_size=config.max_split_size, capacity=capacity)
+                  max_split_size=config.max_split_size).reserved_peak
+
+
+def rank_flushing(clock: Clock, foreach: bool, config: AllocatorConfig,
+                  workspaces: "GpuWorkspaces | None", reserved: int,
+                  capacity: int | None) -> Flushing | None:
+    """``rank_reserved_peak``'s two steps held to ``capacity`` where they reserved more
+    (``reserved``) than it (passes/memory/allocator_events.py ``held_replay``)."""
+    if capacity is None or reserved <= capacity:
+        return None   # (no need: the events are not made again)
+    return held_replay(rank_events(clock, foreach, workspaces), config, reserved, capacity)
 
 
 def rank_events(clock: Clock, foreach: bool,

@@ -48,7 +48,7 @@ from .context import with_context_parallel
 from .experts import expert_modules, with_expert_parallel
 from .fsdp import sharded_step
 from .mesh import Mesh, mesh_of
-from .reserved import rank_replay, rank_reserved_peak
+from .reserved import rank_flushing, rank_reserved_peak
 from .spec import MAX_WORLD, SHARDED, ParallelSpec, check_spec
 from .tensor import with_tensor_parallel
 from .units import (
@@ -269,11 +269,7 @@ class _Plan:
             return None
         capacity = allocator_capacity(self.device, threads=2, overhead=self.overhead,
                                       world=ranks * self.spec.tp)
-        if capacity is None or reserved <= capacity:
-            return None
-        held = rank_replay(clock, foreach, self.allocator, self.workspaces, capacity)
-        return None if held.oom_event is not None else \
-            Flushing(held.reserved_peak, held.alloc_retries)
+        return rank_flushing(clock, foreach, self.allocator, self.workspaces, reserved, capacity)
 
     # ------------------------------------------------------------------ shared pieces
 

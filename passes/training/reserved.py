@@ -12,12 +12,13 @@ from ..ir import Graph
 from ..memory.allocator_events import (
     PhaseReserve,
     cublas_storages,
+    held_replay,
     replay_by_phase,
     resident_tensors,
     training_events,
     transient_storages,
 )
-from ..memory.caching_allocator import Alloc, AllocatorConfig, covering, replay
+from ..memory.caching_allocator import Alloc, AllocatorConfig, covering
 from .memory import TrainingMemory
 from .optimizer import ADAPTIVE, optimizer_tensors, trainable_params
 
@@ -64,9 +65,4 @@ def training_reserved(graph: Graph, t: TrainingMemory, master_weights: bool,
     config = config or AllocatorConfig()
     reserved, phases = replay_by_phase(events, phase, config)
     reserved = covering(reserved, max(t.peak_bytes, t.first_step_peak_bytes), "the training step")
-    if capacity is None or reserved <= capacity:
-        return reserved, phases, None
-    held = replay(events, expandable=config.expandable, max_split_size=config.max_split_size,
-                  capacity=capacity)
-    return reserved, phases, \
-        None if held.oom_event is not None else Flushing(held.reserved_peak, held.alloc_retries)
+    return reserved, phases, held_replay(events, config, reserved, capacity)
