@@ -142,9 +142,9 @@ def test_a_rank_over_the_device_by_its_cache_alone_fits_flushing_it():
     """Where the two steps' unlimited replay reserves more than the device leaves the
     allocator but the tensors fit, PyTorch's allocator frees its cached segments and retries
     the cudaMalloc (``release_cached_blocks``; num_alloc_retries) and the step runs: the fit
-    is the replay held to the device, and says so. (A Qwen3-30B-A3B-shaped mixture at seq
-    4,096 on 8 H100s, FSDP 8, full AC: 93.7 GiB reserved unlimited, 71.1 GiB of tensors; held
-    to the device, 77.5 GiB after one flush in two steps.)"""
+    is the replay held to the device, and says so. (What graphcost gave a Qwen3-30B-A3B-shaped
+    mixture at seq 4,096 on 8 H100s, FSDP 8, full AC: 93.7 GiB reserved unlimited, 71.1 GiB
+    of tensors; held to the device, 77.5 GiB after one flush in two steps. Not measured.)"""
     h100 = get_device("h100-sxm")
     have = h100.usable_memory or h100.memory_bytes
     kw = dict(batch=8, train=True, optimizer="adam", device="h100-sxm", what_if=False,
@@ -172,9 +172,10 @@ def test_a_rank_over_the_device_by_its_cache_alone_fits_flushing_it():
 
 
 def test_a_training_step_over_the_device_by_its_cache_alone_fits_flushing_it():
-    """The same on one device: ResNet-18's step at batch 32 on an H100 reserves 1.17 GiB over
-    two steps (832 MiB of tensors at its peak); with 90% of that left to the allocator, the
-    replay held to it empties the cache and runs on."""
+    """The same on one device: ResNet-18's step at batch 32 on an H100 (graphcost's replay:
+    1.17 GiB reserved over two steps, 832 MiB of tensors at its peak); with 90% of what the
+    unlimited replay reserves left to the allocator, the replay held to it empties the cache
+    and runs on."""
     h100 = get_device("h100-sxm")
     have = h100.usable_memory or h100.memory_bytes
     kw = dict(batch=32, train=True, optimizer="adam", device="h100-sxm", what_if=False)
