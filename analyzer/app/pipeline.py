@@ -76,9 +76,13 @@ def run_passes(graph: Graph, options: PassOptions = PassOptions(),
                                     lambda: _one_rank(graph, o, serving, memo))
     training, device, overhead = report.training, o.device, o.overhead
     if o.parallel is not None and training is not None:
+        # (the kernels' workspaces depend on the graph and device alone: one for its layouts)
+        workspaces = None if device is None else memo.get(
+            ("workspaces", *_graph_key(o)),
+            lambda: gpu_workspaces(graph, device, len(forward_set(graph))))
         report = replace(report, parallel=parallel_step(
             graph, training, o.parallel, device, overhead, master_weights(o.precision),
-            o.allocator))
+            o.allocator, workspaces))
     report = _with_time(report, graph, costs, o, training)
     if device is None:
         return report

@@ -27,31 +27,28 @@ KEPT = frozenset({"params", "sharded_params", "buffers", "ddp_buckets"})
 STATE, STEP_TEMPS = "optimizer_state", "step_temporaries"
 
 
-def rank_reserved_peak(clock: Clock, foreach: bool,
-                       config: AllocatorConfig = AllocatorConfig(),
-                       workspaces: "GpuWorkspaces | None" = None) -> int:
-    """The reserved peak of two steps of the rank priced on ``clock`` (frozen, every tensor
-    placed); ``foreach``: the optimizer's implementation (its temporaries); ``workspaces``
-    (a CUDA device's, passes.device.gpu_workspaces): the kernels' temporaries at their nodes and
-    each matmul thread's cuBLAS workspace from step 1's first GEMM on."""
-    return replay(rank_events(clock, foreach, workspaces), expandable=config.expandable,
+def rank_reserved_peak(events: list[Event],
+                       config: AllocatorConfig = AllocatorConfig()) -> int:
+    """The reserved peak of a rank's two steps (``rank_events``)."""
+    return replay(events, expandable=config.expandable,
                   max_split_size=config.max_split_size).reserved_peak
 
 
-def rank_flushing(clock: Clock, foreach: bool, config: AllocatorConfig,
-                  workspaces: "GpuWorkspaces | None", reserved: int,
+def rank_flushing(events: list[Event], config: AllocatorConfig, reserved: int,
                   capacity: int | None) -> Flushing | None:
     """``rank_reserved_peak``'s two steps held to ``capacity`` where they reserved more
-    (``reserved``) than it (passes/memory/allocator_events.py ``held_replay``)."""
-    if capacity is None or reserved <= capacity:
-        return None   # (no need: the events are not made again)
-    return held_replay(rank_events(clock, foreach, workspaces), config, reserved, capacity)
+    (``reserved``) than it (passes/memory/allocator_events.py ``held_replay``): the same
+    events, made once."""
+    return held_replay(events, config, reserved, capacity)
 
 
 def rank_events(clock: Clock, foreach: bool,
                 workspaces: "GpuWorkspaces | None" = None) -> list[Event]:
-    """The allocations and frees of two steps (see the module docstring), with
-    ``workspaces``' allocations after what their node's moment allocates."""
+    """The allocations and frees of two steps of the rank priced on ``clock`` (frozen, every
+    tensor placed; see the module docstring); ``foreach``: the optimizer's implementation
+    (its temporaries); ``workspaces`` (a CUDA device's, passes.device.gpu_workspaces): the
+    kernels' temporaries at their nodes and each matmul thread's cuBLAS workspace from step
+    1's first GEMM on, allocated after what their node's moment allocates."""
     starts: dict[int, list[int]] = {}
     ends: dict[int, list[int]] = {}
     events: list[Event] = []

@@ -34,11 +34,11 @@ from typing import Callable, Mapping
 
 from ..choices import Offload, OptimizerImpl, Strategy
 from ..device.fits import Flushing, Overhead, allocator_capacity
-from ..device.gpu_workspaces import gpu_workspaces
+from ..device.gpu_workspaces import GpuWorkspaces, gpu_workspaces
 from ..device_rates import DeviceRates
 from ..errors import GraphcostError, opt
 from ..ir import INTERNAL, Graph, ValueKind
-from ..memory.caching_allocator import AllocatorConfig, covering
+from ..memory.caching_allocator import AllocatorConfig, Event, covering
 from ..memory.peak import Peak
 from ..training.memory import TrainingMemory, forward_set
 from ..training.optimizer import state_tensors, step_temporaries, trainable_params
@@ -48,7 +48,7 @@ from .context import with_context_parallel
 from .experts import expert_modules, with_expert_parallel
 from .fsdp import sharded_step
 from .mesh import Mesh, mesh_of
-from .reserved import rank_flushing, rank_reserved_peak
+from .reserved import rank_events, rank_flushing, rank_reserved_peak
 from .spec import MAX_WORLD, SHARDED, ParallelSpec, check_spec
 from .tensor import with_tensor_parallel
 from .units import (
@@ -124,21 +124,26 @@ class ParallelMemory:
 def parallel_step(graph: Graph, training: TrainingMemory, spec: ParallelSpec,
                   device: DeviceRates | None = None, overhead: Overhead | None = None,
                   master_weights: bool = False,
-                  allocator: AllocatorConfig = AllocatorConfig()) -> ParallelMemory:
+                  allocator: AllocatorConfig = AllocatorConfig(),
+                  workspaces: GpuWorkspaces | None = None) -> ParallelMemory:
     """One rank's step under ``spec``; with ``world_size`` None, the smallest world size
     whose per-rank peak, with ``overhead``, fits ``device``'s memory. ``master_weights``
     (a master recipe, the graph re-typed to half): FSDP2's ``MixedPrecisionPolicy(
     param_dtype=half, reduce_dtype=fp32)`` — the shards, their gradients, the reduce-scatter
     inputs and the optimizer stay fp32; the gathered parameters and the step run in half.
-    ``allocator``: the caching allocator's settings the reserved peak is replayed with."""
+    ``allocator``: the caching allocator's settings the reserved peak is replayed with;
+    ``workspaces``: ``device``'s kernels' workspaces over ``graph`` where the caller has them
+    (a plan's layouts share one graph: passes/device/gpu_workspaces.py), else made here."""
     check_spec(spec)
     if master_weights and spec.strategy not in SHARDED:
         raise GraphcostError(f"a master-weights {opt('precision')} with "
                              f"{opt('parallel', value=spec.strategy)}: modelled for fully_shard's "
                              "MixedPrecisionPolicy (zero2, zero3, fsdp); with ddp or zero1 use "
                              "an autocast or a true recipe (bf16-mixed, bf16-true)")
+    if device is not None and workspaces is None:
+        workspaces = gpu_workspaces(graph, device, len(forward_set(graph)))
     plan = _Plan(graph, training, spec, 2 if master_weights else 1, allocator, device,
-                 overhead)
+                 overhead, workspaces)
     if spec.world_size is not None:
         return plan.at(spec.world_size)
     if device is None:
@@ -184,7 +189,8 @@ class _Plan:
 
     def __init__(self, graph: Graph, training: TrainingMemory, spec: ParallelSpec,
                  master: int = 1, allocator: AllocatorConfig = AllocatorConfig(),
-                 device: DeviceRates | None = None, overhead: Overhead | None = None):
+                 device: DeviceRates | None = None, overhead: Overhead | None = None,
+                 workspaces: GpuWorkspaces | None = None):
         self.graph, self.spec, self.training = graph, spec, training
         self.allocator, self.device, self.overhead = allocator, device, overhead
         self.master = master  # fp32 bytes per graph (half) byte of what FSDP2 keeps in fp32
@@ -193,8 +199,7 @@ class _Plan:
         fwd = forward_set(graph)
         self.forward_end = len(fwd)
         # what a CUDA device's kernels allocate besides the tensors (the reserved replay's)
-        self.workspaces = None if device is None else \
-            gpu_workspaces(graph, device, self.forward_end)
+        self.workspaces = workspaces
         values = graph.values
         self.trainable = trainable_params(graph)
         self.param_bytes = sum(v.spec.nbytes or 0 for v in values.values()
@@ -230,7 +235,8 @@ class _Plan:
         p = price(clock)
         t, n = self.training, clock.n
         foreach = t.optimizer_impl == OptimizerImpl.FOREACH
-        reserved = covering(rank_reserved_peak(clock, foreach, self.allocator, self.workspaces),
+        events = rank_events(clock, foreach, self.workspaces)
+        reserved = covering(rank_reserved_peak(events, self.allocator),
                             max(p.peak_bytes, p.first_step_peak_bytes),
                             f"a rank of {world * self.spec.replicate * self.spec.tp}")
         plan = self.training.checkpoint
@@ -258,10 +264,9 @@ class _Plan:
             mesh={name: n or 0 for name, n in
                   mesh_of(self.spec.strategy, world, self.spec.replicate, self.spec.tp,
                           self.spec.ep, self.spec.cp).dims},
-            spec=self.spec, flushing=self._flushing(clock, foreach, reserved, data))
+            spec=self.spec, flushing=self._flushing(events, reserved, data))
 
-    def _flushing(self, clock: Clock, foreach: bool, reserved: int, ranks: int
-                  ) -> Flushing | None:
+    def _flushing(self, events: list[Event], reserved: int, ranks: int) -> Flushing | None:
         """Where the two steps reserve more than the device leaves the allocator: the replay
         held to that, as PyTorch's allocator empties its cache and retries (None: no device,
         it fits unlimited, or the held replay runs out of memory too)."""
@@ -269,7 +274,7 @@ class _Plan:
             return None
         capacity = allocator_capacity(self.device, threads=2, overhead=self.overhead,
                                       world=ranks * self.spec.tp)
-        return rank_flushing(clock, foreach, self.allocator, self.workspaces, reserved, capacity)
+        return rank_flushing(events, self.allocator, reserved, capacity)
 
     # ------------------------------------------------------------------ shared pieces
 
