@@ -1,6 +1,8 @@
 """``graphcost plan`` on torchtitan's published layouts (docs/plan.md): on the GPUs each run
 used, is its layout judged to fit, and is the plan's best at least as fast by graphcost's own
-estimate? With each plan's wall time on this machine.
+estimate? With each plan's wall time on this machine, and the candidates its screen scaled from
+an analyzed layout instead of analyzing them (analyzer/app/plan_screen.py), with the screen's
+rate (candidates evaluated a second after the traces and their programs' analyses).
 
     python -m benchmarks.plan_published [--markdown benchmarks/results/plan_published.md]
 
@@ -37,7 +39,8 @@ best = plan.best
 bt = best.time if best else None
 print(json.dumps(dict(
     took=took, candidates=len(plan.candidates),
-    analyzed=sum(c.status in ("fits", "over") for c in plan.candidates),
+    analyzed=sum(c.status in ("fits", "over") and not c.screened for c in plan.candidates),
+    screened=plan.screened[0], screen_seconds=plan.screened[1],
     fits=r.roofline.fit.fits, needs=r.roofline.fit.needs, offers=r.roofline.fit.offers,
     tps=r.time.tokens_per_second, best=best.settings.words if best else None,
     best_tps=bt.tokens_per_second if bt else None)))
@@ -64,22 +67,31 @@ def _code(model, gpus, global_batch, mesh, batch, ckpt, compile_) -> str:
 
 def rows() -> list[str]:
     out = ["| torchtitan run (H100 96 GB) | its layout | fits? (memory/GPU) | its tokens/s/GPU "
-           "| plan's best | best tokens/s/GPU | settings analyzed | plan took |",
-           "|---|---|---|---:|---|---:|---:|---:|"]
+           "| plan's best | best tokens/s/GPU | settings analyzed | screened (a second) "
+           "| plan took |",
+           "|---|---|---|---:|---|---:|---:|---:|---:|"]
     for name, model, gpus, global_batch, mesh, batch, ckpt, compile_ in RUNS:
         r = run(_code(model, gpus, global_batch, mesh, batch, ckpt, compile_))
         layout = f"{mesh}, batch {batch}, {ckpt}"
         if "error" in r:
-            out.append(f"| {name} | {layout} | {r['error'][:80]} | | | | | |")
+            out.append(f"| {name} | {layout} | {r['error'][:80]} | | | | | | |")
             continue
         fits = f"{'yes' if r['fits'] else 'no'} ({r['needs'] / 2**30:.1f} of " \
                f"{r['offers'] / 2**30:.1f} GiB)"
         best_tps = f"{r['best_tps']:,.0f}" if r["best_tps"] else "-"
         out.append(f"| {name} | {layout} | {fits} | {r['tps']:,.0f} | {r['best'] or 'none'} "
-                   f"| {best_tps} | {r['analyzed']} of {r['candidates']} | "
+                   f"| {best_tps} | {r['analyzed']} of {r['candidates']} | {_screened(r)} | "
                    f"{r['took']:.0f} s |")
         print(out[-1], flush=True)
     return out
+
+
+def _screened(r: dict) -> str:
+    """The candidates the plan screened (analyzer/app/plan_screen.py), and how many a second
+    its screen evaluates."""
+    if not r["screened"]:
+        return "0"
+    return f"{r['screened']} ({r['screened'] / r['screen_seconds']:,.0f}/s)"
 
 
 def main() -> None:

@@ -198,11 +198,11 @@ def _with_time(report: Report, graph: Graph, costs: CostReport, o: PassOptions,
         return replace(report, warnings=(*report.warnings, NO_PARALLEL_TIME))
     estimate = _time(graph, costs, o, training, report)
     if o.parallel is None or report.parallel is None:   # (its throughput beside)
-        estimate = replace(estimate, **utilisation(estimate.seconds, _rank_step(report, o)))
+        estimate = replace(estimate, **utilisation(estimate.seconds, rank_step(report, o)))
     else:
         assert o.device is not None
         links = node_links(o.device, o.parallel.interconnect, o.parallel.gpus_per_node)
-        estimate = rank_step_time(estimate, _rank_step(report, o), links)
+        estimate = rank_step_time(estimate, rank_step(report, o), links)
     return replace(report, time=with_run(estimate, o))
 
 
@@ -231,7 +231,7 @@ def step_work(report: Report, device) -> tuple[int, int, float | None]:
             device.peak(dtype) if device is not None else None)
 
 
-def _rank_step(report: Report, o: PassOptions) -> RankStep:
+def rank_step(report: Report, o: PassOptions) -> RankStep:
     """What the clock needs of this rank (one GPU's run without a strategy)."""
     p = report.parallel
     seq = report.dims.get("seq")
@@ -242,18 +242,19 @@ def _rank_step(report: Report, o: PassOptions) -> RankStep:
                     p.world_size, *work, o.parallel is not None and o.parallel.async_tp)
 
 
-def _engine(graph: Graph, o: PassOptions, report: Report) -> tuple[str, str, EngineProfile]:
-    """(profile name, engine name, engine) pricing ``graph``: the request's profile's engine
-    for the graph's runtime (ONNX Runtime an ONNX file, eager PyTorch a traced one), else
-    eager PyTorch (or torch.compile's kernels) at the GPU's datasheet rates."""
-    name = "onnxruntime" if graph.source == "onnx" else "torch"
+def engine_of(o: PassOptions, source: str) -> tuple[str, str, EngineProfile]:
+    """(profile name, engine name, engine) pricing a graph from ``source``: the request's
+    profile's engine for the graph's runtime (ONNX Runtime an ONNX file, eager PyTorch a
+    traced one), else eager PyTorch (or torch.compile's kernels) at the GPU's datasheet
+    rates."""
+    name = "onnxruntime" if source == "onnx" else "torch"
     if o.profile is None:
         assert o.device is not None
         return o.device.name, name, datasheet_engine(o.device, compiled=o.compiled)
     engine = o.profile.engines.get(name)
     if engine is None:
         raise GraphcostError(f"{opt('device_profile')} {o.profile.name!r} holds no {name} "
-                             f"measurements, which a {graph.source} graph is priced with")
+                             f"measurements, which a {source} graph is priced with")
     return o.profile.name, name, engine
 
 
@@ -281,7 +282,7 @@ def _time(graph: Graph, costs: CostReport, o: PassOptions, training,
           report: Report) -> TimeEstimate:
     """The time estimate of the graph's kernels (and a training step's optimizer and
     recompute)."""
-    profile, name, engine = _engine(graph, o, report)
+    profile, name, engine = engine_of(o, graph.source)
     estimate = estimate_time(graph, costs.nodes, engine, profile=profile,
                              engine_name="torch.compile" if o.compiled else name, optimizer=o.optimizer,
                              param_bytes=_optimizer_bytes(graph, o, report),

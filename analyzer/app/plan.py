@@ -31,38 +31,12 @@ from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.layouts import data_ranks
 from ...passes.parallel.mesh import Mesh, strategy_of
 from ...passes.training.precision import master_weights
-from ..load.progress import Progress, Step
+from ..load.progress import Progress
+from .plan_candidates import Candidate, candidate, rank_of
+from .plan_screen import ScreeningAnalyses
 from .plan_settings import CHECKPOINTS, PlanSpec, Settings, settings_of
-from .report import Report
 from .request import build_request
-from .settings_analyses import SettingsAnalyses, collecting_less, step_samples
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A setting and what its analysis said: ``status`` fits | over (the device's memory) |
-    pruned (not analyzed: ``detail`` says why it cannot win) | refused (``error``: what the
-    analysis said)."""
-    settings: Settings
-    status: str
-    detail: str = ""
-    error: GraphcostError | None = None
-    needs_bytes: int | None = None      # the fit's: reserved peak + the runtime's share
-    offers_bytes: int | None = None
-    allocated_bytes: int | None = None  # the tensors at the peak (the report's peak_bytes)
-    time: TimeEstimate | None = None
-    samples: int = 0                    # sequences (samples) a step, over every data rank
-    # a pruned one's bounds, where what pruned it proves one: the memory it needs at least (a
-    # plan that holds less needs that), the step's seconds at least (one with less recompute)
-    needs_at_least: int | None = None
-    seconds_at_least: float | None = None
-    # the allocator's cache flushes its fit counts on (passes/device/fits.py Flushing)
-    flushes: int = 0
-
-    @property
-    def samples_per_second(self) -> float | None:
-        t = self.time
-        return self.samples / t.seconds if t is not None and t.seconds > 0 else None
+from .settings_analyses import SettingsAnalyses, collecting_less
 
 
 @dataclass(frozen=True)
@@ -77,6 +51,8 @@ class Plan:
     suggestion: str | None = None
     base: Mapping[str, Any] = field(default_factory=dict)
     not_searched: tuple[str, ...] = ()   # what the search leaves out, and why
+    # the candidates screened (analyzer/app/plan_screen.py) and the seconds their screen took
+    screened: tuple[int, float] = (0, 0.0)
 
     @property
     def best(self) -> Candidate | None:
@@ -117,8 +93,8 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     if not settings:
         raise GraphcostError(f"{opt('global_batch', value=spec.global_batch)}: no layout of "
                              f"{spec.gpus} GPUs splits it evenly over its data ranks")
-    done = _evaluate(analyses, settings, base, extra, progress,
-                     prune=(not spec.pp, not spec.cp))
+    evaluate = ScreeningAnalyses(analyses, base, extra, progress, len(settings))
+    done = _evaluate(evaluate, settings, prune=(not spec.pp, not spec.cp))
     errors = [c.error for c in done if c.error is not None]
     if len(errors) == len(done):
         raise errors[0]
@@ -127,8 +103,8 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
                              "datasheet gives a traced PyTorch model, not an ONNX file's "
                              "estimated training step")
     ranked = tuple(sorted(done, key=rank_of))
-    plan = Plan(str(model), device, spec, ranked, base=base,
-                not_searched=tuple(left_out))
+    plan = Plan(str(model), device, spec, ranked, base=base, not_searched=tuple(left_out),
+                screened=(evaluate.screened, evaluate.screen_seconds))
     if plan.best is None:
         plan = replace(plan, suggestion=_suggestion(model, plan, extra, progress))
     return plan
@@ -235,24 +211,14 @@ def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) ->
     return rates.name
 
 
-def _evaluate(analyses: SettingsAnalyses, settings: list[Settings], base: Mapping[str, Any],
-              extra: Mapping[str, Any], progress: Progress | None,
+def _evaluate(analyzed: ScreeningAnalyses, settings: list[Settings],
               prune: tuple[bool, bool] = (True, True)) -> list[Candidate]:
-    """Each setting's candidate, layout by layout (``_layout``), its analysis sharing traces
-    and passes with the others' (analyzer/app/settings_analyses.py); with ``prune`` (for
+    """Each setting's candidate, layout by layout (``_layout``), analyzed — sharing traces
+    and passes with the others' (analyzer/app/settings_analyses.py) — or screened from its
+    program's analysis (analyzer/app/plan_screen.py); with ``prune`` (for
     pipeline and context-parallel sizes not asked for), a pipeline's or a context-parallel
     one's only where no layout of its tensor-parallel size without one fits; an interleaved pipeline's only where its
     1F1B twin (analyzed before it) fits."""
-    done = iter(range(1, len(settings) + 1))
-
-    def analyzed(s: Settings) -> Candidate:
-        if progress:
-            progress(Step(next(done), len(settings), f"analyzing {s.words}"))
-        try:
-            return candidate(s, analyses({**base, **s.analyze_kwargs(extra)}))
-        except GraphcostError as exc:
-            return Candidate(s, "refused", error=exc)
-
     out: list[Candidate] = []
     for _, group in groupby(settings, key=lambda s: (s.mesh, s.batch, s.schedule)):
         group = list(group)
@@ -295,40 +261,27 @@ def _layout(settings: list[Settings],
     most first — it holds the least, so when it does not fit, no other does — then from the
     least recompute up until one fits (each after it only adds recompute to the step)."""
     most = analyzed(settings[-1])
+    # (the bounds a pruned candidate carries are proved by analyses, not by a screen's
+    # estimates: analyzer/app/plan_screen.py)
+    least = None if most.screened else most.needs_bytes
     if most.status == "over":
         why = (f"over the memory: checkpoint {most.settings.checkpoint}, which holds the "
-               "least, does not fit")
-        return [most, *(Candidate(s, "pruned", why, needs_at_least=most.needs_bytes)
+               f"least, does not fit{' (screened)' * bool(most.screened)}")
+        return [most, *(Candidate(s, "pruned", why, needs_at_least=least)
                         for s in settings[:-1])]
     out: list[Candidate] = []
     for s in settings[:-1]:
         fitting = next((c for c in out if c.status == "fits"), None)
         if fitting is not None:
             out.append(Candidate(s, "pruned", "slower: a checkpoint plan with less "
-                                              "recompute fits this layout",
-                                 needs_at_least=most.needs_bytes,
-                                 seconds_at_least=fitting.time and fitting.time.seconds))
+                                              "recompute fits this layout"
+                                              f"{' (screened)' * bool(fitting.screened)}",
+                                 needs_at_least=least, seconds_at_least=None
+                                 if fitting.screened or fitting.time is None
+                                 else fitting.time.seconds))
         else:
             out.append(analyzed(s))
     return [*out, most]
-
-
-def candidate(s: Settings, report: Report) -> Candidate:
-    """The candidate ``report`` (the analysis of ``s``) makes."""
-    fit = report.roofline.fit if report.roofline is not None else None
-    status = "fits" if fit is not None and fit.fits else "over"
-    return Candidate(s, status, "", None, fit and fit.needs, fit and fit.offers,
-                     report.peak_bytes, report.time, step_samples(report),
-                     flushes=fit.flushes if fit is not None else 0)
-
-
-def rank_of(c: Candidate) -> tuple:
-    """A plan's order: the fitting by throughput (as fast: fewer cache flushes, then less
-    memory), then those over the device by what they need, then the pruned and refused."""
-    order = ("fits", "over", "pruned", "refused").index(c.status)
-    rate = c.samples_per_second or 0.0
-    return (order, -rate if c.status == "fits" else (c.needs_bytes or 0), c.flushes,
-            c.needs_bytes or 0)
 
 
 def _suggestion(model, plan: Plan, extra: Mapping[str, Any],

@@ -12,8 +12,9 @@ from ..app.units import human_bytes, human_time
 
 Words = Callable[[GraphcostError], str]   # an error as the face words it
 
-PLAN_SCHEMA = 4   # 2: a candidate's schedule; 3: a pruned one's bounds (…_at_least);
-# 4: "flushes" (the allocator's cache flushes a candidate's fit counts on)
+PLAN_SCHEMA = 5   # 2: a candidate's schedule; 3: a pruned one's bounds (…_at_least);
+# 4: "flushes" (the allocator's cache flushes a candidate's fit counts on); 5: "screened" (the
+# layout a candidate's figures are scaled from: analyzer/app/plan_screen.py; null: analyzed)
 HEAD = f"{'#':>2}  {'layout':<30}{'batch':>5}  {'ckpt':<5}{'memory':>10}  {'step':<8}" \
        f"{'tok/s/GPU':>9}{'MFU':>5}"
 
@@ -33,8 +34,10 @@ def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
     lines = [f"plan: {plan.model} on {plan.spec.gpus} × {plan.device}", _shape(plan),
              f"{len(plan.candidates)} setting{'s' * (len(plan.candidates) != 1)}: "
              f"{counts['fits']} fit, {counts['over']} over "
-             f"the memory, {counts['pruned']} pruned, {counts['refused']} refused", ""]
-    shown = [c for c in plan.candidates if c.status in ("fits", "over")][:top]
+             f"the memory, {counts['pruned']} pruned, {counts['refused']} refused"
+             + _screened(plan), ""]
+    # (analyses only: a screened candidate's figures are estimates, its JSON's)
+    shown = [c for c in plan.candidates if c.status in ("fits", "over") and not c.screened][:top]
     if shown:
         lines += [HEAD, *(_row(i, c) for i, c in enumerate(shown, 1)), _legend(shown)]
         lines += [INTERLEAVED] * any(c.settings.interleaved for c in shown)
@@ -131,6 +134,12 @@ def _no_fit(plan: Plan) -> list[str]:
     return out + ["nor on 8× the GPUs or at half the sequence"]
 
 
+def _screened(plan: Plan) -> str:
+    """How many of the counted were screened (their figures scaled, not analyzed)."""
+    n = sum(bool(c.screened) for c in plan.candidates)
+    return f" ({n} screened)" if n else ""
+
+
 def plan_json(plan: Plan, command: Callable[[Candidate], str], word: Words = str,
               engine: Engine = lambda c: None) -> str:
     """Every candidate, ranked, for tools."""
@@ -158,4 +167,5 @@ def _candidate_json(c: Candidate, command: Callable[[Candidate], str],
             "samples": c.samples, "time": time, "command": command(c),
             # (a pruned candidate's bounds: what pruned it proves of it, None where nothing)
             "needs_at_least_bytes": c.needs_at_least,
-            "time_at_least_seconds": c.seconds_at_least, "flushes": c.flushes}
+            "time_at_least_seconds": c.seconds_at_least, "flushes": c.flushes,
+            "screened": c.screened or None}
