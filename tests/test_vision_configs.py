@@ -124,3 +124,25 @@ def test_an_image_to_text_encoder_decoder_takes_decoder_ids_too(tmp_path):
                                 inputs)[0]
     assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
         (r.training.peak_bytes, measured)
+
+
+def test_a_text_model_whose_config_names_an_image_size_takes_token_ids(tmp_path):
+    # Perceiver's config names the image size its image classifiers take (56 by default), but
+    # its text classifier's forward takes token ids (``inputs``, alias ``input_ids``) and no
+    # pixels: given an image it failed ("embedding(): argument 'indices' must be Tensor").
+    # Token ids of its 256 positions; 2·MACs equal FlopCounterMode's on the eager forward
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = transformers.PerceiverConfig(num_latents=32, d_latents=64, d_model=64, num_blocks=1,
+                                       num_self_attends_per_block=2, num_labels=2,
+                                       num_self_attention_heads=4, num_cross_attention_heads=4,
+                                       vocab_size=262, max_position_embeddings=256)
+    r = analyze(_folder(tmp_path, cfg, "PerceiverForSequenceClassification"))
+    assert r.dims == {"seq": 256}
+    torch.manual_seed(0)
+    built = transformers.PerceiverForSequenceClassification(cfg).eval()
+    assert r.totals.params == sum(p.numel() for p in built.parameters())
+    counter = FlopCounterMode(display=False)
+    with counter:
+        built(input_ids=torch.zeros(1, 256, dtype=torch.long))
+    assert 2 * r.totals.macs == counter.get_total_flops()

@@ -58,13 +58,17 @@ def input_shapes(config, batch: int, dims: dict[str, int],
 
 
 def _image_config(config, model):
-    """The config that sizes a vision model's images: its own where it names an image size;
+    """The config that sizes a vision model's images: its own where it names an image size
+    (unless its forward takes token ids and no pixels);
     for a model whose forward takes ``pixel_values`` first, its vision tower's or image
     encoder's where that names one (CLIP's image classifier, VisionEncoderDecoder; not Gemma
     3's text classifier, which takes token ids first beside a vision tower), else its own;
     None for a model of tokens."""
     if _side(getattr(config, "image_size", None)) is not None:
-        return config
+        # (not a model that takes token ids and no pixels: Perceiver's text models, whose
+        # config names the image size its image classifiers take)
+        params = _parameters(model)
+        return None if "input_ids" in params and "pixel_values" not in params else config
     if not _takes_pixels(model):
         return None
     towers = (getattr(config, "vision_config", None), getattr(config, "encoder", None))
