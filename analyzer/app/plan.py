@@ -261,9 +261,9 @@ def _layout(settings: list[Settings],
     most first — it holds the least, so when it does not fit, no other does — then from the
     least recompute up until one fits (each after it only adds recompute to the step)."""
     most = analyzed(settings[-1])
-    # (the bounds a pruned candidate carries are proved by analyses, not by a screen's
-    # estimates: analyzer/app/plan_screen.py)
-    least = None if most.screened else most.needs_bytes
+    # (what each pruned one needs at least: full's need, or where full was screened over the
+    # bound its scaled tensors prove, not its estimate: analyzer/app/plan_screen.py)
+    least = most.needs_at_least if most.screened else most.needs_bytes
     if most.status == "over":
         why = (f"over the memory: checkpoint {most.settings.checkpoint}, which holds the "
                f"least, does not fit{' (screened)' * bool(most.screened)}")
@@ -274,11 +274,9 @@ def _layout(settings: list[Settings],
         fitting = next((c for c in out if c.status == "fits"), None)
         if fitting is not None:
             out.append(Candidate(s, "pruned", "slower: a checkpoint plan with less "
-                                              "recompute fits this layout"
-                                              f"{' (screened)' * bool(fitting.screened)}",
-                                 needs_at_least=least, seconds_at_least=None
-                                 if fitting.screened or fitting.time is None
-                                 else fitting.time.seconds))
+                                              "recompute fits this layout",
+                                 needs_at_least=least,
+                                 seconds_at_least=fitting.time and fitting.time.seconds))
         else:
             out.append(analyzed(s))
     return [*out, most]
