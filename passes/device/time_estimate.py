@@ -176,17 +176,19 @@ def optimizer_seconds(engine: EngineProfile, optimizer: str | None,
     PyTorch's default foreach step moves the same bytes in fewer launches (counted here as
     the for-loop's: a few milliseconds at most)."""
     kernels, moved = OPTIMIZER_KERNELS.get(optimizer or "", (0, 0))
-    total = optimizer_launch_seconds(engine, optimizer, len(param_bytes))
+    python = engine.optimizer_s.get(optimizer or "", 0.0)
+    total = python * len(param_bytes)
     for size in param_bytes:
         per_kernel = moved * size / max(1, kernels)
-        total += kernels * per_kernel / engine.memory.rate(per_kernel)
+        total += kernels * (engine.launch_s + per_kernel / engine.memory.rate(per_kernel))
     return total
 
 
 def optimizer_launch_seconds(engine: EngineProfile, optimizer: str | None,
                              tensors: int) -> float:
     """The part of ``optimizer_seconds`` that the tensors' sizes do not change: each one's
-    Python and kernel launches."""
+    Python and kernel launches (its sum, kept apart from that function's, whose order of
+    additions the recorded reports' figures are of)."""
     kernels, _ = OPTIMIZER_KERNELS.get(optimizer or "", (0, 0))
     return tensors * (engine.optimizer_s.get(optimizer or "", 0.0) + kernels * engine.launch_s)
 
