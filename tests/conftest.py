@@ -43,8 +43,8 @@ SAME_ON_EVERY_TORCH = {
     # the time estimate over traced graphs (one attention share for every fused kernel: the
     # estimate does not follow the release's dispatch); its traces are checked as above
     "test_gpu_time", "test_published_runs",
-    # the plan's search and advice: analyses whose traces are checked as above
-    "test_plan", "test_serve_plan",
+    # the plan's search, screen and advice: analyses whose traces are checked as above
+    "test_plan", "test_plan_screen", "test_serve_plan",
     # a pipeline rank's allocator replay over stage traces (test_pipeline_parallel checks them)
     "test_pipeline_reserved",
     # which loads are traced again (the traces themselves are the frontends' tests')
