@@ -78,3 +78,21 @@ def test_the_plans_table_shows_analyses_only(screened_plan):
     assert direct.roofline is not None and direct.time is not None and best.time is not None
     assert best.needs_bytes == direct.roofline.fit.needs
     assert best.time.seconds == direct.time.seconds
+
+
+def test_only_fully_sharded_layouts_are_screened():
+    # DDP (no dp_shard: a mesh's size is 1 there) holds whole parameters and DDP's buckets, no
+    # gathered units: not a scaling of FSDP's rank; pipelines, expert and context
+    # parallelism run other programs
+    from graphcost.analyzer.app.plan_screen import program_of
+    from graphcost.analyzer.app.plan_settings import Settings
+    from graphcost.passes.parallel.mesh import parse_mesh
+
+    def key(mesh: str):
+        return program_of(Settings(parse_mesh(mesh), 2, "full"))
+
+    assert key("dp_shard=16") == key("dp_replicate=2,dp_shard=8") == key("dp_shard=16,tp=1")
+    assert key("dp_shard=8,tp=2") not in (None, key("dp_shard=16"))
+    for mesh in ("dp_replicate=16", "dp_replicate=8,tp=2", "pp=2,dp_shard=8",
+                 "dp_shard=8,cp=2", "dp_shard=8,ep=2"):
+        assert key(mesh) is None, mesh

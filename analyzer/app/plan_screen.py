@@ -70,7 +70,8 @@ class Screened:
 def program_of(s: Settings) -> tuple | None:
     """The rank program ``s`` runs, where the screen scales its layouts (None: not
     screened)."""
-    if s.pp > 1 or s.ep > 1 or s.cp > 1 or not s.mesh.size("dp_shard"):
+    # (a mesh's size is 1 where it has no such dimension: DDP's has no dp_shard)
+    if s.pp > 1 or s.ep > 1 or s.cp > 1 or (s.mesh.size("dp_shard") or 1) < 2:
         return None
     return (s.tp, s.batch, s.checkpoint, s.schedule)
 
