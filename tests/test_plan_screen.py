@@ -96,3 +96,19 @@ def test_only_fully_sharded_layouts_are_screened():
     for mesh in ("dp_replicate=16", "dp_replicate=8,tp=2", "pp=2,dp_shard=8",
                  "dp_shard=8,cp=2", "dp_shard=8,ep=2"):
         assert key(mesh) is None, mesh
+
+
+def test_a_ddp_layout_whose_whole_state_is_over_the_device_is_not_analyzed():
+    # Under bf16-mixed (autocast: fp32 weights) DDP is searched beside FSDP. Its rank holds
+    # whole what FSDP's holds a shard of at the optimizer step: Llama 3.1 8B's 8,030,261,248
+    # parameters × (4 B weight + 4 B gradient + 8 B AdamW) = 119.6 GiB, with the runtime's
+    # 1.3 GiB over an H100's 79.2: screened with that bound, no estimate
+    base = {**BASE, "precision": "bf16-mixed", "device": "h100"}
+    plan = plan_training("zoo:llama3_8b", PlanSpec(**{**SPEC, "checkpoints": ("full",)}), base)
+    ddp = next(c for c in plan.candidates if c.settings.mesh.words == "dp_replicate=16")
+    assert ddp.status == "over" and ddp.screened == "dp_shard=16, batch 1, checkpoint full"
+    assert ddp.needs_bytes is None and ddp.time is None
+    assert ddp.needs_at_least == pytest.approx(8_030_261_248 * 16 + 1.30 * GiB, rel=0.01)
+    direct = analyze("zoo:llama3_8b", **base, **ddp.settings.analyze_kwargs({}))
+    assert direct.roofline is not None
+    assert ddp.offers_bytes < ddp.needs_at_least <= direct.roofline.fit.needs

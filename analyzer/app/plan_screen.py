@@ -29,9 +29,12 @@ what it needs: reserved bytes cover the tensors) exceed the device is over, and 
 analyzed; its needs are the anchor's grown by its tensors' growth, labelled an estimate (so
 too its time), its bound ``needs_at_least``; it ranks after the analyzed candidates over the
 device, and a plan's table leaves it out (analyzer/render/plan.py: the rows shown are
-analyses). Every other candidate is analyzed. Not screened:
-pipelines, expert or context parallelism, DDP (a program of its own strategy), an anchor that
-flushes the allocator's cache.
+analyses). A DDP layout of the program is not a scaling of it (whole parameters, DDP's
+buckets, no gathered units), but it holds whole what the anchor's rank holds a shard of at its
+optimizer step: where that state alone is over the device, so is the layout, screened with
+that bound and no estimate (``replicated_candidate``). Every other candidate is analyzed. Not
+screened: pipelines, expert or context parallelism, an anchor that flushes the allocator's
+cache.
 """
 from __future__ import annotations
 
@@ -72,6 +75,15 @@ def program_of(s: Settings) -> tuple | None:
     screened)."""
     # (a mesh's size is 1 where it has no such dimension: DDP's has no dp_shard)
     if s.pp > 1 or s.ep > 1 or s.cp > 1 or (s.mesh.size("dp_shard") or 1) < 2:
+        return None
+    return (s.tp, s.batch, s.checkpoint, s.schedule)
+
+
+def replicated_of(s: Settings) -> tuple | None:
+    """The program a DDP layout's rank runs (its data ranks replicated, tp beside it), whose
+    FSDP layout's analysis bounds what it holds (None: not DDP)."""
+    if s.pp > 1 or s.ep > 1 or s.cp > 1 or (s.mesh.size("dp_shard") or 1) > 1 \
+            or (s.mesh.size("dp_replicate") or 1) < 2:
         return None
     return (s.tp, s.batch, s.checkpoint, s.schedule)
 
@@ -196,6 +208,29 @@ def screened_candidate(s: Settings, anchor: Anchor, options: PassOptions) -> Can
                      anchor.samples, needs_at_least=at_least, screened=f.anchor)
 
 
+# what a DDP rank holds whole at its optimizer step, of which an FSDP rank holds a shard
+WHOLE = ("sharded_params", "sharded_grads", "optimizer_state")
+
+
+def replicated_candidate(s: Settings, anchor: Anchor) -> Candidate | None:
+    """A DDP layout of ``anchor``'s program where the state it holds whole at its optimizer
+    step — every parameter, gradient and optimizer state, ``dp_shard`` times what the anchor's
+    rank holds of them then, less its padding — with the runtime's share proves it over the
+    device (None: it may fit, and is analyzed). No estimate of its figures: its rank (whole
+    parameters, DDP's buckets, no gathered units) is not a scaling of FSDP's."""
+    p = anchor.report.parallel
+    assert p is not None
+    whole = p.mesh["dp_shard"] * sum(p.detail_at_step.get(d, 0) for d in WHOLE)
+    at_least = whole - _padding(p, 1) + anchor.needs_bytes - p.reserved_peak_bytes
+    if at_least <= anchor.offers_bytes:
+        return None
+    return Candidate(s, "over", "screened: its whole parameters, gradients and optimizer "
+                                f"state (by the analysis of {anchor.settings.words}) are over "
+                                "the device", None, None, anchor.offers_bytes,
+                     samples=anchor.samples, needs_at_least=at_least,
+                     screened=anchor.settings.words)
+
+
 class ScreeningAnalyses:
     """A plan's settings evaluated (analyzer/app/plan.py): ``exact(s)`` analyzes ``s`` (the
     first analysis of each program that can be one is its anchor); ``s`` called screens it
@@ -212,10 +247,12 @@ class ScreeningAnalyses:
 
     def __call__(self, s: Settings) -> Candidate:
         self.done += 1
-        anchor = self.anchors.get(program_of(s) or ())
+        key = program_of(s)
+        anchor = self.anchors.get(key or replicated_of(s) or ())
         if anchor is not None:
             start = time.perf_counter()
-            c = screened_candidate(s, anchor, self._options(s))
+            c = screened_candidate(s, anchor, self._options(s)) if key \
+                else replicated_candidate(s, anchor)
             self.screen_seconds += time.perf_counter() - start
             if c is not None:
                 self.screened += 1
