@@ -102,7 +102,9 @@ def test_a_ddp_layout_whose_whole_state_is_over_the_device_is_not_analyzed():
     # Under bf16-mixed (autocast: fp32 weights) DDP is searched beside FSDP. Its rank holds
     # whole what FSDP's holds a shard of at the optimizer step: Llama 3.1 8B's 8,030,261,248
     # parameters × (4 B weight + 4 B gradient + 8 B AdamW) = 119.6 GiB, with the runtime's
-    # 1.3 GiB over an H100's 79.2: screened with that bound, no estimate
+    # 1.30 GiB (NCCL's 32 channels × 12 MiB + 256 MiB NVLS, the CUDA context's 692.8 MiB:
+    # passes/device/fits.py's published figures) over an H100's 79.2: screened with that
+    # bound, no estimate
     base = {**BASE, "precision": "bf16-mixed", "device": "h100"}
     plan = plan_training("zoo:llama3_8b", PlanSpec(**{**SPEC, "checkpoints": ("full",)}), base)
     ddp = next(c for c in plan.candidates if c.settings.mesh.words == "dp_replicate=16")

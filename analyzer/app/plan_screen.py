@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
+from ...passes.device.fits import Fit
 from ...passes.device.time_estimate import TimeEstimate, optimizer_launch_seconds
 from ...passes.errors import GraphcostError
 from ...passes.parallel.comm import CommVolume, across_replicas
@@ -71,33 +72,50 @@ class Screened:
 
 
 def program_of(s: Settings) -> tuple | None:
-    """The rank program ``s`` runs, where the screen scales its layouts (None: not
-    screened)."""
-    # (a mesh's size is 1 where it has no such dimension: DDP's has no dp_shard)
-    if s.pp > 1 or s.ep > 1 or s.cp > 1 or (s.mesh.size("dp_shard") or 1) < 2:
-        return None
-    return (s.tp, s.batch, s.checkpoint, s.schedule)
+    """The rank program ``s`` runs, where the screen scales its layouts: fully sharded ones
+    (None: not screened)."""
+    return _program(s) if (s.mesh.size("dp_shard") or 1) > 1 else None
 
 
 def replicated_of(s: Settings) -> tuple | None:
     """The program a DDP layout's rank runs (its data ranks replicated, tp beside it), whose
     FSDP layout's analysis bounds what it holds (None: not DDP)."""
-    if s.pp > 1 or s.ep > 1 or s.cp > 1 or (s.mesh.size("dp_shard") or 1) > 1 \
-            or (s.mesh.size("dp_replicate") or 1) < 2:
+    if (s.mesh.size("dp_shard") or 1) > 1 or (s.mesh.size("dp_replicate") or 1) < 2:
+        return None
+    return _program(s)
+
+
+def _program(s: Settings) -> tuple | None:
+    """What a layout's rank computes — its trace (tp size, batch) and checkpoint plan — where
+    only its data ranks set it apart (None: pipelines, expert and context parallelism run
+    other programs). A mesh's size is 1 where it has no such dimension."""
+    if s.pp > 1 or s.ep > 1 or s.cp > 1:
         return None
     return (s.tp, s.batch, s.checkpoint, s.schedule)
 
 
 @dataclass(frozen=True)
 class Anchor:
-    """A program's analysis under FSDP over every data rank: its settings, the report, the
-    report's fit figures, its samples a step and the options it was analyzed with."""
+    """A program's analysis under FSDP over every data rank: its settings, the report (with a
+    rank, a fit and a time) and the options it was analyzed with."""
     settings: Settings
     report: Report
-    needs_bytes: int
-    offers_bytes: int
-    samples: int
     options: PassOptions
+
+    @property
+    def parallel(self) -> ParallelMemory:
+        assert self.report.parallel is not None
+        return self.report.parallel
+
+    @property
+    def fit(self) -> Fit:
+        assert self.report.roofline is not None and self.report.roofline.fit is not None
+        return self.report.roofline.fit
+
+    @property
+    def runtime_bytes(self) -> int:
+        """What the rank needs of the device beyond what it reserves (the runtime's share)."""
+        return self.fit.needs - self.parallel.reserved_peak_bytes
 
 
 def anchor_of(s: Settings, report: Report, options: PassOptions) -> Anchor | None:
@@ -108,26 +126,25 @@ def anchor_of(s: Settings, report: Report, options: PassOptions) -> Anchor | Non
         return None
     if p is None or fit is None or report.time is None or p.flushing is not None:
         return None
-    return Anchor(s, report, fit.needs, fit.offers, step_samples(report), options)
+    return Anchor(s, report, options)
 
 
 def screen(anchor: Anchor, s: Settings, options: PassOptions) -> Screened:
     """``s``'s figures scaled from ``anchor`` (the same program: ``program_of``)."""
-    p = anchor.report.parallel
-    assert p is not None and anchor.report.time is not None
+    p, estimate = anchor.parallel, anchor.report.time
+    assert estimate is not None
     shard = s.mesh.size("dp_shard") or 1
     k = p.mesh["dp_shard"] / shard
     allocated = scaled_peak(p, k)
-    needs = anchor.needs_bytes + allocated - p.per_rank_peak_bytes
+    needs = anchor.fit.needs + allocated - p.per_rank_peak_bytes
     comm = scaled_comm(p, shard, s.mesh.size("dp_replicate") or 1,
                        master=master_weights(options.precision))
-    mesh = dict(s.mesh.dims)
-    rank = replace(rank_step(anchor.report, anchor.options), comm=comm, mesh=mesh)
+    rank = replace(rank_step(anchor.report, anchor.options), comm=comm, mesh=dict(s.mesh.dims))
     assert options.device is not None and options.parallel is not None
     links = node_links(options.device, options.parallel.interconnect,
                        options.parallel.gpus_per_node)
-    time = rank_step_time(_kernels(anchor.report.time, k, _launches(p, options)), rank, links)
-    return Screened(needs, allocated, time, anchor.settings.words)
+    step = rank_step_time(_kernels(estimate, k, _launches(p, options)), rank, links)
+    return Screened(needs, allocated, step, anchor.settings.words)
 
 
 def scaled_peak(p: ParallelMemory, k: float) -> int:
@@ -176,7 +193,7 @@ def _padding(p: ParallelMemory, shard: int) -> int:
 def _launches(p: ParallelMemory, o: PassOptions) -> float:
     """The optimizer step's seconds that its tensors' sizes do not change (their Python and
     launches: passes/device/time_estimate.py), over the units' parameter tensors."""
-    _, _, engine = engine_of(o, "fx")
+    _, _, engine = engine_of(o, "fx")   # (a plan's programs are traced PyTorch models)
     return engine.scale * optimizer_launch_seconds(engine, o.optimizer,
                                                    sum(u.params for u in p.units))
 
@@ -195,17 +212,14 @@ def screened_candidate(s: Settings, anchor: Anchor, options: PassOptions) -> Can
     """``s``'s candidate scaled from ``anchor`` where its tensors alone prove it over the
     device (None: it may fit, and is analyzed)."""
     f = screen(anchor, s, options)
-    p = anchor.report.parallel
-    assert p is not None
-    # (the runtime's share: what the anchor needs beyond what its ranks reserve; less what
-    # the anchor's padding may add to the scaled shards)
-    at_least = f.allocated_bytes + anchor.needs_bytes - p.reserved_peak_bytes \
-        - _padding(p, s.mesh.size("dp_shard") or 1)
-    if at_least <= anchor.offers_bytes:
+    # (less what the anchor's padding may add to the scaled shards)
+    at_least = f.allocated_bytes + anchor.runtime_bytes \
+        - _padding(anchor.parallel, s.mesh.size("dp_shard") or 1)
+    if at_least <= anchor.fit.offers:
         return None
     return Candidate(s, "over", f"screened: scaled from {f.anchor} (an estimate)", None,
-                     f.needs_bytes, anchor.offers_bytes, f.allocated_bytes, f.time,
-                     anchor.samples, needs_at_least=at_least, screened=f.anchor)
+                     f.needs_bytes, anchor.fit.offers, f.allocated_bytes, f.time,
+                     step_samples(anchor.report), needs_at_least=at_least, screened=f.anchor)
 
 
 # what a DDP rank holds whole at its optimizer step, of which an FSDP rank holds a shard
@@ -218,16 +232,15 @@ def replicated_candidate(s: Settings, anchor: Anchor) -> Candidate | None:
     rank holds of them then, less its padding — with the runtime's share proves it over the
     device (None: it may fit, and is analyzed). No estimate of its figures: its rank (whole
     parameters, DDP's buckets, no gathered units) is not a scaling of FSDP's."""
-    p = anchor.report.parallel
-    assert p is not None
+    p = anchor.parallel
     whole = p.mesh["dp_shard"] * sum(p.detail_at_step.get(d, 0) for d in WHOLE)
-    at_least = whole - _padding(p, 1) + anchor.needs_bytes - p.reserved_peak_bytes
-    if at_least <= anchor.offers_bytes:
+    at_least = whole - _padding(p, 1) + anchor.runtime_bytes
+    if at_least <= anchor.fit.offers:
         return None
     return Candidate(s, "over", "screened: its whole parameters, gradients and optimizer "
                                 f"state (by the analysis of {anchor.settings.words}) are over "
-                                "the device", None, None, anchor.offers_bytes,
-                     samples=anchor.samples, needs_at_least=at_least,
+                                "the device", None, None, anchor.fit.offers,
+                     samples=step_samples(anchor.report), needs_at_least=at_least,
                      screened=anchor.settings.words)
 
 
