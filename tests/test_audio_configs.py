@@ -1,8 +1,10 @@
 """Speech models named by a config.json take audio (analyzer/frontends/torch/config_inputs.py
-``input_shapes``): an encoder-decoder of log-mel frames its window and its decoder's token ids,
-a model of a waveform its samples. Whisper, wav2vec 2.0, HuBERT and WavLM from their configs
-were given token ids and refused ("'NoneType' object has no attribute 'shape'", "missing 1
-required positional argument: 'input_values'")."""
+``input_shapes``): Whisper its window of log-mel frames, another model of ``input_features``
+``--dim frames`` of them (Parakeet, Speech2Text), a model of a waveform its samples, an
+encoder-decoder its decoder's token ids beside them. Whisper, wav2vec 2.0, HuBERT and WavLM
+from their configs were given token ids and refused ("'NoneType' object has no attribute
+'shape'", "missing 1 required positional argument: 'input_values'"); Parakeet, Speech2Text
+and Moonshine were refused until 2026-12-06."""
 from __future__ import annotations
 
 import json
@@ -11,6 +13,7 @@ import pytest
 import torch
 from graphcost.analyzer.frontends.torch.compat import TORCH_VERSION
 from graphcost.analyzer.measure.reference import measure_training
+from torch.utils.flop_counter import FlopCounterMode
 
 from graphcost import GraphcostError, analyze
 
@@ -69,5 +72,97 @@ def test_wav2vec2_from_its_config_takes_a_waveform(tmp_path):
     wave = torch.randn(2, 16_000, generator=torch.Generator().manual_seed(1))
     measured = measure_training(transformers.Wav2Vec2ForCTC(cfg), (), "adamw",
                                 {"input_values": wave})[0]
+    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
+        (r.training.peak_bytes, measured)
+
+
+def _written(tmp_path, cfg, arch: str) -> str:
+    (tmp_path / "config.json").write_text(json.dumps({**cfg.to_dict(), "architectures": [arch]}))
+    return str(tmp_path)
+
+
+def test_parakeet_ctc_from_its_config_takes_frames_of_its_mel_bins(tmp_path):
+    # Parakeet's CTC encoder takes input_features time first, (batch, frames, num_mel_bins of
+    # its encoder config): --dim frames of them, by default 1,000 (10 s at its extractor's
+    # 10 ms hop). It was refused ("missing 1 required positional argument: 'input_features'").
+    # 200 frames of 32 bins, subsampled 8× to 25 positions; the loss the sum (no labels: no
+    # token ids in). Measured (2026-12-06, torch 2.13): 3,767,540 B predicted, 3,767,544 B
+    # MemTracker (4 B under). FLOPs: FlopCounterMode has no formula for the CPU's fused SDPA
+    # kernel, so it counts eager attention: its two products, 2 layers · 2 sequences · 4
+    # heads · 25 · 25 positions · 16 dims · 2 · 2 = 640,000 FLOPs
+    enc = transformers.ParakeetEncoderConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_mel_bins=32, subsampling_conv_channels=32)
+    cfg = transformers.ParakeetCTCConfig(vocab_size=128, encoder_config=enc.to_dict())
+    path = _written(tmp_path, cfg, "ParakeetForCTC")
+    assert analyze(path).dims == {"frames": 1000}
+    r = analyze(path, batch=2, dims={"frames": 200}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    torch.manual_seed(0)
+    frames = torch.randn(2, 200, 32, generator=torch.Generator().manual_seed(1))
+    measured = measure_training(transformers.ParakeetForCTC(cfg), (), "adamw",
+                                {"input_features": frames})[0]
+    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
+        (r.training.peak_bytes, measured)
+    forward = analyze(path, batch=2, dims={"frames": 200})
+    cfg._attn_implementation = cfg.encoder_config._attn_implementation = "eager"
+    model = transformers.ParakeetForCTC(cfg).eval()
+    with FlopCounterMode(display=False) as counted, torch.no_grad():
+        model(input_features=frames)
+    assert forward.totals.params == sum(p.numel() for p in model.parameters())
+    assert 2 * forward.totals.macs == counted.get_total_flops()
+
+
+def test_speech2text_takes_frames_and_its_decoders_ids(tmp_path):
+    # Speech2Text: frames of input_feat_per_channel × input_channels features, time first, and
+    # decoder ids of min(512, max_target_positions = 64); it was refused ("'NoneType' object
+    # has no attribute 'transpose'"). Measured (2026-12-06, torch 2.13): 5,881,628 B
+    # predicted, 5,931,804 B MemTracker (−0.85%); 2·MACs equal FlopCounterMode's (its
+    # attention is eager)
+    cfg = transformers.Speech2TextConfig(
+        vocab_size=256, d_model=64, encoder_layers=2, decoder_layers=2,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+        decoder_ffn_dim=128, conv_channels=64, input_feat_per_channel=32,
+        max_source_positions=256, max_target_positions=64, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, decoder_start_token_id=2)
+    path = _written(tmp_path, cfg, "Speech2TextForConditionalGeneration")
+    r = analyze(path, batch=2, dims={"frames": 200}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    assert r.dims == {"decoder_seq": 64, "frames": 200}
+    g = torch.Generator().manual_seed(1)
+    inputs = {"input_features": torch.randn(2, 200, 32, generator=g),
+              "decoder_input_ids": torch.randint(4, 256, (2, 64), generator=g)}
+    torch.manual_seed(0)
+    measured = measure_training(transformers.Speech2TextForConditionalGeneration(cfg), (),
+                                "adamw", inputs)[0]
+    assert abs(r.training.peak_bytes - measured) <= 0.01 * measured, \
+        (r.training.peak_bytes, measured)
+    forward = analyze(path, batch=2, dims={"frames": 200})
+    model = transformers.Speech2TextForConditionalGeneration(cfg).eval()
+    with FlopCounterMode(display=False) as counted, torch.no_grad():
+        model(**inputs)
+    assert 2 * forward.totals.macs == counted.get_total_flops()
+
+
+def test_moonshine_takes_a_waveform_and_its_decoders_ids(tmp_path):
+    # Moonshine's encoder-decoder takes a waveform (input_values) and decoder ids; it was given
+    # the waveform alone ("You must specify exactly one of input_ids or inputs_embeds").
+    # Measured (2026-12-06, torch 2.13): 6,571,768 B predicted, 6,570,744 B MemTracker
+    # (+0.02%)
+    cfg = transformers.MoonshineConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, encoder_num_hidden_layers=2,
+        decoder_num_hidden_layers=2, encoder_num_attention_heads=4,
+        decoder_num_attention_heads=4, max_position_embeddings=64, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    path = _written(tmp_path, cfg, "MoonshineForConditionalGeneration")
+    r = analyze(path, batch=2, dims={"samples": 16_000}, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    assert r.dims == {"decoder_seq": 64, "samples": 16_000}
+    g = torch.Generator().manual_seed(1)
+    inputs = {"input_values": torch.randn(2, 16_000, generator=g),
+              "decoder_input_ids": torch.randint(4, 256, (2, 64), generator=g)}
+    torch.manual_seed(0)
+    measured = measure_training(transformers.MoonshineForConditionalGeneration(cfg), (),
+                                "adamw", inputs)[0]
     assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
         (r.training.peak_bytes, measured)

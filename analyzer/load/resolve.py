@@ -298,8 +298,9 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
         {dim: shapes[name][i] for dim, name, i in (("seq", "input_ids", 1),
                                                    ("decoder_seq", "decoder_input_ids", 1),
                                                    ("image", "pixel_values", -1),
-                                                   ("samples", "input_values", 1))
-         if name in shapes}
+                                                   ("samples", "input_values", 1),
+                                                   ("frames", "input_features", 1))
+         if name in shapes and (dim != "frames" or config_inputs.frames_first(config, module))}
     typo = next((k for k in b.dims if k not in dims and k != "batch"
                  and not re.fullmatch(r"u\d+", k)), None)   # (u3: a data-dependent bound)
     if typo is not None and not b.input_shapes:

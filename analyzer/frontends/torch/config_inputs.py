@@ -13,6 +13,9 @@ DECODER_SEQ, ENCODER_SEQ = 2048, 512
 # a speech model's waveform where none is asked (--dim samples): 10 s at 16 kHz, the rate
 # wav2vec 2.0's, HuBERT's and WavLM's feature extractors take
 WAVEFORM_SAMPLES = 160_000
+# a speech model's log-mel frames where none are asked (--dim frames): the same 10 s at the 10 ms
+# hop (160 samples at 16 kHz) of Parakeet's, Speech2Text's and SeamlessM4T's feature extractors
+FEATURE_FRAMES = 1000
 # a vision model's image side where its config names none (ResNet, RegNet, BiT, SegFormer):
 # ImageNet's crop, which their image processors' checkpoints were trained at
 IMAGE_SIDE = 224
@@ -24,8 +27,10 @@ def input_shapes(config, batch: int, dims: dict[str, int],
 
     * a waveform of ``--dim samples`` (``WAVEFORM_SAMPLES``) for a speech model whose forward
       takes ``input_values`` first;
-    * a speech encoder-decoder's window of log-mel frames (``_mel_window``) and decoder ids of
-      ``decoder_seq`` (512, at most its decoder's context);
+    * Whisper's window of log-mel frames (``_mel_window``); another speech model whose forward
+      takes ``input_features`` first ``--dim frames`` of them (``FEATURE_FRAMES``) of its
+      config's width (``_feature_width``), time first; an encoder-decoder's decoder ids of
+      ``decoder_seq`` beside either (512, at most its decoder's context);
     * pixel values for a vision model (``_image_config``) of ``--dim image`` on a side, else
       its config's size, else ``IMAGE_SIDE``, and an image-to-text encoder-decoder's decoder
       ids beside them;
@@ -33,12 +38,16 @@ def input_shapes(config, batch: int, dims: dict[str, int],
       length), and an encoder-decoder's decoder ids of ``decoder_seq`` (by default as many as
       the encoder's)."""
     if _first_parameter(model) == "input_values":   # (wav2vec 2.0, HuBERT: a waveform)
-        return {"input_values": (batch, dims.get("samples", WAVEFORM_SAMPLES))}
+        samples = {"input_values": (batch, dims.get("samples", WAVEFORM_SAMPLES))}
+        return {**samples, **_speech_decoder_ids(config, model, batch, dims)}   # (Moonshine)
     audio = _mel_window(config, model)
     if audio is not None:   # (Whisper: 30 s of log-mel frames, its decoder's token ids)
-        limit = getattr(config, "max_target_positions", None) or ENCODER_SEQ
         return {"input_features": (batch, *audio),
-                "decoder_input_ids": (batch, dims.get("decoder_seq", min(ENCODER_SEQ, limit)))}
+                **_speech_decoder_ids(config, model, batch, dims)}
+    features = _feature_width(config) if _first_parameter(model) == "input_features" else None
+    if features is not None:   # (Parakeet, Speech2Text: frames of features, time first)
+        frames = {"input_features": (batch, dims.get("frames", FEATURE_FRAMES), features)}
+        return {**frames, **_speech_decoder_ids(config, model, batch, dims)}
     vision = _image_config(config, model)
     if vision is not None:
         c = vision
@@ -99,6 +108,42 @@ def _mel_window(config, model) -> tuple[int, int] | None:
             or not getattr(config, "is_encoder_decoder", False):
         return None
     return mel, 2 * positions
+
+
+def _feature_width(config) -> int | None:
+    """What each frame of a speech model's ``input_features`` holds, as its config names it:
+    its own or its encoder's ``num_mel_bins`` (Parakeet, LASR, Canary), Speech2Text's
+    ``input_feat_per_channel`` × ``input_channels``, SeamlessM4T's
+    ``feature_projection_input_dim`` (its extractor's 80 bins, two frames stacked); None where
+    it names none (Granite Speech stacks frames its config does not say: refused as its
+    trace fails)."""
+    for c in (config, getattr(config, "encoder_config", None)):
+        mel = getattr(c, "num_mel_bins", None)
+        if isinstance(mel, int) and not isinstance(mel, bool) and mel > 0:
+            return mel
+    per, channels = (getattr(config, k, None) for k in ("input_feat_per_channel",
+                                                        "input_channels"))
+    if isinstance(per, int) and isinstance(channels, int) and per > 0 and channels > 0:
+        return per * channels
+    stacked = getattr(config, "feature_projection_input_dim", None)
+    return stacked if isinstance(stacked, int) and stacked > 0 else None
+
+
+def frames_first(config, model) -> bool:
+    """Whether the model's ``input_features`` are frames of any number, ``--dim frames`` (not
+    Whisper's window, which its encoder requires whole)."""
+    return _mel_window(config, model) is None and _feature_width(config) is not None
+
+
+def _speech_decoder_ids(config, model, batch: int, dims: dict[str, int]) -> dict:
+    """A speech encoder-decoder's decoder ids (Whisper, Speech2Text, Moonshine) of
+    ``decoder_seq`` (512, at most its decoder's context); none for a CTC encoder."""
+    if not getattr(config, "is_encoder_decoder", False) or model is None \
+            or "decoder_input_ids" not in _parameters(model):
+        return {}
+    limit = getattr(config, "max_target_positions", None) \
+        or getattr(config, "max_position_embeddings", None) or ENCODER_SEQ
+    return {"decoder_input_ids": (batch, dims.get("decoder_seq", min(ENCODER_SEQ, limit)))}
 
 
 def _side(size) -> int | None:
