@@ -36,7 +36,7 @@ from ...passes.serving.analysis import ServingTrace, serving_review
 from ...passes.training.memory import forward_set
 from ...passes.training.optimizer import trainable_params
 from ...passes.training.precision import cast_floats, master_weights
-from ...passes.training.step import training_step
+from ...passes.training.step import plain_step, training_step
 from .devices import node_links
 from .report import NodeRow, Report, Totals
 from .request import PassOptions
@@ -120,11 +120,17 @@ def _one_rank(graph: Graph, o: PassOptions, serving: ServingTrace | None,
                                     lambda: _graph_passes(graph, o, serving))
     if o.optimizer is None:
         return graph, costs, report
+    optimizer = o.optimizer
+    # (the step without a plan: one for the graph's checkpoint plans, which a plan's layouts
+    # and an analysis's what-ifs each compare with)
+    plain = memo.get(("plain", *_graph_key(o), optimizer, o.optimizer_impl),
+                     lambda: plain_step(graph, optimizer, o.precision, o.include_inputs,
+                                        o.optimizer_impl))
     training = training_step(
-        graph, o.optimizer, [nc.cost.flops for nc in costs.nodes], precision=o.precision,
+        graph, optimizer, [nc.cost.flops for nc in costs.nodes], precision=o.precision,
         checkpoint=o.checkpoint, what_if=o.what_if, include_inputs=o.include_inputs,
         impl=o.optimizer_impl, allocator=o.allocator, device=o.device,
-        replay=_one_device_replay(o), overhead=o.overhead)
+        replay=_one_device_replay(o), overhead=o.overhead, plain=plain)
     return graph, costs, replace(report, training=training)
 
 

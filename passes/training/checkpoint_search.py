@@ -38,16 +38,19 @@ def plan_checkpoints(graph: Graph, optimizer: str, node_flops: list[int], *,
                      sqrt: bool = False, budget: int | None = None,
                      sac: tuple[str, ...] | None = None, nth: int | None = None,
                      master_weights: bool = False, include_inputs: bool = True,
-                     impl: str = "forloop") -> CheckpointPlan:
+                     impl: str = "forloop",
+                     plain: TrainingMemory | None = None) -> CheckpointPlan:
     """Build a checkpoint plan and evaluate it; ``budget`` alone asks for the plan with the
-    least recompute that fits. ``node_flops``: the cost pass's FLOPs per joint-graph node."""
+    least recompute that fits. ``node_flops``: the cost pass's FLOPs per joint-graph node;
+    ``plain``: the step without a plan where the caller has it (``training_memory`` of the
+    same graph and settings), else made here."""
     fwd = forward_set(graph)
 
     def step(segs: list[Segment] | None = None) -> TrainingMemory:
         return training_memory(graph, optimizer, segs, master_weights,
                                include_inputs=include_inputs, impl=impl)
 
-    plain = step()
+    plain = step() if plain is None else plain
     if sac:  # each repeated block, as torchtitan wraps each TransformerBlock
         blocks = repeated_blocks(graph, fwd)
         if not blocks:

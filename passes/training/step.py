@@ -23,11 +23,13 @@ if TYPE_CHECKING:
 
 def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str,
              include_inputs: bool = True, impl: str = "forloop",
-             every_block: bool = True) -> dict[str, WhatIf]:
+             every_block: bool = True,
+             plain: TrainingMemory | None = None) -> dict[str, WhatIf]:
     """The step's peak under the usual memory savers, each by re-running the passes on the
     same joint graph: in-place activations, the bf16 master-weights recipe (re-typing the
     graph; autocast would need another trace), and (``every_block``: not the plan asked
-    for already) checkpointing every repeated block."""
+    for already) checkpointing every repeated block (``plain``: the step without it, where the
+    caller has it)."""
     mixed = master_weights(precision)
 
     def of(t: TrainingMemory, recompute: int | None = None) -> WhatIf:
@@ -45,9 +47,17 @@ def what_ifs(graph: Graph, optimizer: str, node_flops: list[int], precision: str
                                                include_inputs=include_inputs))
     if every_block and repeated_blocks(graph, forward_set(graph)):
         plan = plan_checkpoints(graph, optimizer, node_flops, every=1, master_weights=mixed,
-                                include_inputs=include_inputs, impl=impl)
+                                include_inputs=include_inputs, impl=impl, plain=plain)
         out["checkpoint_every_block"] = of(plan.checkpointed, plan.recompute_flops)
     return out
+
+
+def plain_step(graph: Graph, optimizer: str, precision: str = "fp32",
+               include_inputs: bool = True, impl: str = "forloop") -> TrainingMemory:
+    """The step without a checkpoint plan, what-ifs or replay: what every plan of ``graph``
+    under these settings is compared with."""
+    return training_memory(graph, optimizer, master_weights=master_weights(precision),
+                           include_inputs=include_inputs, impl=impl)
 
 
 def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
@@ -56,24 +66,28 @@ def training_step(graph: Graph, optimizer: str, node_flops: list[int], *,
                   impl: str = "forloop",
                   allocator: AllocatorConfig | None = None,
                   device: "DeviceRates | None" = None, replay: bool = True,
-                  overhead: Overhead | None = None) -> TrainingMemory:
+                  overhead: Overhead | None = None,
+                  plain: TrainingMemory | None = None) -> TrainingMemory:
     """The training section of a report: the step's memory, with the checkpoint plan asked
     for and the what-ifs (``graph`` already re-typed by passes.training.precision for mixed precision,
     whose fp32 master side is added here); on a GPU ``device`` the reserved replay holds the
     cuBLAS workspaces and the kernels' temporaries (passes.device.gpu_workspaces). Without
-    ``replay`` (a layout's ranks are replayed instead) no reserved figure."""
+    ``replay`` (a layout's ranks are replayed instead) no reserved figure. ``plain``: the step
+    without a plan (``plain_step``) where the caller keeps it for the graph's other plans —
+    the plan and the what-ifs read it rather than lay the same step out again."""
     mixed = master_weights(precision)
-    t = training_memory(graph, optimizer, master_weights=mixed, include_inputs=include_inputs,
-                        impl=impl)
+    t = plain_step(graph, optimizer, precision, include_inputs, impl) if plain is None \
+        else plain
     plan = plan_checkpoints(graph, optimizer, node_flops, master_weights=mixed,
                             include_inputs=include_inputs, impl=impl,
                             names=list(checkpoint.names) if checkpoint.names else None,
                             every=checkpoint.every, sqrt=checkpoint.sqrt,
                             budget=checkpoint.budget, sac=checkpoint.sac,
-                            nth=checkpoint.nth) if checkpoint else None
+                            nth=checkpoint.nth, plain=t) if checkpoint else None
     # (the what-if of checkpointing every block would repeat that plan when it is the one asked)
     savers = what_ifs(graph, optimizer, node_flops, precision, include_inputs, impl,
-                      every_block=checkpoint != CheckpointSpec(every=1)) if what_if else {}
+                      every_block=checkpoint != CheckpointSpec(every=1),
+                      plain=t) if what_if else {}
     if not replay:
         return replace(t, checkpoint=plan, what_if=savers, loss=graph.loss)
     ws = gpu_workspaces(graph, device, t.forward_nodes) if device is not None else None
