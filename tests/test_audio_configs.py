@@ -81,6 +81,18 @@ def _written(tmp_path, cfg, arch: str) -> str:
     return str(tmp_path)
 
 
+def _step_within(path: str, cls, cfg, dims: dict, inputs: dict, within: float):
+    """graphcost's training step of the config at ``path`` (2 samples, AdamW) within
+    ``within`` of MemTracker's step 2 of ``cls(cfg)`` on ``inputs``; the report."""
+    r = analyze(path, batch=2, dims=dims, train=True, optimizer="adamw",
+                include_inputs=False, what_if=False)
+    torch.manual_seed(0)
+    measured = measure_training(cls(cfg), (), "adamw", inputs)[0]
+    assert abs(r.training.peak_bytes - measured) <= within * measured, \
+        (r.training.peak_bytes, measured)
+    return r
+
+
 def test_parakeet_ctc_from_its_config_takes_frames_of_its_mel_bins(tmp_path):
     # Parakeet's CTC encoder takes input_features time first, (batch, frames, num_mel_bins of
     # its encoder config): --dim frames of them, by default 1,000 (10 s at its extractor's
@@ -96,14 +108,9 @@ def test_parakeet_ctc_from_its_config_takes_frames_of_its_mel_bins(tmp_path):
     cfg = transformers.ParakeetCTCConfig(vocab_size=128, encoder_config=enc.to_dict())
     path = _written(tmp_path, cfg, "ParakeetForCTC")
     assert analyze(path).dims == {"frames": 1000}
-    r = analyze(path, batch=2, dims={"frames": 200}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
-    torch.manual_seed(0)
     frames = torch.randn(2, 200, 32, generator=torch.Generator().manual_seed(1))
-    measured = measure_training(transformers.ParakeetForCTC(cfg), (), "adamw",
-                                {"input_features": frames})[0]
-    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
-        (r.training.peak_bytes, measured)
+    _step_within(path, transformers.ParakeetForCTC, cfg, {"frames": 200},
+                 {"input_features": frames}, 0.005)
     forward = analyze(path, batch=2, dims={"frames": 200})
     cfg._attn_implementation = cfg.encoder_config._attn_implementation = "eager"
     model = transformers.ParakeetForCTC(cfg).eval()
@@ -126,17 +133,12 @@ def test_speech2text_takes_frames_and_its_decoders_ids(tmp_path):
         max_source_positions=256, max_target_positions=64, pad_token_id=1, bos_token_id=0,
         eos_token_id=2, decoder_start_token_id=2)
     path = _written(tmp_path, cfg, "Speech2TextForConditionalGeneration")
-    r = analyze(path, batch=2, dims={"frames": 200}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
-    assert r.dims == {"decoder_seq": 64, "frames": 200}
     g = torch.Generator().manual_seed(1)
     inputs = {"input_features": torch.randn(2, 200, 32, generator=g),
               "decoder_input_ids": torch.randint(4, 256, (2, 64), generator=g)}
-    torch.manual_seed(0)
-    measured = measure_training(transformers.Speech2TextForConditionalGeneration(cfg), (),
-                                "adamw", inputs)[0]
-    assert abs(r.training.peak_bytes - measured) <= 0.01 * measured, \
-        (r.training.peak_bytes, measured)
+    r = _step_within(path, transformers.Speech2TextForConditionalGeneration, cfg,
+                     {"frames": 200}, inputs, 0.01)
+    assert r.dims == {"decoder_seq": 64, "frames": 200}
     forward = analyze(path, batch=2, dims={"frames": 200})
     model = transformers.Speech2TextForConditionalGeneration(cfg).eval()
     with FlopCounterMode(display=False) as counted, torch.no_grad():
@@ -155,14 +157,9 @@ def test_moonshine_takes_a_waveform_and_its_decoders_ids(tmp_path):
         decoder_num_attention_heads=4, max_position_embeddings=64, pad_token_id=0,
         bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
     path = _written(tmp_path, cfg, "MoonshineForConditionalGeneration")
-    r = analyze(path, batch=2, dims={"samples": 16_000}, train=True, optimizer="adamw",
-                include_inputs=False, what_if=False)
-    assert r.dims == {"decoder_seq": 64, "samples": 16_000}
     g = torch.Generator().manual_seed(1)
     inputs = {"input_values": torch.randn(2, 16_000, generator=g),
               "decoder_input_ids": torch.randint(4, 256, (2, 64), generator=g)}
-    torch.manual_seed(0)
-    measured = measure_training(transformers.MoonshineForConditionalGeneration(cfg), (),
-                                "adamw", inputs)[0]
-    assert abs(r.training.peak_bytes - measured) <= 0.005 * measured, \
-        (r.training.peak_bytes, measured)
+    r = _step_within(path, transformers.MoonshineForConditionalGeneration, cfg,
+                     {"samples": 16_000}, inputs, 0.005)
+    assert r.dims == {"decoder_seq": 64, "samples": 16_000}
