@@ -10,7 +10,7 @@ all-reduce of the layer's output). Here transformers' stacked experts (3-D ``gat
 and ``down_proj``: frontends/torch/expert_parallel.py ``stacked_experts``) are cut so and
 their output all-reduced; the routing is traced as transformers' experts run it (the
 kernels are vLLM's fused ones, whose scratch graphcost does not model). Derived from vLLM's
-code, not measured (vLLM does not install on this CPU machine).
+code, not measured (vLLM's CUDA build installs on this CPU machine but runs no model here).
 """
 from __future__ import annotations
 
