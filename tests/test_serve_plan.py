@@ -129,24 +129,24 @@ def _vllm_python() -> str:
     return sys.executable
 
 
-@pytest.mark.parametrize("weight_dtype,kv_dtype", [("fp8", "fp8"), ("bf16", None)])
-def test_vllm_parses_the_arguments(weight_dtype, kv_dtype):
-    # the arguments after `vllm serve`, read by vLLM's own serve subcommand parser
-    # (tests/vllm_serve_args.py in vLLM's venv)
-    args = vllm_args("zoo:llama3_8b", tp=2, sequences=64, context=2304, batched_tokens=131072,
-                     memory_share=0.5, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
-    assert args is not None
-    out = subprocess.run([_vllm_python(), str(Path(__file__).parent / "vllm_serve_args.py"),
-                          *args], capture_output=True, text=True, timeout=300,
+def test_vllm_parses_the_arguments():
+    # the arguments after `vllm serve` of an fp8 replica and a bf16 one, read by vLLM's own
+    # serve subcommand parser (tests/vllm_serve_args.py, in vLLM's venv)
+    cases = [("fp8", "fp8"), ("bf16", None)]
+    lines = [vllm_args("zoo:llama3_8b", tp=2, sequences=64, context=2304,
+                       batched_tokens=131072, memory_share=0.5, weight_dtype=w, kv_dtype=kv)
+             for w, kv in cases]
+    out = subprocess.run([_vllm_python(), str(Path(__file__).parent / "vllm_serve_args.py")],
+                         input=json.dumps(lines), capture_output=True, text=True, timeout=300,
                          env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]
     parsed = json.loads(out.stdout.strip().splitlines()[-1])
-    assert parsed == {"model_tag": "meta-llama/Llama-3.1-8B", "tensor_parallel_size": 2,
-                      "max_num_seqs": 64, "max_model_len": 2304,
-                      "max_num_batched_tokens": 131072, "gpu_memory_utilization": 0.5,
-                      "dtype": "bfloat16" if weight_dtype == "bf16" else "auto",
-                      "quantization": "fp8" if weight_dtype == "fp8" else None,
-                      "kv_cache_dtype": kv_dtype or "auto"}
+    assert parsed == [{"model_tag": "meta-llama/Llama-3.1-8B", "tensor_parallel_size": 2,
+                       "max_num_seqs": 64, "max_model_len": 2304,
+                       "max_num_batched_tokens": 131072, "gpu_memory_utilization": 0.5,
+                       "dtype": "bfloat16" if w == "bf16" else "auto",
+                       "quantization": "fp8" if w == "fp8" else None,
+                       "kv_cache_dtype": kv or "auto"} for w, kv in cases]
 
 
 def test_a_concatenating_cache_is_said_to_be_above_vllms():
