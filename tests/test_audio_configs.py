@@ -163,3 +163,22 @@ def test_moonshine_takes_a_waveform_and_its_decoders_ids(tmp_path):
     r = _step_within(path, transformers.MoonshineForConditionalGeneration, cfg,
                      {"samples": 16_000}, inputs, 0.005)
     assert r.dims == {"decoder_seq": 64, "samples": 16_000}
+
+
+def test_a_plan_searches_a_speech_encoder_without_token_embeddings(tmp_path):
+    # graphcost plan asks transformers for the model's token embedding (a tied LM head?);
+    # Parakeet's default get_input_embeddings raises NotImplementedError, which was an
+    # internal error. Its layouts are data parallel: tensor parallelism of its convolutions is
+    # refused by name
+    from graphcost.analyzer.app.plan import plan_training
+    from graphcost.analyzer.app.plan_settings import PlanSpec
+    enc = transformers.ParakeetEncoderConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_mel_bins=32, subsampling_conv_channels=32)
+    path = _written(tmp_path, transformers.ParakeetCTCConfig(
+        vocab_size=128, encoder_config=enc.to_dict()), "ParakeetForCTC")
+    p = plan_training(path, PlanSpec(gpus=2, batch=2), {"train": True, "device": "h100",
+                                                        "dims": {"frames": 200}})
+    assert p.best is not None and p.best.settings.mesh.size("tp") == 1
+    refused = [c for c in p.candidates if c.status == "refused"]
+    assert refused and all("would stay whole" in (c.detail or str(c.error)) for c in refused)

@@ -354,10 +354,7 @@ def is_tied(tokens, head) -> bool:
 
 def vocab_layers(model: torch.nn.Module):
     """(the token embedding, the LM head projecting back onto its vocabulary), either None."""
-    get_in = getattr(model, "get_input_embeddings", None)
-    get_out = getattr(model, "get_output_embeddings", None)
-    tokens = get_in() if callable(get_in) else None
-    head = get_out() if callable(get_out) else None
+    tokens, head = _got(model, "get_input_embeddings"), _got(model, "get_output_embeddings")
     if tokens is None:
         tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
         tokens = max(tables, key=lambda m: m.num_embeddings, default=None)
@@ -371,6 +368,16 @@ def vocab_layers(model: torch.nn.Module):
                     None)
     return (tokens if isinstance(tokens, torch.nn.Embedding) else None,
             head if isinstance(head, torch.nn.Linear) else None)
+
+
+def _got(model: torch.nn.Module, getter: str):
+    """What transformers' ``getter`` returns, None where the model has none (its default
+    raises NotImplementedError on a model without token embeddings: Parakeet's CTC encoder)."""
+    get = getattr(model, getter, None)
+    try:
+        return get() if callable(get) else None
+    except NotImplementedError:
+        return None
 
 
 def _divides(what: str, size: int, group: int) -> None:
