@@ -39,7 +39,7 @@ def check_tracer_split(r: Resolved, stages: int) -> None:
 def tied_table(r: Resolved) -> int:
     """The elements of the table ``r``'s LM head shares with its token embedding (one
     weight; 0: not tied)."""
-    from ..frontends.torch.tensor_parallel import is_tied, vocab_layers
+    from ..frontends.torch.vocab_layers import is_tied, vocab_layers
     if r.kind != "torch":
         return 0
     tokens, head = vocab_layers(r.module)

@@ -39,15 +39,15 @@ def input_shapes(config, batch: int, dims: dict[str, int],
       the encoder's)."""
     if _first_parameter(model) == "input_values":   # (wav2vec 2.0, HuBERT: a waveform)
         samples = {"input_values": (batch, dims.get("samples", WAVEFORM_SAMPLES))}
-        return {**samples, **_speech_decoder_ids(config, model, batch, dims)}   # (Moonshine)
+        return {**samples, **_decoder_ids(config, model, batch, dims)}   # (Moonshine)
     audio = _mel_window(config, model)
     if audio is not None:   # (Whisper: 30 s of log-mel frames, its decoder's token ids)
         return {"input_features": (batch, *audio),
-                **_speech_decoder_ids(config, model, batch, dims)}
+                **_decoder_ids(config, model, batch, dims)}
     features = _feature_width(config) if _first_parameter(model) == "input_features" else None
     if features is not None:   # (Parakeet, Speech2Text: frames of features, time first)
         frames = {"input_features": (batch, dims.get("frames", FEATURE_FRAMES), features)}
-        return {**frames, **_speech_decoder_ids(config, model, batch, dims)}
+        return {**frames, **_decoder_ids(config, model, batch, dims)}
     vision = _image_config(config, model)
     if vision is not None:
         c = vision
@@ -86,13 +86,16 @@ def _image_config(config, model):
 
 
 def _decoder_ids(config, model, batch: int, dims: dict[str, int]) -> dict:
-    """An image-to-text encoder-decoder's decoder ids (VisionEncoderDecoder: TrOCR, Donut),
-    of ``decoder_seq`` (512, at most its decoder's context); none for another model."""
+    """An image-to-text or speech encoder-decoder's decoder ids (VisionEncoderDecoder: TrOCR,
+    Donut; Whisper, Speech2Text, Moonshine) of ``decoder_seq`` (512, at most its decoder's
+    context: ``max_target_positions``, else its decoder config's or its own
+    ``max_position_embeddings``); none for another model (a CTC encoder)."""
     if not getattr(config, "is_encoder_decoder", False) or model is None \
             or "decoder_input_ids" not in _parameters(model):
         return {}
     decoder = getattr(config, "decoder", None) or config
-    limit = getattr(decoder, "max_position_embeddings", None) or ENCODER_SEQ
+    limit = getattr(config, "max_target_positions", None) \
+        or getattr(decoder, "max_position_embeddings", None) or ENCODER_SEQ
     return {"decoder_input_ids": (batch, dims.get("decoder_seq", min(ENCODER_SEQ, limit)))}
 
 
@@ -133,17 +136,6 @@ def frames_first(config, model) -> bool:
     """Whether the model's ``input_features`` are frames of any number, ``--dim frames`` (not
     Whisper's window, which its encoder requires whole)."""
     return _mel_window(config, model) is None and _feature_width(config) is not None
-
-
-def _speech_decoder_ids(config, model, batch: int, dims: dict[str, int]) -> dict:
-    """A speech encoder-decoder's decoder ids (Whisper, Speech2Text, Moonshine) of
-    ``decoder_seq`` (512, at most its decoder's context); none for a CTC encoder."""
-    if not getattr(config, "is_encoder_decoder", False) or model is None \
-            or "decoder_input_ids" not in _parameters(model):
-        return {}
-    limit = getattr(config, "max_target_positions", None) \
-        or getattr(config, "max_position_embeddings", None) or ENCODER_SEQ
-    return {"decoder_input_ids": (batch, dims.get("decoder_seq", min(ENCODER_SEQ, limit)))}
 
 
 def _side(size) -> int | None:

@@ -204,9 +204,9 @@ class LastPosition(torch.nn.Module):
 
 @contextmanager
 def last_position(model: torch.nn.Module):
-    """``model`` with its LM head (tensor_parallel.vocab_layers finds it) on the last position
+    """``model`` with its LM head (vocab_layers.py finds it) on the last position
     alone, put back as it was afterwards; as it is when it has none."""
-    from .tensor_parallel import vocab_layers
+    from .vocab_layers import vocab_layers
 
     head = vocab_layers(model)[1]
     path = next((n for n, m in model.named_modules() if m is head), None)

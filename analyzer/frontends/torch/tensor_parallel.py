@@ -61,7 +61,6 @@ import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
 from .float8_linears import float8_linear, float8_spec, gather_seq_in_float8
-from .pipeline_stages import HEADS
 from .serving_experts import is_router, shard_experts
 from .tp_collectives import (
     tp_all_reduce,
@@ -78,6 +77,7 @@ from .transformers_tp_plan import (
     replicated_experts,
     replicated_note,
 )
+from .vocab_layers import is_tied, vocab_layers
 
 COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROWWISE = ("o_proj", "down_proj")
@@ -345,39 +345,6 @@ def local_head_counts(model: torch.nn.Module, group: int,
             if isinstance(count, int) and not isinstance(count, bool) and count > 1:
                 _divides(f"{name}.{attr}", count, group)
                 setattr(child, attr, count // group)
-
-
-def is_tied(tokens, head) -> bool:
-    """Whether the LM head ``head`` reads the token embedding's table (``vocab_layers``)."""
-    return tokens is not None and head is not None and head.weight is tokens.weight
-
-
-def vocab_layers(model: torch.nn.Module):
-    """(the token embedding, the LM head projecting back onto its vocabulary), either None."""
-    tokens, head = _got(model, "get_input_embeddings"), _got(model, "get_output_embeddings")
-    if tokens is None:
-        tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
-        tokens = max(tables, key=lambda m: m.num_embeddings, default=None)
-    if head is None and isinstance(tokens, torch.nn.Embedding):
-        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        head = linears[-1] if linears and linears[-1].out_features == tokens.num_embeddings \
-            else None
-    if head is None and tokens is None:   # (a later pipeline stage: its head by name)
-        head = next((m for n, m in model.named_modules()
-                     if n.rsplit(".", 1)[-1] in HEADS and isinstance(m, torch.nn.Linear)),
-                    None)
-    return (tokens if isinstance(tokens, torch.nn.Embedding) else None,
-            head if isinstance(head, torch.nn.Linear) else None)
-
-
-def _got(model: torch.nn.Module, getter: str):
-    """What transformers' ``getter`` returns, None where the model has none (its default
-    raises NotImplementedError on a model without token embeddings: Parakeet's CTC encoder)."""
-    get = getattr(model, getter, None)
-    try:
-        return get() if callable(get) else None
-    except NotImplementedError:
-        return None
 
 
 def _divides(what: str, size: int, group: int) -> None:

@@ -1,0 +1,42 @@
+"""A model's token embedding and the LM head projecting back onto its vocabulary — what
+tensor parallelism shards vocabulary-wise (tensor_parallel.py), a pipeline's end stages share
+when tied (analyzer/load/rank_program.py) and the serving review reads the last position's
+logits through (serve.py)."""
+from __future__ import annotations
+
+import torch
+
+from .pipeline_stages import HEADS
+
+
+def is_tied(tokens, head) -> bool:
+    """Whether the LM head ``head`` reads the token embedding's table (``vocab_layers``)."""
+    return tokens is not None and head is not None and head.weight is tokens.weight
+
+
+def vocab_layers(model: torch.nn.Module):
+    """(the token embedding, the LM head projecting back onto its vocabulary), either None."""
+    tokens, head = _got(model, "get_input_embeddings"), _got(model, "get_output_embeddings")
+    if tokens is None:
+        tables = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+        tokens = max(tables, key=lambda m: m.num_embeddings, default=None)
+    if head is None and isinstance(tokens, torch.nn.Embedding):
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        head = linears[-1] if linears and linears[-1].out_features == tokens.num_embeddings \
+            else None
+    if head is None and tokens is None:   # (a later pipeline stage: its head by name)
+        head = next((m for n, m in model.named_modules()
+                     if n.rsplit(".", 1)[-1] in HEADS and isinstance(m, torch.nn.Linear)),
+                    None)
+    return (tokens if isinstance(tokens, torch.nn.Embedding) else None,
+            head if isinstance(head, torch.nn.Linear) else None)
+
+
+def _got(model: torch.nn.Module, getter: str):
+    """What transformers' ``getter`` returns, None where the model has none (its default
+    raises NotImplementedError on a model without token embeddings: Parakeet's CTC encoder)."""
+    get = getattr(model, getter, None)
+    try:
+        return get() if callable(get) else None
+    except NotImplementedError:
+        return None
