@@ -113,7 +113,11 @@ def whisper_encoder(attn: str = "eager", **overrides) -> torch.nn.Module:
                   dict(vocab_size=VOCAB, num_mel_bins=16, d_model=64, encoder_layers=2,
                        encoder_attention_heads=4, encoder_ffn_dim=128, decoder_layers=1,
                        decoder_attention_heads=4, decoder_ffn_dim=128, max_source_positions=32,
-                       max_target_positions=32, use_cache=False),
+                       max_target_positions=32, use_cache=False,
+                       # (Whisper's special ids are 50,256 and up: in this vocabulary, or
+                       # transformers warns on every build)
+                       decoder_start_token_id=1, bos_token_id=1, eos_token_id=2,
+                       pad_token_id=0),
                   overrides, module="transformers.models.whisper.modeling_whisper")
 
 

@@ -522,6 +522,14 @@ def test_a_model_without_an_lm_head_is_refused():
         analyze("zoo:hf_bert", batch=8, train=True, parallel={"mesh": "pp=2"})
 
 
+@pytest.mark.same_on_every_torch   # (refused before any trace)
+def test_an_encoder_decoder_is_refused():
+    # (T5 reached PyTorch's tracer, which said "You must specify exactly one of input_ids or
+    # inputs_embeds")
+    with pytest.raises(GraphcostError, match="T5ForConditionalGeneration is an encoder-decoder"):
+        analyze("zoo:hf_t5", batch=8, train=True, parallel={"mesh": "pp=2"})
+
+
 # (the stage programs' traces are checked on every torch by the reality cases above)
 @pytest.mark.same_on_every_torch
 def test_a_long_stage_read_off_two_short_ones_equals_its_whole_trace(monkeypatch):

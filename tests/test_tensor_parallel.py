@@ -315,8 +315,9 @@ def test_transformers_plan_all_reduces_without_sequence_parallelism():
 
 @every_torch
 @pytest.mark.parametrize("model, mesh, said", [
-    # GPT-2's fused c_attn and MLP are Conv1D, not the plan's named linears
-    ("zoo:hf_gpt2", "tp=2", "Llama-style blocks"),
+    # GPT-2's fused c_attn and MLP are Conv1D, not the plan's named linears, and transformers
+    # gives it no plan
+    ("zoo:hf_gpt2", "tp=2", r"GPT2Config gives none: no base_model_tp_plan\), else Llama"),
     ("zoo:mlp", "tp=2", "Llama-style blocks"),
     # a mixture of experts whose experts transformers' plan (5.24) shards in a style not
     # modelled ("moe_tp_experts"); from 5.25 on it leaves them whole (the test above)

@@ -29,8 +29,9 @@ def split_by_tracer(r: Resolved) -> bool:
 def check_tracer_split(r: Resolved, stages: int) -> None:
     """Refused (GraphcostError): a pipeline of ``stages`` that PyTorch's tracer splits with a
     stage taking a tensor from one not just before it, which PyTorch's pipelining cannot
-    run backward through (frontends/torch/pipeline_split.py)."""
-    from ..frontends.torch.pipeline_split import check_adjacent, stage_pipe
+    run backward through, or of an encoder-decoder (frontends/torch/pipeline_split.py)."""
+    from ..frontends.torch.pipeline_split import check_adjacent, check_one_stack, stage_pipe
+    check_one_stack(r.module, stages)
     ids = r.kwargs.get("input_ids", r.inputs[0] if r.inputs else None)
     if stages > 2 and ids is not None:
         check_adjacent(stage_pipe(r.module, ids, stages), stages)

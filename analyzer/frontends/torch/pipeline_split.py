@@ -82,6 +82,7 @@ def traced_stage(module: torch.nn.Module, ids: torch.Tensor, stage: int, stages:
         raise GraphcostError(f"{where}: a pipeline's last stage computes the cross-entropy of "
                              f"the model's logits, and {type(module).__name__} has no LM head "
                              "(a causal or masked LM class of it has)")
+    check_one_stack(module, stages)
     index, points = split_points(path, n, stage, stages, blocks)
     whole = module if blocks is None or stage < stages - 1 else \
         _first_blocks(module, path, stage_layers(n, stage, stages).start + blocks)
@@ -97,9 +98,22 @@ def traced_stage(module: torch.nn.Module, ids: torch.Tensor, stage: int, stages:
 def stage_pipe(module: torch.nn.Module, ids: torch.Tensor, stages: int):
     """PyTorch's ``Pipe`` of ``module`` split into ``stages`` at the micro-batch of ``ids``,
     as a pipeline of them runs it (``pipe.build_stage`` each rank's)."""
+    check_one_stack(module, stages)
     path, n = block_list(module)
     return split_pipe(module, ids, [f"model.{path}.{stage_layers(n, i, stages).start}"
                                     for i in range(1, stages)], stages)
+
+
+def check_one_stack(module: torch.nn.Module, stages: int) -> None:
+    """Refused: an encoder-decoder (T5, BART). Its decoder takes the encoder's output in
+    every block, a skip over the stages between; and the tracer, fed token ids alone, cannot
+    run its forward (it failed with T5's "You must specify exactly one of input_ids or
+    inputs_embeds")."""
+    if getattr(getattr(module, "config", None), "is_encoder_decoder", False):
+        raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: "
+                             f"{type(module).__name__} is an encoder-decoder; a pipeline of "
+                             "one stack of blocks (a decoder's or an encoder's) is modelled, "
+                             "not of both")
 
 
 def check_adjacent(pipe, stages: int) -> None:

@@ -46,7 +46,9 @@ def check_servable(model: torch.nn.Module, name: str) -> str:
     if transformers_model(model):
         cfg = model.config
         if getattr(cfg, "is_encoder_decoder", False):
-            raise GraphcostError(f"{opt('serve')}: {name} is an encoder-decoder "
+            what = "an encoder-decoder" if "decoder_input_ids" in params else \
+                "the encoder of an encoder-decoder"   # (WhisperEncoder: no decoder at all)
+            raise GraphcostError(f"{opt('serve')}: {name} is {what} "
                                  f"({type(model).__name__}); {opt('serve')} analyzes decoder-only "
                                  "language models (prefill, then decode over a KV cache)")
         # (a transformers method: to the checker, nn.Module's __getattr__ gives Tensor | Module)

@@ -161,6 +161,18 @@ def _same_grad(new: torch.nn.Module, base: torch.nn.Module) -> None:
         p.requires_grad_(q.requires_grad)
 
 
+def _what_is_sharded(model: torch.nn.Module) -> str:
+    """The linears the plan for ``model`` shards, in words (for its refusal)."""
+    llama = f"Llama-style blocks ({', '.join(COLWISE + ROWWISE)} linears"
+    if planned(model):
+        return "the linears transformers' plan for it shards colwise or rowwise"
+    if is_transformers(model):   # (T5, GPT-2, BERT: it said "as torchtitan's plan names them")
+        config = type(getattr(model, "config", None)).__name__
+        return (f"a transformers model's linears as its tensor-parallel plan names them "
+                f"({config} gives none: no base_model_tp_plan), else {llama})")
+    return f"{llama}, as torchtitan's plan names them)"
+
+
 def is_transformers(model: torch.nn.Module) -> bool:
     """Whether ``model`` is (or wraps) a transformers model: its engine's plan has no
     sequence parallelism."""
@@ -196,11 +208,8 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
     # (a pipeline stage of no block, the norm and the head alone, shards its head)
     if not blocks and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
                            for p in m.parameters(recurse=False)):
-        named = "the linears transformers' plan for it shards colwise or rowwise" \
-            if planned(model) else f"Llama-style blocks ({', '.join(COLWISE + ROWWISE)} " \
-            "linears, as torchtitan's plan names them)"
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: graphcost shards "
-                             f"{named}; this model has none")
+                             f"{_what_is_sharded(model)}; this model has none")
     for parent in parents if sequence else ():
         # torchtitan's float8 plan gathers a float8 module's input in float8
         # (PrepareFloat8ModuleInput); its colwise linears' product config keys it
