@@ -4,6 +4,7 @@ graphcost against."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -154,3 +155,10 @@ def measured_steps(cases: list, world: int, **kw) -> list:
                      for m in rows]}, indent=1) + "\n", encoding="utf-8")
     assert all(isinstance(m.case, Case) for m in rows)
     return rows
+
+
+# transformers' Mixtral plan: from 5.25 on it shards attention alone, the experts and router
+# left whole on every rank (frontends/torch/transformers_tp_plan.py); 5.24's (the range's floor)
+# named the experts "moe_tp_experts", a style not modelled (refused)
+EXPERTS_WHOLE = importlib.util.find_spec("transformers") is not None and not any(
+    "experts" in k for k in __import__("transformers").MixtralConfig().base_model_tp_plan)

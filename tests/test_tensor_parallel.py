@@ -39,15 +39,13 @@ transformers' Llama its own tp_plan, neither (frontends/torch/tensor_parallel.py
 """
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 from graphcost.analyzer.measure.parallel import Case
 from graphcost.passes.errors import GraphcostError
 
 from graphcost import analyze
-from tests.shared import measured_steps, read_in_range
+from tests.shared import EXPERTS_WHOLE, measured_steps, read_in_range
 
 # The predictions run on every torch of the range; the real DTensor steps on this one and the
 # newest: on torch 2.8 DTensor's vocabulary-parallel embedding cannot reduce-scatter its
@@ -72,11 +70,6 @@ def _case(model, p, strategy, precision="fp32", sac=False):
 
 
 RECIPES = ("fp32", "bf16-true")
-# transformers' Mixtral plan: from 5.25 on it shards attention alone, the experts and router
-# left whole on every rank (frontends/torch/transformers_tp_plan.py); 5.24's (the range's floor)
-# named the experts "moe_tp_experts", a style not modelled (refused)
-EXPERTS_WHOLE = importlib.util.find_spec("transformers") is not None and not any(
-    "experts" in k for k in __import__("transformers").MixtralConfig().base_model_tp_plan)
 
 
 @pytest.fixture(scope="module")

@@ -160,7 +160,7 @@ def _gathering(settings: list[Settings], left_out: list[str]) -> list[Settings]:
 MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
 
-# (passes/parallel/mesh.py refuses it: not modelled yet)
+# (analyzed when --parallel names it, not searched: the plan's ep candidates are beside FSDP)
 EXPERTS_BESIDE = "expert parallelism beside tp or cp"
 # (transformers' plan leaves a mixture of experts whole on every tp rank, or shards it in a
 # style graphcost refuses: frontends/torch/transformers_tp_plan.py; expert parallelism shards it)

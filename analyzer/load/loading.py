@@ -79,7 +79,8 @@ def resolve_model(model, load: LoadOptions = LoadOptions(),
     r = in_pipeline_stage(r, load.pipeline_stage, load.stage_blocks,
                           beside=max(load.expert_parallel, load.context_parallel,
                                      load.tensor_parallel) > 1)
-    r = in_expert_parallel(r, load.expert_parallel, load.pipeline_stage, whole)
+    r = in_expert_parallel(r, load.expert_parallel, load.pipeline_stage, whole,
+                           load.tensor_parallel)
     r = in_context_parallel(r, load.context_parallel, load.pipeline_stage)
     return in_tensor_parallel(r, load.tensor_parallel, stage=load.pipeline_stage)
 

@@ -30,7 +30,11 @@ def check_tracer_split(r: Resolved, stages: int) -> None:
     """Refused (GraphcostError): a pipeline of ``stages`` that PyTorch's tracer splits with a
     stage taking a tensor from one not just before it, which PyTorch's pipelining cannot
     run backward through, or of an encoder-decoder (frontends/torch/pipeline_split.py)."""
-    from ..frontends.torch.pipeline_split import check_adjacent, check_one_stack, stage_pipe
+    from ..frontends.torch.pipeline_split import (
+        check_adjacent,
+        check_one_stack,
+        stage_pipe,
+    )
     check_one_stack(r.module, stages)
     ids = r.kwargs.get("input_ids", r.inputs[0] if r.inputs else None)
     if stages > 2 and ids is not None:
@@ -116,12 +120,13 @@ def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None,
 
 
 def in_expert_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = None,
-                       whole: Resolved | None = None) -> Resolved:
+                       whole: Resolved | None = None, tp: int = 1) -> Resolved:
     """One of ``group`` expert-parallel ranks (1: ``r`` itself): a PyTorch module whose
     experts are rewritten into the rank's slice and its token dispatch
     (frontends/torch/expert_parallel.py; the caller's module is copied). A pipeline
     ``stage`` cut from ``whole`` may hold no mixture-of-experts layer (an interleaved split's
-    head): it runs as cut, where ``whole`` has experts."""
+    head): it runs as cut, where ``whole`` has experts. Beside ``tp`` tensor-parallel
+    ranks each runs its share of the tokens through the experts."""
     if group == 1:
         return r
     if r.kind != "torch":
@@ -131,7 +136,7 @@ def in_expert_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = 
     if stage is not None and whole is not None and not stacked_experts(r.module) \
             and stacked_experts(whole.module):
         return r
-    return replace(r, module=expert_parallel(r.module, group))
+    return replace(r, module=expert_parallel(r.module, group, tp))
 
 
 def in_context_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = None

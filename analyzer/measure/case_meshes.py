@@ -1,7 +1,7 @@
 """The device meshes a measured case's ranks run on (analyzer/measure/parallel.py), as
 torchtitan's ``ParallelDims`` lays them out, and fully_shard over them: the dense mesh
 (dp_replicate, dp_shard, tp) or (dp_shard, cp, tp), and beside expert parallelism the sparse
-mesh (dp_replicate, efsdp, ep), ep the innermost ranks of dp_shard × cp."""
+mesh (dp_replicate, efsdp, ep), ep the innermost ranks of dp_shard × cp × tp."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -47,11 +47,12 @@ def shard_with_cp(mesh):
     return mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
 
 
-def expert_ranks(model, case: Case):
-    """Expert parallelism applied (expert_plan.py): the new experts modules and the mesh
-    fully_shard shards them on (none without ep) — torchtitan's sparse mesh (dp_replicate,
-    efsdp, ep), ep the innermost ranks of dp_shard × cp, the experts sharded over efsdp and
-    replicated over dp_replicate (HSDP)."""
+def expert_ranks(model, case: Case, tp_group=None):
+    """Expert parallelism applied (expert_plan.py; beside ``tp_group``'s tensor parallelism,
+    on each tp rank's share of the tokens): the new experts modules and the mesh fully_shard
+    shards them on (none without ep) — torchtitan's sparse mesh (dp_replicate, efsdp, ep), ep
+    the innermost ranks of dp_shard × cp × tp, the experts sharded over efsdp and replicated
+    over dp_replicate (HSDP)."""
     if case.ep == 1:
         return [], None
     import torch.distributed as dist
@@ -61,7 +62,7 @@ def expert_ranks(model, case: Case):
     efsdp = dist.get_world_size() // (case.replicate * case.ep)
     mesh = init_device_mesh("cpu", (case.replicate, efsdp, case.ep),
                             mesh_dim_names=("dp_replicate", "efsdp", "ep"))
-    experts = apply_expert_parallel(model, mesh["ep"].get_group())
+    experts = apply_expert_parallel(model, mesh["ep"].get_group(), tp_group)
     return experts, mesh["dp_replicate", "efsdp"] if case.replicate > 1 else mesh["efsdp"]
 
 

@@ -11,6 +11,12 @@ reorder the received rows rank-major to expert-major (``_permute``); the local e
 matmuls; back to rank-major (``_unpermute``), the reverse all-to-all, scaled by the routing
 scores in fp32 and scatter-added onto the tokens (``combine``).
 
+Beside tensor parallelism (``tp_group``): torchtitan's MoE sharding without sequence
+parallelism (models/common/moe_sharding.py) — the rank takes its share of the replicated
+tokens (their gradient, partial on each rank, all-reduced: ``_GradSummed``), dispatches them
+and all-reduces the zero-padded result (``_Summed``), with functional collectives, as
+DTensor's redistributions run them.
+
 What graphcost traces for such a rank is its own rewrite (analyzer/frontends/torch/
 expert_parallel.py, balanced counts): this module is what it is measured against.
 """
@@ -22,7 +28,7 @@ import torch
 class DispatchedExperts(torch.nn.Module):
     """A transformers experts module's rank under expert parallelism over ``group``."""
 
-    def __init__(self, experts: torch.nn.Module, group) -> None:
+    def __init__(self, experts: torch.nn.Module, group, tp_group=None) -> None:
         super().__init__()
         import torch.distributed as dist
         ep, rank = dist.get_world_size(group), dist.get_rank(group)
@@ -33,10 +39,25 @@ class DispatchedExperts(torch.nn.Module):
                                                .clone())
         self.down_proj = torch.nn.Parameter(getattr(experts, "down_proj").detach()[part].clone())
         self.act_fn = getattr(experts, "act_fn")
-        self.group, self.ep = group, ep
+        self.group, self.ep, self.tp_group = group, ep, tp_group
 
     def forward(self, x: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
+        if self.tp_group is None:
+            return self._dispatched(x, top_k_index, top_k_weights)
+        import torch.distributed as dist
+        share = x.shape[0] // dist.get_world_size(self.tp_group)
+        mine = slice(dist.get_rank(self.tp_group) * share,
+                     (dist.get_rank(self.tp_group) + 1) * share)
+        x = _GradSummed.apply(x, self.tp_group)
+        weights = _GradSummed.apply(top_k_weights, self.tp_group)
+        out = self._dispatched(x[mine], top_k_index[mine], weights[mine])
+        partial = torch.cat([out.new_zeros(mine.start, out.shape[-1]), out,
+                             out.new_zeros(x.shape[0] - mine.stop, out.shape[-1])])
+        return _Summed.apply(partial, self.tp_group)
+
+    def _dispatched(self, x: torch.Tensor, top_k_index: torch.Tensor,
+                    top_k_weights: torch.Tensor) -> torch.Tensor:
         k = top_k_index.shape[-1]
         order = torch.argsort(top_k_index.reshape(-1), stable=True)
         scores = top_k_weights.reshape(-1)[order]
@@ -87,9 +108,44 @@ def _permute(received: torch.Tensor, got: torch.Tensor, ep: int):
     return received[where], where, got.sum(0)
 
 
-def apply_expert_parallel(model: torch.nn.Module, group) -> list[torch.nn.Module]:
+def _all_reduced(x: torch.Tensor, group) -> torch.Tensor:
+    """The sum over ``group``, a new tensor (a functional collective, as DTensor's)."""
+    from torch.distributed._functional_collectives import all_reduce, wait_tensor
+    return wait_tensor(all_reduce(x, "sum", group))
+
+
+class _GradSummed(torch.autograd.Function):
+    """The replicated tensor itself forward; its gradient, each rank's part, summed over the
+    tensor-parallel group backward (Megatron's ``f``)."""
+
+    @staticmethod
+    def forward(ctx, x, group):  # pyright: ignore[reportIncompatibleMethodOverride]
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # pyright: ignore[reportIncompatibleMethodOverride]
+        return _all_reduced(grad, ctx.group), None
+
+
+class _Summed(torch.autograd.Function):
+    """A partial result summed over the tensor-parallel group forward; its gradient passed
+    through backward (Megatron's ``g``)."""
+
+    @staticmethod
+    def forward(ctx, x, group):  # pyright: ignore[reportIncompatibleMethodOverride]
+        return _all_reduced(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):  # pyright: ignore[reportIncompatibleMethodOverride]
+        return grad, None
+
+
+def apply_expert_parallel(model: torch.nn.Module, group,
+                          tp_group=None) -> list[torch.nn.Module]:
     """Every transformers experts module of ``model`` (3-D ``gate_up_proj``/``down_proj``)
-    replaced by its rank over ``group``; the new modules."""
+    replaced by its rank over ``group`` (beside ``tp_group``'s tensor parallelism: on the
+    rank's share of the tokens); the new modules."""
     found = [(name, m) for name, m in model.named_modules()
              if getattr(m, "gate_up_proj", None) is not None
              and getattr(m, "down_proj", None) is not None
@@ -97,6 +153,6 @@ def apply_expert_parallel(model: torch.nn.Module, group) -> list[torch.nn.Module
     ranks = []
     for name, m in found:
         parent, _, leaf = name.rpartition(".")
-        ranks.append(DispatchedExperts(m, group))
+        ranks.append(DispatchedExperts(m, group, tp_group))
         setattr(model.get_submodule(parent), leaf, ranks[-1])
     return ranks

@@ -250,8 +250,9 @@ def _model_and_inputs(case: Case, rank: int):
         model = models_zoo.build_model(case.model, eval=False)
     shapes = dict(case.input_shapes) or models_zoo.input_shapes(case.model, case.batch)
     gen_ranges = {k: (int(v[0]), int(v[1])) for k, v in spec.int_ranges.items()}
-    # (a context-parallel group's ranks, and their tensor-parallel ones, share sequences)
-    torch.manual_seed(rank // (case.cp * case.tp) if case.cp > 1 else rank)
+    # (a context-parallel group's ranks, and their tensor-parallel ones, share sequences; so
+    # do an expert-parallel case's tensor-parallel ones, whose tokens the router sees alike)
+    torch.manual_seed(rank // (case.cp * case.tp) if case.cp > 1 or case.ep > 1 else rank)
     args = tuple(real_inputs(shapes, spec.input_dtypes, gen_ranges).values())
     if case.cp > 1:
         from .context_plan import sequence_shard
@@ -274,7 +275,8 @@ def _wrap(model, case: Case, mesh=None):
     if mesh is not None and case.tp > 1:
         from .tensor_plan import apply_tensor_parallel
         apply_tensor_parallel(model, mesh["tp"])
-    experts, experts_mesh = expert_ranks(model, case)
+    experts, experts_mesh = expert_ranks(
+        model, case, mesh["tp"].get_group() if mesh is not None and case.tp > 1 else None)
     if case.cp > 1:
         from .context_plan import apply_context_parallel
         assert mesh is not None   # (case_mesh makes one with cp)

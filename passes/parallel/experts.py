@@ -5,8 +5,8 @@ The graph an expert-parallel rank runs is already its own (each layer's experts 
 into the rank's slice and torchtitan's token exchange before the trace: analyzer/frontends/
 torch/expert_parallel.py), so its expert weights, activations and exchange buffers are the
 traced step's. What this adds: which FSDP units hold the experts — torchtitan wraps each
-layer's experts in a ``fully_shard`` of its own on the efsdp mesh (dp_shard / ep ranks: those
-holding the same slice), before the blocks — and the volume of the all-to-alls (each a node
+layer's experts in a ``fully_shard`` of its own on the efsdp mesh (dp_shard · tp / ep ranks:
+those holding the same slice), before the blocks — and the volume of the all-to-alls (each a node
 of the graph: passes/costs/collectives.py), the ``ep`` dimension's communication. At
 balanced routing a rank keeps 1/ep of what it sends and receives: (ep − 1)/ep of each
 buffer crosses the link.
@@ -20,13 +20,15 @@ from ..ir import Graph
 from .comm import CommVolume, with_dimension
 
 
-def check_ep(ep, sharded: bool, world: int | None) -> None:
+def check_ep(ep, sharded: bool, world: int | None, tp: int = 1) -> None:
     """``ep``: a whole number ≥ 1; above 1 carved out of a sharding strategy's ``world``
-    ranks (None: searched), dividing it."""
-    if not isinstance(ep, int) or ep < 1 or (ep > 1 and (not sharded or (world or ep) % ep)):
+    ranks (None: searched) and the ``tp`` ranks beside each, dividing them."""
+    if not isinstance(ep, int) or ep < 1 or \
+            (ep > 1 and (not sharded or ((world or ep) * tp) % ep)):
         raise GraphcostError(f"{opt('parallel', value=f'ep={ep}')}: the ep group is carved "
-                             "out of a sharding strategy's ranks (zero2, zero3, fsdp): a "
-                             "whole number dividing the world size")
+                             "out of a sharding strategy's ranks (zero2, zero3, fsdp) and "
+                             "the tensor-parallel ones beside them: a whole number dividing "
+                             "the world size")
 
 
 def expert_modules(graph: Graph) -> list[str]:

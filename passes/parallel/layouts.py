@@ -22,8 +22,8 @@ A mixture of experts' GPUs also run FSDP with expert parallelism (``expert_layou
 ranks carved out of ``dp_shard`` (2, 4, … up to a node: the all-to-alls on NVLink, as
 torchtitan's and Megatron's MoE recipes keep them), each size dividing the data ranks and
 every layer's experts — beside FSDP, and beside HSDP where the GPUs span several nodes (a
-shard group a node), a pipeline's stages each so; not beside tp or cp (cp beside ep is
-analyzed, not searched).
+shard group a node), a pipeline's stages each so; not beside tp or cp (both are analyzed
+beside ep, not searched).
 """
 from __future__ import annotations
 

@@ -23,9 +23,10 @@ context_parallel.py); as in torchtitan, the cp ranks also shard the weights with
 
 ``ep`` is not a dimension of its own ranks: as in torchtitan's ``ParallelDims`` (its sparse mesh
 ``dp_replicate × efsdp × ep``) and Megatron-LM, the expert-parallel group is carved out of the
-data-sharding ranks (dp_shard × cp), so ``dp_shard=8,ep=4`` is 8 ranks, each holding a quarter
-of every layer's experts, sharded by fully_shard over the 2 ranks that hold the same quarter
-(efsdp = dp_shard · cp / ep) and replicated over dp_replicate.
+data-sharding ranks and the tensor-parallel ones beside them (dp_shard × cp × tp), so
+``dp_shard=8,ep=4`` is 8 ranks, each holding a quarter of every layer's experts, sharded by
+fully_shard over the 2 ranks that hold the same quarter (efsdp = dp_shard · cp · tp / ep) and
+replicated over dp_replicate.
 
 Today's strategies are meshes of the data-parallel dimensions (``mesh_of``): ddp replicates
 over ``dp_replicate``; zero1/2/3 and fsdp shard over ``dp_shard``; both (HSDP, FSDP2's
@@ -36,7 +37,7 @@ it (passes/parallel/tensor.py adds its collectives). ``pp`` cuts the model into 
 its own traced program, beside fully_shard's data dimensions, ``tp``, ``ep`` and ``cp``
 (passes/parallel/pipeline.py; beside DDP it is refused). ``ep`` is traced too, the experts rewritten into the
 rank's slice and torchtitan's token exchange (analyzer/frontends/torch/expert_parallel.py),
-beside fully_shard, HSDP, cp and pp. ``MODELLED`` lists these; a mesh with
+beside fully_shard, HSDP, cp, tp and pp. ``MODELLED`` lists these; a mesh with
 another dimension larger than 1 is refused by ``check_mesh`` with its name, never priced as
 if it were data parallel. A new dimension is
 added here and in a module of passes/parallel/ that transforms the rank's step (docs/layout.md).
@@ -179,20 +180,22 @@ def _check_context(mesh: Mesh) -> None:
 
 
 def _check_experts(mesh: Mesh) -> None:
-    """ep carved out of dp_shard × cp (torchtitan's sparse mesh), beside fully_shard (HSDP
-    too: the experts replicated over dp_replicate), cp and pp; not beside tp."""
+    """ep carved out of dp_shard × cp × tp (torchtitan's sparse mesh), beside fully_shard
+    (HSDP too: the experts replicated over dp_replicate), cp, tp and pp (not tp and pp at
+    once)."""
     ep, shard = mesh.size("ep") or 1, mesh.size("dp_shard")
     if ep == 1:
         return
     words = opt("parallel", value=mesh.words[:80])
-    if mesh.size("tp") != 1:
-        raise GraphcostError(f"{words}: expert parallelism is modelled beside dp_shard, "
-                             "dp_replicate, cp and pp (beside tp not yet)")
+    tp = mesh.size("tp") or 1
+    if tp > 1 and mesh.size("pp") != 1:
+        raise GraphcostError(f"{words}: expert parallelism beside tp is modelled without "
+                             "pipeline stages (beside tp and pp at once not yet)")
     if shard is None:
         raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard ranks; "
                              "give dp_shard's size (auto is not searched beside ep)")
-    region = shard * (mesh.size("cp") or 1)
+    region = shard * (mesh.size("cp") or 1) * tp
     if region % ep:
-        raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard × cp "
+        raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard × cp × tp "
                              f"ranks (torchtitan's efsdp × ep): ep={ep} must divide "
-                             f"dp_shard × cp ({region})")
+                             f"dp_shard × cp × tp ({region})")

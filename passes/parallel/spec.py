@@ -93,7 +93,7 @@ def check_spec(spec: ParallelSpec) -> None:
     if not isinstance(spec.tp, int) or not 1 <= spec.tp <= MAX_WORLD:
         raise GraphcostError(f"{opt('parallel', value=f'tp={spec.tp}')}: must be a whole "
                              f"number from 1 to {MAX_WORLD:,}")
-    check_ep(spec.ep, spec.strategy in SHARDED, spec.world_size)
+    check_ep(spec.ep, spec.strategy in SHARDED, spec.world_size, spec.tp)
     check_cp(spec.cp, spec.strategy in SHARDED, spec.world_size)
     if not isinstance(spec.replicate, int) or not 1 <= spec.replicate <= MAX_WORLD:
         raise GraphcostError(f"{opt('parallel', value=f'dp_replicate={spec.replicate}')}: "

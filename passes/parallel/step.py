@@ -217,7 +217,8 @@ class _Plan:
             names = unit_names(graph, fwd, list(spec.units) if spec.units else None)
             experts = expert_modules(graph) if spec.ep > 1 else []
             units, _ = fsdp_units(graph, fwd, [*experts, *names])
-            self.units = [replace(u, ep=spec.ep) if u.name in experts else u for u in units]
+            self.units = [replace(u, ep=spec.ep, tp=spec.tp) if u.name in experts else u
+                          for u in units]
 
     def at(self, world: int) -> ParallelMemory:
         clock = Clock(len(self.graph.nodes))

@@ -51,15 +51,18 @@ class Unit:
     post_backward_deferred: bool  # no forward input needs a gradient: reduce-scatter at the end
     members: tuple[str, ...] = field(default=(), metadata=INTERNAL)  # its parameter values
     # an expert-parallel rank's experts (1: not): one of ``ep`` slices, sharded over the
-    # ranks that hold the same slice — torchtitan's efsdp, dp_shard / ep
+    # ranks that hold the same slice — torchtitan's efsdp, dp_shard · tp / ep
     ep: int = 1
+    # the tensor-parallel ranks the ep group is carved out of beside the data ones (efsdp's
+    # factor: torchtitan's dp_shard · cp · tp / ep)
+    tp: int = field(default=1, metadata=INTERNAL)
     # what its all-gather moves and its unsharded parameters hold: ``padded_bytes`` but for
     # weights FSDP2 gathers in float8 (torchao's float8 all-gather), one byte an element
     gathered_bytes: int = 0
 
     def group(self, world: int) -> int:
         """The ranks the unit shards over when the data dimension has ``world``."""
-        return max(world // self.ep, 1)
+        return max(world * self.tp // self.ep, 1)
 
     def sized(self, graph: Graph, trainable: set[str], world: int,
               float8: frozenset[str] = frozenset()) -> "Unit":

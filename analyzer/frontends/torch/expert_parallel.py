@@ -18,6 +18,17 @@ to one rank's experts). What this covers: transformers' stacked experts (3-D
 ``gate_up_proj`` and ``down_proj``, gated, as Mixtral, Qwen-MoE and DeepSeek hold them);
 another expert layout is refused by name. Not modelled: shared experts' tensor parallelism,
 capacity factors and token dropping, DeepEP/HybridEP kernels.
+
+Beside tensor parallelism (``dp_shard=2,tp=2,ep=2``): torchtitan (0.3.0) carves the ep group
+out of dp_shard × cp × tp and, without sequence parallelism, runs a mixture of experts on the
+tp rank's share of the tokens (``models/common/moe_sharding.py``: the replicated input
+sliced to its ``Shard(1)``, the result made ``Partial`` and all-reduced back to every rank).
+graphcost's transformers plan has no sequence parallelism, so a rank here takes its 1/tp of
+the (batch · seq) rows transformers' MoE block hands its experts — the rows and the routing
+scores through ``tp_copy``, whose backward all-reduces their gradients, a partial one on each
+rank — dispatches them, and all-reduces the zero-padded result (``tp_all_reduce``). The router
+runs on every token of the rank, as transformers' block computes it before its experts (in
+torchtitan, on the rank's share: a (tokens, experts) product more per layer here).
 """
 from __future__ import annotations
 
@@ -27,13 +38,15 @@ import torch
 
 from ....passes.errors import GraphcostError, opt
 from .ep_collectives import ep_all_to_all
+from .tp_collectives import tp_all_reduce, tp_copy
 
 
 class ExpertParallelRank(torch.nn.Module):
     """One rank's slice of a stacked-experts module (the first ``num_experts / group``) and
-    torchtitan's dispatch around it."""
+    torchtitan's dispatch around it; beside ``tp`` tensor-parallel ranks, on the rank's
+    share of the tokens."""
 
-    def __init__(self, experts: torch.nn.Module, group: int) -> None:
+    def __init__(self, experts: torch.nn.Module, group: int, tp: int = 1) -> None:
         super().__init__()
         local: int = getattr(experts, "num_experts") // group
         gate_up: torch.Tensor = getattr(experts, "gate_up_proj")
@@ -42,10 +55,26 @@ class ExpertParallelRank(torch.nn.Module):
                                                gate_up.requires_grad)
         self.down_proj = torch.nn.Parameter(down.detach()[:local].clone(), down.requires_grad)
         self.act_fn = getattr(experts, "act_fn")
-        self.group, self.local = group, local
+        self.group, self.local, self.tp = group, local, tp
+        self.tp_sharded = tp > 1   # (tensor parallelism leaves it as it is: its tokens split)
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
+        if self.tp == 1:
+            return self._dispatched(hidden_states, top_k_index, top_k_weights)
+        rows = hidden_states.shape[0]
+        if rows % self.tp:
+            raise GraphcostError(f"{opt('parallel', value=f'tp={self.tp}')} beside expert "
+                                 f"parallelism: the {rows} tokens a mixture of experts takes "
+                                 f"must divide into the {self.tp} tensor-parallel ranks")
+        share = rows // self.tp   # (the first rank's: every rank's alike at balance)
+        x, weights = tp_copy(hidden_states, self.tp), tp_copy(top_k_weights, self.tp)
+        out = self._dispatched(x[:share], top_k_index[:share], weights[:share])
+        partial = torch.cat([out, out.new_zeros(rows - share, out.shape[-1])])
+        return tp_all_reduce(partial, self.tp)
+
+    def _dispatched(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                    top_k_weights: torch.Tensor) -> torch.Tensor:
         top_k = top_k_index.shape[-1]
         order = torch.argsort(top_k_index.reshape(-1), stable=True)
         scores = top_k_weights.reshape(-1)[order]
@@ -81,9 +110,10 @@ def stacked_experts(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]
             and isinstance(getattr(m, "num_experts", None), int)]
 
 
-def expert_parallel(module: torch.nn.Module, group: int) -> torch.nn.Module:
+def expert_parallel(module: torch.nn.Module, group: int, tp: int = 1) -> torch.nn.Module:
     """A copy of ``module`` as one of ``group`` expert-parallel ranks runs it (checked: it
-    has stacked experts whose count divides into the ranks)."""
+    has stacked experts whose count divides into the ranks), beside ``tp`` tensor-parallel
+    ranks."""
     what = opt("parallel", value=f"ep={group}")
     model = copy.deepcopy(module)
     found = stacked_experts(model)
@@ -97,5 +127,5 @@ def expert_parallel(module: torch.nn.Module, group: int) -> torch.nn.Module:
         if count % group:
             raise GraphcostError(f"{what}: {name} has {count} experts, which do not divide "
                                  f"into {group} ranks")
-        model.set_submodule(name, ExpertParallelRank(experts, group))
+        model.set_submodule(name, ExpertParallelRank(experts, group, tp))
     return model

@@ -72,6 +72,7 @@ from .tp_collectives import (
     tp_split_last,
 )
 from .transformers_tp_plan import (
+    beside_expert_parallel,
     planned,
     planned_style,
     replicated_experts,
@@ -269,8 +270,8 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
     if serving:   # (a router vLLM keeps whole beside its experts' slices)
         kept = [w for w in whole if is_router(model, w)]
     whole = [w for w in whole if w not in kept]
-    if not whole:
-        return [] if serving else kept
+    if not whole:   # (no note of a router beside expert-parallel experts: they are split)
+        return [] if serving else [k for k in kept if not beside_expert_parallel(model, k)]
     said = [f"{w} ({style(w)!r} in transformers' plan)" if style(w) else w for w in whole]
     shown = ", ".join(said[:3]) + (f" and {len(said) - 3} more" if len(said) > 3 else "")
     what = opt("parallel", value=f"tp={group}")

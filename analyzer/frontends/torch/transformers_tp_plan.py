@@ -19,16 +19,24 @@ def replicated_experts(model: torch.nn.Module, whole: Iterable[str],
     """Those of ``whole`` (modules a transformers plan leaves unsharded) that are a mixture of
     experts' parts the plan does not name (``style``): a module below one with ``experts``
     (the block: its experts, its router, a shared expert)."""
-    return [w for w in whole if style(w) is None and _in_experts_block(model, w)]
+    return [w for w in whole if style(w) is None and _experts_of(model, w) is not None]
 
 
-def _in_experts_block(model: torch.nn.Module, name: str) -> bool:
+def beside_expert_parallel(model: torch.nn.Module, name: str) -> bool:
+    """Whether module ``name`` is in a mixture of experts whose experts expert parallelism
+    split over the tensor-parallel ranks' tokens (expert_parallel.py): its router stays
+    whole on every rank, as torchtitan keeps it, and the experts are not whole."""
+    return getattr(_experts_of(model, name), "tp_sharded", False)
+
+
+def _experts_of(model: torch.nn.Module, name: str) -> torch.nn.Module | None:
+    """The experts of the mixture of experts module ``name`` is in (None: not in one)."""
     parts = name.split(".")
     for end in range(len(parts) - 1, 0, -1):
-        owner = model.get_submodule(".".join(parts[:end]))
-        if isinstance(getattr(owner, "experts", None), torch.nn.Module):
-            return True
-    return False
+        experts = getattr(model.get_submodule(".".join(parts[:end])), "experts", None)
+        if isinstance(experts, torch.nn.Module):
+            return experts
+    return None
 
 
 def replicated_note(names: list[str], group: int) -> str:
