@@ -324,19 +324,30 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
                                                     checkpoints=("none",)), moe)
     assert {c.settings.mesh.words for c in plan.candidates} == {
         "dp_shard=4", "dp_shard=4,ep=2", "pp=2,dp_shard=2", "pp=2,dp_shard=2,ep=2"}
-    assert "expert parallelism beside tp or cp" in plan.not_searched
+    assert "expert parallelism beside cp, or beside tp and pp at once" in plan.not_searched
     best = next(c for c in plan.fitting if c.settings.ep > 1)
     direct = analyze("zoo:hf_mixtral", **moe, **best.settings.analyze_kwargs({}))
     assert direct.parallel is not None and direct.parallel.mesh.get("ep") == best.settings.ep
     assert_is_direct(best, direct)
     assert best.samples == 2 * 4   # (ep is carved out of the 4 data ranks: 4 batches of 2)
-    # tp sizes not asked for are left out, said so (each leaves the experts whole on every
-    # rank, or is refused for them), rather than analyzed one by one
+    # tp sizes not asked for are left out without ep, said so (each leaves the experts whole
+    # on every rank, or is refused for them), rather than analyzed one by one
     plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, cp=(1,), ep=(1,),
                                                     checkpoints=("none",)), moe)
     assert {c.settings.tp for c in plan.candidates} == {1}
     assert not any(c.status == "refused" for c in plan.candidates)
     assert EXPERTS_TP in plan.not_searched
+    # beside ep, tp is searched: the ep group carved out of dp_shard × tp (torchtitan's), its
+    # candidate the direct analysis of its settings (tests/test_expert_parallel.py checks the
+    # layout against a real step)
+    searched = settings_of(PlanSpec(4, batch=2, tp=(2,), cp=(1,), ep=(2, 4)), 2, 4)
+    assert {s.mesh.words for s in searched} == {"dp_shard=2,tp=2,ep=2", "dp_shard=2,tp=2,ep=4"}
+    plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1, 2), cp=(1,), ep=(2,),
+                                                    checkpoints=("none",)), moe)
+    both = next(c for c in plan.candidates if c.settings.mesh.words == "dp_shard=2,tp=2,ep=2")
+    assert both.status == "fits"
+    assert_is_direct(both, analyze("zoo:hf_mixtral", **moe, **both.settings.analyze_kwargs({})))
+    assert both.samples == 2 * 2   # (2 data ranks of batch 2: the tp pairs share theirs)
 
 
 def test_context_parallel_sizes_asked_for_are_analyzed_and_are_their_direct_analysis():

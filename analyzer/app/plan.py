@@ -81,7 +81,7 @@ def plan_training(model, spec: PlanSpec, base: Mapping[str, Any],
     if experts:
         left_out.append(EXPERTS_BESIDE)
         if spec.tp is None:   # (sizes asked for are analyzed, and refused by name)
-            settings = [s for s in settings if s.tp == 1]
+            settings = [s for s in settings if s.tp == 1 or s.ep > 1]
             left_out.append(EXPERTS_TP)
     settings = _searchable(settings, base, left_out)
     if extra.get("float8_all_gather"):
@@ -160,12 +160,12 @@ def _gathering(settings: list[Settings], left_out: list[str]) -> list[Settings]:
 MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
 
-# (analyzed when --parallel names it, not searched: the plan's ep candidates are beside FSDP)
-EXPERTS_BESIDE = "expert parallelism beside tp or cp"
+# (analyzed when --parallel names it, not searched; beside tp and pp at once: refused)
+EXPERTS_BESIDE = "expert parallelism beside cp, or beside tp and pp at once"
 # (transformers' plan leaves a mixture of experts whole on every tp rank, or shards it in a
 # style graphcost refuses: frontends/torch/transformers_tp_plan.py; expert parallelism shards it)
-EXPERTS_TP = ("tp (tensor parallelism leaves a mixture of experts whole on every rank, or "
-              "is refused for it: ep shards the experts)")
+EXPERTS_TP = ("tp without ep (tensor parallelism leaves a mixture of experts whole on every "
+              "rank, or is refused for it: ep shards the experts)")
 
 
 def _shape(analyses: SettingsAnalyses, base: Mapping[str, Any]) -> tuple[int, int]:

@@ -117,8 +117,8 @@ def settings_of(spec: PlanSpec, blocks: int = 0, experts: int = 0,
 def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Mesh]:
     """The meshes of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest (where
     ``spec`` allows no expert or context parallelism), FSDP with each expert-parallel size
-    ``spec`` allows (without tp; a pipeline's stages each) and with each context-parallel
-    size (without pp) (``shape``: a layer's experts, the sequence)."""
+    ``spec`` allows (a pipeline's stages each; beside tp, without pp) and with each
+    context-parallel size (without pp) (``shape``: a layer's experts, the sequence)."""
     without = {d: sizes is None or 1 in sizes for d, sizes in (("ep", spec.ep),
                                                                 ("cp", spec.cp))}
     out = []
@@ -128,11 +128,12 @@ def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Me
                if m is not None]
     # (sizes asked for are tried as asked, as the analysis would check them)
     data = spec.gpus // pp
-    if tp == 1 and data > 1 and without["cp"]:   # (each pipeline stage's data ranks)
+    if (tp == 1 or pp == 1) and data > 1 and without["cp"]:   # (each stage's data ranks)
+        # (beside tp the ep group is carved out of dp_shard × tp: every GPU of the data's)
         ep = expert_sizes(data, shape[0], spec.node) if spec.ep is None else \
             tuple(e for e in spec.ep if e > 1)
-        out += [m for m in (piped(flat, pp) for flat in expert_layouts(data, ep, spec.node))
-                if m is not None]
+        out += [m for m in (piped(flat, pp) for flat in expert_layouts(data, ep, spec.node,
+                                                                       tp)) if m is not None]
     if pp == 1 and spec.gpus > tp and without["ep"]:
         cp = context_sizes(spec.gpus // tp, shape[1], spec.node) if spec.cp is None else \
             tuple(c for c in spec.cp if c > 1)

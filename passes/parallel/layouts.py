@@ -22,8 +22,9 @@ A mixture of experts' GPUs also run FSDP with expert parallelism (``expert_layou
 ranks carved out of ``dp_shard`` (2, 4, … up to a node: the all-to-alls on NVLink, as
 torchtitan's and Megatron's MoE recipes keep them), each size dividing the data ranks and
 every layer's experts — beside FSDP, and beside HSDP where the GPUs span several nodes (a
-shard group a node), a pipeline's stages each so; not beside tp or cp (both are analyzed
-beside ep, not searched).
+shard group a node), a pipeline's stages each so, and beside each tensor-parallel size
+(without stages: ep carved out of dp_shard × tp, as torchtitan carves it); not beside cp
+(analyzed, not searched).
 """
 from __future__ import annotations
 
@@ -94,10 +95,15 @@ def expert_sizes(data: int, experts: int, node: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
-def expert_layouts(gpus: int, sizes: tuple[int, ...], node: int) -> list[Mesh]:
+def expert_layouts(gpus: int, sizes: tuple[int, ...], node: int, tp: int = 1) -> list[Mesh]:
     """FSDP over ``gpus`` ranks with each expert-parallel size of ``sizes`` carved out of
     them (``dp_shard=gpus,ep=E``: torchtitan's efsdp × ep); over several nodes HSDP too, a
-    shard group a node and ep within it (the experts replicated across the nodes)."""
+    shard group a node and ep within it (the experts replicated across the nodes). Beside
+    ``tp`` tensor-parallel ranks (innermost) the ep group is carved out of dp_shard × tp:
+    ``dp_shard=gpus/tp,tp=tp,ep=E``, FSDP alone."""
+    if tp > 1:
+        return [Mesh((("dp_shard", gpus // tp), ("tp", tp), ("ep", ep))) for ep in sizes
+                if gpus % tp == 0]
     out = [Mesh((("dp_shard", gpus), ("ep", ep))) for ep in sizes]
     if 1 < node < gpus and gpus % node == 0:
         out += [Mesh((("dp_replicate", gpus // node), ("dp_shard", node), ("ep", ep)))
