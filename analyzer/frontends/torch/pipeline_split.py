@@ -98,7 +98,6 @@ def traced_stage(module: torch.nn.Module, ids: torch.Tensor, stage: int, stages:
 def stage_pipe(module: torch.nn.Module, ids: torch.Tensor, stages: int):
     """PyTorch's ``Pipe`` of ``module`` split into ``stages`` at the micro-batch of ``ids``,
     as a pipeline of them runs it (``pipe.build_stage`` each rank's)."""
-    check_one_stack(module, stages)
     path, n = block_list(module)
     return split_pipe(module, ids, [f"model.{path}.{stage_layers(n, i, stages).start}"
                                     for i in range(1, stages)], stages)
