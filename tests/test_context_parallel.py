@@ -138,7 +138,9 @@ def test_on_a_gpu_the_ring_runs_the_dispatchers_kernel_and_its_exchange_is_on_th
 
 @pytest.mark.parametrize("mesh, model, said", [
     ("cp=2", "zoo:mlp", "shards the sequence of token ids"),
-    ("cp=2", "zoo:hf_llama", "makes none"),           # (transformers' eager attention)
+    # the zoo's transformers models are built with 'eager' attention (hf.py): the way out named
+    ("cp=2", "zoo:hf_llama", "makes none .built with transformers' 'eager' attention: "
+     "LlamaForCausalLM's 'sdpa' one is what a hub id or config.json gets"),
     ("pp=2,dp_shard=1,cp=3", "zoo:llama_tiny", "splits into 2 × 3 chunks"),   # (stages too)
     ("cp=3", "zoo:llama_tiny", "splits into 2 × 3 chunks"),
 ])

@@ -156,6 +156,7 @@ class _Trace:
         from ...passes.graph.cpu_dropout import cpu_dropout
         from ..frontends.torch.bounded_trace import BoundedSizes
         from ..frontends.torch.capture import export_joint
+        from ..frontends.torch.context_parallel import why_no_sdpa
         from ..frontends.torch.frontend import lower_joint
         from ..frontends.torch.lm_loss import plan_loss
 
@@ -169,8 +170,7 @@ class _Trace:
             raise GraphcostError(
                 f"{opt('parallel', value=f'cp={load.context_parallel}')}: PyTorch's context "
                 f"parallelism rings scaled_dot_product_attention calls, and {name} makes none "
-                "(an attention written out in matmuls, as transformers' 'eager' one: load it "
-                "with attn_implementation='sdpa')")
+                f"({why_no_sdpa(model)})")
         calls = tuple(AttentionKernel(path, kernel, why, load.attention.words)
                       for path, kernel, why in jt.kernels)
         capped, maxima = self.sizes.capped, self.maxima

@@ -222,3 +222,19 @@ def ring_attention(target: AttentionTarget, call: AttentionCall, q, k, v,
     ops = ring_kernels(target, kernel)
     out = RingAttention.apply(q, k, v, target.ring, scale, ops)
     return out, kernel, why
+
+
+def why_no_sdpa(model: torch.nn.Module) -> str:
+    """Why ``model`` made no ``scaled_dot_product_attention`` call, in words a user can act on:
+    a transformers model built with its 'eager' attention (the zoo's are, as MemTracker and
+    FlopCounterMode count them) loads as 'sdpa' from a hub id or config.json, which graphcost
+    builds with transformers' default; a class without an 'sdpa' path has none to load."""
+    config = getattr(model, "config", None)
+    chosen = getattr(config, "_attn_implementation", None)
+    if chosen is None:
+        return "its attention is written out in matmuls"
+    cls = type(model).__name__
+    if not getattr(type(model), "_supports_sdpa", False):
+        return f"transformers gives {cls} no 'sdpa' attention"
+    return (f"built with transformers' {chosen!r} attention: {cls}'s 'sdpa' one is what a hub "
+            "id or config.json gets, or a module built with attn_implementation='sdpa'")
