@@ -342,12 +342,24 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     # layout against a real step)
     searched = settings_of(PlanSpec(4, batch=2, tp=(2,), cp=(1,), ep=(2, 4)), 2, 4)
     assert {s.mesh.words for s in searched} == {"dp_shard=2,tp=2,ep=2", "dp_shard=2,tp=2,ep=4"}
+    # over nodes of 4 GPUs (8 in all) beside HSDP too: a node's dp_shard 2 × tp 2 ranks carve
+    # the ep group (ep 4 of a node's 4 GPUs; ep 8 would span both nodes: not tried)
+    nodes = settings_of(PlanSpec(8, batch=2, tp=(2,), cp=(1,), ep=(2, 4, 8), node=4), 2, 4)
+    assert {s.mesh.words for s in nodes} >= {"dp_replicate=2,dp_shard=2,tp=2,ep=2",
+                                             "dp_replicate=2,dp_shard=2,tp=2,ep=4"}
+    assert not any(s.mesh.words.startswith("dp_replicate") and s.ep == 8 for s in nodes)
     plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1, 2), cp=(1,), ep=(2,),
                                                     checkpoints=("none",)), moe)
     both = next(c for c in plan.candidates if c.settings.mesh.words == "dp_shard=2,tp=2,ep=2")
     assert both.status == "fits"
     assert_is_direct(both, analyze("zoo:hf_mixtral", **moe, **both.settings.analyze_kwargs({})))
     assert both.samples == 2 * 2   # (2 data ranks of batch 2: the tp pairs share theirs)
+    plan = plan_training("zoo:hf_mixtral", PlanSpec(8, batch=2, tp=(2,), cp=(1,), ep=(2,),
+                                                    node=4, checkpoints=("none",)), moe)
+    hsdp = next(c for c in plan.candidates
+                if c.settings.mesh.words == "dp_replicate=2,dp_shard=2,tp=2,ep=2")
+    assert hsdp.status == "fits"
+    assert_is_direct(hsdp, analyze("zoo:hf_mixtral", **moe, **hsdp.settings.analyze_kwargs({})))
 
 
 def test_context_parallel_sizes_asked_for_are_analyzed_and_are_their_direct_analysis():

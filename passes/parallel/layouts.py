@@ -23,8 +23,9 @@ ranks carved out of ``dp_shard`` (2, 4, … up to a node: the all-to-alls on NVL
 torchtitan's and Megatron's MoE recipes keep them), each size dividing the data ranks and
 every layer's experts — beside FSDP, and beside HSDP where the GPUs span several nodes (a
 shard group a node), a pipeline's stages each so, and beside each tensor-parallel size
-(without stages: ep carved out of dp_shard × tp, as torchtitan carves it); not beside cp
-(analyzed, not searched).
+(without stages: ep carved out of dp_shard × tp, as torchtitan carves it; over several nodes
+beside HSDP too, a node's dp_shard × tp ranks carving it); not beside cp (analyzed, not
+searched).
 """
 from __future__ import annotations
 
@@ -100,14 +101,15 @@ def expert_layouts(gpus: int, sizes: tuple[int, ...], node: int, tp: int = 1) ->
     them (``dp_shard=gpus,ep=E``: torchtitan's efsdp × ep); over several nodes HSDP too, a
     shard group a node and ep within it (the experts replicated across the nodes). Beside
     ``tp`` tensor-parallel ranks (innermost) the ep group is carved out of dp_shard × tp:
-    ``dp_shard=gpus/tp,tp=tp,ep=E``, FSDP alone."""
-    if tp > 1:
-        return [Mesh((("dp_shard", gpus // tp), ("tp", tp), ("ep", ep))) for ep in sizes
-                if gpus % tp == 0]
-    out = [Mesh((("dp_shard", gpus), ("ep", ep))) for ep in sizes]
-    if 1 < node < gpus and gpus % node == 0:
-        out += [Mesh((("dp_replicate", gpus // node), ("dp_shard", node), ("ep", ep)))
-                for ep in sizes if node % ep == 0]
+    ``dp_shard=gpus/tp,tp=tp,ep=E``, and over several nodes ``dp_replicate=gpus/node,
+    dp_shard=node/tp,tp=tp,ep=E`` (a node's dp_shard × tp ranks carve ep)."""
+    if gpus % tp:
+        return []
+    inner = (("tp", tp),) if tp > 1 else ()
+    out = [Mesh((("dp_shard", gpus // tp), *inner, ("ep", ep))) for ep in sizes]
+    if 1 < node < gpus and gpus % node == 0 and node % tp == 0 and node > tp:
+        out += [Mesh((("dp_replicate", gpus // node), ("dp_shard", node // tp), *inner,
+                      ("ep", ep))) for ep in sizes if node % ep == 0]
     return out
 
 
