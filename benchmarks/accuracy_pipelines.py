@@ -32,6 +32,10 @@ RUNS = (
     PipelineRun("llama_tiny", "interleaved-1f1b", 2, 8, 4, stages_per_rank=2, layers=4),
     PipelineRun("hf_mixtral", "1f1b", 2, 8, 4, dp_shard=2, ep=2),
     PipelineRun("hf_mixtral", "1f1b", 2, 8, 4, dp_shard=2, master=True, ep=2),
+    # expert parallelism beside tp and pp at once (8 ranks): ep carved out of each stage's
+    # dp_shard × tp ranks, each tp rank dispatching its share of the tokens
+    PipelineRun("hf_mixtral", "1f1b", 2, 8, 4, dp_shard=2, tp=2, ep=2),
+    PipelineRun("hf_mixtral", "1f1b", 2, 8, 4, dp_shard=2, tp=2, master=True, ep=2),
     PipelineRun("hf_llama", "1f1b", 2, 8, 4, master=True, cp=2, overrides=_LLAMA_SDPA,
                 seq=128),
     # transformers' GPT-2, split by PyTorch's tracer (pipeline()): 4 blocks a stage (traced

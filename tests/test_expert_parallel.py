@@ -272,7 +272,7 @@ def test_beside_tensor_parallelism_the_experts_result_is_all_reduced():
     ("dp_shard=4,tp=2,ep=2", 8),                     # (torchtitan's efsdp × ep: of 4 × 2)
     ("dp_shard=1,tp=4,ep=4", 4),                     # (every ep rank a tp rank)
     ("dp_shard=3,tp=2,ep=4", r"must divide dp_shard × cp × tp \(6\)"),
-    ("pp=2,dp_shard=2,tp=2,ep=2", "beside tp and pp at once not yet"),
+    ("pp=2,dp_shard=2,tp=2,ep=2", 8),                # (each stage's dp_shard × tp ranks)
     ("pp=2,dp_shard=4,ep=2", 8),                     # (each stage's data ranks)
     ("dp_shard=auto,ep=2", "auto is not searched beside ep"),
 ])

@@ -40,7 +40,6 @@ def test_the_mesh_parses_as_torchtitan_names_it():
 
 
 @pytest.mark.parametrize("text, said", [
-    ("pp=2,dp_shard=8,tp=2,ep=2", "beside tp and pp at once not yet"),
     ("dp_shard=auto,cp=2", "auto is not searched beside cp"),
     ("dp_shard=8,cp=auto", "tp, pp, ep and cp are traced at their sizes"),
     ("dp_replicate=auto,dp_shard=4", "auto searches dp_shard"),

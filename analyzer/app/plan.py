@@ -160,7 +160,7 @@ def _gathering(settings: list[Settings], left_out: list[str]) -> list[Settings]:
 MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
 
-# (analyzed when --parallel names it, not searched; beside tp and pp at once: refused)
+# (analyzed when --parallel names it, not searched)
 EXPERTS_BESIDE = "expert parallelism beside cp, or beside tp and pp at once"
 # (transformers' plan leaves a mixture of experts whole on every tp rank, or shards it in a
 # style graphcost refuses: frontends/torch/transformers_tp_plan.py; expert parallelism shards it)

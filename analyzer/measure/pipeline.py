@@ -185,7 +185,7 @@ def _stages(run: PipelineRun, mesh):
                 setattr(module, "positions", ids.shape[1])
             if index == total - 1:
                 context = lambda m=module: loss_context(m, run.tp)  # noqa: E731
-        experts = _expert_ranks(module, run)
+        experts = _expert_ranks(module, run, mesh["tp"].get_group() if run.tp > 1 else None)
         if data is not None:
             _fully_shard(module, data, run.master, experts)
         modules.append(module)
@@ -274,18 +274,20 @@ def _data_mesh(mesh, run: PipelineRun):
     return mesh["dp_shard"] if run.cp == 1 else shard_with_cp(mesh)
 
 
-def _expert_ranks(module, run: PipelineRun) -> tuple[list, object]:
-    """Expert parallelism on a stage (expert_plan.py): its new experts modules and the efsdp
-    mesh they shard on — torchtitan's sparse mesh (pp, efsdp, ep), ep the innermost ranks of
-    each stage's dp_shard ones (none without ep)."""
+def _expert_ranks(module, run: PipelineRun, tp_group=None) -> tuple[list, object]:
+    """Expert parallelism on a stage (expert_plan.py; beside ``tp_group``'s tensor
+    parallelism, on each tp rank's share of the tokens): its new experts modules and the
+    efsdp mesh they shard on — torchtitan's sparse mesh (pp, efsdp, ep), ep the innermost
+    ranks of each stage's dp_shard × tp ones (none without ep)."""
     if run.ep == 1:
         return [], None
     from torch.distributed.device_mesh import init_device_mesh
 
     from .expert_plan import apply_expert_parallel
-    sparse = init_device_mesh("cpu", (run.stages, run.dp_shard // run.ep, run.ep),
+    efsdp = run.dp_shard * run.tp // run.ep
+    sparse = init_device_mesh("cpu", (run.stages, efsdp, run.ep),
                               mesh_dim_names=("pp", "efsdp", "ep"))
-    return apply_expert_parallel(module, sparse["ep"].get_group()), sparse["efsdp"]
+    return apply_expert_parallel(module, sparse["ep"].get_group(), tp_group), sparse["efsdp"]
 
 
 def _fully_shard(module, mesh, master: bool, experts: tuple[list, object],

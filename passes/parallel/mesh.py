@@ -181,16 +181,13 @@ def _check_context(mesh: Mesh) -> None:
 
 def _check_experts(mesh: Mesh) -> None:
     """ep carved out of dp_shard × cp × tp (torchtitan's sparse mesh), beside fully_shard
-    (HSDP too: the experts replicated over dp_replicate), cp, tp and pp (not tp and pp at
-    once)."""
+    (HSDP too: the experts replicated over dp_replicate), cp, tp and pp (a stage's dp_shard ×
+    tp ranks carving it)."""
     ep, shard = mesh.size("ep") or 1, mesh.size("dp_shard")
     if ep == 1:
         return
     words = opt("parallel", value=mesh.words[:80])
     tp = mesh.size("tp") or 1
-    if tp > 1 and mesh.size("pp") != 1:
-        raise GraphcostError(f"{words}: expert parallelism beside tp is modelled without "
-                             "pipeline stages (beside tp and pp at once not yet)")
     if shard is None:
         raise GraphcostError(f"{words}: the ep group is carved out of the dp_shard ranks; "
                              "give dp_shard's size (auto is not searched beside ep)")

@@ -100,7 +100,7 @@ class StageStep:
     reduce_scatter: int = 0
     gather_calls: int = 0
     reduce_calls: int = 0
-    # of those, the experts' units' (over efsdp: world / ep ranks), and their calls
+    # of those, the experts' units' (over efsdp: world · tp / ep ranks), and their calls
     expert_gather: int = 0
     expert_reduce: int = 0
     expert_calls: int = 0
@@ -118,12 +118,14 @@ class Shards:
     (2 under a master recipe's ``MixedPrecisionPolicy``, else 1)."""
     world: int
     master: int = 1
-    # expert parallelism: each layer's experts a unit of their own over world / ep ranks
-    # (torchtitan's efsdp; the experts the rank program holds are already its slice)
+    # expert parallelism: each layer's experts a unit of their own over world · tp / ep ranks
+    # (torchtitan's efsdp, carved out of dp_shard × tp; the experts the rank program holds
+    # are already its slice)
     ep: int = 1
     # tensor parallelism beside: the unsharded parameters are DTensors, whose in-place add of
     # a later backward's half gradient into the fp32 one makes an fp32 copy of it first
     dtensor: bool = False
+    tp: int = 1
 
 
 def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
@@ -209,7 +211,7 @@ def _units(graph: Graph, fwd: set[int], trainable: set[str], shards: Shards) -> 
     over efsdp."""
     experts = expert_modules(graph) if shards.ep > 1 else []
     units = fsdp_units(graph, fwd, [*experts, *unit_names(graph, fwd, None)])[0]
-    units = [replace(u, ep=shards.ep) if u.name in experts else u for u in units]
+    units = [replace(u, ep=shards.ep, tp=shards.tp) if u.name in experts else u for u in units]
     return [u.sized(graph, trainable, u.group(shards.world)) for u in units]
 
 

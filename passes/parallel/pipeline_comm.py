@@ -19,9 +19,9 @@ def stage_comm(s: StageStep, per_micro: tuple[CommVolume, ...], mesh: Mapping[st
     their gradient back, to and from each neighbour stage; on the first and the last stage
     the all-reduce of a tied table's gradient (``tied`` bytes, after the last backward) with
     the other end's rank — a ring of two: each sends its bytes once (dimension ``tied``)."""
-    # (fully_shard over dp_shard × cp, torchtitan's; ep carved out of them)
+    # (fully_shard over dp_shard × cp, torchtitan's; ep carved out of them and tp's ranks)
     shard, replicas = mesh.get("dp_shard", 1) * mesh.get("cp", 1), mesh.get("dp_replicate", 1)
-    efsdp = max(shard // mesh.get("ep", 1), 1)
+    efsdp = max(shard * mesh.get("tp", 1) // mesh.get("ep", 1), 1)
     c = comm_volume(shard, s.all_gather - s.expert_gather, s.reduce_scatter - s.expert_reduce,
                     0, s.gather_calls + s.reduce_calls - s.expert_calls, None)
     if s.expert_calls:
