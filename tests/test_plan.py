@@ -324,7 +324,7 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
                                                     checkpoints=("none",)), moe)
     assert {c.settings.mesh.words for c in plan.candidates} == {
         "dp_shard=4", "dp_shard=4,ep=2", "pp=2,dp_shard=2", "pp=2,dp_shard=2,ep=2"}
-    assert "expert parallelism beside cp, or beside tp and pp at once" in plan.not_searched
+    assert "expert parallelism beside cp" in plan.not_searched
     best = next(c for c in plan.fitting if c.settings.ep > 1)
     direct = analyze("zoo:hf_mixtral", **moe, **best.settings.analyze_kwargs({}))
     assert direct.parallel is not None and direct.parallel.mesh.get("ep") == best.settings.ep
@@ -348,6 +348,12 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
     assert {s.mesh.words for s in nodes} >= {"dp_replicate=2,dp_shard=2,tp=2,ep=2",
                                              "dp_replicate=2,dp_shard=2,tp=2,ep=4"}
     assert not any(s.mesh.words.startswith("dp_replicate") and s.ep == 8 for s in nodes)
+    # and a pipeline's stages each so (tests/test_pipeline_parallel.py checks the layout
+    # against real steps); a stage's dp_shard of 1 is no fully_shard (DDP: refused), not tried
+    piped = {s.mesh.words for s in settings_of(PlanSpec(8, batch=2, tp=(2,), cp=(1,),
+                                                        ep=(2,)), 2, 4)}
+    assert "pp=2,dp_shard=2,tp=2,ep=2" in piped
+    assert not any("dp_shard=1" in words for words in piped)
     plan = plan_training("zoo:hf_mixtral", PlanSpec(4, batch=2, tp=(1, 2), cp=(1,), ep=(2,),
                                                     checkpoints=("none",)), moe)
     both = next(c for c in plan.candidates if c.settings.mesh.words == "dp_shard=2,tp=2,ep=2")

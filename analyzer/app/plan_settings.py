@@ -117,7 +117,7 @@ def settings_of(spec: PlanSpec, blocks: int = 0, experts: int = 0,
 def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Mesh]:
     """The meshes of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest (where
     ``spec`` allows no expert or context parallelism), FSDP with each expert-parallel size
-    ``spec`` allows (a pipeline's stages each; beside tp, without pp) and with each
+    ``spec`` allows (a pipeline's stages each; beside tp, a stage's dp_shard × tp) and with each
     context-parallel size (without pp) (``shape``: a layer's experts, the sequence)."""
     without = {d: sizes is None or 1 in sizes for d, sizes in (("ep", spec.ep),
                                                                 ("cp", spec.cp))}
@@ -128,7 +128,7 @@ def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Me
                if m is not None]
     # (sizes asked for are tried as asked, as the analysis would check them)
     data = spec.gpus // pp
-    if (tp == 1 or pp == 1) and data > 1 and without["cp"]:   # (each stage's data ranks)
+    if data > 1 and without["cp"]:   # (each stage's data ranks)
         # (beside tp the ep group is carved out of dp_shard × tp: every GPU of the data's)
         ep = expert_sizes(data, shape[0], spec.node) if spec.ep is None else \
             tuple(e for e in spec.ep if e > 1)

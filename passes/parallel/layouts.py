@@ -23,9 +23,8 @@ ranks carved out of ``dp_shard`` (2, 4, … up to a node: the all-to-alls on NVL
 torchtitan's and Megatron's MoE recipes keep them), each size dividing the data ranks and
 every layer's experts — beside FSDP, and beside HSDP where the GPUs span several nodes (a
 shard group a node), a pipeline's stages each so, and beside each tensor-parallel size
-(without stages: ep carved out of dp_shard × tp, as torchtitan carves it; over several nodes
-beside HSDP too, a node's dp_shard × tp ranks carving it); not beside cp (analyzed, not
-searched).
+(ep carved out of dp_shard × tp, as torchtitan carves it; over several nodes beside HSDP
+too, a node's dp_shard × tp ranks carving it); not beside cp (analyzed, not searched).
 """
 from __future__ import annotations
 
@@ -103,7 +102,7 @@ def expert_layouts(gpus: int, sizes: tuple[int, ...], node: int, tp: int = 1) ->
     ``tp`` tensor-parallel ranks (innermost) the ep group is carved out of dp_shard × tp:
     ``dp_shard=gpus/tp,tp=tp,ep=E``, and over several nodes ``dp_replicate=gpus/node,
     dp_shard=node/tp,tp=tp,ep=E`` (a node's dp_shard × tp ranks carve ep)."""
-    if gpus % tp:
+    if gpus % tp or gpus // tp < 2:   # (a dp_shard of 1 is no fully_shard: DDP, refused)
         return []
     inner = (("tp", tp),) if tp > 1 else ()
     out = [Mesh((("dp_shard", gpus // tp), *inner, ("ep", ep))) for ep in sizes]
