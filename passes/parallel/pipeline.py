@@ -125,7 +125,7 @@ class Shards:
     # tensor parallelism beside: the unsharded parameters are DTensors, whose in-place add of
     # a later backward's half gradient into the fp32 one makes an fp32 copy of it first
     dtensor: bool = False
-    tp: int = 1
+    tp: int = 1   # (its ranks carve the ep group with dp_shard's: efsdp spans them too)
 
 
 def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
