@@ -124,7 +124,7 @@ def test_megatron_core_attention_recompute_against_a_real_step():
 
 
 # not in the torch range (conftest.py): the policies' recompute compared; the real SAC steps
-# below check the traces on every torch
+# above check the traces on every torch
 @pytest.mark.same_on_every_torch
 def test_sac_recomputes_less_than_a_whole_checkpoint():
     # each layer runs 7 mm's (q, k, v, o, gate, up, down): torchtitan's policy saves the 1st,
