@@ -252,7 +252,7 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
     of more than ``SHORT`` blocks as two short ones (``_per_block``)."""
     sharded, p = spec.strategy in SHARDING, spec.pp * spec.stages_per_rank
     shards = Shards(spec.world_size or 1, 2 if master_weights(request.passes.precision)
-                    else 1, spec.ep, dtensor=spec.tp > 1, tp=spec.tp) if sharded else None
+                    else 1, spec.ep, spec.tp) if sharded else None
     # (a GPU's profile prices each stage's kernels; its sends and the data dimension's
     # collectives go on the datasheet's links, as a parallel rank's do: pipeline.py)
     profile = request.passes.profile if gpu_profile(request.passes) else None

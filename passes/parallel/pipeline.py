@@ -122,10 +122,14 @@ class Shards:
     # (torchtitan's efsdp, carved out of dp_shard × tp; the experts the rank program holds
     # are already its slice)
     ep: int = 1
-    # tensor parallelism beside: the unsharded parameters are DTensors, whose in-place add of
-    # a later backward's half gradient into the fp32 one makes an fp32 copy of it first
-    dtensor: bool = False
     tp: int = 1   # (its ranks carve the ep group with dp_shard's: efsdp spans them too)
+
+    @property
+    def dtensor(self) -> bool:
+        """Tensor parallelism beside: the unsharded parameters are DTensors, whose in-place
+        add of a later backward's half gradient into the fp32 one makes an fp32 copy of it
+        first."""
+        return self.tp > 1
 
 
 def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,

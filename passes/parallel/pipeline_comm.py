@@ -6,6 +6,7 @@ from typing import Mapping
 
 from .comm import CommVolume, across_replicas, comm_volume, with_dimension
 from .pipeline import StageStep
+from .units import expert_shards
 
 
 def stage_comm(s: StageStep, per_micro: tuple[CommVolume, ...], mesh: Mapping[str, int],
@@ -21,7 +22,7 @@ def stage_comm(s: StageStep, per_micro: tuple[CommVolume, ...], mesh: Mapping[st
     the other end's rank — a ring of two: each sends its bytes once (dimension ``tied``)."""
     # (fully_shard over dp_shard × cp, torchtitan's; ep carved out of them and tp's ranks)
     shard, replicas = mesh.get("dp_shard", 1) * mesh.get("cp", 1), mesh.get("dp_replicate", 1)
-    efsdp = max(shard * mesh.get("tp", 1) // mesh.get("ep", 1), 1)
+    efsdp = expert_shards(shard, mesh.get("tp", 1), mesh.get("ep", 1))
     c = comm_volume(shard, s.all_gather - s.expert_gather, s.reduce_scatter - s.expert_reduce,
                     0, s.gather_calls + s.reduce_calls - s.expert_calls, None)
     if s.expert_calls:

@@ -37,6 +37,13 @@ ROOT = "(root)"
 DDP_FIRST_BUCKET_BYTES = 1 << 20   # DDP's first bucket is capped at 1 MiB
 
 
+def expert_shards(data: int, tp: int = 1, ep: int = 1) -> int:
+    """The ranks an expert-parallel rank's experts shard over: torchtitan's efsdp, the data
+    ranks (dp_shard × cp) times the tensor-parallel ones the ep group is carved out of, over
+    ep (1 without ep: the data ranks)."""
+    return max(data * tp // ep, 1)
+
+
 @dataclass(frozen=True)
 class Unit:
     """One FSDP unit (a ``fully_shard`` call) as the report shows it."""
@@ -62,7 +69,7 @@ class Unit:
 
     def group(self, world: int) -> int:
         """The ranks the unit shards over when the data dimension has ``world``."""
-        return max(world * self.tp // self.ep, 1)
+        return expert_shards(world, self.tp, self.ep)
 
     def sized(self, graph: Graph, trainable: set[str], world: int,
               float8: frozenset[str] = frozenset()) -> "Unit":
