@@ -8,7 +8,7 @@ import json
 import shlex
 
 import pytest
-from graphcost.analyzer.app.plan import EXPERTS_TP, plan_training
+from graphcost.analyzer.app.plan import EXPERTS_BESIDE, EXPERTS_TP, plan_training
 from graphcost.analyzer.app.plan_settings import (
     PlanSpec,
     pipeline_schedules,
@@ -324,7 +324,7 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
                                                     checkpoints=("none",)), moe)
     assert {c.settings.mesh.words for c in plan.candidates} == {
         "dp_shard=4", "dp_shard=4,ep=2", "pp=2,dp_shard=2", "pp=2,dp_shard=2,ep=2"}
-    assert "expert parallelism beside cp" in plan.not_searched
+    assert EXPERTS_BESIDE in plan.not_searched
     best = next(c for c in plan.fitting if c.settings.ep > 1)
     direct = analyze("zoo:hf_mixtral", **moe, **best.settings.analyze_kwargs({}))
     assert direct.parallel is not None and direct.parallel.mesh.get("ep") == best.settings.ep
@@ -366,6 +366,36 @@ def test_a_mixture_of_experts_is_searched_with_expert_parallelism():
                 if c.settings.mesh.words == "dp_replicate=2,dp_shard=2,tp=2,ep=2")
     assert hsdp.status == "fits"
     assert_is_direct(hsdp, analyze("zoo:hf_mixtral", **moe, **hsdp.settings.analyze_kwargs({})))
+
+
+def test_expert_parallelism_is_searched_beside_context_parallelism():
+    """A mixture of experts over sequences: ep carved out of the dp_shard × cp ranks
+    (torchtitan's; tests/test_expert_parallel.py checks ``dp_shard=2,cp=2,ep=2`` against a
+    real step on 4 gloo ranks), without tp (cp × tp × ep is not checked: left out, said so).
+    The candidate is what analyzing its settings alone gives."""
+    from graphcost.models_zoo import hf
+
+    # 4 GPUs, 4 experts, 128 tokens: cp 2 and 4 (each dividing the GPUs, 2·cp the tokens)
+    # beside ep 2 and 4 (dividing the GPUs and the experts), and each alone
+    searched = {s.mesh.words for s in settings_of(PlanSpec(4, batch=2, tp=(1,)), 2, 4, 128)}
+    assert {"dp_shard=2,cp=2,ep=2", "dp_shard=2,cp=2,ep=4", "dp_shard=1,cp=4,ep=2",
+            "dp_shard=1,cp=4,ep=4", "dp_shard=2,cp=2", "dp_shard=4,ep=2"} <= searched
+    # beside tp, no ring carries ep
+    both = settings_of(PlanSpec(8, batch=2, tp=(2,)), 2, 4, 128)
+    assert not any(s.cp > 1 and s.ep > 1 for s in both)
+    assert any(s.cp > 1 for s in both) and any(s.ep > 1 for s in both)
+    # both sizes asked for: that layout alone, analyzed (the zoo's Mixtral with SDPA, which
+    # context parallelism rings)
+    base = dict(TINY, dims=None, input_shapes={"input_ids": (2, 128)},
+                input_dtypes={"input_ids": "int64"})
+    model = hf.mixtral(attn="sdpa")
+    plan = plan_training(model, PlanSpec(4, batch=2, tp=(1,), cp=(2,), ep=(2,),
+                                         checkpoints=("none",)), base)
+    ring = plan.candidates[0]
+    assert [c.settings.mesh.words for c in plan.candidates] == ["dp_shard=2,cp=2,ep=2"]
+    assert ring.status == "fits"
+    assert_is_direct(ring, analyze(model, **base, **ring.settings.analyze_kwargs({})))
+    assert ring.samples == 2 * 2   # (2 data ranks of batch 2: each ring shares its sequences)
 
 
 def test_context_parallel_sizes_asked_for_are_analyzed_and_are_their_direct_analysis():

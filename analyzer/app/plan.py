@@ -161,7 +161,7 @@ MASTER_SHARDED = "DDP, tp alone ({}'s master weights are FSDP2's)"
 
 
 # (analyzed when --parallel names it, not searched)
-EXPERTS_BESIDE = "expert parallelism beside cp"
+EXPERTS_BESIDE = "expert parallelism beside cp and tp at once"
 # (transformers' plan leaves a mixture of experts whole on every tp rank, or shards it in a
 # style graphcost refuses: frontends/torch/transformers_tp_plan.py; expert parallelism shards it)
 EXPERTS_TP = ("tp without ep (tensor parallelism leaves a mixture of experts whole on every "

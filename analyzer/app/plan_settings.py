@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.layouts import (
+    context_expert_layouts,
     context_layouts,
     context_sizes,
     data_layouts,
@@ -118,7 +119,8 @@ def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Me
     """The meshes of ``tp`` × ``pp`` GPUs' layouts: each data layout of the rest (where
     ``spec`` allows no expert or context parallelism), FSDP with each expert-parallel size
     ``spec`` allows (a pipeline's stages each; beside tp, a stage's dp_shard × tp) and with each
-    context-parallel size (without pp) (``shape``: a layer's experts, the sequence)."""
+    context-parallel size (without pp; without tp, each ep size carved out of dp_shard × cp
+    too) (``shape``: a layer's experts, the sequence)."""
     without = {d: sizes is None or 1 in sizes for d, sizes in (("ep", spec.ep),
                                                                 ("cp", spec.cp))}
     out = []
@@ -134,10 +136,15 @@ def _meshes(spec: PlanSpec, tp: int, pp: int, shape: tuple[int, int]) -> list[Me
             tuple(e for e in spec.ep if e > 1)
         out += [m for m in (piped(flat, pp) for flat in expert_layouts(data, ep, spec.node,
                                                                        tp)) if m is not None]
-    if pp == 1 and spec.gpus > tp and without["ep"]:
+    if pp == 1 and spec.gpus > tp:
         cp = context_sizes(spec.gpus // tp, shape[1], spec.node) if spec.cp is None else \
             tuple(c for c in spec.cp if c > 1)
-        out += context_layouts(spec.gpus, cp, tp)
+        # (cp beside ep without tp alone: tests/test_expert_parallel.py checks that layout
+        # against real steps, not cp × tp × ep)
+        ep = expert_sizes(spec.gpus, shape[0], spec.node) if spec.ep is None else \
+            tuple(e for e in spec.ep if e > 1)
+        out += context_layouts(spec.gpus, cp, tp) if without["ep"] else []
+        out += context_expert_layouts(spec.gpus, cp, ep) if tp == 1 else []
     return out
 
 

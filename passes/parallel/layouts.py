@@ -129,3 +129,13 @@ def context_layouts(gpus: int, sizes: tuple[int, ...], tp: int = 1) -> list[Mesh
     inner = (("tp", tp),) if tp > 1 else ()
     return [Mesh((("dp_shard", gpus // tp // cp), ("cp", cp), *inner)) for cp in sizes
             if (gpus // tp) % cp == 0]
+
+
+def context_expert_layouts(gpus: int, sizes: tuple[int, ...],
+                           experts: tuple[int, ...]) -> list[Mesh]:
+    """FSDP over ``gpus`` ranks, each size of ``sizes`` splitting every sequence and each
+    expert-parallel size of ``experts`` carved out of the dp_shard × cp ranks
+    (``dp_shard=gpus/cp,cp=cp,ep=E``: torchtitan's carving, a ring's ranks routing to each
+    other's experts)."""
+    return [Mesh((("dp_shard", gpus // cp), ("cp", cp), ("ep", ep))) for cp in sizes
+            for ep in experts if gpus % cp == 0 and gpus % ep == 0]
