@@ -84,6 +84,8 @@ def test_a_text_model_beside_a_vision_tower_takes_token_ids(tmp_path):
     r = analyze(_folder(tmp_path, cfg, "Gemma3ForSequenceClassification"),
                 dims={"seq": 16})
     assert r.dims == {"seq": 16}
+    # said: its forward takes pixel values too, and the step is of its text alone
+    assert any(w.startswith("no image: the step of its text alone") for w in r.warnings)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("timm") is not None,
@@ -146,3 +148,52 @@ def test_a_text_model_whose_config_names_an_image_size_takes_token_ids(tmp_path)
     with counter:
         built(input_ids=torch.zeros(1, 256, dtype=torch.long))
     assert 2 * r.totals.macs == counter.get_total_flops()
+
+
+def _llava(image: int = 64):
+    """A small LLaVA: a Llama of 2 layers after a CLIP tower of 2, patches of 16 — 16 image
+    features at 64 pixels (the class token dropped: its 'default' feature strategy)."""
+    text = transformers.LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=128,
+                                    num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, max_position_embeddings=256)
+    vision = transformers.CLIPVisionConfig(image_size=image, patch_size=16, hidden_size=64,
+                                           intermediate_size=128, num_hidden_layers=2,
+                                           num_attention_heads=4)
+    return transformers.LlavaConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                    image_token_index=1000, image_seq_length=16)
+
+
+def test_a_vision_language_model_trains_on_an_image_and_its_text(tmp_path):
+    # A config.json of LLaVA was given token ids alone: its vision tower never ran, and the
+    # step left it without gradients ("no grad" 491.50 KiB here), a text model's step. Now one
+    # 64 × 64 image a sample, its 16 image tokens first in each sequence, the model's own loss
+    # over the logits; against the same step run on the CPU with MemTracker (the tower's last
+    # layer, whose output LLaVA does not read, left without gradient as eager leaves it).
+    # Measured (2026-12-07, torch 2.13): 7,211,608 B predicted, 7,323,800 B MemTracker (-1.5%;
+    # its "Temp" 1 MiB is the CPU attention's scratch)
+    from graphcost.analyzer.measure.reference import measure_training
+
+    cfg = _llava()
+    r = analyze(_folder(tmp_path, cfg, "LlavaForConditionalGeneration"), batch=2,
+                dims={"seq": 64}, train=True, optimizer="adamw", include_inputs=False,
+                what_if=False)
+    assert r.dims == {"seq": 64, "image": 64}
+    assert "ForCausalLMLoss" in r.training.loss
+    assert any("its 16 image tokens first in each sequence of 64" in n for n in r.warnings), \
+        r.warnings
+    torch.manual_seed(0)
+    ids = torch.full((2, 64), 3)
+    ids[:, :16] = 1000   # (what LLaVA's processor makes of "<image>" at 64 pixels)
+    measured = measure_training(transformers.LlavaForConditionalGeneration(cfg), (), "adamw",
+                                {"input_ids": ids, "pixel_values": torch.randn(2, 3, 64, 64)})[0]
+    assert abs(r.training.peak_bytes / measured - 1) <= 0.02, (r.training.peak_bytes, measured)
+
+
+def test_an_images_side_is_its_towers_and_its_tokens_must_fit_the_sequence(tmp_path):
+    # LLaVA's processor resizes every image to its tower's side (CLIP's refuses another: "Input
+    # image size (128*128) doesn't match model (64*64)"); 16 image tokens leave no text in 16
+    folder = _folder(tmp_path, _llava(), "LlavaForConditionalGeneration")
+    with pytest.raises(GraphcostError, match="resizes every image to its vision tower's 64"):
+        analyze(folder, dims={"seq": 96, "image": 128})
+    with pytest.raises(GraphcostError, match="holds no text beside the 16 tokens of the image"):
+        analyze(folder, dims={"seq": 16})

@@ -307,8 +307,10 @@ def _hub(text: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:
         raise _no_such_dim(text, typo, list(dims))
     kwargs = make_fakes(module, shapes, {**dtypes, **b.input_dtypes})
     pad = config_inputs.ordinary_tokens(config, kwargs, module)
+    images = config_inputs.image_tokens(config, kwargs, module)
     return Resolved("torch", f"{text} ({str(dtype).removeprefix('torch.')} from {source})",
-                    module=module, kwargs=kwargs, dims=dims, notes=(pad,) if pad else ())
+                    module=module, kwargs=kwargs, dims=dims,
+                    notes=tuple(n for n in (pad, images) if n))
 
 
 def _file_class(spec: str, b: Bindings, materialize: bool, note: Progress) -> Resolved:

@@ -48,6 +48,20 @@ def input_shapes(config, batch: int, dims: dict[str, int],
     if features is not None:   # (Parakeet, Speech2Text: frames of features, time first)
         frames = {"input_features": (batch, dims.get("frames", FEATURE_FRAMES), features)}
         return {**frames, **_decoder_ids(config, model, batch, dims)}
+    tower = _image_tower(config, model)
+    if tower is not None:   # (LLaVA, PaliGemma, InternVL: an image per sample, then its text)
+        text = config.get_text_config()
+        limit = getattr(text, "max_position_embeddings", None) or DECODER_SEQ
+        side = _side(getattr(tower, "image_size", None))
+        if dims.get("image", side) != side:   # (its processor resizes every image to it)
+            from ....passes.errors import GraphcostError, opt
+            raise GraphcostError(f"{opt('dims', 'image', dims['image'])}: this model's "
+                                 f"processor resizes every image to its vision tower's {side} "
+                                 f"× {side}, which its tower requires")
+        channels = getattr(tower, "num_channels", 3)
+        return {"input_ids": (batch, dims.get("seq", min(DECODER_SEQ, limit))),
+                "pixel_values": (batch, channels if isinstance(channels, int) else 3, side,
+                                 side)}
     vision = _image_config(config, model)
     if vision is not None:
         c = vision
@@ -83,6 +97,80 @@ def _image_config(config, model):
     towers = (getattr(config, "vision_config", None), getattr(config, "encoder", None))
     return next((t for t in towers if t is not None
                  and _side(getattr(t, "image_size", None)) is not None), config)
+
+
+def _image_tower(config, model):
+    """The vision tower's config of a vision-language model that takes an image per sample
+    as ``pixel_values`` (batch, channels, side, side) beside its token ids, placed where its
+    image token stands (LLaVA, PaliGemma, Aya Vision, InternVL, Gemma 3), else None: a model
+    whose ``get_image_features`` needs more than the pixels (LLaVA-NeXT's tiles of any
+    resolution, Qwen2-VL's patch grid) or another layout of them (Idefics3's images a sample)
+    is left with its token ids alone."""
+    params = _parameters(model)
+    tower = getattr(config, "vision_config", None)
+    # (a generating model, not Gemma 3's sequence classifier: fine-tuned on text, it keeps
+    # its token ids alone)
+    if not type(model).__name__.endswith("ForConditionalGeneration") \
+            or "input_ids" not in params or "pixel_values" not in params or tower is None \
+            or _image_token(config) is None or _side(getattr(tower, "image_size", None)) is None:
+        return None
+    return tower if _features_per_image(model, tower) else None
+
+
+def _image_token(config) -> int | None:
+    token = getattr(config, "image_token_id", None)
+    token = getattr(config, "image_token_index", None) if token is None else token
+    return token if isinstance(token, int) and not isinstance(token, bool) else None
+
+
+def _features_per_image(model, tower, side: int | None = None) -> int:
+    """How many features the model's own ``get_image_features`` makes of one image of
+    ``side`` (the tower's size by default), run on a meta image; 0 where it cannot be run
+    on the pixels alone."""
+    import torch
+
+    side = side or _side(getattr(tower, "image_size", None))
+    channels = getattr(tower, "num_channels", 3)
+    pixels = torch.empty((1, channels if isinstance(channels, int) else 3, side, side),
+                         dtype=next(model.parameters()).dtype, device="meta")
+    try:
+        with torch.no_grad():
+            made = model.get_image_features(pixel_values=pixels)
+        made = getattr(made, "pooler_output", made)
+        first = made[0] if isinstance(made, (list, tuple)) else made
+        return first.numel() // first.shape[-1]
+    except Exception:  # noqa: BLE001 - a model that needs more than the pixels: not shaped
+        return 0
+
+
+def image_tokens(config, inputs: dict[str, Any], model) -> str | None:
+    """A vision-language model's stand-in ids (``ordinary_tokens``') begin with its image
+    token, as many times as the vision tower makes features of the image (its processor's
+    expansion of ``<image>``: LLaVA's 576 at 336 pixels), then the text: the report's note,
+    None for another model. A sequence too short to hold them is refused."""
+    from ....passes.errors import GraphcostError, opt
+    from .input_values import stand_in, stand_in_of
+
+    ids, pixels = inputs.get("input_ids"), inputs.get("pixel_values")
+    if pixels is None and getattr(config, "vision_config", None) is not None \
+            and "pixel_values" in _parameters(model) and ids is not None:
+        return ("no image: the step of its text alone, its vision tower not run (graphcost "
+                "makes images for a model that takes one square image a sample, as LLaVA "
+                "does; this one's are given as input shapes, beside ids of its image tokens)")
+    tower = _image_tower(config, model)
+    if tower is None or ids is None or pixels is None or ids.device.type != "meta":
+        return None
+    side, seq = pixels.shape[-1], ids.shape[1]
+    per_image = _features_per_image(model, tower, side)
+    if per_image >= seq:
+        raise GraphcostError(f"{opt('dims', 'seq', seq)} holds no text beside the "
+                             f"{per_image:,} tokens of the image: give a longer sequence")
+    values = stand_in_of(ids).clone()
+    values[:, :per_image] = _image_token(config)
+    stand_in(ids, values, f"of one ordinary token after the {per_image:,} image tokens of "
+                          f"one {side}×{side} image a sample")
+    return (f"one {side}×{side} image a sample (its vision tower's size), its {per_image:,} "
+            f"image tokens first in each sequence of {seq:,}, the text after them")
 
 
 def _decoder_ids(config, model, batch: int, dims: dict[str, int]) -> dict:

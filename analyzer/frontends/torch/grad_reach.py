@@ -12,7 +12,8 @@ its inputs requires grad, unless the op cuts the gradient (a detach, a new tenso
 its input). An in-place write of a result that requires grad makes the tensor written to (the
 root of the views it goes through) require grad from there on: the gated delta rule fills a
 ``zeros_like`` chunk by chunk. A parameter is reached when a path of such results leads from
-it to an output, a written tensor leading back to what was written into it.
+it to the loss (the program's first output), a written tensor leading back to what was
+written into it.
 """
 from __future__ import annotations
 
@@ -40,7 +41,12 @@ def unreached_parameters(gm: "torch.fx.GraphModule") -> list:
                 needs.add(root[written])
                 writes.setdefault(root[written], []).append(node)
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    seen, todo = set(), list(out.all_input_nodes)
+    # (from the loss alone, the program's first output: what it returns beside it, the
+    # training loop holds — a model's own outputs beside its own loss, LLaVA's — and no
+    # gradient flows from them)
+    loss = next(n for n in torch.utils._pytree.tree_leaves(out.args)
+                if isinstance(n, torch.fx.Node))
+    seen, todo = set(), [loss]
     while todo:
         node = todo.pop()
         if node in seen or not (node in needs or root[node] in needs):

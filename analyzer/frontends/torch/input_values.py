@@ -58,6 +58,11 @@ def stand_in(meta: torch.Tensor, values: torch.Tensor, words: str = ORDINARY) ->
     _STAND_INS[meta] = (values, words)
 
 
+def stand_in_of(meta: torch.Tensor) -> torch.Tensor:
+    """The values ``stand_in`` paired with ``meta``."""
+    return _STAND_INS[meta][0]
+
+
 class InputValues:
     """Fake tensor -> its real twin, for the tensors made from the example inputs alone."""
 

@@ -75,7 +75,7 @@ def plan_loss(model: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any],
     """The loss ``asked`` for ``model`` called with these inputs (checked: ce and chunked-ce
     need a language-model head)."""
     vocab, tokens = _vocab(model), _tokens(args, kwargs)
-    causal = _hf_causal_lm(model)
+    causal = _hf_causal_lm(model) or _hf_image_text_lm(model, kwargs)
     if asked == Loss.SUM:
         return LossPlan(Loss.SUM, "the sum of the floating outputs")
     if asked == Loss.AUTO and not causal and (vocab is None or tokens is None):
@@ -235,6 +235,22 @@ def _hf_causal_lm(model: torch.nn.Module) -> bool:
     if not (name.endswith("ForCausalLM") or name.endswith("LMHeadModel")):
         return False
     if getattr(getattr(model, "config", None), "vision_config", None) is not None:
+        return False
+    try:
+        return "labels" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _hf_image_text_lm(model: torch.nn.Module, kwargs: Mapping[str, Any]) -> bool:
+    """A transformers vision-language decoder (LLaVA, PaliGemma: ``…ForConditionalGeneration``
+    with a vision tower, not an encoder-decoder) called with its images: it computes its
+    causal-LM loss given ``labels`` (ForCausalLMLoss over the logits of every position, the
+    image tokens' too, whose labels fine-tuning masks: the same work)."""
+    config = getattr(model, "config", None)
+    if not type(model).__name__.endswith("ForConditionalGeneration") or \
+            getattr(config, "vision_config", None) is None or \
+            getattr(config, "is_encoder_decoder", False) or "pixel_values" not in kwargs:
         return False
     try:
         return "labels" in inspect.signature(model.forward).parameters
