@@ -52,7 +52,7 @@ def input_shapes(config, batch: int, dims: dict[str, int],
     if tower is not None:   # (LLaVA, PaliGemma, InternVL: an image per sample, then its text)
         text = config.get_text_config()
         limit = getattr(text, "max_position_embeddings", None) or DECODER_SEQ
-        side = _side(getattr(tower, "image_size", None))
+        side = _side(getattr(tower, "image_size", None)) or IMAGE_SIDE  # (_image_tower's)
         if dims.get("image", side) != side:   # (its processor resizes every image to it)
             from ....passes.errors import GraphcostError, opt
             raise GraphcostError(f"{opt('dims', 'image', dims['image'])}: this model's "
@@ -110,11 +110,12 @@ def _image_tower(config, model):
     tower = getattr(config, "vision_config", None)
     # (a generating model, not Gemma 3's sequence classifier: fine-tuned on text, it keeps
     # its token ids alone)
+    side = _side(getattr(tower, "image_size", None))
     if not type(model).__name__.endswith("ForConditionalGeneration") \
             or "input_ids" not in params or "pixel_values" not in params or tower is None \
-            or _image_token(config) is None or _side(getattr(tower, "image_size", None)) is None:
+            or _image_token(config) is None or side is None:
         return None
-    return tower if _features_per_image(model, tower) else None
+    return tower if _features_per_image(model, tower, side) else None
 
 
 def _image_token(config) -> int | None:
@@ -123,13 +124,11 @@ def _image_token(config) -> int | None:
     return token if isinstance(token, int) and not isinstance(token, bool) else None
 
 
-def _features_per_image(model, tower, side: int | None = None) -> int:
+def _features_per_image(model, tower, side: int) -> int:
     """How many features the model's own ``get_image_features`` makes of one image of
-    ``side`` (the tower's size by default), run on a meta image; 0 where it cannot be run
-    on the pixels alone."""
+    ``side``, run on a meta image; 0 where it cannot be run on the pixels alone."""
     import torch
 
-    side = side or _side(getattr(tower, "image_size", None))
     channels = getattr(tower, "num_channels", 3)
     pixels = torch.empty((1, channels if isinstance(channels, int) else 3, side, side),
                          dtype=next(model.parameters()).dtype, device="meta")
@@ -157,8 +156,9 @@ def image_tokens(config, inputs: dict[str, Any], model) -> str | None:
         return ("no image: the step of its text alone, its vision tower not run (graphcost "
                 "makes images for a model that takes one square image a sample, as LLaVA "
                 "does; this one's are given as input shapes, beside ids of its image tokens)")
-    tower = _image_tower(config, model)
-    if tower is None or ids is None or pixels is None or ids.device.type != "meta":
+    tower, token = _image_tower(config, model), _image_token(config)
+    if tower is None or token is None or ids is None or pixels is None \
+            or ids.device.type != "meta":
         return None
     side, seq = pixels.shape[-1], ids.shape[1]
     per_image = _features_per_image(model, tower, side)
@@ -166,7 +166,7 @@ def image_tokens(config, inputs: dict[str, Any], model) -> str | None:
         raise GraphcostError(f"{opt('dims', 'seq', seq)} holds no text beside the "
                              f"{per_image:,} tokens of the image: give a longer sequence")
     values = stand_in_of(ids).clone()
-    values[:, :per_image] = _image_token(config)
+    values[:, :per_image] = token
     stand_in(ids, values, f"of one ordinary token after the {per_image:,} image tokens of "
                           f"one {side}×{side} image a sample")
     return (f"one {side}×{side} image a sample (its vision tower's size), its {per_image:,} "

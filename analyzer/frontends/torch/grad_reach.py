@@ -44,8 +44,9 @@ def unreached_parameters(gm: "torch.fx.GraphModule") -> list:
     # (from the loss alone, the program's first output: what it returns beside it, the
     # training loop holds — a model's own outputs beside its own loss, LLaVA's — and no
     # gradient flows from them)
-    loss = next(n for n in torch.utils._pytree.tree_leaves(out.args)
-                if isinstance(n, torch.fx.Node))
+    from torch.utils._pytree import tree_leaves
+
+    loss = next(n for n in tree_leaves(out.args) if isinstance(n, torch.fx.Node))
     seen, todo = set(), [loss]
     while todo:
         node = todo.pop()
