@@ -2,9 +2,10 @@
 CPU traces it: the same joint graph, op for op, and the same step.
 
 AOTAutograd drops the gradient of a few ops when their tensors are on the meta device
-(analyzer/frontends/torch/meta_gradients.py): a ``torch.where`` with a Python scalar (a
-parameter behind it is then refused), ``var`` and ``std`` (their backward silently left out:
-a LayerNorm written with ``x.var`` lost its input's gradient). Each module below is built
+(analyzer/frontends/torch/meta_gradients.py): a ``torch.where`` with a Python scalar and the
+upsampling ops of ``F.interpolate`` (a parameter before either is then refused), ``var`` and
+``std`` (their backward silently left out: a LayerNorm written with ``x.var`` lost its
+input's gradient). Each module below is built
 twice, on the CPU and on meta, and analyzed with the same inputs: the graphs must hold the
 same ops (but free views) and the steps the same bytes and FLOPs.
 """
@@ -29,6 +30,12 @@ OPS = {
     "std": lambda x: x / (x.std(dim=-1, keepdim=True, unbiased=False) + 1e-5),
     "var_of_everything": lambda x: x * x.var(),
     "where_with_a_scalar": lambda x: torch.where(x > 0, x, 0.5),
+    # F.interpolate (each upsampling op): its input got no gradient on meta, and a
+    # parameter before it was refused
+    "bilinear_upsampling": lambda x: torch.nn.functional.interpolate(
+        x.view(4, 1, 4, 4), scale_factor=2, mode="bilinear", align_corners=False),
+    "nearest_upsampling": lambda x: torch.nn.functional.interpolate(
+        x.view(4, 1, 4, 4), size=(6, 6), mode="nearest"),
 }
 
 
@@ -84,4 +91,29 @@ def test_xlstm_from_its_config_against_memtracker(tmp_path):
     torch.manual_seed(0)
     ids = {"input_ids": torch.randint(4, 200, (2, 16))}
     measured = measure_training(transformers.xLSTMForCausalLM(cfg), (), "adamw", ids)[0]
+    assert abs(r.training.peak_bytes / measured - 1) <= 0.002, (r.training.peak_bytes, measured)
+
+
+def test_a_segmentation_model_from_its_config_against_memtracker(tmp_path):
+    # SegFormer's head upsamples each stage's features (F.interpolate, bilinear) before it
+    # fuses them: from its config.json (built on meta) every parameter before an upsampling
+    # was refused ("Found a parameter that did not receive a gradient"), and so was every
+    # semantic-segmentation and depth model transformers has (UperNet, DPT, GLPN, …).
+    # Measured (2026-12-07, torch 2.13, 2 images of 64 × 64): the meta step is the CPU-built
+    # one's to the byte and the FLOP, 5,521,688 B against MemTracker's 5,521,176 (+0.009%)
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.SegformerConfig(hidden_sizes=[16, 32, 48, 64], depths=[1, 1, 1, 1],
+                                       num_attention_heads=[1, 1, 2, 2],
+                                       decoder_hidden_size=64, num_labels=5)
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**cfg.to_dict(), "architectures": ["SegformerForSemanticSegmentation"]}))
+    kw = dict(train=True, optimizer="adamw", include_inputs=False, what_if=False)
+    r = analyze(str(tmp_path), batch=2, dims={"image": 64}, **kw)
+    torch.manual_seed(0)
+    model = transformers.SegformerForSemanticSegmentation(cfg)
+    pixels = torch.randn(2, 3, 64, 64)
+    cpu = analyze(model, example_inputs={"pixel_values": pixels}, **kw)
+    assert (r.training.peak_bytes, r.totals.flops) == (cpu.training.peak_bytes,
+                                                       cpu.totals.flops)
+    measured = measure_training(model, (), "adamw", {"pixel_values": pixels})[0]
     assert abs(r.training.peak_bytes / measured - 1) <= 0.002, (r.training.peak_bytes, measured)

@@ -29,6 +29,8 @@ def as_cpu_gradient(target, args: tuple, kwargs: dict):
     """``target`` run so that its meta gradient is the CPU's (None: run it as it is)."""
     if target in _SCALAR:
         return _tensor_where(target, args, kwargs)
+    if getattr(target, "overloadpacket", None) in _upsampling():
+        return _upsampled(target, args, kwargs)
     if getattr(target, "_overloadname", None) not in ("correction", "dim", "default"):
         return None   # (not an op overload, or var's named-dimension and out= ones)
     fn = _REDUCTIONS.get(target.overloadpacket)
@@ -108,3 +110,46 @@ class _Std(torch.autograd.Function):
 
 
 _REDUCTIONS = {aten.var: _Var, aten.std: _Std}
+
+# the upsampling ops (F.interpolate's): the kernels of each mode and dimension; the linear and
+# cubic ones take align_corners after the sizes
+_UPSAMPLING = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+               "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
+               "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+               "upsample_bicubic2d", "upsample_trilinear3d", "_upsample_bilinear2d_aa",
+               "_upsample_bicubic2d_aa")
+
+
+def _upsampling() -> dict:
+    """Each upsampling op's packet -> (its backward kernel, whether it takes align_corners),
+    for the ops this torch has."""
+    return {getattr(aten, name): (getattr(aten, f"{name}_backward").default,
+                                  "nearest" not in name)
+            for name in _UPSAMPLING if hasattr(aten, name) and hasattr(aten, f"{name}_backward")}
+
+
+def _upsampled(target, args: tuple, kwargs: dict):
+    """An upsampling of a meta tensor that requires grad: its meta joint trace gives the input
+    no gradient (F.interpolate in SegFormer's, UperNet's and DPT's heads: every parameter
+    before it refused), so it runs as a Function whose backward is eager's kernel
+    (``upsample_bilinear2d_backward``, …) at the same sizes."""
+    backward, corners = _upsampling()[target.overloadpacket]
+    x = args[0] if args else None
+    if kwargs or not isinstance(x, torch.Tensor) or not x.is_meta or not x.requires_grad \
+            or (corners and len(args) < 3):
+        return None
+    return _Upsample.apply(x, lambda t: target(t, *args[1:]), backward,
+                           args[2] if corners else None)
+
+
+class _Upsample(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x, op, backward, align_corners):
+        ctx.sizes, ctx.backward, ctx.corners = list(x.shape), backward, align_corners
+        return op(x)
+
+    @staticmethod
+    def backward(ctx: Any, *grads):
+        grad = grads[0]
+        corners = () if ctx.corners is None else (ctx.corners,)
+        return ctx.backward(grad, list(grad.shape[2:]), ctx.sizes, *corners), None, None, None
