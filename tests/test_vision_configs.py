@@ -197,3 +197,29 @@ def test_an_images_side_is_its_towers_and_its_tokens_must_fit_the_sequence(tmp_p
         analyze(folder, dims={"seq": 96, "image": 128})
     with pytest.raises(GraphcostError, match="holds no text beside the 16 tokens of the image"):
         analyze(folder, dims={"seq": 16})
+
+
+def test_a_depth_model_whose_neck_reads_every_layer_from_its_config(tmp_path):
+    # DPT's neck reads the hidden states of 4 of its 8 layers (backbone_out_indices): traced
+    # with the layer list cut to three it fails ("The number of hidden states should be equal
+    # to the number of neck hidden sizes"), and traced whole after that it failed the same
+    # way — transformers had installed its hidden-state hooks on the three layers the first
+    # run had, and never again (layer_stack.py). Refused before; now traced whole, its step
+    # the same as with every layer traced and as MemTracker's of the CPU-built model.
+    # Measured (2026-12-07, torch 2.13): 6,117,204 B predicted, 6,117,208 MemTracker (4 B under)
+    from graphcost.analyzer.measure.reference import measure_training
+
+    cfg = transformers.DPTConfig(hidden_size=32, num_hidden_layers=8, num_attention_heads=2,
+                                 intermediate_size=64, image_size=32, patch_size=8,
+                                 backbone_out_indices=[1, 3, 5, 7],
+                                 neck_hidden_sizes=[16, 16, 16, 16], fusion_hidden_size=16,
+                                 head_in_index=-1)
+    folder = _folder(tmp_path, cfg, "DPTForDepthEstimation")
+    kw = dict(batch=2, train=True, optimizer="adamw", include_inputs=False, what_if=False)
+    r = analyze(folder, **kw)
+    assert r.dims == {"image": 32} and not r.traced_layers
+    assert r.training.peak_bytes == analyze(folder, all_layers=True, **kw).training.peak_bytes
+    torch.manual_seed(0)
+    measured = measure_training(transformers.DPTForDepthEstimation(cfg), (), "adamw",
+                                {"pixel_values": torch.randn(2, 3, 32, 32)})[0]
+    assert abs(r.training.peak_bytes - measured) <= 64, (r.training.peak_bytes, measured)

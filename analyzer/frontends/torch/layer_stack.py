@@ -12,6 +12,7 @@ one period of layers. The trace keeps the head, three blocks and the tail: the f
 """
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -127,6 +128,7 @@ def truncated(model: torch.nn.Module, stack: Stack):
     blocks and as many as the tail) and a transformers config saying so, put back as it was
     afterwards."""
     path, keep = stack.path, stack.traced
+    _capturing_hooks_on_every_layer(model)
     parent_path, _, attr = path.rpartition(".")
     parent = model.get_submodule(parent_path)
     full = getattr(parent, attr)
@@ -146,17 +148,21 @@ def truncated(model: torch.nn.Module, stack: Stack):
             setattr(config, k, v)
 
 
-# What a model's code raises when its layer list is shorter than it counts on: an index past
-# the list's end, a key of a layer that is gone, a check of the list's length
-CUT_LIST_FAILURES = (IndexError, KeyError, AssertionError)
-# ... or a tensor made for every layer viewed by the config's count, cut with the list:
-# Gemma 4's per-layer input embedding (num_hidden_layers × 256 wide) reshaped by
-# num_hidden_layers ("shape '[1, 64, 18, 256]' is invalid for input of size 491520")
-CUT_COUNT_FAILURE = "is invalid for input of size"
-
-
-def cut_list_failure(raised: type, said: str) -> bool:
-    """Whether a trace of the model with its stack ``truncated`` failed as a shorter list
-    makes a model fail (``raised``: the exception's type, ``said``: its message)."""
-    return issubclass(raised, CUT_LIST_FAILURES) or (
-        issubclass(raised, RuntimeError) and CUT_COUNT_FAILURE in said)
+def _capturing_hooks_on_every_layer(model: torch.nn.Module) -> None:
+    """transformers installs the hooks that capture a model's hidden states (its
+    output_capturing) on the first forward that asks for them, on the layers the model has
+    then, and never again: installed on the whole list before it is cut, every layer keeps its
+    own. (DPT's neck reads the hidden states of layers a cut list lacks; traced whole after
+    that, its layers past the third had no hook and it found none of theirs.)"""
+    if "transformers" not in sys.modules:   # (then no model of its)
+        return
+    try:
+        from transformers.utils.output_capturing import (
+            _CAN_RECORD_REGISTRY,
+            maybe_install_capturing_hooks,
+        )
+    except ImportError:   # (a release without them)
+        return
+    for module in model.modules():
+        if _CAN_RECORD_REGISTRY.get(module):
+            maybe_install_capturing_hooks(module)

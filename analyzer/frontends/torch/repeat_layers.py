@@ -38,7 +38,6 @@ from .layer_stack import (
     REPEAT_AT,
     TRACED,
     Stack,
-    cut_list_failure,
     find_stack,
     layers_note,
     truncated,
@@ -61,11 +60,12 @@ def trace_repeated(model: torch.nn.Module, trace, prefix: str = "",
     try:
         with truncated(model, stack):
             graph = trace()
-    except TraceFailure as failure:
-        if not cut_list_failure(failure.raised, failure.said):
-            raise  # the model's own failure: traced whole it would fail the same way
-        # the model needs the whole list (RF-DETR indexes its 13 query groups' heads by a
-        # count of its own): traced whole, where a failure is the whole model's
+    except TraceFailure:
+        # the model needs the whole list, however its code counts on it (RF-DETR indexes its
+        # 13 query groups' heads by a count of its own; Gemma 4 views a tensor by the
+        # config's layer count; DPT's neck checks that it has a hidden state of each layer
+        # it reads, ZoeDepth's that they are a list): traced whole, where a failure is the
+        # whole model's own
         return trace()
 
     def grow(g: Graph) -> Graph | None:
