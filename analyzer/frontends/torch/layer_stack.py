@@ -163,6 +163,8 @@ def _capturing_hooks_on_every_layer(model: torch.nn.Module) -> None:
         )
     except ImportError:   # (a release without them)
         return
+    from transformers import PreTrainedModel
+
     for module in model.modules():
-        if _CAN_RECORD_REGISTRY.get(module):
+        if isinstance(module, PreTrainedModel) and _CAN_RECORD_REGISTRY.get(module):
             maybe_install_capturing_hooks(module)
