@@ -17,6 +17,7 @@ autograd Functions whose forward is the op itself and whose backward is eager's 
 (tools/autograd/FunctionsManual.cpp ``var_backward``, ``std_backward``)."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -120,6 +121,7 @@ _UPSAMPLING = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
                "_upsample_bicubic2d_aa")
 
 
+@functools.cache   # (asked of every op an exported program runs)
 def _upsampling() -> dict:
     """Each upsampling op's packet -> (its backward kernel, whether it takes align_corners),
     for the ops this torch has."""
