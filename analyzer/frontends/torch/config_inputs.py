@@ -32,8 +32,10 @@ def input_shapes(config, batch: int, dims: dict[str, int],
       config's width (``_feature_width``), time first; an encoder-decoder's decoder ids of
       ``decoder_seq`` beside either (512, at most its decoder's context);
     * pixel values for a vision model (``_image_config``) of ``--dim image`` on a side, else
-      its config's size, else ``IMAGE_SIDE``, and an image-to-text encoder-decoder's decoder
-      ids beside them;
+      its config's size, else ``IMAGE_SIDE`` — a video model's its config's ``num_frames`` of
+      them — and an image-to-text encoder-decoder's decoder ids beside them;
+    * a vision-language model's one image a sample at its tower's size, beside its token
+      ids (``_image_tower``);
     * else token ids of ``seq`` (a decoder 2048, others 512, at most the model's context
       length), and an encoder-decoder's decoder ids of ``decoder_seq`` (by default as many as
       the encoder's)."""
@@ -67,8 +69,12 @@ def input_shapes(config, batch: int, dims: dict[str, int],
         c = vision
         side = dims.get("image") or _side(getattr(c, "image_size", None)) or IMAGE_SIDE
         channels = getattr(c, "num_channels", 3)
-        pixels = {"pixel_values": (batch, channels if isinstance(channels, int) else 3,
-                                   side, side)}
+        image = (channels if isinstance(channels, int) else 3, side, side)
+        frames = getattr(c, "num_frames", None)
+        # (a video model's clip: its config's frames, each an image — VideoMAE, ViViT,
+        # TimeSformer take them time first)
+        clip = (frames,) if isinstance(frames, int) and frames > 0 and c is config else ()
+        pixels = {"pixel_values": (batch, *clip, *image)}
         return {**pixels, **_decoder_ids(config, model, batch, dims)}
     limit = getattr(config, "max_position_embeddings", None) or DECODER_SEQ
     default = DECODER_SEQ if getattr(config, "is_decoder", False) or _causal(config) \
