@@ -52,18 +52,7 @@ def input_shapes(config, batch: int, dims: dict[str, int],
         return {**frames, **_decoder_ids(config, model, batch, dims)}
     tower = _image_tower(config, model)
     if tower is not None:   # (LLaVA, PaliGemma, InternVL: an image per sample, then its text)
-        text = config.get_text_config()
-        limit = getattr(text, "max_position_embeddings", None) or DECODER_SEQ
-        side = _side(getattr(tower, "image_size", None)) or IMAGE_SIDE  # (_image_tower's)
-        if dims.get("image", side) != side:   # (its processor resizes every image to it)
-            from ....passes.errors import GraphcostError, opt
-            raise GraphcostError(f"{opt('dims', 'image', dims['image'])}: this model's "
-                                 f"processor resizes every image to its vision tower's {side} "
-                                 f"× {side}, which its tower requires")
-        channels = getattr(tower, "num_channels", 3)
-        return {"input_ids": (batch, dims.get("seq", min(DECODER_SEQ, limit))),
-                "pixel_values": (batch, channels if isinstance(channels, int) else 3, side,
-                                 side)}
+        return _image_and_text(config, tower, batch, dims)
     vision = _image_config(config, model)
     if vision is not None:
         c = vision
@@ -103,6 +92,22 @@ def _image_config(config, model):
     towers = (getattr(config, "vision_config", None), getattr(config, "encoder", None))
     return next((t for t in towers if t is not None
                  and _side(getattr(t, "image_size", None)) is not None), config)
+
+
+def _image_and_text(config, tower, batch: int, dims: dict[str, int]) -> dict:
+    """A vision-language model's inputs: token ids of ``seq`` (a decoder's, at most its text
+    model's context) and one image a sample at its tower's side."""
+    text = config.get_text_config()
+    limit = getattr(text, "max_position_embeddings", None) or DECODER_SEQ
+    side = _side(getattr(tower, "image_size", None)) or IMAGE_SIDE  # (_image_tower's)
+    if dims.get("image", side) != side:   # (its processor resizes every image to it)
+        from ....passes.errors import GraphcostError, opt
+        raise GraphcostError(f"{opt('dims', 'image', dims['image'])}: this model's processor "
+                             f"resizes every image to its vision tower's {side} × {side}, "
+                             "which its tower requires")
+    channels = getattr(tower, "num_channels", 3)
+    return {"input_ids": (batch, dims.get("seq", min(DECODER_SEQ, limit))),
+            "pixel_values": (batch, channels if isinstance(channels, int) else 3, side, side)}
 
 
 def _image_tower(config, model):
