@@ -117,16 +117,23 @@ def _image_tower(config, model):
     whose ``get_image_features`` needs more than the pixels (LLaVA-NeXT's tiles of any
     resolution, Qwen2-VL's patch grid) or another layout of them (Idefics3's images a sample)
     is left with its token ids alone."""
+    tower = _named_tower(config, model)
+    side = _side(getattr(tower, "image_size", None))
+    return tower if side and _features_per_image(model, tower, side) else None
+
+
+def _named_tower(config, model):
+    """``_image_tower``'s checks of the names alone (no run): the vision config of a
+    generating model (not Gemma 3's sequence classifier: fine-tuned on text, it keeps its
+    token ids alone) that takes token ids and pixel values and names an image token and an
+    image size."""
     params = _parameters(model)
     tower = getattr(config, "vision_config", None)
-    # (a generating model, not Gemma 3's sequence classifier: fine-tuned on text, it keeps
-    # its token ids alone)
-    side = _side(getattr(tower, "image_size", None))
     if not type(model).__name__.endswith("ForConditionalGeneration") \
             or "input_ids" not in params or "pixel_values" not in params or tower is None \
-            or _image_token(config) is None or side is None:
+            or _image_token(config) is None or _side(getattr(tower, "image_size", None)) is None:
         return None
-    return tower if _features_per_image(model, tower, side) else None
+    return tower
 
 
 def _image_token(config) -> int | None:
@@ -167,12 +174,14 @@ def image_tokens(config, inputs: dict[str, Any], model) -> str | None:
         return ("no image: the step of its text alone, its vision tower not run (graphcost "
                 "makes images for a model that takes one square image a sample, as LLaVA "
                 "does; this one's are given as input shapes, beside ids of its image tokens)")
-    tower, token = _image_tower(config, model), _image_token(config)
+    tower, token = _named_tower(config, model), _image_token(config)
     if tower is None or token is None or ids is None or pixels is None \
             or ids.device.type != "meta":
         return None
     side, seq = pixels.shape[-1], ids.shape[1]
-    per_image = _features_per_image(model, tower, side)
+    per_image = _features_per_image(model, tower, side)   # (the tower run once here)
+    if not per_image:   # (pixels given as input shapes to a model it cannot run: as given)
+        return None
     if per_image >= seq:
         raise GraphcostError(f"{opt('dims', 'seq', seq)} holds no text beside the "
                              f"{per_image:,} tokens of the image: give a longer sequence")

@@ -18,6 +18,7 @@ written into it.
 from __future__ import annotations
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 
 def unreached_parameters(gm: "torch.fx.GraphModule") -> list:
@@ -44,8 +45,6 @@ def unreached_parameters(gm: "torch.fx.GraphModule") -> list:
     # (from the loss alone, the program's first output: what it returns beside it, the
     # training loop holds — a model's own outputs beside its own loss, LLaVA's — and no
     # gradient flows from them)
-    from torch.utils._pytree import tree_leaves
-
     loss = next(n for n in tree_leaves(out.args) if isinstance(n, torch.fx.Node))
     seen, todo = set(), [loss]
     while todo:
