@@ -4,7 +4,8 @@ random weights (the optional extra ``hf``).
 One of each family a deployment review meets: GPT-2 (MHA, tied head), Llama (GQA), Phi
 (parallel attention and MLP), Phi-3 (fused projections), Qwen2
 (one full and one sliding-window layer), BERT, T5 (encoder-decoder), ViT, the Whisper encoder
-and Mixtral (a sparse MoE, top-2 of 4 experts). Sizes are tiny (d 64, 2 layers, vocab 512) so
+Mixtral (a sparse MoE, top-2 of 4 experts) and gpt-oss (another experts layout: transposed,
+interleaved, biased). Sizes are tiny (d 64, 2 layers, vocab 512) so
 a real CPU step measures in milliseconds. Attention is ``eager`` (matmul, softmax, matmul):
 what PyTorch's FlopCounterMode counts on CPU and what MemTracker measures; pass
 ``attn="sdpa"`` for the fused kernel. Config overrides go in ``**overrides``.
@@ -135,6 +136,22 @@ def mixtral(attn: str = "eager", experts: str = "grouped_mm", **overrides) -> to
                   _experts_implementation=experts)
 
 
+def gpt_oss(attn: str = "eager", experts: str = "grouped_mm", **overrides) -> torch.nn.Module:
+    """GptOssForCausalLM (gpt-oss): attention with learned sinks, layers alternating a
+    sliding window (16) and full attention, a sparse MoE MLP per layer (4 experts of 128,
+    top-2) whose stacked weights are transposed, their gate and up columns interleaved and
+    biased, with gpt-oss's clamped SwiGLU. ``experts`` as :func:`mixtral`'s."""
+    return _build("GptOssForCausalLM", "GptOssConfig", attn,
+                  dict(_TEXT, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                       num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
+                       max_position_embeddings=128, tie_word_embeddings=False,
+                       # (plain rotary: the config's YaRN is scaled for 128k positions)
+                       rope_parameters={"rope_type": "default", "rope_theta": 150000.0}),
+                  overrides,
+                  _experts_implementation=experts)
+
+
 def _tokens(*names: str) -> Callable[..., dict[str, tuple[int, ...]]]:
     def shapes(batch: int, seq: int = SEQ_LEN) -> dict[str, tuple[int, ...]]:
         return {n: (batch, seq) for n in names}
@@ -181,5 +198,9 @@ HF_MODELS: dict[str, ZooModel] = {m.name: m for m in [
              {"input_features": {0: BATCH}}, ("output",), hf=True),
     _text("hf_mixtral", mixtral, "transformers MixtralForCausalLM from a config: d 64, 2 "
           "layers, MoE of 4 SwiGLU experts (128) with top-2 routing (grouped_mm), GQA, eager "
+          "attention"),
+    _text("hf_gpt_oss", gpt_oss, "transformers GptOssForCausalLM from a config: d 64, 2 "
+          "layers (sliding window 16, then full), attention sinks, MoE of 4 experts (128; "
+          "transposed, interleaved, biased) with top-2 routing (grouped_mm), GQA, eager "
           "attention"),
 ]}

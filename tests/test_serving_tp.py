@@ -117,6 +117,34 @@ def test_a_mixture_of_experts_rank_holds_vllms_slice_of_every_expert():
     assert (c.decode_all_reduce_bytes, c.decode_calls) == (5 * 256, 6)
 
 
+def test_gpt_oss_is_served_as_vllm_shards_it():
+    """gpt-oss: transformers' plan for it names the embedding alone (its attention is left to
+    the engine) — it was refused ("q_proj … would stay whole"); vLLM shards q/k/v column-wise
+    and o row-wise as Llama's, each rank its heads' attention sinks, and its experts'
+    transposed, interleaved gate/up columns in pairs with their biases."""
+    one = analyze("zoo:hf_gpt_oss", serve={"prompt": 16, "generate": 4, "engine": "vllm"})
+    two = analyze("zoo:hf_gpt_oss", serve={"prompt": 16, "generate": 4, "engine": "vllm"},
+                  parallel={"mesh": "tp=2"})
+    assert one.serving is not None and two.serving is not None
+    # d 64, 4 heads of 16 (2 key/value heads), 2 layers, 4 experts of I = 128, vocab 512,
+    # fp32, biases everywhere but the norms; 16 floats of buffers. A layer on one GPU: q, o
+    # 64 · 64 + 64 each, k, v 64 · 32 + 32 each (12,480), sinks 4, router 4 · 64 + 4, experts
+    # gate_up 4 · 64 · 256 + 4 · 256 and down 4 · 128 · 64 + 4 · 64 (99,584), norms 128:
+    # 112,456; with embedding and head 2 · 512 · 64 and the final norm: 290,512. A rank of
+    # 2: q 32 · 64 + 32, k, v 16 · 64 + 16, o 64 · 32 + 64 (its bias whole, added after the
+    # reduction): 6,272, sinks 2, router 260, experts 4 · 64 · 128 + 4 · 128 + 4 · 64 · 64
+    # + 4 · 64 (the down bias whole) = 49,920, norms 128: 56,582 a layer; the vocabulary's
+    # rows 2 · 256 · 64: 145,996
+    assert one.serving.weight_bytes == (290_512 + 16) * 4
+    assert two.serving.weight_bytes == (145_996 + 16) * 4
+    # the key/value cache per token: the full-attention layer's 2 heads of 16, K and V, fp32
+    # (the sliding layer's is bounded by its window), a rank's one head
+    assert (one.serving.kv_bytes_per_token, two.serving.kv_bytes_per_token) == (256, 128)
+    c = two.serving.collectives
+    assert c is not None   # (as Mixtral's: attention and experts all-reduced a layer)
+    assert (c.prefill_all_reduce_bytes, c.prefill_calls) == (5 * 4_096, 6)
+
+
 def test_the_prefill_computes_the_logits_of_the_last_position_alone():
     every = _serving(2, serve={"logits": "all"}).collectives
     eager, vllm = _serving(2).collectives, _serving(2, serve={"engine": "vllm"}).collectives

@@ -56,7 +56,7 @@ def expert_count(r: Resolved) -> int:
     parallelism splits them (their greatest common divisor where layers differ; 0: none)."""
     from math import gcd
 
-    from ..frontends.torch.expert_parallel import stacked_experts
+    from ..frontends.torch.grouped_experts import stacked_experts
     if r.kind != "torch":
         return 0
     return gcd(*(getattr(m, "num_experts") for _, m in stacked_experts(r.module)))
@@ -132,7 +132,8 @@ def in_expert_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = 
     if r.kind != "torch":
         raise GraphcostError(f"{opt('parallel', value=f'ep={group}')}: expert parallelism "
                              "rewrites a PyTorch module's experts; trace the PyTorch model")
-    from ..frontends.torch.expert_parallel import expert_parallel, stacked_experts
+    from ..frontends.torch.expert_parallel import expert_parallel
+    from ..frontends.torch.grouped_experts import stacked_experts
     if stage is not None and whole is not None and not stacked_experts(r.module) \
             and stacked_experts(whole.module):
         return r

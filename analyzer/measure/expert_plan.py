@@ -24,6 +24,12 @@ from __future__ import annotations
 
 import torch
 
+from ..frontends.torch.grouped_experts import (
+    grouped_experts,
+    hold_experts,
+    stacked_experts,
+)
+
 
 class DispatchedExperts(torch.nn.Module):
     """A transformers experts module's rank under expert parallelism over ``group``."""
@@ -35,10 +41,7 @@ class DispatchedExperts(torch.nn.Module):
         self.num_experts: int = getattr(experts, "num_experts")
         local = self.num_experts // ep
         part = slice(rank * local, (rank + 1) * local)
-        self.gate_up_proj = torch.nn.Parameter(getattr(experts, "gate_up_proj").detach()[part]
-                                               .clone())
-        self.down_proj = torch.nn.Parameter(getattr(experts, "down_proj").detach()[part].clone())
-        self.act_fn = getattr(experts, "act_fn")
+        hold_experts(self, experts, part)
         self.group, self.ep, self.tp_group = group, ep, tp_group
 
     def forward(self, x: torch.Tensor, top_k_index: torch.Tensor,
@@ -67,7 +70,9 @@ class DispatchedExperts(torch.nn.Module):
         got, send, recv = self._exchange_counts(counts)
         received = self._all_to_all(routed, recv, send)
         permuted, where, per_expert = _permute(received, got, self.ep)
-        out = self._experts(permuted, torch.cumsum(per_expert, 0, dtype=torch.int32))
+        expert_of_row = torch.arange(per_expert.shape[0]).repeat_interleave(per_expert)
+        out = grouped_experts(self.__dict__["layout"], self, permuted,
+                              torch.cumsum(per_expert, 0, dtype=torch.int32), expert_of_row)
         back = out.new_empty(received.shape)
         back[where] = out
         returned = self._all_to_all(back, send, recv)
@@ -90,12 +95,6 @@ class DispatchedExperts(torch.nn.Module):
         from torch.distributed._functional_collectives import all_to_all_single_autograd
         out = all_to_all_single_autograd(rows, out_splits, in_splits, self.group)
         return torch.ops._c10d_functional.wait_tensor(out)
-
-    def _experts(self, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        from transformers.integrations.moe import _grouped_linear
-        gate, up = _grouped_linear(rows, self.gate_up_proj, offsets).chunk(2, dim=-1)
-        return _grouped_linear(self.act_fn(gate) * up, self.down_proj, offsets)
-
 
 def _permute(received: torch.Tensor, got: torch.Tensor, ep: int):
     """Rows rank-major ((e0,r0), (e1,r0), …) reordered expert-major ((e0,r0), (e0,r1), …):
@@ -143,15 +142,11 @@ class _Summed(torch.autograd.Function):
 
 def apply_expert_parallel(model: torch.nn.Module, group,
                           tp_group=None) -> list[torch.nn.Module]:
-    """Every transformers experts module of ``model`` (3-D ``gate_up_proj``/``down_proj``)
+    """Every transformers experts module of ``model`` (grouped_experts.stacked_experts)
     replaced by its rank over ``group`` (beside ``tp_group``'s tensor parallelism: on the
     rank's share of the tokens); the new modules."""
-    found = [(name, m) for name, m in model.named_modules()
-             if getattr(m, "gate_up_proj", None) is not None
-             and getattr(m, "down_proj", None) is not None
-             and getattr(m, "gate_up_proj").dim() == 3]
     ranks = []
-    for name, m in found:
+    for name, m in stacked_experts(model):
         parent, _, leaf = name.rpartition(".")
         ranks.append(DispatchedExperts(m, group, tp_group))
         setattr(model.get_submodule(parent), leaf, ranks[-1])

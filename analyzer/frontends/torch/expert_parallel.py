@@ -14,9 +14,10 @@ scatter-added onto the tokens.
 How many rows a rank receives depends on the router: the program is traced at **balanced
 routing**, each rank receiving as many rows as it sends (tokens · top-k) and each local
 expert an equal share — an estimate (passes/graph/moe.py gives the bound: every token routed
-to one rank's experts). What this covers: transformers' stacked experts (3-D
-``gate_up_proj`` and ``down_proj``, gated, as Mixtral, Qwen-MoE and DeepSeek hold them);
-another expert layout is refused by name. Not modelled: shared experts' tensor parallelism,
+to one rank's experts). What this covers: transformers' stacked experts in any layout its
+experts interface describes (grouped_experts.py: Mixtral's, Qwen-MoE's and DeepSeek's; gpt-oss's
+transposed, interleaved and biased one — each row's biases picked by its expert, as
+transformers' grouped path picks them); another layout (Llama 4's) is refused by name. Not modelled: shared experts' tensor parallelism,
 capacity factors and token dropping, DeepEP/HybridEP kernels.
 
 Beside tensor parallelism (``dp_shard=2,tp=2,ep=2``): torchtitan (0.3.0) carves the ep group
@@ -38,6 +39,7 @@ import torch
 
 from ....passes.errors import GraphcostError, opt
 from .ep_collectives import ep_all_to_all
+from .grouped_experts import grouped_experts, hold_experts, stacked_experts
 from .tp_collectives import tp_all_reduce, tp_copy
 
 
@@ -49,12 +51,7 @@ class ExpertParallelRank(torch.nn.Module):
     def __init__(self, experts: torch.nn.Module, group: int, tp: int = 1) -> None:
         super().__init__()
         local: int = getattr(experts, "num_experts") // group
-        gate_up: torch.Tensor = getattr(experts, "gate_up_proj")
-        down: torch.Tensor = getattr(experts, "down_proj")
-        self.gate_up_proj = torch.nn.Parameter(gate_up.detach()[:local].clone(),
-                                               gate_up.requires_grad)
-        self.down_proj = torch.nn.Parameter(down.detach()[:local].clone(), down.requires_grad)
-        self.act_fn = getattr(experts, "act_fn")
+        hold_experts(self, experts, slice(0, local))
         self.group, self.local, self.tp = group, local, tp
         self.tp_sharded = tp > 1   # (tensor parallelism leaves it as it is: its tokens split)
 
@@ -94,20 +91,11 @@ class ExpertParallelRank(torch.nn.Module):
         return torch.zeros_like(hidden_states).scatter_add(0, index, returned)
 
     def _experts(self, rows: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        """The local experts' gated MLP as grouped matmuls (transformers' own: PyTorch's
-        ``_grouped_mm`` where it takes the dtype, else its fallback op)."""
-        from transformers.integrations.moe import _grouped_linear
-        gate, up = _grouped_linear(rows, self.gate_up_proj, offsets).chunk(2, dim=-1)
-        return _grouped_linear(self.act_fn(gate) * up, self.down_proj, offsets)
-
-
-def stacked_experts(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """The modules holding a layer's experts stacked (3-D ``gate_up_proj``/``down_proj``)."""
-    return [(name, m) for name, m in model.named_modules()
-            if isinstance(getattr(m, "gate_up_proj", None), torch.Tensor)
-            and isinstance(getattr(m, "down_proj", None), torch.Tensor)
-            and getattr(m, "gate_up_proj").dim() == 3
-            and isinstance(getattr(m, "num_experts", None), int)]
+        """The local experts on their rows (an equal share each): transformers' grouped path
+        (PyTorch's ``_grouped_mm`` where it takes the dtype, else its fallback op)."""
+        expert_of_row = torch.arange(rows.shape[0], device=rows.device) * self.local \
+            // rows.shape[0]
+        return grouped_experts(self.__dict__["layout"], self, rows, offsets, expert_of_row)
 
 
 def expert_parallel(module: torch.nn.Module, group: int, tp: int = 1) -> torch.nn.Module:
@@ -119,9 +107,10 @@ def expert_parallel(module: torch.nn.Module, group: int, tp: int = 1) -> torch.n
     found = stacked_experts(model)
     if not found:
         raise GraphcostError(f"{what}: expert parallelism splits a mixture of experts' "
-                             "stacked expert weights (gate_up_proj, down_proj of shape "
-                             "(experts, ·, ·), as transformers holds them); this model has "
-                             "none")
+                             "stacked expert weights as transformers' experts interface "
+                             "runs them (gate_up_proj or up_proj and down_proj of shape "
+                             "(experts, ·, ·), each expert on the tokens routed to it: "
+                             "Mixtral, Qwen-MoE, DeepSeek, gpt-oss); this model has none")
     for name, experts in found:
         count: int = getattr(experts, "num_experts")
         if count % group:

@@ -7,7 +7,8 @@ rows the rank's slice of each, and the down projection ``w2`` (experts, H, I/T);
 stays whole on every rank (``ReplicatedLinear``). Each rank runs its slice on all of its
 tokens and the partial outputs are summed across the ranks (``reduce_results``: one
 all-reduce of the layer's output). Here transformers' stacked experts (3-D ``gate_up_proj``
-and ``down_proj``: frontends/torch/expert_parallel.py ``stacked_experts``) are cut so and
+and ``down_proj`` in any layout its experts interface describes: grouped_experts.py) are cut so
+— gpt-oss's interleaved gate and up columns in pairs, its gate-and-up biases with them — and
 their output all-reduced; the routing is traced as transformers' experts run it (the
 kernels are vLLM's fused ones, whose scratch graphcost does not model). Derived from vLLM's
 code, not measured (vLLM's CUDA build installs on this CPU machine but runs no model here).
@@ -17,30 +18,47 @@ from __future__ import annotations
 import torch
 
 from ....passes.errors import GraphcostError, opt
-from .expert_parallel import stacked_experts
+from .grouped_experts import stacked_experts
 from .tp_collectives import tp_all_reduce
 
 
 def shard_experts(model: torch.nn.Module, group: int) -> None:
     """``model``'s stacked experts cut to one of ``group`` ranks' slices, in place."""
     for name, experts in stacked_experts(model):
-        gate_up: torch.Tensor = getattr(experts, "gate_up_proj")
         down: torch.Tensor = getattr(experts, "down_proj")
-        width = down.shape[-1]   # (the intermediate dimension I)
-        if width % group or gate_up.shape[1] != 2 * width:
+        transposed = getattr(experts, "is_transposed", False)
+        width = down.shape[1 if transposed else 2]   # (the intermediate dimension I)
+        if width % group:
             raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: {name}'s experts' "
                                  f"intermediate dimension ({width:,}) does not divide into "
                                  f"{group} ranks")
-        part = width // group
-        rows = torch.cat([gate_up.detach()[:, :part], gate_up.detach()[:, width:width + part]],
-                         dim=1)
-        setattr(experts, "gate_up_proj", torch.nn.Parameter(rows, gate_up.requires_grad))
-        setattr(experts, "down_proj", torch.nn.Parameter(down.detach()[..., :part].clone(),
-                                                         down.requires_grad))
+        first = "gate_up_proj" if getattr(experts, "has_gate", True) else "up_proj"
+        columns = _rank_columns(experts, width, width // group)
+        _cut(experts, first, 2 if transposed else 1, columns)
+        _cut(experts, f"{first}_bias", 1, columns)
+        _cut(experts, "down_proj", 1 if transposed else 2, torch.arange(width // group))
         if isinstance(getattr(experts, "intermediate_dim", None), int):
-            setattr(experts, "intermediate_dim", part)
+            setattr(experts, "intermediate_dim", width // group)
         setattr(experts, "tp_sharded", True)   # (tensor_parallel's check: not left whole)
         experts.register_forward_hook(lambda m, args, out: tp_all_reduce(out, group))
+
+
+def _rank_columns(experts: torch.nn.Module, width: int, part: int) -> torch.Tensor:
+    """The first rank's columns of the first projection's intermediate axis: its ``part`` of
+    the gate's and of the up projection's (gate then up, or interleaved pairs: gpt-oss)."""
+    if not getattr(experts, "has_gate", True):
+        return torch.arange(part)
+    if getattr(experts, "is_concatenated", True):
+        return torch.cat([torch.arange(part), torch.arange(width, width + part)])
+    return torch.arange(2 * part)
+
+
+def _cut(experts: torch.nn.Module, name: str, axis: int, index: torch.Tensor) -> None:
+    """``experts``' parameter ``name`` (if it has one) cut to ``index`` along ``axis``."""
+    p = getattr(experts, name, None)
+    if isinstance(p, torch.Tensor):
+        setattr(experts, name, torch.nn.Parameter(p.detach().index_select(axis, index.to(p.device)),
+                                                  p.requires_grad))
 
 
 def is_router(model: torch.nn.Module, name: str) -> bool:

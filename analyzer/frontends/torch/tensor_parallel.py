@@ -22,7 +22,10 @@ its collectives the ops of tp_collectives.py. Two plans, each the one its engine
   every rank) and ``"rowwise_split_input"`` (the replicated input's slice taken:
   ``tp_split_last``) — and a serving engine's (vLLM's ``ColumnParallelLinear``/
   ``RowParallelLinear``, its logits gathered; no gathered projection) for any model
-  served: no sequence parallelism. A column-wise
+  served: no sequence parallelism; there a linear transformers' plan leaves out but named as
+  Llama's are is sharded too, as vLLM shards it (gpt-oss's plan names its embedding alone),
+  and an attention module's per-head parameter (gpt-oss's ``sinks``) is cut to the rank's
+  heads. A column-wise
   linear's replicated input is the same tensor forward, its gradient all-reduced in backward
   (Megatron's ``f``); a row-wise output and the embedding's are all-reduced (``g``).
 
@@ -230,6 +233,7 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         if tied and table is not None:   # both shard the table's rows: one shard, re-tied
             sharded.weight = table.weight   # (as torchtitan re-ties them after parallelizing)
     local_head_counts(model, group, whole_heads)
+    _local_head_parameters(parents, group)
     kept = _all_sharded(model, group, serving)
     return model, (replicated_note(kept, group),) if kept else ()
 
@@ -357,6 +361,20 @@ def local_head_counts(model: torch.nn.Module, group: int,
                 setattr(child, attr, count // group)
 
 
+def _local_head_parameters(parents: list, group: int) -> None:
+    """An attention module's parameter of one value per query head (gpt-oss's ``sinks``) cut
+    to the rank's heads, as vLLM holds it: the heads its sharded ``q_proj`` computes."""
+    for parent in parents:
+        q, head_dim = getattr(parent, "q_proj", None), getattr(parent, "head_dim", None)
+        if not isinstance(q, ColwiseLinear) or not isinstance(head_dim, int) or q.gather_out:
+            continue
+        heads = q.full_out // head_dim
+        for name, p in list(parent.named_parameters(recurse=False)):
+            if p.dim() == 1 and p.numel() == heads:
+                setattr(parent, name, torch.nn.Parameter(p.detach()[:heads // group].clone(),
+                                                         p.requires_grad))
+
+
 def _divides(what: str, size: int, group: int) -> None:
     if size % group:
         raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: {what} ({size:,}) does "
@@ -373,9 +391,16 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
     embedding and the head are ``vocab_layers``'). A transformers model with a plan: the
     linears it names so; any other model: torchtitan's names (``COLWISE``, ``ROWWISE``)."""
     plan = planned(model)
+
+    def named(name: str) -> str | None:
+        leaf = name.rsplit(".", 1)[-1]
+        return "colwise" if leaf in COLWISE else "rowwise" if leaf in ROWWISE else None
     if plan is None:
-        return lambda name: "colwise" if name.rsplit(".", 1)[-1] in COLWISE else \
-            "rowwise" if name.rsplit(".", 1)[-1] in ROWWISE else None
+        return named
     style = planned_style(model, plan)
     kept = ("colwise", "rowwise", *(GATHERED if gathers else ()))
+    if not gathers:   # a serving engine's plan: a linear transformers' plan leaves out but
+        # named as Llama's are (gpt-oss's plan names its embedding alone) sharded as vLLM does
+        return lambda name: s if (s := style(name)) in kept else \
+            None if s is not None else named(name)
     return lambda name: s if (s := style(name)) in kept else None
