@@ -70,7 +70,7 @@ def summed_in_place(graph: "torch.fx.Graph") -> dict[str, str]:
     first, in place when it holds the last reference to a dense, unshared tensor
     (torch/csrc/autograd/input_buffer.cpp ``can_accumulate_inplace``). In the joint graph such
     a sum is an ``add`` of two gradients that two other autograd nodes made (their
-    ``autograd_node`` marks, compat.marked_autograd_nodes, differ from each other and from
+    ``autograd_node`` marks, aot_joint.py, differ from each other and from
     the add's), or of such a sum and a third; the first read by that add alone and no view.
     Summed out of place, a RepVGG-style block's input (TextNet's: four branches) got an
     extra input-sized tensor for each sum."""

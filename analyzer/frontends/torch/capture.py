@@ -33,7 +33,7 @@ import torch.utils._pytree  # (torch.utils does not import it for the type check
 
 from ....passes.errors import GraphcostError, first_line, opt
 from .accumulate_grad import copied_in_place, obey_layout_contract, summed_in_place
-from .compat import eager_view_strides, marked_autograd_nodes, no_stack_traces
+from .compat import eager_view_strides, no_stack_traces
 from .eager_saved import held_by_backward
 from .lifted_constants import lifted_fakes_kept
 from .lm_loss import OWN_OR_SUM, LossPlan, step_loss, with_labels
@@ -332,17 +332,12 @@ def export_joint(model: torch.nn.Module, args: tuple = (), kwargs: dict | None =
 
 def _trace_joint(runner, inputs: tuple):
     """AOTAutograd's joint trace of ``runner`` (the loss its first output): (gm, signature),
-    its backward nodes marked with the autograd node that made each
-    (compat.marked_autograd_nodes)."""
-    from torch._functorch.aot_autograd import aot_export_module
-
+    its backward nodes marked with the autograd node that made each (aot_joint.py)."""
+    from .aot_joint import aot_joint
     from .frontend import training_decompositions
 
-    with _one_fake_mode(inputs), marked_autograd_nodes():
-        # (torch types the table a dict; aot_export_module reads it as a mapping)
-        table = training_decompositions()
-        return aot_export_module(runner, inputs, trace_joint=True, output_loss_index=0,
-                                 decompositions=table)  # pyright: ignore[reportArgumentType]
+    with _one_fake_mode(inputs):
+        return aot_joint(runner, inputs, training_decompositions())
 
 
 def _fake(inputs: tuple) -> tuple:

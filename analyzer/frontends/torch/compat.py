@@ -6,7 +6,6 @@ floor passes it. Everything else in the frontends uses torch's public or long-st
 """
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -41,60 +40,6 @@ def no_stack_traces():
         yield
     finally:
         fx_config.do_not_emit_stack_traces = before
-
-
-@contextmanager
-def marked_autograd_nodes():
-    """While AOTAutograd traces a joint graph for export: each node of the graph it returns
-    that a backward formula made is marked (``meta["autograd_node"]``) with the sequence
-    number of the autograd node whose formula it was. Eager autograd runs each such formula
-    as one call (passes/memory/liveness.py). The first joint trace has the numbers
-    (``meta["seq_nr"]``), but ``aot_export_module`` retraces that graph without its tangent
-    inputs, and the retrace keeps none: its nodes are marked here as the retrace makes them,
-    the first graph run node by node (``_MarkingRun``). Reached through the private
-    ``_aot_export_function`` (the same from 2.8 to 2.14); where a release has none, nothing
-    is marked."""
-    import torch._functorch.aot_autograd as aot
-
-    inner = getattr(aot, "_aot_export_function", None)
-    if inner is None:
-        yield
-        return
-
-    def traced(*args, **kwargs):
-        fx_g, *rest = inner(*args, **kwargs)
-        return (_MarkingRun(fx_g), *rest)
-
-    aot._aot_export_function = traced
-    try:
-        yield
-    finally:
-        aot._aot_export_function = inner
-
-
-class _MarkingRun(torch.fx.Interpreter):
-    """The first joint graph, called as aot_export_module calls it (``fx_g(primals,
-    tangents)``) while make_fx retraces it, run node by node: the nodes the retrace adds
-    while a backward node of the first graph runs take that node's ``seq_nr``. (Matching the
-    two graphs' nodes by name afterwards misses many: the retrace names views and aliases
-    differently, and every name after them shifts.)"""
-
-    def __call__(self, *args):
-        return self.run(*args)
-
-    def run_node(self, n: torch.fx.Node):
-        from torch.fx.experimental.proxy_tensor import get_proxy_mode
-
-        mode = get_proxy_mode()
-        mark = n.meta.get("seq_nr") if n.meta.get("partitioner_tag") == "is_backward" else None
-        if mode is None or mark is None:
-            return super().run_node(n)
-        graph = mode.tracer.graph
-        before = len(graph.nodes)
-        out = super().run_node(n)
-        for made in itertools.islice(reversed(graph.nodes), len(graph.nodes) - before):
-            made.meta["autograd_node"] = mark
-        return out
 
 
 def unbacked_vals_attr(shape_env) -> str:

@@ -20,7 +20,7 @@ aten = torch.ops.aten
 def held_by_backward(joint: torch.fx.Graph) -> dict[str, str]:
     """Forward node -> the joint node up to which eager's autograd holds its tensor: for each
     gather whose input takes a gradient, its input up to the last node of its formula's
-    backward (the nodes marked with that autograd node: compat.marked_autograd_nodes)."""
+    backward (the nodes marked with that autograd node: aot_joint.py)."""
     last: dict = {}   # autograd node's mark -> the last joint node its formula made
     for node in joint.nodes:
         mark = node.meta.get("autograd_node")
