@@ -91,23 +91,29 @@ def test_the_collectives_by_hand_and_on_the_clock():
         BATCH / s.time.tpot_seconds)
 
 
+def _one_and_a_rank_of_two(model: str):
+    """``model``'s vLLM serving review on one GPU and on a rank of tp=2."""
+    serve = {"prompt": 16, "generate": 4, "engine": "vllm"}
+    one = analyze(model, serve=serve).serving
+    two = analyze(model, serve=serve, parallel={"mesh": "tp=2"}).serving
+    assert one is not None and two is not None
+    return one, two
+
+
 def test_a_mixture_of_experts_rank_holds_vllms_slice_of_every_expert():
     """vLLM's FusedMoE without expert parallelism (frontends/torch/serving_experts.py): each
     rank keeps every expert, its intermediate dimension split (w13 (experts, 2·I/T, H), w2
     (experts, H, I/T)), the router whole, and the layer's output all-reduced."""
-    one = analyze("zoo:hf_mixtral", serve={"prompt": 16, "generate": 4, "engine": "vllm"})
-    two = analyze("zoo:hf_mixtral", serve={"prompt": 16, "generate": 4, "engine": "vllm"},
-                  parallel={"mesh": "tp=2"})
-    assert one.serving is not None and two.serving is not None
+    one, two = _one_and_a_rank_of_two("zoo:hf_mixtral")
     # d 64, 4 heads of 16 (2 key/value heads), 2 layers of 4 experts of I = 128, vocab 512,
     # fp32; 16 floats of buffers on both. One GPU: 512 × 64 × 2 (embedding, head) + 2 ×
     # (attention 12,288 + router 256 + experts 4 × (256 × 64 + 64 × 128) = 98,304 + norms
     # 128) + 64 = 287,552. A rank of 2: the vocabulary's rows 2 × 256 × 64 = 32,768 + 2 ×
     # (attention 6,144 + router 256 + experts 4 × (128 × 64 + 64 × 64) = 49,152 + 128) + 64
     # = 144,192
-    assert one.serving.weight_bytes == (287_552 + 16) * 4
-    assert two.serving.weight_bytes == (144_192 + 16) * 4
-    c = two.serving.collectives
+    assert one.weight_bytes == (287_552 + 16) * 4
+    assert two.weight_bytes == (144_192 + 16) * 4
+    c = two.collectives
     assert c is not None
     # each layer all-reduces the attention's output and the experts' (16 tokens × 64 fp32 =
     # 4,096 B each), the embedding its lookup: 5 × 4,096; the last position's logits
@@ -122,10 +128,7 @@ def test_gpt_oss_is_served_as_vllm_shards_it():
     the engine) — it was refused ("q_proj … would stay whole"); vLLM shards q/k/v column-wise
     and o row-wise as Llama's, each rank its heads' attention sinks, and its experts'
     transposed, interleaved gate/up columns in pairs with their biases."""
-    one = analyze("zoo:hf_gpt_oss", serve={"prompt": 16, "generate": 4, "engine": "vllm"})
-    two = analyze("zoo:hf_gpt_oss", serve={"prompt": 16, "generate": 4, "engine": "vllm"},
-                  parallel={"mesh": "tp=2"})
-    assert one.serving is not None and two.serving is not None
+    one, two = _one_and_a_rank_of_two("zoo:hf_gpt_oss")
     # d 64, 4 heads of 16 (2 key/value heads), 2 layers, 4 experts of I = 128, vocab 512,
     # fp32, biases everywhere but the norms; 16 floats of buffers. A layer on one GPU: q, o
     # 64 · 64 + 64 each, k, v 64 · 32 + 32 each (12,480), sinks 4, router 4 · 64 + 4, experts
@@ -135,14 +138,38 @@ def test_gpt_oss_is_served_as_vllm_shards_it():
     # reduction): 6,272, sinks 2, router 260, experts 4 · 64 · 128 + 4 · 128 + 4 · 64 · 64
     # + 4 · 64 (the down bias whole) = 49,920, norms 128: 56,582 a layer; the vocabulary's
     # rows 2 · 256 · 64: 145,996
-    assert one.serving.weight_bytes == (290_512 + 16) * 4
-    assert two.serving.weight_bytes == (145_996 + 16) * 4
+    assert one.weight_bytes == (290_512 + 16) * 4
+    assert two.weight_bytes == (145_996 + 16) * 4
     # the key/value cache per token: the full-attention layer's 2 heads of 16, K and V, fp32
     # (the sliding layer's is bounded by its window), a rank's one head
-    assert (one.serving.kv_bytes_per_token, two.serving.kv_bytes_per_token) == (256, 128)
-    c = two.serving.collectives
+    assert (one.kv_bytes_per_token, two.kv_bytes_per_token) == (256, 128)
+    c = two.collectives
     assert c is not None   # (as Mixtral's: attention and experts all-reduced a layer)
     assert (c.prefill_all_reduce_bytes, c.prefill_calls) == (5 * 4_096, 6)
+
+
+def test_a_routing_bias_stored_as_a_row_is_held_whole_as_vllm_holds_it():
+    """ERNIE 4.5's MoE router keeps its score correction bias as a (1, experts) parameter: a
+    vector, not a matrix the plan left whole (it was refused: "moe_statics would stay
+    whole")."""
+    import torch
+    import transformers
+
+    config = transformers.Ernie4_5_MoeConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        moe_num_experts=4, moe_k=2, moe_layer_start_index=1, moe_num_shared_experts=0,
+        use_cache=False, tie_word_embeddings=False, max_position_embeddings=128)
+    model = transformers.Ernie4_5_MoeForCausalLM(config)
+    ids = torch.zeros(1, 16, dtype=torch.int64)
+    two = analyze(model, example_inputs=(ids,), serve={"prompt": 16, "generate": 4},
+                  parallel={"mesh": "tp=2"}).serving
+    assert two is not None
+    # a rank of 2, fp32: embedding and head 2 · 256 · 64 + the final norm 64; layer 0 dense:
+    # q, o 32 · 64, k, v 16 · 64, gate, up 64 · 64, down 64 · 64, norms 128 (18,560);
+    # layer 1: attention 6,144, the router 4 · 64 and its bias 4 whole, 4 experts of I = 64
+    # halved (4 · 64 · 64 + 4 · 64 · 32), norms 128 (31,108); 16 floats of rotary buffers
+    assert two.weight_bytes == (32_832 + 18_560 + 31_108 + 16) * 4
 
 
 def test_the_prefill_computes_the_logits_of_the_last_position_alone():

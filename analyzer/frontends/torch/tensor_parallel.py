@@ -289,9 +289,11 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
 
 
 def _unsharded(model: torch.nn.Module, vocab: tuple = ()) -> list[str]:
-    """The modules whose matrices the plan left whole (``vocab``'s aside)."""
+    """The modules whose matrices the plan left whole (``vocab``'s aside). A vector stored
+    with dims of one (ERNIE 4.5's (1, experts) routing bias) is no matrix: whole on every
+    rank, as a norm's weight."""
     return sorted({name.rsplit(".", 1)[0] for name, p in model.named_parameters()
-                   if p.dim() >= 2 and not isinstance(
+                   if sum(d > 1 for d in p.shape) >= 2 and not isinstance(
                        m := model.get_submodule(name.rsplit(".", 1)[0]) if "." in name
                        else model, SHARDED) and m not in vocab
                    and not getattr(m, "tp_sharded", False)})
