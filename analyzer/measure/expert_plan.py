@@ -71,8 +71,8 @@ class DispatchedExperts(torch.nn.Module):
         received = self._all_to_all(routed, recv, send)
         permuted, where, per_expert = _permute(received, got, self.ep)
         expert_of_row = torch.arange(per_expert.shape[0]).repeat_interleave(per_expert)
-        out = grouped_experts(self.__dict__["layout"], self, permuted,
-                              torch.cumsum(per_expert, 0, dtype=torch.int32), expert_of_row)
+        out = grouped_experts(self, permuted, torch.cumsum(per_expert, 0, dtype=torch.int32),
+                              expert_of_row)
         back = out.new_empty(received.shape)
         back[where] = out
         returned = self._all_to_all(back, send, recv)
@@ -95,6 +95,7 @@ class DispatchedExperts(torch.nn.Module):
         from torch.distributed._functional_collectives import all_to_all_single_autograd
         out = all_to_all_single_autograd(rows, out_splits, in_splits, self.group)
         return torch.ops._c10d_functional.wait_tensor(out)
+
 
 def _permute(received: torch.Tensor, got: torch.Tensor, ep: int):
     """Rows rank-major ((e0,r0), (e1,r0), …) reordered expert-major ((e0,r0), (e0,r1), …):

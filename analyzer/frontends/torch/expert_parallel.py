@@ -15,10 +15,11 @@ How many rows a rank receives depends on the router: the program is traced at **
 routing**, each rank receiving as many rows as it sends (tokens · top-k) and each local
 expert an equal share — an estimate (passes/graph/moe.py gives the bound: every token routed
 to one rank's experts). What this covers: transformers' stacked experts in any layout its
-experts interface describes (grouped_experts.py: Mixtral's, Qwen-MoE's and DeepSeek's; gpt-oss's
-transposed, interleaved and biased one — each row's biases picked by its expert, as
-transformers' grouped path picks them); another layout (Llama 4's) is refused by name. Not modelled: shared experts' tensor parallelism,
-capacity factors and token dropping, DeepEP/HybridEP kernels.
+experts interface describes (grouped_experts.py: Mixtral's, Qwen-MoE's and DeepSeek's;
+gpt-oss's transposed, interleaved and biased one — each row's biases picked by its expert,
+as transformers' grouped path picks them); another layout (Llama 4's) is refused by name.
+Not modelled: shared experts' tensor parallelism, capacity factors and token dropping,
+DeepEP/HybridEP kernels.
 
 Beside tensor parallelism (``dp_shard=2,tp=2,ep=2``): torchtitan (0.3.0) carves the ep group
 out of dp_shard × cp × tp and, without sequence parallelism, runs a mixture of experts on the
@@ -95,7 +96,7 @@ class ExpertParallelRank(torch.nn.Module):
         (PyTorch's ``_grouped_mm`` where it takes the dtype, else its fallback op)."""
         expert_of_row = torch.arange(rows.shape[0], device=rows.device) * self.local \
             // rows.shape[0]
-        return grouped_experts(self.__dict__["layout"], self, rows, offsets, expert_of_row)
+        return grouped_experts(self, rows, offsets, expert_of_row)
 
 
 def expert_parallel(module: torch.nn.Module, group: int, tp: int = 1) -> torch.nn.Module:

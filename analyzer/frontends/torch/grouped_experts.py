@@ -53,13 +53,15 @@ def layout_of(experts: torch.nn.Module) -> torch.nn.Module:
     return layout
 
 
-def grouped_experts(layout: torch.nn.Module, holder: torch.nn.Module, rows: torch.Tensor,
-                    offsets: torch.Tensor, expert_of_row: torch.Tensor) -> torch.Tensor:
-    """The experts of ``holder`` (its stacked weights and biases, named as transformers names
-    them) run on ``rows`` grouped by expert as ``layout`` (layout_of) says — ``offsets``:
-    where each expert's rows end; ``expert_of_row``: each row's expert, which picks its
-    biases. transformers' grouped path from its sort on, before the routing scores."""
+def grouped_experts(holder: torch.nn.Module, rows: torch.Tensor, offsets: torch.Tensor,
+                    expert_of_row: torch.Tensor) -> torch.Tensor:
+    """The experts ``holder`` holds (hold_experts: their stacked weights and biases, named as
+    transformers names them) run on ``rows`` grouped by expert as their layout says —
+    ``offsets``: where each expert's rows end; ``expert_of_row``: each row's expert, which
+    picks its biases. transformers' grouped path from its sort on, before the routing
+    scores."""
     from transformers.integrations.moe import _grouped_linear
+    layout: torch.nn.Module = holder.__dict__["layout"]
     transposed: bool = getattr(layout, "is_transposed", False)
 
     def bias(name: str) -> torch.Tensor | None:

@@ -7,8 +7,8 @@ rows the rank's slice of each, and the down projection ``w2`` (experts, H, I/T);
 stays whole on every rank (``ReplicatedLinear``). Each rank runs its slice on all of its
 tokens and the partial outputs are summed across the ranks (``reduce_results``: one
 all-reduce of the layer's output). Here transformers' stacked experts (3-D ``gate_up_proj``
-and ``down_proj`` in any layout its experts interface describes: grouped_experts.py) are cut so
-— gpt-oss's interleaved gate and up columns in pairs, its gate-and-up biases with them — and
+and ``down_proj`` in any layout its experts interface describes: grouped_experts.py) are cut
+so — gpt-oss's interleaved gate and up columns in pairs, its gate-and-up biases with them — and
 their output all-reduced; the routing is traced as transformers' experts run it (the
 kernels are vLLM's fused ones, whose scratch graphcost does not model). Derived from vLLM's
 code, not measured (vLLM's CUDA build installs on this CPU machine but runs no model here).
@@ -57,8 +57,8 @@ def _cut(experts: torch.nn.Module, name: str, axis: int, index: torch.Tensor) ->
     """``experts``' parameter ``name`` (if it has one) cut to ``index`` along ``axis``."""
     p = getattr(experts, name, None)
     if isinstance(p, torch.Tensor):
-        setattr(experts, name, torch.nn.Parameter(p.detach().index_select(axis, index.to(p.device)),
-                                                  p.requires_grad))
+        cut = p.detach().index_select(axis, index.to(p.device))
+        setattr(experts, name, torch.nn.Parameter(cut, p.requires_grad))
 
 
 def is_router(model: torch.nn.Module, name: str) -> bool:
