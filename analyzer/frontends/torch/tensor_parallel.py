@@ -4,7 +4,8 @@ tensor-parallel plan of a Llama-style decoder, then traced like any module.
 PyTorch's own DTensor plan cannot be traced here (``aot_export_module`` refuses tensor
 subclasses such as DTensor parameters, and ``torch.export`` cannot carry a DTensorSpec), so
 the plan is applied as DTensor applies it to the rank's local tensors (``--parallel tp=T``),
-its collectives the ops of tp_collectives.py. Two plans, each the one its engine runs:
+its shards the modules of tp_shards.py, their collectives the ops of tp_collectives.py. Two
+plans, each the one its engine runs:
 
 * **torchtitan's** (``parallelize_llama``), for a model that is not transformers': sequence
   parallel. Between blocks the residual stream is sharded on the sequence (dim 1): the token
@@ -56,24 +57,15 @@ amax all-reduce each cast of a sharded tensor makes for its tensorwise scale (on
 from __future__ import annotations
 
 import copy
-import math
 from typing import Callable, Collection
 
 import torch
-import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
-from .float8_linears import float8_linear, float8_spec, gather_seq_in_float8
+from .float8_linears import float8_spec, gather_seq_in_float8
 from .serving_experts import is_router, shard_experts
-from .tp_collectives import (
-    tp_all_reduce,
-    tp_copy,
-    tp_gather_last,
-    tp_gather_seq,
-    tp_partial_rows,
-    tp_scatter_seq,
-    tp_split_last,
-)
+from .tp_collectives import tp_gather_seq
+from .tp_shards import ColwiseLinear, RowwiseLinear, VocabEmbedding
 from .transformers_tp_plan import (
     beside_expert_parallel,
     planned,
@@ -86,83 +78,6 @@ from .vocab_layers import is_tied, vocab_layers
 COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROWWISE = ("o_proj", "down_proj")
 HEAD_COUNTS = ("n_head", "n_kv", "n_heads", "n_kv_heads", "num_heads", "num_key_value_heads")
-
-
-class ColwiseLinear(torch.nn.Linear):
-    """A column-wise sharded linear: this rank's ``out_features`` (of ``full_out``). Its
-    input is replicated (``copy``: the gradient all-reduced) or all-gathered before it
-    (sequence parallel: ``gather_seq`` on the head, the module's pre-hook elsewhere)."""
-
-    def __init__(self, base: torch.nn.Linear, group: int, *, copy: bool = True,
-                 gather_seq: bool = False, gather_out: bool = False):
-        rows = math.ceil(base.out_features / group)
-        super().__init__(base.in_features, rows, bias=base.bias is not None,
-                         device=base.weight.device, dtype=base.weight.dtype)
-        self.group, self.full_out = group, base.out_features
-        self.copy, self.gather_seq, self.gather_out = copy, gather_seq, gather_out
-        self.float8 = float8_spec(base)   # (torchao's Float8ColwiseParallel: its product)
-        # the head whose logits stay sharded on the vocabulary: the loss runs on each rank's
-        # slice (loss parallelism; lm_loss.py reads this)
-        self.loss_parallel = 0
-        _same_grad(self, base)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
-        x = tp_gather_seq(input, self.group) if self.gather_seq else \
-            tp_copy(input, self.group) if self.copy else input
-        y = float8_linear(x, self.weight, self.bias, self.float8) if self.float8 else \
-            F.linear(x, self.weight, self.bias)
-        return tp_gather_last(y, self.group) if self.gather_out else y
-
-
-class RowwiseLinear(torch.nn.Linear):
-    """A row-wise sharded linear: this rank's ``in_features``; the partial output all-reduced
-    (or reduce-scattered onto the sequence shard: ``scatter_seq``)."""
-
-    def __init__(self, base: torch.nn.Linear, group: int, *, scatter_seq: bool = False,
-                 split_input: bool = False):
-        super().__init__(math.ceil(base.in_features / group), base.out_features,
-                         bias=base.bias is not None, device=base.weight.device,
-                         dtype=base.weight.dtype)
-        # split_input: its input replicated, the rank's slice taken (transformers'
-        # rowwise_split_input, after a colwise_gather_output)
-        self.group, self.scatter_seq, self.split_input = group, scatter_seq, split_input
-        self.float8 = float8_spec(base)   # (torchao's Float8RowwiseParallel: its product)
-        _same_grad(self, base)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
-        x = tp_split_last(input, self.group) if self.split_input else input
-        y = float8_linear(x, self.weight, None, self.float8) if self.float8 else \
-            F.linear(x, self.weight)
-        y = _reduced(y, self.group, self.scatter_seq)
-        return y if self.bias is None else y + self.bias
-
-
-class VocabEmbedding(torch.nn.Embedding):
-    """A vocabulary-sharded embedding (rank 0's rows, the largest share): ``full_rows``."""
-
-    def __init__(self, base: torch.nn.Embedding, group: int, *, scatter_seq: bool = False):
-        super().__init__(math.ceil(base.num_embeddings / group), base.embedding_dim,
-                         device=base.weight.device, dtype=base.weight.dtype)
-        self.group, self.full_rows, self.scatter_seq = group, base.num_embeddings, scatter_seq
-        _same_grad(self, base)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Embedding's parameter name)
-        outside = (input < 0) | (input >= self.num_embeddings)   # rank 0: rows [0, rows)
-        # (a training step: the gradient of the whole table, as DTensor makes it)
-        table = tp_partial_rows(self.weight, self.full_rows, self.group) \
-            if self.weight.requires_grad and torch.is_grad_enabled() else self.weight
-        out = F.embedding(input.masked_fill(outside, 0), table)
-        return _reduced(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group,
-                        self.scatter_seq)
-
-
-def _reduced(x: torch.Tensor, group: int, scatter_seq: bool) -> torch.Tensor:
-    return tp_scatter_seq(x, group) if scatter_seq else tp_all_reduce(x, group)
-
-
-def _same_grad(new: torch.nn.Module, base: torch.nn.Module) -> None:
-    for (_, p), (_, q) in zip(new.named_parameters(), base.named_parameters()):
-        p.requires_grad_(q.requires_grad)
 
 
 def _what_is_sharded(model: torch.nn.Module) -> str:
@@ -401,8 +316,10 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
         return named
     style = planned_style(model, plan)
     kept = ("colwise", "rowwise", *(GATHERED if gathers else ()))
-    if not gathers:   # a serving engine's plan: a linear transformers' plan leaves out but
-        # named as Llama's are (gpt-oss's plan names its embedding alone) sharded as vLLM does
-        return lambda name: s if (s := style(name)) in kept else \
-            None if s is not None else named(name)
-    return lambda name: s if (s := style(name)) in kept else None
+
+    def serving(name: str) -> str | None:
+        # a serving engine's plan: a linear transformers' plan leaves out but named as
+        # Llama's are (gpt-oss's plan names its embedding alone) sharded as vLLM does
+        s = style(name)
+        return named(name) if s is None else s if s in kept else None
+    return serving if not gathers else lambda name: s if (s := style(name)) in kept else None

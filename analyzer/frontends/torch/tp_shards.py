@@ -1,0 +1,99 @@
+"""One tensor-parallel rank's shard of a linear or an embedding (tensor_parallel.py places
+them): a column-wise linear (its rows of the output features), a row-wise one (its columns,
+the partial output reduced) and a vocabulary-sharded embedding (its rows of the table), each
+calling its collectives (tp_collectives.py) and, for torchao's float8 linears, their product
+(float8_linears.py)."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .float8_linears import float8_linear, float8_spec
+from .tp_collectives import (
+    tp_all_reduce,
+    tp_copy,
+    tp_gather_last,
+    tp_gather_seq,
+    tp_partial_rows,
+    tp_scatter_seq,
+    tp_split_last,
+)
+
+
+class ColwiseLinear(torch.nn.Linear):
+    """A column-wise sharded linear: this rank's ``out_features`` (of ``full_out``). Its
+    input is replicated (``copy``: the gradient all-reduced) or all-gathered before it
+    (sequence parallel: ``gather_seq`` on the head, the module's pre-hook elsewhere)."""
+
+    def __init__(self, base: torch.nn.Linear, group: int, *, copy: bool = True,
+                 gather_seq: bool = False, gather_out: bool = False):
+        rows = math.ceil(base.out_features / group)
+        super().__init__(base.in_features, rows, bias=base.bias is not None,
+                         device=base.weight.device, dtype=base.weight.dtype)
+        self.group, self.full_out = group, base.out_features
+        self.copy, self.gather_seq, self.gather_out = copy, gather_seq, gather_out
+        self.float8 = float8_spec(base)   # (torchao's Float8ColwiseParallel: its product)
+        # the head whose logits stay sharded on the vocabulary: the loss runs on each rank's
+        # slice (loss parallelism; lm_loss.py reads this)
+        self.loss_parallel = 0
+        _same_grad(self, base)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
+        x = tp_gather_seq(input, self.group) if self.gather_seq else \
+            tp_copy(input, self.group) if self.copy else input
+        y = float8_linear(x, self.weight, self.bias, self.float8) if self.float8 else \
+            F.linear(x, self.weight, self.bias)
+        return tp_gather_last(y, self.group) if self.gather_out else y
+
+
+class RowwiseLinear(torch.nn.Linear):
+    """A row-wise sharded linear: this rank's ``in_features``; the partial output all-reduced
+    (or reduce-scattered onto the sequence shard: ``scatter_seq``)."""
+
+    def __init__(self, base: torch.nn.Linear, group: int, *, scatter_seq: bool = False,
+                 split_input: bool = False):
+        super().__init__(math.ceil(base.in_features / group), base.out_features,
+                         bias=base.bias is not None, device=base.weight.device,
+                         dtype=base.weight.dtype)
+        # split_input: its input replicated, the rank's slice taken (transformers'
+        # rowwise_split_input, after a colwise_gather_output)
+        self.group, self.scatter_seq, self.split_input = group, scatter_seq, split_input
+        self.float8 = float8_spec(base)   # (torchao's Float8RowwiseParallel: its product)
+        _same_grad(self, base)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Linear's parameter name)
+        x = tp_split_last(input, self.group) if self.split_input else input
+        y = float8_linear(x, self.weight, None, self.float8) if self.float8 else \
+            F.linear(x, self.weight)
+        y = _reduced(y, self.group, self.scatter_seq)
+        return y if self.bias is None else y + self.bias
+
+
+class VocabEmbedding(torch.nn.Embedding):
+    """A vocabulary-sharded embedding (rank 0's rows, the largest share): ``full_rows``."""
+
+    def __init__(self, base: torch.nn.Embedding, group: int, *, scatter_seq: bool = False):
+        super().__init__(math.ceil(base.num_embeddings / group), base.embedding_dim,
+                         device=base.weight.device, dtype=base.weight.dtype)
+        self.group, self.full_rows, self.scatter_seq = group, base.num_embeddings, scatter_seq
+        _same_grad(self, base)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # (Embedding's parameter name)
+        outside = (input < 0) | (input >= self.num_embeddings)   # rank 0: rows [0, rows)
+        # (a training step: the gradient of the whole table, as DTensor makes it)
+        table = tp_partial_rows(self.weight, self.full_rows, self.group) \
+            if self.weight.requires_grad and torch.is_grad_enabled() else self.weight
+        out = F.embedding(input.masked_fill(outside, 0), table)
+        return _reduced(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group,
+                        self.scatter_seq)
+
+
+def _reduced(x: torch.Tensor, group: int, scatter_seq: bool) -> torch.Tensor:
+    return tp_scatter_seq(x, group) if scatter_seq else tp_all_reduce(x, group)
+
+
+def _same_grad(new: torch.nn.Module, base: torch.nn.Module) -> None:
+    for (_, p), (_, q) in zip(new.named_parameters(), base.named_parameters()):
+        p.requires_grad_(q.requires_grad)
