@@ -172,6 +172,83 @@ def test_a_routing_bias_stored_as_a_row_is_held_whole_as_vllm_holds_it():
     assert two.weight_bytes == (32_832 + 18_560 + 31_108 + 16) * 4
 
 
+def test_fused_projections_are_split_by_their_parts_as_vllm_splits_them():
+    """Phi-3 (and Phi-4) fuse q/k/v into one ``qkv_proj`` and gate/up into one
+    ``gate_up_proj``; transformers' plan gathers both for training, which a serving engine
+    does not (it was refused). vLLM runs Phi-3 as its Llama: ``QKVParallelLinear`` gives a
+    rank its query heads, then its key and value heads, ``MergedColumnParallelLinear`` its
+    gate rows, then its up rows, o and down row-wise; the attention splits the rank's
+    projection by the rank's head counts."""
+    one, two = _one_and_a_rank_of_two("zoo:hf_phi3")
+    # d 64, 4 heads of 16 (2 key/value heads), SwiGLU 128, 2 layers, vocab 512, fp32; 16
+    # floats of rotary buffers. One GPU: embedding and head 2 · 512 · 64 = 65,536; a layer:
+    # qkv 64 · (4 + 2 + 2) · 16 = 8,192, o 4,096, gate_up 64 · 256 = 16,384, down 8,192,
+    # norms 128 (36,992); the final norm 64: 139,584. A rank of 2: the vocabulary's rows
+    # 32,768; a layer's matrices halved (18,432) beside its whole norms: 2 · 18,560 + 64
+    assert one.weight_bytes == (139_584 + 16) * 4
+    assert two.weight_bytes == (32_768 + 2 * 18_560 + 64 + 16) * 4
+    # a token's keys and values, fp32: 2 layers × K, V × 2 heads of 16 = 512 B; a rank's
+    # one head of a layer: 256 B
+    assert (one.kv_bytes_per_token, two.kv_bytes_per_token) == (512, 256)
+    c = two.collectives
+    assert c is not None   # (as Llama's: the embedding, o and down all-reduced; the logits)
+    assert (c.prefill_all_reduce_bytes, c.prefill_all_gather_bytes, c.prefill_calls) == \
+        (5 * 16 * 64 * 4, 512 * 4, 6)
+
+
+def test_a_norm_over_all_heads_gathers_its_input_as_vllm_runs_olmo2():
+    """OLMo 2 normalizes all heads' queries (and keys) at once. vLLM shards q/k/v column-wise
+    and, for the norm, all-gathers the rank's queries and keys, normalizes them whole and
+    takes its slice back (its ``_apply_qk_norm``): the norm's weight whole on every rank, two
+    more all-gathers a layer (it was refused)."""
+    import torch
+    import transformers
+
+    config = transformers.Olmo2Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        use_cache=False, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1,
+        eos_token_id=1)
+    model = transformers.Olmo2ForCausalLM(config)
+    ids = torch.zeros(1, 16, dtype=torch.int64)
+    two = analyze(model, example_inputs=(ids,), serve={"prompt": 16, "generate": 4},
+                  parallel={"mesh": "tp=2"}).serving
+    assert two is not None
+    # a rank of 2, fp32: the vocabulary's rows 2 · 256 · 64 = 32,768; a layer's q, o 32 · 64,
+    # k, v 16 · 64, gate, up, down 64 · 64 (18,432) beside its whole norms q_norm 64, k_norm
+    # 32 and the two post-norms 128 (224); the final norm 64; 16 floats of rotary buffers
+    assert two.weight_bytes == (32_768 + 2 * (18_432 + 224) + 64 + 16) * 4
+    assert two.kv_bytes_per_token == 2 * 2 * 16 * 4   # (2 layers × K, V × its head of 16)
+    c = two.collectives
+    assert c is not None
+    # the prefill of 16 tokens: each layer gathers its queries (16 × 64 fp32 = 4,096 B) and
+    # keys (16 × 32: 2,048 B) beside Llama's collectives (5 all-reduces of 4,096 B, the last
+    # position's logits gathered: 2,048 B); the decode step one token's worth
+    assert (c.prefill_all_reduce_bytes, c.prefill_all_gather_bytes, c.prefill_calls) == \
+        (5 * 4_096, 2 * (4_096 + 2_048) + 2_048, 6 + 4)
+    assert (c.decode_all_gather_bytes, c.decode_calls) == (2 * (256 + 128) + 2_048, 10)
+
+
+def test_linear_attention_is_refused_for_serving_over_tensor_parallelism():
+    """Qwen3-Next's gated delta-net projections are gathered by transformers' plan and split
+    by vLLM its own way, which graphcost does not model: one line, before any trace."""
+    import torch
+    import transformers
+
+    config = transformers.Qwen3NextConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
+        shared_expert_intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, linear_num_value_heads=4, linear_num_key_heads=2,
+        linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=128, use_cache=False)
+    model = transformers.Qwen3NextForCausalLM(config)
+    with pytest.raises(GraphcostError, match="in_proj_qkvz .'colwise_gather_output' in "
+                                             "transformers' plan.*a serving engine .vLLM. "
+                                             "shards these its own way"):
+        analyze(model, example_inputs=(torch.zeros(1, 16, dtype=torch.int64),),
+                serve={"prompt": 16, "generate": 4}, parallel={"mesh": "tp=2"})
+
+
 def test_the_prefill_computes_the_logits_of_the_last_position_alone():
     every = _serving(2, serve={"logits": "all"}).collectives
     eager, vllm = _serving(2).collectives, _serving(2, serve={"engine": "vllm"}).collectives

@@ -22,11 +22,13 @@ plans, each the one its engine runs:
   (the output all-gathered: Phi-3's fused qkv_proj and gate_up_proj, every head then run on
   every rank) and ``"rowwise_split_input"`` (the replicated input's slice taken:
   ``tp_split_last``) — and a serving engine's (vLLM's ``ColumnParallelLinear``/
-  ``RowParallelLinear``, its logits gathered; no gathered projection) for any model
-  served: no sequence parallelism; there a linear transformers' plan leaves out but named as
-  Llama's are is sharded too, as vLLM shards it (gpt-oss's plan names its embedding alone),
-  and an attention module's per-head parameter (gpt-oss's ``sinks``) is cut to the rank's
-  heads. A column-wise
+  ``RowParallelLinear``, its logits gathered) for any model served: no sequence
+  parallelism; there a linear transformers' plan leaves out but named as Llama's are is
+  sharded too, as vLLM shards it (gpt-oss's plan names its embedding alone), an attention
+  module's per-head parameter (gpt-oss's ``sinks``) is cut to the rank's heads, a fused
+  projection the plan gathers is split by its parts (Phi-3's ``qkv_proj``: vLLM's
+  ``QKVParallelLinear``; the attention told the rank's head counts) and a norm over all
+  heads gathers its input (OLMo 2's ``q_norm``: vLLM's ``_apply_qk_norm``). A column-wise
   linear's replicated input is the same tensor forward, its gradient all-reduced in backward
   (Megatron's ``f``); a row-wise output and the embedding's are all-reduced (``g``).
 
@@ -40,7 +42,7 @@ tp_collectives.tp_cross_entropy), transformers' are all-gathered on the last dim
 loss; attention's head counts (``n_head``/``n_kv``-style attributes) divided by T, so the
 local q/k/v views hold the rank's heads. A head tied to the token embedding shares its
 shard (both split the table's rows; torchtitan re-ties them after parallelizing). Refused by
-name: a norm over a whole sharded projection (OLMo 2's q_norm), fused q/k/v
+name: a norm over a whole sharded projection (OLMo 2's q_norm) for training, fused q/k/v
 (GPT-2's ``c_attn``) and any matrix the plan leaves whole or shards in a style not modelled
 (transformers 5.24's ``"moe_tp_experts"``, ``"packed_colwise"``) — but a mixture of experts
 transformers' plan leaves out, whole on every rank as it runs (transformers_tp_plan.py). Not
@@ -65,7 +67,7 @@ from ....passes.errors import GraphcostError, opt
 from .float8_linears import float8_spec, gather_seq_in_float8
 from .serving_experts import is_router, shard_experts
 from .tp_collectives import tp_gather_seq
-from .tp_shards import ColwiseLinear, RowwiseLinear, VocabEmbedding
+from .tp_shards import ColwiseLinear, RowwiseLinear, VocabEmbedding, WholeNorm
 from .transformers_tp_plan import (
     beside_expert_parallel,
     planned,
@@ -77,6 +79,9 @@ from .vocab_layers import is_tied, vocab_layers
 
 COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROWWISE = ("o_proj", "down_proj")
+# fused projections vLLM splits by their parts (QKVParallelLinear: the rank's query heads, then
+# its key and value heads; MergedColumnParallelLinear: its gate rows, then its up rows)
+FUSED = ("qkv_proj", "gate_up_proj")
 HEAD_COUNTS = ("n_head", "n_kv", "n_heads", "n_kv_heads", "num_heads", "num_key_value_heads")
 
 
@@ -120,10 +125,9 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
     if serving:   # (vLLM's FusedMoE: each expert's intermediate split, the output summed)
         shard_experts(model, group)
     parents, whole_heads = _shard_blocks(model, group, sequence, not serving, (tokens, head))
-    _whole_norms(model, parents, group)
+    _whole_norms(model, parents, group, gathered=serving)
+    _local_configs(parents, group)
     blocks = any(isinstance(m, (ColwiseLinear, RowwiseLinear)) for m in model.modules())
-    if not blocks and serving:   # (a plan of gathered projections alone: Phi-3's)
-        _all_sharded(model, group, serving, (tokens, head))
     # (a pipeline stage of no block, the norm and the head alone, shards its head)
     if not blocks and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
                            for p in m.parameters(recurse=False)):
@@ -156,22 +160,48 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
 SHARDED = (ColwiseLinear, RowwiseLinear, VocabEmbedding)
 
 
-def _whole_norms(model: torch.nn.Module, parents: list, group: int) -> None:
-    """Refuse a norm over a whole column-wise projection (OLMo 2's ``q_norm``: the
-    normalization of all heads' queries at once), which each rank would need whole: torchtitan
-    shards per-head norms (Qwen 3's ``q_norm`` of ``head_dim``), which run on the rank's heads."""
+def _whole_norms(model: torch.nn.Module, parents: list, group: int, *,
+                 gathered: bool = False) -> None:
+    """A norm over a whole column-wise projection (OLMo 2's ``q_norm``: the normalization of
+    all heads' queries at once), which each rank would need whole: ``gathered`` (a serving
+    engine's plan), run as vLLM runs OLMo 2's beside its column-parallel q and k (the rank's
+    slice all-gathered, normalized whole, its slice taken: tp_shards.WholeNorm); else refused
+    — torchtitan shards per-head norms (Qwen 3's ``q_norm`` of ``head_dim``), which run on the
+    rank's heads."""
     names = {id(m): n for n, m in model.named_modules()}
     for parent in parents:
         widths = {c.full_out for c in parent.children()
                   if isinstance(c, ColwiseLinear) and not c.gather_out}
-        for child in parent.children():
+        for leaf, child in list(parent.named_children()):
             weight = getattr(child, "weight", None)
-            if isinstance(weight, torch.Tensor) and weight.dim() == 1 and \
-                    weight.numel() in widths and not isinstance(child, SHARDED):
+            if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or \
+                    weight.numel() not in widths or isinstance(child, SHARDED):
+                continue
+            if gathered:
+                parent.set_submodule(leaf, WholeNorm(child, group))
+            else:
                 raise GraphcostError(
-                    f"{opt('parallel', value=f'tp={group}')}: {names[id(child)]} normalizes a "
-                    f"whole projection ({weight.numel():,} features), which the plan shards "
-                    f"over {group} ranks; a norm across the shards is not modelled")
+                    f"{opt('parallel', value=f'tp={group}')}: {names[id(child)]} normalizes "
+                    f"a whole projection ({weight.numel():,} features), which the plan "
+                    f"shards over {group} ranks; a norm across the shards is not modelled")
+
+
+def _local_configs(parents: list, group: int) -> None:
+    """An attention module whose fused ``qkv_proj`` is sharded, and which splits its output by
+    its config's head counts (Phi-3's ``query_pos``), given a config of its own that says the
+    rank's heads: the rank's rows of the projection are its query heads', then its key and
+    value heads' (vLLM's ``QKVParallelLinear``)."""
+    for parent in parents:
+        qkv, config = getattr(parent, "qkv_proj", None), getattr(parent, "config", None)
+        if not isinstance(qkv, ColwiseLinear) or qkv.gather_out or config is None:
+            continue
+        local = copy.copy(config)
+        for attr in ("num_attention_heads", "num_key_value_heads"):
+            count = getattr(config, attr, None)
+            if isinstance(count, int):
+                _divides(f"{attr} of {type(config).__name__}", count, group)
+                setattr(local, attr, count // group)
+        parent.config = local
 
 
 def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
@@ -319,7 +349,11 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
 
     def serving(name: str) -> str | None:
         # a serving engine's plan: a linear transformers' plan leaves out but named as
-        # Llama's are (gpt-oss's plan names its embedding alone) sharded as vLLM does
-        s = style(name)
+        # Llama's are (gpt-oss's plan names its embedding alone) sharded as vLLM does; one it
+        # gathers for training (Phi-3's fused qkv_proj, OLMo 2's q_proj) split as vLLM's
+        # column- and row-parallel linears split it, where vLLM's layer for it is known
+        s, leaf = style(name), name.rsplit(".", 1)[-1]
+        if s in GATHERED and leaf in (*COLWISE, *FUSED, *ROWWISE):
+            return "rowwise" if s == "rowwise_split_input" else "colwise"
         return named(name) if s is None else s if s in kept else None
     return serving if not gathers else lambda name: s if (s := style(name)) in kept else None

@@ -1,8 +1,8 @@
 """One tensor-parallel rank's shard of a linear or an embedding (tensor_parallel.py places
 them): a column-wise linear (its rows of the output features), a row-wise one (its columns,
-the partial output reduced) and a vocabulary-sharded embedding (its rows of the table), each
-calling its collectives (tp_collectives.py) and, for torchao's float8 linears, their product
-(float8_linears.py)."""
+the partial output reduced), a vocabulary-sharded embedding (its rows of the table) and a
+norm over a whole sharded projection (its input gathered), each calling its collectives
+(tp_collectives.py) and, for torchao's float8 linears, their product (float8_linears.py)."""
 from __future__ import annotations
 
 import math
@@ -88,6 +88,20 @@ class VocabEmbedding(torch.nn.Embedding):
         out = F.embedding(input.masked_fill(outside, 0), table)
         return _reduced(out.masked_fill(outside.unsqueeze(-1), 0.0), self.group,
                         self.scatter_seq)
+
+
+class WholeNorm(torch.nn.Module):
+    """A norm over a whole projection that the plan shards column-wise (OLMo 2's ``q_norm``),
+    as vLLM runs it (its ``_apply_qk_norm``): the rank's slice all-gathered, normalized whole
+    with the whole weight, the rank's slice of the result taken (a view)."""
+
+    def __init__(self, norm: torch.nn.Module, group: int):
+        super().__init__()
+        self.norm, self.group = norm, group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(tp_gather_last(x, self.group))
+        return y.narrow(-1, 0, x.shape[-1])
 
 
 def _reduced(x: torch.Tensor, group: int, scatter_seq: bool) -> torch.Tensor:
