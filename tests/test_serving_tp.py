@@ -229,6 +229,37 @@ def test_a_norm_over_all_heads_gathers_its_input_as_vllm_runs_olmo2():
     assert (c.decode_all_gather_bytes, c.decode_calls) == (2 * (256 + 128) + 2_048, 10)
 
 
+def test_fewer_key_value_heads_than_ranks_are_replicated_as_vllm_replicates_them():
+    """Qwen3-235B-A22B has 4 key/value heads, served on 8 GPUs: vLLM's ``QKVParallelLinear``
+    gives each rank one key/value head, each head on two ranks, and pairs the rank's query
+    heads with it (it was refused: "does not divide into 8 ranks"). A count the ranks do not
+    divide into either stays refused, as vLLM refuses it."""
+    import torch
+    import transformers
+
+    def served(mesh: str, heads: int, kv_heads: int):
+        config = transformers.Qwen3MoeConfig(
+            vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+            num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=kv_heads,
+            head_dim=16, num_experts=4, num_experts_per_tok=2, max_position_embeddings=128,
+            use_cache=False, tie_word_embeddings=False)
+        model = transformers.Qwen3MoeForCausalLM(config)
+        return analyze(model, example_inputs=(torch.zeros(1, 16, dtype=torch.int64),),
+                       serve={"prompt": 16, "generate": 4}, parallel={"mesh": mesh}).serving
+
+    four = served("tp=4", heads=8, kv_heads=2)
+    # a rank of 4, fp32: q 64 · 32 (its 2 query heads of 16), k and v one head each 64 · 16,
+    # o 32 · 64, the per-head q/k norms 32, the router 4 · 64, 4 experts of I = 32 split by
+    # 4 (4 · 64 · 16 + 4 · 8 · 64), the norms 128: 12,704 a layer; the vocabulary's rows
+    # 2 · 128 · 64, the final norm 64; 16 floats of rotary buffers
+    assert four.weight_bytes == (2 * 12_704 + 16_384 + 64 + 16) * 4
+    # the key/value cache per token: 2 layers × K, V × the rank's one head of 16, fp32 —
+    # twice a quarter of one GPU's (2 heads: 512 B), as each head is held twice
+    assert four.kv_bytes_per_token == 2 * 2 * 16 * 4
+    with pytest.raises(GraphcostError, match="does not divide into 4 ranks"):
+        served("tp=4", heads=12, kv_heads=6)   # (6 heads on 4 ranks: neither divides)
+
+
 def test_linear_attention_is_refused_for_serving_over_tensor_parallelism():
     """Qwen3-Next's gated delta-net projections are gathered by transformers' plan and split
     by vLLM its own way, which graphcost does not model: one line, before any trace."""

@@ -264,8 +264,9 @@ def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: b
             if kind.startswith("colwise"):
                 _divides(path, linear.out_features, group)
                 gather = kind == "colwise_gather_output"
+                rows = 0 if gather else _kv_rows(child, path, linear, group, not gathers)
                 child.set_submodule(leaf, ColwiseLinear(linear, group, copy=not sequence,
-                                                        gather_out=gather))
+                                                        gather_out=gather, rows=rows))
                 (gathered if gather else sharded).add(name)
                 parents += [] if gather or child in parents else [child]
             else:
@@ -274,6 +275,33 @@ def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: b
                     linear, group, scatter_seq=sequence,
                     split_input=kind == "rowwise_split_input"))
     return parents, gathered - sharded
+
+
+def _kv_rows(attention: torch.nn.Module, path: str, linear: torch.nn.Linear, group: int,
+             replicate: bool) -> int:
+    """The rank's rows of a key or value projection: 0 for an even split of its heads (the
+    rows' own check), its heads checked to divide into the ranks (a split inside a head is
+    refused) — but, with ``replicate`` (a serving engine's plan), fewer heads than ranks
+    where the ranks divide into them (Qwen3-235B's 4 on 8): vLLM's ``QKVParallelLinear``
+    gives each rank one head, each head on group / heads ranks, and the attention pairs the
+    rank's query heads with it (``num_key_value_groups``): one head's rows."""
+    head_dim = getattr(attention, "head_dim", None)
+    if path.rsplit(".", 1)[-1] not in ("k_proj", "v_proj") or not isinstance(head_dim, int) or \
+            linear.out_features % head_dim:
+        return 0
+    heads = linear.out_features // head_dim
+    if heads % group == 0:
+        return 0
+    if not replicate or group % heads:
+        _divides(f"{path}'s key/value head count", heads, group)
+    query = getattr(attention, "q_proj", None)
+    if isinstance(query, torch.nn.Linear):   # (sharded already or not: its whole width)
+        full = query.full_out if isinstance(query, ColwiseLinear) else query.out_features
+        setattr(attention, "num_key_value_groups", full // head_dim // group)
+    for attr in ("n_kv", "n_kv_heads", "num_key_value_heads"):   # (not divided again)
+        if getattr(attention, attr, None) == heads:
+            setattr(attention, attr, 1)
+    return head_dim
 
 
 def _gathering(group: int, float8: tuple | None = None):

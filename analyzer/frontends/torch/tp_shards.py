@@ -28,8 +28,10 @@ class ColwiseLinear(torch.nn.Linear):
     (sequence parallel: ``gather_seq`` on the head, the module's pre-hook elsewhere)."""
 
     def __init__(self, base: torch.nn.Linear, group: int, *, copy: bool = True,
-                 gather_seq: bool = False, gather_out: bool = False):
-        rows = math.ceil(base.out_features / group)
+                 gather_seq: bool = False, gather_out: bool = False, rows: int = 0):
+        # rows: the rank's own count where it is not 1/group of them (vLLM's key/value
+        # projection of fewer heads than ranks: one head each, replicated)
+        rows = rows or math.ceil(base.out_features / group)
         super().__init__(base.in_features, rows, bias=base.bias is not None,
                          device=base.weight.device, dtype=base.weight.dtype)
         self.group, self.full_out = group, base.out_features
