@@ -260,6 +260,47 @@ def test_fewer_key_value_heads_than_ranks_are_replicated_as_vllm_replicates_them
         served("tp=4", heads=12, kv_heads=6)   # (6 heads on 4 ranks: neither divides)
 
 
+def test_latent_attention_keeps_its_down_projections_and_cache_whole_as_vllm_does():
+    """DeepSeek-V3's multi-head latent attention on vLLM's tensor-parallel ranks: the latent
+    down-projections (q_a_proj, kv_a_proj_with_mqa: ``ReplicatedLinear``) and their norms
+    whole on every rank, the up-projections q_b_proj and kv_b_proj split by head, o_proj
+    row-wise; the cache holds the latent, whole on every rank (it was refused:
+    'mla_kv_a_proj'). The shared expert's partial sum is added to the routed experts' before
+    the one all-reduce of the block (vLLM's ``reduce_results=False``)."""
+    import torch
+    import transformers
+
+    config = transformers.DeepseekV3Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+        num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=16, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2,
+        n_group=1, topk_group=1, n_shared_experts=1, max_position_embeddings=128,
+        use_cache=False, tie_word_embeddings=False)
+    model = transformers.DeepseekV3ForCausalLM(config)
+    ids = torch.zeros(1, 16, dtype=torch.int64)
+    two = analyze(model, example_inputs=(ids,), serve={"prompt": 16, "generate": 4},
+                  parallel={"mesh": "tp=2"}).serving
+    assert two is not None
+    # a rank of 2, fp32. Attention: q_a 64 · 32 and its norm 32, q_b 32 · 2 heads of 24 (16
+    # nope + 8 rope), kv_a 64 · (16 + 8) and its norm 16, kv_b 16 · 2 heads of 32 (16 + 16),
+    # o 32 · 64: 8,240. Layer 0's MLP (I 128) halved: 3 · 64 · 64; layer 1's 4 experts of
+    # I = 32 halved (4 · (64 · 32 + 16 · 64)) beside the shared expert's (3 · 64 · 16), the
+    # router 4 · 64 and its bias 4 whole; two norms of 64 a layer. The vocabulary's rows
+    # 2 · 256 · 64, the final norm 64; 8 floats of rotary buffers
+    layer0 = 8_240 + 3 * 64 * 64 + 128
+    layer1 = 8_240 + 4 * (64 * 32 + 16 * 64) + 3 * 64 * 16 + 260 + 128
+    assert two.weight_bytes == (32_768 + layer0 + layer1 + 64 + 8) * 4
+    # the cache: each layer's latent (16) and rope key (8), fp32, whole on the rank
+    assert two.kv_bytes_per_token == 2 * (16 + 8) * 4
+    c = two.collectives
+    assert c is not None
+    # the embedding's, each o_proj's, layer 0's down and layer 1's experts-and-shared sum
+    # all-reduced (16 tokens × 64 fp32 = 4,096 B each); the last position's logits gathered
+    assert (c.prefill_all_reduce_bytes, c.prefill_all_gather_bytes, c.prefill_calls) == \
+        (5 * 4_096, 2_048, 6)
+
+
 def test_linear_attention_is_refused_for_serving_over_tensor_parallelism():
     """Qwen3-Next's gated delta-net projections are gathered by transformers' plan and split
     by vLLM its own way, which graphcost does not model: one line, before any trace."""

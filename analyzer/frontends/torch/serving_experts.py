@@ -6,7 +6,7 @@ ranks: the fused gate and up projection ``w13`` (experts, 2·I/T, H), its gate r
 rows the rank's slice of each, and the down projection ``w2`` (experts, H, I/T); the router
 stays whole on every rank (``ReplicatedLinear``). Each rank runs its slice on all of its
 tokens and the partial outputs are summed across the ranks (``reduce_results``: one
-all-reduce of the layer's output). Here transformers' stacked experts (3-D ``gate_up_proj``
+all-reduce of the layer's output, a shared expert's partial sum added before it). Here transformers' stacked experts (3-D ``gate_up_proj``
 and ``down_proj`` in any layout its experts interface describes: grouped_experts.py) are cut
 so — gpt-oss's interleaved gate and up columns in pairs, its gate-and-up biases with them — and
 their output all-reduced; the routing is traced as transformers' experts run it (the
@@ -40,7 +40,24 @@ def shard_experts(model: torch.nn.Module, group: int) -> None:
         if isinstance(getattr(experts, "intermediate_dim", None), int):
             setattr(experts, "intermediate_dim", width // group)
         setattr(experts, "tp_sharded", True)   # (tensor_parallel's check: not left whole)
-        experts.register_forward_hook(lambda m, args, out: tp_all_reduce(out, group))
+        _reduce_once(model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model,
+                     experts, group)
+
+
+def _reduce_once(block: torch.nn.Module, experts: torch.nn.Module, group: int) -> None:
+    """The experts' partial output all-reduced — with a shared expert beside them (DeepSeek's
+    ``shared_experts``, Qwen-MoE's gated ``shared_expert``), once for both, after the block
+    adds them (vLLM builds the shared expert's row-parallel down projection with
+    ``reduce_results=False`` and reduces the sum): the shared expert is marked so
+    (``reduced_with_experts``) for tensor_parallel.py's row-wise shard to leave its sum
+    partial."""
+    shared = [m for n, m in block.named_children()
+              if n.startswith("shared_expert") and not n.endswith("_gate")]
+    for module in shared:
+        setattr(module, "reduced_with_experts", True)
+    (block if shared else experts).register_forward_hook(
+        lambda m, args, out: tp_all_reduce(out, group) if isinstance(out, torch.Tensor)
+        else out)
 
 
 def _rank_columns(experts: torch.nn.Module, width: int, part: int) -> torch.Tensor:

@@ -82,6 +82,9 @@ ROWWISE = ("o_proj", "down_proj")
 # fused projections vLLM splits by their parts (QKVParallelLinear: the rank's query heads, then
 # its key and value heads; MergedColumnParallelLinear: its gate rows, then its up rows)
 FUSED = ("qkv_proj", "gate_up_proj")
+# multi-head latent attention's down-projections (DeepSeek-V2/V3, Kimi K2), whole on every
+# rank of vLLM's (ReplicatedLinear); its up-projections q_b_proj and kv_b_proj split by head
+LATENT = ("q_a_proj", "kv_a_proj_with_mqa")
 HEAD_COUNTS = ("n_head", "n_kv", "n_heads", "n_kv_heads", "num_heads", "num_key_value_heads")
 
 
@@ -216,8 +219,9 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
     style = planned_style(model)
     whole = _unsharded(model, vocab)
     kept = replicated_experts(model, whole, style) if not serving and planned(model) else []
-    if serving:   # (a router vLLM keeps whole beside its experts' slices)
-        kept = [w for w in whole if is_router(model, w)]
+    if serving:   # (a router vLLM keeps whole beside its experts' slices, MLA's latent
+        # down-projections whole beside its heads' up-projections: ReplicatedLinear)
+        kept = [w for w in whole if is_router(model, w) or w.rsplit(".", 1)[-1] in LATENT]
     whole = [w for w in whole if w not in kept]
     if not whole:   # (no note of a router beside expert-parallel experts: they are split)
         return [] if serving else [k for k in kept if not beside_expert_parallel(model, k)]
@@ -273,7 +277,8 @@ def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: b
                 _divides(path, linear.in_features, group)
                 child.set_submodule(leaf, RowwiseLinear(
                     linear, group, scatter_seq=sequence,
-                    split_input=kind == "rowwise_split_input"))
+                    split_input=kind == "rowwise_split_input",
+                    reduce=not getattr(child, "reduced_with_experts", False)))
     return parents, gathered - sharded
 
 

@@ -55,13 +55,16 @@ class RowwiseLinear(torch.nn.Linear):
     (or reduce-scattered onto the sequence shard: ``scatter_seq``)."""
 
     def __init__(self, base: torch.nn.Linear, group: int, *, scatter_seq: bool = False,
-                 split_input: bool = False):
+                 split_input: bool = False, reduce: bool = True):
         super().__init__(math.ceil(base.in_features / group), base.out_features,
                          bias=base.bias is not None, device=base.weight.device,
                          dtype=base.weight.dtype)
         # split_input: its input replicated, the rank's slice taken (transformers'
         # rowwise_split_input, after a colwise_gather_output)
         self.group, self.scatter_seq, self.split_input = group, scatter_seq, split_input
+        # reduce False: its partial sum left for a later all-reduce (vLLM's shared expert,
+        # reduced with the routed experts' sum: serving_experts.py)
+        self.reduce = reduce
         self.float8 = float8_spec(base)   # (torchao's Float8RowwiseParallel: its product)
         _same_grad(self, base)
 
@@ -69,7 +72,7 @@ class RowwiseLinear(torch.nn.Linear):
         x = tp_split_last(input, self.group) if self.split_input else input
         y = float8_linear(x, self.weight, None, self.float8) if self.float8 else \
             F.linear(x, self.weight)
-        y = _reduced(y, self.group, self.scatter_seq)
+        y = _reduced(y, self.group, self.scatter_seq) if self.reduce else y
         return y if self.bias is None else y + self.bias
 
 
