@@ -442,7 +442,8 @@ def test_the_expert_parallel_sizes_divide_the_ranks_and_the_experts():
     # every setting refused: the analysis's own error (tp 4 cannot split 2 KV heads)
     (["--gpus", "4", "--device", "h100", "--tp", "4", "--precision", "bf16-mixed",
       "--checkpoint", "none"],
-     "--parallel tp=4: layers.0.self_attn.n_kv (2) does not divide into 4 ranks"),
+     "--parallel tp=4: layers.0.self_attn.k_proj's key/value head count (2) does not "
+     "divide into 4 ranks"),
     (["--gpus", "4", "--device", "h100", "--tp", "4"],
      "--precision bf16-master: its master weights are modelled as FSDP2's, and every layout"),
     (["--gpus", "4", "--device", "h100", "--dim", "seq=512", "--global-tokens", "3000"],
