@@ -90,6 +90,28 @@ def test_sliding_window_cache_is_what_the_layer_keeps():
     assert s.kv_bytes_per_token == per_token_full // 3      # only the full layer grows
 
 
+def test_a_cache_that_no_longer_grows_says_so_not_zero_bytes_a_token():
+    """Every layer of Mistral's first release slides a window (Phi-3-mini's too): past it
+    the cache stops growing, and the report says so where it said "0 B per token" and an
+    unexplained "max context —"."""
+    from graphcost.analyzer.render.serving import serving_summary
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           sliding_window=8, max_position_embeddings=128)
+    model = MistralForCausalLM(config)
+    r = analyze(model, example_inputs=(torch.zeros(1, 16, dtype=torch.int64),),
+                serve={"prompt": 16, "generate": 4}, device="h100")
+    s = r.serving
+    assert s is not None
+    # each layer keeps its window − 1 = 7 tokens: 2 layers × K, V × 2 heads of 16 × 4 B each
+    assert (s.kv_cache_bytes, s.kv_bytes_per_token) == (7 * 2 * 2 * 2 * 16 * 4, 0)
+    lines = {label: " ".join(words) for label, words in serving_summary(r)}
+    assert "no more per token (the cache no longer grows)" in lines["KV cache"]
+    assert "max context — at batch 1 (the cache no longer grows)" in lines["capacity"]
+
+
 def test_zoo_decoders_append_in_place_and_match_their_full_forward():
     # the zoo's cache (models_zoo/kv_cache.py): a decode step returns the token's K/V and
     # its logits equal the full forward's at that position

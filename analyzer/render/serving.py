@@ -36,8 +36,7 @@ def serving_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]
                      f"KV cache {s.kv_dtype}" + (";" if tp > 1 else "")]
          + ([f"tensor parallel {tp}:", "each GPU's share below"] if tp > 1 else [])),
         ("KV cache", [f"{_b(s.kv_cache_bytes)} for the batch at {s.prompt + s.generate:,} "
-                      "tokens;", f"{_b(s.kv_bytes_per_token)} per token per sequence"
-                      + ("" if brief else ";")]
+                      "tokens;", _per_token(s) + ("" if brief else ";")]
          + ([] if brief else [f"{s.cache_tensors} cache tensors, {update}"])),
         ("weights", [_b(s.weight_bytes)]),
         ("reserved", explain.with_growth(
@@ -112,13 +111,24 @@ def _collectives(s) -> list[str]:
             f"{human_bytes(c.decode_all_gather_bytes)} in {c.decode_calls} calls"]
 
 
+def _per_token(s) -> str:
+    """What a token more adds to the cache per sequence: nothing once every layer's sliding
+    window is full (Phi-3-mini's 2,047 tokens) or its state is fixed (a state-space model's),
+    said so rather than "0 B"."""
+    if s.kv_bytes_per_token == 0 and s.kv_cache_bytes > 0:
+        return "no more per token (the cache no longer grows)"
+    return f"{_b(s.kv_bytes_per_token)} per token per sequence"
+
+
 def _capacity(s, brief: bool) -> list[str]:
     """How many sequences of this length fit, and the longest context at this batch."""
     learned = s.positions is not None and s.max_context == s.positions
+    windowed = s.max_context is None and s.kv_bytes_per_token == 0 and s.kv_cache_bytes > 0
     return [f"max {_n(s.max_concurrent_sequences)} concurrent sequences of "
             f"{s.prompt + s.generate:,} tokens;",
             f"max context {_n(s.max_context)} at batch {s.batch}"
             + (" (its learned positions)" if learned else "")
+            + (" (the cache no longer grows)" if windowed else "")
             + ("; estimates" if brief else
                "; estimates: this batch's allocator replay with its sizes scaled")]
 
