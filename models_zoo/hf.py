@@ -152,6 +152,24 @@ def gpt_oss(attn: str = "eager", experts: str = "grouped_mm", **overrides) -> to
                   _experts_implementation=experts)
 
 
+def deepseek_v3(attn: str = "eager", experts: str = "grouped_mm",
+                **overrides) -> torch.nn.Module:
+    """DeepseekV3ForCausalLM (DeepSeek-V3/R1, Kimi K2): multi-head latent attention (queries
+    through a rank-32 latent, keys and values through a rank-16 one beside an 8-wide rope
+    key), layer 0 a dense SwiGLU MLP, layer 1 a mixture of 4 experts of 32 (top-2, sigmoid
+    scores with a correction bias) beside one shared expert. ``experts`` as
+    :func:`mixtral`'s."""
+    return _build("DeepseekV3ForCausalLM", "DeepseekV3Config", attn,
+                  dict(_TEXT, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                       num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
+                       num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16,
+                       qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                       n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                       n_shared_experts=1, max_position_embeddings=128,
+                       tie_word_embeddings=False),
+                  overrides, _experts_implementation=experts)
+
+
 def _tokens(*names: str) -> Callable[..., dict[str, tuple[int, ...]]]:
     def shapes(batch: int, seq: int = SEQ_LEN) -> dict[str, tuple[int, ...]]:
         return {n: (batch, seq) for n in names}
@@ -199,6 +217,9 @@ HF_MODELS: dict[str, ZooModel] = {m.name: m for m in [
     _text("hf_mixtral", mixtral, "transformers MixtralForCausalLM from a config: d 64, 2 "
           "layers, MoE of 4 SwiGLU experts (128) with top-2 routing (grouped_mm), GQA, eager "
           "attention"),
+    _text("hf_deepseek_v3", deepseek_v3, "transformers DeepseekV3ForCausalLM from a config: "
+          "d 64, 2 layers (a dense MLP, then a MoE of 4 experts of 32, top-2, beside a shared "
+          "expert), multi-head latent attention (ranks 32 and 16), eager attention"),
     _text("hf_gpt_oss", gpt_oss, "transformers GptOssForCausalLM from a config: d 64, 2 "
           "layers (sliding window 16, then full), attention sinks, MoE of 4 experts (128; "
           "transposed, interleaved, biased) with top-2 routing (grouped_mm), GQA, eager "

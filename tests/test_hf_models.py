@@ -122,7 +122,7 @@ def test_flops_equal_flop_counter(name):
     # expert chosen: the same arithmetic) on the same weights.
     model, inputs, graph = traced(name, False)
     reference = model
-    if name in ("hf_mixtral", "hf_gpt_oss"):
+    if name in ("hf_mixtral", "hf_gpt_oss", "hf_deepseek_v3"):
         reference = build(name, experts="batched_mm")
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():

@@ -267,21 +267,7 @@ def test_latent_attention_keeps_its_down_projections_and_cache_whole_as_vllm_doe
     row-wise; the cache holds the latent, whole on every rank (it was refused:
     'mla_kv_a_proj'). The shared expert's partial sum is added to the routed experts' before
     the one all-reduce of the block (vLLM's ``reduce_results=False``)."""
-    import torch
-    import transformers
-
-    config = transformers.DeepseekV3Config(
-        vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
-        num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
-        num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8,
-        qk_nope_head_dim=16, v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2,
-        n_group=1, topk_group=1, n_shared_experts=1, max_position_embeddings=128,
-        use_cache=False, tie_word_embeddings=False)
-    model = transformers.DeepseekV3ForCausalLM(config)
-    ids = torch.zeros(1, 16, dtype=torch.int64)
-    two = analyze(model, example_inputs=(ids,), serve={"prompt": 16, "generate": 4},
-                  parallel={"mesh": "tp=2"}).serving
-    assert two is not None
+    _, two = _one_and_a_rank_of_two("zoo:hf_deepseek_v3")
     # a rank of 2, fp32. Attention: q_a 64 · 32 and its norm 32, q_b 32 · 2 heads of 24 (16
     # nope + 8 rope), kv_a 64 · (16 + 8) and its norm 16, kv_b 16 · 2 heads of 32 (16 + 16),
     # o 32 · 64: 8,240. Layer 0's MLP (I 128) halved: 3 · 64 · 64; layer 1's 4 experts of
