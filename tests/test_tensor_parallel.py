@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from graphcost.analyzer.measure.parallel import Case
 from graphcost.passes.errors import GraphcostError
 
@@ -70,6 +71,9 @@ def _case(model, p, strategy, precision="fp32", sac=False):
 
 
 RECIPES = ("fp32", "bf16-true")
+# transformers' DeepSeek-V3 plan with its "mla_kv_a_proj" style (5.25's; 5.24, the range's
+# floor, may differ)
+LATENT_PLAN = "mla_kv_a_proj" in transformers.DeepseekV3Config().base_model_tp_plan.values()
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +90,9 @@ def tp_alone(request):
     preds.update({("hf_phi3", r): _predict("hf_phi3", "tp=2", r) for r in recipes})
     if EXPERTS_WHOLE:
         preds.update({("hf_mixtral", r): _predict("hf_mixtral", "tp=2", r) for r in recipes})
+    if LATENT_PLAN:   # (latent attention: its down-projections whole, the rope key reduced)
+        preds.update({("hf_deepseek_v3", r): _predict("hf_deepseek_v3", "tp=2", r)
+                      for r in recipes})
     return preds, measured_steps([_case(m, p, "ddp", "fp32" if r == "sac" else r, r == "sac")
                                     for (m, r), p in preds.items()], 2)
 
@@ -192,6 +199,32 @@ def test_gathered_projections_run_every_head_on_every_rank(tp_alone, precision):
     for m in _ranks_holding(runs, "hf_phi3", precision, 69_952 * size):
         predicted = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
         assert 0.995 * m.peak <= predicted <= 1.005 * m.peak, (m.rank, m.step, predicted, m.peak)
+
+
+@pytest.mark.skipif(not LATENT_PLAN, reason="this transformers' DeepSeek-V3 plan has no "
+                    "'mla_kv_a_proj' style")
+@pytest.mark.parametrize("precision", RECIPES)
+def test_latent_attention_under_transformers_plan(tp_alone, precision):
+    """DeepSeek-V3 under transformers' plan: q_b_proj and kv_b_proj column-wise by head,
+    o_proj row-wise, the latent down-projections whole on every rank — kv_a_proj_with_mqa
+    "mla_kv_a_proj", its rope key's gradient all-reduced (``MlaKvAProjParallel``, which the
+    real step applies itself) — the dense MLP and the shared expert sharded, the routed
+    experts and router whole (the plan leaves them out). It was refused ('mla_kv_a_proj').
+    Each rank within 5% of DTensor's run of that plan on 2 gloo ranks (measured 2026-12-07,
+    torch 2.13, both ranks: fp32 1,641,640 / 2,264,128 B in steps 1 / 2 against graphcost's
+    1,641,128 / 2,265,216; bf16-true 1,075,568 / 1,434,728 against 1,076,656 / 1,435,816)."""
+    preds, runs = tp_alone
+    p = preds["hf_deepseek_v3", precision]
+    # the shards (floats): the embedding's and the head's 256 × 64 rows each; attention
+    # q_a 64 · 32 and its norm 32, q_b 32 · 48, kv_a 64 · 24 and its norm 16, kv_b 16 · 64,
+    # o 32 · 64 (8,240 a layer); layer 0's MLP halved 3 · 64 · 64; layer 1's shared expert
+    # halved 3 · 64 · 16, its 4 routed experts whole 4 · (64 · 64 + 64 · 32) and router
+    # 4 · 64; norms 128 a layer, the final 64
+    size = 4 if precision == "fp32" else 2
+    floats = 2 * 16_384 + 2 * 8_240 + 3 * 4_096 + 3 * 1_024 + 24_576 + 256 + 2 * 128 + 64
+    assert p.breakdown_at_peak["params"] == floats * size == 89_760 * size
+    for m in _ranks_holding(runs, "hf_deepseek_v3", precision, floats * size):
+        _holds(p, m)
 
 
 @pytest.mark.skipif(not EXPERTS_WHOLE, reason="this transformers' Mixtral plan names its "

@@ -44,9 +44,9 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
         is_tied,
         is_transformers,
         linear_style,
-        local_head_counts,
         vocab_layers,
     )
+    from ..frontends.torch.tp_heads import local_head_counts
 
     gathers = sequence is not False   # (a serving engine's plan gathers no projection)
     if sequence is None:
@@ -71,6 +71,23 @@ def apply_tensor_parallel(model, mesh, *, sequence: bool | None = None) -> None:
         model.get_submodule(parent).register_forward_pre_hook(
             _replicated_input(mesh, parent in float8))
     local_head_counts(model, mesh.size(), gathered - set(parents))
+    _mla_rope_reduced(model, mesh)
+
+
+def _mla_rope_reduced(model, mesh) -> None:
+    """transformers' own ``"mla_kv_a_proj"`` style on the latent key/value projection its
+    plan names so (left whole by the plan above): ``MlaKvAProjParallel``'s output transform,
+    its rope key's gradient all-reduced over the mesh's group."""
+    from ..frontends.torch.transformers_tp_plan import planned_style
+    style = planned_style(model)
+    for name, module in model.named_modules():
+        if style(name) != "mla_kv_a_proj":
+            continue
+        from transformers.distributed.tensor_parallel import MlaKvAProjParallel
+        config = model.get_submodule(name.rsplit(".", 1)[0]).config   # (the attention's)
+        module.register_forward_hook(
+            lambda m, _args, out: MlaKvAProjParallel().transform_output_post_forward(
+                m, out, mesh, config))
 
 
 def _block_plan(model, style, sequence: bool, vocab: tuple):

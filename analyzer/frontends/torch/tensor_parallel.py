@@ -21,7 +21,8 @@ plans, each the one its engine runs:
   fc1, fc2 and dense; GPT-J's fc_in, fc_out and out_proj), or ``"colwise_gather_output"``
   (the output all-gathered: Phi-3's fused qkv_proj and gate_up_proj, every head then run on
   every rank) and ``"rowwise_split_input"`` (the replicated input's slice taken:
-  ``tp_split_last``) — and a serving engine's (vLLM's ``ColumnParallelLinear``/
+  ``tp_split_last``), multi-head latent attention's down-projections whole on every rank
+  (``"mla_kv_a_proj"``: tp_heads.mla_rope_reduced) — and a serving engine's (vLLM's ``ColumnParallelLinear``/
   ``RowParallelLinear``, its logits gathered) for any model served: no sequence
   parallelism; there a linear transformers' plan leaves out but named as Llama's are is
   sharded too, as vLLM shards it (gpt-oss's plan names its embedding alone), an attention
@@ -59,7 +60,7 @@ amax all-reduce each cast of a sharded tensor makes for its tensorwise scale (on
 from __future__ import annotations
 
 import copy
-from typing import Callable, Collection
+from typing import Callable
 
 import torch
 
@@ -67,6 +68,14 @@ from ....passes.errors import GraphcostError, opt
 from .float8_linears import float8_spec, gather_seq_in_float8
 from .serving_experts import is_router, shard_experts
 from .tp_collectives import tp_gather_seq
+from .tp_heads import (
+    divides,
+    kv_rows,
+    local_configs,
+    local_head_counts,
+    local_head_parameters,
+    mla_rope_reduced,
+)
 from .tp_shards import ColwiseLinear, RowwiseLinear, VocabEmbedding, WholeNorm
 from .transformers_tp_plan import (
     beside_expert_parallel,
@@ -83,9 +92,10 @@ ROWWISE = ("o_proj", "down_proj")
 # its key and value heads; MergedColumnParallelLinear: its gate rows, then its up rows)
 FUSED = ("qkv_proj", "gate_up_proj")
 # multi-head latent attention's down-projections (DeepSeek-V2/V3, Kimi K2), whole on every
-# rank of vLLM's (ReplicatedLinear); its up-projections q_b_proj and kv_b_proj split by head
+# rank — vLLM's ReplicatedLinear; transformers' plan leaves q_a_proj out and names
+# kv_a_proj_with_mqa "mla_kv_a_proj" (whole, its rope key's gradient all-reduced:
+# mla_rope_reduced) — its up-projections q_b_proj and kv_b_proj split by head
 LATENT = ("q_a_proj", "kv_a_proj_with_mqa")
-HEAD_COUNTS = ("n_head", "n_kv", "n_heads", "n_kv_heads", "num_heads", "num_key_value_heads")
 
 
 def _what_is_sharded(model: torch.nn.Module) -> str:
@@ -129,7 +139,7 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         shard_experts(model, group)
     parents, whole_heads = _shard_blocks(model, group, sequence, not serving, (tokens, head))
     _whole_norms(model, parents, group, gathered=serving)
-    _local_configs(parents, group)
+    local_configs(parents, group)
     blocks = any(isinstance(m, (ColwiseLinear, RowwiseLinear)) for m in model.modules())
     # (a pipeline stage of no block, the norm and the head alone, shards its head)
     if not blocks and any(p.dim() >= 2 for m in model.modules() if m not in (tokens, head)
@@ -155,7 +165,9 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         if tied and table is not None:   # both shard the table's rows: one shard, re-tied
             sharded.weight = table.weight   # (as torchtitan re-ties them after parallelizing)
     local_head_counts(model, group, whole_heads)
-    _local_head_parameters(parents, group)
+    local_head_parameters(parents, group)
+    if not serving:
+        mla_rope_reduced(model, group)
     kept = _all_sharded(model, group, serving)
     return model, (replicated_note(kept, group),) if kept else ()
 
@@ -189,24 +201,6 @@ def _whole_norms(model: torch.nn.Module, parents: list, group: int, *,
                     f"shards over {group} ranks; a norm across the shards is not modelled")
 
 
-def _local_configs(parents: list, group: int) -> None:
-    """An attention module whose fused ``qkv_proj`` is sharded, and which splits its output by
-    its config's head counts (Phi-3's ``query_pos``), given a config of its own that says the
-    rank's heads: the rank's rows of the projection are its query heads', then its key and
-    value heads' (vLLM's ``QKVParallelLinear``)."""
-    for parent in parents:
-        qkv, config = getattr(parent, "qkv_proj", None), getattr(parent, "config", None)
-        if not isinstance(qkv, ColwiseLinear) or qkv.gather_out or config is None:
-            continue
-        local = copy.copy(config)
-        for attr in ("num_attention_heads", "num_key_value_heads"):
-            count = getattr(config, attr, None)
-            if isinstance(count, int):
-                _divides(f"{attr} of {type(config).__name__}", count, group)
-                setattr(local, attr, count // group)
-        parent.config = local
-
-
 def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
                  vocab: tuple = ()) -> list[str]:
     """Refuse a model with matrices the plan does not shard (a fused projection, experts in
@@ -217,11 +211,11 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
     the router whole (serving_experts.py); ``vocab``: the embedding and the head, left out
     (not sharded yet). Returns the mixture of experts kept whole for training."""
     style = planned_style(model)
-    whole = _unsharded(model, vocab)
+    # (latent attention's down-projections, whole as both engines hold them)
+    whole = [w for w in _unsharded(model, vocab) if w.rsplit(".", 1)[-1] not in LATENT]
     kept = replicated_experts(model, whole, style) if not serving and planned(model) else []
-    if serving:   # (a router vLLM keeps whole beside its experts' slices, MLA's latent
-        # down-projections whole beside its heads' up-projections: ReplicatedLinear)
-        kept = [w for w in whole if is_router(model, w) or w.rsplit(".", 1)[-1] in LATENT]
+    if serving:   # (a router vLLM keeps whole beside its experts' slices)
+        kept = [w for w in whole if is_router(model, w)]
     whole = [w for w in whole if w not in kept]
     if not whole:   # (no note of a router beside expert-parallel experts: they are split)
         return [] if serving else [k for k in kept if not beside_expert_parallel(model, k)]
@@ -266,47 +260,20 @@ def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: b
             if kind is None:
                 continue
             if kind.startswith("colwise"):
-                _divides(path, linear.out_features, group)
+                divides(path, linear.out_features, group)
                 gather = kind == "colwise_gather_output"
-                rows = 0 if gather else _kv_rows(child, path, linear, group, not gathers)
+                rows = 0 if gather else kv_rows(child, path, linear, group, not gathers)
                 child.set_submodule(leaf, ColwiseLinear(linear, group, copy=not sequence,
                                                         gather_out=gather, rows=rows))
                 (gathered if gather else sharded).add(name)
                 parents += [] if gather or child in parents else [child]
             else:
-                _divides(path, linear.in_features, group)
+                divides(path, linear.in_features, group)
                 child.set_submodule(leaf, RowwiseLinear(
                     linear, group, scatter_seq=sequence,
                     split_input=kind == "rowwise_split_input",
                     reduce=not getattr(child, "reduced_with_experts", False)))
     return parents, gathered - sharded
-
-
-def _kv_rows(attention: torch.nn.Module, path: str, linear: torch.nn.Linear, group: int,
-             replicate: bool) -> int:
-    """The rank's rows of a key or value projection: 0 for an even split of its heads (the
-    rows' own check), its heads checked to divide into the ranks (a split inside a head is
-    refused) — but, with ``replicate`` (a serving engine's plan), fewer heads than ranks
-    where the ranks divide into them (Qwen3-235B's 4 on 8): vLLM's ``QKVParallelLinear``
-    gives each rank one head, each head on group / heads ranks, and the attention pairs the
-    rank's query heads with it (``num_key_value_groups``): one head's rows."""
-    head_dim = getattr(attention, "head_dim", None)
-    if path.rsplit(".", 1)[-1] not in ("k_proj", "v_proj") or not isinstance(head_dim, int) or \
-            linear.out_features % head_dim:
-        return 0
-    heads = linear.out_features // head_dim
-    if heads % group == 0:
-        return 0
-    if not replicate or group % heads:
-        _divides(f"{path}'s key/value head count", heads, group)
-    query = getattr(attention, "q_proj", None)
-    if isinstance(query, torch.nn.Linear):   # (sharded already or not: its whole width)
-        full = query.full_out if isinstance(query, ColwiseLinear) else query.out_features
-        setattr(attention, "num_key_value_groups", full // head_dim // group)
-    for attr in ("n_kv", "n_kv_heads", "num_key_value_heads"):   # (not divided again)
-        if getattr(attention, attr, None) == heads:
-            setattr(attention, attr, 1)
-    return head_dim
 
 
 def _gathering(group: int, float8: tuple | None = None):
@@ -323,42 +290,6 @@ def _gathering(group: int, float8: tuple | None = None):
             return args, {**kwargs, "hidden_states": gather(kwargs["hidden_states"])}
         return None
     return hook
-
-
-def local_head_counts(model: torch.nn.Module, group: int,
-                      whole: Collection[str] = ()) -> None:
-    """Attention modules that say their head counts (``n_head``, ``num_key_value_heads``, …)
-    told the rank's share, as torchtitan once did (``attn.n_heads //= tp``): their q/k/v
-    views then shape the local heads; but those ``whole`` names (their q/k/v outputs
-    gathered: every rank runs every head)."""
-    for name, child in model.named_modules():
-        if name in whole:
-            continue
-        for attr in HEAD_COUNTS:
-            count = getattr(child, attr, None)
-            if isinstance(count, int) and not isinstance(count, bool) and count > 1:
-                _divides(f"{name}.{attr}", count, group)
-                setattr(child, attr, count // group)
-
-
-def _local_head_parameters(parents: list, group: int) -> None:
-    """An attention module's parameter of one value per query head (gpt-oss's ``sinks``) cut
-    to the rank's heads, as vLLM holds it: the heads its sharded ``q_proj`` computes."""
-    for parent in parents:
-        q, head_dim = getattr(parent, "q_proj", None), getattr(parent, "head_dim", None)
-        if not isinstance(q, ColwiseLinear) or not isinstance(head_dim, int) or q.gather_out:
-            continue
-        heads = q.full_out // head_dim
-        for name, p in list(parent.named_parameters(recurse=False)):
-            if p.dim() == 1 and p.numel() == heads:
-                setattr(parent, name, torch.nn.Parameter(p.detach()[:heads // group].clone(),
-                                                         p.requires_grad))
-
-
-def _divides(what: str, size: int, group: int) -> None:
-    if size % group:
-        raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: {what} ({size:,}) does "
-                             f"not divide into {group} ranks")
 
 
 GATHERED = ("colwise_gather_output", "rowwise_split_input")
