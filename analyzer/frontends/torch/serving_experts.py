@@ -6,9 +6,9 @@ ranks: the fused gate and up projection ``w13`` (experts, 2·I/T, H), its gate r
 rows the rank's slice of each, and the down projection ``w2`` (experts, H, I/T); the router
 stays whole on every rank (``ReplicatedLinear``). Each rank runs its slice on all of its
 tokens and the partial outputs are summed across the ranks (``reduce_results``: one
-all-reduce of the layer's output, a shared expert's partial sum added before it). Here transformers' stacked experts (3-D ``gate_up_proj``
-and ``down_proj`` in any layout its experts interface describes: grouped_experts.py) are cut
-so — gpt-oss's interleaved gate and up columns in pairs, its gate-and-up biases with them — and
+all-reduce of the layer's output, a shared expert's partial sum added before it). Here
+transformers' stacked experts (3-D ``gate_up_proj`` and ``down_proj`` in any layout its
+experts interface describes: grouped_experts.py) are cut so — gpt-oss's interleaved gate and up columns in pairs, its gate-and-up biases with them — and
 their output all-reduced; the routing is traced as transformers' experts run it (the
 kernels are vLLM's fused ones, whose scratch graphcost does not model). Derived from vLLM's
 code, not measured (vLLM's CUDA build installs on this CPU machine but runs no model here).

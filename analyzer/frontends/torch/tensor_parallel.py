@@ -22,9 +22,9 @@ plans, each the one its engine runs:
   (the output all-gathered: Phi-3's fused qkv_proj and gate_up_proj, every head then run on
   every rank) and ``"rowwise_split_input"`` (the replicated input's slice taken:
   ``tp_split_last``), multi-head latent attention's down-projections whole on every rank
-  (``"mla_kv_a_proj"``: tp_heads.mla_rope_reduced) — and a serving engine's (vLLM's ``ColumnParallelLinear``/
-  ``RowParallelLinear``, its logits gathered) for any model served: no sequence
-  parallelism; there a linear transformers' plan leaves out but named as Llama's are is
+  (``"mla_kv_a_proj"``: tp_heads.mla_rope_reduced) — and a serving engine's (vLLM's
+  ``ColumnParallelLinear``/``RowParallelLinear``, its logits gathered) for any model
+  served: no sequence parallelism; there a linear transformers' plan leaves out but named as Llama's are is
   sharded too, as vLLM shards it (gpt-oss's plan names its embedding alone), an attention
   module's per-head parameter (gpt-oss's ``sinks``) is cut to the rank's heads, a fused
   projection the plan gathers is split by its parts (Phi-3's ``qkv_proj``: vLLM's
@@ -207,9 +207,11 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
     a style not modelled): the engines that shard them do it by a plan graphcost does not
     model. A mixture of experts transformers' training plan leaves out stays whole, as it
     runs (transformers_tp_plan.py). ``serving``: a serving engine's plan, which shards
-    transformers' gathered projections its own way (refused) and the experts as vLLM does,
-    the router whole (serving_experts.py); ``vocab``: the embedding and the head, left out
-    (not sharded yet). Returns the mixture of experts kept whole for training."""
+    transformers' gathered projections its own way (refused where vLLM's split is not
+    modelled) and the experts as vLLM does, the router whole (serving_experts.py); ``vocab``:
+    the embedding and the head, left out (not sharded yet). Multi-head latent attention's
+    down-projections are whole in both (``LATENT``). Returns the mixture of experts kept
+    whole for training."""
     style = planned_style(model)
     # (latent attention's down-projections, whole as both engines hold them)
     whole = [w for w in _unsharded(model, vocab) if w.rsplit(".", 1)[-1] not in LATENT]

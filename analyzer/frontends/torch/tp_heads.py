@@ -54,8 +54,6 @@ def divides(what: str, size: int, group: int) -> None:
                              f"not divide into {group} ranks")
 
 
-
-
 def local_configs(parents: list, group: int) -> None:
     """An attention module whose fused ``qkv_proj`` is sharded, and which splits its output by
     its config's head counts (Phi-3's ``query_pos``), given a config of its own that says the
