@@ -96,6 +96,7 @@ FUSED = ("qkv_proj", "gate_up_proj")
 # kv_a_proj_with_mqa "mla_kv_a_proj" (whole, its rope key's gradient all-reduced:
 # mla_rope_reduced) — its up-projections q_b_proj and kv_b_proj split by head
 LATENT = ("q_a_proj", "kv_a_proj_with_mqa")
+LATENT_UP = ("q_b_proj", "kv_b_proj")
 
 
 def _what_is_sharded(model: torch.nn.Module) -> str:
@@ -321,5 +322,7 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
         s, leaf = style(name), name.rsplit(".", 1)[-1]
         if s in GATHERED and leaf in (*COLWISE, *FUSED, *ROWWISE):
             return "rowwise" if s == "rowwise_split_input" else "colwise"
+        if s is None and leaf in LATENT_UP:   # (5.24's DeepSeek-V3 plan names no attention)
+            return "colwise"
         return named(name) if s is None else s if s in kept else None
     return serving if not gathers else lambda name: s if (s := style(name)) in kept else None
