@@ -227,6 +227,11 @@ def test_a_norm_over_all_heads_gathers_its_input_as_vllm_runs_olmo2():
     assert (c.prefill_all_reduce_bytes, c.prefill_all_gather_bytes, c.prefill_calls) == \
         (5 * 4_096, 2 * (4_096 + 2_048) + 2_048, 6 + 4)
     assert (c.decode_all_gather_bytes, c.decode_calls) == (2 * (256 + 128) + 2_048, 10)
+    # on 4 ranks its 2 key/value heads are replicated (one a rank): gathering them would not
+    # give the keys the norm normalizes back — refused by name, not a trace error
+    with pytest.raises(GraphcostError, match="k_norm normalizes a whole projection"):
+        analyze(model, example_inputs=(ids,), serve={"prompt": 16, "generate": 4},
+                parallel={"mesh": "tp=4"})
 
 
 def test_fewer_key_value_heads_than_ranks_are_replicated_as_vllm_replicates_them():

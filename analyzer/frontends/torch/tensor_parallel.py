@@ -186,14 +186,16 @@ def _whole_norms(model: torch.nn.Module, parents: list, group: int, *,
     rank's heads."""
     names = {id(m): n for n, m in model.named_modules()}
     for parent in parents:
-        widths = {c.full_out for c in parent.children()
+        # (each sharded width, and whether its shards tile it: replicated key/value heads
+        # do not, and gathering them would not give the projection back)
+        widths = {c.full_out: c.out_features * group == c.full_out for c in parent.children()
                   if isinstance(c, ColwiseLinear) and not c.gather_out}
         for leaf, child in list(parent.named_children()):
             weight = getattr(child, "weight", None)
             if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or \
                     weight.numel() not in widths or isinstance(child, SHARDED):
                 continue
-            if gathered:
+            if gathered and widths[weight.numel()]:
                 parent.set_submodule(leaf, WholeNorm(child, group))
             else:
                 raise GraphcostError(
