@@ -159,3 +159,24 @@ def test_a_concatenating_cache_is_said_to_be_above_vllms():
     assert out.returncode == 0, out.stderr
     assert "its cache concatenates (transformers' DynamicCache): each decode step copies" \
         in out.stdout
+
+
+def test_when_nothing_fits_it_names_the_smaller_weights_that_do():
+    """Llama-2-7B's fp16 weights (12.55 GiB) are over an 11 GiB GPU: nothing fits, and the
+    plan says which smaller weights make one sequence fit — the least-needing replica
+    program analyzed once more with fp8 weights, that analysis the direct one of its
+    settings."""
+    from graphcost.analyzer.render.serve_plan import serve_plan_lines
+
+    spec = ServePlanSpec(1, 512, 64)
+    plan = plan_serving("zoo:llama7b", spec, {"device": "gtx1080ti"})
+    assert plan.best is None and all(c.status == "over" for c in plan.candidates)
+    smaller = plan.suggestion
+    assert smaller is not None and smaller.settings.weight_dtype == "fp8"
+    assert smaller.serving is not None and smaller.serving.fit is not None
+    direct = _direct("graphcost zoo:llama7b --serve --prompt 512 --generate 64 --batch 1 "
+                     "--weight-dtype fp8 --engine vllm --device gtx1080ti")
+    assert direct["fit"]["needs"] == smaller.serving.fit.needs
+    lines = serve_plan_lines(plan, lambda c: "")
+    assert lines[-2].startswith("nothing fits 1 × gtx1080ti: tp=1 needs 13.6")
+    assert lines[-1].startswith("  with --weight-dtype fp8 it fits: 7.4")

@@ -116,6 +116,9 @@ class ServePlan:
     device_bytes: int                         # the GPU's memory
     spec: ServePlanSpec
     candidates: tuple[ServeCandidate, ...]   # fitting ones first, by tokens/s per GPU
+    # when none fits: the least-needing replica program with smaller weights, fitting one
+    # sequence (smaller_weights); None: none fits so, or one fits already
+    suggestion: ServeCandidate | None = None
 
     @property
     def best(self) -> ServeCandidate | None:
@@ -142,8 +145,38 @@ def plan_serving(model, spec: ServePlanSpec, base: Mapping[str, Any],
     errors = [c.error for c in done if c.error is not None]
     if errors and len(errors) == len(done):
         raise errors[0]
+    fits = any(c.status in ("fits", "slow") for c in done)
     return ServePlan(str(model), rates.name, rates.memory, spec,
-                     tuple(sorted(done, key=_rank)))
+                     tuple(sorted(done, key=_rank)),
+                     None if fits else smaller_weights(model, spec, done, base, parallel))
+
+
+# the weights' dtypes a plan that fits nothing tries, in order: vLLM's fp8 (--quantization
+# fp8, on the fly from a 16-bit checkpoint), then 4-bit (an AWQ/GPTQ checkpoint)
+SMALLER_WEIGHTS = ("fp8", "int4")
+
+
+def smaller_weights(model, spec: ServePlanSpec, done: list[ServeCandidate],
+                    base: Mapping[str, Any],
+                    parallel: Mapping[str, Any]) -> ServeCandidate | None:
+    """When nothing fits: the least-needing replica program (its tensor-parallel size) with
+    the first of ``SMALLER_WEIGHTS`` the plan did not try that makes one sequence fit — one
+    analysis more each — or None."""
+    over = [c for c in done if c.status == "over" and c.serving is not None
+            and c.serving.fit is not None]
+    if not over:
+        return None
+    least = min(over, key=lambda c: c.serving.fit.needs if c.serving and c.serving.fit else 0)
+    for dtype in (d for d in SMALLER_WEIGHTS if d not in spec.weight_dtypes):
+        s = replace(least.settings, batch=1, weight_dtype=dtype)
+        try:
+            c = _judged(spec, s, least.replicas, _by_batch(model, spec, s, base, parallel,
+                                                            None)(1))
+        except GraphcostError:
+            continue
+        if c.status in ("fits", "slow"):
+            return c
+    return None
 
 
 def _check(spec: ServePlanSpec, base: Mapping[str, Any],

@@ -101,12 +101,20 @@ def _none(plan: ServePlan) -> list[str]:
         b = c.settings.batch
         return ["no setting meets the targets; the fastest that fits misses them:",
                 f"  tp={c.settings.tp}, {b} sequence{'s' * (b != 1)}: {c.detail}"]
-    c = over[0] if over else None
+    sized = [c for c in over if c.serving is not None and c.serving.fit is not None]
+    c = min(sized, key=lambda c: c.serving.fit.needs if c.serving and c.serving.fit else 0,
+            default=None)
     fit = c.serving.fit if c and c.serving else None
     if c is None or fit is None:
         return ["no setting could be analyzed"]
-    return [f"nothing fits {plan.spec.gpus} × {plan.device}: tp={c.settings.tp} needs "
-            f"{human_bytes(fit.needs)} of {human_bytes(fit.offers)} per GPU for one sequence"]
+    out = [f"nothing fits {plan.spec.gpus} × {plan.device}: tp={c.settings.tp} needs "
+           f"{human_bytes(fit.needs)} of {human_bytes(fit.offers)} per GPU for one sequence"]
+    smaller = plan.suggestion
+    done = smaller.serving.fit if smaller and smaller.serving else None
+    if smaller is None or done is None:
+        return out + ["  nor with fp8 or 4-bit weights"]
+    return out + [f"  with --weight-dtype {smaller.settings.weight_dtype} it fits: "
+                  f"{human_bytes(done.needs)} of {human_bytes(done.offers)} per GPU"]
 
 
 def serve_plan_json(plan: ServePlan, command: Command, engine: Engine,
