@@ -162,21 +162,21 @@ def test_a_concatenating_cache_is_said_to_be_above_vllms():
 
 
 def test_when_nothing_fits_it_names_the_smaller_weights_that_do():
-    """Llama-2-7B's fp16 weights (12.55 GiB) are over an 11 GiB GPU: nothing fits, and the
-    plan says which smaller weights make one sequence fit — the least-needing replica
-    program analyzed once more with fp8 weights, that analysis the direct one of its
-    settings."""
+    """Llama 3 8B's bf16 weights (14.96 GiB) and a 4k context are over a 16 GiB T4:
+    nothing fits, and the plan says which smaller weights make one sequence fit — the
+    least-needing replica program analyzed once more, that analysis the direct one of its
+    settings. A T4 (Turing) runs no fp8 kernels of vLLM's: 4-bit weights are offered."""
     from graphcost.analyzer.render.serve_plan import serve_plan_lines
 
-    spec = ServePlanSpec(1, 512, 64)
-    plan = plan_serving("zoo:llama7b", spec, {"device": "gtx1080ti"})
+    spec = ServePlanSpec(1, 4096, 256)
+    plan = plan_serving("zoo:llama3_8b", spec, {"device": "t4"})
     assert plan.best is None and all(c.status == "over" for c in plan.candidates)
     smaller = plan.suggestion
-    assert smaller is not None and smaller.settings.weight_dtype == "fp8"
+    assert smaller is not None and smaller.settings.weight_dtype == "int4"
     assert smaller.serving is not None and smaller.serving.fit is not None
-    direct = _direct("graphcost zoo:llama7b --serve --prompt 512 --generate 64 --batch 1 "
-                     "--weight-dtype fp8 --engine vllm --device gtx1080ti")
+    direct = _direct("graphcost zoo:llama3_8b --serve --prompt 4096 --generate 256 --batch 1 "
+                     "--weight-dtype int4 --engine vllm --device t4")
     assert direct["fit"]["needs"] == smaller.serving.fit.needs
     lines = serve_plan_lines(plan, lambda c: "")
-    assert lines[-2].startswith("nothing fits 1 × gtx1080ti: tp=1 needs 13.6")
-    assert lines[-1].startswith("  with --weight-dtype fp8 it fits: 7.4")
+    assert lines[-2].startswith("nothing fits 1 × t4: tp=1 needs ")
+    assert lines[-1].startswith("  with --weight-dtype int4 it fits: ")

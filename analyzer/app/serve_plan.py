@@ -146,28 +146,33 @@ def plan_serving(model, spec: ServePlanSpec, base: Mapping[str, Any],
     if errors and len(errors) == len(done):
         raise errors[0]
     fits = any(c.status in ("fits", "slow") for c in done)
+    smaller = _smaller_dtypes(spec, rates)
     return ServePlan(str(model), rates.name, rates.memory, spec,
                      tuple(sorted(done, key=_rank)),
-                     None if fits else smaller_weights(model, spec, done, base, parallel))
+                     None if fits else smaller_weights(model, spec, done, base, parallel,
+                                                       smaller))
 
 
-# the weights' dtypes a plan that fits nothing tries, in order: vLLM's fp8 (--quantization
-# fp8, on the fly from a 16-bit checkpoint), then 4-bit (an AWQ/GPTQ checkpoint)
-SMALLER_WEIGHTS = ("fp8", "int4")
+def _smaller_dtypes(spec: ServePlanSpec, rates: DeviceRates) -> tuple[str, ...]:
+    """The weights' dtypes a plan that fits nothing tries, in order, but those it tried:
+    vLLM's fp8 (``--quantization fp8``, on the fly from a 16-bit checkpoint; its kernels need
+    an Ampere GPU or newer, or AMD's), then 4-bit (an AWQ or GPTQ checkpoint)."""
+    fp8 = rates.rocm or (rates.capability or (0, 0)) >= (8, 0)
+    return tuple(d for d in ("fp8", "int4")
+                 if d not in spec.weight_dtypes and (d != "fp8" or fp8))
 
 
 def smaller_weights(model, spec: ServePlanSpec, done: list[ServeCandidate],
-                    base: Mapping[str, Any],
-                    parallel: Mapping[str, Any]) -> ServeCandidate | None:
+                    base: Mapping[str, Any], parallel: Mapping[str, Any],
+                    dtypes: tuple[str, ...]) -> ServeCandidate | None:
     """When nothing fits: the least-needing replica program (its tensor-parallel size) with
-    the first of ``SMALLER_WEIGHTS`` the plan did not try that makes one sequence fit — one
-    analysis more each — or None."""
+    the first of ``dtypes`` that makes one sequence fit — one analysis more each — or None."""
     over = [c for c in done if c.status == "over" and c.serving is not None
             and c.serving.fit is not None]
     if not over:
         return None
     least = min(over, key=lambda c: c.serving.fit.needs if c.serving and c.serving.fit else 0)
-    for dtype in (d for d in SMALLER_WEIGHTS if d not in spec.weight_dtypes):
+    for dtype in dtypes:
         s = replace(least.settings, batch=1, weight_dtype=dtype)
         try:
             c = _judged(spec, s, least.replicas, _by_batch(model, spec, s, base, parallel,

@@ -112,7 +112,7 @@ def _none(plan: ServePlan) -> list[str]:
     smaller = plan.suggestion
     done = smaller.serving.fit if smaller and smaller.serving else None
     if smaller is None or done is None:
-        return out + ["  nor with fp8 or 4-bit weights"]
+        return out + ["  nor with smaller weights (fp8 where the GPU runs it, 4-bit)"]
     return out + [f"  with --weight-dtype {smaller.settings.weight_dtype} it fits: "
                   f"{human_bytes(done.needs)} of {human_bytes(done.offers)} per GPU"]
 
