@@ -166,7 +166,7 @@ def test_when_nothing_fits_it_names_the_smaller_weights_that_do():
     nothing fits, and the plan says which smaller weights make one sequence fit — the
     least-needing replica program analyzed once more, that analysis the direct one of its
     settings. A T4 (Turing) runs no fp8 kernels of vLLM's: 4-bit weights are offered."""
-    from graphcost.analyzer.render.serve_plan import serve_plan_lines
+    from graphcost.analyzer.render.serve_plan import serve_plan_json, serve_plan_lines
 
     spec = ServePlanSpec(1, 4096, 256)
     plan = plan_serving("zoo:llama3_8b", spec, {"device": "t4"})
@@ -180,3 +180,6 @@ def test_when_nothing_fits_it_names_the_smaller_weights_that_do():
     lines = serve_plan_lines(plan, lambda c: "")
     assert lines[-2].startswith("nothing fits 1 × t4: tp=1 needs ")
     assert lines[-1].startswith("  with --weight-dtype int4 it fits: ")
+    body = json.loads(serve_plan_json(plan, lambda c: "", lambda c: None))
+    assert body["schema_version"] == 2 and body["suggestion"]["status"] == "fits"
+    assert body["suggestion"]["weight_dtype"] == "int4"

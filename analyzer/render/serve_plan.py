@@ -10,7 +10,7 @@ from ...passes.errors import GraphcostError
 from ..app.serve_plan import ServeCandidate, ServePlan
 from ..app.units import human_bytes, human_time
 
-SERVE_PLAN_SCHEMA = 1
+SERVE_PLAN_SCHEMA = 2   # 2: ``suggestion`` (when nothing fits: the smaller weights that do)
 HEAD = f"{'#':>2}  {'tp':>3}{'replicas':>9}{'seqs':>6}  {'weights/KV':<12}{'memory':>10}" \
        f"{'TTFT':>9}{'TPOT':>9}{'tok/s/GPU':>11}"
 
@@ -126,7 +126,10 @@ def serve_plan_json(plan: ServePlan, command: Command, engine: Engine,
             "generate": spec.generate, "ttft_target_seconds": spec.ttft,
             "tpot_target_seconds": spec.tpot,
             "candidates": [{**_candidate_json(c, command, word), "vllm": engine(c)}
-                           for c in plan.candidates]}
+                           for c in plan.candidates],
+            "suggestion": None if plan.suggestion is None else {
+                **_candidate_json(plan.suggestion, command, word),
+                "vllm": engine(plan.suggestion)}}
     return json.dumps(body, indent=1) + "\n"
 
 
