@@ -56,8 +56,15 @@ def _reduce_once(block: torch.nn.Module, experts: torch.nn.Module, group: int) -
     for module in shared:
         setattr(module, "reduced_with_experts", True)
     (block if shared else experts).register_forward_hook(
-        lambda m, args, out: tp_all_reduce(out, group) if isinstance(out, torch.Tensor)
-        else out)
+        lambda m, args, out: _reduced_output(out, group))
+
+
+def _reduced_output(out, group: int):
+    """A module's output all-reduced: a tensor, or the first of a tuple (a block that also
+    returns its router's logits)."""
+    if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+        return (tp_all_reduce(out[0], group), *out[1:])
+    return tp_all_reduce(out, group) if isinstance(out, torch.Tensor) else out
 
 
 def _rank_columns(experts: torch.nn.Module, width: int, part: int) -> torch.Tensor:
