@@ -194,6 +194,15 @@ def test_fused_projections_are_split_by_their_parts_as_vllm_splits_them():
     assert c is not None   # (as Llama's: the embedding, o and down all-reduced; the logits)
     assert (c.prefill_all_reduce_bytes, c.prefill_all_gather_bytes, c.prefill_calls) == \
         (5 * 16 * 64 * 4, 512 * 4, 6)
+    # on 4 ranks its 2 key/value heads are replicated, one a rank: qkv_proj's rows are the
+    # rank's query head, then one key and one value head ((1 + 2) · 16 = 48 rows × 64); o
+    # 16 columns × 64, gate_up 2 · 32 rows × 64, down 32 × 64, whole norms 128: 10,368 a
+    # layer; the vocabulary's 128 rows × 64 for each of the embedding and the head
+    four = analyze("zoo:hf_phi3", serve={"prompt": 16, "generate": 4, "engine": "vllm"},
+                   parallel={"mesh": "tp=4"}).serving
+    assert four is not None
+    assert four.weight_bytes == (2 * 128 * 64 + 2 * 10_368 + 64 + 16) * 4
+    assert four.kv_bytes_per_token == 2 * 2 * 16 * 4   # (2 layers × K, V × its one head)
 
 
 def test_a_norm_over_all_heads_gathers_its_input_as_vllm_runs_olmo2():

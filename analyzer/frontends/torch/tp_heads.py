@@ -66,9 +66,13 @@ def local_configs(parents: list, group: int) -> None:
         local = copy.copy(config)
         for attr in ("num_attention_heads", "num_key_value_heads"):
             count = getattr(config, attr, None)
-            if isinstance(count, int):
-                divides(f"{attr} of {type(config).__name__}", count, group)
-                setattr(local, attr, count // group)
+            if not isinstance(count, int):
+                continue
+            if attr == "num_key_value_heads" and count < group and group % count == 0:
+                setattr(local, attr, 1)   # (replicated: _fused_kv_rows)
+                continue
+            divides(f"{attr} of {type(config).__name__}", count, group)
+            setattr(local, attr, count // group)
         parent.config = local
 
 
@@ -100,7 +104,10 @@ def kv_rows(attention: torch.nn.Module, path: str, linear: torch.nn.Linear, grou
     gives each rank one head, each head on group / heads ranks, and the attention pairs the
     rank's query heads with it (``num_key_value_groups``): one head's rows."""
     head_dim = getattr(attention, "head_dim", None)
-    if path.rsplit(".", 1)[-1] not in ("k_proj", "v_proj") or not isinstance(head_dim, int) or \
+    leaf = path.rsplit(".", 1)[-1]
+    if leaf == "qkv_proj" and replicate:
+        return _fused_kv_rows(attention, linear, group)
+    if leaf not in ("k_proj", "v_proj") or not isinstance(head_dim, int) or \
             linear.out_features % head_dim:
         return 0
     heads = linear.out_features // head_dim
@@ -111,8 +118,32 @@ def kv_rows(attention: torch.nn.Module, path: str, linear: torch.nn.Linear, grou
     query = getattr(attention, "q_proj", None)
     if isinstance(query, torch.nn.Linear):   # (sharded already or not: its whole width)
         full = query.full_out if isinstance(query, ColwiseLinear) else query.out_features
-        setattr(attention, "num_key_value_groups", full // head_dim // group)
-    for attr in ("n_kv", "n_kv_heads", "num_key_value_heads"):   # (not divided again)
+        _one_head_each(attention, heads, full // head_dim // group)
+    return head_dim
+
+
+def _fused_kv_rows(attention: torch.nn.Module, linear: torch.nn.Linear, group: int) -> int:
+    """A fused ``qkv_proj`` (Phi-3's) of fewer key/value heads than ranks, where the ranks
+    divide into them: the rank's query heads, then one key and one value head
+    (``QKVParallelLinear``'s replicas); 0 where its heads split evenly (or do not split at
+    all: local_configs refuses that)."""
+    config, head_dim = getattr(attention, "config", None), getattr(attention, "head_dim", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None)
+    if not all(isinstance(n, int) for n in (heads, kv, head_dim)):
+        return 0
+    assert isinstance(heads, int) and isinstance(kv, int) and isinstance(head_dim, int)
+    if kv % group == 0 or group % kv or heads % group or \
+            linear.out_features != (heads + 2 * kv) * head_dim:
+        return 0
+    _one_head_each(attention, kv, heads // group)
+    return (heads // group + 2) * head_dim
+
+
+def _one_head_each(attention: torch.nn.Module, heads: int, queries: int) -> None:
+    """The attention told it holds one key/value head (of ``heads``), shared by its
+    ``queries`` query heads; its counts not divided again."""
+    setattr(attention, "num_key_value_groups", queries)
+    for attr in ("n_kv", "n_kv_heads", "num_key_value_heads"):
         if getattr(attention, attr, None) == heads:
             setattr(attention, attr, 1)
-    return head_dim
