@@ -177,9 +177,10 @@ def test_when_nothing_fits_it_names_the_smaller_weights_that_do():
     direct = _direct("graphcost zoo:llama3_8b --serve --prompt 4096 --generate 256 --batch 1 "
                      "--weight-dtype int4 --engine vllm --device t4")
     assert direct["fit"]["needs"] == smaller.serving.fit.needs
-    lines = serve_plan_lines(plan, lambda c: "")
-    assert lines[-2].startswith("nothing fits 1 × t4: tp=1 needs ")
-    assert lines[-1].startswith("  with --weight-dtype int4 it fits: ")
+    lines = serve_plan_lines(plan, lambda c: f"{c.settings.weight_dtype} at tp={c.settings.tp}")
+    assert lines[-3].startswith("nothing fits 1 × t4: tp=1 needs ")
+    assert lines[-2].startswith("  with int4 weights it fits: ")
+    assert lines[-1] == "run: int4 at tp=1"   # (the command that analyzes it alone)
     body = json.loads(serve_plan_json(plan, lambda c: "", lambda c: None))
     assert body["schema_version"] == 2 and body["suggestion"]["status"] == "fits"
     assert body["suggestion"]["weight_dtype"] == "int4"

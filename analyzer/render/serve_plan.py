@@ -46,7 +46,7 @@ def serve_plan_lines(plan: ServePlan, command: Command, top: int = 5,
                   "it, as vLLM's paged cache does not — TPOT here is above vLLM's", ""]
     best = plan.best
     if best is None:
-        return lines + _none(plan)
+        return lines + _none(plan, command)
     run = engine(best)
     return lines + _answer(plan, best, command) + ([f"vllm: {run}"] if run else [])
 
@@ -93,7 +93,7 @@ def _answer(plan: ServePlan, best: ServeCandidate, command: Command) -> list[str
     return out + [f"run: {command(best)}"]
 
 
-def _none(plan: ServePlan) -> list[str]:
+def _none(plan: ServePlan, command: Command) -> list[str]:
     over = [c for c in plan.candidates if c.status == "over"]
     slow = [c for c in plan.candidates if c.status == "slow"]
     if slow:
@@ -113,8 +113,9 @@ def _none(plan: ServePlan) -> list[str]:
     done = smaller.serving.fit if smaller and smaller.serving else None
     if smaller is None or done is None:
         return out + ["  nor with smaller weights (fp8 where the GPU runs it, 4-bit)"]
-    return out + [f"  with --weight-dtype {smaller.settings.weight_dtype} it fits: "
-                  f"{human_bytes(done.needs)} of {human_bytes(done.offers)} per GPU"]
+    return out + [f"  with {smaller.settings.weight_dtype} weights it fits: "
+                  f"{human_bytes(done.needs)} of {human_bytes(done.offers)} per GPU",
+                  f"run: {command(smaller)}"]
 
 
 def serve_plan_json(plan: ServePlan, command: Command, engine: Engine,
