@@ -168,7 +168,10 @@ def test_precision_recipes_on_two_ranks(gloo, model, strategy, precision):
     p = gloo[0][model, strategy, precision]
     rows = _measured(gloo, (model, strategy, precision))
     assert len(rows) == 4                                   # 2 ranks × steps 1 and 2
-    late = max(u.grad_padded_bytes for u in p.units) * 2 if p.units else 0
+    # a late input held with a few KiB of gloo's own temporaries beside it (the mlp's fsdp
+    # bf16-master, rank 0, step 1, in a full suite on 2026-12-07: 10,020,032 B measured,
+    # 8,959,128 predicted, 'Temp' 1,061,928 B = the late 1,051,648 and 10,280 more)
+    late = max(u.grad_padded_bytes for u in p.units) * 2 + 16_384 if p.units else 0
     for m in rows:
         predicted = p.first_step_peak_bytes if m.step == 1 else p.per_rank_peak_bytes
         if model == "mlp":
