@@ -259,9 +259,12 @@ def test_fewer_key_value_heads_than_ranks_are_replicated_as_vllm_replicates_them
             use_cache=False, tie_word_embeddings=False)
         model = transformers.Qwen3MoeForCausalLM(config)
         return analyze(model, example_inputs=(torch.zeros(1, 16, dtype=torch.int64),),
-                       serve={"prompt": 16, "generate": 4}, parallel={"mesh": mesh}).serving
+                       serve={"prompt": 16, "generate": 4}, parallel={"mesh": mesh})
 
-    four = served("tp=4", heads=8, kv_heads=2)
+    report = served("tp=4", heads=8, kv_heads=2)
+    four = report.serving
+    assert four is not None
+    assert any("fewer key/value heads than ranks, replicated" in w for w in report.warnings)
     # a rank of 4, fp32: q 64 · 32 (its 2 query heads of 16), k and v one head each 64 · 16,
     # o 32 · 64, the per-head q/k norms 32, the router 4 · 64, 4 experts of I = 32 split by
     # 4 (4 · 64 · 16 + 4 · 8 · 64), the norms 128: 12,704 a layer; the vocabulary's rows

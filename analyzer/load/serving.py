@@ -107,7 +107,9 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
                              f"cache tensors and returns {len(steps.decode_cache)}: not a KV "
                              "cache graphcost can follow")
     dims = MappingProxyType({"prompt": prompt, "generate": generate})
-    prefill = replace(steps.prefill, name=r.name, dims=dims)
+    # (the rank program's notes — replicated key/value heads — are the report's warnings)
+    prefill = replace(steps.prefill, name=r.name, dims=dims,
+                      warnings=steps.prefill.warnings + tuple(r.notes))
     decode = replace(steps.decode, name=f"{r.name} decode", dims=dims)
     shown = deployed(prefill, steps.prefill_cache, serve.weight_dtype,
                      serve.kv_dtype)

@@ -170,7 +170,18 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
     if not serving:
         mla_rope_reduced(model, group)
     kept = _all_sharded(model, group, serving)
-    return model, (replicated_note(kept, group),) if kept else ()
+    notes = (replicated_note(kept, group),) if kept else ()
+    return model, notes + _replicated_heads_note(model, group)
+
+
+def _replicated_heads_note(model: torch.nn.Module, group: int) -> tuple[str, ...]:
+    """The report's line when key/value heads are replicated (tp_heads.kv_rows): fewer of
+    them than ranks, each rank holding one."""
+    if not any(isinstance(c, ColwiseLinear) and c.out_features * group > c.full_out
+               for c in model.modules()):
+        return ()
+    return (f"tp={group}: fewer key/value heads than ranks, replicated as vLLM replicates "
+            "them (one a rank): a rank's KV cache holds its one head a layer",)
 
 
 SHARDED = (ColwiseLinear, RowwiseLinear, VocabEmbedding)
