@@ -167,11 +167,9 @@ def smaller_weights(model, spec: ServePlanSpec, done: list[ServeCandidate],
                     dtypes: tuple[str, ...]) -> ServeCandidate | None:
     """When nothing fits: the least-needing replica program (its tensor-parallel size) with
     the first of ``dtypes`` that makes one sequence fit — one analysis more each — or None."""
-    over = [c for c in done if c.status == "over" and c.serving is not None
-            and c.serving.fit is not None]
-    if not over:
+    least = least_needing(done)
+    if least is None:
         return None
-    least = min(over, key=lambda c: c.serving.fit.needs if c.serving and c.serving.fit else 0)
     for dtype in dtypes:
         s = replace(least.settings, batch=1, weight_dtype=dtype)
         try:
@@ -200,6 +198,15 @@ def _check(spec: ServePlanSpec, base: Mapping[str, Any],
         if tp < 1 or spec.gpus % tp:
             raise GraphcostError(f"{opt('tp', value=tp)}: it must divide the {spec.gpus} GPUs")
     return rates
+
+
+def least_needing(candidates) -> ServeCandidate | None:
+    """The candidate over the memory that needs the least of it (None: none analyzed)."""
+    def needs(c: ServeCandidate) -> int | None:
+        return c.serving.fit.needs if c.serving is not None and c.serving.fit is not None \
+            else None
+    over = [c for c in candidates if c.status == "over" and needs(c) is not None]
+    return min(over, key=lambda c: needs(c) or 0, default=None)
 
 
 def _tp_sizes(spec: ServePlanSpec) -> tuple[int, ...]:

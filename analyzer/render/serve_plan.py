@@ -7,7 +7,7 @@ import json
 from typing import Any, Callable
 
 from ...passes.errors import GraphcostError
-from ..app.serve_plan import ServeCandidate, ServePlan
+from ..app.serve_plan import ServeCandidate, ServePlan, least_needing
 from ..app.units import human_bytes, human_time
 
 SERVE_PLAN_SCHEMA = 2   # 2: ``suggestion`` (when nothing fits: the smaller weights that do)
@@ -94,16 +94,13 @@ def _answer(plan: ServePlan, best: ServeCandidate, command: Command) -> list[str
 
 
 def _none(plan: ServePlan, command: Command) -> list[str]:
-    over = [c for c in plan.candidates if c.status == "over"]
     slow = [c for c in plan.candidates if c.status == "slow"]
     if slow:
         c = slow[0]
         b = c.settings.batch
         return ["no setting meets the targets; the fastest that fits misses them:",
                 f"  tp={c.settings.tp}, {b} sequence{'s' * (b != 1)}: {c.detail}"]
-    sized = [c for c in over if c.serving is not None and c.serving.fit is not None]
-    c = min(sized, key=lambda c: c.serving.fit.needs if c.serving and c.serving.fit else 0,
-            default=None)
+    c = least_needing(plan.candidates)
     fit = c.serving.fit if c and c.serving else None
     if c is None or fit is None:
         return ["no setting could be analyzed"]

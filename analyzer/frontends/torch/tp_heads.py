@@ -84,9 +84,11 @@ def mla_rope_reduced(model: torch.nn.Module, group: int) -> None:
     as transformers does."""
     style = planned_style(model)
     for name, module in model.named_modules():
+        if style(name) != "mla_kv_a_proj":
+            continue
         rope = getattr(model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model,
-                       "qk_rope_head_dim", None)
-        if style(name) != "mla_kv_a_proj" or not isinstance(rope, int):
+                       "qk_rope_head_dim", None)   # (the attention's)
+        if not isinstance(rope, int):
             continue
 
         def hook(_m, _args, out: torch.Tensor, rope: int = rope) -> torch.Tensor:
