@@ -177,6 +177,13 @@ def swiglu(op: OpView) -> tuple[int, int]:
     return 0, 6 * op.out_numel()  # Swish(A) (5) · B (1)
 
 
+@rule("aten.polar.default", saves="inputs", rf="pointwise")
+def polar(op: OpView) -> tuple[int, int]:
+    """abs · (cos θ + i sin θ), a complex element from two real ones (Llama 4's rotary
+    frequencies): cos, sin and two products."""
+    return 0, 4 * op.out_numel()
+
+
 @rule("Bernoulli", saves="nothing", same_shape=True, kernel="random")
 def bernoulli(op: OpView) -> tuple[int, int]:
     return 0, op.out_numel()  # one draw per element (aten.bernoulli counts the same)

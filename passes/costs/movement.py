@@ -27,6 +27,7 @@ zero_cost("aten.permute.default", "aten.expand.default", "aten.slice.Tensor",
           "aten.select.int", "aten.split_with_sizes.default", "aten.chunk.default",
           "aten.as_strided.default", "aten.diagonal.default", "aten.narrow.default",
           "aten.unflatten.int", "aten.view_as_real.default", "aten.view_as_complex.default",
+          "aten._conj.default",   # (a complex view with its conjugate bit set: no copy)
           "aten.unfold.default",  # sliding windows by strides (HaloNet's blocks)
           reason="torch view: output aliases input storage", **VIEW)
 # Copies that keep every element where it was (a receptive field passes through).

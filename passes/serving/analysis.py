@@ -44,7 +44,7 @@ from ..device.profile import EngineProfile
 from ..device.roofline import roofline
 from ..device_rates import DeviceRates
 from ..graph.params import count_params
-from ..ir import Graph, ValueKind
+from ..ir import FLOAT_DTYPES, Graph, ValueKind
 from ..memory.allocator_events import PhaseReserve
 from ..memory.caching_allocator import AllocatorConfig, covering
 from ..memory.liveness import analyze_liveness
@@ -314,7 +314,8 @@ def _times(roof) -> dict:
 
 def _attention_macs(graph: Graph, costs) -> int:
     """MACs of the products of two activations (scores Q·Kᵀ and weights·V, or a fused
-    attention op): every other multiply-accumulate reads a weight."""
+    attention op): every other multiply-accumulate reads a weight. Only floating operands
+    count: a grouped matmul's integer offsets (a mixture of experts') are no activation."""
     from_weights: set[str] = set()
     for name, v in graph.values.items():
         if v.kind in (ValueKind.PARAM, ValueKind.BUFFER, ValueKind.CONST):
@@ -325,7 +326,9 @@ def _attention_macs(graph: Graph, costs) -> int:
         if all(x in from_weights for x in data):  # a weight transposed, cast; a constant
             from_weights.update(o for o in node.outputs if o)
             continue
-        if nc.cost.macs and sum(1 for x in data[:3] if x not in from_weights) >= 2:
+        floating = [x for x in data[:3]
+                    if getattr(graph.spec(x), "dtype", None) in FLOAT_DTYPES]
+        if nc.cost.macs and sum(1 for x in floating if x not in from_weights) >= 2:
             total += nc.cost.macs
     return total
 
