@@ -170,6 +170,19 @@ def deepseek_v3(attn: str = "eager", experts: str = "grouped_mm",
                   overrides, _experts_implementation=experts)
 
 
+def llama4(attn: str = "eager", **overrides) -> torch.nn.Module:
+    """Llama4ForCausalLM (Llama 4 Scout/Maverick's text model): GQA with an L2 norm of the
+    queries and keys, complex rotary frequencies, chunked attention; each layer a mixture of
+    4 SwiGLU experts of 128 (top-1, sigmoid scores scaling the input) beside a shared
+    expert, which transformers runs densely (every expert on every token)."""
+    return _build("Llama4ForCausalLM", "Llama4TextConfig", attn,
+                  dict(_TEXT, hidden_size=64, intermediate_size=128, intermediate_size_mlp=128,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+                       interleave_moe_layer_step=1, attention_chunk_size=64,
+                       max_position_embeddings=128, tie_word_embeddings=False), overrides)
+
+
 def _tokens(*names: str) -> Callable[..., dict[str, tuple[int, ...]]]:
     def shapes(batch: int, seq: int = SEQ_LEN) -> dict[str, tuple[int, ...]]:
         return {n: (batch, seq) for n in names}
@@ -220,6 +233,9 @@ HF_MODELS: dict[str, ZooModel] = {m.name: m for m in [
     _text("hf_deepseek_v3", deepseek_v3, "transformers DeepseekV3ForCausalLM from a config: "
           "d 64, 2 layers (a dense MLP, then a MoE of 4 experts of 32, top-2, beside a shared "
           "expert), multi-head latent attention (ranks 32 and 16), eager attention"),
+    _text("hf_llama4", llama4, "transformers Llama4ForCausalLM from a config: d 64, 2 layers "
+          "of 4 SwiGLU experts (128, top-1, run densely as transformers runs them) beside a "
+          "shared expert, GQA with q/k L2 norms, complex rotary, eager attention"),
     _text("hf_gpt_oss", gpt_oss, "transformers GptOssForCausalLM from a config: d 64, 2 "
           "layers (sliding window 16, then full), attention sinks, MoE of 4 experts (128; "
           "transposed, interleaved, biased) with top-2 routing (grouped_mm), GQA, eager "

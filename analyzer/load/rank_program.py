@@ -119,6 +119,25 @@ def in_pipeline_stage(r: Resolved, stage: tuple[int, int] | None,
                    inputs=inputs, kwargs={})
 
 
+def in_routed_experts(r: Resolved) -> Resolved:
+    """``r`` with a mixture of experts that transformers runs densely (Llama 4's: every
+    expert on every token) routed, as the engines whose layouts graphcost models run it
+    (frontends/torch/routed_llama4.py; the caller's module is copied, and only when it has
+    one); the report says so."""
+    if r.kind != "torch":
+        return r
+    import copy
+
+    from ..frontends.torch.routed_llama4 import dense_blocks, routed
+    if not dense_blocks(r.module):
+        return r
+    module = copy.deepcopy(r.module)
+    count = routed(module)
+    return replace(r, module=module, notes=r.notes + (
+        f"{count} Llama 4 expert blocks routed as vLLM and torchtitan run them, each token "
+        "through its top-k experts (transformers runs every expert on every token)",))
+
+
 def in_expert_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = None,
                        whole: Resolved | None = None, tp: int = 1) -> Resolved:
     """One of ``group`` expert-parallel ranks (1: ``r`` itself): a PyTorch module whose
@@ -132,6 +151,7 @@ def in_expert_parallel(r: Resolved, group: int, stage: tuple[int, int] | None = 
     if r.kind != "torch":
         raise GraphcostError(f"{opt('parallel', value=f'ep={group}')}: expert parallelism "
                              "rewrites a PyTorch module's experts; trace the PyTorch model")
+    r = in_routed_experts(r)
     from ..frontends.torch.expert_parallel import expert_parallel
     from ..frontends.torch.grouped_experts import stacked_experts
     if stage is not None and whole is not None and not stacked_experts(r.module) \

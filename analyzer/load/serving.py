@@ -17,7 +17,7 @@ from ...passes.errors import GraphcostError, opt
 from ...passes.serving.analysis import ServingTrace
 from ...passes.serving.dtypes import KV_DTYPES, WEIGHT_DTYPES, check_dtype, deployed
 from ..frontends.binding import check_size
-from .rank_program import in_tensor_parallel
+from .rank_program import in_routed_experts, in_tensor_parallel
 from .recipes import in_dtype
 from .resolve import Bindings, Resolved, batch_of, is_torch, resolve
 
@@ -83,7 +83,10 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
         r = Resolved("torch", type(model).__name__, module=model)  # --serve makes the inputs
     else:
         r = resolve(model, example_inputs, Bindings(batch), fx=True, note=note)
-    r = in_tensor_parallel(in_dtype(r, dtype, train=False), tensor_parallel, serving=True)
+    r = in_dtype(r, dtype, train=False)
+    if serve.engine == "vllm" or tensor_parallel > 1:   # (vLLM's layout: routed experts)
+        r = in_routed_experts(r)
+    r = in_tensor_parallel(r, tensor_parallel, serving=True)
     b = batch or batch_of((*r.inputs, *r.kwargs.values()))
     if r.kind == "torch":
         from ..frontends.torch.layer_stack import REPEAT_AT

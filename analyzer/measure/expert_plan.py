@@ -9,7 +9,11 @@ counts per expert (all-to-all, no gradient); send each rank the rows for its exp
 (all-to-all with the counts as splits, autograd's: its backward is the reverse all-to-all);
 reorder the received rows rank-major to expert-major (``_permute``); the local experts' grouped
 matmuls; back to rank-major (``_unpermute``), the reverse all-to-all, scaled by the routing
-scores in fp32 and scatter-added onto the tokens (``combine``).
+scores in fp32 and scatter-added onto the tokens (``combine``). Llama 4's blocks, which
+transformers runs densely, are first routed as torchtitan's Llama 4 runs them
+(frontends/torch/routed_llama4.py, checked equal to transformers' block in
+tests/test_llama4_routed.py): its scores scale the rows before they are sent
+(``score_before_experts``), nothing after.
 
 Beside tensor parallelism (``tp_group``): torchtitan's MoE sharding without sequence
 parallelism (models/common/moe_sharding.py) — the rank takes its share of the replicated
@@ -27,8 +31,10 @@ import torch
 from ..frontends.torch.grouped_experts import (
     grouped_experts,
     hold_experts,
+    scaled_rows,
     stacked_experts,
 )
+from ..frontends.torch.routed_llama4 import routed
 
 
 class DispatchedExperts(torch.nn.Module):
@@ -65,7 +71,8 @@ class DispatchedExperts(torch.nn.Module):
         order = torch.argsort(top_k_index.reshape(-1), stable=True)
         scores = top_k_weights.reshape(-1)[order]
         tokens = order // k
-        routed = x[tokens]
+        before = getattr(self.__dict__["layout"], "score_before_experts", False)
+        routed = scaled_rows(x[tokens], scores) if before else x[tokens]
         counts = torch.bincount(top_k_index.reshape(-1), minlength=self.num_experts)
         got, send, recv = self._exchange_counts(counts)
         received = self._all_to_all(routed, recv, send)
@@ -76,7 +83,7 @@ class DispatchedExperts(torch.nn.Module):
         back = out.new_empty(received.shape)
         back[where] = out
         returned = self._all_to_all(back, send, recv)
-        returned = (returned.to(torch.float32) * scores.reshape(-1, 1)).to(returned.dtype)
+        returned = returned if before else scaled_rows(returned, scores)
         index = tokens.reshape(-1, 1).expand(-1, x.shape[-1])
         return torch.zeros_like(x).scatter_add(0, index, returned)
 
@@ -146,6 +153,7 @@ def apply_expert_parallel(model: torch.nn.Module, group,
     """Every transformers experts module of ``model`` (grouped_experts.stacked_experts)
     replaced by its rank over ``group`` (beside ``tp_group``'s tensor parallelism: on the
     rank's share of the tokens); the new modules."""
+    routed(model)   # (Llama 4's blocks as torchtitan runs them: routed, scored before)
     ranks = []
     for name, m in stacked_experts(model):
         parent, _, leaf = name.rpartition(".")

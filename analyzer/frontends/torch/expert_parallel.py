@@ -17,7 +17,8 @@ expert an equal share — an estimate (passes/graph/moe.py gives the bound: ever
 to one rank's experts). What this covers: transformers' stacked experts in any layout its
 experts interface describes (grouped_experts.py: Mixtral's, Qwen-MoE's and DeepSeek's;
 gpt-oss's transposed, interleaved and biased one — each row's biases picked by its expert,
-as transformers' grouped path picks them); another layout (Llama 4's) is refused by name.
+as transformers' grouped path picks them); Llama 4's once routed (routed_llama4.py), its
+scores scaling the rows before they are sent (torchtitan's ``score_before_experts``).
 Not modelled: shared experts' tensor parallelism, capacity factors and token dropping,
 DeepEP/HybridEP kernels.
 
@@ -40,7 +41,7 @@ import torch
 
 from ....passes.errors import GraphcostError, opt
 from .ep_collectives import ep_all_to_all
-from .grouped_experts import grouped_experts, hold_experts, stacked_experts
+from .grouped_experts import grouped_experts, hold_experts, scaled_rows, stacked_experts
 from .tp_collectives import tp_all_reduce, tp_copy
 
 
@@ -77,7 +78,9 @@ class ExpertParallelRank(torch.nn.Module):
         order = torch.argsort(top_k_index.reshape(-1), stable=True)
         scores = top_k_weights.reshape(-1)[order]
         token_of_row = order // top_k
-        received = ep_all_to_all(hidden_states[token_of_row], self.group)
+        before = getattr(self.__dict__["layout"], "score_before_experts", False)
+        sent = hidden_states[token_of_row]
+        received = ep_all_to_all(scaled_rows(sent, scores) if before else sent, self.group)
         rows = received.shape[0]
         # rank-major to expert-major: a permutation of the rows (the identity at balance)
         where = torch.arange(rows, device=received.device)
@@ -87,7 +90,7 @@ class ExpertParallelRank(torch.nn.Module):
         back = out.new_empty(received.shape)
         back[where] = out
         returned = ep_all_to_all(back, self.group)
-        returned = (returned.float() * scores.reshape(-1, 1)).to(returned.dtype)
+        returned = returned if before else scaled_rows(returned, scores)
         index = token_of_row.reshape(-1, 1).expand(-1, hidden_states.shape[-1])
         return torch.zeros_like(hidden_states).scatter_add(0, index, returned)
 

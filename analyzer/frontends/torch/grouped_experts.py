@@ -91,3 +91,9 @@ def hold_experts(holder: torch.nn.Module, experts: torch.nn.Module, part: slice)
     holder.__dict__["layout"] = layout_of(experts)   # (not a submodule: no parameters of its own)
     if getattr(experts, "has_post_expert_norm", False):
         holder.add_module("post_expert_norm", getattr(experts, "post_expert_norm"))
+
+
+def scaled_rows(rows: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Routed rows scaled by their routing scores in fp32, kept in their own dtype (as
+    torchtitan scales them: after the experts, or before them with ``score_before_experts``)."""
+    return (rows.float() * scores.reshape(-1, 1)).to(rows.dtype)
