@@ -102,6 +102,56 @@ def test_a_tensor_parallel_replica_holds_vllms_slice_of_every_expert():
         (5 * 16_384, 4_096, 6)
 
 
+# Llama 4 as published (Scout, Maverick): Llama4ForConditionalGeneration, a vision tower and
+# its projector beside the text model; hf_llama4's text config, a vision tower of d 64, 2
+# layers, 56 × 56 images in patches of 14 (16 patches and a class token)
+MULTIMODAL = {
+    "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+    "torch_dtype": "bfloat16", "boi_token_index": 200, "eoi_token_index": 201,
+    "image_token_index": 202,
+    "text_config": {"model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 128,
+                    "intermediate_size_mlp": 128, "num_hidden_layers": 2,
+                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                    "vocab_size": 512, "num_local_experts": 4, "num_experts_per_tok": 1,
+                    "interleave_moe_layer_step": 1, "attention_chunk_size": 64,
+                    "max_position_embeddings": 1024},
+    "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 64,
+                      "intermediate_size": 128, "num_hidden_layers": 2,
+                      "num_attention_heads": 4, "image_size": 56, "patch_size": 14,
+                      "vision_output_dim": 64, "projector_input_dim": 64,
+                      "projector_output_dim": 64, "pixel_shuffle_ratio": 0.5}}
+
+
+def test_the_published_multimodal_model_is_served_over_tensor_parallel_ranks(tmp_path):
+    """vLLM shards the vision tower as the decoder (mllama4.py): q/k/v and fc1 column-,
+    o and fc2 row-parallel, the patch embedding and the projector column-parallel with their
+    output gathered, the class token and positional embedding whole. It was refused ("vision
+    tower ... would stay whole"; the projector "gathered for training")."""
+    import json
+    (tmp_path / "config.json").write_text(json.dumps(MULTIMODAL), encoding="utf-8")
+    one, two = (analyze(str(tmp_path / "config.json"), batch=2,
+                        serve={**SERVE, "engine": "vllm"},
+                        parallel={"mesh": f"tp={tp}"} if tp > 1 else None).serving
+                for tp in (1, 2))
+    assert one is not None and two is not None
+    # bf16. The text model as hf_llama4's: 336,704 parameters, a rank of 2 168,768. The
+    # tower and projector on one GPU: class token 64, positions 17 · 64, patch embedding
+    # 64 · 588, 2 layer norms 256; 2 layers of q/k/v/o 4 · (64 · 64 + 64), fc1 128 · 64 +
+    # 128, fc2 64 · 128 + 64, norms 256 (33,728); the adapter's 64 · 128 + 64 · 64; the
+    # projector 64 · 64: 122,368. A rank of 2: class token and positions whole 1,152, the
+    # patch embedding's rows 32 · 588, norms 256; a layer q/k/v 3 · (32 · 64 + 32), o
+    # 64 · 32 + 64 (its bias whole), fc1 64 · 64 + 64, fc2 64 · 64 + 64, norms 256
+    # (16,928); the adapter 32 · 128 + 64 · 32; the projector's rows 32 · 64: 62,272.
+    # The rotary buffers alike on both (304 B)
+    buffers = one.weight_bytes - (336_704 + 122_368) * 2
+    assert buffers == 304
+    assert two.weight_bytes == (168_768 + 1_152 + 32 * 588 + 256 + 2 * 16_928 + 32 * 128
+                                + 64 * 32 + 32 * 64) * 2 + buffers
+    c = two.collectives   # (the text step's, as hf_llama4's: no image, the tower not run)
+    assert c is not None and (c.prefill_all_reduce_bytes, c.prefill_calls) == \
+        (5 * 64 * 64 * 2, 6)
+
+
 GROWN = (("num_local_experts", 8),)
 RECIPES = ("fp32", "bf16-master")
 

@@ -67,6 +67,7 @@ import torch
 from ....passes.errors import GraphcostError, opt
 from .float8_linears import float8_spec, gather_seq_in_float8
 from .serving_experts import is_router, shard_experts
+from .serving_towers import encoder_style, held_whole
 from .tp_collectives import tp_gather_seq
 from .tp_heads import (
     divides,
@@ -84,7 +85,7 @@ from .transformers_tp_plan import (
     replicated_experts,
     replicated_note,
 )
-from .vocab_layers import is_tied, vocab_layers
+from .vocab_layers import is_tied, outside_text, vocab_layers
 
 COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
 ROWWISE = ("o_proj", "down_proj")
@@ -230,8 +231,8 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
     # (latent attention's down-projections, whole as both engines hold them)
     whole = [w for w in _unsharded(model, vocab) if w.rsplit(".", 1)[-1] not in LATENT]
     kept = replicated_experts(model, whole, style) if not serving and planned(model) else []
-    if serving:   # (a router vLLM keeps whole beside its experts' slices)
-        kept = [w for w in whole if is_router(model, w)]
+    if serving:   # (a router vLLM keeps whole beside its experts' slices; a tower's own
+        kept = [w for w in whole if is_router(model, w) or held_whole(model, w)]   # tables)
     whole = [w for w in whole if w not in kept]
     if not whole:   # (no note of a router beside expert-parallel experts: they are split)
         return [] if serving else [k for k in kept if not beside_expert_parallel(model, k)]
@@ -326,6 +327,7 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
         return named
     style = planned_style(model, plan)
     kept = ("colwise", "rowwise", *(GATHERED if gathers else ()))
+    outside = outside_text(model)
 
     def serving(name: str) -> str | None:
         # a serving engine's plan: a linear transformers' plan leaves out but named as
@@ -337,5 +339,7 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
             return "rowwise" if s == "rowwise_split_input" else "colwise"
         if s is None and leaf in LATENT_UP:   # (5.24's DeepSeek-V3 plan names no attention)
             return "colwise"
+        if outside(name):   # a vision tower and its projector, as vLLM's encoders shard them
+            return encoder_style(s, leaf)
         return named(name) if s is None else s if s in kept else None
     return serving if not gathers else lambda name: s if (s := style(name)) in kept else None

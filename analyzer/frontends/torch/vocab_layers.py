@@ -1,8 +1,10 @@
 """A model's token embedding and the LM head projecting back onto its vocabulary — what
 tensor parallelism shards vocabulary-wise (tensor_parallel.py), a pipeline's end stages share
 when tied (analyzer/load/rank_program.py) and the serving review reads the last position's
-logits through (serve.py)."""
+logits through (serve.py) — and the text model they bound (``outside_text``)."""
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
@@ -30,6 +32,16 @@ def vocab_layers(model: torch.nn.Module):
                     None)
     return (tokens if isinstance(tokens, torch.nn.Embedding) else None,
             head if isinstance(head, torch.nn.Linear) else None)
+
+
+def outside_text(model: torch.nn.Module) -> Callable[[str], bool]:
+    """Whether a module of ``model`` (by name) is outside its text model — the module holding
+    the token embedding: a vision tower or a projector beside it (Llama 4's, LLaVA's). Nothing
+    is, where the embedding is the model's own child (or there is none)."""
+    tokens, _ = vocab_layers(model)
+    name = next((n for n, m in model.named_modules() if m is tokens), "")
+    root = name.rpartition(".")[0]
+    return lambda path: bool(root) and not path.startswith(root + ".")
 
 
 def _got(model: torch.nn.Module, getter: str):
