@@ -71,6 +71,16 @@ def check_serve(serve: Any) -> ServeSpec:
                      serve.get("logits"))
 
 
+def _text_alone(r) -> tuple[str, ...]:
+    """The served steps' note for a vision-language model: its prompt is text (no image's
+    prefill is modelled), its tower's weights held."""
+    config = getattr(r.module, "config", None) if r.kind == "torch" else None
+    if getattr(config, "vision_config", None) is None:
+        return ()
+    return ("text alone: the prompt is its tokens, no image's; the vision tower's weights are "
+            "held, the tower not run",)
+
+
 def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
                  progress=None, all_layers: bool = False, dtype: str | None = None,
                  tensor_parallel: int = 1):
@@ -83,6 +93,9 @@ def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,
         r = Resolved("torch", type(model).__name__, module=model)  # --serve makes the inputs
     else:
         r = resolve(model, example_inputs, Bindings(batch), fx=True, note=note)
+    # (the steps below make their own token ids: the inputs resolve made, and their notes —
+    # a vision-language model's image and its tokens —, are not the served steps')
+    r = replace(r, notes=_text_alone(r))
     r = in_dtype(r, dtype, train=False)
     if serve.engine == "vllm" or tensor_parallel > 1:   # (vLLM's layout: routed experts)
         r = in_routed_experts(r)

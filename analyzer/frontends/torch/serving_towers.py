@@ -1,36 +1,68 @@
-"""A vision tower and its projector beside a served language model (Llama 4's, LLaVA's), as a
-serving engine's tensor-parallel ranks hold them: vLLM shards an encoder as it shards the
-decoder (``use_data_parallel`` off, its default) — an MLP's ``fc1`` column-parallel and
-``fc2`` row-parallel (Llama 4's and CLIP's ``*VisionMLP``, SigLIP's), the linears
-transformers' plan gathers column-parallel with their output gathered
-(``ColumnParallelLinear(gather_output=True)``: Llama 4's patch embedding and
-``multi_modal_projector``), and the tower's own tables (a class token, positional
-embeddings: bare parameters, convolutions) whole on every rank. Outside the text model only
-(vocab_layers.outside_text): inside it, a projection transformers' plan gathers is split by
-vLLM its own way, refused where that is not modelled (Qwen3-Next's linear attention).
-Derived from vLLM's code (vllm/model_executor/models/mllama4.py), not measured; a served
-step without an image does not run the tower, whose weights a rank then holds alone.
+"""A vision tower and its projector beside a served language model (Llama 4's, LLaVA's,
+Gemma 3's), as a serving engine's tensor-parallel ranks hold them. vLLM has two modes
+(``mm_encoder_tp_mode``):
+
+* ``weights`` (its default): the encoder sharded as the decoder is — an attention's q/k/v
+  column- and its output projection row-parallel, an MLP's ``fc1`` column- and ``fc2``
+  row-parallel (CLIP's, SigLIP's and Llama 4's ``*VisionMLP``), a projector's ``linear_1``
+  column- and ``linear_2`` row-parallel (LLaVA's), the linears transformers' plan gathers
+  column-parallel with their output gathered (``ColumnParallelLinear(gather_output=True)``:
+  Llama 4's patch embedding and ``multi_modal_projector``), the tower's tables (a class token,
+  positional embeddings, a patch convolution) whole on every rank;
+* ``data``: the encoder whole on every rank, each rank encoding its own images.
+
+graphcost holds a tower as ``weights`` does where it knows a style for each of its linears
+(by transformers' plan or the names above), else — a fused or otherwise named tower (Qwen2.5-
+VL's ``qkv``, Pixtral's merger) — as ``data`` does, whole, which the report says (its default
+would shard it: fewer bytes a rank). Outside the text model only (vocab_layers.outside_text):
+inside it, a projection transformers' plan gathers is split by vLLM its own way, refused where
+that is not modelled (Qwen3-Next's linear attention). Derived from vLLM's code (vllm/
+model_executor/models/mllama4.py, clip.py, llava.py), not measured.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from .vocab_layers import outside_text
 
-MLP_IN, MLP_OUT = ("fc1",), ("fc2",)
+COLUMN = ("q_proj", "k_proj", "v_proj", "fc1", "gate_proj", "up_proj", "linear_1")
+ROW = ("out_proj", "o_proj", "fc2", "down_proj", "linear_2")
+KEPT = ("colwise", "rowwise", "colwise_gather_output")
 
 
 def encoder_style(style: str | None, leaf: str) -> str | None:
-    """A tower's linear's style under a serving engine's plan: transformers' plan's where it
-    names it (gathered column-wise ones kept gathered), else vLLM's MLP names."""
+    """A tower's linear's style in ``weights`` mode: transformers' plan's where it names it
+    (gathered column-wise ones kept gathered), else by vLLM's names; None: not known."""
     if style is not None:
-        return style if style in ("colwise", "rowwise", "colwise_gather_output") else None
-    return "colwise" if leaf in MLP_IN else "rowwise" if leaf in MLP_OUT else None
+        return style if style in KEPT else None
+    return "colwise" if leaf in COLUMN else "rowwise" if leaf in ROW else None
 
 
-def held_whole(model: torch.nn.Module, name: str) -> bool:
-    """Whether module ``name`` is a tower's table — its matrices its own parameters, not a
-    linear's or an embedding's, outside the text model — which every rank holds whole."""
+def tower_plan(model: torch.nn.Module, style: Callable[[str], str | None]
+               ) -> tuple[Callable[[str], bool], bool]:
+    """(whether a module, by name, is outside the text model; whether the tower is sharded —
+    ``weights`` mode: a style known for each of its linears — or held whole, ``data``)."""
+    outside = outside_text(model)
+    linears = [n for n, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and outside(n)]
+    return outside, all(encoder_style(style(n), n.rsplit(".", 1)[-1]) for n in linears)
+
+
+def held_whole(model: torch.nn.Module, name: str, sharded: bool) -> bool:
+    """Whether module ``name`` is part of a tower that every rank holds whole: a table of a
+    sharded tower (its matrices not a linear's), any module of one held whole."""
     module = model.get_submodule(name) if name else model
     return outside_text(model)(name) and \
-        not isinstance(module, (torch.nn.Linear, torch.nn.Embedding))
+        (not sharded or not isinstance(module, torch.nn.Linear))
+
+
+def tower_note(model: torch.nn.Module, group: int, sharded: bool) -> tuple[str, ...]:
+    """The report's line for a tower held whole (``data`` mode), or none."""
+    outside = outside_text(model)
+    if sharded or not any(outside(n) for n, _ in model.named_parameters()):
+        return ()
+    return (f"tp={group}: the vision tower held whole on every rank, as vLLM's encoder "
+            "data-parallel mode (mm_encoder_tp_mode 'data') holds it — graphcost does not "
+            "know this tower's split; vLLM's default shards it: fewer bytes a rank",)
