@@ -325,16 +325,60 @@ def test_llama7b_decode_is_bandwidth_bound():
     assert s.prefill.bound == "compute" and s.decode.bound == "memory"
 
 
-def test_a_recurrent_state_is_refused_in_one_line():
-    # transformers' Mamba keeps a recurrent (convolution + SSM) state, not keys and values:
-    # its DynamicCache layers are LinearAttentionLayer, which the trace cannot hand tensors to
-    # ("'LinearAttentionLayer' object has no attribute 'keys'" was reported as a trace failure)
+def _recurrent(name: str) -> torch.nn.Module:
+    """Tiny recurrent decoders (d 64, vocab 256, fp32): Qwen 3.5's text model (3 gated
+    delta-net layers and 1 of full attention), Mamba (2 layers), Falcon-H1 (2 layers each
+    holding a Mamba 2 mixer and attention)."""
     import transformers
-    with torch.device("meta"):
-        model = transformers.MambaForCausalLM(transformers.MambaConfig(
-            hidden_size=64, num_hidden_layers=2, vocab_size=256, state_size=8))
-    with pytest.raises(GraphcostError, match=r"keeps a recurrent state \(LinearAttentionLayer\)"):
-        analyze(model, serve={"prompt": 16, "generate": 4})
+    torch.manual_seed(0)
+    common = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=128)
+    if name == "qwen3_5":
+        return transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(
+            **common, num_hidden_layers=4, linear_num_value_heads=4, linear_num_key_heads=2,
+            linear_key_head_dim=16, linear_value_head_dim=16)).eval()
+    if name == "mamba":
+        return transformers.MambaForCausalLM(transformers.MambaConfig(
+            hidden_size=64, num_hidden_layers=2, vocab_size=256, state_size=8)).eval()
+    return transformers.FalconH1ForCausalLM(transformers.FalconH1Config(
+        **common, num_hidden_layers=2, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16,
+        mamba_d_state=16, mamba_n_groups=1, mamba_chunk_size=16)).eval()
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "mamba", "falcon_h1"])
+def test_recurrent_states_are_the_cache_transformers_keeps(name):
+    """transformers 5.x keeps a linear-attention layer's convolution and recurrent states in
+    its DynamicCache beside the attention layers' keys and values (hf_cache_slots.py): the
+    served steps hand them across the trace, the decode step updating them in place. They
+    were refused ("keeps a recurrent state"). The cache to the byte against transformers'
+    own run (its states do not grow: Mamba's cache is the same after every token), batch 2,
+    prompt 16, 4 generated."""
+    model = _recurrent(name)
+    ids = torch.randint(3, 256, (2, 16 + 4), generator=torch.Generator().manual_seed(1))
+    # (FlopCounterMode's module hooks fail inside transformers' `kernels` hub layers on CPU)
+    real = measure_steps(model, ids, 16, flops=False)
+    r = analyze(model, example_inputs=(ids[:, :16],), serve={"prompt": 16, "generate": 4})
+    s = r.serving
+    assert s is not None
+    assert s.prefill.kv_cache_bytes == real.prefill_cache_bytes
+    assert s.kv_cache_bytes == real.after_bytes
+    assert s.kv_bytes_per_token * 2 == real.after_bytes - real.before_bytes
+    assert any("recurrent layers (Mamba, linear attention)" in w for w in r.warnings)
+
+
+def test_a_recurrent_state_by_hand_and_a_decode_step_without_a_mask():
+    s = analyze(_recurrent("mamba"), example_inputs=(torch.zeros(2, 16, dtype=torch.int64),),
+                serve={"prompt": 16, "generate": 4}).serving
+    assert s is not None
+    # Mamba, d 64 (inner 128), state 8, kernel 4, fp32, batch 2: a layer's convolution
+    # state 2 · 128 · 4 and SSM state 2 · 128 · 8 floats, 2 layers; nothing more a token
+    assert s.kv_cache_bytes == 2 * (2 * 128 * 4 + 2 * 128 * 8) * 4 == 24_576
+    assert s.kv_bytes_per_token == 0
+    # its decode step takes no mask, as its generate passes none (a mask of the context
+    # broadcast each state's input over all 20 positions: 20× its elementwise work): a
+    # token's FLOPs about 2 a parameter
+    params = s.weight_bytes // 4
+    assert 2 * params < s.decode.flops_per_token < 3 * params
 
 
 def test_granite_moe_runs_without_its_cache():

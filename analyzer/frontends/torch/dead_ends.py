@@ -80,9 +80,10 @@ def dead_ends_as_outputs(ep: "ExportedProgram") -> Iterator[None]:
         ep.graph_module.recompile()
 
 
-def own_outputs(decomposed: "ExportedProgram", exported: "ExportedProgram") -> set[str]:
-    """The decomposed program's outputs that are the model's: its first user outputs, as
-    many as ``exported`` (the program it was decomposed from) has; the rest are dead ends."""
+def own_outputs(decomposed: "ExportedProgram", exported: "ExportedProgram") -> list[str]:
+    """The decomposed program's outputs that are the model's, in their order: its first user
+    outputs, as many as ``exported`` (the program it was decomposed from) has; the rest are
+    dead ends."""
     user = [getattr(s.arg, "name", "") for s in decomposed.graph_signature.output_specs
             if s.kind.name == "USER_OUTPUT"]
-    return set(user[:_user_outputs(exported)])
+    return user[:_user_outputs(exported)]

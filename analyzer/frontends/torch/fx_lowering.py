@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import torch
 
@@ -53,7 +53,7 @@ def _attr(value: Any) -> Any:
 
 # long: one pass over the FX nodes with the alias and size tables each node updates
 def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
-                   alias: dict[str, str], keep_outputs: set[str] | None, *, name: str,
+                   alias: dict[str, str], keep_outputs: Collection[str] | None, *, name: str,
                    batch: int, dims: Mapping[str, int] | None = None,
                    module_types: Mapping[str, str] | None = None,
                    scopes: Mapping[str, str] | None = None,
@@ -65,7 +65,9 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                    capped: Mapping[str, str] | None = None) -> Graph:
     """Lower an ATen-level FX graph whose placeholders ``kind_of`` classifies. ``alias`` maps
     placeholders that stand for another (tied weights); ``keep_outputs`` (None: all) names the
-    graph outputs that are the model's; ``grads`` (a joint graph) maps parameter placeholders
+    graph outputs that are the model's — a list: in its order (an exported program's user
+    outputs, where an output that is also an input's in-place update comes first in the
+    graph's own order); ``grads`` (a joint graph) maps parameter placeholders
     to the output node holding their gradient; ``held`` maps a node to the node up to which the
     model's Python code held its tensor (the graph's ``eager_refs``), ``written`` a node to
     the node whose tensor the model wrote it into in place (``eager_inplace``). Sizes the data
@@ -112,6 +114,9 @@ def lower_fx_graph(graph: "torch.fx.Graph", kind_of: Mapping[str, ValueKind],
                     out = alias.get(arg.name, arg.name)
                     if out in values and out not in outputs:
                         outputs.append(out)
+    if isinstance(keep_outputs, list):
+        order = {alias.get(n, n): i for i, n in reversed(list(enumerate(keep_outputs)))}
+        outputs.sort(key=lambda o: order.get(o, len(order)))
     eager_refs = {}
     for fx_name, point in (held or {}).items():
         value = alias.get(fx_name, fx_name)

@@ -134,7 +134,8 @@ def truncated(model: torch.nn.Module, stack: Stack):
     full = getattr(parent, attr)
     config = _config_of(model, path)
     saved = {k: getattr(config, k) for k in ("num_hidden_layers", "layer_types")
-             if config is not None and getattr(config, k, None) is not None}
+             if config is not None and getattr(config, k, None) is not None
+             and _settable(config, k)}
     setattr(parent, attr, torch.nn.ModuleList(list(full)[:keep]))
     try:
         if config is not None and "num_hidden_layers" in saved:
@@ -146,6 +147,13 @@ def truncated(model: torch.nn.Module, stack: Stack):
         setattr(parent, attr, full)
         for k, v in saved.items():
             setattr(config, k, v)
+
+
+def _settable(config, name: str) -> bool:
+    """Whether ``config``'s ``name`` is its own to set: not a property derived from the others
+    (MambaConfig's ``layer_types``, from its layer count)."""
+    prop = getattr(type(config), name, None)
+    return not isinstance(prop, property) or prop.fset is not None
 
 
 def _capturing_hooks_on_every_layer(model: torch.nn.Module) -> None:

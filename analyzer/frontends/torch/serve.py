@@ -34,6 +34,7 @@ import torch
 from ....passes.errors import GraphcostError, opt
 from ....passes.ir import Graph, TensorSpec
 from ..serving_steps import Steps
+from .hf_cache_slots import Slot, SlotRecord, fill, slots_of, tensor_in
 from .layer_stack import REPEAT_AT
 from .optional_imports import transformers_model
 from .transformers_tracing import traceable_experts
@@ -56,31 +57,12 @@ def check_servable(model: torch.nn.Module, name: str) -> str:
             raise GraphcostError(f"{opt('serve')}: {name} ({type(model).__name__}) has no causal LM "
                                  f"head and no KV cache to decode with; {opt('serve')} analyzes "
                                  "decoder language models (…ForCausalLM)")
-        recurrent = _recurrent_layers(cfg)
-        if recurrent:
-            raise GraphcostError(f"{opt('serve')}: {name} ({type(model).__name__}) keeps a "
-                                 f"recurrent state ({recurrent}), not a KV cache of keys and "
-                                 f"values; {opt('serve')} reviews decoders that keep one")
         return "hf"
     if "past_key_values" in params and "use_cache" in params:
         return "kv"
     raise GraphcostError(f"{opt('serve')}: {name} ({type(model).__name__}) has no KV cache: its "
                          f"forward takes no past_key_values; {opt('serve')} analyzes decoder language "
                          "models that keep one")
-
-
-def _recurrent_layers(config) -> str:
-    """The cache layer classes of ``config`` that hold no keys and values (Mamba's and the
-    linear-attention layers of hybrids: transformers' DynamicCache builds them from the
-    config), "" when every layer is an attention layer."""
-    from transformers import DynamicCache
-    try:
-        layers = DynamicCache(config=config).layers
-    except Exception:  # noqa: BLE001 - an old transformers or a config it cannot read: tracing decides
-        return ""
-    odd = sorted({type(x).__name__ for x in layers
-                  if not (hasattr(x, "keys") and hasattr(x, "values"))})
-    return ", ".join(odd)
 
 
 def hf_cache_kwarg(model) -> str:
@@ -97,35 +79,64 @@ def hf_cache_out(out):
     return cache if cache is not None else out.past_key_values
 
 
-def _hf_cache(config, flat, past: int):
-    """The model's own DynamicCache whose layers hold the given (k, v) tensors themselves,
-    after ``past`` tokens (a sliding-window layer counts them to size its mask)."""
+def _hf_cache(config, flat, past: int, slots: list[list[Slot]]):
+    """The model's own DynamicCache whose layers hold the given tensors themselves in their
+    ``slots`` (hf_cache_slots.py; none: an empty cache, a prefill's), after ``past`` tokens
+    (a sliding-window layer counts them to size its mask)."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=config)
-    layers: list[Any] = cache.layers  # attention layers: keys and values (duck-typed)
-    for layer, k, v in zip(layers, flat[0::2], flat[1::2]):
-        layer.dtype, layer.device = k.dtype, k.device
-        layer.keys, layer.values, layer.is_initialized = k, v, True
-        if hasattr(layer, "cumulative_length"):
-            layer.cumulative_length = past
+    layers: list[Any] = cache.layers  # (duck-typed: attention and linear-attention layers)
+    at = 0
+    for layer, own in zip(layers, slots):
+        fill(layer, own, list(flat[at:at + len(own)]), past)
+        at += len(own)
     return cache
 
 
 class HFStep(torch.nn.Module):
-    """(input_ids, attention_mask, *cache) -> (logits, *cache after the step)."""
+    """(input_ids, attention_mask, *cache) -> (logits, *cache after the step); the prefill's
+    run records which tensors each cache layer holds (``slots``), the decode step's reads
+    them."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
+        # (an object of its own: torch.export puts a module's containers back after a trace)
+        self.record = SlotRecord()
 
-    def forward(self, input_ids, attention_mask, *kv):
+    def forward(self, input_ids, attention_mask, *flat):
         past = attention_mask.shape[1] - input_ids.shape[1]
-        cache = {hf_cache_kwarg(self.model): _hf_cache(self.model.config, kv, past)}
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
-                         **cache)
-        return (out.logits, *[t for layer in hf_cache_out(out).layers
-                              for t in (layer.keys, layer.values)])
+        # (no prefill recorded: keys and values a layer, a decoder-with-past's export)
+        slots = self.record.layers or [[("keys", 0), ("values", 0)]] * (len(flat) // 2)
+        cache = _hf_cache(self.model.config, flat, past, slots if flat else [])
+        # a decode step of a model with no attention layer (Mamba's) takes no mask: its
+        # generate passes none (prepare_inputs_for_generation), and a mask of the context
+        # would broadcast each recurrent state's input over every position
+        mask = None if flat and not any(("keys", 0) in own for own in slots) else attention_mask
+        out = self.model(input_ids=input_ids, attention_mask=mask, use_cache=True,
+                         **{hf_cache_kwarg(self.model): cache})
+        layers = hf_cache_out(out).layers
+        self.record.layers = slots = [slots_of(layer) for layer in layers]
+        return (out.logits, *[tensor_in(layer, slot) for layer, own in zip(layers, slots)
+                              for slot in own])
+
+
+def _recurrent_note(model) -> list[str]:
+    """The report's line where the model's cache holds recurrent states (hf_cache_slots.py:
+    its linear-attention layers)."""
+    from transformers import DynamicCache
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except Exception:  # noqa: BLE001 - a config its cache cannot read: the trace said so
+        return []
+    count = sum(hasattr(layer, "conv_states") for layer in layers)
+    if not count:
+        return []
+    return [f"{count} recurrent layers (Mamba, linear attention): their states are part of the "
+            "cache, a fixed size a sequence; traced through transformers' PyTorch path (a "
+            "chunked or sequential scan), whose prefill time and working memory are not a "
+            "fused kernel's (vLLM's)"]
 
 
 class KVStep(torch.nn.Module):
@@ -170,6 +181,7 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes, \
             last_position(model) if last_logits else nullcontext():
         prefill, decode = _trace_both(step, model, kind, batch, prompt, generate, name, note)
+    notes += _recurrent_note(model) if kind == "hf" else []
     if notes:
         prefill = replace(prefill, warnings=prefill.warnings + tuple(notes))
     if stack is not None:
@@ -197,6 +209,12 @@ class LastPosition(torch.nn.Module):
     def __init__(self, head: torch.nn.Module):
         super().__init__()
         self.head = head
+
+    @property
+    def weight(self) -> torch.Tensor:   # (Mamba's forward reads its head's dtype off it)
+        weight = self.head.weight
+        assert isinstance(weight, torch.Tensor)
+        return weight
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         # (batch, hidden): one row a sequence, as vLLM gathers them (a (batch, 1, hidden)
@@ -255,27 +273,36 @@ def _trace(step, args: tuple, name: str, batch: int) -> Graph:
 def _cache_after(step, model, kind: str, prefill: Graph, batch: int, tokens: int):
     """(shape, dtype) of each cache tensor the model keeps after ``tokens`` tokens."""
     if kind == "hf":  # the model's cache classes' own update, on meta tensors
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=model.config)
-        layers: list[Any] = cache.layers  # attention layers: keys and values (duck-typed)
-        out = []
-        for layer, (k, v) in zip(layers, _pairs(prefill.outputs[1:], prefill)):
-            new = [torch.empty((*d[:-2], tokens, d[-1]), dtype=_dtype(s.dtype), device="meta")
-                   for s in (k, v) for d in [_sizes(s)]]
-            layer.update(*new)
-            out += [(tuple(layer.keys.shape), layer.keys.dtype),
-                    (tuple(layer.values.shape), layer.values.dtype)]
-        return out
+        return _hf_cache_after(step, model, prefill, tokens)
     # the model's own answer for that many tokens, run eagerly without allocating
     with torch.no_grad(), _fake_for(model) as device:
         out = step(torch.zeros((batch, tokens), dtype=torch.int64, device=device))
     return [(tuple(t.shape), t.dtype) for t in out[1:]]
 
 
-def _pairs(names, graph: Graph) -> list[tuple[TensorSpec, TensorSpec]]:
-    specs = [graph.values[n].spec for n in names]
-    return list(zip(specs[0::2], specs[1::2]))
+def _hf_cache_after(step, model, prefill: Graph, tokens: int) -> list:
+    """(shape, dtype) of each tensor a transformers cache holds after ``tokens`` tokens: an
+    attention layer's keys and values as its own ``update`` keeps them (a sliding window its
+    last W − 1), a linear-attention layer's states as the prefill left them (their size does
+    not change with the context)."""
+    from transformers import DynamicCache
+
+    layers: list[Any] = DynamicCache(config=model.config).layers
+    specs = iter(prefill.values[n].spec for n in prefill.outputs[1:])
+    out = []
+    for layer, own in zip(layers, step.record.layers):
+        given = [next(specs) for _ in own]
+        if ("keys", 0) not in own:
+            out += [(_sizes(s), _dtype(s.dtype)) for s in given]
+            continue
+        states, (k, v) = given[:-2], given[-2:]
+        out += [(_sizes(s), _dtype(s.dtype)) for s in states]
+        new = [torch.empty((*d[:-2], tokens, d[-1]), dtype=_dtype(s.dtype), device="meta")
+               for s in (k, v) for d in [_sizes(s)]]
+        layer.update(*new)
+        out += [(tuple(layer.keys.shape), layer.keys.dtype),
+                (tuple(layer.values.shape), layer.values.dtype)]
+    return out
 
 
 def _sizes(spec: TensorSpec) -> tuple[int, ...]:
