@@ -366,6 +366,31 @@ def test_recurrent_states_are_the_cache_transformers_keeps(name):
     assert any("recurrent layers (Mamba, linear attention)" in w for w in r.warnings)
 
 
+def test_a_hybrid_stack_grown_from_three_periods_equals_its_full_trace():
+    """Qwen 3.5's layers repeat every 4 (3 gated delta nets, then attention): 12 traced as
+    3 periods, the middle one repeated (repeat_layers.py). Its first layer's token counter
+    was read for the positions (the model's own, without position_ids) and no period was
+    like the others: traced whole. The positions are given as generate gives them."""
+    import transformers
+    config = transformers.Qwen3_5TextConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+        num_hidden_layers=16, linear_num_value_heads=4, linear_num_key_heads=2,
+        linear_key_head_dim=16, linear_value_head_dim=16)
+    with torch.device("meta"):
+        model = transformers.Qwen3_5ForCausalLM(config)
+    ids = torch.zeros(2, 16, dtype=torch.int64, device="meta")
+    grown, whole = (analyze(model, example_inputs=(ids,), serve={"prompt": 16, "generate": 4},
+                            all_layers=every).serving for every in (False, True))
+    assert grown is not None and whole is not None
+    assert grown.traced_layers is not None and "repeated" in grown.traced_layers
+    assert whole.traced_layers is None
+    for field in ("kv_cache_bytes", "weight_bytes", "reserved_peak_bytes"):
+        assert getattr(grown, field) == getattr(whole, field), field
+    assert (grown.prefill.macs, grown.prefill.peak_bytes, grown.decode.peak_bytes) == \
+        (whole.prefill.macs, whole.prefill.peak_bytes, whole.decode.peak_bytes)
+
+
 def test_a_recurrent_state_by_hand_and_a_decode_step_without_a_mask():
     s = analyze(_recurrent("mamba"), example_inputs=(torch.zeros(2, 16, dtype=torch.int64),),
                 serve={"prompt": 16, "generate": 4}).serving

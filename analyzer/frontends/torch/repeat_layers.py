@@ -32,7 +32,7 @@ from types import MappingProxyType
 
 import torch
 
-from ....passes.ir import Graph, Node, Value
+from ....passes.ir import Graph, Node, Value, ValueKind
 from .capture import TraceFailure
 from .layer_stack import (
     REPEAT_AT,
@@ -108,7 +108,8 @@ def _preludes(graph: Graph, prefix: str) -> dict[int, int]:
         read = {layer[r] for o in node.outputs if o for r in readers.get(o, ())}
         if len(read) == 1 and None not in read and all(
                 graph.values[x].producer is None and readers[x] == {i}
-                for x in node.inputs if x):
+                and graph.values[x].kind == ValueKind.CONST   # (a constant's clone: not the
+                for x in node.inputs if x):                     # embedding of the ids)
             out[i] = read.pop()
     counts = {k: list(out.values()).count(k) for k in range(TRACED)}
     # each layer its own (else it is no prelude: the embedding only the first layer reads)

@@ -104,6 +104,10 @@ class HFStep(torch.nn.Module):
         self.model = model
         # (an object of its own: torch.export puts a module's containers back after a trace)
         self.record = SlotRecord()
+        self.recurrent = bool(_recurrent_count(model))
+
+    def _positions(self, input_ids: torch.Tensor, past: int) -> dict:
+        return _positions_of(self, input_ids, past)
 
     def forward(self, input_ids, attention_mask, *flat):
         past = attention_mask.shape[1] - input_ids.shape[1]
@@ -115,28 +119,43 @@ class HFStep(torch.nn.Module):
         # would broadcast each recurrent state's input over every position
         mask = None if flat and not any(("keys", 0) in own for own in slots) else attention_mask
         out = self.model(input_ids=input_ids, attention_mask=mask, use_cache=True,
-                         **{hf_cache_kwarg(self.model): cache})
+                         **{hf_cache_kwarg(self.model): cache}, **self._positions(input_ids, past))
         layers = hf_cache_out(out).layers
         self.record.layers = slots = [slots_of(layer) for layer in layers]
         return (out.logits, *[tensor_in(layer, slot) for layer, own in zip(layers, slots)
                               for slot in own])
 
 
-def _recurrent_note(model) -> list[str]:
-    """The report's line where the model's cache holds recurrent states (hf_cache_slots.py:
-    its linear-attention layers)."""
+def _recurrent_count(model) -> int:
+    """How many of the model's cache layers hold recurrent states (hf_cache_slots.py: its
+    linear-attention layers)."""
     from transformers import DynamicCache
     try:
         layers = DynamicCache(config=model.config).layers
-    except Exception:  # noqa: BLE001 - a config its cache cannot read: the trace said so
-        return []
-    count = sum(hasattr(layer, "conv_states") for layer in layers)
+    except Exception:  # noqa: BLE001 - a config its cache cannot read: the trace says so
+        return 0
+    return sum(hasattr(layer, "conv_states") for layer in layers)
+
+
+def _recurrent_note(model) -> list[str]:
+    """The report's line where the model's cache holds recurrent states."""
+    count = _recurrent_count(model)
     if not count:
         return []
     return [f"{count} recurrent layers (Mamba, linear attention): their states are part of the "
             "cache, a fixed size a sequence; traced through transformers' PyTorch path (a "
             "chunked or sequential scan), whose prefill time and working memory are not a "
             "fused kernel's (vLLM's)"]
+
+
+def _positions_of(step: HFStep, input_ids: torch.Tensor, past: int) -> dict:
+    """The step's token positions, given as generate gives them, where the cache holds
+    recurrent states: the model would read them off its first layer's token counter, a
+    value no other layer reads, and its repeated layers could not be grown (repeat_layers.py)."""
+    if not step.recurrent or "position_ids" not in inspect.signature(step.model.forward).parameters:
+        return {}
+    return {"position_ids": torch.arange(past, past + input_ids.shape[1],
+                                         device=input_ids.device).unsqueeze(0)}
 
 
 class KVStep(torch.nn.Module):
