@@ -304,24 +304,47 @@ def test_latent_attention_keeps_its_down_projections_and_cache_whole_as_vllm_doe
         (5 * 4_096, 2_048, 6)
 
 
-def test_linear_attention_is_refused_for_serving_over_tensor_parallelism():
-    """Qwen3-Next's gated delta-net projections are gathered by transformers' plan and split
-    by vLLM its own way, which graphcost does not model: one line, before any trace."""
+def test_a_gated_delta_net_is_split_by_heads_as_vllm_splits_it():
+    """Qwen 3.5's and Qwen3-Next's linear attention (frontends/torch/tp_linear_attention.py):
+    transformers' plan gathers its projections for training, vLLM splits them by heads — it
+    was refused. Each rank 1/T of the key and value heads: their projections' rows, the
+    convolution's channels, A_log and dt_bias, its recurrent and convolution states; the
+    head-wise norm whole; out_proj row-parallel."""
     import torch
     import transformers
 
-    config = transformers.Qwen3NextConfig(
-        vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
-        shared_expert_intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, linear_num_value_heads=4, linear_num_key_heads=2,
-        linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
-        num_experts_per_tok=2, max_position_embeddings=128, use_cache=False)
-    model = transformers.Qwen3NextForCausalLM(config)
-    with pytest.raises(GraphcostError, match="in_proj_qkvz .'colwise_gather_output' in "
-                                             "transformers' plan.*a serving engine .vLLM. "
-                                             "shards these its own way"):
-        analyze(model, example_inputs=(torch.zeros(1, 16, dtype=torch.int64),),
-                serve={"prompt": 16, "generate": 4}, parallel={"mesh": "tp=2"})
+    config = transformers.Qwen3_5TextConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_value_heads=4,
+        linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+        max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = transformers.Qwen3_5ForCausalLM(config)
+    ids = torch.zeros(2, 16, dtype=torch.int64)
+    one, two = (analyze(model, example_inputs=(ids,), serve={"prompt": 16, "generate": 4},
+                        parallel={"mesh": f"tp={tp}"} if tp > 1 else None).serving
+                for tp in (1, 2))
+    assert one is not None and two is not None
+    # fp32, 16 B of rotary buffers. A linear-attention layer (key dim 2 · 16, value dim
+    # 4 · 16, q/k/v channels 128): in_proj_qkv 64 · 128, z 64 · 64, b and a 64 · 4 each,
+    # the convolution 128 · 4, dt_bias and A_log 4 each, the norm 16, out_proj 64 · 64:
+    # 17,432; a rank of 2 8,724 (the norm whole). The attention layer (q with its gate 128
+    # rows, k, v 32, o, q/k norms 16): 16,416, a rank 8,224. An MLP 3 · 64 · 128, a rank
+    # half; layer norms 128. Embedding and head 2 · 512 · 64, a rank half; final norm 64
+    assert one.weight_bytes == (3 * (17_432 + 24_576 + 128) + 16_416 + 24_576 + 128
+                                + 65_536 + 64) * 4 + 16
+    assert two.weight_bytes == (3 * (8_724 + 12_288 + 128) + 8_224 + 12_288 + 128
+                                + 32_768 + 64) * 4 + 16
+    # the cache: each linear layer's convolution state (2, 128, 4) and recurrent state
+    # (2, 4, 16, 16), the attention layer's keys and values over 20 tokens; a rank's half
+    states = 3 * (2 * 128 * 4 + 2 * 4 * 16 * 16) * 4
+    assert one.kv_cache_bytes == states + 2 * 2 * 20 * 2 * 16 * 4 == 47_104
+    assert two.kv_cache_bytes == one.kv_cache_bytes // 2
+    # all-reduced a layer: the mixer's output (linear or attention) and the MLP's, the
+    # embedding's lookup: 9 of (2, 16, 64) fp32; the last positions' logits gathered
+    c = two.collectives
+    assert c is not None and (c.prefill_all_reduce_bytes, c.prefill_calls) == \
+        (9 * 2 * 16 * 64 * 4, 10)
 
 
 def test_the_prefill_computes_the_logits_of_the_last_position_alone():

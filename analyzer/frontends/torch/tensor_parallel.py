@@ -77,6 +77,7 @@ from .tp_heads import (
     local_head_parameters,
     mla_rope_reduced,
 )
+from .tp_linear_attention import shard_linear_attention
 from .tp_shards import ColwiseLinear, RowwiseLinear, VocabEmbedding, WholeNorm
 from .transformers_tp_plan import (
     beside_expert_parallel,
@@ -138,8 +139,9 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
                              "modelled for torchtitan's sequence-parallel plan (its float8 "
                              "styles), not transformers' plan or a serving engine's")
     towers = _whole_towers(model, group) if serving else ((), ())
-    if serving:   # (vLLM's FusedMoE: each expert's intermediate split, the output summed)
-        shard_experts(model, group)
+    if serving:   # (vLLM's FusedMoE: each expert's intermediate split, the output summed;
+        shard_experts(model, group)              # its gated delta nets split by heads)
+        shard_linear_attention(model, group)
     parents, whole_heads = _shard_blocks(model, group, sequence, not serving, (tokens, head))
     _whole_norms(model, parents, group, gathered=serving)
     local_configs(parents, group)
@@ -283,7 +285,8 @@ def _shard_blocks(model: torch.nn.Module, group: int, sequence: bool, gathers: b
     for name, child in list(model.named_modules()):
         for leaf, linear in list(child.named_children()):
             path = f"{name}.{leaf}" if name else leaf
-            if not isinstance(linear, torch.nn.Linear) or linear in vocab:
+            if not isinstance(linear, torch.nn.Linear) or linear in vocab or \
+                    isinstance(linear, SHARDED):   # (sharded already: a gated delta net's)
                 continue
             kind = style(path)
             if kind is None:
