@@ -64,8 +64,9 @@ def _rank_conv(conv: torch.nn.Conv1d, group: int) -> torch.nn.Conv1d:
     """A depthwise convolution over the rank's channels (1/``group`` of them)."""
     channels = conv.out_channels // group
     kernel = conv.kernel_size[0]
+    padding = conv.padding if isinstance(conv.padding, str) else conv.padding[0]
     rank = torch.nn.Conv1d(channels, channels, kernel, groups=channels,
-                           padding=conv.padding, bias=conv.bias is not None,
+                           padding=padding, bias=conv.bias is not None,
                            device=conv.weight.device, dtype=conv.weight.dtype)
     rank.weight.requires_grad_(conv.weight.requires_grad)
     setattr(rank, "tp_sharded", True)   # (tensor_parallel's check: not left whole)
