@@ -9,6 +9,7 @@ top-1, beside a shared expert of 128; 4 heads of 16, 2 key/value heads; vocab 51
 from __future__ import annotations
 
 import types
+from functools import cache
 
 import pytest
 import torch
@@ -60,6 +61,7 @@ def test_the_routed_flops_are_flop_counters():
     assert 2 * graph_macs == counter.get_total_flops()
 
 
+@cache
 def _serving(engine: str, tp: int = 1):
     return analyze("zoo:hf_llama4", batch=2, serve={**SERVE, "engine": engine},
                    parallel={"mesh": f"tp={tp}"} if tp > 1 else None)

@@ -367,16 +367,17 @@ def test_recurrent_states_are_the_cache_transformers_keeps(name):
 
 
 def test_a_hybrid_stack_grown_from_three_periods_equals_its_full_trace():
-    """Qwen 3.5's layers repeat every 4 (3 gated delta nets, then attention): 12 traced as
-    3 periods, the middle one repeated (repeat_layers.py). Its first layer's token counter
-    was read for the positions (the model's own, without position_ids) and no period was
-    like the others: traced whole. The positions are given as generate gives them."""
+    """Qwen 3.5's layers repeat (gated delta nets, then attention; here every 2): 6 traced
+    as 3 periods, the middle one repeated (repeat_layers.py). Its first layer's token
+    counter was read for the positions (the model's own, without position_ids) and no period
+    was like the others: traced whole. The positions are given as generate gives them."""
     import transformers
     config = transformers.Qwen3_5TextConfig(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-        num_hidden_layers=16, linear_num_value_heads=4, linear_num_key_heads=2,
-        linear_key_head_dim=16, linear_value_head_dim=16)
+        num_hidden_layers=8, layer_types=["linear_attention", "full_attention"] * 4,
+        linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
+        linear_value_head_dim=16)
     with torch.device("meta"):
         model = transformers.Qwen3_5ForCausalLM(config)
     ids = torch.zeros(2, 16, dtype=torch.int64, device="meta")
