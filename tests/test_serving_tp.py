@@ -344,6 +344,33 @@ def test_a_gated_delta_net_is_split_by_heads_as_vllm_splits_it():
         (9 * 2 * 16 * 64 * 4, 10)
 
 
+def test_qwen3_next_replicates_its_key_value_heads_beside_a_gated_query():
+    """Qwen3-Next's q_proj holds a gate beside each head's queries (twice the heads' width):
+    with fewer key/value heads than ranks each rank pairs its query heads (the config's,
+    not the projection's width / head_dim) with one replicated head (a trace failure:
+    "Attempting to broadcast a dimension of length 4"). Its gated delta nets split as Qwen
+    3.5's; its experts as Mixtral's."""
+    import torch
+    import transformers
+
+    config = transformers.Qwen3NextConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=64,
+        shared_expert_intermediate_size=64, num_hidden_layers=4, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=16, linear_num_value_heads=8, linear_num_key_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=128)
+    model = transformers.Qwen3NextForCausalLM(config)
+    s = analyze(model, example_inputs=(torch.zeros(1, 16, dtype=torch.int64),),
+                serve={"prompt": 16, "generate": 4}, parallel={"mesh": "tp=4"}).serving
+    assert s is not None
+    # a token adds to the one attention layer (of 4) its rank's one key and one value head
+    # of 16 fp32; the 3 gated delta nets' states on a rank of 4: convolution (1, (2 · 4 ·
+    # 16 + 8 · 16) / 4, 4) and recurrent (1, 8 / 4, 16, 16)
+    assert s.kv_bytes_per_token == 2 * 16 * 4
+    states = 3 * (256 // 4 * 4 + 2 * 16 * 16) * 4
+    assert s.kv_cache_bytes == states + 20 * 2 * 16 * 4
+
+
 def test_the_prefill_computes_the_logits_of_the_last_position_alone():
     every = _serving(2, serve={"logits": "all"}).collectives
     eager, vllm = _serving(2).collectives, _serving(2, serve={"engine": "vllm"}).collectives

@@ -120,7 +120,11 @@ def kv_rows(attention: torch.nn.Module, path: str, linear: torch.nn.Linear, grou
     query = getattr(attention, "q_proj", None)
     if isinstance(query, torch.nn.Linear):   # (sharded already or not: its whole width)
         full = query.full_out if isinstance(query, ColwiseLinear) else query.out_features
-        _one_head_each(attention, heads, full // head_dim // group)
+        # (the config's query heads where it says them: Qwen3-Next's q_proj holds a gate
+        # beside each head's queries, twice the heads' width)
+        queries = getattr(getattr(attention, "config", None), "num_attention_heads", None)
+        queries = queries if isinstance(queries, int) else full // head_dim
+        _one_head_each(attention, heads, queries // group)
     return head_dim
 
 
