@@ -371,6 +371,42 @@ def test_qwen3_next_replicates_its_key_value_heads_beside_a_gated_query():
     assert s.kv_cache_bytes == states + 20 * 2 * 16 * 4
 
 
+def test_a_mamba2_mixer_is_split_by_heads_as_vllm_splits_it():
+    """Bamba's (Granite 4.0-H's, Nemotron-H's, Falcon-H1's) Mamba 2 mixer (frontends/torch/
+    tp_mamba.py), which transformers' plans leave out — it was refused: each rank its share
+    of the heads, one group of B and C replicated on each rank (fewer groups than ranks),
+    the gated norm over the whole width by an all-reduce of each token's sum of squares."""
+    import torch
+    import transformers
+
+    config = transformers.BambaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=8, mamba_d_head=16,
+        mamba_d_state=16, mamba_n_groups=1, mamba_expand=2, attn_layer_indices=[1],
+        max_position_embeddings=128)
+    torch.manual_seed(0)
+    model = transformers.BambaForCausalLM(config)
+    two = analyze(model, example_inputs=(torch.zeros(2, 16, dtype=torch.int64),),
+                  serve={"prompt": 16, "generate": 4}, parallel={"mesh": "tp=2"}).serving
+    assert two is not None
+    # fp32, 32 B of rotary buffers; one GPU 155,384 parameters. Layer 0's mixer (inner
+    # 128, 8 heads of 16, 1 group, state 16) on a rank of 2: in_proj z, x 64 each, B, C 16
+    # each, dt 4 rows of 64 (10,496), the convolution's 96 channels of 4 and their biases
+    # (480), A_log, D, dt_bias 4 each, the norm 64, out_proj 64 · 64: 15,148; its MLP half
+    # of 3 · 128 · 64, norms 128. Layer 1's attention q, o 32 · 64, k, v 16 · 64 (6,144);
+    # its MLP; norms. The vocabulary's rows 2 · 256 · 64; final norm 64
+    assert two.weight_bytes == (32_768 + 15_148 + 12_288 + 128 + 6_144 + 12_288 + 128
+                                + 64) * 4 + 32
+    # the mixer's convolution state (2, 96, 4) and SSM state (2, 4, 16, 16); the attention's
+    # one key/value head of 16 over 20 tokens
+    assert two.kv_cache_bytes == (2 * 96 * 4 + 2 * 4 * 16 * 16) * 4 + 2 * 20 * 16 * 2 * 4
+    # all-reduced: the embedding's lookup, the mixer's and attention's outputs, 2 MLPs'
+    # (2 · 16 · 64 fp32 each), the norm's sums of squares (2 · 16 fp32); the logits gathered
+    c = two.collectives
+    assert c is not None and (c.prefill_all_reduce_bytes, c.prefill_calls) == \
+        (5 * 2 * 16 * 64 * 4 + 2 * 16 * 4, 7)
+
+
 def test_the_prefill_computes_the_logits_of_the_last_position_alone():
     every = _serving(2, serve={"logits": "all"}).collectives
     eager, vllm = _serving(2).collectives, _serving(2, serve={"engine": "vllm"}).collectives

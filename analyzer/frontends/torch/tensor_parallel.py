@@ -78,6 +78,7 @@ from .tp_heads import (
     mla_rope_reduced,
 )
 from .tp_linear_attention import shard_linear_attention
+from .tp_mamba import shard_mamba
 from .tp_shards import ColwiseLinear, RowwiseLinear, VocabEmbedding, WholeNorm
 from .transformers_tp_plan import (
     beside_expert_parallel,
@@ -139,9 +140,11 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
                              "modelled for torchtitan's sequence-parallel plan (its float8 "
                              "styles), not transformers' plan or a serving engine's")
     towers = _whole_towers(model, group) if serving else ((), ())
+    mixers: set[str] = set()
     if serving:   # (vLLM's FusedMoE: each expert's intermediate split, the output summed;
-        shard_experts(model, group)              # its gated delta nets split by heads)
+        shard_experts(model, group)              # its recurrent mixers split by heads)
         shard_linear_attention(model, group)
+        mixers = shard_mamba(model, group)
     parents, whole_heads = _shard_blocks(model, group, sequence, not serving, (tokens, head))
     _whole_norms(model, parents, group, gathered=serving)
     local_configs(parents, group)
@@ -169,7 +172,7 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         model.set_submodule(names[id(head)], sharded)
         if tied and table is not None:   # both shard the table's rows: one shard, re-tied
             sharded.weight = table.weight   # (as torchtitan re-ties them after parallelizing)
-    local_head_counts(model, group, whole_heads | set(towers[0]))
+    local_head_counts(model, group, whole_heads | set(towers[0]) | mixers)
     local_head_parameters(parents, group)
     if not serving:
         mla_rope_reduced(model, group)

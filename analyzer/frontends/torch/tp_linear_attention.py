@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .tp_heads import divides
-from .tp_shards import ColwiseLinear, RowwiseLinear
+from .tp_shards import ColwiseLinear, RowwiseLinear, rank_conv
 
 HEADS = ("num_k_heads", "num_v_heads")
 WIDTHS = ("key_dim", "value_dim", "conv_dim")
@@ -52,22 +52,10 @@ def shard_linear_attention(model: torch.nn.Module, group: int) -> None:
             if isinstance(linear, torch.nn.Linear):
                 setattr(net, leaf, ColwiseLinear(linear, group))
         net.out_proj = RowwiseLinear(getattr(net, "out_proj"), group)
-        net.conv1d = _rank_conv(getattr(net, "conv1d"), group)
+        conv: torch.nn.Conv1d = getattr(net, "conv1d")
+        net.conv1d = rank_conv(conv, conv.out_channels // group)
         for attr in ("A_log", "dt_bias"):
             p = getattr(net, attr, None)
             if isinstance(p, torch.Tensor):
                 setattr(net, attr, torch.nn.Parameter(
                     p.detach()[:p.shape[0] // group].clone(), p.requires_grad))
-
-
-def _rank_conv(conv: torch.nn.Conv1d, group: int) -> torch.nn.Conv1d:
-    """A depthwise convolution over the rank's channels (1/``group`` of them)."""
-    channels = conv.out_channels // group
-    kernel = conv.kernel_size[0]
-    padding = conv.padding if isinstance(conv.padding, str) else conv.padding[0]
-    rank = torch.nn.Conv1d(channels, channels, kernel, groups=channels,
-                           padding=padding, bias=conv.bias is not None,
-                           device=conv.weight.device, dtype=conv.weight.dtype)
-    rank.weight.requires_grad_(conv.weight.requires_grad)
-    setattr(rank, "tp_sharded", True)   # (tensor_parallel's check: not left whole)
-    return rank

@@ -116,3 +116,15 @@ def _reduced(x: torch.Tensor, group: int, scatter_seq: bool) -> torch.Tensor:
 def _same_grad(new: torch.nn.Module, base: torch.nn.Module) -> None:
     for (_, p), (_, q) in zip(new.named_parameters(), base.named_parameters()):
         p.requires_grad_(q.requires_grad)
+
+
+def rank_conv(conv: torch.nn.Conv1d, channels: int) -> torch.nn.Conv1d:
+    """A depthwise convolution over a rank's ``channels`` (a gated delta net's, a Mamba
+    mixer's short convolution split by channel), marked sharded for tensor_parallel's check."""
+    padding = conv.padding if isinstance(conv.padding, str) else conv.padding[0]
+    rank = torch.nn.Conv1d(channels, channels, conv.kernel_size[0], groups=channels,
+                           padding=padding, bias=conv.bias is not None,
+                           device=conv.weight.device, dtype=conv.weight.dtype)
+    rank.weight.requires_grad_(conv.weight.requires_grad)
+    setattr(rank, "tp_sharded", True)
+    return rank

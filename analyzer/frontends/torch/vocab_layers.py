@@ -38,10 +38,12 @@ def outside_text(model: torch.nn.Module) -> Callable[[str], bool]:
     """Whether a module of ``model`` (by name) is outside its text model — the module holding
     the token embedding: a vision tower or a projector beside it (Llama 4's, LLaVA's). Nothing
     is, where the embedding is the model's own child (or there is none)."""
-    tokens, _ = vocab_layers(model)
-    name = next((n for n, m in model.named_modules() if m is tokens), "")
-    root = name.rpartition(".")[0]
-    return lambda path: bool(root) and not path.startswith(root + ".")
+    tokens, head = vocab_layers(model)
+    names = {id(m): n for n, m in model.named_modules()}
+    root = names.get(id(tokens), "").rpartition(".")[0]
+    own = names.get(id(head), "") or "\0"   # (the head beside it is the text model's)
+    return lambda path: bool(root) and not path.startswith(root + ".") and \
+        path != own and not path.startswith(own + ".")
 
 
 def _got(model: torch.nn.Module, getter: str):

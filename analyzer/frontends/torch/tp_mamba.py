@@ -1,0 +1,111 @@
+"""A Mamba 2 mixer (Bamba's, Granite 4.0-H's, Nemotron-H's, Falcon-H1's) as a serving engine's
+tensor-parallel rank holds it: vLLM's ``MambaMixer2`` (vllm/model_executor/layers/mamba/
+mamba_mixer2.py) splits it by heads —
+
+* ``in_proj`` column-parallel, each part split: the gate z and the inputs x (I/T each), the
+  groups' B and C (G/T groups each — or, with fewer groups than ranks, one group a rank,
+  replicated: vLLM's ``extra_groups_for_head_shards``), dt (H/T heads);
+* the convolution over x, B and C split with them, ``A_log``, ``D`` and ``dt_bias`` per head;
+* the gated RMS norm over each group: on the rank's groups where they split; over the whole
+  intermediate width where one group spans the ranks — each rank's sum of squares all-reduced
+  (vLLM's ``Mixer2RMSNormGated``: one all-reduce of a value a token and layer);
+* ``out_proj`` row-parallel, its output all-reduced;
+* the convolution and SSM states of the rank's channels and heads (the cache, made by the
+  model's own code from the rank's tensors).
+
+transformers' plans leave these mixers out (no split): they were refused. Derived from vLLM's
+code, not measured (it runs no model on this CPU); checked by hand arithmetic
+(tests/test_serving_tp.py). A mixer laid out otherwise is refused by name.
+"""
+from __future__ import annotations
+
+import torch
+
+from ....passes.errors import GraphcostError, opt
+from .tp_collectives import tp_all_reduce
+from .tp_heads import divides
+from .tp_shards import ColwiseLinear, RowwiseLinear, rank_conv
+
+SIZES = ("intermediate_size", "conv_dim", "num_heads", "n_groups", "ssm_state_size", "head_dim")
+
+
+def mamba2_mixers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The modules of ``model`` that are transformers' Mamba 2 mixers (their sizes, input and
+    output projections, convolution and per-head parameters as Bamba's)."""
+    return [(n, m) for n, m in model.named_modules()
+            if all(isinstance(getattr(m, a, None), int) for a in SIZES)
+            and isinstance(getattr(m, "in_proj", None), torch.nn.Linear)
+            and isinstance(getattr(m, "conv1d", None), torch.nn.Conv1d)
+            and isinstance(getattr(m, "out_proj", None), torch.nn.Linear)
+            and isinstance(getattr(m, "A_log", None), torch.Tensor)]
+
+
+def shard_mamba(model: torch.nn.Module, group: int) -> set[str]:
+    """``model``'s Mamba 2 mixers cut to one of ``group`` ranks' share, in place; their names
+    (their head counts told the rank's here: not to be divided again)."""
+    found = mamba2_mixers(model)
+    for name, mixer in found:
+        inner, heads, groups, state = (getattr(mixer, a) for a in (
+            "intermediate_size", "num_heads", "n_groups", "ssm_state_size"))
+        in_proj: torch.nn.Linear = getattr(mixer, "in_proj")
+        if in_proj.out_features != 2 * inner + 2 * groups * state + heads:
+            raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: {name}'s in_proj "
+                                 f"({in_proj.out_features:,} features) is not z, x, B, C and "
+                                 "dt as vLLM's MambaMixer2 splits them; not modelled")
+        divides(f"{name}.num_heads", heads, group)
+        if groups % group and group % groups:
+            divides(f"{name}.n_groups", groups, group)
+        local = max(groups // group, 1)   # (fewer groups than ranks: one a rank, replicated)
+        rows = 2 * (inner // group) + 2 * local * state + heads // group
+        mixer.in_proj = ColwiseLinear(in_proj, group, rows=rows)
+        _scaled(mixer, in_proj.out_features, rows)
+        mixer.conv1d = rank_conv(getattr(mixer, "conv1d"), inner // group + 2 * local * state)
+        for attr in ("A_log", "D", "dt_bias"):
+            _cut(mixer, attr, heads // group)
+        norm = getattr(mixer, "norm", None)
+        if isinstance(getattr(norm, "weight", None), torch.Tensor):   # (none: Falcon-H1's
+            assert isinstance(norm, torch.nn.Module)                   # Identity, no norm)
+            mixer.norm = SummedVarianceNorm(norm, group, inner) if groups < group else norm
+            if groups >= group:
+                _cut(norm, "weight", inner // group)
+        mixer.out_proj = RowwiseLinear(getattr(mixer, "out_proj"), group)
+        mixer.intermediate_size, mixer.num_heads, mixer.n_groups = \
+            inner // group, heads // group, local
+        mixer.conv_dim = inner // group + 2 * local * state
+    return {name for name, _ in found}
+
+
+class SummedVarianceNorm(torch.nn.Module):
+    """A gated RMS norm over the whole intermediate width (one group) on a rank's slice of it:
+    the gate applied, each token's sum of squares all-reduced over the ranks, then normalized
+    — vLLM's ``Mixer2RMSNormGated`` with one group over several ranks."""
+
+    def __init__(self, norm: torch.nn.Module, group: int, width: int) -> None:
+        super().__init__()
+        weight: torch.Tensor = getattr(norm, "weight")
+        self.weight = torch.nn.Parameter(weight.detach()[:width // group].clone(),
+                                         weight.requires_grad)
+        self.eps: float = getattr(norm, "variance_epsilon", 1e-6)
+        self.group, self.width = group, width
+
+    def forward(self, hidden_states: torch.Tensor, gate: torch.Tensor | None = None):
+        dtype = hidden_states.dtype
+        h = hidden_states.float()
+        if gate is not None:
+            h = h * torch.nn.functional.silu(gate.float())
+        squares = tp_all_reduce(h.pow(2).sum(-1, keepdim=True), self.group)
+        h = h * torch.rsqrt(squares / self.width + self.eps)
+        return self.weight * h.to(dtype)
+
+
+def _cut(module: torch.nn.Module, name: str, size: int) -> None:
+    p = getattr(module, name, None)
+    if isinstance(p, torch.nn.Parameter):
+        setattr(module, name, torch.nn.Parameter(p.detach()[:size].clone(), p.requires_grad))
+
+
+def _scaled(mixer: torch.nn.Module, full: int, rows: int) -> None:
+    """A per-feature scale of the projection (Falcon-H1's ``mup_vector``) cut to its rows."""
+    scale = getattr(mixer, "mup_vector", None)
+    if isinstance(scale, torch.Tensor) and scale.shape[-1] == full:
+        mixer.register_buffer("mup_vector", scale[..., :rows].clone(), persistent=False)
