@@ -107,7 +107,15 @@ class HFStep(torch.nn.Module):
         self.recurrent = bool(_recurrent_count(model))
 
     def _positions(self, input_ids: torch.Tensor, past: int) -> dict:
-        return _positions_of(self, input_ids, past)
+        """The step's token positions, given as generate gives them, where the cache holds
+        recurrent states: the model would read them off its first layer's token counter, a
+        value no other layer reads, and its repeated layers could not be grown
+        (repeat_layers.py)."""
+        if not self.recurrent or \
+                "position_ids" not in inspect.signature(self.model.forward).parameters:
+            return {}
+        return {"position_ids": torch.arange(past, past + input_ids.shape[1],
+                                             device=input_ids.device).unsqueeze(0)}
 
     def forward(self, input_ids, attention_mask, *flat):
         past = attention_mask.shape[1] - input_ids.shape[1]
@@ -146,16 +154,6 @@ def _recurrent_note(model) -> list[str]:
             "cache, a fixed size a sequence; traced through transformers' PyTorch path (a "
             "chunked or sequential scan), whose prefill time and working memory are not a "
             "fused kernel's (vLLM's)"]
-
-
-def _positions_of(step: HFStep, input_ids: torch.Tensor, past: int) -> dict:
-    """The step's token positions, given as generate gives them, where the cache holds
-    recurrent states: the model would read them off its first layer's token counter, a
-    value no other layer reads, and its repeated layers could not be grown (repeat_layers.py)."""
-    if not step.recurrent or "position_ids" not in inspect.signature(step.model.forward).parameters:
-        return {}
-    return {"position_ids": torch.arange(past, past + input_ids.shape[1],
-                                         device=input_ids.device).unsqueeze(0)}
 
 
 class KVStep(torch.nn.Module):

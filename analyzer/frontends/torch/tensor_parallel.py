@@ -345,6 +345,8 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
         return named
     style = planned_style(model, plan)
     kept = ("colwise", "rowwise", *(GATHERED if gathers else ()))
+    if gathers:   # (a training plan's: transformers' styles as they are)
+        return lambda name: s if (s := style(name)) in kept else None
     outside, sharded = tower_plan(model, style)
 
     def serving(name: str) -> str | None:
@@ -360,4 +362,4 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
         if outside(name):   # a vision tower and its projector, as vLLM's encoders hold them
             return encoder_style(s, leaf) if sharded else None
         return named(name) if s is None else s if s in kept else None
-    return serving if not gathers else lambda name: s if (s := style(name)) in kept else None
+    return serving
