@@ -32,6 +32,7 @@ from ..frontends.torch.grouped_experts import (
     grouped_experts,
     hold_experts,
     scaled_rows,
+    sorted_by_expert,
     stacked_experts,
 )
 from ..frontends.torch.routed_llama4 import routed
@@ -67,10 +68,7 @@ class DispatchedExperts(torch.nn.Module):
 
     def _dispatched(self, x: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
-        k = top_k_index.shape[-1]
-        order = torch.argsort(top_k_index.reshape(-1), stable=True)
-        scores = top_k_weights.reshape(-1)[order]
-        tokens = order // k
+        _, scores, tokens = sorted_by_expert(top_k_index, top_k_weights)
         before = getattr(self.__dict__["layout"], "score_before_experts", False)
         routed = scaled_rows(x[tokens], scores) if before else x[tokens]
         counts = torch.bincount(top_k_index.reshape(-1), minlength=self.num_experts)

@@ -41,7 +41,13 @@ import torch
 
 from ....passes.errors import GraphcostError, opt
 from .ep_collectives import ep_all_to_all
-from .grouped_experts import grouped_experts, hold_experts, scaled_rows, stacked_experts
+from .grouped_experts import (
+    grouped_experts,
+    hold_experts,
+    scaled_rows,
+    sorted_by_expert,
+    stacked_experts,
+)
 from .tp_collectives import tp_all_reduce, tp_copy
 
 
@@ -74,10 +80,7 @@ class ExpertParallelRank(torch.nn.Module):
 
     def _dispatched(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                     top_k_weights: torch.Tensor) -> torch.Tensor:
-        top_k = top_k_index.shape[-1]
-        order = torch.argsort(top_k_index.reshape(-1), stable=True)
-        scores = top_k_weights.reshape(-1)[order]
-        token_of_row = order // top_k
+        _, scores, token_of_row = sorted_by_expert(top_k_index, top_k_weights)
         before = getattr(self.__dict__["layout"], "score_before_experts", False)
         sent = hidden_states[token_of_row]
         received = ep_all_to_all(scaled_rows(sent, scores) if before else sent, self.group)

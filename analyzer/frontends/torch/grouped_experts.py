@@ -97,3 +97,12 @@ def scaled_rows(rows: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """Routed rows scaled by their routing scores in fp32, kept in their own dtype (as
     torchtitan scales them: after the experts, or before them with ``score_before_experts``)."""
     return (rows.float() * scores.reshape(-1, 1)).to(rows.dtype)
+
+
+def sorted_by_expert(top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+    """The token–expert pairs sorted by expert (a stable sort, as torchtitan's and
+    transformers' grouped paths sort them): (each row's expert, its routing score, its
+    token)."""
+    order = torch.argsort(top_k_index.reshape(-1), stable=True)
+    return (top_k_index.reshape(-1)[order], top_k_weights.reshape(-1)[order],
+            order // top_k_index.shape[-1])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .grouped_experts import grouped_experts, layout_of, scaled_rows
+from .grouped_experts import grouped_experts, layout_of, scaled_rows, sorted_by_expert
 
 
 class RoutedExperts(torch.nn.Module):
@@ -48,11 +48,8 @@ class RoutedExperts(torch.nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
                 top_k_weights: torch.Tensor) -> torch.Tensor:
-        top_k = top_k_index.shape[-1]
-        order = torch.argsort(top_k_index.reshape(-1), stable=True)
-        expert_of_row = top_k_index.reshape(-1)[order]
-        token_of_row = order // top_k
-        rows = scaled_rows(hidden_states[token_of_row], top_k_weights.reshape(-1)[order])
+        expert_of_row, scores, token_of_row = sorted_by_expert(top_k_index, top_k_weights)
+        rows = scaled_rows(hidden_states[token_of_row], scores)
         counts = torch.histc(expert_of_row.float(), bins=self.num_experts, min=0,
                              max=self.num_experts - 1)
         offsets = torch.cumsum(counts, dim=0, dtype=torch.int32)
