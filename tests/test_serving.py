@@ -363,7 +363,8 @@ def test_recurrent_states_are_the_cache_transformers_keeps(name):
     assert s.prefill.kv_cache_bytes == real.prefill_cache_bytes
     assert s.kv_cache_bytes == real.after_bytes
     assert s.kv_bytes_per_token * 2 == real.after_bytes - real.before_bytes
-    assert any("recurrent layers (Mamba, linear attention)" in w for w in r.warnings)
+    assert any("recurrent layers: states of a fixed size in the cache" in w
+               for w in r.warnings)
 
 
 def test_a_hybrid_stack_grown_from_three_periods_equals_its_full_trace():

@@ -150,10 +150,8 @@ def _recurrent_note(model) -> list[str]:
     count = _recurrent_count(model)
     if not count:
         return []
-    return [f"{count} recurrent layers (Mamba, linear attention): their states are part of the "
-            "cache, a fixed size a sequence; traced through transformers' PyTorch path (a "
-            "chunked or sequential scan), whose prefill time and working memory are not a "
-            "fused kernel's (vLLM's)"]
+    return [f"{count} recurrent layers: states of a fixed size in the cache; prefill as "
+            "transformers' PyTorch scan, not a fused kernel"]
 
 
 class KVStep(torch.nn.Module):
