@@ -77,8 +77,7 @@ def _text_alone(r) -> tuple[str, ...]:
     config = getattr(r.module, "config", None) if r.kind == "torch" else None
     if getattr(config, "vision_config", None) is None:
         return ()
-    return ("text alone: the prompt is its tokens, no image's; the vision tower's weights are "
-            "held, the tower not run",)
+    return ("text alone: no image in the prompt; the vision tower held, not run",)
 
 
 def load_serving(model, example_inputs, *, batch: int | None, serve: ServeSpec,

@@ -63,6 +63,4 @@ def tower_note(model: torch.nn.Module, group: int, sharded: bool) -> tuple[str, 
     outside = outside_text(model)
     if sharded or not any(outside(n) for n, _ in model.named_parameters()):
         return ()
-    return (f"tp={group}: the vision tower held whole on every rank, as vLLM's encoder "
-            "data-parallel mode (mm_encoder_tp_mode 'data') holds it — graphcost does not "
-            "know this tower's split; vLLM's default shards it: fewer bytes a rank",)
+    return (f"tp={group}: vision tower whole on each rank (vLLM's 'data' encoder mode)",)
