@@ -104,7 +104,7 @@ class HFStep(torch.nn.Module):
         self.model = model
         # (an object of its own: torch.export puts a module's containers back after a trace)
         self.record = SlotRecord()
-        self.recurrent = bool(_recurrent_count(model))
+        self.recurrent = _recurrent_count(model)   # (its linear-attention cache layers)
 
     def _positions(self, input_ids: torch.Tensor, past: int) -> dict:
         """The step's token positions, given as generate gives them, where the cache holds
@@ -145,9 +145,8 @@ def _recurrent_count(model) -> int:
     return sum(hasattr(layer, "conv_states") for layer in layers)
 
 
-def _recurrent_note(model) -> list[str]:
-    """The report's line where the model's cache holds recurrent states."""
-    count = _recurrent_count(model)
+def _recurrent_note(count: int) -> list[str]:
+    """The report's line where ``count`` of the model's cache layers hold recurrent states."""
     if not count:
         return []
     return [f"{count} recurrent layers: states of a fixed size in the cache; prefill as "
@@ -196,7 +195,7 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes, \
             last_position(model) if last_logits else nullcontext():
         prefill, decode = _trace_both(step, model, kind, batch, prompt, generate, name, note)
-    notes += _recurrent_note(model) if kind == "hf" else []
+    notes += _recurrent_note(step.recurrent) if isinstance(step, HFStep) else []
     if notes:
         prefill = replace(prefill, warnings=prefill.warnings + tuple(notes))
     if stack is not None:

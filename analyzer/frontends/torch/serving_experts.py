@@ -8,8 +8,8 @@ stays whole on every rank (``ReplicatedLinear``). Each rank runs its slice on al
 tokens and the partial outputs are summed across the ranks (``reduce_results``: one
 all-reduce of the layer's output, a shared expert's partial sum added before it). Here
 transformers' stacked experts (3-D ``gate_up_proj`` and ``down_proj`` in any layout its
-experts interface describes: grouped_experts.py) are cut so — gpt-oss's interleaved gate and up columns in pairs, its gate-and-up biases with them — and
-their output all-reduced; the routing is traced as transformers' experts run it (the
+experts interface describes: grouped_experts.py) are cut so — gpt-oss's interleaved gate
+and up columns in pairs, its gate-and-up biases with them — and their output all-reduced; the routing is traced as transformers' experts run it (the
 kernels are vLLM's fused ones, whose scratch graphcost does not model). Derived from vLLM's
 code, not measured (vLLM's CUDA build installs on this CPU machine but runs no model here).
 """

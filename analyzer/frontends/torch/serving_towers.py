@@ -21,7 +21,7 @@ model_executor/models/mllama4.py, clip.py, llava.py), not measured.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -40,27 +40,37 @@ def encoder_style(style: str | None, leaf: str) -> str | None:
     return "colwise" if leaf in COLUMN else "rowwise" if leaf in ROW else None
 
 
-def tower_plan(model: torch.nn.Module, style: Callable[[str], str | None]
-               ) -> tuple[Callable[[str], bool], bool]:
-    """(whether a module, by name, is outside the text model; whether the tower is sharded —
-    ``weights`` mode: a style known for each of its linears — or held whole, ``data``)."""
+class Towers(NamedTuple):
+    """Whether a module (by name) is outside the text model, and whether its tower is
+    sharded (``weights`` mode: a style known for each of its linears) or held whole
+    (``data``)."""
+    outside: Callable[[str], bool]
+    sharded: bool
+
+
+def tower_plan(model: torch.nn.Module, style: Callable[[str], str | None]) -> Towers:
+    """``model``'s vision tower and projector, as a serving engine's ranks hold them."""
     outside = outside_text(model)
     linears = [n for n, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and outside(n)]
-    return outside, all(encoder_style(style(n), n.rsplit(".", 1)[-1]) for n in linears)
+    return Towers(outside, all(encoder_style(style(n), n.rsplit(".", 1)[-1])
+                               for n in linears))
 
 
-def held_whole(model: torch.nn.Module, name: str, sharded: bool) -> bool:
+def held_whole(model: torch.nn.Module, name: str, towers: Towers) -> bool:
     """Whether module ``name`` is part of a tower that every rank holds whole: a table of a
     sharded tower (its matrices not a linear's), any module of one held whole."""
     module = model.get_submodule(name) if name else model
-    return outside_text(model)(name) and \
-        (not sharded or not isinstance(module, torch.nn.Linear))
+    return towers.outside(name) and \
+        (not towers.sharded or not isinstance(module, torch.nn.Linear))
 
 
-def tower_note(model: torch.nn.Module, group: int, sharded: bool) -> tuple[str, ...]:
-    """The report's line for a tower held whole (``data`` mode), or none."""
-    outside = outside_text(model)
-    if sharded or not any(outside(n) for n, _ in model.named_parameters()):
-        return ()
-    return (f"tp={group}: vision tower whole on each rank (vLLM's 'data' encoder mode)",)
+def whole_towers(model: torch.nn.Module, group: int,
+                 towers: Towers) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the modules of a tower held whole — ``data`` mode —, whose head counts stay whole;
+    the report's line for it): nothing where the tower is sharded or there is none."""
+    held = () if towers.sharded else \
+        tuple(n for n, _ in model.named_modules() if n and towers.outside(n))
+    if not held:
+        return (), ()
+    return held, (f"tp={group}: vision tower whole on each rank (vLLM's 'data' encoder mode)",)

@@ -67,7 +67,7 @@ import torch
 from ....passes.errors import GraphcostError, opt
 from .float8_linears import float8_spec, gather_seq_in_float8
 from .serving_experts import is_router, shard_experts
-from .serving_towers import encoder_style, held_whole, tower_note, tower_plan
+from .serving_towers import Towers, encoder_style, held_whole, tower_plan, whole_towers
 from .tp_collectives import tp_gather_seq
 from .tp_heads import (
     divides,
@@ -139,7 +139,8 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         raise GraphcostError(f"{opt('float8')} beside {opt('parallel', value=f'tp={group}')}: "
                              "modelled for torchtitan's sequence-parallel plan (its float8 "
                              "styles), not transformers' plan or a serving engine's")
-    towers = _whole_towers(model, group) if serving else ((), ())
+    towers = tower_plan(model, planned_style(model)) if serving else None
+    held, tower_notes = whole_towers(model, group, towers) if towers else ((), ())
     mixers: set[str] = set()
     if serving:   # (vLLM's FusedMoE: each expert's intermediate split, the output summed;
         shard_experts(model, group)              # its recurrent mixers split by heads)
@@ -172,23 +173,13 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         model.set_submodule(names[id(head)], sharded)
         if tied and table is not None:   # both shard the table's rows: one shard, re-tied
             sharded.weight = table.weight   # (as torchtitan re-ties them after parallelizing)
-    local_head_counts(model, group, whole_heads | set(towers[0]) | mixers)
+    local_head_counts(model, group, whole_heads | set(held) | mixers)
     local_head_parameters(parents, group)
     if not serving:
         mla_rope_reduced(model, group)
-    kept = _all_sharded(model, group, serving)
+    kept = _all_sharded(model, group, serving, towers=towers)
     notes = (replicated_note(kept, group),) if kept else ()
-    return model, notes + _replicated_heads_note(model, group) + towers[1]
-
-
-def _whole_towers(model: torch.nn.Module, group: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the modules of a vision tower held whole, whose head counts stay whole; the report's
-    line for it) — serving_towers.py's ``data`` mode; nothing where the tower is sharded."""
-    outside, sharded = tower_plan(model, planned_style(model))
-    if sharded:
-        return (), ()
-    return (tuple(n for n, _ in model.named_modules() if outside(n)),
-            tower_note(model, group, sharded))
+    return model, notes + _replicated_heads_note(model, group) + tower_notes
 
 
 def _replicated_heads_note(model: torch.nn.Module, group: int) -> tuple[str, ...]:
@@ -233,7 +224,7 @@ def _whole_norms(model: torch.nn.Module, parents: list, group: int, *,
 
 
 def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
-                 vocab: tuple = ()) -> list[str]:
+                 vocab: tuple = (), towers: Towers | None = None) -> list[str]:
     """Refuse a model with matrices the plan does not shard (a fused projection, experts in
     a style not modelled): the engines that shard them do it by a plan graphcost does not
     model. A mixture of experts transformers' training plan leaves out stays whole, as it
@@ -248,8 +239,8 @@ def _all_sharded(model: torch.nn.Module, group: int, serving: bool = False,
     whole = [w for w in _unsharded(model, vocab) if w.rsplit(".", 1)[-1] not in LATENT]
     kept = replicated_experts(model, whole, style) if not serving and planned(model) else []
     if serving:   # (a router vLLM keeps whole beside its experts' slices; a tower's own
-        sharded = tower_plan(model, style)[1]                                     # tables)
-        kept = [w for w in whole if is_router(model, w) or held_whole(model, w, sharded)]
+        kept = [w for w in whole if is_router(model, w)                           # tables)
+                or towers is not None and held_whole(model, w, towers)]
     whole = [w for w in whole if w not in kept]
     if not whole:   # (no note of a router beside expert-parallel experts: they are split)
         return [] if serving else [k for k in kept if not beside_expert_parallel(model, k)]
@@ -347,7 +338,7 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
     kept = ("colwise", "rowwise", *(GATHERED if gathers else ()))
     if gathers:   # (a training plan's: transformers' styles as they are)
         return lambda name: s if (s := style(name)) in kept else None
-    outside, sharded = tower_plan(model, style)
+    towers = tower_plan(model, style)
 
     def serving(name: str) -> str | None:
         # a serving engine's plan: a linear transformers' plan leaves out but named as
@@ -359,7 +350,7 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
             return "rowwise" if s == "rowwise_split_input" else "colwise"
         if s is None and leaf in LATENT_UP:   # (5.24's DeepSeek-V3 plan names no attention)
             return "colwise"
-        if outside(name):   # a vision tower and its projector, as vLLM's encoders hold them
-            return encoder_style(s, leaf) if sharded else None
+        if towers.outside(name):   # a vision tower and its projector, as vLLM's encoders
+            return encoder_style(s, leaf) if towers.sharded else None   # hold them
         return named(name) if s is None else s if s in kept else None
     return serving

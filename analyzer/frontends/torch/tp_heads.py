@@ -12,7 +12,7 @@ import torch
 
 from ....passes.errors import GraphcostError, opt
 from .tp_collectives import tp_copy
-from .tp_shards import ColwiseLinear
+from .tp_shards import ColwiseLinear, cut_rows
 from .transformers_tp_plan import planned_style
 
 HEAD_COUNTS = ("n_head", "n_kv", "n_heads", "n_kv_heads", "num_heads", "num_key_value_heads")
@@ -44,8 +44,7 @@ def local_head_parameters(parents: list, group: int) -> None:
         heads = q.full_out // head_dim
         for name, p in list(parent.named_parameters(recurse=False)):
             if p.dim() == 1 and p.numel() == heads:
-                setattr(parent, name, torch.nn.Parameter(p.detach()[:heads // group].clone(),
-                                                         p.requires_grad))
+                cut_rows(parent, name, heads // group)
 
 
 def divides(what: str, size: int, group: int) -> None:

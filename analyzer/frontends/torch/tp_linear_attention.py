@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .tp_heads import divides
-from .tp_shards import ColwiseLinear, RowwiseLinear, rank_conv
+from .tp_shards import ColwiseLinear, RowwiseLinear, cut_rows, rank_conv
 
 HEADS = ("num_k_heads", "num_v_heads")
 WIDTHS = ("key_dim", "value_dim", "conv_dim")
@@ -54,8 +54,5 @@ def shard_linear_attention(model: torch.nn.Module, group: int) -> None:
         net.out_proj = RowwiseLinear(getattr(net, "out_proj"), group)
         conv: torch.nn.Conv1d = getattr(net, "conv1d")
         net.conv1d = rank_conv(conv, conv.out_channels // group)
-        for attr in ("A_log", "dt_bias"):
-            p = getattr(net, attr, None)
-            if isinstance(p, torch.Tensor):
-                setattr(net, attr, torch.nn.Parameter(
-                    p.detach()[:p.shape[0] // group].clone(), p.requires_grad))
+        for attr in ("A_log", "dt_bias"):   # (one a value head)
+            cut_rows(net, attr, getattr(net, "num_v_heads"))

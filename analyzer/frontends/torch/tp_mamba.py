@@ -24,7 +24,7 @@ import torch
 from ....passes.errors import GraphcostError, opt
 from .tp_collectives import tp_all_reduce
 from .tp_heads import divides
-from .tp_shards import ColwiseLinear, RowwiseLinear, rank_conv
+from .tp_shards import ColwiseLinear, RowwiseLinear, cut_rows, rank_conv
 
 SIZES = ("intermediate_size", "conv_dim", "num_heads", "n_groups", "ssm_state_size", "head_dim")
 
@@ -61,13 +61,13 @@ def shard_mamba(model: torch.nn.Module, group: int) -> set[str]:
         _scaled(mixer, in_proj.out_features, rows)
         mixer.conv1d = rank_conv(getattr(mixer, "conv1d"), inner // group + 2 * local * state)
         for attr in ("A_log", "D", "dt_bias"):
-            _cut(mixer, attr, heads // group)
+            cut_rows(mixer, attr, heads // group)
         norm = getattr(mixer, "norm", None)
         if isinstance(getattr(norm, "weight", None), torch.Tensor):   # (none: Falcon-H1's
             assert isinstance(norm, torch.nn.Module)                   # Identity, no norm)
             mixer.norm = SummedVarianceNorm(norm, group, inner) if groups < group else norm
             if groups >= group:
-                _cut(norm, "weight", inner // group)
+                cut_rows(norm, "weight", inner // group)
         mixer.out_proj = RowwiseLinear(getattr(mixer, "out_proj"), group)
         mixer.intermediate_size, mixer.num_heads, mixer.n_groups = \
             inner // group, heads // group, local
@@ -82,9 +82,8 @@ class SummedVarianceNorm(torch.nn.Module):
 
     def __init__(self, norm: torch.nn.Module, group: int, width: int) -> None:
         super().__init__()
-        weight: torch.Tensor = getattr(norm, "weight")
-        self.weight = torch.nn.Parameter(weight.detach()[:width // group].clone(),
-                                         weight.requires_grad)
+        self.weight: torch.nn.Parameter = getattr(norm, "weight")
+        cut_rows(self, "weight", width // group)
         self.eps: float = getattr(norm, "variance_epsilon", 1e-6)
         self.group, self.width = group, width
 
@@ -96,12 +95,6 @@ class SummedVarianceNorm(torch.nn.Module):
         squares = tp_all_reduce(h.pow(2).sum(-1, keepdim=True), self.group)
         h = h * torch.rsqrt(squares / self.width + self.eps)
         return self.weight * h.to(dtype)
-
-
-def _cut(module: torch.nn.Module, name: str, size: int) -> None:
-    p = getattr(module, name, None)
-    if isinstance(p, torch.nn.Parameter):
-        setattr(module, name, torch.nn.Parameter(p.detach()[:size].clone(), p.requires_grad))
 
 
 def _scaled(mixer: torch.nn.Module, full: int, rows: int) -> None:

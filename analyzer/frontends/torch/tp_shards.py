@@ -128,3 +128,11 @@ def rank_conv(conv: torch.nn.Conv1d, channels: int) -> torch.nn.Conv1d:
     rank.weight.requires_grad_(conv.weight.requires_grad)
     setattr(rank, "tp_sharded", True)
     return rank
+
+
+def cut_rows(module: torch.nn.Module, name: str, rows: int) -> None:
+    """``module``'s parameter ``name`` (if it has one) cut to its first ``rows`` along dim 0:
+    a rank's share of a per-head or per-channel parameter (the rows are not data here)."""
+    p = getattr(module, name, None)
+    if isinstance(p, torch.nn.Parameter):
+        setattr(module, name, torch.nn.Parameter(p.detach()[:rows].clone(), p.requires_grad))
