@@ -20,7 +20,11 @@ Each case is its test module's model and step, on 4 ranks:
   bf16-master;
 - ``cp_ep``: the ``ep`` model with SDPA, 4 key/value heads and top-4 routing,
   ``dp_shard=2,cp=2,ep=2`` (each ring's 2 ranks an ep group, carved out of dp_shard × cp;
-  the experts sharded over efsdp 2), batch 2 × 256, fp32.
+  the experts sharded over efsdp 2), batch 2 × 256, fp32;
+- ``cp4`` and ``cp4_alltoall``: the ``cp_tp`` model widened to d 256 (16 heads of 16,
+  SwiGLU of 256) on a ring of 4, ``cp=4`` (fully_shard over the 4), batch 2 × 1,024, fp32: PyTorch's all-gather rotater (every rank's keys and
+  values gathered into one buffer) and its all-to-all one (``set_rotate_method("alltoall")``:
+  one rank's passed on at each step).
 
 Every case: its own cross-entropy, Adam, steps 1 and 2, each block a fully_shard unit.
 """
@@ -32,6 +36,10 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "parallel_ranks.json"
 UNITS = ("model.layers.0", "model.layers.1")
+# wider than the others' (d 256, 16 heads of 16): the step's peak in the ring's backward, where
+# the rotate methods differ, not in the loss's
+RING_OF_4 = (("attn", "sdpa"), ("hidden_size", 256), ("num_attention_heads", 16),
+             ("num_key_value_heads", 16), ("intermediate_size", 256))
 CASES = {
     "ep": dict(model="hf_mixtral", mesh="dp_shard=4,ep=2", batch=(2, 128),
                overrides=(("num_local_experts", 8), ("intermediate_size", 256)),
@@ -50,6 +58,10 @@ CASES = {
                              ("num_local_experts", 8), ("intermediate_size", 256),
                              ("num_experts_per_tok", 4)),
                   precisions=("fp32",)),
+    "cp4": dict(model="hf_llama", mesh="cp=4", batch=(2, 1024), overrides=RING_OF_4,
+                precisions=("fp32",)),
+    "cp4_alltoall": dict(model="hf_llama", mesh="cp=4", batch=(2, 1024), overrides=RING_OF_4,
+                         precisions=("fp32",), rotate="alltoall"),
 }
 
 
@@ -64,7 +76,8 @@ def measure(name: str) -> dict:
     world = size["dp_replicate"] * size["dp_shard"] * size["cp"] * size["tp"]
     cases = [Case(str(c["model"]), "fsdp", c["batch"][0], (("input_ids", c["batch"]),), UNITS,
                   precision=p, tp=size["tp"], ep=size["ep"], cp=size["cp"],
-                  replicate=size["dp_replicate"], overrides=c["overrides"])
+                  replicate=size["dp_replicate"], overrides=c["overrides"],
+                  cp_rotate=str(c.get("rotate", "allgather")))
              for p in c["precisions"]]
     rows = sorted(measure_parallel(cases, world), key=lambda r: r.rank)
     return {p: {str(s): [r.peak for r in rows if r.step == s and r.case.precision == p]
@@ -81,7 +94,8 @@ def main() -> None:
     for name in args.case:
         c = CASES[name]
         cases[name] = {"model": c["model"], "mesh": c["mesh"], "batch": list(c["batch"]),
-                       "overrides": dict(c["overrides"]), "peaks": measure(name)}
+                       "overrides": dict(c["overrides"]), "peaks": measure(name),
+                       **({"rotate": c["rotate"]} if "rotate" in c else {})}
     out = {"torch": torch.__version__.split("+")[0], "optimizer": "adam", "cases": cases}
     RESULTS.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(out, indent=1))

@@ -100,3 +100,11 @@ class Float8(Choice):
     TENSORWISE = "tensorwise"                   # one scale a tensor
     ROWWISE = "rowwise"                         # a scale a row (torchtitan 0.3's default)
     ROWWISE_WITH_GW_HP = "rowwise_with_gw_hp"   # rowwise, the weight gradient's product in bf16
+
+
+class Rotate(Choice):
+    """How a context-parallel ring hands each rank the others' keys and values (PyTorch's
+    ``set_rotate_method``, torchtitan's ``context_parallel_rotate_method``): analyzer/
+    frontends/torch/context_parallel.py."""
+    ALL_GATHER = "allgather"   # all of them gathered once into one buffer (the default)
+    ALL_TO_ALL = "alltoall"    # one rank's passed on at each step of the ring

@@ -128,6 +128,15 @@ STEPS = Path(__file__).parents[1] / "benchmarks" / "results" / "parallel_steps"
 RECORDED_TORCH = "2.13"
 
 
+def _case_key(case) -> dict:
+    """A Case as its record names it: the fields not at their defaults (a field added later
+    leaves the records made before it keyed as they were)."""
+    import dataclasses
+
+    return {f.name: v for f in dataclasses.fields(case)
+            if (v := dataclasses.asdict(case)[f.name]) != f.default}
+
+
 def measured_steps(cases: list, world: int, **kw) -> list:
     """``measure_parallel(cases, world, **kw)``'s rows, from the record where it has them."""
     import dataclasses
@@ -136,21 +145,21 @@ def measured_steps(cases: list, world: int, **kw) -> list:
     import torch
     from graphcost.analyzer.measure.parallel import Case, Measured, measure_parallel
 
-    asked = json.dumps({"cases": [dataclasses.asdict(c) for c in cases], "world": world,
+    asked = json.dumps({"cases": [_case_key(c) for c in cases], "world": world,
                         **kw}, sort_keys=True)
     path = STEPS / f"{hashlib.sha1(asked.encode()).hexdigest()[:16]}.json"
     on_record_torch = torch.__version__.startswith(RECORDED_TORCH + ".")
     if os.environ.get("GRAPHCOST_RECORD_STEPS") != "1" and on_record_torch and path.exists():
         record = json.loads(path.read_text(encoding="utf-8"))
         assert record["asked"] == asked, path
-        by_case = {json.dumps(dataclasses.asdict(c), sort_keys=True): c for c in cases}
+        by_case = {json.dumps(_case_key(c), sort_keys=True): c for c in cases}
         return [Measured(**{**row, "case": by_case[row["case"]]}) for row in record["rows"]]
     rows = measure_parallel(cases, world, **kw)
     if os.environ.get("GRAPHCOST_RECORD_STEPS") == "1" and on_record_torch:
         STEPS.mkdir(exist_ok=True)
         path.write_text(json.dumps({
             "torch": torch.__version__, "asked": asked,
-            "rows": [{**dataclasses.asdict(m), "case": json.dumps(dataclasses.asdict(m.case),
+            "rows": [{**dataclasses.asdict(m), "case": json.dumps(_case_key(m.case),
                                                                   sort_keys=True)}
                      for m in rows]}, indent=1) + "\n", encoding="utf-8")
     assert all(isinstance(m.case, Case) for m in rows)

@@ -36,12 +36,13 @@ RECIPES = ("fp32", "bf16-master")
 UNITS = ("model.layers.0", "model.layers.1")
 
 
-def _predict(mesh: str, precision: str = "fp32", **kwargs):
+def _predict(mesh: str, precision: str = "fp32", parallel_options=None, **kwargs):
     torch.manual_seed(0)
     ids = torch.randint(0, 512, (BATCH, SEQ))
     return analyze(hf.llama(**dict(OVERRIDES)), example_inputs=(ids,), train=True,
                    optimizer="adam", include_inputs=False, precision=precision,
-                   parallel={"mesh": mesh, "units": list(UNITS)}, **kwargs)
+                   parallel={"mesh": mesh, "units": list(UNITS), **(parallel_options or {})},
+                   **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,8 @@ def measured(request):
                   precision=r, cp=2, overrides=OVERRIDES) for r in read_in_range(request, RECIPES)]
     cases.append(Case("hf_llama", "fsdp", BATCH, (("input_ids", (BATCH, SEQ)),), UNITS,
                       cp=2, overrides=OVERRIDES, sac=True))
+    cases.append(Case("hf_llama", "fsdp", BATCH, (("input_ids", (BATCH, SEQ)),), UNITS,
+                      cp=2, overrides=OVERRIDES, cp_rotate="alltoall"))
     return measured_steps(cases, 2)
 
 
@@ -75,7 +78,8 @@ def test_selective_checkpointing_on_a_context_parallel_rank(measured):
 def test_each_rank_within_5_percent_of_a_real_context_parallel_step(predicted, measured,
                                                                     precision):
     p = predicted[precision]
-    rows = [m for m in measured if m.case.precision == precision and not m.case.sac]
+    rows = [m for m in measured if m.case.precision == precision and not m.case.sac
+            and m.case.cp_rotate == "allgather"]
     assert len(rows) == 4                                   # 2 ranks × steps 1 and 2
     assert_ranks_within(p, [(m.step, m.rank, m.peak) for m in rows])
     # graphcost traces the ring's first position, the worst rank: within 0.5% of it
@@ -99,6 +103,66 @@ def test_the_ring_is_counted_by_hand(predicted):
     p = predicted["fp32"]
     assert (p.world_size, p.global_batch, dict(p.mesh)) == (2, 2, {"dp_shard": 1, "cp": 2})
     assert all(u.padded_bytes == 2 * u.shard_bytes for u in p.units)
+
+
+def test_an_all_to_all_ring_within_5_percent_of_a_real_step(measured):
+    """PyTorch's all-to-all rotater (``set_rotate_method("alltoall")``, torchtitan's
+    context_parallel_rotate_method): each step the rank's current keys and values passed on
+    and the previous rank's received, no gathered buffer."""
+    p = _predict("cp=2", parallel_options={"cp_rotate": "alltoall"}).parallel
+    rows = [m for m in measured if m.case.cp_rotate == "alltoall"]
+    assert len(rows) == 4                                   # 2 ranks × steps 1 and 2
+    assert_ranks_within(p, [(m.step, m.rank, m.peak) for m in rows])
+    worst = max(m.peak for m in rows if m.step == 2)
+    assert abs(p.per_rank_peak_bytes / worst - 1) <= 0.005, (p.per_rank_peak_bytes, worst)
+
+
+def test_the_all_to_all_ring_moves_what_the_gather_moves_by_hand(predicted):
+    # the same bytes on the wire, passed a rank at a time: per layer the forward passes its
+    # flattened keys and values (524,288 B, fp32) once (a ring of 2: one step), the backward
+    # its keys and values once and the key/value gradients at both steps: 4 passes a layer,
+    # 8 in all, 4,194,304 B — the gather's 2,097,152 on the wire plus the same passes
+    p = _predict("cp=2", parallel_options={"cp_rotate": "alltoall"})
+    assert p.parallel is not None
+    comm = p.parallel.comm
+    assert comm.by_dim["cp"] == predicted["fp32"].comm.by_dim["cp"] == 4_194_304
+    assert comm.calls_by_dim["cp"] == 8
+    assert p.attention[0].target == "this CPU, context-parallel all-to-all ring of 2"
+
+
+# the ring of 4's model: d 256 (16 heads of 16, SwiGLU of 256), so that the step's peak is in
+# the ring's backward, where the rotate methods differ (benchmarks/accuracy_ranks.py)
+RING_OF_4 = (("attn", "sdpa"), ("hidden_size", 256), ("num_attention_heads", 16),
+             ("num_key_value_heads", 16), ("intermediate_size", 256))
+
+
+def _ring_of_4(rotate: str):
+    torch.manual_seed(0)
+    ids = torch.randint(0, 512, (BATCH, SEQ))
+    p = analyze(hf.llama(**dict(RING_OF_4)), example_inputs=(ids,), train=True,
+                optimizer="adam", include_inputs=False,
+                parallel={"mesh": "cp=4", "units": list(UNITS), "cp_rotate": rotate}).parallel
+    assert p is not None and p.world_size == 4
+    return p
+
+
+def test_on_a_ring_of_four_each_rank_within_5_percent_of_a_recorded_real_step():
+    """4 gloo ranks, ``cp=4``, 2 × 1,024 tokens (256 of each sequence a rank), fp32, recorded
+    by benchmarks/accuracy_ranks.py (FSDPMemTracker, 2026-12-07, torch 2.13). Both peaks are
+    in the ring's backward. A layer's keys and values on a rank, flattened: 2 sequences · 256
+    tokens · 2 · 256 · 4 B = 1,048,576 B. The all-gather ring holds the 4 ranks' (4,194,304)
+    and the buffer it made to send (1,048,576); the all-to-all ring the one it received the
+    step before, the one it sends and the one it receives (3 × 1,048,576): 2,097,152 B less,
+    graphcost's difference to the byte. Measured: all-gather 36,684,700 B on ranks 0–2 at
+    step 2 against graphcost's 35,914,648 (−2.1%: gloo's all-gather copies into a flat buffer
+    of its own, which NCCL does not make); all-to-all 33,817,500 on rank 0 against
+    33,817,496."""
+    gather, passing = _ring_of_4("allgather"), _ring_of_4("alltoall")
+    assert gather.per_rank_peak_bytes - passing.per_rank_peak_bytes == 2 * 1_048_576
+    assert_ranks_within(gather, recorded_peaks("cp4", "cp=4"))
+    assert_ranks_within(passing, recorded_peaks("cp4_alltoall", "cp=4"))
+    worst = max(peak for step, _, peak in recorded_peaks("cp4_alltoall", "cp=4") if step == 2)
+    assert abs(passing.per_rank_peak_bytes / worst - 1) <= 0.005
 
 
 @pytest.mark.parametrize("case, mesh, precision", [

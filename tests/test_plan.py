@@ -399,19 +399,31 @@ def test_expert_parallelism_is_searched_beside_context_parallelism():
 
 
 def test_context_parallel_sizes_asked_for_are_analyzed_and_are_their_direct_analysis():
-    """``--cp 1,2`` on 4 GPUs: FSDP over all 4 with whole sequences, and over 2 × cp 2 with
-    each sequence split in two (analyzed although FSDP fits: asked for); its candidate is
-    what analyzing its settings alone gives, and torchtitan's line names the degree."""
+    """``--cp 1,2 --cp-rotate alltoall`` on 4 GPUs: FSDP over all 4 with whole sequences,
+    and over 2 × cp 2 with each sequence split in two, its ring passing keys and values on
+    (analyzed although FSDP fits: asked for); its candidate is what analyzing its settings
+    alone gives, and torchtitan's line names the degree and the rotate method."""
+    rotate = {"cp_rotate": "alltoall"}
     plan = plan_training("zoo:llama_tiny", PlanSpec(4, batch=2, tp=(1,), cp=(1, 2),
-                                                    checkpoints=("none",)), TINY)
+                                                    checkpoints=("none",)),
+                         {**TINY, "parallel": rotate})
     ring = next(c for c in plan.candidates if c.settings.cp == 2)
     assert ring.status == "fits" and ring.settings.mesh.words == "dp_shard=2,cp=2"
     assert_is_direct(ring, analyze("zoo:llama_tiny", **TINY,
-                                   **ring.settings.analyze_kwargs({})))
+                                   **ring.settings.analyze_kwargs(rotate)))
     assert ring.samples == 2 * 2   # (2 data ranks of batch 2: the cp ranks share theirs)
+    # (the layout without a ring analyzed without the ring's option)
+    assert all(c.error is None for c in plan.candidates)
     args = llama3_8b_args({"dp_shard": 2, "cp": 2}, 2, "none")
     assert args is not None
     assert args[args.index("--parallelism.context-parallel-degree") + 1] == "2"
+    assert "--parallelism.context-parallel-rotate-method" not in args   # (its default)
+    from graphcost.analyzer.cli.engine_args import torchtitan_args
+    args = torchtitan_args("zoo:llama3_8b", {"dp_shard": 2, "cp": 2}, 2, "none",
+                           {"precision": "bf16-master", "optimizer": "adamw",
+                            "dims": {"seq": 8192}, "parallel": rotate})
+    assert args is not None
+    assert args[args.index("--parallelism.context-parallel-rotate-method") + 1] == "alltoall"
     assert args[args.index("--parallelism.data-parallel-shard-degree") + 1] == "2"
     # the sizes it tries by itself: 2, 4, … up to a node, dividing the GPUs and 2·cp the
     # sequence

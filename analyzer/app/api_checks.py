@@ -12,7 +12,7 @@ import dataclasses
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from ...passes.choices import Strategy
+from ...passes.choices import Rotate, Strategy
 from ...passes.device.fits import Overhead
 from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
@@ -221,7 +221,7 @@ def _stages_per_rank(parallel: Mapping) -> int:
 
 _PARALLEL_KEYS = ("strategy", "world_size", "mesh", "offload", "bucket_cap_mb", "units",
                   "interconnect", "microbatches", "schedule", "async_tp", "gpus_per_node",
-                  "stages_per_rank", "float8_all_gather")
+                  "stages_per_rank", "float8_all_gather", "cp_rotate")
 
 
 def _with_mesh(parallel: Mapping) -> dict:
@@ -334,6 +334,7 @@ def parallel_spec(parallel, train: bool):
         get_interconnect(link) if isinstance(link, str) else link,
         replicate=parallel.get("replicate", 1), tp=parallel.get("tp", 1),
         pp=parallel.get("pp", 1), ep=parallel.get("ep", 1), cp=parallel.get("cp", 1),
+        cp_rotate=str(parallel.get("cp_rotate", Rotate.ALL_GATHER)),
         microbatches=parallel.get("microbatches"),
         schedule=str(parallel.get("schedule", "1f1b")),
         stages_per_rank=_stages_per_rank(parallel),

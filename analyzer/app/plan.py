@@ -205,7 +205,7 @@ def _check(spec: PlanSpec, base: Mapping[str, Any], extra: Mapping[str, Any]) ->
         raise GraphcostError(f"{opt('checkpoint', value=','.join(unknown))}: a plan's "
                              f"checkpoint plans are {', '.join(CHECKPOINTS)}")
     bad = sorted(set(extra) - {"interconnect", "async_tp", "gpus_per_node",
-                               "float8_all_gather"})
+                               "float8_all_gather", "cp_rotate"})
     if bad:
         raise GraphcostError(f"{opt('parallel.' + bad[0])}: a plan searches the layout")
     return rates.name

@@ -84,11 +84,14 @@ class Settings:
                 f"batch {self.batch}, checkpoint {self.checkpoint}")
 
     def analyze_kwargs(self, parallel: Mapping[str, Any]) -> dict:
-        """``analyze``'s arguments for this setting (``parallel``: the mesh's options)."""
+        """``analyze``'s arguments for this setting (``parallel``: the mesh's options; the
+        ring's where it has one)."""
         # one sequence a micro-batch
         stages: dict[str, Any] = {"microbatches": self.batch} if self.pp > 1 else {}
         if self.interleaved:   # (the analysis's default: torchtitan's 2 stages a rank)
             stages["schedule"] = self.schedule
+        if self.cp == 1:
+            parallel = {k: v for k, v in parallel.items() if k != "cp_rotate"}
         return {"batch": self.batch, "checkpoint": CHECKPOINTS[self.checkpoint],
                 "parallel": {"mesh": self.mesh.words, **stages, **parallel}
                 if self.mesh.dims else None}

@@ -136,6 +136,7 @@ def build_request(*, batch: int | None = None, dims: Mapping[str, int] | None = 
         load = replace(load, tensor_parallel=passes.parallel.tp,
                        expert_parallel=passes.parallel.ep,
                        context_parallel=passes.parallel.cp,
+                       cp_rotate=passes.parallel.cp_rotate,
                        float8_all_gather=_float8_all_gather(passes.parallel, float8))
     return Request(load, replace(passes, allocator=allocator_of(allocator), profile=profile))
 

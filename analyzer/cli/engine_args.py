@@ -74,6 +74,8 @@ def torchtitan_args(model: str, mesh: Mapping[str, int], batch: int, checkpoint:
     if mesh.get("cp", 1) > 1:   # (its defaults: head-tail load balancing, PyTorch's
         #                              all-gather rotater, as graphcost's ring)
         args += ["--parallelism.context-parallel-degree", str(mesh["cp"])]
+        if parallel.get("cp_rotate", "allgather") != "allgather":
+            args += ["--parallelism.context-parallel-rotate-method", parallel["cp_rotate"]]
     if mesh.get("pp", 1) > 1:
         args += ["--parallelism.pipeline-parallel-degree", str(mesh["pp"]),
                  "--parallelism.pipeline-parallel-schedule", TORCHTITAN_SCHEDULES[schedule],

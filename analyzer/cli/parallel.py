@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...passes.choices import Offload, OptimizerImpl, Strategy
+from ...passes.choices import Offload, OptimizerImpl, Rotate, Strategy
 from ...passes.errors import GraphcostError
 
 
@@ -33,6 +33,11 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp-stages-per-rank", type=int, metavar="V",
                    help="with --pp-schedule interleaved-1f1b: stages a rank runs (default 2, "
                         "torchtitan's); rank r runs stages r, r + P, …")
+    p.add_argument("--cp-rotate", choices=Rotate.words(),
+                   help="with --parallel …,cp=C: how the ring hands on keys and values: "
+                        "allgather (default: all of them gathered once) or alltoall (one "
+                        "rank's passed at each step; torchtitan's "
+                        "context_parallel_rotate_method)")
     p.add_argument("--async-tp", action="store_true", default=None,
                    help="with a tp dimension: its collectives overlapped by the matmuls they "
                         "feed (torchtitan's async TP, Megatron's --tp-comm-overlap)")
@@ -69,6 +74,7 @@ def parallel_args(args) -> dict | None:
                             ("--microbatches", args.microbatches),
                             ("--pp-schedule", args.pp_schedule),
                             ("--pp-stages-per-rank", args.pp_stages_per_rank),
+                            ("--cp-rotate", args.cp_rotate),
                             ("--async-tp", args.async_tp),
                             ("--float8-all-gather", args.float8_all_gather)) if v is not None]
     if not args.parallel:
@@ -96,6 +102,7 @@ def parallel_args(args) -> dict | None:
                        ("gpus_per_node", args.nodes_of),
                        ("schedule", args.pp_schedule), ("async_tp", args.async_tp),
                        ("stages_per_rank", args.pp_stages_per_rank),
+                       ("cp_rotate", args.cp_rotate),
                        ("float8_all_gather", args.float8_all_gather)):
         if value is not None:
             out[key] = value

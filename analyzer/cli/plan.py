@@ -21,7 +21,7 @@ from .serve_plan import add_serve_plan_args, run_serve
 # the options a plan sets per candidate or reads itself: not passed on to its command line
 OWN = {"gpus", "global_batch", "global_tokens", "tp", "pp", "ep", "cp", "top", "format", "output", "checkpoint", "batch",
        "precision", "optimizer", "train", "parallel", "model", "serve", "prompt", "generate",
-       "ttft", "tpot", "weight_dtype", "kv_dtype"}
+       "ttft", "tpot", "weight_dtype", "kv_dtype", "cp_rotate"}
 
 
 def build_parser():
@@ -95,10 +95,11 @@ def run(args) -> int:
     checkpoints = _checkpoints(args.checkpoint)
     extra = {k: v for k, v in (("interconnect", args.interconnect),
                                ("async_tp", args.async_tp), ("gpus_per_node", args.nodes_of),
-                               ("float8_all_gather", args.float8_all_gather))
+                               ("float8_all_gather", args.float8_all_gather),
+                               ("cp_rotate", args.cp_rotate))
              if v}
     args.checkpoint = args.interconnect = args.async_tp = args.nodes_of = None   # (the plan's)
-    args.float8_all_gather = None
+    args.float8_all_gather = args.cp_rotate = None
     base = {**analysis_kwargs(args), "parallel": extra or None, "what_if": False}
     base.pop("batch")
     spec = PlanSpec(args.gpus, batch=args.batch,
@@ -111,7 +112,7 @@ def run(args) -> int:
         plan = plan_training(args.model, spec, base, note)
 
     def command(c: Candidate) -> str:
-        return _command(args, template, c)
+        return _command(args, template, c, extra.get("cp_rotate"))
 
     def engine(c: Candidate) -> str | None:
         s = c.settings
@@ -206,8 +207,9 @@ def _passed_on(parser: argparse.ArgumentParser, args) -> list[str]:
     return out
 
 
-def _command(args, template: list[str], c: Candidate) -> str:
-    """The command line that analyzes candidate ``c`` alone."""
+def _command(args, template: list[str], c: Candidate, rotate: str | None = None) -> str:
+    """The command line that analyzes candidate ``c`` alone (``rotate``: --cp-rotate, said
+    where its layout has a ring)."""
     s = c.settings
     words = ["graphcost", args.model, "--train"]
     if s.mesh.dims:
@@ -217,6 +219,8 @@ def _command(args, template: list[str], c: Candidate) -> str:
         words += ["--microbatches", str(s.batch)]
     if s.interleaved:   # (its default stages a rank: torchtitan's)
         words += ["--pp-schedule", s.schedule]
+    if rotate and s.cp > 1:
+        words += ["--cp-rotate", rotate]
     if s.checkpoint != "none":
         words += ["--checkpoint", s.checkpoint]
     words += ["--precision", args.precision, "--optimizer", args.optimizer, *template]

@@ -14,7 +14,7 @@ FLAGS = {
     "parallel.async_tp": "--async-tp", "parallel.gpus_per_node": "--nodes-of",
     "parallel.float8_all_gather": "--float8-all-gather",
     "parallel.microbatches": "--microbatches", "parallel.schedule": "--pp-schedule",
-    "parallel.stages_per_rank": "--pp-stages-per-rank",
+    "parallel.stages_per_rank": "--pp-stages-per-rank", "parallel.cp_rotate": "--cp-rotate",
     "zoo_exporter": "--fx", "serve.prompt": "--prompt", "serve.generate": "--generate",
     "serve.kv_dtype": "--kv-dtype", "serve.weight_dtype": "--weight-dtype",
     "serve.engine": "--engine",

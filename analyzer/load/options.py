@@ -47,6 +47,7 @@ class LoadOptions:
     # one of this many context-parallel ranks: its shard of each sequence (S/C tokens) traced,
     # attention as PyTorch's ring runs it (frontends/torch/context_parallel.py)
     context_parallel: int = 1
+    cp_rotate: str = "allgather"   # how its ring hands on keys and values (choices.Rotate)
     # (stage, stages): the module cut to one pipeline stage (frontends/torch/pipeline_stages.py)
     pipeline_stage: tuple[int, int] | None = None
     # the stage cut to its first N blocks (a long stage's per-block step is read off two

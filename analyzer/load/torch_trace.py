@@ -32,7 +32,8 @@ def torch_graph(r: Resolved, note: Progress, load: LoadOptions, rebindable: bool
         release = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
         load = replace(load, attention=replace(load.attention, torch=release))
     if load.context_parallel > 1:   # (each attention call a ring over the cp ranks)
-        load = replace(load, attention=replace(load.attention, ring=load.context_parallel))
+        load = replace(load, attention=replace(load.attention, ring=load.context_parallel,
+                                               rotate=load.cp_rotate))
     try:
         graph, at = _Trace(r, r.kwargs, note, load).run(rebindable)
     except GraphcostError as failure:

@@ -6,9 +6,9 @@ shard of every sequence.
 
 PyTorch's dispatcher hands the ring a CUDA kernel (flash, efficient, cuDNN); this CPU has
 none, so the ring is given the CPU's flash kernel and its backward — what SDPA runs here —
-and everything else is PyTorch's: the all-gather rotater, the fp32 merge, the load-balanced
-causal steps, the fp32 gradient accumulation and the all-to-all rotater of the key/value
-gradients. What graphcost traces for such a rank is its own mirror of it (analyzer/frontends/
+and everything else is PyTorch's: the all-gather (or all-to-all) rotater, the fp32 merge,
+the load-balanced causal steps, the fp32 gradient accumulation and the all-to-all rotater of
+the key/value gradients. What graphcost traces for such a rank is its own mirror of it (analyzer/frontends/
 torch/context_parallel.py): this module is what it is measured against.
 """
 from __future__ import annotations
@@ -76,10 +76,12 @@ def ring_attention(module, query, key, value, attention_mask, scaling=None, drop
     return out.transpose(1, 2).contiguous(), None
 
 
-def apply_context_parallel(model: torch.nn.Module, mesh) -> None:
-    """The model's attention as a context-parallel rank of ``mesh`` (1-D) runs it."""
+def apply_context_parallel(model: torch.nn.Module, mesh, rotate: str = "allgather") -> None:
+    """The model's attention as a context-parallel rank of ``mesh`` (1-D) runs it, its ring
+    handing on keys and values as ``rotate`` says (PyTorch's ``set_rotate_method``)."""
     from transformers import AttentionInterface
 
+    ring_attention_parts().set_rotate_method(rotate)
     _RING[:] = [mesh]
     AttentionInterface.register(NAME, ring_attention)
     model.set_attn_implementation(NAME)  # pyright: ignore[reportCallIssue]

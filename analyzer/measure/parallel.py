@@ -60,6 +60,7 @@ class Case:
     # holding its head-tail shard of the same sequences; fully_shard over every rank
     # (torchtitan's dp_shard × cp)
     cp: int = 1
+    cp_rotate: str = "allgather"   # how the ring hands on keys and values (PyTorch's)
     # torchao's float8 linears of this recipe (+ FSDP2's float8 all-gather): float8_plan.py
     float8: str = ""
     float8_all_gather: bool = False
@@ -280,7 +281,7 @@ def _wrap(model, case: Case, mesh=None):
     if case.cp > 1:
         from .context_plan import apply_context_parallel
         assert mesh is not None   # (case_mesh makes one with cp)
-        apply_context_parallel(model, mesh["cp"])
+        apply_context_parallel(model, mesh["cp"], case.cp_rotate)
     if case.sac:   # (torchtitan: after tp and cp, before fully_shard)
         from .sac_plan import apply_sac
         apply_sac(model)

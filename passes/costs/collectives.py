@@ -79,9 +79,10 @@ zero_cost(ALL_TO_ALL, reason="a collective: an expert-parallel rank's routed row
 zero_cost(CP_GATHER, reason="a collective: a context-parallel rank's keys and values, "
           "flattened, gathered from every rank of the ring into a new buffer (PyTorch's "
           "all-gather rotater: analyzer/frontends/torch/context_parallel.py)", family=FAMILY)
-zero_cost(CP_PASS, reason="a collective: a ring step's key and value gradients passed to the "
-          "next context-parallel rank, as many received into a new tensor (PyTorch's "
-          "all-to-all rotater)", same_shape=True, family=FAMILY)
+zero_cost(CP_PASS, reason="a collective: a ring step's key and value gradients (or, under "
+          "the alltoall rotate method, its keys and values) passed to the next "
+          "context-parallel rank, as many received into a new tensor (PyTorch's all-to-all "
+          "rotater)", same_shape=True, family=FAMILY)
 zero_cost(PARTIAL_ROWS, reason="the rank's rows of a vocabulary-parallel embedding read as "
           "the whole table (the same tensor); its gradient is the whole table's, which the "
           "rank keeps whole (DTensor's embedding backward)", alias=True,

@@ -63,13 +63,16 @@ class AttentionTarget:
     # context parallelism: the ranks whose sequence shards each call's keys and values are
     # gathered from, PyTorch's ring attention (1: none; frontends/torch/context_parallel.py)
     ring: int = 1
+    rotate: str = "allgather"   # how the ring hands on keys and values (choices.Rotate)
 
     @property
     def words(self) -> str:
         """The target as the report names it: "h100-sxm (sm90), bfloat16" (", context-
-        parallel ring of 2" where each call is one)."""
+        parallel ring of 2" where each call is one, "… all-to-all ring …" where it passes keys
+        and values on rather than gathering them)."""
+        ring = "all-to-all ring" if self.rotate == "alltoall" else "ring"
         return self.device + (f", {self.dtype}" if self.dtype else "") + \
-            (f", context-parallel ring of {self.ring}" if self.ring > 1 else "")
+            (f", context-parallel {ring} of {self.ring}" if self.ring > 1 else "")
 
 
 @dataclass(frozen=True)

@@ -11,20 +11,28 @@ passed on (an all-to-all, all of it on the wire).
 """
 from __future__ import annotations
 
+from ..choices import Rotate
 from ..costs.collectives import ring_bytes
 from ..errors import GraphcostError, opt
 from ..ir import Graph
 from .comm import CommVolume, with_dimension
 
 
-def check_cp(cp, sharded: bool, world: int | None) -> None:
+def check_cp(cp, sharded: bool, world: int | None, rotate: str = Rotate.ALL_GATHER) -> None:
     """``cp``: a whole number ≥ 1; above 1 within a sharding strategy's ``world`` ranks
-    (None: searched), dividing it."""
+    (None: searched), dividing it; ``rotate`` one of Rotate's, another than the default only
+    beside a ring."""
     if not isinstance(cp, int) or cp < 1 or (cp > 1 and (not sharded or (world or cp) % cp)):
         raise GraphcostError(f"{opt('parallel', value=f'cp={cp}')}: the cp ranks shard the "
                              "weights with dp_shard's (torchtitan's dp_shard × cp, under "
                              "zero2, zero3 or fsdp): a whole number dividing the sharding "
                              "ranks")
+    if rotate not in Rotate.words():
+        raise GraphcostError(f"{opt('parallel.cp_rotate', value=rotate)}: known: "
+                             f"{', '.join(Rotate.words())}")
+    if rotate != Rotate.ALL_GATHER and cp == 1:
+        raise GraphcostError(f"{opt('parallel.cp_rotate', value=rotate)} says how context "
+                             "parallelism's ring hands on keys and values: a mesh with cp")
 
 
 def with_context_parallel(comm: CommVolume, graph: Graph, cp: int,

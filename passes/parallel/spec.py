@@ -52,6 +52,9 @@ class ParallelSpec:
     # context_parallel: a shard of each sequence, attention a ring), ``cp`` of the
     # ``world_size`` sharding ranks sharing each sequence (torchtitan's dp_shard × cp)
     cp: int = 1
+    # how the ring hands on the keys and values (passes/choices.py Rotate): all-gathered once,
+    # or one rank's passed at each step
+    cp_rotate: str = "allgather"
     gpus_per_node: int = 8   # a dimension whose group spans more crosses the network
     # FSDP2 gathers float8 linears' weights in float8 (torchao's enable_fsdp_float8_all_gather;
     # traced so: LoadOptions' float8_all_gather): their gathers and unsharded copies one byte
@@ -94,7 +97,7 @@ def check_spec(spec: ParallelSpec) -> None:
         raise GraphcostError(f"{opt('parallel', value=f'tp={spec.tp}')}: must be a whole "
                              f"number from 1 to {MAX_WORLD:,}")
     check_ep(spec.ep, spec.strategy in SHARDED, spec.world_size, spec.tp)
-    check_cp(spec.cp, spec.strategy in SHARDED, spec.world_size)
+    check_cp(spec.cp, spec.strategy in SHARDED, spec.world_size, spec.cp_rotate)
     if not isinstance(spec.replicate, int) or not 1 <= spec.replicate <= MAX_WORLD:
         raise GraphcostError(f"{opt('parallel', value=f'dp_replicate={spec.replicate}')}: "
                              f"must be a whole number from 1 to {MAX_WORLD:,}")

@@ -5,11 +5,12 @@ of each sequence) traced as PyTorch's ring attention runs it on that rank.
 PyTorch's context parallelism (torch.distributed.tensor.experimental, which torchtitan's
 ``apply_cp_to_forward`` enables for SDPA models) dispatches each attention kernel to
 ``_templated_ring_attention``: the rank's keys and values flattened into one buffer and
-all-gathered once (the default ``rotate_method``, "allgather"); the attention kernel run on
-each rank's chunk in turn, its output and log-sum-exp merged in fp32 (``_SDPAMerger``);
-with torchtitan's head-tail load balancing (each rank holds chunks i and 2C−1−i of the
-sequence), a later chunk is attended to by half the queries or with half the keys. Its
-backward (``_templated_ring_attention_backward``) gathers the keys and values again,
+all-gathered once (the default ``rotate_method``, "allgather"), or passed to the next rank at
+each step and the previous rank's received ("alltoall"); the attention kernel run on each
+rank's chunk in turn, its output and log-sum-exp merged in fp32 (``_SDPAMerger``); with
+torchtitan's head-tail load balancing (each rank holds chunks i and 2C−1−i of the sequence),
+a later chunk is attended to by half the queries or with half the keys. Its backward
+(``_templated_ring_attention_backward``) gathers (or passes) the keys and values again,
 accumulates the gradients in fp32, and passes each step's key/value gradients to the next
 rank (an all-to-all rotater). Autograd keeps what the kernel's formula keeps: the rank's own
 query, key, value, output and log-sum-exp.
@@ -28,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from ....passes.choices import Attention
+from ....passes.choices import Attention, Rotate
 from ....passes.errors import GraphcostError, opt
 from ....passes.graph.attention_dispatch import AttentionCall, AttentionTarget, choose
 from .compat import ring_attention_parts
@@ -96,30 +97,56 @@ def ring_kernels(target: AttentionTarget, kernel: str) -> Kernel:
                          f"on a GPU, {opt('attention')} flash or cudnn)")
 
 
-def _kv_chunk(gathered: torch.Tensor | None, i: int, group: int, k: torch.Tensor,
-              v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step ``i``'s keys and values: the chunk of the rank ``i`` before this one."""
-    assert gathered is not None   # (gathered at step 0)
-    buffer = gathered.chunk(group)[(RANK - i) % group]
+class _Rotater:
+    """PyTorch's rotater (``_create_rotater``) as rank 0 of the ring holds it: "allgather"
+    gathers every rank's keys and values once and hands out step i's chunk of that buffer;
+    "alltoall" passes the rank's current ones on at each step and receives the previous
+    rank's, a buffer a step."""
+
+    def __init__(self, method: str, group: int):
+        self.method, self.group = method, group
+        self.buffer: torch.Tensor | None = None   # the gathered buffer, or the last received
+        self.sent: torch.Tensor | None = None     # (alltoall) the buffer the pass still reads
+
+    def exchange(self, flat: torch.Tensor) -> None:
+        if self.method == Rotate.ALL_TO_ALL:
+            self.buffer, self.sent = cp_ring_pass(flat, self.group), flat
+        elif self.buffer is None:
+            self.buffer = cp_all_gather(flat, self.group)
+
+    def next(self, i: int, before: torch.Tensor | None) -> torch.Tensor:
+        """Step ``i``'s keys and values, flattened: the chunk of the rank ``i`` before this
+        one. Under "alltoall" waiting on it lets go of the buffer sent and of ``before``, the
+        step before's (the caller's locals reassigned)."""
+        assert self.buffer is not None   # (exchanged at step 0)
+        if self.method == Rotate.ALL_TO_ALL:
+            return hold(self.buffer, self.sent, before)
+        return self.buffer.chunk(self.group)[(RANK - i) % self.group]
+
+
+def _split(buffer: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A rotater's buffer as keys and values of ``k``'s and ``v``'s shapes."""
     return (buffer[:k.numel()].reshape(k.shape),
             buffer[k.numel():k.numel() + v.numel()].reshape(v.shape))
 
 
-def ring_forward(kernel: Kernel, q, k, v, group: int, scale):
+def ring_forward(kernel: Kernel, q, k, v, group: int, scale, rotate: str = Rotate.ALL_GATHER):
     """``_templated_ring_attention`` on rank 0 of ``group`` (causal, load-balanced):
     (output, log-sum-exp, the last step's kernel extras). Its locals hold each step's kernel
-    output and log-sum-exp until the next step's are made, and the gathered buffer to its
-    return."""
+    output and log-sum-exp until the next step's are made, and the keys and values of the
+    last step (the gathered buffer, or the last received) to its return."""
     parts = ring_attention_parts()
     k, v = k.contiguous(), v.contiguous()
     merger = parts._SDPAMerger(True, seq_dim=SEQ)
-    gathered, key, value, rest, made = None, k, v, (), ()
+    rotater = _Rotater(rotate, group)
+    key, value, buffer, rest, made = k, v, None, (), ()
     for i in range(group):
         if i > 0:
-            key, value = _kv_chunk(gathered, i, group, k, v)
+            buffer = rotater.next(i, buffer)
+            key, value = _split(buffer, k, v)
         if i < group - 1:
-            flat = torch.cat([key.flatten(), value.flatten()])
-            gathered = cp_all_gather(flat, group) if gathered is None else gathered
+            rotater.exchange(torch.cat([key.flatten(), value.flatten()]))
         behaviour = parts._is_causal_behavior(RANK, group, i, True)
         if behaviour == parts._CausalBehavior.SKIP:
             continue
@@ -132,7 +159,7 @@ def ring_forward(kernel: Kernel, q, k, v, group: int, scale):
         out, made = hold(out, *made), (out, lse)
         merger.step(out, lse, partial)
     out, lse = merger.results()
-    return hold(out, *made, gathered), lse, rest
+    return hold(out, *made, rotater.buffer), lse, rest
 
 
 def _accumulate(total, part, i: int, add_to: int):
@@ -144,23 +171,26 @@ def _accumulate(total, part, i: int, add_to: int):
     return total
 
 
-def ring_backward(kernel: Kernel, saved, dout, group: int, scale, rest):
+def ring_backward(kernel: Kernel, saved, dout, group: int, scale, rest,
+                  rotate: str = Rotate.ALL_GATHER):
     """``_templated_ring_attention_backward`` on rank 0 of ``group``: (dq, dk, dv). Its
     locals hold what the traced ring reads at ``hold``: the key/value buffer it sent until the
     next step's replaces it; each step's kernel gradients, and the key/value gradients it
     added them into and passed on, until the next step's kernel has run; all of them to its
-    return."""
+    return. Its key/value gradients are passed on whatever ``rotate`` says (PyTorch's)."""
     parts = ring_attention_parts()
     q, k, v, out, lse = saved
     dq, dk, dv = (torch.zeros_like(t, dtype=torch.float32) for t in (q, k, v))
     k, v = k.contiguous(), v.contiguous()
-    gathered, key, value, passed, flat, sent, grads = None, k, v, None, None, None, ()
+    rotater = _Rotater(rotate, group)
+    key, value, buffer, passed, flat, sent, grads = k, v, None, None, None, None, ()
     for i in range(group):
         if i > 0:
-            key, value = _kv_chunk(gathered, i, group, k, v)
+            buffer = rotater.next(i, buffer)
+            key, value = _split(buffer, k, v)
         if i != group - 1:
             flat = hold(torch.cat([key.flatten(), value.flatten()]), flat)
-            gathered = cp_all_gather(flat, group) if gathered is None else gathered
+            rotater.exchange(flat)
         behaviour = parts._is_causal_behavior(RANK, group, i, True)
         later = i > RANK   # (load balancing: half the queries attend to a later chunk)
         qi, ki, vi, oi, di, li = q, key, value, out, dout, lse
@@ -183,7 +213,7 @@ def ring_backward(kernel: Kernel, saved, dout, group: int, scale, rest):
         dq = _accumulate(dq, dqi, i, 1 if later else -1)
     assert passed is not None
     dq = dq.to(q.dtype)
-    passed = hold(passed.to(k.dtype), sent, *grads, dk, dv, flat, gathered)
+    passed = hold(passed.to(k.dtype), sent, *grads, dk, dv, flat, rotater.buffer)
     return dq, passed[:dk.numel()].reshape(dk.shape), passed[dk.numel():].reshape(dv.shape)
 
 
@@ -192,18 +222,19 @@ class RingAttention(torch.autograd.Function):
     parallel SDPA call: autograd keeps the rank's query, key, value, output and log-sum-exp."""
 
     @staticmethod
-    def forward(ctx, q, k, v, group: int, scale, kernel: Kernel):
-        out, lse, rest = ring_forward(kernel, q, k, v, group, scale)
+    def forward(ctx, q, k, v, group: int, scale, kernel: Kernel, rotate: str):
+        out, lse, rest = ring_forward(kernel, q, k, v, group, scale, rotate)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.group, ctx.scale, ctx.kernel, ctx.rest = group, scale, kernel, rest
+        ctx.rotate = rotate
         return out
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: torch.Tensor):
         dout = grad_outputs[0]
         dq, dk, dv = ring_backward(ctx.kernel, ctx.saved_tensors, dout.contiguous(),
-                                   ctx.group, ctx.scale, ctx.rest)
-        return dq, dk, dv, None, None, None
+                                   ctx.group, ctx.scale, ctx.rest, ctx.rotate)
+        return dq, dk, dv, None, None, None, None
 
 
 def ring_attention(target: AttentionTarget, call: AttentionCall, q, k, v,
@@ -220,7 +251,7 @@ def ring_attention(target: AttentionTarget, call: AttentionCall, q, k, v,
                              f"halves (load balancing), and {q.shape[SEQ]} tokens do not")
     kernel, why = choose(target, call)
     ops = ring_kernels(target, kernel)
-    out = RingAttention.apply(q, k, v, target.ring, scale, ops)
+    out = RingAttention.apply(q, k, v, target.ring, scale, ops, target.rotate)
     return out, kernel, why
 
 

@@ -8,8 +8,9 @@ function, which says their backward.
   ``rotate_method``): every rank's keys and values, flattened, gathered once into a new
   buffer of ``group`` times the rank's.
 - ``cp_ring_pass``: the all-to-all rotater (``_AllToAllRotater``, ``permute_tensor``) the
-  ring's backward passes each step's key and value gradients on with: a buffer of the same
-  size from the previous rank.
+  ring's backward passes each step's key and value gradients on with (and, under the
+  "alltoall" ``rotate_method``, the keys and values themselves): a buffer of the same size
+  from the previous rank.
 """
 from __future__ import annotations
 
