@@ -407,6 +407,56 @@ def test_a_mamba2_mixer_is_split_by_heads_as_vllm_splits_it():
         (5 * 2 * 16 * 64 * 4 + 2 * 16 * 4, 7)
 
 
+@pytest.mark.parametrize("family", ["jamba", "falcon_mamba"])
+def test_a_mamba1_mixer_is_split_by_channel_as_vllm_splits_it(family):
+    """Jamba's and Falcon Mamba's Mamba 1 mixers (frontends/torch/tp_mamba.py; they were
+    refused): each rank its share of the intermediate channels — in_proj's x and gate rows,
+    the convolution's channels, dt_proj's rows, A_log and D — x_proj and out_proj
+    row-parallel, each all-reduced (vLLM's MambaMixer), and the states of its channels."""
+    import torch
+    import transformers
+
+    if family == "jamba":   # (layer 0 a mixer, layer 1 attention, an MLP each)
+        model = transformers.JambaForCausalLM(transformers.JambaConfig(
+            vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, mamba_d_state=16, mamba_d_conv=4,
+            mamba_expand=2, mamba_dt_rank=8, attn_layer_period=2, attn_layer_offset=1,
+            expert_layer_period=2, expert_layer_offset=1, num_experts=1,
+            max_position_embeddings=128))
+    else:                   # (2 mixers, the head tied to the embedding)
+        model = transformers.FalconMambaForCausalLM(transformers.FalconMambaConfig(
+            vocab_size=512, hidden_size=64, num_hidden_layers=2, state_size=16, expand=2,
+            conv_kernel=4, time_step_rank=8))
+    two = analyze(model, example_inputs=(torch.zeros(2, 16, dtype=torch.int64),),
+                  serve={"prompt": 16, "generate": 4}, parallel={"mesh": "tp=2"}).serving
+    assert two is not None and two.collectives is not None
+    # a mixer (inner 128, state 16, dt rank 8, kernel 4) on a rank of 2: in_proj 2 · 64 rows
+    # of 64 (8,192), the convolution's 64 channels of 4 and their biases (320), x_proj 40 ·
+    # 64 (2,560), dt_proj 64 · 8 and its bias (576), A_log 64 · 16, D 64 (1,088), out_proj
+    # 64 · 64 (4,096): 16,832 parameters; the vocabulary's rows 256 · 64 (16,384)
+    mixer, rows = 16_832, 16_384
+    if family == "jamba":
+        # + its dt, B and C norms (40, whole); layer 0's and layer 1's MLPs half of 3 · 128 ·
+        # 64 each, the attention's q, o 32 · 64 and k, v 16 · 64 (6,144), 5 norms of 64, the
+        # head's rows
+        assert two.weight_bytes == (rows + mixer + 40 + 2 * 12_288 + 6_144 + 5 * 64
+                                    + rows) * 4
+        # the mixer's convolution state (2, 64, 4) and SSM state (2, 64, 16); the
+        # attention's one key/value head of 16 over 20 tokens
+        assert two.kv_cache_bytes == (2 * 64 * 4 + 2 * 64 * 16) * 4 + 2 * 20 * 16 * 2 * 4
+        # all-reduced (2 · 16 tokens, fp32): the lookup, the mixer's x_proj (40 a token) and
+        # out_proj, the attention's and both MLPs' outputs (64 a token)
+        reduced, calls = 5 * 2 * 16 * 64 * 4 + 2 * 16 * 40 * 4, 6
+    else:
+        # 2 mixers and their norms; transformers' weightless norms' dummy buffers (128 + 2 ·
+        # 16 each, whole: never read); the final norm; the tied head holds the table's rows
+        assert two.weight_bytes == (rows + 2 * (mixer + 64) + 2 * 160 + 64) * 4
+        assert two.kv_cache_bytes == 2 * (2 * 64 * 4 + 2 * 64 * 16) * 4
+        reduced, calls = 3 * 2 * 16 * 64 * 4 + 2 * 2 * 16 * 40 * 4, 5
+    c = two.collectives
+    assert (c.prefill_all_reduce_bytes, c.prefill_calls) == (reduced, calls + 1)   # (+ gather)
+
+
 def test_the_prefill_computes_the_logits_of_the_last_position_alone():
     every = _serving(2, serve={"logits": "all"}).collectives
     eager, vllm = _serving(2).collectives, _serving(2, serve={"engine": "vllm"}).collectives

@@ -41,38 +41,87 @@ def mamba2_mixers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
 
 
 def shard_mamba(model: torch.nn.Module, group: int) -> set[str]:
-    """``model``'s Mamba 2 mixers cut to one of ``group`` ranks' share, in place; their names
-    (their head counts told the rank's here: not to be divided again)."""
+    """``model``'s Mamba 2 and Mamba 1 mixers cut to one of ``group`` ranks' share, in place;
+    their names (their sizes told the rank's here: not to be divided again)."""
     found = mamba2_mixers(model)
     for name, mixer in found:
-        inner, heads, groups, state = (getattr(mixer, a) for a in (
-            "intermediate_size", "num_heads", "n_groups", "ssm_state_size"))
-        in_proj: torch.nn.Linear = getattr(mixer, "in_proj")
-        if in_proj.out_features != 2 * inner + 2 * groups * state + heads:
-            raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: {name}'s in_proj "
-                                 f"({in_proj.out_features:,} features) is not z, x, B, C and "
-                                 "dt as vLLM's MambaMixer2 splits them; not modelled")
-        divides(f"{name}.num_heads", heads, group)
-        if groups % group and group % groups:
-            divides(f"{name}.n_groups", groups, group)
-        local = max(groups // group, 1)   # (fewer groups than ranks: one a rank, replicated)
-        rows = 2 * (inner // group) + 2 * local * state + heads // group
-        mixer.in_proj = ColwiseLinear(in_proj, group, rows=rows)
-        _scaled(mixer, in_proj.out_features, rows)
-        mixer.conv1d = rank_conv(getattr(mixer, "conv1d"), inner // group + 2 * local * state)
-        for attr in ("A_log", "D", "dt_bias"):
-            cut_rows(mixer, attr, heads // group)
-        norm = getattr(mixer, "norm", None)
-        if isinstance(getattr(norm, "weight", None), torch.Tensor):   # (none: Falcon-H1's
-            assert isinstance(norm, torch.nn.Module)                   # Identity, no norm)
-            mixer.norm = SummedVarianceNorm(norm, group, inner) if groups < group else norm
-            if groups >= group:
-                cut_rows(norm, "weight", inner // group)
-        mixer.out_proj = RowwiseLinear(getattr(mixer, "out_proj"), group)
-        mixer.intermediate_size, mixer.num_heads, mixer.n_groups = \
-            inner // group, heads // group, local
-        mixer.conv_dim = inner // group + 2 * local * state
-    return {name for name, _ in found}
+        _shard_mamba2(name, mixer, group)
+    older = mamba1_mixers(model)
+    for name, mixer in older:
+        _shard_mamba1(name, mixer, group)
+    return {name for name, _ in found + older}
+
+
+def _shard_mamba2(name: str, mixer: torch.nn.Module, group: int) -> None:
+    """A Mamba 2 mixer as a rank of vLLM's ``MambaMixer2`` holds it (this module's doc)."""
+    inner, heads, groups, state = (getattr(mixer, a) for a in (
+        "intermediate_size", "num_heads", "n_groups", "ssm_state_size"))
+    in_proj: torch.nn.Linear = getattr(mixer, "in_proj")
+    if in_proj.out_features != 2 * inner + 2 * groups * state + heads:
+        raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: {name}'s in_proj "
+                             f"({in_proj.out_features:,} features) is not z, x, B, C and "
+                             "dt as vLLM's MambaMixer2 splits them; not modelled")
+    divides(f"{name}.num_heads", heads, group)
+    if groups % group and group % groups:
+        divides(f"{name}.n_groups", groups, group)
+    local = max(groups // group, 1)   # (fewer groups than ranks: one a rank, replicated)
+    rows = 2 * (inner // group) + 2 * local * state + heads // group
+    mixer.in_proj = ColwiseLinear(in_proj, group, rows=rows)
+    _scaled(mixer, in_proj.out_features, rows)
+    mixer.conv1d = rank_conv(getattr(mixer, "conv1d"), inner // group + 2 * local * state)
+    for attr in ("A_log", "D", "dt_bias"):
+        cut_rows(mixer, attr, heads // group)
+    norm = getattr(mixer, "norm", None)
+    if isinstance(getattr(norm, "weight", None), torch.Tensor):   # (none: Falcon-H1's
+        assert isinstance(norm, torch.nn.Module)                   # Identity, no norm)
+        mixer.norm = SummedVarianceNorm(norm, group, inner) if groups < group else norm
+        if groups >= group:
+            cut_rows(norm, "weight", inner // group)
+    mixer.out_proj = RowwiseLinear(getattr(mixer, "out_proj"), group)
+    mixer.intermediate_size, mixer.num_heads, mixer.n_groups = \
+        inner // group, heads // group, local
+    mixer.conv_dim = inner // group + 2 * local * state
+
+
+SIZES_1 = ("intermediate_size", "ssm_state_size", "time_step_rank")
+
+
+def mamba1_mixers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The modules of ``model`` that are transformers' Mamba 1 mixers (Mamba's, Falcon
+    Mamba's, Jamba's): their sizes, input, selective (``x_proj``), time-step (``dt_proj``)
+    and output projections, convolution and per-channel ``A_log``."""
+    return [(n, m) for n, m in model.named_modules()
+            if all(isinstance(getattr(m, a, None), int) for a in SIZES_1)
+            and all(isinstance(getattr(m, a, None), torch.nn.Linear)
+                    for a in ("in_proj", "x_proj", "dt_proj", "out_proj"))
+            and isinstance(getattr(m, "conv1d", None), torch.nn.Conv1d)
+            and isinstance(getattr(m, "A_log", None), torch.Tensor)]
+
+
+def _shard_mamba1(name: str, mixer: torch.nn.Module, group: int) -> None:
+    """A Mamba 1 mixer as a rank of vLLM's ``MambaMixer`` (vllm/model_executor/layers/mamba/
+    mamba_mixer.py) holds it, split by intermediate channel: ``in_proj`` column-parallel in
+    its two parts (x and the gate, I/T rows each), the convolution's channels, ``x_proj``
+    row-parallel (each rank's channels' partial sums of dt, B and C all-reduced, so the
+    time-step, B and C norms — Jamba's — run whole on every rank), ``dt_proj``
+    column-parallel (its bias too), ``A_log`` and ``D`` per channel, ``out_proj``
+    row-parallel; the states of the rank's channels."""
+    inner = getattr(mixer, "intermediate_size")
+    in_proj: torch.nn.Linear = getattr(mixer, "in_proj")
+    if in_proj.out_features != 2 * inner:
+        raise GraphcostError(f"{opt('parallel', value=f'tp={group}')}: {name}'s in_proj "
+                             f"({in_proj.out_features:,} features) is not x and the gate as "
+                             "vLLM's MambaMixer splits them; not modelled")
+    divides(f"{name}.intermediate_size", inner, group)
+    mixer.in_proj = ColwiseLinear(in_proj, group, rows=2 * inner // group)
+    mixer.conv1d = rank_conv(getattr(mixer, "conv1d"), inner // group)
+    mixer.x_proj = RowwiseLinear(getattr(mixer, "x_proj"), group)
+    mixer.dt_proj = ColwiseLinear(getattr(mixer, "dt_proj"), group)
+    for attr in ("A_log", "D"):
+        cut_rows(mixer, attr, inner // group)
+    mixer.out_proj = RowwiseLinear(getattr(mixer, "out_proj"), group)
+    mixer.intermediate_size = inner // group
+    setattr(mixer, "tp_sharded", True)   # (its A_log, a matrix, is the rank's rows)
 
 
 class SummedVarianceNorm(torch.nn.Module):
