@@ -267,8 +267,8 @@ def _priced(prefill: Graph, trace: ServingTrace, weight: str | None, kv: str | N
         names = sd.cache_values(graph, cache)
         g = sd.retype(graph, w, compute, kv_type, names)
         costs = count_costs(g) if whole or k == 1 else None
-        if (compute, k) not in peaks:
-            peaks[(compute, k)] = _working_peak(g, names)
+        if (compute, k) not in peaks:   # (the cache tensors themselves: their views'
+            peaks[(compute, k)] = _working_peak(g, set(cache))   # storages are theirs)
         roof = roofline(g, costs.nodes, device, tensor_bytes=0, fit=fit(device, 0)) \
             if device and costs else None
         phases.append(_Phase(g, costs, peaks[(compute, k)], roof))
@@ -285,16 +285,21 @@ def _cache_bytes(decode: Graph, trace: ServingTrace) -> tuple[int, int]:
 
 def _working_peak(graph: Graph, cache: set[str]) -> int:
     """The liveness peak of the step minus the cache tensors live at each point (a view of a
-    larger tensor counts its own bytes: the rest of that storage is working memory)."""
+    larger tensor counts its own bytes: the rest of that storage is working memory). The cache
+    tensors on one storage count no more than it: a recurrent state updated in place and its
+    update are one storage, counted once; a fused projection's key and value slices, their
+    bytes (its query's are work)."""
     live = analyze_liveness(graph, include_inputs=True, eager=graph.source == "fx")
     n = len(live.timeline)
     diff = [0] * (n + 1)
+    held: dict[int, int] = {}
     for name in cache:
         k = live.value_storage.get(name)
-        if k is None:
-            continue
+        if k is not None:
+            size = min(graph.values[name].spec.nbytes or 0, live.storages[k].nbytes)
+            held[k] = min(held.get(k, 0) + size, live.storages[k].nbytes)
+    for k, size in held.items():
         s = live.storages[k]
-        size = min(graph.values[name].spec.nbytes or 0, s.nbytes)
         diff[s.birth] += size
         diff[min(s.death, n - 1) + 1] -= size
     peak = running = 0
