@@ -408,6 +408,34 @@ def test_a_recurrent_state_by_hand_and_a_decode_step_without_a_mask():
     assert 2 * params < s.decode.flops_per_token < 3 * params
 
 
+def test_a_mamba_scan_is_served_as_the_fused_kernel_computes_it():
+    """Mamba 1's selective scan traced as one fused kernel (frontends/torch/fused_scan.py),
+    as vLLM and mamba-ssm run it, in place of transformers' PyTorch fallback (every token's
+    discretized A and B·u materialized, then a loop over the tokens): the kernel's output and
+    last state are the fallback's on random values, and its arithmetic is counted by hand."""
+    from graphcost.analyzer.frontends.torch.fused_scan import selective_scan
+    from transformers.models.mamba import modeling_mamba
+
+    torch.manual_seed(0)
+    u, dt, z = (torch.randn(2, 8, 5) for _ in range(3))
+    A, B, C = -torch.rand(8, 4), torch.randn(2, 4, 5), torch.randn(2, 4, 5)
+    D, bias = torch.randn(8), torch.randn(8)
+    out, state = selective_scan(u, dt, A, B, C, D, z, bias, True)
+    ref, ref_state = modeling_mamba.mamba_selective_scan(
+        u, dt, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True, return_last_state=True)
+    assert torch.allclose(out, ref, atol=1e-5) and torch.allclose(state, ref_state, atol=1e-5)
+
+    r = analyze(_recurrent("mamba"), example_inputs=(torch.zeros(2, 16, dtype=torch.int64),),
+                serve={"prompt": 16, "generate": 4})
+    scans = [n for n in r.nodes if "selective_scan" in n.op]   # (the prefill's nodes)
+    # batch 2, 16 tokens, inner 128, state 8, per layer: 2 · 2 · 128 · 16 · 8 = 65,536 MACs
+    # (the update's and the output's); FLOPs twice those, 4 a token, channel and state more
+    # (δ·A, exp, δ·B, ·u), and per token and channel 10 (δ's bias and softplus, D·u, the gate)
+    assert [(n.macs, n.flops) for n in scans] == [
+        (65_536, 2 * 65_536 + 4 * 32_768 + 10 * 2 * 128 * 16)] * 2
+    assert any("scans as mamba-ssm's fused kernel" in w for w in r.warnings)
+
+
 def test_granite_moe_runs_without_its_cache():
     # GraniteMoeForCausalLM takes use_cache only through **kwargs: without it the traced
     # forward returned its DynamicCache and failed. Its parameters: the module's own count

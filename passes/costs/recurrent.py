@@ -79,3 +79,22 @@ def causal_conv_with_state(op: OpView) -> tuple[int, int]:
     out = b * c * length
     act = 4 if op.attr("activation", "none") in ("silu", "swish") else 0
     return macs, 2 * macs + (out if op.has_input(2) else 0) + act * out
+
+
+SELECTIVE_SCAN = "graphcost.selective_scan.default"
+
+
+@rule(SELECTIVE_SCAN, saves="inputs")
+def selective_scan(op: OpView) -> tuple[int, int]:
+    """A Mamba 1 selective scan as one fused kernel (mamba-ssm's ``selective_scan_fn``:
+    analyzer/frontends/torch/fused_scan.py), u (B, I, L), A (I, N). Per token, channel and
+    state: the state update h = exp(δ·A)·h + δ·B·u — one MAC, and δ·A, exp, δ·B and ·u (4) —
+    and the output's C·h, one MAC: 2·B·I·L·N MACs, 8·B·I·L·N FLOPs (the Mamba paper's 9BLDN,
+    less its reading of the discretization as two); per token and channel δ's bias and
+    softplus (3), D·u added (2), the gate's silu and product (5) where given."""
+    b, i, length = op.in_shape(0)
+    n = op.in_shape(2)[-1]
+    macs = 2 * b * i * length * n
+    per = (3 if op.has_input(7) else 0) + (2 if op.has_input(5) else 0) + \
+        (5 if op.has_input(6) else 0)
+    return macs, 2 * macs + 4 * b * i * length * n + per * b * i * length

@@ -145,12 +145,17 @@ def _recurrent_count(model) -> int:
     return sum(hasattr(layer, "conv_states") for layer in layers)
 
 
-def _recurrent_note(count: int) -> list[str]:
-    """The report's line where ``count`` of the model's cache layers hold recurrent states."""
+def _recurrent_note(count: int, prefill: Graph) -> list[str]:
+    """The report's line where ``count`` of the model's cache layers hold recurrent states:
+    Mamba 1's scans run as the fused kernel (fused_scan.py), the others' prefill as
+    transformers' PyTorch code runs it."""
+    from ....passes.costs.recurrent import SELECTIVE_SCAN
     if not count:
         return []
-    return [f"{count} recurrent layers: states of a fixed size in the cache; prefill as "
-            "transformers' PyTorch scan, not a fused kernel"]
+    how = "scans as mamba-ssm's fused kernel" if any(
+        n.op == SELECTIVE_SCAN for n in prefill.nodes) else \
+        "prefill as transformers' PyTorch scan, not a fused kernel"
+    return [f"{count} recurrent layers: states of a fixed size in the cache; {how}"]
 
 
 class KVStep(torch.nn.Module):
@@ -180,6 +185,7 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     own weights, cache tensors and activations, as a full trace would. ``last_logits``: the
     LM head runs on each sequence's last position alone (``LastPosition``), as transformers'
     ``generate`` (``logits_to_keep=1``) and vLLM compute them."""
+    from .fused_scan import fused_scans
     from .layer_stack import find_stack, layers_note, truncated
     from .repeat_layers import grow_stack
 
@@ -193,9 +199,9 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
     step = HFStep(model) if kind == "hf" else KVStep(model)
     # a mixture of experts in transformers' eager loop is costed as plain analysis costs it
     with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes, \
-            last_position(model) if last_logits else nullcontext():
+            last_position(model) if last_logits else nullcontext(), fused_scans():
         prefill, decode = _trace_both(step, model, kind, batch, prompt, generate, name, note)
-    notes += _recurrent_note(step.recurrent) if isinstance(step, HFStep) else []
+    notes += _recurrent_note(step.recurrent, prefill) if isinstance(step, HFStep) else []
     if notes:
         prefill = replace(prefill, warnings=prefill.warnings + tuple(notes))
     if stack is not None:
