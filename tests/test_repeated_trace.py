@@ -143,6 +143,9 @@ def test_the_stack_pattern_by_hand():
     assert _repeating([dense] * 3 + [moe] * 58) == (1, 3, 0)
     assert layers_note(Stack("model.layers", 61, 1, 3, 0)) == (
         "6 of 61 layers traced; layers 5–59 are layer 4 repeated in the IR (identical blocks)")
+    # Bamba-9B: attention at 9, 18 and 27 of 32, its last four layers alike: one copy
+    assert layers_note(Stack("model.layers", 32, 1, 28, 0)) == (
+        "31 of 32 layers traced; layer 30 is layer 29 repeated in the IR (identical blocks)")
     # gpt-oss-20b: 24 alternating; a stack of one kind; kinds in no order: traced whole
     assert _repeating([s, f] * 12) == (2, 0, 0)
     assert _repeating([moe] * 8) == (1, 0, 0)

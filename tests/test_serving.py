@@ -393,6 +393,29 @@ def test_a_hybrid_stack_grown_from_three_periods_equals_its_full_trace():
         (whole.prefill.macs, whole.prefill.peak_bytes, whole.decode.peak_bytes)
 
 
+def test_a_hybrid_whose_config_derives_its_layer_kinds_is_grown():
+    """Bamba's config names its layer kinds ``layer_types`` through its attribute map, a
+    property derived from the layer count and the attention layers: cutting the stack set it
+    and failed (an internal error on Bamba-9B's config). Now only the layer count is told.
+    8 layers, attention every other one: 3 periods traced, grown. Its cache by hand (fp32,
+    batch 2, 16 + 4 tokens): each of the 4 mixers' convolution state over x, B and C (128 +
+    2 · 16 channels) of 4 and SSM state of 8 heads of 16 × 16; each of the 4 attention
+    layers' 2 key/value heads of 16 over 20 tokens."""
+    import transformers
+    config = transformers.BambaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
+        num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=8, mamba_d_head=16,
+        mamba_d_state=16, mamba_n_groups=1, mamba_expand=2, attn_layer_indices=[1, 3, 5, 7],
+        max_position_embeddings=128)
+    with torch.device("meta"):
+        model = transformers.BambaForCausalLM(config)
+    s = analyze(model, example_inputs=(torch.zeros(2, 16, dtype=torch.int64, device="meta"),),
+                serve={"prompt": 16, "generate": 4}).serving
+    assert s is not None and s.traced_layers is not None and "repeated" in s.traced_layers
+    assert s.kv_cache_bytes == 4 * 2 * (160 * 4 + 8 * 16 * 16) * 4 + 4 * 2 * 2 * 2 * 20 * 16 * 4
+    assert model.config.layers_block_type == ["linear_attention", "full_attention"] * 4
+
+
 def test_a_recurrent_state_by_hand_and_a_decode_step_without_a_mask():
     s = analyze(_recurrent("mamba"), example_inputs=(torch.zeros(2, 16, dtype=torch.int64),),
                 serve={"prompt": 16, "generate": 4}).serving

@@ -386,9 +386,13 @@ def test_a_mamba2_mixer_is_split_by_heads_as_vllm_splits_it():
         max_position_embeddings=128)
     torch.manual_seed(0)
     model = transformers.BambaForCausalLM(config)
-    two = analyze(model, example_inputs=(torch.zeros(2, 16, dtype=torch.int64),),
-                  serve={"prompt": 16, "generate": 4}, parallel={"mesh": "tp=2"}).serving
+    report = analyze(model, example_inputs=(torch.zeros(2, 16, dtype=torch.int64),),
+                     serve={"prompt": 16, "generate": 4}, parallel={"mesh": "tp=2"})
+    two = report.serving
     assert two is not None
+    # its 2 key/value heads split, one a rank: the mixer's replicated group of B and C is no
+    # replicated head (the report said so)
+    assert not any("key/value heads" in w for w in report.warnings)
     # fp32, 32 B of rotary buffers; one GPU 155,384 parameters. Layer 0's mixer (inner
     # 128, 8 heads of 16, 1 group, state 16) on a rank of 2: in_proj z, x 64 each, B, C 16
     # each, dt 4 rows of 64 (10,496), the convolution's 96 channels of 4 and their biases

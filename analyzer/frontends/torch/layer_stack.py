@@ -46,8 +46,9 @@ def layers_note(stack: Stack) -> str:
     n, p, h = stack.layers, stack.period, stack.head
     first, last = h + 2 * p, h + (stack.blocks - 1) * p - 1  # the copies' layers
     if p == 1:
-        return (f"{stack.traced} of {n} layers traced; layers {first}–{last} are layer "
-                f"{h + 1} repeated in the IR (identical blocks)")
+        copies = f"layers {first}–{last} are" if last > first else f"layer {first} is"
+        return (f"{stack.traced} of {n} layers traced; {copies} layer {h + 1} repeated in "
+                "the IR (identical blocks)")
     return (f"{stack.traced} of {n} layers traced; layers {first}–{last} are layers "
             f"{h + p}–{h + 2 * p - 1} repeated in the IR (layer kinds repeat every {p} "
             "layers)")
@@ -151,7 +152,9 @@ def truncated(model: torch.nn.Module, stack: Stack):
 
 def _settable(config, name: str) -> bool:
     """Whether ``config``'s ``name`` is its own to set: not a property derived from the others
-    (MambaConfig's ``layer_types``, from its layer count)."""
+    (MambaConfig's ``layer_types``, from its layer count; Bamba's, which its attribute map
+    names ``layers_block_type``, from its layer count and attention layers)."""
+    name = getattr(type(config), "attribute_map", {}).get(name, name)
     prop = getattr(type(config), name, None)
     return not isinstance(prop, property) or prop.fset is not None
 

@@ -60,7 +60,7 @@ amax all-reduce each cast of a sharded tensor makes for its tensorwise scale (on
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from typing import Callable, Collection
 
 import torch
 
@@ -179,14 +179,17 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
         mla_rope_reduced(model, group)
     kept = _all_sharded(model, group, serving, towers=towers)
     notes = (replicated_note(kept, group),) if kept else ()
-    return model, notes + _replicated_heads_note(model, group) + tower_notes
+    return model, notes + _replicated_heads_note(model, group, mixers) + tower_notes
 
 
-def _replicated_heads_note(model: torch.nn.Module, group: int) -> tuple[str, ...]:
+def _replicated_heads_note(model: torch.nn.Module, group: int,
+                           mixers: Collection[str] = ()) -> tuple[str, ...]:
     """The report's line when key/value heads are replicated (tp_heads.kv_rows): fewer of
-    them than ranks, each rank holding one."""
+    them than ranks, each rank holding one. (A Mamba 2 mixer's ``mixers`` replicate their
+    groups of B and C, not heads: tp_mamba.py.)"""
     if not any(isinstance(c, ColwiseLinear) and c.out_features * group > c.full_out
-               for c in model.modules()):
+               and not any(n.startswith(m + ".") for m in mixers)
+               for n, c in model.named_modules()):
         return ()
     return (f"tp={group}: fewer key/value heads than ranks, replicated as vLLM replicates "
             "them (one a rank): a rank's KV cache holds its one head a layer",)
