@@ -461,6 +461,33 @@ def test_a_mamba1_mixer_is_split_by_channel_as_vllm_splits_it(family):
     assert (c.prefill_all_reduce_bytes, c.prefill_calls) == (reduced, calls + 1)   # (+ gather)
 
 
+def test_a_short_convolution_is_split_by_channel_as_vllm_splits_it():
+    """LFM2's gated short convolutions (frontends/torch/tp_short_conv.py; refused, as were its
+    w1/w2/w3 MLPs and its attention's out_proj, which transformers' plan leaves out): vLLM's
+    ShortConv splits in_proj's B, C and x by channel, the convolution and its state with them,
+    out_proj row-parallel; its MLP's w1 and w3 column-, w2 row-parallel."""
+    import torch
+    import transformers
+
+    model = transformers.Lfm2ForCausalLM(transformers.Lfm2Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, num_hidden_layers=4,
+        layer_types=["conv", "full_attention"] * 2))
+    two = analyze(model, example_inputs=(torch.zeros(2, 64, dtype=torch.int64),),
+                  serve={"prompt": 64, "generate": 16}, parallel={"mesh": "tp=2"}).serving
+    assert two is not None
+    # a rank of 2, fp32: a convolution layer's 32 channels of 3 (96), in_proj 3 · 32 rows of
+    # 64 (6,144), out_proj 64 · 32 (2,048); every layer's MLP (its ff width adjusted to 256)
+    # w1, w3 128 · 64 and w2 64 · 128 (24,576), 2 norms of 64; an attention layer's q, out
+    # 32 · 64, k, v 16 · 64 (6,144) and its q, k norms of 16 (whole); the tied table's rows
+    # 256 · 64, the last norm; the rotary buffers' 16 floats
+    conv, attention = 96 + 6_144 + 2_048 + 24_576 + 128, 6_144 + 32 + 24_576 + 128
+    assert two.weight_bytes == (256 * 64 + 2 * conv + 2 * attention + 64 + 16) * 4
+    # a convolution layer's state (2, 32, 3); an attention layer's key/value head of 16 over
+    # 80 tokens
+    assert two.kv_cache_bytes == 2 * 2 * 32 * 3 * 4 + 2 * 2 * 2 * 80 * 16 * 4
+
+
 def test_the_prefill_computes_the_logits_of_the_last_position_alone():
     every = _serving(2, serve={"logits": "all"}).collectives
     eager, vllm = _serving(2).collectives, _serving(2, serve={"engine": "vllm"}).collectives

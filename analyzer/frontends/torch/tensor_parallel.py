@@ -80,6 +80,7 @@ from .tp_heads import (
 from .tp_linear_attention import shard_linear_attention
 from .tp_mamba import shard_mamba
 from .tp_shards import ColwiseLinear, RowwiseLinear, VocabEmbedding, WholeNorm
+from .tp_short_conv import shard_short_conv
 from .transformers_tp_plan import (
     beside_expert_parallel,
     planned,
@@ -94,6 +95,9 @@ ROWWISE = ("o_proj", "down_proj")
 # fused projections vLLM splits by their parts (QKVParallelLinear: the rank's query heads, then
 # its key and value heads; MergedColumnParallelLinear: its gate rows, then its up rows)
 FUSED = ("qkv_proj", "gate_up_proj")
+# a serving engine's names besides (vLLM's LFM2 and Mixtral-style MLPs: w1 and w3 column-, w2
+# row-parallel; an attention's out_proj row-parallel after its column-parallel q, k, v)
+SERVING_COLWISE, SERVING_ROWWISE = ("w1", "w3"), ("w2", "out_proj")
 # multi-head latent attention's down-projections (DeepSeek-V2/V3, Kimi K2), whole on every
 # rank — vLLM's ReplicatedLinear; transformers' plan leaves q_a_proj out and names
 # kv_a_proj_with_mqa "mla_kv_a_proj" (whole, its rope key's gradient all-reduced:
@@ -145,7 +149,7 @@ def tensor_parallel(module: torch.nn.Module, group: int, *,
     if serving:   # (vLLM's FusedMoE: each expert's intermediate split, the output summed;
         shard_experts(model, group)              # its recurrent mixers split by heads)
         shard_linear_attention(model, group)
-        mixers = shard_mamba(model, group)
+        mixers = shard_mamba(model, group) | shard_short_conv(model, group)
     parents, whole_heads = _shard_blocks(model, group, sequence, not serving, (tokens, head))
     _whole_norms(model, parents, group, gathered=serving)
     local_configs(parents, group)
@@ -355,5 +359,7 @@ def linear_style(model: torch.nn.Module, gathers: bool = True) -> Callable[[str]
             return "colwise"
         if towers.outside(name):   # a vision tower and its projector, as vLLM's encoders
             return encoder_style(s, leaf) if towers.sharded else None   # hold them
+        if s is None and leaf in (*SERVING_COLWISE, *SERVING_ROWWISE):
+            return "colwise" if leaf in SERVING_COLWISE else "rowwise"
         return named(name) if s is None else s if s in kept else None
     return serving
