@@ -456,7 +456,50 @@ def test_a_mamba_scan_is_served_as_the_fused_kernel_computes_it():
     # (δ·A, exp, δ·B, ·u), and per token and channel 10 (δ's bias and softplus, D·u, the gate)
     assert [(n.macs, n.flops) for n in scans] == [
         (65_536, 2 * 65_536 + 4 * 32_768 + 10 * 2 * 128 * 16)] * 2
-    assert any("scans as mamba-ssm's fused kernel" in w for w in r.warnings)
+    assert any("scans as mamba-ssm's fused kernels" in w for w in r.warnings)
+
+
+def test_a_mamba2_chunked_scan_is_served_as_the_fused_kernels_compute_it():
+    """Mamba 2's chunked scan (the SSD) traced as mamba-ssm's kernels (frontends/torch/
+    fused_scan.py) in place of transformers' fallback, which materializes every chunk's
+    position-by-position scores per head: the op's output and final state are the
+    fallback's on random values (and its token-by-token recurrence's), its arithmetic and
+    workspace counted by hand."""
+    import transformers
+    from graphcost.analyzer.frontends.torch.fused_scan import ssd_scan
+    from transformers.models.bamba import modeling_bamba
+
+    torch.manual_seed(0)
+    x, dt = torch.randn(2, 12, 4, 8), torch.randn(2, 12, 4)
+    A, B, C = -torch.rand(4), torch.randn(2, 12, 2, 6), torch.randn(2, 12, 2, 6)
+    D, bias, start = torch.randn(4), torch.randn(4), torch.randn(2, 4, 8, 6)
+    out, state, _ = ssd_scan(x, dt, A, B, C, 8, D, bias, start, True)
+    ref, ref_state = modeling_bamba.mamba2_chunk_scan(
+        x, dt, A, B, C, chunk_size=8, D=D, dt_bias=bias, initial_states=start,
+        dt_softplus=True, return_final_states=True)
+    assert torch.allclose(out, ref, atol=1e-4) and torch.allclose(state, ref_state, atol=1e-4)
+
+    config = transformers.BambaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=8, mamba_d_head=16,
+        mamba_d_state=16, mamba_n_groups=1, mamba_expand=2, attn_layer_indices=[1],
+        max_position_embeddings=128, mamba_chunk_size=8)
+    r = analyze(transformers.BambaForCausalLM(config), serve={"prompt": 16, "generate": 4},
+                example_inputs=(torch.zeros(2, 16, dtype=torch.int64),))
+    # batch 2, 16 tokens in 2 chunks of 8, 8 heads of 16, 1 group, 16 states, per chunk and
+    # sequence: C·Bᵀ 1 · 64 · 16, the scores times x 8 · 64 · 16, the chunk's state and the
+    # output's 2 · 8 · 8 · 16 · 16, the passing 8 · 16 · 16: 44,032 MACs, 4 of them. FLOPs
+    # twice, the decay mask 2 · 8 · 64 a chunk, the time step 3 a token and head, D·x 2 an
+    # element of x
+    macs = 4 * (1_024 + 8_192 + 32_768 + 2_048)
+    flops = 2 * macs + 4 * 2 * 8 * 64 + 3 * 2 * 16 * 8 + 2 * 2 * 16 * 8 * 16
+    scans = [n for n in r.nodes if "ssd_scan" in n.op]
+    assert [(n.macs, n.flops) for n in scans] == [(macs, flops)]
+    # written: the output 2 · 16 · 8 · 16 and the final state 2 · 8 · 16 · 16 (fp32), and the
+    # workspace — the decay and time steps 2 · 2 · 8 · 2 · 8, the chunks' states 2 · 2 · 8 ·
+    # 16 · 16 in fp32 and passed on (fp32 here): 16,896 floats
+    assert [n.bytes_written for n in scans] == [(4_096 + 4_096 + 16_896) * 4]
+    assert any("scans as mamba-ssm's fused kernels" in w for w in r.warnings)
 
 
 def test_granite_moe_runs_without_its_cache():

@@ -98,3 +98,27 @@ def selective_scan(op: OpView) -> tuple[int, int]:
     per = (3 if op.has_input(7) else 0) + (2 if op.has_input(5) else 0) + \
         (5 if op.has_input(6) else 0)
     return macs, 2 * macs + 4 * b * i * length * n + per * b * i * length
+
+
+SSD_SCAN = "graphcost.ssd_scan.default"
+
+
+@rule(SSD_SCAN, saves="inputs")
+def ssd_scan(op: OpView) -> tuple[int, int]:
+    """Mamba 2's chunked scan (the SSD: mamba-ssm's ``mamba_chunk_scan_combined``,
+    analyzer/frontends/torch/fused_scan.py), x (B, L, H, P), B and C (B, L, G, N), chunks of l
+    (c = ⌈L/l⌉). Per chunk: C·Bᵀ per group, G·l²·N MACs; the masked scores times x per head,
+    H·l²·P; the chunk's state B·x, H·l·P·N; the output's C·(passed state), H·l·P·N; the states
+    passed between chunks, H·P·N. FLOPs twice those, plus the decay mask per head and score
+    pair (exp and product, 2·H·l²), the time step's bias and softplus (3 per token and head)
+    and D·x (2 per element of x; D is input 5 where given — transformers' callers give it and
+    the time step's bias, and a missing one is dropped from the inputs, not left empty)."""
+    b, length, heads, p = op.in_shape(0)
+    _, _, groups, n = op.in_shape(3)
+    chunk = int(op.attr("chunk_size", 0) or length) or 1
+    c = -(-length // chunk)
+    macs = b * c * (groups * chunk * chunk * n + heads * chunk * chunk * p
+                    + 2 * heads * chunk * p * n + heads * p * n)
+    extra = b * c * 2 * heads * chunk * chunk + 3 * b * length * heads + \
+        (2 * b * length * heads * p if op.has_input(5) else 0)
+    return macs, 2 * macs + extra

@@ -147,13 +147,13 @@ def _recurrent_count(model) -> int:
 
 def _recurrent_note(count: int, prefill: Graph) -> list[str]:
     """The report's line where ``count`` of the model's cache layers hold recurrent states:
-    Mamba 1's scans run as the fused kernel (fused_scan.py), the others' prefill as
+    Mamba's scans run as the fused kernels (fused_scan.py), the gated delta nets' prefill as
     transformers' PyTorch code runs it."""
-    from ....passes.costs.recurrent import SELECTIVE_SCAN
+    from ....passes.costs.recurrent import SELECTIVE_SCAN, SSD_SCAN
     if not count:
         return []
-    how = "scans as mamba-ssm's fused kernel" if any(
-        n.op == SELECTIVE_SCAN for n in prefill.nodes) else \
+    how = "scans as mamba-ssm's fused kernels" if any(
+        n.op in (SELECTIVE_SCAN, SSD_SCAN) for n in prefill.nodes) else \
         "prefill as transformers' PyTorch scan, not a fused kernel"
     return [f"{count} recurrent layers: states of a fixed size in the cache; {how}"]
 
