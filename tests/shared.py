@@ -133,8 +133,9 @@ def _case_key(case) -> dict:
     leaves the records made before it keyed as they were)."""
     import dataclasses
 
-    return {f.name: v for f in dataclasses.fields(case)
-            if (v := dataclasses.asdict(case)[f.name]) != f.default}
+    fields = dataclasses.asdict(case)
+    return {f.name: fields[f.name] for f in dataclasses.fields(case)
+            if fields[f.name] != f.default}
 
 
 def measured_steps(cases: list, world: int, **kw) -> list:

@@ -27,18 +27,12 @@ without those functions keeps its own paths.
 from __future__ import annotations
 
 import contextlib
-import importlib
+import sys
 from typing import Iterator
 
 import torch
 
 from ....passes.errors import GraphcostError
-
-# transformers' modules that define a fallback, by its name there: Mamba 1's selective scan,
-# Mamba 2's chunked scan (the SSD)
-FALLBACKS = {"mamba_selective_scan": ("mamba", "falcon_mamba", "jamba", "zamba"),
-             "mamba2_chunk_scan": ("bamba", "falcon_h1", "granitemoehybrid", "mamba2",
-                                   "nemotron_h", "zamba2")}
 
 
 @torch.library.custom_op("graphcost::selective_scan", mutates_args=())
@@ -138,23 +132,26 @@ def _fused_ssd(hidden_states, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=N
     return (out, state) if return_final_states else out
 
 
-REPLACEMENTS = {"mamba_selective_scan": _fused, "mamba2_chunk_scan": _fused_ssd}
+# each fallback by its name in transformers' modules, its replacement and the models whose
+# modules define it: Mamba 1's selective scan, Mamba 2's chunked scan (the SSD)
+FALLBACKS = {
+    "mamba_selective_scan": (_fused, ("mamba", "falcon_mamba", "jamba", "zamba")),
+    "mamba2_chunk_scan": (_fused_ssd, ("bamba", "falcon_h1", "granitemoehybrid", "mamba2",
+                                       "nemotron_h", "zamba2"))}
 
 
 @contextlib.contextmanager
 def fused_scans() -> Iterator[None]:
     """While in it, transformers' Mamba 1 and Mamba 2 scans are the fused kernels' (this
-    module's doc)."""
+    module's doc). Only modules already imported are touched: a model built from one has
+    imported it, and no other model's module is loaded for nothing."""
     swapped = []
-    for fallback, names in FALLBACKS.items():
+    for fallback, (replacement, names) in FALLBACKS.items():
         for name in names:
-            try:
-                module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-            except ImportError:
-                continue
+            module = sys.modules.get(f"transformers.models.{name}.modeling_{name}")
             if callable(getattr(module, fallback, None)):
                 swapped.append((module, fallback, getattr(module, fallback)))
-                setattr(module, fallback, REPLACEMENTS[fallback])
+                setattr(module, fallback, replacement)
     try:
         yield
     finally:
