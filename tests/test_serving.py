@@ -502,6 +502,25 @@ def test_a_mamba2_chunked_scan_is_served_as_the_fused_kernels_compute_it():
     assert any("scans as mamba-ssm's fused kernels" in w for w in r.warnings)
 
 
+def test_a_short_prompt_beside_a_long_chunk_is_replayed_without_failing():
+    """Bamba at transformers' default chunk of 256 prefilling 2 × 64 tokens: its scan's
+    workspace is sized by the chunk (mamba-ssm's C·Bᵀ is chunk × chunk), and weights + the
+    cache after P + G + the prefill's working peak passed what the replay's own prefill held
+    (the cache then P tokens): the check took that estimate for the replay's tensors and
+    failed (ReplayBelowPeak). The replay covers what it allocated."""
+    import transformers
+    config = transformers.BambaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, mamba_n_heads=8, mamba_d_head=16,
+        mamba_d_state=16, attn_layer_indices=[1, 3], max_position_embeddings=256)
+    with torch.device("meta"):
+        model = transformers.BambaForCausalLM(config)
+    s = analyze(model, example_inputs=(torch.zeros(2, 64, dtype=torch.int64, device="meta"),),
+                serve={"prompt": 64, "generate": 16}).serving
+    assert s is not None
+    assert s.reserved_peak_bytes >= max(p.allocated_peak_bytes for p in s.reserved_by_phase)
+
+
 def test_granite_moe_runs_without_its_cache():
     # GraniteMoeForCausalLM takes use_cache only through **kwargs: without it the traced
     # forward returned its DynamicCache and failed. Its parameters: the module's own count
