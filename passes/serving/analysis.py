@@ -46,7 +46,7 @@ from ..device_rates import DeviceRates
 from ..graph.params import count_params
 from ..ir import FLOAT_DTYPES, Graph, ValueKind
 from ..memory.allocator_events import PhaseReserve
-from ..memory.caching_allocator import AllocatorConfig, covering
+from ..memory.caching_allocator import AllocatorConfig
 from ..memory.liveness import analyze_liveness
 from ..memory.peak import Peak
 from ..serving import dtypes as sd
@@ -217,9 +217,6 @@ def serving_review(trace: ServingTrace, device: DeviceRates | None = None,
         bandwidth_bound_seconds=(weights + after) / device.bandwidth if device else None)
     ev = _events(pre.graph, dec.graph, trace, after, device)
     reserved, phases = serving_reserved(ev, allocator)
-    # (the replay's own tensors: weights + the cache after P + G + the larger working peak
-    # is an estimate over both steps that can pass them — the prefill holds P tokens' cache)
-    covering(reserved, max(p.allocated_peak_bytes for p in phases), "the serving batch")
     answer = serving_peak(weights, after, pre.work, dec.work, reserved).fit(
         device, overhead=overhead, allocator=allocator.words) if device else None
     room = ServingRoom.of(answer, allocator, overhead.allocator_fraction) if answer else None

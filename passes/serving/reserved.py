@@ -32,7 +32,7 @@ from ..memory.allocator_events import (
     resident_tensors,
     transient_storages,
 )
-from ..memory.caching_allocator import Alloc, AllocatorConfig, Event, Free
+from ..memory.caching_allocator import Alloc, AllocatorConfig, Event, Free, covering
 from ..memory.liveness import analyze_liveness
 
 if TYPE_CHECKING:
@@ -65,11 +65,16 @@ PHASES = {"weight": "weights", "cache": "cache", "prefill": "prefill", "decode":
 def serving_reserved(events: ServingEvents, config: AllocatorConfig = AllocatorConfig()
                      ) -> tuple[int, tuple[PhaseReserve, ...]]:
     """The reserved peak and its phases: the weights, the cache allocated whole (an appending
-    cache), the prefill, the last decode step."""
+    cache), the prefill, the last decode step; checked to cover what the replay allocated
+    (weights + the cache after P + G + the larger working peak is an estimate over both steps
+    that can pass it: the prefill holds P tokens' cache)."""
     def phase(ev: Alloc) -> str:
         assert isinstance(ev.id, tuple)  # (kind, …): serving_events' ids
         return PHASES[ev.id[0]]
-    return replay_by_phase(events.events, phase, config)
+    reserved, phases = replay_by_phase(events.events, phase, config)
+    covering(reserved, max((p.allocated_peak_bytes for p in phases), default=0),
+             "the serving batch")
+    return reserved, phases
 
 
 # long: the two kinds of cache share the weights, the liveness and the workspaces
