@@ -44,6 +44,13 @@ RUNS = (
     PipelineRun("hf_gpt2", "1f1b", 2, 8, 4, overrides=(("n_layer", 8),)),
     PipelineRun("hf_gpt2", "gpipe", 2, 8, 4, overrides=(("n_layer", 4),)),
     PipelineRun("hf_gpt2", "1f1b", 2, 8, 4, dp_shard=2, overrides=(("n_layer", 4),)),
+    # the interleaved zero-bubble schedule (each backward split into its input and weight
+    # halves: passes/parallel/zero_bubble.py), alone and beside fully_shard
+    PipelineRun("llama_tiny", "interleaved-zb", 2, 8, 4, stages_per_rank=2, layers=4),
+    PipelineRun("llama_tiny", "interleaved-zb", 2, 8, 4, dp_shard=2, stages_per_rank=2,
+                layers=4),
+    PipelineRun("llama_tiny", "interleaved-zb", 2, 8, 4, dp_shard=2, master=True,
+                stages_per_rank=2, layers=4),
 )
 
 

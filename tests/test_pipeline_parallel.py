@@ -139,7 +139,7 @@ def test_every_stage_within_five_percent_of_the_real_step(run):
 
 @functools.cache
 def _four_blocks(schedule: str, per_rank: int = 1, mesh: str = "pp=2",
-                 every: int | None = None):
+                 every: int | None = None, precision: str = "fp32"):
     """llama_tiny grown to 4 blocks on a pp 2 pipeline (an interleaved rank runs 2 of its 4
     stages), 4 micro-batches of 2."""
     import torch
@@ -149,7 +149,7 @@ def _four_blocks(schedule: str, per_rank: int = 1, mesh: str = "pp=2",
     return analyze(llama.Llama(replace(llama.TINY, n_layer=4)),
                    input_shapes={"input_ids": (8, 64)}, input_dtypes={"input_ids": torch.int64},
                    batch=8, train=True, optimizer="adam", what_if=False, parallel=parallel,
-                   checkpoint={"every": every} if every else None)
+                   checkpoint={"every": every} if every else None, precision=precision)
 
 
 def test_interleaved_ranks_within_five_percent_of_the_real_step():
@@ -161,6 +161,80 @@ def test_interleaved_ranks_within_five_percent_of_the_real_step():
     for s in p.per_stage:
         steady = min(min(peaks[1:]) for peaks in measured[s.stage])
         assert abs(s.peak_bytes / steady - 1) <= 0.05, (s.stage, s.peak_bytes, steady)
+
+
+# The interleaved zero-bubble schedule (ScheduleInterleavedZeroBubble) on the 4-block case
+# above, measured (2026-12-07, torch 2.13, benchmarks/accuracy_pipelines.py, the lower of
+# steps 2 to 4): alone, rank 0 14,905,484 B and rank 1 21,774,488 (interleaved 1F1B:
+# 15,629,452 and 17,723,544 — rank 1 runs the last stage, whose W keeps each micro-batch's
+# retained graph and captured gradients, the logits' among them); beside fully_shard over 2
+# (fp32) 13,923,468 / 20,792,216, graphcost 13,705,440 / 21,273,572 (−1.6%, +2.3%); under
+# bf16-master 9,420,940 / 12,770,968 against 9,399,956 / 13,326,240 (−0.2%, +4.3%).
+@pytest.mark.parametrize("mesh,precision", [("pp=2", "fp32"), ("pp=2,dp_shard=2", "bf16-master")])
+def test_zero_bubble_ranks_within_five_percent_of_the_real_step(mesh, precision):
+    p = _four_blocks("interleaved-zb", 2, mesh=mesh, precision=precision).pipeline
+    shard = 2 if "dp_shard" in mesh else 1
+    measured = _real(PipelineRun("llama_tiny", "interleaved-zb", 2, 8, 4, shard,
+                                 master=precision == "bf16-master", stages_per_rank=2,
+                                 layers=4))
+    assert p.schedule == "interleaved-zb" and [s.stage for s in p.per_stage] == [0, 1]
+    for s in p.per_stage:
+        steady = min(min(peaks[1:]) for peaks in measured[s.stage])
+        assert abs(s.peak_bytes / steady - 1) <= 0.05, (s.stage, s.peak_bytes, steady)
+        assert s.reserved_bytes is not None and s.reserved_bytes >= s.peak_bytes
+
+
+def test_zero_bubbles_weight_half_is_each_weights_gradient_and_reads_no_weight():
+    """A middle stage of llama_tiny's (one block: 7 matrices, 2 norms): W holds each
+    matrix's gradient matmul (dY^T·X) and every weight gradient's last node, and reads no
+    weight (a node that does passes a gradient on to the input: I). The first stage runs
+    no I (PyTorch's stage 0 defers its whole backward): W starts where the backward does."""
+    from graphcost.analyzer.app import pipeline_stages as ps
+    from graphcost.passes.ir import ValueKind
+    from graphcost.passes.parallel.zero_bubble import split_backward, weight_nodes
+    from graphcost.passes.training.memory import forward_set
+
+    seen = []
+    real = ps.stage_step
+
+    def spy(graph, t, first, last, *rest):
+        seen.append((graph, first))
+        return real(graph, t, first, last, *rest)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ps, "stage_step", spy)
+        _four_blocks("interleaved-1f1b", 2)
+    for graph, first in seen:
+        fe = len(forward_set(graph))
+        w = weight_nodes(graph, fe)
+        matrices = [v for v in graph.values.values()
+                    if v.kind == ValueKind.PARAM and len(v.spec.shape or ()) == 2]
+        grads = {graph.values[g].producer for g in graph.grads.values()}
+        assert grads <= w
+        assert not any(i in {v.name for v in matrices} for k in w for i in graph.nodes[k].inputs)
+        if first:
+            assert split_backward(graph, True) == (graph, fe)
+            continue
+        assert sum(graph.nodes[k].op == "aten.mm.default" for k in w) == len(matrices) >= 1
+        moved, wi = split_backward(graph, False)
+        assert wi == len(graph.nodes) - len(w)
+        assert {nd.name for nd in moved.nodes[wi:]} == {graph.nodes[k].name for k in w}
+
+
+def test_zero_bubble_fills_part_of_the_interleaved_bubble():
+    """The same layout on an H100 under interleaved 1F1B and zero bubble: W fills the bubble
+    (the ZB-H1 bound, (p − 1)(F + I − W) a slot against (p − 1)(F + I + W)); everything else
+    on the clock is the same kernels, so the step is shorter by what the bubble loses. A
+    checkpoint plan beside it is refused: not modelled."""
+    one, zb = (analyze("zoo:llama_tiny", batch=8, train=True, what_if=False, device="h100",
+                       parallel={"mesh": "pp=2", "schedule": s}).time
+               for s in ("interleaved-1f1b", "interleaved-zb"))
+    assert one is not None and zb is not None
+    assert 0 < zb.bubble_seconds < one.bubble_seconds
+    assert zb.seconds == pytest.approx(one.seconds - one.bubble_seconds + zb.bubble_seconds,
+                                       rel=1e-9)
+    with pytest.raises(GraphcostError, match="interleaved-zb.*not modelled"):
+        analyze("zoo:llama_tiny", batch=8, train=True, checkpoint={"every": 1},
+                parallel={"mesh": "pp=2", "schedule": "interleaved-zb"})
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-master"])

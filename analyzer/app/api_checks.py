@@ -18,7 +18,7 @@ from ...passes.device_rates import DeviceRates
 from ...passes.errors import GraphcostError, opt
 from ...passes.memory.caching_allocator import AllocatorConfig
 from ...passes.parallel.comm import InterconnectRates
-from ...passes.parallel.schedules import INTERLEAVED_STAGES, Schedule
+from ...passes.parallel.schedules import INTERLEAVED_STAGES, interleaved
 from ...passes.training.checkpoint import MEGATRON_CORE_ATTN, CheckpointSpec
 from ..load.checks import INT64_MAX, plain, positive, shown, word
 from .devices import GPUS_PER_NODE
@@ -213,7 +213,7 @@ def _stages_per_rank(parallel: Mapping) -> int:
     """The stages a pipeline rank runs: 2 by default under the interleaved schedule
     (torchtitan's), else 1."""
     v = parallel.get("stages_per_rank", INTERLEAVED_STAGES
-                     if parallel.get("schedule") == Schedule.INTERLEAVED else 1)
+                     if interleaved(str(parallel.get("schedule"))) else 1)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise GraphcostError(f"{opt('parallel.stages_per_rank', value=v)}: a whole number ≥ 1")
     return v

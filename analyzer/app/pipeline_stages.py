@@ -33,6 +33,7 @@ from ...passes.parallel.schedules import (
 from ...passes.parallel.spec import ParallelSpec
 from ...passes.parallel.step_time import RankStep, pipeline_step_time
 from ...passes.parallel.tensor import with_tensor_parallel
+from ...passes.parallel.zero_bubble import split_backward
 from ...passes.training.precision import master_weights
 from ..load.loading import load, resolve_model
 from ..load.options import LoadOptions
@@ -142,6 +143,8 @@ class _Stage:
     time: TimeEstimate | None
     # one micro-batch's of each mesh dimension, apart: tensor, expert and context parallel
     per_micro: tuple[CommVolume, ...]
+    # a zero-bubble schedule's: the share of the micro-batch's FLOPs its W runs
+    weight_share: float = 0.0
 
 
 def _shapes_batch(load: LoadOptions) -> int | None:
@@ -174,7 +177,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     v = spec.stages_per_rank
     check_schedule(spec.schedule, micro, spec.pp, v)   # (before any trace)
     _check_data(spec)
-    _check_step(request)
+    _check_step(request, spec)
     at_micro = request.load if example_inputs is not None \
         else replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None, one_device_replay=False)
@@ -198,7 +201,9 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         if n and n > 1}}
     memory = pipeline_memory([(st.step, layers) for st, layers in stages], spec.schedule,
                              micro, batch // micro,
-                             interleaved_orders(spec.pp, v, micro) if v > 1 else None,
+                             interleaved_orders(spec.pp, v, micro,
+                                                spec.schedule == Schedule.ZERO_BUBBLE)
+                             if v > 1 else None,
                              request.passes.allocator)
     comms = _comms(stages, mesh, micro, _tied_grad_bytes(traces.tied(at_micro), mesh, spec,
                                                          request))
@@ -211,7 +216,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
     return refit(report, request.passes)   # the worst stage decides it
 
 
-def _check_step(request: Request) -> None:
+def _check_step(request: Request, spec: ParallelSpec) -> None:
     """A pipeline's loss is its schedule's, on the last stage: torchtitan's cross-entropy of
     fp32 logits (``ce``, what ``auto`` gives a decoder); the other stages backpropagate the
     gradient they receive. A checkpoint budget's search runs on one program, the whole
@@ -226,6 +231,17 @@ def _check_step(request: Request) -> None:
         raise GraphcostError(f"{opt('loss', value=asked)} beside pipeline stages: the last "
                              "stage computes the schedule's loss, torchtitan's cross-entropy of "
                              f"fp32 logits ({opt('loss', value=Loss.CE)}); modelled only so")
+    _check_zero_bubble(request, spec)
+
+
+def _check_zero_bubble(request: Request, spec: ParallelSpec) -> None:
+    """A zero-bubble schedule's split backward is modelled on a plain stage program:
+    checkpointed blocks recompute in its I and hold what W needs, which is not modelled."""
+    if spec.schedule == Schedule.ZERO_BUBBLE and request.passes.checkpoint is not None:
+        raise GraphcostError(f"{opt('checkpoint')} beside "
+                             f"{opt('parallel.schedule', value=Schedule.ZERO_BUBBLE)}: what "
+                             "a checkpointed block recomputes in the input half of its "
+                             "backward and keeps for the weight half is not modelled")
 
 
 def _check_data(spec: ParallelSpec) -> None:
@@ -279,6 +295,10 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
         # nothing to checkpoint: torchtitan wraps each block it holds)
         own = stage_passes if stage_layers(n_layers, i, p) else \
             replace(stage_passes, checkpoint=None)
+        split = None
+        if spec.schedule == Schedule.ZERO_BUBBLE:   # (its backward as I, then W)
+            graph, split = split_backward(graph, first)
+            memo = None
         stage = run_passes(graph, own, memo=memo)
         assert stage.training is not None  # (a training request)
         plan = stage.training.checkpoint
@@ -288,7 +308,8 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
             with_expert_parallel(NO_COMM, graph, spec.ep, recomputed),
             with_context_parallel(NO_COMM, graph, spec.cp, recomputed)) if c.by_dim)
         return _Stage(stage_step(graph, stage.training.run, first, last, shards,
-                                 request.passes.device), stage.time, per_micro)
+                                 request.passes.device, split), stage.time, per_micro,
+                      _share(stage, split))
 
     done: dict[tuple, _Stage] = {}
     out = []
@@ -316,7 +337,17 @@ def _long(a: _Stage, b: _Stage, more: int) -> _Stage:
     per block; the allocator's replay reads ``b``'s trace (passes/parallel/
     pipeline_reserved.py: its reserved-to-allocated ratio applied to the grown peak)."""
     grown = _per_block(a, b, more)
-    return replace(grown, step=replace(grown.step, trace=b.step.trace, more=more))
+    return replace(grown, step=replace(grown.step, trace=b.step.trace, more=more,
+                                       split=b.step.split))
+
+
+def _share(stage: Report, split: int | None) -> float:
+    """The share of the traced step's FLOPs in nodes ``split`` on (a zero-bubble W's)."""
+    if split is None:
+        return 0.0
+    total = sum(n.flops * n.repeat for n in stage.nodes)
+    return sum(n.flops * n.repeat for n in stage.nodes if n.index >= split) / total \
+        if total else 0.0
 
 
 def _per_block(a, b, more: int):
@@ -376,7 +407,8 @@ def _pipeline_time(report: Report, stages: list, comms: list[CommVolume], mesh: 
     gathered = [st.step.all_gather / (st.step.all_gather + st.step.reduce_scatter)
                 if st.step.all_gather else 0.0 for st, _ in stages]
     t = pipeline_step_time([st.time for st, _ in stages], micro, rank, comms, links,
-                           spec.async_tp, spec.world_size or 1, gathered, spec.stages_per_rank)
+                           spec.async_tp, spec.world_size or 1, gathered, spec.stages_per_rank,
+                           [st.weight_share for st, _ in stages])
     # a pipeline's band: the published pipelines', at least its kernels' (a GPU profile's
     # or the datasheet's)
     engine = o.profile.engines["torch"] if o.profile is not None else \

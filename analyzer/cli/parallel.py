@@ -27,11 +27,14 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbatches", type=int, metavar="N",
                    help="with --parallel pp=P: micro-batches a step (default: the batch, one "
                         "sequence each, as torchtitan)")
-    p.add_argument("--pp-schedule", choices=("1f1b", "gpipe", "interleaved-1f1b"),
+    p.add_argument("--pp-schedule", choices=("1f1b", "gpipe", "interleaved-1f1b",
+                                             "interleaved-zb"),
                    help="with --parallel pp=P: the pipeline schedule (default 1f1b); "
-                        "interleaved-1f1b runs --pp-stages-per-rank stages on each rank")
+                        "interleaved-1f1b and interleaved-zb (zero bubble: each backward "
+                        "split into its input and weight halves) run --pp-stages-per-rank "
+                        "stages on each rank")
     p.add_argument("--pp-stages-per-rank", type=int, metavar="V",
-                   help="with --pp-schedule interleaved-1f1b: stages a rank runs (default 2, "
+                   help="with an interleaved --pp-schedule: stages a rank runs (default 2, "
                         "torchtitan's); rank r runs stages r, r + P, …")
     p.add_argument("--cp-rotate", choices=Rotate.words(),
                    help="with --parallel …,cp=C: how the ring hands on keys and values: "

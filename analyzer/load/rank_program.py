@@ -62,11 +62,13 @@ def expert_count(r: Resolved) -> int:
     return gcd(*(getattr(m, "num_experts") for _, m in stacked_experts(r.module)))
 
 
-def interleaved_orders(ranks: int, per_rank: int, micro: int) -> list[list[tuple]]:
-    """Each rank's forwards and backwards under the interleaved 1F1B schedule, read off
+def interleaved_orders(ranks: int, per_rank: int, micro: int,
+                       zero_bubble: bool = False) -> list[list[tuple]]:
+    """Each rank's forwards and backwards under the interleaved 1F1B schedule (or
+    ``zero_bubble``: the interleaved zero-bubble one), read off
     PyTorch's (frontends/torch/pipeline_stages.py ``interleaved_order``)."""
     from ..frontends.torch.pipeline_stages import interleaved_order
-    return [interleaved_order(ranks, per_rank, micro, r) for r in range(ranks)]
+    return [interleaved_order(ranks, per_rank, micro, r, zero_bubble) for r in range(ranks)]
 
 
 def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, Any]:

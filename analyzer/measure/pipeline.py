@@ -42,7 +42,7 @@ from .parallel import free_port, start_ranks
 class PipelineRun:
     """A real pipelined step: the model, schedule and mesh."""
     model: str
-    schedule: str               # gpipe | 1f1b | interleaved-1f1b
+    schedule: str               # gpipe | 1f1b | interleaved-1f1b | interleaved-zb
     stages: int                 # the pipeline's ranks
     batch: int                  # sequences a data rank's step takes
     microbatches: int
@@ -245,7 +245,10 @@ def _schedule(run: PipelineRun, stages: list):
         Schedule1F1B,
         ScheduleGPipe,
         ScheduleInterleaved1F1B,
+        ScheduleInterleavedZeroBubble,
     )
+    if run.schedule == "interleaved-zb":
+        return ScheduleInterleavedZeroBubble(stages, run.microbatches, loss_fn=_loss)
     if run.stages_per_rank > 1:
         return ScheduleInterleaved1F1B(stages, run.microbatches, loss_fn=_loss)
     kind = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B

@@ -3,6 +3,7 @@ terminal, Markdown and HTML views. Reads ``Report.parallel`` only; computes noth
 from __future__ import annotations
 
 from ...passes.choices import Strategy
+from ...passes.parallel.schedules import Schedule
 from ..app.report import Report
 from ..app.units import human_bytes, human_time
 
@@ -128,7 +129,9 @@ def _comm(r: Report, c, brief: bool) -> list[str]:
     return line
 
 
-SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "interleaved 1F1B"}
+SCHEDULES: dict[str, str] = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B",
+                             Schedule.INTERLEAVED: "interleaved 1F1B",
+                             Schedule.ZERO_BUBBLE: "interleaved zero bubble"}
 
 
 def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]]]:
@@ -140,7 +143,9 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
     head = [f"{p.stages} stages," if v == 1 else f"{p.stages} ranks of {v} stages,",
             f"{SCHEDULES.get(p.schedule, p.schedule)},",
             f"{p.microbatches:,} micro-batches", f"of {p.micro_batch:,}",
-            f"({p.per_rank_batch:,} a step);", f"bubble {p.bubble:.0%}",
+            f"({p.per_rank_batch:,} a step);",
+            # (zero bubble fills part of interleaved 1F1B's with the weight halves)
+            f"bubble {'≤ ' * (p.schedule == Schedule.ZERO_BUBBLE)}{p.bubble:.0%}",
             "of an even pipeline"]
     gpus = p.gpus
     if gpus > p.stages:

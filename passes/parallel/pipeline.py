@@ -109,6 +109,15 @@ class StageStep:
     # has more than that
     trace: StageTrace | None = None
     more: int = 0
+    # a zero-bubble schedule's split backward (passes/parallel/zero_bubble.py; the step traced
+    # with its backward in the order I, then W): W's first node; I's peak; what a micro-batch
+    # holds between its I and its W (the retained graph's saved tensors and the captured
+    # gradients); W's peak, the first W's (its gradients made) and a later one's
+    split: int | None = None
+    input_peak: int = 0
+    between: int = 0
+    first_weight_peak: int = 0
+    weight_peak: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,10 +142,12 @@ class Shards:
 
 
 def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
-               shards: Shards | None = None, device: "DeviceRates | None" = None) -> StageStep:
+               shards: Shards | None = None, device: "DeviceRates | None" = None,
+               split: int | None = None) -> StageStep:
     """The stage's micro-batch step, read off its traced training step (``shards``: its rank
     under fully_shard, passes ``sharded``; ``device``: a CUDA device, whose kernels'
-    workspaces its allocator replay holds)."""
+    workspaces its allocator replay holds; ``split``: a zero-bubble schedule's, its backward
+    I's nodes then W's from this index, passes/parallel/zero_bubble.py)."""
     n, fe = len(graph.nodes), len(forward_set(graph))
     grads = [st for st in t.storages if st.name in t.grad_storages]
     others = [st for st in t.storages if st.name not in t.grad_storages]
@@ -161,8 +172,24 @@ def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
         backward_peak=max((nongrad[k] + made[k] for k in range(fe, n)), default=0),
         step_temporaries=t.step_temp_bytes,
         input_bytes=input_bytes, output_bytes=out_bytes,
-        trace=stage_trace(graph, t, input_bytes, output, out_bytes, device))
+        trace=stage_trace(graph, t, input_bytes, output, out_bytes, device, split))
+    if split is not None:
+        step = _split(step, split, fe, nongrad, grad, made,
+                      sum(st.nbytes for st in others if st.birth < split <= st.death))
     return step if shards is None else sharded(step, graph, t, shards, nongrad)
+
+
+def _split(s: StageStep, wi: int, fe: int, nongrad: list[int], grad: list[int],
+           made: list[int], between: int) -> StageStep:
+    """A zero-bubble step's I and W figures: I runs nodes [fe, wi) (no gradient of a weight
+    among them), W the rest; ``between``: the bytes alive from one to the other."""
+    n = len(nongrad)
+    return replace(s, split=wi, between=between,
+                   input_peak=max([between, *nongrad[fe:wi]]),
+                   first_weight_peak=max((nongrad[k] + grad[k] for k in range(wi, n)),
+                                         default=between),
+                   weight_peak=max((nongrad[k] + made[k] for k in range(wi, n)),
+                                   default=between))
 
 
 def sharded(s: StageStep, graph: Graph, t: TrainingMemory, shards: Shards,
@@ -194,6 +221,9 @@ def sharded(s: StageStep, graph: Graph, t: TrainingMemory, shards: Shards,
     if m > 1:
         first, later = _backwards(graph, t, units, nongrad, m, shards.dtensor)
         s = replace(s, first_backward_peak=first, backward_peak=later)
+        if s.split is not None:   # (W's, as a zero-bubble schedule splits the backward)
+            first, later = _backwards(graph, t, units, nongrad, m, shards.dtensor, s.split)
+            s = replace(s, first_weight_peak=first, weight_peak=later)
     return replace(
         s, trace=sharded_trace(s.trace, graph, t, units, shard, m, shards.dtensor),
         static=sum(shard) + buffers + state, params=sum(shard), optimizer_state=state,
@@ -220,15 +250,17 @@ def _units(graph: Graph, fwd: set[int], trainable: set[str], shards: Shards) -> 
 
 
 def _backwards(graph: Graph, t: TrainingMemory, units: list, nongrad: list[int],
-               m: int, dtensor: bool = False) -> tuple[int, int]:
+               m: int, dtensor: bool = False, start: int | None = None) -> tuple[int, int]:
     """(the first backward's peak, a later one's) under a master recipe's fully_shard: a
     unit's half gradients live from their making to the unit's post-backward (its last
     backward node), which adds them into its fp32 accumulated gradients — made at the first
     backward's post-backward, ``m`` times their bytes, held from then on (the later
     backwards' are apart: ``grads``). ``dtensor``: a later post-backward's add makes an fp32
     copy of the half gradients first (measured beside tensor parallelism: DTensor's
-    ``add_`` runs ``to`` on its argument; a plain tensor's casts as it adds)."""
+    ``add_`` runs ``to`` on its argument; a plain tensor's casts as it adds). ``start``: the
+    backward's nodes from there on (a zero-bubble schedule's W)."""
     n, fe = len(nongrad), len(forward_set(graph))
+    fe = fe if start is None else start
     ends = half_ends(graph, t, units)
     made = [st for st in t.storages if st.name in t.grad_storages]
     half = [replace(st, death=ends[st.name]) for st in made]
@@ -275,6 +307,7 @@ def rank_peak(steps: list[StageStep], lasts: list[bool], order: Order,
              "optimizer_state": sum(st.optimizer_state for st in steps)}
     params = sum(st.params + st.gathered for st in steps)
     held: list[set[int]] = [set() for _ in steps]
+    waiting: list[set[int]] = [set() for _ in steps]   # (after their I, before their W)
     backwards = [0] * len(steps)
     kept = most = 0
     moments = []
@@ -284,15 +317,26 @@ def rank_peak(steps: list[StageStep], lasts: list[bool], order: Order,
         if op == "F":
             acts = s.forward_peak + (s.gather_buffer if j == 0 else 0) - each(k)
             held[k].add(j)
+        elif op == "I":   # (a zero-bubble schedule's: its saved tensors in I's curve, then
+            held[k].discard(j)   # what W needs held to it)
+            acts = 2 * sent(k) + s.input_peak
+        elif op == "W":
+            waiting[k].discard(j)
+            acts = 2 * sent(k) + (s.weight_peak if backwards[k] else s.first_weight_peak)
+            backwards[k] += 1
         else:
             held[k].discard(j)   # (its saved tensors are in its backward's curve)
             acts = 2 * sent(k) + (s.backward_peak if backwards[k] else s.first_backward_peak)
             backwards[k] += 1
-        flight = sum(len(h) * each(i) for i, h in enumerate(held))
+        flight = sum(len(h) * each(i) for i, h in enumerate(held)) + \
+            sum(len(w) * (steps[i].between + steps[i].input_bytes + 2 * sent(i))
+                for i, w in enumerate(waiting))
         moments.append({**state, "params": params, "gradients": grads,
                         "activations": kept * kept_each + flight + s.input_bytes + acts})
         kept += 1 if op == "F" and lasts[k] else 0
-        most = max(most, sum(map(len, held)))
+        if op == "I":
+            waiting[k].add(j)
+        most = max(most, sum(map(len, held)) + sum(map(len, waiting)))
     all_grads = sum(st.grads for st in steps)
     step_grads = sum(st.grads if st.step_grads is None else st.step_grads for st in steps)
     shards = sum(st.params for st in steps)

@@ -106,6 +106,9 @@ class StageTrace:
     cublas: tuple[int, ...] = ()
     cublas_bytes: int = 0
     shard: ShardTrace | None = None  # under fully_shard (``resident`` its shards, buffers)
+    # a zero-bubble schedule's step: its backward traced as I's nodes, then W's from this one
+    # (passes/parallel/zero_bubble.py)
+    split: int | None = None
 
     def born(self) -> list[list[int]]:
         """The storages each node allocates (unknown sizes left out)."""
@@ -126,7 +129,8 @@ class StageTrace:
 
 
 def stage_trace(graph: Graph, t: TrainingMemory, input_bytes: int, output: str,
-                output_bytes: int, device: "DeviceRates | None" = None) -> StageTrace:
+                output_bytes: int, device: "DeviceRates | None" = None,
+                split: int | None = None) -> StageTrace:
     """What the replay needs of a stage's traced step ``t`` (its run: a checkpoint plan's
     when there is one) whose output is the value ``output``: its tensors as the single-device
     replay takes them (passes/training/reserved.py), on a CUDA ``device`` with what its
@@ -143,7 +147,8 @@ def stage_trace(graph: Graph, t: TrainingMemory, input_bytes: int, output: str,
                       t.optimizer_impl == OptimizerImpl.FOREACH,
                       tuple(sizes) if master else (), input_bytes,
                       _storage_of(graph, storages, output), output_bytes,
-                      ws.cublas_nodes if ws else (), ws.cublas_bytes if ws else 0)
+                      ws.cublas_nodes if ws else (), ws.cublas_bytes if ws else 0,
+                      split=split)
 
 
 def _storage_of(graph: Graph, storages: tuple[Storage, ...], value: str) -> int | None:
@@ -199,8 +204,10 @@ def rank_events(traces: list[StageTrace], lasts: list[bool], order: Order,
             if op == "F":
                 events += _forward(t, run, gather=(step, k) if k not in ran else None)
                 ran.add(k)
+            elif op == "I":   # (a zero-bubble schedule's input half: no gradient of a weight)
+                events += _backward(t, run, lasts[k], None, op)
             else:
-                events += _backward(t, run, lasts[k], (step, k) if k not in made else None)
+                events += _backward(t, run, lasts[k], (step, k) if k not in made else None, op)
                 made.add(k)
                 if t.shard is not None and j == micro - 1:
                     events += _reduce(t, (step, k))
@@ -254,16 +261,21 @@ def _cublas(t: StageTrace, node: int, threads: set[str]) -> list[Event]:
     return [Alloc(("cuBLAS", thread), t.cublas_bytes, node)]
 
 
-def _backward(t: StageTrace, run, last: bool, first_of: tuple[int, int] | None
-              ) -> list[Event]:
+def _backward(t: StageTrace, run, last: bool, first_of: tuple[int, int] | None,
+              part: str = "B") -> list[Event]:
     """One micro-batch's backward (``first_of``: the tag of the step's first on this stage,
-    which makes the gradients kept to the optimizer step)."""
+    which makes the gradients kept to the optimizer step); ``part`` "I" or "W": a zero-bubble
+    schedule's half of it, the received gradient, the input and the output held from I to
+    the end of W (``PipelineStage.backward_state``)."""
     born, dying, tag, threads = run
-    out: list[Event] = [] if last else [Alloc((tag, "grad in"), t.output_bytes)]
+    out: list[Event] = [] if last or part == "W" else [Alloc((tag, "grad in"), t.output_bytes)]
     halves = _halves(t)
+    split = t.split if t.split is not None else t.forward
+    nodes = range(t.forward, split) if part == "I" else \
+        range(split if part == "W" else t.forward, t.nodes + 1)
     # (to node ``nodes``: what lives into the optimizer step in the traced step — the loss —
     # ends with the backward, as does a half gradient no unit's post-backward took)
-    for i in range(t.forward, t.nodes + 1):
+    for i in nodes:
         for k in born[i]:
             if t.storages[k].name not in t.grads:
                 out.append(Alloc((tag, k), t.storages[k].nbytes, i))
@@ -281,6 +293,8 @@ def _backward(t: StageTrace, run, last: bool, first_of: tuple[int, int] | None
         for k in dying[i]:
             if k != t.output:
                 out.append(Free((tag, k), i))
+    if part == "I":
+        return out
     if t.output is not None and not last:
         out.append(Free((tag, t.output)))
     out += [] if last else [Free((tag, "grad in"))]

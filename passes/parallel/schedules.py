@@ -12,7 +12,10 @@ The schedule orders the micro-batches' forwards (F) and backwards (B) on the sta
   (rank ``r`` the stages ``r``, ``r + p``, …), in the order PyTorch's schedule computes for it
   (the caller passes it: analyzer/load reads it off torch), its warm-up longer (``v − 1``
   rounds of micro-batches, ``p`` a round, plus ``2(p − 1 − r)`` forwards on rank ``r``) and
-  its bubble ``v`` times shorter.
+  its bubble ``v`` times shorter;
+* ``interleaved-zb`` (``ScheduleInterleavedZeroBubble``, the zero-bubble paper's ZB1P): the
+  same ranks of ``v`` stages, each backward split into its input half (I) and its weight half
+  (W), W run later to fill the bubble (passes/parallel/zero_bubble.py), in PyTorch's order.
 """
 from __future__ import annotations
 
@@ -24,13 +27,20 @@ class Schedule(Choice):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved-1f1b"
+    ZERO_BUBBLE = "interleaved-zb"
+
+
+def interleaved(schedule: str) -> bool:
+    """A schedule of several stages a rank, in the order PyTorch computes for each rank."""
+    return schedule in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE)
 
 
 # the stages a rank runs under an interleaved schedule unless told: torchtitan's default
 INTERLEAVED_STAGES = 2
 
 
-# a rank's forwards and backwards in order: (its local stage, "F" or "B", the micro-batch)
+# a rank's forwards and backwards in order: (its local stage, "F" or "B" — or a zero-bubble
+# schedule's "I" and "W" — the micro-batch)
 Order = list[tuple[int, str, int]]
 
 
@@ -76,12 +86,12 @@ def check_schedule(schedule: str, micro: int, stages: int, per_rank: int = 1) ->
     if schedule == Schedule.ONE_F_ONE_B and micro < stages:
         raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: 1F1B needs at least "
                              f"as many micro-batches as stages ({stages})")
-    if (per_rank > 1) != (schedule == Schedule.INTERLEAVED) or per_rank < 1:
+    if (per_rank > 1) != interleaved(schedule) or per_rank < 1:
         raise GraphcostError(f"{opt('parallel.stages_per_rank', value=per_rank)} with "
                              f"{opt('parallel.schedule', value=schedule)}: an interleaved "
                              "schedule runs 2 or more stages a rank, the others one")
     rounds = max(1, micro // stages)   # (ScheduleInterleaved1F1B's own condition)
-    if schedule == Schedule.INTERLEAVED and micro % rounds:
+    if interleaved(schedule) and micro % rounds:
         raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the interleaved "
                              f"schedule runs them in rounds of {stages} (the pipeline's "
                              f"ranks); {micro} is not a whole number of its {rounds} rounds")

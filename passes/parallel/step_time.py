@@ -132,7 +132,8 @@ def utilisation(seconds: float, rank: RankStep) -> dict:
 def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: RankStep,
                        comms: list[CommVolume], links: Links, async_tp: bool = False,
                        shard: int = 1, gathered: list[float] | None = None,
-                       per_rank: int = 1) -> TimeEstimate:
+                       per_rank: int = 1, weight_shares: list[float] | None = None
+                       ) -> TimeEstimate:
     """A pipeline's step from each stage's estimate for one micro-batch (its forward and
     backward, and its optimizer step) and its rank's collectives a step (``comms``): GPipe
     and 1F1B both run ``microbatches`` + ranks − 1 slots of the slowest rank, the ranks − 1
@@ -147,7 +148,10 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     nothing hides them (``gathered``: each stage's all-gathers' share of its fully_shard
     bytes; the comms' volumes hold tp's beside them), as nothing hides the end stages'
     all-reduce of a tied table's gradient (``tied``) there. The optimizer steps once on the
-    rank's shards (``shard`` ranks share each), the slowest rank's deciding."""
+    rank's shards (``shard`` ranks share each), the slowest rank's deciding. A zero-bubble
+    schedule (``weight_shares``: each stage's share of its kernels in the backward's weight
+    half, W) fills the bubble with W: the zero-bubble paper's ZB-H1 bound, (p − 1)(F + I −
+    W) in place of (p − 1)(F + I + W), ``per_rank`` times shorter."""
     slots, steps, hidden = [], [], []
     for t, c, share in zip(stages, comms, gathered or [0.0] * len(stages)):
         sec = dim_seconds(c, rank.mesh, links)
@@ -167,7 +171,10 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     w = max(range(p), key=lambda r: sum(slots[i][0] for i in ranks[r]))
     local, m = ranks[w], microbatches
     slot, slot_comm = (sum(slots[i][k] for i in local) for k in (0, 1))
-    bubble = (p - 1) * slot / per_rank
+    w = sum((stages[i].seconds - stages[i].optimizer_seconds) * (weight_shares or
+                                                                  [0.0] * len(stages))[i]
+            for i in local)
+    bubble = (p - 1) * max(0.0, slot - 2 * w) / per_rank
     optimizer = max(sum(stages[i].optimizer_seconds for i in rk) for rk in ranks) / shard
     after = max(sum(steps[i] for i in rk) for rk in ranks)
     total = m * slot + bubble + optimizer + after

@@ -157,21 +157,29 @@ def stage_inputs(module: torch.nn.Module, ids: torch.Tensor, stage: int,
         else (hidden,)
 
 
-def interleaved_order(ranks: int, per_rank: int, micro: int, rank: int) -> list[tuple]:
-    """Rank ``rank``'s forwards and backwards under ``ScheduleInterleaved1F1B`` over ``ranks``
-    ranks of ``per_rank`` stages each and ``micro`` micro-batches, as PyTorch computes them
-    (its ``_calculate_single_rank_operations``, given the four figures it reads): ``(the
-    rank's local stage, "F" or "B", the micro-batch)``."""
+def interleaved_order(ranks: int, per_rank: int, micro: int, rank: int,
+                      zero_bubble: bool = False) -> list[tuple]:
+    """Rank ``rank``'s forwards and backwards under ``ScheduleInterleaved1F1B`` (or
+    ``zero_bubble``: ``ScheduleInterleavedZeroBubble``, each backward its input half I and its
+    weight half W) over ``ranks`` ranks of ``per_rank`` stages each and ``micro``
+    micro-batches, as PyTorch computes them (its ``_calculate_single_rank_operations``, given
+    the four figures it reads; the zero-bubble schedule's idle slots change no rank's order):
+    ``(the rank's local stage, "F", "B", "I" or "W", the micro-batch)``."""
     from types import SimpleNamespace
 
-    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
+    from torch.distributed.pipelining.schedules import (
+        ScheduleInterleaved1F1B,
+        ScheduleInterleavedZeroBubble,
+    )
 
     rounds = max(1, micro // ranks)
     schedule = SimpleNamespace(n_local_stages=per_rank, pp_group_size=ranks,
                                _n_microbatches=micro, microbatches_per_round=micro // rounds)
-    actions = ScheduleInterleaved1F1B._calculate_single_rank_operations(
+    kind = ScheduleInterleavedZeroBubble if zero_bubble else ScheduleInterleaved1F1B
+    actions = kind._calculate_single_rank_operations(
         schedule, rank)  # pyright: ignore[reportArgumentType]
-    kinds = {"FORWARD": "F", "FULL_BACKWARD": "B"}
+    kinds = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I",
+             "BACKWARD_WEIGHT": "W"}
     return [(a.stage_index // ranks, kinds[a.computation_type.name], a.microbatch_index)
             for a in actions if a is not None]
 
