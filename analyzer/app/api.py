@@ -64,7 +64,7 @@ def analyze(model, example_inputs: Sequence[Any] | None = None, *extra,
     ``{"strategy": "ddp"|"zero1"|"zero2"|"zero3"|"fsdp", "world_size": N or "auto"}`` (auto:
     the smallest N that fits ``device``) or ``{"mesh": "dp_replicate=2,dp_shard=4"}`` (a
     device mesh of dp_replicate, dp_shard, tp, cp, ep, pp: passes/parallel/mesh.py; with pp,
-    ``"microbatches"`` and ``"schedule"``: "1f1b"|"gpipe"|"interleaved-1f1b"|"interleaved-zb" — with
+    ``"microbatches"`` and ``"schedule"``: "1f1b"|"gpipe"|"interleaved-1f1b"|"interleaved-zb"|"zbv" — with
     ``example_inputs``, the batch is theirs, split into micro-batches along dimension 0 as
     torch.distributed.pipelining splits them), optionally
     ``"offload": "optimizer"|"params"``,

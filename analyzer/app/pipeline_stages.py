@@ -28,7 +28,9 @@ from ...passes.parallel.schedules import (
     Schedule,
     check_schedule,
     fits_stages,
+    rank_stages,
     stage_layers,
+    zero_bubble,
 )
 from ...passes.parallel.spec import ParallelSpec
 from ...passes.parallel.step_time import RankStep, pipeline_step_time
@@ -201,13 +203,13 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         if n and n > 1}}
     memory = pipeline_memory([(st.step, layers) for st, layers in stages], spec.schedule,
                              micro, batch // micro,
-                             interleaved_orders(spec.pp, v, micro,
-                                                spec.schedule == Schedule.ZERO_BUBBLE)
+                             interleaved_orders(spec.pp, v, micro, spec.schedule)
                              if v > 1 else None,
                              request.passes.allocator)
     comms = _comms(stages, mesh, micro, _tied_grad_bytes(traces.tied(at_micro), mesh, spec,
                                                          request))
-    comm = summed(comms[memory.worst_stage::spec.pp])   # (the worst rank's stages)
+    comm = summed([comms[i] for i in rank_stages(spec.schedule, memory.worst_stage,
+                                                 spec.pp, v)])   # (the worst rank's stages)
     report = replace(report, pipeline=replace(memory, mesh=mesh, comm=comm))
     clocks = [st.time for st, _ in stages]
     if all(clocks) and priced:
@@ -237,9 +239,9 @@ def _check_step(request: Request, spec: ParallelSpec) -> None:
 def _check_zero_bubble(request: Request, spec: ParallelSpec) -> None:
     """A zero-bubble schedule's split backward is modelled on a plain stage program:
     checkpointed blocks recompute in its I and hold what W needs, which is not modelled."""
-    if spec.schedule == Schedule.ZERO_BUBBLE and request.passes.checkpoint is not None:
+    if zero_bubble(spec.schedule) and request.passes.checkpoint is not None:
         raise GraphcostError(f"{opt('checkpoint')} beside "
-                             f"{opt('parallel.schedule', value=Schedule.ZERO_BUBBLE)}: what "
+                             f"{opt('parallel.schedule', value=spec.schedule)}: what "
                              "a checkpointed block recomputes in the input half of its "
                              "backward and keeps for the weight half is not modelled")
 
@@ -296,7 +298,7 @@ def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,
         own = stage_passes if stage_layers(n_layers, i, p) else \
             replace(stage_passes, checkpoint=None)
         split = None
-        if spec.schedule == Schedule.ZERO_BUBBLE:   # (its backward as I, then W)
+        if zero_bubble(spec.schedule):   # (its backward as I, then W)
             graph, split = split_backward(graph, first)
             memo = None
         stage = run_passes(graph, own, memo=memo)
@@ -408,7 +410,7 @@ def _pipeline_time(report: Report, stages: list, comms: list[CommVolume], mesh: 
                 if st.step.all_gather else 0.0 for st, _ in stages]
     t = pipeline_step_time([st.time for st, _ in stages], micro, rank, comms, links,
                            spec.async_tp, spec.world_size or 1, gathered, spec.stages_per_rank,
-                           [st.weight_share for st, _ in stages])
+                           [st.weight_share for st, _ in stages], spec.schedule)
     # a pipeline's band: the published pipelines', at least its kernels' (a GPU profile's
     # or the datasheet's)
     engine = o.profile.engines["torch"] if o.profile is not None else \

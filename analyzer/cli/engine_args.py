@@ -48,7 +48,8 @@ PRECISIONS = {"bf16-master": [], "fp32": ["--training.mixed-precision-param", "f
 # graphcost's schedules -> torchtitan's names (torch.distributed.pipelining's classes); an
 # interleaved schedule runs 2 stages a rank there unless told otherwise, as graphcost's
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B",
-                        "gpipe": "GPipe", "interleaved-zb": "InterleavedZeroBubble"}
+                        "gpipe": "GPipe", "interleaved-zb": "InterleavedZeroBubble",
+                        "zbv": "ZBVZeroBubble"}
 
 
 def torchtitan_args(model: str, mesh: Mapping[str, int], batch: int, checkpoint: str,

@@ -28,11 +28,12 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
                    help="with --parallel pp=P: micro-batches a step (default: the batch, one "
                         "sequence each, as torchtitan)")
     p.add_argument("--pp-schedule", choices=("1f1b", "gpipe", "interleaved-1f1b",
-                                             "interleaved-zb"),
+                                             "interleaved-zb", "zbv"),
                    help="with --parallel pp=P: the pipeline schedule (default 1f1b); "
                         "interleaved-1f1b and interleaved-zb (zero bubble: each backward "
                         "split into its input and weight halves) run --pp-stages-per-rank "
-                        "stages on each rank")
+                        "stages on each rank; zbv (zero bubble, V-shaped) two stages a rank, "
+                        "rank r the stages r and 2P - 1 - r")
     p.add_argument("--pp-stages-per-rank", type=int, metavar="V",
                    help="with an interleaved --pp-schedule: stages a rank runs (default 2, "
                         "torchtitan's); rank r runs stages r, r + P, …")

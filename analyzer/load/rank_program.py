@@ -63,12 +63,12 @@ def expert_count(r: Resolved) -> int:
 
 
 def interleaved_orders(ranks: int, per_rank: int, micro: int,
-                       zero_bubble: bool = False) -> list[list[tuple]]:
-    """Each rank's forwards and backwards under the interleaved 1F1B schedule (or
-    ``zero_bubble``: the interleaved zero-bubble one), read off
-    PyTorch's (frontends/torch/pipeline_stages.py ``interleaved_order``)."""
+                       schedule: str = "interleaved-1f1b") -> list[list[tuple]]:
+    """Each rank's forwards and backwards under an interleaved ``schedule`` (1F1B, or a
+    zero-bubble one's: its forwards, input halves and weight halves), read off PyTorch's
+    (frontends/torch/pipeline_stages.py ``interleaved_order``)."""
     from ..frontends.torch.pipeline_stages import interleaved_order
-    return [interleaved_order(ranks, per_rank, micro, r, zero_bubble) for r in range(ranks)]
+    return [interleaved_order(ranks, per_rank, micro, r, schedule) for r in range(ranks)]
 
 
 def first_microbatch(example_inputs, micro: int | None) -> tuple[int, int, Any]:

@@ -34,6 +34,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 
+from ...passes.parallel.schedules import rank_stages
 from .case_meshes import shard_with_cp
 from .parallel import free_port, start_ranks
 
@@ -42,7 +43,7 @@ from .parallel import free_port, start_ranks
 class PipelineRun:
     """A real pipelined step: the model, schedule and mesh."""
     model: str
-    schedule: str               # gpipe | 1f1b | interleaved-1f1b | interleaved-zb
+    schedule: str               # gpipe | 1f1b | interleaved-1f1b | interleaved-zb | zbv
     stages: int                 # the pipeline's ranks
     batch: int                  # sequences a data rank's step takes
     microbatches: int
@@ -175,7 +176,8 @@ def _stages(run: PipelineRun, mesh):
     if split:
         stages = _split_stages(run, whole, ids, mesh, data)
         modules = [stage.submod for stage in stages]
-    for index in range(rank, 0 if split else total, run.stages):
+    for index in [] if split else rank_stages(run.schedule, rank, run.stages,
+                                               run.stages_per_rank):
         module = pipeline_stage(whole, index, total)
         if run.checkpoint:
             _checkpointed(module)
@@ -195,7 +197,9 @@ def _stages(run: PipelineRun, mesh):
 
     def step() -> None:
         with context():
-            if rank == 0:
+            if rank == 0 and run.schedule == "zbv":   # (the V's first and last stages)
+                schedule.step(ids, target=ids, losses=[])
+            elif rank == 0:
                 schedule.step(ids)
             elif rank == run.stages - 1:
                 schedule.step(target=ids, losses=[])
@@ -231,7 +235,7 @@ def _split_stages(run: PipelineRun, whole, ids, mesh, data) -> list:
     rank, total = mesh["pp"].get_local_rank(), run.stages * run.stages_per_rank
     pipe = stage_pipe(whole, ids[:run.batch // run.microbatches], total)
     out = []
-    for index in range(rank, total, run.stages):
+    for index in rank_stages(run.schedule, rank, run.stages, run.stages_per_rank):
         if data is not None:
             gm = pipe.get_stage_module(index)
             _fully_shard(gm, data, run.master, ([], None),
@@ -246,9 +250,12 @@ def _schedule(run: PipelineRun, stages: list):
         ScheduleGPipe,
         ScheduleInterleaved1F1B,
         ScheduleInterleavedZeroBubble,
+        ScheduleZBVZeroBubble,
     )
     if run.schedule == "interleaved-zb":
         return ScheduleInterleavedZeroBubble(stages, run.microbatches, loss_fn=_loss)
+    if run.schedule == "zbv":
+        return ScheduleZBVZeroBubble(stages, run.microbatches, loss_fn=_loss)
     if run.stages_per_rank > 1:
         return ScheduleInterleaved1F1B(stages, run.microbatches, loss_fn=_loss)
     kind = ScheduleGPipe if run.schedule == "gpipe" else Schedule1F1B

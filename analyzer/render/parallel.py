@@ -3,7 +3,7 @@ terminal, Markdown and HTML views. Reads ``Report.parallel`` only; computes noth
 from __future__ import annotations
 
 from ...passes.choices import Strategy
-from ...passes.parallel.schedules import Schedule
+from ...passes.parallel.schedules import Schedule, zero_bubble
 from ..app.report import Report
 from ..app.units import human_bytes, human_time
 
@@ -131,7 +131,14 @@ def _comm(r: Report, c, brief: bool) -> list[str]:
 
 SCHEDULES: dict[str, str] = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B",
                              Schedule.INTERLEAVED: "interleaved 1F1B",
-                             Schedule.ZERO_BUBBLE: "interleaved zero bubble"}
+                             Schedule.ZERO_BUBBLE: "interleaved zero bubble",
+                             Schedule.ZBV: "zero bubble V"}
+
+
+def _chunks(chunks) -> str:
+    """A rank's blocks over its stages (a stage of the embedding or the head alone has none)."""
+    spans = [_span_numbers(c) for c in chunks if c[1] > c[0]]
+    return "blocks " + ", ".join(spans) if spans else "no block"
 
 
 def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[str]]]:
@@ -145,7 +152,7 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
             f"{p.microbatches:,} micro-batches", f"of {p.micro_batch:,}",
             f"({p.per_rank_batch:,} a step);",
             # (zero bubble fills part of interleaved 1F1B's with the weight halves)
-            f"bubble {'≤ ' * (p.schedule == Schedule.ZERO_BUBBLE)}{p.bubble:.0%}",
+            f"bubble {'≤ ' * zero_bubble(p.schedule)}{p.bubble:.0%}",
             "of an even pipeline"]
     gpus = p.gpus
     if gpus > p.stages:
@@ -158,8 +165,7 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
                                                                       _blocks(p.per_stage, unit)]]
     else:
         rows = [[f"stage {s.stage}: {_span(s.layers)}" if not s.chunks else
-                 f"rank {s.stage} (blocks "
-                 + ", ".join(_span_numbers(c) for c in s.chunks if c[1] > c[0]) + "):",
+                 f"rank {s.stage} ({_chunks(s.chunks)}):",
                  f"peak {human_bytes(s.peak_bytes)},", f"{s.in_flight} in flight;"]
                 for s in p.per_stage]
         rows[-1][-1] = rows[-1][-1].removesuffix(";")   # (the last stage ends the line)

@@ -40,7 +40,7 @@ from .pipeline_reserved import (
     stage_trace,
     stages_reserved,
 )
-from .schedules import Order, check_schedule, events
+from .schedules import Order, check_schedule, events, rank_stages
 from .units import fsdp_units, half_ends, padded_bytes, unit_names
 
 if TYPE_CHECKING:
@@ -409,7 +409,8 @@ def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: st
                     allocator: AllocatorConfig = AllocatorConfig()) -> PipelineMemory:
     """Every stage's peak under ``schedule`` with ``micro`` micro-batches: ``steps`` gives each
     stage's micro-batch step and its blocks. An interleaved schedule's ``orders`` give each
-    rank's (its stages: every ``len(orders)``-th from its rank's), and its entries are ranks.
+    rank's (its stages: every ``len(orders)``-th from its rank's, or zbv's V: schedules.py
+    ``rank_stages``), and its entries are ranks.
     Each rank's reserved bytes are its replay on ``allocator``."""
     p = len(orders) if orders else len(steps)
     v = len(steps) // p
@@ -418,8 +419,9 @@ def pipeline_memory(steps: list[tuple[StageStep, tuple[int, int]]], schedule: st
                         for i in range(p)]
     ranks = []
     for r, order in enumerate(orders):
-        local = steps[r::p]
-        lasts = [r + k * p == len(steps) - 1 for k in range(v)]
+        held = rank_stages(schedule, r, p, v)
+        local = [steps[i] for i in held]
+        lasts = [i == len(steps) - 1 for i in held]
         parts, most = rank_peak([st for st, _ in local], lasts, order, micro)
         grown = any(st.more for st, _ in local)   # (a stage longer than its trace)
         reserved = stages_reserved([st.trace for st, _ in local], lasts, order, micro,

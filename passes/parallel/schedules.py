@@ -15,7 +15,9 @@ The schedule orders the micro-batches' forwards (F) and backwards (B) on the sta
   its bubble ``v`` times shorter;
 * ``interleaved-zb`` (``ScheduleInterleavedZeroBubble``, the zero-bubble paper's ZB1P): the
   same ranks of ``v`` stages, each backward split into its input half (I) and its weight half
-  (W), W run later to fill the bubble (passes/parallel/zero_bubble.py), in PyTorch's order.
+  (W), W run later to fill the bubble (passes/parallel/zero_bubble.py), in PyTorch's order;
+* ``zbv`` (``ScheduleZBVZeroBubble``): zero bubble over two stages a rank placed in a V, rank
+  ``r`` the stages ``r`` and ``2p − 1 − r`` (so rank 0 runs the first and the last).
 """
 from __future__ import annotations
 
@@ -28,11 +30,25 @@ class Schedule(Choice):
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved-1f1b"
     ZERO_BUBBLE = "interleaved-zb"
+    ZBV = "zbv"
 
 
 def interleaved(schedule: str) -> bool:
     """A schedule of several stages a rank, in the order PyTorch computes for each rank."""
-    return schedule in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE)
+    return schedule in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE, Schedule.ZBV)
+
+
+def zero_bubble(schedule: str) -> bool:
+    """A schedule that splits each backward into its input and weight halves."""
+    return schedule in (Schedule.ZERO_BUBBLE, Schedule.ZBV)
+
+
+def rank_stages(schedule: str, rank: int, ranks: int, per_rank: int) -> list[int]:
+    """The stages rank ``rank`` of ``ranks`` runs, its local stages in order: every
+    ``ranks``-th from its own, or, under ``zbv``, its own and its mirror in the V."""
+    if schedule == Schedule.ZBV:
+        return [rank, 2 * ranks - 1 - rank]
+    return list(range(rank, ranks * per_rank, ranks))
 
 
 # the stages a rank runs under an interleaved schedule unless told: torchtitan's default
@@ -90,8 +106,12 @@ def check_schedule(schedule: str, micro: int, stages: int, per_rank: int = 1) ->
         raise GraphcostError(f"{opt('parallel.stages_per_rank', value=per_rank)} with "
                              f"{opt('parallel.schedule', value=schedule)}: an interleaved "
                              "schedule runs 2 or more stages a rank, the others one")
+    if schedule == Schedule.ZBV and per_rank != 2:
+        raise GraphcostError(f"{opt('parallel.stages_per_rank', value=per_rank)} with "
+                             f"{opt('parallel.schedule', value=schedule)}: the V runs exactly "
+                             "2 stages a rank")
     rounds = max(1, micro // stages)   # (ScheduleInterleaved1F1B's own condition)
-    if interleaved(schedule) and micro % rounds:
+    if interleaved(schedule) and schedule != Schedule.ZBV and micro % rounds:
         raise GraphcostError(f"{opt('parallel.microbatches', value=micro)}: the interleaved "
                              f"schedule runs them in rounds of {stages} (the pipeline's "
                              f"ranks); {micro} is not a whole number of its {rounds} rounds")

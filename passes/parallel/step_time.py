@@ -44,6 +44,7 @@ from ..costs.collectives import ring_seconds
 from ..device.time_estimate import TimeEstimate
 from .comm import CommVolume, InterconnectRates
 from .mesh import CARVED
+from .schedules import rank_stages
 
 BACKWARD_SHARE = 2 / 3   # the backward's share of a step's forward and backward
 INNER_TO_OUTER = ("tp", "cp", "ep", "dp_shard", "dp_replicate", "pp")
@@ -132,8 +133,8 @@ def utilisation(seconds: float, rank: RankStep) -> dict:
 def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: RankStep,
                        comms: list[CommVolume], links: Links, async_tp: bool = False,
                        shard: int = 1, gathered: list[float] | None = None,
-                       per_rank: int = 1, weight_shares: list[float] | None = None
-                       ) -> TimeEstimate:
+                       per_rank: int = 1, weight_shares: list[float] | None = None,
+                       schedule: str = "") -> TimeEstimate:
     """A pipeline's step from each stage's estimate for one micro-batch (its forward and
     backward, and its optimizer step) and its rank's collectives a step (``comms``): GPipe
     and 1F1B both run ``microbatches`` + ranks − 1 slots of the slowest rank, the ranks − 1
@@ -151,7 +152,8 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     rank's shards (``shard`` ranks share each), the slowest rank's deciding. A zero-bubble
     schedule (``weight_shares``: each stage's share of its kernels in the backward's weight
     half, W) fills the bubble with W: the zero-bubble paper's ZB-H1 bound, (p − 1)(F + I −
-    W) in place of (p − 1)(F + I + W), ``per_rank`` times shorter."""
+    W) in place of (p − 1)(F + I + W), ``per_rank`` times shorter (``schedule`` "zbv": the
+    ranks' stages placed in a V, the same bound)."""
     slots, steps, hidden = [], [], []
     for t, c, share in zip(stages, comms, gathered or [0.0] * len(stages)):
         sec = dim_seconds(c, rank.mesh, links)
@@ -167,7 +169,7 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
                      + sec.get("tied", 0.0))
         hidden.append(gather - exposed)
     p = len(stages) // per_rank
-    ranks = [range(r, len(stages), p) for r in range(p)]
+    ranks = [rank_stages(schedule, r, p, per_rank) for r in range(p)]
     w = max(range(p), key=lambda r: sum(slots[i][0] for i in ranks[r]))
     local, m = ranks[w], microbatches
     slot, slot_comm = (sum(slots[i][k] for i in local) for k in (0, 1))

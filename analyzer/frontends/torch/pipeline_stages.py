@@ -158,29 +158,34 @@ def stage_inputs(module: torch.nn.Module, ids: torch.Tensor, stage: int,
 
 
 def interleaved_order(ranks: int, per_rank: int, micro: int, rank: int,
-                      zero_bubble: bool = False) -> list[tuple]:
-    """Rank ``rank``'s forwards and backwards under ``ScheduleInterleaved1F1B`` (or
-    ``zero_bubble``: ``ScheduleInterleavedZeroBubble``, each backward its input half I and its
-    weight half W) over ``ranks`` ranks of ``per_rank`` stages each and ``micro``
-    micro-batches, as PyTorch computes them (its ``_calculate_single_rank_operations``, given
-    the four figures it reads; the zero-bubble schedule's idle slots change no rank's order):
-    ``(the rank's local stage, "F", "B", "I" or "W", the micro-batch)``."""
+                      schedule: str = "interleaved-1f1b") -> list[tuple]:
+    """Rank ``rank``'s forwards and backwards under ``ScheduleInterleaved1F1B`` (or a
+    zero-bubble schedule's, each backward its input half I and its weight half W:
+    "interleaved-zb", ``ScheduleInterleavedZeroBubble``; "zbv", ``ScheduleZBVZeroBubble``,
+    rank ``r`` the stages ``r`` and ``2·ranks − 1 − r``) over ``ranks`` ranks of ``per_rank``
+    stages each and ``micro`` micro-batches, as PyTorch computes them (its
+    ``_calculate_single_rank_operations``, given the figures it reads; the idle slots change
+    no rank's order): ``(the rank's local stage, "F", "B", "I" or "W", the micro-batch)``."""
     from types import SimpleNamespace
 
     from torch.distributed.pipelining.schedules import (
         ScheduleInterleaved1F1B,
         ScheduleInterleavedZeroBubble,
+        ScheduleZBVZeroBubble,
     )
 
     rounds = max(1, micro // ranks)
-    schedule = SimpleNamespace(n_local_stages=per_rank, pp_group_size=ranks,
-                               _n_microbatches=micro, microbatches_per_round=micro // rounds)
-    kind = ScheduleInterleavedZeroBubble if zero_bubble else ScheduleInterleaved1F1B
+    state = SimpleNamespace(n_local_stages=per_rank, pp_group_size=ranks, _n_microbatches=micro,
+                            microbatches_per_round=micro // rounds, num_stages=ranks * per_rank)
+    kind = {"interleaved-zb": ScheduleInterleavedZeroBubble,
+            "zbv": ScheduleZBVZeroBubble}.get(schedule, ScheduleInterleaved1F1B)
     actions = kind._calculate_single_rank_operations(
-        schedule, rank)  # pyright: ignore[reportArgumentType]
+        state, rank)  # pyright: ignore[reportArgumentType]
     kinds = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I",
              "BACKWARD_WEIGHT": "W"}
-    return [(a.stage_index // ranks, kinds[a.computation_type.name], a.microbatch_index)
+    local = {rank: 0, 2 * ranks - 1 - rank: 1} if kind is ScheduleZBVZeroBubble else \
+        {rank + k * ranks: k for k in range(per_rank)}
+    return [(local[a.stage_index], kinds[a.computation_type.name], a.microbatch_index)
             for a in actions if a is not None]
 
 
