@@ -51,6 +51,7 @@ RUNS = (
                 layers=4),
     PipelineRun("llama_tiny", "interleaved-zb", 2, 8, 4, dp_shard=2, master=True,
                 stages_per_rank=2, layers=4),
+    PipelineRun("llama_tiny", "interleaved-zb", 2, 8, 4, tp=2, stages_per_rank=2, layers=4),
     # the V-shaped zero bubble (ScheduleZBVZeroBubble: rank 0 the first and the last stage)
     PipelineRun("llama_tiny", "zbv", 2, 8, 4, stages_per_rank=2, layers=4),
     PipelineRun("llama_tiny", "zbv", 2, 8, 4, dp_shard=2, master=True, stages_per_rank=2,

@@ -197,6 +197,7 @@ def rank_events(traces: list[StageTrace], lasts: list[bool], order: Order,
     threads: set[str] = set()   # the matmul threads whose cuBLAS workspace is allocated
     for step in (1, 2):
         made: set[int] = set()   # the stages whose first backward made their gradients
+        halved: set[int] = set()   # (and whose first input half, its few: zero bubble)
         ran: set[int] = set()    # the stages whose first forward gathered their parameters
         for k, op, j in order:
             t, tag = traces[k], (step, k, j)
@@ -204,8 +205,11 @@ def rank_events(traces: list[StageTrace], lasts: list[bool], order: Order,
             if op == "F":
                 events += _forward(t, run, gather=(step, k) if k not in ran else None)
                 ran.add(k)
-            elif op == "I":   # (a zero-bubble schedule's input half: no gradient of a weight)
-                events += _backward(t, run, lasts[k], None, op)
+            elif op == "I":   # (a zero-bubble schedule's input half: a weight's gradient
+                # only where one node makes it beside the input's, a fused grouped matmul's)
+                events += _backward(t, run, lasts[k], (step, k) if k not in halved else None,
+                                    op)
+                halved.add(k)
             else:
                 events += _backward(t, run, lasts[k], (step, k) if k not in made else None, op)
                 made.add(k)
