@@ -247,6 +247,16 @@ def test_zero_bubble_beside_expert_parallelism_makes_the_experts_gradients_in_i(
                for s in p.per_stage)
 
 
+def test_an_interleaved_tracer_split_whose_last_stage_has_no_block_is_refused():
+    # GPT-2's 2 blocks over 2 ranks of 2 stages (torchtitan's split: 0, 1, 1, 0 blocks):
+    # the tracer cuts at blocks, and the last stage's would be a third; before, the check of
+    # the split's skips ran the tracer first: "ModuleList has no attribute `2`", an
+    # internal error
+    with pytest.raises(GraphcostError, match="last of its 4 stages would hold no block of the 2"):
+        analyze("zoo:hf_gpt2", batch=8, train=True,
+                parallel={"mesh": "pp=2", "schedule": "interleaved-1f1b"})
+
+
 def test_zero_bubble_fills_part_of_the_interleaved_bubble():
     """The same layout on an H100 under interleaved 1F1B and zero bubble: W fills the bubble
     (the ZB-H1 bound, (p − 1)(F + I − W) a slot against (p − 1)(F + I + W)); everything else

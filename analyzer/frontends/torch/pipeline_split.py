@@ -60,10 +60,7 @@ def split_points(path: str, n: int, stage: int, stages: int,
     block and, before the last stage, after its own (its first ``blocks`` of them)."""
     kept = stage_layers(n, stage, stages)
     end = kept.start + min(len(kept), blocks if blocks is not None else len(kept))
-    if stage_layers(n, stages - 1, stages).start >= n:
-        raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: the last stage would "
-                             f"hold no block of the {n} (the tracer's split cuts at blocks): "
-                             "fewer stages")
+    _check_last(n, stages)
     points = [kept.start] if stage > 0 else []
     points += [end] if stage < stages - 1 else []
     return (1 if stage > 0 else 0), [f"model.{path}.{i}" for i in points]
@@ -95,10 +92,20 @@ def traced_stage(module: torch.nn.Module, ids: torch.Tensor, stage: int, stages:
     return stage_module, inputs
 
 
+def _check_last(n: int, stages: int) -> None:
+    """Refused: a split whose last stage holds none of the ``n`` blocks (torchtitan's split
+    leaves it the norm and the head), which the tracer cannot cut (it cuts at blocks)."""
+    if stage_layers(n, stages - 1, stages).start >= n:
+        raise GraphcostError(f"{opt('parallel')}: the last of its {stages} stages would hold "
+                             f"no block of the {n} (the tracer's split cuts at blocks): fewer "
+                             "stages")
+
+
 def stage_pipe(module: torch.nn.Module, ids: torch.Tensor, stages: int):
     """PyTorch's ``Pipe`` of ``module`` split into ``stages`` at the micro-batch of ``ids``,
     as a pipeline of them runs it (``pipe.build_stage`` each rank's)."""
     path, n = block_list(module)
+    _check_last(n, stages)   # (an interleaved schedule's stages: before the tracer meets it)
     return split_pipe(module, ids, [f"model.{path}.{stage_layers(n, i, stages).start}"
                                     for i in range(1, stages)], stages)
 
