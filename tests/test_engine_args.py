@@ -71,6 +71,9 @@ LINES = {   # (the 70B layout's, its pipelines' (local batch 32), the 8B's at 64
     "1f1b": ("zoo:llama3_70b", PIPELINE, 32, "full", {**BASE, "compile": False}, "1f1b"),
     "interleaved-1f1b": ("zoo:llama3_70b", PIPELINE, 32, "full", {**BASE, "compile": False},
                          "interleaved-1f1b"),
+    "interleaved-zb": ("zoo:llama3_70b", PIPELINE, 32, "full", {**BASE, "compile": False},
+                       "interleaved-zb"),
+    "zbv": ("zoo:llama3_70b", PIPELINE, 32, "full", {**BASE, "compile": False}, "zbv"),
     "cp": ("zoo:llama3_8b", {"dp_shard": 2, "cp": 4}, 1, "full",
            {**BASE, "dims": {"seq": 65536}}),
 }
@@ -103,7 +106,9 @@ def test_torchtitans_config_manager_reads_the_line(checkpoint, mode, parsed):
 
 @needs_torchtitan
 @pytest.mark.parametrize("schedule, named", [("1f1b", "1F1B"),
-                                             ("interleaved-1f1b", "Interleaved1F1B")])
+                                             ("interleaved-1f1b", "Interleaved1F1B"),
+                                             ("interleaved-zb", "InterleavedZeroBubble"),
+                                             ("zbv", "ZBVZeroBubble")])
 def test_torchtitans_config_manager_reads_a_pipeline(schedule, named, parsed):
     """A 70B pipeline of 8 stages beside FSDP 8 × TP 8, local batch 32: 1F1B or interleaved
     1F1B (torchtitan's two stages a rank, graphcost's default too) with one sequence a
@@ -113,6 +118,17 @@ def test_torchtitans_config_manager_reads_a_pipeline(schedule, named, parsed):
     c = parsed[schedule]
     assert [c[k] for k in ("pp", "schedule", "microbatch", "shard", "tp")] == \
         [8, named, 1, 8, 8]
+
+
+def test_each_schedules_torchtitan_name_is_the_class_graphcost_models():
+    # torchtitan builds the schedule PyTorch's get_schedule_class names: each name graphcost
+    # writes is the class it reads its rank's order off (frontends/torch/pipeline_stages.py)
+    from graphcost.analyzer.cli.engine_args import TORCHTITAN_SCHEDULES
+    from torch.distributed.pipelining.schedules import get_schedule_class
+    assert {s: get_schedule_class(n).__name__ for s, n in TORCHTITAN_SCHEDULES.items()} == {
+        "1f1b": "Schedule1F1B", "interleaved-1f1b": "ScheduleInterleaved1F1B",
+        "gpipe": "ScheduleGPipe", "interleaved-zb": "ScheduleInterleavedZeroBubble",
+        "zbv": "ScheduleZBVZeroBubble"}
 
 
 @needs_torchtitan
