@@ -269,9 +269,16 @@ def test_zero_bubble_fills_part_of_the_interleaved_bubble():
     assert 0 < zb.bubble_seconds < one.bubble_seconds
     assert zb.seconds == pytest.approx(one.seconds - one.bubble_seconds + zb.bubble_seconds,
                                        rel=1e-9)
-    with pytest.raises(GraphcostError, match="interleaved-zb.*not modelled"):
+    with pytest.raises(GraphcostError, match="interleaved-zb.*not modelled.*25-37% more"):
         analyze("zoo:llama_tiny", batch=8, train=True, checkpoint={"every": 1},
                 parallel={"mesh": "pp=2", "schedule": "interleaved-zb"})
+    # the refusal's figure, measured: every block checkpointed, zero bubble holds 25% and 37%
+    # more on the two ranks than without checkpoints (18,578,572 / 14,905,484 and
+    # 29,769,888 / 21,774,488), where interleaved 1F1B's checkpoints save a third
+    zb = PipelineRun("llama_tiny", "interleaved-zb", 2, 8, 4, stages_per_rank=2, layers=4)
+    plain, checkpointed = (recorded_stages(r) for r in (zb, replace(zb, checkpoint=True)))
+    more = [min(checkpointed[k][0][1:]) / min(plain[k][0][1:]) - 1 for k in (0, 1)]
+    assert [round(m, 2) for m in more] == [0.25, 0.37]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-master"])
