@@ -15,8 +15,11 @@ saved tensors, its received input (a non-first stage's hidden states) and its ou
 non-last stage: the root of its backward, ``PipelineStage.fwd_cache``); during a B the
 gradient received from the next stage (a non-last stage); on the last stage every finished
 micro-batch's output (the logits: ``PipelineStage.output_chunks``, returned by
-``schedule.step()``) until the step ends, when ``_merge_outputs`` concatenates them. The stage's
-peak is the largest of those moments and of the optimizer step. Nothing else of the
+``schedule.step()``) until the step ends, when ``_merge_outputs`` concatenates them. Under a
+zero-bubble schedule a backward is its input half (I) and, later, its weight half (W)
+(passes/parallel/zero_bubble.py): from one to the other the micro-batch holds what its I left
+for its W (the retained graph's saved tensors, the captured gradients), its input, output and
+received gradient. The stage's peak is the largest of those moments and of the optimizer step. Nothing else of the
 library's is counted (its send and receive buffers beyond those tensors).
 """
 from __future__ import annotations

@@ -15,7 +15,10 @@ added in (AccumulateGrad) — and at its end the micro-batch's input and output 
 the schedule, the last stage's outputs concatenated (``_merge_outputs``) and dropped; then the
 optimizer step as the single-device replay runs it (passes/memory/allocator_events.py): the
 state created in step 1, the fp32 gradient copies of a master recipe, the step's
-temporaries, and ``zero_grad(set_to_none=True)``.
+temporaries, and ``zero_grad(set_to_none=True)``. A zero-bubble schedule's backward runs as
+its two halves (passes/parallel/zero_bubble.py: the trace's backward laid out as I's nodes,
+then W's): at I the gradient received and I's nodes; at W W's nodes, then the micro-batch's
+input, output and received gradient freed (``PipelineStage.backward_state`` holds them).
 
 Under fully_shard (``ShardTrace``: FSDP2 as torchtitan applies it in a pipeline, as
 passes/parallel/pipeline.py's ``sharded`` counts it) the rank keeps each parameter's shard
