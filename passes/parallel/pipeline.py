@@ -19,8 +19,9 @@ micro-batch's output (the logits: ``PipelineStage.output_chunks``, returned by
 zero-bubble schedule a backward is its input half (I) and, later, its weight half (W)
 (passes/parallel/zero_bubble.py): from one to the other the micro-batch holds what its I left
 for its W (the retained graph's saved tensors, the captured gradients), its input, output and
-received gradient. The stage's peak is the largest of those moments and of the optimizer step. Nothing else of the
-library's is counted (its send and receive buffers beyond those tensors).
+received gradient. The stage's peak is the largest of those moments and of the optimizer
+step. Nothing else of the library's is counted (its send and receive buffers beyond those
+tensors).
 """
 from __future__ import annotations
 
