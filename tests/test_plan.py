@@ -476,6 +476,31 @@ def test_bad_plans_get_one_line(argv, message, capsys):
     assert err.startswith(f"graphcost: error: {message}") and err.count("\n") == 1
 
 
+def test_a_pipelines_advice_weighs_its_other_schedules():
+    """On a pipeline (pp=2, 1F1B) --advise tries the schedules a user can switch to but
+    GPipe: interleaved 1F1B and the two zero-bubble ones, each two stages a rank (torchtitan's
+    default; the V's only size); a rank count asked for an interleaved schedule is dropped
+    where the switch would refuse it. Llama 3 8B on pp=4 × dp_shard=2 at 16 × 2,048 on an
+    H100 (bf16-master): zbv +15% throughput for 7.55 GiB more, interleaved-zb +14% for 4.60."""
+    from graphcost.analyzer.app.advise import changes
+    from graphcost.analyzer.cli.wording import cli_text
+
+    kwargs = {**TINY, "batch": 8, "parallel": {"mesh": "pp=2", "microbatches": 4}}
+    tried = {cli_text(w): c for w, c in changes(kwargs)}
+    assert [w for w in tried if "schedule" in w] == [
+        "--pp-schedule interleaved-1f1b", "--pp-schedule interleaved-zb", "--pp-schedule zbv"]
+    assert "--pp-schedule 1f1b" in {cli_text(w) for w, _ in changes(
+        {**kwargs, "parallel": {"mesh": "pp=2", "schedule": "zbv"}})}
+    interleaved = {"mesh": "pp=2", "schedule": "interleaved-1f1b", "stages_per_rank": 3}
+    assert [c["parallel"] for w, c in changes({**kwargs, "parallel": interleaved})
+            if "schedule" in cli_text(w)] == [
+        {"mesh": "pp=2", "schedule": "1f1b"},
+        {"mesh": "pp=2", "schedule": "interleaved-zb", "stages_per_rank": 3},
+        {"mesh": "pp=2", "schedule": "zbv"}]
+    p = analyze("zoo:llama_tiny", **{**kwargs, **tried["--pp-schedule zbv"]}).pipeline
+    assert p is not None and (p.schedule, p.stages_per_rank) == ("zbv", 2)
+
+
 def test_advice_is_the_changes_analyzed_directly(capsys):
     """--advise on FSDP 4 with selective checkpointing: a change it weighs is the direct
     analysis with that one change (checked on one of each path: the same trace, a new one, the

@@ -1,7 +1,7 @@
 """``--advise``: what saves most on one training analysis — each single change of its
-settings a user can make (the checkpoint plan, the tensor-parallel size at the same GPUs, the
-caching allocator's expandable segments, torch.compile, half the batch, the optimizer's
-for-loop step) analyzed as ``analyze`` would with it, and the three that most reduce the
+settings a user can make (the checkpoint plan, the tensor-parallel size at the same GPUs, a
+pipeline's other schedules, the caching allocator's expandable segments, torch.compile, half
+the batch, the optimizer's for-loop step) analyzed as ``analyze`` would with it, and the three that most reduce the
 memory (when the step does not fit) or raise the throughput (when it does), each with its
 effect on the other.
 
@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ...passes.errors import GraphcostError, opt
 from ...passes.parallel.mesh import parse_mesh
+from ...passes.parallel.schedules import Schedule, interleaved
 from ..load.progress import Progress
 from .plan_settings import CHECKPOINTS
 from .report import Report
@@ -82,6 +83,7 @@ def changes(kwargs: Mapping[str, Any]) -> list[tuple[str, dict]]:
             out.append((opt("checkpoint", value=name) if ckpt else "no checkpointing",
                         {"checkpoint": ckpt}))
     out += _tensor_parallel(kwargs)
+    out += _schedules(kwargs)
     if "expandable_segments:True" not in str(kwargs.get("allocator") or ""):
         out.append((opt("allocator", value="expandable_segments:True"),
                     {"allocator": "expandable_segments:True"}))
@@ -110,6 +112,24 @@ def _tensor_parallel(kwargs: Mapping[str, Any]) -> list[tuple[str, dict]]:
         dims = {**dict(mesh.dims), "dp_shard": new_shard, "tp": new_tp}
         words = ",".join(f"{k}={n}" for k, n in dims.items() if k != "tp" or n > 1)
         out.append((opt("parallel", value=words), {"parallel": {**parallel, "mesh": words}}))
+    return out
+
+
+def _schedules(kwargs: Mapping[str, Any]) -> list[tuple[str, dict]]:
+    """A pipeline's other schedules but GPipe (its micro-batches all in flight): 1F1B,
+    interleaved 1F1B and the zero-bubble ones (two stages a rank where interleaved, unless the
+    analysis gives more)."""
+    parallel = dict(kwargs.get("parallel") or {})
+    if "mesh" not in parallel or (parse_mesh(parallel["mesh"]).size("pp") or 1) < 2:
+        return []
+    now = parallel.get("schedule") or Schedule.ONE_F_ONE_B
+    out = []
+    for s in Schedule.words():
+        if s in (now, Schedule.GPIPE):
+            continue
+        new = {k: v for k, v in parallel.items()
+               if k != "stages_per_rank" or (interleaved(s) and s != Schedule.ZBV)}
+        out.append((opt("parallel.schedule", value=s), {"parallel": {**new, "schedule": s}}))
     return out
 
 
