@@ -82,11 +82,13 @@ def _renumbered(graph: Graph, order: list[Node]) -> Graph:
     """``graph`` with its nodes in ``order``, their indices and the values' producers too."""
     at = {nd.index: k for k, nd in enumerate(order)}
     nodes = tuple(replace(nd, index=k) for k, nd in enumerate(order))
-    values = {name: replace(v, producer=at[v.producer]) if v.producer is not None else v
-              for name, v in graph.values.items()}
+    def moved(table):
+        return MappingProxyType({name: replace(v, producer=at[v.producer])
+                                 if v.producer is not None else v
+                                 for name, v in table.items()})
     refs = {name: at.get(end, end) for name, end in graph.eager_refs.items()}
-    return replace(graph, nodes=nodes, values=MappingProxyType(values),
-                   eager_refs=MappingProxyType(refs))
+    return replace(graph, nodes=nodes, values=moved(graph.values),
+                   lower_values=moved(graph.lower_values), eager_refs=MappingProxyType(refs))
 
 
 def _retained(graph: Graph, fe: int, n: int, captured: int) -> Graph:
