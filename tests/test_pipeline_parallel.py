@@ -271,14 +271,16 @@ def test_an_interleaved_tracer_split_whose_last_stage_has_no_block_is_refused():
 
 def test_zero_bubble_fills_part_of_the_interleaved_bubble():
     """The same layout on an H100 under interleaved 1F1B and zero bubble: W fills the bubble
-    (the ZB-H1 bound, (p − 1)(F + I − W) a slot against (p − 1)(F + I + W)); everything else
+    (ZB-H1's, (p − 1)(F + I − W) a slot against (p − 1)(F + I + W); the V's ZB-H2's,
+    (p − 1)(F + I − 2W), smaller still); everything else
     on the clock is the same kernels, so the step is shorter by what the bubble loses. A
     checkpoint plan beside it is refused: not modelled."""
-    one, zb = (analyze("zoo:llama_tiny", batch=8, train=True, what_if=False, device="h100",
-                       parallel={"mesh": "pp=2", "schedule": s}).time
-               for s in ("interleaved-1f1b", "interleaved-zb"))
-    assert one is not None and zb is not None
+    one, zb, v = (analyze("zoo:llama_tiny", batch=8, train=True, what_if=False, device="h100",
+                          parallel={"mesh": "pp=2", "schedule": s}).time
+                  for s in ("interleaved-1f1b", "interleaved-zb", "zbv"))
+    assert one is not None and zb is not None and v is not None
     assert 0 < zb.bubble_seconds < one.bubble_seconds
+    assert 0 <= v.bubble_seconds < zb.bubble_seconds   # (the V's: (p − 1)(F + I − 2W))
     assert zb.seconds == pytest.approx(one.seconds - one.bubble_seconds + zb.bubble_seconds,
                                        rel=1e-9)
     with pytest.raises(GraphcostError, match="interleaved-zb.*not modelled.*25-37% more"):

@@ -44,7 +44,7 @@ from ..costs.collectives import ring_seconds
 from ..device.time_estimate import TimeEstimate
 from .comm import CommVolume, InterconnectRates
 from .mesh import CARVED
-from .schedules import rank_stages
+from .schedules import Schedule, rank_stages
 
 BACKWARD_SHARE = 2 / 3   # the backward's share of a step's forward and backward
 INNER_TO_OUTER = ("tp", "cp", "ep", "dp_shard", "dp_replicate", "pp")
@@ -151,9 +151,9 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     all-reduce of a tied table's gradient (``tied``) there. The optimizer steps once on the
     rank's shards (``shard`` ranks share each), the slowest rank's deciding. A zero-bubble
     schedule (``weight_shares``: each stage's share of its kernels in the backward's weight
-    half, W) fills the bubble with W: the zero-bubble paper's ZB-H1 bound, (p − 1)(F + I −
-    W) in place of (p − 1)(F + I + W), ``per_rank`` times shorter (``schedule`` "zbv": the
-    ranks' stages placed in a V, the same bound)."""
+    half, W) fills the bubble with W, by the zero-bubble paper's bubbles: ZB-H1's, (p − 1)(F +
+    I − W) in place of (p − 1)(F + I + W), ``per_rank`` times shorter; ``schedule`` "zbv"
+    (its V of two chunks a rank), ZB-H2's (p − 1)(F + I − 2W), none when F = I = W."""
     slots, steps, hidden = [], [], []
     for t, c, share in zip(stages, comms, gathered or [0.0] * len(stages)):
         sec = dim_seconds(c, rank.mesh, links)
@@ -176,7 +176,8 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     w = sum((stages[i].seconds - stages[i].optimizer_seconds) * (weight_shares or
                                                                   [0.0] * len(stages))[i]
             for i in local)
-    bubble = (p - 1) * max(0.0, slot - 2 * w) / per_rank
+    filled = 3 if schedule == Schedule.ZBV else 2   # (W's: slot − 2W is F + I − W)
+    bubble = (p - 1) * max(0.0, slot - filled * w) / per_rank
     optimizer = max(sum(stages[i].optimizer_seconds for i in rk) for rk in ranks) / shard
     after = max(sum(steps[i] for i in rk) for rk in ranks)
     total = m * slot + bubble + optimizer + after
