@@ -481,7 +481,7 @@ def test_a_pipelines_advice_weighs_its_other_schedules():
     GPipe: interleaved 1F1B and the two zero-bubble ones, each two stages a rank (torchtitan's
     default; the V's only size); a rank count asked for an interleaved schedule is dropped
     where the switch would refuse it. Llama 3 8B on pp=4 × dp_shard=2 at 16 × 2,048 on an
-    H100 (bf16-master): zbv +15% throughput for 7.55 GiB more, interleaved-zb +14% for 4.60."""
+    H100 (bf16-master): zbv +16% throughput for 7.55 GiB more, interleaved-zb +14% for 4.60."""
     from graphcost.analyzer.app.advise import changes
     from graphcost.analyzer.cli.wording import cli_text
 
