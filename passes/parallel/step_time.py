@@ -176,8 +176,7 @@ def pipeline_step_time(stages: list[TimeEstimate], microbatches: int, rank: Rank
     w = sum((stages[i].seconds - stages[i].optimizer_seconds) * (weight_shares or
                                                                   [0.0] * len(stages))[i]
             for i in local)
-    filled = 3 if schedule == Schedule.ZBV else 2   # (W's: slot − 2W is F + I − W)
-    bubble = (p - 1) * max(0.0, slot - filled * w) / per_rank
+    bubble = (p - 1) * max(0.0, slot - (3 if schedule == Schedule.ZBV else 2) * w) / per_rank
     optimizer = max(sum(stages[i].optimizer_seconds for i in rk) for rk in ranks) / shard
     after = max(sum(steps[i] for i in rk) for rk in ranks)
     total = m * slot + bubble + optimizer + after
