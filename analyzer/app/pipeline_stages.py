@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, Mapping, Sequence
 
-from ...passes.choices import Loss, Strategy
+from ...passes.choices import Loss
 from ...passes.device.gpu_engine import datasheet_engine, pipeline_band
 from ...passes.device.time_estimate import TimeEstimate
 from ...passes.errors import GraphcostError, opt
@@ -61,11 +61,9 @@ from .pipeline import (
     step_work,
     with_run,
 )
+from .pipeline_checks import SHARDING, check_pipeline
 from .report import Report
 from .request import Request
-
-SHARDING = (Strategy.FSDP, Strategy.ZERO3, Strategy.ZERO2)   # fully_shard's
-
 
 TIED_STAGES = ("the LM head is tied to the token embedding: the first and the last stage "
                "each hold a copy and its gradient, and all-reduce the two gradients after the "
@@ -178,8 +176,7 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
                                  f"as stages ({spec.pp}): a batch of {spec.pp} or more")
     v = spec.stages_per_rank
     check_schedule(spec.schedule, micro, spec.pp, v)   # (before any trace)
-    _check_data(spec)
-    _check_step(request, spec)
+    check_pipeline(request, spec)
     at_micro = request.load if example_inputs is not None \
         else replace(request.load, batch=batch // micro)
     passes = replace(request.passes, parallel=None, profile=None, one_device_replay=False)
@@ -216,56 +213,6 @@ def run_pipeline(model, request: Request, spec: ParallelSpec,
         report = replace(report, time=with_run(_pipeline_time(
             report, stages, comms, mesh, spec, micro, request), request.passes))
     return refit(report, request.passes)   # the worst stage decides it
-
-
-def _check_step(request: Request, spec: ParallelSpec) -> None:
-    """A pipeline's loss is its schedule's, on the last stage: torchtitan's cross-entropy of
-    fp32 logits (``ce``, what ``auto`` gives a decoder); the other stages backpropagate the
-    gradient they receive. A checkpoint budget's search runs on one program, the whole
-    model's, where a stage's rank runs another."""
-    plan = request.passes.checkpoint
-    if plan is not None and plan.budget is not None:
-        raise GraphcostError(f"{opt('checkpoint.budget')} beside pipeline stages: its search "
-                             "runs on one program, the whole model's, not each stage's: give "
-                             f"the plan itself ({opt('checkpoint.every')}, or a selective one)")
-    asked = request.load.loss
-    if asked not in (Loss.AUTO, Loss.CE):
-        raise GraphcostError(f"{opt('loss', value=asked)} beside pipeline stages: the last "
-                             "stage computes the schedule's loss, torchtitan's cross-entropy of "
-                             f"fp32 logits ({opt('loss', value=Loss.CE)}); modelled only so")
-    _check_zero_bubble(request, spec)
-
-
-def _check_zero_bubble(request: Request, spec: ParallelSpec) -> None:
-    """A zero-bubble schedule's split backward is modelled on a plain stage program:
-    checkpointed blocks recompute in its I and hold what W needs, which is not modelled —
-    measured, they hold more than without checkpoints (benchmarks/accuracy_pipelines.py:
-    llama_tiny's 4 blocks, 2 ranks of 2 stages, 18.6 and 29.8 MB a rank against 14.9 and
-    21.8), which the refusal says."""
-    if zero_bubble(spec.schedule) and request.passes.checkpoint is not None:
-        raise GraphcostError(f"{opt('checkpoint')} beside "
-                             f"{opt('parallel.schedule', value=spec.schedule)}: what "
-                             "a checkpointed block recomputes in the input half of its "
-                             "backward and keeps for the weight half is not modelled (PyTorch "
-                             "holds it: measured, 25-37% more a rank than without checkpoints)")
-
-
-def _check_data(spec: ParallelSpec) -> None:
-    """A pipeline's data dimension is fully_shard's (torchtitan's), or none."""
-    if spec.world_size is None:
-        raise GraphcostError(f"{opt('parallel.world_size', value='auto')} with pipeline "
-                             "stages: give the data dimension's size")
-    if spec.strategy not in SHARDING and spec.world_size * spec.replicate > 1:
-        raise GraphcostError(f"{opt('parallel', value=spec.strategy)} beside pipeline stages: "
-                             "modelled for fully_shard (dp_shard, HSDP), as torchtitan runs "
-                             "pipelines; ddp and zero1 are not")
-    # (a stage's fully_shard keeps everything on the device, each block and the stage a unit)
-    for name, value in (("parallel.offload", spec.offload),
-                        ("parallel.units", ",".join(spec.units or ()))):
-        if value:
-            raise GraphcostError(f"{opt(name, value=value)} beside pipeline stages: not "
-                                 "modelled (a stage shards each block and itself, on the "
-                                 "device, as torchtitan does)")
 
 
 def _stages(traces: StageTraces, at_micro, request: Request, spec: ParallelSpec,

@@ -34,18 +34,12 @@ from ..memory.caching_allocator import AllocatorConfig
 from ..memory.peak import Peak
 from ..training.checkpoint import timeline_of
 from ..training.memory import TrainingMemory, forward_set
-from ..training.optimizer import state_tensors, step_temporaries, trainable_params
 from .comm import CommVolume
-from .experts import expert_modules
 from .mesh import CARVED
-from .pipeline_reserved import (
-    StageTrace,
-    sharded_trace,
-    stage_trace,
-    stages_reserved,
-)
+from .pipeline_reserved import StageTrace, stage_trace, stages_reserved
+from .pipeline_shards import Shards, sharded
 from .schedules import Order, check_schedule, events, rank_stages
-from .units import fsdp_units, half_ends, padded_bytes, unit_names
+from .zero_bubble import split_figures
 
 if TYPE_CHECKING:
     from ..device_rates import DeviceRates
@@ -124,27 +118,6 @@ class StageStep:
     weight_peak: int = 0
 
 
-@dataclass(frozen=True)
-class Shards:
-    """A stage's rank under FSDP2's ``fully_shard`` over ``world`` ranks, as torchtitan
-    applies it with pipelining: ``master`` fp32 bytes per graph byte of what it keeps in fp32
-    (2 under a master recipe's ``MixedPrecisionPolicy``, else 1)."""
-    world: int
-    master: int = 1
-    # expert parallelism: each layer's experts a unit of their own over world · tp / ep ranks
-    # (torchtitan's efsdp, carved out of dp_shard × tp; the experts the rank program holds
-    # are already its slice)
-    ep: int = 1
-    tp: int = 1   # (its ranks carve the ep group with dp_shard's: efsdp spans them too)
-
-    @property
-    def dtensor(self) -> bool:
-        """Tensor parallelism beside: the unsharded parameters are DTensors, whose in-place
-        add of a later backward's half gradient into the fp32 one makes an fp32 copy of it
-        first."""
-        return self.tp > 1
-
-
 def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
                shards: Shards | None = None, device: "DeviceRates | None" = None,
                split: int | None = None) -> StageStep:
@@ -178,106 +151,10 @@ def stage_step(graph: Graph, t: TrainingMemory, first: bool, last: bool,
         input_bytes=input_bytes, output_bytes=out_bytes,
         trace=stage_trace(graph, t, input_bytes, output, out_bytes, device, split))
     if split is not None:
-        step = _split(step, split, fe, nongrad, grad, made,
-                      sum(st.nbytes for st in others if st.birth < split <= st.death))
+        step = replace(step, **split_figures(
+            split, fe, nongrad, grad, made,
+            sum(st.nbytes for st in others if st.birth < split <= st.death)))
     return step if shards is None else sharded(step, graph, t, shards, nongrad)
-
-
-def _split(s: StageStep, wi: int, fe: int, nongrad: list[int], grad: list[int],
-           made: list[int], between: int) -> StageStep:
-    """A zero-bubble step's I and W figures: I runs nodes [fe, wi) (no gradient of a weight
-    among them), W the rest; ``between``: the bytes alive from one to the other."""
-    n = len(nongrad)
-    return replace(s, split=wi, between=between,
-                   input_peak=max([between, *nongrad[fe:wi]]),
-                   first_weight_peak=max((nongrad[k] + grad[k] for k in range(wi, n)),
-                                         default=between),
-                   weight_peak=max((nongrad[k] + made[k] for k in range(wi, n)),
-                                   default=between))
-
-
-def sharded(s: StageStep, graph: Graph, t: TrainingMemory, shards: Shards,
-            nongrad: list[int]) -> StageStep:
-    """The stage's step on one of ``shards.world`` ranks of fully_shard as torchtitan runs it
-    in a pipeline: each block and the stage a unit, ``reshard_after_forward=False``, and
-    ``PipelineStage.backward_maybe_with_nosync``'s no-reshard, no-reduce backwards until the
-    last (torch/distributed/pipelining/stage.py). So the stage's gathered parameters stay from
-    the first forward's all-gathers to ``perform_reduce_grad`` after the last backward; each
-    backward's gradients accumulate unsharded (FSDPParam ``to_accumulated_grad_if_needed``:
-    in ``reduce_dtype``, fp32, under a master recipe — each unit's half gradients exist until
-    its post-backward adds them in: ``_backwards``); then each unit reshards and
-    reduce-scatters (a padded input in ``reduce_dtype``) into the sharded gradients the
-    optimizer steps on, with the shards (fp32 under a master recipe) and their state.
-    ``nongrad``: the traced step's bytes node by node, gradients apart."""
-    world, m = shards.world, shards.master
-    fwd = forward_set(graph)
-    trainable = set(trainable_params(graph))
-    units = _units(graph, fwd, trainable, shards)
-    group = {p: u.group(world) for u in units for p in u.members}
-    values = graph.values
-    params = [v for v in values.values() if v.kind == ValueKind.PARAM]
-    shard = [m * padded_bytes(v.spec, n) // n for v in params
-             for n in (group.get(v.name, world),)]
-    experts = [u for u in units if u.ep > 1]
-    steps_on = [b for v, b in zip(params, shard) if v.name in trainable]
-    state = sum(state_tensors(steps_on, t.optimizer))
-    buffers = s.static - s.params - s.optimizer_state
-    if m > 1:
-        first, later = _backwards(graph, t, units, nongrad, m, shards.dtensor)
-        s = replace(s, first_backward_peak=first, backward_peak=later)
-        if s.split is not None:   # (W's, as a zero-bubble schedule splits the backward)
-            first, later = _backwards(graph, t, units, nongrad, m, shards.dtensor, s.split)
-            s = replace(s, first_weight_peak=first, weight_peak=later)
-    return replace(
-        s, trace=sharded_trace(s.trace, graph, t, units, shard, m, shards.dtensor),
-        static=sum(shard) + buffers + state, params=sum(shard), optimizer_state=state,
-        grads=m * s.grads, gathered=sum(v.spec.nbytes or 0 for v in params),
-        step_temporaries=step_temporaries(steps_on, t.optimizer, t.optimizer_impl),
-        gather_buffer=max((u.padded_bytes for u in units), default=0),
-        reduce_input=m * max((u.grad_padded_bytes for u in units), default=0),
-        step_grads=sum(steps_on), all_gather=sum(u.padded_bytes for u in units),
-        reduce_scatter=m * sum(u.grad_padded_bytes for u in units),
-        gather_calls=len(units), reduce_calls=sum(1 for u in units if u.grad_padded_bytes),
-        expert_gather=sum(u.padded_bytes for u in experts),
-        expert_reduce=m * sum(u.grad_padded_bytes for u in experts),
-        expert_calls=len(experts) + sum(1 for u in experts if u.grad_padded_bytes))
-
-
-def _units(graph: Graph, fwd: set[int], trainable: set[str], shards: Shards) -> list:
-    """The stage's fully_shard units, each sized over the ranks it shards on: each block and
-    the stage; beside expert parallelism each layer's experts first (torchtitan's order),
-    over efsdp."""
-    experts = expert_modules(graph) if shards.ep > 1 else []
-    units = fsdp_units(graph, fwd, [*experts, *unit_names(graph, fwd, None)])[0]
-    units = [replace(u, ep=shards.ep, tp=shards.tp) if u.name in experts else u for u in units]
-    return [u.sized(graph, trainable, u.group(shards.world)) for u in units]
-
-
-def _backwards(graph: Graph, t: TrainingMemory, units: list, nongrad: list[int],
-               m: int, dtensor: bool = False, start: int | None = None) -> tuple[int, int]:
-    """(the first backward's peak, a later one's) under a master recipe's fully_shard: a
-    unit's half gradients live from their making to the unit's post-backward (its last
-    backward node), which adds them into its fp32 accumulated gradients — made at the first
-    backward's post-backward, ``m`` times their bytes, held from then on (the later
-    backwards' are apart: ``grads``). ``dtensor``: a later post-backward's add makes an fp32
-    copy of the half gradients first (measured beside tensor parallelism: DTensor's
-    ``add_`` runs ``to`` on its argument; a plain tensor's casts as it adds). ``start``: the
-    backward's nodes from there on (a zero-bubble schedule's W)."""
-    n, fe = len(nongrad), len(forward_set(graph))
-    fe = fe if start is None else start
-    ends = half_ends(graph, t, units)
-    made = [st for st in t.storages if st.name in t.grad_storages]
-    half = [replace(st, death=ends[st.name]) for st in made]
-    kept = [replace(st, nbytes=m * st.nbytes, birth=h.death + 1, death=n)
-            for st, h in zip(made, half) if h.death < n]
-    # each post-backward's largest gradient (it adds them in one at a time)
-    largest = {h.death: h for h in sorted(half, key=lambda h: h.nbytes)
-               if dtensor and h.death < n}
-    copies = [replace(h, nbytes=m * h.nbytes, birth=h.death) for h in largest.values()]
-    now, acc = timeline_of(half, n + 1)[:n], timeline_of(kept, n + 1)[:n]
-    later = timeline_of(half + copies, n + 1)[:n]
-    return (max((nongrad[k] + now[k] + acc[k] for k in range(fe, n)), default=0),
-            max((nongrad[k] + later[k] for k in range(fe, n)), default=0))
 
 
 def _output_value(graph: Graph, fe: int, last: bool) -> str:

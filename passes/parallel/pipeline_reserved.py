@@ -37,12 +37,12 @@ than a block's worth, either way: grown by that difference per block, Llama 3.1 
 16-block stages swung by tens of GiB.)"""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..choices import OptimizerImpl
 from ..device.gpu_workspaces import gpu_workspaces
-from ..ir import Graph, ValueKind
+from ..ir import Graph
 from ..memory.allocator_events import (
     resident_tensors,
     step_temporary_events,
@@ -61,31 +61,13 @@ from ..training.memory import TrainingMemory
 from ..training.optimizer import (
     ADAPTIVE,
     optimizer_tensors,
-    state_tensors,
     trainable_params,
 )
 from .schedules import Order
-from .units import grad_of, half_ends
 
 if TYPE_CHECKING:
     from ..device_rates import DeviceRates
-
-
-@dataclass(frozen=True)
-class ShardTrace:
-    """A stage's rank under fully_shard: what the replay allocates besides the traced step."""
-    gathered: tuple[int, ...]       # each parameter whole, first forward to the reduce
-    gather_buffer: int              # the largest unit's all-gather output, its first forward
-    # each unit in turn: its reduce-scatter input, the gradient storages it reads (then
-    # freed), its parameters' gradient shards (kept to zero_grad)
-    reduces: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]
-    master: int = 1                 # the accumulated gradients' bytes per traced byte
-    # under a master recipe, (a gradient storage, the node of its unit's post-backward):
-    # the half gradient lives to it, which then adds it into the fp32 accumulated one
-    half_ends: tuple[tuple[int, int], ...] = ()
-    # beside tensor parallelism a later backward's post-backward adds each half gradient in
-    # through an fp32 copy of it (DTensor's add_: passes/parallel/pipeline.py ``_backwards``)
-    upcast: bool = False
+    from .pipeline_shards import ShardTrace
 
 
 @dataclass(frozen=True, eq=False)
@@ -375,31 +357,3 @@ def _zero_grad(t: StageTrace, k: int, step: int) -> list[Event]:
                 for i, g in enumerate(shards) if g]
     return [Free(((step, k), "grad", i)) for i, s in enumerate(t.storages)
             if s.name in t.grads and s.nbytes > 0]
-
-
-def sharded_trace(trace: StageTrace | None, graph: Graph, t: TrainingMemory, units: list,
-                  shard: list[int], m: int, dtensor: bool = False) -> StageTrace | None:
-    """The allocator replay's view of the stage's rank under fully_shard (passes/parallel/
-    pipeline.py's ``sharded``; ``shard``: each parameter's bytes): its shards and buffers
-    resident, the shards' state and step, what the gathers and reduces allocate; under a
-    master recipe each half gradient until its unit's post-backward."""
-    values = graph.values
-    params = [v for v in values.values() if v.kind == ValueKind.PARAM]
-    buffers = [v.spec.nbytes or 0 for v in values.values() if v.kind == ValueKind.BUFFER]
-    ends = half_ends(graph, t, units) if m > 1 else {}
-    index = {st.name: k for k, st in enumerate(t.storages)}
-    storage_of = {p: index[g] for p, g in grad_of(graph).items() if g in index}
-    trainable = set(trainable_params(graph))
-    shard_of = {v.name: b for v, b in zip(params, shard) if v.name in trainable}
-    steps_on = tuple(shard_of.values())
-    reduces = tuple((m * u.grad_padded_bytes,
-                     tuple(storage_of[p] for p in u.members if p in storage_of),
-                     tuple(shard_of[p] for p in u.members if p in shard_of)) for u in units)
-    return None if trace is None else replace(
-        trace, resident=(*shard, *buffers),
-        state=tuple(state_tensors(list(steps_on), t.optimizer)), master_grads=(),
-        step_sizes=steps_on if trace.step_sizes else (),
-        shard=ShardTrace(tuple(v.spec.nbytes or 0 for v in params),
-                         max((u.padded_bytes for u in units), default=0), reduces, m,
-                         tuple((index[name], end) for name, end in ends.items()),
-                         upcast=dtensor and m > 1))

@@ -102,3 +102,18 @@ def _retained(graph: Graph, fe: int, n: int, captured: int) -> Graph:
             if name in made:
                 refs[name] = n - 1
     return replace(graph, eager_refs=MappingProxyType(refs))
+
+
+def split_figures(wi: int, fe: int, nongrad: list[int], grad: list[int], made: list[int],
+                  between: int) -> dict[str, int]:
+    """A stage step's I and W figures (passes/parallel/pipeline.py ``StageStep``) from its
+    curves node by node (``nongrad``: all but the gradients; ``grad``: those a first backward
+    makes and keeps; ``made``: a later one's, each until added in): I runs nodes [fe, wi)
+    (no gradient of a weight among them), W the rest; ``between``: the bytes alive from one
+    to the other."""
+    n = len(nongrad)
+    return {"split": wi, "between": between,
+            "input_peak": max([between, *nongrad[fe:wi]]),
+            "first_weight_peak": max((nongrad[k] + grad[k] for k in range(wi, n)),
+                                     default=between),
+            "weight_peak": max((nongrad[k] + made[k] for k in range(wi, n)), default=between)}
