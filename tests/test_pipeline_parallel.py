@@ -251,10 +251,22 @@ def test_zero_bubble_beside_expert_parallelism_makes_the_experts_gradients_in_i(
     the reduce without having allocated them, an internal error). Not checked against a real
     step: PyTorch's input half fails on transformers' Mixtral stage (its output a view that
     ``detach_`` refuses)."""
-    p = analyze("zoo:hf_mixtral", batch=8, train=True, optimizer="adam", what_if=False,
-                parallel={"mesh": "pp=2,dp_shard=2,ep=2", "microbatches": 4,
-                          "schedule": "interleaved-zb"}).pipeline
+    from graphcost.passes.parallel import pipeline_reserved
+    replays = []
+
+    def replayed(events, **kw):
+        replays.append(r := real_replay(events, **kw))
+        return r
+    real_replay = pipeline_reserved.replay
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline_reserved, "replay", replayed)
+        p = analyze("zoo:hf_mixtral", batch=8, train=True, optimizer="adam", what_if=False,
+                    parallel={"mesh": "pp=2,dp_shard=2,ep=2", "microbatches": 4,
+                              "schedule": "interleaved-zb"}).pipeline
     assert p is not None and p.schedule == "interleaved-zb"
+    # the schedule's moments count the experts' gradients from the first I, as the replay
+    # allocates them (before, rank_peak counted them from the first W: short of the replay)
+    assert [r.requested_peak for r in replays] == [s.peak_bytes for s in p.per_stage]
     assert all(s.reserved_bytes is not None and s.reserved_bytes >= s.peak_bytes
                for s in p.per_stage)
 

@@ -110,8 +110,11 @@ class StageStep:
     # a zero-bubble schedule's split backward (passes/parallel/zero_bubble.py; the step traced
     # with its backward in the order I, then W): W's first node; I's peak; what a micro-batch
     # holds between its I and its W (the retained graph's saved tensors and the captured
-    # gradients); W's peak, the first W's (its gradients made) and a later one's
+    # gradients); W's peak, the first W's (its gradients made) and a later one's; the weight
+    # gradients I makes (a fused grouped matmul's experts') and the first I's peak with them
     split: int | None = None
+    input_grads: int = 0
+    first_input_peak: int = 0
     input_peak: int = 0
     between: int = 0
     first_weight_peak: int = 0
@@ -190,17 +193,21 @@ def rank_peak(steps: list[StageStep], lasts: list[bool], order: Order,
     held: list[set[int]] = [set() for _ in steps]
     waiting: list[set[int]] = [set() for _ in steps]   # (after their I, before their W)
     backwards = [0] * len(steps)
+    inputs = [0] * len(steps)   # (a zero-bubble stage's I halves run: their gradients held)
     kept = most = 0
     moments = []
     for k, op, j in order:
         s = steps[k]
-        grads = sum(st.grads for st, b in zip(steps, backwards) if b)  # (a first B makes its)
+        grads = sum(st.grads if b else st.input_grads * bool(i)   # (a first B makes its)
+                    for st, b, i in zip(steps, backwards, inputs))
         if op == "F":
             acts = s.forward_peak + (s.gather_buffer if j == 0 else 0) - each(k)
             held[k].add(j)
         elif op == "I":   # (a zero-bubble schedule's: its saved tensors in I's curve, then
             held[k].discard(j)   # what W needs held to it)
-            acts = 2 * sent(k) + s.input_peak
+            acts = 2 * sent(k) + (s.input_peak if inputs[k] or backwards[k]
+                                  else s.first_input_peak)
+            inputs[k] += 1
         elif op == "W":
             waiting[k].discard(j)
             acts = 2 * sent(k) + (s.weight_peak if backwards[k] else s.first_weight_peak)
@@ -218,18 +225,26 @@ def rank_peak(steps: list[StageStep], lasts: list[bool], order: Order,
         if op == "I":
             waiting[k].add(j)
         most = max(most, sum(map(len, held)) + sum(map(len, waiting)))
-    all_grads = sum(st.grads for st in steps)
+    moments += _after_backwards(steps, state, micro * kept_each)
+    return max(moments, key=lambda d: sum(d.values())), most
+
+
+def _after_backwards(steps: list[StageStep], state: dict[str, int],
+                     outputs: int) -> list[dict[str, int]]:
+    """A rank's moments after its last backward (``state``: its buffers and optimizer state;
+    ``outputs``: the last stage's kept outputs of every micro-batch): fully_shard's reduce,
+    the outputs' cat, the optimizer step."""
+    params = sum(st.params + st.gathered for st in steps)
     step_grads = sum(st.grads if st.step_grads is None else st.step_grads for st in steps)
     shards = sum(st.params for st in steps)
+    out = []
     if any(st.gathered for st in steps):   # fully_shard's reduce after the last backward
-        moments.append({**state, "params": params, "gradients": all_grads,
-                        "activations": micro * kept_each +
-                        max(st.reduce_input for st in steps)})
-    moments += [{**state, "params": shards, "gradients": step_grads,   # the outputs' cat
-                 "activations": 2 * micro * kept_each},
-                {**state, "params": shards, "gradients": step_grads,   # the optimizer step
-                 "activations": sum(st.step_temporaries for st in steps)}]
-    return max(moments, key=lambda d: sum(d.values())), most
+        out.append({**state, "params": params, "gradients": sum(st.grads for st in steps),
+                    "activations": outputs + max(st.reduce_input for st in steps)})
+    return out + [{**state, "params": shards, "gradients": step_grads,   # the outputs' cat
+                   "activations": 2 * outputs},
+                  {**state, "params": shards, "gradients": step_grads,   # the optimizer step
+                   "activations": sum(st.step_temporaries for st in steps)}]
 
 
 @dataclass(frozen=True)

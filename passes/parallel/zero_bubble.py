@@ -108,12 +108,15 @@ def split_figures(wi: int, fe: int, nongrad: list[int], grad: list[int], made: l
                   between: int) -> dict[str, int]:
     """A stage step's I and W figures (passes/parallel/pipeline.py ``StageStep``) from its
     curves node by node (``nongrad``: all but the gradients; ``grad``: those a first backward
-    makes and keeps; ``made``: a later one's, each until added in): I runs nodes [fe, wi)
-    (no gradient of a weight among them), W the rest; ``between``: the bytes alive from one
-    to the other."""
+    makes and keeps; ``made``: a later one's, each until added in): I runs nodes [fe, wi), W
+    the rest; ``between``: the bytes alive from one to the other. A weight's gradient is made
+    in I only where one node makes it beside the input's (a fused grouped matmul's experts'):
+    ``input_grads``, held from the first I on, so the first W's curve leaves them out."""
     n = len(nongrad)
-    return {"split": wi, "between": between,
-            "input_peak": max([between, *nongrad[fe:wi]]),
-            "first_weight_peak": max((nongrad[k] + grad[k] for k in range(wi, n)),
+    born = grad[wi - 1] if fe < wi <= n else 0
+    return {"split": wi, "between": between, "input_grads": born,
+            "first_input_peak": max([between, *(nongrad[k] + grad[k] for k in range(fe, wi))]),
+            "input_peak": max([between, *(nongrad[k] + made[k] for k in range(fe, wi))]),
+            "first_weight_peak": max((nongrad[k] + grad[k] - born for k in range(wi, n)),
                                      default=between),
             "weight_peak": max((nongrad[k] + made[k] for k in range(wi, n)), default=between)}
