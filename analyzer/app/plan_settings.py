@@ -25,11 +25,17 @@ from ...passes.parallel.schedules import (
     Schedule,
     check_schedule,
     fits_stages,
+    interleaved,
+    zero_bubble,
 )
 from .devices import GPUS_PER_NODE
 
 # the checkpoint plans searched, from the least recompute to the most (analyze's mappings)
 CHECKPOINTS: dict[str, dict | None] = {"none": None, "sac": {"sac": True}, "full": {"every": 1}}
+# a setting's schedule in its words (1F1B's: none)
+SCHEDULE_WORDS: dict[str, str] = {Schedule.INTERLEAVED: "interleaved",
+                                  Schedule.ZERO_BUBBLE: "interleaved zero bubble",
+                                  Schedule.ZBV: "zero bubble V"}
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,8 @@ class PlanSpec:
 @dataclass(frozen=True)
 class Settings:
     """One setting: a mesh (empty: one GPU), the batch per data-parallel rank, a checkpoint
-    plan of ``CHECKPOINTS``, and a pipeline's schedule (1F1B, or interleaved 1F1B with
-    torchtitan's two stages a rank)."""
+    plan of ``CHECKPOINTS``, and a pipeline's schedule (1F1B, or one of torchtitan's two
+    stages a rank: interleaved 1F1B, interleaved zero bubble, the zero-bubble V)."""
     mesh: Mesh
     batch: int
     checkpoint: str
@@ -76,11 +82,13 @@ class Settings:
 
     @property
     def interleaved(self) -> bool:
-        return self.schedule == Schedule.INTERLEAVED
+        """Two stages a rank (any schedule but 1F1B)."""
+        return interleaved(self.schedule)
 
     @property
     def words(self) -> str:
-        return (f"{self.mesh.words or 'one GPU'}{', interleaved' * self.interleaved}, "
+        named = f", {SCHEDULE_WORDS[self.schedule]}" if self.interleaved else ""
+        return (f"{self.mesh.words or 'one GPU'}{named}, "
                 f"batch {self.batch}, checkpoint {self.checkpoint}")
 
     def analyze_kwargs(self, parallel: Mapping[str, Any]) -> dict:
@@ -169,15 +177,18 @@ def _layouts(spec: PlanSpec, tp: int, pp: int, blocks: int = 0,
         if batch < pp:
             continue
         order = [c for c in CHECKPOINTS if c in spec.checkpoints]
+        # (zero bubble without a checkpoint plan: beside one it is not modelled)
         out.extend(Settings(mesh, batch, c, schedule)
-                   for schedule in pipeline_schedules(pp, batch, blocks) for c in order)
+                   for schedule in pipeline_schedules(pp, batch, blocks) for c in order
+                   if c == "none" or not zero_bubble(schedule))
     return out
 
 
 def pipeline_schedules(pp: int, micro: int, blocks: int) -> list[str]:
-    """A pipeline's schedules the plan tries: 1F1B, and interleaved 1F1B of torchtitan's two
-    stages a rank where the blocks split into them and ``ScheduleInterleaved1F1B`` takes the
-    micro-batches (whole rounds of ``pp``)."""
+    """A pipeline's schedules the plan tries: 1F1B, and where the blocks split into
+    torchtitan's two stages a rank and ``ScheduleInterleaved1F1B`` takes the micro-batches
+    (whole rounds of ``pp``), interleaved 1F1B and the two zero-bubble schedules
+    (``ScheduleInterleavedZeroBubble``, ``ScheduleZBVZeroBubble``)."""
     if pp == 1:
         return [Schedule.ONE_F_ONE_B]
     try:
@@ -185,4 +196,5 @@ def pipeline_schedules(pp: int, micro: int, blocks: int) -> list[str]:
     except GraphcostError:
         return [Schedule.ONE_F_ONE_B]
     ok = blocks > 0 and fits_stages(blocks, pp * INTERLEAVED_STAGES)
-    return [Schedule.ONE_F_ONE_B, *([Schedule.INTERLEAVED] if ok else [])]
+    woven = [Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE, Schedule.ZBV]
+    return [Schedule.ONE_F_ONE_B, *(woven if ok else [])]

@@ -20,7 +20,10 @@ HEAD = f"{'#':>2}  {'layout':<30}{'batch':>5}  {'ckpt':<5}{'memory':>10}  {'step
 
 
 Engine = Callable[[Candidate], "str | None"]   # the engine's command line of a candidate
-INTERLEAVED = "I1F1B: interleaved 1F1B, two stages a rank (torchtitan's Interleaved1F1B)"
+# a row's schedule of two stages a rank, and the legend's words for it (torchtitan's names)
+SHORT = {"interleaved-1f1b": "I1F1B", "interleaved-zb": "IZB", "zbv": "ZBV"}
+SCHEDULE_LEGEND = {"interleaved-1f1b": "I1F1B: interleaved 1F1B",
+                   "interleaved-zb": "IZB: interleaved zero bubble", "zbv": "ZBV: zero-bubble V"}
 FLUSHING = "~: fits with PyTorch's allocator emptying its cache (cudaMalloc retries)"
 
 
@@ -40,7 +43,7 @@ def plan_lines(plan: Plan, command: Callable[[Candidate], str], top: int = 5,
     shown = [c for c in plan.candidates if c.status in ("fits", "over") and not c.screened][:top]
     if shown:
         lines += [HEAD, *(_row(i, c) for i, c in enumerate(shown, 1)), _legend(shown)]
-        lines += [INTERLEAVED] * any(c.settings.interleaved for c in shown)
+        lines += _schedules_legend(shown)
         lines += [FLUSHING] * any(c.flushes for c in shown) + [""]
     lines += _refused(plan, word)
     lines += [f"not searched: {w}" for w in plan.not_searched]
@@ -72,9 +75,17 @@ def _row(i: int, c: Candidate) -> str:
     mfu = f"{t.mfu:.0%}" if t is not None and t.mfu else "-"
     mark = "!" if c.status != "fits" else "~" if c.flushes else " "
     memory = f"{(c.needs_bytes or 0) / 2**30:.1f} GiB{mark}"
-    layout = (s.mesh.words or "one GPU") + " I1F1B" * s.interleaved
+    layout = (s.mesh.words or "one GPU") + (f" {SHORT[s.schedule]}" if s.interleaved else "")
     return (f"{i:>2}  {layout:<30}{s.batch:>5}  {s.checkpoint:<5}"
             f"{memory:>10}  {step:<8}{rate:>9}{mfu:>5}")
+
+
+def _schedules_legend(shown: list[Candidate]) -> list[str]:
+    """One line naming the schedules of two stages a rank the rows show ([] where none)."""
+    named = "; ".join(SCHEDULE_LEGEND[s] for s in SHORT
+                      if any(c.settings.schedule == s for c in shown))
+    whose = " (two stages a rank, torchtitan's)"
+    return [named + whose * (len(named + whose) <= 80)] if named else []
 
 
 def _legend(shown: list[Candidate]) -> str:
