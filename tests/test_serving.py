@@ -365,6 +365,36 @@ def test_recurrent_states_are_the_cache_transformers_keeps(name):
     assert s.kv_bytes_per_token * 2 == real.after_bytes - real.before_bytes
     assert any("recurrent layers: states of a fixed size in the cache" in w
                for w in r.warnings)
+    # the decode step's working memory against transformers' own step (its live tensors'
+    # peak less the weights and the cache: 2026-12-08, Mamba 64,176 B against graphcost's
+    # 62,960, Falcon-H1 53,464 / 49,688, Qwen 3.5 29,952 / 25,624 — the state update's
+    # temporaries, a few KiB; Falcon-H1's was 74,592 before its attention ran unmasked, Qwen
+    # 3.5's 73,984). The prefills are not compared: graphcost's scans are the fused kernels
+    # (fused_scan.py), transformers' CPU fallback materializes every token's state terms.
+    assert abs(s.decode.peak_bytes / real.decode_work - 1) <= 0.15, \
+        (s.decode.peak_bytes, real.decode_work)
+
+
+def test_grouped_query_attention_is_served_without_repeat_kvs_copies():
+    """transformers' generate hands an unpadded batch an all-ones mask, which its sdpa path
+    skips, so grouped-query heads run in the kernel (``enable_gqa``), not on repeat_kv's
+    copies of each layer's keys and values — which the traced mask (its values unknown) had
+    kept: the decode step's working memory was 73,568 B against the 19,848 transformers'
+    step holds (+271%; Llama 3.1 8B's at 2,304 tokens 36 MiB a sequence, its capacity on an
+    H100 96 sequences, 106 now). And the cache is concatenated (DynamicCache): a layer's
+    old keys live beside their copy until replaced, working memory too. A GQA Llama (4
+    query heads on 2 KV heads, sdpa), 2 × (64 + 4)."""
+    torch.manual_seed(0)
+    m = hf.llama("sdpa").eval()
+    ids = torch.randint(3, hf.VOCAB, (2, 68), generator=torch.Generator().manual_seed(1))
+    real = measure_steps(m, ids, 64)
+    s = analyze(m, example_inputs=(ids[:, :64],), serve={"prompt": 64, "generate": 4}).serving
+    assert s is not None and s.cache_update == "concat" and s.kv_cache_bytes == real.after_bytes
+    # 2026-12-08: prefill 338,432 B against 337,472; decode 20,952 against 19,848
+    assert abs(s.prefill.peak_bytes / real.prefill_work - 1) <= 0.01
+    assert abs(s.decode.peak_bytes / real.decode_work - 1) <= 0.06
+    # (one layer's old keys, 2 × 2 heads × 67 tokens × 16 × 4 B, beside their copy)
+    assert s.decode.peak_bytes >= 2 * 2 * 67 * 16 * 4
 
 
 def test_a_hybrid_stack_grown_from_three_periods_equals_its_full_trace():

@@ -3,7 +3,12 @@ checked against (tests/test_serving.py, benchmarks/accuracy_serving.py). Nothing
 here: the cache bytes are the tensors transformers returns, the FLOPs FlopCounterMode's."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 
 @dataclass(frozen=True)
@@ -13,20 +18,63 @@ class RealSteps:
     before_bytes: int            # the cache after P + G − 1 tokens
     after_bytes: int             # ... and after the last decode step (P + G)
     decode_flops: int            # FlopCounterMode over that decode step
+    # the steps' working memory: their live tensors' peak (``LiveBytes``) less the weights and
+    # the cache each leaves
+    prefill_work: int = 0
+    decode_work: int = 0
 
 
 def cache_bytes(past) -> int:
     """Bytes of every tensor a transformers Cache's layers hold: keys and values, a linear-
     attention layer's convolution and recurrent states (kept in dicts by state index), none
     for a layer that keeps nothing; their scalar counters aside."""
-    import torch
+    return sum(t.numel() * t.element_size() for t in _cache_tensors(past))
 
+
+def _cache_tensors(past) -> list:
     def held(layer):
         for v in vars(layer).values():
             for t in (v.values() if isinstance(v, dict) else (v,)):
                 if isinstance(t, torch.Tensor) and t.dim() > 0:
                     yield t
-    return sum(t.numel() * t.element_size() for layer in past.layers for t in held(layer))
+    return [t for layer in past.layers for t in held(layer)]
+
+
+class LiveBytes(TorchDispatchMode):
+    """The bytes of the live tensor storages — ``existing`` tensors' until freed, and each one
+    an op makes inside the mode — and their peak: MemTracker's count (torch.distributed.
+    _tools.mem_tracker: storages by weak reference), which cannot run under no_grad (its
+    module hooks register gradient hooks)."""
+
+    def __init__(self, existing=()):
+        super().__init__()
+        self.live = self.peak = 0
+        self.held: set[int] = set()
+        for t in existing:
+            self._add(t)
+        self.base = self.live   # (the existing tensors' bytes)
+
+    def _add(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        key, size = storage.data_ptr(), storage.nbytes()
+        if key in self.held or size == 0:
+            return
+        self.held.add(key)
+        self.live += size
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(storage, self._free, key, size)
+
+    def _free(self, key: int, size: int) -> None:
+        if key in self.held:
+            self.held.discard(key)
+            self.live -= size
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self._add(t)
+        return out
 
 
 def measure_steps(model, ids, prompt: int, keep: bool = True, flops: bool = True) -> RealSteps:
@@ -38,25 +86,40 @@ def measure_steps(model, ids, prompt: int, keep: bool = True, flops: bool = True
     import inspect
     from contextlib import nullcontext
 
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     def counted():
         return FlopCounterMode(display=False) if flops else nullcontext()
 
-    from ..frontends.torch.serve import hf_cache_kwarg, hf_cache_out
+    from ..frontends.torch.serve import hf_cache_out
 
-    batch, total = ids.shape
     last = {"logits_to_keep": 1} if keep and "logits_to_keep" in \
         inspect.signature(model.forward).parameters else {}
+    weights = [*model.parameters(), *model.buffers()]
     with torch.no_grad():
-        with counted() as counter:
+        with counted() as counter, LiveBytes(weights) as pre_live:
             pre = hf_cache_out(model(input_ids=ids[:, :prompt], use_cache=True, **last))
         prefill_flops = counter.get_total_flops() if counter else 0
         past = hf_cache_out(model(input_ids=ids[:, :-1], use_cache=True))
         before = cache_bytes(past)
-        with counted() as counter:
-            model(input_ids=ids[:, -1:], use_cache=True, **{hf_cache_kwarg(model): past},
-                  attention_mask=torch.ones(batch, total, dtype=torch.long))
-    return RealSteps(cache_bytes(pre), prefill_flops, before, cache_bytes(past),
-                     counter.get_total_flops() if counter else 0)
+        kwargs = decode_inputs(model, ids, past)
+        with counted() as counter, LiveBytes(weights + _cache_tensors(past)) as live:
+            model(**kwargs)
+    after, fixed = cache_bytes(past), pre_live.base
+    return RealSteps(cache_bytes(pre), prefill_flops, before, after,
+                     counter.get_total_flops() if counter else 0,
+                     pre_live.peak - fixed - cache_bytes(pre), live.peak - fixed - after)
+
+
+def decode_inputs(model, ids, past) -> dict:
+    """A decode step's arguments for the last token of ``ids`` as ``generate`` makes them:
+    the model's own ``prepare_inputs_for_generation`` (Mamba's drops the attention mask after
+    the first step — given, its mixer broadcast the token's states over every position of
+    it), the token alone as input."""
+    from ..frontends.torch.serve import hf_cache_kwarg
+
+    mask = torch.ones(ids.shape, dtype=torch.long)
+    kw = model.prepare_inputs_for_generation(ids, **{hf_cache_kwarg(model): past},
+                                             attention_mask=mask, use_cache=True,
+                                             is_first_iteration=False)
+    return {**kw, "input_ids": ids[:, -1:]}

@@ -99,9 +99,14 @@ class HFStep(torch.nn.Module):
     run records which tensors each cache layer holds (``slots``), the decode step's reads
     them."""
 
-    def __init__(self, model):
+    def __init__(self, model, unpadded: bool = False):
         super().__init__()
         self.model = model
+        # the requests unpadded (the serving review's: one shape): the model gets no mask, as
+        # generate's all-ones one ends up — transformers skips it where it can tell (not on
+        # traced values), so attention runs causal and grouped-query heads in the kernel
+        # (sdpa's enable_gqa) instead of repeat_kv's copies of each layer's keys and values
+        self.unpadded = unpadded
         # (an object of its own: torch.export puts a module's containers back after a trace)
         self.record = SlotRecord()
         self.recurrent = _recurrent_count(model)   # (its linear-attention cache layers)
@@ -125,7 +130,8 @@ class HFStep(torch.nn.Module):
         # a decode step of a model with no attention layer (Mamba's) takes no mask: its
         # generate passes none (prepare_inputs_for_generation), and a mask of the context
         # would broadcast each recurrent state's input over every position
-        mask = None if flat and not any(("keys", 0) in own for own in slots) else attention_mask
+        mask = None if self.unpadded or flat and not any(("keys", 0) in own for own in slots) \
+            else attention_mask
         out = self.model(input_ids=input_ids, attention_mask=mask, use_cache=True,
                          **{hf_cache_kwarg(self.model): cache}, **self._positions(input_ids, past))
         layers = hf_cache_out(out).layers
@@ -161,9 +167,14 @@ def _recurrent_note(count: int, prefill: Graph) -> list[str]:
 class KVStep(torch.nn.Module):
     """(input_ids, *cache) -> (logits, *the new tokens' keys and values)."""
 
-    def __init__(self, model):
+    def __init__(self, model, unpadded: bool = False):
         super().__init__()
         self.model = model
+        # the requests unpadded (the serving review's: one shape): the model gets no mask, as
+        # generate's all-ones one ends up — transformers skips it where it can tell (not on
+        # traced values), so attention runs causal and grouped-query heads in the kernel
+        # (sdpa's enable_gqa) instead of repeat_kv's copies of each layer's keys and values
+        self.unpadded = unpadded
 
     def forward(self, input_ids, *kv):
         pairs = tuple(zip(kv[0::2], kv[1::2])) or None
@@ -196,7 +207,7 @@ def capture(model: torch.nn.Module, *, batch: int, prompt: int, generate: int, n
         raise GraphcostError(f"{opt('serve')}: {name} has {cap} learned positions; {opt('serve.prompt')} + "
                              f"{opt('serve.generate')} = {prompt + generate} exceeds them")
     stack = find_stack(model, repeat_at) if repeat_at else None
-    step = HFStep(model) if kind == "hf" else KVStep(model)
+    step = HFStep(model, unpadded=True) if kind == "hf" else KVStep(model)
     # a mixture of experts in transformers' eager loop is costed as plain analysis costs it
     with truncated(model, stack) if stack else nullcontext(), traceable_experts(model) as notes, \
             last_position(model) if last_logits else nullcontext(), fused_scans():
