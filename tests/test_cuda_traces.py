@@ -100,7 +100,7 @@ def test_a_serving_batch_reserved_peak_against_the_gpu():
     # after a 512-token prompt for 4 sequences, DynamicCache: CUDA reserved 586 MiB
     # (614,465,536 B). graphcost with the device: weights 305.0 MiB + the cache as it grows +
     # the prefill's and the last decode step's tensors, with the cuBLAS workspace from the
-    # prefill's first matmul on, replayed: 586 MiB to the byte (554 MiB without the
+    # prefill's first matmul on, replayed: 584 MiB (−0.34%; 554 MiB without the
     # workspace). The estimate it replaces, (weights + cache 36 MiB + prefill working peak
     # 129.0 MiB) × 1.1 + 32 MiB, said 549 MiB (−6.3%)
     from benchmarks.accuracy_cuda import _hf_llama
@@ -111,12 +111,17 @@ def test_a_serving_batch_reserved_peak_against_the_gpu():
                 dtype="bf16", device="h200").serving
     assert s.cache_update == "concat"
     measured = CASES["serve-llama-dynamic"]["reserved_process"]
-    assert s.reserved_peak_bytes == measured == 614_465_536
-    # by phase: 614,465,536 B after the prefill where CUDA held 612,368,384 (one 2 MiB
-    # small-pool segment over), then the same to the byte after the decode steps
+    assert measured == 614_465_536
+    # by phase: after the prefill 612,368,384 B to the byte; after the decode steps one 2 MiB
+    # small-pool segment short, which generate's own small tensors (its growing mask and
+    # ids) take and graphcost's last decode step does not hold. The recording ran 16 query
+    # heads on 8 key/value heads unmasked (transformers 5.24 on CUDA: sdpa's enable_gqa);
+    # graphcost's trace kept the mask and repeat_kv's copies until 2026-12-08, its prefill
+    # 2 MiB over and the whole run to the byte
     phases = {p.phase: p.reserved_bytes for p in s.reserved_by_phase}
     prefill, generate = (p[2] for p in CASES["serve-llama-dynamic"]["phases"])
-    assert phases["prefill"] - prefill == 2 * MiB and phases["decode step"] == generate
+    assert phases["prefill"] == prefill and generate - phases["decode step"] == 2 * MiB
+    assert s.reserved_peak_bytes == measured - 2 * MiB
     assert s.fit is not None and not any(p.what.startswith("cuBLAS") for p in s.fit.parts)
 
 
