@@ -256,8 +256,9 @@ def _serving_time(pre: _Phase, dec: _Phase, device: DeviceRates | None, trace: S
 def _priced(prefill: Graph, trace: ServingTrace, weight: str | None, kv: str | None,
             device: DeviceRates | None, peaks: dict, *, whole: bool = True):
     """Both steps re-typed to (weight, kv) and costed: (prefill, decode, weight bytes, the
-    cache's IR dtype). The working peaks depend on the activations' type only (weights are
-    not activations, caches are left out): ``peaks`` keeps them by that type. Without
+    cache's IR dtype). The working peaks depend on the activations' type and the cache's (a
+    concatenating cache's old layer beside its copy is work; weights are not activations):
+    ``peaks`` keeps them by those types. Without
     ``whole`` (a what-if) the prefill is not costed."""
     w, compute, kv_type = sd.plan(prefill, weight, kv)
     phases = []
@@ -266,13 +267,14 @@ def _priced(prefill: Graph, trace: ServingTrace, weight: str | None, kv: str | N
         names = sd.cache_values(graph, cache)
         g = sd.retype(graph, w, compute, kv_type, names)
         costs = count_costs(g) if whole or k == 1 else None
-        if (compute, k) not in peaks:   # (the cache tensors themselves: their views'
+        key = (compute, kv_type, k)
+        if key not in peaks:   # (the cache tensors themselves: their views'
             # storages are theirs; a copied cache's old tensors dropped as their copies come)
             copied = set(trace.decode_past) if k == 1 and not trace.appends else set()
-            peaks[(compute, k)] = _working_peak(g, set(cache), copied)
+            peaks[key] = _working_peak(g, set(cache), copied)
         roof = roofline(g, costs.nodes, device, tensor_bytes=0, fit=fit(device, 0)) \
             if device and costs else None
-        phases.append(_Phase(g, costs, peaks[(compute, k)], roof))
+        phases.append(_Phase(g, costs, peaks[key], roof))
     params = count_params(phases[0].graph)
     return phases[0], phases[1], params.param_bytes + params.buffer_bytes, kv_type
 
