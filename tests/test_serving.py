@@ -397,6 +397,23 @@ def test_grouped_query_attention_is_served_without_repeat_kvs_copies():
     assert s.decode.peak_bytes >= 2 * 2 * 67 * 16 * 4
 
 
+def test_a_cache_of_shared_keys_and_values_is_refused_in_one_line():
+    """DeepSeek V4's attention keeps one tensor as a layer's keys and values
+    (``cache.update(kv, kv, …)``), which the prefill's outputs hold once: reading the cache
+    after the prompt ran out of tensors, an internal error (StopIteration). Refused, said."""
+    import transformers
+    config = transformers.DeepseekV4Config(
+        vocab_size=256, hidden_size=64, moe_intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, head_dim=16, num_experts_per_tok=2, n_routed_experts=4,
+        max_position_embeddings=128, qk_rope_head_dim=2,
+        layer_types=["heavily_compressed_attention"] * 2, mlp_layer_types=["hash_moe", "moe"])
+    torch.manual_seed(0)
+    model = transformers.DeepseekV4ForCausalLM(config).eval()
+    ids = torch.randint(3, 256, (1, 16))
+    with pytest.raises(GraphcostError, match="keys and values as one tensor .shared key-value"):
+        analyze(model, example_inputs=(ids,), serve={"prompt": 16, "generate": 4})
+
+
 def test_a_hybrid_stack_grown_from_three_periods_equals_its_full_trace():
     """Qwen 3.5's layers repeat (gated delta nets, then attention; here every 2): 6 traced
     as 3 periods, the middle one repeated (repeat_layers.py). Its first layer's token

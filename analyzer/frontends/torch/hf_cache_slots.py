@@ -26,6 +26,9 @@ class SlotRecord:
 
     def __init__(self) -> None:
         self.layers: list[list[Slot]] = []
+        # a layer whose keys and values are one tensor (DeepSeek V4's shared key-value
+        # attention: ``cache.update(kv, kv, …)``), which the steps' outputs hold once
+        self.shared = False
 
 
 def slots_of(layer: Any) -> list[Slot]:

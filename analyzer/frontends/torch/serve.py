@@ -136,6 +136,8 @@ class HFStep(torch.nn.Module):
                          **{hf_cache_kwarg(self.model): cache}, **self._positions(input_ids, past))
         layers = hf_cache_out(out).layers
         self.record.layers = slots = [slots_of(layer) for layer in layers]
+        self.record.shared = any(isinstance(getattr(layer, "keys", None), torch.Tensor)
+                                 and layer.keys is layer.values for layer in layers)
         return (out.logits, *[tensor_in(layer, slot) for layer, own in zip(layers, slots)
                               for slot in own])
 
@@ -286,6 +288,10 @@ def _trace_both(step, model, kind, batch, prompt, generate, name, note):
 
     note(f"tracing {name}'s prefill of {prompt} tokens")
     prefill = _trace(step, inputs(prompt, prompt), f"{name} prefill", batch)
+    if kind == "hf" and step.record.shared:
+        raise GraphcostError(f"{opt('serve')}: {name} keeps each layer's keys and values as "
+                             "one tensor (shared key-value attention, DeepSeek V4's); its cache "
+                             "is not modelled yet")
     context = prompt + generate - 1
     cache = _cache_after(step, model, kind, prefill, batch, context)
     note(f"tracing one decode step over a cache of {context} tokens")
