@@ -397,6 +397,19 @@ def test_grouped_query_attention_is_served_without_repeat_kvs_copies():
     assert s.decode.peak_bytes >= 2 * 2 * 67 * 16 * 4
 
 
+def test_a_causal_lm_head_that_returns_no_cache_is_refused_in_one_line():
+    # BERT's LM head without is_decoder returns no cache: "'NoneType' object has no attribute
+    # 'layers'" from torch.export, and likewise RoBERTa's, ELECTRA's, XLM's (no cache at all)
+    import transformers
+    model = transformers.BertLMHeadModel(transformers.BertConfig(
+        vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64)).eval()
+    with pytest.raises(GraphcostError, match="returns no cache with use_cache=True .not a "
+                                             "decoder as configured"):
+        analyze(model, example_inputs=(torch.randint(3, 256, (1, 16)),),
+                serve={"prompt": 16, "generate": 4})
+
+
 def test_a_cache_of_shared_keys_and_values_is_refused_in_one_line():
     """DeepSeek V4's attention keeps one tensor as a layer's keys and values
     (``cache.update(kv, kv, …)``), which the prefill's outputs hold once: reading the cache

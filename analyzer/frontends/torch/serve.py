@@ -76,7 +76,7 @@ def hf_cache_kwarg(model) -> str:
 def hf_cache_out(out):
     """The cache a transformers model returned, under either name (``hf_cache_kwarg``)."""
     cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
+    return cache if cache is not None else getattr(out, "past_key_values", None)
 
 
 def _hf_cache(config, flat, past: int, slots: list[list[Slot]]):
@@ -134,7 +134,13 @@ class HFStep(torch.nn.Module):
             else attention_mask
         out = self.model(input_ids=input_ids, attention_mask=mask, use_cache=True,
                          **{hf_cache_kwarg(self.model): cache}, **self._positions(input_ids, past))
-        layers = hf_cache_out(out).layers
+        returned = hf_cache_out(out)
+        if returned is None:   # (BERT's LM head unless its config says is_decoder; XLM's)
+            raise GraphcostError(
+                f"{opt('serve')}: {type(self.model).__name__} returns no cache with "
+                "use_cache=True (not a decoder as configured: a BERT-like model needs "
+                "is_decoder=True); serve analyzes decoder language models")
+        layers = returned.layers
         self.record.layers = slots = [slots_of(layer) for layer in layers]
         self.record.shared = any(isinstance(getattr(layer, "keys", None), torch.Tensor)
                                  and layer.keys is layer.values for layer in layers)
