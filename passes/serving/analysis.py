@@ -286,7 +286,8 @@ def _cache_bytes(decode: Graph, trace: ServingTrace) -> tuple[int, int]:
     return before, before + out if trace.appends else out
 
 
-def _working_peak(graph: Graph, cache: set[str], copied: set[str] = set()) -> int:
+def _working_peak(graph: Graph, cache: set[str],
+                  copied: frozenset[str] | set[str] = frozenset()) -> int:
     """The liveness peak of the step minus the cache tensors live at each point (a view of a
     larger tensor counts its own bytes: the rest of that storage is working memory). The cache
     tensors on one storage count no more than it: a recurrent state updated in place and its
@@ -315,7 +316,7 @@ def _working_peak(graph: Graph, cache: set[str], copied: set[str] = set()) -> in
     return peak
 
 
-def _copied_peak(graph: Graph, live, after: set[str], copied: set[str]) -> int:
+def _copied_peak(graph: Graph, live, after: set[str], copied: frozenset[str] | set[str]) -> int:
     """A decode step whose cache is copied (transformers' DynamicCache: each layer's keys
     made anew by a cat of the old and the token's, the old then dropped): the step's live
     bytes — each old tensor until its last reader, as the cache lets go of it — at their peak,

@@ -175,14 +175,9 @@ def _recurrent_note(count: int, prefill: Graph) -> list[str]:
 class KVStep(torch.nn.Module):
     """(input_ids, *cache) -> (logits, *the new tokens' keys and values)."""
 
-    def __init__(self, model, unpadded: bool = False):
+    def __init__(self, model):
         super().__init__()
         self.model = model
-        # the requests unpadded (the serving review's: one shape): the model gets no mask, as
-        # generate's all-ones one ends up — transformers skips it where it can tell (not on
-        # traced values), so attention runs causal and grouped-query heads in the kernel
-        # (sdpa's enable_gqa) instead of repeat_kv's copies of each layer's keys and values
-        self.unpadded = unpadded
 
     def forward(self, input_ids, *kv):
         pairs = tuple(zip(kv[0::2], kv[1::2])) or None
