@@ -371,8 +371,20 @@ def test_recurrent_states_are_the_cache_transformers_keeps(name):
     # temporaries, a few KiB; Falcon-H1's was 74,592 before its attention ran unmasked, Qwen
     # 3.5's 73,984). The prefills are not compared: graphcost's scans are the fused kernels
     # (fused_scan.py), transformers' CPU fallback materializes every token's state terms.
-    assert abs(s.decode.peak_bytes / real.decode_work - 1) <= 0.15, \
-        (s.decode.peak_bytes, real.decode_work)
+    if _cpu_fuses_grouped_heads():   # (else the real step's attention is the math kernel's)
+        assert abs(s.decode.peak_bytes / real.decode_work - 1) <= 0.15, \
+            (s.decode.peak_bytes, real.decode_work)
+
+
+def _cpu_fuses_grouped_heads() -> bool:
+    """Whether this torch's CPU SDPA runs grouped key/value heads in its fused kernel (torch's
+    own dispatcher: 2.13 and 2.14 do; 2.8 dispatches the math kernel, which repeats them and
+    keeps the scores — the real CPU step then holds what a GPU's kernels, which the serving
+    review prices, do not: 517,696 B of prefill work against 337,472 on 2.13)."""
+    from torch.nn.attention import SDPBackend
+    q, kv = torch.zeros(1, 4, 8, 16), torch.zeros(1, 2, 8, 16)
+    return SDPBackend(torch._fused_sdp_choice(q, kv, kv, None, 0.0, True, enable_gqa=True)) \
+        == SDPBackend.FLASH_ATTENTION
 
 
 def test_grouped_query_attention_is_served_without_repeat_kvs_copies():
@@ -384,6 +396,9 @@ def test_grouped_query_attention_is_served_without_repeat_kvs_copies():
     H100 96 sequences, 106 now). And the cache is concatenated (DynamicCache): a layer's
     old keys live beside their copy until replaced, working memory too. A GQA Llama (4
     query heads on 2 KV heads, sdpa), 2 × (64 + 4)."""
+    if not _cpu_fuses_grouped_heads():
+        pytest.skip("this torch's CPU SDPA runs grouped heads on the math kernel (repeated, "
+                    "scores kept), not as the GPU kernels the serving review prices")
     torch.manual_seed(0)
     m = hf.llama("sdpa").eval()
     ids = torch.randint(3, hf.VOCAB, (2, 68), generator=torch.Generator().manual_seed(1))
