@@ -85,10 +85,11 @@ def test_kv_cache_and_decode_flops_equal_transformers(name, batch, prompt):
     # the steps' working memory against transformers' own (eager attention: its repeat_kv
     # copies on both sides). 2026-12-08: prefill gpt2 28,780 B / 28,788, llama 181,280 /
     # 180,944, qwen2 189,928 / 189,592; decode 5,956 / 6,036, 46,600 / 45,952 and 46,024 /
-    # 53,056 — qwen2's sliding-window layer holds 7 KiB more in its update than graphcost
-    # finds (not found why)
+    # 46,144 (qwen2's read 53,056 while the real cache was one forward over P + G − 1 tokens:
+    # its sliding-window layer then a view of that forward's keys, not the window's own as
+    # generate leaves it — measure_steps grows it as generate does now)
     assert abs(s.prefill.peak_bytes / prefill_work - 1) <= 0.01
-    assert abs(s.decode.peak_bytes / decode_work - 1) <= (0.15 if name == "qwen2" else 0.02)
+    assert abs(s.decode.peak_bytes / decode_work - 1) <= 0.02
 
 
 def test_sliding_window_cache_is_what_the_layer_keeps():

@@ -78,8 +78,8 @@ class LiveBytes(TorchDispatchMode):
 
 
 def measure_steps(model, ids, prompt: int, keep: bool = True, flops: bool = True) -> RealSteps:
-    """The prefill of ``ids[:, :prompt]`` and the last decode step of ``ids`` (its cache built
-    from every token but the last), under no_grad; with ``keep`` the prefill's logits those of
+    """The prefill of ``ids[:, :prompt]`` and the last decode step of ``ids`` (its cache
+    grown as generate grows it, ``generated_cache``), under no_grad; with ``keep`` the prefill's logits those of
     the last position where the model takes ``logits_to_keep``, as ``generate`` asks; without
     ``flops`` not counted (0: FlopCounterMode's module hooks fail inside a `kernels` hub
     layer, as Qwen3.5's convolution runs on CPU)."""
@@ -95,20 +95,39 @@ def measure_steps(model, ids, prompt: int, keep: bool = True, flops: bool = True
 
     last = {"logits_to_keep": 1} if keep and "logits_to_keep" in \
         inspect.signature(model.forward).parameters else {}
+    # (each step run twice: its FLOPs counted, then its memory alone, neither mode's
+    # bookkeeping in the other's figures)
     weights = [*model.parameters(), *model.buffers()]
     with torch.no_grad():
-        with counted() as counter, LiveBytes(weights) as pre_live:
-            pre = hf_cache_out(model(input_ids=ids[:, :prompt], use_cache=True, **last))
+        with counted() as counter:
+            model(input_ids=ids[:, :prompt], use_cache=True, **last)
         prefill_flops = counter.get_total_flops() if counter else 0
-        past = hf_cache_out(model(input_ids=ids[:, :-1], use_cache=True))
+        with LiveBytes(weights) as pre_live:
+            pre = hf_cache_out(model(input_ids=ids[:, :prompt], use_cache=True, **last))
+        past = generated_cache(model, ids[:, :-1], prompt)
+        kwargs = decode_inputs(model, ids, past)
+        with counted() as counter:
+            model(**kwargs)
+        decode_flops = counter.get_total_flops() if counter else 0
+        past = generated_cache(model, ids[:, :-1], prompt)
         before = cache_bytes(past)
         kwargs = decode_inputs(model, ids, past)
-        with counted() as counter, LiveBytes(weights + _cache_tensors(past)) as live:
+        with LiveBytes(weights + _cache_tensors(past)) as live:
             model(**kwargs)
     after, fixed = cache_bytes(past), pre_live.base
-    return RealSteps(cache_bytes(pre), prefill_flops, before, after,
-                     counter.get_total_flops() if counter else 0,
+    return RealSteps(cache_bytes(pre), prefill_flops, before, after, decode_flops,
                      pre_live.peak - fixed - cache_bytes(pre), live.peak - fixed - after)
+
+
+def generated_cache(model, ids, prompt: int):
+    """The cache ``generate`` holds after ``ids``: the prompt's prefill, then a decode step a
+    token (a sliding window's tensors the window's own then, not a view of the prompt's)."""
+    from ..frontends.torch.serve import hf_cache_out
+
+    past = hf_cache_out(model(input_ids=ids[:, :prompt], use_cache=True))
+    for t in range(prompt + 1, ids.shape[1] + 1):
+        model(**decode_inputs(model, ids[:, :t], past))
+    return past
 
 
 def decode_inputs(model, ids, past) -> dict:
