@@ -79,10 +79,10 @@ class LiveBytes(TorchDispatchMode):
 
 def measure_steps(model, ids, prompt: int, keep: bool = True, flops: bool = True) -> RealSteps:
     """The prefill of ``ids[:, :prompt]`` and the last decode step of ``ids`` (its cache
-    grown as generate grows it, ``generated_cache``), under no_grad; with ``keep`` the prefill's logits those of
-    the last position where the model takes ``logits_to_keep``, as ``generate`` asks; without
-    ``flops`` not counted (0: FlopCounterMode's module hooks fail inside a `kernels` hub
-    layer, as Qwen3.5's convolution runs on CPU)."""
+    grown as generate grows it, ``generated_cache``), under no_grad; with ``keep`` the
+    prefill's logits those of the last position where the model takes ``logits_to_keep``,
+    as ``generate`` asks; without ``flops`` not counted (0: FlopCounterMode's module hooks
+    fail inside a `kernels` hub layer, as Qwen3.5's convolution runs on CPU)."""
     import inspect
     from contextlib import nullcontext
 
