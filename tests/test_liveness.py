@@ -197,13 +197,13 @@ def test_a_cache_tensor_updated_in_place_is_taken_out_of_the_working_peak_once()
     # b = Relu(a): x, a and b live at node 2 (3 KiB), of which 1 KiB is the cache: 2 KiB of
     # work. Subtracting x and v each (before) left 1 KiB, and a recurrent model's decode
     # step, whose every state is so, read 0 B.
-    from graphcost.passes.serving.analysis import _working_peak
+    from graphcost.passes.serving.working_memory import working_peak
     m = model([node("Reshape", ["x", "s"], ["v"]), node("Relu", ["x"], ["a"]),
                node("Relu", ["a"], ["b"])],
               [("x", [1, 256])], [("v", [16, 16]), ("b", [1, 256])],
               inits=[shape_const("s", [16, 16])])
     g = lower_onnx(m)
-    assert _working_peak(g, {"x", "v"}) == 2 * E
+    assert working_peak(g, {"x", "v"}) == 2 * E
 
 
 def test_a_fused_projections_cache_views_leave_its_query_third_as_work():

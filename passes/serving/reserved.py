@@ -126,7 +126,7 @@ def _storages_of(live, names: set[str]) -> set[int]:
 
 def _without(live, graph: Graph, cache: set[str]) -> list:
     """The step's storages less the cache's bytes (a cache value that is part of a larger
-    storage leaves the rest of it: working memory, as serving._working_peak counts it)."""
+    storage leaves the rest of it: working memory, as working_memory.working_peak counts it)."""
     less: dict[int, int] = {}
     for n in cache:
         k = live.value_storage.get(n)
