@@ -8,7 +8,7 @@ from ..memory.liveness import Liveness, analyze_liveness
 
 
 def working_peak(graph: Graph, cache: set[str],
-                  copied: frozenset[str] | set[str] = frozenset()) -> int:
+                 copied: frozenset[str] | set[str] = frozenset()) -> int:
     """The liveness peak of the step minus the cache tensors live at each point (a view of a
     larger tensor counts its own bytes: the rest of that storage is working memory). The cache
     tensors on one storage count no more than it: a recurrent state updated in place and its
