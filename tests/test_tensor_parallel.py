@@ -179,6 +179,30 @@ def test_transformers_own_plan_shards_what_it_names(tp_alone):
         assert low * m.peak <= predicted <= 1.01 * m.peak, (m.rank, m.step, predicted, m.peak)
 
 
+def test_a_gathered_head_says_its_whole_width_to_the_models_loss():
+    """Apertus 1.5 computes its loss over ``lm_head.out_features`` logits (not the config's
+    vocabulary): its head sharded column-wise with its output gathered (transformers'
+    ``colwise_gather_output``) said its rank's half, and the loss's view of the whole logits
+    failed ("Expected input batch_size (128) to match target batch_size (64)"). DTensor
+    leaves a parallelized module's attributes whole, as graphcost's gathered head now does.
+    The rank's shards by hand (floats; vocab 256, d 64, 4 heads of 16 on 2 key/value heads,
+    MLP 128, 2 layers): the embedding 128 × 64 = 8,192; a layer's q 32 × 64 = 2,048, k and v
+    16 × 64 = 1,024 each, o 64 × 32 = 2,048, up 64 × 64 = 4,096, down 64 × 64 = 4,096, its
+    per-head norms 2 × 16, xIELU's two scalars, two norms 128: 14,498; the final norm 64; the
+    head 128 × 64 = 8,192. 8,192 + 2 × 14,498 + 64 + 8,192 = 45,444."""
+    config = transformers.Apertus1p5TextConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, num_hidden_layers=2, max_position_embeddings=128)
+    with torch.device("meta"):
+        model = transformers.Apertus1p5TextForCausalLM(config)
+    ids = torch.zeros(2, 16, dtype=torch.int64, device="meta")
+    r = analyze(model, example_inputs=(ids,), train=True, what_if=False,
+                parallel={"mesh": "tp=2"})
+    assert r.parallel is not None and r.training is not None
+    assert r.parallel.breakdown_at_peak["params"] == 45_444 * 4
+    assert "ForCausalLMLoss" in r.training.loss and "256 tokens" in r.training.loss
+
+
 @pytest.mark.parametrize("precision", RECIPES)
 def test_gathered_projections_run_every_head_on_every_rank(tp_alone, precision):
     """Phi-3's plan shards its fused qkv_proj and gate_up_proj column-wise and all-gathers

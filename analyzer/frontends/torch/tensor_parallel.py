@@ -191,7 +191,8 @@ def _replicated_heads_note(model: torch.nn.Module, group: int,
     """The report's line when key/value heads are replicated (tp_heads.kv_rows): fewer of
     them than ranks, each rank holding one. (A Mamba 2 mixer's ``mixers`` replicate their
     groups of B and C, not heads: tp_mamba.py.)"""
-    if not any(isinstance(c, ColwiseLinear) and c.out_features * group > c.full_out
+    if not any(isinstance(c, ColwiseLinear) and not c.gather_out
+               and c.out_features * group > c.full_out
                and not any(n.startswith(m + ".") for m in mixers)
                for n, c in model.named_modules()):
         return ()

@@ -36,6 +36,9 @@ class ColwiseLinear(torch.nn.Linear):
                          device=base.weight.device, dtype=base.weight.dtype)
         self.group, self.full_out = group, base.out_features
         self.copy, self.gather_seq, self.gather_out = copy, gather_seq, gather_out
+        if gather_out:   # its output is whole: model code reading its width sees that
+            # (Apertus 1.5's loss views the logits by its head's out_features)
+            self.out_features = base.out_features
         self.float8 = float8_spec(base)   # (torchao's Float8ColwiseParallel: its product)
         # the head whose logits stay sharded on the vocabulary: the loss runs on each rank's
         # slice (loss parallelism; lm_loss.py reads this)
