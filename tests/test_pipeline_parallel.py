@@ -914,3 +914,81 @@ def test_the_tracer_splits_a_nested_list_of_blocks():
              if ".layers." in n}
     assert names == {"2", "3"}
     assert [tuple(i.shape) for i in inputs][0] == (2, 32, 64)
+
+
+def test_a_transformers_stage_is_told_its_own_layers_kinds():
+    """transformers' forwards read ``config.layer_types`` by a layer's place in the stage's
+    ``layers``: Ergo zips the two strictly and failed beside a pipeline ("zip() argument 2 is
+    shorter than argument 1"); Jamba, Qwen 2.5-VL and others pick each layer's mask by it,
+    which a later stage read off the model's first layers. Each stage now has a config of its
+    own saying its layers' kinds (every per-layer list cut), the caller's model keeping its
+    own. 4 layers on 2 stages (torchtitan's split: 2 and 2); Ergo's full attention every third
+    layer."""
+    import torch
+    import transformers
+    from graphcost.analyzer.frontends.torch.pipeline_stages import pipeline_stage
+    config = transformers.ErgoConfig(
+        vocab_size=256, hidden_size=64, num_hidden_layers=4, first_dense_intermediate_size=128,
+        moe_intermediate_size=32, shared_intermediate_size=64, num_experts=4,
+        num_experts_per_tok=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        max_position_embeddings=128, global_attention_every_n_layers=3)
+    with torch.device("meta"):
+        model = transformers.ErgoForCausalLM(config)
+    kinds, mlps = list(config.layer_types), list(config.mlp_layer_types)
+    assert kinds[2] == "full_attention" and mlps[0] == "dense"
+    later = pipeline_stage(model, 1, 2).model.model.config
+    assert (later.layer_types, later.mlp_layer_types, later.num_hidden_layers) == \
+        (kinds[2:], mlps[2:], 2)
+    assert (config.layer_types, config.num_hidden_layers) == (kinds, 4)   # (the caller's)
+    ids = torch.zeros(2, 16, dtype=torch.int64, device="meta")
+    p = analyze(model, (ids,), train=True, what_if=False,
+                parallel={"mesh": "pp=2", "microbatches": 2}).pipeline
+    assert p is not None and [s.layers for s in p.per_stage] == [(0, 2), (2, 4)]
+
+
+def _hy_v4():
+    import transformers
+    return transformers.HYV4ForCausalLM(transformers.HYV4Config(**_TINY_LM))
+
+
+def _gemma4():
+    import transformers
+    return transformers.Gemma4ForCausalLM(transformers.Gemma4TextConfig(
+        **_TINY_LM, hidden_size_per_layer_input=16))
+
+
+def _git():   # (its vision tower's blocks outweigh its text decoder's)
+    import transformers
+    return transformers.GitForCausalLM(transformers.GitConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+        num_hidden_layers=2, max_position_embeddings=128, vision_config=dict(
+            hidden_size=128, intermediate_size=256, num_attention_heads=2, num_hidden_layers=4,
+            image_size=32, patch_size=8)))
+
+
+_TINY_LM = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+                max_position_embeddings=128, pad_token_id=0)
+
+
+@pytest.mark.parametrize("build, said", [
+    (_hy_v4, "stage 0's forward reads lm_head.weight, and torchtitan's split leaves lm_head "
+             "to the last stage alone"),
+    (_gemma4, r"layers each read an embedding of the token ids \(embed_tokens_per_layer\)"),
+    (_git, r"tracer cut 1 piece\(s\) where it was asked for 2: the blocks it splits at "
+           r"\(git.image_encoder.vision_model.encoder.layers"),
+], ids=["hy_v4", "gemma4", "git"])
+def test_what_a_pipeline_cannot_cut_is_refused_by_name(build, said):
+    """Found by a pp=2 sweep over every transformers causal-LM type: HY V4 casts its hidden
+    states to its head's weight's type on every stage ("'Identity' object has no attribute
+    'weight'" inside PyTorch's trace); Gemma 4's layers read per-layer embeddings of the
+    token ids, which a later stage never gets ("'NoneType' object has no attribute 'weight'");
+    GIT's largest list of blocks is its vision tower's, which token ids never reach, and the
+    tracer cut one piece (an internal error: "Invalid stage index 1!")."""
+    import torch
+    with torch.device("meta"):
+        model = build()
+    ids = torch.zeros(2, 16, dtype=torch.int64, device="meta")
+    with pytest.raises(GraphcostError, match=said):
+        analyze(model, (ids,), train=True, what_if=False,
+                parallel={"mesh": "pp=2", "microbatches": 2})

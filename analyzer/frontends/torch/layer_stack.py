@@ -136,7 +136,7 @@ def truncated(model: torch.nn.Module, stack: Stack):
     config = _config_of(model, path)
     saved = {k: getattr(config, k) for k in ("num_hidden_layers", "layer_types")
              if config is not None and getattr(config, k, None) is not None
-             and _settable(config, k)}
+             and settable(config, k)}
     setattr(parent, attr, torch.nn.ModuleList(list(full)[:keep]))
     try:
         if config is not None and "num_hidden_layers" in saved:
@@ -150,7 +150,7 @@ def truncated(model: torch.nn.Module, stack: Stack):
             setattr(config, k, v)
 
 
-def _settable(config, name: str) -> bool:
+def settable(config, name: str) -> bool:
     """Whether ``config``'s ``name`` is its own to set: not a property derived from the others
     (MambaConfig's ``layer_types``, from its layer count; Bamba's, which its attribute map
     names ``layers_block_type``, from its layer count and attention layers)."""

@@ -165,7 +165,7 @@ def split_pipe(module: torch.nn.Module, ids: torch.Tensor, points: list[str], st
     try:
         with warnings.catch_warnings():   # (the tracer's own deprecation warnings)
             warnings.simplefilter("ignore")
-            return pipeline(_Logits(module), mb_args=(ids,),
+            pipe = pipeline(_Logits(module), mb_args=(ids,),
                             split_spec={p: SplitPoint.BEGINNING for p in points})
     except Exception as exc:   # (the tracer's own errors: export's, its split's)
         cause = exc.__cause__ or exc   # (export's own words, under the tracer's generic ones)
@@ -181,6 +181,13 @@ def split_pipe(module: torch.nn.Module, ids: torch.Tensor, points: list[str], st
                     setattr(block, name, attrs[name])
                 else:
                     vars(block).pop(name, None)
+    if pipe.num_stages != len(points) + 1:   # (a split point the token ids never reach)
+        raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: PyTorch's pipeline "
+                             f"tracer cut {pipe.num_stages} piece(s) where it was asked for "
+                             f"{len(points) + 1}: the blocks it splits at "
+                             f"({points[0].removeprefix('model.').rsplit('.', 1)[0]}, the "
+                             "largest list of like modules) do not run on token ids alone")
+    return pipe
 
 
 def _first_blocks(module: torch.nn.Module, path: str, count: int) -> torch.nn.Module:

@@ -15,7 +15,8 @@ Any other model with a list of blocks is split by PyTorch's own tracer (pipeline
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ import torch.nn.functional as F
 
 from ....passes.errors import GraphcostError, opt
 from ....passes.parallel.schedules import fits_stages, stage_layers
+from .layer_stack import settable
 from .pipeline_split import block_list, has_logits, shallow
 from .tp_collectives import tp_cross_entropy
 
@@ -128,17 +130,74 @@ def _transformers_stage(module: torch.nn.Module, stage: int, stages: int,
                              "a block each)")
     inner = module.model
     assert isinstance(inner, torch.nn.Module)  # (pipeline_stage checked it)
+    if getattr(inner, "embed_tokens_per_layer", None) is not None:
+        raise GraphcostError(f"{opt('parallel', value=f'pp={stages}')}: "
+                             f"{type(module).__name__}'s layers each read an embedding of the "
+                             "token ids (embed_tokens_per_layer), which a later stage does not "
+                             "receive (it gets the hidden states): not modelled in a pipeline")
     model, base = shallow(module), shallow(inner)
     setattr(model, "model", base)
     layers = getattr(base, "layers")
-    setattr(base, "layers", torch.nn.ModuleList([layers[i] for i in
-                                                 stage_layers(n, stage, stages)[:blocks]]))
+    kept = stage_layers(n, stage, stages)[:blocks]
+    setattr(base, "layers", torch.nn.ModuleList([layers[i] for i in kept]))
+    _stage_config(model, base, kept, n)
     if stage > 0:
         setattr(base, "embed_tokens", None)
     if stage < stages - 1:
-        setattr(base, "norm", torch.nn.Identity())
-        setattr(model, "lm_head", torch.nn.Identity())
+        setattr(base, "norm", Elsewhere("model.norm", stage, stages))
+        setattr(model, "lm_head", Elsewhere("lm_head", stage, stages))
     return TransformersStage(model, stage == 0)
+
+
+class ReadElsewhere(GraphcostError, AttributeError):
+    """A stage's forward read a part another stage holds: refused by name, and still an
+    AttributeError to ``getattr(module, name, default)``, which asks whether it is there."""
+
+
+class Elsewhere(torch.nn.Identity):
+    """The final norm or the head on a stage before the last: an identity (the stage's
+    hidden states go on); a forward that reads more of it (HY V4's casts its hidden states to
+    the head's weight's type) is refused by name, not failed inside PyTorch's trace."""
+
+    def __init__(self, path: str, stage: int, stages: int):
+        super().__init__()
+        self.path, self.stage, self.stages = path, stage, stages
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            raise ReadElsewhere(
+                f"{opt('parallel', value=f'pp={self.stages}')}: stage {self.stage}'s "
+                f"forward reads {self.path}.{name}, and torchtitan's split leaves {self.path} "
+                "to the last stage alone: a model that reads it on every stage is not "
+                "modelled in a pipeline") from None
+
+
+def _stage_config(model: torch.nn.Module, base: torch.nn.Module, kept: Sequence[int],
+                  n: int) -> None:
+    """The stage told its layers' count and kinds (each per-layer list of the config's, of
+    ``n`` entries, cut to ``kept``) on a copy of the config, the caller's model keeping its
+    own: transformers' forwards read ``config.layer_types`` by a layer's place in ``layers`` —
+    Ergo zips them, strictly (it failed beside a pipeline); Jamba, Qwen 2.5-VL and others pick
+    each layer's mask by it (``layer_rope_theta`` its rotary base), which a later stage read
+    off the first layers'."""
+    config = getattr(base, "config", None)
+    if config is None or not hasattr(config, "to_dict") or not kept:   # (transformers')
+        return
+    own = copy.copy(config)
+    for name, value in config.to_dict().items():
+        if "layer" in name and isinstance(value, (list, tuple)) and len(value) == n and \
+                settable(own, name):
+            setattr(own, name, [value[i] for i in kept])
+    if isinstance(getattr(config, "num_hidden_layers", None), int) and \
+            settable(own, "num_hidden_layers"):
+        own.num_hidden_layers = len(kept)
+    if hasattr(own, "use_cache"):   # a stage hands on hidden states, never a cache (whose
+        own.use_cache = False       # layers its global layer indices would not find)
+    setattr(base, "config", own)
+    if getattr(model, "config", None) is config:
+        setattr(model, "config", own)
 
 
 def stage_inputs(module: torch.nn.Module, ids: torch.Tensor, stage: int,
