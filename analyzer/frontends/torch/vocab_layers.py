@@ -24,8 +24,10 @@ def vocab_layers(model: torch.nn.Module):
         tokens = max(tables, key=lambda m: m.num_embeddings, default=None)
     if head is None and isinstance(tokens, torch.nn.Embedding):
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        head = linears[-1] if linears and linears[-1].out_features == tokens.num_embeddings \
-            else None
+        # (whole sizes: a tensor-parallel rank's shards say theirs, tp_shards.py)
+        rows = getattr(tokens, "full_rows", tokens.num_embeddings)
+        head = linears[-1] if linears and \
+            getattr(linears[-1], "full_out", linears[-1].out_features) == rows else None
     if head is None and tokens is None:   # (a later pipeline stage: its head by name)
         head = next((m for n, m in model.named_modules()
                      if n.rsplit(".", 1)[-1] in HEADS and isinstance(m, torch.nn.Linear)),
