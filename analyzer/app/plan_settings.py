@@ -22,6 +22,7 @@ from ...passes.parallel.layouts import (
 from ...passes.parallel.mesh import Mesh
 from ...passes.parallel.schedules import (
     INTERLEAVED_STAGES,
+    SCHEDULE_WORDS,
     Schedule,
     check_schedule,
     fits_stages,
@@ -32,10 +33,6 @@ from .devices import GPUS_PER_NODE
 
 # the checkpoint plans searched, from the least recompute to the most (analyze's mappings)
 CHECKPOINTS: dict[str, dict | None] = {"none": None, "sac": {"sac": True}, "full": {"every": 1}}
-# a setting's schedule in its words (1F1B's: none)
-SCHEDULE_WORDS: dict[str, str] = {Schedule.INTERLEAVED: "interleaved",
-                                  Schedule.ZERO_BUBBLE: "interleaved zero bubble",
-                                  Schedule.ZBV: "zero bubble V"}
 
 
 @dataclass(frozen=True)
@@ -87,7 +84,10 @@ class Settings:
 
     @property
     def words(self) -> str:
-        named = f", {SCHEDULE_WORDS[self.schedule]}" if self.interleaved else ""
+        # (interleaved 1F1B's said "interleaved" alone, the plan's first schedule of two
+        # stages a rank; 1F1B's not at all)
+        named = "" if not self.interleaved else ", interleaved" \
+            if self.schedule == Schedule.INTERLEAVED else f", {SCHEDULE_WORDS[self.schedule]}"
         return (f"{self.mesh.words or 'one GPU'}{named}, "
                 f"batch {self.batch}, checkpoint {self.checkpoint}")
 

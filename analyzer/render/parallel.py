@@ -3,7 +3,7 @@ terminal, Markdown and HTML views. Reads ``Report.parallel`` only; computes noth
 from __future__ import annotations
 
 from ...passes.choices import Strategy
-from ...passes.parallel.schedules import Schedule, zero_bubble
+from ...passes.parallel.schedules import SCHEDULE_WORDS, zero_bubble
 from ..app.report import Report
 from ..app.units import human_bytes, human_time
 
@@ -129,10 +129,6 @@ def _comm(r: Report, c, brief: bool) -> list[str]:
     return line
 
 
-SCHEDULES: dict[str, str] = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B",
-                             Schedule.INTERLEAVED: "interleaved 1F1B",
-                             Schedule.ZERO_BUBBLE: "interleaved zero bubble",
-                             Schedule.ZBV: "zero bubble V"}
 
 
 def _chunks(chunks) -> str:
@@ -148,7 +144,7 @@ def _pipeline_summary(r: Report, brief: bool = False) -> list[tuple[str, list[st
     assert p is not None  # (the caller's test)
     v, unit = p.stages_per_rank, "stage" if p.stages_per_rank == 1 else "rank"
     head = [f"{p.stages} stages," if v == 1 else f"{p.stages} ranks of {v} stages,",
-            f"{SCHEDULES.get(p.schedule, p.schedule)},",
+            f"{SCHEDULE_WORDS.get(p.schedule, p.schedule)},",
             f"{p.microbatches:,} micro-batches", f"of {p.micro_batch:,}",
             f"({p.per_rank_batch:,} a step);",
             # (zero bubble fills part of interleaved 1F1B's with the weight halves)

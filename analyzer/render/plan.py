@@ -7,9 +7,9 @@ import json
 from typing import Any, Callable
 
 from ...passes.errors import GraphcostError
+from ...passes.parallel.schedules import SCHEDULE_WORDS, Schedule
 from ..app.plan import Candidate, Plan, explain
 from ..app.units import human_bytes, human_time
-from .parallel import SCHEDULES
 
 Words = Callable[[GraphcostError], str]   # an error as the face words it
 
@@ -22,7 +22,8 @@ HEAD = f"{'#':>2}  {'layout':<30}{'batch':>5}  {'ckpt':<5}{'memory':>10}  {'step
 
 Engine = Callable[[Candidate], "str | None"]   # the engine's command line of a candidate
 # a row's schedule of two stages a rank (the legend names it as the parallel report does)
-SHORT = {"interleaved-1f1b": "I1F1B", "interleaved-zb": "IZB", "zbv": "ZBV"}
+SHORT: dict[str, str] = {Schedule.INTERLEAVED: "I1F1B", Schedule.ZERO_BUBBLE: "IZB",
+                         Schedule.ZBV: "ZBV"}
 FLUSHING = "~: fits with PyTorch's allocator emptying its cache (cudaMalloc retries)"
 
 
@@ -81,7 +82,7 @@ def _row(i: int, c: Candidate) -> str:
 
 def _schedules_legend(shown: list[Candidate]) -> list[str]:
     """One line naming the schedules of two stages a rank the rows show ([] where none)."""
-    named = "; ".join(f"{short}: {SCHEDULES[s]}" for s, short in SHORT.items()
+    named = "; ".join(f"{short}: {SCHEDULE_WORDS[s]}" for s, short in SHORT.items()
                       if any(c.settings.schedule == s for c in shown))
     whose = " (two stages a rank, torchtitan's)"
     return [named + whose * (len(named + whose) <= 80)] if named else []

@@ -33,6 +33,13 @@ class Schedule(Choice):
     ZBV = "zbv"
 
 
+# each schedule in the reports' words (the parallel report's line, the plan's legend and rows)
+SCHEDULE_WORDS: dict[str, str] = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B",
+                                  Schedule.INTERLEAVED: "interleaved 1F1B",
+                                  Schedule.ZERO_BUBBLE: "interleaved zero bubble",
+                                  Schedule.ZBV: "zero bubble V"}
+
+
 def interleaved(schedule: str) -> bool:
     """A schedule of several stages a rank, in the order PyTorch computes for each rank."""
     return schedule in (Schedule.INTERLEAVED, Schedule.ZERO_BUBBLE, Schedule.ZBV)
